@@ -1,0 +1,1 @@
+"""Airflow operators, sensors, triggers and links of the sparkdispatch provider."""

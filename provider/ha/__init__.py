@@ -1,0 +1,1 @@
+"""High-availability services: leader election and retrieval, JobGraph, JobResult, progress and blob stores."""

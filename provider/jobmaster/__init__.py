@@ -1,0 +1,1 @@
+"""One JobMaster per job: ExecutionGraph, scheduling, restarts."""

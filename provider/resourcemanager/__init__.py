@@ -1,0 +1,1 @@
+"""The ResourceManager and its SlotManager."""

@@ -1,0 +1,1 @@
+"""The REST endpoint and web UI of the master."""

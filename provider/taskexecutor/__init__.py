@@ -1,0 +1,1 @@
+"""TaskExecutors: Celery workers whose slots run PySpark tasks on a warm SparkSession."""

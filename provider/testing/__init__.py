@@ -1,0 +1,1 @@
+"""Helpers to run real services (ZooKeeper, Redis) for tests, benchmarks and local clusters."""

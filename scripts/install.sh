@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Set up this machine for sparkdispatch: Debian's ZooKeeper and Redis, and a venv in .venv with
+# the package and everything its tests need. Safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+if ! { [ -f /usr/share/java/zookeeper.jar ] && command -v redis-server >/dev/null && command -v java >/dev/null; }; then
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+    zookeeper redis-server default-jre-headless >/dev/null
+fi
+
+PYTHON=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+.venv/bin/pip install -q --disable-pip-version-check -U pip
+# strict editable mode: only the mapped package `sparkdispatch` becomes importable
+.venv/bin/pip install -q --disable-pip-version-check -e ".[all]" --config-settings editable_mode=strict
+echo "installed: $(.venv/bin/python -c 'import sparkdispatch; print("sparkdispatch", sparkdispatch.__version__)')"

@@ -1,0 +1,100 @@
+"""Fixtures shared by every test: real ZooKeeper, Redis and Spark, each started once per session.
+
+Under CI (`CI=true`) a missing service fails the test; elsewhere it skips with the reason.
+Every fixture stops what it started.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sparkdispatch.config import Configuration
+from sparkdispatch.testing.services import RedisServer, ServiceMissing, ZooKeeperServer
+
+UNDER_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+
+def service_missing(reason: str) -> None:
+    """Skip locally; fail under CI, where every service must be installed."""
+    if UNDER_CI:
+        pytest.fail(f"required service missing under CI: {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def zookeeper_server() -> Iterator[ZooKeeperServer]:
+    """One real ZooKeeper server for the whole session (tickTime 1s: sessions of 2-20s)."""
+    server = ZooKeeperServer()
+    try:
+        server.start()
+    except ServiceMissing as exc:
+        service_missing(str(exc))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def zk_root() -> str:
+    """A fresh ZooKeeper root path per test, so tests never see each other's nodes."""
+    return f"/test-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def zk_config(zookeeper_server: ZooKeeperServer, zk_root: str, tmp_path: Path) -> Configuration:
+    """A ZooKeeper-HA configuration on the session's server, under this test's own root."""
+    return Configuration.from_mapping({
+        "high-availability.mode": "zookeeper",
+        "high-availability.zookeeper.quorum": zookeeper_server.hosts,
+        "high-availability.zookeeper.path.root": zk_root,
+        "high-availability.zookeeper.session-timeout": "4s",
+        "high-availability.zookeeper.connection-timeout": "5s",
+        "storage.dir": str(tmp_path / "storage"),
+    })
+
+
+@pytest.fixture
+def standalone_config(tmp_path: Path) -> Configuration:
+    """An HA-mode `none` configuration with its storage in this test's temp dir."""
+    return Configuration.from_mapping({"storage.dir": str(tmp_path / "storage")})
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """One real Redis server for the whole session."""
+    server = RedisServer()
+    try:
+        server.start()
+    except ServiceMissing as exc:
+        service_missing(str(exc))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One local SparkSession for every test that needs Spark in-process."""
+    import shutil
+
+    if shutil.which("java") is None:
+        service_missing("Spark needs java on PATH")
+    from pyspark.sql import SparkSession
+
+    session = (SparkSession.builder.master("local[2]").appName("sparkdispatch-tests")
+               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+               .config("spark.scheduler.mode", "FAIR").getOrCreate())
+    try:
+        yield session
+    finally:
+        session.stop()
