@@ -1,1 +1,5 @@
 """Airflow hooks of the sparkdispatch provider."""
+
+from sparkdispatch.hooks.sparkdispatch import SparkDispatchHook
+
+__all__ = ["SparkDispatchHook"]

@@ -1,1 +1,8 @@
 """Airflow operators, sensors, triggers and links of the sparkdispatch provider."""
+
+from sparkdispatch.operators.links import SparkDispatchJobLink
+from sparkdispatch.operators.sensors import JobResultSensor
+from sparkdispatch.operators.submit import SubmitJobGraphOperator
+from sparkdispatch.operators.triggers import JobResultTrigger
+
+__all__ = ["JobResultSensor", "JobResultTrigger", "SparkDispatchJobLink", "SubmitJobGraphOperator"]

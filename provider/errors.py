@@ -5,6 +5,7 @@
     SparkDispatchError
     ├── ConfigurationError            a configuration key is unknown or its value is bad
     ├── InvalidJobGraph               a JobGraph failed validation (names the field)
+    ├── InvalidRequest                a request body other than a JobGraph failed validation
     ├── IllegalStateTransition        a job or execution state change Flink's lifecycle forbids
     ├── UnknownJob                    no job with that id
     ├── DuplicateJobSubmission        the job id is taken (running with another graph, or terminated)
@@ -14,6 +15,7 @@
     ├── NoLeader                      no master leads at the moment
     ├── SlotRequestTimeout            no slot could be found in time
     ├── UnknownTaskExecutor           the TaskExecutor is not (or no longer) registered
+    ├── StaleExecution                a report names an execution the JobMaster no longer tracks
     ├── StoreError                    an HA store refused or failed a read or write
     │   ├── JobResultEntryExists      a JobResult for that job is stored already
     │   ├── NoSuchJobResult           no JobResult stored for that job
@@ -62,6 +64,20 @@ class InvalidJobGraph(SparkDispatchError):
         self.field_errors = field_errors
         lines = [f"{field}: {reason}" for field, reasons in sorted(field_errors.items()) for reason in reasons]
         super().__init__("invalid JobGraph: " + "; ".join(lines), details=lines)
+
+    def messages(self) -> list[str]:
+        return self.details
+
+
+class InvalidRequest(SparkDispatchError):
+    """A request body (registration, heartbeat, ...) refused by validation; names each field."""
+
+    http_status = 400
+
+    def __init__(self, what: str, field_errors: dict[str, list[str]]) -> None:
+        self.field_errors = field_errors
+        lines = [f"{field}: {reason}" for field, reasons in sorted(field_errors.items()) for reason in reasons]
+        super().__init__(f"invalid {what}: " + "; ".join(lines), details=lines)
 
     def messages(self) -> list[str]:
         return self.details
@@ -127,6 +143,20 @@ class SlotRequestTimeout(SparkDispatchError):
 
 class UnknownTaskExecutor(SparkDispatchError):
     http_status = 404
+
+
+class StaleExecution(SparkDispatchError):
+    """A TaskExecutor reported on an execution (an old attempt) the JobMaster no longer tracks.
+
+    The TaskExecutor answers it by cancelling that task and freeing its slot.
+    """
+
+    http_status = 409
+
+    def __init__(self, job_id: str, execution_id: str, reason: str = "it is no longer tracked") -> None:
+        super().__init__(f"execution {execution_id} of job {job_id} was refused: {reason}; cancel that task")
+        self.job_id = job_id
+        self.execution_id = execution_id
 
 
 class StoreError(SparkDispatchError):

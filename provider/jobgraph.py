@@ -335,12 +335,18 @@ class Failure:
 
 @dataclass(frozen=True)
 class VertexResult:
-    """A vertex's outcome: its state, highest attempt count, rows written and where."""
+    """A vertex's outcome: its state, highest attempt count, rows written and where.
+
+    `result_path` is the vertex's results directory; `partitions` are the Parquet directories of
+    its final subtask attempts inside it (read them with `spark.read.parquet(*partitions)`; the
+    directory may also hold the output of attempts that were superseded).
+    """
 
     state: ExecutionState
     attempts: int
     rows: int | None = None
     result_path: str | None = None
+    partitions: tuple[str, ...] = ()
     failure: Failure | None = None
 
 
@@ -689,14 +695,20 @@ class VertexResultSchema(_StrictSchema):
     attempts = fields.Integer(required=True, strict=True, validate=validate.Range(min=0))
     rows = fields.Integer(allow_none=True, load_default=None, strict=True)
     result_path = fields.String(allow_none=True, load_default=None)
+    partitions = fields.List(fields.String(), load_default=list)
     failure = fields.Nested(FailureSchema, allow_none=True, load_default=None)
 
     @post_load
     def make(self, data: dict[str, Any], **_: Any) -> VertexResult:
+        data["partitions"] = tuple(data["partitions"])
         return VertexResult(**data)
 
     @post_dump
     def compact(self, data: dict[str, Any], **_: Any) -> dict[str, Any]:
+        if data["partitions"]:
+            data["partitions"] = list(data["partitions"])
+        else:
+            del data["partitions"]
         return _drop_none(data, "rows", "result_path", "failure")
 
 

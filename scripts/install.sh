@@ -6,10 +6,12 @@ cd "$(dirname "$0")/.."
 
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-if ! { [ -f /usr/share/java/zookeeper.jar ] && command -v redis-server >/dev/null && command -v java >/dev/null; }; then
+# ZooKeeper and Redis for the HA and broker tests, Chromium for the web UI's browser tests
+if ! { [ -f /usr/share/java/zookeeper.jar ] && command -v redis-server >/dev/null && command -v java >/dev/null \
+       && command -v chromium >/dev/null; }; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
-    zookeeper redis-server default-jre-headless >/dev/null
+    zookeeper redis-server default-jre-headless chromium >/dev/null
 fi
 
 PYTHON=${PYTHON:-python3}
@@ -17,4 +19,9 @@ PYTHON=${PYTHON:-python3}
 .venv/bin/pip install -q --disable-pip-version-check -U pip
 # strict editable mode: only the mapped package `sparkdispatch` becomes importable
 .venv/bin/pip install -q --disable-pip-version-check -e ".[all]" --config-settings editable_mode=strict
+# the real Flink command-line client, a client nobody here wrote, for the REST compatibility test
+if [ ! -x .tools/flink/pyflink/bin/flink ]; then
+  .venv/bin/pip install -q --disable-pip-version-check --no-deps --target .tools/flink \
+    apache-flink==2.3.0 apache-flink-libraries==2.3.0
+fi
 echo "installed: $(.venv/bin/python -c 'import sparkdispatch; print("sparkdispatch", sparkdispatch.__version__)')"

@@ -29,6 +29,12 @@ def service_missing(reason: str) -> None:
     pytest.skip(reason)
 
 
+@pytest.fixture(name="service_missing", scope="session")
+def service_missing_fixture() -> Any:
+    """`service_missing(reason)` for tests that check for a tool themselves."""
+    return service_missing
+
+
 @pytest.fixture(scope="session")
 def zookeeper_server() -> Iterator[ZooKeeperServer]:
     """One real ZooKeeper server for the whole session (tickTime 1s: sessions of 2-20s)."""

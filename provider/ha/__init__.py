@@ -1,1 +1,34 @@
-"""High-availability services: leader election and retrieval, JobGraph, JobResult, progress and blob stores."""
+"""High-availability services: leader election and retrieval, JobGraph, JobResult, progress and blob stores.
+
+`create_ha_services(config)` picks the implementation `high-availability.mode` names: `none`
+(embedded: always leader, files under `storage.dir`) or `zookeeper` (kazoo). The contracts the
+other components use are in docs/internals.md, "HA services".
+"""
+
+from sparkdispatch.ha.blob_store import BlobStore
+from sparkdispatch.ha.job_result_store import FileSystemJobResultStore
+from sparkdispatch.ha.leader import (
+    STANDALONE_SESSION_ID,
+    LeaderContender,
+    LeaderElection,
+    LeaderInfo,
+    LeaderListener,
+    LeaderRetrieval,
+)
+from sparkdispatch.ha.progress_store import JobProgress, SubtaskProgress
+from sparkdispatch.ha.services import HighAvailabilityServices, create_ha_services
+
+__all__ = [
+    "STANDALONE_SESSION_ID",
+    "BlobStore",
+    "FileSystemJobResultStore",
+    "HighAvailabilityServices",
+    "JobProgress",
+    "LeaderContender",
+    "LeaderElection",
+    "LeaderInfo",
+    "LeaderListener",
+    "LeaderRetrieval",
+    "SubtaskProgress",
+    "create_ha_services",
+]

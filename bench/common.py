@@ -1,0 +1,302 @@
+"""Helpers shared by the P1, P2 and P4 benchmarks: services, clusters, job graphs, statistics, results.
+
+Every process a benchmark starts is stopped on exit, on errors, on Ctrl-C and on SIGTERM:
+`bench_main` turns SIGTERM into KeyboardInterrupt so the benchmarks' `finally` blocks run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from sparkdispatch.config import Configuration
+from sparkdispatch.testing.local_cluster import LocalCluster
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS_DIR = REPO / "bench" / "results"
+TASKS_DIR = REPO / "bench" / "tasks"
+BENCH_TASKS = TASKS_DIR / "bench_tasks.py"
+VENV_BIN = Path(sys.executable).parent
+
+
+# -- running a benchmark --------------------------------------------------------------------------
+
+
+def bench_main(run: Callable[[], int]) -> None:
+    """Run `run()` with SIGTERM mapped to KeyboardInterrupt; exit with its code (130 on Ctrl-C)."""
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, interrupt)
+    try:
+        code = run()
+    except KeyboardInterrupt:
+        print("interrupted; every process started was stopped", file=sys.stderr)
+        code = 130
+    sys.exit(code)
+
+
+def bench_env() -> dict[str, str]:
+    """The environment for child processes: the venv's bin on PATH (spark-submit finds SPARK_HOME
+    through `python3`), Spark bound to loopback."""
+    env = dict(os.environ)
+    env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
+    env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    return env
+
+
+class BenchCluster(LocalCluster):
+    """A LocalCluster whose processes log at `log_level` (DEBUG for profiling runs)."""
+
+    def __init__(self, config: Configuration, *, log_level: str = "INFO", **kwargs: Any) -> None:
+        super().__init__(config, **kwargs)
+        self.log_level = log_level
+
+    def start_master(self, index: int) -> None:
+        argv = [sys.executable, "-m", "sparkdispatch.cli", "--log-level", self.log_level,
+                *self.config.to_overrides(), "-D", f"rest.port={self.master_ports[index]}", "master"]
+        self.masters[index] = self._spawn(argv, f"master-{index}.log")
+
+    def start_task_executor(self, index: int) -> None:
+        argv = [sys.executable, "-m", "sparkdispatch.taskexecutor", "--log-level", self.log_level,
+                *self.config.to_overrides(), "-D", f"taskexecutor.id=te-{self.name}-{index}"]
+        self.taskexecutors[index] = self._spawn(argv, f"taskexecutor-{index}.log")
+
+    def pid(self, kind: str, index: int = 0) -> int:
+        processes = self.masters if kind == "master" else self.taskexecutors
+        process = processes[index]
+        if process is None:
+            raise RuntimeError(f"{kind} {index} is not running")
+        return process.pid
+
+
+def cluster_config(storage: Path, *, broker_url: str, zookeeper_hosts: str | None = None,
+                   session_timeout: str = "4s", slots: int = 1, **extra: Any) -> Configuration:
+    """A benchmark cluster's configuration: HA `zookeeper` when `zookeeper_hosts`, else `none`."""
+    mapping: dict[str, Any] = {
+        "storage.dir": str(storage),
+        "broker.url": broker_url,
+        "heartbeat.interval": "1s",
+        "heartbeat.timeout": "10s",
+        "taskexecutor.slots": slots,
+        "rest.execution-result.long-poll": "5s",
+        "spark.master": "local[2]",
+        "spark.ui.enabled": "false",
+        "spark.sql.shuffle.partitions": "2",
+    }
+    if zookeeper_hosts:
+        mapping.update({
+            "high-availability.mode": "zookeeper",
+            "high-availability.zookeeper.quorum": zookeeper_hosts,
+            "high-availability.zookeeper.path.root": f"/bench-{uuid.uuid4().hex[:10]}",
+            "high-availability.zookeeper.session-timeout": session_timeout,
+        })
+    mapping.update(extra)
+    return Configuration.from_mapping(mapping)
+
+
+# -- job graphs -----------------------------------------------------------------------------------
+
+
+def chain_graph(name: str, length: int, *, entrypoint: str, artifact: str,
+                params: dict[str, Any] | None = None) -> dict[str, Any]:
+    """`length` vertices v00 → v01 → ..., each running `entrypoint` once."""
+    vertices = [{"id": f"v{i:02d}", "entrypoint": entrypoint, "parallelism": 1,
+                 "inputs": [f"v{i - 1:02d}"] if i else [], "params": dict(params or {})}
+                for i in range(length)]
+    return {"name": name, "vertices": vertices, "artifacts": [artifact],
+            "restart_strategy": {"type": "fixed-delay", "attempts": 0, "delay_s": 0.0}}
+
+
+# -- processes I start outside LocalCluster -------------------------------------------------------
+
+
+def child_pids(pid: int) -> list[int]:
+    """Direct children of `pid` (from /proc)."""
+    children = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # pid (comm) state ppid ...; comm may hold spaces and parentheses
+        fields = stat[stat.rfind(")") + 2:].split()
+        if int(fields[1]) == pid:
+            children.append(int(entry.name))
+    return children
+
+
+def stop_process(process: subprocess.Popen[Any], *, grace: float = 15.0) -> None:
+    """SIGTERM the process group of `process` (started with start_new_session), SIGKILL after `grace`."""
+    if process.poll() is not None:
+        return
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+    except ProcessLookupError:
+        pass
+
+
+def kill_pids(pids: Iterable[int]) -> None:
+    """SIGKILL the process groups led by these pids if they still run (stragglers of a killed parent)."""
+    for pid in pids:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+# -- statistics and results -----------------------------------------------------------------------
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100), nearest rank."""
+    ordered = sorted(values)
+    if not ordered:
+        return math.nan
+    rank = max(1, math.ceil(q / 100.0 * len(ordered)))
+    return ordered[min(rank, len(ordered)) - 1]
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else math.nan
+
+
+def machine_info() -> dict[str, Any]:
+    cpu = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    memory_gib = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                memory_gib = round(int(line.split()[1]) / 1024 / 1024, 1)
+    except OSError:
+        pass
+    versions = {}
+    for package in ("pyspark", "celery", "kombu", "kazoo", "aiohttp"):
+        try:
+            from importlib.metadata import version
+
+            versions[package] = version(package)
+        except Exception:  # noqa: BLE001 - a missing version is not worth failing a benchmark over
+            versions[package] = None
+    return {"cpus": os.cpu_count(), "cpu_model": cpu, "memory_gib": memory_gib,
+            "python": platform.python_version(), "platform": platform.platform(), "packages": versions}
+
+
+def write_results(name: str, report: dict[str, Any]) -> Path:
+    """bench/results/<name>.json with the machine and the date added."""
+    report = {"benchmark": name, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+              "machine": machine_info(), **report}
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    path = RESULTS_DIR / f"{name}.json"
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    return path
+
+
+def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    rows = [[str(cell) for cell in row] for row in rows]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    print("  ".join(h.ljust(w) for h, w in zip(headers, widths)))
+    print("  ".join("-" * w for w in widths))
+    for row in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)))
+
+
+# -- REST -----------------------------------------------------------------------------------------
+
+
+class Rest:
+    """Blocking calls to one master's REST endpoint (JSON bodies), for masters not in a LocalCluster."""
+
+    def __init__(self, base_url: str, *, token: str = "") -> None:
+        self.base_url = base_url.rstrip("/")
+        self.token = token
+
+    def request(self, method: str, path: str, body: Any = None, *, timeout: float = 30.0) -> tuple[int, Any]:
+        import urllib.error
+        import urllib.request
+
+        data = json.dumps(body).encode() if body is not None else None
+        headers = {"Content-Type": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        request = urllib.request.Request(self.base_url + path, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as answer:
+                raw = answer.read()
+                return answer.status, json.loads(raw) if raw else None
+        except urllib.error.HTTPError as error:
+            raw = error.read()
+            try:
+                return error.code, json.loads(raw) if raw else None
+            except ValueError:
+                return error.code, raw.decode(errors="replace")
+
+    def submit(self, graph: dict[str, Any]) -> str:
+        status, body = self.request("POST", "/jobs", graph)
+        if status not in (200, 202):
+            raise RuntimeError(f"submission refused with {status}: {body}")
+        return str(body["job_id"])
+
+    def wait_for_result(self, job_id: str, *, timeout: float = 300.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            status, body = self.request("GET", f"/jobs/{job_id}/execution-result", timeout=30)
+            if status == 200 and body["status"]["id"] == "COMPLETED":
+                return dict(body["job_execution_result"])
+            if status != 200:
+                raise RuntimeError(f"execution-result of {job_id} answered {status}: {body}")
+        raise TimeoutError(f"job {job_id} did not finish within {timeout:.0f}s")
+
+    def upload_artifact(self, path: Path) -> str:
+        import urllib.request
+
+        boundary = "sparkdispatch-bench-boundary"
+        body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{path.name}\"\r\n"
+                "Content-Type: application/octet-stream\r\n\r\n").encode() + path.read_bytes() + \
+            f"\r\n--{boundary}--\r\n".encode()
+        headers = {"Content-Type": f"multipart/form-data; boundary={boundary}"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        request = urllib.request.Request(self.base_url + "/artifacts", data=body, method="POST", headers=headers)
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return str(json.loads(answer.read())["key"])
+
+    def wait_for_task_executors(self, count: int, *, timeout: float, alive: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not alive():
+                raise RuntimeError(f"the master at {self.base_url} exited")
+            try:
+                status, body = self.request("GET", "/overview", timeout=3)
+                if status == 200 and body.get("taskmanagers", 0) >= count:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.2)
+        raise TimeoutError(f"{count} TaskExecutor(s) did not register at {self.base_url} within {timeout:.0f}s")

@@ -1,0 +1,50 @@
+"""A multi-step PySpark pipeline run on sparkdispatch, from one Airflow task.
+
+The job: generate orders → clean them (2 subtasks) → revenue by region (2 subtasks) and by
+product (fan-out) → one report (fan-in). The task code is `pipelines/sales.py`, shipped to the
+TaskExecutors with `artifacts=`. Two DAGs: one waits in its worker slot, the other in the
+triggerer (`deferrable=True`). Both need a `sparkdispatch_default` connection, e.g.
+
+    export AIRFLOW_CONN_SPARKDISPATCH_DEFAULT='{"conn_type": "sparkdispatch", "host": "127.0.0.1", "port": 8081}'
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pendulum
+from airflow.sdk import DAG
+
+from sparkdispatch.operators import SubmitJobGraphOperator
+
+PIPELINES = Path(__file__).parent / "pipelines"
+
+SALES_REPORT = {
+    "name": "sales-report",
+    "vertices": [
+        {"id": "generate", "entrypoint": "pipelines.sales:generate", "params": {"rows": "{{ params.rows }}"}},
+        {"id": "clean", "entrypoint": "pipelines.sales:clean", "parallelism": 2, "inputs": ["generate"]},
+        {"id": "revenue_by_region", "entrypoint": "pipelines.sales:revenue_by_region", "parallelism": 2,
+         "inputs": ["clean"]},
+        {"id": "revenue_by_product", "entrypoint": "pipelines.sales:revenue_by_product", "inputs": ["clean"]},
+        {"id": "report", "entrypoint": "pipelines.sales:report",
+         "inputs": ["revenue_by_region", "revenue_by_product"]},
+    ],
+    "restart_strategy": {"type": "fixed-delay", "attempts": 2, "delay_s": 1.0},
+    "config": {"spark.sql.shuffle.partitions": "4"},
+}
+
+DAG_ARGS = {
+    "schedule": None,
+    "start_date": pendulum.datetime(2026, 1, 1, tz="UTC"),
+    "catchup": False,
+    "params": {"rows": 100_000},
+    "tags": ["sparkdispatch", "example"],
+}
+
+with DAG("sparkdispatch_sales_pipeline", **DAG_ARGS):
+    SubmitJobGraphOperator(task_id="sales_report", job_graph=SALES_REPORT, artifacts=[str(PIPELINES)])
+
+with DAG("sparkdispatch_sales_pipeline_deferrable", **DAG_ARGS):
+    SubmitJobGraphOperator(task_id="sales_report", job_graph=SALES_REPORT, artifacts=[str(PIPELINES)],
+                           deferrable=True, poll_interval=1.0)

@@ -1,0 +1,1 @@
+"""Task code of the example DAGs, shipped to the TaskExecutors as an artifact."""

@@ -1,0 +1,135 @@
+"""What the operators and the sensor share: job ids, JobGraph files, JobResult reports.
+
+Nothing here talks to Airflow or to the master.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sparkdispatch.errors import InvalidJobGraph
+
+SUCCEEDED = "FINISHED"
+FAILED_STATUSES = frozenset({"FAILED", "CANCELED"})
+TERMINAL_STATUSES = FAILED_STATUSES | {SUCCEEDED}
+GRAPH_FILE_SUFFIXES = (".json", ".yaml", ".yml")
+
+
+def task_job_id(dag_id: str, run_id: str, task_id: str, map_index: int | None) -> str:
+    """The job id of an Airflow task instance: the same for every try of it (32 hex chars)."""
+    key = "\x1f".join([dag_id, run_id, task_id, str(-1 if map_index is None else map_index)])
+    return hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+def attempt_job_id(first_job_id: str, attempt: int) -> str:
+    """The job id of the `attempt`-th fresh submission (0: `first_job_id` itself).
+
+    A task instance's jobs form a fixed chain: a try re-attaches to the first job of the chain
+    that is running or FINISHED, and moves past those that ended FAILED or CANCELED.
+    """
+    if attempt == 0:
+        return first_job_id
+    return hashlib.sha256(f"{first_job_id}\x1f{attempt}".encode()).hexdigest()[:32]
+
+
+def read_graph_text(text: str, *, source: str) -> dict[str, Any]:
+    """Parse a JobGraph written as JSON or YAML."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise InvalidJobGraph({"body": [f"{source} is neither JSON nor YAML: {exc}"]}) from None
+    if not isinstance(data, dict):
+        raise InvalidJobGraph({"body": [f"{source} must hold a JobGraph object, not {type(data).__name__}"]})
+    return data
+
+
+def find_graph_file(value: str, search_path: list[Path]) -> Path | None:
+    """The JobGraph file `value` names (absolute, or relative to one of `search_path`), if any."""
+    if not value.strip().endswith(GRAPH_FILE_SUFFIXES):
+        return None
+    path = Path(value.strip()).expanduser()
+    candidates = [path] if path.is_absolute() else [folder / path for folder in search_path] + [path]
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    raise InvalidJobGraph({"job_graph": [f"no JobGraph file {value!r} (looked in "
+                                         f"{', '.join(str(c.parent) for c in candidates)})"]})
+
+
+def copy_graph(graph: Mapping[str, Any]) -> dict[str, Any]:
+    """A deep, JSON-clean copy of a JobGraph mapping (templating may leave other mappings)."""
+    try:
+        return json.loads(json.dumps(graph))
+    except (TypeError, ValueError) as exc:
+        raise InvalidJobGraph({"job_graph": [f"not JSON-serializable: {exc}"]}) from None
+
+
+def result_summary(result: Mapping[str, Any]) -> str:
+    """A JobResult as lines a person reads: status, duration, then one line per vertex."""
+    lines = [f"job {result.get('job_id')} ({result.get('name')}) {result.get('status')} "
+             f"in {result.get('duration_ms', 0) / 1000:.1f}s"]
+    for vertex_id, vertex in (result.get("vertices") or {}).items():
+        line = f"  {vertex_id}: {vertex.get('state')}, {vertex.get('attempts', 0)} attempt(s)"
+        if vertex.get("rows") is not None:
+            line += f", {vertex['rows']} rows"
+        failure = vertex.get("failure")
+        if failure:
+            line += f" - {failure.get('class')}: {failure.get('message')}"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def result_failure(result: Mapping[str, Any]) -> str:
+    """The root cause of a job that did not finish: `Class: message`, or why there is none."""
+    failure = result.get("failure") or {}
+    if not failure:
+        for vertex in (result.get("vertices") or {}).values():
+            if vertex.get("failure"):
+                failure = vertex["failure"]
+                break
+    if failure:
+        return f"{failure.get('class')}: {failure.get('message')}"
+    return "cancelled" if result.get("status") == "CANCELED" else "no cause recorded"
+
+
+def result_traceback(result: Mapping[str, Any]) -> str:
+    """The remote traceback of the root cause, if the JobResult carries one."""
+    failure = result.get("failure") or {}
+    if failure.get("traceback"):
+        return str(failure["traceback"])
+    for vertex in (result.get("vertices") or {}).values():
+        if (vertex.get("failure") or {}).get("traceback"):
+            return str(vertex["failure"]["traceback"])
+    return ""
+
+
+def report_result(result: Mapping[str, Any], log: Any) -> str | None:
+    """Log a JobResult's summary (and the remote traceback of a failure).
+
+    Returns None for a FINISHED job, else the message the task should fail with.
+    """
+    status = result.get("status")
+    if status == SUCCEEDED:
+        log.info("%s", result_summary(result))
+        return None
+    log.error("%s", result_summary(result))
+    traceback = result_traceback(result)
+    if traceback:
+        log.error("remote traceback of job %s:\n%s", result.get("job_id"), traceback)
+    return f"sparkdispatch job {result.get('job_id')} ended {status}: {result_failure(result)}"
+
+
+def default_deferrable() -> bool:
+    """`[sparkdispatch] default_deferrable`, else Airflow's `[operators] default_deferrable`."""
+    from airflow.sdk import conf
+
+    own = conf.get("sparkdispatch", "default_deferrable", fallback=None)
+    if own not in (None, ""):
+        return str(own).strip().lower() in ("true", "1", "yes", "on")
+    return conf.getboolean("operators", "default_deferrable", fallback=False)

@@ -1,0 +1,81 @@
+"""`JobResultSensor`: wait for a job submitted earlier (by any task, or outside Airflow)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from functools import cached_property
+from typing import Any
+
+from airflow.sdk import BaseSensorOperator, PokeReturnValue
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from sparkdispatch.hooks.sparkdispatch import SparkDispatchHook
+from sparkdispatch.operators.jobs import default_deferrable, report_result
+from sparkdispatch.operators.links import SparkDispatchJobLink, push_job_link
+from sparkdispatch.operators.triggers import JobResultTrigger
+
+
+class JobResultSensor(BaseSensorOperator):
+    """Succeeds when job `job_id` is FINISHED and returns its JobResult (XCom).
+
+    A FAILED or CANCELED job fails the sensor with the remote cause (its traceback in the
+    log), or skips it with `soft_fail=True`. Works in `poke` and `reschedule` mode, and
+    deferred to the triggerer with `deferrable=True` (default from the provider config).
+
+    :param job_id: the job to wait for; templated, e.g. `{{ ti.xcom_pull('submit') }}`.
+    :param conn_id: the `sparkdispatch` connection.
+    """
+
+    template_fields: Sequence[str] = ("job_id", "conn_id")
+    operator_extra_links = (SparkDispatchJobLink(),)
+    ui_color = "#fdf2c8"
+
+    def __init__(self, *, job_id: str, conn_id: str = SparkDispatchHook.default_conn_name,
+                 deferrable: bool | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.job_id = job_id
+        self.conn_id = conn_id
+        self.deferrable = default_deferrable() if deferrable is None else deferrable
+        self._link_pushed = False
+
+    @cached_property
+    def hook(self) -> SparkDispatchHook:
+        return SparkDispatchHook(self.conn_id)
+
+    def execute(self, context: Any) -> Any:
+        try:
+            if not self.deferrable:
+                return super().execute(context)
+            outcome = self.poke(context)
+            if outcome:
+                return outcome.xcom_value if isinstance(outcome, PokeReturnValue) else None
+        finally:
+            self.hook.close()
+        self.defer(trigger=JobResultTrigger(job_id=self.job_id, conn_id=self.conn_id,
+                                            poll_interval=self.poke_interval, cancel_on_kill=False),
+                   method_name="execute_complete", timeout=timedelta(seconds=self.timeout))
+
+    def poke(self, context: Any) -> PokeReturnValue:
+        client = self.hook.get_conn()
+        if not self._link_pushed:
+            client.job(self.job_id)  # an unknown job fails here, with the id in the message
+            push_job_link(context, client.job_url(self.job_id))
+            self._link_pushed = True
+        result = client.execution_result(self.job_id)
+        if result is None:
+            self.log.info("job %s is still running", self.job_id)
+            return PokeReturnValue(is_done=False)
+        return PokeReturnValue(is_done=True, xcom_value=self._checked(result, AirflowFailException))
+
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> Mapping[str, Any]:
+        """Resume after the trigger fired (soft_fail is applied by the base class)."""
+        if event.get("status") != "terminal":
+            raise AirflowException(f"waiting for sparkdispatch job {self.job_id} failed: {event.get('message')}")
+        return self._checked(event["result"], AirflowException)
+
+    def _checked(self, result: Mapping[str, Any], failure: type[Exception]) -> Mapping[str, Any]:
+        message = report_result(result, self.log)
+        if message is not None:
+            raise failure(message)
+        return result

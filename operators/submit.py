@@ -1,0 +1,223 @@
+"""`SubmitJobGraphOperator`: run a JobGraph on the sparkdispatch master from an Airflow task."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from airflow.sdk import BaseOperator, ResumableJobMixin
+from airflow.sdk.exceptions import AirflowException
+
+from sparkdispatch.errors import JobAlreadyTerminated, SparkDispatchError, UnknownJob
+from sparkdispatch.hooks.sparkdispatch import SparkDispatchHook
+from sparkdispatch.operators.jobs import (
+    FAILED_STATUSES,
+    SUCCEEDED,
+    TERMINAL_STATUSES,
+    attempt_job_id,
+    copy_graph,
+    default_deferrable,
+    find_graph_file,
+    read_graph_text,
+    report_result,
+    task_job_id,
+)
+from sparkdispatch.operators.links import SparkDispatchJobLink, push_job_link
+from sparkdispatch.operators.triggers import JobResultTrigger
+
+MAX_FRESH_ATTEMPTS = 1000
+UNKNOWN = "UNKNOWN"
+
+
+class SubmitJobGraphOperator(ResumableJobMixin, BaseOperator):
+    """Submit a JobGraph and (by default) wait for its JobResult; returns the job id.
+
+    :param job_graph: the JobGraph: a dict, or a path to a `.json`/`.yaml` file (absolute or
+        relative to the DAG's folder); templated, and so is the file's content.
+    :param artifacts: local `.py`/`.zip` files or package directories, uploaded and added to
+        the graph's `artifacts` (a directory is zipped, so `pipelines/` imports as `pipelines`).
+    :param conn_id: the `sparkdispatch` connection.
+    :param wait_for_completion: wait for the job to end (else return once it is accepted).
+    :param deferrable: wait in the triggerer instead of a worker slot; default from
+        `[sparkdispatch] default_deferrable`, else `[operators] default_deferrable`.
+    :param poll_interval: seconds between checks of the job's state.
+    :param cancel_on_kill: cancel the job when the task is killed (also while deferred).
+
+    **Job ids.** The job id is derived from (dag_id, run_id, task_id, map_index), so every try
+    of a task instance computes the same id: a retry, or a restarted worker, re-attaches to a
+    job that is still running and returns at once for one that FINISHED, instead of
+    submitting a second copy. A job that ended FAILED or CANCELED is never re-run under its
+    id; the next try submits a fresh job whose id is the next one of a fixed chain
+    (`attempt_job_id(first, 1)`, `..., 2)`, …), so retries stay idempotent as well. The id is
+    also kept in Airflow's task state store (durable execution). A graph that names its own
+    `job_id` starts the chain at that id.
+    """
+
+    template_fields: Sequence[str] = ("job_graph", "artifacts", "conn_id")
+    template_fields_renderers = {"job_graph": "json"}
+    operator_extra_links = (SparkDispatchJobLink(),)
+    external_id_key = "sparkdispatch_job_id"
+    ui_color = "#fde8c8"
+
+    def __init__(self, *, job_graph: Mapping[str, Any] | str, artifacts: Sequence[str] = (),
+                 conn_id: str = SparkDispatchHook.default_conn_name, wait_for_completion: bool = True,
+                 deferrable: bool | None = None, poll_interval: float = 5.0, cancel_on_kill: bool = True,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.job_graph = job_graph
+        self.artifacts = list(artifacts)
+        self.conn_id = conn_id
+        self.wait_for_completion = wait_for_completion
+        self.deferrable = default_deferrable() if deferrable is None else deferrable
+        self.poll_interval = poll_interval
+        self.cancel_on_kill = cancel_on_kill
+        self.job_id: str | None = None
+
+    @cached_property
+    def hook(self) -> SparkDispatchHook:
+        return SparkDispatchHook(self.conn_id)
+
+    # -- Airflow entry points ------------------------------------------------------------------
+
+    def execute(self, context: Any) -> str:
+        try:
+            if not self.wait_for_completion:
+                return self.start_job(context)
+            if self.deferrable:
+                self._defer_until_done(self.start_job(context), context)
+            return self.execute_resumable(context)
+        except SparkDispatchError as exc:
+            raise AirflowException(str(exc)) from exc
+        finally:
+            self.hook.close()
+
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> str:
+        """Resume after the trigger fired: fail with the remote cause, or return the job id."""
+        self.job_id = event.get("job_id")
+        if event.get("status") != "terminal":
+            raise AirflowException(f"waiting for sparkdispatch job {self.job_id} failed: {event.get('message')}")
+        self._check_result(event["result"])
+        return event["job_id"]
+
+    def on_kill(self) -> None:
+        if not (self.cancel_on_kill and self.job_id):
+            return
+        try:
+            self.hook.get_conn().cancel(self.job_id)
+            self.log.info("job %s: cancelled because its task was killed", self.job_id)
+        except JobAlreadyTerminated:
+            self.log.info("job %s had ended already; nothing to cancel", self.job_id)
+        except SparkDispatchError as exc:
+            self.log.warning("job %s: could not cancel it: %s", self.job_id, exc)
+
+    # -- submission and re-attachment ---------------------------------------------------------
+
+    def start_job(self, context: Any) -> str:
+        """Re-attach to this task instance's running or FINISHED job, or submit a fresh one."""
+        client = self.hook.get_conn()
+        graph = self.load_graph(context)
+        ti = context["ti"]
+        first = graph.get("job_id") or task_job_id(ti.dag_id, ti.run_id, ti.task_id, ti.map_index)
+        for attempt in range(MAX_FRESH_ATTEMPTS):
+            job_id = attempt_job_id(first, attempt)
+            status = self._status(job_id)
+            if status in FAILED_STATUSES:
+                self.log.info("job %s of an earlier try ended %s; submitting a fresh attempt", job_id, status)
+                continue
+            if status == UNKNOWN:
+                graph["job_id"] = job_id
+                graph["artifacts"] = [*graph.get("artifacts", []), *self._upload_artifacts(client)]
+                _, created = client.submit(graph)
+                self.log.info("job %s: %s (%s)", job_id, "submitted" if created else
+                              "was submitted already with the same graph; attached", graph.get("name"))
+            else:
+                self.log.info("job %s: re-attached to the job of an earlier try (%s)", job_id, status)
+            self._attached(job_id, context)
+            return job_id
+        raise AirflowException(f"{MAX_FRESH_ATTEMPTS} jobs of this task instance failed; not submitting more")
+
+    def load_graph(self, context: Any) -> dict[str, Any]:
+        """The JobGraph as a fresh dict: the given mapping, or the (rendered) file it names."""
+        if isinstance(self.job_graph, Mapping):
+            return copy_graph(self.job_graph)
+        if not isinstance(self.job_graph, str):
+            raise AirflowException(f"job_graph must be a dict or a path, not {type(self.job_graph).__name__}")
+        search_path = [Path(folder) for folder in _dag_folders(context)]
+        path = find_graph_file(self.job_graph, search_path)
+        if path is None:
+            return read_graph_text(self.job_graph, source="job_graph")
+        text = self.render_template(path.read_text(), context)
+        return read_graph_text(text, source=str(path))
+
+    def _upload_artifacts(self, client: Any) -> list[str]:
+        keys = []
+        for artifact in self.artifacts:
+            key = client.upload_artifact(artifact)
+            self.log.info("artifact %s uploaded as %s", artifact, key)
+            keys.append(key)
+        return keys
+
+    def _status(self, job_id: str) -> str:
+        try:
+            return str(self.hook.get_conn().job(job_id)["status"])
+        except UnknownJob:
+            return UNKNOWN
+
+    def _attached(self, job_id: str, context: Any) -> None:
+        self.job_id = job_id
+        url = self.hook.get_conn().job_url(job_id)
+        push_job_link(context, url)
+        self.log.info("job %s: %s", job_id, url)
+
+    def _defer_until_done(self, job_id: str, context: Any) -> None:
+        store = context.get("task_state_store")
+        if store is not None and self.durable:
+            store.set(self.external_id_key, job_id)
+        self.defer(trigger=JobResultTrigger(job_id=job_id, conn_id=self.conn_id, poll_interval=self.poll_interval,
+                                            cancel_on_kill=self.cancel_on_kill),
+                   method_name="execute_complete",
+                   timeout=self.execution_timeout if isinstance(self.execution_timeout, timedelta) else None)
+
+    def _check_result(self, result: Mapping[str, Any]) -> None:
+        message = report_result(result, self.log)
+        if message is not None:
+            raise AirflowException(message)
+
+    # -- durable execution (ResumableJobMixin) ------------------------------------------------
+
+    def submit_job(self, context: Any) -> str:
+        return self.start_job(context)
+
+    def get_job_status(self, external_id: Any, context: Any) -> str:
+        status = self._status(str(external_id))
+        if status != UNKNOWN:
+            self._attached(str(external_id), context)
+        return status
+
+    def is_job_active(self, status: str) -> bool:
+        return status not in TERMINAL_STATUSES and status != UNKNOWN
+
+    def is_job_succeeded(self, status: str) -> bool:
+        return status == SUCCEEDED
+
+    def poll_until_complete(self, external_id: Any, context: Any) -> str:
+        result = self.hook.get_conn().wait_for_result(str(external_id), poll_interval=self.poll_interval)
+        self._check_result(result)
+        return str(external_id)
+
+    def get_job_result(self, external_id: Any, context: Any) -> str:
+        return str(external_id)
+
+
+def _dag_folders(context: Any) -> list[str]:
+    dag = context.get("dag")
+    folders: list[str] = []
+    if dag is not None:
+        if getattr(dag, "folder", None):
+            folders.append(dag.folder)
+        searchpath = getattr(dag, "template_searchpath", None) or []
+        folders += [searchpath] if isinstance(searchpath, str) else list(searchpath)
+    return folders

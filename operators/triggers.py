@@ -1,0 +1,62 @@
+"""The trigger a deferred submit operator or sensor waits on: one event when the job ends."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from sparkdispatch.errors import JobAlreadyTerminated, SparkDispatchError
+from sparkdispatch.hooks.sparkdispatch import SparkDispatchHook
+
+log = logging.getLogger(__name__)
+
+
+class JobResultTrigger(BaseTrigger):
+    """Waits in the triggerer until job `job_id` is FINISHED, FAILED or CANCELED.
+
+    Yields exactly one event: `{"status": "terminal", "job_id", "result": JobResult}`, or
+    `{"status": "error", "job_id", "message"}` when the master cannot be asked. A master
+    failover does not end the wait: the client finds the new leader. With `cancel_on_kill`,
+    a user who marks the deferred task failed or clears it cancels the job too.
+    """
+
+    def __init__(self, *, job_id: str, conn_id: str = SparkDispatchHook.default_conn_name,
+                 poll_interval: float = 5.0, cancel_on_kill: bool = True) -> None:
+        super().__init__()
+        self.job_id = job_id
+        self.conn_id = conn_id
+        self.poll_interval = poll_interval
+        self.cancel_on_kill = cancel_on_kill
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (f"{type(self).__module__}.{type(self).__qualname__}", {
+            "job_id": self.job_id,
+            "conn_id": self.conn_id,
+            "poll_interval": self.poll_interval,
+            "cancel_on_kill": self.cancel_on_kill,
+        })
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        try:
+            async with await SparkDispatchHook(self.conn_id).aget_client() as client:
+                result = await client.wait_for_result(self.job_id, poll_interval=self.poll_interval)
+        except SparkDispatchError as exc:
+            yield TriggerEvent({"status": "error", "job_id": self.job_id, "message": str(exc)})
+            return
+        yield TriggerEvent({"status": "terminal", "job_id": self.job_id, "result": result})
+
+    async def on_kill(self) -> None:
+        if not self.cancel_on_kill:
+            return
+        try:
+            async with await SparkDispatchHook(self.conn_id).aget_client() as client:
+                await asyncio.wait_for(client.cancel(self.job_id), timeout=30)
+            log.info("job %s: cancelled because its deferred task was killed", self.job_id)
+        except JobAlreadyTerminated:
+            log.info("job %s had ended already; nothing to cancel", self.job_id)
+        except (SparkDispatchError, TimeoutError) as exc:
+            log.warning("job %s: could not cancel it: %s", self.job_id, exc)

@@ -1,0 +1,171 @@
+"""The `sparkdispatch` command: run the processes, and talk to the current leader.
+
+    sparkdispatch [--config FILE] [-D key=value ...] COMMAND ...
+
+Server commands: `standalone`, `master`, `taskexecutor`. Client commands (against the leader,
+found as the Airflow hook finds it): `run GRAPH.json [--wait] [--artifact FILE]`, `list`,
+`status ID`, `cancel ID`, `overview`. `config-docs` prints the table of configuration keys.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from sparkdispatch.config import Configuration, options_table
+from sparkdispatch.errors import SparkDispatchError
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sparkdispatch", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", metavar="FILE", help="YAML file of flat dotted keys (or $SPARKDISPATCH_CONF)")
+    parser.add_argument("-D", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override one configuration key; repeatable")
+    parser.add_argument("--log-level", default="INFO", help="logging level of server commands (default INFO)")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    standalone = commands.add_parser("standalone", help="master + TaskExecutors on this machine, embedded defaults")
+    standalone.add_argument("--taskexecutors", type=int, default=1, metavar="N", help="TaskExecutors (default 1)")
+    standalone.add_argument("--slots", type=int, default=None, metavar="N", help="slots per TaskExecutor")
+    standalone.add_argument("--storage", default=None, metavar="DIR", help="stores (default ~/.sparkdispatch)")
+    commands.add_parser("master", help="one master process (leader or standby, by election)")
+    commands.add_parser("taskexecutor", help="one TaskExecutor (a Celery worker) with taskexecutor.slots slots")
+
+    run = commands.add_parser("run", help="submit a JobGraph (JSON or YAML file)")
+    run.add_argument("graph", metavar="GRAPH.json")
+    run.add_argument("--wait", action="store_true", help="show progress and wait for the JobResult")
+    run.add_argument("--artifact", action="append", default=[], metavar="FILE",
+                     help="a .py or .zip with the task code; repeatable")
+    commands.add_parser("list", help="running and finished jobs")
+    status = commands.add_parser("status", help="a job's details, and its JobResult once it ended")
+    status.add_argument("job_id")
+    cancel = commands.add_parser("cancel", help="cancel a job")
+    cancel.add_argument("job_id")
+    commands.add_parser("overview", help="the cluster overview")
+    commands.add_parser("config-docs", help="print the table of configuration keys")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "config-docs":
+        print(options_table(), end="")
+        return 0
+    try:
+        config = Configuration.load(args.config, args.overrides)
+        if args.command in ("standalone", "master", "taskexecutor"):
+            logging.basicConfig(level=args.log_level.upper(),
+                                format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+            return _serve(args, config)
+        return asyncio.run(_client_command(args, config))
+    except SparkDispatchError as exc:
+        for line in exc.messages():
+            print(f"sparkdispatch: {line}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def _serve(args: argparse.Namespace, config: Configuration) -> int:
+    if args.command == "master":
+        from sparkdispatch.master import run_master
+
+        return asyncio.run(run_master(config))
+    if args.command == "taskexecutor":
+        from sparkdispatch.taskexecutor.main import run_task_executor
+
+        run_task_executor(config)
+        return 0
+    from sparkdispatch.standalone import run_standalone
+
+    return asyncio.run(run_standalone(config, taskexecutors=args.taskexecutors, slots=args.slots,
+                                      storage=args.storage))
+
+
+async def _client_command(args: argparse.Namespace, config: Configuration) -> int:
+    from sparkdispatch.client import SparkDispatchClient
+
+    async with SparkDispatchClient.from_config(config) as client:
+        if args.command == "overview":
+            _print_json(await client.overview())
+        elif args.command == "list":
+            jobs = await client.jobs()
+            for job in jobs:
+                print(f"{job['id']}  {job['status']:<11} {_ms(job.get('duration_ms')):>9}  {job['name']}")
+            if not jobs:
+                print("no jobs")
+        elif args.command == "status":
+            details = await client.job(args.job_id)
+            result = await client.execution_result(args.job_id)
+            _print_json({**details, "result": result} if result else details)
+        elif args.command == "cancel":
+            await client.cancel(args.job_id)
+            print(f"cancelling job {args.job_id}")
+        else:
+            return await _run(client, args)
+    return 0
+
+
+async def _run(client: Any, args: argparse.Namespace) -> int:
+    graph = _read_graph(Path(args.graph))
+    for path in args.artifact:
+        key = await client.upload_artifact(path)
+        graph.setdefault("artifacts", [])
+        if key not in graph["artifacts"]:
+            graph["artifacts"].append(key)
+    job_id, created = await client.submit(graph)
+    print(f"job {job_id} {'submitted' if created else 'was submitted before'}: {client.job_url(job_id)}",
+          flush=True)
+    if not args.wait:
+        return 0
+    shown: dict[str, str] = {}
+    while True:
+        details = await client.job(job_id)
+        for vertex in details.get("vertices", []):
+            line = f"{vertex['state']} (attempt {max((s.get('attempt', 0) for s in vertex.get('subtasks', [])), default=0) + 1})"
+            if shown.get(vertex["id"]) != line:
+                shown[vertex["id"]] = line
+                print(f"  {time.strftime('%H:%M:%S')}  {vertex['id']:<24} {line}", flush=True)
+        result = await client.execution_result(job_id)
+        if result is not None:
+            _print_json(result)
+            return 0 if result["status"] == "FINISHED" else 1
+        await asyncio.sleep(0.5)
+
+
+def _read_graph(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise SparkDispatchError(f"cannot read the JobGraph file {path}: {exc.strerror}") from None
+    if path.suffix in (".yaml", ".yml"):
+        import yaml
+
+        data = yaml.safe_load(text)
+    else:
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise SparkDispatchError(f"{path} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise SparkDispatchError(f"{path} must hold one JobGraph object")
+    return data
+
+
+def _ms(value: int | None) -> str:
+    return "-" if value is None else f"{value / 1000:.1f}s"
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, sort_keys=True))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,702 @@
+"""The REST client of the master: one async core, used by the CLI and the Airflow hook.
+
+`SparkDispatchClient` finds the leader — from a list of REST addresses (any master answers
+`/overview` and names the leader) or through ZooKeeper leader retrieval — and follows it when
+it changes: a standby's `503` with the leader's address, a redirect, or a lost connection make
+the client look again. Connection errors, `429` and `5xx` answers are retried with exponential
+backoff, a bounded number of times. Error answers (`{"errors": [...]}`) become the classes of
+`sparkdispatch.errors`, carrying the master's own messages.
+
+`SyncSparkDispatchClient` runs the same core on a private event loop in a background thread,
+for callers that are not async (Airflow operators, the CLI).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+import os
+import re
+import threading
+import time
+import uuid
+import zipfile
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import aiohttp
+
+from sparkdispatch.config import Configuration
+from sparkdispatch.errors import (
+    BlobError,
+    BlobNotFound,
+    BlobTooLarge,
+    ConfigurationError,
+    DuplicateJobSubmission,
+    InvalidJobGraph,
+    JobAlreadyTerminated,
+    NoLeader,
+    RequestTooLarge,
+    ServiceUnavailable,
+    SparkDispatchError,
+    Unauthorized,
+    UnknownJob,
+)
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+DEFAULT_PORT = 8081
+TERMINAL_STATUSES = frozenset({"FINISHED", "FAILED", "CANCELED"})
+_JOB_PATH = re.compile(r"^/jobs/([^/?]+)")
+_REDIRECTS = {301, 302, 303, 307, 308}
+_MAX_HOPS = 5
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How often and how patiently a call is retried on connection errors, 429 and 5xx.
+
+    `attempts` counts tries in all (1 = no retry); pauses grow from `initial_backoff` by
+    `multiplier` up to `max_backoff`. `failover_timeout` bounds how long `wait_for_result`
+    keeps waiting for a master to come back (a leader change takes a ZooKeeper session timeout).
+    """
+
+    attempts: int = 8
+    initial_backoff: float = 0.25
+    max_backoff: float = 5.0
+    multiplier: float = 2.0
+    failover_timeout: float = 120.0
+
+    def backoff(self, attempt: int) -> float:
+        """The pause after the `attempt`-th failed try (1-based)."""
+        return min(self.max_backoff, self.initial_backoff * self.multiplier ** (attempt - 1))
+
+
+@dataclass(frozen=True)
+class ZooKeeperTarget:
+    """Where the leader is published: an ensemble, a cluster id and the root znode."""
+
+    quorum: str
+    cluster_id: str = "default"
+    root: str = "/sparkdispatch"
+
+
+def normalize_address(address: str, *, default_port: int = DEFAULT_PORT, scheme: str = "http") -> str:
+    """`host`, `host:port` or `http(s)://host:port[/]` → `http(s)://host:port`."""
+    text = address.strip().rstrip("/")
+    if not text:
+        raise ConfigurationError("an empty master address was given")
+    if "://" not in text:
+        text = f"{scheme}://{text}"
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigurationError(f"{address!r} is not a master REST address (write host:port or http://host:port)")
+    try:
+        port = parts.port or default_port
+    except ValueError:
+        raise ConfigurationError(f"{address!r} has a bad port") from None
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return f"{parts.scheme}://{host}:{port}{parts.path.rstrip('/')}"
+
+
+def parse_addresses(text: str | Sequence[str], *, default_port: int = DEFAULT_PORT,
+                    scheme: str = "http") -> list[str]:
+    """A comma-separated string or a list of addresses → normalized, de-duplicated base URLs."""
+    items = text.split(",") if isinstance(text, str) else list(text)
+    addresses: list[str] = []
+    for item in items:
+        if item.strip():
+            address = normalize_address(item, default_port=default_port, scheme=scheme)
+            if address not in addresses:
+                addresses.append(address)
+    return addresses
+
+
+# --------------------------------------------------------------------------------------------
+# Finding the leader
+
+
+class _ZooKeeperLeader:
+    """The leader's address as ZooKeeper leader retrieval publishes it."""
+
+    def __init__(self, target: ZooKeeperTarget, config: Configuration | None = None) -> None:
+        self.target = target
+        self._base_config = config
+        self._services: Any = None
+        self._retrieval: Any = None
+        self._changed: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._starting = asyncio.Lock()
+
+    async def _start(self) -> None:
+        try:
+            from sparkdispatch.ha import create_ha_services  # type: ignore[attr-defined]
+        except ImportError as exc:  # the HA package is part of this distribution; only a broken install lacks it
+            raise ConfigurationError(f"ZooKeeper leader retrieval is not available: {exc}") from None
+        keys = {
+            "high-availability.mode": "zookeeper",
+            "high-availability.zookeeper.quorum": self.target.quorum,
+            "high-availability.cluster-id": self.target.cluster_id,
+            "high-availability.zookeeper.path.root": self.target.root,
+        }
+        config = (self._base_config.with_overrides(keys) if self._base_config is not None
+                  else Configuration.from_mapping(keys))
+        self._loop = asyncio.get_running_loop()
+        self._changed = asyncio.Event()
+        services = create_ha_services(config)
+        await services.start()
+        self._services = services
+        self._retrieval = services.create_retrieval()
+        # start() waits (briefly) for the first read of the leader node: not on our loop.
+        await asyncio.to_thread(self._retrieval.start, self._on_leader)
+
+    def _on_leader(self, info: Any) -> None:
+        # Called from kazoo's thread: only hand the news to our loop.
+        if self._loop is not None and self._changed is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._changed.set)
+
+    async def leader(self, timeout: float) -> str:
+        async with self._starting:
+            if self._retrieval is None:
+                await self._start()
+        assert self._changed is not None
+        deadline = time.monotonic() + timeout
+        while True:
+            info = self._retrieval.current()
+            if info is not None and info.address:
+                return normalize_address(info.address)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise NoLeader(f"no sparkdispatch master leads cluster {self.target.cluster_id!r} "
+                               f"(ZooKeeper {self.target.quorum}, root {self.target.root}) at the moment")
+            self._changed.clear()
+            try:
+                await asyncio.wait_for(self._changed.wait(), remaining)
+            except TimeoutError:
+                pass
+
+    async def close(self) -> None:
+        if self._retrieval is not None:
+            self._retrieval.stop()
+            self._retrieval = None
+        if self._services is not None:
+            await self._services.close()
+            self._services = None
+
+    def describe(self) -> str:
+        return f"ZooKeeper {self.target.quorum} (cluster {self.target.cluster_id!r}, root {self.target.root})"
+
+
+# --------------------------------------------------------------------------------------------
+# The async client
+
+
+class SparkDispatchClient:
+    """Async client of the master's REST API; finds and follows the leader.
+
+    Give `addresses` (REST base URLs of any masters) or `zookeeper` (then `ha_config` may carry
+    the other `high-availability.*` keys). Use it as an async context manager, or call `close()`.
+    """
+
+    def __init__(self, *, addresses: Sequence[str] = (), zookeeper: ZooKeeperTarget | None = None,
+                 token: str | None = None, retry: RetryPolicy | None = None,
+                 request_timeout: float = 30.0, ha_config: Configuration | None = None) -> None:
+        if not addresses and zookeeper is None:
+            raise ConfigurationError("name the master: give REST addresses or a ZooKeeper quorum")
+        self.addresses = parse_addresses(addresses) if addresses else []
+        self.token = token or None
+        self.retry = retry or RetryPolicy()
+        self.request_timeout = request_timeout
+        # `ha_config` carries the other high-availability.* keys (session timeout, auth) to retrieval.
+        self._zookeeper = _ZooKeeperLeader(zookeeper, ha_config) if zookeeper is not None else None
+        self._leader: str | None = None
+        self._session: aiohttp.ClientSession | None = None
+
+    @classmethod
+    def from_config(cls, config: Configuration, **kwargs: Any) -> SparkDispatchClient:
+        """A client of the cluster `config` describes: `rest.address:rest.port`, or ZooKeeper in HA mode."""
+        token = kwargs.pop("token", None) or config["rest.auth.token"] or None
+        if config["high-availability.mode"] == "zookeeper":
+            target = ZooKeeperTarget(quorum=config["high-availability.zookeeper.quorum"],
+                                     cluster_id=config["high-availability.cluster-id"],
+                                     root=config["high-availability.zookeeper.path.root"])
+            return cls(zookeeper=target, token=token, ha_config=config, **kwargs)
+        return cls(addresses=[config.rest_url], token=token, **kwargs)
+
+    async def __aenter__(self) -> SparkDispatchClient:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the HTTP session and stop leader retrieval."""
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+        if self._zookeeper is not None:
+            await self._zookeeper.close()
+
+    @property
+    def leader_address(self) -> str | None:
+        """The leader's REST base URL as last found, or None before the first call."""
+        return self._leader
+
+    def describe_target(self) -> str:
+        """Where this client looks for masters, for messages."""
+        if self._zookeeper is not None:
+            return self._zookeeper.describe()
+        return ", ".join(self.addresses)
+
+    # -- the API ---------------------------------------------------------------------------
+
+    async def leader(self) -> str:
+        """The current leader's REST base URL, found now if not known."""
+        return await self._call(_const)
+
+    async def overview(self) -> dict[str, Any]:
+        """The leader's `/overview`: TaskExecutors, slots, job counts."""
+        return await self._json("GET", "/overview")
+
+    async def taskmanagers(self) -> list[dict[str, Any]]:
+        return (await self._json("GET", "/taskmanagers"))["taskmanagers"]
+
+    async def jobs(self) -> list[dict[str, Any]]:
+        """Running and finished jobs: id, name, status, start/end time, duration."""
+        return (await self._json("GET", "/jobs"))["jobs"]
+
+    async def job(self, job_id: str) -> dict[str, Any]:
+        """A job's details with its vertices and subtasks; `UnknownJob` if there is none."""
+        return await self._json("GET", f"/jobs/{job_id}")
+
+    async def submit(self, graph: Mapping[str, Any]) -> tuple[str, bool]:
+        """Submit a JobGraph (a dict) → (job id, created).
+
+        `created` is False when the master already had this job with the same graph. A graph
+        without `job_id` gets a random one first, so that retrying the call after a lost
+        answer cannot submit the job twice.
+        """
+        body = dict(graph)
+        if not body.get("job_id"):
+            body["job_id"] = uuid.uuid4().hex
+        try:
+            status, answer = await self._request("POST", "/jobs", json=body)
+        except DuplicateJobSubmission as exc:
+            exc.job_id = body["job_id"]
+            raise
+        job_id = answer.get("job_id", body["job_id"]) if isinstance(answer, dict) else body["job_id"]
+        return job_id, status == 202
+
+    async def execution_result(self, job_id: str) -> dict[str, Any] | None:
+        """The JobResult (a dict) once the job is globally terminal, None while it runs."""
+        answer = await self._json("GET", f"/jobs/{job_id}/execution-result")
+        if answer.get("status", {}).get("id") == "COMPLETED":
+            return answer["job_execution_result"]
+        return None
+
+    async def wait_for_result(self, job_id: str, *, poll_interval: float = 2.0) -> dict[str, Any]:
+        """Wait until the job is globally terminal and return its JobResult.
+
+        A master failover does not end the wait: while no master answers, it keeps looking
+        for the new leader for up to `retry.failover_timeout` seconds.
+        """
+        unavailable_since: float | None = None
+        while True:
+            try:
+                result = await self.execution_result(job_id)
+                unavailable_since = None
+            except (ServiceUnavailable, NoLeader) as exc:
+                now = time.monotonic()
+                unavailable_since = unavailable_since or now
+                if now - unavailable_since > self.retry.failover_timeout:
+                    raise
+                log.warning("job %s: no master answers (%s); waiting for a leader", job_id, exc)
+                result = None
+            if result is not None:
+                return result
+            await asyncio.sleep(poll_interval)
+
+    async def cancel(self, job_id: str) -> None:
+        """Ask the master to cancel the job; `JobAlreadyTerminated` if it ended already."""
+        await self._request("PATCH", f"/jobs/{job_id}", params={"mode": "cancel"})
+
+    async def upload_artifact(self, path: str | os.PathLike[str]) -> str:
+        """Upload a `.py` or `.zip` file, or a package directory (zipped) → its blob key."""
+        filename, data = read_artifact(path)
+
+        def form() -> aiohttp.FormData:
+            data_form = aiohttp.FormData()
+            data_form.add_field("file", data, filename=filename, content_type="application/octet-stream")
+            return data_form
+
+        _, answer = await self._request("POST", "/artifacts", data=form)
+        return answer["key"]
+
+    def job_url(self, job_id: str, *, base: str | None = None) -> str:
+        """The web UI page of a job at the leader (or `base`)."""
+        base = base or self._leader or (self.addresses[0] if self.addresses else "")
+        return f"{base}/ui/jobs/{job_id}"
+
+    # -- plumbing --------------------------------------------------------------------------
+
+    async def _json(self, method: str, path: str, **kwargs: Any) -> Any:
+        _, answer = await self._request(method, path, **kwargs)
+        return answer
+
+    async def _request(self, method: str, path: str, *, json: Any = None,
+                       data: Callable[[], aiohttp.FormData] | None = None,
+                       params: Mapping[str, str] | None = None) -> tuple[int, Any]:
+        """One REST call at the leader, with leader-following and retries → (status, JSON body)."""
+
+        async def call(base: str) -> tuple[int, Any]:
+            session = self._http()
+            async with session.request(method, base + path, json=json, params=params,
+                                       data=data() if data is not None else None,
+                                       headers=self._headers(), allow_redirects=False) as response:
+                if response.status in _REDIRECTS and response.headers.get("Location"):
+                    raise _LeaderMoved(_origin(response.headers["Location"], base))
+                body = await _read_body(response)
+                if response.status < 400:
+                    return response.status, body
+                raise _error_from_answer(response.status, body, method, path,
+                                         retry_after=response.headers.get("Retry-After"))
+
+        return await self._call(call)
+
+    async def _call(self, call: Callable[[str], Coroutine[Any, Any, T]]) -> T:
+        """Run `call(leader base URL)`, following the leader and retrying what is worth it."""
+        attempt = 0
+        hops = 0
+        while True:
+            base = self._leader
+            pause: float | None = None
+            try:
+                base = base or await self._discover()
+                self._leader = base
+                return await call(base)
+            except _LeaderMoved as moved:
+                hops += 1
+                if hops > _MAX_HOPS:
+                    raise ServiceUnavailable(f"masters keep sending us elsewhere (last to {moved.address}); "
+                                             "leadership is changing, try again") from None
+                log.info("the leader moved from %s to %s", base, moved.address)
+                self._leader = moved.address
+                continue
+            except _Retryable as exc:
+                error: SparkDispatchError = exc.error
+                hint = exc.leader_hint if exc.leader_hint != base else None
+                self._leader = hint
+                if hint is not None and hops < _MAX_HOPS:
+                    hops += 1  # a standby named the leader: go there at once
+                    log.info("%s is not the leader; following it to %s", base, hint)
+                    continue
+                pause = exc.retry_after
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                error = ServiceUnavailable(f"no sparkdispatch master answers at "
+                                           f"{base or self.describe_target()}: {_describe(exc)}")
+                self._leader = None
+            except (ServiceUnavailable, NoLeader) as exc:  # from discovery
+                error = exc
+                self._leader = None
+            attempt += 1
+            if attempt >= self.retry.attempts:
+                raise error
+            delay = pause if pause is not None else self.retry.backoff(attempt)
+            log.debug("retrying in %.2fs after: %s", delay, error)
+            await asyncio.sleep(delay)
+
+    async def _discover(self) -> str:
+        """Find the leader: ask ZooKeeper, or ask each address's `/overview`."""
+        if self._zookeeper is not None:
+            return await self._zookeeper.leader(timeout=min(self.request_timeout, 10.0))
+        problems: list[str] = []
+        standbys: list[str] = []
+        for address in self.addresses:
+            try:
+                async with self._http().get(address + "/overview", headers=self._headers(),
+                                            allow_redirects=False) as response:
+                    body = await _read_body(response)
+                    if response.status in (401, 403):
+                        raise Unauthorized(f"{address} refused the token: {' '.join(_messages(body))}")
+                    if response.status >= 400:
+                        problems.append(f"{address}: HTTP {response.status} {_messages(body)}")
+                        continue
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                problems.append(f"{address}: {_describe(exc)}")
+                continue
+            if isinstance(body, dict) and body.get("is_leader"):
+                return address
+            leader = body.get("leader") if isinstance(body, dict) else None
+            if leader:
+                return normalize_address(leader)
+            standbys.append(address)
+        if standbys and not problems:
+            raise NoLeader(f"no master leads at the moment ({', '.join(standbys)} answered as standbys "
+                           "that know no leader)")
+        raise ServiceUnavailable("no sparkdispatch master answers: " + "; ".join(problems + [
+            f"{s}: standby without a leader" for s in standbys]))
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            timeout = aiohttp.ClientTimeout(total=self.request_timeout, connect=min(5.0, self.request_timeout))
+            self._session = aiohttp.ClientSession(timeout=timeout)
+        return self._session
+
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
+
+
+async def _const(value: T) -> T:
+    return value
+
+
+class _LeaderMoved(Exception):
+    def __init__(self, address: str) -> None:
+        super().__init__(address)
+        self.address = address
+
+
+class _Retryable(Exception):
+    """An answer worth another try: 429, 5xx, 503 (maybe with the leader's address)."""
+
+    def __init__(self, error: SparkDispatchError, *, leader_hint: str | None = None,
+                 retry_after: float | None = None) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.leader_hint = leader_hint
+        self.retry_after = retry_after
+
+
+async def _read_body(response: aiohttp.ClientResponse) -> Any:
+    text = await response.text()
+    if not text:
+        return {}
+    try:
+        import json
+
+        return json.loads(text)
+    except ValueError:
+        return {"errors": [text.strip()[:500]]}
+
+
+def _messages(body: Any) -> list[str]:
+    if isinstance(body, dict) and isinstance(body.get("errors"), list) and body["errors"]:
+        return [str(m) for m in body["errors"]]
+    return []
+
+
+def _origin(location: str, base: str) -> str:
+    parts = urlsplit(location)
+    if not parts.scheme:  # a relative redirect stays on this master
+        return base
+    return normalize_address(f"{parts.scheme}://{parts.netloc}")
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    return str(exc) or type(exc).__name__
+
+
+def _error_from_answer(status: int, body: Any, method: str, path: str, *,
+                       retry_after: str | None = None) -> Exception:
+    """The error class for an error answer, carrying the master's messages."""
+    messages = _messages(body) or [f"HTTP {status} from the master for {method} {path}"]
+    match = _JOB_PATH.match(path)
+    job_id = match.group(1) if match else ""
+    error: SparkDispatchError
+    if status == 503:
+        leader = body.get("leader") if isinstance(body, dict) else None
+        hint = normalize_address(leader) if leader else None
+        error = (NoLeader(messages[0], details=messages[1:]) if not leader
+                 else ServiceUnavailable(messages[0], leader=leader))
+        return _Retryable(error, leader_hint=hint)
+    if status == 429 or status >= 500:
+        error = ServiceUnavailable(messages[0]) if status == 429 else SparkDispatchError(messages[0],
+                                                                                          details=messages[1:])
+        error.http_status = status
+        pause = None
+        if retry_after:
+            try:
+                pause = min(float(retry_after), 60.0)
+            except ValueError:
+                pause = None
+        return _Retryable(error, retry_after=pause)
+    if status == 401 or status == 403:
+        error = Unauthorized(messages[0] + " (check the connection's token)", details=messages[1:])
+    elif status == 404 and job_id:
+        error = UnknownJob(job_id)
+    elif status == 404 and path.startswith("/artifacts"):
+        error = BlobNotFound(messages[0], details=messages[1:])
+    elif status == 409 and method == "PATCH" and job_id:
+        found = re.search(r"reached (\w+)", messages[0])
+        error = JobAlreadyTerminated(job_id, found.group(1) if found else "a terminal state")
+    elif status == 409 and method == "POST" and path == "/jobs":
+        error = DuplicateJobSubmission("", messages[0])
+    elif status == 413:
+        error = (BlobTooLarge(messages[0]) if path.startswith("/artifacts") else RequestTooLarge(messages[0]))
+    elif status == 400 and method == "POST" and path == "/jobs":
+        error = InvalidJobGraph(_field_errors(messages))
+    elif status == 400 and path.startswith("/artifacts"):
+        error = BlobError(messages[0], details=messages[1:])
+    else:
+        error = SparkDispatchError(messages[0], details=messages[1:])
+        error.http_status = status
+        return error
+    _use_server_text(error, messages)
+    return error
+
+
+def _field_errors(messages: list[str]) -> dict[str, list[str]]:
+    errors: dict[str, list[str]] = {}
+    for message in messages:
+        field, sep, reason = message.partition(": ")
+        if not sep or " " in field:
+            field, reason = "body", message
+        errors.setdefault(field, []).append(reason)
+    return errors
+
+
+def _use_server_text(error: SparkDispatchError, messages: list[str]) -> None:
+    """Keep the class, but say what the master said."""
+    if isinstance(error, InvalidJobGraph):
+        return
+    error.message = messages[0]
+    error.details = messages[1:]
+    error.args = ("; ".join(messages),)
+
+
+# --------------------------------------------------------------------------------------------
+# Artifacts
+
+
+_FIXED_ZIP_TIME = (1980, 1, 1, 0, 0, 0)
+
+
+def read_artifact(path: str | os.PathLike[str]) -> tuple[str, bytes]:
+    """(filename, bytes) of an artifact: a `.py` or `.zip` file, or a package directory.
+
+    A directory is zipped with itself as the top folder (`pipelines/` → `pipelines.zip` holding
+    `pipelines/...`), byte for byte the same each time, so its blob key is stable.
+    """
+    source = Path(path).expanduser()
+    if source.is_dir():
+        buffer = io.BytesIO()
+        with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+            for file in sorted(p for p in source.rglob("*") if p.is_file()):
+                relative = file.relative_to(source.parent)
+                if "__pycache__" in relative.parts or file.suffix in (".pyc", ".pyo"):
+                    continue
+                info = zipfile.ZipInfo(relative.as_posix(), date_time=_FIXED_ZIP_TIME)
+                info.compress_type = zipfile.ZIP_DEFLATED
+                info.external_attr = 0o644 << 16
+                archive.writestr(info, file.read_bytes())
+        return f"{source.name}.zip", buffer.getvalue()
+    if not source.is_file():
+        raise BlobError(f"artifact {str(path)!r} does not exist (give a .py or .zip file, or a package directory)")
+    if source.suffix not in (".py", ".zip"):
+        raise BlobError(f"artifact {str(path)!r} is neither a .py nor a .zip file")
+    return source.name, source.read_bytes()
+
+
+# --------------------------------------------------------------------------------------------
+# The sync wrapper
+
+
+class SyncSparkDispatchClient:
+    """The async client, called from synchronous code.
+
+    The async core runs on a private event loop in a daemon thread, so calls may come from any
+    thread (an operator's `on_kill` while `execute` waits) and from code that already has a
+    running loop.
+    """
+
+    def __init__(self, client: SparkDispatchClient) -> None:
+        self.async_client = client
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="sparkdispatch-client", daemon=True)
+        self._thread.start()
+        self._closed = False
+
+    @classmethod
+    def create(cls, **kwargs: Any) -> SyncSparkDispatchClient:
+        """Build the async client from `kwargs` and wrap it."""
+        return cls(SparkDispatchClient(**kwargs))
+
+    def __enter__(self) -> SyncSparkDispatchClient:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run one coroutine of the async client to its end and return its value."""
+        if self._closed:
+            coroutine.close()
+            raise RuntimeError("the sparkdispatch client is closed")
+        future: Future[T] = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+        try:
+            return future.result()
+        except BaseException:
+            future.cancel()
+            raise
+
+    # One line each: the async core does the work.
+
+    @property
+    def leader_address(self) -> str | None:
+        return self.async_client.leader_address
+
+    def job_url(self, job_id: str) -> str:
+        return self.async_client.job_url(job_id)
+
+    def leader(self) -> str:
+        return self.run(self.async_client.leader())
+
+    def overview(self) -> dict[str, Any]:
+        return self.run(self.async_client.overview())
+
+    def taskmanagers(self) -> list[dict[str, Any]]:
+        return self.run(self.async_client.taskmanagers())
+
+    def jobs(self) -> list[dict[str, Any]]:
+        return self.run(self.async_client.jobs())
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        return self.run(self.async_client.job(job_id))
+
+    def submit(self, graph: Mapping[str, Any]) -> tuple[str, bool]:
+        return self.run(self.async_client.submit(graph))
+
+    def execution_result(self, job_id: str) -> dict[str, Any] | None:
+        return self.run(self.async_client.execution_result(job_id))
+
+    def wait_for_result(self, job_id: str, *, poll_interval: float = 2.0) -> dict[str, Any]:
+        return self.run(self.async_client.wait_for_result(job_id, poll_interval=poll_interval))
+
+    def cancel(self, job_id: str) -> None:
+        self.run(self.async_client.cancel(job_id))
+
+    def upload_artifact(self, path: str | os.PathLike[str]) -> str:
+        return self.run(self.async_client.upload_artifact(path))
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        try:
+            self.run(self.async_client.close())
+        finally:
+            self._closed = True
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+            self._loop.close()

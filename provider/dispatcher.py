@@ -1,0 +1,360 @@
+"""The Dispatcher: accepts jobs, runs one JobMaster each, and keeps every accepted job safe.
+
+Mirrors Flink's Dispatcher under one leader session:
+
+- `submit` persists the JobGraph before it answers; a job id with a JobResult (dirty or clean)
+  or an archive entry is refused, the same id with the same graph is the same job.
+- A globally terminated job goes archive → dirty JobResult → cleanup (JobGraph, progress,
+  results per `results.retention`), retried with backoff until it succeeds → clean.
+- On leadership (`start`), dirty JobResults are only cleaned up, never re-run (FLINK-11813);
+  every other stored JobGraph resumes from its progress, finished subtasks reused.
+
+All state lives on the master's loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from sparkdispatch.archive import ArchivedJob, JobArchive
+from sparkdispatch.config import Configuration
+from sparkdispatch.errors import (
+    DuplicateJobSubmission,
+    JobAlreadyTerminated,
+    LeadershipLost,
+    ServiceUnavailable,
+    UnknownJob,
+)
+from sparkdispatch.jobgraph import JobGraph, JobResult, JobStatus
+
+log = logging.getLogger(__name__)
+
+
+class JobMasterLike(Protocol):
+    """What the Dispatcher needs of a JobMaster (sparkdispatch.jobmaster.job_master.JobMaster)."""
+
+    result_future: asyncio.Future[JobResult]
+
+    def start(self) -> None: ...
+
+    async def cancel(self) -> None: ...
+
+    async def suspend(self) -> None: ...
+
+    def details(self) -> dict[str, Any]: ...
+
+    def flink_job_details(self) -> dict[str, Any]: ...
+
+
+JobMasterFactory = Callable[..., JobMasterLike]
+
+
+@dataclass
+class _Job:
+    """A job this Dispatcher runs: reserved at submission, its JobMaster once persisted."""
+
+    graph: JobGraph
+    fingerprint: str
+    persisted: asyncio.Future[None]
+    job_master: JobMasterLike | None = None
+    watcher: asyncio.Task[None] | None = None
+    terminal: bool = False
+    waiters: list[asyncio.Future[None]] = field(default_factory=list)
+
+
+class Dispatcher:
+    """One leader session's Dispatcher (fencing token: `session_id`)."""
+
+    def __init__(self, *, config: Configuration, session_id: str, ha: Any, resource_manager: Any,
+                 task_executor_gateway: Any, archive: JobArchive, job_master_factory: JobMasterFactory) -> None:
+        self.config = config
+        self.session_id = session_id
+        self._ha = ha
+        self._resource_manager = resource_manager
+        self._gateway = task_executor_gateway
+        self._archive = archive
+        self._new_job_master = job_master_factory
+        self._jobs: dict[str, _Job] = {}
+        self._cleanups: dict[str, asyncio.Task[None]] = {}
+        self._closed = False
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Recover: clean up dirty results, resume every other stored JobGraph."""
+        await self._archive.load()
+        dirty = await self._ha.job_result_store.dirty_results()
+        dirty_ids = {result.job_id for result in dirty}
+        for result in dirty:
+            log.info("job %s has a dirty JobResult (%s): cleaning up, not re-running [session %s]",
+                     result.job_id, result.status.value, self.session_id)
+            if result.job_id not in self._archive:
+                await self._archive_quietly(ArchivedJob(result, _details_from_result(result),
+                                                        _flink_details_from_result(result)))
+            self._start_cleanup(result.job_id)
+        for job_id in sorted(await self._ha.jobgraph_store.job_ids()):
+            if job_id in dirty_ids:
+                continue
+            if await self._ha.job_result_store.has_entry(job_id) or job_id in self._archive:
+                log.warning("job %s is stored but already terminated; removing its leftovers", job_id)
+                self._start_cleanup(job_id, mark_clean=False)
+                continue
+            graph = await self._ha.jobgraph_store.get(job_id)
+            if graph is None:
+                continue
+            progress = await self._ha.progress_store.get(job_id)
+            log.info("recovering job %s (%s) [session %s]", job_id, graph.name, self.session_id)
+            job = _Job(graph, graph.fingerprint(), asyncio.get_running_loop().create_future())
+            job.persisted.set_result(None)
+            self._jobs[job_id] = job
+            self._run(job_id, job, recovered=progress)
+
+    async def stop(self) -> None:
+        """Leadership lost or shutdown: suspend every job; nothing is removed from the HA stores."""
+        self._closed = True
+        for task in self._cleanups.values():
+            task.cancel()
+        jobs = list(self._jobs.items())
+        for job_id, job in jobs:
+            if job.watcher is not None:
+                job.watcher.cancel()
+            if job.job_master is not None and not job.terminal:
+                try:
+                    await job.job_master.suspend()
+                except Exception:
+                    log.exception("suspending job %s failed", job_id)
+        await asyncio.gather(*self._cleanups.values(), *(j.watcher for _, j in jobs if j.watcher),
+                             return_exceptions=True)
+        self._cleanups.clear()
+
+    # -- submission and cancellation -----------------------------------------------------------
+
+    async def submit(self, graph: JobGraph) -> tuple[str, bool]:
+        """Accept `graph`; returns (job id, True) when new, (job id, False) for the same job again."""
+        self._check_open()
+        job_id = graph.job_id or uuid.uuid4().hex
+        graph = graph.with_job_id(job_id)
+        fingerprint = graph.fingerprint()
+        existing = self._jobs.get(job_id)
+        if existing is not None:
+            if existing.fingerprint != fingerprint:
+                raise DuplicateJobSubmission(job_id, "a job with this id runs with another graph")
+            await asyncio.shield(existing.persisted)
+            return job_id, False
+        # reserve the id before the first await, so concurrent submissions of it wait for this one
+        job = _Job(graph, fingerprint, asyncio.get_running_loop().create_future())
+        self._jobs[job_id] = job
+        try:
+            if job_id in self._cleanups or job_id in self._archive or \
+                    await self._ha.job_result_store.has_entry(job_id):
+                raise DuplicateJobSubmission(job_id, "it already reached a globally terminal state")
+            await self._ha.jobgraph_store.put(self.session_id, graph)
+        except BaseException as exc:
+            del self._jobs[job_id]
+            job.persisted.set_exception(exc)
+            job.persisted.exception()  # retrieved: waiters re-raise it themselves
+            raise
+        job.persisted.set_result(None)
+        log.info("job %s (%s) submitted with %d vertices [session %s]", job_id, graph.name,
+                 len(graph.vertices), self.session_id)
+        self._run(job_id, job, recovered=None)
+        return job_id, True
+
+    async def cancel(self, job_id: str) -> None:
+        """Cancel a running job; idempotent for a cancelled one; `JobAlreadyTerminated` otherwise."""
+        job = self._jobs.get(job_id)
+        if job is not None and not job.terminal:
+            await asyncio.shield(job.persisted)
+            if job.job_master is not None:
+                await job.job_master.cancel()
+            return
+        if job is not None:
+            status = JobStatus(job.job_master.details()["status"]) if job.job_master else JobStatus.CANCELED
+        else:
+            archived = await self._archive.get(job_id)
+            if archived is None:
+                raise UnknownJob(job_id)
+            status = archived.result.status
+        if status is not JobStatus.CANCELED:
+            raise JobAlreadyTerminated(job_id, status.value)
+
+    # -- queries ------------------------------------------------------------------------------
+
+    def list_jobs(self) -> list[dict[str, Any]]:
+        """`GET /jobs` entries, running and finished."""
+        entries = [_summary(job.job_master.details()) for job in self._jobs.values() if job.job_master]
+        running = {entry["id"] for entry in entries}
+        entries += [s for s in self._archive.summaries() if s["id"] not in running]
+        return sorted(entries, key=lambda e: e.get("start_time") or 0, reverse=True)
+
+    def flink_jobs_overview(self) -> list[dict[str, Any]]:
+        """`GET /jobs/overview` entries, in Flink's JobDetails shape."""
+        entries = [job.job_master.flink_job_details() for job in self._jobs.values() if job.job_master]
+        running = {entry["jid"] for entry in entries}
+        return entries + [e for e in self._archive.flink_details() if e["jid"] not in running]
+
+    async def job_details(self, job_id: str) -> dict[str, Any]:
+        job = self._jobs.get(job_id)
+        if job is not None and job.job_master is not None:
+            return job.job_master.details()
+        archived = await self._archive.get(job_id)
+        if archived is None:
+            raise UnknownJob(job_id)
+        return archived.details
+
+    async def job_result(self, job_id: str, *, wait_s: float = 0.0) -> JobResult | None:
+        """The JobResult, waiting up to `wait_s` for a running job; None while it runs."""
+        job = self._jobs.get(job_id)
+        if job is not None and job.job_master is not None:
+            future = job.job_master.result_future
+            if not future.done() and wait_s > 0:
+                try:
+                    await asyncio.wait_for(asyncio.shield(future), wait_s)
+                except (TimeoutError, asyncio.CancelledError):
+                    pass
+            if future.done() and not future.cancelled():
+                return future.result()
+            return None
+        if job is not None:
+            return None
+        archived = await self._archive.get(job_id)
+        if archived is None:
+            raise UnknownJob(job_id)
+        return archived.result
+
+    def job_counts(self) -> dict[str, int]:
+        """Jobs by status: running ones from their JobMasters, the rest from the archive."""
+        counts = dict(self._archive.counts())
+        for job in self._jobs.values():
+            if job.job_master is not None and not job.terminal:
+                status = job.job_master.details()["status"]
+                counts[status] = counts.get(status, 0) + 1
+        return counts
+
+    def job_master(self, job_id: str) -> JobMasterLike:
+        """The running JobMaster of `job_id` (TaskExecutor reports go to it)."""
+        job = self._jobs.get(job_id)
+        if job is None or job.job_master is None:
+            raise UnknownJob(job_id)
+        return job.job_master
+
+    # -- running and terminating jobs ---------------------------------------------------------
+
+    def _run(self, job_id: str, job: _Job, *, recovered: Any) -> None:
+        job.job_master = self._new_job_master(
+            job.graph, session_id=self.session_id, resource_manager=self._resource_manager,
+            task_executor_gateway=self._gateway, progress_store=self._ha.progress_store, config=self.config,
+            results_dir=self.config.results_dir, recovered_progress=recovered)
+        job.job_master.start()
+        job.watcher = asyncio.create_task(self._watch(job_id, job), name=f"job-{job_id}")
+
+    async def _watch(self, job_id: str, job: _Job) -> None:
+        assert job.job_master is not None
+        result = await job.job_master.result_future
+        job.terminal = True
+        log.info("job %s reached %s [session %s]", job_id, result.status.value, self.session_id)
+        await self._archive_quietly(ArchivedJob(result, job.job_master.details(),
+                                                job.job_master.flink_job_details()))
+        await self._write_dirty_result(result)
+        self._jobs.pop(job_id, None)
+        self._start_cleanup(job_id)
+
+    async def _archive_quietly(self, archived: ArchivedJob) -> None:
+        try:
+            await self._archive.put(archived)
+        except Exception:  # as in Flink, archiving failures are only logged
+            log.exception("archiving job %s failed", archived.result.job_id)
+
+    async def _write_dirty_result(self, result: JobResult) -> None:
+        store = self._ha.job_result_store
+        delay = self.config["cleanup-strategy.initial-backoff"]
+        while True:
+            try:
+                if not await store.has_entry(result.job_id):
+                    await store.create_dirty(result)
+                return
+            except Exception:
+                # Without its dirty entry a finished job could run again: keep trying.
+                log.exception("writing the JobResult of job %s failed; retrying in %.1fs", result.job_id, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.config["cleanup-strategy.max-backoff"])
+
+    def _start_cleanup(self, job_id: str, *, mark_clean: bool = True) -> None:
+        if job_id not in self._cleanups and not self._closed:
+            task = asyncio.create_task(self._cleanup(job_id, mark_clean), name=f"cleanup-{job_id}")
+            self._cleanups[job_id] = task
+            task.add_done_callback(lambda _: self._cleanups.pop(job_id, None))
+
+    async def _cleanup(self, job_id: str, mark_clean: bool) -> None:
+        delay = self.config["cleanup-strategy.initial-backoff"]
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                await self._ha.jobgraph_store.remove(self.session_id, job_id)
+                await self._ha.progress_store.remove(self.session_id, job_id)
+                if self.config["results.retention"] == "delete":
+                    await asyncio.to_thread(_remove_local_results, self.config.results_dir, job_id)
+                if mark_clean:
+                    await self._ha.job_result_store.mark_clean(job_id)
+                log.info("job %s cleaned up after %d attempt(s) [session %s]", job_id, attempt, self.session_id)
+                return
+            except LeadershipLost:
+                return
+            except Exception as exc:
+                # FLINK-26652: a failing cleanup never takes the master down; it is retried, and the
+                # dirty JobResult hands it to the next leader if this one goes away.
+                log.warning("cleanup of job %s failed (attempt %d), retrying in %.1fs: %s; check %s",
+                            job_id, attempt, delay, exc, self.config.storage_dir)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.config["cleanup-strategy.max-backoff"])
+
+    def cleanup_pending(self, job_id: str) -> bool:
+        return job_id in self._cleanups
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ServiceUnavailable("the Dispatcher is shutting down; retry against the new leader")
+
+
+def _remove_local_results(results_dir: str, job_id: str) -> None:
+    if "://" in results_dir and not results_dir.startswith("file://"):
+        log.info("results of job %s live on %s; leaving them to that filesystem's lifecycle rules",
+                 job_id, results_dir)
+        return
+    shutil.rmtree(Path(results_dir.removeprefix("file://")) / job_id, ignore_errors=True)
+
+
+def _summary(details: dict[str, Any]) -> dict[str, Any]:
+    start, end = details.get("start_time"), details.get("end_time")
+    duration = (end - start) if start and end else None
+    return {"id": details["id"], "name": details["name"], "status": details["status"], "start_time": start,
+            "end_time": end, "duration_ms": duration}
+
+
+def _details_from_result(result: JobResult) -> dict[str, Any]:
+    """Job details rebuilt from a JobResult alone (a job recovered from its dirty entry)."""
+    return {"id": result.job_id, "name": result.name, "status": result.status.value,
+            "start_time": result.start_time, "end_time": result.end_time,
+            "vertices": [{"id": vid, "state": v.state.value, "parallelism": None, "inputs": [],
+                          "attempts": v.attempts, "subtasks": []} for vid, v in result.vertices.items()]}
+
+
+def _flink_details_from_result(result: JobResult) -> dict[str, Any]:
+    tasks = {key: 0 for key in ("created", "scheduled", "deploying", "running", "finished", "canceling",
+                                "canceled", "failed", "reconciling", "initializing")}
+    for vertex in result.vertices.values():
+        key = vertex.state.value.lower()
+        if key in tasks:
+            tasks[key] += 1
+    tasks["total"] = len(result.vertices)
+    return {"jid": result.job_id, "name": result.name, "state": result.status.value,
+            "start-time": result.start_time, "end-time": result.end_time, "duration": result.duration_ms,
+            "last-modification": result.end_time, "pending-operators": 0, "tasks": tasks}

@@ -1,0 +1,131 @@
+"""The blob store: user code (`.py`, `.zip`) by content, under `<storage.dir>/blobs/<cluster-id>`.
+
+A blob's key is the sha256 of its bytes; it lives at `<key>/<original filename>`, since the
+TaskExecutor treats a `.zip` and a `.py` differently. Every read hashes the file again: a
+corrupted blob raises `CorruptedBlob` and is never handed out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+from sparkdispatch.errors import BlobError, BlobNotFound, BlobTooLarge, CorruptedBlob
+from sparkdispatch.ha.files import fsync_dir, is_temp
+from sparkdispatch.jobgraph import BLOB_KEY_PATTERN
+
+log = logging.getLogger(__name__)
+
+_CHUNK = 1024 * 1024
+
+
+def _check_key(key: str) -> str:
+    if not isinstance(key, str) or not BLOB_KEY_PATTERN.match(key):
+        raise BlobNotFound(f"{key!r} is not a blob key (64 lowercase hex characters)")
+    return key
+
+
+def _check_filename(filename: str) -> str:
+    if (not isinstance(filename, str) or not filename or filename in {".", ".."} or "/" in filename
+            or "\\" in filename or "\0" in filename or len(filename.encode()) > 255):
+        raise BlobError(f"{filename!r} is not a plain file name (no directories, at most 255 bytes)")
+    return filename
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+class BlobStore:
+    """Content-addressed blobs; blocking `*_blocking` twins serve synchronous callers (TaskExecutors)."""
+
+    def __init__(self, directory: Path, *, max_size: int) -> None:
+        self.directory = directory
+        self.max_size = max_size
+
+    async def put(self, data: bytes, filename: str) -> str:
+        """Store `data` as `filename`; its sha256 key. `BlobTooLarge` above `blob.max-size`."""
+        return await asyncio.to_thread(self.put_blocking, data, filename)
+
+    def put_blocking(self, data: bytes, filename: str) -> str:
+        _check_filename(filename)
+        if len(data) > self.max_size:
+            raise BlobTooLarge(f"{filename} is {len(data)} bytes; blob.max-size allows {self.max_size}")
+        key = hashlib.sha256(data).hexdigest()
+        final = self.directory / key
+        if final.is_dir():
+            try:
+                self.path_blocking(key)
+                return key  # the same content is stored already (under its first filename)
+            except (CorruptedBlob, BlobNotFound):
+                log.warning("replacing corrupted or incomplete blob %s", key)
+                shutil.rmtree(final, ignore_errors=True)
+        staging = self.directory / f"{key}.tmp-{uuid.uuid4().hex}"
+        staging.mkdir(parents=True)
+        try:
+            with open(staging / filename, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            try:
+                os.rename(staging, final)
+            except OSError:
+                if not final.is_dir():
+                    raise
+                # another writer stored the same content first
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        fsync_dir(self.directory)
+        log.info("stored blob %s (%s, %d bytes)", key, filename, len(data))
+        return key
+
+    async def path(self, key: str) -> Path:
+        """The verified file of `key`; `BlobNotFound`, or `CorruptedBlob` if its content changed."""
+        return await asyncio.to_thread(self.path_blocking, key)
+
+    def path_blocking(self, key: str) -> Path:
+        directory = self.directory / _check_key(key)
+        try:
+            files = [p for p in directory.iterdir() if p.is_file()]
+        except FileNotFoundError:
+            raise BlobNotFound(f"no blob with key {key}") from None
+        if len(files) != 1:
+            raise CorruptedBlob(f"blob {key} should hold one file, found {len(files)}")
+        actual = _sha256_file(files[0])
+        if actual != key:
+            log.error("blob %s is corrupted: its content hashes to %s", key, actual)
+            raise CorruptedBlob(f"blob {key} is corrupted (its content hashes to {actual}); upload it again")
+        return files[0]
+
+    async def filename(self, key: str) -> str:
+        """The name the blob was uploaded under (not verified)."""
+        def name() -> str:
+            try:
+                return next(p.name for p in (self.directory / _check_key(key)).iterdir() if p.is_file())
+            except (FileNotFoundError, StopIteration):
+                raise BlobNotFound(f"no blob with key {key}") from None
+
+        return await asyncio.to_thread(name)
+
+    async def exists(self, key: str) -> bool:
+        _check_key(key)
+        return await asyncio.to_thread((self.directory / key).is_dir)
+
+    async def delete(self, key: str) -> None:
+        _check_key(key)
+        await asyncio.to_thread(shutil.rmtree, self.directory / key, True)
+        log.info("deleted blob %s", key)
+
+    def keys(self) -> set[str]:
+        if not self.directory.is_dir():
+            return set()
+        return {p.name for p in self.directory.iterdir() if BLOB_KEY_PATTERN.match(p.name) and not is_temp(p)}

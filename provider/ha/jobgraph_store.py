@@ -1,0 +1,215 @@
+"""JobGraph stores: the submitted jobs a new leader recovers.
+
+`FileJobGraphStore` (mode `none`) keeps `<job-id>.json` files. `ZooKeeperJobGraphStore` keeps
+one znode per job under `<cluster>/jobgraphs`; a graph larger than
+`high-availability.zookeeper.inline-limit` is written to a file under `storage.dir` first and
+the znode holds a pointer with its sha256. Writes are fenced by the leader's latch node. There
+are no per-job lock nodes, so no former leader's lock can keep a finished job from being
+removed (FLINK-10011).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError, NodeExistsError
+
+from sparkdispatch.errors import InvalidJobGraph, StoreError
+from sparkdispatch.ha.files import is_temp, write_atomic
+from sparkdispatch.ha.leader import LeaderElection
+from sparkdispatch.ha.zookeeper import fenced_commit
+from sparkdispatch.jobgraph import JOB_ID_PATTERN, JobGraph
+
+log = logging.getLogger(__name__)
+
+COMPONENT = "JobGraph store"
+
+
+def check_job_id(job_id: str) -> str:
+    if not isinstance(job_id, str) or not JOB_ID_PATTERN.match(job_id):
+        raise StoreError(f"{job_id!r} is not a job id (32 lowercase hex characters)")
+    return job_id
+
+
+def _stored_job_id(graph: JobGraph) -> str:
+    if graph.job_id is None:
+        raise InvalidJobGraph({"job_id": ["a JobGraph needs its job id before it is stored"]})
+    return check_job_id(graph.job_id)
+
+
+def _load_graph(data: bytes, origin: str) -> JobGraph:
+    try:
+        return JobGraph.from_json(data)
+    except InvalidJobGraph as exc:
+        raise StoreError(f"the stored JobGraph {origin} cannot be read: {exc.message}") from None
+
+
+class FileJobGraphStore:
+    """Mode `none`: `<directory>/<job-id>.json`, written atomically."""
+
+    def __init__(self, directory: Path, election: LeaderElection) -> None:
+        self.directory = directory
+        self._election = election
+
+    def _file(self, job_id: str) -> Path:
+        return self.directory / f"{check_job_id(job_id)}.json"
+
+    async def put(self, session_id: str, graph: JobGraph) -> None:
+        job_id = _stored_job_id(graph)
+        self._election.fence(session_id, COMPONENT)
+        await asyncio.to_thread(write_atomic, self._file(job_id), graph.to_json().encode())
+        log.info("stored JobGraph of job %s (session %s)", job_id, session_id)
+
+    async def get(self, job_id: str) -> JobGraph | None:
+        path = self._file(job_id)
+        try:
+            data = await asyncio.to_thread(path.read_bytes)
+        except FileNotFoundError:
+            return None
+        return _load_graph(data, str(path))
+
+    async def remove(self, session_id: str, job_id: str) -> None:
+        path = self._file(job_id)
+        self._election.fence(session_id, COMPONENT)
+        await asyncio.to_thread(path.unlink, missing_ok=True)
+        log.info("removed JobGraph of job %s (session %s)", job_id, session_id)
+
+    async def job_ids(self) -> set[str]:
+        def scan() -> set[str]:
+            if not self.directory.is_dir():
+                return set()
+            return {p.stem for p in self.directory.iterdir()
+                    if p.suffix == ".json" and not is_temp(p) and JOB_ID_PATTERN.match(p.stem)}
+
+        return await asyncio.to_thread(scan)
+
+
+class ZooKeeperJobGraphStore:
+    """Mode `zookeeper`: a znode per job, large graphs in files; see the module docstring."""
+
+    def __init__(self, client: KazooClient, path: str, election: LeaderElection, *, files: Path,
+                 inline_limit: int, write_timeout: float) -> None:
+        self._client = client
+        self._path = path
+        self._election = election
+        self.files = files
+        self._inline_limit = inline_limit
+        self._write_timeout = write_timeout
+
+    def _znode(self, job_id: str) -> str:
+        return f"{self._path}/{check_job_id(job_id)}"
+
+    async def put(self, session_id: str, graph: JobGraph) -> None:
+        job_id = _stored_job_id(graph)
+        latch = self._election.fence(session_id, COMPONENT)
+        await asyncio.to_thread(self._put, latch, job_id, graph)
+        log.info("stored JobGraph of job %s (session %s)", job_id, session_id)
+
+    def _put(self, latch: str, job_id: str, graph: JobGraph) -> None:
+        body = graph.to_json().encode()
+        written: Path | None = None
+        if len(body) > self._inline_limit:
+            digest = hashlib.sha256(body).hexdigest()
+            written = self.files / f"{job_id}-{digest[:16]}.json"
+            existed = written.exists()
+            write_atomic(written, body)  # the file first, then the pointer to it
+            record: dict[str, Any] = {"version": 1, "file": written.name, "sha256": digest}
+            if existed:
+                written = None  # someone's pointer may use it already: never delete it on failure
+        else:
+            record = {"version": 1, "graph": graph.to_dict()}
+        data = json.dumps(record, sort_keys=True).encode()
+        znode = self._znode(job_id)
+        deadline = time.monotonic() + self._write_timeout
+        try:
+            previous = self._pointed_file(znode)
+            [created] = fenced_commit(self._client, latch, lambda t: t.create(znode, data),
+                                      component=COMPONENT, deadline=deadline)
+            if isinstance(created, NodeExistsError):
+                [updated] = fenced_commit(self._client, latch, lambda t: t.set_data(znode, data),
+                                          component=COMPONENT, deadline=deadline)
+                if isinstance(updated, Exception):
+                    raise StoreError(f"the JobGraph of job {job_id} could not be updated: {updated!r}")
+            elif isinstance(created, Exception):
+                raise StoreError(f"the JobGraph of job {job_id} could not be stored: {created!r}")
+        except BaseException:
+            if written is not None:
+                written.unlink(missing_ok=True)
+            raise
+        if previous is not None and previous.name != record.get("file"):
+            previous.unlink(missing_ok=True)
+
+    def _pointed_file(self, znode: str) -> Path | None:
+        try:
+            data, _ = self._client.get(znode)
+        except NoNodeError:
+            return None
+        name = self._decode(data, znode).get("file")
+        return self.files / name if name else None
+
+    def _decode(self, data: bytes, znode: str) -> dict[str, Any]:
+        try:
+            record = json.loads(data)
+        except ValueError:
+            raise StoreError(f"the znode {znode} holds no JobGraph record") from None
+        if not isinstance(record, dict) or ("graph" not in record and "file" not in record):
+            raise StoreError(f"the znode {znode} holds no JobGraph record")
+        return record
+
+    async def get(self, job_id: str) -> JobGraph | None:
+        return await asyncio.to_thread(self._get, job_id)
+
+    def _get(self, job_id: str) -> JobGraph | None:
+        znode = self._znode(job_id)
+        try:
+            data, _ = self._client.get(znode)
+        except NoNodeError:
+            return None
+        record = self._decode(data, znode)
+        if "graph" in record:
+            return _load_graph(json.dumps(record["graph"]).encode(), znode)
+        path = self.files / str(record["file"])
+        try:
+            body = path.read_bytes()
+        except FileNotFoundError:
+            raise StoreError(f"the JobGraph of job {job_id} points to {path}, which is missing") from None
+        if hashlib.sha256(body).hexdigest() != record.get("sha256"):
+            raise StoreError(f"the JobGraph file {path} of job {job_id} does not match its sha256; it is corrupted")
+        return _load_graph(body, str(path))
+
+    async def remove(self, session_id: str, job_id: str) -> None:
+        latch = self._election.fence(session_id, COMPONENT)
+        await asyncio.to_thread(self._remove, latch, job_id)
+        log.info("removed JobGraph of job %s (session %s)", job_id, session_id)
+
+    def _remove(self, latch: str, job_id: str) -> None:
+        znode = self._znode(job_id)
+        deadline = time.monotonic() + self._write_timeout
+        pointed = self._pointed_file(znode)
+        [deleted] = fenced_commit(self._client, latch, lambda t: t.delete(znode), component=COMPONENT,
+                                  deadline=deadline)
+        if isinstance(deleted, Exception) and not isinstance(deleted, NoNodeError):
+            raise StoreError(f"the JobGraph of job {job_id} could not be removed: {deleted!r}")
+        # The pointer is gone, so no file of this job is needed any more (also not a leftover
+        # of an interrupted or refused write).
+        if pointed is not None:
+            pointed.unlink(missing_ok=True)
+        if self.files.is_dir():
+            for leftover in self.files.glob(f"{job_id}-*.json*"):
+                leftover.unlink(missing_ok=True)
+
+    async def job_ids(self) -> set[str]:
+        def children() -> set[str]:
+            try:
+                return {c for c in self._client.get_children(self._path) if JOB_ID_PATTERN.match(c)}
+            except NoNodeError:
+                return set()
+
+        return await asyncio.to_thread(children)

@@ -1,0 +1,216 @@
+"""Job progress stores: which subtasks of a job finished and where their results are.
+
+A new leader resumes a batch job without re-running finished work (Flink's FLIP-383). Written
+by the leader only, fenced like the JobGraph store. `ZooKeeperProgressStore` keeps one small
+znode per finished subtask, `<cluster>/progress/<job-id>/<vertex-id>#<subtask-index>`;
+`FileProgressStore` (mode `none`) appends one JSON line per subtask to `<job-id>.jsonl`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError, NodeExistsError
+
+from sparkdispatch.errors import StoreError
+from sparkdispatch.ha.jobgraph_store import check_job_id
+from sparkdispatch.ha.leader import LeaderElection
+from sparkdispatch.ha.zookeeper import fenced_commit
+from sparkdispatch.jobgraph import VERTEX_ID_PATTERN
+
+log = logging.getLogger(__name__)
+
+COMPONENT = "progress store"
+# Subtask znodes are deleted this many at a time, each batch in one fenced transaction.
+DELETE_BATCH = 500
+
+
+@dataclass(frozen=True)
+class SubtaskProgress:
+    """A FINISHED subtask: its result partition (None when it returned nothing) and row count."""
+
+    result_path: str | None
+    rows: int | None
+
+
+@dataclass
+class JobProgress:
+    """`finished[vertex_id][subtask_index]` for every subtask recorded as FINISHED."""
+
+    job_id: str
+    finished: dict[str, dict[int, SubtaskProgress]] = field(default_factory=dict)
+
+    def is_finished(self, vertex_id: str, subtask_index: int) -> bool:
+        return subtask_index in self.finished.get(vertex_id, {})
+
+
+def _check_subtask(vertex_id: str, subtask_index: int, result_path: str | None, rows: int | None) -> None:
+    if not isinstance(vertex_id, str) or not VERTEX_ID_PATTERN.match(vertex_id):
+        raise StoreError(f"{vertex_id!r} is not a vertex id")
+    if not isinstance(subtask_index, int) or subtask_index < 0:
+        raise StoreError(f"subtask index must be a non-negative integer, got {subtask_index!r}")
+    if result_path is not None and not isinstance(result_path, str):
+        raise StoreError(f"result_path must be a string or None, got {result_path!r}")
+    if rows is not None and (not isinstance(rows, int) or rows < 0):
+        raise StoreError(f"rows must be a non-negative integer or None, got {rows!r}")
+
+
+def _record(vertex_id: str, subtask_index: int, result_path: str | None, rows: int | None) -> dict[str, Any]:
+    return {"vertex_id": vertex_id, "subtask_index": subtask_index, "result_path": result_path, "rows": rows}
+
+
+class FileProgressStore:
+    """Mode `none`: one append-only JSON-lines file per job; a torn last line is ignored."""
+
+    def __init__(self, directory: Path, election: LeaderElection) -> None:
+        self.directory = directory
+        self._election = election
+
+    def _file(self, job_id: str) -> Path:
+        return self.directory / f"{check_job_id(job_id)}.jsonl"
+
+    async def record_subtask(self, session_id: str, job_id: str, vertex_id: str, subtask_index: int,
+                             result_path: str | None, rows: int | None) -> None:
+        _check_subtask(vertex_id, subtask_index, result_path, rows)
+        path = self._file(job_id)
+        self._election.fence(session_id, COMPONENT)
+        line = json.dumps(_record(vertex_id, subtask_index, result_path, rows), sort_keys=True) + "\n"
+        await asyncio.to_thread(self._append, path, line.encode())
+
+    @staticmethod
+    def _append(path: Path, line: bytes) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "ab") as handle:
+            handle.write(line)
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    async def get(self, job_id: str) -> JobProgress:
+        path = self._file(job_id)
+        progress = JobProgress(job_id)
+        try:
+            text = await asyncio.to_thread(path.read_text)
+        except FileNotFoundError:
+            return progress
+        for line in text.splitlines():
+            try:
+                raw = json.loads(line)
+                vertex, index = str(raw["vertex_id"]), int(raw["subtask_index"])
+                entry = SubtaskProgress(raw["result_path"], raw["rows"])
+            except (ValueError, KeyError, TypeError):
+                log.warning("skipping a torn progress line of job %s in %s", job_id, path)
+                continue
+            progress.finished.setdefault(vertex, {})[index] = entry
+        return progress
+
+    async def remove(self, session_id: str, job_id: str) -> None:
+        path = self._file(job_id)
+        self._election.fence(session_id, COMPONENT)
+        await asyncio.to_thread(path.unlink, missing_ok=True)
+        log.info("removed progress of job %s (session %s)", job_id, session_id)
+
+
+class ZooKeeperProgressStore:
+    """Mode `zookeeper`: a znode per finished subtask; see the module docstring."""
+
+    def __init__(self, client: KazooClient, path: str, election: LeaderElection, *, write_timeout: float) -> None:
+        self._client = client
+        self._path = path
+        self._election = election
+        self._write_timeout = write_timeout
+
+    def _job_node(self, job_id: str) -> str:
+        return f"{self._path}/{check_job_id(job_id)}"
+
+    async def record_subtask(self, session_id: str, job_id: str, vertex_id: str, subtask_index: int,
+                             result_path: str | None, rows: int | None) -> None:
+        _check_subtask(vertex_id, subtask_index, result_path, rows)
+        job_node = self._job_node(job_id)
+        latch = self._election.fence(session_id, COMPONENT)
+        data = json.dumps({"result_path": result_path, "rows": rows}, sort_keys=True).encode()
+        await asyncio.to_thread(self._upsert, latch, job_node, f"{job_node}/{vertex_id}#{subtask_index}", data)
+
+    def _upsert(self, latch: str, job_node: str, node: str, data: bytes) -> None:
+        deadline = time.monotonic() + self._write_timeout
+        for _ in range(5):
+            [created] = fenced_commit(self._client, latch, lambda t: t.create(node, data), component=COMPONENT,
+                                      deadline=deadline)
+            if created is True or isinstance(created, str):
+                return
+            if isinstance(created, NoNodeError):  # the job's node is not there yet
+                [parent] = fenced_commit(self._client, latch, lambda t: t.create(job_node), component=COMPONENT,
+                                         deadline=deadline)
+                if isinstance(parent, Exception) and not isinstance(parent, NodeExistsError):
+                    raise StoreError(f"cannot create {job_node}: {parent!r}")
+                continue
+            if isinstance(created, NodeExistsError):  # recorded before (e.g. by a former leader)
+                [updated] = fenced_commit(self._client, latch, lambda t: t.set_data(node, data),
+                                          component=COMPONENT, deadline=deadline)
+                if not isinstance(updated, Exception):
+                    return
+                created = updated
+            if isinstance(created, Exception) and not isinstance(created, NoNodeError):
+                raise StoreError(f"cannot record progress at {node}: {created!r}")
+        raise StoreError(f"cannot record progress at {node}: it kept changing underneath")
+
+    async def get(self, job_id: str) -> JobProgress:
+        return await asyncio.to_thread(self._get, job_id)
+
+    def _get(self, job_id: str) -> JobProgress:
+        job_node = self._job_node(job_id)
+        progress = JobProgress(job_id)
+        try:
+            children = self._client.get_children(job_node)
+        except NoNodeError:
+            return progress
+        pending = [(child, self._client.get_async(f"{job_node}/{child}")) for child in children]
+        for child, result in pending:
+            vertex, _, index = child.rpartition("#")
+            try:
+                data, _ = result.get()
+                raw = json.loads(data)
+                entry = SubtaskProgress(raw["result_path"], raw["rows"])
+                progress.finished.setdefault(vertex, {})[int(index)] = entry
+            except NoNodeError:
+                continue
+            except (ValueError, KeyError, TypeError):
+                raise StoreError(f"the progress znode {job_node}/{child} of job {job_id} is unreadable") from None
+        return progress
+
+    async def remove(self, session_id: str, job_id: str) -> None:
+        job_node = self._job_node(job_id)
+        latch = self._election.fence(session_id, COMPONENT)
+        await asyncio.to_thread(self._remove, latch, job_node)
+        log.info("removed progress of job %s (session %s)", job_id, session_id)
+
+    def _remove(self, latch: str, job_node: str) -> None:
+        deadline = time.monotonic() + self._write_timeout
+        try:
+            children = self._client.get_children(job_node)
+        except NoNodeError:
+            return
+        for start in range(0, len(children), DELETE_BATCH):
+            batch = [f"{job_node}/{child}" for child in children[start:start + DELETE_BATCH]]
+
+            def delete_batch(t: Any, paths: list[str] = batch) -> None:
+                for path in paths:
+                    t.delete(path)
+
+            results = fenced_commit(self._client, latch, delete_batch, component=COMPONENT, deadline=deadline)
+            if any(isinstance(r, Exception) for r in results):
+                # Someone deleted a child meanwhile: delete the rest one by one (still fenced).
+                for path in batch:
+                    fenced_commit(self._client, latch, lambda t, p=path: t.delete(p), component=COMPONENT,
+                                  deadline=deadline)
+        [deleted] = fenced_commit(self._client, latch, lambda t: t.delete(job_node), component=COMPONENT,
+                                  deadline=deadline)
+        if isinstance(deleted, Exception) and not isinstance(deleted, NoNodeError):
+            raise StoreError(f"cannot remove {job_node}: {deleted!r}")

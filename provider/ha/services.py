@@ -1,0 +1,195 @@
+"""`create_ha_services(config)`: the HA services of `high-availability.mode` `none` or `zookeeper`.
+
+Files of a cluster live under `storage.dir`, one directory per kind and cluster id:
+`job-result-store/<cluster-id>`, `blobs/<cluster-id>`, `jobgraphs/<cluster-id>` and (mode
+`none`) `progress/<cluster-id>`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import shutil
+import socket
+from abc import ABC, abstractmethod
+from pathlib import Path
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException, NoNodeError, NotEmptyError
+from kazoo.handlers.threading import KazooTimeoutError
+
+from sparkdispatch.config import Configuration
+from sparkdispatch.errors import ConfigurationError, ServiceUnavailable
+from sparkdispatch.ha.blob_store import BlobStore
+from sparkdispatch.ha.election import ZooKeeperLeaderElection
+from sparkdispatch.ha.files import remove_empty_dirs
+from sparkdispatch.ha.job_result_store import FileSystemJobResultStore
+from sparkdispatch.ha.jobgraph_store import FileJobGraphStore, ZooKeeperJobGraphStore
+from sparkdispatch.ha.leader import (
+    LeaderElection,
+    LeaderRetrieval,
+    StandaloneLeaderElection,
+    StandaloneLeaderRetrieval,
+)
+from sparkdispatch.ha.progress_store import FileProgressStore, ZooKeeperProgressStore
+from sparkdispatch.ha.retrieval import ZooKeeperLeaderRetrieval
+from sparkdispatch.ha.zookeeper import ZooKeeperPaths, create_client, ensure_cluster_paths
+
+log = logging.getLogger(__name__)
+
+CLUSTER_ID_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+STORE_KINDS = ("job-result-store", "blobs", "jobgraphs", "progress")
+
+
+def _cluster_id(config: Configuration) -> str:
+    cluster_id = config["high-availability.cluster-id"]
+    if not CLUSTER_ID_PATTERN.match(cluster_id):
+        raise ConfigurationError(f"high-availability.cluster-id {cluster_id!r} must be 1-128 letters, digits, "
+                                 "'_', '.' or '-', not starting with '.' or '-'")
+    return cluster_id
+
+
+class HighAvailabilityServices(ABC):
+    """Election, retrieval and the stores of one cluster, for one process."""
+
+    election: LeaderElection
+    jobgraph_store: FileJobGraphStore | ZooKeeperJobGraphStore
+    progress_store: FileProgressStore | ZooKeeperProgressStore
+
+    def __init__(self, config: Configuration) -> None:
+        self.config = config
+        self.cluster_id = _cluster_id(config)
+        storage = config.storage_dir
+        self.job_result_store = FileSystemJobResultStore(
+            self.store_dir("job-result-store"), delete_on_commit=config["job-result-store.delete-on-commit"])
+        self.blob_store = BlobStore(self.store_dir("blobs"), max_size=config["blob.max-size"])
+        self._storage = storage
+
+    def store_dir(self, kind: str) -> Path:
+        """`<storage.dir>/<kind>/<cluster-id>`."""
+        return self.config.storage_dir / kind / self.cluster_id
+
+    @abstractmethod
+    async def start(self) -> None:
+        """Connect (mode `zookeeper`); call before using any service."""
+
+    @abstractmethod
+    def create_retrieval(self) -> LeaderRetrieval:
+        """A new leader retrieval (for TaskExecutors, the CLI, the hook); call `start()` on it."""
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Stop the election and disconnect; all data stays."""
+
+    async def close_and_cleanup_all_data(self) -> None:
+        """Stop, then delete every znode and file of this cluster."""
+        await self._cleanup_coordination()
+        await self.close()
+        await asyncio.to_thread(self._delete_files)
+        log.info("deleted all HA data of cluster %s", self.cluster_id)
+
+    async def _cleanup_coordination(self) -> None:
+        pass
+
+    def _delete_files(self) -> None:
+        for kind in STORE_KINDS:
+            shutil.rmtree(self.store_dir(kind), ignore_errors=True)
+            remove_empty_dirs(self._storage / kind)
+
+
+class EmbeddedHaServices(HighAvailabilityServices):
+    """Mode `none`: always leader, stores on the local filesystem, the leader address from config."""
+
+    def __init__(self, config: Configuration) -> None:
+        super().__init__(config)
+        self.election = StandaloneLeaderElection()
+        self.jobgraph_store = FileJobGraphStore(self.store_dir("jobgraphs"), self.election)
+        self.progress_store = FileProgressStore(self.store_dir("progress"), self.election)
+
+    async def start(self) -> None:
+        pass
+
+    def create_retrieval(self) -> StandaloneLeaderRetrieval:
+        return StandaloneLeaderRetrieval(self.config.rest_url)
+
+    async def close(self) -> None:
+        self.election.stop()
+
+
+class ZooKeeperHaServices(HighAvailabilityServices):
+    """Mode `zookeeper`: one kazoo client; election, retrieval and JobGraph/progress stores on it."""
+
+    def __init__(self, config: Configuration, *, client: KazooClient | None = None) -> None:
+        super().__init__(config)
+        self.paths = ZooKeeperPaths.from_config(config)
+        self.client = client if client is not None else create_client(config)
+        self._tolerate = config["high-availability.zookeeper.tolerate-suspended-connections"]
+        self.election: ZooKeeperLeaderElection = ZooKeeperLeaderElection(
+            self.client, self.paths, identifier=f"{socket.gethostname()}:{os.getpid()}",
+            tolerate_suspended=self._tolerate)
+        write_timeout = config["high-availability.zookeeper.session-timeout"]
+        self.jobgraph_store = ZooKeeperJobGraphStore(
+            self.client, self.paths.jobgraphs, self.election, files=self.store_dir("jobgraphs"),
+            inline_limit=config["high-availability.zookeeper.inline-limit"], write_timeout=write_timeout)
+        self.progress_store = ZooKeeperProgressStore(self.client, self.paths.progress, self.election,
+                                                     write_timeout=write_timeout)
+        self._retrievals: list[ZooKeeperLeaderRetrieval] = []
+        self._closed = False
+
+    async def start(self) -> None:
+        timeout = self.config["high-availability.zookeeper.connection-timeout"]
+        quorum = self.config["high-availability.zookeeper.quorum"]
+        try:
+            await asyncio.to_thread(self.client.start, timeout)
+        except KazooTimeoutError:
+            await asyncio.to_thread(self.client.stop)
+            raise ServiceUnavailable(f"cannot connect to ZooKeeper at {quorum} within {timeout:g}s; check "
+                                     "high-availability.zookeeper.quorum and that ZooKeeper runs") from None
+        await asyncio.to_thread(ensure_cluster_paths, self.client, self.paths)
+        log.info("connected to ZooKeeper at %s, cluster %s under %s", quorum, self.cluster_id, self.paths.cluster)
+
+    def create_retrieval(self) -> ZooKeeperLeaderRetrieval:
+        retrieval = ZooKeeperLeaderRetrieval(self.client, self.paths.connection_info,
+                                             tolerate_suspended=self._tolerate)
+        self._retrievals.append(retrieval)
+        return retrieval
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.election.stop()
+        # The driver deletes the latch node before the session ends: a standby takes over at once.
+        await asyncio.to_thread(self.election.join, 5.0)
+        for retrieval in self._retrievals:
+            retrieval.stop()
+        await asyncio.to_thread(self.client.stop)
+        await asyncio.to_thread(self.client.close)
+
+    async def _cleanup_coordination(self) -> None:
+        if not self.client.connected and not self._closed:
+            await self.start()
+        self.election.stop()
+        await asyncio.to_thread(self.election.join, 5.0)
+        await asyncio.to_thread(self._delete_znodes)
+
+    def _delete_znodes(self) -> None:
+        try:
+            self.client.delete(self.paths.cluster, recursive=True)
+        except NoNodeError:
+            pass
+        try:
+            self.client.delete(self.paths.root)  # only when no other cluster uses it
+        except (NoNodeError, NotEmptyError):
+            pass
+        except KazooException as exc:
+            log.warning("could not delete %s: %s", self.paths.root, exc)
+
+
+def create_ha_services(config: Configuration) -> HighAvailabilityServices:
+    """The HA services `high-availability.mode` names; `await services.start()` before use."""
+    if config["high-availability.mode"] == "zookeeper":
+        return ZooKeeperHaServices(config)
+    return EmbeddedHaServices(config)

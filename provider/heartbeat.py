@@ -1,0 +1,182 @@
+"""Heartbeat monitoring on the receiver side (Flink's HeartbeatManager and HeartbeatMonitor).
+
+TaskExecutors send heartbeats; the master only receives them. A `HeartbeatMonitor` keeps, per
+monitored target, the time of its last heartbeat, its last payload and its count of
+consecutive failed calls, and tells its listener when a target
+
+- stays silent for `heartbeat.timeout` (`notify_heartbeat_timeout(target_id)`), or
+- fails `heartbeat.rpc-failure-threshold` calls in a row (`notify_target_unreachable(target_id)`;
+  a threshold of -1 turns this off).
+
+A target that timed out or became unreachable is no longer monitored when its listener is
+called; `monitor()` it again after it registers anew. All methods run on the owner's asyncio
+loop. Timeouts are found without scanning every target: targets are kept ordered by their
+last heartbeat, so a check looks only at the oldest ones and stops at the first live target.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from sparkdispatch.config import Configuration
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], float]
+"""Seconds on a monotonic scale; `time.monotonic` unless a test injects its own."""
+
+
+class HeartbeatListener(Protocol):
+    """Told about targets that went silent or unreachable; called on the loop, must not block."""
+
+    def notify_heartbeat_timeout(self, target_id: str) -> None: ...
+
+    def notify_target_unreachable(self, target_id: str) -> None: ...
+
+
+class _Target:
+    __slots__ = ("last_heartbeat", "payload", "rpc_failures")
+
+    def __init__(self, now: float) -> None:
+        self.last_heartbeat = now
+        self.payload: Any = None
+        self.rpc_failures = 0
+
+
+class HeartbeatMonitor:
+    """Watches the heartbeats of many targets and reports the silent and the unreachable ones."""
+
+    def __init__(self, listener: HeartbeatListener, *, timeout: float, rpc_failure_threshold: int = 2,
+                 check_interval: float | None = None, clock: Clock | None = None, name: str = "heartbeat") -> None:
+        if timeout <= 0:
+            raise ValueError(f"heartbeat timeout must be > 0, got {timeout}")
+        if rpc_failure_threshold == 0 or rpc_failure_threshold < -1:
+            raise ValueError(f"rpc failure threshold must be >= 1 or -1 (off), got {rpc_failure_threshold}")
+        self._listener = listener
+        self._timeout = timeout
+        self._threshold = rpc_failure_threshold
+        # Checking four times per timeout finds a silent target within 1.25 x timeout at worst.
+        self._check_interval = check_interval if check_interval is not None else timeout / 4
+        self._clock: Clock = clock or time.monotonic
+        self._epoch_offset = time.time() - self._clock()
+        self._name = name
+        # Ordered by last heartbeat, oldest first: `report` moves a target to the end.
+        self._targets: OrderedDict[str, _Target] = OrderedDict()
+        self._task: asyncio.Task[None] | None = None
+
+    @classmethod
+    def from_config(cls, config: Configuration, listener: HeartbeatListener, *, clock: Clock | None = None,
+                    name: str = "heartbeat") -> HeartbeatMonitor:
+        """A monitor with `heartbeat.timeout` and `heartbeat.rpc-failure-threshold`, checked every
+        half `heartbeat.interval` (at most a quarter of the timeout)."""
+        timeout = config["heartbeat.timeout"]
+        return cls(listener, timeout=timeout, rpc_failure_threshold=config["heartbeat.rpc-failure-threshold"],
+                   check_interval=min(config["heartbeat.interval"] / 2, timeout / 4), clock=clock, name=name)
+
+    @property
+    def timeout(self) -> float:
+        return self._timeout
+
+    def start(self) -> None:
+        """Start the periodic timeout check on the running loop."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._check_periodically(),
+                                                                 name=f"{self._name}-timeouts")
+
+    def stop(self) -> None:
+        """Stop checking and forget every target, without telling the listener."""
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+        self._targets.clear()
+
+    def monitor(self, target_id: str) -> None:
+        """Watch `target_id`, as if it had just sent a heartbeat (again, if watched already)."""
+        self._targets[target_id] = _Target(self._clock())
+        self._targets.move_to_end(target_id)
+
+    def unmonitor(self, target_id: str) -> None:
+        self._targets.pop(target_id, None)
+
+    def is_monitored(self, target_id: str) -> bool:
+        return target_id in self._targets
+
+    def targets(self) -> list[str]:
+        return list(self._targets)
+
+    def report(self, target_id: str, payload: Any = None) -> bool:
+        """A heartbeat from `target_id`: restart its timeout. False (ignored) if it is not watched."""
+        target = self._targets.get(target_id)
+        if target is None:
+            return False
+        target.last_heartbeat = self._clock()
+        target.payload = payload
+        self._targets.move_to_end(target_id)
+        return True
+
+    def record_rpc_failure(self, target_id: str) -> None:
+        """A call to `target_id` failed; after threshold failures in a row it is unreachable."""
+        target = self._targets.get(target_id)
+        if target is None:
+            return
+        target.rpc_failures += 1
+        if self._threshold != -1 and target.rpc_failures >= self._threshold:
+            log.warning("%s: target %s unreachable after %d failed calls", self._name, target_id,
+                        target.rpc_failures)
+            del self._targets[target_id]
+            try:
+                self._listener.notify_target_unreachable(target_id)
+            except Exception:
+                log.exception("%s: listener failed on %s becoming unreachable", self._name, target_id)
+
+    def record_rpc_success(self, target_id: str) -> None:
+        """A call to `target_id` went through: the count of failures in a row starts again."""
+        target = self._targets.get(target_id)
+        if target is not None:
+            target.rpc_failures = 0
+
+    def last_heartbeat(self, target_id: str) -> float | None:
+        """Clock time of the last heartbeat (or of `monitor`), None if not watched."""
+        target = self._targets.get(target_id)
+        return None if target is None else target.last_heartbeat
+
+    def last_heartbeat_ms(self, target_id: str) -> int | None:
+        """Epoch milliseconds of the last heartbeat, for people and the REST API."""
+        last = self.last_heartbeat(target_id)
+        return None if last is None else self.to_epoch_ms(last)
+
+    def payload(self, target_id: str) -> Any:
+        """The payload of the last heartbeat, None if none or not watched."""
+        target = self._targets.get(target_id)
+        return None if target is None else target.payload
+
+    def to_epoch_ms(self, clock_time: float) -> int:
+        return int((clock_time + self._epoch_offset) * 1000)
+
+    def check_timeouts(self) -> list[str]:
+        """Tell the listener about every target silent for the timeout; returns their ids."""
+        deadline = self._clock() - self._timeout
+        expired: list[str] = []
+        for target_id, target in self._targets.items():
+            if target.last_heartbeat > deadline:
+                break
+            expired.append(target_id)
+        for target_id in expired:
+            del self._targets[target_id]
+        for target_id in expired:
+            log.warning("%s: no heartbeat from %s for %.1fs", self._name, target_id, self._timeout)
+            try:
+                self._listener.notify_heartbeat_timeout(target_id)
+            except Exception:
+                log.exception("%s: listener failed on the timeout of %s", self._name, target_id)
+        return expired
+
+    async def _check_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(self._check_interval)
+            self.check_timeouts()

@@ -1,0 +1,368 @@
+"""The ExecutionGraph: a JobGraph unfolded into subtasks, each with its current attempt.
+
+Every vertex of parallelism *p* becomes *p* ExecutionVertices; each holds its current
+Execution (one attempt: id, attempt number, state, slot, result). Every exchange between
+vertices is BLOCKING (a consumer reads its producers' finished partitions), so each subtask
+is its own pipelined region, as in Flink's batch mode. State changes go through the
+lifecycle tables of `JobStatus` and `ExecutionState`, which refuse an illegal change.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from sparkdispatch.errors import InvalidJobGraph
+from sparkdispatch.jobgraph import (
+    ExecutionState,
+    Failure,
+    JobGraph,
+    JobResult,
+    JobStatus,
+    JobVertex,
+    VertexResult,
+)
+from sparkdispatch.jobmaster.gateways import AllocatedSlot, JobProgress
+
+# The way an attempt normally goes; a report may skip steps of it (a fast task reports
+# FINISHED while its deployment is still being acknowledged), so reports walk along it.
+_NORMAL_PATH = (ExecutionState.CREATED, ExecutionState.SCHEDULED, ExecutionState.DEPLOYING,
+                ExecutionState.INITIALIZING, ExecutionState.RUNNING, ExecutionState.FINISHED)
+
+
+@dataclass(frozen=True, order=True)
+class SubtaskId:
+    """One subtask: a vertex and an index below its parallelism; also its region's id."""
+
+    vertex_id: str
+    subtask_index: int
+
+    def __str__(self) -> str:
+        return f"{self.vertex_id}[{self.subtask_index}]"
+
+
+class Execution:
+    """One attempt of one subtask (Flink's Execution)."""
+
+    def __init__(self, attempt: int) -> None:
+        self.execution_id = uuid.uuid4().hex
+        self.attempt = attempt
+        self.state = ExecutionState.CREATED
+        self.slot: AllocatedSlot | None = None
+        self.result_path: str | None = None
+        self.rows: int | None = None
+        self.failure: Failure | None = None
+
+    @property
+    def task_executor_id(self) -> str | None:
+        return self.slot.task_executor_id if self.slot is not None else None
+
+    @property
+    def allocation_id(self) -> str | None:
+        return self.slot.allocation_id if self.slot is not None else None
+
+    def transition(self, target: ExecutionState) -> None:
+        """Move to `target`; `IllegalStateTransition` if the lifecycle forbids it."""
+        self.state = self.state.transition(target)
+
+    def advance(self, target: ExecutionState) -> bool:
+        """Follow a TaskExecutor's report: True if the state changed, False for a repeated or late one.
+
+        Along the normal path the skipped steps are walked one by one; FAILED, CANCELING and
+        CANCELED are entered directly. A report that would leave a terminal state raises
+        `IllegalStateTransition`.
+        """
+        if target == self.state:
+            return False
+        if target in _NORMAL_PATH and self.state in _NORMAL_PATH:
+            here, there = _NORMAL_PATH.index(self.state), _NORMAL_PATH.index(target)
+            if there < here:
+                return False
+            for step in _NORMAL_PATH[here + 1:there + 1]:
+                self.transition(step)
+            return True
+        if target in (ExecutionState.INITIALIZING, ExecutionState.RUNNING) and self.state is ExecutionState.CANCELING:
+            return False  # the task started before our cancel reached it
+        self.transition(target)
+        return True
+
+    def __repr__(self) -> str:
+        return f"Execution({self.execution_id}, attempt={self.attempt}, {self.state.value})"
+
+
+class ExecutionVertex:
+    """One subtask of a vertex and its current Execution."""
+
+    def __init__(self, vertex: JobVertex, subtask_index: int) -> None:
+        self.vertex = vertex
+        self.subtask_index = subtask_index
+        self.id = SubtaskId(vertex.id, subtask_index)
+        self.current = Execution(attempt=0)
+        self.deployed_attempts = 0
+        self.last_failure: Failure | None = None
+        self.partition_lost = False
+        self.progress_recorded = False
+        self.recovered = False
+
+    @property
+    def state(self) -> ExecutionState:
+        return self.current.state
+
+    @property
+    def is_consumable(self) -> bool:
+        """Its result partition can be read: finished, recorded in the ProgressStore, not lost."""
+        return self.state is ExecutionState.FINISHED and self.progress_recorded and not self.partition_lost
+
+    def __repr__(self) -> str:
+        return f"ExecutionVertex({self.id}, {self.current!r})"
+
+
+def aggregate_state(states: list[ExecutionState]) -> ExecutionState:
+    """A vertex's state from its subtasks' states, by Flink's precedence."""
+    present = set(states)
+    for state in (ExecutionState.FAILED, ExecutionState.CANCELING, ExecutionState.CANCELED):
+        if state in present:
+            return state
+    if present == {ExecutionState.FINISHED}:
+        return ExecutionState.FINISHED
+    for state in (ExecutionState.RUNNING, ExecutionState.INITIALIZING, ExecutionState.RECONCILING):
+        if state in present:
+            return state
+    if ExecutionState.FINISHED in present:
+        return ExecutionState.RUNNING
+    for state in (ExecutionState.DEPLOYING, ExecutionState.SCHEDULED):
+        if state in present:
+            return state
+    return ExecutionState.CREATED
+
+
+class ExecutionGraph:
+    """The running form of one job: its status, its subtasks and their attempts.
+
+    `clock` gives epoch seconds for the job's timestamps.
+    """
+
+    def __init__(self, graph: JobGraph, *, clock: Callable[[], float] = time.time) -> None:
+        if graph.job_id is None:
+            raise InvalidJobGraph({"job_id": ["a running job needs a job id; the Dispatcher assigns one"]})
+        self.graph = graph
+        self.job_id: str = graph.job_id
+        self._clock = clock
+        self.status = JobStatus.INITIALIZING
+        self._status_times: dict[JobStatus, int] = {JobStatus.INITIALIZING: self.now_ms()}
+        self.last_modification = self.now_ms()
+        self.failure: Failure | None = None
+        self._order = graph.topological_order()
+        self._vertices: dict[str, list[ExecutionVertex]] = {
+            vertex_id: [ExecutionVertex(graph.vertex(vertex_id), i) for i in range(graph.vertex(vertex_id).parallelism)]
+            for vertex_id in self._order
+        }
+        self._consumers = {vertex_id: graph.consumers(vertex_id) for vertex_id in self._order}
+        self._by_execution: dict[str, ExecutionVertex] = {
+            ev.current.execution_id: ev for ev in self.subtasks()
+        }
+
+    # ---------------------------------------------------------------- structure
+
+    @property
+    def name(self) -> str:
+        return self.graph.name
+
+    @property
+    def vertex_ids(self) -> list[str]:
+        """Vertex ids in topological order."""
+        return list(self._order)
+
+    def subtasks(self, vertex_id: str | None = None) -> Iterator[ExecutionVertex]:
+        """The subtasks of one vertex, or of all vertices in topological order."""
+        if vertex_id is not None:
+            yield from self._vertices[vertex_id]
+            return
+        for vertex_id_ in self._order:
+            yield from self._vertices[vertex_id_]
+
+    def subtask(self, subtask_id: SubtaskId) -> ExecutionVertex:
+        """The subtask `subtask_id`; `KeyError` if the job has none such."""
+        subtasks = self._vertices[subtask_id.vertex_id]
+        if not 0 <= subtask_id.subtask_index < len(subtasks):
+            raise KeyError(subtask_id)
+        return subtasks[subtask_id.subtask_index]
+
+    def inputs_of(self, vertex_id: str) -> tuple[str, ...]:
+        return self._vertices[vertex_id][0].vertex.inputs
+
+    def consumers_of(self, vertex_id: str) -> list[str]:
+        return self._consumers[vertex_id]
+
+    def by_execution_id(self, execution_id: str) -> ExecutionVertex | None:
+        """The subtask whose CURRENT attempt has this id; None for old attempts and unknown ids."""
+        return self._by_execution.get(execution_id)
+
+    # ---------------------------------------------------------------- state
+
+    def now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    def transition(self, target: JobStatus) -> None:
+        """Move the job to `target`; `IllegalStateTransition` if Flink's lifecycle forbids it."""
+        self.status = self.status.transition(target)
+        self._status_times[target] = self.now_ms()
+        self.touch()
+
+    def touch(self) -> None:
+        self.last_modification = self.now_ms()
+
+    def status_time(self, status: JobStatus) -> int | None:
+        """When the job last entered `status` (epoch ms), or None."""
+        return self._status_times.get(status)
+
+    @property
+    def start_time(self) -> int:
+        return self._status_times[JobStatus.INITIALIZING]
+
+    @property
+    def end_time(self) -> int | None:
+        """When the job reached a terminal state (SUSPENDED included), else None."""
+        return self._status_times.get(self.status) if self.status.is_terminal else None
+
+    def new_attempt(self, ev: ExecutionVertex) -> Execution:
+        """Replace `ev`'s current (terminal) attempt by a fresh CREATED one."""
+        if not ev.state.is_terminal:
+            raise ValueError(f"subtask {ev.id} still runs attempt {ev.current.attempt} ({ev.state.value})")
+        self._by_execution.pop(ev.current.execution_id, None)
+        ev.current = Execution(attempt=ev.current.attempt + 1)
+        ev.partition_lost = False
+        ev.progress_recorded = False
+        ev.recovered = False
+        self._by_execution[ev.current.execution_id] = ev
+        self.touch()
+        return ev.current
+
+    def restore(self, progress: JobProgress) -> list[SubtaskId]:
+        """Mark the subtasks a former leader saw finish as FINISHED (CREATED → RECONCILING → FINISHED).
+
+        Entries naming no subtask of this graph are skipped and returned as not restored.
+        """
+        skipped: list[SubtaskId] = []
+        for vertex_id, subtasks in progress.finished.items():
+            for index, entry in subtasks.items():
+                subtask_id = SubtaskId(vertex_id, int(index))
+                try:
+                    ev = self.subtask(subtask_id)
+                except KeyError:
+                    skipped.append(subtask_id)
+                    continue
+                ev.current.transition(ExecutionState.RECONCILING)
+                ev.current.transition(ExecutionState.FINISHED)
+                ev.current.result_path = entry.result_path
+                ev.current.rows = entry.rows
+                ev.deployed_attempts = 1
+                ev.progress_recorded = True
+                ev.recovered = True
+        return skipped
+
+    def inputs_consumable(self, ev: ExecutionVertex) -> bool:
+        """All partitions of all of `ev`'s input vertices can be read."""
+        return all(producer.is_consumable for name in ev.vertex.inputs for producer in self._vertices[name])
+
+    def all_finished(self) -> bool:
+        return all(ev.is_consumable for ev in self.subtasks())
+
+    def partition_paths(self, vertex_id: str) -> tuple[str, ...]:
+        """The result paths of a vertex's finished subtasks that returned a DataFrame, by index."""
+        return tuple(ev.current.result_path for ev in self._vertices[vertex_id]
+                     if ev.state is ExecutionState.FINISHED and ev.current.result_path is not None)
+
+    def vertex_state(self, vertex_id: str) -> ExecutionState:
+        return aggregate_state([ev.state for ev in self._vertices[vertex_id]])
+
+    def task_counts(self) -> dict[str, int]:
+        """Subtasks per current execution state, Flink's JobDetails `tasks` (lower-case names + total)."""
+        counts = {state.value.lower(): 0 for state in ExecutionState}
+        for ev in self.subtasks():
+            counts[ev.state.value.lower()] += 1
+        counts["total"] = sum(counts.values())
+        return counts
+
+    # ---------------------------------------------------------------- results
+
+    def vertex_result(self, vertex_id: str, *, vertex_dir: str) -> VertexResult:
+        """The vertex's outcome for the JobResult; `vertex_dir` is its results directory."""
+        subtasks = self._vertices[vertex_id]
+        state = self.vertex_state(vertex_id)
+        finished = [ev for ev in subtasks if ev.state is ExecutionState.FINISHED]
+        rows_seen = [ev.current.rows for ev in finished if ev.current.rows is not None]
+        wrote = any(ev.current.result_path is not None for ev in finished)
+        failure = None
+        if state is ExecutionState.FAILED:
+            failed = [ev for ev in subtasks if ev.state is ExecutionState.FAILED]
+            failure = failed[0].current.failure
+        return VertexResult(
+            state=state,
+            attempts=max(ev.deployed_attempts for ev in subtasks),
+            rows=sum(rows_seen) if rows_seen else None,
+            result_path=vertex_dir if wrote else None,
+            partitions=tuple(ev.current.result_path for ev in finished if ev.current.result_path is not None),
+            failure=failure,
+        )
+
+    def job_result(self, *, vertex_dir: Callable[[str], str]) -> JobResult:
+        """The JobResult of a globally terminated job."""
+        if not self.status.is_globally_terminal:
+            raise ValueError(f"job {self.job_id} is {self.status.value}, not globally terminal")
+        end_time = self.end_time or self.now_ms()
+        return JobResult(
+            job_id=self.job_id,
+            name=self.name,
+            status=self.status,
+            start_time=self.start_time,
+            end_time=end_time,
+            vertices={vertex_id: self.vertex_result(vertex_id, vertex_dir=vertex_dir(vertex_id))
+                      for vertex_id in self._order},
+            failure=self.failure if self.status is JobStatus.FAILED else None,
+        )
+
+    def details(self) -> dict[str, Any]:
+        """The body of `GET /jobs/{job_id}` (ARCHITECTURE.md); `end_time` is None while running."""
+        return {
+            "id": self.job_id,
+            "name": self.name,
+            "status": self.status.value,
+            "start_time": self.start_time,
+            "end_time": self.end_time,
+            "vertices": [
+                {
+                    "id": vertex_id,
+                    "state": self.vertex_state(vertex_id).value,
+                    "parallelism": len(self._vertices[vertex_id]),
+                    "inputs": list(self.inputs_of(vertex_id)),
+                    "subtasks": [
+                        {"index": ev.subtask_index, "state": ev.state.value, "attempt": ev.current.attempt,
+                         "taskmanager": ev.current.task_executor_id}
+                        for ev in self._vertices[vertex_id]
+                    ],
+                }
+                for vertex_id in self._order
+            ],
+        }
+
+    def flink_job_details(self) -> dict[str, Any]:
+        """Flink's JobDetails, one entry of `GET /jobs/overview`, field for field."""
+        start = self.start_time
+        end = self.end_time
+        duration = (end if end is not None else self.now_ms()) - start
+        return {
+            "jid": self.job_id,
+            "name": self.name,
+            "state": self.status.value,
+            "start-time": start,
+            "end-time": end if end is not None else -1,
+            "duration": max(0, duration),
+            "last-modification": self.last_modification,
+            "pending-operators": 0,  # the whole graph is built up front; no vertex waits to be created
+            "tasks": self.task_counts(),
+        }
+

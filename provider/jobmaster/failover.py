@@ -1,0 +1,68 @@
+"""Region failover for batch jobs: which subtasks a failure restarts.
+
+Flink's RestartPipelinedRegionFailoverStrategy, for graphs whose exchanges are all BLOCKING,
+where each subtask is its own pipelined region. Starting from the failed subtasks, a
+breadth-first walk adds
+
+1. the producer of every input partition that can no longer be read (its result was lost:
+   backtracking), and
+2. every consumer of an added subtask, downstream and transitively (a consumer that has not
+   started yet needs nothing done; it just waits for the new result).
+
+Finished producers whose partitions are still readable are not added: their results are reused.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+
+from sparkdispatch.jobgraph import ExecutionState, Failure
+from sparkdispatch.jobmaster.execution_graph import ExecutionGraph, ExecutionVertex, SubtaskId
+
+# What a task's failure says when it could not read an input partition (Spark's
+# AnalysisException [PATH_NOT_FOUND], Hadoop's FileNotFoundException, ...).
+_MISSING_FILE_MARKERS = ("PATH_NOT_FOUND", "Path does not exist", "FileNotFoundException",
+                         "No such file or directory", "PartitionNotFound")
+
+
+def tasks_to_restart(graph: ExecutionGraph, failed: Iterable[SubtaskId]) -> list[SubtaskId]:
+    """The subtasks to restart for a failure of `failed`, in topological order."""
+    queue = deque(failed)
+    involved = set(queue)
+    while queue:
+        subtask_id = queue.popleft()
+        for producer_vertex in graph.inputs_of(subtask_id.vertex_id):
+            for producer in graph.subtasks(producer_vertex):
+                if _partition_lost(producer) and producer.id not in involved:
+                    involved.add(producer.id)
+                    queue.append(producer.id)
+        for consumer_vertex in graph.consumers_of(subtask_id.vertex_id):
+            for consumer in graph.subtasks(consumer_vertex):
+                if consumer.id not in involved:
+                    involved.add(consumer.id)
+                    queue.append(consumer.id)
+    return [ev.id for ev in graph.subtasks() if ev.id in involved]
+
+
+def _partition_lost(producer: ExecutionVertex) -> bool:
+    # A producer still running or waiting will write its partition in due course; only a
+    # finished one whose partition is gone must run again.
+    return producer.state is ExecutionState.FINISHED and producer.partition_lost
+
+
+def unreadable_inputs(graph: ExecutionGraph, consumer: ExecutionVertex, failure: Failure) -> list[SubtaskId]:
+    """Producers whose partitions `consumer`'s failure says it could not read.
+
+    A failure counts when it looks like a missing file and names the partition's path.
+    """
+    text = f"{failure.cls}\n{failure.message}\n{failure.traceback}"
+    if not any(marker in text for marker in _MISSING_FILE_MARKERS):
+        return []
+    unreadable: list[SubtaskId] = []
+    for producer_vertex in consumer.vertex.inputs:
+        for producer in graph.subtasks(producer_vertex):
+            path = producer.current.result_path
+            if producer.state is ExecutionState.FINISHED and path and path.rstrip("/") in text:
+                unreadable.append(producer.id)
+    return unreadable

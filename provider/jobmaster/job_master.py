@@ -1,0 +1,563 @@
+"""The JobMaster: runs one job's ExecutionGraph to its JobResult.
+
+Batch scheduling (a vertex's subtasks are scheduled once all of its inputs are finished),
+slot requirements declared to the ResourceManager, deployment through the
+TaskExecutorGateway, execution state from fenced TaskExecutor reports, restarts by region
+under the job's restart strategy, cancellation and suspension. All state lives on the master's
+loop; blocking gateway calls run in threads (`asyncio.to_thread`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
+from typing import Any
+
+from sparkdispatch.config import Configuration
+from sparkdispatch.errors import (
+    FencingTokenMismatch,
+    IllegalStateTransition,
+    JobAlreadyTerminated,
+    LeadershipLost,
+    StaleExecution,
+    UnknownJob,
+)
+from sparkdispatch.jobgraph import (
+    ExecutionState,
+    ExecutionStateUpdate,
+    Failure,
+    JobGraph,
+    JobResult,
+    JobStatus,
+    TaskDeploymentDescriptor,
+    restart_strategy_from_config,
+)
+from sparkdispatch.jobmaster.execution_graph import Execution, ExecutionGraph, ExecutionVertex, SubtaskId
+from sparkdispatch.jobmaster.failover import tasks_to_restart, unreadable_inputs
+from sparkdispatch.jobmaster.gateways import (
+    AllocatedSlot,
+    ExecutionReport,
+    JobProgress,
+    ProgressStore,
+    ResourceManagerGateway,
+    TaskExecutorGateway,
+)
+from sparkdispatch.jobmaster.restart import RestartBackoffTimeStrategy, create_restart_strategy
+
+log = logging.getLogger(__name__)
+
+_LIVE = frozenset({ExecutionState.DEPLOYING, ExecutionState.INITIALIZING, ExecutionState.RUNNING,
+                   ExecutionState.CANCELING})
+
+
+class JobMaster:
+    """One job's master: its ExecutionGraph, slots, deployments, restarts and result.
+
+    Built and used on the master's loop. `job_master_id` (the leader session id) fences the
+    TaskExecutors' reports. `recovered_progress` names subtasks a former leader saw finish:
+    they start FINISHED and are never run again. Implements the ResourceManager's SlotListener
+    callbacks (`slots_allocated`, `slot_request_failed`, `task_executor_lost`) as plain methods.
+    """
+
+    def __init__(self, graph: JobGraph, *, session_id: str, resource_manager: ResourceManagerGateway,
+                 task_executor_gateway: TaskExecutorGateway, progress_store: ProgressStore,
+                 config: Configuration, results_dir: str | None = None,
+                 recovered_progress: JobProgress | None = None,
+                 clock: Callable[[], float] | None = None) -> None:
+        self._clock = clock or time.time
+        self.execution_graph = ExecutionGraph(graph, clock=self._clock)
+        self.job_master_id = session_id
+        self._resource_manager = resource_manager
+        self._gateway = task_executor_gateway
+        self._progress_store = progress_store
+        self._results_dir = (results_dir or config.results_dir).rstrip("/")
+        self._recovered_progress = recovered_progress
+        spec = graph.restart_strategy or restart_strategy_from_config(config)
+        self.restart_strategy: RestartBackoffTimeStrategy = create_restart_strategy(spec, clock=self._clock)
+        self._waiting: dict[SubtaskId, ExecutionVertex] = {}  # SCHEDULED, waiting for a slot, in order
+        self._held_slots: dict[str, Execution] = {}  # allocation id -> the attempt it runs
+        self._held_back: dict[SubtaskId, object] = {}  # waiting out a restart backoff -> that restart
+        self._declared: int | None = None
+        self._hostnames: dict[str, str] = {}  # TaskExecutor id -> Celery hostname, from its slots
+        self._background: set[asyncio.Task[Any]] = set()
+        self._restart_timers: set[asyncio.Task[Any]] = set()
+        self.result_future: asyncio.Future[JobResult] = asyncio.get_running_loop().create_future()
+
+    # ------------------------------------------------------------------ public API
+
+    @property
+    def job_id(self) -> str:
+        return self.execution_graph.job_id
+
+    @property
+    def status(self) -> JobStatus:
+        return self.execution_graph.status
+
+    def start(self) -> None:
+        """INITIALIZING → CREATED → RUNNING, and schedule what can run; returns at once."""
+        graph = self.execution_graph
+        if graph.status is not JobStatus.INITIALIZING:
+            raise IllegalStateTransition(f"job {self.job_id} was started already ({graph.status.value})")
+        if self._recovered_progress is not None:
+            skipped = graph.restore(self._recovered_progress)
+            restored = sum(1 for ev in graph.subtasks() if ev.recovered)
+            log.info("job %s (session %s): %d subtask(s) finished before the failover; not run again",
+                     self.job_id, self.job_master_id, restored)
+            if skipped:
+                log.warning("job %s (session %s): recovered progress names unknown subtasks %s; ignored",
+                            self.job_id, self.job_master_id, ", ".join(map(str, skipped)))
+        graph.transition(JobStatus.CREATED)
+        graph.transition(JobStatus.RUNNING)
+        log.info("job %s (session %s) %r running: %d subtask(s) in %d vertices", self.job_id,
+                 self.job_master_id, graph.name, sum(1 for _ in graph.subtasks()), len(graph.vertex_ids))
+        self._schedule()
+
+    async def update_execution_state(self, update: ExecutionStateUpdate) -> None:
+        """A TaskExecutor's report on one attempt.
+
+        Raises `FencingTokenMismatch` for another JobMaster id, `UnknownJob` for another job and
+        `StaleExecution` for an attempt this JobMaster no longer runs (the TaskExecutor then
+        cancels that task). A FINISHED subtask is recorded in the ProgressStore before its
+        consumers are scheduled.
+        """
+        if update.job_master_id != self.job_master_id:
+            raise FencingTokenMismatch(f"JobMaster of job {self.job_id}", self.job_master_id, update.job_master_id)
+        if update.job_id != self.job_id:
+            raise UnknownJob(update.job_id)
+        ev = self.execution_graph.by_execution_id(update.execution_id)
+        if ev is None:
+            raise StaleExecution(self.job_id, update.execution_id, "it is not a current attempt of this job")
+        execution = ev.current
+        if update.state is execution.state:
+            return
+        if execution.state.is_terminal:
+            raise StaleExecution(self.job_id, update.execution_id, f"that attempt is {execution.state.value}")
+        if self.status is not JobStatus.RUNNING:
+            raise StaleExecution(self.job_id, update.execution_id, f"the job is {self.status.value}")
+        try:
+            changed = execution.advance(update.state)
+        except IllegalStateTransition as exc:
+            raise StaleExecution(self.job_id, update.execution_id, exc.message) from None
+        if not changed:
+            return
+        self.execution_graph.touch()
+        if update.state is ExecutionState.FINISHED:
+            await self._on_finished(ev, execution, result_path=update.result_path, rows=update.rows)
+        elif update.state is ExecutionState.FAILED:
+            failure = update.failure or Failure("UnknownFailure", "the TaskExecutor reported FAILED without a cause")
+            self._on_failed(ev, execution, failure)
+        elif update.state is ExecutionState.CANCELED:
+            self._on_failed(ev, execution, Failure(
+                "TaskCanceled", f"attempt {execution.attempt} of {ev.id} was cancelled on its TaskExecutor "
+                                "without the JobMaster asking"))
+
+    async def cancel(self) -> None:
+        """Stop the job: running tasks are cancelled on their TaskExecutors, slots released, CANCELED.
+
+        Idempotent for a cancelled job; `JobAlreadyTerminated` for a finished, failed or suspended one.
+        """
+        graph = self.execution_graph
+        if graph.status in (JobStatus.CANCELED, JobStatus.CANCELLING):
+            return
+        if graph.status.is_terminal:
+            raise JobAlreadyTerminated(self.job_id, graph.status.value)
+        log.info("job %s (session %s): cancelling", self.job_id, self.job_master_id)
+        if graph.status is JobStatus.INITIALIZING:
+            graph.transition(JobStatus.CANCELED)
+            self._terminate()
+            return
+        graph.transition(JobStatus.CANCELLING)
+        self._stop_restart_timers()
+        cancel_calls = self._stop_all()
+        self._declare()
+        if cancel_calls:
+            await asyncio.gather(*cancel_calls, return_exceptions=True)
+        if graph.status is JobStatus.CANCELLING:  # not suspended while we waited
+            graph.transition(JobStatus.CANCELED)
+            self._terminate()
+
+    def suspend(self) -> None:
+        """Leadership lost: stop here without touching HA data; the next leader resumes the job.
+
+        The status becomes SUSPENDED and `result_future` is cancelled: this leadership
+        produces no JobResult for the job.
+        """
+        graph = self.execution_graph
+        if graph.status.is_terminal:
+            return
+        graph.transition(JobStatus.SUSPENDED)
+        log.info("job %s (session %s): suspended; its HA data stays for the next leader",
+                 self.job_id, self.job_master_id)
+        self._stop_restart_timers()
+        self._stop_all()
+        self._declare()
+        self.result_future.cancel()
+
+    def mark_partition_lost(self, vertex_id: str, subtask_index: int) -> None:
+        """The result partition of a finished subtask can no longer be read.
+
+        If a consumer still needs it, the producer runs again (with every consumer that started),
+        as a failure under the restart strategy; otherwise it is only noted.
+        """
+        ev = self.execution_graph.subtask(SubtaskId(vertex_id, subtask_index))
+        if self.status is not JobStatus.RUNNING or ev.state is not ExecutionState.FINISHED or ev.partition_lost:
+            return
+        ev.partition_lost = True
+        path = ev.current.result_path
+        needed = any(consumer.state is not ExecutionState.FINISHED
+                     for name in self.execution_graph.consumers_of(vertex_id)
+                     for consumer in self.execution_graph.subtasks(name))
+        log.warning("job %s (session %s): result partition of %s (%s) lost%s", self.job_id, self.job_master_id,
+                    ev.id, path, "; running its producer again" if needed else "; no consumer needs it any more")
+        if needed:
+            self._handle_failure([ev.id], Failure("PartitionLost", f"the result partition of {ev.id} at {path} "
+                                                                   "can no longer be read"))
+
+    def details(self) -> dict[str, Any]:
+        """The body of `GET /jobs/{job_id}`."""
+        return self.execution_graph.details()
+
+    def flink_job_details(self) -> dict[str, Any]:
+        """This job's entry in `GET /jobs/overview`, in Flink's JobDetails shape."""
+        return self.execution_graph.flink_job_details()
+
+    def vertex_dir(self, vertex_id: str) -> str:
+        """Where a vertex's result partitions live: `<results_dir>/<job_id>/<vertex_id>`."""
+        return f"{self._results_dir}/{self.job_id}/{vertex_id}"
+
+    async def join(self) -> None:
+        """Wait for the background calls this JobMaster started (deployments, cancellations)."""
+        while self._background:
+            await asyncio.gather(*list(self._background), return_exceptions=True)
+
+    # ------------------------------------------------------------------ SlotListener
+
+    def slots_allocated(self, slots: Sequence[AllocatedSlot]) -> None:
+        """Deploy waiting subtasks to these slots; slots nobody waits for go straight back."""
+        for slot in slots:
+            self._hostnames[slot.task_executor_id] = slot.hostname
+            if self.status is not JobStatus.RUNNING or not self._waiting:
+                log.info("job %s (session %s): slot %s not needed; released", self.job_id, self.job_master_id,
+                         slot.allocation_id)
+                self._declare()
+                self._call_resource_manager(self._resource_manager.release_slot, self.job_id, slot.allocation_id)
+                continue
+            subtask_id = next(iter(self._waiting))
+            ev = self._waiting.pop(subtask_id)
+            self._deploy(ev, slot)
+        self._declare()
+
+    def slot_request_failed(self, error: BaseException) -> None:
+        """No slot in time: the waiting subtasks fail with `error`, under the restart strategy."""
+        if self.status is not JobStatus.RUNNING or not self._waiting:
+            return
+        failure = Failure.from_exception(error)
+        waiting = list(self._waiting.values())
+        self._waiting.clear()
+        self._declared = None  # the ResourceManager dropped the unmet part; declare afresh
+        log.warning("job %s (session %s): slot request failed for %d subtask(s): %s", self.job_id,
+                    self.job_master_id, len(waiting), error)
+        for ev in waiting:
+            self._mark_failed(ev, ev.current, failure)
+        self._handle_failure([ev.id for ev in waiting], failure)
+
+    def task_executor_lost(self, task_executor_id: str, allocation_ids: Sequence[str], reason: str) -> None:
+        """A TaskExecutor is gone: the attempts it ran fail and restart elsewhere.
+
+        Result partitions it wrote live on shared storage and stay in use; one that turns out
+        unreadable is re-created when its consumer's read fails (or `mark_partition_lost`).
+        """
+        lost_allocations = set(allocation_ids)
+        for allocation_id, execution in list(self._held_slots.items()):
+            if allocation_id in lost_allocations or execution.task_executor_id == task_executor_id:
+                del self._held_slots[allocation_id]  # gone with its TaskExecutor; nothing to release
+        if self.status is not JobStatus.RUNNING:
+            return
+        affected = [ev for ev in self.execution_graph.subtasks()
+                    if ev.current.slot is not None and not ev.state.is_terminal
+                    and (ev.current.allocation_id in lost_allocations
+                         or ev.current.task_executor_id == task_executor_id)]
+        if not affected:
+            return
+        failure = Failure("TaskExecutorLost", f"TaskExecutor {task_executor_id} was lost ({reason}); "
+                                              "its tasks run again elsewhere")
+        log.warning("job %s (session %s): TaskExecutor %s lost (%s) with %s", self.job_id, self.job_master_id,
+                    task_executor_id, reason, ", ".join(str(ev.id) for ev in affected))
+        for ev in affected:
+            self._mark_failed(ev, ev.current, failure)
+        self._handle_failure([ev.id for ev in affected], failure)
+
+    def task_executor_heartbeat(self, task_executor_id: str, executions: Sequence[ExecutionReport]) -> None:
+        """A TaskExecutor's heartbeat lists this job's executions there: stop the ones we no longer run.
+
+        An attempt replaced by a restart (or of a former leader) whose cancel command was lost
+        would otherwise hold its slot until it ends.
+        """
+        hostname = self._hostnames.get(task_executor_id)
+        if hostname is None:
+            return
+        for report in executions:
+            if report.job_id != self.job_id or report.state.is_terminal:
+                continue
+            ev = self.execution_graph.by_execution_id(report.execution_id)
+            if ev is None or ev.state.is_terminal:
+                log.info("job %s (session %s): %s still runs stale execution %s; cancelling it", self.job_id,
+                         self.job_master_id, task_executor_id, report.execution_id)
+                self._spawn(self._cancel_on(hostname, report.execution_id))
+
+    # ------------------------------------------------------------------ scheduling
+
+    def _schedule(self) -> None:
+        """Schedule every subtask whose inputs are all readable; finish the job when all are done."""
+        graph = self.execution_graph
+        if graph.status is not JobStatus.RUNNING:
+            return
+        if graph.all_finished():
+            graph.transition(JobStatus.FINISHED)
+            log.info("job %s (session %s) finished", self.job_id, self.job_master_id)
+            self._terminate()
+            return
+        for ev in graph.subtasks():
+            if (ev.state is ExecutionState.CREATED and ev.id not in self._held_back
+                    and graph.inputs_consumable(ev)):
+                ev.current.transition(ExecutionState.SCHEDULED)
+                self._waiting[ev.id] = ev
+        graph.touch()
+        self._declare()
+
+    def _declare(self) -> None:
+        """Tell the ResourceManager how many slots the job needs in all (held + waiting); 0 at the end."""
+        needed = len(self._held_slots) + len(self._waiting) if self.status is JobStatus.RUNNING else 0
+        if needed == self._declared:
+            return
+        self._declared = needed
+        self._call_resource_manager(self._resource_manager.declare_requirements, self.job_id, needed, self)
+
+    def _deploy(self, ev: ExecutionVertex, slot: AllocatedSlot) -> None:
+        execution = ev.current
+        execution.slot = slot
+        execution.transition(ExecutionState.DEPLOYING)
+        ev.deployed_attempts += 1
+        self._held_slots[slot.allocation_id] = execution
+        tdd = self._deployment_descriptor(ev, slot)
+        log.info("job %s (session %s): deploying %s attempt %d (%s) to %s slot %d", self.job_id,
+                 self.job_master_id, ev.id, execution.attempt, execution.execution_id, slot.task_executor_id,
+                 slot.slot_index)
+        self._spawn(self._send_deployment(ev, execution, tdd))
+
+    async def _send_deployment(self, ev: ExecutionVertex, execution: Execution,
+                               tdd: TaskDeploymentDescriptor) -> None:
+        assert execution.slot is not None
+        try:
+            await asyncio.to_thread(self._gateway.deploy, execution.slot, tdd, self.job_master_id)
+        except Exception as exc:  # any failure to hand the task over fails this attempt
+            if ev.current is not execution or execution.state.is_terminal or self.status is not JobStatus.RUNNING:
+                return
+            log.warning("job %s (session %s): deploying %s to %s failed: %s", self.job_id, self.job_master_id,
+                        ev.id, execution.task_executor_id, exc)
+            self._on_failed(ev, execution, Failure.from_exception(exc))
+
+    def _deployment_descriptor(self, ev: ExecutionVertex, slot: AllocatedSlot) -> TaskDeploymentDescriptor:
+        graph = self.execution_graph
+        vertex = ev.vertex
+        execution = ev.current
+        return TaskDeploymentDescriptor(
+            job_id=self.job_id,
+            job_master_id=self.job_master_id,
+            execution_id=execution.execution_id,
+            vertex_id=vertex.id,
+            entrypoint=vertex.entrypoint,
+            subtask_index=ev.subtask_index,
+            parallelism=vertex.parallelism,
+            attempt=execution.attempt,
+            allocation_id=slot.allocation_id,
+            slot_index=slot.slot_index,
+            result_path=f"{self.vertex_dir(vertex.id)}/{ev.subtask_index}-{execution.execution_id}",
+            job_name=graph.name,
+            inputs={name: graph.partition_paths(name) for name in vertex.inputs},
+            params=dict(vertex.params),
+            artifacts=tuple(graph.graph.artifacts),
+            spark_conf=dict(graph.graph.config),
+        )
+
+    # ------------------------------------------------------------------ finished and failed attempts
+
+    async def _on_finished(self, ev: ExecutionVertex, execution: Execution, *, result_path: str | None,
+                           rows: int | None) -> None:
+        execution.result_path = result_path
+        execution.rows = rows
+        self._release_slot(execution)
+        self._declare()
+        try:
+            await self._progress_store.record_subtask(self.job_master_id, self.job_id, ev.vertex.id,
+                                                      ev.subtask_index, result_path, rows)
+        except LeadershipLost:
+            log.warning("job %s (session %s): %s finished but this master no longer leads; the next leader "
+                        "runs it again", self.job_id, self.job_master_id, ev.id)
+            return
+        except Exception:
+            # the job goes on; only a failover before the job ends would run this subtask again
+            log.exception("job %s (session %s): recording %s as finished failed", self.job_id,
+                          self.job_master_id, ev.id)
+        if ev.current is not execution or execution.state is not ExecutionState.FINISHED:
+            return  # restarted while the record was written
+        ev.progress_recorded = True
+        log.info("job %s (session %s): %s attempt %d finished (%s rows)", self.job_id, self.job_master_id,
+                 ev.id, execution.attempt, rows)
+        self._schedule()
+
+    def _on_failed(self, ev: ExecutionVertex, execution: Execution, failure: Failure) -> None:
+        """`execution` (already FAILED or CANCELED, or about to be) failed with `failure`."""
+        self._mark_failed(ev, execution, failure)
+        log.warning("job %s (session %s): %s attempt %d failed: %s: %s", self.job_id, self.job_master_id,
+                    ev.id, execution.attempt, failure.cls, failure.message)
+        graph = self.execution_graph
+        for producer_id in unreadable_inputs(graph, ev, failure):
+            graph.subtask(producer_id).partition_lost = True
+            log.warning("job %s (session %s): %s could not read the result of %s; running it again",
+                        self.job_id, self.job_master_id, ev.id, producer_id)
+        self._handle_failure([ev.id], failure)
+
+    def _mark_failed(self, ev: ExecutionVertex, execution: Execution, failure: Failure) -> None:
+        if not execution.state.is_terminal:
+            execution.transition(ExecutionState.FAILED)
+        execution.failure = failure
+        ev.last_failure = failure
+        self._waiting.pop(ev.id, None)
+        self._release_slot(execution)
+
+    def _handle_failure(self, failed: Iterable[SubtaskId], failure: Failure) -> None:
+        """Restart the failed subtasks' regions after the backoff, or fail the job."""
+        graph = self.execution_graph
+        if graph.status is not JobStatus.RUNNING:
+            return
+        self.restart_strategy.notify_failure()
+        if not self.restart_strategy.can_restart():
+            log.error("job %s (session %s): no restart left under %r; the job fails: %s: %s", self.job_id,
+                      self.job_master_id, self.restart_strategy, failure.cls, failure.message)
+            self._fail(failure)
+            return
+        restart = tasks_to_restart(graph, failed)
+        backoff_s = self.restart_strategy.backoff_s()
+        token = object()
+        restarted: list[SubtaskId] = []
+        for subtask_id in restart:
+            ev = graph.subtask(subtask_id)
+            if ev.state is ExecutionState.CREATED:
+                continue  # not started: it simply waits for its inputs again
+            self._stop(ev)
+            graph.new_attempt(ev)
+            self._held_back[subtask_id] = token
+            restarted.append(subtask_id)
+        log.info("job %s (session %s): restarting %s in %.3fs after %s", self.job_id, self.job_master_id,
+                 ", ".join(map(str, restarted)), backoff_s, failure.cls)
+        timer = asyncio.get_running_loop().create_task(self._restart_after(backoff_s, token))
+        self._restart_timers.add(timer)
+        timer.add_done_callback(self._restart_timers.discard)
+        self._declare()
+
+    async def _restart_after(self, delay_s: float, token: object) -> None:
+        await asyncio.sleep(delay_s)
+        for subtask_id in [s for s, t in self._held_back.items() if t is token]:
+            del self._held_back[subtask_id]
+        self._schedule()
+
+    def _fail(self, failure: Failure) -> None:
+        graph = self.execution_graph
+        graph.failure = failure
+        graph.transition(JobStatus.FAILING)
+        self._stop_restart_timers()
+        self._stop_all()
+        graph.transition(JobStatus.FAILED)
+        self._terminate()
+
+    def _terminate(self) -> None:
+        """The job reached a globally terminal status: release everything, publish the JobResult."""
+        self._held_back.clear()
+        self._declare()
+        result = self.execution_graph.job_result(vertex_dir=self.vertex_dir)
+        log.info("job %s (session %s) %s after %d ms", self.job_id, self.job_master_id, result.status.value,
+                 result.duration_ms)
+        if not self.result_future.done():
+            self.result_future.set_result(result)
+
+    # ------------------------------------------------------------------ stopping attempts
+
+    def _stop_all(self) -> list[asyncio.Task[Any]]:
+        """Cancel every attempt that is not terminal; returns the cancel calls sent to TaskExecutors."""
+        calls = []
+        for ev in self.execution_graph.subtasks():
+            call = self._stop(ev)
+            if call is not None:
+                calls.append(call)
+        return calls
+
+    def _stop(self, ev: ExecutionVertex) -> asyncio.Task[Any] | None:
+        """Cancel `ev`'s attempt if it is not terminal (on its TaskExecutor if it was deployed)."""
+        execution = ev.current
+        self._waiting.pop(ev.id, None)
+        if execution.state.is_terminal:
+            return None
+        call = None
+        if execution.state in _LIVE:
+            if execution.state is not ExecutionState.CANCELING:
+                execution.transition(ExecutionState.CANCELING)
+            call = self._send_cancel(execution)
+            self._release_slot(execution)
+        execution.transition(ExecutionState.CANCELED)
+        return call
+
+    def _send_cancel(self, execution: Execution) -> asyncio.Task[Any]:
+        assert execution.slot is not None
+        return self._spawn(self._cancel_on(execution.slot.hostname, execution.execution_id))
+
+    async def _cancel_on(self, hostname: str, execution_id: str) -> None:
+        try:
+            await asyncio.to_thread(self._gateway.cancel, hostname, execution_id)
+        except Exception as exc:  # the task may run on; its reports are refused as stale
+            log.warning("job %s (session %s): cancelling %s on %s failed: %s", self.job_id,
+                        self.job_master_id, execution_id, hostname, exc)
+
+    def _stop_restart_timers(self) -> None:
+        for timer in list(self._restart_timers):
+            timer.cancel()
+        self._held_back.clear()
+
+    def _release_slot(self, execution: Execution) -> None:
+        allocation_id = execution.allocation_id
+        if allocation_id is not None and self._held_slots.get(allocation_id) is execution:
+            del self._held_slots[allocation_id]
+            self._declare()  # lower the requirement first, or the ResourceManager replaces the slot
+            self._call_resource_manager(self._resource_manager.release_slot, self.job_id, allocation_id)
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _call_resource_manager(self, method: Callable[..., None | Awaitable[None]], *args: Any) -> None:
+        # the ResourceManager lives on this loop; its methods may be plain or coroutines
+        try:
+            outcome = method(*args)
+        except Exception:
+            log.exception("job %s (session %s): ResourceManager call %s failed", self.job_id,
+                          self.job_master_id, getattr(method, "__name__", method))
+            return
+        if inspect.isawaitable(outcome):
+            self._spawn(_awaited(outcome))
+
+    def _spawn(self, coroutine: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._background.add(task)
+        task.add_done_callback(self._background_done)
+        return task
+
+    def _background_done(self, task: asyncio.Task[Any]) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("job %s (session %s): background call failed", self.job_id, self.job_master_id,
+                      exc_info=task.exception())
+
+
+async def _awaited(awaitable: Awaitable[Any]) -> Any:
+    return await awaitable

@@ -1,0 +1,188 @@
+"""One master process: HA services → REST endpoint → election → leader components.
+
+Mirrors Flink's ClusterEntrypoint with one election per process (Flink ≥ 1.15): on each grant a
+fresh ResourceManager and Dispatcher start under the new leader session id, the Dispatcher
+recovers the stored jobs, and only then is the leadership confirmed (the REST address
+published). On revocation both stop; jobs are suspended locally and nothing is removed from the
+HA stores, so the next leader resumes them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sparkdispatch.archive import JobArchive
+from sparkdispatch.config import Configuration
+from sparkdispatch.dispatcher import Dispatcher
+from sparkdispatch.errors import ServiceUnavailable
+from sparkdispatch.ha import create_ha_services
+from sparkdispatch.ha.leader import LeaderInfo
+from sparkdispatch.rest.server import RestServer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class LeaderComponents:
+    """What runs while this process leads, all fenced by `session_id`."""
+
+    session_id: str
+    dispatcher: Dispatcher
+    resource_manager: Any
+    blob_store: Any
+
+    def job_master(self, job_id: str) -> Any:
+        return self.dispatcher.job_master(job_id)
+
+
+class Master:
+    """A master process: leader or standby, by election."""
+
+    def __init__(self, config: Configuration, *, task_executor_gateway: Any = None,
+                 job_master_factory: Callable[..., Any] | None = None) -> None:
+        self.config = config
+        self.ha = create_ha_services(config)
+        self.rest = RestServer(self, config)
+        self.address = ""
+        self._gateway = task_executor_gateway
+        self._job_master_factory = job_master_factory
+        self._leader: LeaderComponents | None = None
+        self._leader_info: LeaderInfo | None = None
+        self._retrieval: Any = None
+        self._events: asyncio.Queue[str | None] = asyncio.Queue()
+        self._leadership_task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.stopped = asyncio.Event()
+        self.fatal_error: BaseException | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        await self.ha.start()
+        await self.rest.start()
+        self.address = f"http://{self.config['rest.address']}:{self.rest.port}"
+        self._retrieval = self.ha.create_retrieval()
+        self._retrieval.start(self._on_leader_info)
+        self._leadership_task = asyncio.create_task(self._follow_leadership(), name="leadership")
+        self.ha.election.start(self)
+        log.info("master started at %s (high-availability.mode %s)", self.address,
+                 self.config["high-availability.mode"])
+
+    async def stop(self) -> None:
+        """Leave the election, stop leading, close the REST endpoint and the HA services (data kept)."""
+        if self.stopped.is_set():
+            return
+        self.ha.election.stop()
+        self._events.put_nowait(None)
+        if self._leadership_task is not None:
+            await self._leadership_task
+        await self._step_down()
+        if self._retrieval is not None:
+            self._retrieval.stop()
+        await self.rest.stop()
+        await self.ha.close()
+        if self._gateway is not None and hasattr(self._gateway, "close"):
+            await asyncio.to_thread(self._gateway.close)
+        self.stopped.set()
+        log.info("master at %s stopped", self.address)
+
+    # -- LeaderContender (called on the loop) ---------------------------------------------------
+
+    def grant_leadership(self, session_id: str) -> None:
+        self._events.put_nowait(session_id)
+
+    def revoke_leadership(self) -> None:
+        self._events.put_nowait("")
+
+    async def _follow_leadership(self) -> None:
+        # grants and revocations are handled one after another, in the order they came
+        while (event := await self._events.get()) is not None:
+            try:
+                if event:
+                    await self._lead(event)
+                else:
+                    await self._step_down()
+            except Exception as exc:
+                log.exception("leadership change failed; stopping this master so another can take over")
+                self.fatal_error = exc
+                await self._step_down()
+                asyncio.get_running_loop().call_soon(lambda: asyncio.ensure_future(self.stop()))
+                return
+
+    async def _lead(self, session_id: str) -> None:
+        await self._step_down()
+        from sparkdispatch.resourcemanager.resource_manager import ResourceManager
+
+        log.info("granted leadership, session %s", session_id)
+        resource_manager = ResourceManager(self.config, session_id)
+        resource_manager.start()
+        dispatcher = Dispatcher(config=self.config, session_id=session_id, ha=self.ha,
+                                resource_manager=resource_manager, task_executor_gateway=self._task_executor_gateway(),
+                                archive=JobArchive(self.config), job_master_factory=self._new_job_master())
+        self._leader = LeaderComponents(session_id, dispatcher, resource_manager, self.ha.blob_store)
+        await dispatcher.start()
+        if not self.ha.election.confirm_leadership(session_id, self.address):
+            log.info("leadership session %s ended during recovery", session_id)
+
+    async def _step_down(self) -> None:
+        leader, self._leader = self._leader, None
+        if leader is None:
+            return
+        log.info("stopping leader components of session %s", leader.session_id)
+        await leader.dispatcher.stop()
+        leader.resource_manager.stop()
+
+    def _task_executor_gateway(self) -> Any:
+        if self._gateway is None:
+            from sparkdispatch.taskexecutor.gateway import CeleryTaskExecutorGateway
+
+            self._gateway = CeleryTaskExecutorGateway(self.config)
+        return self._gateway
+
+    def _new_job_master(self) -> Callable[..., Any]:
+        if self._job_master_factory is None:
+            from sparkdispatch.jobmaster.job_master import JobMaster
+
+            self._job_master_factory = JobMaster
+        return self._job_master_factory
+
+    # -- MasterView (REST) --------------------------------------------------------------------
+
+    def leader_components(self) -> LeaderComponents:
+        if self._leader is None:
+            leader = self.leader_address()
+            where = f"; the leader is {leader}" if leader and leader != self.address else "; no leader right now"
+            raise ServiceUnavailable(f"this master ({self.address}) is a standby{where}", leader=leader)
+        return self._leader
+
+    def leader_address(self) -> str | None:
+        if self._leader is not None:
+            return self.address
+        return self._leader_info.address if self._leader_info else None
+
+    @property
+    def is_leader(self) -> bool:
+        return self._leader is not None
+
+    def _on_leader_info(self, info: LeaderInfo | None) -> None:
+        # called from kazoo's thread: hand the value over to the loop
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(setattr, self, "_leader_info", info)
+
+
+async def run_master(config: Configuration) -> int:
+    """Run one master until SIGINT or SIGTERM; the exit code for the command line."""
+    master = Master(config)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, lambda: asyncio.ensure_future(master.stop()))
+    await master.start()
+    print(f"sparkdispatch master: REST {master.address}  web UI {master.address}/ui/", flush=True)
+    await master.stopped.wait()
+    return 1 if master.fatal_error else 0

@@ -1,0 +1,229 @@
+"""The ResourceManager: TaskExecutor registration and heartbeats in front of the SlotManager.
+
+One ResourceManager serves one leadership: its fencing token is the leader session id, and
+TaskExecutor calls carrying another are refused (`FencingTokenMismatch`). JobMasters are
+objects on the same loop and call it directly. A TaskExecutor is lost when its heartbeats stop
+for `heartbeat.timeout`, when calls to it fail `heartbeat.rpc-failure-threshold` times in a row
+(`record_rpc_failure`), or when it unregisters; its slots then vanish and every job that held
+one is told which allocations it lost.
+
+Slot checks are coalesced: a change schedules one `check_requirements` with `loop.call_soon`,
+so listeners are never called from inside the call that caused the change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sparkdispatch.config import Configuration
+from sparkdispatch.errors import FencingTokenMismatch, LeadershipLost, UnknownTaskExecutor
+from sparkdispatch.heartbeat import Clock, HeartbeatMonitor
+from sparkdispatch.jobgraph import SlotReport
+from sparkdispatch.resourcemanager.messages import (
+    ExecutionReport,
+    RegistrationAck,
+    ResourceOverview,
+    SlotListener,
+    TaskExecutorRegistration,
+    as_execution_reports,
+    as_slot_report,
+)
+from sparkdispatch.resourcemanager.slot_manager import SlotManager
+
+log = logging.getLogger(__name__)
+
+COMPONENT = "ResourceManager"
+
+
+class ResourceManager:
+    """TaskExecutors, their slots and heartbeats, and the slot requirements of JobMasters."""
+
+    def __init__(self, config: Configuration, session_id: str, task_executor_gateway: Any = None, *,
+                 clock: Clock | None = None) -> None:
+        """`task_executor_gateway` is accepted for the contract's signature; this ResourceManager
+        only receives calls from TaskExecutors and never calls them itself."""
+        self.session_id = session_id
+        self.resource_manager_id = uuid.uuid4().hex
+        self._config = config
+        self._gateway = task_executor_gateway
+        self._heartbeats = HeartbeatMonitor.from_config(config, self, clock=clock, name="TaskExecutor heartbeat")
+        self._slots = SlotManager(slot_request_timeout=config["slot.request.timeout"],
+                                  task_executor_idle_timeout=config["resourcemanager.taskmanager-timeout"],
+                                  clock=clock, on_change=self._schedule_check)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._check_handle: asyncio.Handle | None = None
+        self._timeout_task: asyncio.Task[None] | None = None
+        self._stopped = False
+
+    @property
+    def slot_manager(self) -> SlotManager:
+        return self._slots
+
+    # ---------------------------------------------------------------- lifecycle
+
+    def start(self) -> None:
+        """Start heartbeat and slot request timeout checks on the running loop."""
+        self._loop = asyncio.get_running_loop()
+        self._heartbeats.start()
+        if self._timeout_task is None:
+            self._timeout_task = self._loop.create_task(self._check_timeouts_periodically(),
+                                                        name="slot-request-timeouts")
+        log.info("ResourceManager %s started for leader session %s", self.resource_manager_id, self.session_id)
+
+    def stop(self) -> None:
+        """Unregister every TaskExecutor, drop every requirement and cancel the timers, telling
+        no one: this is the end of the leadership (Flink's `SlotManager.suspend`), and the
+        JobMasters are suspended alongside. Later calls get `LeadershipLost`."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self._heartbeats.stop()
+        if self._timeout_task is not None:
+            self._timeout_task.cancel()
+            self._timeout_task = None
+        if self._check_handle is not None:
+            self._check_handle.cancel()
+            self._check_handle = None
+        self._slots.clear()
+        log.info("ResourceManager %s stopped for leader session %s", self.resource_manager_id, self.session_id)
+
+    suspend = stop
+
+    # ---------------------------------------------------------------- TaskExecutor calls (fenced)
+
+    def register_task_executor(self, session_id: str | None,
+                               registration: TaskExecutorRegistration | Mapping[str, Any]) -> RegistrationAck:
+        """Register (or register again) a TaskExecutor under this leader session."""
+        self._check_fencing(session_id)
+        if not isinstance(registration, TaskExecutorRegistration):
+            registration = TaskExecutorRegistration.from_dict(registration)
+        task_executor_id = registration.task_executor_id
+        self._heartbeats.unmonitor(task_executor_id)
+        self._slots.register_task_executor(registration)
+        self._heartbeats.monitor(task_executor_id)
+        return RegistrationAck(
+            resource_manager_id=self.resource_manager_id,
+            heartbeat_interval_ms=round(self._config["heartbeat.interval"] * 1000),
+            heartbeat_timeout_ms=round(self._config["heartbeat.timeout"] * 1000),
+        )
+
+    def heartbeat(self, session_id: str | None, task_executor_id: str, slot_report: SlotReport | Mapping[str, Any],
+                  executions: Sequence[ExecutionReport | Mapping[str, Any]] | None = ()) -> None:
+        """A TaskExecutor's heartbeat with its slot report and running executions.
+
+        `UnknownTaskExecutor` tells it to register again."""
+        self._check_fencing(session_id)
+        report = as_slot_report(slot_report)
+        reports = as_execution_reports(executions)
+        if not self._heartbeats.report(task_executor_id, reports):
+            raise UnknownTaskExecutor(f"TaskExecutor {task_executor_id} is not registered with this "
+                                      "ResourceManager; register again")
+        self._slots.report_slot_status(task_executor_id, report)
+        self._forward_executions(task_executor_id, reports)
+
+    def unregister_task_executor(self, task_executor_id: str, reason: str) -> bool:
+        """Remove a TaskExecutor; its slots vanish and their jobs are told. False if unknown."""
+        self._heartbeats.unmonitor(task_executor_id)
+        return self._slots.unregister_task_executor(task_executor_id, reason)
+
+    def record_rpc_failure(self, task_executor_id: str) -> None:
+        """A call to the TaskExecutor failed (e.g. a deployment); enough in a row make it lost."""
+        self._heartbeats.record_rpc_failure(task_executor_id)
+
+    def record_rpc_success(self, task_executor_id: str) -> None:
+        self._heartbeats.record_rpc_success(task_executor_id)
+
+    # ---------------------------------------------------------------- JobMaster calls (in process)
+
+    def declare_requirements(self, job_id: str, slots: int, listener: SlotListener) -> None:
+        """Job `job_id` needs `slots` slots in all (0 clears); `listener` hears about them."""
+        self._check_running()
+        self._slots.declare_requirements(job_id, slots, listener)
+
+    def release_slot(self, job_id: str, allocation_id: str) -> bool:
+        """The job's slot is free again; False if the job does not hold that allocation."""
+        self._check_running()
+        return self._slots.release_slot(job_id, allocation_id)
+
+    # ---------------------------------------------------------------- queries
+
+    def overview(self) -> ResourceOverview:
+        return ResourceOverview(taskmanagers=self._slots.task_executor_count, slots_total=self._slots.slots_total,
+                                slots_available=self._slots.slots_free)
+
+    def task_executors(self) -> list[dict[str, Any]]:
+        """The `GET /taskmanagers` entries: slots, allocations, idleness, last heartbeat (epoch ms)
+        and the executions of the last heartbeat."""
+        entries = []
+        for entry in self._slots.describe_all():
+            task_executor_id = entry["id"]
+            entry["last_heartbeat"] = self._heartbeats.last_heartbeat_ms(task_executor_id)
+            entry["executions"] = [e.to_dict() for e in self._heartbeats.payload(task_executor_id) or ()]
+            entries.append(entry)
+        return entries
+
+    # ---------------------------------------------------------------- HeartbeatListener
+
+    def notify_heartbeat_timeout(self, target_id: str) -> None:
+        timeout = self._heartbeats.timeout
+        self.unregister_task_executor(target_id, f"no heartbeat for {timeout:g}s")
+
+    def notify_target_unreachable(self, target_id: str) -> None:
+        threshold = self._config["heartbeat.rpc-failure-threshold"]
+        self.unregister_task_executor(target_id, f"unreachable after {threshold} failed calls")
+
+    # ---------------------------------------------------------------- internals
+
+    def check_requirements(self) -> int:
+        """Hand free slots to waiting jobs now; returns how many were handed out."""
+        self._check_handle = None
+        return self._slots.check_requirements()
+
+    def check_timeouts(self) -> None:
+        """Run every time-based check now (heartbeats, slot requests); the timers call this too."""
+        self._heartbeats.check_timeouts()
+        self._slots.check_timeouts()
+
+    def _schedule_check(self) -> None:
+        if self._check_handle is not None or self._stopped:
+            return
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = loop
+        elif loop is not self._loop:  # Flink's validateRunsInMainThread
+            raise RuntimeError("the ResourceManager was called from outside its event loop")
+        self._check_handle = loop.call_soon(self.check_requirements)
+
+    async def _check_timeouts_periodically(self) -> None:
+        # Checking four times per timeout fails a request within 1.25 x slot.request.timeout.
+        interval = self._config["slot.request.timeout"] / 4
+        while True:
+            await asyncio.sleep(interval)
+            self._slots.check_timeouts()
+
+    def _forward_executions(self, task_executor_id: str, reports: tuple[ExecutionReport, ...]) -> None:
+        by_job: dict[str, list[ExecutionReport]] = {job_id: [] for job_id in self._slots.jobs_on(task_executor_id)}
+        for report in reports:
+            by_job.setdefault(report.job_id, []).append(report)
+        for job_id, job_reports in by_job.items():
+            listener = self._slots.listener_of(job_id)
+            hook = getattr(listener, "task_executor_heartbeat", None)
+            if hook is None:
+                continue
+            try:
+                hook(task_executor_id, job_reports)
+            except Exception:
+                log.exception("slot listener of job %s failed on a heartbeat of %s", job_id, task_executor_id)
+
+    def _check_fencing(self, session_id: str | None) -> None:
+        self._check_running()
+        if session_id != self.session_id:
+            raise FencingTokenMismatch(COMPONENT, self.session_id, session_id)
+
+    def _check_running(self) -> None:
+        if self._stopped:
+            raise LeadershipLost(COMPONENT)

@@ -1,0 +1,394 @@
+"""The SlotManager: which slots exist, which are free, and which job holds which (Flink's
+DeclarativeSlotManager, FLIP-138).
+
+A job declares how many slots it needs in all; the SlotManager matches the missing ones
+(required - acquired) against free slots and tells the job's listener. Jobs waiting for slots
+are served in the order they began to wait. Costs, with T TaskExecutors and J waiting jobs:
+taking or freeing a slot is O(1) (free slots live in an insertion-ordered dict used as a set;
+the most recently freed slot is taken first), a check is O(J + slots handed out), and losing a
+TaskExecutor is O(its slots). Nothing on the allocation path looks at all TaskExecutors.
+
+Reconciling slot reports (from registrations and heartbeats) with this view:
+
+- a slot we think free that the TaskExecutor reports busy (a task of an allocation we do not
+  know, e.g. from a former leader or one released while its task still ran) is *occupied*: it
+  is not handed out until a report says it is free again;
+- a slot we think allocated that the TaskExecutor reports free stays allocated: a job holds its
+  slot between tasks, so a free report is no evidence the job let it go. The slot is freed by
+  its job (`release_slot`, after lowering its requirement) or lost with its TaskExecutor;
+- a slot we think allocated that runs another allocation keeps our allocation (logged);
+- reports from TaskExecutors that are not registered are ignored.
+
+A requirement that stays unmet, with no slot reaching it, for `slot.request.timeout` fails:
+the listener gets `SlotRequestTimeout` and the requirement drops to what the job holds (it may
+declare again). A TaskExecutor whose slots have all been free for
+`resourcemanager.taskmanager-timeout` is reported idle.
+
+The SlotManager is plain synchronous code owned by the ResourceManager's loop; listeners are
+called after the state is consistent, and their errors are logged, never propagated.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import secrets
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from sparkdispatch.errors import InvalidRequest, SlotRequestTimeout
+from sparkdispatch.heartbeat import Clock
+from sparkdispatch.jobgraph import SlotReport
+from sparkdispatch.resourcemanager.messages import AllocatedSlot, SlotListener, TaskExecutorRegistration
+
+log = logging.getLogger(__name__)
+
+
+class _Slot:
+    __slots__ = ("task_executor", "index", "allocation_id", "job_id", "occupied")
+
+    def __init__(self, task_executor: _TaskExecutor, index: int) -> None:
+        self.task_executor = task_executor
+        self.index = index
+        self.allocation_id: str | None = None
+        self.job_id: str | None = None
+        # True while the TaskExecutor runs a task of an allocation this SlotManager did not make.
+        self.occupied = False
+
+
+class _TaskExecutor:
+    __slots__ = ("id", "hostname", "queue", "spark_master", "slots", "busy", "idle_since", "registered_at")
+
+    def __init__(self, registration: TaskExecutorRegistration, now: float) -> None:
+        self.id = registration.task_executor_id
+        self.hostname = registration.hostname
+        self.queue = registration.queue
+        self.spark_master = registration.spark_master
+        self.slots = [_Slot(self, index) for index in range(registration.slots)]
+        self.busy = 0  # slots allocated or occupied
+        self.idle_since: float | None = now
+        self.registered_at = now
+
+
+class _Job:
+    __slots__ = ("job_id", "seq", "required", "listener", "allocations", "waiting_since")
+
+    def __init__(self, job_id: str, seq: int, listener: SlotListener) -> None:
+        self.job_id = job_id
+        self.seq = seq  # order of first declaration
+        self.required = 0
+        self.listener = listener
+        self.allocations: dict[str, _Slot] = {}
+        self.waiting_since = 0.0
+
+
+class SlotManager:
+    """Registered TaskExecutors, their slots, and the slot requirements of jobs."""
+
+    def __init__(self, *, slot_request_timeout: float, task_executor_idle_timeout: float,
+                 clock: Clock | None = None, on_change: Callable[[], None] | None = None) -> None:
+        """`on_change` is called whenever a check could hand out slots (the ResourceManager
+        schedules `check_requirements` from it); without it, call the check yourself."""
+        self._slot_request_timeout = slot_request_timeout
+        self._idle_timeout = task_executor_idle_timeout
+        self._clock: Clock = clock or time.monotonic
+        self._epoch_offset = time.time() - self._clock()
+        self._on_change = on_change or (lambda: None)
+        self._task_executors: dict[str, _TaskExecutor] = {}
+        self._free: dict[_Slot, None] = {}
+        self._jobs: dict[str, _Job] = {}
+        self._waiting: OrderedDict[str, _Job] = OrderedDict()
+        self._slots_total = 0
+        self._allocation_prefix = secrets.token_hex(6) + "-"
+        self._allocation_counter = itertools.count(1)
+        self._job_counter = itertools.count()
+
+    # ---------------------------------------------------------------- TaskExecutors
+
+    def register_task_executor(self, registration: TaskExecutorRegistration) -> bool:
+        """Add a TaskExecutor and its slots; True if it replaced a registration of the same id
+        (whose allocations are then reported lost to their jobs)."""
+        replaced = self.unregister_task_executor(registration.task_executor_id, "it registered again")
+        now = self._clock()
+        task_executor = _TaskExecutor(registration, now)
+        self._task_executors[task_executor.id] = task_executor
+        self._slots_total += len(task_executor.slots)
+        for slot in reversed(task_executor.slots):  # taken last in, first out: slot 0 first
+            self._free[slot] = None
+        self._apply_report(task_executor, registration.slot_report, now)
+        log.info("TaskExecutor %s (%s) registered with %d slots", task_executor.id, task_executor.hostname,
+                 len(task_executor.slots))
+        self._on_change()
+        return replaced
+
+    def unregister_task_executor(self, task_executor_id: str, reason: str) -> bool:
+        """Remove a TaskExecutor and its slots; each job that held one is told which allocations
+        it lost. False if no such TaskExecutor is registered."""
+        task_executor = self._task_executors.pop(task_executor_id, None)
+        if task_executor is None:
+            return False
+        self._slots_total -= len(task_executor.slots)
+        lost: dict[str, list[str]] = {}
+        for slot in task_executor.slots:
+            if slot.allocation_id is None:
+                del self._free[slot]
+            elif not slot.occupied:
+                job = self._jobs[slot.job_id]  # type: ignore[index]
+                del job.allocations[slot.allocation_id]
+                lost.setdefault(job.job_id, []).append(slot.allocation_id)
+        log.info("TaskExecutor %s removed (%s); %d allocations of %d jobs lost", task_executor_id, reason,
+                 sum(map(len, lost.values())), len(lost))
+        now = self._clock()
+        # Jobs that lose slots together wait again in the order they first declared.
+        for job_id, allocation_ids in sorted(lost.items(), key=lambda item: self._jobs[item[0]].seq):
+            job = self._jobs[job_id]
+            self._update_waiting(job, now)
+            _call(job.listener.task_executor_lost, task_executor_id, allocation_ids, reason, job_id=job_id)
+        if lost:
+            self._on_change()
+        return True
+
+    def report_slot_status(self, task_executor_id: str, report: SlotReport) -> bool:
+        """Reconcile a TaskExecutor's slot report with this view; False (ignored) if unknown."""
+        task_executor = self._task_executors.get(task_executor_id)
+        if task_executor is None:
+            log.debug("slot report of unknown TaskExecutor %s ignored", task_executor_id)
+            return False
+        if self._apply_report(task_executor, report, self._clock()):
+            self._on_change()
+        return True
+
+    def _apply_report(self, task_executor: _TaskExecutor, report: SlotReport, now: float) -> bool:
+        """Returns True if a slot became free."""
+        freed = False
+        slots = task_executor.slots
+        for status in report.slots:
+            if not 0 <= status.index < len(slots):
+                log.warning("TaskExecutor %s reported slot %d, but has %d slots; ignored", task_executor.id,
+                            status.index, len(slots))
+                continue
+            slot = slots[status.index]
+            if slot.occupied:
+                if status.allocation_id is None:
+                    slot.occupied = False
+                    self._make_free(slot, now)
+                    freed = True
+                else:
+                    slot.allocation_id, slot.job_id = status.allocation_id, status.job_id
+            elif slot.allocation_id is None:
+                if status.allocation_id is not None:
+                    log.info("TaskExecutor %s runs allocation %s (job %s) in slot %d, unknown here; the slot is "
+                             "occupied until it is reported free", task_executor.id, status.allocation_id,
+                             status.job_id, status.index)
+                    del self._free[slot]
+                    slot.allocation_id, slot.job_id, slot.occupied = status.allocation_id, status.job_id, True
+                    self._mark_busy(task_executor)
+            elif status.allocation_id is not None and status.allocation_id != slot.allocation_id:
+                log.warning("TaskExecutor %s runs allocation %s in slot %d, which is allocated to %s of job %s; "
+                            "keeping the allocation", task_executor.id, status.allocation_id, status.index,
+                            slot.allocation_id, slot.job_id)
+        return freed
+
+    def _mark_busy(self, task_executor: _TaskExecutor) -> None:
+        task_executor.busy += 1
+        task_executor.idle_since = None
+
+    def _make_free(self, slot: _Slot, now: float) -> None:
+        slot.allocation_id = slot.job_id = None
+        self._free[slot] = None
+        task_executor = slot.task_executor
+        task_executor.busy -= 1
+        if task_executor.busy == 0:
+            task_executor.idle_since = now
+
+    # ---------------------------------------------------------------- requirements
+
+    def declare_requirements(self, job_id: str, slots: int, listener: SlotListener) -> None:
+        """Job `job_id` needs `slots` slots in all (0: none). Declaring the same number again
+        changes nothing; declaring fewer than it holds frees nothing (release them)."""
+        if isinstance(slots, bool) or not isinstance(slots, int) or slots < 0:
+            raise InvalidRequest("slot requirement", {"slots": [f"must be a whole number >= 0, got {slots!r}"]})
+        job = self._jobs.get(job_id)
+        if job is None:
+            if slots == 0:
+                return
+            job = self._jobs[job_id] = _Job(job_id, next(self._job_counter), listener)
+        job.listener = listener
+        if job.required != slots:
+            log.debug("job %s requires %d slots (holds %d)", job_id, slots, len(job.allocations))
+        job.required = slots
+        self._update_waiting(job, self._clock())
+
+    def release_slot(self, job_id: str, allocation_id: str) -> bool:
+        """The job lets its slot go; False if the job holds no such allocation (released before,
+        or lost with its TaskExecutor)."""
+        job = self._jobs.get(job_id)
+        slot = None if job is None else job.allocations.pop(allocation_id, None)
+        if slot is None:
+            log.debug("job %s released allocation %s, which it does not hold", job_id, allocation_id)
+            return False
+        now = self._clock()
+        self._make_free(slot, now)
+        self._update_waiting(job, now)  # type: ignore[arg-type]
+        self._on_change()
+        return True
+
+    def _update_waiting(self, job: _Job, now: float) -> None:
+        """Put the job into, or out of, the queue of waiting jobs; forget a job that needs nothing."""
+        if job.required > len(job.allocations):
+            if job.job_id not in self._waiting:
+                job.waiting_since = now
+                self._waiting[job.job_id] = job
+                self._on_change()
+            return
+        self._waiting.pop(job.job_id, None)
+        if job.required == 0 and not job.allocations:
+            del self._jobs[job.job_id]
+
+    def check_requirements(self) -> int:
+        """Hand free slots to waiting jobs, in the order they began to wait; returns how many."""
+        free = self._free
+        waiting = self._waiting
+        if not free or not waiting:
+            return 0
+        now = self._clock()
+        prefix = self._allocation_prefix
+        counter = self._allocation_counter
+        batches: list[tuple[_Job, list[AllocatedSlot]]] = []
+        handed_out = 0
+        while waiting and free:
+            job = next(iter(waiting.values()))
+            allocations = job.allocations
+            job_id = job.job_id
+            batch: list[AllocatedSlot] = []
+            for _ in range(min(job.required - len(allocations), len(free))):
+                slot = free.popitem()[0]
+                allocation_id = f"{prefix}{next(counter):x}"
+                slot.allocation_id = allocation_id
+                slot.job_id = job_id
+                task_executor = slot.task_executor
+                if task_executor.busy == 0:
+                    task_executor.idle_since = None
+                task_executor.busy += 1
+                allocations[allocation_id] = slot
+                batch.append(AllocatedSlot(allocation_id, task_executor.id, slot.index, task_executor.queue,
+                                           task_executor.hostname))
+            handed_out += len(batch)
+            batches.append((job, batch))
+            if len(allocations) >= job.required:
+                waiting.popitem(last=False)
+            else:
+                job.waiting_since = now  # progress: its timeout starts again
+        for job, batch in batches:
+            _call(job.listener.slots_allocated, batch, job_id=job.job_id)
+        return handed_out
+
+    def check_timeouts(self) -> list[str]:
+        """Fail the requirements unmet for `slot.request.timeout`; returns the jobs' ids."""
+        deadline = self._clock() - self._slot_request_timeout
+        expired = [job for job in self._waiting.values() if job.waiting_since <= deadline]
+        for job in expired:
+            wanted, held = job.required, len(job.allocations)
+            error = SlotRequestTimeout(
+                f"job {job.job_id} waited {self._slot_request_timeout:g}s for {wanted - held} more slot(s) "
+                f"(it needs {wanted}, holds {held}); the cluster has {len(self._free)} free of "
+                f"{self._slots_total} slots on {len(self._task_executors)} TaskExecutors. Start more "
+                "TaskExecutors, lower the job's parallelism, or raise slot.request.timeout")
+            log.warning("%s", error.message)
+            job.required = held
+            self._update_waiting(job, self._clock())
+            _call(job.listener.slot_request_failed, error, job_id=job.job_id)
+        return [job.job_id for job in expired]
+
+    # ---------------------------------------------------------------- queries
+
+    @property
+    def task_executor_count(self) -> int:
+        return len(self._task_executors)
+
+    @property
+    def slots_total(self) -> int:
+        return self._slots_total
+
+    @property
+    def slots_free(self) -> int:
+        return len(self._free)
+
+    def is_registered(self, task_executor_id: str) -> bool:
+        return task_executor_id in self._task_executors
+
+    def task_executor_ids(self) -> list[str]:
+        return list(self._task_executors)
+
+    def requirement(self, job_id: str) -> tuple[int, int]:
+        """(required, acquired) slots of a job; (0, 0) if it needs and holds none."""
+        job = self._jobs.get(job_id)
+        return (0, 0) if job is None else (job.required, len(job.allocations))
+
+    def waiting_jobs(self) -> list[str]:
+        """Jobs with unmet requirements, in the order they are served."""
+        return list(self._waiting)
+
+    def listener_of(self, job_id: str) -> SlotListener | None:
+        job = self._jobs.get(job_id)
+        return None if job is None else job.listener
+
+    def jobs_on(self, task_executor_id: str) -> set[str]:
+        """Jobs holding a slot of this TaskExecutor."""
+        task_executor = self._task_executors.get(task_executor_id)
+        if task_executor is None:
+            return set()
+        return {slot.job_id for slot in task_executor.slots if slot.job_id is not None and not slot.occupied}
+
+    def idle_task_executors(self) -> list[str]:
+        """TaskExecutors whose slots have all been free for `resourcemanager.taskmanager-timeout`."""
+        deadline = self._clock() - self._idle_timeout
+        return [te.id for te in self._task_executors.values()
+                if te.idle_since is not None and te.idle_since <= deadline]
+
+    def describe(self, task_executor_id: str) -> dict[str, Any] | None:
+        """One TaskExecutor as `GET /taskmanagers` shows it (without heartbeat fields)."""
+        task_executor = self._task_executors.get(task_executor_id)
+        return None if task_executor is None else self._describe(task_executor, self._clock())
+
+    def describe_all(self) -> Iterator[dict[str, Any]]:
+        now = self._clock()
+        for task_executor in self._task_executors.values():
+            yield self._describe(task_executor, now)
+
+    def _describe(self, te: _TaskExecutor, now: float) -> dict[str, Any]:
+        idle_since = te.idle_since
+        return {
+            "id": te.id,
+            "hostname": te.hostname,
+            "queue": te.queue,
+            "spark_master": te.spark_master,
+            "registered_at": self._epoch_ms(te.registered_at),
+            "slots_total": len(te.slots),
+            "slots_free": len(te.slots) - te.busy,
+            "slots": [{"index": s.index, "allocation_id": s.allocation_id, "job_id": s.job_id} for s in te.slots],
+            "idle_since": None if idle_since is None else self._epoch_ms(idle_since),
+            "idle": idle_since is not None and now - idle_since >= self._idle_timeout,
+        }
+
+    def _epoch_ms(self, clock_time: float) -> int:
+        return int((clock_time + self._epoch_offset) * 1000)
+
+    # ---------------------------------------------------------------- lifecycle
+
+    def clear(self) -> None:
+        """Forget every TaskExecutor and requirement without telling anyone (leadership lost)."""
+        self._task_executors.clear()
+        self._free.clear()
+        self._jobs.clear()
+        self._waiting.clear()
+        self._slots_total = 0
+
+
+def _call(method: Callable[..., None], *args: Any, job_id: str) -> None:
+    try:
+        method(*args)
+    except Exception:
+        log.exception("slot listener of job %s failed in %s", job_id, getattr(method, "__name__", method))

@@ -1,0 +1,119 @@
+"""The master's end of the TaskExecutor protocol (docs/internals.md): register, heartbeat, state.
+
+Every call carries the leader session id the TaskExecutor registered under
+(`X-SparkDispatch-Session`); another id is refused with 409 before anything is touched.
+Each route is served under `/v1` and without the prefix.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from aiohttp import web
+
+from sparkdispatch.errors import FencingTokenMismatch, InvalidRequest, SparkDispatchError
+from sparkdispatch.jobgraph import ExecutionStateUpdate
+from sparkdispatch.resourcemanager.messages import HeartbeatPayload, TaskExecutorRegistration
+
+log = logging.getLogger(__name__)
+
+SESSION_HEADER = "X-SparkDispatch-Session"
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class _JobMaster(Protocol):
+    def update_execution_state(self, update: ExecutionStateUpdate) -> Any: ...
+
+
+class _Master(Protocol):
+    session_id: str
+    resource_manager: Any
+
+    def job_master(self, job_id: str) -> _JobMaster: ...
+
+
+def add_task_executor_routes(app: web.Application, get_master: Callable[[], _Master]) -> None:
+    """Add the three TaskExecutor → master calls; `get_master()` gives the leading master's parts."""
+    routes = TaskExecutorRoutes(get_master)
+    for prefix in ("/v1", ""):
+        app.router.add_post(f"{prefix}/taskexecutors", routes.register)
+        app.router.add_post(prefix + "/taskexecutors/{task_executor_id}/heartbeat", routes.heartbeat)
+        app.router.add_post(prefix + "/jobs/{job_id}/executions/{execution_id}/state", routes.execution_state)
+
+
+class TaskExecutorRoutes:
+    """Handlers of the TaskExecutor protocol."""
+
+    def __init__(self, get_master: Callable[[], _Master]) -> None:
+        self._get_master = get_master
+
+    async def register(self, request: web.Request) -> web.Response:
+        async def handle() -> web.Response:
+            master, session_id = self._fenced_master(request)
+            registration = TaskExecutorRegistration.from_dict(await _json_body(request, "TaskExecutor registration"))
+            ack = await _maybe_await(master.resource_manager.register_task_executor(session_id, registration))
+            log.info("TaskExecutor %s (%s) registered with %d slots (session %s)", registration.task_executor_id,
+                     registration.hostname, registration.slots, session_id)
+            return web.json_response(ack.to_dict() if hasattr(ack, "to_dict") else dict(ack))
+
+        return await _answer(handle)
+
+    async def heartbeat(self, request: web.Request) -> web.Response:
+        async def handle() -> web.Response:
+            master, session_id = self._fenced_master(request)
+            payload = HeartbeatPayload.from_dict(await _json_body(request, "heartbeat"))
+            await _maybe_await(master.resource_manager.heartbeat(
+                session_id, request.match_info["task_executor_id"], payload.slot_report, payload.executions))
+            return web.json_response({})
+
+        return await _answer(handle)
+
+    async def execution_state(self, request: web.Request) -> web.Response:
+        async def handle() -> web.Response:
+            master, _ = self._fenced_master(request)
+            body = await _json_body(request, "execution state update")
+            for name in ("job_id", "execution_id"):
+                if isinstance(body, dict) and body.get(name) != request.match_info[name]:
+                    raise InvalidRequest("execution state update",
+                                         {name: [f"must equal the {name} of the path, {request.match_info[name]!r}"]})
+            try:
+                update = ExecutionStateUpdate.from_dict(body)
+            except SparkDispatchError as exc:
+                raise InvalidRequest("execution state update", {"body": exc.messages()}) from None
+            job_master = master.job_master(update.job_id)
+            await _maybe_await(job_master.update_execution_state(update))
+            return web.json_response({})
+
+        return await _answer(handle)
+
+    def _fenced_master(self, request: web.Request) -> tuple[_Master, str]:
+        master = self._get_master()
+        received = request.headers.get(SESSION_HEADER)
+        if received != master.session_id:
+            raise FencingTokenMismatch("master", master.session_id, received)
+        return master, received
+
+
+async def _answer(handle: Callable[[], Awaitable[web.Response]]) -> web.Response:
+    try:
+        return await handle()
+    except SparkDispatchError as exc:
+        if exc.http_status >= 500:
+            log.warning("TaskExecutor call failed: %s", exc)
+        return web.json_response({"errors": exc.messages()}, status=exc.http_status)
+
+
+async def _json_body(request: web.Request, what: str) -> Any:
+    try:
+        return json.loads(await request.read() or b"null")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidRequest(what, {"body": [f"not valid JSON: {exc}"]}) from None
+
+
+async def _maybe_await(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value

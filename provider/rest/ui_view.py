@@ -1,0 +1,36 @@
+"""The data behind the web UI's pages, taken from the same places as the REST API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sparkdispatch.rest.server import MasterView, RestHandlers
+
+
+class RestUiView:
+    """What `add_ui_routes` renders: overview, jobs, one job (with its result), TaskExecutors."""
+
+    def __init__(self, master: MasterView, handlers: RestHandlers) -> None:
+        self._master = master
+        self._handlers = handlers
+
+    async def overview(self) -> dict[str, Any]:
+        try:
+            leader = self._master.leader_components()
+        except Exception:
+            return await self._handlers._standby_overview()
+        return self._handlers._leader_overview(leader)
+
+    async def jobs(self) -> list[dict[str, Any]]:
+        return list(self._master.leader_components().dispatcher.list_jobs())
+
+    async def job(self, job_id: str) -> dict[str, Any]:
+        dispatcher = self._master.leader_components().dispatcher
+        details = dict(await dispatcher.job_details(job_id))
+        result = await dispatcher.job_result(job_id)
+        if result is not None:
+            details["result"] = result.to_dict()
+        return details
+
+    async def taskmanagers(self) -> list[dict[str, Any]]:
+        return list(self._master.leader_components().resource_manager.task_executors())

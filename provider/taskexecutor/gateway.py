@@ -1,0 +1,72 @@
+"""The master's side of the TaskExecutors: deploy, cancel and ping over Celery.
+
+Every method blocks on the broker; the master's components call them with
+`asyncio.to_thread(...)`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, Protocol
+
+from sparkdispatch.config import Configuration
+from sparkdispatch.errors import ServiceUnavailable
+from sparkdispatch.jobgraph import TaskDeploymentDescriptor
+from sparkdispatch.taskexecutor.app import CANCEL_COMMAND, DEPLOY_TASK, create_celery_app, remove_stale_pidbox_messages
+
+if TYPE_CHECKING:
+    from sparkdispatch.resourcemanager.messages import AllocatedSlot
+
+log = logging.getLogger(__name__)
+
+
+class _Slot(Protocol):
+    queue: str
+    hostname: str
+
+
+class CeleryTaskExecutorGateway:
+    """`TaskExecutorGateway` of docs/internals.md over a Celery broker."""
+
+    def __init__(self, config: Configuration, *, reply_timeout: float = 2.0) -> None:
+        self._config = config
+        self._app = create_celery_app(config)
+        self._reply_timeout = reply_timeout
+
+    def deploy(self, slot: AllocatedSlot | _Slot, tdd: TaskDeploymentDescriptor, session_id: str) -> None:
+        """Send the task to the slot's TaskExecutor queue; `ServiceUnavailable` if the broker is down."""
+        try:
+            self._app.send_task(DEPLOY_TASK, args=[tdd.to_dict(), session_id], queue=slot.queue,
+                                routing_key=slot.queue, ignore_result=True)
+        except Exception as exc:  # kombu raises transport-specific errors
+            raise ServiceUnavailable(f"cannot send execution {tdd.execution_id} of job {tdd.job_id} to "
+                                     f"{slot.queue}: {exc}") from exc
+        log.debug("job %s: execution %s sent to %s (session %s)", tdd.job_id, tdd.execution_id, slot.queue,
+                  session_id)
+
+    def cancel(self, task_executor_hostname: str, execution_id: str) -> bool:
+        """Ask one worker to cancel an execution; True if it answered that it runs it."""
+        replies = self._broadcast(CANCEL_COMMAND, task_executor_hostname, {"execution_id": execution_id})
+        return any(bool(body.get("found")) for reply in replies for body in reply.values()
+                   if isinstance(body, dict))
+
+    def ping(self, hostname: str) -> bool:
+        """True if the worker answers within the reply timeout."""
+        replies = self._call(lambda: self._app.control.ping(destination=[hostname], timeout=self._reply_timeout))
+        return any(hostname in reply for reply in replies)
+
+    def close(self) -> None:
+        self._app.close()
+
+    def _broadcast(self, command: str, hostname: str, arguments: dict[str, Any]) -> list[dict[str, Any]]:
+        return self._call(lambda: self._app.control.broadcast(
+            command, arguments=arguments, destination=[hostname], reply=True, timeout=self._reply_timeout))
+
+    def _call(self, call: Any) -> list[dict[str, Any]]:
+        try:
+            replies = call() or []
+        except Exception as exc:  # kombu raises transport-specific errors
+            raise ServiceUnavailable(f"the Celery broker did not take a remote-control call: {exc}") from exc
+        # A dead worker's binding keeps collecting message files on the filesystem broker.
+        remove_stale_pidbox_messages(self._config)
+        return replies

@@ -1,0 +1,223 @@
+"""Registration and heartbeats of a TaskExecutor, as a Celery worker step.
+
+`MasterConnection` is the state machine (Flink's TaskExecutor ↔ ResourceManager connection):
+find the leader, register under its session id with exponential backoff, heartbeat with the
+slot report and running executions, register again on a 404 or when the leader changes. While
+no ResourceManager answers, the running tasks go on: their slots stay with their JobMasters.
+
+`MasterConnectionStep` drives it from the worker's timer. With an event-loop transport
+(Redis) that timer runs on the consumer's loop, so each tick only hands the blocking HTTP work
+to the step's own thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from celery import bootsteps
+
+from sparkdispatch.config import Configuration
+from sparkdispatch.errors import FencingTokenMismatch, ServiceUnavailable, SparkDispatchError, UnknownTaskExecutor
+from sparkdispatch.ha.leader import LeaderInfo
+from sparkdispatch.jobgraph import ExecutionStateUpdate
+from sparkdispatch.taskexecutor.app import remove_stale_pidbox_messages
+from sparkdispatch.taskexecutor.master_client import MasterClient
+from sparkdispatch.taskexecutor.runner import SlotTable
+
+log = logging.getLogger(__name__)
+
+INITIAL_REGISTRATION_BACKOFF_S = 0.1
+PIDBOX_CLEANUP_EVERY_S = 30.0
+
+
+@dataclass(frozen=True)
+class TaskExecutorIdentity:
+    """What a TaskExecutor registers as."""
+
+    task_executor_id: str
+    hostname: str  # the Celery nodename, `<id>@<host>`: the destination of remote-control calls
+    queue: str
+    spark_master: str
+
+
+class MasterConnection:
+    """Registration and heartbeats towards whichever master leads; also delivers state reports.
+
+    `tick()` does the due work and is called periodically from one thread; `report()` is
+    called from task threads.
+    """
+
+    def __init__(self, config: Configuration, *, identity: TaskExecutorIdentity, slots: SlotTable,
+                 client: MasterClient, current_leader: Callable[[], LeaderInfo | None],
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._config = config
+        self._identity = identity
+        self._slots = slots
+        self._client = client
+        self._current_leader = current_leader
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._registered: LeaderInfo | None = None
+        self._interval = config["heartbeat.interval"]
+        self._timeout = config["heartbeat.timeout"]
+        self._max_backoff = config["taskexecutor.registration.max-backoff"]
+        self._backoff = INITIAL_REGISTRATION_BACKOFF_S
+        self._next_registration = 0.0
+        self._last_heartbeat_sent = 0.0
+        self._last_heartbeat_ok = 0.0
+
+    @property
+    def registered_with(self) -> LeaderInfo | None:
+        with self._lock:
+            return self._registered
+
+    @property
+    def tick_interval(self) -> float:
+        return min(max(self._interval / 2.0, 0.05), 1.0)
+
+    def tick(self) -> None:
+        leader = self._current_leader()
+        now = self._clock()
+        with self._lock:
+            registered = self._registered
+        if leader is None:
+            if registered is not None:
+                log.info("no leading master known any more; tasks keep running")
+                self._forget()
+            return
+        if registered != leader:
+            if now >= self._next_registration:
+                self._register(leader, now)
+            return
+        if now - self._last_heartbeat_sent >= self._interval:
+            self._heartbeat(leader, now)
+
+    def _register(self, leader: LeaderInfo, now: float) -> None:
+        try:
+            ack = self._client.register(
+                leader.address, leader.session_id, task_executor_id=self._identity.task_executor_id,
+                hostname=self._identity.hostname, queue=self._identity.queue, slots=self._slots.count,
+                slot_report=self._slots.slot_report(), spark_master=self._identity.spark_master)
+        except SparkDispatchError as exc:
+            log.warning("registration with the master at %s (session %s) failed, next try in %.2fs: %s",
+                        leader.address, leader.session_id, self._backoff, exc)
+            self._next_registration = now + self._backoff
+            self._backoff = min(self._backoff * 2.0, self._max_backoff)
+            return
+        with self._lock:
+            self._registered = leader
+        self._backoff = INITIAL_REGISTRATION_BACKOFF_S
+        self._last_heartbeat_sent = self._last_heartbeat_ok = now
+        if ack.heartbeat_interval_s > 0:
+            self._interval = ack.heartbeat_interval_s
+        if ack.heartbeat_timeout_s > 0:
+            self._timeout = ack.heartbeat_timeout_s
+        log.info("registered as %s with the ResourceManager %s at %s (session %s)",
+                 self._identity.task_executor_id, ack.resource_manager_id, leader.address, leader.session_id)
+
+    def _heartbeat(self, leader: LeaderInfo, now: float) -> None:
+        self._last_heartbeat_sent = now
+        try:
+            self._client.heartbeat(leader.address, leader.session_id, self._identity.task_executor_id,
+                                   slot_report=self._slots.slot_report(), executions=self._slots.executions())
+        except UnknownTaskExecutor:
+            log.info("the ResourceManager at %s does not know this TaskExecutor; registering again", leader.address)
+            self._forget()
+        except FencingTokenMismatch as exc:
+            log.info("the master at %s refused session %s; registering again: %s", leader.address,
+                     leader.session_id, exc)
+            self._forget()
+        except SparkDispatchError as exc:
+            silent = now - self._last_heartbeat_ok
+            if silent >= self._timeout:
+                log.warning("the ResourceManager at %s has not answered for %.1fs; tasks keep running, "
+                            "registering again: %s", leader.address, silent, exc)
+                self._forget()
+            else:
+                log.debug("heartbeat to %s failed: %s", leader.address, exc)
+        else:
+            self._last_heartbeat_ok = now
+
+    def _forget(self) -> None:
+        with self._lock:
+            self._registered = None
+        self._next_registration = 0.0
+
+    def report(self, session_id: str, update: ExecutionStateUpdate) -> None:
+        """A StateReporter: deliver to the current leader, retrying while it is unreachable.
+
+        Terminal states are retried for up to the heartbeat timeout, others briefly, so a
+        master that is away does not hold a task up.
+        """
+        patience = self._timeout if update.state.is_terminal else self._interval
+        deadline = self._clock() + patience
+        pause = 0.05
+        while True:
+            leader = self._current_leader()
+            try:
+                if leader is None:
+                    raise ServiceUnavailable("no leading master known")
+                self._client.report_state(leader.address, session_id, update)
+                return
+            except ServiceUnavailable:
+                if self._clock() + pause > deadline:
+                    raise
+                time.sleep(pause)
+                pause = min(pause * 2, 1.0)
+
+
+class MasterConnectionStep(bootsteps.StartStopStep):
+    """Worker step: registration, heartbeats and broker upkeep on the worker's timer."""
+
+    requires = ("celery.worker.components:Timer",)
+    label = "sparkdispatch-master-connection"
+
+    def __init__(self, w: Any, **kwargs: Any) -> None:
+        super().__init__(w, **kwargs)
+        self._connection: MasterConnection | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._in_flight: Future[None] | None = None
+        self._timer_entry: Any = None
+        self._last_cleanup = 0.0
+
+    def start(self, w: Any) -> None:
+        runtime = w.app.task_executor
+        if runtime is None:
+            raise RuntimeError("MasterConnectionStep needs a TaskExecutor app")
+        self._connection = runtime.connection
+        self._config = runtime.config
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sparkdispatch-master")
+        self._kick()
+        self._timer_entry = w.timer.call_repeatedly(self._connection.tick_interval, self._kick)
+
+    def _kick(self) -> None:
+        if self._executor is None or (self._in_flight is not None and not self._in_flight.done()):
+            return
+        self._in_flight = self._executor.submit(self._tick)
+
+    def _tick(self) -> None:
+        assert self._connection is not None
+        try:
+            self._connection.tick()
+            now = time.monotonic()
+            if now - self._last_cleanup >= PIDBOX_CLEANUP_EVERY_S:
+                self._last_cleanup = now
+                remove_stale_pidbox_messages(self._config)
+        except Exception:  # noqa: BLE001 - the timer must survive any one failure
+            log.exception("registration/heartbeat tick failed")
+
+    def stop(self, w: Any) -> None:
+        if self._timer_entry is not None:
+            self._timer_entry.cancel()
+            self._timer_entry = None
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
+
+    shutdown = stop

@@ -1,0 +1,217 @@
+"""Masters and TaskExecutors as real local processes: the production topology without Docker.
+
+`LocalCluster` starts `sparkdispatch master` and `sparkdispatch taskexecutor` processes with
+one shared configuration (ZooKeeper HA and Redis, or HA mode `none`), finds the leader, kills
+and restarts processes for failover tests, and stops everything it started.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import uuid
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from sparkdispatch.config import Configuration
+from sparkdispatch.testing.services import free_port
+
+
+class LocalCluster:
+    """`masters` master processes and `taskexecutors` TaskExecutor processes sharing `config`."""
+
+    def __init__(self, config: Configuration, *, masters: int = 1, taskexecutors: int = 1,
+                 log_dir: Path | None = None) -> None:
+        if masters > 1 and config["high-availability.mode"] != "zookeeper":
+            raise ValueError("several masters need high-availability.mode: zookeeper")
+        self.config = config
+        self.log_dir = log_dir or config.storage_dir / "log"
+        self.name = uuid.uuid4().hex[:6]  # TaskExecutor ids (and so their queues) are this cluster's own
+        self.master_ports = [free_port() for _ in range(masters)]
+        if config["high-availability.mode"] == "none":
+            # TaskExecutors find a master without HA at rest.address:rest.port
+            self.config = config.with_overrides({"rest.port": self.master_ports[0]})
+        self.masters: list[subprocess.Popen[bytes] | None] = [None] * masters
+        self.taskexecutors: list[subprocess.Popen[bytes] | None] = [None] * taskexecutors
+
+    # -- processes ------------------------------------------------------------------------------
+
+    def start(self, *, wait_for_taskexecutors: bool = True, timeout: float = 180.0) -> None:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            for index in range(len(self.masters)):
+                self.start_master(index)
+            self.wait_for_leader(timeout=timeout)
+            for index in range(len(self.taskexecutors)):
+                self.start_task_executor(index)
+            if wait_for_taskexecutors:
+                self.wait_for_task_executors(len(self.taskexecutors), timeout=timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    def start_master(self, index: int) -> None:
+        argv = [sys.executable, "-m", "sparkdispatch.cli", *self.config.to_overrides(),
+                "-D", f"rest.port={self.master_ports[index]}", "master"]
+        self.masters[index] = self._spawn(argv, f"master-{index}.log")
+
+    def start_task_executor(self, index: int) -> None:
+        argv = [sys.executable, "-m", "sparkdispatch.taskexecutor", *self.config.to_overrides(),
+                "-D", f"taskexecutor.id=te-{self.name}-{index}"]
+        self.taskexecutors[index] = self._spawn(argv, f"taskexecutor-{index}.log")
+
+    def _spawn(self, argv: list[str], log_name: str) -> subprocess.Popen[bytes]:
+        env = {**os.environ, "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")}
+        with open(self.log_dir / log_name, "ab") as out:
+            return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                    start_new_session=True)
+
+    def kill_master(self, index: int, sig: int = signal.SIGKILL) -> None:
+        self._kill(self.masters[index], sig)
+        self.masters[index] = None
+
+    def kill_task_executor(self, index: int, sig: int = signal.SIGKILL) -> None:
+        self._kill(self.taskexecutors[index], sig)
+        self.taskexecutors[index] = None
+
+    @staticmethod
+    def _kill(process: subprocess.Popen[bytes] | None, sig: int, grace: float = 15.0) -> None:
+        if process is None or process.poll() is not None:
+            return
+        try:
+            os.killpg(process.pid, sig)
+            process.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
+        except ProcessLookupError:
+            pass
+
+    def stop(self) -> None:
+        """Stop every process this cluster started (TaskExecutors first)."""
+        for processes in (self.taskexecutors, self.masters):
+            for process in processes:
+                if process is not None and process.poll() is None:
+                    try:
+                        os.killpg(process.pid, signal.SIGTERM)
+                    except ProcessLookupError:
+                        pass
+            for index, process in enumerate(processes):
+                self._kill(process, signal.SIGTERM)
+                processes[index] = None
+
+    def __enter__(self) -> LocalCluster:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- REST ---------------------------------------------------------------------------------
+
+    def master_url(self, index: int) -> str:
+        return f"http://{self.config['rest.address']}:{self.master_ports[index]}"
+
+    def request(self, method: str, url: str, body: Any = None, *, timeout: float = 30.0) -> tuple[int, Any]:
+        """One HTTP call; (status, decoded JSON body or None)."""
+        data = json.dumps(body).encode() if body is not None and not isinstance(body, bytes) else body
+        request = urllib.request.Request(url, data=data, method=method,
+                                         headers={"Content-Type": "application/json", **self._auth()})
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as answer:
+                raw = answer.read()
+                return answer.status, json.loads(raw) if raw else None
+        except urllib.error.HTTPError as error:
+            raw = error.read()
+            try:
+                return error.code, json.loads(raw) if raw else None
+            except ValueError:
+                return error.code, raw.decode(errors="replace")
+
+    def _auth(self) -> dict[str, str]:
+        token = self.config["rest.auth.token"]
+        return {"Authorization": f"Bearer {token}"} if token else {}
+
+    def leader_index(self) -> int | None:
+        for index, process in enumerate(self.masters):
+            if process is None or process.poll() is not None:
+                continue
+            try:
+                status, body = self.request("GET", self.master_url(index) + "/overview", timeout=3)
+            except OSError:
+                continue
+            if status == 200 and body.get("is_leader"):
+                return index
+        return None
+
+    def wait_for_leader(self, *, timeout: float = 60.0, exclude: int | None = None) -> int:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self._check_alive()
+            index = self.leader_index()
+            if index is not None and index != exclude:
+                return index
+            time.sleep(0.1)
+        raise TimeoutError(f"no master became leader within {timeout:.0f}s; logs in {self.log_dir}")
+
+    def leader_url(self, timeout: float = 60.0) -> str:
+        return self.master_url(self.wait_for_leader(timeout=timeout))
+
+    def wait_for_task_executors(self, count: int, *, timeout: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout
+        seen = 0
+        while time.monotonic() < deadline:
+            self._check_alive()
+            try:
+                status, body = self.request("GET", self.leader_url(timeout=10) + "/overview", timeout=3)
+                seen = body.get("taskmanagers", 0) if status == 200 else 0
+            except (OSError, TimeoutError):
+                seen = 0
+            if seen >= count:
+                return
+            time.sleep(0.2)
+        raise TimeoutError(f"{seen} of {count} TaskExecutors registered within {timeout:.0f}s; logs in {self.log_dir}")
+
+    def _check_alive(self) -> None:
+        for name, processes in (("master", self.masters), ("taskexecutor", self.taskexecutors)):
+            for index, process in enumerate(processes):
+                if process is not None and process.poll() is not None:
+                    log = self.log_dir / f"{name}-{index}.log"
+                    tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:]) if log.exists() else ""
+                    raise RuntimeError(f"{name} {index} exited with {process.returncode}:\n{tail}")
+
+    def submit(self, graph: dict[str, Any]) -> str:
+        status, body = self.request("POST", self.leader_url() + "/jobs", graph)
+        if status not in (200, 202):
+            raise RuntimeError(f"submission refused with {status}: {body}")
+        return str(body["job_id"])
+
+    def wait_for_result(self, job_id: str, *, timeout: float = 180.0) -> dict[str, Any]:
+        """Poll the leader (following failovers) until the job's JobResult exists."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                status, body = self.request("GET", f"{self.leader_url()}/jobs/{job_id}/execution-result", timeout=10)
+            except (OSError, TimeoutError):
+                time.sleep(0.2)
+                continue
+            if status == 200 and body["status"]["id"] == "COMPLETED":
+                return dict(body["job_execution_result"])
+            time.sleep(0.1)
+        raise TimeoutError(f"job {job_id} did not finish within {timeout:.0f}s; logs in {self.log_dir}")
+
+    def upload_artifact(self, path: Path) -> str:
+        boundary = "sparkdispatch-artifact-boundary"
+        body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{path.name}\"\r\n"
+                "Content-Type: application/octet-stream\r\n\r\n").encode() + path.read_bytes() + \
+            f"\r\n--{boundary}--\r\n".encode()
+        request = urllib.request.Request(self.leader_url() + "/artifacts", data=body, method="POST", headers={
+            "Content-Type": f"multipart/form-data; boundary={boundary}", **self._auth()})
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return str(json.loads(answer.read())["key"])

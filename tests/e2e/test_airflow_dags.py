@@ -1,0 +1,202 @@
+"""The example DAGs with `dag.test()` against a real `sparkdispatch standalone` cluster.
+
+One cluster (master + a TaskExecutor with real Spark) for the module, one Airflow home with a
+migrated metadata DB. Each DAG run must leave exactly one new FINISHED job on the master.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="sparkdispatch-airflow-home-"))
+os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+
+import pytest  # noqa: E402
+import requests  # noqa: E402
+
+from sparkdispatch.testing.services import free_port  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+DAGS = REPO / "dags"
+ROWS = 3000
+CLUSTER_START_TIMEOUT_S = 180
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """`sparkdispatch standalone` as a child process, until the module's tests are done."""
+    command = shutil.which("sparkdispatch", path=str(Path(sys.executable).parent))
+    if command is None:
+        pytest.fail("the sparkdispatch command is not installed")
+    storage = tmp_path_factory.mktemp("standalone")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log_path = storage / "standalone.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            [command, "-D", f"rest.port={port}", "-D", "heartbeat.interval=500ms", "-D", "heartbeat.timeout=5s",
+             "standalone", "--storage", str(storage / "data"), "--taskexecutors", "1", "--slots", "3"],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
+    try:
+        deadline = time.monotonic() + CLUSTER_START_TIMEOUT_S
+        while True:
+            if process.poll() is not None:
+                pytest.fail(f"sparkdispatch standalone exited with {process.returncode}:\n{log_path.read_text()}")
+            try:
+                overview = requests.get(f"{url}/overview", timeout=2).json()
+                if overview.get("slots_total", 0) >= 3:
+                    break
+            except (requests.RequestException, ValueError):
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"the standalone cluster had no slots after {CLUSTER_START_TIMEOUT_S}s:\n"
+                            f"{log_path.read_text()[-5000:]}")
+            time.sleep(0.5)
+        yield url
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(10)
+
+
+@pytest.fixture(scope="module")
+def airflow(cluster: str) -> Iterator[dict[str, Any]]:
+    """A migrated Airflow metadata DB, the `sparkdispatch_default` connection, the example DAGs."""
+    port = cluster.rsplit(":", 1)[1]
+    os.environ["AIRFLOW_CONN_SPARKDISPATCH_DEFAULT"] = json.dumps(
+        {"conn_type": "sparkdispatch", "host": "127.0.0.1", "port": int(port)})
+    subprocess.run([str(Path(sys.executable).parent / "airflow"), "db", "migrate"], check=True,
+                   capture_output=True, env=os.environ.copy(), timeout=240)
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(DAGS))
+    assert not bag.import_errors, bag.import_errors
+    try:
+        yield bag.dags
+    finally:
+        os.environ.pop("AIRFLOW_CONN_SPARKDISPATCH_DEFAULT", None)
+
+
+def jobs(cluster: str) -> dict[str, str]:
+    return {job["id"]: job["status"] for job in requests.get(f"{cluster}/jobs", timeout=10).json()["jobs"]}
+
+
+def run_dag(dag: Any) -> Any:
+    run = dag.test(run_conf={"rows": ROWS})
+    return run
+
+
+@pytest.mark.parametrize("dag_id", ["sparkdispatch_sales_pipeline", "sparkdispatch_sales_pipeline_deferrable",
+                                    "sparkdispatch_submit_then_sense"])
+def test_an_example_dag_runs_to_one_finished_job(cluster: str, airflow: dict[str, Any], dag_id: str) -> None:
+    before = jobs(cluster)
+    run = run_dag(airflow[dag_id])
+    assert str(run.state) in ("success", "DagRunState.SUCCESS"), run.state
+    new = {job_id: status for job_id, status in jobs(cluster).items() if job_id not in before}
+    assert list(new.values()) == ["FINISHED"], new
+    details = requests.get(f"{cluster}/jobs/{next(iter(new))}/execution-result", timeout=10).json()
+    vertices = details["job_execution_result"]["vertices"]
+    assert set(vertices) == {"generate", "clean", "revenue_by_region", "revenue_by_product", "report"}
+    assert vertices["generate"]["rows"] == ROWS and vertices["report"]["rows"] == 4
+
+
+class _TI:
+    def __init__(self, run_id: str) -> None:
+        self.dag_id, self.run_id, self.task_id, self.map_index = "e2e", run_id, "submit", -1
+        self.stats_tags: dict[str, str] = {}
+        self.xcom: dict[str, Any] = {}
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.xcom[key] = value
+
+
+def _sales_operator(**kwargs: Any) -> Any:
+    from sparkdispatch.operators import SubmitJobGraphOperator
+
+    sys.path.insert(0, str(DAGS))
+    try:
+        import example_pipeline
+    finally:
+        sys.path.remove(str(DAGS))
+    graph = json.loads(json.dumps(example_pipeline.SALES_REPORT).replace("{{ params.rows }}", str(ROWS)))
+    return SubmitJobGraphOperator(task_id="submit", job_graph=graph, artifacts=[str(DAGS / "pipelines")],
+                                  poll_interval=0.5, deferrable=False, **kwargs)
+
+
+def test_a_retried_task_reattaches_to_its_running_job(cluster: str, airflow: dict[str, Any]) -> None:
+    run_id = f"retry-{time.time_ns()}"
+    before = jobs(cluster)
+    first = _sales_operator(wait_for_completion=False).execute({"ti": _TI(run_id)})
+    second = _sales_operator().execute({"ti": _TI(run_id)})  # the retry waits for the same job
+    assert first == second
+    new = {job_id: status for job_id, status in jobs(cluster).items() if job_id not in before}
+    assert new == {first: "FINISHED"}
+
+
+def test_killing_a_running_operator_cancels_its_job(cluster: str, airflow: dict[str, Any]) -> None:
+    op = _sales_operator()
+    op.job_graph["vertices"][0]["params"]["rows"] = "50000000"  # long enough to be killed mid-run
+    errors: list[BaseException] = []
+
+    def execute() -> None:
+        try:
+            op.execute({"ti": _TI(f"kill-{time.time_ns()}")})
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            errors.append(exc)
+
+    thread = threading.Thread(target=execute)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while (op.job_id is None or jobs(cluster).get(op.job_id) != "RUNNING") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    op.on_kill()
+    thread.join(120)
+    assert jobs(cluster)[op.job_id] == "CANCELED"
+    assert len(errors) == 1 and "ended CANCELED" in str(errors[0])
+
+
+def test_the_sensor_fails_with_the_remote_traceback(cluster: str, airflow: dict[str, Any], tmp_path: Path,
+                                                    capfd: pytest.CaptureFixture[str]) -> None:
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from sparkdispatch.client import SparkDispatchClient, SyncSparkDispatchClient
+    from sparkdispatch.operators import JobResultSensor
+
+    package = tmp_path / "broken_tasks"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "tasks.py").write_text("def explode(ctx):\n    raise ValueError('order 42 has no price')\n")
+    with SyncSparkDispatchClient(SparkDispatchClient(addresses=[cluster])) as client:
+        key = client.upload_artifact(package)
+        job_id, _ = client.submit({"name": "broken", "artifacts": [key], "restart_strategy": {"type": "none"},
+                                   "vertices": [{"id": "explode", "entrypoint": "broken_tasks.tasks:explode"}]})
+    sensor = JobResultSensor(task_id="wait", job_id=job_id, poke_interval=0.5, timeout=120, deferrable=False)
+    with pytest.raises(AirflowFailException, match="ValueError: order 42 has no price"):
+        sensor.execute({"ti": _TI("sensor")})
+    assert "raise ValueError('order 42 has no price')" in capfd.readouterr().out
+
+
+def test_test_connection_reports_the_live_cluster(cluster: str, airflow: dict[str, Any]) -> None:
+    from sparkdispatch.hooks import SparkDispatchHook
+
+    ok, message = SparkDispatchHook().test_connection()
+    assert ok, message
+    assert message.startswith(f"leader {cluster}, 1 TaskExecutors, 3 slots")

@@ -1,0 +1,502 @@
+"""The HA stores in both modes, against a real ZooKeeper: contracts, fencing, ACLs and clean-up."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoAuthError, NoNodeError
+
+from sparkdispatch.config import Configuration
+from sparkdispatch.errors import (
+    CorruptedBlob,
+    InvalidJobGraph,
+    JobResultEntryExists,
+    LeadershipLost,
+    NoSuchJobResult,
+    StoreError,
+)
+from sparkdispatch.ha import HighAvailabilityServices, SubtaskProgress, create_ha_services
+from sparkdispatch.ha.jobgraph_store import ZooKeeperJobGraphStore
+from sparkdispatch.ha.services import ZooKeeperHaServices
+from sparkdispatch.jobgraph import ExecutionState, JobGraph, JobResult, JobStatus, JobVertex, VertexResult
+from sparkdispatch.testing.services import ZooKeeperServer
+
+WAIT = 30.0
+
+
+def new_job_id() -> str:
+    return uuid.uuid4().hex
+
+
+def graph(job_id: str, *, vertices: int = 2) -> JobGraph:
+    return JobGraph(name="etl", job_id=job_id, vertices=tuple(
+        JobVertex(id=f"v{i}", entrypoint="pipelines.sales:extract", parallelism=2,
+                  inputs=(f"v{i - 1}",) if i else ()) for i in range(vertices)))
+
+
+def result(job_id: str, status: JobStatus = JobStatus.FINISHED) -> JobResult:
+    return JobResult(job_id=job_id, name="etl", status=status, start_time=1000, end_time=2500,
+                     vertices={"v0": VertexResult(state=ExecutionState.FINISHED, attempts=1, rows=3,
+                                                  result_path="/tmp/r/v0")})
+
+
+class Contender:
+    def __init__(self) -> None:
+        self.session_id: str | None = None
+        self.granted = asyncio.Event()
+
+    def grant_leadership(self, session_id: str) -> None:
+        self.session_id = session_id
+        self.granted.set()
+
+    def revoke_leadership(self) -> None:
+        self.session_id = None
+        self.granted.clear()
+
+
+async def leading(services: HighAvailabilityServices) -> str:
+    """Start the election with a contender and wait for its grant; the session id."""
+    contender = Contender()
+    services.election.start(contender)
+    await asyncio.wait_for(contender.granted.wait(), WAIT)
+    assert contender.session_id is not None
+    return contender.session_id
+
+
+async def wait_until(predicate, timeout: float = WAIT, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+@pytest.fixture(params=["none", "zookeeper"])
+def config(request: pytest.FixtureRequest, tmp_path: Path) -> Configuration:
+    if request.param == "none":
+        return request.getfixturevalue("standalone_config")
+    return request.getfixturevalue("zk_config")
+
+
+@pytest.fixture
+async def services(config: Configuration) -> AsyncIterator[HighAvailabilityServices]:
+    services = create_ha_services(config)
+    await services.start()
+    try:
+        yield services
+    finally:
+        await services.close()
+
+
+def files_of(root: Path, job_id: str) -> list[Path]:
+    return [p for p in root.rglob("*") if job_id in p.name] if root.exists() else []
+
+
+def znodes_of(client: KazooClient, path: str, job_id: str) -> list[str]:
+    found = []
+
+    def walk(node: str) -> None:
+        try:
+            children = client.get_children(node)
+        except NoNodeError:
+            return
+        for child in children:
+            full = f"{node}/{child}"
+            if job_id in child:
+                found.append(full)
+            walk(full)
+
+    walk(path)
+    return found
+
+
+def audit_job(services: HighAvailabilityServices, job_id: str) -> tuple[list[Path], list[str]]:
+    """Every file and znode of `job_id` this cluster still has."""
+    files = files_of(services.config.storage_dir, job_id)
+    znodes = znodes_of(services.client, services.paths.cluster, job_id) if isinstance(
+        services, ZooKeeperHaServices) else []
+    return files, znodes
+
+
+# ---------------------------------------------------------------------------- JobGraph store
+
+
+async def test_jobgraph_store_round_trip_and_removal_leaves_nothing(services: HighAvailabilityServices) -> None:
+    session = await leading(services)
+    store = services.jobgraph_store
+    job_a, job_b = new_job_id(), new_job_id()
+    assert await store.get(job_a) is None
+    await store.put(session, graph(job_a))
+    await store.put(session, graph(job_b, vertices=3))
+    assert await store.job_ids() == {job_a, job_b}
+    assert await store.get(job_a) == graph(job_a)
+    await store.put(session, graph(job_a, vertices=1))  # a second put replaces
+    assert await store.get(job_a) == graph(job_a, vertices=1)
+    await store.remove(session, job_a)
+    await store.remove(session, job_a)  # idempotent
+    assert await store.job_ids() == {job_b}
+    assert await store.get(job_a) is None
+    assert audit_job(services, job_a) == ([], [])
+
+
+async def test_jobgraph_without_id_or_with_bad_id_is_refused(services: HighAvailabilityServices) -> None:
+    session = await leading(services)
+    with pytest.raises(InvalidJobGraph):
+        await services.jobgraph_store.put(session, graph(new_job_id()).with_job_id(None))  # type: ignore[arg-type]
+    with pytest.raises(StoreError):
+        await services.jobgraph_store.get("../../etc")
+    assert await services.jobgraph_store.job_ids() == set()
+
+
+async def test_large_jobgraph_lives_in_a_file_behind_a_pointer(zk_config: Configuration) -> None:
+    config = zk_config.with_overrides({"high-availability.zookeeper.inline-limit": "1kb"})
+    services = create_ha_services(config)
+    assert isinstance(services, ZooKeeperHaServices)
+    await services.start()
+    try:
+        session = await leading(services)
+        store = services.jobgraph_store
+        big, small = new_job_id(), new_job_id()
+        await store.put(session, graph(big, vertices=40))
+        await store.put(session, graph(small, vertices=1))
+        files = files_of(config.storage_dir, big)
+        assert len(files) == 1 and files[0].parent == services.store_dir("jobgraphs")
+        data, _ = services.client.get(f"{services.paths.jobgraphs}/{big}")
+        assert len(data) < 200 and files[0].name.encode() in data
+        assert files_of(config.storage_dir, small) == []
+        assert await store.get(big) == graph(big, vertices=40)
+        # a replaced large graph leaves only its newest file
+        await store.put(session, graph(big, vertices=41))
+        assert len(files_of(config.storage_dir, big)) == 1
+        files_of(config.storage_dir, big)[0].write_text("{}")
+        with pytest.raises(StoreError, match="corrupted"):
+            await store.get(big)
+        await store.remove(session, big)
+        assert audit_job(services, big) == ([], [])
+    finally:
+        await services.close()
+
+
+async def test_deposed_leader_cannot_write_and_the_new_leader_removes_its_jobs(
+        zk_config: Configuration, zookeeper_server: ZooKeeperServer) -> None:
+    first = create_ha_services(zk_config)
+    second = create_ha_services(zk_config)
+    assert isinstance(first, ZooKeeperHaServices) and isinstance(second, ZooKeeperHaServices)
+    await first.start()
+    await second.start()
+    admin = KazooClient(hosts=zookeeper_server.hosts, timeout=4.0)
+    admin.start()
+    try:
+        old_session = await leading(first)
+        job = new_job_id()
+        await first.jobgraph_store.put(old_session, graph(job))
+        await first.progress_store.record_subtask(old_session, job, "v0", 0, "/r/v0/0", 5)
+        second_contender = Contender()
+        second.election.start(second_contender)
+        # A glitch deposes the first leader: its latch node is gone (as after a session expiry).
+        [latch] = admin.get_children(first.paths.latch)
+        admin.delete(f"{first.paths.latch}/{latch}")
+        await asyncio.wait_for(second_contender.granted.wait(), WAIT)
+        new_session = second_contender.session_id
+        assert new_session is not None and new_session != old_session
+        for write in (first.jobgraph_store.put(old_session, graph(job, vertices=1)),
+                      first.jobgraph_store.remove(old_session, job),
+                      first.progress_store.record_subtask(old_session, job, "v0", 1, None, None),
+                      first.progress_store.remove(old_session, job)):
+            with pytest.raises(LeadershipLost):
+                await write
+        # Nothing of the deposed leader blocks the new one (FLINK-10011): it removes the job for good.
+        assert await second.jobgraph_store.get(job) == graph(job)
+        assert (await second.progress_store.get(job)).finished == {"v0": {0: SubtaskProgress("/r/v0/0", 5)}}
+        await second.jobgraph_store.remove(new_session, job)
+        await second.progress_store.remove(new_session, job)
+        with pytest.raises(LeadershipLost):
+            await first.jobgraph_store.put(old_session, graph(job))
+        assert await second.jobgraph_store.job_ids() == set()
+        assert audit_job(second, job) == ([], [])
+    finally:
+        admin.stop()
+        admin.close()
+        await first.close()
+        await second.close()
+
+
+async def test_write_is_refused_by_zookeeper_when_the_latch_node_is_gone(zk_config: Configuration) -> None:
+    """The ZooKeeper transaction itself fences, whatever the process believes."""
+    services = create_ha_services(zk_config)
+    assert isinstance(services, ZooKeeperHaServices)
+    await services.start()
+    try:
+        gone = f"{services.paths.latch}/never-created"
+
+        class BelievesItLeads:
+            def fence(self, session_id: str, component: str) -> str:
+                return gone
+
+        store = ZooKeeperJobGraphStore(services.client, services.paths.jobgraphs,
+                                       BelievesItLeads(),  # type: ignore[arg-type]
+                                       files=services.store_dir("jobgraphs"), inline_limit=0, write_timeout=4.0)
+        job = new_job_id()
+        with pytest.raises(LeadershipLost):
+            await store.put("any-session", graph(job))
+        assert await store.job_ids() == set()
+        assert audit_job(services, job) == ([], [])  # the file written first was taken back
+    finally:
+        await services.close()
+
+
+# ---------------------------------------------------------------------------- progress store
+
+
+async def test_progress_store_records_and_removes(services: HighAvailabilityServices) -> None:
+    session = await leading(services)
+    store = services.progress_store
+    job = new_job_id()
+    assert (await store.get(job)).finished == {}
+    await store.record_subtask(session, job, "extract", 0, "/r/extract/0-e1", 10)
+    await store.record_subtask(session, job, "extract", 1, None, None)
+    await store.record_subtask(session, job, "load.v2", 0, "/r/load/0", 0)
+    await store.record_subtask(session, job, "extract", 0, "/r/extract/0-e2", 11)  # re-run overwrites
+    progress = await store.get(job)
+    assert progress.finished == {
+        "extract": {0: SubtaskProgress("/r/extract/0-e2", 11), 1: SubtaskProgress(None, None)},
+        "load.v2": {0: SubtaskProgress("/r/load/0", 0)},
+    }
+    assert progress.is_finished("extract", 1) and not progress.is_finished("load.v2", 1)
+    with pytest.raises(StoreError):
+        await store.record_subtask(session, job, "../x", 0, None, None)
+    with pytest.raises(StoreError):
+        await store.record_subtask(session, job, "extract", -1, None, None)
+    with pytest.raises(LeadershipLost):
+        await store.record_subtask("not-the-session", job, "extract", 2, None, None)
+    await store.remove(session, job)
+    assert (await store.get(job)).finished == {}
+    assert audit_job(services, job) == ([], [])
+
+
+async def test_progress_of_many_subtasks(zk_config: Configuration) -> None:
+    services = create_ha_services(zk_config)
+    await services.start()
+    try:
+        session = await leading(services)
+        job = new_job_id()
+        await asyncio.gather(*(services.progress_store.record_subtask(session, job, "v", i, f"/r/{i}", i)
+                               for i in range(600)))
+        progress = await services.progress_store.get(job)
+        assert len(progress.finished["v"]) == 600 and progress.finished["v"][599] == SubtaskProgress("/r/599", 599)
+        await services.progress_store.remove(session, job)
+        assert audit_job(services, job) == ([], [])
+    finally:
+        await services.close()
+
+
+async def test_stopped_standalone_leader_cannot_write(standalone_config: Configuration) -> None:
+    services = create_ha_services(standalone_config)
+    await services.start()
+    session = await leading(services)
+    assert session == "00000000-0000-0000-0000-000000000000"
+    await services.close()
+    with pytest.raises(LeadershipLost):
+        await services.jobgraph_store.put(session, graph(new_job_id()))
+    with pytest.raises(LeadershipLost):
+        await services.progress_store.record_subtask(session, new_job_id(), "v", 0, None, None)
+
+
+# ---------------------------------------------------------------------------- JobResult store contract
+
+
+@pytest.mark.parametrize("delete_on_commit", [True, False])
+async def test_job_result_store_contract(config: Configuration, delete_on_commit: bool) -> None:
+    config = config.with_overrides({"job-result-store.delete-on-commit": str(delete_on_commit).lower()})
+    services = create_ha_services(config)
+    await services.start()
+    try:
+        store = services.job_result_store
+        job, other = new_job_id(), new_job_id()
+        assert not await store.has_entry(job)
+        assert await store.get(job) is None
+        with pytest.raises(NoSuchJobResult):
+            await store.mark_clean(job)
+        await store.create_dirty(result(job))
+        assert await store.has_entry(job) and await store.has_dirty_entry(job)
+        assert not await store.has_clean_entry(job)
+        assert await store.get(job) == result(job)
+        with pytest.raises(JobResultEntryExists):
+            await store.create_dirty(result(job, JobStatus.FAILED))
+        assert await store.get(job) == result(job)  # the refused write changed nothing
+        await store.create_dirty(result(other, JobStatus.CANCELED))
+        assert sorted(r.job_id for r in await store.dirty_results()) == sorted([job, other])
+        await store.mark_clean(job)
+        await store.mark_clean(job)  # idempotent
+        assert not await store.has_dirty_entry(job)
+        assert await store.has_clean_entry(job) and await store.has_entry(job)
+        assert [r.job_id for r in await store.dirty_results()] == [other]
+        with pytest.raises(JobResultEntryExists):
+            await store.create_dirty(result(job))
+        directory = services.store_dir("job-result-store")
+        if delete_on_commit:
+            assert files_of(config.storage_dir, job) == []
+        else:
+            assert [p.name for p in files_of(config.storage_dir, job)] == [f"{job}.json"]
+            assert await store.get(job) == result(job)
+        assert (directory / f"{other}_DIRTY.json").is_file()
+    finally:
+        await services.close()
+
+
+async def test_job_result_store_survives_a_crash_between_dirty_and_clean(config: Configuration) -> None:
+    job = new_job_id()
+    before = create_ha_services(config)
+    await before.start()
+    await before.job_result_store.create_dirty(result(job, JobStatus.FAILED))
+    directory = before.store_dir("job-result-store")
+    # The process dies here: no close, and a write torn mid-way leaves a temp file behind.
+    (directory / f"{new_job_id()}_DIRTY.json.tmp-{uuid.uuid4().hex}").write_text('{"resu')
+    await before.close()
+    after = create_ha_services(config)
+    await after.start()
+    try:
+        store = after.job_result_store
+        assert [r.job_id for r in await store.dirty_results()] == [job]
+        assert (await store.dirty_results())[0] == result(job, JobStatus.FAILED)
+        assert await store.has_dirty_entry(job)
+        await store.mark_clean(job)
+        assert await store.dirty_results() == []
+        assert files_of(config.storage_dir, job) == []
+    finally:
+        await after.close()
+
+
+async def test_dirty_entry_is_written_atomically_and_readable(standalone_config: Configuration) -> None:
+    services = create_ha_services(standalone_config)
+    job = new_job_id()
+    await services.job_result_store.create_dirty(result(job))
+    path = services.store_dir("job-result-store") / f"{job}_DIRTY.json"
+    assert json.loads(path.read_text()) == {"result": result(job).to_dict(), "version": 1}
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temp file left
+    path.write_text("not json")
+    with pytest.raises(StoreError, match=str(path)):
+        await services.job_result_store.get(job)
+
+
+# ---------------------------------------------------------------------------- blobs
+
+
+async def test_corrupted_blob_is_refused(services: HighAvailabilityServices) -> None:
+    blobs = services.blob_store
+    key = await blobs.put(b"def extract(ctx):\n    return None\n", "pipelines.py")
+    path = await blobs.path(key)
+    assert path.name == "pipelines.py" and path.read_bytes().startswith(b"def extract")
+    assert path.is_relative_to(services.config.storage_dir / "blobs" / services.cluster_id)
+    path.write_bytes(b"import os; os.system('rm -rf /')\n")
+    with pytest.raises(CorruptedBlob):
+        await blobs.path(key)
+    assert await blobs.put(b"def extract(ctx):\n    return None\n", "pipelines.py") == key  # repaired
+    assert (await blobs.path(key)).read_bytes().startswith(b"def extract")
+
+
+# ---------------------------------------------------------------------------- ACLs
+
+
+async def test_digest_acl_keeps_other_zookeeper_users_out(zk_config: Configuration,
+                                                          zookeeper_server: ZooKeeperServer) -> None:
+    config = zk_config.with_overrides({"high-availability.zookeeper.auth": "sparkdispatch:s3cret"})
+    services = create_ha_services(config)
+    assert isinstance(services, ZooKeeperHaServices)
+    await services.start()
+    strangers = [KazooClient(hosts=zookeeper_server.hosts, timeout=4.0),
+                 KazooClient(hosts=zookeeper_server.hosts, timeout=4.0, auth_data=[("digest", "mallory:guess")])]
+    try:
+        session = await leading(services)
+        job = new_job_id()
+        await services.jobgraph_store.put(session, graph(job))
+        await services.progress_store.record_subtask(session, job, "v0", 0, None, 1)
+        services.election.confirm_leadership(session, "http://leader:8081")
+        retrieval = services.create_retrieval()
+        retrieval.start()
+        await wait_until(lambda: retrieval.current() is not None, what="leader info")
+        assert await services.jobgraph_store.get(job) == graph(job)
+        jobgraph = f"{services.paths.jobgraphs}/{job}"
+        for stranger in strangers:
+            stranger.start()
+            for read in (lambda: stranger.get(jobgraph), lambda: stranger.get(services.paths.connection_info),
+                         lambda: stranger.get_children(services.paths.cluster),
+                         lambda: stranger.get_children(services.paths.latch)):
+                with pytest.raises(NoAuthError):
+                    read()
+            for write in (lambda: stranger.set(jobgraph, b"{}"), lambda: stranger.delete(jobgraph),
+                          lambda: stranger.create(f"{services.paths.jobgraphs}/{new_job_id()}", b"{}"),
+                          lambda: stranger.delete(services.paths.connection_info),
+                          lambda: stranger.create(f"{services.paths.latch}/x__lock__0000000000", b"")):
+                with pytest.raises(NoAuthError):
+                    write()
+        assert await services.jobgraph_store.get(job) == graph(job)
+    finally:
+        for stranger in strangers:
+            stranger.stop()
+            stranger.close()
+        await services.close_and_cleanup_all_data()
+
+
+# ---------------------------------------------------------------------------- clean-up audit
+
+
+async def test_close_keeps_data_and_cleanup_removes_everything(config: Configuration,
+                                                               zookeeper_server: ZooKeeperServer) -> None:
+    config = config.with_overrides({"high-availability.zookeeper.inline-limit": "0"})
+    services = create_ha_services(config)
+    await services.start()
+    session = await leading(services)
+    job = new_job_id()
+    await services.jobgraph_store.put(session, graph(job))
+    await services.progress_store.record_subtask(session, job, "v0", 0, "/r", 1)
+    await services.job_result_store.create_dirty(result(job))
+    key = await services.blob_store.put(b"print('hi')\n", "hi.py")
+    await services.close()
+
+    again = create_ha_services(config)
+    await again.start()
+    assert await again.jobgraph_store.get(job) == graph(job)
+    assert (await again.progress_store.get(job)).is_finished("v0", 0)
+    assert await again.job_result_store.has_dirty_entry(job)
+    assert await again.blob_store.exists(key)
+    await again.close_and_cleanup_all_data()
+
+    storage = config.storage_dir
+    leftovers = [p for p in storage.rglob("*")] if storage.exists() else []
+    assert leftovers == []
+    if config["high-availability.mode"] == "zookeeper":
+        observer = KazooClient(hosts=zookeeper_server.hosts, timeout=4.0)
+        observer.start()
+        try:
+            assert observer.exists(config["high-availability.zookeeper.path.root"]) is None
+        finally:
+            observer.stop()
+            observer.close()
+
+
+async def test_cleanup_spares_other_clusters(zk_config: Configuration, zookeeper_server: ZooKeeperServer) -> None:
+    ours = create_ha_services(zk_config.with_overrides({"high-availability.cluster-id": "ours"}))
+    theirs = create_ha_services(zk_config.with_overrides({"high-availability.cluster-id": "theirs"}))
+    await ours.start()
+    await theirs.start()
+    try:
+        job = new_job_id()
+        their_session = await leading(theirs)
+        our_session = await leading(ours)  # each cluster has its own leader
+        await theirs.jobgraph_store.put(their_session, graph(job))
+        await ours.jobgraph_store.put(our_session, graph(new_job_id()))
+        await theirs.job_result_store.create_dirty(result(job))
+        await ours.close_and_cleanup_all_data()
+        assert await theirs.jobgraph_store.job_ids() == {job}
+        assert await theirs.job_result_store.has_dirty_entry(job)
+        assert theirs.election.has_leadership(their_session)
+    finally:
+        await theirs.close_and_cleanup_all_data()

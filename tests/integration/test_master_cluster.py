@@ -1,0 +1,264 @@
+"""The whole master against real components: two masters under ZooKeeper HA, Redis, two Celery
+TaskExecutors with warm local Spark, all as separate processes, driven over real HTTP."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import signal
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sparkdispatch.config import Configuration
+from sparkdispatch.testing.local_cluster import LocalCluster
+from sparkdispatch.testing.services import RedisServer, ZooKeeperServer
+
+pytestmark = pytest.mark.slow
+
+TASKS = Path(__file__).with_name("job_tasks.py")
+
+
+@pytest.fixture(scope="module")
+def cluster(zookeeper_server: ZooKeeperServer, redis_server: RedisServer,
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    storage = tmp_path_factory.mktemp("cluster")
+    config = Configuration.from_mapping({
+        "high-availability.mode": "zookeeper",
+        "high-availability.zookeeper.quorum": zookeeper_server.hosts,
+        "high-availability.zookeeper.path.root": f"/it-{uuid.uuid4().hex[:8]}",
+        "high-availability.zookeeper.session-timeout": "4s",
+        "storage.dir": str(storage),
+        "broker.url": redis_server.url,
+        "heartbeat.interval": "500ms",
+        "heartbeat.timeout": "4s",
+        "taskexecutor.slots": 2,
+        "restart-strategy.fixed-delay.delay": "200ms",
+        "cleanup-strategy.initial-backoff": "200ms",
+        "cleanup-strategy.max-backoff": "1s",
+        "rest.execution-result.long-poll": "200ms",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.ui.enabled": "false",
+    })
+    local = LocalCluster(config, masters=2, taskexecutors=2)
+    local.start()
+    try:
+        yield local
+    finally:
+        local.stop()
+
+
+@pytest.fixture(scope="module")
+def tasks_key(cluster: LocalCluster) -> str:
+    return cluster.upload_artifact(TASKS)
+
+
+def vertex(vid: str, fn: str, *, inputs: tuple[str, ...] = (), parallelism: int = 1,
+           **params: Any) -> dict[str, Any]:
+    return {"id": vid, "entrypoint": f"job_tasks:{fn}", "parallelism": parallelism, "inputs": list(inputs),
+            "params": params}
+
+
+def job(name: str, vertices: list[dict[str, Any]], key: str, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "vertices": vertices, "artifacts": [key], **extra}
+
+
+def runs(log_dir: Path, vertex_id: str, what: str = "run") -> list[str]:
+    return sorted(p.name for p in log_dir.glob(f"{vertex_id}.*.{what}.*"))
+
+
+def test_fan_out_fan_in_graph_produces_the_expected_rows(cluster: LocalCluster, tasks_key: str,
+                                                         tmp_path: Path, spark: Any) -> None:
+    log = str(tmp_path)
+    graph = job("fan-in", [
+        vertex("numbers", "numbers", parallelism=2, rows=100, log_dir=log),
+        vertex("double", "double", inputs=("numbers",), parallelism=2, log_dir=log),
+        vertex("square", "square", inputs=("numbers",), parallelism=2, log_dir=log),
+        vertex("total", "total", inputs=("double", "square"), log_dir=log),
+    ], tasks_key)
+    result = cluster.wait_for_result(cluster.submit(graph))
+    assert result["status"] == "FINISHED", result.get("failure")
+    rows = {vid: v.get("rows") for vid, v in result["vertices"].items()}
+    assert rows == {"numbers": 100, "double": 100, "square": 100, "total": 1}
+    assert all(v["attempts"] == 1 for v in result["vertices"].values())
+    total = spark.read.parquet(*result["vertices"]["total"]["partitions"]).collect()
+    assert [(r.doubled, r.squared) for r in total] == [(2 * sum(range(100)), sum(n * n for n in range(100)))]
+    assert result["duration_ms"] == result["end_time"] - result["start_time"]
+
+
+def test_a_vertex_failing_twice_restarts_only_itself(cluster: LocalCluster, tasks_key: str, tmp_path: Path) -> None:
+    log = str(tmp_path)
+    graph = job("flaky", [
+        vertex("numbers", "numbers", rows=10, log_dir=log),
+        vertex("flaky", "flaky", inputs=("numbers",), fail_attempts=2, log_dir=log),
+    ], tasks_key, restart_strategy={"type": "fixed-delay", "attempts": 3, "delay_s": 0.1})
+    result = cluster.wait_for_result(cluster.submit(graph))
+    assert result["status"] == "FINISHED", result.get("failure")
+    assert result["vertices"]["flaky"]["attempts"] == 3
+    assert result["vertices"]["numbers"]["attempts"] == 1
+    assert len(runs(tmp_path, "numbers")) == 1
+    assert len(runs(tmp_path, "flaky")) == 3
+
+
+def test_exhausted_restarts_fail_the_job_with_the_remote_traceback(cluster: LocalCluster, tasks_key: str) -> None:
+    graph = job("failing", [vertex("bad", "failing")], tasks_key,
+                restart_strategy={"type": "fixed-delay", "attempts": 1, "delay_s": 0.05})
+    result = cluster.wait_for_result(cluster.submit(graph))
+    assert result["status"] == "FAILED"
+    assert result["failure"]["class"] == "ValueError"
+    assert "bad input row 42" in result["failure"]["message"]
+    assert "job_tasks.py" in result["failure"]["traceback"]
+    assert result["vertices"]["bad"]["attempts"] == 2
+
+
+def test_cancel_stops_running_spark_work_and_frees_the_slots(cluster: LocalCluster, tasks_key: str,
+                                                             tmp_path: Path) -> None:
+    job_id = cluster.submit(job("endless", [vertex("spin", "endless_spark", log_dir=str(tmp_path))], tasks_key))
+    deadline = time.monotonic() + 120
+    while not runs(tmp_path, "spin", "start"):
+        assert time.monotonic() < deadline, "the endless task never started"
+        time.sleep(0.1)
+    time.sleep(1.0)  # let its Spark job get going
+    status, _ = cluster.request("PATCH", f"{cluster.leader_url()}/jobs/{job_id}?mode=cancel", {})
+    assert status == 202
+    result = cluster.wait_for_result(job_id, timeout=60)
+    assert result["status"] == "CANCELED"
+    deadline = time.monotonic() + 30
+    while True:
+        overview = cluster.request("GET", cluster.leader_url() + "/overview")[1]
+        if overview["slots_available"] == overview["slots_total"]:
+            break
+        assert time.monotonic() < deadline, overview
+        time.sleep(0.2)
+    assert runs(tmp_path, "spin", "end") == []  # the Spark job was stopped, not left to finish
+    status, body = cluster.request("PATCH", f"{cluster.leader_url()}/jobs/{job_id}?mode=cancel", {})
+    assert status == 202, body  # cancelling a cancelled job is idempotent
+
+
+def test_the_same_id_submitted_20_times_at_once_runs_once(cluster: LocalCluster, tasks_key: str,
+                                                          tmp_path: Path) -> None:
+    job_id = uuid.uuid4().hex
+    graph = job("idempotent", [vertex("numbers", "numbers", rows=5, log_dir=str(tmp_path))], tasks_key,
+                job_id=job_id)
+    url = cluster.leader_url() + "/jobs"
+    with concurrent.futures.ThreadPoolExecutor(20) as pool:
+        answers = list(pool.map(lambda _: cluster.request("POST", url, graph), range(20)))
+    assert sorted(status for status, _ in answers) == [200] * 19 + [202]
+    assert {body["job_id"] for _, body in answers} == {job_id}
+    assert cluster.wait_for_result(job_id)["status"] == "FINISHED"
+    assert len(runs(tmp_path, "numbers")) == 1
+    assert sum(1 for j in cluster.request("GET", cluster.leader_url() + "/jobs")[1]["jobs"] if j["id"] == job_id) == 1
+    status, body = cluster.request("POST", url, graph)
+    assert status == 409 and "globally terminal" in body["errors"][0]
+
+
+def test_fifty_concurrent_submissions_all_finish(cluster: LocalCluster, tasks_key: str) -> None:
+    graph = job("many", [vertex("one", "nothing")], tasks_key)
+    with concurrent.futures.ThreadPoolExecutor(10) as pool:
+        job_ids = list(pool.map(lambda _: cluster.submit(graph), range(50)))
+    assert len(set(job_ids)) == 50
+    for job_id in job_ids:
+        assert cluster.wait_for_result(job_id)["status"] == "FINISHED"
+
+
+@pytest.mark.parametrize(("body", "status", "words"), [
+    (b"{not json", 400, "not valid JSON"),
+    ({"name": "x", "vertices": []}, 400, "vertices"),
+    ({"name": "x", "vertices": [{"id": "a", "entrypoint": "m:f", "inputs": ["b"]},
+                                {"id": "b", "entrypoint": "m:f", "inputs": ["a"]}]}, 400, "cycle"),
+    ({"name": "x", "vertices": [{"id": "a", "entrypoint": "m:f", "inputs": ["ghost"]}]}, 400, "ghost"),
+    ({"name": "x", "vertices": [{"id": "a", "entrypoint": "no-colon"}]}, 400, "entrypoint"),
+    ({"name": "x", "vertices": [{"id": "a", "entrypoint": "m:f", "parallelism": 0}]}, 400, "parallelism"),
+    ({"name": "x", "vertices": [{"id": "a", "entrypoint": "m:f"}, {"id": "a", "entrypoint": "m:g"}]}, 400,
+     "duplicate"),
+    ({"name": "x" * 20_000_000, "vertices": []}, 413, "max-body-size"),
+])
+def test_malformed_graphs_are_refused_and_change_nothing(cluster: LocalCluster, body: Any, status: int,
+                                                         words: str) -> None:
+    leader = cluster.leader_url()
+    before = cluster.request("GET", leader + "/jobs")[1]["jobs"]
+    answer_status, answer = cluster.request("POST", leader + "/jobs", body)
+    assert answer_status == status, answer
+    assert any(words in message for message in answer["errors"]), answer
+    assert cluster.request("GET", leader + "/jobs")[1]["jobs"] == before
+    assert cluster.request("GET", leader + "/overview")[0] == 200
+
+
+def test_a_standby_answers_overview_and_names_the_leader(cluster: LocalCluster) -> None:
+    leader = cluster.wait_for_leader()
+    standby = 1 - leader
+    status, body = cluster.request("GET", cluster.master_url(standby) + "/overview")
+    assert status == 200 and body["is_leader"] is False and body["leader"] == cluster.master_url(leader)
+    status, body = cluster.request("GET", cluster.master_url(standby) + "/jobs")
+    assert status == 503 and body["leader"] == cluster.master_url(leader)
+
+
+def test_sigkill_of_the_leader_mid_job_loses_and_repeats_nothing(cluster: LocalCluster, tasks_key: str,
+                                                                 tmp_path: Path) -> None:
+    log = str(tmp_path)
+    graph = job("failover", [
+        vertex("numbers", "numbers", rows=20, log_dir=log),
+        vertex("slow", "sleepy", inputs=("numbers",), seconds=8, log_dir=log),
+        vertex("last", "sleepy", inputs=("slow",), seconds=0, log_dir=log),
+    ], tasks_key)
+    job_id = cluster.submit(graph)
+    deadline = time.monotonic() + 120
+    while not runs(tmp_path, "slow", "start"):
+        assert time.monotonic() < deadline, "the slow vertex never started"
+        time.sleep(0.1)
+    old_leader = cluster.wait_for_leader()
+    killed_at = time.monotonic()
+    cluster.kill_master(old_leader, signal.SIGKILL)
+    new_leader = cluster.wait_for_leader(exclude=old_leader, timeout=30)
+    print(f"\nstandby {new_leader} took over {time.monotonic() - killed_at:.2f}s after SIGKILL of {old_leader}")
+    result = cluster.wait_for_result(job_id)
+    assert result["status"] == "FINISHED", result.get("failure")
+    assert len(runs(tmp_path, "numbers")) == 1  # finished before the kill: not re-run
+    assert len(runs(tmp_path, "last", "end")) == 1
+    jobs = cluster.request("GET", cluster.leader_url() + "/jobs")[1]["jobs"]
+    assert [j["status"] for j in jobs if j["id"] == job_id] == ["FINISHED"]
+    cluster.start_master(old_leader)  # back to two masters for later tests
+
+
+def test_a_job_whose_cleanup_fails_is_cleaned_by_the_next_leader_and_not_rerun(
+        cluster: LocalCluster, tasks_key: str, tmp_path: Path) -> None:
+    from kazoo.client import KazooClient
+    from kazoo.security import OPEN_ACL_UNSAFE, make_acl
+
+    cluster.wait_for_task_executors(2)
+    jobgraphs = f"{cluster.config['high-availability.zookeeper.path.root']}/" \
+                f"{cluster.config['high-availability.cluster-id']}/jobgraphs"
+    zk = KazooClient(hosts=cluster.config["high-availability.zookeeper.quorum"])
+    zk.start()
+    try:
+        # no one may delete JobGraphs: the leader's cleanup fails and keeps retrying
+        zk.set_acls(jobgraphs, [make_acl("world", "anyone", read=True, write=True, create=True, delete=False,
+                                         admin=True)])
+        job_id = cluster.submit(job("cleanup", [vertex("numbers", "numbers", rows=5, log_dir=str(tmp_path))],
+                                    tasks_key))
+        assert cluster.wait_for_result(job_id)["status"] == "FINISHED"
+        dirty = cluster.config.storage_dir / "job-result-store" / cluster.config["high-availability.cluster-id"] \
+            / f"{job_id}_DIRTY.json"
+        time.sleep(1.0)
+        assert dirty.exists() and zk.exists(f"{jobgraphs}/{job_id}")
+        old_leader = cluster.wait_for_leader()
+        cluster.kill_master(old_leader, signal.SIGKILL)
+        cluster.wait_for_leader(exclude=old_leader, timeout=30)
+        time.sleep(1.0)
+        assert dirty.exists()  # the new leader cannot clean up either, and does not re-run the job
+        zk.set_acls(jobgraphs, OPEN_ACL_UNSAFE)
+        deadline = time.monotonic() + 30
+        while dirty.exists() or zk.exists(f"{jobgraphs}/{job_id}"):
+            assert time.monotonic() < deadline, "the new leader never finished the cleanup"
+            time.sleep(0.2)
+        assert len(runs(tmp_path, "numbers")) == 1
+        status, body = cluster.request("GET", f"{cluster.leader_url()}/jobs/{job_id}/execution-result")
+        assert status == 200 and body["job_execution_result"]["status"] == "FINISHED"
+        cluster.start_master(old_leader)
+    finally:
+        zk.set_acls(jobgraphs, OPEN_ACL_UNSAFE)
+        zk.stop()
+        zk.close()

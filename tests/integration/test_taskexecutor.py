@@ -1,0 +1,441 @@
+"""TaskExecutors as real Celery worker processes with real Spark, against a real ResourceManager.
+
+The master side is an aiohttp server in the test process serving the TaskExecutor routes with
+the real ResourceManager; the JobMaster's end of the state reports is `ExecutionLog`, which
+records them. Deployments and cancellations go through the real Celery gateway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from sparkdispatch.config import Configuration
+from sparkdispatch.errors import FencingTokenMismatch, SparkDispatchError
+from sparkdispatch.ha import STANDALONE_SESSION_ID, create_ha_services
+from sparkdispatch.jobgraph import ExecutionState, ExecutionStateUpdate, SlotReport, TaskDeploymentDescriptor
+from sparkdispatch.resourcemanager import AllocatedSlot, ResourceManager
+from sparkdispatch.rest.taskexecutor_routes import SESSION_HEADER, add_task_executor_routes
+from sparkdispatch.taskexecutor.gateway import CeleryTaskExecutorGateway
+from sparkdispatch.taskexecutor.master_client import MasterClient
+from sparkdispatch.testing.services import RedisServer, free_port
+
+WAIT_S = 90.0  # generous: TaskExecutors start a JVM each on a 2-core machine
+
+
+class ExecutionLog:
+    """The JobMaster's end, recorded: state reports, allocated slots, lost TaskExecutors."""
+
+    def __init__(self) -> None:
+        self.updates: list[ExecutionStateUpdate] = []
+        self.slots: list[AllocatedSlot] = []
+        self.lost: list[tuple[str, list[str], str]] = []
+
+    def update_execution_state(self, update: ExecutionStateUpdate) -> None:
+        self.updates.append(update)
+
+    def slots_allocated(self, slots: list[AllocatedSlot]) -> None:
+        self.slots.extend(slots)
+
+    def slot_request_failed(self, error: SparkDispatchError) -> None:
+        raise AssertionError(f"slot request failed: {error}")
+
+    def task_executor_lost(self, task_executor_id: str, allocation_ids: list[str], reason: str) -> None:
+        self.lost.append((task_executor_id, allocation_ids, reason))
+
+    def final(self, execution_id: str) -> ExecutionStateUpdate | None:
+        for update in reversed(self.updates):
+            if update.execution_id == execution_id and update.state.is_terminal:
+                return update
+        return None
+
+    def states(self, execution_id: str) -> list[ExecutionState]:
+        return [u.state for u in self.updates if u.execution_id == execution_id]
+
+
+class TestMaster:
+    """A master reduced to what TaskExecutors talk to: REST routes, ResourceManager, JobMaster end."""
+
+    __test__ = False
+
+    def __init__(self, config: Configuration, *, session_id: str = STANDALONE_SESSION_ID) -> None:
+        self.config = config
+        self.session_id = session_id
+        self.jobs = ExecutionLog()
+        self.resource_manager = ResourceManager(config, session_id)
+        self._runner: web.AppRunner | None = None
+
+    def job_master(self, job_id: str) -> ExecutionLog:
+        return self.jobs
+
+    async def start(self) -> None:
+        self.resource_manager.start()
+        app = web.Application()
+        add_task_executor_routes(app, lambda: self)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", self.config["rest.port"]).start()
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        self.resource_manager.stop()
+
+    async def restart_resource_manager(self) -> None:
+        """Both the REST endpoint and the ResourceManager go away and come back empty."""
+        await self.stop()
+        self.resource_manager = ResourceManager(self.config, self.session_id)
+        await self.start()
+
+
+class TaskExecutorProcess:
+    """`python -m sparkdispatch.taskexecutor` as a child process group (worker + Spark's JVM)."""
+
+    def __init__(self, config: Configuration, task_executor_id: str, log_dir: Path) -> None:
+        self.id = task_executor_id
+        self.log = log_dir / f"{task_executor_id}.log"
+        with open(self.log, "wb") as out:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "sparkdispatch.taskexecutor", "--id", task_executor_id,
+                 *config.to_overrides()],
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
+
+    def kill(self) -> None:
+        """SIGKILL the whole TaskExecutor, as a machine dying."""
+        if self.process.poll() is None:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.process.wait(timeout=30)
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+
+async def eventually(predicate: Callable[[], bool], what: str, *, processes: list[TaskExecutorProcess] = (),
+                     timeout: float = WAIT_S) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        for te in processes:
+            if te.process.poll() is not None:
+                raise AssertionError(f"TaskExecutor {te.id} exited with {te.process.returncode}:\n{te.log_tail()}")
+        if time.monotonic() > deadline:
+            logs = "\n".join(f"--- {te.id}\n{te.log_tail()}" for te in processes)
+            raise AssertionError(f"timed out waiting for {what}\n{logs}")
+        await asyncio.sleep(0.05)
+
+
+def cluster_config(tmp_path: Path, broker_url: str, **extra: str) -> Configuration:
+    return Configuration.from_mapping({
+        "rest.port": str(free_port()), "storage.dir": str(tmp_path / "storage"), "broker.url": broker_url,
+        "heartbeat.interval": "300ms", "heartbeat.timeout": "2s", "taskexecutor.slots": "2",
+        "taskexecutor.registration.max-backoff": "500ms", "spark.master": "local[2]",
+        "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2", **extra})
+
+
+def user_code(config: Configuration, source: str) -> tuple[str, str]:
+    """A uniquely named user module stored in the cluster's blob store: (module, blob key)."""
+    module = f"te_tasks_{uuid.uuid4().hex[:10]}"
+    store = create_ha_services(config).blob_store
+    return module, store.put_blocking(textwrap.dedent(source).encode(), f"{module}.py")
+
+
+def deployment(config: Configuration, slot: AllocatedSlot, job_id: str, vertex_id: str, entrypoint: str,
+               artifact: str, **fields: Any) -> TaskDeploymentDescriptor:
+    execution_id = uuid.uuid4().hex
+    return TaskDeploymentDescriptor(
+        job_id=job_id, job_master_id="jm-1", execution_id=execution_id, vertex_id=vertex_id, entrypoint=entrypoint,
+        subtask_index=0, parallelism=1, attempt=0, allocation_id=slot.allocation_id, slot_index=slot.slot_index,
+        result_path=f"{config.results_dir}/{job_id}/{vertex_id}/0-{execution_id}", artifacts=(artifact,), **fields)
+
+
+async def start_cluster(config: Configuration, tmp_path: Path, count: int) -> tuple[TestMaster, list[TaskExecutorProcess]]:
+    master = TestMaster(config)
+    await master.start()
+    processes = []
+    for index in range(count):
+        processes.append(TaskExecutorProcess(config, f"te{index}-{uuid.uuid4().hex[:6]}", tmp_path))
+    return master, processes
+
+
+@pytest.mark.slow
+async def test_two_taskexecutors_run_a_pipeline_and_a_killed_one_vanishes(
+        redis_server: RedisServer, tmp_path: Path) -> None:
+    config = cluster_config(tmp_path, redis_server.url)
+    master, tes = await start_cluster(config, tmp_path, 2)
+    gateway = CeleryTaskExecutorGateway(config)
+    try:
+        rm = master.resource_manager
+        await eventually(lambda: rm.overview().taskmanagers == 2, "two registrations", processes=tes)
+        assert (rm.overview().slots_total, rm.overview().slots_available) == (4, 4)
+        assert {e["id"] for e in rm.task_executors()} == {te.id for te in tes}
+        for te in tes:  # the Celery worker answers on its nodename
+            assert await asyncio.to_thread(gateway.ping, f"{te.id}@{socket.gethostname()}")
+
+        job_id = uuid.uuid4().hex
+        rm.declare_requirements(job_id, 4, master.jobs)
+        await eventually(lambda: len(master.jobs.slots) == 4, "four allocated slots")
+        slot_on = {te.id: next(s for s in master.jobs.slots if s.task_executor_id == te.id) for te in tes}
+        module, key = user_code(config, """
+            def extract(ctx):
+                return ctx.spark.range(0, 10).withColumn("app", __import__("pyspark.sql.functions").sql.functions.lit(
+                    ctx.spark.sparkContext.applicationId))
+            def clean(ctx):
+                return ctx.inputs["extract"].where("id >= 5")
+        """)
+
+        upstream = deployment(config, slot_on[tes[0].id], job_id, "extract", f"{module}:extract", key)
+        await asyncio.to_thread(gateway.deploy, slot_on[tes[0].id], upstream, master.session_id)
+        await eventually(lambda: master.jobs.final(upstream.execution_id) is not None, "the upstream task", processes=tes)
+        done = master.jobs.final(upstream.execution_id)
+        assert done is not None and done.state is ExecutionState.FINISHED, done
+        assert (done.rows, done.result_path, done.task_executor_id) == (10, upstream.result_path, tes[0].id)
+        assert master.jobs.states(upstream.execution_id) == [
+            ExecutionState.DEPLOYING, ExecutionState.INITIALIZING, ExecutionState.RUNNING, ExecutionState.FINISHED]
+
+        downstream = deployment(config, slot_on[tes[1].id], job_id, "clean", f"{module}:clean", key,
+                                inputs={"extract": (upstream.result_path,)})
+        await asyncio.to_thread(gateway.deploy, slot_on[tes[1].id], downstream, master.session_id)
+        await eventually(lambda: master.jobs.final(downstream.execution_id) is not None, "the downstream task",
+                         processes=tes)
+        done = master.jobs.final(downstream.execution_id)
+        assert done is not None and done.state is ExecutionState.FINISHED, done
+        assert (done.rows, done.task_executor_id) == (5, tes[1].id)
+
+        # SIGKILL one TaskExecutor: it times out, its slots vanish, the job hears which it lost
+        victim, survivor = tes
+        victim.kill()
+        await eventually(lambda: rm.overview().taskmanagers == 1, "the killed TaskExecutor to be dropped",
+                         processes=[survivor])
+        assert (rm.overview().slots_total, [e["id"] for e in rm.task_executors()]) == (2, [survivor.id])
+        [(lost_id, allocations, reason)] = master.jobs.lost
+        assert lost_id == victim.id and set(allocations) == {s.allocation_id for s in master.jobs.slots
+                                                             if s.task_executor_id == victim.id}
+        assert "heartbeat" in reason
+    finally:
+        for te in tes:
+            te.kill()
+        gateway.close()
+        await master.stop()
+
+
+async def test_registration_with_a_stale_session_is_refused(tmp_path: Path) -> None:
+    config = cluster_config(tmp_path, "redis://127.0.0.1:1/0")
+    master = TestMaster(config, session_id=str(uuid.uuid4()))
+    await master.start()
+    client = MasterClient(config)
+    try:
+        with pytest.raises(FencingTokenMismatch, match="fencing token mismatch"):
+            await asyncio.to_thread(
+                client.register, config.rest_url, STANDALONE_SESSION_ID, task_executor_id="te-stale",
+                hostname="te-stale@host", queue="sparkdispatch.te.te-stale", slots=2,
+                slot_report=SlotReport.free(2), spark_master="local[2]")
+        async with aiohttp.ClientSession() as http:
+            async with http.post(f"{config.rest_url}/taskexecutors", headers={SESSION_HEADER: "stale"},
+                                 json={"task_executor_id": "x"}) as response:
+                assert response.status == 409
+                assert "fencing token mismatch" in (await response.json())["errors"][0]
+            # the right session but a bad body: 400 naming the field, nothing registered
+            async with http.post(f"{config.rest_url}/v1/taskexecutors", headers={SESSION_HEADER: master.session_id},
+                                 json={"task_executor_id": "x", "hostname": "h", "queue": "q", "slots": 0}) as response:
+                assert response.status == 400
+                assert "slots" in " ".join((await response.json())["errors"])
+        assert master.resource_manager.overview().taskmanagers == 0
+
+        ack = await asyncio.to_thread(
+            client.register, config.rest_url, master.session_id, task_executor_id="te-ok", hostname="te-ok@host",
+            queue="sparkdispatch.te.te-ok", slots=2, slot_report=SlotReport.free(2), spark_master="local[2]")
+        assert ack.resource_manager_id == master.resource_manager.resource_manager_id
+        assert (ack.heartbeat_interval_s, ack.heartbeat_timeout_s) == (0.3, 2.0)
+        assert master.resource_manager.overview().taskmanagers == 1
+    finally:
+        client.close()
+        await master.stop()
+
+
+@pytest.mark.slow
+async def test_cancelling_one_slots_task_leaves_the_other_slot_running(tmp_path: Path) -> None:
+    # Over the embedded `filesystem://` broker: remote control works there too.
+    config = cluster_config(tmp_path, "filesystem://")
+    master, [te] = await start_cluster(config, tmp_path, 1)
+    gateway = CeleryTaskExecutorGateway(config)
+    try:
+        rm = master.resource_manager
+        await eventually(lambda: rm.overview().taskmanagers == 1, "the registration", processes=[te])
+        job_id = uuid.uuid4().hex
+        rm.declare_requirements(job_id, 2, master.jobs)
+        await eventually(lambda: len(master.jobs.slots) == 2, "two allocated slots")
+        module, key = user_code(config, """
+            import time
+
+            def slow(_):
+                for _ in range(1200):  # two minutes unless cancelled
+                    time.sleep(0.1)
+                return 1
+
+            def short(x):
+                time.sleep(0.5)
+                return x
+
+            def long_task(ctx):
+                ctx.spark.sparkContext.parallelize([0], 1).map(slow).count()
+                return ctx.spark.range(1)
+
+            def short_task(ctx):
+                return ctx.spark.range(ctx.spark.sparkContext.parallelize(range(4), 1).map(short).count())
+        """)
+        first, second = master.jobs.slots
+        long_tdd = deployment(config, first, job_id, "long", f"{module}:long_task", key)
+        short_tdd = deployment(config, second, job_id, "short", f"{module}:short_task", key)
+        await asyncio.to_thread(gateway.deploy, first, long_tdd, master.session_id)
+        await eventually(lambda: ExecutionState.RUNNING in master.jobs.states(long_tdd.execution_id),
+                         "the long task to run", processes=[te])
+        await asyncio.to_thread(gateway.deploy, second, short_tdd, master.session_id)
+        await eventually(lambda: ExecutionState.RUNNING in master.jobs.states(short_tdd.execution_id),
+                         "the short task to run", processes=[te])
+        # the heartbeat shows both slots busy with this job
+        await eventually(lambda: rm.overview().slots_available == 0 and len(rm.task_executors()[0]["executions"]) == 2,
+                         "both executions in a heartbeat", processes=[te])
+
+        assert await asyncio.to_thread(gateway.cancel, first.hostname, long_tdd.execution_id)
+
+        await eventually(lambda: master.jobs.final(long_tdd.execution_id) is not None, "the cancellation",
+                         processes=[te])
+        await eventually(lambda: master.jobs.final(short_tdd.execution_id) is not None, "the short task",
+                         processes=[te])
+        assert master.jobs.final(long_tdd.execution_id).state is ExecutionState.CANCELED  # type: ignore[union-attr]
+        short_done = master.jobs.final(short_tdd.execution_id)
+        assert short_done is not None and (short_done.state, short_done.rows) == (ExecutionState.FINISHED, 4)
+        assert not await asyncio.to_thread(gateway.cancel, first.hostname, long_tdd.execution_id)
+        await eventually(lambda: rm.task_executors()[0]["executions"] == [], "both slots free in a heartbeat",
+                         processes=[te])
+    finally:
+        te.kill()
+        gateway.close()
+        await master.stop()
+
+
+@pytest.mark.slow
+async def test_a_taskexecutor_survives_its_resource_manager_restarting(
+        redis_server: RedisServer, tmp_path: Path) -> None:
+    config = cluster_config(tmp_path, redis_server.url)
+    master, [te] = await start_cluster(config, tmp_path, 1)
+    gateway = CeleryTaskExecutorGateway(config)
+    try:
+        await eventually(lambda: master.resource_manager.overview().taskmanagers == 1, "the registration",
+                         processes=[te])
+        job_id = uuid.uuid4().hex
+        master.resource_manager.declare_requirements(job_id, 1, master.jobs)
+        await eventually(lambda: len(master.jobs.slots) == 1, "an allocated slot")
+        module, key = user_code(config, """
+            import time
+            def task(ctx):
+                time.sleep(3)
+                return ctx.spark.range(6)
+        """)
+        slot = master.jobs.slots[0]
+        tdd = deployment(config, slot, job_id, "v", f"{module}:task", key)
+        await asyncio.to_thread(gateway.deploy, slot, tdd, master.session_id)
+        await eventually(lambda: ExecutionState.RUNNING in master.jobs.states(tdd.execution_id), "the task to run",
+                         processes=[te])
+        old_rm_id = master.resource_manager.resource_manager_id
+
+        await master.restart_resource_manager()
+
+        # the running task goes on and reports to the (same) JobMaster; the new RM learns the TaskExecutor
+        await eventually(lambda: master.resource_manager.overview().taskmanagers == 1, "the re-registration",
+                         processes=[te])
+        assert master.resource_manager.resource_manager_id != old_rm_id
+        await eventually(lambda: master.jobs.final(tdd.execution_id) is not None, "the task to finish", processes=[te])
+        done = master.jobs.final(tdd.execution_id)
+        assert done is not None and (done.state, done.rows) == (ExecutionState.FINISHED, 6)
+        await eventually(lambda: master.resource_manager.overview().slots_available == 2, "free slots",
+                         processes=[te])
+    finally:
+        te.kill()
+        gateway.close()
+        await master.stop()
+
+
+class ElectedMaster:
+    """A TestMaster that leads only while the ZooKeeper election grants it leadership."""
+
+    def __init__(self, config: Configuration) -> None:
+        self.config = config
+        self.services = create_ha_services(config)
+        self.master: TestMaster | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        await self.services.start()
+        self.services.election.start(self)
+
+    def grant_leadership(self, session_id: str) -> None:
+        self._spawn(self._lead(session_id))
+
+    def revoke_leadership(self) -> None:
+        master, self.master = self.master, None
+        if master is not None:
+            self._spawn(master.stop())
+
+    def _spawn(self, coroutine: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _lead(self, session_id: str) -> None:
+        master = TestMaster(self.config, session_id=session_id)
+        await master.start()
+        self.master = master
+        self.services.election.confirm_leadership(session_id, self.config.rest_url)
+
+    def registered(self) -> int:
+        return self.master.resource_manager.overview().taskmanagers if self.master is not None else 0
+
+    async def close(self) -> None:
+        await self.services.close()
+        for task in list(self._tasks):
+            await task
+        if self.master is not None:
+            await self.master.stop()
+
+
+@pytest.mark.slow
+async def test_a_taskexecutor_follows_the_leader_to_a_new_master(
+        redis_server: RedisServer, zk_config: Configuration, tmp_path: Path) -> None:
+    base = cluster_config(tmp_path, redis_server.url).with_overrides({
+        key: value for key, value in zk_config.to_flat().items() if key.startswith("high-availability.")})
+    first = ElectedMaster(base.with_overrides({"rest.port": str(free_port())}))
+    second = ElectedMaster(base.with_overrides({"rest.port": str(free_port())}))
+    await first.start()
+    await eventually(lambda: first.master is not None, "the first master to lead")
+    await second.start()
+    te = TaskExecutorProcess(base, f"te-zk-{uuid.uuid4().hex[:6]}", tmp_path)
+    try:
+        await eventually(lambda: first.registered() == 1, "the registration with the first leader", processes=[te])
+
+        await first.close()  # leadership passes to the second master, under a new session id
+
+        await eventually(lambda: second.registered() == 1, "the registration with the new leader", processes=[te])
+        assert second.master is not None and second.master.session_id != STANDALONE_SESSION_ID
+    finally:
+        te.kill()
+        await first.close()
+        await second.close()

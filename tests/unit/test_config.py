@@ -1,0 +1,132 @@
+"""Configuration: defaults, YAML files, -D overrides, durations, and refusal of bad input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sparkdispatch.config import (
+    OPTIONS,
+    Configuration,
+    format_duration,
+    options_table,
+    parse_duration,
+    parse_size,
+)
+from sparkdispatch.errors import ConfigurationError
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
+
+
+@pytest.mark.parametrize(("text", "seconds"), [
+    ("500ms", 0.5), ("4s", 4.0), ("1min", 60.0), ("2 h", 7200.0), ("1d", 86400.0), ("250", 0.25), (1500, 1.5),
+    ("1.5s", 1.5),
+])
+def test_durations_are_read_as_flink_writes_them(text: str | int, seconds: float) -> None:
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["fast", "4 parsecs", "-1s", "", "1e3s"])
+def test_bad_durations_are_refused(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_duration(text)
+
+
+def test_duration_formatting_round_trips() -> None:
+    for seconds in (0.02, 0.5, 4.0, 60.0, 90.0, 3600.0, 86400.0):
+        assert parse_duration(format_duration(seconds)) == pytest.approx(seconds)
+
+
+def test_sizes() -> None:
+    assert parse_size("10mb") == 10 * 1024 * 1024
+    assert parse_size("64kb") == 64 * 1024
+    assert parse_size("12") == 12
+    with pytest.raises(ValueError):
+        parse_size("10 parsecs")
+
+
+def test_defaults_fill_every_key() -> None:
+    config = Configuration.from_mapping({})
+    for option in OPTIONS:
+        assert config[option.key] == option.default
+    assert config["high-availability.mode"] == "none"
+    assert config.to_flat() == {}
+
+
+def test_yaml_file_then_overrides(tmp_path: Path) -> None:
+    path = tmp_path / "sparkdispatch.yaml"
+    path.write_text("rest.port: 9000\nheartbeat.interval: 2s\nspark.sql.shuffle.partitions: 8\n")
+    config = Configuration.load(path, ["rest.port=9100", "high-availability.mode=zookeeper"])
+    assert config["rest.port"] == 9100
+    assert config["heartbeat.interval"] == 2.0
+    assert config["high-availability.mode"] == "zookeeper"
+    assert config.spark_properties == {"spark.sql.shuffle.partitions": "8"}
+
+
+def test_environment_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "conf.yaml"
+    path.write_text("taskexecutor.slots: 3\n")
+    assert Configuration.load(environ={"SPARKDISPATCH_CONF": str(path)})["taskexecutor.slots"] == 3
+
+
+def test_unknown_key_is_named_with_a_suggestion() -> None:
+    with pytest.raises(ConfigurationError) as info:
+        Configuration.from_mapping({"heartbeat.intervall": "1s"})
+    assert "heartbeat.intervall" in str(info.value)
+    assert "heartbeat.interval" in info.value.message
+
+
+@pytest.mark.parametrize(("key", "value", "words"), [
+    ("rest.port", "eighty", "whole number"),
+    ("heartbeat.timeout", "soon", "duration"),
+    ("high-availability.mode", "kubernetes", "one of"),
+    ("taskexecutor.slots", "0", "minimum"),
+    ("job-result-store.delete-on-commit", "maybe", "true or false"),
+])
+def test_bad_values_are_named(key: str, value: str, words: str) -> None:
+    with pytest.raises(ConfigurationError) as info:
+        Configuration.from_mapping({key: value})
+    assert key in info.value.message and words in info.value.message
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    with pytest.raises(ConfigurationError) as info:
+        Configuration.from_mapping({"nope": 1, "rest.port": "x"})
+    assert len(info.value.messages()) == 2
+
+
+def test_nested_yaml_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "conf.yaml"
+    path.write_text("rest:\n  port: 8081\n")
+    with pytest.raises(ConfigurationError, match="flat"):
+        Configuration.load(path)
+
+
+def test_missing_file_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="cannot read"):
+        Configuration.load(tmp_path / "absent.yaml")
+
+
+def test_bad_override_syntax() -> None:
+    with pytest.raises(ConfigurationError, match="key=value"):
+        Configuration.load(overrides=["rest.port"])
+
+
+def test_overrides_rebuild_the_same_configuration() -> None:
+    config = Configuration.from_mapping({"heartbeat.interval": "250ms", "rest.port": 0, "spark.x.y": "z",
+                                         "high-availability.zookeeper.tolerate-suspended-connections": True})
+    args = config.to_overrides()
+    rebuilt = Configuration.load(overrides=[a for a in args if a != "-D"])
+    assert dict(rebuilt) == dict(config)
+
+
+def test_configuration_is_frozen() -> None:
+    config = Configuration.from_mapping({})
+    with pytest.raises(TypeError):
+        config["rest.port"] = 1  # type: ignore[index]
+
+
+def test_docs_table_is_current() -> None:
+    """docs/configuration.md holds the generated table; regenerate it with `sparkdispatch config-docs`."""
+    assert options_table() in DOCS.read_text()

@@ -1,0 +1,227 @@
+"""The Dispatcher over the real standalone HA stores, with a small fake JobMaster."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sparkdispatch.archive import JobArchive
+from sparkdispatch.config import Configuration
+from sparkdispatch.dispatcher import Dispatcher
+from sparkdispatch.errors import DuplicateJobSubmission, JobAlreadyTerminated, LeadershipLost, UnknownJob
+from sparkdispatch.ha import create_ha_services
+from sparkdispatch.jobgraph import ExecutionState, JobGraph, JobResult, JobStatus, VertexResult
+
+SESSION = "00000000-0000-0000-0000-000000000000"
+
+
+class FakeJobMaster:
+    """Runs nothing: the test ends the job by resolving `result_future`."""
+
+    created: list[FakeJobMaster] = []
+
+    def __init__(self, graph: JobGraph, *, recovered_progress: Any = None, **_: Any) -> None:
+        self.graph = graph
+        self.recovered_progress = recovered_progress
+        self.result_future: asyncio.Future[JobResult] = asyncio.get_running_loop().create_future()
+        self.status = JobStatus.INITIALIZING
+        self.cancelled = False
+        self.suspended = False
+        FakeJobMaster.created.append(self)
+
+    def start(self) -> None:
+        self.status = JobStatus.RUNNING
+
+    def finish(self, status: JobStatus = JobStatus.FINISHED) -> None:
+        self.status = status
+        assert self.graph.job_id is not None
+        self.result_future.set_result(JobResult(
+            job_id=self.graph.job_id, name=self.graph.name, status=status, start_time=1, end_time=5,
+            vertices={v.id: VertexResult(state=ExecutionState.FINISHED, attempts=1) for v in self.graph.vertices}))
+
+    async def cancel(self) -> None:
+        self.cancelled = True
+        self.finish(JobStatus.CANCELED)
+
+    async def suspend(self) -> None:
+        self.suspended = True
+        self.status = JobStatus.SUSPENDED
+
+    def details(self) -> dict[str, Any]:
+        return {"id": self.graph.job_id, "name": self.graph.name, "status": self.status.value, "start_time": 1,
+                "end_time": None, "vertices": []}
+
+    def flink_job_details(self) -> dict[str, Any]:
+        return {"jid": self.graph.job_id, "name": self.graph.name, "state": self.status.value}
+
+
+def graph(name: str = "job", job_id: str | None = "a" * 32) -> JobGraph:
+    return JobGraph.from_dict({"job_id": job_id, "name": name,
+                               "vertices": [{"id": "only", "entrypoint": "m:f"}]})
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Configuration:
+    return Configuration.from_mapping({"storage.dir": str(tmp_path / "storage"),
+                                       "cleanup-strategy.initial-backoff": "10ms",
+                                       "cleanup-strategy.max-backoff": "20ms"})
+
+
+class Contender:
+    def __init__(self) -> None:
+        self.granted = asyncio.Event()
+
+    def grant_leadership(self, session_id: str) -> None:
+        assert session_id == SESSION
+        self.granted.set()
+
+    def revoke_leadership(self) -> None:
+        self.granted.clear()
+
+
+@pytest.fixture
+async def ha(config: Configuration) -> Any:
+    """Standalone HA services whose election this test's Dispatcher leads."""
+    services = create_ha_services(config)
+    await services.start()
+    contender = Contender()
+    services.election.start(contender)
+    await contender.granted.wait()
+    yield services
+    services.election.stop()
+    await services.close()
+
+
+def make_dispatcher(config: Configuration, ha: Any) -> Dispatcher:
+    FakeJobMaster.created = []
+    return Dispatcher(config=config, session_id=SESSION, ha=ha, resource_manager=None, task_executor_gateway=None,
+                      archive=JobArchive(config), job_master_factory=FakeJobMaster)
+
+
+async def until(predicate: Any, timeout: float = 10.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            await asyncio.sleep(0.01)
+
+
+async def test_submission_is_persisted_and_idempotent(config: Configuration, ha: Any) -> None:
+    dispatcher = make_dispatcher(config, ha)
+    await dispatcher.start()
+    assert await dispatcher.submit(graph()) == ("a" * 32, True)
+    assert await ha.jobgraph_store.job_ids() == {"a" * 32}
+    assert await dispatcher.submit(graph()) == ("a" * 32, False)
+    with pytest.raises(DuplicateJobSubmission, match="another graph"):
+        await dispatcher.submit(graph(name="other"))
+    assert len(FakeJobMaster.created) == 1
+    await dispatcher.stop()
+
+
+async def test_a_job_id_is_assigned_when_missing(config: Configuration, ha: Any) -> None:
+    dispatcher = make_dispatcher(config, ha)
+    await dispatcher.start()
+    job_id, created = await dispatcher.submit(graph(job_id=None))
+    assert created and len(job_id) == 32
+    await dispatcher.stop()
+
+
+async def test_concurrent_submissions_of_one_id_run_once(config: Configuration, ha: Any) -> None:
+    dispatcher = make_dispatcher(config, ha)
+    await dispatcher.start()
+    answers = await asyncio.gather(*(dispatcher.submit(graph()) for _ in range(20)))
+    assert sorted(created for _, created in answers) == [False] * 19 + [True]
+    assert len(FakeJobMaster.created) == 1
+    await dispatcher.stop()
+
+
+async def test_a_finished_job_is_archived_cleaned_and_never_accepted_again(config: Configuration, ha: Any) -> None:
+    dispatcher = make_dispatcher(config, ha)
+    await dispatcher.start()
+    await dispatcher.submit(graph())
+    FakeJobMaster.created[0].finish()
+    await until(lambda: not dispatcher.cleanup_pending("a" * 32) and not dispatcher._jobs)
+    assert await ha.jobgraph_store.job_ids() == set()
+    assert not await ha.job_result_store.has_dirty_entry("a" * 32)
+    with pytest.raises(DuplicateJobSubmission, match="globally terminal"):
+        await dispatcher.submit(graph())
+    result = await dispatcher.job_result("a" * 32)
+    assert result is not None and result.status is JobStatus.FINISHED
+    assert [j["status"] for j in dispatcher.list_jobs()] == ["FINISHED"]
+    assert dispatcher.job_counts() == {"FINISHED": 1}
+    with pytest.raises(JobAlreadyTerminated):
+        await dispatcher.cancel("a" * 32)
+    await dispatcher.stop()
+
+
+async def test_cancel(config: Configuration, ha: Any) -> None:
+    dispatcher = make_dispatcher(config, ha)
+    await dispatcher.start()
+    await dispatcher.submit(graph())
+    await dispatcher.cancel("a" * 32)
+    assert FakeJobMaster.created[0].cancelled
+    await until(lambda: not dispatcher._jobs)
+    await dispatcher.cancel("a" * 32)  # idempotent for a cancelled job
+    with pytest.raises(UnknownJob):
+        await dispatcher.cancel("b" * 32)
+    await dispatcher.stop()
+
+
+async def test_a_failed_persist_leaves_no_trace(config: Configuration, ha: Any, monkeypatch: Any) -> None:
+    dispatcher = make_dispatcher(config, ha)
+    await dispatcher.start()
+
+    async def refuse(session_id: str, graph: JobGraph) -> None:
+        raise LeadershipLost("JobGraph store")
+
+    monkeypatch.setattr(ha.jobgraph_store, "put", refuse)
+    with pytest.raises(LeadershipLost):
+        await dispatcher.submit(graph())
+    assert dispatcher.list_jobs() == [] and not FakeJobMaster.created
+    monkeypatch.undo()
+    assert await dispatcher.submit(graph()) == ("a" * 32, True)
+    await dispatcher.stop()
+
+
+async def test_recovery_cleans_dirty_jobs_and_resumes_the_rest(config: Configuration, ha: Any) -> None:
+    finished, running = graph(job_id="a" * 32), graph(job_id="b" * 32)
+    await ha.jobgraph_store.put(SESSION, finished)
+    await ha.jobgraph_store.put(SESSION, running)
+    await ha.progress_store.record_subtask(SESSION, "b" * 32, "only", 0, None, None)
+    await ha.job_result_store.create_dirty(JobResult(job_id="a" * 32, name="job", status=JobStatus.FINISHED,
+                                                     start_time=1, end_time=2))
+    dispatcher = make_dispatcher(config, ha)
+    await dispatcher.start()
+    assert [m.graph.job_id for m in FakeJobMaster.created] == ["b" * 32]  # the finished job is not re-run
+    assert FakeJobMaster.created[0].recovered_progress is not None
+    await until(lambda: not dispatcher.cleanup_pending("a" * 32))
+    assert await ha.jobgraph_store.job_ids() == {"b" * 32}
+    assert not await ha.job_result_store.has_dirty_entry("a" * 32)
+    result = await dispatcher.job_result("a" * 32)
+    assert result is not None and result.status is JobStatus.FINISHED
+    await dispatcher.stop()
+    assert FakeJobMaster.created[0].suspended
+    assert await ha.jobgraph_store.job_ids() == {"b" * 32}  # suspension keeps HA data
+
+
+async def test_a_failing_cleanup_is_retried_until_it_succeeds(config: Configuration, ha: Any,
+                                                               monkeypatch: Any) -> None:
+    dispatcher = make_dispatcher(config, ha)
+    await dispatcher.start()
+    await dispatcher.submit(graph())
+    real_remove = ha.jobgraph_store.remove
+    failures = {"left": 3}
+
+    async def flaky_remove(session_id: str, job_id: str) -> None:
+        if failures["left"]:
+            failures["left"] -= 1
+            raise OSError("storage is down")
+        await real_remove(session_id, job_id)
+
+    monkeypatch.setattr(ha.jobgraph_store, "remove", flaky_remove)
+    FakeJobMaster.created[0].finish()
+    await until(lambda: failures["left"] == 0 and not dispatcher.cleanup_pending("a" * 32))
+    assert await ha.jobgraph_store.job_ids() == set()
+    assert not await ha.job_result_store.has_dirty_entry("a" * 32)
+    await dispatcher.stop()

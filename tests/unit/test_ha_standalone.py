@@ -1,0 +1,97 @@
+"""Mode `none` leadership, leader info encoding, configuration checks and the atomic file helpers."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from sparkdispatch.config import Configuration
+from sparkdispatch.errors import ConfigurationError, LeadershipLost
+from sparkdispatch.ha import STANDALONE_SESSION_ID, LeaderInfo, create_ha_services
+from sparkdispatch.ha.files import create_atomic, is_temp, write_atomic
+from sparkdispatch.ha.leader import StandaloneLeaderElection
+from sparkdispatch.ha.zookeeper import ZooKeeperPaths, parse_auth
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str | None]] = []
+
+    def grant_leadership(self, session_id: str) -> None:
+        self.calls.append(("grant", session_id))
+
+    def revoke_leadership(self) -> None:
+        self.calls.append(("revoke", None))
+
+
+async def test_standalone_election_grants_the_fixed_session_on_the_loop() -> None:
+    election = StandaloneLeaderElection()
+    contender = Recorder()
+    election.start(contender)
+    assert contender.calls == []  # granted on the loop, not inside start()
+    await asyncio.sleep(0)
+    assert contender.calls == [("grant", STANDALONE_SESSION_ID)]
+    assert election.has_leadership(STANDALONE_SESSION_ID)
+    assert election.fence(STANDALONE_SESSION_ID, "JobGraph store") == STANDALONE_SESSION_ID
+    assert election.confirm_leadership(STANDALONE_SESSION_ID, "http://127.0.0.1:8081")
+    assert not election.confirm_leadership("another", "http://x:1")
+    assert election.confirmed == LeaderInfo("http://127.0.0.1:8081", STANDALONE_SESSION_ID)
+    election.stop()
+    assert contender.calls[-1] == ("revoke", None)
+    assert not election.has_leadership(STANDALONE_SESSION_ID)
+    with pytest.raises(LeadershipLost, match="JobGraph store"):
+        election.fence(STANDALONE_SESSION_ID, "JobGraph store")
+
+
+async def test_standalone_retrieval_answers_the_configured_address(tmp_path: Path) -> None:
+    config = Configuration.from_mapping({"storage.dir": str(tmp_path), "rest.address": "10.0.0.5",
+                                         "rest.port": "9091"})
+    services = create_ha_services(config)
+    await services.start()
+    retrieval = services.create_retrieval()
+    seen: list[LeaderInfo | None] = []
+    retrieval.start(seen.append)
+    assert seen == [LeaderInfo("http://10.0.0.5:9091", STANDALONE_SESSION_ID)]
+    assert retrieval.wait_for_leader(0.1) == seen[0]
+    await services.close()
+
+
+def test_leader_info_round_trips_and_bad_payloads_mean_no_leader() -> None:
+    info = LeaderInfo("http://h:1", "5e55")
+    assert LeaderInfo.from_bytes(info.to_bytes()) == info
+    for bad in (None, b"", b"{", b"[]", b'{"address": "x"}'):
+        assert LeaderInfo.from_bytes(bad) is None
+
+
+def test_auth_and_paths_are_checked() -> None:
+    assert parse_auth("") is None
+    assert parse_auth("user:pa:ss") == ("user", "pa:ss")
+    for bad in ("user", ":pw", "user:"):
+        with pytest.raises(ConfigurationError, match="user:password"):
+            parse_auth(bad)
+    paths = ZooKeeperPaths.from_config(Configuration.from_mapping({
+        "high-availability.zookeeper.path.root": "/a/b/", "high-availability.cluster-id": "prod"}))
+    assert paths.connection_info == "/a/b/prod/leader/connection_info"
+    assert paths.jobgraphs == "/a/b/prod/jobgraphs"
+    with pytest.raises(ConfigurationError):
+        ZooKeeperPaths.from_config(Configuration.from_mapping({"high-availability.zookeeper.path.root": "/"}))
+
+
+@pytest.mark.parametrize("cluster_id", ["..", "a/b", ".hidden", ""])
+def test_cluster_id_must_be_one_safe_path_segment(tmp_path: Path, cluster_id: str) -> None:
+    config = Configuration.from_mapping({"storage.dir": str(tmp_path), "high-availability.cluster-id": cluster_id})
+    with pytest.raises(ConfigurationError, match="cluster-id"):
+        create_ha_services(config)
+
+
+def test_create_atomic_never_overwrites_and_leaves_no_temp_file(tmp_path: Path) -> None:
+    target = tmp_path / "deep" / "entry.json"
+    assert create_atomic(target, b"first")
+    assert not create_atomic(target, b"second")
+    assert target.read_bytes() == b"first"
+    write_atomic(target, b"third")
+    assert target.read_bytes() == b"third"
+    assert [p.name for p in target.parent.iterdir()] == ["entry.json"]
+    assert is_temp(tmp_path / "x.json.tmp-abc") and not is_temp(target)

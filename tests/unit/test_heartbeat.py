@@ -1,0 +1,187 @@
+"""HeartbeatMonitor: timeouts, unreachable targets and bookkeeping, on a fake clock."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from sparkdispatch.config import Configuration
+from sparkdispatch.heartbeat import HeartbeatMonitor
+
+
+class FakeClock:
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class RecordingListener:
+    def __init__(self) -> None:
+        self.timeouts: list[str] = []
+        self.unreachable: list[str] = []
+        self.event = asyncio.Event()
+
+    def notify_heartbeat_timeout(self, target_id: str) -> None:
+        self.timeouts.append(target_id)
+        self.event.set()
+
+    def notify_target_unreachable(self, target_id: str) -> None:
+        self.unreachable.append(target_id)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def listener() -> RecordingListener:
+    return RecordingListener()
+
+
+def make_monitor(listener: RecordingListener, clock: FakeClock, *, threshold: int = 2) -> HeartbeatMonitor:
+    return HeartbeatMonitor(listener, timeout=10.0, rpc_failure_threshold=threshold, clock=clock)
+
+
+def test_a_heartbeat_restarts_the_timeout(listener: RecordingListener, clock: FakeClock) -> None:
+    monitor = make_monitor(listener, clock)
+    monitor.monitor("te-1")
+    clock.advance(8)
+    assert monitor.report("te-1", {"n": 1})
+    clock.advance(8)
+    assert monitor.check_timeouts() == []
+    clock.advance(2.5)
+    assert monitor.check_timeouts() == ["te-1"]
+    assert listener.timeouts == ["te-1"]
+    assert not monitor.is_monitored("te-1")
+    assert monitor.check_timeouts() == []
+    assert listener.timeouts == ["te-1"]
+
+
+def test_only_silent_targets_time_out(listener: RecordingListener, clock: FakeClock) -> None:
+    monitor = make_monitor(listener, clock)
+    for name in ("a", "b", "c", "d"):
+        monitor.monitor(name)
+        clock.advance(1)
+    monitor.report("a")  # a is now the freshest, b the oldest
+    clock.advance(7.5)
+    assert monitor.check_timeouts() == ["b"]
+    clock.advance(1)
+    assert monitor.check_timeouts() == ["c"]
+    assert monitor.targets() == ["d", "a"]
+    assert listener.timeouts == ["b", "c"]
+
+
+def test_unmonitored_targets_never_time_out(listener: RecordingListener, clock: FakeClock) -> None:
+    monitor = make_monitor(listener, clock)
+    monitor.monitor("te-1")
+    monitor.unmonitor("te-1")
+    monitor.unmonitor("never-monitored")
+    clock.advance(60)
+    assert monitor.check_timeouts() == []
+    assert listener.timeouts == []
+
+
+def test_a_report_from_an_unmonitored_target_is_ignored(listener: RecordingListener, clock: FakeClock) -> None:
+    monitor = make_monitor(listener, clock)
+    assert not monitor.report("stranger", "payload")
+    assert not monitor.is_monitored("stranger")
+    assert monitor.payload("stranger") is None
+
+
+def test_unreachable_after_consecutive_failures(listener: RecordingListener, clock: FakeClock) -> None:
+    monitor = make_monitor(listener, clock, threshold=2)
+    monitor.monitor("te-1")
+    monitor.record_rpc_failure("te-1")
+    monitor.record_rpc_success("te-1")
+    monitor.record_rpc_failure("te-1")
+    assert listener.unreachable == []
+    monitor.record_rpc_failure("te-1")
+    assert listener.unreachable == ["te-1"]
+    assert not monitor.is_monitored("te-1")
+    monitor.record_rpc_failure("te-1")  # no longer watched: nothing more
+    assert listener.unreachable == ["te-1"]
+
+
+def test_unreachable_detection_can_be_turned_off(listener: RecordingListener, clock: FakeClock) -> None:
+    monitor = make_monitor(listener, clock, threshold=-1)
+    monitor.monitor("te-1")
+    for _ in range(50):
+        monitor.record_rpc_failure("te-1")
+    assert listener.unreachable == []
+    assert monitor.is_monitored("te-1")
+
+
+def test_last_heartbeat_and_payload_bookkeeping(listener: RecordingListener, clock: FakeClock) -> None:
+    monitor = make_monitor(listener, clock)
+    monitor.monitor("te-1")
+    first = monitor.last_heartbeat_ms("te-1")
+    assert first is not None
+    clock.advance(2.5)
+    monitor.report("te-1", {"slots": 3})
+    assert monitor.last_heartbeat("te-1") == clock.now
+    assert monitor.last_heartbeat_ms("te-1") == first + 2500
+    assert monitor.payload("te-1") == {"slots": 3}
+    assert monitor.last_heartbeat_ms("unknown") is None
+
+
+def test_monitoring_again_restarts_the_target(listener: RecordingListener, clock: FakeClock) -> None:
+    monitor = make_monitor(listener, clock)
+    monitor.monitor("te-1")
+    monitor.record_rpc_failure("te-1")
+    clock.advance(9)
+    monitor.monitor("te-1")
+    monitor.record_rpc_failure("te-1")  # the earlier failure was forgotten
+    clock.advance(9)
+    assert monitor.check_timeouts() == []
+    assert listener.unreachable == []
+
+
+def test_a_failing_listener_does_not_stop_other_timeouts(clock: FakeClock) -> None:
+    class Exploding(RecordingListener):
+        def notify_heartbeat_timeout(self, target_id: str) -> None:
+            super().notify_heartbeat_timeout(target_id)
+            raise RuntimeError("listener bug")
+
+    listener = Exploding()
+    monitor = make_monitor(listener, clock)
+    monitor.monitor("a")
+    monitor.monitor("b")
+    clock.advance(11)
+    assert monitor.check_timeouts() == ["a", "b"]
+    assert listener.timeouts == ["a", "b"]
+
+
+@pytest.mark.parametrize("kwargs", [{"timeout": 0}, {"timeout": 1, "rpc_failure_threshold": 0},
+                                    {"timeout": 1, "rpc_failure_threshold": -2}])
+def test_bad_settings_are_refused(kwargs: dict[str, float], listener: RecordingListener) -> None:
+    with pytest.raises(ValueError):
+        HeartbeatMonitor(listener, **kwargs)
+
+
+async def test_the_periodic_check_finds_a_silent_target(listener: RecordingListener) -> None:
+    config = Configuration.from_mapping({"heartbeat.interval": "50ms", "heartbeat.timeout": "200ms"})
+    monitor = HeartbeatMonitor.from_config(config, listener)
+    monitor.start()
+    try:
+        monitor.monitor("te-1")
+        await asyncio.wait_for(listener.event.wait(), timeout=30)
+        assert listener.timeouts == ["te-1"]
+    finally:
+        monitor.stop()
+    assert monitor.targets() == []
+
+
+def test_stop_forgets_every_target(listener: RecordingListener, clock: FakeClock) -> None:
+    monitor = make_monitor(listener, clock)
+    monitor.monitor("a")
+    monitor.stop()
+    clock.advance(100)
+    assert monitor.check_timeouts() == []
+    assert listener.timeouts == []

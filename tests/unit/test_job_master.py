@@ -1,0 +1,758 @@
+"""The JobMaster against small fakes of the ResourceManager, the TaskExecutorGateway and the ProgressStore.
+
+The fake ResourceManager hands out slots as soon as the job declares it needs them; the fake
+gateway queues each deployment, and the test plays the TaskExecutor by reporting states.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import threading
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pytest
+
+from sparkdispatch.config import Configuration
+from sparkdispatch.errors import (
+    FencingTokenMismatch,
+    JobAlreadyTerminated,
+    LeadershipLost,
+    SlotRequestTimeout,
+    StaleExecution,
+    UnknownJob,
+)
+from sparkdispatch.jobgraph import (
+    ExecutionState,
+    ExecutionStateUpdate,
+    ExponentialDelayRestart,
+    FailureRateRestart,
+    Failure,
+    FixedDelayRestart,
+    JobGraph,
+    JobResult,
+    JobStatus,
+    JobVertex,
+    NoRestart,
+    RestartStrategy,
+    TaskDeploymentDescriptor,
+)
+from sparkdispatch.jobmaster import JobMaster
+from sparkdispatch.jobmaster.execution_graph import SubtaskId
+
+JOB_ID = "0123456789abcdef" * 2
+SESSION = "11111111-2222-3333-4444-555555555555"
+RESULTS = "/shared/results"
+ARTIFACT = "f" * 64
+STEP_TIMEOUT_S = 10  # a hang fails the test instead of waiting for pytest's timeout
+
+
+@dataclass(frozen=True)
+class Slot:
+    allocation_id: str
+    task_executor_id: str
+    slot_index: int
+    queue: str
+    hostname: str
+
+
+class FakeResourceManager:
+    """Slots of a few TaskExecutors, given to the job whenever it declares it needs more in all."""
+
+    def __init__(self, task_executors: tuple[str, ...] = ("te-1", "te-2"), slots_each: int = 2) -> None:
+        self.free = [(te, i) for i in range(slots_each) for te in task_executors]
+        self.allocated: dict[str, Slot] = {}
+        self.declarations: list[int] = []
+        self.released: list[str] = []
+        self.dead: set[str] = set()
+        self.listener: JobMaster | None = None
+        self.required = 0
+
+    def declare_requirements(self, job_id: str, slots: int, listener: JobMaster) -> None:
+        assert job_id == JOB_ID
+        self.declarations.append(slots)
+        self.listener = listener
+        self.required = slots
+        asyncio.get_running_loop().call_soon(self._allocate)
+
+    def release_slot(self, job_id: str, allocation_id: str) -> None:
+        assert job_id == JOB_ID
+        slot = self.allocated.pop(allocation_id, None)
+        assert slot is not None, f"slot {allocation_id} released twice or never allocated"
+        self.released.append(allocation_id)
+        if slot.task_executor_id not in self.dead:
+            self.free.append((slot.task_executor_id, slot.slot_index))
+        asyncio.get_running_loop().call_soon(self._allocate)
+
+    def _allocate(self) -> None:
+        new = []
+        while self.required > len(self.allocated) + len(new) and self.free:
+            te, index = self.free.pop(0)
+            new.append(Slot(uuid.uuid4().hex, te, index, f"sparkdispatch.te.{te}", f"celery@{te}"))
+        for slot in new:
+            self.allocated[slot.allocation_id] = slot
+        if new and self.listener is not None:
+            self.listener.slots_allocated(new)
+
+    def lose(self, task_executor_id: str) -> None:
+        """The TaskExecutor stops heartbeating: its slots are gone."""
+        self.dead.add(task_executor_id)
+        self.free = [f for f in self.free if f[0] != task_executor_id]
+        gone = [a for a, s in self.allocated.items() if s.task_executor_id == task_executor_id]
+        for allocation_id in gone:
+            del self.allocated[allocation_id]
+        assert self.listener is not None
+        self.listener.task_executor_lost(task_executor_id, gone, "heartbeat timeout")
+
+
+@dataclass
+class Deployment:
+    slot: Slot
+    tdd: TaskDeploymentDescriptor
+    session_id: str
+
+    @property
+    def subtask(self) -> SubtaskId:
+        return SubtaskId(self.tdd.vertex_id, self.tdd.subtask_index)
+
+
+class FakeGateway:
+    """Records deployments (handed to the test through a queue) and cancellations."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self.queue: asyncio.Queue[Deployment] = asyncio.Queue()
+        self.deployments: list[Deployment] = []
+        self.cancels: list[tuple[str, str]] = []
+        self.fail_deploys = 0
+        self._lock = threading.Lock()
+
+    def deploy(self, slot: Slot, tdd: TaskDeploymentDescriptor, session_id: str) -> None:
+        assert threading.current_thread() is not threading.main_thread(), "a blocking call on the loop"
+        with self._lock:
+            if self.fail_deploys:
+                self.fail_deploys -= 1
+                raise ConnectionError("broker unreachable")
+        deployment = Deployment(slot, tdd, session_id)
+        self._loop.call_soon_threadsafe(self._arrived, deployment)
+
+    def _arrived(self, deployment: Deployment) -> None:
+        self.deployments.append(deployment)
+        self.queue.put_nowait(deployment)
+
+    def cancel(self, task_executor_hostname: str, execution_id: str) -> None:
+        with self._lock:
+            self.cancels.append((task_executor_hostname, execution_id))
+
+
+@dataclass
+class FakeProgressStore:
+    records: list[tuple[str, str, str, int, str | None, int | None]] = field(default_factory=list)
+    gate: asyncio.Event | None = None
+    error: Exception | None = None
+
+    async def record_subtask(self, session_id: str, job_id: str, vertex_id: str, subtask_index: int,
+                             result_path: str | None, rows: int | None) -> None:
+        if self.gate is not None:
+            await self.gate.wait()
+        if self.error is not None:
+            raise self.error
+        self.records.append((session_id, job_id, vertex_id, subtask_index, result_path, rows))
+
+    def finished(self) -> set[SubtaskId]:
+        return {SubtaskId(r[2], r[3]) for r in self.records}
+
+
+@dataclass(frozen=True)
+class Entry:
+    result_path: str | None
+    rows: int | None
+
+
+@dataclass
+class Progress:
+    finished: dict[str, dict[int, Entry]]
+
+
+def graph_of(*vertices: JobVertex, restart: RestartStrategy | None = None) -> JobGraph:
+    return JobGraph(name="test-job", job_id=JOB_ID, vertices=vertices, restart_strategy=restart,
+                    artifacts=(ARTIFACT,), config={"spark.sql.shuffle.partitions": "4"})
+
+
+def diamond(restart: RestartStrategy | None = FixedDelayRestart(attempts=3, delay_s=0.0)) -> JobGraph:
+    """extract (2) fans out to left (2) and right (2), which fan in to load (2)."""
+    return graph_of(
+        JobVertex("extract", "pipe:extract", 2, params={"n": 10}),
+        JobVertex("left", "pipe:left", 2, ("extract",)),
+        JobVertex("right", "pipe:right", 2, ("extract",)),
+        JobVertex("load", "pipe:load", 2, ("left", "right")),
+        restart=restart,
+    )
+
+
+def chain(restart: RestartStrategy | None = FixedDelayRestart(attempts=3, delay_s=0.0)) -> JobGraph:
+    return graph_of(JobVertex("a", "pipe:a", 2), JobVertex("b", "pipe:b", 1, ("a",)), restart=restart)
+
+
+class Harness:
+    def __init__(self, graph: JobGraph, *, recovered: Progress | None = None, slots_each: int = 2) -> None:
+        self.rm = FakeResourceManager(slots_each=slots_each)
+        self.gateway = FakeGateway()
+        self.store = FakeProgressStore()
+        self.jm = JobMaster(graph, session_id=SESSION, resource_manager=self.rm,
+                            task_executor_gateway=self.gateway, progress_store=self.store,
+                            config=Configuration.from_mapping({}), results_dir=RESULTS + "/",
+                            recovered_progress=recovered)
+
+    async def deployment(self) -> Deployment:
+        async with asyncio.timeout(STEP_TIMEOUT_S):
+            return await self.gateway.queue.get()
+
+    async def deployments(self, count: int) -> list[Deployment]:
+        return [await self.deployment() for _ in range(count)]
+
+    def update(self, d: Deployment, state: ExecutionState, **kwargs: object) -> ExecutionStateUpdate:
+        return ExecutionStateUpdate(job_id=d.tdd.job_id, job_master_id=d.tdd.job_master_id,
+                                    execution_id=d.tdd.execution_id, state=state,
+                                    task_executor_id=d.slot.task_executor_id, **kwargs)  # type: ignore[arg-type]
+
+    async def report(self, d: Deployment, state: ExecutionState, **kwargs: object) -> None:
+        await self.jm.update_execution_state(self.update(d, state, **kwargs))
+
+    async def finish(self, d: Deployment, rows: int | None = 10) -> None:
+        await self.report(d, ExecutionState.RUNNING)
+        await self.report(d, ExecutionState.FINISHED, rows=rows, result_path=d.tdd.result_path if rows else None)
+
+    async def fail(self, d: Deployment, failure: Failure | None = None) -> None:
+        await self.report(d, ExecutionState.RUNNING)
+        await self.report(d, ExecutionState.FAILED, failure=failure or boom(d))
+
+    async def run_to_end(self, failures: dict[SubtaskId, int] | None = None) -> JobResult:
+        """Play the TaskExecutor: finish every deployment, failing a subtask as often as `failures` says."""
+        failures = dict(failures or {})
+        while not self.jm.result_future.done():
+            get = asyncio.ensure_future(self.gateway.queue.get())
+            done, _ = await asyncio.wait({get, self.jm.result_future}, timeout=STEP_TIMEOUT_S,
+                                         return_when=asyncio.FIRST_COMPLETED)
+            assert done, "the job made no progress"
+            if get not in done:
+                get.cancel()
+                break
+            d = get.result()
+            self.check_batch_order(d)
+            if failures.get(d.subtask, 0) > 0:
+                failures[d.subtask] -= 1
+                await self.fail(d)
+            else:
+                await self.finish(d)
+        return await self.jm.result_future
+
+    def check_batch_order(self, d: Deployment) -> None:
+        """Every input of a deployed subtask finished, and was recorded, before it was deployed."""
+        graph = self.jm.execution_graph
+        for vertex_id in graph.inputs_of(d.tdd.vertex_id):
+            for producer in graph.subtasks(vertex_id):
+                assert producer.id in self.store.finished() or producer.recovered, \
+                    f"{d.subtask} deployed before {producer.id} finished"
+
+
+def boom(d: Deployment) -> Failure:
+    return Failure("ValueError", f"bad row in {d.subtask} attempt {d.tdd.attempt}",
+                   f'Traceback (most recent call last):\n  File "pipe.py", line 3, in {d.tdd.vertex_id}\n'
+                   f"ValueError: bad row in {d.subtask} attempt {d.tdd.attempt}\n")
+
+
+@pytest.fixture(autouse=True)
+def no_background_errors(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
+    """Illegal state transitions or crashes in the JobMaster's background work fail the test."""
+    caplog.set_level(logging.INFO, logger="sparkdispatch.jobmaster")
+    yield
+    crashes = [r for r in caplog.records if "background call failed" in r.getMessage()
+               or "ResourceManager call" in r.getMessage()]
+    assert not crashes, crashes[0].exc_info
+
+
+def attempts_of(h: Harness, subtask: SubtaskId) -> list[int]:
+    return [d.tdd.attempt for d in h.gateway.deployments if d.subtask == subtask]
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+async def test_fan_out_fan_in_runs_in_batch_order_and_finishes() -> None:
+    h = Harness(diamond())
+    h.jm.start()
+    assert h.jm.status is JobStatus.RUNNING
+    first = await h.deployments(2)
+    assert {d.subtask for d in first} == {SubtaskId("extract", 0), SubtaskId("extract", 1)}
+    tdd = first[0].tdd
+    assert tdd.job_master_id == SESSION and first[0].session_id == SESSION
+    assert tdd.result_path == f"{RESULTS}/{JOB_ID}/extract/{tdd.subtask_index}-{tdd.execution_id}"
+    assert tdd.inputs == {} and dict(tdd.params) == {"n": 10} and tdd.artifacts == (ARTIFACT,)
+    assert dict(tdd.spark_conf) == {"spark.sql.shuffle.partitions": "4"}
+    assert tdd.parallelism == 2 and tdd.attempt == 0 and tdd.allocation_id == first[0].slot.allocation_id
+    assert h.rm.declarations[0] == 2  # only the two extract subtasks can run yet
+    for d in first:
+        await h.finish(d, rows=50)
+
+    result = await h.run_to_end()
+
+    assert result.status is JobStatus.FINISHED and result.failure is None
+    assert result.job_id == JOB_ID and result.name == "test-job"
+    assert set(result.vertices) == {"extract", "left", "right", "load"}
+    for vertex_id, vertex in result.vertices.items():
+        assert vertex.state is ExecutionState.FINISHED and vertex.attempts == 1
+        assert vertex.result_path == f"{RESULTS}/{JOB_ID}/{vertex_id}"
+    assert result.vertices["extract"].rows == 100 and result.vertices["load"].rows == 20
+    load = [d for d in h.gateway.deployments if d.tdd.vertex_id == "load"]
+    assert {k: len(v) for k, v in load[0].tdd.inputs.items()} == {"left": 2, "right": 2}
+    assert load[0].tdd.inputs["left"] == tuple(
+        d.tdd.result_path for d in sorted(h.gateway.deployments, key=lambda d: d.tdd.subtask_index)
+        if d.tdd.vertex_id == "left")
+    assert len(h.gateway.deployments) == 8 and len(h.store.records) == 8
+    assert h.rm.declarations[-1] == 0 and not h.rm.allocated and len(h.rm.released) == 8
+    assert h.jm.details()["status"] == "FINISHED" and h.jm.details()["end_time"] == result.end_time
+    overview = h.jm.flink_job_details()
+    assert overview["state"] == "FINISHED" and overview["tasks"]["finished"] == 8 and overview["tasks"]["total"] == 8
+    await h.jm.join()
+
+
+async def test_details_show_subtask_states_attempts_and_taskmanagers() -> None:
+    h = Harness(chain())
+    h.jm.start()
+    a0, a1 = await h.deployments(2)
+    await h.report(a0, ExecutionState.RUNNING)
+    details = h.jm.details()
+    vertex_a = details["vertices"][0]
+    assert details["status"] == "RUNNING" and details["end_time"] is None
+    assert vertex_a["id"] == "a" and vertex_a["state"] == "RUNNING" and vertex_a["parallelism"] == 2
+    by_index = {s["index"]: s for s in vertex_a["subtasks"]}
+    assert by_index[a0.tdd.subtask_index] == {"index": a0.tdd.subtask_index, "state": "RUNNING", "attempt": 0,
+                                              "taskmanager": a0.slot.task_executor_id}
+    assert by_index[a1.tdd.subtask_index]["state"] == "DEPLOYING"
+    assert details["vertices"][1]["subtasks"][0]["state"] == "CREATED"
+    tasks = h.jm.flink_job_details()["tasks"]
+    assert (tasks["running"], tasks["deploying"], tasks["created"], tasks["total"]) == (1, 1, 1, 3)
+    assert h.jm.flink_job_details()["end-time"] == -1
+    await h.finish(a0)
+    await h.finish(a1)
+    await h.run_to_end()
+    await h.jm.join()
+
+
+async def test_a_vertex_failing_twice_then_succeeding_shows_three_attempts() -> None:
+    h = Harness(diamond(FixedDelayRestart(attempts=3, delay_s=0.01)))
+    h.jm.start()
+    result = await h.run_to_end(failures={SubtaskId("left", 1): 2})
+    assert result.status is JobStatus.FINISHED
+    assert result.vertices["left"].attempts == 3
+    assert result.vertices["extract"].attempts == 1 and result.vertices["right"].attempts == 1
+    assert attempts_of(h, SubtaskId("left", 1)) == [0, 1, 2]
+    assert attempts_of(h, SubtaskId("extract", 0)) == [0] and attempts_of(h, SubtaskId("extract", 1)) == [0]
+    assert attempts_of(h, SubtaskId("left", 0)) == [0]  # a sibling is its own region
+    assert result.vertices["left"].failure is None
+    await h.jm.join()
+
+
+async def test_exhausted_restarts_fail_the_job_with_the_root_cause() -> None:
+    h = Harness(diamond(FixedDelayRestart(attempts=1, delay_s=0.0)))
+    h.jm.start()
+    e0, e1 = await h.deployments(2)
+    await h.report(e1, ExecutionState.RUNNING)
+    await h.fail(e0)
+    again = await h.deployment()
+    assert again.subtask == e0.subtask and again.tdd.attempt == 1
+    root_cause = Failure("KeyError", "'region'", 'Traceback (most recent call last):\n  File "pipe.py", line 9\n'
+                                                "KeyError: 'region'\n")
+    await h.fail(again, root_cause)
+
+    result = await asyncio.wait_for(h.jm.result_future, STEP_TIMEOUT_S)
+    assert result.status is JobStatus.FAILED
+    assert result.failure == root_cause and "KeyError: 'region'" in result.failure.traceback
+    extract = result.vertices["extract"]
+    assert extract.state is ExecutionState.FAILED and extract.failure == root_cause and extract.attempts == 2
+    assert result.vertices["load"].state is ExecutionState.CANCELED and result.vertices["load"].attempts == 0
+    await h.jm.join()
+    assert (e1.slot.hostname, e1.tdd.execution_id) in h.gateway.cancels  # the still-running task is stopped
+    assert h.rm.declarations[-1] == 0 and not h.rm.allocated
+    with pytest.raises(StaleExecution):
+        await h.report(e1, ExecutionState.FINISHED, rows=1, result_path=e1.tdd.result_path)
+    with pytest.raises(JobAlreadyTerminated):
+        await h.jm.cancel()
+
+
+async def test_failure_rate_fails_the_job_past_its_rate() -> None:
+    h = Harness(chain(FailureRateRestart(max_failures_per_interval=2, failure_rate_interval_s=60.0, delay_s=0.0)))
+    h.jm.start()
+    a0, a1 = await h.deployments(2)
+    await h.finish(a1)
+    await h.fail(a0)
+    await h.fail(await h.deployment())
+    assert h.jm.status is JobStatus.RUNNING  # two failures within the interval: still allowed
+    third = await h.deployment()
+    assert third.tdd.attempt == 2
+    await h.fail(third)
+    result = await asyncio.wait_for(h.jm.result_future, STEP_TIMEOUT_S)
+    assert result.status is JobStatus.FAILED and result.vertices["a"].attempts == 3
+    assert "attempt 2" in result.failure.message  # type: ignore[union-attr]
+    await h.jm.join()
+
+
+async def test_exponential_delay_restarts_until_success() -> None:
+    strategy = ExponentialDelayRestart(initial_backoff_s=0.005, max_backoff_s=0.02, backoff_multiplier=2.0,
+                                       jitter_factor=0.0, attempts=3)
+    h = Harness(chain(strategy))
+    h.jm.start()
+    result = await h.run_to_end(failures={SubtaskId("b", 0): 3})
+    assert result.status is JobStatus.FINISHED and result.vertices["b"].attempts == 4
+    assert h.jm.restart_strategy.current_backoff_s == 0.02  # type: ignore[attr-defined]
+    await h.jm.join()
+
+
+async def test_exponential_delay_attempts_exhausted_fail_the_job() -> None:
+    h = Harness(chain(ExponentialDelayRestart(initial_backoff_s=0.001, max_backoff_s=0.002, attempts=1)))
+    h.jm.start()
+    result = await h.run_to_end(failures={SubtaskId("a", 0): 2})
+    assert result.status is JobStatus.FAILED and result.vertices["a"].attempts == 2
+    await h.jm.join()
+
+
+async def test_no_restart_fails_at_the_first_failure() -> None:
+    h = Harness(chain(NoRestart()))
+    h.jm.start()
+    result = await h.run_to_end(failures={SubtaskId("a", 1): 1})
+    assert result.status is JobStatus.FAILED and result.vertices["a"].attempts == 1
+    assert result.vertices["b"].state is ExecutionState.CANCELED
+    await h.jm.join()
+
+
+async def test_a_lost_task_executor_restarts_its_tasks_elsewhere_and_reuses_finished_upstream() -> None:
+    h = Harness(diamond())
+    h.jm.start()
+    for d in await h.deployments(2):
+        await h.finish(d)
+    middle = await h.deployments(4)
+    on_te1 = [d for d in middle if d.slot.task_executor_id == "te-1"]
+    assert on_te1
+    for d in middle:
+        await h.report(d, ExecutionState.RUNNING)
+    h.rm.lose("te-1")
+    for d in middle:  # te-2's slots are busy until its own tasks end
+        if d not in on_te1:
+            await h.finish(d)
+    redeployed = await h.deployments(len(on_te1))
+    assert {d.subtask for d in redeployed} == {d.subtask for d in on_te1}
+    assert all(d.slot.task_executor_id == "te-2" and d.tdd.attempt == 1 for d in redeployed)
+    with pytest.raises(StaleExecution):  # the lost attempt's late report is refused
+        await h.report(on_te1[0], ExecutionState.FINISHED, rows=1, result_path=on_te1[0].tdd.result_path)
+    for d in redeployed:
+        await h.finish(d)
+    result = await h.run_to_end()
+    assert result.status is JobStatus.FINISHED
+    assert result.vertices["extract"].attempts == 1  # its partitions on shared storage were reused
+    assert attempts_of(h, SubtaskId("extract", 0)) == [0]
+    assert max(result.vertices[v].attempts for v in ("left", "right")) == 2
+    await h.jm.join()
+
+
+async def test_an_unreadable_partition_reruns_its_producer() -> None:
+    h = Harness(chain())
+    h.jm.start()
+    a0, a1 = sorted(await h.deployments(2), key=lambda d: d.tdd.subtask_index)
+    await h.finish(a0)
+    await h.finish(a1)
+    b = await h.deployment()
+    assert b.tdd.inputs["a"] == (a0.tdd.result_path, a1.tdd.result_path)
+    await h.fail(b, Failure("AnalysisException", f"[PATH_NOT_FOUND] Path does not exist: file:{a1.tdd.result_path}."))
+    rerun = await h.deployment()
+    assert rerun.subtask == SubtaskId("a", 1) and rerun.tdd.attempt == 1
+    await h.finish(rerun)
+    b_again = await h.deployment()
+    assert b_again.subtask == SubtaskId("b", 0) and b_again.tdd.attempt == 1
+    assert b_again.tdd.inputs["a"] == (a0.tdd.result_path, rerun.tdd.result_path)
+    await h.finish(b_again)
+    result = await h.run_to_end()
+    assert result.status is JobStatus.FINISHED
+    assert result.vertices["a"].attempts == 2 and attempts_of(h, SubtaskId("a", 0)) == [0]
+    await h.jm.join()
+
+
+async def test_mark_partition_lost_reruns_the_producer_and_its_started_consumers() -> None:
+    h = Harness(chain())
+    h.jm.start()
+    a0, a1 = sorted(await h.deployments(2), key=lambda d: d.tdd.subtask_index)
+    await h.finish(a0)
+    await h.finish(a1)
+    b = await h.deployment()
+    await h.report(b, ExecutionState.RUNNING)
+    h.jm.mark_partition_lost("a", 0)
+    rerun = await h.deployment()
+    assert rerun.subtask == SubtaskId("a", 0) and rerun.tdd.attempt == 1
+    await h.jm.join()
+    assert (b.slot.hostname, b.tdd.execution_id) in h.gateway.cancels
+    with pytest.raises(StaleExecution):
+        await h.report(b, ExecutionState.FINISHED, rows=1, result_path=b.tdd.result_path)
+    await h.finish(rerun)
+    result = await h.run_to_end()
+    assert result.status is JobStatus.FINISHED and result.vertices["b"].attempts == 2
+    assert attempts_of(h, SubtaskId("a", 1)) == [0]
+    h.jm.mark_partition_lost("a", 1)  # after the end: nothing happens
+    assert h.jm.status is JobStatus.FINISHED
+    await h.jm.join()
+
+
+async def test_stale_and_fenced_reports_are_refused_and_change_nothing() -> None:
+    h = Harness(chain())
+    h.jm.start()
+    a0, a1 = await h.deployments(2)
+    await h.report(a0, ExecutionState.RUNNING)
+    with pytest.raises(FencingTokenMismatch):
+        await h.jm.update_execution_state(ExecutionStateUpdate(
+            job_id=JOB_ID, job_master_id="00000000-0000-0000-0000-000000000000",
+            execution_id=a0.tdd.execution_id, state=ExecutionState.FAILED))
+    with pytest.raises(UnknownJob):
+        await h.jm.update_execution_state(ExecutionStateUpdate(
+            job_id="f" * 32, job_master_id=SESSION, execution_id=a0.tdd.execution_id, state=ExecutionState.FAILED))
+    with pytest.raises(StaleExecution) as refused:
+        await h.jm.update_execution_state(ExecutionStateUpdate(
+            job_id=JOB_ID, job_master_id=SESSION, execution_id=uuid.uuid4().hex, state=ExecutionState.RUNNING))
+    assert refused.value.http_status == 409
+    assert h.jm.execution_graph.by_execution_id(a0.tdd.execution_id).state is ExecutionState.RUNNING  # type: ignore[union-attr]
+    await h.report(a0, ExecutionState.RUNNING)  # a repeated report is harmless
+    await h.report(a0, ExecutionState.INITIALIZING)  # so is a late one
+    await h.fail(a1)
+    retry = await h.deployment()
+    with pytest.raises(StaleExecution):  # the failed attempt is gone
+        await h.report(a1, ExecutionState.FINISHED, rows=3, result_path=a1.tdd.result_path)
+    await h.finish(a0)
+    await h.finish(retry)
+    result = await h.run_to_end()
+    assert result.status is JobStatus.FINISHED and result.vertices["a"].attempts == 2
+    await h.jm.join()
+
+
+async def test_consumers_wait_for_the_progress_record() -> None:
+    h = Harness(chain())
+    gate = asyncio.Event()
+    h.store.gate = gate
+    h.jm.start()
+    a0, a1 = await h.deployments(2)
+    for d in (a0, a1):
+        await h.report(d, ExecutionState.RUNNING)
+    reports = [asyncio.ensure_future(h.report(d, ExecutionState.FINISHED, rows=1, result_path=d.tdd.result_path))
+               for d in (a0, a1)]
+    for _ in range(20):
+        await asyncio.sleep(0)
+    b = h.jm.execution_graph.subtask(SubtaskId("b", 0))
+    assert b.state is ExecutionState.CREATED and not h.store.records
+    assert not h.rm.allocated  # the finished subtasks' slots are back already
+    gate.set()
+    await asyncio.gather(*reports)
+    assert b.state is not ExecutionState.CREATED
+    assert len(h.store.records) == 2 and h.store.records[0][0] == SESSION
+    result = await h.run_to_end()
+    assert result.status is JobStatus.FINISHED
+    await h.jm.join()
+
+
+async def test_lost_leadership_while_recording_stops_progress() -> None:
+    h = Harness(chain())
+    h.jm.start()
+    a0, a1 = await h.deployments(2)
+    h.store.error = LeadershipLost("JobGraph store")
+    await h.finish(a0)
+    await h.finish(a1)
+    assert h.jm.execution_graph.subtask(SubtaskId("b", 0)).state is ExecutionState.CREATED
+    h.jm.suspend()
+    assert h.jm.status is JobStatus.SUSPENDED and h.jm.result_future.cancelled()
+    await h.jm.join()
+
+
+async def test_cancel_stops_running_tasks_and_releases_slots() -> None:
+    h = Harness(diamond())
+    h.jm.start()
+    e0, e1 = await h.deployments(2)
+    await h.report(e0, ExecutionState.RUNNING)
+    await h.jm.cancel()
+    assert h.jm.status is JobStatus.CANCELED
+    assert sorted(h.gateway.cancels) == sorted((d.slot.hostname, d.tdd.execution_id) for d in (e0, e1))
+    assert not h.rm.allocated and h.rm.declarations[-1] == 0
+    result = h.jm.result_future.result()
+    assert result.status is JobStatus.CANCELED and result.failure is None
+    assert result.vertices["extract"].state is ExecutionState.CANCELED
+    with pytest.raises(StaleExecution):
+        await h.report(e0, ExecutionState.FINISHED, rows=1, result_path=e0.tdd.result_path)
+    await h.jm.cancel()  # idempotent
+    assert h.jm.flink_job_details()["state"] == "CANCELED"
+    await h.jm.join()
+
+
+async def test_cancel_before_start() -> None:
+    h = Harness(chain())
+    await h.jm.cancel()
+    assert h.jm.status is JobStatus.CANCELED and h.jm.result_future.result().status is JobStatus.CANCELED
+    assert not h.gateway.deployments
+
+
+async def test_suspend_stops_without_a_result_and_without_touching_progress() -> None:
+    h = Harness(chain())
+    h.jm.start()
+    a0, a1 = await h.deployments(2)
+    await h.finish(a0)
+    await h.report(a1, ExecutionState.RUNNING)
+    h.jm.suspend()
+    assert h.jm.status is JobStatus.SUSPENDED
+    assert h.jm.result_future.cancelled()
+    assert h.store.records == [(SESSION, JOB_ID, "a", a0.tdd.subtask_index, a0.tdd.result_path, 10)]
+    with pytest.raises(StaleExecution):
+        await h.report(a1, ExecutionState.FINISHED, rows=1, result_path=a1.tdd.result_path)
+    with pytest.raises(JobAlreadyTerminated):
+        await h.jm.cancel()
+    h.jm.suspend()  # idempotent
+    await h.jm.join()
+    assert (a1.slot.hostname, a1.tdd.execution_id) in h.gateway.cancels
+    assert h.jm.details()["status"] == "SUSPENDED"
+
+
+async def test_recovered_progress_skips_finished_subtasks() -> None:
+    progress = Progress({"extract": {0: Entry("/old/extract/0-x", 7), 1: Entry("/old/extract/1-y", 8)},
+                         "left": {1: Entry("/old/left/1-z", 3)}})
+    h = Harness(diamond(), recovered=progress)
+    h.jm.start()
+    first = await h.deployments(3)
+    assert {d.subtask for d in first} == {SubtaskId("left", 0), SubtaskId("right", 0), SubtaskId("right", 1)}
+    assert first[0].tdd.inputs["extract"] == ("/old/extract/0-x", "/old/extract/1-y")
+    for d in first:
+        await h.finish(d)
+    load = await h.deployment()
+    assert "/old/left/1-z" in load.tdd.inputs["left"]
+    await h.finish(load)
+    result = await h.run_to_end()
+    assert result.status is JobStatus.FINISHED
+    assert result.vertices["extract"].rows == 15 and result.vertices["extract"].attempts == 1
+    deployed = {d.subtask for d in h.gateway.deployments}
+    assert not deployed & {SubtaskId("extract", 0), SubtaskId("extract", 1), SubtaskId("left", 1)}
+    assert SubtaskId("extract", 0) not in h.store.finished()  # recorded by the former leader, not again
+    await h.jm.join()
+
+
+async def test_a_fully_recovered_job_finishes_without_running_anything() -> None:
+    progress = Progress({"a": {0: Entry(None, None), 1: Entry("/p/a1", 2)}, "b": {0: Entry("/p/b0", 2)}})
+    h = Harness(chain(), recovered=progress)
+    h.jm.start()
+    result = await asyncio.wait_for(h.jm.result_future, STEP_TIMEOUT_S)
+    assert result.status is JobStatus.FINISHED and result.vertices["b"].rows == 2
+    assert not h.gateway.deployments
+
+
+async def test_a_failed_deployment_counts_as_a_task_failure() -> None:
+    h = Harness(chain())
+    h.gateway.fail_deploys = 1
+    h.jm.start()
+    result = await h.run_to_end()
+    assert result.status is JobStatus.FINISHED
+    assert result.vertices["a"].attempts == 2  # one subtask's first deployment never arrived
+    assert sorted(d.tdd.attempt for d in h.gateway.deployments if d.tdd.vertex_id == "a") == [0, 1]
+    await h.jm.join()
+
+
+async def test_a_failed_slot_request_fails_the_job_under_no_restart() -> None:
+    h = Harness(chain(NoRestart()), slots_each=0)
+    h.jm.start()
+    assert h.rm.declarations == [2]
+    h.jm.slot_request_failed(SlotRequestTimeout("no slot for job within 300 s"))
+    result = await asyncio.wait_for(h.jm.result_future, STEP_TIMEOUT_S)
+    assert result.status is JobStatus.FAILED
+    assert result.failure is not None and result.failure.cls == "SlotRequestTimeout"
+    assert h.rm.declarations[-1] == 0
+
+
+async def test_a_failed_slot_request_is_retried_under_the_restart_strategy() -> None:
+    h = Harness(chain(FixedDelayRestart(attempts=2, delay_s=0.0)), slots_each=0)
+    h.jm.start()
+    h.jm.slot_request_failed(SlotRequestTimeout("no slot for job within 300 s"))
+    await asyncio.sleep(0.01)
+    assert h.jm.status is JobStatus.RUNNING
+    h.rm.free = [("te-9", 0)]  # a TaskExecutor joins
+    h.rm._allocate()
+    result = await h.run_to_end()
+    assert result.status is JobStatus.FINISHED
+    assert all(d.slot.task_executor_id == "te-9" for d in h.gateway.deployments)
+    await h.jm.join()
+
+
+@dataclass(frozen=True)
+class Report:
+    job_id: str
+    execution_id: str
+    state: ExecutionState
+
+
+async def test_a_heartbeat_listing_a_stale_execution_gets_it_cancelled() -> None:
+    h = Harness(chain())
+    h.jm.start()
+    a0, a1 = await h.deployments(2)
+    await h.fail(a0)
+    retry = await h.deployment()
+    await h.jm.join()
+    cancels_before = list(h.gateway.cancels)
+    h.jm.task_executor_heartbeat(a0.slot.task_executor_id, [
+        Report(JOB_ID, a0.tdd.execution_id, ExecutionState.RUNNING),  # the failed attempt still runs there
+        Report(JOB_ID, retry.tdd.execution_id, ExecutionState.RUNNING),
+        Report(JOB_ID, a1.tdd.execution_id, ExecutionState.DEPLOYING),
+        Report(JOB_ID, uuid.uuid4().hex, ExecutionState.FINISHED),
+    ])
+    await h.jm.join()
+    assert h.gateway.cancels[len(cancels_before):] == [(a0.slot.hostname, a0.tdd.execution_id)]
+    await h.jm.cancel()
+    await h.jm.join()
+
+
+async def test_bad_lifecycle_calls_are_refused() -> None:
+    h = Harness(chain())
+    h.jm.start()
+    with pytest.raises(Exception, match="started already"):
+        h.jm.start()
+    with pytest.raises(KeyError):
+        h.jm.mark_partition_lost("nope", 0)
+    await h.jm.cancel()
+    await h.jm.join()
+
+
+@pytest.mark.parametrize("seed", range(12))
+async def test_random_failures_and_losses_keep_every_transition_legal(seed: int) -> None:
+    rng = random.Random(seed)
+    h = Harness(diamond(FixedDelayRestart(attempts=1000, delay_s=0.0)), slots_each=3)
+    h.jm.start()
+    lost = False
+    while not h.jm.result_future.done():
+        get = asyncio.ensure_future(h.gateway.queue.get())
+        done, _ = await asyncio.wait({get, h.jm.result_future}, timeout=STEP_TIMEOUT_S,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        assert done, "no progress"
+        if get not in done:
+            get.cancel()
+            break
+        d = get.result()
+        roll = rng.random()
+        try:
+            if roll < 0.25:
+                await h.fail(d)
+            elif roll < 0.3 and not lost:
+                lost = True
+                await h.report(d, ExecutionState.RUNNING)
+                h.rm.lose(d.slot.task_executor_id)
+            elif roll < 0.35:
+                await h.finish(d)
+                h.jm.mark_partition_lost(d.tdd.vertex_id, d.tdd.subtask_index)
+            else:
+                await h.finish(d, rows=rng.choice([None, 5]))
+        except StaleExecution:
+            pass  # a restart elsewhere made this attempt old; the TaskExecutor would cancel it
+    result = await h.jm.result_future
+    assert result.status is JobStatus.FINISHED
+    assert not h.rm.allocated and h.rm.declarations[-1] == 0
+    await h.jm.join()

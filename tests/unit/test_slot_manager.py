@@ -1,0 +1,421 @@
+"""SlotManager: registration, slot reports, declarative requirements, timeouts, idleness."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sparkdispatch.errors import InvalidRequest, SlotRequestTimeout, SparkDispatchError
+from sparkdispatch.jobgraph import SlotReport, SlotStatus
+from sparkdispatch.resourcemanager import AllocatedSlot, SlotManager, TaskExecutorRegistration
+
+JOB_A, JOB_B, JOB_C = "a" * 32, "b" * 32, "c" * 32
+
+
+class FakeClock:
+    def __init__(self, now: float = 500.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class Job:
+    """A recording SlotListener."""
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+        self.batches: list[list[AllocatedSlot]] = []
+        self.failures: list[SparkDispatchError] = []
+        self.lost: list[tuple[str, list[str], str]] = []
+
+    @property
+    def slots(self) -> list[AllocatedSlot]:
+        return [slot for batch in self.batches for slot in batch]
+
+    def slots_allocated(self, slots: list[AllocatedSlot]) -> None:
+        self.batches.append(slots)
+
+    def slot_request_failed(self, error: SparkDispatchError) -> None:
+        self.failures.append(error)
+
+    def task_executor_lost(self, task_executor_id: str, allocation_ids: list[str], reason: str) -> None:
+        self.lost.append((task_executor_id, allocation_ids, reason))
+
+
+def registration(te_id: str, slots: int = 2, report: SlotReport | None = None) -> TaskExecutorRegistration:
+    return TaskExecutorRegistration(task_executor_id=te_id, hostname=f"celery@{te_id}",
+                                    queue=f"sparkdispatch.te.{te_id}", slots=slots,
+                                    slot_report=report or SlotReport.free(slots), spark_master="local[2]")
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def manager(clock: FakeClock) -> SlotManager:
+    return SlotManager(slot_request_timeout=60.0, task_executor_idle_timeout=30.0, clock=clock)
+
+
+def test_registration_adds_free_slots(manager: SlotManager) -> None:
+    assert not manager.register_task_executor(registration("te-1", 3))
+    manager.register_task_executor(registration("te-2", 2))
+    assert (manager.task_executor_count, manager.slots_total, manager.slots_free) == (2, 5, 5)
+    described = manager.describe("te-1")
+    assert described is not None
+    assert described["hostname"] == "celery@te-1"
+    assert described["queue"] == "sparkdispatch.te.te-1"
+    assert described["slots"] == [{"index": i, "allocation_id": None, "job_id": None} for i in range(3)]
+    assert (described["slots_total"], described["slots_free"]) == (3, 3)
+
+
+def test_allocation_tells_the_listener_where_its_slots_are(manager: SlotManager) -> None:
+    manager.register_task_executor(registration("te-1", 2))
+    job = Job(JOB_A)
+    manager.declare_requirements(JOB_A, 2, job)
+    assert manager.check_requirements() == 2
+    assert len(job.batches) == 1
+    slots = job.slots
+    assert {(s.task_executor_id, s.slot_index) for s in slots} == {("te-1", 0), ("te-1", 1)}
+    assert all(s.queue == "sparkdispatch.te.te-1" and s.hostname == "celery@te-1" for s in slots)
+    assert len({s.allocation_id for s in slots}) == 2
+    assert manager.requirement(JOB_A) == (2, 2)
+    assert manager.slots_free == 0
+    described = manager.describe("te-1")
+    assert described is not None
+    assert {(s["allocation_id"], s["job_id"]) for s in described["slots"]} == {(s.allocation_id, JOB_A) for s in slots}
+
+
+def test_jobs_are_served_in_declaration_order(manager: SlotManager) -> None:
+    manager.register_task_executor(registration("te-1", 3))
+    a, b, c = Job(JOB_A), Job(JOB_B), Job(JOB_C)
+    manager.declare_requirements(JOB_A, 2, a)
+    manager.declare_requirements(JOB_B, 2, b)
+    manager.declare_requirements(JOB_C, 1, c)
+    assert manager.check_requirements() == 3
+    assert (len(a.slots), len(b.slots), len(c.slots)) == (2, 1, 0)
+    assert manager.waiting_jobs() == [JOB_B, JOB_C]
+    manager.declare_requirements(JOB_A, 0, a)
+    manager.release_slot(JOB_A, a.slots[0].allocation_id)
+    manager.check_requirements()
+    assert (len(b.slots), len(c.slots)) == (2, 0)  # B waited first
+    manager.release_slot(JOB_A, a.slots[1].allocation_id)
+    manager.check_requirements()
+    assert len(c.slots) == 1
+    assert manager.waiting_jobs() == []
+
+
+def test_a_freed_slot_goes_to_another_job(manager: SlotManager) -> None:
+    manager.register_task_executor(registration("te-1", 1))
+    a, b = Job(JOB_A), Job(JOB_B)
+    manager.declare_requirements(JOB_A, 1, a)
+    manager.check_requirements()
+    manager.declare_requirements(JOB_B, 1, b)
+    assert manager.check_requirements() == 0
+    manager.declare_requirements(JOB_A, 0, a)
+    assert manager.release_slot(JOB_A, a.slots[0].allocation_id)
+    assert manager.check_requirements() == 1
+    assert b.slots[0].slot_index == a.slots[0].slot_index
+    assert b.slots[0].allocation_id != a.slots[0].allocation_id
+    assert manager.requirement(JOB_A) == (0, 0)
+
+
+def test_duplicate_declarations_are_idempotent(manager: SlotManager) -> None:
+    manager.register_task_executor(registration("te-1", 4))
+    a = Job(JOB_A)
+    manager.declare_requirements(JOB_A, 2, a)
+    manager.declare_requirements(JOB_A, 2, a)
+    manager.check_requirements()
+    manager.declare_requirements(JOB_A, 2, a)
+    assert manager.check_requirements() == 0
+    assert len(a.batches) == 1 and len(a.slots) == 2
+    assert manager.slots_free == 2
+
+
+def test_a_lower_requirement_frees_nothing_until_released(manager: SlotManager) -> None:
+    manager.register_task_executor(registration("te-1", 3))
+    a, b = Job(JOB_A), Job(JOB_B)
+    manager.declare_requirements(JOB_A, 3, a)
+    manager.check_requirements()
+    manager.declare_requirements(JOB_A, 1, a)
+    manager.declare_requirements(JOB_B, 1, b)
+    assert manager.check_requirements() == 0
+    assert manager.requirement(JOB_A) == (1, 3)
+    assert manager.slots_free == 0
+    manager.release_slot(JOB_A, a.slots[0].allocation_id)
+    assert manager.check_requirements() == 1
+    assert len(b.slots) == 1
+    assert manager.requirement(JOB_A) == (1, 2)  # still over its requirement: it gets nothing back
+
+
+def test_releasing_below_the_requirement_asks_for_a_slot_again(manager: SlotManager) -> None:
+    manager.register_task_executor(registration("te-1", 2))
+    a = Job(JOB_A)
+    manager.declare_requirements(JOB_A, 1, a)
+    manager.check_requirements()
+    manager.release_slot(JOB_A, a.slots[0].allocation_id)
+    assert manager.check_requirements() == 1
+    assert manager.requirement(JOB_A) == (1, 1)
+
+
+def test_declaring_zero_drops_an_unmet_requirement(manager: SlotManager) -> None:
+    a = Job(JOB_A)
+    manager.declare_requirements(JOB_A, 5, a)
+    assert manager.waiting_jobs() == [JOB_A]
+    manager.declare_requirements(JOB_A, 0, a)
+    assert manager.waiting_jobs() == []
+    manager.register_task_executor(registration("te-1", 2))
+    assert manager.check_requirements() == 0
+    assert a.batches == []
+
+
+@pytest.mark.parametrize("bad", [-1, True, "2", 1.5, None])
+def test_a_bad_requirement_is_refused_and_changes_nothing(manager: SlotManager, bad: object) -> None:
+    manager.register_task_executor(registration("te-1", 2))
+    a = Job(JOB_A)
+    manager.declare_requirements(JOB_A, 1, a)
+    with pytest.raises(InvalidRequest, match="slots"):
+        manager.declare_requirements(JOB_A, bad, a)  # type: ignore[arg-type]
+    assert manager.requirement(JOB_A) == (1, 0)
+    assert manager.check_requirements() == 1
+
+
+def test_releasing_what_a_job_does_not_hold_changes_nothing(manager: SlotManager) -> None:
+    manager.register_task_executor(registration("te-1", 2))
+    a, b = Job(JOB_A), Job(JOB_B)
+    manager.declare_requirements(JOB_A, 1, a)
+    manager.check_requirements()
+    allocation = a.slots[0].allocation_id
+    assert not manager.release_slot(JOB_B, allocation)
+    assert not manager.release_slot(JOB_A, "no-such-allocation")
+    assert manager.slots_free == 1
+    assert manager.requirement(JOB_A) == (1, 1)
+    assert manager.release_slot(JOB_A, allocation)
+    assert not manager.release_slot(JOB_A, allocation)
+    assert b.batches == []
+
+
+def test_an_unmet_requirement_times_out(manager: SlotManager, clock: FakeClock) -> None:
+    manager.register_task_executor(registration("te-1", 2))
+    a, b = Job(JOB_A), Job(JOB_B)
+    manager.declare_requirements(JOB_A, 3, a)
+    manager.check_requirements()
+    clock.advance(59)
+    assert manager.check_timeouts() == []
+    clock.advance(2)
+    assert manager.check_timeouts() == [JOB_A]
+    assert len(a.failures) == 1
+    error = a.failures[0]
+    assert isinstance(error, SlotRequestTimeout)
+    assert JOB_A in error.message and "1 more slot" in error.message and "needs 3, holds 2" in error.message
+    assert manager.requirement(JOB_A) == (2, 2)
+    assert manager.waiting_jobs() == []
+    # a slot freed later does not go to the failed requirement
+    manager.declare_requirements(JOB_B, 1, b)
+    manager.check_requirements()
+    clock.advance(100)
+    assert manager.check_timeouts() == [JOB_B]
+    assert len(a.failures) == 1
+
+
+def test_progress_restarts_the_request_timeout(manager: SlotManager, clock: FakeClock) -> None:
+    manager.register_task_executor(registration("te-1", 1))
+    a = Job(JOB_A)
+    manager.declare_requirements(JOB_A, 2, a)
+    clock.advance(50)
+    manager.check_requirements()  # one slot now, one still missing
+    clock.advance(50)
+    assert manager.check_timeouts() == []
+    clock.advance(11)
+    assert manager.check_timeouts() == [JOB_A]
+
+
+def test_a_lost_task_executor_takes_its_allocations_with_it(manager: SlotManager) -> None:
+    manager.register_task_executor(registration("te-1", 2))
+    a, b = Job(JOB_A), Job(JOB_B)
+    manager.declare_requirements(JOB_A, 1, a)
+    manager.declare_requirements(JOB_B, 1, b)
+    manager.check_requirements()
+    manager.register_task_executor(registration("te-2", 2))
+    assert manager.unregister_task_executor("te-1", "no heartbeat for 25s")
+    assert a.lost == [("te-1", [a.slots[0].allocation_id], "no heartbeat for 25s")]
+    assert b.lost == [("te-1", [b.slots[0].allocation_id], "no heartbeat for 25s")]
+    assert (manager.task_executor_count, manager.slots_total, manager.slots_free) == (1, 2, 2)
+    assert manager.waiting_jobs() == [JOB_A, JOB_B]
+    assert manager.check_requirements() == 2
+    assert a.slots[-1].task_executor_id == "te-2" and b.slots[-1].task_executor_id == "te-2"
+    assert not manager.unregister_task_executor("te-1", "again")
+
+
+def test_only_the_owning_jobs_hear_about_a_lost_task_executor(manager: SlotManager) -> None:
+    manager.register_task_executor(registration("te-1", 2))
+    a = Job(JOB_A)
+    manager.declare_requirements(JOB_A, 2, a)
+    manager.check_requirements()
+    manager.register_task_executor(registration("te-2", 1))
+    b = Job(JOB_B)
+    manager.declare_requirements(JOB_B, 1, b)
+    manager.check_requirements()
+    manager.unregister_task_executor("te-1", "unregistered")
+    assert sorted(a.lost[0][1]) == sorted(s.allocation_id for s in a.slots)
+    assert b.lost == []
+
+
+def test_registering_again_replaces_the_old_registration(manager: SlotManager) -> None:
+    manager.register_task_executor(registration("te-1", 2))
+    a = Job(JOB_A)
+    manager.declare_requirements(JOB_A, 1, a)
+    manager.check_requirements()
+    assert manager.register_task_executor(registration("te-1", 4))
+    assert a.lost == [("te-1", [a.slots[0].allocation_id], "it registered again")]
+    assert (manager.task_executor_count, manager.slots_total, manager.slots_free) == (1, 4, 4)
+
+
+def test_a_busy_slot_in_a_registration_is_not_handed_out(manager: SlotManager) -> None:
+    report = SlotReport((SlotStatus(0, "old-allocation", JOB_C), SlotStatus(1)))
+    manager.register_task_executor(registration("te-1", 2, report))
+    assert manager.slots_free == 1
+    a = Job(JOB_A)
+    manager.declare_requirements(JOB_A, 2, a)
+    assert manager.check_requirements() == 1
+    assert a.slots[0].slot_index == 1
+    # the TaskExecutor finished the old task: the slot is free and goes to the waiting job
+    assert manager.report_slot_status("te-1", SlotReport((SlotStatus(0), SlotStatus(1, a.slots[0].allocation_id,
+                                                                                       JOB_A))))
+    assert manager.check_requirements() == 1
+    assert {s.slot_index for s in a.slots} == {0, 1}
+
+
+def test_a_free_report_does_not_free_an_allocated_slot(manager: SlotManager) -> None:
+    manager.register_task_executor(registration("te-1", 1))
+    a = Job(JOB_A)
+    manager.declare_requirements(JOB_A, 1, a)
+    manager.check_requirements()
+    manager.report_slot_status("te-1", SlotReport.free(1))  # between two tasks of job A
+    assert manager.slots_free == 0
+    assert manager.requirement(JOB_A) == (1, 1)
+
+
+def test_a_slot_released_while_its_task_runs_stays_occupied(manager: SlotManager) -> None:
+    manager.register_task_executor(registration("te-1", 1))
+    a, b = Job(JOB_A), Job(JOB_B)
+    manager.declare_requirements(JOB_A, 1, a)
+    manager.check_requirements()
+    allocation = a.slots[0].allocation_id
+    manager.declare_requirements(JOB_A, 0, a)
+    manager.release_slot(JOB_A, allocation)
+    manager.report_slot_status("te-1", SlotReport((SlotStatus(0, allocation, JOB_A),)))  # still running
+    manager.declare_requirements(JOB_B, 1, b)
+    assert manager.check_requirements() == 0
+    described = manager.describe("te-1")
+    assert described is not None and described["slots_free"] == 0
+    manager.report_slot_status("te-1", SlotReport.free(1))
+    assert manager.check_requirements() == 1
+
+
+def test_reports_of_unknown_task_executors_and_slots_are_ignored(manager: SlotManager) -> None:
+    assert not manager.report_slot_status("stranger", SlotReport.free(2))
+    manager.register_task_executor(registration("te-1", 1))
+    assert manager.report_slot_status("te-1", SlotReport((SlotStatus(7, "x", JOB_A),)))
+    assert (manager.task_executor_count, manager.slots_total, manager.slots_free) == (1, 1, 1)
+
+
+def test_idle_task_executors_are_reported(manager: SlotManager, clock: FakeClock) -> None:
+    manager.register_task_executor(registration("te-1", 1))
+    manager.register_task_executor(registration("te-2", 1))
+    registered = manager.describe("te-1")
+    assert registered is not None and registered["idle_since"] is not None and not registered["idle"]
+    a = Job(JOB_A)
+    manager.declare_requirements(JOB_A, 1, a)
+    manager.check_requirements()
+    busy_id = a.slots[0].task_executor_id
+    idle_id = "te-2" if busy_id == "te-1" else "te-1"
+    clock.advance(31)
+    assert manager.idle_task_executors() == [idle_id]
+    busy = manager.describe(busy_id)
+    assert busy is not None and busy["idle_since"] is None and not busy["idle"]
+    idle = manager.describe(idle_id)
+    assert idle is not None and idle["idle"]
+    manager.declare_requirements(JOB_A, 0, a)
+    manager.release_slot(JOB_A, a.slots[0].allocation_id)
+    freed = manager.describe(busy_id)
+    assert freed is not None and freed["idle_since"] is not None and not freed["idle"]
+    clock.advance(30)
+    assert sorted(manager.idle_task_executors()) == ["te-1", "te-2"]
+
+
+def test_a_failing_listener_does_not_break_the_slot_manager(manager: SlotManager) -> None:
+    class Broken(Job):
+        def slots_allocated(self, slots: list[AllocatedSlot]) -> None:
+            raise RuntimeError("bug in a JobMaster")
+
+    manager.register_task_executor(registration("te-1", 2))
+    broken, a = Broken(JOB_A), Job(JOB_B)
+    manager.declare_requirements(JOB_A, 1, broken)
+    manager.declare_requirements(JOB_B, 1, a)
+    assert manager.check_requirements() == 2
+    assert len(a.slots) == 1
+
+
+def test_clear_forgets_everything_silently(manager: SlotManager) -> None:
+    manager.register_task_executor(registration("te-1", 2))
+    a = Job(JOB_A)
+    manager.declare_requirements(JOB_A, 1, a)
+    manager.check_requirements()
+    manager.clear()
+    assert (manager.task_executor_count, manager.slots_total, manager.slots_free) == (0, 0, 0)
+    assert manager.requirement(JOB_A) == (0, 0)
+    assert a.lost == []
+
+
+operations = st.lists(st.one_of(
+    st.tuples(st.just("register"), st.integers(0, 3), st.integers(1, 3)),
+    st.tuples(st.just("unregister"), st.integers(0, 3)),
+    st.tuples(st.just("declare"), st.integers(0, 2), st.integers(0, 5)),
+    st.tuples(st.just("release"), st.integers(0, 2), st.integers(0, 10)),
+    st.tuples(st.just("check")),
+), max_size=60)
+
+
+@settings(max_examples=150, deadline=None)
+@given(operations)
+def test_slot_accounting_holds_under_any_sequence(ops: list[tuple]) -> None:
+    manager = SlotManager(slot_request_timeout=60.0, task_executor_idle_timeout=30.0, clock=FakeClock())
+    jobs = [Job(f"{i:032x}") for i in range(3)]
+    held: dict[int, set[str]] = {i: set() for i in range(3)}
+    for op in ops:
+        if op[0] == "register":
+            manager.register_task_executor(registration(f"te-{op[1]}", op[2]))
+        elif op[0] == "unregister":
+            manager.unregister_task_executor(f"te-{op[1]}", "test")
+        elif op[0] == "declare":
+            manager.declare_requirements(jobs[op[1]].job_id, op[2], jobs[op[1]])
+        elif op[0] == "release":
+            job = jobs[op[1]]
+            mine = sorted(held[op[1]])
+            if mine:
+                allocation = mine[op[2] % len(mine)]
+                assert manager.release_slot(job.job_id, allocation)
+                held[op[1]].discard(allocation)
+        else:
+            manager.check_requirements()
+        for index, job in enumerate(jobs):
+            held[index] |= {s.allocation_id for s in job.slots}
+            held[index] -= {a for lost in job.lost for a in lost[1]}
+            job.batches.clear()
+            job.lost.clear()
+        described = list(manager.describe_all())
+        allocated = {(s["allocation_id"]) for te in described for s in te["slots"] if s["allocation_id"]}
+        assert allocated == set().union(*held.values())
+        assert manager.slots_total == sum(te["slots_total"] for te in described)
+        assert manager.slots_free == sum(te["slots_free"] for te in described) == manager.slots_total - len(allocated)
+        for index, job in enumerate(jobs):
+            required, acquired = manager.requirement(job.job_id)
+            assert acquired == len(held[index])
+            assert (job.job_id in manager.waiting_jobs()) == (required > acquired)
