@@ -6,6 +6,7 @@ Every fixture stops what it started.
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from collections.abc import Iterator
@@ -20,6 +21,8 @@ from sparkdispatch.testing.services import RedisServer, ServiceMissing, ZooKeepe
 UNDER_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+# py4j logs from __del__ at interpreter exit, after pytest closed the streams
+logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 def service_missing(reason: str) -> None:
@@ -35,10 +38,7 @@ def service_missing_fixture() -> Any:
     return service_missing
 
 
-@pytest.fixture(scope="session")
-def zookeeper_server() -> Iterator[ZooKeeperServer]:
-    """One real ZooKeeper server for the whole session (tickTime 1s: sessions of 2-20s)."""
-    server = ZooKeeperServer()
+def _running(server: ZooKeeperServer | RedisServer) -> Iterator[Any]:
     try:
         server.start()
     except ServiceMissing as exc:
@@ -47,6 +47,12 @@ def zookeeper_server() -> Iterator[ZooKeeperServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def zookeeper_server() -> Iterator[ZooKeeperServer]:
+    """One real ZooKeeper server for the whole session (tickTime 1s: sessions of 2-20s)."""
+    yield from _running(ZooKeeperServer())
 
 
 @pytest.fixture
@@ -77,15 +83,7 @@ def standalone_config(tmp_path: Path) -> Configuration:
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:
     """One real Redis server for the whole session."""
-    server = RedisServer()
-    try:
-        server.start()
-    except ServiceMissing as exc:
-        service_missing(str(exc))
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from _running(RedisServer())
 
 
 @pytest.fixture(scope="session")

@@ -40,7 +40,9 @@ def create_spark_session(config: Configuration, *, app_name: str = "sparkdispatc
         log.warning("PYSPARK_PIN_THREAD is off: per-slot pools and job groups are not isolated")
     from pyspark.sql import SparkSession
 
-    builder = SparkSession.builder.master(config["spark.master"]).appName(app_name)
+    # a progress bar redrawn in a worker's log only buries the lines that matter
+    builder = SparkSession.builder.master(config["spark.master"]).appName(app_name) \
+        .config("spark.ui.showConsoleProgress", "false")
     for key, value in config.spark_properties.items():
         builder = builder.config(key, value)
     builder = builder.config("spark.scheduler.mode", "FAIR")

@@ -81,6 +81,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def airflow(cluster: str) -> Iterator[dict[str, Any]]:
     """A migrated Airflow metadata DB, the `sparkdispatch_default` connection, the example DAGs."""
     port = cluster.rsplit(":", 1)[1]
+    os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(DAGS)  # dag.test() serializes the DAGs of this bundle
     os.environ["AIRFLOW_CONN_SPARKDISPATCH_DEFAULT"] = json.dumps(
         {"conn_type": "sparkdispatch", "host": "127.0.0.1", "port": int(port)})
     subprocess.run([str(Path(sys.executable).parent / "airflow"), "db", "migrate"], check=True,

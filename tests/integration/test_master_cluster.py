@@ -196,6 +196,60 @@ def test_a_standby_answers_overview_and_names_the_leader(cluster: LocalCluster) 
     assert status == 503 and body["leader"] == cluster.master_url(leader)
 
 
+def test_a_taskexecutor_killed_mid_task_loses_nothing(cluster: LocalCluster, tasks_key: str,
+                                                      tmp_path: Path) -> None:
+    log = str(tmp_path)
+    graph = job("te-loss", [
+        vertex("numbers", "numbers", rows=10, log_dir=log),
+        vertex("slow", "sleepy", inputs=("numbers",), seconds=6, log_dir=log),
+    ], tasks_key)
+    job_id = cluster.submit(graph)
+    deadline = time.monotonic() + 120
+    while not runs(tmp_path, "slow", "start"):
+        assert time.monotonic() < deadline, "the slow vertex never started"
+        time.sleep(0.1)
+    details = cluster.request("GET", f"{cluster.leader_url()}/jobs/{job_id}")[1]
+    slow = next(v for v in details["vertices"] if v["id"] == "slow")
+    victim = slow["subtasks"][0]["taskmanager"]
+    index = int(victim.rsplit("-", 1)[1])
+    cluster.kill_task_executor(index, signal.SIGKILL)
+    try:
+        result = cluster.wait_for_result(job_id)
+        assert result["status"] == "FINISHED", result.get("failure")
+        assert result["vertices"]["slow"]["attempts"] == 2  # restarted on the surviving TaskExecutor
+        assert len(runs(tmp_path, "numbers")) == 1  # its finished upstream was reused
+        assert len(runs(tmp_path, "slow", "end")) == 1
+    finally:
+        cluster.start_task_executor(index)
+        cluster.wait_for_task_executors(2)
+
+
+def test_a_zookeeper_outage_longer_than_the_session_loses_and_repeats_nothing(
+        cluster: LocalCluster, zookeeper_server: ZooKeeperServer, tasks_key: str, tmp_path: Path) -> None:
+    log = str(tmp_path)
+    graph = job("zk-outage", [
+        vertex("numbers", "numbers", rows=10, log_dir=log),
+        vertex("slow", "sleepy", inputs=("numbers",), seconds=4, log_dir=log),
+        vertex("last", "sleepy", inputs=("slow",), seconds=0, log_dir=log),
+    ], tasks_key)
+    job_id = cluster.submit(graph)
+    deadline = time.monotonic() + 120
+    while not runs(tmp_path, "slow", "start"):
+        assert time.monotonic() < deadline, "the slow vertex never started"
+        time.sleep(0.1)
+    zookeeper_server.pause()
+    try:
+        time.sleep(7.0)  # longer than the 4 s session: every leader's session expires
+    finally:
+        zookeeper_server.resume()
+    result = cluster.wait_for_result(job_id)
+    assert result["status"] == "FINISHED", result.get("failure")
+    assert len(runs(tmp_path, "numbers")) == 1
+    assert len(runs(tmp_path, "last", "end")) == 1
+    jobs = cluster.request("GET", cluster.leader_url() + "/jobs")[1]["jobs"]
+    assert [j["status"] for j in jobs if j["id"] == job_id] == ["FINISHED"]
+
+
 def test_sigkill_of_the_leader_mid_job_loses_and_repeats_nothing(cluster: LocalCluster, tasks_key: str,
                                                                  tmp_path: Path) -> None:
     log = str(tmp_path)

@@ -8,17 +8,7 @@ import pytest
 
 from sparkdispatch.config import Configuration
 from sparkdispatch.heartbeat import HeartbeatMonitor
-
-
-class FakeClock:
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
+from sparkdispatch.testing.clock import ManualClock
 
 
 class RecordingListener:
@@ -36,8 +26,8 @@ class RecordingListener:
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
+def clock() -> ManualClock:
+    return ManualClock()
 
 
 @pytest.fixture
@@ -45,11 +35,11 @@ def listener() -> RecordingListener:
     return RecordingListener()
 
 
-def make_monitor(listener: RecordingListener, clock: FakeClock, *, threshold: int = 2) -> HeartbeatMonitor:
+def make_monitor(listener: RecordingListener, clock: ManualClock, *, threshold: int = 2) -> HeartbeatMonitor:
     return HeartbeatMonitor(listener, timeout=10.0, rpc_failure_threshold=threshold, clock=clock)
 
 
-def test_a_heartbeat_restarts_the_timeout(listener: RecordingListener, clock: FakeClock) -> None:
+def test_a_heartbeat_restarts_the_timeout(listener: RecordingListener, clock: ManualClock) -> None:
     monitor = make_monitor(listener, clock)
     monitor.monitor("te-1")
     clock.advance(8)
@@ -64,7 +54,7 @@ def test_a_heartbeat_restarts_the_timeout(listener: RecordingListener, clock: Fa
     assert listener.timeouts == ["te-1"]
 
 
-def test_only_silent_targets_time_out(listener: RecordingListener, clock: FakeClock) -> None:
+def test_only_silent_targets_time_out(listener: RecordingListener, clock: ManualClock) -> None:
     monitor = make_monitor(listener, clock)
     for name in ("a", "b", "c", "d"):
         monitor.monitor(name)
@@ -78,7 +68,7 @@ def test_only_silent_targets_time_out(listener: RecordingListener, clock: FakeCl
     assert listener.timeouts == ["b", "c"]
 
 
-def test_unmonitored_targets_never_time_out(listener: RecordingListener, clock: FakeClock) -> None:
+def test_unmonitored_targets_never_time_out(listener: RecordingListener, clock: ManualClock) -> None:
     monitor = make_monitor(listener, clock)
     monitor.monitor("te-1")
     monitor.unmonitor("te-1")
@@ -88,14 +78,14 @@ def test_unmonitored_targets_never_time_out(listener: RecordingListener, clock: 
     assert listener.timeouts == []
 
 
-def test_a_report_from_an_unmonitored_target_is_ignored(listener: RecordingListener, clock: FakeClock) -> None:
+def test_a_report_from_an_unmonitored_target_is_ignored(listener: RecordingListener, clock: ManualClock) -> None:
     monitor = make_monitor(listener, clock)
     assert not monitor.report("stranger", "payload")
     assert not monitor.is_monitored("stranger")
     assert monitor.payload("stranger") is None
 
 
-def test_unreachable_after_consecutive_failures(listener: RecordingListener, clock: FakeClock) -> None:
+def test_unreachable_after_consecutive_failures(listener: RecordingListener, clock: ManualClock) -> None:
     monitor = make_monitor(listener, clock, threshold=2)
     monitor.monitor("te-1")
     monitor.record_rpc_failure("te-1")
@@ -109,7 +99,7 @@ def test_unreachable_after_consecutive_failures(listener: RecordingListener, clo
     assert listener.unreachable == ["te-1"]
 
 
-def test_unreachable_detection_can_be_turned_off(listener: RecordingListener, clock: FakeClock) -> None:
+def test_unreachable_detection_can_be_turned_off(listener: RecordingListener, clock: ManualClock) -> None:
     monitor = make_monitor(listener, clock, threshold=-1)
     monitor.monitor("te-1")
     for _ in range(50):
@@ -118,7 +108,7 @@ def test_unreachable_detection_can_be_turned_off(listener: RecordingListener, cl
     assert monitor.is_monitored("te-1")
 
 
-def test_last_heartbeat_and_payload_bookkeeping(listener: RecordingListener, clock: FakeClock) -> None:
+def test_last_heartbeat_and_payload_bookkeeping(listener: RecordingListener, clock: ManualClock) -> None:
     monitor = make_monitor(listener, clock)
     monitor.monitor("te-1")
     first = monitor.last_heartbeat_ms("te-1")
@@ -131,7 +121,7 @@ def test_last_heartbeat_and_payload_bookkeeping(listener: RecordingListener, clo
     assert monitor.last_heartbeat_ms("unknown") is None
 
 
-def test_monitoring_again_restarts_the_target(listener: RecordingListener, clock: FakeClock) -> None:
+def test_monitoring_again_restarts_the_target(listener: RecordingListener, clock: ManualClock) -> None:
     monitor = make_monitor(listener, clock)
     monitor.monitor("te-1")
     monitor.record_rpc_failure("te-1")
@@ -143,7 +133,7 @@ def test_monitoring_again_restarts_the_target(listener: RecordingListener, clock
     assert listener.unreachable == []
 
 
-def test_a_failing_listener_does_not_stop_other_timeouts(clock: FakeClock) -> None:
+def test_a_failing_listener_does_not_stop_other_timeouts(clock: ManualClock) -> None:
     class Exploding(RecordingListener):
         def notify_heartbeat_timeout(self, target_id: str) -> None:
             super().notify_heartbeat_timeout(target_id)
@@ -178,7 +168,7 @@ async def test_the_periodic_check_finds_a_silent_target(listener: RecordingListe
     assert monitor.targets() == []
 
 
-def test_stop_forgets_every_target(listener: RecordingListener, clock: FakeClock) -> None:
+def test_stop_forgets_every_target(listener: RecordingListener, clock: ManualClock) -> None:
     monitor = make_monitor(listener, clock)
     monitor.monitor("a")
     monitor.stop()

@@ -25,21 +25,11 @@ from sparkdispatch.resourcemanager import (
     ResourceOverview,
     TaskExecutorRegistration,
 )
+from sparkdispatch.testing.clock import ManualClock
 
 SESSION = "11111111-2222-3333-4444-555555555555"
 STALE = "99999999-2222-3333-4444-555555555555"
 JOB_A, JOB_B = "a" * 32, "b" * 32
-
-
-class FakeClock:
-    def __init__(self, now: float = 100.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 class Job:
@@ -81,8 +71,8 @@ def registration_body(te_id: str, slots: int = 2, **overrides: Any) -> dict[str,
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
+def clock() -> ManualClock:
+    return ManualClock()
 
 
 @pytest.fixture
@@ -93,7 +83,7 @@ def config() -> Configuration:
 
 
 @pytest.fixture
-async def rm(config: Configuration, clock: FakeClock) -> Any:
+async def rm(config: Configuration, clock: ManualClock) -> Any:
     manager = ResourceManager(config, SESSION, clock=clock)
     manager.start()
     try:
@@ -176,7 +166,7 @@ async def test_release_makes_the_slot_available_to_another_job(rm: ResourceManag
 
 
 async def test_heartbeat_timeout_removes_the_task_executor_and_tells_the_jobs(
-        rm: ResourceManager, clock: FakeClock) -> None:
+        rm: ResourceManager, clock: ManualClock) -> None:
     rm.register_task_executor(SESSION, registration_body("te-1", 2))
     rm.register_task_executor(SESSION, registration_body("te-2", 2))
     a = Job(JOB_A)
@@ -252,7 +242,7 @@ async def test_heartbeats_reconcile_slots_and_reach_the_jobs(rm: ResourceManager
         rm.heartbeat(SESSION, "te-1", SlotReport.free(2), [{"job_id": JOB_A}])
 
 
-async def test_slot_request_timeout_reaches_the_job(rm: ResourceManager, clock: FakeClock) -> None:
+async def test_slot_request_timeout_reaches_the_job(rm: ResourceManager, clock: ManualClock) -> None:
     rm.register_task_executor(SESSION, registration_body("te-1", 1))
     a = Job(JOB_A)
     rm.declare_requirements(JOB_A, 2, a)
@@ -264,7 +254,7 @@ async def test_slot_request_timeout_reaches_the_job(rm: ResourceManager, clock: 
     assert rm.slot_manager.requirement(JOB_A) == (1, 1)
 
 
-async def test_idle_task_executors_show_in_the_listing(rm: ResourceManager, clock: FakeClock) -> None:
+async def test_idle_task_executors_show_in_the_listing(rm: ResourceManager, clock: ManualClock) -> None:
     rm.register_task_executor(SESSION, registration_body("te-1", 1))
     assert not rm.task_executors()[0]["idle"]
     clock.advance(5)
@@ -273,7 +263,7 @@ async def test_idle_task_executors_show_in_the_listing(rm: ResourceManager, cloc
     assert entry["idle"] and entry["idle_since"] <= entry["last_heartbeat"] - 5000
 
 
-async def test_stop_drops_everything_and_refuses_later_calls(config: Configuration, clock: FakeClock) -> None:
+async def test_stop_drops_everything_and_refuses_later_calls(config: Configuration, clock: ManualClock) -> None:
     rm = ResourceManager(config, SESSION, clock=clock)
     rm.start()
     rm.register_task_executor(SESSION, registration_body("te-1", 1))

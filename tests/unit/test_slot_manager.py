@@ -9,19 +9,9 @@ from hypothesis import strategies as st
 from sparkdispatch.errors import InvalidRequest, SlotRequestTimeout, SparkDispatchError
 from sparkdispatch.jobgraph import SlotReport, SlotStatus
 from sparkdispatch.resourcemanager import AllocatedSlot, SlotManager, TaskExecutorRegistration
+from sparkdispatch.testing.clock import ManualClock
 
 JOB_A, JOB_B, JOB_C = "a" * 32, "b" * 32, "c" * 32
-
-
-class FakeClock:
-    def __init__(self, now: float = 500.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 class Job:
@@ -54,12 +44,12 @@ def registration(te_id: str, slots: int = 2, report: SlotReport | None = None) -
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
+def clock() -> ManualClock:
+    return ManualClock()
 
 
 @pytest.fixture
-def manager(clock: FakeClock) -> SlotManager:
+def manager(clock: ManualClock) -> SlotManager:
     return SlotManager(slot_request_timeout=60.0, task_executor_idle_timeout=30.0, clock=clock)
 
 
@@ -201,7 +191,7 @@ def test_releasing_what_a_job_does_not_hold_changes_nothing(manager: SlotManager
     assert b.batches == []
 
 
-def test_an_unmet_requirement_times_out(manager: SlotManager, clock: FakeClock) -> None:
+def test_an_unmet_requirement_times_out(manager: SlotManager, clock: ManualClock) -> None:
     manager.register_task_executor(registration("te-1", 2))
     a, b = Job(JOB_A), Job(JOB_B)
     manager.declare_requirements(JOB_A, 3, a)
@@ -224,7 +214,7 @@ def test_an_unmet_requirement_times_out(manager: SlotManager, clock: FakeClock) 
     assert len(a.failures) == 1
 
 
-def test_progress_restarts_the_request_timeout(manager: SlotManager, clock: FakeClock) -> None:
+def test_progress_restarts_the_request_timeout(manager: SlotManager, clock: ManualClock) -> None:
     manager.register_task_executor(registration("te-1", 1))
     a = Job(JOB_A)
     manager.declare_requirements(JOB_A, 2, a)
@@ -326,7 +316,7 @@ def test_reports_of_unknown_task_executors_and_slots_are_ignored(manager: SlotMa
     assert (manager.task_executor_count, manager.slots_total, manager.slots_free) == (1, 1, 1)
 
 
-def test_idle_task_executors_are_reported(manager: SlotManager, clock: FakeClock) -> None:
+def test_idle_task_executors_are_reported(manager: SlotManager, clock: ManualClock) -> None:
     manager.register_task_executor(registration("te-1", 1))
     manager.register_task_executor(registration("te-2", 1))
     registered = manager.describe("te-1")
@@ -386,7 +376,7 @@ operations = st.lists(st.one_of(
 @settings(max_examples=150, deadline=None)
 @given(operations)
 def test_slot_accounting_holds_under_any_sequence(ops: list[tuple]) -> None:
-    manager = SlotManager(slot_request_timeout=60.0, task_executor_idle_timeout=30.0, clock=FakeClock())
+    manager = SlotManager(slot_request_timeout=60.0, task_executor_idle_timeout=30.0, clock=ManualClock())
     jobs = [Job(f"{i:032x}") for i in range(3)]
     held: dict[int, set[str]] = {i: set() for i in range(3)}
     for op in ops:

@@ -1,0 +1,207 @@
+"""P2 submissions: jobs accepted and persisted per second by a master under ZooKeeper HA.
+
+    .venv/bin/python bench/p2_submissions.py [--clients 16] [--jobs 3000] [--duration 30]
+                                            [--taskexecutors 1] [--profile]
+
+Starts ZooKeeper, Redis, one master (HA `zookeeper`) and `--taskexecutors` TaskExecutors, then
+`--clients` concurrent HTTP clients (aiohttp, one keep-alive connection each) POST one-vertex
+JobGraphs (`bench_tasks:noop`) until `--jobs` were sent or `--duration` seconds passed, after a
+warm-up of 50. A 202 means the JobGraph is in ZooKeeper (the Dispatcher persists before it
+answers). Prints acceptance throughput (202s per second), median and p99 latency, and writes
+bench/results/p2_submissions.json. Goal: >= 300 jobs/s. With `--profile` (or when the goal is
+missed) py-spy records the master during the load and the hottest functions are printed and
+stored.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from common import (
+    BENCH_TASKS,
+    BenchCluster,
+    PySpy,
+    bench_main,
+    cluster_config,
+    load_average,
+    median,
+    percentile,
+    print_table,
+    scratch_dir,
+    write_results,
+)
+
+from sparkdispatch.testing.services import RedisServer, ZooKeeperServer
+
+GOAL_JOBS_PER_S = 300.0
+WARMUP_JOBS = 50
+
+
+def job_graph(index: int, artifact: str) -> dict[str, Any]:
+    return {"name": f"p2-{index}", "artifacts": [artifact],
+            "vertices": [{"id": "only", "entrypoint": "bench_tasks:noop", "parallelism": 1}]}
+
+
+async def load(url: str, artifact: str, *, clients: int, jobs: int, duration: float,
+               token: str = "") -> dict[str, Any]:
+    """POST /jobs from `clients` concurrent clients; latencies of 202s, counts by status."""
+    import aiohttp
+
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    latencies: list[float] = []
+    statuses: dict[int, int] = {}
+    errors: list[str] = []
+    next_index = 0
+    deadline = 0.0
+
+    async def client(session: aiohttp.ClientSession) -> None:
+        nonlocal next_index
+        while next_index < jobs and time.monotonic() < deadline:
+            index = next_index
+            next_index += 1
+            body = json.dumps(job_graph(index, artifact))
+            begin = time.perf_counter()
+            try:
+                async with session.post(url + "/jobs", data=body, headers=headers) as answer:
+                    await answer.read()
+                    status = answer.status
+            except aiohttp.ClientError as exc:
+                status = -1
+                if len(errors) < 5:
+                    errors.append(repr(exc))
+            elapsed = time.perf_counter() - begin
+            statuses[status] = statuses.get(status, 0) + 1
+            if status == 202:
+                latencies.append(elapsed)
+
+    timeout = aiohttp.ClientTimeout(total=60)
+    connector = aiohttp.TCPConnector(limit=clients)
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+        deadline = time.monotonic() + 60
+        saved_jobs, jobs = jobs, WARMUP_JOBS
+        await asyncio.gather(*(client(session) for _ in range(min(clients, WARMUP_JOBS))))
+        warmup_statuses = dict(statuses)
+        latencies.clear()
+        statuses.clear()
+        jobs, next_index = saved_jobs + WARMUP_JOBS, WARMUP_JOBS
+        begin = time.perf_counter()
+        deadline = time.monotonic() + duration
+        await asyncio.gather(*(client(session) for _ in range(clients)))
+        elapsed = time.perf_counter() - begin
+    accepted = statuses.get(202, 0)
+    return {"warmup_statuses": warmup_statuses, "statuses": statuses, "sent": sum(statuses.values()),
+            "accepted": accepted, "elapsed_s": round(elapsed, 3),
+            "accepted_per_s": round(accepted / elapsed, 1) if elapsed else 0.0,
+            "latency_ms_median": round(median(latencies) * 1000, 2) if latencies else None,
+            "latency_ms_p99": round(percentile(latencies, 99) * 1000, 2) if latencies else None,
+            "latency_ms_max": round(max(latencies) * 1000, 2) if latencies else None,
+            "client_errors": errors}
+
+
+def count_jobs_in_zookeeper(hosts: str, root: str) -> int | None:
+    """JobGraphs under this cluster's root, to check that accepted means persisted."""
+    from kazoo.client import KazooClient
+
+    zk = KazooClient(hosts=hosts, timeout=10)
+    zk.start(timeout=10)
+    try:
+        count = 0
+        for path, _, children in _walk(zk, root):
+            if path.rstrip("/").endswith("jobgraphs"):
+                count += len(children)
+        return count
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def _walk(zk: Any, path: str) -> Any:
+    children = zk.get_children(path)
+    yield path, None, children
+    if not path.rstrip("/").endswith("jobgraphs"):
+        for child in children:
+            yield from _walk(zk, f"{path.rstrip('/')}/{child}")
+
+
+def run() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--clients", type=int, default=16, help="concurrent HTTP clients")
+    parser.add_argument("--jobs", type=int, default=3000, help="jobs to submit (after the warm-up)")
+    parser.add_argument("--duration", type=float, default=30.0, help="stop submitting after this many seconds")
+    parser.add_argument("--taskexecutors", type=int, default=1, help="TaskExecutors running the accepted jobs")
+    parser.add_argument("--profile", action="store_true", help="py-spy record the master during the load")
+    parser.add_argument("--work-dir", type=Path, default=None, help="keep storage, logs and profiles here")
+    args = parser.parse_args()
+
+    report: dict[str, Any] = {"clients": args.clients, "jobs_requested": args.jobs, "duration_limit_s": args.duration,
+                              "taskexecutors": args.taskexecutors, "goal_jobs_per_s": GOAL_JOBS_PER_S,
+                              "load_average_at_start": load_average()}
+    zookeeper, redis = ZooKeeperServer(), RedisServer()
+    cluster: BenchCluster | None = None
+    spy: PySpy | None = None
+    try:
+        zookeeper.start()
+        redis.start()
+        with scratch_dir(args.work_dir, "sparkdispatch-p2-") as scratch:
+            storage = Path(scratch)
+            config = cluster_config(storage, broker_url=redis.url, zookeeper_hosts=zookeeper.hosts, slots=2)
+            cluster = BenchCluster(config, masters=1, taskexecutors=args.taskexecutors, log_dir=storage / "log")
+            cluster.start(timeout=240)
+            url = cluster.leader_url()
+            artifact = cluster.upload_artifact(BENCH_TASKS)
+            print(f"master {url} (ZooKeeper HA), {args.taskexecutors} TaskExecutor(s); {args.clients} clients",
+                  flush=True)
+            if args.profile:
+                spy = PySpy(cluster.pid("master"), storage / "master-profile.txt")
+                time.sleep(0.5)
+            figures = asyncio.run(load(url, artifact, clients=args.clients, jobs=args.jobs,
+                                       duration=args.duration, token=config["rest.auth.token"]))
+            if spy is not None:
+                spy.stop()
+                report["master_profile"] = spy.top()
+            report.update(figures)
+            report["jobgraphs_in_zookeeper"] = count_jobs_in_zookeeper(
+                zookeeper.hosts, config["high-availability.zookeeper.path.root"])
+            status, overview = cluster.request("GET", url + "/overview", timeout=30)
+            report["overview_after"] = overview if status == 200 else None
+    finally:
+        if spy is not None:
+            spy.stop()
+        if cluster is not None:
+            cluster.stop()
+        redis.stop()
+        zookeeper.stop()
+    report["load_average_at_end"] = load_average()
+
+    rate = report["accepted_per_s"]
+    print()
+    print_table(["accepted", "sent", "seconds", "jobs/s", "median ms", "p99 ms", "max ms", "statuses"], [[
+        report["accepted"], report["sent"], report["elapsed_s"], f"{rate:.0f}", report["latency_ms_median"],
+        report["latency_ms_p99"], report["latency_ms_max"], report["statuses"]]])
+    persisted = report["jobgraphs_in_zookeeper"]
+    print(f"JobGraphs in ZooKeeper afterwards: {persisted} (accepted incl. warm-up: "
+          f"{report['accepted'] + report['warmup_statuses'].get(202, 0)}; finished jobs are removed)")
+    report["goal_met"] = rate >= GOAL_JOBS_PER_S
+    print(f"goal >= {GOAL_JOBS_PER_S:g} jobs/s: {'met' if report['goal_met'] else 'MISSED'}; load average "
+          f"{report['load_average_at_start']} -> {report['load_average_at_end']}")
+    if "master_profile" in report:
+        print("master hot spots (share of samples, py-spy, GIL-holding and waiting threads):")
+        for entry in report["master_profile"]["inclusive"]:
+            print(f"  {entry['share'] * 100:5.1f}%  {entry['function']}")
+        print("  own time:")
+        for entry in report["master_profile"]["self"][:10]:
+            print(f"  {entry['share'] * 100:5.1f}%  {entry['function']}")
+    path = write_results("p2_submissions", report)
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    bench_main(run)

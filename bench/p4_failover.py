@@ -1,0 +1,184 @@
+"""P4 failover: SIGKILL the leading master mid-job; seconds until the standby serves and the job moves again.
+
+    .venv/bin/python bench/p4_failover.py [--rounds 3] [--session-timeout 4s] [--vertices 6] [--vertex-seconds 1.5]
+
+Starts ZooKeeper, Redis, two masters (HA `zookeeper`, the given session timeout) and one
+TaskExecutor. Per round: submits a chain of `--vertices` vertices (`bench_tasks:pause`, each
+sleeping `--vertex-seconds`), waits until the second vertex runs, SIGKILLs the leader and polls
+every 20 ms:
+
+- serving: the standby's `GET /overview` says `is_leader: true`;
+- progressing: the new leader's `GET /jobs/{id}` shows a subtask RUNNING or FINISHED that was not
+  FINISHED before the kill (the interrupted vertex redeployed, or a later one).
+
+Then it waits for the JobResult (it must be FINISHED) and restarts the killed master as the
+next standby. Prints the seconds per round and their medians, and writes
+bench/results/p4_failover.json. Goal: both within session timeout + 1 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from common import (
+    BENCH_TASKS,
+    BenchCluster,
+    bench_main,
+    chain_graph,
+    cluster_config,
+    load_average,
+    median,
+    print_table,
+    scratch_dir,
+    write_results,
+)
+
+from sparkdispatch.config import parse_duration
+from sparkdispatch.testing.services import RedisServer, ZooKeeperServer
+
+POLL_S = 0.02
+ROUND_TIMEOUT_S = 90.0
+
+
+def subtask_states(details: dict[str, Any]) -> dict[tuple[str, int], str]:
+    return {(vertex["id"], subtask["index"]): subtask["state"]
+            for vertex in details.get("vertices", []) for subtask in vertex.get("subtasks", [])}
+
+
+def wait_until_running(cluster: BenchCluster, url: str, job_id: str, vertex_id: str) -> dict[tuple[str, int], str]:
+    deadline = time.monotonic() + ROUND_TIMEOUT_S
+    while time.monotonic() < deadline:
+        status, details = cluster.request("GET", f"{url}/jobs/{job_id}", timeout=5)
+        if status == 200:
+            states = subtask_states(details)
+            if states.get((vertex_id, 0)) == "RUNNING":
+                return states
+        time.sleep(POLL_S)
+    raise TimeoutError(f"vertex {vertex_id} of job {job_id} did not start within {ROUND_TIMEOUT_S:.0f}s")
+
+
+def one_round(cluster: BenchCluster, artifact: str, *, number: int, vertices: int, vertex_s: float) -> dict[str, Any]:
+    leader = cluster.wait_for_leader(timeout=60)
+    standby = 1 - leader
+    leader_url, standby_url = cluster.master_url(leader), cluster.master_url(standby)
+    graph = chain_graph(f"p4-{number}", vertices, entrypoint="bench_tasks:pause", artifact=artifact,
+                        params={"seconds": vertex_s})
+    job_id = cluster.submit(graph)
+    wait_until_running(cluster, leader_url, job_id, "v01")
+    time.sleep(min(0.3, vertex_s / 4))  # mid-vertex
+    _, details = cluster.request("GET", f"{leader_url}/jobs/{job_id}", timeout=5)
+    before = subtask_states(details)
+    finished_before = {key for key, state in before.items() if state == "FINISHED"}
+
+    killed_at = time.monotonic()
+    cluster.kill_master(leader, signal.SIGKILL)
+    serving_s = progress_s = None
+    progressed: str | None = None
+    deadline = killed_at + ROUND_TIMEOUT_S
+    while time.monotonic() < deadline and (serving_s is None or progress_s is None):
+        try:
+            if serving_s is None:
+                status, overview = cluster.request("GET", standby_url + "/overview", timeout=2)
+                if status == 200 and overview.get("is_leader"):
+                    serving_s = time.monotonic() - killed_at
+            if serving_s is not None:
+                status, details = cluster.request("GET", f"{standby_url}/jobs/{job_id}", timeout=2)
+                if status == 200:
+                    for key, state in subtask_states(details).items():
+                        if state in ("RUNNING", "FINISHED") and key not in finished_before:
+                            progress_s = time.monotonic() - killed_at
+                            progressed = f"{key[0]}[{key[1]}] {state}"
+                            break
+        except OSError:
+            pass
+        time.sleep(POLL_S)
+    if serving_s is None or progress_s is None:
+        raise TimeoutError(f"round {number}: no takeover within {ROUND_TIMEOUT_S:.0f}s "
+                           f"(serving {serving_s}, progress {progress_s}); logs in {cluster.log_dir}")
+    result = cluster.wait_for_result(job_id, timeout=120)
+    cluster.start_master(leader)  # the next round's standby
+    wait_for_standby(cluster, leader)
+    return {"job_id": job_id, "killed_master": leader, "finished_before_kill": sorted(f"{v}[{i}]" for v, i in
+                                                                                      finished_before),
+            "serving_s": round(serving_s, 3), "progress_s": round(progress_s, 3), "progressed": progressed,
+            "job_status": result["status"],
+            "attempts": {vid: v.get("attempts") for vid, v in result.get("vertices", {}).items()}}
+
+
+def wait_for_standby(cluster: BenchCluster, index: int, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            status, overview = cluster.request("GET", cluster.master_url(index) + "/overview", timeout=2)
+            if status == 200 and overview.get("leader"):
+                return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(f"master {index} did not come back as a standby within {timeout:.0f}s")
+
+
+def run() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--session-timeout", default="4s", help="high-availability.zookeeper.session-timeout")
+    parser.add_argument("--vertices", type=int, default=6)
+    parser.add_argument("--vertex-seconds", type=float, default=1.5)
+    parser.add_argument("--work-dir", type=Path, default=None, help="keep storage and logs here")
+    args = parser.parse_args()
+    session_timeout = parse_duration(args.session_timeout)
+    target = session_timeout + 1.0
+
+    rounds: list[dict[str, Any]] = []
+    report: dict[str, Any] = {"session_timeout_s": session_timeout, "target_s": target, "vertices": args.vertices,
+                              "vertex_seconds": args.vertex_seconds, "load_average_at_start": load_average()}
+    zookeeper, redis = ZooKeeperServer(), RedisServer()
+    cluster: BenchCluster | None = None
+    try:
+        zookeeper.start()
+        redis.start()
+        with scratch_dir(args.work_dir, "sparkdispatch-p4-") as scratch:
+            storage = Path(scratch)
+            config = cluster_config(storage, broker_url=redis.url, zookeeper_hosts=zookeeper.hosts,
+                                    session_timeout=args.session_timeout, slots=2,
+                                    **{"heartbeat.interval": "500ms", "heartbeat.timeout": "4s"})
+            cluster = BenchCluster(config, masters=2, taskexecutors=1, log_dir=storage / "log")
+            cluster.start(timeout=240)
+            artifact = cluster.upload_artifact(BENCH_TASKS)
+            for number in range(1, args.rounds + 1):
+                figures = one_round(cluster, artifact, number=number, vertices=args.vertices,
+                                    vertex_s=args.vertex_seconds)
+                rounds.append(figures)
+                print(f"round {number}: killed master {figures['killed_master']}; standby serving after "
+                      f"{figures['serving_s']:.2f}s, job progressing after {figures['progress_s']:.2f}s "
+                      f"({figures['progressed']}); job {figures['job_status']}", flush=True)
+    finally:
+        if cluster is not None:
+            cluster.stop()
+        redis.stop()
+        zookeeper.stop()
+
+    serving = [r["serving_s"] for r in rounds]
+    progress = [r["progress_s"] for r in rounds]
+    report.update({
+        "rounds": rounds, "serving_s_median": round(median(serving), 3),
+        "progress_s_median": round(median(progress), 3), "load_average_at_end": load_average(),
+        "serving_goal_met": median(serving) <= target, "progress_goal_met": median(progress) <= target,
+        "all_jobs_finished": all(r["job_status"] == "FINISHED" for r in rounds)})
+    print()
+    print_table(["round", "standby serving (s)", "job progressing (s)", "job"],
+                [[i, r["serving_s"], r["progress_s"], r["job_status"]] for i, r in enumerate(rounds, 1)]
+                + [["median", report["serving_s_median"], report["progress_s_median"], ""]])
+    print(f"goal <= session timeout + 1 s = {target:g}s: serving {'met' if report['serving_goal_met'] else 'MISSED'}, "
+          f"progressing {'met' if report['progress_goal_met'] else 'MISSED'}")
+    path = write_results("p4_failover", report)
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    bench_main(run)
