@@ -10,7 +10,8 @@ from __future__ import annotations
 import copy
 import os
 import shutil
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
@@ -18,8 +19,10 @@ from typing import Any, NoReturn
 import pytest
 from aiohttp import web
 
+from sparkdispatch.config import Configuration
 from sparkdispatch.errors import UnknownJob
 from sparkdispatch.rest.ui_routes import add_ui_routes
+from sparkdispatch.testing.local_cluster import LocalCluster
 from sparkdispatch.testing.services import free_port
 
 pytestmark = pytest.mark.slow
@@ -185,12 +188,9 @@ async def ui_server(view: ScriptedView) -> AsyncIterator[str]:
         await runner.cleanup()
 
 
-@pytest.fixture
-async def page(ui_server: str, tmp_path: Path) -> AsyncIterator[Any]:
-    """A page of a fresh headless Chromium (own user-data-dir); fails the test on any JS error.
-
-    Depends on `ui_server` so the browser closes before the server stops.
-    """
+@asynccontextmanager
+async def chromium_page(profile: Path) -> AsyncIterator[Any]:
+    """A page of a fresh headless Chromium (own user-data-dir); fails the test on any JS error."""
     try:
         from playwright.async_api import async_playwright
     except ImportError:
@@ -200,7 +200,7 @@ async def page(ui_server: str, tmp_path: Path) -> AsyncIterator[Any]:
     errors: list[str] = []
     async with async_playwright() as playwright:
         context = await playwright.chromium.launch_persistent_context(
-            str(tmp_path / "chromium-profile"), executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS,
+            str(profile), executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS,
             viewport={"width": 1280, "height": 900},
         )
         try:
@@ -212,6 +212,13 @@ async def page(ui_server: str, tmp_path: Path) -> AsyncIterator[Any]:
         finally:
             await context.close()
     assert errors == [], errors
+
+
+@pytest.fixture
+async def page(ui_server: str, tmp_path: Path) -> AsyncIterator[Any]:
+    """A browser page; depends on `ui_server` so the browser closes before the server stops."""
+    async with chromium_page(tmp_path / "chromium-profile") as browser_page:
+        yield browser_page
 
 
 def missing(reason: str) -> NoReturn:
@@ -349,3 +356,49 @@ async def test_standby_pages_name_the_leader(ui_server: str, view: ScriptedView,
     # Leadership comes back to this master: the banner goes away without a reload.
     view.is_leader = True
     await page.wait_for_function("document.getElementById('leader-banner').hidden", timeout=POLL_WAIT_MS)
+
+
+# --------------------------------------------------------------------------------------------
+# The same pages served by a real master, with a real TaskExecutor running a real job
+
+TASKS = Path(__file__).resolve().parents[1] / "integration" / "job_tasks.py"
+
+
+@pytest.fixture(scope="module")
+def live_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    config = Configuration.from_mapping({
+        "storage.dir": str(tmp_path_factory.mktemp("ui-live")), "broker.url": "filesystem://",
+        "taskexecutor.slots": 2, "heartbeat.interval": "500ms", "spark.ui.enabled": "false",
+        "spark.sql.shuffle.partitions": "2"})
+    cluster = LocalCluster(config, masters=1, taskexecutors=1)
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+async def test_a_real_job_page_follows_the_job_to_its_end(live_cluster: LocalCluster, tmp_path: Path) -> None:
+    key = live_cluster.upload_artifact(TASKS)
+    job_id = live_cluster.submit({"name": "live-ui", "artifacts": [key], "vertices": [
+        {"id": "numbers", "entrypoint": "job_tasks:numbers", "parallelism": 2, "params": {"rows": 40}},
+        {"id": "slow", "entrypoint": "job_tasks:sleepy", "inputs": ["numbers"], "params": {"seconds": 4}},
+        {"id": "report", "entrypoint": "job_tasks:sleepy", "inputs": ["slow"], "params": {"seconds": 0}},
+    ]})
+    base = live_cluster.leader_url()
+    async with chromium_page(tmp_path / "profile") as browser_page:
+        await browser_page.goto(f"{base}/ui/jobs/{job_id}")
+        assert await browser_page.text_content("#job-id") == job_id
+        await browser_page.wait_for_function(
+            "() => document.querySelector('#job-graph g.vertex[data-vertex=\"slow\"] .v-state')"
+            ".textContent === 'RUNNING'", timeout=120_000)
+        await screenshot(browser_page, "live-job-running.png")
+        await browser_page.wait_for_function(
+            "() => document.querySelector('#job-status').textContent === 'FINISHED'", timeout=120_000)
+        assert await vertex_states(browser_page) == dict.fromkeys(["numbers", "slow", "report"], "FINISHED")
+        assert await browser_page.locator("#job-graph path.edge").count() == 2
+        await screenshot(browser_page, "live-job-finished.png")
+
+        await browser_page.goto(f"{base}/ui/")
+        text = await browser_page.inner_text("body")
+        assert job_id in text and "te-" in text
