@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import logging
 import os
 import re
@@ -54,7 +55,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 DEFAULT_PORT = 8081
-TERMINAL_STATUSES = frozenset({"FINISHED", "FAILED", "CANCELED"})
 _JOB_PATH = re.compile(r"^/jobs/([^/?]+)")
 _REDIRECTS = {301, 302, 303, 307, 308}
 _MAX_HOPS = 5
@@ -481,8 +481,6 @@ async def _read_body(response: aiohttp.ClientResponse) -> Any:
     if not text:
         return {}
     try:
-        import json
-
         return json.loads(text)
     except ValueError:
         return {"errors": [text.strip()[:500]]}

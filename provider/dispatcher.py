@@ -147,6 +147,9 @@ class Dispatcher:
             if existing.fingerprint != fingerprint:
                 raise DuplicateJobSubmission(job_id, "a job with this id runs with another graph")
             await asyncio.shield(existing.persisted)
+            if existing.job_master is not None and existing.job_master.result_future.done():
+                # its result is out: answer as for an archived job, even before the archive has it
+                raise DuplicateJobSubmission(job_id, "it already reached a globally terminal state")
             return job_id, False
         # reserve the id before the first await, so concurrent submissions of it wait for this one
         job = _Job(graph, fingerprint, asyncio.get_running_loop().create_future())

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +21,18 @@ from sparkdispatch.config import Configuration
 from sparkdispatch.testing.services import RedisServer, ServiceMissing, ZooKeeperServer
 
 UNDER_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+REPO = Path(__file__).resolve().parents[1]
+
+# Airflow reads its home once, at import: give the suite its own, never the user's ~/airflow, and
+# set it before any test module imports Airflow.
+AIRFLOW_HOME = tempfile.mkdtemp(prefix="sparkdispatch-tests-airflow-")
+os.environ["AIRFLOW_HOME"] = AIRFLOW_HOME
+os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO / "dags")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    shutil.rmtree(AIRFLOW_HOME, ignore_errors=True)
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 # py4j logs from __del__ at interpreter exit, after pytest closed the streams

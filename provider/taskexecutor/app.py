@@ -23,6 +23,7 @@ from celery.worker.control import control_command
 
 from sparkdispatch.config import Configuration
 from sparkdispatch.jobgraph import TaskDeploymentDescriptor
+from sparkdispatch.taskexecutor.filesystem_transport import TRANSPORT as ATOMIC_FILESYSTEM_TRANSPORT
 
 if TYPE_CHECKING:
     from sparkdispatch.taskexecutor.main import TaskExecutor
@@ -76,6 +77,7 @@ def create_celery_app(config: Configuration, *, task_executor: TaskExecutor | No
         broker_transport_options=_transport_options(config),
     )
     if url.startswith("filesystem://"):
+        app.conf.broker_transport = ATOMIC_FILESYSTEM_TRANSPORT
         for folder in broker_folders(config).values():
             folder.mkdir(parents=True, exist_ok=True)
 

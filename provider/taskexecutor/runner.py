@@ -12,12 +12,19 @@ import logging
 import shutil
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from sparkdispatch.errors import FencingTokenMismatch, IllegalStateTransition, SparkDispatchError, UnknownJob
+from sparkdispatch.errors import (
+    FencingTokenMismatch,
+    IllegalStateTransition,
+    SparkDispatchError,
+    StaleExecution,
+    UnknownJob,
+)
 from sparkdispatch.jobgraph import (
     ExecutionState,
     ExecutionStateUpdate,
@@ -36,6 +43,9 @@ log = logging.getLogger(__name__)
 #: How often a cancelled task's job group is cancelled again while its function still runs,
 #: to catch Spark jobs the function starts after the first cancellation.
 CANCEL_REPEAT_S = 0.5
+#: How long a deployment waits for its slot's superseded attempt to stop. Spark jobs stop at
+#: once when cancelled; only Python code that ignores cancellation can hold a slot this long.
+SLOT_RELEASE_TIMEOUT_S = 30.0
 
 
 class StateReporter(Protocol):
@@ -43,10 +53,6 @@ class StateReporter(Protocol):
 
     def report(self, session_id: str, update: ExecutionStateUpdate) -> None:
         """Raises `FencingTokenMismatch` or `UnknownJob` when the JobMaster refuses the report."""
-
-
-class StaleExecution(SparkDispatchError):
-    """The JobMaster no longer wants this execution; the task stops and frees its slot."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -124,18 +130,34 @@ class SlotTable:
         self._lock = threading.Lock()
         self._by_slot: dict[int, RunningExecution] = {}
 
-    def occupy(self, tdd: TaskDeploymentDescriptor, session_id: str) -> RunningExecution:
-        with self._lock:
-            if not 0 <= tdd.slot_index < self.count:
+    def occupy(self, tdd: TaskDeploymentDescriptor, session_id: str, *,
+               supersede: Callable[[RunningExecution], object] | None = None,
+               wait_s: float = 0.0) -> RunningExecution:
+        """Take the slot `tdd` names.
+
+        The master hands out a slot only once it considers the slot's last attempt over, but
+        that attempt may still be stopping here (its cancellation travels apart from this
+        deployment). So a busy slot's attempt is superseded (`supersede` stops it) and awaited
+        for up to `wait_s` before the deployment is refused.
+        """
+        deadline = time.monotonic() + wait_s
+        while True:
+            with self._lock:
+                if not 0 <= tdd.slot_index < self.count:
+                    raise IllegalStateTransition(
+                        f"slot {tdd.slot_index} does not exist on this TaskExecutor (it has {self.count} slots)")
+                busy = self._by_slot.get(tdd.slot_index)
+                if busy is None:
+                    running = RunningExecution(tdd=tdd, session_id=session_id)
+                    self._by_slot[tdd.slot_index] = running
+                    return running
+            if supersede is not None and not busy.cancelled.is_set():
+                supersede(busy)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not busy.done.wait(remaining):
                 raise IllegalStateTransition(
-                    f"slot {tdd.slot_index} does not exist on this TaskExecutor (it has {self.count} slots)")
-            busy = self._by_slot.get(tdd.slot_index)
-            if busy is not None:
-                raise IllegalStateTransition(
-                    f"slot {tdd.slot_index} is busy with execution {busy.tdd.execution_id} of job {busy.tdd.job_id}")
-            running = RunningExecution(tdd=tdd, session_id=session_id)
-            self._by_slot[tdd.slot_index] = running
-            return running
+                    f"slot {tdd.slot_index} is busy with execution {busy.tdd.execution_id} of job {busy.tdd.job_id}"
+                    + (f", which did not stop within {wait_s:g}s" if wait_s else ""))
 
     def release(self, running: RunningExecution) -> None:
         with self._lock:
@@ -240,17 +262,20 @@ class TaskRunner:
     """Runs deployed tasks in the slots of one TaskExecutor."""
 
     def __init__(self, *, spark: SparkSession, slots: SlotTable, reporter: StateReporter,
-                 task_executor_id: str, artifacts: ArtifactCache | None = None) -> None:
+                 task_executor_id: str, artifacts: ArtifactCache | None = None,
+                 slot_release_timeout_s: float = SLOT_RELEASE_TIMEOUT_S) -> None:
         self.spark = spark
         self.slots = slots
         self._reporter = reporter
         self._task_executor_id = task_executor_id
         self._artifacts = artifacts
+        self._slot_release_timeout_s = slot_release_timeout_s
 
     def run(self, tdd: TaskDeploymentDescriptor, session_id: str) -> ExecutionState:
         """Run one attempt to its end, reporting each state; returns the final state."""
         try:
-            running = self.slots.occupy(tdd, session_id)
+            running = self.slots.occupy(tdd, session_id, supersede=self._supersede,
+                                        wait_s=self._slot_release_timeout_s)
         except IllegalStateTransition as exc:
             log.warning("job %s: refusing execution %s: %s", tdd.job_id, tdd.execution_id, exc)
             self._report_quietly(tdd, session_id, ExecutionState.FAILED, failure=Failure.from_exception(exc))
@@ -264,6 +289,11 @@ class TaskRunner:
             return ExecutionState.CANCELED
         finally:
             self.slots.release(running)
+
+    def _supersede(self, busy: RunningExecution) -> None:
+        log.info("job %s: execution %s in slot %d is superseded by a new deployment; stopping it",
+                 busy.tdd.job_id, busy.tdd.execution_id, busy.tdd.slot_index)
+        self.cancel(busy.tdd.execution_id)
 
     def cancel(self, execution_id: str) -> bool:
         """Stop an execution's Spark jobs; it ends CANCELED. False when it does not run here."""
@@ -353,7 +383,7 @@ class TaskRunner:
                 log.info("job %s: the JobMaster refused the %s report of execution %s: %s", running.tdd.job_id,
                          state.value, running.tdd.execution_id, exc)
                 return state
-            raise StaleExecution(str(exc)) from exc
+            raise StaleExecution(running.tdd.job_id, running.tdd.execution_id, str(exc)) from exc
         except SparkDispatchError as exc:
             # The master is unreachable; the JobMaster learns the state from heartbeats or
             # fails the execution over when this TaskExecutor times out.

@@ -12,20 +12,16 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="sparkdispatch-airflow-home-"))
-os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+import pytest
+import requests
 
-import pytest  # noqa: E402
-import requests  # noqa: E402
-
-from sparkdispatch.testing.services import free_port  # noqa: E402
+from sparkdispatch.testing.services import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -81,7 +77,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def airflow(cluster: str) -> Iterator[dict[str, Any]]:
     """A migrated Airflow metadata DB, the `sparkdispatch_default` connection, the example DAGs."""
     port = cluster.rsplit(":", 1)[1]
-    os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(DAGS)  # dag.test() serializes the DAGs of this bundle
     os.environ["AIRFLOW_CONN_SPARKDISPATCH_DEFAULT"] = json.dumps(
         {"conn_type": "sparkdispatch", "host": "127.0.0.1", "port": int(port)})
     subprocess.run([str(Path(sys.executable).parent / "airflow"), "db", "migrate"], check=True,

@@ -4,21 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import tempfile
 from collections.abc import AsyncIterator
 
-os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="sparkdispatch-airflow-home-"))
-os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+import pytest
+from aiohttp import web
 
-import pytest  # noqa: E402
-from aiohttp import web  # noqa: E402
-
-from sparkdispatch.client import ZooKeeperTarget  # noqa: E402
-from sparkdispatch.errors import ConfigurationError  # noqa: E402
-from sparkdispatch.hooks import SparkDispatchHook  # noqa: E402
-from sparkdispatch.hooks.sparkdispatch import client_settings  # noqa: E402
-from sparkdispatch.testing.services import free_port  # noqa: E402
+from sparkdispatch.client import ZooKeeperTarget
+from sparkdispatch.errors import ConfigurationError
+from sparkdispatch.hooks import SparkDispatchHook
+from sparkdispatch.hooks.sparkdispatch import client_settings
+from sparkdispatch.testing.services import free_port
 
 
 def set_connection(monkeypatch: pytest.MonkeyPatch, conn_id: str, value: dict | str) -> None:

@@ -5,23 +5,18 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import os
-import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="sparkdispatch-airflow-home-"))
-os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+import pytest
+from aiohttp import web
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
 
-import pytest  # noqa: E402
-from aiohttp import web  # noqa: E402
-from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred  # noqa: E402
-
-from sparkdispatch.operators import JobResultSensor, JobResultTrigger, SubmitJobGraphOperator  # noqa: E402
-from sparkdispatch.operators.jobs import attempt_job_id, result_summary, task_job_id  # noqa: E402
-from sparkdispatch.testing.services import free_port  # noqa: E402
+from sparkdispatch.operators import JobResultSensor, JobResultTrigger, SubmitJobGraphOperator
+from sparkdispatch.operators.jobs import attempt_job_id, result_summary, task_job_id
+from sparkdispatch.testing.services import free_port
 
 GRAPH = {"name": "sales", "vertices": [{"id": "a", "entrypoint": "pipelines.sales:generate"},
                                        {"id": "b", "entrypoint": "pipelines.sales:clean", "inputs": ["a"]}]}

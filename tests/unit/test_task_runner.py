@@ -85,9 +85,10 @@ def artifacts(tmp_path: Path) -> Artifacts:
     return Artifacts(tmp_path)
 
 
-def make_runner(spark: Any, artifacts: Artifacts, reporter: RecordingReporter, slots: int = 2) -> TaskRunner:
+def make_runner(spark: Any, artifacts: Artifacts, reporter: RecordingReporter, slots: int = 2,
+                slot_release_timeout_s: float = 0.2) -> TaskRunner:
     return TaskRunner(spark=spark, slots=SlotTable(slots), reporter=reporter, task_executor_id="te-1",
-                      artifacts=artifacts.cache(spark))
+                      artifacts=artifacts.cache(spark), slot_release_timeout_s=slot_release_timeout_s)
 
 
 def test_ctx_carries_the_subtask_and_runs_in_the_slot_pool(spark: Any, artifacts: Artifacts, tmp_path: Path) -> None:
@@ -252,13 +253,50 @@ def test_a_busy_slot_refuses_a_second_task(spark: Any, artifacts: Artifacts, tmp
 
     assert runner.run(second, SESSION) is ExecutionState.FAILED
 
-    assert "slot 0 is busy" in reporter.last(second.execution_id).failure.message  # type: ignore[union-attr]
+    message = reporter.last(second.execution_id).failure.message  # type: ignore[union-attr]
+    assert "slot 0 is busy" in message and "did not stop within" in message
     report = runner.slots.slot_report()
     assert (report.slots[0].allocation_id, report.slots[0].job_id) == (first.allocation_id, JOB_ID)
     assert runner.slots.executions() == [{"job_id": JOB_ID, "execution_id": first.execution_id,
                                           "state": "DEPLOYING"}]
     runner.slots.release(held)
     assert runner.slots.slot_report().slots[0].allocation_id is None
+
+
+def test_a_new_deployment_supersedes_the_attempt_still_in_its_slot(spark: Any, artifacts: Artifacts,
+                                                                    tmp_path: Path) -> None:
+    """The master released the slot (its job was cancelled) before the old task stopped here."""
+    module, key = artifacts.module("""
+        import time
+
+        def slow(_):
+            for _ in range(600):  # 60 s unless cancelled
+                time.sleep(0.1)
+            return 1
+
+        def long_task(ctx):
+            ctx.spark.sparkContext.parallelize([0], 1).map(slow).count()
+            return ctx.spark.range(3)
+
+        def quick_task(ctx):
+            return ctx.spark.range(2)
+    """)
+    reporter = RecordingReporter()
+    runner = make_runner(spark, artifacts, reporter, slot_release_timeout_s=60.0)
+    old = tdd_for(f"{module}:long_task", tmp_path, artifacts=(key,), slot_index=0)
+    new = tdd_for(f"{module}:quick_task", tmp_path, artifacts=(key,), slot_index=0)
+    outcome: dict[str, ExecutionState] = {}
+    thread = threading.Thread(target=lambda: outcome.__setitem__("old", runner.run(old, SESSION)))
+    thread.start()
+    deadline = time.monotonic() + 120
+    while not spark.sparkContext.statusTracker().getJobIdsForGroup(old.execution_id):
+        assert time.monotonic() < deadline, "the old task's Spark job never started"
+        time.sleep(0.05)
+
+    assert runner.run(new, SESSION) is ExecutionState.FINISHED
+    thread.join(60)
+    assert outcome == {"old": ExecutionState.CANCELED}
+    assert reporter.last(new.execution_id).rows == 2  # type: ignore[union-attr]
 
 
 def test_cancelling_one_slot_stops_only_its_spark_job(spark: Any, artifacts: Artifacts, tmp_path: Path) -> None:

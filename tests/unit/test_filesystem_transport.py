@@ -1,0 +1,46 @@
+"""The standalone broker: a message becomes visible to consumers only once it is whole."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from queue import Empty
+from typing import Any
+
+import pytest
+
+from sparkdispatch.config import Configuration
+from sparkdispatch.taskexecutor import filesystem_transport
+from sparkdispatch.taskexecutor.app import create_celery_app
+
+
+def test_a_message_being_written_is_invisible_then_whole(tmp_path: Path, monkeypatch: Any) -> None:
+    config = Configuration.from_mapping({"broker.url": "filesystem://", "storage.dir": str(tmp_path)})
+    app = create_celery_app(config)
+    body = {"payload": "x" * 50_000, "id": 7}
+    seen_mid_write: list[Any] = []
+    renamed: list[str] = []
+    with app.connection() as producer, app.connection() as consumer:
+        consumer_channel = consumer.default_channel
+        real_replace = os.replace
+
+        def replace_after_a_look(src: str, dst: str) -> None:
+            # the file is fully written but not yet renamed: a consumer must not see it
+            assert Path(src).stat().st_size > 50_000
+            with pytest.raises(Empty):
+                seen_mid_write.append(consumer_channel._get("jobs"))
+            renamed.append(dst)
+            real_replace(src, dst)
+
+        monkeypatch.setattr(filesystem_transport.os, "replace", replace_after_a_look)
+        producer.default_channel._put("jobs", body)
+        assert seen_mid_write == [] and len(renamed) == 1
+        assert consumer_channel._get("jobs") == body
+        with pytest.raises(Empty):
+            consumer_channel._get("jobs")
+
+
+def test_the_master_and_workers_use_the_atomic_transport(tmp_path: Path) -> None:
+    config = Configuration.from_mapping({"broker.url": "filesystem://", "storage.dir": str(tmp_path)})
+    with create_celery_app(config).connection() as connection:
+        assert isinstance(connection.default_channel, filesystem_transport.Channel)
