@@ -23,6 +23,7 @@ from sparkdispatch.master import Master
 log = logging.getLogger(__name__)
 
 STOP_GRACE_S = 10.0
+RESTART_BACKOFF_S = (1.0, 30.0)  # first and longest pause before a dead TaskExecutor is started again
 
 
 def standalone_config(config: Configuration, *, slots: int | None = None, storage: str | None = None) -> Configuration:
@@ -44,6 +45,8 @@ class StandaloneCluster:
         self.taskexecutor_count = taskexecutors
         self.master: Master | None = None
         self.processes: list[subprocess.Popen[bytes]] = []
+        self._log_dir = config.storage_dir / "log"
+        self._supervisor: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         self.config.storage_dir.mkdir(parents=True, exist_ok=True)
@@ -51,15 +54,29 @@ class StandaloneCluster:
         await self.master.start()
         # TaskExecutors find the master at rest.address:rest.port, so pass the bound port on
         self.config = self.config.with_overrides({"rest.port": self.master.rest.port})
-        log_dir = self.config.storage_dir / "log"
-        log_dir.mkdir(exist_ok=True)
+        self._log_dir.mkdir(exist_ok=True)
         for index in range(self.taskexecutor_count):
-            self.processes.append(self._spawn_task_executor(index, log_dir))
+            self.processes.append(self._spawn_task_executor(index))
+        self._supervisor = asyncio.create_task(self._supervise(), name="taskexecutor-supervisor")
 
-    def _spawn_task_executor(self, index: int, log_dir: Path) -> subprocess.Popen[bytes]:
+    async def _supervise(self) -> None:
+        """Start a TaskExecutor again when it dies, as a process supervisor would."""
+        pause = [RESTART_BACKOFF_S[0]] * len(self.processes)
+        while True:
+            await asyncio.sleep(0.5)
+            for index, process in enumerate(self.processes):
+                if process.poll() is None:
+                    continue
+                log.warning("TaskExecutor %d exited with %s; starting it again in %.0fs (log: %s)", index,
+                            process.returncode, pause[index], self._log_dir / f"taskexecutor-{index}.log")
+                await asyncio.sleep(pause[index])
+                pause[index] = min(pause[index] * 2, RESTART_BACKOFF_S[1])
+                self.processes[index] = self._spawn_task_executor(index)
+
+    def _spawn_task_executor(self, index: int) -> subprocess.Popen[bytes]:
         argv = [sys.executable, "-m", "sparkdispatch.taskexecutor", *self.config.to_overrides(),
                 "-D", f"taskexecutor.id=standalone-{index}"]
-        with open(log_dir / f"taskexecutor-{index}.log", "ab") as out:
+        with open(self._log_dir / f"taskexecutor-{index}.log", "ab") as out:
             return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True)
 
@@ -69,8 +86,6 @@ class StandaloneCluster:
         deadline = time.monotonic() + timeout
         registered = 0
         while time.monotonic() < deadline:
-            if any(p.poll() is not None for p in self.processes):
-                raise RuntimeError(f"a TaskExecutor exited; see {self.config.storage_dir / 'log'}")
             if self.master.is_leader:
                 registered = self.master.leader_components().resource_manager.overview().taskmanagers
                 if registered >= self.taskexecutor_count:
@@ -79,23 +94,30 @@ class StandaloneCluster:
         return registered
 
     async def stop(self) -> None:
+        if self._supervisor is not None:
+            self._supervisor.cancel()
+            await asyncio.gather(self._supervisor, return_exceptions=True)
         for process in self.processes:
-            _signal_group(process, signal.SIGTERM)
+            # the worker alone: it stops its own Spark JVM, which a signal to the group would kill first
+            _signal(process, signal.SIGTERM)
         deadline = time.monotonic() + STOP_GRACE_S
         for process in self.processes:
             try:
                 await asyncio.to_thread(process.wait, max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                _signal_group(process, signal.SIGKILL)
+                _signal(process, signal.SIGKILL, group=True)
                 await asyncio.to_thread(process.wait)
         self.processes.clear()
         if self.master is not None:
             await self.master.stop()
 
 
-def _signal_group(process: subprocess.Popen[bytes], sig: int) -> None:
+def _signal(process: subprocess.Popen[bytes], sig: int, *, group: bool = False) -> None:
     try:
-        os.killpg(process.pid, sig)
+        if group:
+            os.killpg(process.pid, sig)
+        else:
+            process.send_signal(sig)
     except ProcessLookupError:
         pass
 

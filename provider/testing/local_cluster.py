@@ -82,26 +82,32 @@ class LocalCluster:
 
     @staticmethod
     def _kill(process: subprocess.Popen[bytes] | None, sig: int, grace: float = 15.0) -> None:
+        """SIGKILL takes the whole process group (a crash). Any other signal goes to the process
+        alone, which stops its own children (a TaskExecutor its Spark JVM); SIGKILL after `grace`."""
         if process is None or process.poll() is not None:
             return
         try:
-            os.killpg(process.pid, sig)
+            if sig == signal.SIGKILL:
+                os.killpg(process.pid, sig)
+            else:
+                process.send_signal(sig)
             process.wait(timeout=grace)
         except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=10)
+            pass
+        except ProcessLookupError:
+            return
+        try:
+            os.killpg(process.pid, signal.SIGKILL)  # the process if it hung, and whatever it left behind
         except ProcessLookupError:
             pass
+        process.wait(timeout=10)
 
     def stop(self) -> None:
         """Stop every process this cluster started (TaskExecutors first)."""
         for processes in (self.taskexecutors, self.masters):
             for process in processes:
                 if process is not None and process.poll() is None:
-                    try:
-                        os.killpg(process.pid, signal.SIGTERM)
-                    except ProcessLookupError:
-                        pass
+                    process.send_signal(signal.SIGTERM)
             for index, process in enumerate(processes):
                 self._kill(process, signal.SIGTERM)
                 processes[index] = None

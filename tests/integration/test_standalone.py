@@ -1,0 +1,83 @@
+"""`sparkdispatch standalone`: starts in one command, restarts a dead TaskExecutor, and Ctrl-C
+stops every process it started."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from sparkdispatch.testing.services import free_port
+
+pytestmark = pytest.mark.slow
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """Pids of live processes whose command line contains `text`."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (entry / "stat").read_text().split(") ", 1)[1][0]
+        except OSError:
+            continue
+        if text in cmdline and state != "Z":
+            pids.append(int(entry.name))
+    return pids
+
+
+def overview(base: str) -> dict[str, int]:
+    with urllib.request.urlopen(base + "/overview", timeout=5) as answer:
+        return dict(json.loads(answer.read()))
+
+
+def wait_for(predicate: object, what: str, timeout: float = 180.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if predicate():  # type: ignore[operator]
+                return
+        except OSError:
+            pass
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_standalone_restarts_a_dead_taskexecutor_and_stops_everything_on_ctrl_c(tmp_path: Path) -> None:
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    storage = tmp_path / "storage"
+    cli = [sys.executable, "-m", "sparkdispatch.cli", "-D", f"rest.port={port}", "-D", "heartbeat.interval=300ms",
+           "-D", "heartbeat.timeout=3s", "standalone", "--storage", str(storage), "--slots", "1"]
+    with open(tmp_path / "standalone.log", "wb") as out:
+        process = subprocess.Popen(cli, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_for(lambda: overview(base)["taskmanagers"] == 1, "the TaskExecutor to register")
+        # Celery retitles the worker process; its -D arguments stay in the title
+        [worker] = processes_mentioning("taskexecutor.id=standalone-0")
+        os.killpg(worker, signal.SIGKILL)  # the worker and its Spark JVM, as if its host died
+        wait_for(lambda: worker not in processes_mentioning(str(storage)), "the worker to die", 30)
+        wait_for(lambda: [p for p in processes_mentioning("taskexecutor.id=standalone-0") if p != worker],
+                 "a new TaskExecutor process")
+        wait_for(lambda: overview(base)["taskmanagers"] == 1 and overview(base)["slots_available"] == 1,
+                 "the new TaskExecutor to register")
+
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=60) == 0
+        wait_for(lambda: processes_mentioning(str(storage)) == [], "every started process to end", 30)
+        assert "stopping" in (tmp_path / "standalone.log").read_text()
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        for pid in processes_mentioning(str(storage)):
+            os.kill(pid, signal.SIGKILL)
