@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkdispatch.config import Configuration
-from sparkdispatch.testing.local_cluster import LocalCluster
+from sparkdispatch.testing.local_cluster import LocalCluster, http_json
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO / "bench" / "results"
@@ -240,24 +240,7 @@ class Rest:
         self.token = token
 
     def request(self, method: str, path: str, body: Any = None, *, timeout: float = 30.0) -> tuple[int, Any]:
-        import urllib.error
-        import urllib.request
-
-        data = json.dumps(body).encode() if body is not None else None
-        headers = {"Content-Type": "application/json"}
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
-        request = urllib.request.Request(self.base_url + path, data=data, method=method, headers=headers)
-        try:
-            with urllib.request.urlopen(request, timeout=timeout) as answer:
-                raw = answer.read()
-                return answer.status, json.loads(raw) if raw else None
-        except urllib.error.HTTPError as error:
-            raw = error.read()
-            try:
-                return error.code, json.loads(raw) if raw else None
-            except ValueError:
-                return error.code, raw.decode(errors="replace")
+        return http_json(method, self.base_url + path, body, token=self.token, timeout=timeout)
 
     def submit(self, graph: dict[str, Any]) -> str:
         status, body = self.request("POST", "/jobs", graph)
@@ -384,6 +367,23 @@ class PySpy:
         return {"samples": total, "self": ranked(own), "inclusive": ranked(inclusive)}
 
 
+    def shares(self, needles: dict[str, str], *, only: str = "") -> dict[str, float]:
+        """label -> share of the (`only`-filtered) samples whose stack has a frame containing needle."""
+        hits = dict.fromkeys(needles, 0)
+        total = 0
+        if not self.output.exists():
+            return {label: 0.0 for label in needles}
+        for line in self.output.read_text(errors="replace").splitlines():
+            stack, _, samples = line.rpartition(" ")
+            if not stack or not samples.isdigit() or (only and only not in stack):
+                continue
+            total += int(samples)
+            for label, needle in needles.items():
+                if needle in stack:
+                    hits[label] += int(samples)
+        return {label: round(n / total, 3) if total else 0.0 for label, n in hits.items()}
+
+
 def _short_frame(frame: str) -> str:
     """`func (/long/path/site-packages/pkg/mod.py:12)` → `func (pkg/mod.py)`; thread frames dropped."""
     name, _, where = frame.partition(" (")
@@ -395,3 +395,23 @@ def _short_frame(frame: str) -> str:
             path = ("sparkdispatch/" if marker == "sparkdispatch/" else "") + path.split(marker, 1)[1]
             break
     return f"{name} ({path})"
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds used so far by `pid` and its reaped children (from /proc)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rfind(")") + 2:].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return sum(int(v) for v in fields[11:15]) / ticks  # utime stime cutime cstime
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds of `pid` and its live descendants (a TaskExecutor and its Spark JVM)."""
+    total = 0.0
+    try:
+        total += cpu_seconds(pid)
+    except OSError:
+        return 0.0
+    for child in child_pids(pid):
+        total += tree_cpu_seconds(child)
+    return total

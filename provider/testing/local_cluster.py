@@ -23,6 +23,26 @@ from sparkdispatch.config import Configuration
 from sparkdispatch.testing.services import free_port
 
 
+def http_json(method: str, url: str, body: Any = None, *, token: str = "",
+              timeout: float = 30.0) -> tuple[int, Any]:
+    """One blocking HTTP call with a JSON body; (status, decoded JSON answer or its text)."""
+    data = json.dumps(body).encode() if body is not None and not isinstance(body, bytes) else body
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    request = urllib.request.Request(url, data=data, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
+            raw = answer.read()
+            return answer.status, json.loads(raw) if raw else None
+    except urllib.error.HTTPError as error:
+        raw = error.read()
+        try:
+            return error.code, json.loads(raw) if raw else None
+        except ValueError:
+            return error.code, raw.decode(errors="replace")
+
+
 class LocalCluster:
     """`masters` master processes and `taskexecutors` TaskExecutor processes sharing `config`."""
 
@@ -126,19 +146,7 @@ class LocalCluster:
 
     def request(self, method: str, url: str, body: Any = None, *, timeout: float = 30.0) -> tuple[int, Any]:
         """One HTTP call; (status, decoded JSON body or None)."""
-        data = json.dumps(body).encode() if body is not None and not isinstance(body, bytes) else body
-        request = urllib.request.Request(url, data=data, method=method,
-                                         headers={"Content-Type": "application/json", **self._auth()})
-        try:
-            with urllib.request.urlopen(request, timeout=timeout) as answer:
-                raw = answer.read()
-                return answer.status, json.loads(raw) if raw else None
-        except urllib.error.HTTPError as error:
-            raw = error.read()
-            try:
-                return error.code, json.loads(raw) if raw else None
-            except ValueError:
-                return error.code, raw.decode(errors="replace")
+        return http_json(method, url, body, token=self.config["rest.auth.token"], timeout=timeout)
 
     def _auth(self) -> dict[str, str]:
         token = self.config["rest.auth.token"]

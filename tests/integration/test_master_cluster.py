@@ -70,6 +70,14 @@ def runs(log_dir: Path, vertex_id: str, what: str = "run") -> list[str]:
     return sorted(p.name for p in log_dir.glob(f"{vertex_id}.*.{what}.*"))
 
 
+def wait_for_run(log_dir: Path, vertex_id: str, what: str = "run", timeout: float = 120.0) -> None:
+    """Wait until a subtask of `vertex_id` left its `what` marker."""
+    deadline = time.monotonic() + timeout
+    while not runs(log_dir, vertex_id, what):
+        assert time.monotonic() < deadline, f"{vertex_id} never reached {what!r}"
+        time.sleep(0.1)
+
+
 def test_fan_out_fan_in_graph_produces_the_expected_rows(cluster: LocalCluster, tasks_key: str,
                                                          tmp_path: Path, spark: Any) -> None:
     log = str(tmp_path)
@@ -117,10 +125,7 @@ def test_exhausted_restarts_fail_the_job_with_the_remote_traceback(cluster: Loca
 def test_cancel_stops_running_spark_work_and_frees_the_slots(cluster: LocalCluster, tasks_key: str,
                                                              tmp_path: Path) -> None:
     job_id = cluster.submit(job("endless", [vertex("spin", "endless_spark", log_dir=str(tmp_path))], tasks_key))
-    deadline = time.monotonic() + 120
-    while not runs(tmp_path, "spin", "start"):
-        assert time.monotonic() < deadline, "the endless task never started"
-        time.sleep(0.1)
+    wait_for_run(tmp_path, "spin", "start")
     time.sleep(1.0)  # let its Spark job get going
     status, _ = cluster.request("PATCH", f"{cluster.leader_url()}/jobs/{job_id}?mode=cancel", {})
     assert status == 202
@@ -204,10 +209,7 @@ def test_a_taskexecutor_killed_mid_task_loses_nothing(cluster: LocalCluster, tas
         vertex("slow", "sleepy", inputs=("numbers",), seconds=6, log_dir=log),
     ], tasks_key)
     job_id = cluster.submit(graph)
-    deadline = time.monotonic() + 120
-    while not runs(tmp_path, "slow", "start"):
-        assert time.monotonic() < deadline, "the slow vertex never started"
-        time.sleep(0.1)
+    wait_for_run(tmp_path, "slow", "start")
     details = cluster.request("GET", f"{cluster.leader_url()}/jobs/{job_id}")[1]
     slow = next(v for v in details["vertices"] if v["id"] == "slow")
     victim = slow["subtasks"][0]["taskmanager"]
@@ -233,10 +235,7 @@ def test_a_zookeeper_outage_longer_than_the_session_loses_and_repeats_nothing(
         vertex("last", "sleepy", inputs=("slow",), seconds=0, log_dir=log),
     ], tasks_key)
     job_id = cluster.submit(graph)
-    deadline = time.monotonic() + 120
-    while not runs(tmp_path, "slow", "start"):
-        assert time.monotonic() < deadline, "the slow vertex never started"
-        time.sleep(0.1)
+    wait_for_run(tmp_path, "slow", "start")
     zookeeper_server.pause()
     try:
         time.sleep(7.0)  # longer than the 4 s session: every leader's session expires
@@ -259,10 +258,7 @@ def test_sigkill_of_the_leader_mid_job_loses_and_repeats_nothing(cluster: LocalC
         vertex("last", "sleepy", inputs=("slow",), seconds=0, log_dir=log),
     ], tasks_key)
     job_id = cluster.submit(graph)
-    deadline = time.monotonic() + 120
-    while not runs(tmp_path, "slow", "start"):
-        assert time.monotonic() < deadline, "the slow vertex never started"
-        time.sleep(0.1)
+    wait_for_run(tmp_path, "slow", "start")
     old_leader = cluster.wait_for_leader()
     killed_at = time.monotonic()
     cluster.kill_master(old_leader, signal.SIGKILL)
