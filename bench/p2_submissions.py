@@ -1,6 +1,6 @@
 """P2 submissions: jobs accepted and persisted per second by a master under ZooKeeper HA.
 
-    .venv/bin/python bench/p2_submissions.py [--clients 16] [--jobs 3000] [--duration 30]
+    .venv/bin/python bench/p2_submissions.py [--clients 32] [--jobs 3000] [--duration 30]
                                             [--taskexecutors 1] [--profile]
 
 Starts ZooKeeper, Redis, one master (HA `zookeeper`) and `--taskexecutors` TaskExecutors, then
@@ -8,9 +8,10 @@ Starts ZooKeeper, Redis, one master (HA `zookeeper`) and `--taskexecutors` TaskE
 JobGraphs (`bench_tasks:noop`) until `--jobs` were sent or `--duration` seconds passed, after a
 warm-up of 50. A 202 means the JobGraph is in ZooKeeper (the Dispatcher persists before it
 answers). Prints acceptance throughput (202s per second), median and p99 latency, and writes
-bench/results/p2_submissions.json. Goal: >= 300 jobs/s. With `--profile` (or when the goal is
-missed) py-spy records the master during the load and the hottest functions are printed and
-stored.
+bench/results/p2_submissions.json, with the CPU seconds each process used during the load.
+Goal: >= 300 jobs/s. With `--profile`, py-spy records the master during the load and its
+hottest functions are printed and stored. `--taskexecutors 0` measures acceptance alone (jobs
+then wait for slots instead of running).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,7 @@ from common import (
     PySpy,
     bench_main,
     cluster_config,
+    cpu_seconds,
     load_average,
     median,
     percentile,
@@ -105,34 +108,25 @@ async def load(url: str, artifact: str, *, clients: int, jobs: int, duration: fl
             "client_errors": errors}
 
 
-def count_jobs_in_zookeeper(hosts: str, root: str) -> int | None:
-    """JobGraphs under this cluster's root, to check that accepted means persisted."""
+def count_jobs_in_zookeeper(hosts: str, root: str, cluster_id: str) -> int | None:
+    """JobGraphs under `<root>/<cluster-id>/jobgraphs`, to check that accepted means persisted."""
     from kazoo.client import KazooClient
+    from kazoo.exceptions import NoNodeError
 
     zk = KazooClient(hosts=hosts, timeout=10)
     zk.start(timeout=10)
     try:
-        count = 0
-        for path, _, children in _walk(zk, root):
-            if path.rstrip("/").endswith("jobgraphs"):
-                count += len(children)
-        return count
+        return len(zk.get_children(f"/{root.strip('/')}/{cluster_id}/jobgraphs"))
+    except NoNodeError:
+        return None
     finally:
         zk.stop()
         zk.close()
 
 
-def _walk(zk: Any, path: str) -> Any:
-    children = zk.get_children(path)
-    yield path, None, children
-    if not path.rstrip("/").endswith("jobgraphs"):
-        for child in children:
-            yield from _walk(zk, f"{path.rstrip('/')}/{child}")
-
-
 def run() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--clients", type=int, default=16, help="concurrent HTTP clients")
+    parser.add_argument("--clients", type=int, default=32, help="concurrent HTTP clients")
     parser.add_argument("--jobs", type=int, default=3000, help="jobs to submit (after the warm-up)")
     parser.add_argument("--duration", type=float, default=30.0, help="stop submitting after this many seconds")
     parser.add_argument("--taskexecutors", type=int, default=1, help="TaskExecutors running the accepted jobs")
@@ -150,32 +144,46 @@ def run() -> int:
         zookeeper.start()
         redis.start()
         with scratch_dir(args.work_dir, "sparkdispatch-p2-") as scratch:
-            storage = Path(scratch)
-            config = cluster_config(storage, broker_url=redis.url, zookeeper_hosts=zookeeper.hosts, slots=2)
-            cluster = BenchCluster(config, masters=1, taskexecutors=args.taskexecutors, log_dir=storage / "log")
-            cluster.start(timeout=240)
-            url = cluster.leader_url()
-            artifact = cluster.upload_artifact(BENCH_TASKS)
-            print(f"master {url} (ZooKeeper HA), {args.taskexecutors} TaskExecutor(s); {args.clients} clients",
-                  flush=True)
-            if args.profile:
-                spy = PySpy(cluster.pid("master"), storage / "master-profile.txt")
-                time.sleep(0.5)
-            figures = asyncio.run(load(url, artifact, clients=args.clients, jobs=args.jobs,
-                                       duration=args.duration, token=config["rest.auth.token"]))
-            if spy is not None:
-                spy.stop()
-                report["master_profile"] = spy.top()
-            report.update(figures)
-            report["jobgraphs_in_zookeeper"] = count_jobs_in_zookeeper(
-                zookeeper.hosts, config["high-availability.zookeeper.path.root"])
-            status, overview = cluster.request("GET", url + "/overview", timeout=30)
-            report["overview_after"] = overview if status == 200 else None
+            try:
+                storage = Path(scratch)
+                config = cluster_config(storage, broker_url=redis.url, zookeeper_hosts=zookeeper.hosts,
+                                        slots=2)
+                cluster = BenchCluster(config, masters=1, taskexecutors=args.taskexecutors,
+                                       log_dir=storage / "log")
+                cluster.start(timeout=240)
+                url = cluster.leader_url()
+                artifact = cluster.upload_artifact(BENCH_TASKS)
+                print(f"master {url} (ZooKeeper HA), {args.taskexecutors} TaskExecutor(s); "
+                      f"{args.clients} clients", flush=True)
+                if args.profile:
+                    spy = PySpy(cluster.pid("master"), storage / "master-profile.txt")
+                    time.sleep(0.5)
+                pids = {"master": cluster.pid("master"), "zookeeper": zookeeper.process.pid,
+                        "redis": redis.process.pid, "bench_client": os.getpid()}
+                pids.update({f"taskexecutor-{i}": cluster.pid("taskexecutor", i)
+                             for i in range(args.taskexecutors)})
+                cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+                figures = asyncio.run(load(url, artifact, clients=args.clients, jobs=args.jobs,
+                                           duration=args.duration, token=config["rest.auth.token"]))
+                cpu_used = {name: round(cpu_seconds(pid) - cpu_before[name], 2) for name, pid in pids.items()}
+                figures["cpu_s_during_load"] = cpu_used
+                figures["master_cpu_ms_per_accepted_job"] = round(
+                    cpu_used["master"] * 1000 / max(1, figures["accepted"]), 2)
+                if spy is not None:
+                    spy.stop()
+                    report["master_profile"] = spy.top(40)
+                report.update(figures)
+                report["jobgraphs_in_zookeeper"] = count_jobs_in_zookeeper(
+                    zookeeper.hosts, config["high-availability.zookeeper.path.root"],
+                    config["high-availability.cluster-id"])
+                status, overview = cluster.request("GET", url + "/overview", timeout=30)
+                report["overview_after"] = overview if status == 200 else None
+            finally:  # before the scratch directory goes away: the processes write into it
+                if spy is not None:
+                    spy.stop()
+                if cluster is not None:
+                    cluster.stop()
     finally:
-        if spy is not None:
-            spy.stop()
-        if cluster is not None:
-            cluster.stop()
         redis.stop()
         zookeeper.stop()
     report["load_average_at_end"] = load_average()
@@ -185,6 +193,9 @@ def run() -> int:
     print_table(["accepted", "sent", "seconds", "jobs/s", "median ms", "p99 ms", "max ms", "statuses"], [[
         report["accepted"], report["sent"], report["elapsed_s"], f"{rate:.0f}", report["latency_ms_median"],
         report["latency_ms_p99"], report["latency_ms_max"], report["statuses"]]])
+    print(f"CPU seconds used during the load ({report['elapsed_s']:.1f}s on {os.cpu_count()} cores): "
+          + ", ".join(f"{name} {seconds:.1f}" for name, seconds in report["cpu_s_during_load"].items())
+          + f"; master {report['master_cpu_ms_per_accepted_job']:.2f} ms CPU per accepted job")
     persisted = report["jobgraphs_in_zookeeper"]
     print(f"JobGraphs in ZooKeeper afterwards: {persisted} (accepted incl. warm-up: "
           f"{report['accepted'] + report['warmup_statuses'].get(202, 0)}; finished jobs are removed)")
@@ -192,8 +203,9 @@ def run() -> int:
     print(f"goal >= {GOAL_JOBS_PER_S:g} jobs/s: {'met' if report['goal_met'] else 'MISSED'}; load average "
           f"{report['load_average_at_start']} -> {report['load_average_at_end']}")
     if "master_profile" in report:
-        print("master hot spots (share of samples, py-spy, GIL-holding and waiting threads):")
-        for entry in report["master_profile"]["inclusive"]:
+        print("master hot spots (py-spy, share of on-CPU samples of all threads, inclusive):")
+        generic = ("threading.py", "runpy", "asyncio/runners", "cli.py", "concurrent/futures", "base_events.py")
+        for entry in [e for e in report["master_profile"]["inclusive"] if not any(g in e["function"] for g in generic)]:
             print(f"  {entry['share'] * 100:5.1f}%  {entry['function']}")
         print("  own time:")
         for entry in report["master_profile"]["self"][:10]:

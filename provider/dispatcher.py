@@ -46,7 +46,7 @@ class JobMasterLike(Protocol):
 
     async def cancel(self) -> None: ...
 
-    async def suspend(self) -> None: ...
+    def suspend(self) -> None: ...
 
     def details(self) -> dict[str, Any]: ...
 
@@ -127,7 +127,7 @@ class Dispatcher:
                 job.watcher.cancel()
             if job.job_master is not None and not job.terminal:
                 try:
-                    await job.job_master.suspend()
+                    job.job_master.suspend()
                 except Exception:
                     log.exception("suspending job %s failed", job_id)
         await asyncio.gather(*self._cleanups.values(), *(j.watcher for _, j in jobs if j.watcher),
@@ -139,6 +139,7 @@ class Dispatcher:
     async def submit(self, graph: JobGraph) -> tuple[str, bool]:
         """Accept `graph`; returns (job id, True) when new, (job id, False) for the same job again."""
         self._check_open()
+        chosen_id = graph.job_id is not None
         job_id = graph.job_id or uuid.uuid4().hex
         graph = graph.with_job_id(job_id)
         fingerprint = graph.fingerprint()
@@ -155,8 +156,9 @@ class Dispatcher:
         job = _Job(graph, fingerprint, asyncio.get_running_loop().create_future())
         self._jobs[job_id] = job
         try:
+            # an id generated here is new: only a client's own id can have a JobResult already
             if job_id in self._cleanups or job_id in self._archive or \
-                    await self._ha.job_result_store.has_entry(job_id):
+                    (chosen_id and await self._ha.job_result_store.has_entry(job_id)):
                 raise DuplicateJobSubmission(job_id, "it already reached a globally terminal state")
             await self._ha.jobgraph_store.put(self.session_id, graph)
         except BaseException as exc:
@@ -195,7 +197,8 @@ class Dispatcher:
         entries = [_summary(job.job_master.details()) for job in self._jobs.values() if job.job_master]
         running = {entry["id"] for entry in entries}
         entries += [s for s in self._archive.summaries() if s["id"] not in running]
-        return sorted(entries, key=lambda e: e.get("start_time") or 0, reverse=True)
+        # the id breaks ties, so the order does not change when a job moves to the archive
+        return sorted(entries, key=lambda e: (e.get("start_time") or 0, e["id"]), reverse=True)
 
     def flink_jobs_overview(self) -> list[dict[str, Any]]:
         """`GET /jobs/overview` entries, in Flink's JobDetails shape."""

@@ -231,7 +231,7 @@ class JobGraph:
     @classmethod
     def from_dict(cls, data: Any) -> JobGraph:
         """Validate a JSON-shaped value; raises `InvalidJobGraph` naming every bad field."""
-        return _load(JobGraphSchema(), data)
+        return _load(_SCHEMAS.job_graph, data)
 
     @classmethod
     def from_json(cls, text: str | bytes) -> JobGraph:
@@ -242,7 +242,7 @@ class JobGraph:
         return cls.from_dict(data)
 
     def to_dict(self) -> dict[str, Any]:
-        return JobGraphSchema().dump(self)
+        return _SCHEMAS.job_graph.dump(self)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
@@ -330,7 +330,7 @@ class Failure:
                    traceback="".join(traceback_module.format_exception(exc)))
 
     def to_dict(self) -> dict[str, Any]:
-        return FailureSchema().dump(self)
+        return _SCHEMAS.failure.dump(self)
 
 
 @dataclass(frozen=True)
@@ -368,10 +368,10 @@ class JobResult:
 
     @classmethod
     def from_dict(cls, data: Any) -> JobResult:
-        return _load(JobResultSchema(), data)
+        return _load(_SCHEMAS.job_result, data)
 
     def to_dict(self) -> dict[str, Any]:
-        return JobResultSchema().dump(self)
+        return _SCHEMAS.job_result.dump(self)
 
 
 # --------------------------------------------------------------------------------------------
@@ -397,10 +397,10 @@ class SlotReport:
 
     @classmethod
     def from_dict(cls, data: Any) -> SlotReport:
-        return _load(SlotReportSchema(), data)
+        return _load(_SCHEMAS.slot_report, data)
 
     def to_dict(self) -> dict[str, Any]:
-        return SlotReportSchema().dump(self)
+        return _SCHEMAS.slot_report.dump(self)
 
 
 @dataclass(frozen=True)
@@ -430,10 +430,10 @@ class TaskDeploymentDescriptor:
 
     @classmethod
     def from_dict(cls, data: Any) -> TaskDeploymentDescriptor:
-        return _load(TaskDeploymentDescriptorSchema(), data)
+        return _load(_SCHEMAS.tdd, data)
 
     def to_dict(self) -> dict[str, Any]:
-        return TaskDeploymentDescriptorSchema().dump(self)
+        return _SCHEMAS.tdd.dump(self)
 
 
 @dataclass(frozen=True)
@@ -451,10 +451,10 @@ class ExecutionStateUpdate:
 
     @classmethod
     def from_dict(cls, data: Any) -> ExecutionStateUpdate:
-        return _load(ExecutionStateUpdateSchema(), data)
+        return _load(_SCHEMAS.state_update, data)
 
     def to_dict(self) -> dict[str, Any]:
-        return ExecutionStateUpdateSchema().dump(self)
+        return _SCHEMAS.state_update.dump(self)
 
 
 # --------------------------------------------------------------------------------------------
@@ -560,6 +560,7 @@ _RESTART_SCHEMAS: dict[str, type[Schema]] = {
     "none": _NoRestartSchema, "fixed-delay": _FixedDelaySchema,
     "exponential-delay": _ExponentialDelaySchema, "failure-rate": _FailureRateSchema,
 }
+_RESTART_SCHEMA_INSTANCES: dict[str, Schema] = {kind: schema() for kind, schema in _RESTART_SCHEMAS.items()}
 
 
 class RestartStrategyField(fields.Field):
@@ -571,7 +572,7 @@ class RestartStrategyField(fields.Field):
         kind = value.get("type")
         if kind not in _RESTART_SCHEMAS:
             raise ValidationError({"type": [f"must be one of {', '.join(_RESTART_SCHEMAS)}, got {kind!r}"]})
-        return _RESTART_SCHEMAS[kind]().load(value)
+        return _RESTART_SCHEMA_INSTANCES[kind].load(value)
 
     def _serialize(self, value: Any, attr: str | None, obj: Any, **kwargs: Any) -> Any:
         if value is None:
@@ -809,3 +810,18 @@ class ExecutionStateUpdateSchema(_StrictSchema):
     @post_dump
     def compact(self, data: dict[str, Any], **_: Any) -> dict[str, Any]:
         return _drop_none(data, "rows", "result_path", "failure")
+
+
+class _Schemas:
+    """One instance of each schema: they keep no state between calls, and building one per call costs."""
+
+    def __init__(self) -> None:
+        self.job_graph = JobGraphSchema()
+        self.failure = FailureSchema()
+        self.job_result = JobResultSchema()
+        self.slot_report = SlotReportSchema()
+        self.tdd = TaskDeploymentDescriptorSchema()
+        self.state_update = ExecutionStateUpdateSchema()
+
+
+_SCHEMAS = _Schemas()

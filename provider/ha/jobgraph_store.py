@@ -24,7 +24,7 @@ from kazoo.exceptions import NoNodeError, NodeExistsError
 from sparkdispatch.errors import InvalidJobGraph, StoreError
 from sparkdispatch.ha.files import is_temp, write_atomic
 from sparkdispatch.ha.leader import LeaderElection
-from sparkdispatch.ha.zookeeper import fenced_commit
+from sparkdispatch.ha.zookeeper import fenced_commit, kazoo_future
 from sparkdispatch.jobgraph import JOB_ID_PATTERN, JobGraph
 
 log = logging.getLogger(__name__)
@@ -65,7 +65,7 @@ class FileJobGraphStore:
         job_id = _stored_job_id(graph)
         self._election.fence(session_id, COMPONENT)
         await asyncio.to_thread(write_atomic, self._file(job_id), graph.to_json().encode())
-        log.info("stored JobGraph of job %s (session %s)", job_id, session_id)
+        log.debug("stored JobGraph of job %s (session %s)", job_id, session_id)
 
     async def get(self, job_id: str) -> JobGraph | None:
         path = self._file(job_id)
@@ -109,46 +109,51 @@ class ZooKeeperJobGraphStore:
     async def put(self, session_id: str, graph: JobGraph) -> None:
         job_id = _stored_job_id(graph)
         latch = self._election.fence(session_id, COMPONENT)
-        await asyncio.to_thread(self._put, latch, job_id, graph)
-        log.info("stored JobGraph of job %s (session %s)", job_id, session_id)
-
-    def _put(self, latch: str, job_id: str, graph: JobGraph) -> None:
-        body = graph.to_json().encode()
+        graph_dict = graph.to_dict()  # dumped once: `body` is graph.to_json()
+        body = json.dumps(graph_dict, sort_keys=True, separators=(",", ":")).encode()
         written: Path | None = None
         if len(body) > self._inline_limit:
-            digest = hashlib.sha256(body).hexdigest()
-            written = self.files / f"{job_id}-{digest[:16]}.json"
-            existed = written.exists()
-            write_atomic(written, body)  # the file first, then the pointer to it
-            record: dict[str, Any] = {"version": 1, "file": written.name, "sha256": digest}
-            if existed:
-                written = None  # someone's pointer may use it already: never delete it on failure
+            written, record = await asyncio.to_thread(self._write_file, job_id, body)
         else:
-            record = {"version": 1, "graph": graph.to_dict()}
+            record = {"version": 1, "graph": graph_dict}
         data = json.dumps(record, sort_keys=True).encode()
         znode = self._znode(job_id)
         deadline = time.monotonic() + self._write_timeout
+        previous: Path | None = None
         try:
-            previous = self._pointed_file(znode)
-            [created] = fenced_commit(self._client, latch, lambda t: t.create(znode, data),
-                                      component=COMPONENT, deadline=deadline)
+            # Create first: a new job has no znode, so the pointer it may replace is read only
+            # when the znode exists.
+            [created] = await fenced_commit(self._client, latch, lambda t: t.create(znode, data),
+                                            component=COMPONENT, deadline=deadline)
             if isinstance(created, NodeExistsError):
-                [updated] = fenced_commit(self._client, latch, lambda t: t.set_data(znode, data),
-                                          component=COMPONENT, deadline=deadline)
+                previous = await self._pointed_file(znode)
+                [updated] = await fenced_commit(self._client, latch, lambda t: t.set_data(znode, data),
+                                                component=COMPONENT, deadline=deadline)
                 if isinstance(updated, Exception):
                     raise StoreError(f"the JobGraph of job {job_id} could not be updated: {updated!r}")
             elif isinstance(created, Exception):
                 raise StoreError(f"the JobGraph of job {job_id} could not be stored: {created!r}")
         except BaseException:
             if written is not None:
-                written.unlink(missing_ok=True)
+                await asyncio.to_thread(written.unlink, missing_ok=True)
             raise
         if previous is not None and previous.name != record.get("file"):
-            previous.unlink(missing_ok=True)
+            await asyncio.to_thread(previous.unlink, missing_ok=True)
+        log.debug("stored JobGraph of job %s (session %s)", job_id, session_id)
 
-    def _pointed_file(self, znode: str) -> Path | None:
+    def _write_file(self, job_id: str, body: bytes) -> tuple[Path | None, dict[str, Any]]:
+        """Write a large graph's file (before the pointer to it); returns it if a failure may delete it."""
+        digest = hashlib.sha256(body).hexdigest()
+        path = self.files / f"{job_id}-{digest[:16]}.json"
+        existed = path.exists()
+        write_atomic(path, body)
+        record: dict[str, Any] = {"version": 1, "file": path.name, "sha256": digest}
+        # someone's pointer may use an existing file already: never delete that one on failure
+        return (None if existed else path), record
+
+    async def _pointed_file(self, znode: str) -> Path | None:
         try:
-            data, _ = self._client.get(znode)
+            data, _ = await kazoo_future(self._client.get_async(znode))
         except NoNodeError:
             return None
         name = self._decode(data, znode).get("file")
@@ -164,17 +169,17 @@ class ZooKeeperJobGraphStore:
         return record
 
     async def get(self, job_id: str) -> JobGraph | None:
-        return await asyncio.to_thread(self._get, job_id)
-
-    def _get(self, job_id: str) -> JobGraph | None:
         znode = self._znode(job_id)
         try:
-            data, _ = self._client.get(znode)
+            data, _ = await kazoo_future(self._client.get_async(znode))
         except NoNodeError:
             return None
         record = self._decode(data, znode)
         if "graph" in record:
             return _load_graph(json.dumps(record["graph"]).encode(), znode)
+        return await asyncio.to_thread(self._read_file, job_id, record)
+
+    def _read_file(self, job_id: str, record: dict[str, Any]) -> JobGraph:
         path = self.files / str(record["file"])
         try:
             body = path.read_bytes()
@@ -186,17 +191,17 @@ class ZooKeeperJobGraphStore:
 
     async def remove(self, session_id: str, job_id: str) -> None:
         latch = self._election.fence(session_id, COMPONENT)
-        await asyncio.to_thread(self._remove, latch, job_id)
-        log.info("removed JobGraph of job %s (session %s)", job_id, session_id)
-
-    def _remove(self, latch: str, job_id: str) -> None:
         znode = self._znode(job_id)
         deadline = time.monotonic() + self._write_timeout
-        pointed = self._pointed_file(znode)
-        [deleted] = fenced_commit(self._client, latch, lambda t: t.delete(znode), component=COMPONENT,
-                                  deadline=deadline)
+        pointed = await self._pointed_file(znode)
+        [deleted] = await fenced_commit(self._client, latch, lambda t: t.delete(znode), component=COMPONENT,
+                                        deadline=deadline)
         if isinstance(deleted, Exception) and not isinstance(deleted, NoNodeError):
             raise StoreError(f"the JobGraph of job {job_id} could not be removed: {deleted!r}")
+        await asyncio.to_thread(self._remove_files, job_id, pointed)
+        log.info("removed JobGraph of job %s (session %s)", job_id, session_id)
+
+    def _remove_files(self, job_id: str, pointed: Path | None) -> None:
         # The pointer is gone, so no file of this job is needed any more (also not a leftover
         # of an interrupted or refused write).
         if pointed is not None:
@@ -206,10 +211,8 @@ class ZooKeeperJobGraphStore:
                 leftover.unlink(missing_ok=True)
 
     async def job_ids(self) -> set[str]:
-        def children() -> set[str]:
-            try:
-                return {c for c in self._client.get_children(self._path) if JOB_ID_PATTERN.match(c)}
-            except NoNodeError:
-                return set()
-
-        return await asyncio.to_thread(children)
+        try:
+            children = await kazoo_future(self._client.get_children_async(self._path))
+        except NoNodeError:
+            return set()
+        return {c for c in children if JOB_ID_PATTERN.match(c)}

@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from kazoo.exceptions import NoNodeError, NodeExistsError
 from sparkdispatch.errors import StoreError
 from sparkdispatch.ha.jobgraph_store import check_job_id
 from sparkdispatch.ha.leader import LeaderElection
-from sparkdispatch.ha.zookeeper import fenced_commit
+from sparkdispatch.ha.zookeeper import fenced_commit, kazoo_future
 from sparkdispatch.jobgraph import VERTEX_ID_PATTERN
 
 log = logging.getLogger(__name__)
@@ -136,24 +137,26 @@ class ZooKeeperProgressStore:
         job_node = self._job_node(job_id)
         latch = self._election.fence(session_id, COMPONENT)
         data = json.dumps({"result_path": result_path, "rows": rows}, sort_keys=True).encode()
-        await asyncio.to_thread(self._upsert, latch, job_node, f"{job_node}/{vertex_id}#{subtask_index}", data)
+        await self._upsert(latch, job_node, f"{job_node}/{vertex_id}#{subtask_index}", data)
 
-    def _upsert(self, latch: str, job_node: str, node: str, data: bytes) -> None:
+    async def _upsert(self, latch: str, job_node: str, node: str, data: bytes) -> None:
         deadline = time.monotonic() + self._write_timeout
+
+        async def commit(build: Callable[[Any], None]) -> Any:
+            [result] = await fenced_commit(self._client, latch, build, component=COMPONENT, deadline=deadline)
+            return result
+
         for _ in range(5):
-            [created] = fenced_commit(self._client, latch, lambda t: t.create(node, data), component=COMPONENT,
-                                      deadline=deadline)
+            created = await commit(lambda t: t.create(node, data))
             if created is True or isinstance(created, str):
                 return
             if isinstance(created, NoNodeError):  # the job's node is not there yet
-                [parent] = fenced_commit(self._client, latch, lambda t: t.create(job_node), component=COMPONENT,
-                                         deadline=deadline)
+                parent = await commit(lambda t: t.create(job_node))
                 if isinstance(parent, Exception) and not isinstance(parent, NodeExistsError):
                     raise StoreError(f"cannot create {job_node}: {parent!r}")
                 continue
             if isinstance(created, NodeExistsError):  # recorded before (e.g. by a former leader)
-                [updated] = fenced_commit(self._client, latch, lambda t: t.set_data(node, data),
-                                          component=COMPONENT, deadline=deadline)
+                updated = await commit(lambda t: t.set_data(node, data))
                 if not isinstance(updated, Exception):
                     return
                 created = updated
@@ -162,25 +165,25 @@ class ZooKeeperProgressStore:
         raise StoreError(f"cannot record progress at {node}: it kept changing underneath")
 
     async def get(self, job_id: str) -> JobProgress:
-        return await asyncio.to_thread(self._get, job_id)
-
-    def _get(self, job_id: str) -> JobProgress:
         job_node = self._job_node(job_id)
         progress = JobProgress(job_id)
         try:
-            children = self._client.get_children(job_node)
+            children = await kazoo_future(self._client.get_children_async(job_node))
         except NoNodeError:
             return progress
-        pending = [(child, self._client.get_async(f"{job_node}/{child}")) for child in children]
-        for child, result in pending:
+        reads = [kazoo_future(self._client.get_async(f"{job_node}/{child}")) for child in children]
+        outcomes = await asyncio.gather(*reads, return_exceptions=True)
+        for child, outcome in zip(children, outcomes, strict=True):
+            if isinstance(outcome, NoNodeError):
+                continue
+            if isinstance(outcome, BaseException):
+                raise outcome
             vertex, _, index = child.rpartition("#")
             try:
-                data, _ = result.get()
+                data, _ = outcome
                 raw = json.loads(data)
                 entry = SubtaskProgress(raw["result_path"], raw["rows"])
                 progress.finished.setdefault(vertex, {})[int(index)] = entry
-            except NoNodeError:
-                continue
             except (ValueError, KeyError, TypeError):
                 raise StoreError(f"the progress znode {job_node}/{child} of job {job_id} is unreadable") from None
         return progress
@@ -188,13 +191,13 @@ class ZooKeeperProgressStore:
     async def remove(self, session_id: str, job_id: str) -> None:
         job_node = self._job_node(job_id)
         latch = self._election.fence(session_id, COMPONENT)
-        await asyncio.to_thread(self._remove, latch, job_node)
+        await self._remove(latch, job_node)
         log.info("removed progress of job %s (session %s)", job_id, session_id)
 
-    def _remove(self, latch: str, job_node: str) -> None:
+    async def _remove(self, latch: str, job_node: str) -> None:
         deadline = time.monotonic() + self._write_timeout
         try:
-            children = self._client.get_children(job_node)
+            children = await kazoo_future(self._client.get_children_async(job_node))
         except NoNodeError:
             return
         for start in range(0, len(children), DELETE_BATCH):
@@ -204,13 +207,14 @@ class ZooKeeperProgressStore:
                 for path in paths:
                     t.delete(path)
 
-            results = fenced_commit(self._client, latch, delete_batch, component=COMPONENT, deadline=deadline)
+            results = await fenced_commit(self._client, latch, delete_batch, component=COMPONENT,
+                                          deadline=deadline)
             if any(isinstance(r, Exception) for r in results):
                 # Someone deleted a child meanwhile: delete the rest one by one (still fenced).
                 for path in batch:
-                    fenced_commit(self._client, latch, lambda t, p=path: t.delete(p), component=COMPONENT,
-                                  deadline=deadline)
-        [deleted] = fenced_commit(self._client, latch, lambda t: t.delete(job_node), component=COMPONENT,
-                                  deadline=deadline)
+                    await fenced_commit(self._client, latch, lambda t, p=path: t.delete(p), component=COMPONENT,
+                                        deadline=deadline)
+        [deleted] = await fenced_commit(self._client, latch, lambda t: t.delete(job_node), component=COMPONENT,
+                                        deadline=deadline)
         if isinstance(deleted, Exception) and not isinstance(deleted, NoNodeError):
             raise StoreError(f"cannot remove {job_node}: {deleted!r}")

@@ -9,10 +9,13 @@ Layout under `<path.root>/<cluster-id>`::
 
 Every write of a leader is a ZooKeeper transaction that starts with a `check` of the leader's
 own latch node: once the node is gone (session expired, leadership released) the write fails.
+The stores on the master's loop await kazoo's asynchronous calls (`kazoo_future`,
+`fenced_commit`) instead of blocking a thread per call.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -21,6 +24,7 @@ from typing import Any
 
 from kazoo.client import KazooClient, TransactionRequest
 from kazoo.exceptions import ConnectionLoss, OperationTimeoutError, RolledBackError, SessionExpiredError
+from kazoo.interfaces import IAsyncResult
 from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl
 
 from sparkdispatch.config import Configuration
@@ -114,13 +118,41 @@ def fence_broken(results: list[Any]) -> bool:
     return isinstance(results[0], Exception) and not isinstance(results[0], RolledBackError)
 
 
-def fenced_commit(client: KazooClient, latch: str, build: Callable[[TransactionRequest], None], *,
-                  component: str, deadline: float) -> list[Any]:
+def kazoo_future(result: IAsyncResult) -> asyncio.Future[Any]:
+    """An asyncio future of the running loop that settles like kazoo's `result` (value or exception).
+
+    kazoo settles its results on its own threads; the outcome is handed to the loop with
+    `call_soon_threadsafe`, so awaiting it blocks no thread.
+    """
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+
+    def settled(_: IAsyncResult) -> None:
+        try:
+            loop.call_soon_threadsafe(_settle, future, result)
+        except RuntimeError:  # the loop is closed: nobody awaits the outcome any more
+            pass
+
+    result.rawlink(settled)
+    return future
+
+
+def _settle(future: asyncio.Future[Any], result: IAsyncResult) -> None:
+    if future.done():  # the awaiting task was cancelled
+        return
+    if result.successful():
+        future.set_result(result.value)
+    else:
+        future.set_exception(result.exception)
+
+
+async def fenced_commit(client: KazooClient, latch: str, build: Callable[[TransactionRequest], None], *,
+                        component: str, deadline: float) -> list[Any]:
     """Commit `check(latch)` + the operations `build` adds; the results of those operations.
 
     Raises `LeadershipLost` when the latch node is gone. A lost connection is retried until
     `deadline` (a `time.monotonic()` value); the operations must be safe to apply twice in the
-    sense that the caller inspects the per-operation results.
+    sense that the caller inspects the per-operation results. Awaited on the loop, no thread.
     """
     delay = 0.05
     while True:
@@ -128,13 +160,13 @@ def fenced_commit(client: KazooClient, latch: str, build: Callable[[TransactionR
         transaction.check(latch, 0)
         build(transaction)
         try:
-            results = transaction.commit()
+            results = await kazoo_future(transaction.commit_async())
         except SessionExpiredError:
             raise LeadershipLost(component) from None
         except (ConnectionLoss, OperationTimeoutError):
             if time.monotonic() + delay > deadline:
                 raise StoreError(f"the {component} could not reach ZooKeeper; the write may be retried") from None
-            time.sleep(delay)
+            await asyncio.sleep(delay)
             delay = min(delay * 2, 0.5)
             continue
         if fence_broken(results):

@@ -120,8 +120,9 @@ class JobMaster:
 
         Raises `FencingTokenMismatch` for another JobMaster id, `UnknownJob` for another job and
         `StaleExecution` for an attempt this JobMaster no longer runs (the TaskExecutor then
-        cancels that task). A FINISHED subtask is recorded in the ProgressStore before its
-        consumers are scheduled.
+        cancels that task). Returns once the state is applied: a FINISHED subtask is then
+        recorded in the ProgressStore in the background, and only after that are its consumers
+        scheduled (`join()` waits for it).
         """
         if update.job_master_id != self.job_master_id:
             raise FencingTokenMismatch(f"JobMaster of job {self.job_id}", self.job_master_id, update.job_master_id)
@@ -145,7 +146,7 @@ class JobMaster:
             return
         self.execution_graph.touch()
         if update.state is ExecutionState.FINISHED:
-            await self._on_finished(ev, execution, result_path=update.result_path, rows=update.rows)
+            self._on_finished(ev, execution, result_path=update.result_path, rows=update.rows)
         elif update.state is ExecutionState.FAILED:
             failure = update.failure or Failure("UnknownFailure", "the TaskExecutor reported FAILED without a cause")
             self._on_failed(ev, execution, failure)
@@ -385,15 +386,22 @@ class JobMaster:
 
     # ------------------------------------------------------------------ finished and failed attempts
 
-    async def _on_finished(self, ev: ExecutionVertex, execution: Execution, *, result_path: str | None,
-                           rows: int | None) -> None:
+    def _on_finished(self, ev: ExecutionVertex, execution: Execution, *, result_path: str | None,
+                     rows: int | None) -> None:
         execution.result_path = result_path
         execution.rows = rows
         self._release_slot(execution)
         self._declare()
+        # The TaskExecutor's report is answered now; the record and the scheduling follow it.
+        self._spawn(self._record_finished(ev, execution))
+
+    async def _record_finished(self, ev: ExecutionVertex, execution: Execution) -> None:
+        """Write the FINISHED subtask to the ProgressStore, then schedule what it unblocks."""
+        if self.status is not JobStatus.RUNNING:
+            return  # cancelled, failed or suspended meanwhile: the record would serve nobody
         try:
             await self._progress_store.record_subtask(self.job_master_id, self.job_id, ev.vertex.id,
-                                                      ev.subtask_index, result_path, rows)
+                                                      ev.subtask_index, execution.result_path, execution.rows)
         except LeadershipLost:
             log.warning("job %s (session %s): %s finished but this master no longer leads; the next leader "
                         "runs it again", self.job_id, self.job_master_id, ev.id)
@@ -406,7 +414,7 @@ class JobMaster:
             return  # restarted while the record was written
         ev.progress_recorded = True
         log.info("job %s (session %s): %s attempt %d finished (%s rows)", self.job_id, self.job_master_id,
-                 ev.id, execution.attempt, rows)
+                 ev.id, execution.attempt, execution.rows)
         self._schedule()
 
     def _on_failed(self, ev: ExecutionVertex, execution: Execution, failure: Failure) -> None:

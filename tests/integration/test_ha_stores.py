@@ -24,6 +24,7 @@ from sparkdispatch.errors import (
 )
 from sparkdispatch.ha import HighAvailabilityServices, SubtaskProgress, create_ha_services
 from sparkdispatch.ha.jobgraph_store import ZooKeeperJobGraphStore
+from sparkdispatch.ha.progress_store import ZooKeeperProgressStore
 from sparkdispatch.ha.services import ZooKeeperHaServices
 from sparkdispatch.jobgraph import ExecutionState, JobGraph, JobResult, JobStatus, JobVertex, VertexResult
 from sparkdispatch.testing.services import ZooKeeperServer
@@ -248,6 +249,12 @@ async def test_write_is_refused_by_zookeeper_when_the_latch_node_is_gone(zk_conf
             await store.put("any-session", graph(job))
         assert await store.job_ids() == set()
         assert audit_job(services, job) == ([], [])  # the file written first was taken back
+        progress = ZooKeeperProgressStore(services.client, services.paths.progress,
+                                          BelievesItLeads(),  # type: ignore[arg-type]
+                                          write_timeout=4.0)
+        with pytest.raises(LeadershipLost):
+            await progress.record_subtask("any-session", job, "v", 0, "/r/0", 1)
+        assert (await progress.get(job)).finished == {}
     finally:
         await services.close()
 

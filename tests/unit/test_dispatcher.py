@@ -46,7 +46,7 @@ class FakeJobMaster:
         self.cancelled = True
         self.finish(JobStatus.CANCELED)
 
-    async def suspend(self) -> None:
+    def suspend(self) -> None:
         self.suspended = True
         self.status = JobStatus.SUSPENDED
 

@@ -220,7 +220,10 @@ class Harness:
                                     task_executor_id=d.slot.task_executor_id, **kwargs)  # type: ignore[arg-type]
 
     async def report(self, d: Deployment, state: ExecutionState, **kwargs: object) -> None:
+        """Report as the TaskExecutor does; after FINISHED, wait for the record written after the answer."""
         await self.jm.update_execution_state(self.update(d, state, **kwargs))
+        if state is ExecutionState.FINISHED:
+            await self.jm.join()
 
     async def finish(self, d: Deployment, rows: int | None = 10) -> None:
         await self.report(d, ExecutionState.RUNNING)
@@ -542,15 +545,16 @@ async def test_consumers_wait_for_the_progress_record() -> None:
     a0, a1 = await h.deployments(2)
     for d in (a0, a1):
         await h.report(d, ExecutionState.RUNNING)
-    reports = [asyncio.ensure_future(h.report(d, ExecutionState.FINISHED, rows=1, result_path=d.tdd.result_path))
-               for d in (a0, a1)]
+    for d in (a0, a1):  # answered at once, while the progress records wait
+        await h.jm.update_execution_state(h.update(d, ExecutionState.FINISHED, rows=1, result_path=d.tdd.result_path))
+    assert h.jm.execution_graph.subtask(a0.subtask).state is ExecutionState.FINISHED
     for _ in range(20):
         await asyncio.sleep(0)
     b = h.jm.execution_graph.subtask(SubtaskId("b", 0))
     assert b.state is ExecutionState.CREATED and not h.store.records
     assert not h.rm.allocated  # the finished subtasks' slots are back already
     gate.set()
-    await asyncio.gather(*reports)
+    await h.jm.join()
     assert b.state is not ExecutionState.CREATED
     assert len(h.store.records) == 2 and h.store.records[0][0] == SESSION
     result = await h.run_to_end()
