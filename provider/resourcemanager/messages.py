@@ -33,10 +33,10 @@ class TaskExecutorRegistration:
 
     @classmethod
     def from_dict(cls, data: Any) -> TaskExecutorRegistration:
-        return _load(_RegistrationSchema(), data, "TaskExecutor registration")
+        return _load(_REGISTRATION, data, "TaskExecutor registration")
 
     def to_dict(self) -> dict[str, Any]:
-        return _RegistrationSchema().dump(self)
+        return _REGISTRATION.dump(self)
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class RegistrationAck:
 
     @classmethod
     def from_dict(cls, data: Any) -> RegistrationAck:
-        return _load(_RegistrationAckSchema(), data, "registration answer")
+        return _load(_REGISTRATION_ACK, data, "registration answer")
 
     def to_dict(self) -> dict[str, Any]:
         return {"resource_manager_id": self.resource_manager_id, "heartbeat_interval_ms": self.heartbeat_interval_ms,
@@ -81,7 +81,7 @@ class HeartbeatPayload:
 
     @classmethod
     def from_dict(cls, data: Any) -> HeartbeatPayload:
-        return _load(_HeartbeatSchema(), data, "heartbeat")
+        return _load(_HEARTBEAT, data, "heartbeat")
 
     def to_dict(self) -> dict[str, Any]:
         return {"slot_report": self.slot_report.to_dict(), "executions": [e.to_dict() for e in self.executions]}
@@ -136,7 +136,7 @@ def as_slot_report(value: SlotReport | Mapping[str, Any]) -> SlotReport:
     """A SlotReport, from itself or from its JSON form."""
     if isinstance(value, SlotReport):
         return value
-    return _load(SlotReportSchema(), value, "slot report")
+    return _load(_SLOT_REPORT, value, "slot report")
 
 
 def as_execution_reports(values: Sequence[ExecutionReport | Mapping[str, Any]] | None) -> tuple[ExecutionReport, ...]:
@@ -153,7 +153,7 @@ def as_execution_reports(values: Sequence[ExecutionReport | Mapping[str, Any]] |
         if not isinstance(value, Mapping):
             raise InvalidRequest("heartbeat", {f"executions[{index}]": ["must be an object"]})
         try:
-            reports.append(_ExecutionReportSchema().load(value))
+            reports.append(_EXECUTION_REPORT.load(value))
         except ValidationError as exc:
             raise InvalidRequest("heartbeat", _flatten_errors(exc.messages, f"executions[{index}]")) from None
     return tuple(reports)
@@ -242,3 +242,10 @@ class _HeartbeatSchema(_StrictSchema):
     def make(self, data: dict[str, Any], **_: Any) -> HeartbeatPayload:
         return HeartbeatPayload(slot_report=data["slot_report"], executions=tuple(data["executions"]))
 
+
+# one instance of each schema: they hold no per-call state, and building one costs more than a load
+_REGISTRATION = _RegistrationSchema()
+_REGISTRATION_ACK = _RegistrationAckSchema()
+_HEARTBEAT = _HeartbeatSchema()
+_EXECUTION_REPORT = _ExecutionReportSchema()
+_SLOT_REPORT = SlotReportSchema()
