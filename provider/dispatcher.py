@@ -18,6 +18,7 @@ import asyncio
 import logging
 import shutil
 import uuid
+from abc import abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,14 +43,19 @@ class JobMasterLike(Protocol):
 
     result_future: asyncio.Future[JobResult]
 
+    @abstractmethod
     def start(self) -> None: ...
 
+    @abstractmethod
     async def cancel(self) -> None: ...
 
+    @abstractmethod
     def suspend(self) -> None: ...
 
+    @abstractmethod
     def details(self) -> dict[str, Any]: ...
 
+    @abstractmethod
     def flink_job_details(self) -> dict[str, Any]: ...
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from abc import abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -34,8 +35,10 @@ Clock = Callable[[], float]
 class HeartbeatListener(Protocol):
     """Told about targets that went silent or unreachable; called on the loop, must not block."""
 
+    @abstractmethod
     def notify_heartbeat_timeout(self, target_id: str) -> None: ...
 
+    @abstractmethod
     def notify_target_unreachable(self, target_id: str) -> None: ...
 
 

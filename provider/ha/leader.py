@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from abc import abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -46,8 +47,10 @@ class LeaderInfo:
 class LeaderContender(Protocol):
     """What an election drives; both calls come on the master's loop and must not block."""
 
+    @abstractmethod
     def grant_leadership(self, session_id: str) -> None: ...
 
+    @abstractmethod
     def revoke_leadership(self) -> None: ...
 
 
@@ -55,24 +58,33 @@ LeaderListener = Callable[[LeaderInfo | None], None]
 
 
 class LeaderElection(Protocol):
+    @abstractmethod
     def start(self, contender: LeaderContender) -> None: ...
 
+    @abstractmethod
     def stop(self) -> None: ...
 
+    @abstractmethod
     def confirm_leadership(self, session_id: str, address: str) -> bool: ...
 
+    @abstractmethod
     def has_leadership(self, session_id: str) -> bool: ...
 
+    @abstractmethod
     def fence(self, session_id: str, component: str) -> str: ...
 
 
 class LeaderRetrieval(Protocol):
+    @abstractmethod
     def start(self, listener: LeaderListener | None = None) -> None: ...
 
+    @abstractmethod
     def current(self) -> LeaderInfo | None: ...
 
+    @abstractmethod
     def wait_for_leader(self, timeout: float) -> LeaderInfo: ...
 
+    @abstractmethod
     def stop(self) -> None: ...
 
 

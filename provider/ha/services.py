@@ -91,7 +91,7 @@ class HighAvailabilityServices(ABC):
         log.info("deleted all HA data of cluster %s", self.cluster_id)
 
     async def _cleanup_coordination(self) -> None:
-        pass
+        """Delete this cluster's coordination data; mode `none` keeps none beyond its files."""
 
     def _delete_files(self) -> None:
         for kind in STORE_KINDS:
@@ -109,7 +109,7 @@ class EmbeddedHaServices(HighAvailabilityServices):
         self.progress_store = FileProgressStore(self.store_dir("progress"), self.election)
 
     async def start(self) -> None:
-        pass
+        """Nothing to connect to: the stores are files and the election is decided."""
 
     def create_retrieval(self) -> StandaloneLeaderRetrieval:
         return StandaloneLeaderRetrieval(self.config.rest_url)

@@ -44,7 +44,7 @@ class NoRestartStrategy:
     """Every failure fails the job."""
 
     def notify_failure(self, now: float | None = None) -> None:
-        pass
+        """Nothing to count: `can_restart` is always False."""
 
     def can_restart(self) -> bool:
         return False

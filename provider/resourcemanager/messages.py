@@ -7,6 +7,7 @@ missing fields and bad values with `InvalidRequest`, naming each field.
 from __future__ import annotations
 
 import re
+from abc import abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
@@ -125,10 +126,13 @@ class SlotListener(Protocol):
     holds one of the job's slots or runs one of its executions.
     """
 
+    @abstractmethod
     def slots_allocated(self, slots: list[AllocatedSlot]) -> None: ...
 
+    @abstractmethod
     def slot_request_failed(self, error: SparkDispatchError) -> None: ...
 
+    @abstractmethod
     def task_executor_lost(self, task_executor_id: str, allocation_ids: list[str], reason: str) -> None: ...
 
 

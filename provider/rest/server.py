@@ -11,6 +11,7 @@ import asyncio
 import hmac
 import json
 import logging
+from abc import abstractmethod
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -41,6 +42,7 @@ class LeaderView(Protocol):
     resource_manager: Any
     blob_store: Any
 
+    @abstractmethod
     def job_master(self, job_id: str) -> Any: ...
 
 
@@ -49,10 +51,12 @@ class MasterView(Protocol):
 
     address: str
 
+    @abstractmethod
     def leader_components(self) -> LeaderView:
         """The leader's components; `ServiceUnavailable` naming the leader on a standby."""
         ...
 
+    @abstractmethod
     def leader_address(self) -> str | None: ...
 
 

