@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/p1_task_overhead.py [--runs 5] [--length 20] [--spark-submit-runs 3]
                                                [--clusters redis-none,redis-zookeeper,standalone]
+                                               [--profile CHAINS] [--work-dir DIR]
 
 All in one run, with nothing else of the benchmark running while one part is measured:
 
@@ -16,7 +17,14 @@ All in one run, with nothing else of the benchmark running while one part is mea
 
 Prints per-task medians, the overhead above the floor, the ratio to spark-submit, and writes
 bench/results/p1_task_overhead.json. Goals: <= 20 ms per task above the floor, >= 50x faster
-than spark-submit.
+than spark-submit. Each cluster chain is paired with a floor chain run just before it, and the
+overhead is the median of those differences: the machine's load changes from minute to minute.
+
+`--profile N` runs N more chains per cluster under py-spy (master on-CPU; the TaskExecutor's task
+thread in wall time) and splits each task's time from the INFO log lines of master and
+TaskExecutor: dispatch (deploy -> Celery message received), task (received -> runner finished),
+report (-> master records FINISHED), schedule (-> next deployment). Raw profiles stay in
+`--work-dir`.
 """
 
 from __future__ import annotations
@@ -45,17 +53,29 @@ from common import (
     chain_graph,
     child_pids,
     cluster_config,
+    cpu_seconds,
     kill_pids,
     load_average,
     median,
     print_table,
     scratch_dir,
     stop_process,
+    tree_cpu_seconds,
     write_results,
 )
 
 from sparkdispatch.testing.services import RedisServer, ZooKeeperServer, free_port
 
+#: A TaskExecutor's task thread, and the parts of its time the profile tells apart (py-spy frame text).
+TASK_THREAD = "TaskRunner.run ("
+TASK_THREAD_PARTS = {
+    "task function (Spark action)": "count_rows (",
+    "state reports over HTTP": "MasterConnection.report (",
+    "newSession + SQL conf": "TaskRunner._task_session (",
+    "slot_scope (job group, local properties)": "slot_scope (",
+    "artifact activation": "ArtifactCache.activate (",
+    "entrypoint import": "load_entrypoint (",
+}
 GOAL_OVERHEAD_MS = 20.0
 GOAL_SPEEDUP = 50.0
 CLUSTER_START_TIMEOUT_S = 240.0
@@ -87,6 +107,14 @@ class Floor:
             self.spark.range(10).count()
         return time.perf_counter() - begin
 
+    def cpu_seconds(self) -> float:
+        """CPU seconds of this process (its own threads) and of its Spark JVM."""
+        try:
+            jvm = self.spark.sparkContext._gateway.proc.pid  # the JVM pyspark launched
+        except AttributeError:
+            return math.nan
+        return cpu_seconds(os.getpid()) + tree_cpu_seconds(jvm)
+
     def stop(self) -> None:
         if self.spark is not None:
             self.spark.stop()
@@ -94,20 +122,32 @@ class Floor:
 
 
 def run_chains(submit: Callable[[dict[str, Any]], str], wait: Callable[[str], dict[str, Any]], artifact: str,
-               floor: Floor, runs: int, label: str) -> dict[str, Any]:
+               floor: Floor, runs: int, label: str, *,
+               cpu_readers: dict[str, Callable[[], float]] | None = None) -> dict[str, Any]:
     """A warm-up chain, then `runs` timed chains, each right after a floor chain measured in this process.
 
     Pairing each cluster chain with a floor chain of the same moment keeps the difference
-    meaningful on a machine whose load changes (2 cores shared with other work).
+    meaningful on a machine whose load changes (2 cores shared with other work). `cpu_readers`:
+    name -> CPU seconds used so far by some processes, reported per task of the cluster chains.
     """
     length = floor.length
     walls, servers, floors = [], [], []
+    readers = dict(cpu_readers or {})
+    cpu: dict[str, list[float]] = {name: [] for name in readers}
+    floor_cpu: list[float] = []
     for run in range(runs + 1):
         graph = chain_graph(f"p1-{label}-{run}", length, entrypoint="bench_tasks:count_rows", artifact=artifact)
+        floor_cpu_before = floor.cpu_seconds()
         floor_s = floor.chain() if run else 0.0
+        if run:
+            floor_cpu.append(floor.cpu_seconds() - floor_cpu_before)
+        cpu_before = {name: read() for name, read in readers.items()}
         begin = time.perf_counter()
         result = wait(submit(graph))
         wall = time.perf_counter() - begin
+        if run:
+            for name, read in readers.items():
+                cpu[name].append(read() - cpu_before[name])
         if result["status"] != "FINISHED":
             raise RuntimeError(f"{label}: chain {run} ended {result['status']}: {result.get('failure')}")
         if run == 0:
@@ -128,11 +168,13 @@ def run_chains(submit: Callable[[dict[str, Any]], str], wait: Callable[[str], di
             "server_per_task_ms_median": round(median([s / length * 1000 for s in servers]), 2),
             "floor_per_task_ms_median": round(median(floor_ms), 2),
             "overhead_per_task_ms": [round(o, 2) for o in overhead_ms],
-            "overhead_per_task_ms_median": round(median(overhead_ms), 2)}
+            "overhead_per_task_ms_median": round(median(overhead_ms), 2),
+            "cpu_ms_per_task_median": {name: round(median(values) / length * 1000, 1) for name, values in cpu.items()},
+            "floor_cpu_ms_per_action_median": round(median(floor_cpu) / length * 1000, 1)}
 
 
-def measure_local_cluster(storage: Path, *, broker_url: str, zookeeper_hosts: str | None, floor: Floor,
-                          runs: int, label: str, profile: int = 0) -> dict[str, Any]:
+def measure_local_cluster(storage: Path, *, broker_url: str, zookeeper_hosts: str | None, floor: Floor, runs: int,
+                          label: str, profile: int = 0, zookeeper_pid: int | None = None) -> dict[str, Any]:
     config = cluster_config(storage, broker_url=broker_url, zookeeper_hosts=zookeeper_hosts, slots=1)
     cluster = BenchCluster(config, masters=1, taskexecutors=1, log_dir=storage / "log")
     started = time.monotonic()
@@ -140,8 +182,12 @@ def measure_local_cluster(storage: Path, *, broker_url: str, zookeeper_hosts: st
         cluster.start(timeout=CLUSTER_START_TIMEOUT_S)
         print(f"  {label}: cluster up in {time.monotonic() - started:.1f}s (logs {storage / 'log'})", flush=True)
         artifact = cluster.upload_artifact(BENCH_TASKS)
+        master, worker = cluster.pid("master"), cluster.pid("taskexecutor")
+        readers = {"master": lambda: tree_cpu_seconds(master), "taskexecutor+jvm": lambda: tree_cpu_seconds(worker)}
+        if zookeeper_pid is not None:
+            readers["zookeeper"] = lambda: tree_cpu_seconds(zookeeper_pid)
         figures = run_chains(cluster.submit, lambda job_id: cluster.wait_for_result(job_id, timeout=300), artifact,
-                             floor, runs, label)
+                             floor, runs, label, cpu_readers=readers)
         if profile:
             figures["profile"] = profile_chains(
                 cluster.submit, lambda job_id: cluster.wait_for_result(job_id, timeout=300), artifact, floor,
@@ -217,11 +263,16 @@ def profile_chains(submit: Callable[[dict[str, Any]], str], wait: Callable[[str]
     for job_id in job_ids[1:]:  # without the warm-up chain
         for key, values in task_timeline(master_log, worker_log, job_id).items():
             timeline.setdefault(key, []).extend(values)
+    timeline_ms = {key: round(median(values), 2) for key, values in timeline.items()}
+    task_thread = worker_spy.shares(TASK_THREAD_PARTS, only=TASK_THREAD)
     return {
         "chains": figures,
-        "timeline_ms_median": {key: round(median(values), 2) for key, values in timeline.items()},
+        "timeline_ms_median": timeline_ms,
+        "task_thread_share": task_thread,
+        "task_thread_ms_estimate": {label: round(share * timeline_ms.get("task_ms", math.nan), 1)
+                                    for label, share in task_thread.items()},
         "master_on_cpu": master_spy.top(20),
-        "taskexecutor_task_thread": worker_spy.top(25, only="run (sparkdispatch/taskexecutor/runner.py)"),
+        "taskexecutor_task_thread": worker_spy.top(25, only=TASK_THREAD),
         "raw_profiles": str(out_dir),
     }
 
@@ -245,7 +296,10 @@ def measure_standalone(storage: Path, *, floor: Floor, runs: int, profile: int =
         task_executors = child_pids(process.pid)  # their own sessions: stopped by the standalone, or below
         print(f"  standalone: up in {time.monotonic() - started:.1f}s (logs {storage / 'log'})", flush=True)
         artifact = rest.upload_artifact(BENCH_TASKS)
-        figures = run_chains(rest.submit, rest.wait_for_result, artifact, floor, runs, "standalone")
+        worker = task_executors[0]
+        readers = {"master": lambda: cpu_seconds(process.pid), "taskexecutor+jvm": lambda: tree_cpu_seconds(worker)}
+        figures = run_chains(rest.submit, rest.wait_for_result, artifact, floor, runs, "standalone",
+                             cpu_readers=readers)
         if profile:
             figures["profile"] = profile_chains(
                 rest.submit, rest.wait_for_result, artifact, floor, profile, master_pid=process.pid,
@@ -272,7 +326,8 @@ def measure_spark_submit(runs: int) -> dict[str, Any]:
             stop_process(process, grace=5)
         elapsed = time.perf_counter() - begin
         if process.returncode != 0:
-            raise RuntimeError(f"spark-submit exited with {process.returncode}:\n{err.decode(errors='replace')[-2000:]}")
+            tail = err.decode(errors="replace")[-2000:]
+            raise RuntimeError(f"spark-submit exited with {process.returncode}:\n{tail}")
         times.append(elapsed)
         print(f"  spark-submit run {run + 1}: {elapsed:.2f}s", flush=True)
     return {"task_s": [round(t, 3) for t in times], "per_task_ms_median": round(median(times) * 1000, 1)}
@@ -282,11 +337,14 @@ def print_profile(kind: str, profile: dict[str, Any]) -> None:
     print(f"\nprofile of {kind} (raw py-spy output in {profile['raw_profiles']}):")
     print("  per task, medians from the logs (ms): " + ", ".join(
         f"{key[:-3]} {value:.1f}" for key, value in profile["timeline_ms_median"].items()))
-    print("  TaskExecutor task thread, share of wall time (inclusive):")
-    for entry in profile["taskexecutor_task_thread"]["inclusive"]:
-        print(f"    {entry['share'] * 100:5.1f}%  {entry['function']}")
+    print("  TaskExecutor task thread (wall time, py-spy --idle), share and ms of the median task:")
+    for label, share in profile["task_thread_share"].items():
+        print(f"    {share * 100:5.1f}%  {profile['task_thread_ms_estimate'][label]:6.1f} ms  {label}")
     print("  master, share of on-CPU samples (inclusive):")
-    for entry in profile["master_on_cpu"]["inclusive"][:15]:
+    generic = ("threading.py", "runpy", "asyncio/runners", "cli.py", "concurrent/futures", "base_events.py",
+               "standalone.py")
+    entries = [e for e in profile["master_on_cpu"]["inclusive"] if not any(g in e["function"] for g in generic)]
+    for entry in entries[:12]:
         print(f"    {entry['share'] * 100:5.1f}%  {entry['function']}")
 
 
@@ -323,14 +381,21 @@ def run() -> int:
             for kind in clusters:
                 print(f"cluster {kind}: chains of {args.length} vertices", flush=True)
                 storage = Path(scratch) / kind
-                if kind == "standalone":
-                    results[kind] = measure_standalone(storage, floor=floor, runs=args.runs, profile=args.profile)
-                else:
-                    assert redis is not None
-                    hosts = zookeeper.hosts if zookeeper is not None and kind == "redis-zookeeper" else None
-                    results[kind] = measure_local_cluster(storage, broker_url=redis.url, zookeeper_hosts=hosts,
-                                                          floor=floor, runs=args.runs, label=kind,
-                                                          profile=args.profile)
+                try:
+                    if kind == "standalone":
+                        results[kind] = measure_standalone(storage, floor=floor, runs=args.runs,
+                                                           profile=args.profile)
+                    else:
+                        assert redis is not None
+                        with_zk = zookeeper is not None and kind == "redis-zookeeper"
+                        results[kind] = measure_local_cluster(
+                            storage, broker_url=redis.url, zookeeper_hosts=zookeeper.hosts if with_zk else None,
+                            floor=floor, runs=args.runs, label=kind, profile=args.profile,
+                            zookeeper_pid=zookeeper.process.pid if with_zk and zookeeper.process else None)
+                except (RuntimeError, TimeoutError) as exc:
+                    # one cluster kind failing (a chain FAILED, a process died) is a finding; measure the rest
+                    print(f"  {kind}: FAILED: {exc}", flush=True)
+                    results[kind] = {"error": str(exc)}
     finally:
         floor.stop()
         if zookeeper is not None:
@@ -348,6 +413,10 @@ def run() -> int:
     summary = {}
     for kind in clusters:
         figures = results[kind]
+        if "error" in figures:
+            summary[kind] = {"error": figures["error"]}
+            rows.append([f"cluster {kind}", "FAILED", "-", "-", "-"])
+            continue
         per_task = figures["per_task_ms_median"]
         overhead = figures["overhead_per_task_ms_median"]
         speedup = submit_ms / per_task
@@ -366,6 +435,12 @@ def run() -> int:
           f"load average {results['load_average_at_start']} -> {results['load_average_at_end']} on "
           f"{os.cpu_count()} cores")
     for kind, figures in summary.items():
+        if "error" in figures:
+            print(f"  {kind}: FAILED: {figures['error']}")
+            continue
+        cpu = results[kind]["cpu_ms_per_task_median"]
+        print(f"  {kind}: CPU ms per task: " + ", ".join(f"{name} {ms:.1f}" for name, ms in cpu.items())
+              + f"; floor (this process + its JVM) {results[kind]['floor_cpu_ms_per_action_median']:.1f}")
         print(f"  {kind}: overhead {'met' if figures['overhead_goal_met'] else 'MISSED'}, "
               f"speedup {'met' if figures['speedup_goal_met'] else 'MISSED'}")
     for kind in clusters:
@@ -377,7 +452,7 @@ def run() -> int:
         "goal_overhead_ms": GOAL_OVERHEAD_MS, "goal_speedup": GOAL_SPEEDUP, "summary": summary,
         "floor_session_start_s": round(floor.session_start_s, 2), **results})
     print(f"wrote {path}")
-    return 0
+    return 1 if any("error" in figures for figures in summary.values()) else 0
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from __future__ import annotations
 import inspect
 import json
 import logging
+from abc import abstractmethod
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -27,6 +28,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class _JobMaster(Protocol):
+    @abstractmethod
     def update_execution_state(self, update: ExecutionStateUpdate) -> Any: ...
 
 
@@ -34,6 +36,7 @@ class _Master(Protocol):
     session_id: str
     resource_manager: Any
 
+    @abstractmethod
     def job_master(self, job_id: str) -> _JobMaster: ...
 
 

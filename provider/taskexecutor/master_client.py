@@ -45,6 +45,8 @@ class MasterClient:
 
     def __init__(self, config: Configuration, *, timeout: float = 5.0) -> None:
         self._session = requests.Session()
+        # no proxy, netrc or CA-bundle lookups from the environment on every state report
+        self._session.trust_env = False
         token = config["rest.auth.token"]
         if token:
             self._session.headers["Authorization"] = f"Bearer {token}"

@@ -1,14 +1,19 @@
 """Running one TaskDeploymentDescriptor in a slot: DEPLOYING → INITIALIZING → RUNNING → end.
 
-The runner reports every transition to the JobMaster through a `StateReporter`. A report
-refused as stale (`FencingTokenMismatch`, or `UnknownJob`) makes it cancel the task's Spark
-jobs and free the slot. A cancelled task ends CANCELED, whatever its function did.
+The runner reports the transitions to the JobMaster through a `StateReporter`, except
+DEPLOYING, which the JobMaster sets itself when it deploys. INITIALIZING and RUNNING go out
+from one background thread per runner (`BackgroundReports`, in order), so the task does not
+wait for them; the terminal report is synchronous and leaves only after the execution's
+earlier reports. A report refused as stale (`FencingTokenMismatch`, or `UnknownJob`) makes the
+runner cancel the task's Spark jobs and free the slot. A cancelled task ends CANCELED,
+whatever its function did.
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
+import queue
 import shutil
 import sys
 import threading
@@ -22,7 +27,6 @@ from sparkdispatch.errors import (
     FencingTokenMismatch,
     IllegalStateTransition,
     SparkDispatchError,
-    StaleExecution,
     UnknownJob,
 )
 from sparkdispatch.jobgraph import (
@@ -46,6 +50,9 @@ CANCEL_REPEAT_S = 0.5
 #: How long a deployment waits for its slot's superseded attempt to stop. Spark jobs stop at
 #: once when cancelled; only Python code that ignores cancellation can hold a slot this long.
 SLOT_RELEASE_TIMEOUT_S = 30.0
+#: How long a terminal report waits for the execution's earlier background reports. They are
+#: bounded by the reporter's own retries; this only keeps a wedged one from holding the task.
+EARLIER_REPORTS_TIMEOUT_S = 30.0
 
 
 class StateReporter(Protocol):
@@ -118,6 +125,10 @@ class RunningExecution:
     state: ExecutionState = ExecutionState.DEPLOYING
     cancelled: threading.Event = field(default_factory=threading.Event)
     done: threading.Event = field(default_factory=threading.Event)
+    #: set once the last report queued in the background for this execution was handled
+    reported: threading.Event | None = None
+    #: the JobMaster refused a report of this execution: it runs it no more
+    stale: bool = False
 
 
 class SlotTable:
@@ -255,6 +266,92 @@ def load_entrypoint(entrypoint: str) -> Callable[[TaskContext], Any]:
 
 
 # --------------------------------------------------------------------------------------------
+# Task sessions
+
+
+class FreshSessions:
+    """New SQL sessions of the warm SparkSession, each built before a task asks for one.
+
+    A session's SQL state (analyzer, catalog, function registry) is built on its first use,
+    ~2 ms of py4j and JVM work (bench/README.md, P1); `refill()` pays it after a task's end
+    report instead of in the next task. Every task still gets a session no task used before.
+    """
+
+    def __init__(self, spark: SparkSession, *, spares: int = 1) -> None:
+        self._spark = spark
+        self._spares = spares
+        self._lock = threading.Lock()
+        self._ready: list[SparkSession] = []
+
+    def take(self) -> SparkSession:
+        with self._lock:
+            if self._ready:
+                return self._ready.pop()
+        return self._spark.newSession()
+
+    def refill(self) -> None:
+        with self._lock:
+            if len(self._ready) >= self._spares:
+                return
+        try:
+            session = self._spark.newSession()
+            session.range(1)  # builds the session's SQL state and runs the analyzer once
+        except Exception:  # noqa: BLE001 - a task that finds no spare makes its own session
+            log.warning("could not prepare a SQL session for the next task", exc_info=True)
+            return
+        with self._lock:
+            self._ready.append(session)
+
+
+# --------------------------------------------------------------------------------------------
+# Reports the task does not wait for
+
+
+class BackgroundReports:
+    """Delivers non-terminal state reports from one thread, in the order they were queued.
+
+    `on_refused(running, exc)` is called on that thread when the JobMaster refuses a report
+    (`FencingTokenMismatch`, `UnknownJob`); an undelivered report is only logged: the JobMaster
+    learns the state from the terminal report or the heartbeats.
+    """
+
+    def __init__(self, reporter: StateReporter,
+                 on_refused: Callable[[RunningExecution, SparkDispatchError], None]) -> None:
+        self._reporter = reporter
+        self._on_refused = on_refused
+        self._queue: queue.SimpleQueue[tuple[RunningExecution, ExecutionStateUpdate, threading.Event]] = \
+            queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def submit(self, running: RunningExecution, update: ExecutionStateUpdate) -> None:
+        delivered = threading.Event()
+        running.reported = delivered
+        self._queue.put((running, update, delivered))
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._deliver_forever, daemon=True,
+                                                name="sparkdispatch-state-reports")
+                self._thread.start()
+
+    def _deliver_forever(self) -> None:
+        while True:
+            running, update, delivered = self._queue.get()
+            try:
+                self._reporter.report(running.session_id, update)
+            except (FencingTokenMismatch, UnknownJob) as exc:
+                self._on_refused(running, exc)
+            except SparkDispatchError as exc:
+                log.warning("job %s: the %s report of execution %s was not delivered: %s", update.job_id,
+                            update.state.value, update.execution_id, exc)
+            except Exception:  # noqa: BLE001 - the reporting thread must survive any one report
+                log.exception("job %s: the %s report of execution %s failed", update.job_id, update.state.value,
+                              update.execution_id)
+            finally:
+                delivered.set()
+
+
+# --------------------------------------------------------------------------------------------
 # The runner
 
 
@@ -270,6 +367,9 @@ class TaskRunner:
         self._task_executor_id = task_executor_id
         self._artifacts = artifacts
         self._slot_release_timeout_s = slot_release_timeout_s
+        self._background = BackgroundReports(reporter, self._refused_in_background)
+        self._sessions = FreshSessions(spark, spares=slots.count)
+        self._sessions.refill()
 
     def run(self, tdd: TaskDeploymentDescriptor, session_id: str) -> ExecutionState:
         """Run one attempt to its end, reporting each state; returns the final state."""
@@ -282,13 +382,10 @@ class TaskRunner:
             return ExecutionState.FAILED
         try:
             return self._run(running)
-        except StaleExecution as exc:
-            log.info("job %s: execution %s is stale, stopping it: %s", tdd.job_id, tdd.execution_id, exc)
-            running.cancelled.set()
-            cancel_execution(self.spark, tdd.execution_id)
-            return ExecutionState.CANCELED
         finally:
             self.slots.release(running)
+            # after the terminal report: the next task of a slot finds its session ready
+            self._sessions.refill()
 
     def _supersede(self, busy: RunningExecution) -> None:
         log.info("job %s: execution %s in slot %d is superseded by a new deployment; stopping it",
@@ -307,6 +404,13 @@ class TaskRunner:
                          name=f"cancel-{execution_id}").start()
         return True
 
+    def _refused_in_background(self, running: RunningExecution, exc: SparkDispatchError) -> None:
+        running.stale = True
+        if running.done.is_set() or running.cancelled.is_set():
+            return
+        log.info("job %s: execution %s is stale, stopping it: %s", running.tdd.job_id, running.tdd.execution_id, exc)
+        self.cancel(running.tdd.execution_id)
+
     def _keep_cancelling(self, running: RunningExecution) -> None:
         while not running.done.is_set():
             cancel_execution(self.spark, running.tdd.execution_id)
@@ -314,7 +418,6 @@ class TaskRunner:
 
     def _run(self, running: RunningExecution) -> ExecutionState:
         tdd = running.tdd
-        self._transition(running, ExecutionState.DEPLOYING)
         if running.cancelled.is_set():
             return self._transition(running, ExecutionState.CANCELED)
         self._transition(running, ExecutionState.INITIALIZING)
@@ -352,7 +455,7 @@ class TaskRunner:
 
     def _task_session(self, tdd: TaskDeploymentDescriptor) -> SparkSession:
         """The warm session seen through a fresh SQL session: the job's SQL conf and temp views stay its own."""
-        session = self.spark.newSession()
+        session = self._sessions.take()
         for key, value in tdd.spark_conf.items():
             session.conf.set(key, value)
         return session
@@ -376,14 +479,20 @@ class TaskRunner:
                     result_path: str | None = None, failure: Failure | None = None) -> ExecutionState:
         running.state = state
         update = self._update(running.tdd, state, rows=rows, result_path=result_path, failure=failure)
+        if not state.is_terminal:
+            self._background.submit(running, update)
+            return state
+        if running.reported is not None and not running.reported.wait(EARLIER_REPORTS_TIMEOUT_S):
+            log.warning("job %s: the earlier reports of execution %s are still undelivered after %gs; "
+                        "sending %s anyway", running.tdd.job_id, running.tdd.execution_id,
+                        EARLIER_REPORTS_TIMEOUT_S, state.value)
+        if running.stale:
+            return state  # the JobMaster refused this execution already; it does not want the end either
         try:
             self._reporter.report(running.session_id, update)
         except (FencingTokenMismatch, UnknownJob) as exc:
-            if state.is_terminal:
-                log.info("job %s: the JobMaster refused the %s report of execution %s: %s", running.tdd.job_id,
-                         state.value, running.tdd.execution_id, exc)
-                return state
-            raise StaleExecution(running.tdd.job_id, running.tdd.execution_id, str(exc)) from exc
+            log.info("job %s: the JobMaster refused the %s report of execution %s: %s", running.tdd.job_id,
+                     state.value, running.tdd.execution_id, exc)
         except SparkDispatchError as exc:
             # The master is unreachable; the JobMaster learns the state from heartbeats or
             # fails the execution over when this TaskExecutor times out.

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -53,21 +54,33 @@ def create_spark_session(config: Configuration, *, app_name: str = "sparkdispatc
     return session
 
 
+class _ThreadPool(threading.local):
+    """The pool last set on this thread (local properties are per thread, and so is this)."""
+
+    pool: str | None = None
+
+
+_thread_pool = _ThreadPool()
+
+
 @contextlib.contextmanager
 def slot_scope(spark: SparkSession, *, slot_index: int, execution_id: str,
                description: str = "") -> Iterator[None]:
-    """Run the calling thread's Spark jobs in the slot's pool and the execution's job group."""
+    """Run the calling thread's Spark jobs in the slot's pool and the execution's job group.
+
+    Every py4j call costs the task time, so the pool is set only when this thread last served
+    another slot (a Celery pool thread may serve different slots over time), and the job group
+    stays after the task: the next task of the thread replaces it, and cancelling the group of
+    a finished execution finds no job. A task function that sets the pool property itself
+    moves the later tasks of its thread into that pool too.
+    """
     sc = spark.sparkContext
-    sc.setLocalProperty(SCHEDULER_POOL_PROPERTY, slot_pool_name(slot_index))
+    pool = slot_pool_name(slot_index)
+    if _thread_pool.pool != pool:
+        sc.setLocalProperty(SCHEDULER_POOL_PROPERTY, pool)
+        _thread_pool.pool = pool
     sc.setJobGroup(execution_id, description or execution_id, interruptOnCancel=True)
-    try:
-        yield
-    finally:
-        # Pool threads are reused: leave nothing behind for the next task of this thread.
-        sc.setLocalProperty(SCHEDULER_POOL_PROPERTY, None)  # type: ignore[arg-type]
-        sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
-        sc.setLocalProperty("spark.job.description", None)  # type: ignore[arg-type]
-        sc.setLocalProperty("spark.job.interruptOnCancel", None)  # type: ignore[arg-type]
+    yield
 
 
 def cancel_execution(spark: SparkSession, execution_id: str) -> None:

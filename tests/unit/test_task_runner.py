@@ -22,15 +22,18 @@ JOB_ID = "ab" * 16
 
 
 class RecordingReporter:
-    """Records reports; refuses the ones whose state is in `refuse` as stale."""
+    """Records reports; refuses the ones whose state is in `refuse` as stale; takes `delay_s` per state."""
 
-    def __init__(self, refuse: frozenset[ExecutionState] = frozenset()) -> None:
+    def __init__(self, refuse: frozenset[ExecutionState] = frozenset(),
+                 delay_s: dict[ExecutionState, float] | None = None) -> None:
         self.updates: list[ExecutionStateUpdate] = []
         self.refuse = refuse
+        self.delay_s = delay_s or {}
         self.lock = threading.Lock()
 
     def report(self, session_id: str, update: ExecutionStateUpdate) -> None:
         assert session_id == SESSION
+        time.sleep(self.delay_s.get(update.state, 0.0))
         with self.lock:
             self.updates.append(update)
         if update.state in self.refuse:
@@ -114,14 +117,53 @@ def test_ctx_carries_the_subtask_and_runs_in_the_slot_pool(spark: Any, artifacts
     assert seen == {"params": {"day": "2026-01-01"}, "subtask_index": 2, "parallelism": 3, "job_id": JOB_ID,
                     "vertex_id": "v", "attempt": 4, "inputs": {}, "pool": "slot-1", "group": tdd.execution_id,
                     "shuffle": "3"}
-    assert reporter.states(tdd.execution_id) == [ExecutionState.DEPLOYING, ExecutionState.INITIALIZING,
-                                                 ExecutionState.RUNNING, ExecutionState.FINISHED]
+    # DEPLOYING is the JobMaster's own
+    assert reporter.states(tdd.execution_id) == [ExecutionState.INITIALIZING, ExecutionState.RUNNING,
+                                                 ExecutionState.FINISHED]
     finished = reporter.last(tdd.execution_id)
     assert (finished.rows, finished.result_path, finished.task_executor_id) == (None, None, "te-1")
     # the job's SQL conf stayed in its own session
     assert spark.conf.get("spark.sql.shuffle.partitions") == "2"
-    assert spark.sparkContext.getLocalProperty("spark.scheduler.pool") is None
     assert runner.slots.slot_report().slots[1].allocation_id is None
+
+
+def test_a_thread_serving_several_slots_runs_each_task_in_its_own_pool(spark: Any, artifacts: Artifacts,
+                                                                       tmp_path: Path) -> None:
+    module, key = artifacts.module("""
+        SEEN = []
+        def task(ctx):
+            sc = ctx.spark.sparkContext
+            SEEN.append((sc.getLocalProperty("spark.scheduler.pool"), sc.getLocalProperty("spark.jobGroup.id")))
+    """)
+    runner = make_runner(spark, artifacts, RecordingReporter())
+    tdds = [tdd_for(f"{module}:task", tmp_path, artifacts=(key,), slot_index=i) for i in (1, 0, 0, 1)]
+
+    def run_all() -> None:
+        for tdd in tdds:
+            assert runner.run(tdd, SESSION) is ExecutionState.FINISHED
+
+    thread = threading.Thread(target=run_all)  # a fresh thread, as a Celery pool thread
+    thread.start()
+    thread.join(60)
+
+    import importlib
+
+    assert importlib.import_module(module).SEEN == [(f"slot-{t.slot_index}", t.execution_id) for t in tdds]
+
+
+def test_the_terminal_report_follows_the_slow_earlier_ones(spark: Any, artifacts: Artifacts, tmp_path: Path) -> None:
+    module, key = artifacts.module("""
+        def task(ctx):
+            return None
+    """)
+    reporter = RecordingReporter(delay_s={ExecutionState.INITIALIZING: 0.3, ExecutionState.RUNNING: 0.3})
+    runner = make_runner(spark, artifacts, reporter)
+    tdds = [tdd_for(f"{module}:task", tmp_path, artifacts=(key,)) for _ in range(2)]
+
+    for tdd in tdds:
+        assert runner.run(tdd, SESSION) is ExecutionState.FINISHED
+        assert reporter.states(tdd.execution_id) == [ExecutionState.INITIALIZING, ExecutionState.RUNNING,
+                                                     ExecutionState.FINISHED]
 
 
 def test_a_returned_dataframe_is_written_and_counted(spark: Any, artifacts: Artifacts, tmp_path: Path) -> None:
@@ -221,10 +263,20 @@ def test_py_and_zip_artifacts_are_importable(spark: Any, artifacts: Artifacts, t
 
 
 def test_a_stale_report_stops_the_task_and_frees_the_slot(spark: Any, artifacts: Artifacts, tmp_path: Path) -> None:
+    """RUNNING goes out in the background while the function runs; its refusal cancels the Spark job."""
     module, key = artifacts.module("""
-        CALLED = []
+        import time
+
+        COMPLETED = []
+
+        def slow(_):
+            for _ in range(600):  # 60 s unless cancelled
+                time.sleep(0.1)
+            return 1
+
         def task(ctx):
-            CALLED.append(1)
+            ctx.spark.sparkContext.parallelize([0], 1).map(slow).count()
+            COMPLETED.append(1)
     """)
     reporter = RecordingReporter(refuse=frozenset({ExecutionState.RUNNING}))
     runner = make_runner(spark, artifacts, reporter)
@@ -234,9 +286,9 @@ def test_a_stale_report_stops_the_task_and_frees_the_slot(spark: Any, artifacts:
 
     import importlib
 
-    assert importlib.import_module(module).CALLED == []
-    assert reporter.states(tdd.execution_id) == [ExecutionState.DEPLOYING, ExecutionState.INITIALIZING,
-                                                 ExecutionState.RUNNING]
+    assert importlib.import_module(module).COMPLETED == []
+    # the JobMaster refused the execution: no terminal report for it
+    assert reporter.states(tdd.execution_id) == [ExecutionState.INITIALIZING, ExecutionState.RUNNING]
     assert runner.slots.running() == []
 
 
