@@ -3,7 +3,7 @@
     .venv/bin/python bench/ha_takeover.py [--rounds 5] [--session-timeout 4s]
 
 Starts its own ZooKeeper, then per round two contender processes
-(tests/integration/ha_contender_process.py, the real election) under a fresh root. It kills
+(`python -m sparkdispatch.testing.contender`, the real election) under a fresh root. It kills
 the leader (SIGKILL, or SIGTERM for the graceful case) and measures until the standby is
 granted leadership. Prints the medians and writes bench/results/ha_takeover.json. A SIGKILLed
 leader's latch node lives until its ZooKeeper session expires, so expect about the session
@@ -16,62 +16,20 @@ import argparse
 import json
 import os
 import platform
-import queue
 import signal
 import statistics
-import subprocess
-import sys
 import tempfile
-import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any
 
 from sparkdispatch.config import parse_duration
+from sparkdispatch.testing.contender import ContenderProcess, first_grant
 from sparkdispatch.testing.services import ZooKeeperServer
 
 REPO = Path(__file__).resolve().parent.parent
-CONTENDER = REPO / "tests" / "integration" / "ha_contender_process.py"
 RESULTS = REPO / "bench" / "results" / "ha_takeover.json"
-
-
-class Contender:
-    def __init__(self, name: str, overrides: list[str]) -> None:
-        self.name = name
-        self.events: queue.Queue[dict[str, Any]] = queue.Queue()
-        self.process = subprocess.Popen([sys.executable, str(CONTENDER), "--name", name, "--address",
-                                         f"http://{name}:8081", *overrides],
-                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self.events.put(json.loads(line))
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait(timeout=10)
-        self._reader.join(timeout=10)
-        if self.process.stdout is not None:
-            self.process.stdout.close()
-
-
-def first_grant(contenders: list[Contender], timeout: float = 60.0) -> tuple[Contender, dict[str, Any]]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for contender in contenders:
-            try:
-                event = contender.events.get_nowait()
-            except queue.Empty:
-                continue
-            if event["event"] == "granted":
-                return contender, event
-        time.sleep(0.005)
-    raise RuntimeError("no contender was granted leadership within 60s")
+GRANT_TIMEOUT_S = 60.0
 
 
 def one_round(zookeeper: ZooKeeperServer, storage: Path, session_timeout: str, sig: signal.Signals) -> float:
@@ -80,18 +38,18 @@ def one_round(zookeeper: ZooKeeperServer, storage: Path, session_timeout: str, s
                  "-D", f"high-availability.zookeeper.path.root=/bench-{uuid.uuid4().hex[:12]}",
                  "-D", f"high-availability.zookeeper.session-timeout={session_timeout}",
                  "-D", f"storage.dir={storage}"]
-    contenders = [Contender("a", overrides), Contender("b", overrides)]
+    contenders = [ContenderProcess(name, overrides, address=f"http://{name}:8081") for name in ("a", "b")]
     try:
-        leader, _ = first_grant(contenders)
+        leader, _ = first_grant(contenders, GRANT_TIMEOUT_S)
         standby = [c for c in contenders if c is not leader]
         time.sleep(0.5)  # let the standby settle behind the leader's latch node
         stopped_at = time.monotonic()
         os.kill(leader.process.pid, sig)
-        _, granted = first_grant(standby)
+        _, granted = first_grant(standby, GRANT_TIMEOUT_S)
         return granted["t"] - stopped_at
     finally:
         for contender in contenders:
-            contender.stop()
+            contender.kill()
 
 
 def main() -> None:

@@ -3,17 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
-import queue
 import signal
-import subprocess
-import sys
-import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,9 +16,9 @@ from kazoo.client import KazooClient
 from sparkdispatch.config import Configuration
 from sparkdispatch.ha import LeaderInfo, create_ha_services
 from sparkdispatch.ha.services import ZooKeeperHaServices
+from sparkdispatch.testing.contender import ContenderProcess, first_grant
 from sparkdispatch.testing.services import ZooKeeperServer
 
-CONTENDER_SCRIPT = Path(__file__).with_name("ha_contender_process.py")
 WAIT = 30.0  # generous upper bound for anything to happen; no timing is asserted
 
 
@@ -241,66 +235,27 @@ async def test_tolerated_suspension_keeps_leadership(zk_config: Configuration,
 # ---------------------------------------------------------------------------- other processes
 
 
-class ContenderProcess:
-    """`ha_contender_process.py` as a child process; its JSON events arrive on a queue."""
-
-    def __init__(self, name: str, config: Configuration) -> None:
-        self.name = name
-        self.events: queue.Queue[dict[str, Any]] = queue.Queue()
-        self.process = subprocess.Popen(
-            [sys.executable, str(CONTENDER_SCRIPT), "--name", name, "--address", f"http://{name}.example:8081",
-             *config.to_overrides()],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self.events.put(json.loads(line))
-
-    def next_event(self, timeout: float = WAIT) -> dict[str, Any]:
-        return self.events.get(timeout=timeout)
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait(timeout=10)
-        self._reader.join(timeout=10)
-        if self.process.stdout is not None:
-            self.process.stdout.close()
-
-
 @contextmanager
 def contender_processes(config: Configuration, names: list[str]) -> Iterator[dict[str, ContenderProcess]]:
     started: dict[str, ContenderProcess] = {}
     try:
         for name in names:
-            started[name] = ContenderProcess(name, config)
-            assert started[name].next_event()["event"] == "started"
+            started[name] = ContenderProcess(name, config.to_overrides(), address=f"http://{name}.example:8081")
+            assert started[name].next_event(WAIT)["event"] == "started"
         yield started
     finally:
         for child in started.values():
             child.kill()
 
 
-def first_grant(children: dict[str, ContenderProcess], timeout: float = WAIT) -> tuple[str, dict[str, Any]]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for name, child in children.items():
-            try:
-                event = child.events.get_nowait()
-            except queue.Empty:
-                continue
-            if event["event"] == "granted":
-                return name, event
-        time.sleep(0.01)
-    raise AssertionError("no contender process was granted leadership")
+def granted_first(children: dict[str, ContenderProcess]) -> tuple[str, dict[str, Any]]:
+    contender, event = first_grant(children.values(), WAIT)
+    return contender.name, event
 
 
 async def test_sigkilled_leader_process_is_replaced(zk_config: Configuration) -> None:
     with contender_processes(zk_config, ["p1", "p2", "p3"]) as children:
-        leader_name, granted = await asyncio.to_thread(first_grant, children)
+        leader_name, granted = await asyncio.to_thread(granted_first, children)
         observer = create_ha_services(zk_config)
         await observer.start()
         try:
@@ -312,7 +267,7 @@ async def test_sigkilled_leader_process_is_replaced(zk_config: Configuration) ->
             os.kill(children[leader_name].process.pid, signal.SIGKILL)
             children[leader_name].process.wait(timeout=10)
             rest = {n: c for n, c in children.items() if n != leader_name}
-            new_name, new_grant = await asyncio.to_thread(first_grant, rest)
+            new_name, new_grant = await asyncio.to_thread(granted_first, rest)
             takeover = new_grant["t"] - killed_at
             session_timeout = zk_config["high-availability.zookeeper.session-timeout"]
             print(f"SIGKILL takeover: {takeover:.2f}s (session timeout {session_timeout:g}s)")
@@ -330,10 +285,10 @@ async def test_sigkilled_leader_process_is_replaced(zk_config: Configuration) ->
 
 async def test_sigterm_hands_over_to_another_process(zk_config: Configuration) -> None:
     with contender_processes(zk_config, ["p1", "p2"]) as children:
-        leader_name, _ = await asyncio.to_thread(first_grant, children)
+        leader_name, _ = await asyncio.to_thread(granted_first, children)
         stopped_at = time.monotonic()
         children[leader_name].process.terminate()
         rest = {n: c for n, c in children.items() if n != leader_name}
-        _, granted = await asyncio.to_thread(first_grant, rest)
+        _, granted = await asyncio.to_thread(granted_first, rest)
         print(f"graceful handover between processes: {granted['t'] - stopped_at:.3f}s")
         assert children[leader_name].process.wait(timeout=WAIT) == 0
