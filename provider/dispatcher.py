@@ -43,6 +43,10 @@ class JobMasterLike(Protocol):
 
     result_future: asyncio.Future[JobResult]
 
+    @property
+    @abstractmethod
+    def status(self) -> JobStatus: ...
+
     @abstractmethod
     def start(self) -> None: ...
 
@@ -187,7 +191,7 @@ class Dispatcher:
                 await job.job_master.cancel()
             return
         if job is not None:
-            status = JobStatus(job.job_master.details()["status"]) if job.job_master else JobStatus.CANCELED
+            status = job.job_master.status if job.job_master else JobStatus.CANCELED
         else:
             archived = await self._archive.get(job_id)
             if archived is None:
@@ -246,7 +250,7 @@ class Dispatcher:
         counts = dict(self._archive.counts())
         for job in self._jobs.values():
             if job.job_master is not None and not job.terminal:
-                status = job.job_master.details()["status"]
+                status = job.job_master.status.value
                 counts[status] = counts.get(status, 0) + 1
         return counts
 

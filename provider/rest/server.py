@@ -114,11 +114,15 @@ class RestHandlers:
         self.config = config
 
     async def overview(self, request: web.Request) -> web.Response:
+        return json_response(await self.overview_body())
+
+    async def overview_body(self) -> dict[str, Any]:
+        """The `GET /overview` body: this master's own answer, leader or standby."""
         try:
             leader = self.master.leader_components()
         except ServiceUnavailable:
-            return json_response(await self._standby_overview())
-        return json_response(self._leader_overview(leader))
+            return await self._standby_overview()
+        return self._leader_overview(leader)
 
     def _leader_overview(self, leader: LeaderView) -> dict[str, Any]:
         resources = leader.resource_manager.overview()

@@ -15,11 +15,7 @@ class RestUiView:
         self._handlers = handlers
 
     async def overview(self) -> dict[str, Any]:
-        try:
-            leader = self._master.leader_components()
-        except Exception:
-            return await self._handlers._standby_overview()
-        return self._handlers._leader_overview(leader)
+        return await self._handlers.overview_body()
 
     async def jobs(self) -> list[dict[str, Any]]:
         return list(self._master.leader_components().dispatcher.list_jobs())
