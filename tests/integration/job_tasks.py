@@ -84,7 +84,8 @@ def sleepy(ctx: Any) -> Any:
 def endless_spark(ctx: Any) -> Any:
     """A Spark job that runs for many minutes unless cancelled."""
     _mark(ctx, "start")
-    ctx.spark.range(0, 10**12, numPartitions=2).selectExpr("sum(id * id % 7)").collect()
+    # no products: Spark 4's ANSI mode fails a query whose arithmetic overflows a long
+    ctx.spark.range(0, 10**12, numPartitions=2).selectExpr("sum(id % 7)").collect()
     _mark(ctx, "end")
     return None
 
