@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from sparkdispatch.config import Configuration
-from sparkdispatch.testing.local_cluster import LocalCluster, http_json
+from sparkdispatch.testing.http import http_json, upload_artifact
+from sparkdispatch.testing.local_cluster import LocalCluster
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO / "bench" / "results"
@@ -259,18 +260,7 @@ class Rest:
         raise TimeoutError(f"job {job_id} did not finish within {timeout:.0f}s")
 
     def upload_artifact(self, path: Path) -> str:
-        import urllib.request
-
-        boundary = "sparkdispatch-bench-boundary"
-        body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{path.name}\"\r\n"
-                "Content-Type: application/octet-stream\r\n\r\n").encode() + path.read_bytes() + \
-            f"\r\n--{boundary}--\r\n".encode()
-        headers = {"Content-Type": f"multipart/form-data; boundary={boundary}"}
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
-        request = urllib.request.Request(self.base_url + "/artifacts", data=body, method="POST", headers=headers)
-        with urllib.request.urlopen(request, timeout=30) as answer:
-            return str(json.loads(answer.read())["key"])
+        return upload_artifact(self.base_url, path, token=self.token)
 
     def wait_for_task_executors(self, count: int, *, timeout: float, alive: Callable[[], bool]) -> None:
         deadline = time.monotonic() + timeout

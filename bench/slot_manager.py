@@ -29,13 +29,15 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from sparkdispatch.config import Configuration
 from sparkdispatch.errors import SparkDispatchError
-from sparkdispatch.jobgraph import SlotReport, SlotStatus
-from sparkdispatch.resourcemanager import AllocatedSlot, ResourceManager, TaskExecutorRegistration
+from sparkdispatch.protocol import ExecutionReport, SlotReport, SlotStatus, TaskExecutorRegistration
+from sparkdispatch.resourcemanager import AllocatedSlot, ResourceManager
+from sparkdispatch.settings import ResourceManagerSettings
 
 SESSION = "00000000-0000-0000-0000-000000000000"
 GOAL_PER_S = 100_000
@@ -61,6 +63,9 @@ class BenchJob:
 
     def task_executor_lost(self, task_executor_id: str, allocation_ids: list[str], reason: str) -> None:
         raise AssertionError(f"bench job {self.job_id} lost {task_executor_id}: {reason}")
+
+    def task_executor_heartbeat(self, task_executor_id: str, executions: Sequence[ExecutionReport]) -> None:
+        """Nothing runs in the bench, so a heartbeat lists nothing to act on."""
 
 
 def _config() -> Configuration:
@@ -128,7 +133,7 @@ async def _latency(rm: ResourceManager, total_slots: int, samples: int) -> list[
 
 async def bench_size(task_executors: int, slots: int, *, target_allocations: int, latency_samples: int,
                      per_job: int) -> dict[str, Any]:
-    rm = ResourceManager(_config(), SESSION)
+    rm = ResourceManager(ResourceManagerSettings.from_config(_config()), SESSION)
     rm.start()
     try:
         register_s = _register(rm, task_executors, slots)

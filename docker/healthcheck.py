@@ -8,7 +8,8 @@
 Masters: URL defaults to http://127.0.0.1:8081. A standby answers `/overview` itself, so both
 masters are healthy while one leads. TaskExecutor: any of the master URLs names the leader,
 whose `/taskmanagers` must list ID. The bearer token is read from $SPARKDISPATCH_AUTH_TOKEN.
-Standard library only: it runs in any image with Python 3.
+Standard library only, not sparkdispatch's aiohttp client: Docker runs it every few seconds under
+the image's plain `python3`, so it starts fast and works whatever that interpreter has installed.
 """
 
 from __future__ import annotations

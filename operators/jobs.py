@@ -1,6 +1,6 @@
 """What the operators and the sensor share: job ids, JobGraph files, JobResult reports.
 
-Nothing here talks to Airflow or to the master.
+Nothing here talks to Airflow or to the master; JobResults are read through the job model.
 """
 
 from __future__ import annotations
@@ -14,10 +14,8 @@ from typing import Any
 import yaml
 
 from sparkdispatch.errors import InvalidJobGraph
+from sparkdispatch.jobgraph import Failure, JobResult, JobStatus
 
-SUCCEEDED = "FINISHED"
-FAILED_STATUSES = frozenset({"FAILED", "CANCELED"})
-TERMINAL_STATUSES = FAILED_STATUSES | {SUCCEEDED}
 GRAPH_FILE_SUFFIXES = (".json", ".yaml", ".yml")
 
 
@@ -65,64 +63,58 @@ def find_graph_file(value: str, search_path: list[Path]) -> Path | None:
 def copy_graph(graph: Mapping[str, Any]) -> dict[str, Any]:
     """A deep, JSON-clean copy of a JobGraph mapping (templating may leave other mappings)."""
     try:
-        return json.loads(json.dumps(graph))
+        copied: dict[str, Any] = json.loads(json.dumps(graph))
     except (TypeError, ValueError) as exc:
         raise InvalidJobGraph({"job_graph": [f"not JSON-serializable: {exc}"]}) from None
+    return copied
 
 
-def result_summary(result: Mapping[str, Any]) -> str:
+def result_summary(result: JobResult) -> str:
     """A JobResult as lines a person reads: status, duration, then one line per vertex."""
-    lines = [f"job {result.get('job_id')} ({result.get('name')}) {result.get('status')} "
-             f"in {result.get('duration_ms', 0) / 1000:.1f}s"]
-    for vertex_id, vertex in (result.get("vertices") or {}).items():
-        line = f"  {vertex_id}: {vertex.get('state')}, {vertex.get('attempts', 0)} attempt(s)"
-        if vertex.get("rows") is not None:
-            line += f", {vertex['rows']} rows"
-        failure = vertex.get("failure")
-        if failure:
-            line += f" - {failure.get('class')}: {failure.get('message')}"
+    lines = [f"job {result.job_id} ({result.name}) {result.status.value} in {result.duration_ms / 1000:.1f}s"]
+    for vertex_id, vertex in result.vertices.items():
+        line = f"  {vertex_id}: {vertex.state.value}, {vertex.attempts} attempt(s)"
+        if vertex.rows is not None:
+            line += f", {vertex.rows} rows"
+        if vertex.failure is not None:
+            line += f" - {vertex.failure.cls}: {vertex.failure.message}"
         lines.append(line)
     return "\n".join(lines)
 
 
-def result_failure(result: Mapping[str, Any]) -> str:
+def _failures(result: JobResult) -> list[Failure]:
+    """The job's root cause first, then each failed vertex's failure."""
+    candidates = [result.failure, *(vertex.failure for vertex in result.vertices.values())]
+    return [failure for failure in candidates if failure is not None]
+
+
+def result_failure(result: JobResult) -> str:
     """The root cause of a job that did not finish: `Class: message`, or why there is none."""
-    failure = result.get("failure") or {}
-    if not failure:
-        for vertex in (result.get("vertices") or {}).values():
-            if vertex.get("failure"):
-                failure = vertex["failure"]
-                break
-    if failure:
-        return f"{failure.get('class')}: {failure.get('message')}"
-    return "cancelled" if result.get("status") == "CANCELED" else "no cause recorded"
+    failures = _failures(result)
+    if failures:
+        return f"{failures[0].cls}: {failures[0].message}"
+    return "cancelled" if result.status is JobStatus.CANCELED else "no cause recorded"
 
 
-def result_traceback(result: Mapping[str, Any]) -> str:
+def result_traceback(result: JobResult) -> str:
     """The remote traceback of the root cause, if the JobResult carries one."""
-    failure = result.get("failure") or {}
-    if failure.get("traceback"):
-        return str(failure["traceback"])
-    for vertex in (result.get("vertices") or {}).values():
-        if (vertex.get("failure") or {}).get("traceback"):
-            return str(vertex["failure"]["traceback"])
-    return ""
+    return next((failure.traceback for failure in _failures(result) if failure.traceback), "")
 
 
 def report_result(result: Mapping[str, Any], log: Any) -> str | None:
-    """Log a JobResult's summary (and the remote traceback of a failure).
+    """Log a JobResult (its JSON form) with its summary, and the remote traceback of a failure.
 
     Returns None for a FINISHED job, else the message the task should fail with.
     """
-    status = result.get("status")
-    if status == SUCCEEDED:
-        log.info("%s", result_summary(result))
+    job_result = JobResult.from_dict(result)
+    if job_result.status is JobStatus.FINISHED:
+        log.info("%s", result_summary(job_result))
         return None
-    log.error("%s", result_summary(result))
-    traceback = result_traceback(result)
+    log.error("%s", result_summary(job_result))
+    traceback = result_traceback(job_result)
     if traceback:
-        log.error("remote traceback of job %s:\n%s", result.get("job_id"), traceback)
-    return f"sparkdispatch job {result.get('job_id')} ended {status}: {result_failure(result)}"
+        log.error("remote traceback of job %s:\n%s", job_result.job_id, traceback)
+    return f"sparkdispatch job {job_result.job_id} ended {job_result.status.value}: {result_failure(job_result)}"
 
 
 def default_deferrable() -> bool:

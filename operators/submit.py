@@ -13,10 +13,8 @@ from airflow.sdk.exceptions import AirflowException
 
 from sparkdispatch.errors import JobAlreadyTerminated, SparkDispatchError, UnknownJob
 from sparkdispatch.hooks.sparkdispatch import SparkDispatchHook
+from sparkdispatch.jobgraph import JobStatus
 from sparkdispatch.operators.jobs import (
-    FAILED_STATUSES,
-    SUCCEEDED,
-    TERMINAL_STATUSES,
     attempt_job_id,
     copy_graph,
     default_deferrable,
@@ -29,7 +27,7 @@ from sparkdispatch.operators.links import SparkDispatchJobLink, push_job_link
 from sparkdispatch.operators.triggers import JobResultTrigger
 
 MAX_FRESH_ATTEMPTS = 1000
-UNKNOWN = "UNKNOWN"
+UNKNOWN = "UNKNOWN"  # the status string of a job the master does not know (durable execution)
 
 
 class SubmitJobGraphOperator(ResumableJobMixin, BaseOperator):
@@ -124,17 +122,17 @@ class SubmitJobGraphOperator(ResumableJobMixin, BaseOperator):
         for attempt in range(MAX_FRESH_ATTEMPTS):
             job_id = attempt_job_id(first, attempt)
             status = self._status(job_id)
-            if status in FAILED_STATUSES:
-                self.log.info("job %s of an earlier try ended %s; submitting a fresh attempt", job_id, status)
+            if status is not None and status.is_globally_terminal and status is not JobStatus.FINISHED:
+                self.log.info("job %s of an earlier try ended %s; submitting a fresh attempt", job_id, status.value)
                 continue
-            if status == UNKNOWN:
+            if status is None:
                 graph["job_id"] = job_id
                 graph["artifacts"] = [*graph.get("artifacts", []), *self._upload_artifacts(client)]
                 _, created = client.submit(graph)
                 self.log.info("job %s: %s (%s)", job_id, "submitted" if created else
                               "was submitted already with the same graph; attached", graph.get("name"))
             else:
-                self.log.info("job %s: re-attached to the job of an earlier try (%s)", job_id, status)
+                self.log.info("job %s: re-attached to the job of an earlier try (%s)", job_id, status.value)
             self._attached(job_id, context)
             return job_id
         raise AirflowException(f"{MAX_FRESH_ATTEMPTS} jobs of this task instance failed; not submitting more")
@@ -160,11 +158,12 @@ class SubmitJobGraphOperator(ResumableJobMixin, BaseOperator):
             keys.append(key)
         return keys
 
-    def _status(self, job_id: str) -> str:
+    def _status(self, job_id: str) -> JobStatus | None:
+        """The job's status; None when the master knows no such job."""
         try:
-            return str(self.hook.get_conn().job(job_id)["status"])
+            return JobStatus(self.hook.get_conn().job(job_id)["status"])
         except UnknownJob:
-            return UNKNOWN
+            return None
 
     def _attached(self, job_id: str, context: Any) -> None:
         self.job_id = job_id
@@ -193,15 +192,16 @@ class SubmitJobGraphOperator(ResumableJobMixin, BaseOperator):
 
     def get_job_status(self, external_id: Any, context: Any) -> str:
         status = self._status(str(external_id))
-        if status != UNKNOWN:
-            self._attached(str(external_id), context)
-        return status
+        if status is None:
+            return UNKNOWN
+        self._attached(str(external_id), context)
+        return status.value
 
     def is_job_active(self, status: str) -> bool:
-        return status not in TERMINAL_STATUSES and status != UNKNOWN
+        return status != UNKNOWN and not JobStatus(status).is_globally_terminal
 
     def is_job_succeeded(self, status: str) -> bool:
-        return status == SUCCEEDED
+        return status != UNKNOWN and JobStatus(status) is JobStatus.FINISHED
 
     def poll_until_complete(self, external_id: Any, context: Any) -> str:
         result = self.hook.get_conn().wait_for_result(str(external_id), poll_interval=self.poll_interval)

@@ -4,8 +4,8 @@
 `/overview` and names the leader) or through ZooKeeper leader retrieval — and follows it when
 it changes: a standby's `503` with the leader's address, a redirect, or a lost connection make
 the client look again. Connection errors, `429` and `5xx` answers are retried with exponential
-backoff, a bounded number of times. Error answers (`{"errors": [...]}`) become the classes of
-`sparkdispatch.errors`, carrying the master's own messages.
+backoff, a bounded number of times. An error answer is raised as the class its body names
+(`sparkdispatch.errors.error_from_body`), with the master's own messages and fields.
 
 `SyncSparkDispatchClient` runs the same core on a private event loop in a background thread,
 for callers that are not async (Airflow operators, the CLI).
@@ -14,48 +14,35 @@ for callers that are not async (Airflow operators, the CLI).
 from __future__ import annotations
 
 import asyncio
-import io
 import json
 import logging
 import os
-import re
-import threading
 import time
 import uuid
-import zipfile
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass
-from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import aiohttp
 
+from sparkdispatch.artifacts import read_artifact
 from sparkdispatch.config import Configuration
 from sparkdispatch.errors import (
-    BlobError,
-    BlobNotFound,
-    BlobTooLarge,
     ConfigurationError,
-    DuplicateJobSubmission,
-    InvalidJobGraph,
-    JobAlreadyTerminated,
     NoLeader,
-    RequestTooLarge,
     ServiceUnavailable,
     SparkDispatchError,
-    Unauthorized,
-    UnknownJob,
+    error_from_body,
 )
+from sparkdispatch.loop_thread import LoopThread
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 DEFAULT_PORT = 8081
-_JOB_PATH = re.compile(r"^/jobs/([^/?]+)")
 _REDIRECTS = {301, 302, 303, 307, 308}
 _MAX_HOPS = 5
 
@@ -138,7 +125,7 @@ class _ZooKeeperLeader:
 
     async def _start(self) -> None:
         try:
-            from sparkdispatch.ha import create_ha_services  # type: ignore[attr-defined]
+            from sparkdispatch.ha import create_ha_services
         except ImportError as exc:  # the HA package is part of this distribution; only a broken install lacks it
             raise ConfigurationError(f"ZooKeeper leader retrieval is not available: {exc}") from None
         keys = {
@@ -268,11 +255,11 @@ class SparkDispatchClient:
         return await self._json("GET", "/overview")
 
     async def taskmanagers(self) -> list[dict[str, Any]]:
-        return (await self._json("GET", "/taskmanagers"))["taskmanagers"]
+        return list((await self._json("GET", "/taskmanagers"))["taskmanagers"])
 
     async def jobs(self) -> list[dict[str, Any]]:
         """Running and finished jobs: id, name, status, start/end time, duration."""
-        return (await self._json("GET", "/jobs"))["jobs"]
+        return list((await self._json("GET", "/jobs"))["jobs"])
 
     async def job(self, job_id: str) -> dict[str, Any]:
         """A job's details with its vertices and subtasks; `UnknownJob` if there is none."""
@@ -288,11 +275,7 @@ class SparkDispatchClient:
         body = dict(graph)
         if not body.get("job_id"):
             body["job_id"] = uuid.uuid4().hex
-        try:
-            status, answer = await self._request("POST", "/jobs", json=body)
-        except DuplicateJobSubmission as exc:
-            exc.job_id = body["job_id"]
-            raise
+        status, answer = await self._request("POST", "/jobs", json=body)
         job_id = answer.get("job_id", body["job_id"]) if isinstance(answer, dict) else body["job_id"]
         return job_id, status == 202
 
@@ -300,7 +283,7 @@ class SparkDispatchClient:
         """The JobResult (a dict) once the job is globally terminal, None while it runs."""
         answer = await self._json("GET", f"/jobs/{job_id}/execution-result")
         if answer.get("status", {}).get("id") == "COMPLETED":
-            return answer["job_execution_result"]
+            return dict(answer["job_execution_result"])
         return None
 
     async def wait_for_result(self, job_id: str, *, poll_interval: float = 2.0) -> dict[str, Any]:
@@ -314,7 +297,9 @@ class SparkDispatchClient:
             try:
                 result = await self.execution_result(job_id)
                 unavailable_since = None
-            except (ServiceUnavailable, NoLeader) as exc:
+            except SparkDispatchError as exc:
+                if not _master_away(exc):
+                    raise
                 now = time.monotonic()
                 unavailable_since = unavailable_since or now
                 if now - unavailable_since > self.retry.failover_timeout:
@@ -339,7 +324,7 @@ class SparkDispatchClient:
             return data_form
 
         _, answer = await self._request("POST", "/artifacts", data=form)
-        return answer["key"]
+        return str(answer["key"])
 
     def job_url(self, job_id: str, *, base: str | None = None) -> str:
         """The web UI page of a job at the leader (or `base`)."""
@@ -348,8 +333,10 @@ class SparkDispatchClient:
 
     # -- plumbing --------------------------------------------------------------------------
 
-    async def _json(self, method: str, path: str, **kwargs: Any) -> Any:
-        _, answer = await self._request(method, path, **kwargs)
+    async def _json(self, method: str, path: str) -> dict[str, Any]:
+        _, answer = await self._request(method, path)
+        if not isinstance(answer, dict):
+            raise SparkDispatchError(f"{method} {path} answered with JSON that is not an object: {answer!r:.200}")
         return answer
 
     async def _request(self, method: str, path: str, *, json: Any = None,
@@ -364,11 +351,13 @@ class SparkDispatchClient:
                                        headers=self._headers(), allow_redirects=False) as response:
                 if response.status in _REDIRECTS and response.headers.get("Location"):
                     raise _LeaderMoved(_origin(response.headers["Location"], base))
-                body = await _read_body(response)
+                text = await response.text()
                 if response.status < 400:
-                    return response.status, body
-                raise _error_from_answer(response.status, body, method, path,
-                                         retry_after=response.headers.get("Retry-After"))
+                    return response.status, _decoded(text)
+                error = error_from_body(response.status, text)
+                if _worth_retrying(error):
+                    raise _Retryable(error, retry_after=_seconds(response.headers.get("Retry-After")))
+                raise error
 
         return await self._call(call)
 
@@ -424,12 +413,14 @@ class SparkDispatchClient:
             try:
                 async with self._http().get(address + "/overview", headers=self._headers(),
                                             allow_redirects=False) as response:
-                    body = await _read_body(response)
-                    if response.status in (401, 403):
-                        raise Unauthorized(f"{address} refused the token: {' '.join(_messages(body))}")
+                    text = await response.text()
                     if response.status >= 400:
-                        problems.append(f"{address}: HTTP {response.status} {_messages(body)}")
+                        error = error_from_body(response.status, text)
+                        if response.status in (401, 403):
+                            raise error
+                        problems.append(f"{address}: HTTP {response.status} {'; '.join(error.messages())}")
                         continue
+                    body = _decoded(text)
             except (aiohttp.ClientError, TimeoutError) as exc:
                 problems.append(f"{address}: {_describe(exc)}")
                 continue
@@ -466,30 +457,40 @@ class _LeaderMoved(Exception):
 
 
 class _Retryable(Exception):
-    """An answer worth another try: 429, 5xx, 503 (maybe with the leader's address)."""
+    """An answer worth another try: 429, 5xx, an unavailable master (maybe naming the leader)."""
 
-    def __init__(self, error: SparkDispatchError, *, leader_hint: str | None = None,
-                 retry_after: float | None = None) -> None:
+    def __init__(self, error: SparkDispatchError, *, retry_after: float | None = None) -> None:
         super().__init__(str(error))
         self.error = error
-        self.leader_hint = leader_hint
+        leader = error.leader if isinstance(error, ServiceUnavailable) else None
+        self.leader_hint = normalize_address(leader) if leader else None
         self.retry_after = retry_after
 
 
-async def _read_body(response: aiohttp.ClientResponse) -> Any:
-    text = await response.text()
+def _worth_retrying(error: SparkDispatchError) -> bool:
+    return isinstance(error, (ServiceUnavailable, NoLeader)) or error.http_status == 429 or error.http_status >= 500
+
+
+def _master_away(error: SparkDispatchError) -> bool:
+    """No master serves now (failover, overload): a waiting caller keeps waiting."""
+    return isinstance(error, (ServiceUnavailable, NoLeader)) or error.http_status in (429, 503)
+
+
+def _decoded(text: str) -> Any:
+    """A success answer's JSON body ({} when empty)."""
     if not text:
         return {}
     try:
         return json.loads(text)
     except ValueError:
-        return {"errors": [text.strip()[:500]]}
+        raise SparkDispatchError(f"the master answered with a body that is not JSON: {text.strip()[:200]!r}") from None
 
 
-def _messages(body: Any) -> list[str]:
-    if isinstance(body, dict) and isinstance(body.get("errors"), list) and body["errors"]:
-        return [str(m) for m in body["errors"]]
-    return []
+def _seconds(retry_after: str | None) -> float | None:
+    try:
+        return min(float(retry_after), 60.0) if retry_after else None
+    except ValueError:
+        return None
 
 
 def _origin(location: str, base: str) -> str:
@@ -503,107 +504,6 @@ def _describe(exc: BaseException) -> str:
     if isinstance(exc, TimeoutError):
         return "timed out"
     return str(exc) or type(exc).__name__
-
-
-def _error_from_answer(status: int, body: Any, method: str, path: str, *,
-                       retry_after: str | None = None) -> Exception:
-    """The error class for an error answer, carrying the master's messages."""
-    messages = _messages(body) or [f"HTTP {status} from the master for {method} {path}"]
-    match = _JOB_PATH.match(path)
-    job_id = match.group(1) if match else ""
-    error: SparkDispatchError
-    if status == 503:
-        leader = body.get("leader") if isinstance(body, dict) else None
-        hint = normalize_address(leader) if leader else None
-        error = (NoLeader(messages[0], details=messages[1:]) if not leader
-                 else ServiceUnavailable(messages[0], leader=leader))
-        return _Retryable(error, leader_hint=hint)
-    if status == 429 or status >= 500:
-        error = ServiceUnavailable(messages[0]) if status == 429 else SparkDispatchError(messages[0],
-                                                                                          details=messages[1:])
-        error.http_status = status
-        pause = None
-        if retry_after:
-            try:
-                pause = min(float(retry_after), 60.0)
-            except ValueError:
-                pause = None
-        return _Retryable(error, retry_after=pause)
-    if status == 401 or status == 403:
-        error = Unauthorized(messages[0] + " (check the connection's token)", details=messages[1:])
-    elif status == 404 and job_id:
-        error = UnknownJob(job_id)
-    elif status == 404 and path.startswith("/artifacts"):
-        error = BlobNotFound(messages[0], details=messages[1:])
-    elif status == 409 and method == "PATCH" and job_id:
-        found = re.search(r"reached (\w+)", messages[0])
-        error = JobAlreadyTerminated(job_id, found.group(1) if found else "a terminal state")
-    elif status == 409 and method == "POST" and path == "/jobs":
-        error = DuplicateJobSubmission("", messages[0])
-    elif status == 413:
-        error = (BlobTooLarge(messages[0]) if path.startswith("/artifacts") else RequestTooLarge(messages[0]))
-    elif status == 400 and method == "POST" and path == "/jobs":
-        error = InvalidJobGraph(_field_errors(messages))
-    elif status == 400 and path.startswith("/artifacts"):
-        error = BlobError(messages[0], details=messages[1:])
-    else:
-        error = SparkDispatchError(messages[0], details=messages[1:])
-        error.http_status = status
-        return error
-    _use_server_text(error, messages)
-    return error
-
-
-def _field_errors(messages: list[str]) -> dict[str, list[str]]:
-    errors: dict[str, list[str]] = {}
-    for message in messages:
-        field, sep, reason = message.partition(": ")
-        if not sep or " " in field:
-            field, reason = "body", message
-        errors.setdefault(field, []).append(reason)
-    return errors
-
-
-def _use_server_text(error: SparkDispatchError, messages: list[str]) -> None:
-    """Keep the class, but say what the master said."""
-    if isinstance(error, InvalidJobGraph):
-        return
-    error.message = messages[0]
-    error.details = messages[1:]
-    error.args = ("; ".join(messages),)
-
-
-# --------------------------------------------------------------------------------------------
-# Artifacts
-
-
-_FIXED_ZIP_TIME = (1980, 1, 1, 0, 0, 0)
-
-
-def read_artifact(path: str | os.PathLike[str]) -> tuple[str, bytes]:
-    """(filename, bytes) of an artifact: a `.py` or `.zip` file, or a package directory.
-
-    A directory is zipped with itself as the top folder (`pipelines/` → `pipelines.zip` holding
-    `pipelines/...`), byte for byte the same each time, so its blob key is stable.
-    """
-    source = Path(path).expanduser()
-    if source.is_dir():
-        buffer = io.BytesIO()
-        with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-            for file in sorted(p for p in source.rglob("*") if p.is_file()):
-                relative = file.relative_to(source.parent)
-                if "__pycache__" in relative.parts or file.suffix in (".pyc", ".pyo"):
-                    continue
-                info = zipfile.ZipInfo(relative.as_posix(), date_time=_FIXED_ZIP_TIME)
-                info.compress_type = zipfile.ZIP_DEFLATED
-                info.external_attr = 0o644 << 16
-                archive.writestr(info, file.read_bytes())
-        return f"{source.name}.zip", buffer.getvalue()
-    if not source.is_file():
-        raise BlobError(f"artifact {str(path)!r} does not exist (give a .py or .zip file, or a package directory)")
-    if source.suffix not in (".py", ".zip"):
-        raise BlobError(f"artifact {str(path)!r} is neither a .py nor a .zip file")
-    return source.name, source.read_bytes()
 
 
 # --------------------------------------------------------------------------------------------
@@ -620,10 +520,7 @@ class SyncSparkDispatchClient:
 
     def __init__(self, client: SparkDispatchClient) -> None:
         self.async_client = client
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="sparkdispatch-client", daemon=True)
-        self._thread.start()
-        self._closed = False
+        self._loop = LoopThread("sparkdispatch-client")
 
     @classmethod
     def create(cls, **kwargs: Any) -> SyncSparkDispatchClient:
@@ -639,15 +536,7 @@ class SyncSparkDispatchClient:
 
     def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         """Run one coroutine of the async client to its end and return its value."""
-        if self._closed:
-            coroutine.close()
-            raise RuntimeError("the sparkdispatch client is closed")
-        future: Future[T] = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
-        try:
-            return future.result()
-        except BaseException:
-            future.cancel()
-            raise
+        return self._loop.run(coroutine)
 
     # One line each: the async core does the work.
 
@@ -689,12 +578,9 @@ class SyncSparkDispatchClient:
         return self.run(self.async_client.upload_artifact(path))
 
     def close(self) -> None:
-        if self._closed:
+        if self._loop.closed:
             return
         try:
             self.run(self.async_client.close())
         finally:
-            self._closed = True
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout=10)
             self._loop.close()

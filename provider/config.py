@@ -22,6 +22,13 @@ from typing import Any
 import yaml
 
 from sparkdispatch.errors import ConfigurationError
+from sparkdispatch.jobgraph import (
+    ExponentialDelayRestart,
+    FailureRateRestart,
+    FixedDelayRestart,
+    NoRestart,
+    RestartStrategy,
+)
 
 CONFIG_ENV_VAR = "SPARKDISPATCH_CONF"
 SPARK_PREFIX = "spark."
@@ -402,6 +409,27 @@ def parse_overrides(items: Iterable[str]) -> dict[str, str]:
             raise ConfigurationError(f"-D expects key=value, got {item!r}")
         overrides[key.strip()] = value.strip()
     return overrides
+
+
+def restart_strategy_from_config(config: Configuration) -> RestartStrategy:
+    """The `restart-strategy.*` configuration as a strategy value."""
+    kind = config["restart-strategy.type"]
+    if kind == "fixed-delay":
+        return FixedDelayRestart(attempts=config["restart-strategy.fixed-delay.attempts"],
+                                 delay_s=config["restart-strategy.fixed-delay.delay"])
+    if kind == "exponential-delay":
+        prefix = "restart-strategy.exponential-delay."
+        return ExponentialDelayRestart(
+            initial_backoff_s=config[prefix + "initial-backoff"], max_backoff_s=config[prefix + "max-backoff"],
+            backoff_multiplier=config[prefix + "backoff-multiplier"],
+            reset_backoff_threshold_s=config[prefix + "reset-backoff-threshold"],
+            jitter_factor=config[prefix + "jitter-factor"], attempts=config[prefix + "attempts"])
+    if kind == "failure-rate":
+        prefix = "restart-strategy.failure-rate."
+        return FailureRateRestart(max_failures_per_interval=config[prefix + "max-failures-per-interval"],
+                                  failure_rate_interval_s=config[prefix + "failure-rate-interval"],
+                                  delay_s=config[prefix + "delay"])
+    return NoRestart()
 
 
 def options_table() -> str:

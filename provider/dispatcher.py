@@ -16,16 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import shutil
 import uuid
 from abc import abstractmethod
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from sparkdispatch.archive import ArchivedJob, JobArchive
-from sparkdispatch.config import Configuration
 from sparkdispatch.errors import (
     DuplicateJobSubmission,
     JobAlreadyTerminated,
@@ -33,37 +29,48 @@ from sparkdispatch.errors import (
     ServiceUnavailable,
     UnknownJob,
 )
+from sparkdispatch.ha.job_result_store import FileSystemJobResultStore
+from sparkdispatch.ha.jobgraph_store import JobGraphStore
+from sparkdispatch.ha.progress_store import JobProgress, ProgressStore
 from sparkdispatch.jobgraph import JobGraph, JobResult, JobStatus
+from sparkdispatch.jobmaster.gateways import JobMasterFactory, JobMasterGateway
+from sparkdispatch.results import ResultLayout, remove_job_results
+from sparkdispatch.settings import CleanupSettings
+from sparkdispatch.snapshot import JobOverview, JobSnapshot
 
 log = logging.getLogger(__name__)
 
 
-class JobMasterLike(Protocol):
-    """What the Dispatcher needs of a JobMaster (sparkdispatch.jobmaster.job_master.JobMaster)."""
-
-    result_future: asyncio.Future[JobResult]
-
-    @property
-    @abstractmethod
-    def status(self) -> JobStatus: ...
+class DispatcherGateway(Protocol):
+    """What the REST endpoint calls on the Dispatcher, on the master's loop."""
 
     @abstractmethod
-    def start(self) -> None: ...
+    async def submit(self, graph: JobGraph) -> tuple[str, bool]:
+        """Accept a job: (job id, True) when new, (job id, False) for the same job again."""
 
     @abstractmethod
-    async def cancel(self) -> None: ...
+    async def cancel(self, job_id: str) -> None:
+        """Cancel a running job; idempotent for a cancelled one."""
 
     @abstractmethod
-    def suspend(self) -> None: ...
+    def job_overviews(self) -> list[JobOverview]:
+        """Every job, running and finished, the most recently started first."""
 
     @abstractmethod
-    def details(self) -> dict[str, Any]: ...
+    async def job_snapshot(self, job_id: str) -> JobSnapshot:
+        """One job with its vertices and subtasks; `UnknownJob` if there is no such job."""
 
     @abstractmethod
-    def flink_job_details(self) -> dict[str, Any]: ...
+    async def job_result(self, job_id: str, *, wait_s: float = 0.0) -> JobResult | None:
+        """The JobResult, waiting up to `wait_s` for a running job; None while it runs."""
 
+    @abstractmethod
+    def job_counts(self) -> dict[str, int]:
+        """Jobs by status."""
 
-JobMasterFactory = Callable[..., JobMasterLike]
+    @abstractmethod
+    def job_master(self, job_id: str) -> JobMasterGateway:
+        """The running JobMaster of `job_id`; `UnknownJob` if it does not run here."""
 
 
 @dataclass
@@ -73,24 +80,29 @@ class _Job:
     graph: JobGraph
     fingerprint: str
     persisted: asyncio.Future[None]
-    job_master: JobMasterLike | None = None
+    job_master: JobMasterGateway | None = None
     watcher: asyncio.Task[None] | None = None
     terminal: bool = False
     waiters: list[asyncio.Future[None]] = field(default_factory=list)
 
 
 class Dispatcher:
-    """One leader session's Dispatcher (fencing token: `session_id`)."""
+    """One leader session's Dispatcher (fencing token: `session_id`).
 
-    def __init__(self, *, config: Configuration, session_id: str, ha: Any, resource_manager: Any,
-                 task_executor_gateway: Any, archive: JobArchive, job_master_factory: JobMasterFactory) -> None:
-        self.config = config
+    `new_job_master(graph, recovered_progress)` builds the JobMaster of a job (under the same
+    session); the Dispatcher only starts, watches, cancels and suspends it.
+    """
+
+    def __init__(self, *, session_id: str, jobgraph_store: JobGraphStore,
+                 job_result_store: FileSystemJobResultStore, progress_store: ProgressStore, archive: JobArchive,
+                 new_job_master: JobMasterFactory, cleanup: CleanupSettings) -> None:
         self.session_id = session_id
-        self._ha = ha
-        self._resource_manager = resource_manager
-        self._gateway = task_executor_gateway
+        self._jobgraph_store = jobgraph_store
+        self._job_result_store = job_result_store
+        self._progress_store = progress_store
         self._archive = archive
-        self._new_job_master = job_master_factory
+        self._new_job_master = new_job_master
+        self._cleanup_settings = cleanup
         self._jobs: dict[str, _Job] = {}
         self._cleanups: dict[str, asyncio.Task[None]] = {}
         self._closed = False
@@ -100,26 +112,25 @@ class Dispatcher:
     async def start(self) -> None:
         """Recover: clean up dirty results, resume every other stored JobGraph."""
         await self._archive.load()
-        dirty = await self._ha.job_result_store.dirty_results()
+        dirty = await self._job_result_store.dirty_results()
         dirty_ids = {result.job_id for result in dirty}
         for result in dirty:
             log.info("job %s has a dirty JobResult (%s): cleaning up, not re-running [session %s]",
                      result.job_id, result.status.value, self.session_id)
             if result.job_id not in self._archive:
-                await self._archive_quietly(ArchivedJob(result, _details_from_result(result),
-                                                        _flink_details_from_result(result)))
+                await self._archive_quietly(ArchivedJob(result, JobSnapshot.from_result(result)))
             self._start_cleanup(result.job_id)
-        for job_id in sorted(await self._ha.jobgraph_store.job_ids()):
+        for job_id in sorted(await self._jobgraph_store.job_ids()):
             if job_id in dirty_ids:
                 continue
-            if await self._ha.job_result_store.has_entry(job_id) or job_id in self._archive:
+            if await self._job_result_store.has_entry(job_id) or job_id in self._archive:
                 log.warning("job %s is stored but already terminated; removing its leftovers", job_id)
                 self._start_cleanup(job_id, mark_clean=False)
                 continue
-            graph = await self._ha.jobgraph_store.get(job_id)
+            graph = await self._jobgraph_store.get(job_id)
             if graph is None:
                 continue
-            progress = await self._ha.progress_store.get(job_id)
+            progress = await self._progress_store.get(job_id)
             log.info("recovering job %s (%s) [session %s]", job_id, graph.name, self.session_id)
             job = _Job(graph, graph.fingerprint(), asyncio.get_running_loop().create_future())
             job.persisted.set_result(None)
@@ -168,9 +179,9 @@ class Dispatcher:
         try:
             # an id generated here is new: only a client's own id can have a JobResult already
             if job_id in self._cleanups or job_id in self._archive or \
-                    (chosen_id and await self._ha.job_result_store.has_entry(job_id)):
+                    (chosen_id and await self._job_result_store.has_entry(job_id)):
                 raise DuplicateJobSubmission(job_id, "it already reached a globally terminal state")
-            await self._ha.jobgraph_store.put(self.session_id, graph)
+            await self._jobgraph_store.put(self.session_id, graph)
         except BaseException as exc:
             del self._jobs[job_id]
             job.persisted.set_exception(exc)
@@ -202,28 +213,23 @@ class Dispatcher:
 
     # -- queries ------------------------------------------------------------------------------
 
-    def list_jobs(self) -> list[dict[str, Any]]:
-        """`GET /jobs` entries, running and finished."""
-        entries = [_summary(job.job_master.details()) for job in self._jobs.values() if job.job_master]
-        running = {entry["id"] for entry in entries}
-        entries += [s for s in self._archive.summaries() if s["id"] not in running]
+    def job_overviews(self) -> list[JobOverview]:
+        """Every job, running and finished, the most recently started first (`GET /jobs`, `/jobs/overview`)."""
+        overviews = [job.job_master.overview() for job in self._jobs.values() if job.job_master]
+        running = {overview.job_id for overview in overviews}
+        overviews += [o for o in self._archive.overviews() if o.job_id not in running]
         # the id breaks ties, so the order does not change when a job moves to the archive
-        return sorted(entries, key=lambda e: (e.get("start_time") or 0, e["id"]), reverse=True)
+        return sorted(overviews, key=lambda o: (o.start_time, o.job_id), reverse=True)
 
-    def flink_jobs_overview(self) -> list[dict[str, Any]]:
-        """`GET /jobs/overview` entries, in Flink's JobDetails shape."""
-        entries = [job.job_master.flink_job_details() for job in self._jobs.values() if job.job_master]
-        running = {entry["jid"] for entry in entries}
-        return entries + [e for e in self._archive.flink_details() if e["jid"] not in running]
-
-    async def job_details(self, job_id: str) -> dict[str, Any]:
+    async def job_snapshot(self, job_id: str) -> JobSnapshot:
+        """One job with its vertices and subtasks (`GET /jobs/{job_id}`); `UnknownJob` if unknown."""
         job = self._jobs.get(job_id)
         if job is not None and job.job_master is not None:
-            return job.job_master.details()
+            return job.job_master.snapshot()
         archived = await self._archive.get(job_id)
         if archived is None:
             raise UnknownJob(job_id)
-        return archived.details
+        return archived.snapshot
 
     async def job_result(self, job_id: str, *, wait_s: float = 0.0) -> JobResult | None:
         """The JobResult, waiting up to `wait_s` for a running job; None while it runs."""
@@ -254,7 +260,7 @@ class Dispatcher:
                 counts[status] = counts.get(status, 0) + 1
         return counts
 
-    def job_master(self, job_id: str) -> JobMasterLike:
+    def job_master(self, job_id: str) -> JobMasterGateway:
         """The running JobMaster of `job_id` (TaskExecutor reports go to it)."""
         job = self._jobs.get(job_id)
         if job is None or job.job_master is None:
@@ -263,11 +269,8 @@ class Dispatcher:
 
     # -- running and terminating jobs ---------------------------------------------------------
 
-    def _run(self, job_id: str, job: _Job, *, recovered: Any) -> None:
-        job.job_master = self._new_job_master(
-            job.graph, session_id=self.session_id, resource_manager=self._resource_manager,
-            task_executor_gateway=self._gateway, progress_store=self._ha.progress_store, config=self.config,
-            results_dir=self.config.results_dir, recovered_progress=recovered)
+    def _run(self, job_id: str, job: _Job, *, recovered: JobProgress | None) -> None:
+        job.job_master = self._new_job_master(job.graph, recovered)
         job.job_master.start()
         job.watcher = asyncio.create_task(self._watch(job_id, job), name=f"job-{job_id}")
 
@@ -276,8 +279,7 @@ class Dispatcher:
         result = await job.job_master.result_future
         job.terminal = True
         log.info("job %s reached %s [session %s]", job_id, result.status.value, self.session_id)
-        await self._archive_quietly(ArchivedJob(result, job.job_master.details(),
-                                                job.job_master.flink_job_details()))
+        await self._archive_quietly(ArchivedJob(result, job.job_master.snapshot()))
         await self._write_dirty_result(result)
         self._jobs.pop(job_id, None)
         self._start_cleanup(job_id)
@@ -289,8 +291,8 @@ class Dispatcher:
             log.exception("archiving job %s failed", archived.result.job_id)
 
     async def _write_dirty_result(self, result: JobResult) -> None:
-        store = self._ha.job_result_store
-        delay = self.config["cleanup-strategy.initial-backoff"]
+        store = self._job_result_store
+        delay = self._cleanup_settings.initial_backoff
         while True:
             try:
                 if not await store.has_entry(result.job_id):
@@ -300,7 +302,7 @@ class Dispatcher:
                 # Without its dirty entry a finished job could run again: keep trying.
                 log.exception("writing the JobResult of job %s failed; retrying in %.1fs", result.job_id, delay)
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, self.config["cleanup-strategy.max-backoff"])
+                delay = min(delay * 2, self._cleanup_settings.max_backoff)
 
     def _start_cleanup(self, job_id: str, *, mark_clean: bool = True) -> None:
         if job_id not in self._cleanups and not self._closed:
@@ -309,17 +311,18 @@ class Dispatcher:
             task.add_done_callback(lambda _: self._cleanups.pop(job_id, None))
 
     async def _cleanup(self, job_id: str, mark_clean: bool) -> None:
-        delay = self.config["cleanup-strategy.initial-backoff"]
+        settings = self._cleanup_settings
+        delay = settings.initial_backoff
         attempt = 0
         while True:
             attempt += 1
             try:
-                await self._ha.jobgraph_store.remove(self.session_id, job_id)
-                await self._ha.progress_store.remove(self.session_id, job_id)
-                if self.config["results.retention"] == "delete":
-                    await asyncio.to_thread(_remove_local_results, self.config.results_dir, job_id)
+                await self._jobgraph_store.remove(self.session_id, job_id)
+                await self._progress_store.remove(self.session_id, job_id)
+                if settings.delete_results:
+                    await asyncio.to_thread(remove_job_results, ResultLayout(settings.results_dir), job_id)
                 if mark_clean:
-                    await self._ha.job_result_store.mark_clean(job_id)
+                    await self._job_result_store.mark_clean(job_id)
                 log.info("job %s cleaned up after %d attempt(s) [session %s]", job_id, attempt, self.session_id)
                 return
             except LeadershipLost:
@@ -328,9 +331,9 @@ class Dispatcher:
                 # FLINK-26652: a failing cleanup never takes the master down; it is retried, and the
                 # dirty JobResult hands it to the next leader if this one goes away.
                 log.warning("cleanup of job %s failed (attempt %d), retrying in %.1fs: %s; check %s",
-                            job_id, attempt, delay, exc, self.config.storage_dir)
+                            job_id, attempt, delay, exc, settings.storage_dir)
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, self.config["cleanup-strategy.max-backoff"])
+                delay = min(delay * 2, settings.max_backoff)
 
     def cleanup_pending(self, job_id: str) -> bool:
         return job_id in self._cleanups
@@ -338,39 +341,3 @@ class Dispatcher:
     def _check_open(self) -> None:
         if self._closed:
             raise ServiceUnavailable("the Dispatcher is shutting down; retry against the new leader")
-
-
-def _remove_local_results(results_dir: str, job_id: str) -> None:
-    if "://" in results_dir and not results_dir.startswith("file://"):
-        log.info("results of job %s live on %s; leaving them to that filesystem's lifecycle rules",
-                 job_id, results_dir)
-        return
-    shutil.rmtree(Path(results_dir.removeprefix("file://")) / job_id, ignore_errors=True)
-
-
-def _summary(details: dict[str, Any]) -> dict[str, Any]:
-    start, end = details.get("start_time"), details.get("end_time")
-    duration = (end - start) if start and end else None
-    return {"id": details["id"], "name": details["name"], "status": details["status"], "start_time": start,
-            "end_time": end, "duration_ms": duration}
-
-
-def _details_from_result(result: JobResult) -> dict[str, Any]:
-    """Job details rebuilt from a JobResult alone (a job recovered from its dirty entry)."""
-    return {"id": result.job_id, "name": result.name, "status": result.status.value,
-            "start_time": result.start_time, "end_time": result.end_time,
-            "vertices": [{"id": vid, "state": v.state.value, "parallelism": None, "inputs": [],
-                          "attempts": v.attempts, "subtasks": []} for vid, v in result.vertices.items()]}
-
-
-def _flink_details_from_result(result: JobResult) -> dict[str, Any]:
-    tasks = {key: 0 for key in ("created", "scheduled", "deploying", "running", "finished", "canceling",
-                                "canceled", "failed", "reconciling", "initializing")}
-    for vertex in result.vertices.values():
-        key = vertex.state.value.lower()
-        if key in tasks:
-            tasks[key] += 1
-    tasks["total"] = len(result.vertices)
-    return {"jid": result.job_id, "name": result.name, "state": result.status.value,
-            "start-time": result.start_time, "end-time": result.end_time, "duration": result.duration_ms,
-            "last-modification": result.end_time, "pending-operators": 0, "tasks": tasks}

@@ -1,4 +1,4 @@
-"""Every error sparkdispatch raises on purpose.
+"""Every error sparkdispatch raises on purpose, and its REST form.
 
 ::
 
@@ -11,11 +11,10 @@
     ├── DuplicateJobSubmission        the job id is taken (running with another graph, or terminated)
     ├── JobAlreadyTerminated          the job finished or failed before it could be cancelled
     ├── FencingTokenMismatch          a call carried another leader session than the current one
-    │   └── LeadershipLost            this process is no longer the leader
+    │   └── StaleExecution            a report names an attempt the JobMaster no longer runs
     ├── NoLeader                      no master leads at the moment
     ├── SlotRequestTimeout            no slot could be found in time
     ├── UnknownTaskExecutor           the TaskExecutor is not (or no longer) registered
-    ├── StaleExecution                a report names an execution the JobMaster no longer tracks
     ├── StoreError                    an HA store refused or failed a read or write
     │   ├── JobResultEntryExists      a JobResult for that job is stored already
     │   ├── NoSuchJobResult           no JobResult stored for that job
@@ -25,15 +24,28 @@
     │       └── CorruptedBlob         the blob's content does not hash to its key
     ├── RequestTooLarge               a request body is over `rest.max-body-size`
     ├── Unauthorized                  a REST call lacks the configured token
+    ├── RouteNotFound                 no REST resource at that path
+    ├── MethodNotAllowed              the path does not take that HTTP method
+    ├── InternalError                 the master failed on a bug; the body names the exception
     └── ServiceUnavailable            the master cannot answer now (standby, starting, stopping)
+        └── LeadershipLost            this process is no longer the leader
 
 Each class carries the HTTP status the REST endpoint answers it with, so one middleware maps
-them all.
+them all. On the wire an error is `{"errors": [readable messages], "type": "<class name>",
+...the class's fields}` (`to_body()`); `error_from_body(status, text)` turns such an answer back
+into the same class with the same fields on every client, as kazoo's code → class registry
+does for ZooKeeper's error codes. An answer that names no known class (a proxy's page, an older
+master) becomes a plain `SparkDispatchError` carrying the status and the text.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any, Self
+
+JSONObject = dict[str, Any]
 
 
 class SparkDispatchError(Exception):
@@ -50,9 +62,44 @@ class SparkDispatchError(Exception):
         """The message first, then any details, as the REST `errors` list."""
         return [self.message, *self.details]
 
+    def fields(self) -> JSONObject:
+        """This class's own fields in its REST body, beside `errors` and `type`."""
+        return {}
+
+    def to_body(self) -> JSONObject:
+        """The REST error body: `{"errors": [...], "type": "<class name>", ...fields}`."""
+        return {"errors": self.messages(), "type": type(self).__name__, **self.fields()}
+
+    @classmethod
+    def from_fields(cls, messages: Sequence[str], fields: Mapping[str, Any]) -> Self:
+        """Rebuild the error from a body's messages and fields (classes with fields override it)."""
+        return cls(messages[0], details=messages[1:])
+
 
 class ConfigurationError(SparkDispatchError):
     http_status = 400
+
+
+def _field_lines(field_errors: Mapping[str, Sequence[str]]) -> list[str]:
+    return [f"{field}: {reason}" for field, reasons in sorted(field_errors.items()) for reason in reasons]
+
+
+def _field_errors(value: Any) -> dict[str, list[str]]:
+    if not isinstance(value, Mapping) or not all(
+            isinstance(reasons, list) and all(isinstance(r, str) for r in reasons) for reasons in value.values()):
+        raise ValueError("field_errors must map field names to lists of reasons")
+    return {str(field): list(reasons) for field, reasons in value.items()}
+
+
+def _text(fields: Mapping[str, Any], name: str) -> str:
+    value = fields[name]
+    if not isinstance(value, str):
+        raise ValueError(f"{name} must be a string")
+    return value
+
+
+def _optional_text(fields: Mapping[str, Any], name: str) -> str | None:
+    return None if fields.get(name) is None else _text(fields, name)
 
 
 class InvalidJobGraph(SparkDispatchError):
@@ -62,11 +109,18 @@ class InvalidJobGraph(SparkDispatchError):
 
     def __init__(self, field_errors: dict[str, list[str]]) -> None:
         self.field_errors = field_errors
-        lines = [f"{field}: {reason}" for field, reasons in sorted(field_errors.items()) for reason in reasons]
+        lines = _field_lines(field_errors)
         super().__init__("invalid JobGraph: " + "; ".join(lines), details=lines)
 
     def messages(self) -> list[str]:
         return self.details
+
+    def fields(self) -> JSONObject:
+        return {"field_errors": self.field_errors}
+
+    @classmethod
+    def from_fields(cls, messages: Sequence[str], fields: Mapping[str, Any]) -> Self:
+        return cls(_field_errors(fields["field_errors"]))
 
 
 class InvalidRequest(SparkDispatchError):
@@ -75,12 +129,20 @@ class InvalidRequest(SparkDispatchError):
     http_status = 400
 
     def __init__(self, what: str, field_errors: dict[str, list[str]]) -> None:
+        self.what = what
         self.field_errors = field_errors
-        lines = [f"{field}: {reason}" for field, reasons in sorted(field_errors.items()) for reason in reasons]
+        lines = _field_lines(field_errors)
         super().__init__(f"invalid {what}: " + "; ".join(lines), details=lines)
 
     def messages(self) -> list[str]:
         return self.details
+
+    def fields(self) -> JSONObject:
+        return {"what": self.what, "field_errors": self.field_errors}
+
+    @classmethod
+    def from_fields(cls, messages: Sequence[str], fields: Mapping[str, Any]) -> Self:
+        return cls(_text(fields, "what"), _field_errors(fields["field_errors"]))
 
 
 class IllegalStateTransition(SparkDispatchError):
@@ -94,6 +156,13 @@ class UnknownJob(SparkDispatchError):
         super().__init__(f"no job with id {job_id}")
         self.job_id = job_id
 
+    def fields(self) -> JSONObject:
+        return {"job_id": self.job_id}
+
+    @classmethod
+    def from_fields(cls, messages: Sequence[str], fields: Mapping[str, Any]) -> Self:
+        return cls(_text(fields, "job_id"))
+
 
 class DuplicateJobSubmission(SparkDispatchError):
     http_status = 409
@@ -101,6 +170,14 @@ class DuplicateJobSubmission(SparkDispatchError):
     def __init__(self, job_id: str, reason: str) -> None:
         super().__init__(f"job {job_id} cannot be submitted: {reason}")
         self.job_id = job_id
+        self.reason = reason
+
+    def fields(self) -> JSONObject:
+        return {"job_id": self.job_id, "reason": self.reason}
+
+    @classmethod
+    def from_fields(cls, messages: Sequence[str], fields: Mapping[str, Any]) -> Self:
+        return cls(_text(fields, "job_id"), _text(fields, "reason"))
 
 
 class JobAlreadyTerminated(SparkDispatchError):
@@ -111,26 +188,69 @@ class JobAlreadyTerminated(SparkDispatchError):
         self.job_id = job_id
         self.status = status
 
+    def fields(self) -> JSONObject:
+        return {"job_id": self.job_id, "status": self.status}
+
+    @classmethod
+    def from_fields(cls, messages: Sequence[str], fields: Mapping[str, Any]) -> Self:
+        return cls(_text(fields, "job_id"), _text(fields, "status"))
+
 
 class FencingTokenMismatch(SparkDispatchError):
+    """A call made under another fencing token (leader session, JobMaster id) than the current one.
+
+    The tokens are in the message for the master's own log, never in the REST body: the current
+    leader session id is what fences the leader's components, so answers do not hand it out.
+    """
+
     http_status = 409
 
-    def __init__(self, component: str, expected: str | None, received: str | None) -> None:
-        super().__init__(
-            f"fencing token mismatch at the {component}: the call carried {received!r}, "
-            f"the current token is {expected!r}; the caller talks to a former leader"
-        )
+    def __init__(self, component: str, expected: str | None = None, received: str | None = None) -> None:
+        self.component = component
         self.expected = expected
         self.received = received
+        self._public = (f"fencing token mismatch at the {component}: the call was made under another leader "
+                        "session than the current one; the caller talks to a former leader")
+        known = expected is not None or received is not None
+        tokens = f" (the call carried {received!r}, the current token is {expected!r})" if known else ""
+        super().__init__(self._public + tokens)
+
+    def messages(self) -> list[str]:
+        return [self._public, *self.details]
+
+    def fields(self) -> JSONObject:
+        return {"component": self.component}
+
+    @classmethod
+    def from_fields(cls, messages: Sequence[str], fields: Mapping[str, Any]) -> Self:
+        return cls(_text(fields, "component"))
 
 
-class LeadershipLost(FencingTokenMismatch):
-    http_status = 503
+class StaleExecution(FencingTokenMismatch):
+    """A TaskExecutor reported on an execution (an old attempt) the JobMaster no longer tracks.
 
-    def __init__(self, component: str) -> None:
-        SparkDispatchError.__init__(self, f"the {component} is no longer led by this process")
-        self.expected = None
-        self.received = None
+    The attempt's execution id fences its reports, as a leader session fences a leader's calls;
+    the TaskExecutor answers it by cancelling that task and freeing its slot.
+    """
+
+    http_status = 409
+
+    def __init__(self, job_id: str, execution_id: str, reason: str = "it is no longer tracked") -> None:
+        SparkDispatchError.__init__(
+            self, f"execution {execution_id} of job {job_id} was refused: {reason}; cancel that task")
+        self.component = f"JobMaster of job {job_id}"
+        self.expected = self.received = None
+        self._public = self.message
+        self.job_id = job_id
+        self.execution_id = execution_id
+        self.reason = reason
+
+    def fields(self) -> JSONObject:
+        return {"job_id": self.job_id, "execution_id": self.execution_id, "reason": self.reason}
+
+    @classmethod
+    def from_fields(cls, messages: Sequence[str], fields: Mapping[str, Any]) -> Self:
+        return cls(_text(fields, "job_id"), _text(fields, "execution_id"), _text(fields, "reason"))
 
 
 class NoLeader(SparkDispatchError):
@@ -143,20 +263,6 @@ class SlotRequestTimeout(SparkDispatchError):
 
 class UnknownTaskExecutor(SparkDispatchError):
     http_status = 404
-
-
-class StaleExecution(SparkDispatchError):
-    """A TaskExecutor reported on an execution (an old attempt) the JobMaster no longer tracks.
-
-    The TaskExecutor answers it by cancelling that task and freeing its slot.
-    """
-
-    http_status = 409
-
-    def __init__(self, job_id: str, execution_id: str, reason: str = "it is no longer tracked") -> None:
-        super().__init__(f"execution {execution_id} of job {job_id} was refused: {reason}; cancel that task")
-        self.job_id = job_id
-        self.execution_id = execution_id
 
 
 class StoreError(SparkDispatchError):
@@ -195,11 +301,115 @@ class Unauthorized(SparkDispatchError):
     http_status = 401
 
 
+class RouteNotFound(SparkDispatchError):
+    """No REST resource at the requested path (aiohttp's own 404)."""
+
+    http_status = 404
+
+
+class MethodNotAllowed(SparkDispatchError):
+    """The path exists but does not take the method; `allowed` lists the methods it takes."""
+
+    http_status = 405
+
+    def __init__(self, method: str, path: str, allowed: Iterable[str]) -> None:
+        self.method = method
+        self.path = path
+        self.allowed = sorted(allowed)
+        super().__init__(f"{method} {path}: Method Not Allowed (allowed: {', '.join(self.allowed) or 'none'})")
+
+    def fields(self) -> JSONObject:
+        return {"method": self.method, "path": self.path, "allowed": self.allowed}
+
+    @classmethod
+    def from_fields(cls, messages: Sequence[str], fields: Mapping[str, Any]) -> Self:
+        allowed = fields["allowed"]
+        if not isinstance(allowed, list) or not all(isinstance(m, str) for m in allowed):
+            raise ValueError("allowed must be a list of methods")
+        return cls(_text(fields, "method"), _text(fields, "path"), allowed)
+
+
+class InternalError(SparkDispatchError):
+    """The master failed on an unexpected exception; its log has the traceback."""
+
+    http_status = 500
+
+
 class ServiceUnavailable(SparkDispatchError):
     """The master cannot serve the call now; `leader` is the leader's REST address if known."""
 
     http_status = 503
 
-    def __init__(self, message: str, *, leader: str | None = None) -> None:
-        super().__init__(message)
+    def __init__(self, message: str, *, leader: str | None = None, details: Iterable[str] = ()) -> None:
+        super().__init__(message, details=details)
         self.leader = leader
+
+    def fields(self) -> JSONObject:
+        return {"leader": self.leader}
+
+    @classmethod
+    def from_fields(cls, messages: Sequence[str], fields: Mapping[str, Any]) -> Self:
+        return cls(messages[0], leader=_optional_text(fields, "leader"), details=messages[1:])
+
+
+class LeadershipLost(ServiceUnavailable):
+    """This process stopped leading while it served the call; the next leader serves it again."""
+
+    http_status = 503
+
+    def __init__(self, component: str) -> None:
+        super().__init__(f"the {component} is no longer led by this process")
+        self.component = component
+
+    def fields(self) -> JSONObject:
+        return {"component": self.component}
+
+    @classmethod
+    def from_fields(cls, messages: Sequence[str], fields: Mapping[str, Any]) -> Self:
+        return cls(_text(fields, "component"))
+
+
+ERROR_TYPES: Mapping[str, type[SparkDispatchError]] = MappingProxyType({cls.__name__: cls for cls in (
+    SparkDispatchError, ConfigurationError, InvalidJobGraph, InvalidRequest, IllegalStateTransition, UnknownJob,
+    DuplicateJobSubmission, JobAlreadyTerminated, FencingTokenMismatch, StaleExecution, NoLeader,
+    SlotRequestTimeout, UnknownTaskExecutor, StoreError, JobResultEntryExists, NoSuchJobResult, BlobError,
+    BlobNotFound, BlobTooLarge, CorruptedBlob, RequestTooLarge, Unauthorized, RouteNotFound, MethodNotAllowed,
+    InternalError, ServiceUnavailable, LeadershipLost,
+)})
+"""The registry: class name (a body's `type`) → class."""
+
+_MAX_TEXT = 500
+
+
+def error_from_body(status: int, text: str) -> SparkDispatchError:
+    """The error an HTTP error answer stands for: the class its body's `type` names, with its fields.
+
+    A body that is not JSON, names no registered class or lacks a field of its class becomes a
+    `SparkDispatchError` carrying the answer's status and its messages (or text).
+    """
+    try:
+        body = json.loads(text) if text.strip() else None
+    except ValueError:
+        body = None
+    messages = _body_messages(body)
+    error: SparkDispatchError | None = None
+    if isinstance(body, dict) and messages:
+        cls = ERROR_TYPES.get(str(body.get("type")))
+        if cls is not None:
+            try:
+                error = cls.from_fields(messages, body)
+            except (KeyError, TypeError, ValueError):
+                error = None
+    if error is None:
+        fallback = messages or [text.strip()[:_MAX_TEXT] or f"HTTP {status} without a body"]
+        error = SparkDispatchError(fallback[0], details=fallback[1:])
+    if error.http_status != status:
+        error.http_status = status
+    return error
+
+
+def _body_messages(body: object) -> list[str]:
+    listed = body.get("errors") if isinstance(body, dict) else None
+    if isinstance(listed, list) and listed:
+        return [str(message) for message in listed]
+    return []

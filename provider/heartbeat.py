@@ -22,14 +22,17 @@ import time
 from abc import abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Generic, Protocol, TypeVar
 
-from sparkdispatch.config import Configuration
+from sparkdispatch.settings import HeartbeatSettings
 
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
 """Seconds on a monotonic scale; `time.monotonic` unless a test injects its own."""
+
+P = TypeVar("P")
+"""What a target's heartbeat carries."""
 
 
 class HeartbeatListener(Protocol):
@@ -42,17 +45,18 @@ class HeartbeatListener(Protocol):
     def notify_target_unreachable(self, target_id: str) -> None: ...
 
 
-class _Target:
+class _Target(Generic[P]):
     __slots__ = ("last_heartbeat", "payload", "rpc_failures")
 
     def __init__(self, now: float) -> None:
         self.last_heartbeat = now
-        self.payload: Any = None
+        self.payload: P | None = None
         self.rpc_failures = 0
 
 
-class HeartbeatMonitor:
-    """Watches the heartbeats of many targets and reports the silent and the unreachable ones."""
+class HeartbeatMonitor(Generic[P]):
+    """Watches the heartbeats of many targets and reports the silent and the unreachable ones;
+    each heartbeat may carry a payload of type `P`."""
 
     def __init__(self, listener: HeartbeatListener, *, timeout: float, rpc_failure_threshold: int = 2,
                  check_interval: float | None = None, clock: Clock | None = None, name: str = "heartbeat") -> None:
@@ -69,17 +73,16 @@ class HeartbeatMonitor:
         self._epoch_offset = time.time() - self._clock()
         self._name = name
         # Ordered by last heartbeat, oldest first: `report` moves a target to the end.
-        self._targets: OrderedDict[str, _Target] = OrderedDict()
+        self._targets: OrderedDict[str, _Target[P]] = OrderedDict()
         self._task: asyncio.Task[None] | None = None
 
     @classmethod
-    def from_config(cls, config: Configuration, listener: HeartbeatListener, *, clock: Clock | None = None,
-                    name: str = "heartbeat") -> HeartbeatMonitor:
-        """A monitor with `heartbeat.timeout` and `heartbeat.rpc-failure-threshold`, checked every
-        half `heartbeat.interval` (at most a quarter of the timeout)."""
-        timeout = config["heartbeat.timeout"]
-        return cls(listener, timeout=timeout, rpc_failure_threshold=config["heartbeat.rpc-failure-threshold"],
-                   check_interval=min(config["heartbeat.interval"] / 2, timeout / 4), clock=clock, name=name)
+    def from_settings(cls, settings: HeartbeatSettings, listener: HeartbeatListener, *, clock: Clock | None = None,
+                      name: str = "heartbeat") -> HeartbeatMonitor[P]:
+        """A monitor with the settings' timeout and rpc failure threshold, checked every half
+        heartbeat interval (at most a quarter of the timeout)."""
+        return cls(listener, timeout=settings.timeout, rpc_failure_threshold=settings.rpc_failure_threshold,
+                   check_interval=min(settings.interval / 2, settings.timeout / 4), clock=clock, name=name)
 
     @property
     def timeout(self) -> float:
@@ -112,7 +115,7 @@ class HeartbeatMonitor:
     def targets(self) -> list[str]:
         return list(self._targets)
 
-    def report(self, target_id: str, payload: Any = None) -> bool:
+    def report(self, target_id: str, payload: P | None = None) -> bool:
         """A heartbeat from `target_id`: restart its timeout. False (ignored) if it is not watched."""
         target = self._targets.get(target_id)
         if target is None:
@@ -153,7 +156,7 @@ class HeartbeatMonitor:
         last = self.last_heartbeat(target_id)
         return None if last is None else self.to_epoch_ms(last)
 
-    def payload(self, target_id: str) -> Any:
+    def payload(self, target_id: str) -> P | None:
         """The payload of the last heartbeat, None if none or not watched."""
         target = self._targets.get(target_id)
         return None if target is None else target.payload

@@ -1,8 +1,9 @@
-"""The job model: JobGraph, lifecycles, JobResult and the messages between master and workers.
+"""The job model: JobGraph, the job and execution lifecycles, restart specs and JobResult.
 
-Values are frozen dataclasses; their JSON forms are defined by the marshmallow schemas below
-and round-trip exactly (`X.from_dict(x.to_dict()) == x`). Validation names the field and the
-reason, and raises `InvalidJobGraph` before anything is stored.
+Values are frozen dataclasses; their JSON forms are defined by the marshmallow schemas in
+`sparkdispatch.jobgraph_schemas` and round-trip exactly (`X.from_dict(x.to_dict()) == x`).
+Validation names the field and the reason, and raises `InvalidJobGraph` before anything is
+stored.
 """
 
 from __future__ import annotations
@@ -16,10 +17,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, TypeAlias
 
-from marshmallow import RAISE, Schema, ValidationError, fields, post_dump, post_load, validate, validates_schema
-
-from sparkdispatch.config import Configuration
 from sparkdispatch.errors import IllegalStateTransition, InvalidJobGraph
+from sparkdispatch.schema import dump, load
 
 JOB_ID_PATTERN = re.compile(r"^[0-9a-f]{32}$")
 VERTEX_ID_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
@@ -181,27 +180,6 @@ class FailureRateRestart:
 RestartStrategy: TypeAlias = NoRestart | FixedDelayRestart | ExponentialDelayRestart | FailureRateRestart
 
 
-def restart_strategy_from_config(config: Configuration) -> RestartStrategy:
-    """The `restart-strategy.*` configuration as a strategy value."""
-    kind = config["restart-strategy.type"]
-    if kind == "fixed-delay":
-        return FixedDelayRestart(attempts=config["restart-strategy.fixed-delay.attempts"],
-                                 delay_s=config["restart-strategy.fixed-delay.delay"])
-    if kind == "exponential-delay":
-        prefix = "restart-strategy.exponential-delay."
-        return ExponentialDelayRestart(
-            initial_backoff_s=config[prefix + "initial-backoff"], max_backoff_s=config[prefix + "max-backoff"],
-            backoff_multiplier=config[prefix + "backoff-multiplier"],
-            reset_backoff_threshold_s=config[prefix + "reset-backoff-threshold"],
-            jitter_factor=config[prefix + "jitter-factor"], attempts=config[prefix + "attempts"])
-    if kind == "failure-rate":
-        prefix = "restart-strategy.failure-rate."
-        return FailureRateRestart(max_failures_per_interval=config[prefix + "max-failures-per-interval"],
-                                  failure_rate_interval_s=config[prefix + "failure-rate-interval"],
-                                  delay_s=config[prefix + "delay"])
-    return NoRestart()
-
-
 # --------------------------------------------------------------------------------------------
 # JobGraph
 
@@ -231,7 +209,7 @@ class JobGraph:
     @classmethod
     def from_dict(cls, data: Any) -> JobGraph:
         """Validate a JSON-shaped value; raises `InvalidJobGraph` naming every bad field."""
-        return _load(_SCHEMAS.job_graph, data)
+        return load(_schemas.JOB_GRAPH, data, JobGraph, InvalidJobGraph)
 
     @classmethod
     def from_json(cls, text: str | bytes) -> JobGraph:
@@ -242,7 +220,7 @@ class JobGraph:
         return cls.from_dict(data)
 
     def to_dict(self) -> dict[str, Any]:
-        return _SCHEMAS.job_graph.dump(self)
+        return dump(_schemas.JOB_GRAPH, self)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
@@ -268,13 +246,13 @@ class JobGraph:
 
     def topological_order(self) -> list[str]:
         """Vertex ids, every vertex after all of its inputs (the graph is acyclic once validated)."""
-        order, cycle = _topological_order(self.vertices)
+        order, cycle = order_vertices(self.vertices)
         if cycle:
-            raise InvalidJobGraph({"vertices": [_cycle_message(cycle)]})
+            raise InvalidJobGraph({"vertices": [cycle_message(cycle)]})
         return order
 
 
-def _topological_order(vertices: Iterable[JobVertex]) -> tuple[list[str], list[str]]:
+def order_vertices(vertices: Iterable[JobVertex]) -> tuple[list[str], list[str]]:
     """(order, cycle): a topological order, or the vertex ids of one cycle when there is one."""
     inputs = {v.id: [i for i in v.inputs] for v in vertices}
     state: dict[str, int] = {}  # 1 = on the current path, 2 = done
@@ -308,7 +286,8 @@ def _topological_order(vertices: Iterable[JobVertex]) -> tuple[list[str], list[s
     return order, []
 
 
-def _cycle_message(cycle: list[str]) -> str:
+def cycle_message(cycle: list[str]) -> str:
+    """How a refused graph names its cycle: `a -> b -> a`."""
     return "the graph has a cycle: " + " -> ".join([*cycle, cycle[0]])
 
 
@@ -330,7 +309,7 @@ class Failure:
                    traceback="".join(traceback_module.format_exception(exc)))
 
     def to_dict(self) -> dict[str, Any]:
-        return _SCHEMAS.failure.dump(self)
+        return dump(_schemas.FAILURE, self)
 
 
 @dataclass(frozen=True)
@@ -368,460 +347,11 @@ class JobResult:
 
     @classmethod
     def from_dict(cls, data: Any) -> JobResult:
-        return _load(_SCHEMAS.job_result, data)
+        return load(_schemas.JOB_RESULT, data, JobResult, InvalidJobGraph)
 
     def to_dict(self) -> dict[str, Any]:
-        return _SCHEMAS.job_result.dump(self)
+        return dump(_schemas.JOB_RESULT, self)
 
 
-# --------------------------------------------------------------------------------------------
-# Messages between the master and TaskExecutors
-
-
-@dataclass(frozen=True)
-class SlotStatus:
-    """One slot as its TaskExecutor sees it: free, or allocated to a job."""
-
-    index: int
-    allocation_id: str | None = None
-    job_id: str | None = None
-
-
-@dataclass(frozen=True)
-class SlotReport:
-    slots: tuple[SlotStatus, ...]
-
-    @classmethod
-    def free(cls, count: int) -> SlotReport:
-        return cls(tuple(SlotStatus(index=i) for i in range(count)))
-
-    @classmethod
-    def from_dict(cls, data: Any) -> SlotReport:
-        return _load(_SCHEMAS.slot_report, data)
-
-    def to_dict(self) -> dict[str, Any]:
-        return _SCHEMAS.slot_report.dump(self)
-
-
-@dataclass(frozen=True)
-class TaskDeploymentDescriptor:
-    """Everything a TaskExecutor needs to run one attempt of one subtask.
-
-    `inputs` maps each upstream vertex to the paths of its result partitions (an empty list
-    when it returned nothing); `result_path` is where this attempt writes a returned DataFrame.
-    """
-
-    job_id: str
-    job_master_id: str
-    execution_id: str
-    vertex_id: str
-    entrypoint: str
-    subtask_index: int
-    parallelism: int
-    attempt: int
-    allocation_id: str
-    slot_index: int
-    result_path: str
-    job_name: str = ""
-    inputs: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    params: Mapping[str, Any] = field(default_factory=dict)
-    artifacts: tuple[str, ...] = ()
-    spark_conf: Mapping[str, str] = field(default_factory=dict)
-
-    @classmethod
-    def from_dict(cls, data: Any) -> TaskDeploymentDescriptor:
-        return _load(_SCHEMAS.tdd, data)
-
-    def to_dict(self) -> dict[str, Any]:
-        return _SCHEMAS.tdd.dump(self)
-
-
-@dataclass(frozen=True)
-class ExecutionStateUpdate:
-    """A TaskExecutor's report of one attempt's new state, fenced by `job_master_id`."""
-
-    job_id: str
-    job_master_id: str
-    execution_id: str
-    state: ExecutionState
-    task_executor_id: str = ""
-    rows: int | None = None
-    result_path: str | None = None
-    failure: Failure | None = None
-
-    @classmethod
-    def from_dict(cls, data: Any) -> ExecutionStateUpdate:
-        return _load(_SCHEMAS.state_update, data)
-
-    def to_dict(self) -> dict[str, Any]:
-        return _SCHEMAS.state_update.dump(self)
-
-
-# --------------------------------------------------------------------------------------------
-# Schemas
-
-
-def _load(schema: Schema, data: Any) -> Any:
-    if not isinstance(data, Mapping):
-        raise InvalidJobGraph({"body": [f"expected a JSON object, got {type(data).__name__}"]})
-    try:
-        return schema.load(data)
-    except ValidationError as exc:
-        raise InvalidJobGraph(_flatten_errors(exc.messages)) from None
-
-
-def _flatten_errors(messages: Any, prefix: str = "") -> dict[str, list[str]]:
-    flat: dict[str, list[str]] = {}
-    if isinstance(messages, Mapping):
-        for key, value in messages.items():
-            if key == "_schema":
-                name = prefix or "body"
-            elif isinstance(key, int):
-                name = f"{prefix}[{key}]"
-            else:
-                name = f"{prefix}.{key}" if prefix else str(key)
-            for sub, reasons in _flatten_errors(value, name).items():
-                flat.setdefault(sub, []).extend(reasons)
-    elif isinstance(messages, list) and all(isinstance(m, str) for m in messages):
-        flat[prefix or "body"] = [_plain(m) for m in messages]
-    elif isinstance(messages, list):
-        for item in messages:
-            for sub, reasons in _flatten_errors(item, prefix).items():
-                flat.setdefault(sub, []).extend(reasons)
-    else:
-        flat[prefix or "body"] = [_plain(str(messages))]
-    return flat
-
-
-def _plain(message: str) -> str:
-    if message == "Unknown field.":
-        return "unknown field"
-    if message == "Missing data for required field.":
-        return "missing required field"
-    return message
-
-
-class _StrictSchema(Schema):
-    class Meta:
-        unknown = RAISE
-
-
-def _positive(name: str) -> validate.Range:
-    return validate.Range(min=0, error=f"{name} must be >= 0")
-
-
-class _FixedDelaySchema(_StrictSchema):
-    type = fields.String(required=True)
-    attempts = fields.Integer(load_default=3, strict=True, validate=_positive("attempts"))
-    delay_s = fields.Float(load_default=1.0, validate=_positive("delay_s"))
-
-    @post_load
-    def make(self, data: dict[str, Any], **_: Any) -> FixedDelayRestart:
-        data.pop("type")
-        return FixedDelayRestart(**data)
-
-
-class _ExponentialDelaySchema(_StrictSchema):
-    type = fields.String(required=True)
-    initial_backoff_s = fields.Float(load_default=1.0, validate=_positive("initial_backoff_s"))
-    max_backoff_s = fields.Float(load_default=300.0, validate=_positive("max_backoff_s"))
-    backoff_multiplier = fields.Float(load_default=2.0, validate=validate.Range(min=1.0))
-    reset_backoff_threshold_s = fields.Float(load_default=3600.0, validate=_positive("reset_backoff_threshold_s"))
-    jitter_factor = fields.Float(load_default=0.1, validate=validate.Range(min=0.0, max=1.0))
-    attempts = fields.Integer(load_default=10, strict=True, validate=_positive("attempts"))
-
-    @post_load
-    def make(self, data: dict[str, Any], **_: Any) -> ExponentialDelayRestart:
-        data.pop("type")
-        return ExponentialDelayRestart(**data)
-
-
-class _FailureRateSchema(_StrictSchema):
-    type = fields.String(required=True)
-    max_failures_per_interval = fields.Integer(load_default=1, strict=True, validate=validate.Range(min=1))
-    failure_rate_interval_s = fields.Float(load_default=60.0, validate=validate.Range(min=0.001))
-    delay_s = fields.Float(load_default=1.0, validate=_positive("delay_s"))
-
-    @post_load
-    def make(self, data: dict[str, Any], **_: Any) -> FailureRateRestart:
-        data.pop("type")
-        return FailureRateRestart(**data)
-
-
-class _NoRestartSchema(_StrictSchema):
-    type = fields.String(required=True)
-
-    @post_load
-    def make(self, data: dict[str, Any], **_: Any) -> NoRestart:
-        return NoRestart()
-
-
-_RESTART_SCHEMAS: dict[str, type[Schema]] = {
-    "none": _NoRestartSchema, "fixed-delay": _FixedDelaySchema,
-    "exponential-delay": _ExponentialDelaySchema, "failure-rate": _FailureRateSchema,
-}
-_RESTART_SCHEMA_INSTANCES: dict[str, Schema] = {kind: schema() for kind, schema in _RESTART_SCHEMAS.items()}
-
-
-class RestartStrategyField(fields.Field):
-    """A restart strategy, its schema chosen by `type`."""
-
-    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> RestartStrategy:
-        if not isinstance(value, Mapping):
-            raise ValidationError("must be an object with a type")
-        kind = value.get("type")
-        if kind not in _RESTART_SCHEMAS:
-            raise ValidationError({"type": [f"must be one of {', '.join(_RESTART_SCHEMAS)}, got {kind!r}"]})
-        return _RESTART_SCHEMA_INSTANCES[kind].load(value)
-
-    def _serialize(self, value: Any, attr: str | None, obj: Any, **kwargs: Any) -> Any:
-        if value is None:
-            return None
-        body = {"type": value.type}
-        for name in value.__dataclass_fields__:
-            body[name] = getattr(value, name)
-        return body
-
-
-class _SparkConfField(fields.Dict):
-    """Spark properties: string keys; scalar values, kept as strings."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(keys=fields.String(validate=validate.Length(min=1, max=256)), values=fields.Raw(), **kwargs)
-
-    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> dict[str, str]:
-        result = super()._deserialize(value, attr, data, **kwargs)
-        converted: dict[str, str] = {}
-        for key, item in result.items():
-            if isinstance(item, bool):
-                converted[key] = "true" if item else "false"
-            elif isinstance(item, (str, int, float)):
-                converted[key] = str(item)
-            else:
-                raise ValidationError({key: ["must be a string, number or boolean"]})
-        return converted
-
-
-class JobVertexSchema(_StrictSchema):
-    id = fields.String(required=True, validate=validate.Regexp(
-        VERTEX_ID_PATTERN, error="must be 1-128 letters, digits, '_', '.' or '-', not starting with '.' or '-'"))
-    entrypoint = fields.String(required=True, validate=validate.Regexp(
-        ENTRYPOINT_PATTERN, error="must be 'module.path:function', e.g. 'pipelines.sales:extract'"))
-    parallelism = fields.Integer(load_default=1, strict=True, validate=validate.Range(
-        min=1, max=MAX_PARALLELISM, error=f"parallelism must be between 1 and {MAX_PARALLELISM}"))
-    inputs = fields.List(fields.String(), load_default=list)
-    params = fields.Dict(keys=fields.String(), values=fields.Raw(allow_none=True), load_default=dict)
-
-    @post_load
-    def make(self, data: dict[str, Any], **_: Any) -> JobVertex:
-        data["inputs"] = tuple(data["inputs"])
-        return JobVertex(**data)
-
-    @post_dump
-    def lists(self, data: dict[str, Any], **_: Any) -> dict[str, Any]:
-        data["inputs"] = list(data["inputs"])
-        data["params"] = dict(data["params"])
-        return data
-
-
-class JobGraphSchema(_StrictSchema):
-    job_id = fields.String(allow_none=True, load_default=None, validate=validate.Regexp(
-        JOB_ID_PATTERN, error="must be 32 lowercase hex characters"))
-    name = fields.String(required=True, validate=validate.Length(min=1, max=200, error="must be 1-200 characters"))
-    vertices = fields.List(fields.Nested(JobVertexSchema), required=True, validate=validate.Length(
-        min=1, max=MAX_VERTICES, error=f"a job needs 1 to {MAX_VERTICES} vertices"))
-    artifacts = fields.List(fields.String(validate=validate.Regexp(
-        BLOB_KEY_PATTERN, error="must be a blob key (64 hex characters) from POST /artifacts")), load_default=list)
-    restart_strategy = RestartStrategyField(allow_none=True, load_default=None)
-    config = _SparkConfField(load_default=dict)
-
-    @validates_schema(skip_on_field_errors=True)
-    def check_graph(self, data: dict[str, Any], **_: Any) -> None:
-        vertices: list[JobVertex] = data["vertices"]
-        errors: dict[str, list[str]] = {}
-        seen: dict[str, int] = {}
-        for index, vertex in enumerate(vertices):
-            if vertex.id in seen:
-                errors.setdefault(f"vertices[{index}].id", []).append(
-                    f"duplicate vertex id {vertex.id!r} (also vertices[{seen[vertex.id]}])")
-            else:
-                seen[vertex.id] = index
-        for index, vertex in enumerate(vertices):
-            for name in vertex.inputs:
-                if name not in seen:
-                    errors.setdefault(f"vertices[{index}].inputs", []).append(f"{name!r} names no vertex")
-                elif name == vertex.id:
-                    errors.setdefault(f"vertices[{index}].inputs", []).append(f"vertex {name!r} reads itself")
-            if len(set(vertex.inputs)) != len(vertex.inputs):
-                errors.setdefault(f"vertices[{index}].inputs", []).append("an input is named twice")
-        if not errors:
-            _, cycle = _topological_order(vertices)
-            if cycle:
-                errors["vertices"] = [_cycle_message(cycle)]
-        if errors:
-            raise ValidationError(errors)
-
-    @post_load
-    def make(self, data: dict[str, Any], **_: Any) -> JobGraph:
-        data["vertices"] = tuple(data["vertices"])
-        data["artifacts"] = tuple(data["artifacts"])
-        return JobGraph(**data)
-
-    @post_dump
-    def lists(self, data: dict[str, Any], **_: Any) -> dict[str, Any]:
-        data["artifacts"] = list(data["artifacts"])
-        data["config"] = dict(data["config"])
-        return data
-
-
-class FailureSchema(_StrictSchema):
-    cls = fields.String(required=True, data_key="class")
-    message = fields.String(required=True)
-    traceback = fields.String(load_default="")
-
-    @post_load
-    def make(self, data: dict[str, Any], **_: Any) -> Failure:
-        return Failure(**data)
-
-
-def _drop_none(data: dict[str, Any], *names: str) -> dict[str, Any]:
-    for name in names:
-        if data.get(name) is None:
-            data.pop(name, None)
-    return data
-
-
-class VertexResultSchema(_StrictSchema):
-    state = fields.Enum(ExecutionState, required=True)
-    attempts = fields.Integer(required=True, strict=True, validate=validate.Range(min=0))
-    rows = fields.Integer(allow_none=True, load_default=None, strict=True)
-    result_path = fields.String(allow_none=True, load_default=None)
-    partitions = fields.List(fields.String(), load_default=list)
-    failure = fields.Nested(FailureSchema, allow_none=True, load_default=None)
-
-    @post_load
-    def make(self, data: dict[str, Any], **_: Any) -> VertexResult:
-        data["partitions"] = tuple(data["partitions"])
-        return VertexResult(**data)
-
-    @post_dump
-    def compact(self, data: dict[str, Any], **_: Any) -> dict[str, Any]:
-        if data["partitions"]:
-            data["partitions"] = list(data["partitions"])
-        else:
-            del data["partitions"]
-        return _drop_none(data, "rows", "result_path", "failure")
-
-
-class JobResultSchema(_StrictSchema):
-    job_id = fields.String(required=True, validate=validate.Regexp(JOB_ID_PATTERN))
-    name = fields.String(required=True)
-    status = fields.Enum(JobStatus, required=True, validate=validate.OneOf(
-        [s for s in JobStatus if s.is_globally_terminal], error="a JobResult's status is FINISHED, FAILED or CANCELED"))
-    start_time = fields.Integer(required=True, strict=True)
-    end_time = fields.Integer(required=True, strict=True)
-    duration_ms = fields.Integer(load_default=None, allow_none=True, strict=True)
-    vertices = fields.Dict(keys=fields.String(), values=fields.Nested(VertexResultSchema), load_default=dict)
-    failure = fields.Nested(FailureSchema, allow_none=True, load_default=None)
-
-    @validates_schema(skip_on_field_errors=True)
-    def check_duration(self, data: dict[str, Any], **_: Any) -> None:
-        # duration_ms is derived from the times; accepted on input only if it agrees
-        expected = max(0, data["end_time"] - data["start_time"])
-        if data["duration_ms"] is not None and data["duration_ms"] != expected:
-            raise ValidationError({"duration_ms": [f"must equal end_time - start_time ({expected})"]})
-
-    @post_load
-    def make(self, data: dict[str, Any], **_: Any) -> JobResult:
-        data.pop("duration_ms")
-        return JobResult(**data)
-
-    @post_dump
-    def compact(self, data: dict[str, Any], **_: Any) -> dict[str, Any]:
-        data["vertices"] = dict(data["vertices"])
-        return _drop_none(data, "failure")
-
-
-class SlotStatusSchema(_StrictSchema):
-    index = fields.Integer(required=True, strict=True, validate=validate.Range(min=0))
-    allocation_id = fields.String(allow_none=True, load_default=None)
-    job_id = fields.String(allow_none=True, load_default=None)
-
-    @post_load
-    def make(self, data: dict[str, Any], **_: Any) -> SlotStatus:
-        return SlotStatus(**data)
-
-
-class SlotReportSchema(_StrictSchema):
-    slots = fields.List(fields.Nested(SlotStatusSchema), required=True)
-
-    @post_load
-    def make(self, data: dict[str, Any], **_: Any) -> SlotReport:
-        return SlotReport(tuple(data["slots"]))
-
-
-class TaskDeploymentDescriptorSchema(_StrictSchema):
-    job_id = fields.String(required=True, validate=validate.Regexp(JOB_ID_PATTERN))
-    job_master_id = fields.String(required=True)
-    execution_id = fields.String(required=True)
-    vertex_id = fields.String(required=True, validate=validate.Regexp(VERTEX_ID_PATTERN))
-    entrypoint = fields.String(required=True, validate=validate.Regexp(ENTRYPOINT_PATTERN))
-    subtask_index = fields.Integer(required=True, strict=True, validate=validate.Range(min=0))
-    parallelism = fields.Integer(required=True, strict=True, validate=validate.Range(min=1))
-    attempt = fields.Integer(required=True, strict=True, validate=validate.Range(min=0))
-    allocation_id = fields.String(required=True)
-    slot_index = fields.Integer(required=True, strict=True, validate=validate.Range(min=0))
-    result_path = fields.String(required=True)
-    job_name = fields.String(load_default="")
-    inputs = fields.Dict(keys=fields.String(), values=fields.List(fields.String()), load_default=dict)
-    params = fields.Dict(keys=fields.String(), values=fields.Raw(allow_none=True), load_default=dict)
-    artifacts = fields.List(fields.String(validate=validate.Regexp(BLOB_KEY_PATTERN)), load_default=list)
-    spark_conf = fields.Dict(keys=fields.String(), values=fields.String(), load_default=dict)
-
-    @post_load
-    def make(self, data: dict[str, Any], **_: Any) -> TaskDeploymentDescriptor:
-        data["inputs"] = {k: tuple(v) for k, v in data["inputs"].items()}
-        data["artifacts"] = tuple(data["artifacts"])
-        return TaskDeploymentDescriptor(**data)
-
-    @post_dump
-    def lists(self, data: dict[str, Any], **_: Any) -> dict[str, Any]:
-        data["inputs"] = {k: list(v) for k, v in data["inputs"].items()}
-        data["artifacts"] = list(data["artifacts"])
-        data["params"] = dict(data["params"])
-        data["spark_conf"] = dict(data["spark_conf"])
-        return data
-
-
-class ExecutionStateUpdateSchema(_StrictSchema):
-    job_id = fields.String(required=True, validate=validate.Regexp(JOB_ID_PATTERN))
-    job_master_id = fields.String(required=True)
-    execution_id = fields.String(required=True)
-    state = fields.Enum(ExecutionState, required=True)
-    task_executor_id = fields.String(load_default="")
-    rows = fields.Integer(allow_none=True, load_default=None, strict=True)
-    result_path = fields.String(allow_none=True, load_default=None)
-    failure = fields.Nested(FailureSchema, allow_none=True, load_default=None)
-
-    @post_load
-    def make(self, data: dict[str, Any], **_: Any) -> ExecutionStateUpdate:
-        return ExecutionStateUpdate(**data)
-
-    @post_dump
-    def compact(self, data: dict[str, Any], **_: Any) -> dict[str, Any]:
-        return _drop_none(data, "rows", "result_path", "failure")
-
-
-class _Schemas:
-    """One instance of each schema: they keep no state between calls, and building one per call costs."""
-
-    def __init__(self) -> None:
-        self.job_graph = JobGraphSchema()
-        self.failure = FailureSchema()
-        self.job_result = JobResultSchema()
-        self.slot_report = SlotReportSchema()
-        self.tdd = TaskDeploymentDescriptorSchema()
-        self.state_update = ExecutionStateUpdateSchema()
-
-
-_SCHEMAS = _Schemas()
+# The schemas are built from the classes above; imported last, they find them defined.
+from sparkdispatch import jobgraph_schemas as _schemas  # noqa: E402

@@ -12,48 +12,53 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from sparkdispatch.archive import JobArchive
 from sparkdispatch.config import Configuration
 from sparkdispatch.dispatcher import Dispatcher
 from sparkdispatch.errors import ServiceUnavailable
-from sparkdispatch.ha import create_ha_services
+from sparkdispatch.ha import BlobStore, JobProgress, LeaderRetrieval, create_ha_services
 from sparkdispatch.ha.leader import LeaderInfo
+from sparkdispatch.jobgraph import JobGraph
+from sparkdispatch.jobmaster import JobMaster, JobMasterGateway, TaskExecutorGateway
+from sparkdispatch.resourcemanager import ResourceManager
 from sparkdispatch.rest.server import RestServer
+from sparkdispatch.settings import MasterSettings
 
 log = logging.getLogger(__name__)
 
 
-@dataclass
+@dataclass(frozen=True)
 class LeaderComponents:
-    """What runs while this process leads, all fenced by `session_id`."""
+    """What runs while this process leads, all fenced by `session_id` (the REST endpoint's LeaderView)."""
 
     session_id: str
     dispatcher: Dispatcher
-    resource_manager: Any
-    blob_store: Any
+    resource_manager: ResourceManager
+    blob_store: BlobStore
 
-    def job_master(self, job_id: str) -> Any:
+    def job_master(self, job_id: str) -> JobMasterGateway:
         return self.dispatcher.job_master(job_id)
 
 
 class Master:
-    """A master process: leader or standby, by election."""
+    """A master process: leader or standby, by election.
 
-    def __init__(self, config: Configuration, *, task_executor_gateway: Any = None,
-                 job_master_factory: Callable[..., Any] | None = None) -> None:
+    Deployments go through `task_executor_gateway` (by default a Celery sender on `broker.url`);
+    the master closes it when it stops.
+    """
+
+    def __init__(self, config: Configuration, *, task_executor_gateway: TaskExecutorGateway | None = None) -> None:
         self.config = config
+        self.settings = MasterSettings.from_config(config)
         self.ha = create_ha_services(config)
-        self.rest = RestServer(self, config)
+        self.rest = RestServer(self, self.settings.rest)
         self.address = ""
         self._gateway = task_executor_gateway
-        self._job_master_factory = job_master_factory
         self._leader: LeaderComponents | None = None
         self._leader_info: LeaderInfo | None = None
-        self._retrieval: Any = None
+        self._retrieval: LeaderRetrieval | None = None
         self._events: asyncio.Queue[str | None] = asyncio.Queue()
         self._leadership_task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -66,13 +71,12 @@ class Master:
         self._loop = asyncio.get_running_loop()
         await self.ha.start()
         await self.rest.start()
-        self.address = f"http://{self.config['rest.address']}:{self.rest.port}"
+        self.address = f"http://{self.settings.rest.address}:{self.rest.port}"
         self._retrieval = self.ha.create_retrieval()
         self._retrieval.start(self._on_leader_info)
         self._leadership_task = asyncio.create_task(self._follow_leadership(), name="leadership")
         self.ha.election.start(self)
-        log.info("master started at %s (high-availability.mode %s)", self.address,
-                 self.config["high-availability.mode"])
+        log.info("master started at %s (high-availability.mode %s)", self.address, self.ha.mode)
 
     async def stop(self) -> None:
         """Leave the election, stop leading, close the REST endpoint and the HA services (data kept)."""
@@ -87,7 +91,7 @@ class Master:
             self._retrieval.stop()
         await self.rest.stop()
         await self.ha.close()
-        if self._gateway is not None and hasattr(self._gateway, "close"):
+        if self._gateway is not None:
             await asyncio.to_thread(self._gateway.close)
         self.stopped.set()
         log.info("master at %s stopped", self.address)
@@ -117,14 +121,22 @@ class Master:
 
     async def _lead(self, session_id: str) -> None:
         await self._step_down()
-        from sparkdispatch.resourcemanager.resource_manager import ResourceManager
-
         log.info("granted leadership, session %s", session_id)
-        resource_manager = ResourceManager(self.config, session_id)
+        resource_manager = ResourceManager(self.settings.resource_manager, session_id)
         resource_manager.start()
-        dispatcher = Dispatcher(config=self.config, session_id=session_id, ha=self.ha,
-                                resource_manager=resource_manager, task_executor_gateway=self._task_executor_gateway(),
-                                archive=JobArchive(self.config), job_master_factory=self._new_job_master())
+        gateway = self._task_executor_gateway()
+        progress_store = self.ha.progress_store
+        job_master_settings = self.settings.job_master
+
+        def new_job_master(graph: JobGraph, recovered: JobProgress | None) -> JobMaster:
+            return JobMaster(graph, session_id=session_id, resource_manager=resource_manager,
+                             task_executor_gateway=gateway, progress_store=progress_store,
+                             settings=job_master_settings, recovered_progress=recovered)
+
+        dispatcher = Dispatcher(session_id=session_id, jobgraph_store=self.ha.jobgraph_store,
+                                job_result_store=self.ha.job_result_store, progress_store=progress_store,
+                                archive=JobArchive(self.settings.archive), new_job_master=new_job_master,
+                                cleanup=self.settings.cleanup)
         self._leader = LeaderComponents(session_id, dispatcher, resource_manager, self.ha.blob_store)
         await dispatcher.start()
         if not self.ha.election.confirm_leadership(session_id, self.address):
@@ -138,19 +150,12 @@ class Master:
         await leader.dispatcher.stop()
         leader.resource_manager.stop()
 
-    def _task_executor_gateway(self) -> Any:
+    def _task_executor_gateway(self) -> TaskExecutorGateway:
         if self._gateway is None:
-            from sparkdispatch.taskexecutor.gateway import CeleryTaskExecutorGateway
+            from sparkdispatch.resourcemanager.celery_gateway import CeleryTaskExecutorGateway
 
             self._gateway = CeleryTaskExecutorGateway(self.config)
         return self._gateway
-
-    def _new_job_master(self) -> Callable[..., Any]:
-        if self._job_master_factory is None:
-            from sparkdispatch.jobmaster.job_master import JobMaster
-
-            self._job_master_factory = JobMaster
-        return self._job_master_factory
 
     # -- MasterView (REST) --------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ other components use are in docs/internals.md, "HA services".
 
 from sparkdispatch.ha.blob_store import BlobStore
 from sparkdispatch.ha.job_result_store import FileSystemJobResultStore
+from sparkdispatch.ha.jobgraph_store import JobGraphStore
 from sparkdispatch.ha.leader import (
     STANDALONE_SESSION_ID,
     LeaderContender,
@@ -15,7 +16,7 @@ from sparkdispatch.ha.leader import (
     LeaderListener,
     LeaderRetrieval,
 )
-from sparkdispatch.ha.progress_store import JobProgress, SubtaskProgress
+from sparkdispatch.ha.progress_store import JobProgress, ProgressStore, SubtaskProgress
 from sparkdispatch.ha.services import HighAvailabilityServices, create_ha_services
 
 __all__ = [
@@ -23,12 +24,14 @@ __all__ = [
     "BlobStore",
     "FileSystemJobResultStore",
     "HighAvailabilityServices",
+    "JobGraphStore",
     "JobProgress",
     "LeaderContender",
     "LeaderElection",
     "LeaderInfo",
     "LeaderListener",
     "LeaderRetrieval",
+    "ProgressStore",
     "SubtaskProgress",
     "create_ha_services",
 ]

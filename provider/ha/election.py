@@ -21,16 +21,16 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from kazoo.client import KazooClient
-from kazoo.exceptions import (
+from kazoo.client import KazooClient  # type: ignore[import-untyped]  # kazoo ships no type hints
+from kazoo.exceptions import (  # type: ignore[import-untyped]
     CancelledError,
     ConnectionClosedError,
     KazooException,
     NoNodeError,
 )
-from kazoo.protocol.states import EventType, KazooState, WatchedEvent, ZnodeStat
-from kazoo.recipe.lock import Lock
-from kazoo.retry import KazooRetry
+from kazoo.protocol.states import EventType, KazooState, WatchedEvent, ZnodeStat  # type: ignore[import-untyped]
+from kazoo.recipe.lock import Lock  # type: ignore[import-untyped]
+from kazoo.retry import KazooRetry  # type: ignore[import-untyped]
 
 from sparkdispatch.errors import LeadershipLost
 from sparkdispatch.ha.leader import LeaderContender, LeaderInfo
@@ -39,7 +39,7 @@ from sparkdispatch.ha.zookeeper import ZooKeeperPaths, fence_broken
 log = logging.getLogger(__name__)
 
 
-class _Latch(Lock):
+class _Latch(Lock):  # type: ignore[misc]  # kazoo's Lock is untyped (Any)
     """kazoo's Lock with a short retry backoff, so a contender notices a reconnect at once."""
 
     def __init__(self, client: KazooClient, path: str, identifier: str) -> None:

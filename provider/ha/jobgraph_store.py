@@ -15,11 +15,12 @@ import hashlib
 import json
 import logging
 import time
+from abc import abstractmethod
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError, NodeExistsError
+from kazoo.client import KazooClient  # type: ignore[import-untyped]  # kazoo ships no type hints
+from kazoo.exceptions import NoNodeError, NodeExistsError  # type: ignore[import-untyped]
 
 from sparkdispatch.errors import InvalidJobGraph, StoreError
 from sparkdispatch.ha.files import is_temp, write_atomic
@@ -30,6 +31,27 @@ from sparkdispatch.jobgraph import JOB_ID_PATTERN, JobGraph
 log = logging.getLogger(__name__)
 
 COMPONENT = "JobGraph store"
+
+
+class JobGraphStore(Protocol):
+    """The submitted jobs of a cluster, as the Dispatcher uses them; writes are fenced by the leader
+    session id (`LeadershipLost` for a former leader's)."""
+
+    @abstractmethod
+    async def put(self, session_id: str, graph: JobGraph) -> None:
+        """Store (or replace) the graph of `graph.job_id`."""
+
+    @abstractmethod
+    async def get(self, job_id: str) -> JobGraph | None:
+        """The stored graph; None if there is none."""
+
+    @abstractmethod
+    async def remove(self, session_id: str, job_id: str) -> None:
+        """Forget the job's graph; nothing happens if there is none."""
+
+    @abstractmethod
+    async def job_ids(self) -> set[str]:
+        """Every job with a stored graph."""
 
 
 def check_job_id(job_id: str) -> str:

@@ -9,17 +9,19 @@ znode per finished subtask, `<cluster>/progress/<job-id>/<vertex-id>#<subtask-in
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
 import time
+from abc import abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError, NodeExistsError
+from kazoo.client import KazooClient  # type: ignore[import-untyped]  # kazoo ships no type hints
+from kazoo.exceptions import NoNodeError, NodeExistsError  # type: ignore[import-untyped]
 
 from sparkdispatch.errors import StoreError
 from sparkdispatch.ha.jobgraph_store import check_job_id
@@ -51,6 +53,24 @@ class JobProgress:
 
     def is_finished(self, vertex_id: str, subtask_index: int) -> bool:
         return subtask_index in self.finished.get(vertex_id, {})
+
+
+class ProgressStore(Protocol):
+    """Finished subtasks per job, as the JobMaster records and the Dispatcher recovers them;
+    writes are fenced by the leader session id (`LeadershipLost` for a former leader's)."""
+
+    @abstractmethod
+    async def record_subtask(self, session_id: str, job_id: str, vertex_id: str, subtask_index: int,
+                             result_path: str | None, rows: int | None) -> None:
+        """A subtask FINISHED, its result at `result_path` (None when it returned nothing)."""
+
+    @abstractmethod
+    async def get(self, job_id: str) -> JobProgress:
+        """The job's recorded subtasks; empty if there are none."""
+
+    @abstractmethod
+    async def remove(self, session_id: str, job_id: str) -> None:
+        """Forget the job's progress; nothing happens if there is none."""
 
 
 def _check_subtask(vertex_id: str, subtask_index: int, result_path: str | None, rows: int | None) -> None:
@@ -202,19 +222,19 @@ class ZooKeeperProgressStore:
             return
         for start in range(0, len(children), DELETE_BATCH):
             batch = [f"{job_node}/{child}" for child in children[start:start + DELETE_BATCH]]
-
-            def delete_batch(t: Any, paths: list[str] = batch) -> None:
-                for path in paths:
-                    t.delete(path)
-
-            results = await fenced_commit(self._client, latch, delete_batch, component=COMPONENT,
-                                          deadline=deadline)
+            results = await fenced_commit(self._client, latch, functools.partial(_delete_all, batch),
+                                          component=COMPONENT, deadline=deadline)
             if any(isinstance(r, Exception) for r in results):
                 # Someone deleted a child meanwhile: delete the rest one by one (still fenced).
                 for path in batch:
-                    await fenced_commit(self._client, latch, lambda t, p=path: t.delete(p), component=COMPONENT,
-                                        deadline=deadline)
+                    await fenced_commit(self._client, latch, functools.partial(_delete_all, [path]),
+                                        component=COMPONENT, deadline=deadline)
         [deleted] = await fenced_commit(self._client, latch, lambda t: t.delete(job_node), component=COMPONENT,
                                         deadline=deadline)
         if isinstance(deleted, Exception) and not isinstance(deleted, NoNodeError):
             raise StoreError(f"cannot remove {job_node}: {deleted!r}")
+
+
+def _delete_all(paths: list[str], transaction: Any) -> None:
+    for path in paths:
+        transaction.delete(path)

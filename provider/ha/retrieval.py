@@ -13,8 +13,8 @@ import logging
 import threading
 import time
 
-from kazoo.client import KazooClient
-from kazoo.protocol.states import KazooState, WatchedEvent, ZnodeStat
+from kazoo.client import KazooClient  # type: ignore[import-untyped]  # kazoo ships no type hints
+from kazoo.protocol.states import KazooState, WatchedEvent, ZnodeStat  # type: ignore[import-untyped]
 
 from sparkdispatch.errors import NoLeader
 from sparkdispatch.ha.leader import LeaderInfo, LeaderListener

@@ -16,9 +16,9 @@ import socket
 from abc import ABC, abstractmethod
 from pathlib import Path
 
-from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException, NoNodeError, NotEmptyError
-from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.client import KazooClient  # type: ignore[import-untyped]  # kazoo ships no type hints
+from kazoo.exceptions import KazooException, NoNodeError, NotEmptyError  # type: ignore[import-untyped]
+from kazoo.handlers.threading import KazooTimeoutError  # type: ignore[import-untyped]
 
 from sparkdispatch.config import Configuration
 from sparkdispatch.errors import ConfigurationError, ServiceUnavailable
@@ -26,14 +26,14 @@ from sparkdispatch.ha.blob_store import BlobStore
 from sparkdispatch.ha.election import ZooKeeperLeaderElection
 from sparkdispatch.ha.files import remove_empty_dirs
 from sparkdispatch.ha.job_result_store import FileSystemJobResultStore
-from sparkdispatch.ha.jobgraph_store import FileJobGraphStore, ZooKeeperJobGraphStore
+from sparkdispatch.ha.jobgraph_store import FileJobGraphStore, JobGraphStore, ZooKeeperJobGraphStore
 from sparkdispatch.ha.leader import (
     LeaderElection,
     LeaderRetrieval,
     StandaloneLeaderElection,
     StandaloneLeaderRetrieval,
 )
-from sparkdispatch.ha.progress_store import FileProgressStore, ZooKeeperProgressStore
+from sparkdispatch.ha.progress_store import FileProgressStore, ProgressStore, ZooKeeperProgressStore
 from sparkdispatch.ha.retrieval import ZooKeeperLeaderRetrieval
 from sparkdispatch.ha.zookeeper import ZooKeeperPaths, create_client, ensure_cluster_paths
 
@@ -44,7 +44,7 @@ STORE_KINDS = ("job-result-store", "blobs", "jobgraphs", "progress")
 
 
 def _cluster_id(config: Configuration) -> str:
-    cluster_id = config["high-availability.cluster-id"]
+    cluster_id: str = config["high-availability.cluster-id"]
     if not CLUSTER_ID_PATTERN.match(cluster_id):
         raise ConfigurationError(f"high-availability.cluster-id {cluster_id!r} must be 1-128 letters, digits, "
                                  "'_', '.' or '-', not starting with '.' or '-'")
@@ -54,9 +54,10 @@ def _cluster_id(config: Configuration) -> str:
 class HighAvailabilityServices(ABC):
     """Election, retrieval and the stores of one cluster, for one process."""
 
+    mode: str  # `high-availability.mode`
     election: LeaderElection
-    jobgraph_store: FileJobGraphStore | ZooKeeperJobGraphStore
-    progress_store: FileProgressStore | ZooKeeperProgressStore
+    jobgraph_store: JobGraphStore
+    progress_store: ProgressStore
 
     def __init__(self, config: Configuration) -> None:
         self.config = config
@@ -102,6 +103,8 @@ class HighAvailabilityServices(ABC):
 class EmbeddedHaServices(HighAvailabilityServices):
     """Mode `none`: always leader, stores on the local filesystem, the leader address from config."""
 
+    mode = "none"
+
     def __init__(self, config: Configuration) -> None:
         super().__init__(config)
         self.election = StandaloneLeaderElection()
@@ -120,6 +123,8 @@ class EmbeddedHaServices(HighAvailabilityServices):
 
 class ZooKeeperHaServices(HighAvailabilityServices):
     """Mode `zookeeper`: one kazoo client; election, retrieval and JobGraph/progress stores on it."""
+
+    mode = "zookeeper"
 
     def __init__(self, config: Configuration, *, client: KazooClient | None = None) -> None:
         super().__init__(config)

@@ -22,10 +22,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kazoo.client import KazooClient, TransactionRequest
-from kazoo.exceptions import ConnectionLoss, OperationTimeoutError, RolledBackError, SessionExpiredError
-from kazoo.interfaces import IAsyncResult
-from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl
+from kazoo.client import KazooClient, TransactionRequest  # type: ignore[import-untyped]  # kazoo ships no type hints
+from kazoo.exceptions import (  # type: ignore[import-untyped]
+    ConnectionLoss,
+    OperationTimeoutError,
+    RolledBackError,
+    SessionExpiredError,
+)
+from kazoo.interfaces import IAsyncResult  # type: ignore[import-untyped]
+from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl  # type: ignore[import-untyped]
 
 from sparkdispatch.config import Configuration
 from sparkdispatch.errors import ConfigurationError, LeadershipLost, StoreError

@@ -1,10 +1,13 @@
 """One JobMaster per job: ExecutionGraph, batch scheduling, restarts and region failover.
 
 `JobMaster` (job_master.py) drives an `ExecutionGraph` (execution_graph.py); `failover.py`
-picks the subtasks a failure restarts and `restart.py` decides whether and when. The
-components it talks to are Protocols in `gateways.py`.
+picks the subtasks a failure restarts and `restart.py` decides whether and when.
+`gateways.py` holds the JobMaster's public Protocol (`JobMasterGateway`) and the
+`TaskExecutorGateway` it deploys through; the ResourceManager and the ProgressStore it calls
+are typed by their own packages' Protocols.
 """
 
+from sparkdispatch.jobmaster.gateways import JobMasterFactory, JobMasterGateway, TaskExecutorGateway
 from sparkdispatch.jobmaster.job_master import JobMaster
 
-__all__ = ["JobMaster"]
+__all__ = ["JobMaster", "JobMasterFactory", "JobMasterGateway", "TaskExecutorGateway"]

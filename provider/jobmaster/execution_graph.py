@@ -13,9 +13,9 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
 from sparkdispatch.errors import InvalidJobGraph
+from sparkdispatch.ha.progress_store import JobProgress
 from sparkdispatch.jobgraph import (
     ExecutionState,
     Failure,
@@ -25,7 +25,9 @@ from sparkdispatch.jobgraph import (
     JobVertex,
     VertexResult,
 )
-from sparkdispatch.jobmaster.gateways import AllocatedSlot, JobProgress
+from sparkdispatch.resourcemanager import AllocatedSlot
+from sparkdispatch.results import ResultLayout
+from sparkdispatch.snapshot import JobOverview, JobSnapshot, SubtaskSnapshot, VertexSnapshot
 
 # The way an attempt normally goes; a report may skip steps of it (a fast task reports
 # FINISHED while its deployment is still being acknowledged), so reports walk along it.
@@ -279,18 +281,10 @@ class ExecutionGraph:
     def vertex_state(self, vertex_id: str) -> ExecutionState:
         return aggregate_state([ev.state for ev in self._vertices[vertex_id]])
 
-    def task_counts(self) -> dict[str, int]:
-        """Subtasks per current execution state, Flink's JobDetails `tasks` (lower-case names + total)."""
-        counts = {state.value.lower(): 0 for state in ExecutionState}
-        for ev in self.subtasks():
-            counts[ev.state.value.lower()] += 1
-        counts["total"] = sum(counts.values())
-        return counts
-
     # ---------------------------------------------------------------- results
 
-    def vertex_result(self, vertex_id: str, *, vertex_dir: str) -> VertexResult:
-        """The vertex's outcome for the JobResult; `vertex_dir` is its results directory."""
+    def vertex_result(self, vertex_id: str, *, results: ResultLayout) -> VertexResult:
+        """The vertex's outcome for the JobResult, its partitions laid out by `results`."""
         subtasks = self._vertices[vertex_id]
         state = self.vertex_state(vertex_id)
         finished = [ev for ev in subtasks if ev.state is ExecutionState.FINISHED]
@@ -304,12 +298,12 @@ class ExecutionGraph:
             state=state,
             attempts=max(ev.deployed_attempts for ev in subtasks),
             rows=sum(rows_seen) if rows_seen else None,
-            result_path=vertex_dir if wrote else None,
+            result_path=results.vertex_dir(self.job_id, vertex_id) if wrote else None,
             partitions=tuple(ev.current.result_path for ev in finished if ev.current.result_path is not None),
             failure=failure,
         )
 
-    def job_result(self, *, vertex_dir: Callable[[str], str]) -> JobResult:
+    def job_result(self, *, results: ResultLayout) -> JobResult:
         """The JobResult of a globally terminated job."""
         if not self.status.is_globally_terminal:
             raise ValueError(f"job {self.job_id} is {self.status.value}, not globally terminal")
@@ -320,49 +314,31 @@ class ExecutionGraph:
             status=self.status,
             start_time=self.start_time,
             end_time=end_time,
-            vertices={vertex_id: self.vertex_result(vertex_id, vertex_dir=vertex_dir(vertex_id))
+            vertices={vertex_id: self.vertex_result(vertex_id, results=results)
                       for vertex_id in self._order},
             failure=self.failure if self.status is JobStatus.FAILED else None,
         )
 
-    def details(self) -> dict[str, Any]:
-        """The body of `GET /jobs/{job_id}` (ARCHITECTURE.md); `end_time` is None while running."""
-        return {
-            "id": self.job_id,
-            "name": self.name,
-            "status": self.status.value,
-            "start_time": self.start_time,
-            "end_time": self.end_time,
-            "vertices": [
-                {
-                    "id": vertex_id,
-                    "state": self.vertex_state(vertex_id).value,
-                    "parallelism": len(self._vertices[vertex_id]),
-                    "inputs": list(self.inputs_of(vertex_id)),
-                    "subtasks": [
-                        {"index": ev.subtask_index, "state": ev.state.value, "attempt": ev.current.attempt,
-                         "taskmanager": ev.current.task_executor_id}
-                        for ev in self._vertices[vertex_id]
-                    ],
-                }
-                for vertex_id in self._order
-            ],
-        }
+    # ---------------------------------------------------------------- read-only views
 
-    def flink_job_details(self) -> dict[str, Any]:
-        """Flink's JobDetails, one entry of `GET /jobs/overview`, field for field."""
-        start = self.start_time
+    def overview(self) -> JobOverview:
+        """The job's status, times and subtasks per state, as of now."""
         end = self.end_time
-        duration = (end if end is not None else self.now_ms()) - start
-        return {
-            "jid": self.job_id,
-            "name": self.name,
-            "state": self.status.value,
-            "start-time": start,
-            "end-time": end if end is not None else -1,
-            "duration": max(0, duration),
-            "last-modification": self.last_modification,
-            "pending-operators": 0,  # the whole graph is built up front; no vertex waits to be created
-            "tasks": self.task_counts(),
-        }
+        tasks = dict.fromkeys(ExecutionState, 0)
+        for ev in self.subtasks():
+            tasks[ev.state] += 1
+        duration = (end if end is not None else self.now_ms()) - self.start_time
+        return JobOverview(job_id=self.job_id, name=self.name, status=self.status, start_time=self.start_time,
+                           end_time=end, duration_ms=max(0, duration), last_modification=self.last_modification,
+                           tasks=tasks)
 
+    def snapshot(self) -> JobSnapshot:
+        """The overview and every vertex with its subtasks' current attempts, as of now."""
+        vertices = tuple(
+            VertexSnapshot(
+                id=vertex_id, state=self.vertex_state(vertex_id), parallelism=len(self._vertices[vertex_id]),
+                inputs=self.inputs_of(vertex_id),
+                subtasks=tuple(SubtaskSnapshot(ev.subtask_index, ev.state, ev.current.attempt,
+                                               ev.current.task_executor_id) for ev in self._vertices[vertex_id]))
+            for vertex_id in self._order)
+        return JobSnapshot(self.overview(), vertices)

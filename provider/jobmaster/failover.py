@@ -19,11 +19,7 @@ from collections.abc import Iterable
 
 from sparkdispatch.jobgraph import ExecutionState, Failure
 from sparkdispatch.jobmaster.execution_graph import ExecutionGraph, ExecutionVertex, SubtaskId
-
-# What a task's failure says when it could not read an input partition (Spark's
-# AnalysisException [PATH_NOT_FOUND], Hadoop's FileNotFoundException, ...).
-_MISSING_FILE_MARKERS = ("PATH_NOT_FOUND", "Path does not exist", "FileNotFoundException",
-                         "No such file or directory", "PartitionNotFound")
+from sparkdispatch.results import unreadable_partitions
 
 
 def tasks_to_restart(graph: ExecutionGraph, failed: Iterable[SubtaskId]) -> list[SubtaskId]:
@@ -52,17 +48,12 @@ def _partition_lost(producer: ExecutionVertex) -> bool:
 
 
 def unreadable_inputs(graph: ExecutionGraph, consumer: ExecutionVertex, failure: Failure) -> list[SubtaskId]:
-    """Producers whose partitions `consumer`'s failure says it could not read.
+    """Finished producers whose partitions `consumer`'s failure says it could not read.
 
-    A failure counts when it looks like a missing file and names the partition's path.
+    Which failures blame which partition is `sparkdispatch.results.unreadable_partitions`'s call.
     """
-    text = f"{failure.cls}\n{failure.message}\n{failure.traceback}"
-    if not any(marker in text for marker in _MISSING_FILE_MARKERS):
-        return []
-    unreadable: list[SubtaskId] = []
-    for producer_vertex in consumer.vertex.inputs:
-        for producer in graph.subtasks(producer_vertex):
-            path = producer.current.result_path
-            if producer.state is ExecutionState.FINISHED and path and path.rstrip("/") in text:
-                unreadable.append(producer.id)
-    return unreadable
+    finished = {producer.id: producer.current.result_path
+                for producer_vertex in consumer.vertex.inputs
+                for producer in graph.subtasks(producer_vertex)
+                if producer.state is ExecutionState.FINISHED and producer.current.result_path is not None}
+    return unreadable_partitions(failure, finished)

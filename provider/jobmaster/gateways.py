@@ -1,117 +1,76 @@
-"""What the JobMaster needs of the components around it (docs/internals.md), as Protocols.
+"""The JobMaster's public Protocol, and the TaskExecutorGateway it deploys through.
 
-The JobMaster depends on these shapes only, so unit tests pass small fakes and the real
-ResourceManager, Celery TaskExecutorGateway and ProgressStore fit without an import.
+`JobMasterGateway` is what the Dispatcher and the TaskExecutors' REST routes call on a
+JobMaster, on the master's loop. `TaskExecutorGateway` is the master's sender to the
+TaskExecutors (over Celery); its calls block, so the JobMaster makes them in a thread.
 """
 
 from __future__ import annotations
 
+import asyncio
 from abc import abstractmethod
-from collections.abc import Awaitable, Mapping, Sequence
-from typing import Protocol
+from collections.abc import Callable
+from typing import Protocol, TypeAlias
 
-from sparkdispatch.jobgraph import ExecutionState, TaskDeploymentDescriptor
+from sparkdispatch.ha.progress_store import JobProgress
+from sparkdispatch.jobgraph import JobGraph, JobResult, JobStatus
+from sparkdispatch.protocol import ExecutionStateUpdate, TaskDeploymentDescriptor
+from sparkdispatch.resourcemanager import AllocatedSlot
+from sparkdispatch.snapshot import JobOverview, JobSnapshot
 
 
-class AllocatedSlot(Protocol):
-    """A slot the ResourceManager gave to a job (`sparkdispatch.resourcemanager.AllocatedSlot`)."""
-
-    @property
-    @abstractmethod
-    def allocation_id(self) -> str: ...
-
-    @property
-    @abstractmethod
-    def task_executor_id(self) -> str: ...
+class JobMasterGateway(Protocol):
+    """One job's master, as the Dispatcher and the REST routes use it."""
 
     @property
     @abstractmethod
-    def slot_index(self) -> int: ...
+    def status(self) -> JobStatus: ...
 
     @property
     @abstractmethod
-    def queue(self) -> str: ...
-
-    @property
-    @abstractmethod
-    def hostname(self) -> str: ...
-
-
-class ExecutionReport(Protocol):
-    """One execution a TaskExecutor's heartbeat lists (`sparkdispatch.resourcemanager.ExecutionReport`)."""
-
-    @property
-    @abstractmethod
-    def job_id(self) -> str: ...
-
-    @property
-    @abstractmethod
-    def execution_id(self) -> str: ...
-
-    @property
-    @abstractmethod
-    def state(self) -> ExecutionState: ...
-
-
-class SlotListener(Protocol):
-    """The ResourceManager's callbacks into a job; plain methods, called on the master's loop."""
+    def result_future(self) -> asyncio.Future[JobResult]:
+        """Resolves to the JobResult once the job is globally terminal; cancelled on `suspend()`."""
 
     @abstractmethod
-    def slots_allocated(self, slots: Sequence[AllocatedSlot]) -> None: ...
+    def start(self) -> None:
+        """Run the job on the loop; returns at once."""
 
     @abstractmethod
-    def slot_request_failed(self, error: BaseException) -> None: ...
+    async def cancel(self) -> None:
+        """Cancel the job; idempotent for a cancelled one, `JobAlreadyTerminated` otherwise."""
 
     @abstractmethod
-    def task_executor_lost(self, task_executor_id: str, allocation_ids: Sequence[str], reason: str) -> None: ...
+    def suspend(self) -> None:
+        """Leadership lost: stop without touching HA data."""
 
     @abstractmethod
-    def task_executor_heartbeat(self, task_executor_id: str, executions: Sequence[ExecutionReport]) -> None: ...
-
-
-class ResourceManagerGateway(Protocol):
-    """The ResourceManager calls a JobMaster makes; each may be a plain method or a coroutine."""
+    def update_execution_state(self, update: ExecutionStateUpdate) -> None:
+        """A TaskExecutor's report on one attempt (fenced by the JobMaster id)."""
 
     @abstractmethod
-    def declare_requirements(self, job_id: str, slots: int, listener: SlotListener) -> None | Awaitable[None]: ...
+    def overview(self) -> JobOverview:
+        """The job's status, times and subtasks per state, as of now."""
 
     @abstractmethod
-    def release_slot(self, job_id: str, allocation_id: str) -> None | Awaitable[None]: ...
+    def snapshot(self) -> JobSnapshot:
+        """The job with its vertices and subtasks, as of now."""
+
+
+JobMasterFactory: TypeAlias = Callable[[JobGraph, JobProgress | None], JobMasterGateway]
+"""A new JobMaster for a graph, with the progress a former leader recorded (None for a new job)."""
 
 
 class TaskExecutorGateway(Protocol):
-    """Master → TaskExecutor over Celery; blocking, so the JobMaster calls it in a thread."""
+    """Master → TaskExecutor: blocking calls on the broker (`ServiceUnavailable` when it is down)."""
 
     @abstractmethod
-    def deploy(self, slot: AllocatedSlot, tdd: TaskDeploymentDescriptor, session_id: str) -> None: ...
+    def deploy(self, slot: AllocatedSlot, tdd: TaskDeploymentDescriptor, session_id: str) -> None:
+        """Send a task to the slot's TaskExecutor."""
 
     @abstractmethod
-    def cancel(self, task_executor_hostname: str, execution_id: str) -> object: ...
-
-
-class SubtaskProgress(Protocol):
-    """A FINISHED subtask as the ProgressStore keeps it."""
-
-    @property
-    @abstractmethod
-    def result_path(self) -> str | None: ...
-
-    @property
-    @abstractmethod
-    def rows(self) -> int | None: ...
-
-
-class JobProgress(Protocol):
-    """A job's finished subtasks: `finished[vertex_id][subtask_index]`."""
-
-    @property
-    @abstractmethod
-    def finished(self) -> Mapping[str, Mapping[int, SubtaskProgress]]: ...
-
-
-class ProgressStore(Protocol):
-    """The HA store of finished subtasks; writes are fenced by the leader session id."""
+    def cancel(self, task_executor_hostname: str, execution_id: str) -> bool:
+        """Ask one TaskExecutor to cancel an execution; True if it runs it."""
 
     @abstractmethod
-    async def record_subtask(self, session_id: str, job_id: str, vertex_id: str, subtask_index: int,
-                             result_path: str | None, rows: int | None) -> None: ...
+    def close(self) -> None:
+        """Release the broker connection (at master shutdown)."""

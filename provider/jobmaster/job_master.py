@@ -10,13 +10,11 @@ loop; blocking gateway calls run in threads (`asyncio.to_thread`).
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any
 
-from sparkdispatch.config import Configuration
 from sparkdispatch.errors import (
     FencingTokenMismatch,
     IllegalStateTransition,
@@ -25,27 +23,17 @@ from sparkdispatch.errors import (
     StaleExecution,
     UnknownJob,
 )
-from sparkdispatch.jobgraph import (
-    ExecutionState,
-    ExecutionStateUpdate,
-    Failure,
-    JobGraph,
-    JobResult,
-    JobStatus,
-    TaskDeploymentDescriptor,
-    restart_strategy_from_config,
-)
+from sparkdispatch.ha.progress_store import JobProgress, ProgressStore
+from sparkdispatch.jobgraph import ExecutionState, Failure, JobGraph, JobResult, JobStatus
 from sparkdispatch.jobmaster.execution_graph import Execution, ExecutionGraph, ExecutionVertex, SubtaskId
 from sparkdispatch.jobmaster.failover import tasks_to_restart, unreadable_inputs
-from sparkdispatch.jobmaster.gateways import (
-    AllocatedSlot,
-    ExecutionReport,
-    JobProgress,
-    ProgressStore,
-    ResourceManagerGateway,
-    TaskExecutorGateway,
-)
+from sparkdispatch.jobmaster.gateways import TaskExecutorGateway
 from sparkdispatch.jobmaster.restart import RestartBackoffTimeStrategy, create_restart_strategy
+from sparkdispatch.protocol import ExecutionReport, ExecutionStateUpdate, TaskDeploymentDescriptor
+from sparkdispatch.resourcemanager import AllocatedSlot, ResourceManagerGateway
+from sparkdispatch.results import ResultLayout
+from sparkdispatch.settings import JobMasterSettings
+from sparkdispatch.snapshot import JobOverview, JobSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -58,14 +46,13 @@ class JobMaster:
 
     Built and used on the master's loop. `job_master_id` (the leader session id) fences the
     TaskExecutors' reports. `recovered_progress` names subtasks a former leader saw finish:
-    they start FINISHED and are never run again. Implements the ResourceManager's SlotListener
-    callbacks (`slots_allocated`, `slot_request_failed`, `task_executor_lost`) as plain methods.
+    they start FINISHED and are never run again. Implements `JobMasterGateway` and the
+    ResourceManager's `SlotListener`, all plain methods but `cancel`.
     """
 
     def __init__(self, graph: JobGraph, *, session_id: str, resource_manager: ResourceManagerGateway,
                  task_executor_gateway: TaskExecutorGateway, progress_store: ProgressStore,
-                 config: Configuration, results_dir: str | None = None,
-                 recovered_progress: JobProgress | None = None,
+                 settings: JobMasterSettings, recovered_progress: JobProgress | None = None,
                  clock: Callable[[], float] | None = None) -> None:
         self._clock = clock or time.time
         self.execution_graph = ExecutionGraph(graph, clock=self._clock)
@@ -73,9 +60,9 @@ class JobMaster:
         self._resource_manager = resource_manager
         self._gateway = task_executor_gateway
         self._progress_store = progress_store
-        self._results_dir = (results_dir or config.results_dir).rstrip("/")
+        self._results = ResultLayout(settings.results_dir)
         self._recovered_progress = recovered_progress
-        spec = graph.restart_strategy or restart_strategy_from_config(config)
+        spec = graph.restart_strategy or settings.restart_strategy
         self.restart_strategy: RestartBackoffTimeStrategy = create_restart_strategy(spec, clock=self._clock)
         self._waiting: dict[SubtaskId, ExecutionVertex] = {}  # SCHEDULED, waiting for a slot, in order
         self._held_slots: dict[str, Execution] = {}  # allocation id -> the attempt it runs
@@ -115,7 +102,7 @@ class JobMaster:
                  self.job_master_id, graph.name, sum(1 for _ in graph.subtasks()), len(graph.vertex_ids))
         self._schedule()
 
-    async def update_execution_state(self, update: ExecutionStateUpdate) -> None:
+    def update_execution_state(self, update: ExecutionStateUpdate) -> None:
         """A TaskExecutor's report on one attempt.
 
         Raises `FencingTokenMismatch` for another JobMaster id, `UnknownJob` for another job and
@@ -176,7 +163,7 @@ class JobMaster:
         self._declare()
         if cancel_calls:
             await asyncio.gather(*cancel_calls, return_exceptions=True)
-        if graph.status is JobStatus.CANCELLING:  # not suspended while we waited
+        if self.status is JobStatus.CANCELLING:  # not suspended while we waited
             graph.transition(JobStatus.CANCELED)
             self._terminate()
 
@@ -217,17 +204,13 @@ class JobMaster:
             self._handle_failure([ev.id], Failure("PartitionLost", f"the result partition of {ev.id} at {path} "
                                                                    "can no longer be read"))
 
-    def details(self) -> dict[str, Any]:
-        """The body of `GET /jobs/{job_id}`."""
-        return self.execution_graph.details()
+    def overview(self) -> JobOverview:
+        """The job's status, times and subtasks per state, as of now."""
+        return self.execution_graph.overview()
 
-    def flink_job_details(self) -> dict[str, Any]:
-        """This job's entry in `GET /jobs/overview`, in Flink's JobDetails shape."""
-        return self.execution_graph.flink_job_details()
-
-    def vertex_dir(self, vertex_id: str) -> str:
-        """Where a vertex's result partitions live: `<results_dir>/<job_id>/<vertex_id>`."""
-        return f"{self._results_dir}/{self.job_id}/{vertex_id}"
+    def snapshot(self) -> JobSnapshot:
+        """The job with its vertices and subtasks, as of now (`GET /jobs/{job_id}`)."""
+        return self.execution_graph.snapshot()
 
     async def join(self) -> None:
         """Wait for the background calls this JobMaster started (deployments, cancellations)."""
@@ -376,7 +359,7 @@ class JobMaster:
             attempt=execution.attempt,
             allocation_id=slot.allocation_id,
             slot_index=slot.slot_index,
-            result_path=f"{self.vertex_dir(vertex.id)}/{ev.subtask_index}-{execution.execution_id}",
+            result_path=self._results.attempt_path(self.job_id, vertex.id, ev.subtask_index, execution.execution_id),
             job_name=graph.name,
             inputs={name: graph.partition_paths(name) for name in vertex.inputs},
             params=dict(vertex.params),
@@ -486,7 +469,7 @@ class JobMaster:
         """The job reached a globally terminal status: release everything, publish the JobResult."""
         self._held_back.clear()
         self._declare()
-        result = self.execution_graph.job_result(vertex_dir=self.vertex_dir)
+        result = self.execution_graph.job_result(results=self._results)
         log.info("job %s (session %s) %s after %d ms", self.job_id, self.job_master_id, result.status.value,
                  result.duration_ms)
         if not self.result_future.done():
@@ -543,16 +526,13 @@ class JobMaster:
 
     # ------------------------------------------------------------------ plumbing
 
-    def _call_resource_manager(self, method: Callable[..., None | Awaitable[None]], *args: Any) -> None:
-        # the ResourceManager lives on this loop; its methods may be plain or coroutines
+    def _call_resource_manager(self, method: Callable[..., object], *args: object) -> None:
+        # a plain call on this loop; a stopped ResourceManager (leadership lost) raises
         try:
-            outcome = method(*args)
+            method(*args)
         except Exception:
             log.exception("job %s (session %s): ResourceManager call %s failed", self.job_id,
                           self.job_master_id, getattr(method, "__name__", method))
-            return
-        if inspect.isawaitable(outcome):
-            self._spawn(_awaited(outcome))
 
     def _spawn(self, coroutine: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coroutine)
@@ -566,6 +546,3 @@ class JobMaster:
             log.error("job %s (session %s): background call failed", self.job_id, self.job_master_id,
                       exc_info=task.exception())
 
-
-async def _awaited(awaitable: Awaitable[Any]) -> Any:
-    return await awaitable

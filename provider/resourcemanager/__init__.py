@@ -1,25 +1,14 @@
-"""The ResourceManager and its SlotManager."""
+"""The ResourceManager and its SlotManager; `ResourceManagerGateway` is what other components call."""
 
-from sparkdispatch.resourcemanager.messages import (
-    AllocatedSlot,
-    ExecutionReport,
-    HeartbeatPayload,
-    RegistrationAck,
-    ResourceOverview,
-    SlotListener,
-    TaskExecutorRegistration,
-)
-from sparkdispatch.resourcemanager.resource_manager import ResourceManager
-from sparkdispatch.resourcemanager.slot_manager import SlotManager
+from sparkdispatch.resourcemanager.messages import AllocatedSlot, ResourceOverview
+from sparkdispatch.resourcemanager.resource_manager import ResourceManager, ResourceManagerGateway
+from sparkdispatch.resourcemanager.slot_manager import SlotListener, SlotManager
 
 __all__ = [
     "AllocatedSlot",
-    "ExecutionReport",
-    "HeartbeatPayload",
-    "RegistrationAck",
     "ResourceManager",
+    "ResourceManagerGateway",
     "ResourceOverview",
     "SlotListener",
     "SlotManager",
-    "TaskExecutorRegistration",
 ]

@@ -16,43 +16,70 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from abc import abstractmethod
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
-from sparkdispatch.config import Configuration
 from sparkdispatch.errors import FencingTokenMismatch, LeadershipLost, UnknownTaskExecutor
 from sparkdispatch.heartbeat import Clock, HeartbeatMonitor
-from sparkdispatch.jobgraph import SlotReport
-from sparkdispatch.resourcemanager.messages import (
+from sparkdispatch.protocol import (
     ExecutionReport,
     RegistrationAck,
-    ResourceOverview,
-    SlotListener,
+    SlotReport,
     TaskExecutorRegistration,
     as_execution_reports,
     as_slot_report,
 )
-from sparkdispatch.resourcemanager.slot_manager import SlotManager
+from sparkdispatch.resourcemanager.messages import ResourceOverview
+from sparkdispatch.resourcemanager.slot_manager import SlotListener, SlotManager
+from sparkdispatch.settings import ResourceManagerSettings
 
 log = logging.getLogger(__name__)
 
 COMPONENT = "ResourceManager"
 
 
+class ResourceManagerGateway(Protocol):
+    """What the other components call on the ResourceManager: plain methods, on the master's loop."""
+
+    @abstractmethod
+    def register_task_executor(self, session_id: str | None,
+                               registration: TaskExecutorRegistration) -> RegistrationAck:
+        """A TaskExecutor (re)registers under the leader session `session_id` (fenced)."""
+
+    @abstractmethod
+    def heartbeat(self, session_id: str | None, task_executor_id: str, slot_report: SlotReport,
+                  executions: Sequence[ExecutionReport]) -> None:
+        """A TaskExecutor's heartbeat (fenced); `UnknownTaskExecutor` tells it to register again."""
+
+    @abstractmethod
+    def declare_requirements(self, job_id: str, slots: int, listener: SlotListener) -> None:
+        """A JobMaster needs `slots` slots in all (0 clears); `listener` hears about them."""
+
+    @abstractmethod
+    def release_slot(self, job_id: str, allocation_id: str) -> bool:
+        """A JobMaster lets its slot go; False if the job does not hold it."""
+
+    @abstractmethod
+    def overview(self) -> ResourceOverview:
+        """TaskExecutor and slot counts for `GET /overview`."""
+
+    @abstractmethod
+    def task_executors(self) -> list[dict[str, Any]]:
+        """The `GET /taskmanagers` entries."""
+
+
 class ResourceManager:
     """TaskExecutors, their slots and heartbeats, and the slot requirements of JobMasters."""
 
-    def __init__(self, config: Configuration, session_id: str, task_executor_gateway: Any = None, *,
-                 clock: Clock | None = None) -> None:
-        """`task_executor_gateway` is accepted for the contract's signature; this ResourceManager
-        only receives calls from TaskExecutors and never calls them itself."""
+    def __init__(self, settings: ResourceManagerSettings, session_id: str, *, clock: Clock | None = None) -> None:
         self.session_id = session_id
         self.resource_manager_id = uuid.uuid4().hex
-        self._config = config
-        self._gateway = task_executor_gateway
-        self._heartbeats = HeartbeatMonitor.from_config(config, self, clock=clock, name="TaskExecutor heartbeat")
-        self._slots = SlotManager(slot_request_timeout=config["slot.request.timeout"],
-                                  task_executor_idle_timeout=config["resourcemanager.taskmanager-timeout"],
+        self._settings = settings
+        self._heartbeats: HeartbeatMonitor[tuple[ExecutionReport, ...]] = HeartbeatMonitor.from_settings(
+            settings.heartbeat, self, clock=clock, name="TaskExecutor heartbeat")
+        self._slots = SlotManager(slot_request_timeout=settings.slot_request_timeout,
+                                  task_executor_idle_timeout=settings.task_executor_idle_timeout,
                                   clock=clock, on_change=self._schedule_check)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._check_handle: asyncio.Handle | None = None
@@ -107,8 +134,8 @@ class ResourceManager:
         self._heartbeats.monitor(task_executor_id)
         return RegistrationAck(
             resource_manager_id=self.resource_manager_id,
-            heartbeat_interval_ms=round(self._config["heartbeat.interval"] * 1000),
-            heartbeat_timeout_ms=round(self._config["heartbeat.timeout"] * 1000),
+            heartbeat_interval_ms=round(self._settings.heartbeat.interval * 1000),
+            heartbeat_timeout_ms=round(self._settings.heartbeat.timeout * 1000),
         )
 
     def heartbeat(self, session_id: str | None, task_executor_id: str, slot_report: SlotReport | Mapping[str, Any],
@@ -173,7 +200,7 @@ class ResourceManager:
         self.unregister_task_executor(target_id, f"no heartbeat for {timeout:g}s")
 
     def notify_target_unreachable(self, target_id: str) -> None:
-        threshold = self._config["heartbeat.rpc-failure-threshold"]
+        threshold = self._settings.heartbeat.rpc_failure_threshold
         self.unregister_task_executor(target_id, f"unreachable after {threshold} failed calls")
 
     # ---------------------------------------------------------------- internals
@@ -200,7 +227,7 @@ class ResourceManager:
 
     async def _check_timeouts_periodically(self) -> None:
         # Checking four times per timeout fails a request within 1.25 x slot.request.timeout.
-        interval = self._config["slot.request.timeout"] / 4
+        interval = self._settings.slot_request_timeout / 4
         while True:
             await asyncio.sleep(interval)
             self._slots.check_timeouts()
@@ -211,11 +238,10 @@ class ResourceManager:
             by_job.setdefault(report.job_id, []).append(report)
         for job_id, job_reports in by_job.items():
             listener = self._slots.listener_of(job_id)
-            hook = getattr(listener, "task_executor_heartbeat", None)
-            if hook is None:
+            if listener is None:
                 continue
             try:
-                hook(task_executor_id, job_reports)
+                listener.task_executor_heartbeat(task_executor_id, job_reports)
             except Exception:
                 log.exception("slot listener of job %s failed on a heartbeat of %s", job_id, task_executor_id)
 

@@ -34,16 +34,42 @@ import itertools
 import logging
 import secrets
 import time
+from abc import abstractmethod
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Protocol
 
-from sparkdispatch.errors import InvalidRequest, SlotRequestTimeout
+from sparkdispatch.errors import InvalidRequest, SlotRequestTimeout, SparkDispatchError
 from sparkdispatch.heartbeat import Clock
-from sparkdispatch.jobgraph import SlotReport
-from sparkdispatch.resourcemanager.messages import AllocatedSlot, SlotListener, TaskExecutorRegistration
+from sparkdispatch.protocol import ExecutionReport, SlotReport, TaskExecutorRegistration
+from sparkdispatch.resourcemanager.messages import AllocatedSlot
 
 log = logging.getLogger(__name__)
+
+
+class SlotListener(Protocol):
+    """A job's side of the slot contract (the JobMaster implements it).
+
+    Plain methods, called on the master's loop after the SlotManager's state is consistent;
+    what they raise is logged, never propagated.
+    """
+
+    @abstractmethod
+    def slots_allocated(self, slots: Sequence[AllocatedSlot]) -> None:
+        """These slots are the job's now."""
+
+    @abstractmethod
+    def slot_request_failed(self, error: SparkDispatchError) -> None:
+        """The requirement stayed unmet for `slot.request.timeout` and dropped to what the job holds."""
+
+    @abstractmethod
+    def task_executor_lost(self, task_executor_id: str, allocation_ids: Sequence[str], reason: str) -> None:
+        """The TaskExecutor is gone, and with it these allocations of the job."""
+
+    @abstractmethod
+    def task_executor_heartbeat(self, task_executor_id: str, executions: Sequence[ExecutionReport]) -> None:
+        """A heartbeat of a TaskExecutor that holds a slot of the job or runs one of its
+        executions, with that job's executions there."""
 
 
 class _Slot:
@@ -135,7 +161,8 @@ class SlotManager:
             if slot.allocation_id is None:
                 del self._free[slot]
             elif not slot.occupied:
-                job = self._jobs[slot.job_id]  # type: ignore[index]
+                assert slot.job_id is not None  # an allocation this SlotManager made names its job
+                job = self._jobs[slot.job_id]
                 del job.allocations[slot.allocation_id]
                 lost.setdefault(job.job_id, []).append(slot.allocation_id)
         log.info("TaskExecutor %s removed (%s); %d allocations of %d jobs lost", task_executor_id, reason,
@@ -226,12 +253,12 @@ class SlotManager:
         or lost with its TaskExecutor)."""
         job = self._jobs.get(job_id)
         slot = None if job is None else job.allocations.pop(allocation_id, None)
-        if slot is None:
+        if job is None or slot is None:
             log.debug("job %s released allocation %s, which it does not hold", job_id, allocation_id)
             return False
         now = self._clock()
         self._make_free(slot, now)
-        self._update_waiting(job, now)  # type: ignore[arg-type]
+        self._update_waiting(job, now)
         self._on_change()
         return True
 
@@ -387,7 +414,7 @@ class SlotManager:
         self._slots_total = 0
 
 
-def _call(method: Callable[..., None], *args: Any, job_id: str) -> None:
+def _call(method: Callable[..., None], *args: object, job_id: str) -> None:
     try:
         method(*args)
     except Exception:

@@ -8,7 +8,13 @@ from apispec import APISpec
 from apispec.ext.marshmallow import MarshmallowPlugin
 
 from sparkdispatch import __version__
-from sparkdispatch.jobgraph import FailureSchema, JobGraphSchema, JobResultSchema, JobVertexSchema, VertexResultSchema
+from sparkdispatch.jobgraph_schemas import (
+    FailureSchema,
+    JobGraphSchema,
+    JobResultSchema,
+    JobVertexSchema,
+    VertexResultSchema,
+)
 
 
 def _json(schema: str | dict[str, Any], description: str) -> dict[str, Any]:
@@ -30,7 +36,9 @@ def openapi_document() -> dict[str, Any]:
         "properties": {"type": {"type": "string",
                                 "enum": ["none", "fixed-delay", "exponential-delay", "failure-rate"]}},
         "additionalProperties": True}
-    errors = {"type": "object", "properties": {"errors": {"type": "array", "items": {"type": "string"}}}}
+    errors = {"type": "object", "required": ["errors", "type"], "additionalProperties": True,
+              "properties": {"errors": {"type": "array", "items": {"type": "string"}},
+                             "type": {"type": "string", "description": "the sparkdispatch.errors class"}}}
     spec.components.schema("Errors", errors)
     job_id = {"name": "job_id", "in": "path", "required": True, "schema": {"type": "string"}}
     obj = {"type": "object"}

@@ -1,8 +1,10 @@
 """The master's REST endpoint (aiohttp): ARCHITECTURE.md's REST contract, under `/` and `/v1/`.
 
-One middleware turns sparkdispatch errors into `{"errors": [...]}` with their HTTP status, and
-checks the bearer token when `rest.auth.token` is set. A standby answers `/overview` itself and
-every other call with `503` naming the leader, so clients can follow it.
+One middleware turns every error into its REST body, `{"errors": [...], "type": "<ErrorClass>",
+...fields}` (`SparkDispatchError.to_body`), with the class's HTTP status: sparkdispatch errors,
+aiohttp's own refusals (no route, wrong method, body too large) and, as `InternalError`, any
+other exception. It also checks the bearer token when `rest.auth.token` is set. A standby answers
+`/overview` itself and every other call with `503` naming the leader, so clients can follow it.
 """
 
 from __future__ import annotations
@@ -12,21 +14,31 @@ import hmac
 import json
 import logging
 from abc import abstractmethod
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 import aiohttp
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
-from sparkdispatch.config import Configuration
+from sparkdispatch.dispatcher import DispatcherGateway
 from sparkdispatch.errors import (
     BlobError,
+    InternalError,
+    InvalidRequest,
+    MethodNotAllowed,
     RequestTooLarge,
+    RouteNotFound,
     ServiceUnavailable,
     SparkDispatchError,
     Unauthorized,
 )
+from sparkdispatch.ha.blob_store import BlobStore
 from sparkdispatch.jobgraph import JobGraph, JobStatus
+from sparkdispatch.jobmaster import JobMasterGateway
+from sparkdispatch.resourcemanager import ResourceManagerGateway
+from sparkdispatch.rest import views
+from sparkdispatch.settings import RestSettings
 
 log = logging.getLogger(__name__)
 
@@ -37,13 +49,25 @@ ARTIFACT_SUFFIXES = (".py", ".zip")
 class LeaderView(Protocol):
     """The leader's components, as the REST handlers use them."""
 
-    session_id: str
-    dispatcher: Any
-    resource_manager: Any
-    blob_store: Any
+    @property
+    @abstractmethod
+    def session_id(self) -> str: ...
+
+    @property
+    @abstractmethod
+    def dispatcher(self) -> DispatcherGateway: ...
+
+    @property
+    @abstractmethod
+    def resource_manager(self) -> ResourceManagerGateway: ...
+
+    @property
+    @abstractmethod
+    def blob_store(self) -> BlobStore: ...
 
     @abstractmethod
-    def job_master(self, job_id: str) -> Any: ...
+    def job_master(self, job_id: str) -> JobMasterGateway:
+        """The running JobMaster of `job_id`; `UnknownJob` if there is none."""
 
 
 class MasterView(Protocol):
@@ -60,19 +84,19 @@ class MasterView(Protocol):
     def leader_address(self) -> str | None: ...
 
 
-def json_response(body: Any, status: int = 200) -> web.Response:
-    return web.json_response(body, status=status, dumps=lambda v: json.dumps(v, separators=(",", ":")))
+def json_response(body: Any, status: int = 200, *, headers: Mapping[str, str] | None = None) -> web.Response:
+    return web.json_response(body, status=status, headers=headers,
+                             dumps=lambda v: json.dumps(v, separators=(",", ":")))
 
 
-def error_response(exc: SparkDispatchError) -> web.Response:
-    body: dict[str, Any] = {"errors": exc.messages()}
-    if isinstance(exc, ServiceUnavailable) and exc.leader:
-        body["leader"] = exc.leader
-    return json_response(body, status=exc.http_status)
+def error_response(exc: SparkDispatchError, *, headers: Mapping[str, str] | None = None) -> web.Response:
+    """The one REST form of an error: its body (`to_body()`) with its class's HTTP status."""
+    return json_response(exc.to_body(), status=exc.http_status, headers=headers)
 
 
-def create_error_middleware(config: Configuration) -> Any:
-    token = config["rest.auth.token"]
+def create_error_middleware(settings: RestSettings) -> Middleware:
+    """The middleware that answers every error as `error_response` does, and checks the token."""
+    token = settings.auth_token
 
     @web.middleware
     async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -82,22 +106,35 @@ def create_error_middleware(config: Configuration) -> Any:
             return await handler(request)
         except SparkDispatchError as exc:
             return error_response(exc)
-        except web.HTTPRequestEntityTooLarge:
-            return error_response(RequestTooLarge(
-                f"request body is larger than the {config['rest.max-body-size']} bytes allowed "
-                "(rest.max-body-size)"))
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise
-            reason = exc.text if exc.text and not exc.text.startswith(str(exc.status)) else exc.reason
-            return json_response({"errors": [f"{request.method} {request.path}: {reason}"]}, status=exc.status)
+            # aiohttp's answer for 405 names the allowed methods in `Allow`; ours must too
+            allow = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
+            return error_response(_http_error(request, exc, settings), headers=allow)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             log.exception("internal error answering %s %s", request.method, request.path)
-            return json_response({"errors": [f"internal error: {type(exc).__name__}: {exc}"]}, status=500)
+            return error_response(InternalError(f"internal error: {type(exc).__name__}: {exc}"))
 
     return errors_and_auth
+
+
+def _http_error(request: web.Request, exc: web.HTTPException, settings: RestSettings) -> SparkDispatchError:
+    """The sparkdispatch error for one of aiohttp's own refusals."""
+    if isinstance(exc, web.HTTPRequestEntityTooLarge):
+        return RequestTooLarge(f"request body is larger than the {settings.max_body_size} bytes allowed "
+                               "(rest.max-body-size)")
+    if isinstance(exc, web.HTTPMethodNotAllowed):
+        return MethodNotAllowed(request.method, request.path, exc.allowed_methods)
+    reason = exc.text if exc.text and not exc.text.startswith(str(exc.status)) else exc.reason
+    message = f"{request.method} {request.path}: {reason}"
+    if isinstance(exc, web.HTTPNotFound):
+        return RouteNotFound(message)
+    error = SparkDispatchError(message)
+    error.http_status = exc.status
+    return error
 
 
 def _authorized(request: web.Request, token: str) -> bool:
@@ -109,9 +146,9 @@ def _authorized(request: web.Request, token: str) -> bool:
 class RestHandlers:
     """The handlers of the public REST API."""
 
-    def __init__(self, master: MasterView, config: Configuration) -> None:
+    def __init__(self, master: MasterView, settings: RestSettings) -> None:
         self.master = master
-        self.config = config
+        self.settings = settings
 
     async def overview(self, request: web.Request) -> web.Response:
         return json_response(await self.overview_body())
@@ -144,7 +181,7 @@ class RestHandlers:
         if leader and leader != self.master.address:
             try:
                 timeout = aiohttp.ClientTimeout(total=2)
-                headers = _auth_headers(self.config)
+                headers = _auth_headers(self.settings)
                 async with aiohttp.ClientSession(timeout=timeout, headers=headers) as session:
                     async with session.get(f"{leader}/overview") as answer:
                         if answer.status == 200:
@@ -156,7 +193,7 @@ class RestHandlers:
 
     async def submit_job(self, request: web.Request) -> web.Response:
         leader = self.master.leader_components()
-        limit = self.config["rest.max-body-size"]
+        limit = self.settings.max_body_size
         if request.content_length is not None and request.content_length > limit:
             raise RequestTooLarge(f"the JobGraph is {request.content_length} bytes; rest.max-body-size allows {limit}")
         body = await request.read()
@@ -167,19 +204,21 @@ class RestHandlers:
         return json_response({"job_id": job_id, "jobUrl": f"/jobs/{job_id}"}, status=202 if created else 200)
 
     async def list_jobs(self, request: web.Request) -> web.Response:
-        return json_response({"jobs": self.master.leader_components().dispatcher.list_jobs()})
+        overviews = self.master.leader_components().dispatcher.job_overviews()
+        return json_response({"jobs": [views.job_summary(job) for job in overviews]})
 
     async def jobs_overview(self, request: web.Request) -> web.Response:
-        return json_response({"jobs": self.master.leader_components().dispatcher.flink_jobs_overview()})
+        overviews = self.master.leader_components().dispatcher.job_overviews()
+        return json_response({"jobs": [views.flink_job_details(job) for job in overviews]})
 
     async def job_details(self, request: web.Request) -> web.Response:
         dispatcher = self.master.leader_components().dispatcher
-        return json_response(await dispatcher.job_details(request.match_info["job_id"]))
+        return json_response(views.job_details(await dispatcher.job_snapshot(request.match_info["job_id"])))
 
     async def execution_result(self, request: web.Request) -> web.Response:
         dispatcher = self.master.leader_components().dispatcher
         result = await dispatcher.job_result(request.match_info["job_id"],
-                                             wait_s=self.config["rest.execution-result.long-poll"])
+                                             wait_s=self.settings.execution_result_long_poll)
         if result is None:
             return json_response({"status": {"id": "IN_PROGRESS"}})
         return json_response({"status": {"id": "COMPLETED"}, "job_execution_result": result.to_dict()})
@@ -187,7 +226,7 @@ class RestHandlers:
     async def cancel_job(self, request: web.Request) -> web.Response:
         mode = request.query.get("mode", "cancel")
         if mode != "cancel":
-            return json_response({"errors": [f"mode={mode!r} is not supported; use mode=cancel"]}, status=400)
+            raise InvalidRequest("cancel request", {"mode": [f"{mode!r} is not supported; use mode=cancel"]})
         await self.master.leader_components().dispatcher.cancel(request.match_info["job_id"])
         return json_response({}, status=202)
 
@@ -200,7 +239,7 @@ class RestHandlers:
         if not request.content_type.startswith("multipart/"):
             raise BlobError("POST /artifacts takes multipart/form-data with the file in the field `file`")
         reader = await request.multipart()
-        limit = self.config["blob.max-size"]
+        limit = self.settings.blob_max_size
         async for part in reader:
             if not isinstance(part, aiohttp.BodyPartReader) or part.name != "file":
                 continue
@@ -231,21 +270,21 @@ class RestHandlers:
         ]
 
 
-def _auth_headers(config: Configuration) -> dict[str, str]:
-    token = config["rest.auth.token"]
+def _auth_headers(settings: RestSettings) -> dict[str, str]:
+    token = settings.auth_token
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
-def create_app(master: MasterView, config: Configuration) -> web.Application:
+def create_app(master: MasterView, settings: RestSettings) -> web.Application:
     """The aiohttp application of the master: REST API, TaskExecutor calls, OpenAPI and web UI."""
     from sparkdispatch.rest.openapi import openapi_document
     from sparkdispatch.rest.taskexecutor_routes import add_task_executor_routes
     from sparkdispatch.rest.ui_routes import add_ui_routes
     from sparkdispatch.rest.ui_view import RestUiView
 
-    client_max_size = max(config["rest.max-body-size"], config["blob.max-size"] + (1 << 16))
-    app = web.Application(client_max_size=client_max_size, middlewares=[create_error_middleware(config)])
-    handlers = RestHandlers(master, config)
+    client_max_size = max(settings.max_body_size, settings.blob_max_size + (1 << 16))
+    app = web.Application(client_max_size=client_max_size, middlewares=[create_error_middleware(settings)])
+    handlers = RestHandlers(master, settings)
     spec = openapi_document()
 
     async def openapi(request: web.Request) -> web.Response:
@@ -263,22 +302,21 @@ def create_app(master: MasterView, config: Configuration) -> web.Application:
 class RestServer:
     """Runs the application on `rest.bind-address:rest.port`; `port` is the bound one."""
 
-    def __init__(self, master: MasterView, config: Configuration) -> None:
+    def __init__(self, master: MasterView, settings: RestSettings) -> None:
         self._master = master
-        self._config = config
+        self._settings = settings
         self._runner: web.AppRunner | None = None
         self.port = 0
 
     async def start(self) -> None:
-        app = create_app(self._master, self._config)
+        app = create_app(self._master, self._settings)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
-        host = self._config["rest.bind-address"] or self._config["rest.address"]
-        site = web.TCPSite(self._runner, host, self._config["rest.port"], reuse_address=True)
+        host = self._settings.bind_address
+        site = web.TCPSite(self._runner, host, self._settings.port, reuse_address=True)
         await site.start()
-        server = site._server  # the bound socket tells the real port when rest.port is 0
-        assert server is not None and server.sockets
-        self.port = server.sockets[0].getsockname()[1]
+        # the bound socket tells the real port when rest.port is 0
+        self.port = int(self._runner.addresses[0][1])
         log.info("REST endpoint and web UI on http://%s:%d", host, self.port)
 
     async def stop(self) -> None:

@@ -7,7 +7,6 @@ Each route is served under `/v1` and without the prefix.
 
 from __future__ import annotations
 
-import inspect
 import json
 import logging
 from abc import abstractmethod
@@ -17,8 +16,10 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from sparkdispatch.errors import FencingTokenMismatch, InvalidRequest, SparkDispatchError
-from sparkdispatch.jobgraph import ExecutionStateUpdate
-from sparkdispatch.resourcemanager.messages import HeartbeatPayload, TaskExecutorRegistration
+from sparkdispatch.jobmaster import JobMasterGateway
+from sparkdispatch.protocol import ExecutionStateUpdate, HeartbeatPayload, TaskExecutorRegistration
+from sparkdispatch.resourcemanager import ResourceManagerGateway
+from sparkdispatch.rest.server import error_response
 
 log = logging.getLogger(__name__)
 
@@ -27,20 +28,23 @@ SESSION_HEADER = "X-SparkDispatch-Session"
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-class _JobMaster(Protocol):
+class LeaderForTaskExecutors(Protocol):
+    """The leading master's parts a TaskExecutor calls (a subset of the REST server's LeaderView)."""
+
+    @property
     @abstractmethod
-    def update_execution_state(self, update: ExecutionStateUpdate) -> Any: ...
+    def session_id(self) -> str: ...
 
-
-class _Master(Protocol):
-    session_id: str
-    resource_manager: Any
+    @property
+    @abstractmethod
+    def resource_manager(self) -> ResourceManagerGateway: ...
 
     @abstractmethod
-    def job_master(self, job_id: str) -> _JobMaster: ...
+    def job_master(self, job_id: str) -> JobMasterGateway:
+        """The running JobMaster of `job_id`; `UnknownJob` if there is none."""
 
 
-def add_task_executor_routes(app: web.Application, get_master: Callable[[], _Master]) -> None:
+def add_task_executor_routes(app: web.Application, get_master: Callable[[], LeaderForTaskExecutors]) -> None:
     """Add the three TaskExecutor → master calls; `get_master()` gives the leading master's parts."""
     routes = TaskExecutorRoutes(get_master)
     for prefix in ("/v1", ""):
@@ -52,17 +56,17 @@ def add_task_executor_routes(app: web.Application, get_master: Callable[[], _Mas
 class TaskExecutorRoutes:
     """Handlers of the TaskExecutor protocol."""
 
-    def __init__(self, get_master: Callable[[], _Master]) -> None:
+    def __init__(self, get_master: Callable[[], LeaderForTaskExecutors]) -> None:
         self._get_master = get_master
 
     async def register(self, request: web.Request) -> web.Response:
         async def handle() -> web.Response:
             master, session_id = self._fenced_master(request)
             registration = TaskExecutorRegistration.from_dict(await _json_body(request, "TaskExecutor registration"))
-            ack = await _maybe_await(master.resource_manager.register_task_executor(session_id, registration))
+            ack = master.resource_manager.register_task_executor(session_id, registration)
             log.info("TaskExecutor %s (%s) registered with %d slots (session %s)", registration.task_executor_id,
                      registration.hostname, registration.slots, session_id)
-            return web.json_response(ack.to_dict() if hasattr(ack, "to_dict") else dict(ack))
+            return web.json_response(ack.to_dict())
 
         return await _answer(handle)
 
@@ -70,8 +74,8 @@ class TaskExecutorRoutes:
         async def handle() -> web.Response:
             master, session_id = self._fenced_master(request)
             payload = HeartbeatPayload.from_dict(await _json_body(request, "heartbeat"))
-            await _maybe_await(master.resource_manager.heartbeat(
-                session_id, request.match_info["task_executor_id"], payload.slot_report, payload.executions))
+            master.resource_manager.heartbeat(session_id, request.match_info["task_executor_id"], payload.slot_report,
+                                              payload.executions)
             return web.json_response({})
 
         return await _answer(handle)
@@ -89,12 +93,12 @@ class TaskExecutorRoutes:
             except SparkDispatchError as exc:
                 raise InvalidRequest("execution state update", {"body": exc.messages()}) from None
             job_master = master.job_master(update.job_id)
-            await _maybe_await(job_master.update_execution_state(update))
+            job_master.update_execution_state(update)
             return web.json_response({})
 
         return await _answer(handle)
 
-    def _fenced_master(self, request: web.Request) -> tuple[_Master, str]:
+    def _fenced_master(self, request: web.Request) -> tuple[LeaderForTaskExecutors, str]:
         master = self._get_master()
         received = request.headers.get(SESSION_HEADER)
         if received != master.session_id:
@@ -103,12 +107,14 @@ class TaskExecutorRoutes:
 
 
 async def _answer(handle: Callable[[], Awaitable[web.Response]]) -> web.Response:
+    # The master's middleware answers errors the same way; answering here too keeps these routes
+    # whole on an application without it (the TaskExecutor integration tests serve them alone).
     try:
         return await handle()
     except SparkDispatchError as exc:
         if exc.http_status >= 500:
             log.warning("TaskExecutor call failed: %s", exc)
-        return web.json_response({"errors": exc.messages()}, status=exc.http_status)
+        return error_response(exc)
 
 
 async def _json_body(request: web.Request, what: str) -> Any:
@@ -116,7 +122,3 @@ async def _json_body(request: web.Request, what: str) -> Any:
         return json.loads(await request.read() or b"null")
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidRequest(what, {"body": [f"not valid JSON: {exc}"]}) from None
-
-
-async def _maybe_await(value: Any) -> Any:
-    return await value if inspect.isawaitable(value) else value

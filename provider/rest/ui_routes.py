@@ -4,6 +4,7 @@ Every page is complete HTML built from the same data the REST API answers, so a 
 status, vertex states, subtasks, failure and results are readable without JavaScript (the
 job page is the target of Airflow's extra link). The scripts in ``ui/`` then poll the REST
 API about once a second and update the page in place until the job reaches a terminal state.
+This module holds the routes and the page handlers; the HTML comes from `ui_render`.
 
 Routes added by :func:`add_ui_routes`:
 
@@ -18,22 +19,24 @@ Routes added by :func:`add_ui_routes`:
 
 from __future__ import annotations
 
-import html
 import importlib.resources
 import logging
-import time
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from aiohttp import web
 
-from sparkdispatch.errors import SparkDispatchError, UnknownJob
+from sparkdispatch.errors import SparkDispatchError
+from sparkdispatch.rest.ui_render import (
+    leader_url,
+    render_error_page,
+    render_job,
+    render_overview,
+    render_page,
+    render_taskmanagers,
+)
 
 log = logging.getLogger(__name__)
-
-TERMINAL_JOB_STATUSES = frozenset({"FINISHED", "FAILED", "CANCELED", "SUSPENDED"})
-RECENT_JOBS_SHOWN = 50
 
 _CONTENT_TYPES = {
     ".css": "text/css",
@@ -114,7 +117,7 @@ class _UIPages:
         try:
             overview = await view.overview()
         except SparkDispatchError as exc:
-            return _error_page(exc, root="./", overview=None)
+            return _error_response(exc, root="./", overview=None)
         # A standby answers the overview but not the lists: show what there is and say why.
         unavailable = None
         try:
@@ -133,8 +136,8 @@ class _UIPages:
         try:
             job = await view.job(job_id)
         except SparkDispatchError as exc:
-            return _error_page(exc, root="../", overview=overview,
-                               elsewhere=_leader_url(overview, f"/ui/jobs/{job_id}"))
+            return _error_response(exc, root="../", overview=overview,
+                                   elsewhere=leader_url(overview, f"/ui/jobs/{job_id}"))
         body = render_job(job)
         return _html_response(render_page(
             title=f"Job {job.get('name') or job_id}", root="../", page="job", overview=overview,
@@ -147,7 +150,7 @@ class _UIPages:
         try:
             taskmanagers = await view.taskmanagers()
         except SparkDispatchError as exc:
-            return _error_page(exc, root="./", overview=overview)
+            return _error_response(exc, root="./", overview=overview)
         return _html_response(render_page(title="TaskManagers", root="./", page="taskmanagers",
                                           overview=overview, body=render_taskmanagers(taskmanagers)))
 
@@ -165,426 +168,7 @@ def _html_response(text: str, *, status: int = 200) -> web.Response:
     return web.Response(text=text, status=status, content_type="text/html", charset="utf-8")
 
 
-def _leader_url(overview: Mapping[str, Any] | None, path: str) -> str | None:
-    """``path`` on the leading master when this one is a standby that knows an http(s) leader."""
-    if overview is None or overview.get("is_leader", True):
-        return None
-    leader = str(overview.get("leader") or "")
-    if not leader.startswith(("http://", "https://")):
-        return None  # never turn an odd address (javascript:, ...) into a link
-    return leader.rstrip("/") + path
-
-
-def _error_page(exc: SparkDispatchError, *, root: str, overview: Mapping[str, Any] | None,
-                elsewhere: str | None = None) -> web.Response:
-    if isinstance(exc, UnknownJob):
-        title = "Job not found"
-        text = f"No job with id {_e(exc.job_id)} is known to this master."
-    else:
-        title = "Not available"
-        text = _e(exc.message)
-    leader_link = f'<p><a href="{_e(elsewhere)}">This page on the leading master</a></p>' if elsewhere else ""
-    body = (f'<section class="panel error-page"><h1>{_e(title)}</h1><p>{text}</p>{leader_link}'
-            f'<p><a href="{root}">Back to the overview</a></p></section>')
-    return _html_response(render_page(title=title, root=root, page="error", overview=overview, body=body),
+def _error_response(exc: SparkDispatchError, *, root: str, overview: Mapping[str, Any] | None,
+                    elsewhere: str | None = None) -> web.Response:
+    return _html_response(render_error_page(exc, root=root, overview=overview, elsewhere=elsewhere),
                           status=exc.http_status)
-
-
-# --------------------------------------------------------------------------------------------
-# Rendering: small functions that return HTML text; every value from the data goes through _e.
-
-
-def _e(value: object) -> str:
-    return html.escape("" if value is None else str(value), quote=True)
-
-
-def render_page(*, title: str, root: str, page: str, overview: Mapping[str, Any] | None, body: str,
-                data: Mapping[str, str] | None = None) -> str:
-    """The layout around a page's ``body``; ``root`` is the relative path back to ``/ui/``."""
-    attributes = "".join(f' data-{name}="{_e(value)}"' for name, value in (data or {}).items())
-    script = f'<script src="{root}static/{page}.js" defer></script>' if page != "error" else ""
-    return f"""<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{_e(title)} · sparkdispatch</title>
-<link rel="icon" href="data:,">
-<link rel="stylesheet" href="{root}static/ui.css">
-<script src="{root}static/common.js" defer></script>
-{script}
-</head>
-<body data-page="{_e(page)}" data-root="{root}" data-api="{root}../"{attributes}>
-<header class="topbar">
-  <a class="brand" href="{root}">sparkdispatch</a>
-  <nav>
-    <a href="{root}"{' class="active"' if page == "overview" else ""}>Overview</a>
-    <a href="{root}taskmanagers"{' class="active"' if page == "taskmanagers" else ""}>TaskManagers</a>
-  </nav>
-  <span id="connection" class="connection" hidden>connection lost, retrying…</span>
-</header>
-{render_leader_banner(overview)}
-<main>
-{body}
-</main>
-</body>
-</html>
-"""
-
-
-def render_leader_banner(overview: Mapping[str, Any] | None) -> str:
-    """Nothing on the leader; on a standby, which master leads (with a link to its UI)."""
-    if overview is None or overview.get("is_leader", True):
-        return '<div id="leader-banner" class="banner" hidden></div>'
-    leader = overview.get("leader")
-    href = _leader_url(overview, "/ui/")
-    if not leader:
-        text = "This master is a standby and no master leads at the moment."
-    elif href:
-        text = f'This master is a standby. The leading master is <a href="{_e(href)}">{_e(leader)}</a>.'
-    else:
-        text = f"This master is a standby. The leading master is {_e(leader)}."
-    return f'<div id="leader-banner" class="banner">{text}</div>'
-
-
-def _badge(state: object) -> str:
-    state_text = _e(state or "UNKNOWN")
-    return f'<span class="badge state-{state_text}">{state_text}</span>'
-
-
-def format_time(epoch_ms: object) -> str:
-    """Epoch milliseconds as UTC ``YYYY-MM-DD HH:MM:SS``; ``—`` when absent (None or -1)."""
-    if not isinstance(epoch_ms, (int, float)) or epoch_ms < 0:
-        return "—"
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(epoch_ms / 1000))
-
-
-def format_duration(duration_ms: object) -> str:
-    """``850 ms``, ``4.2 s``, ``3 min 02 s``, ``1 h 05 min``; ``—`` when absent."""
-    if not isinstance(duration_ms, (int, float)) or duration_ms < 0:
-        return "—"
-    if duration_ms < 1000:
-        return f"{int(duration_ms)} ms"
-    seconds = duration_ms / 1000
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    minutes, secs = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{minutes} min {secs:02d} s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours} h {minutes:02d} min"
-
-
-def _job_duration(job: Mapping[str, Any]) -> object:
-    if isinstance(job.get("duration_ms"), (int, float)):
-        return job["duration_ms"]
-    start, end = job.get("start_time"), job.get("end_time")
-    if not isinstance(start, (int, float)) or start < 0:
-        return None
-    if isinstance(end, (int, float)) and end >= 0:
-        return end - start
-    return time.time() * 1000 - start
-
-
-def _job_link(root: str, job_id: object, text: object | None = None) -> str:
-    return f'<a class="mono" href="{root}jobs/{_e(job_id)}">{_e(job_id if text is None else text)}</a>'
-
-
-def _table(headers: Sequence[str], rows: Iterable[str], *, body_id: str, empty: str) -> str:
-    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
-    body = "".join(rows) or f'<tr class="empty"><td colspan="{len(headers)}">{_e(empty)}</td></tr>'
-    return f'<table class="grid"><thead><tr>{head}</tr></thead><tbody id="{body_id}">{body}</tbody></table>'
-
-
-# Overview ------------------------------------------------------------------------------------
-
-
-def render_overview(overview: Mapping[str, Any], jobs: Sequence[Mapping[str, Any]],
-                    taskmanagers: Sequence[Mapping[str, Any]], *, unavailable: str | None = None) -> str:
-    """The overview; ``unavailable`` says why the job and TaskExecutor lists are empty here."""
-    slots_total = overview.get("slots_total") or 0
-    slots_free = overview.get("slots_available") or 0
-    if overview.get("is_leader"):
-        leader_text = "this master"
-    else:
-        leader_text = _e(overview.get("leader") or "none")
-    cards = [
-        ("Leader", leader_text, "leader"),
-        ("TaskExecutors", _e(overview.get("taskmanagers", 0)), "taskmanagers"),
-        ("Slots used / total", f"{_e(slots_total - slots_free)} / {_e(slots_total)}", "slots"),
-        ("Slots free", _e(slots_free), "slots-free"),
-        ("Running jobs", _e(overview.get("jobs_running", 0)), "jobs-running"),
-        ("Finished", _e(overview.get("jobs_finished", 0)), "jobs-finished"),
-        ("Failed", _e(overview.get("jobs_failed", 0)), "jobs-failed"),
-        ("Cancelled", _e(overview.get("jobs_cancelled", 0)), "jobs-cancelled"),
-    ]
-    card_html = "".join(
-        f'<div class="card"><div class="card-label">{_e(label)}</div>'
-        f'<div class="card-value" id="ov-{key}">{value}</div></div>'
-        for label, value, key in cards
-    )
-    note = f'<p class="empty unavailable">{_e(unavailable)}</p>' if unavailable else ""
-    return (
-        f'<h1>Cluster overview</h1><section class="cards">{card_html}</section>'
-        f'<section class="panel"><h2>Jobs</h2>{note}{render_job_list(jobs)}</section>'
-        f'<section class="panel"><h2>TaskExecutors</h2>{note}{render_taskmanager_summary(taskmanagers)}</section>'
-    )
-
-
-def render_job_list(jobs: Sequence[Mapping[str, Any]], *, root: str = "./") -> str:
-    """Most recent first, at most RECENT_JOBS_SHOWN."""
-    recent = sorted(jobs, key=lambda j: j.get("start_time") or 0, reverse=True)[:RECENT_JOBS_SHOWN]
-    rows = (
-        f'<tr data-job-id="{_e(j.get("id"))}"><td>{_job_link(root, j.get("id"), j.get("name") or j.get("id"))}</td>'
-        f'<td>{_job_link(root, j.get("id"))}</td><td>{_badge(j.get("status"))}</td>'
-        f'<td>{format_time(j.get("start_time"))}</td><td>{format_time(j.get("end_time"))}</td>'
-        f'<td>{format_duration(_job_duration(j))}</td></tr>'
-        for j in recent
-    )
-    return _table(["Name", "Job id", "Status", "Start (UTC)", "End (UTC)", "Duration"], rows,
-                  body_id="jobs-body", empty="No jobs yet.")
-
-
-def render_taskmanager_summary(taskmanagers: Sequence[Mapping[str, Any]]) -> str:
-    rows = (
-        f'<tr data-tm-id="{_e(tm.get("id"))}"><td class="mono">{_e(tm.get("id"))}</td><td>{_e(tm.get("hostname"))}</td>'
-        f'<td>{_e(tm.get("slots_free"))} / {_e(tm.get("slots_total"))}</td>'
-        f'<td>{format_time(tm.get("last_heartbeat"))}</td></tr>'
-        for tm in taskmanagers
-    )
-    return _table(["TaskExecutor", "Host", "Slots free / total", "Last heartbeat (UTC)"], rows,
-                  body_id="tm-body", empty="No TaskExecutor is registered.")
-
-
-# TaskManagers --------------------------------------------------------------------------------
-
-
-def render_taskmanagers(taskmanagers: Sequence[Mapping[str, Any]]) -> str:
-    if not taskmanagers:
-        cards = '<p class="empty">No TaskExecutor is registered.</p>'
-    else:
-        cards = "".join(render_taskmanager_card(tm) for tm in taskmanagers)
-    return f'<h1>TaskManagers</h1><div id="tm-list">{cards}</div>'
-
-
-def render_taskmanager_card(tm: Mapping[str, Any]) -> str:
-    slots = "".join(_render_slot(slot) for slot in tm.get("slots") or [])
-    return (
-        f'<section class="panel tm" data-tm-id="{_e(tm.get("id"))}">'
-        f'<h2 class="mono">{_e(tm.get("id"))}</h2>'
-        f'<dl class="facts"><dt>Host</dt><dd>{_e(tm.get("hostname"))}</dd>'
-        f'<dt>Slots free / total</dt><dd>{_e(tm.get("slots_free"))} / {_e(tm.get("slots_total"))}</dd>'
-        f'<dt>Last heartbeat (UTC)</dt><dd>{format_time(tm.get("last_heartbeat"))}</dd></dl>'
-        f'<div class="slots">{slots}</div></section>'
-    )
-
-
-def _render_slot(slot: Mapping[str, Any]) -> str:
-    job_id = slot.get("job_id")
-    if job_id:
-        content = f'<span class="slot-job">{_job_link("./", job_id)}</span>'
-        css = "slot busy"
-    else:
-        content = '<span class="slot-free">free</span>'
-        css = "slot free"
-    title = f' title="allocation {_e(slot.get("allocation_id"))}"' if slot.get("allocation_id") else ""
-    return f'<div class="{css}"{title}><span class="slot-index">slot {_e(slot.get("index"))}</span>{content}</div>'
-
-
-# Job -----------------------------------------------------------------------------------------
-
-
-def render_job(job: Mapping[str, Any]) -> str:
-    vertices = list(job.get("vertices") or [])
-    result = job.get("result") or None
-    header = (
-        f'<section class="job-head"><h1 id="job-name">{_e(job.get("name") or job.get("id"))}</h1>'
-        f'<dl class="facts"><dt>Job id</dt><dd class="mono" id="job-id">{_e(job.get("id"))}</dd>'
-        f'<dt>Status</dt><dd id="job-status">{_badge(job.get("status"))}</dd>'
-        f'<dt>Start (UTC)</dt><dd id="job-start">{format_time(job.get("start_time"))}</dd>'
-        f'<dt>End (UTC)</dt><dd id="job-end">{format_time(job.get("end_time"))}</dd>'
-        f'<dt>Duration</dt><dd id="job-duration">{format_duration(_job_duration(job))}</dd></dl></section>'
-    )
-    graph = f'<section class="panel"><h2>Graph</h2><div class="graph">{render_graph_svg(vertices, result)}</div></section>'
-    vertex_table = f'<section class="panel"><h2>Vertices</h2>{render_vertex_table(vertices, result)}</section>'
-    subtasks = f'<section class="panel"><h2>Subtasks</h2>{render_subtask_table(vertices)}</section>'
-    failures = f'<div id="job-failures">{render_failures(result)}</div>'
-    return header + failures + graph + vertex_table + subtasks
-
-
-def attempt_number(subtask: Mapping[str, Any]) -> object:
-    """The REST API counts attempts from 0 (as Flink's does); people count from 1 (as its UI)."""
-    attempt = subtask.get("attempt")
-    return attempt + 1 if isinstance(attempt, int) else None
-
-
-def attempts_label(vertex: Mapping[str, Any], vertex_result: Mapping[str, Any] | None) -> str:
-    """``attempts N`` from the JobResult once there is one, else the latest live ``attempt N``."""
-    if vertex_result and vertex_result.get("attempts") is not None:
-        return f"attempts {vertex_result['attempts']}"
-    numbers = [n for n in map(attempt_number, vertex.get("subtasks") or []) if isinstance(n, int)]
-    return f"attempt {max(numbers)}" if numbers else "attempt —"
-
-
-def render_vertex_table(vertices: Sequence[Mapping[str, Any]], result: Mapping[str, Any] | None) -> str:
-    results = (result or {}).get("vertices") or {}
-    rows = []
-    for vertex in vertices:
-        vr = results.get(vertex.get("id")) or {}
-        rows.append(
-            f'<tr data-vertex="{_e(vertex.get("id"))}"><td class="mono">{_e(vertex.get("id"))}</td>'
-            f'<td>{_badge(vertex.get("state"))}</td><td>{_e(vertex.get("parallelism"))}</td>'
-            f'<td>{_e(attempts_label(vertex, vr))}</td>'
-            f'<td>{_e(vr.get("rows", "—"))}</td><td class="mono path">{_e(vr.get("result_path") or "—")}</td></tr>'
-        )
-    return _table(["Vertex", "State", "Parallelism", "Attempts", "Rows", "Result path"], rows,
-                  body_id="vertices-body", empty="This job has no vertices.")
-
-
-def render_subtask_table(vertices: Sequence[Mapping[str, Any]]) -> str:
-    rows = (
-        f'<tr><td class="mono">{_e(vertex.get("id"))}</td><td>{_e(subtask.get("index"))}</td>'
-        f'<td>{_badge(subtask.get("state"))}</td><td>{_e(attempt_number(subtask))}</td>'
-        f'<td class="mono">{_e(subtask.get("taskmanager") or "—")}</td></tr>'
-        for vertex in vertices
-        for subtask in vertex.get("subtasks") or []
-    )
-    return _table(["Vertex", "Subtask", "State", "Attempt", "TaskExecutor"], rows,
-                  body_id="subtasks-body", empty="No subtasks yet.")
-
-
-def render_failures(result: Mapping[str, Any] | None) -> str:
-    """The job's root cause and each failed vertex's last failure, tracebacks included."""
-    if not result:
-        return ""
-    blocks = []
-    if result.get("failure"):
-        blocks.append(_render_failure("Root cause", result["failure"]))
-    for vertex_id, vr in (result.get("vertices") or {}).items():
-        if vr.get("failure"):
-            blocks.append(_render_failure(f"Vertex {vertex_id}", vr["failure"]))
-    if not blocks:
-        return ""
-    return '<section class="panel failure"><h2>Failure</h2>' + "".join(blocks) + "</section>"
-
-
-def _render_failure(title: str, failure: Mapping[str, Any]) -> str:
-    return (
-        f'<div class="failure-item"><h3>{_e(title)}: <span class="mono">{_e(failure.get("class"))}</span></h3>'
-        f'<p class="failure-message">{_e(failure.get("message"))}</p>'
-        f'<pre class="traceback">{_e(failure.get("traceback"))}</pre></div>'
-    )
-
-
-# The job graph as SVG --------------------------------------------------------------------------
-
-BOX_WIDTH = 190
-BOX_HEIGHT = 66
-COLUMN_GAP = 70
-ROW_GAP = 22
-MARGIN = 16
-_LABEL_CHARS = 22
-
-
-@dataclass(frozen=True)
-class PlacedVertex:
-    """A vertex's box: its layer (topological depth, a column) and top-left corner."""
-
-    vertex_id: str
-    layer: int
-    x: int
-    y: int
-
-
-def layout_graph(vertices: Sequence[Mapping[str, Any]]) -> tuple[list[PlacedVertex], list[tuple[str, str]], int, int]:
-    """Place vertices in columns by longest path from a source; return boxes, edges, width, height.
-
-    Within a column, vertices are ordered by the mean row of their inputs (one barycentre
-    pass), which keeps edges of the usual pipeline shapes from crossing.
-    """
-    ids = [str(v.get("id")) for v in vertices]
-    known = set(ids)
-    inputs = {str(v.get("id")): [str(i) for i in v.get("inputs") or [] if str(i) in known] for v in vertices}
-    depth: dict[str, int] = {}
-
-    def depth_of(vertex_id: str, visiting: frozenset[str] = frozenset()) -> int:
-        if vertex_id not in depth:
-            parents = [p for p in inputs[vertex_id] if p not in visiting]  # a cycle cannot loop us
-            depth[vertex_id] = 1 + max((depth_of(p, visiting | {vertex_id}) for p in parents), default=-1)
-        return depth[vertex_id]
-
-    for vertex_id in ids:
-        depth_of(vertex_id)
-    layers: dict[int, list[str]] = {}
-    for vertex_id in ids:
-        layers.setdefault(depth[vertex_id], []).append(vertex_id)
-
-    row: dict[str, float] = {}
-    for layer in sorted(layers):
-        members = layers[layer]
-        if layer > 0:
-            def barycentre(vertex_id: str) -> float:
-                rows = [row[p] for p in inputs[vertex_id]]
-                return sum(rows) / len(rows) if rows else 0.0
-            members.sort(key=barycentre)  # stable: ties keep the graph's order
-        for index, vertex_id in enumerate(members):
-            row[vertex_id] = index
-
-    tallest = max((len(m) for m in layers.values()), default=0)
-    height = 2 * MARGIN + max(tallest * BOX_HEIGHT + (tallest - 1) * ROW_GAP, 0)
-    width = 2 * MARGIN + max(len(layers) * BOX_WIDTH + (len(layers) - 1) * COLUMN_GAP, 0)
-    placed = []
-    for layer, members in sorted(layers.items()):
-        column_height = len(members) * BOX_HEIGHT + (len(members) - 1) * ROW_GAP
-        top = (height - column_height) // 2  # centre each column vertically
-        for index, vertex_id in enumerate(members):
-            placed.append(PlacedVertex(vertex_id, layer, MARGIN + layer * (BOX_WIDTH + COLUMN_GAP),
-                                       top + index * (BOX_HEIGHT + ROW_GAP)))
-    edges = [(parent, child) for child in ids for parent in inputs[child]]
-    return placed, edges, width, height
-
-
-def _label(text: str) -> str:
-    return text if len(text) <= _LABEL_CHARS else text[: _LABEL_CHARS - 1] + "…"
-
-
-def render_graph_svg(vertices: Sequence[Mapping[str, Any]], result: Mapping[str, Any] | None = None) -> str:
-    """The JobGraph as an SVG: boxes coloured by state, arrows from input to consumer."""
-    if not vertices:
-        return '<p class="empty">This job has no vertices.</p>'
-    placed, edges, width, height = layout_graph(vertices)
-    by_id = {str(v.get("id")): v for v in vertices}
-    results = (result or {}).get("vertices") or {}
-    where = {p.vertex_id: p for p in placed}
-    parts = [
-        f'<svg id="job-graph" class="job-graph" xmlns="http://www.w3.org/2000/svg" '
-        f'viewBox="0 0 {width} {height}" width="{width}" height="{height}" role="img" aria-label="job graph">',
-        '<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="8" markerHeight="8" '
-        'orient="auto-start-reverse"><path d="M 0 0 L 10 5 L 0 10 z" class="arrowhead"/></marker></defs>',
-    ]
-    for parent, child in edges:
-        a, b = where[parent], where[child]
-        x1, y1 = a.x + BOX_WIDTH, a.y + BOX_HEIGHT // 2
-        x2, y2 = b.x - 2, b.y + BOX_HEIGHT // 2
-        bend = (x2 - x1) // 2
-        parts.append(
-            f'<path class="edge" data-from="{_e(parent)}" data-to="{_e(child)}" '
-            f'd="M {x1} {y1} C {x1 + bend} {y1}, {x2 - bend} {y2}, {x2} {y2}" marker-end="url(#arrow)"/>'
-        )
-    for p in placed:
-        vertex = by_id[p.vertex_id]
-        state = str(vertex.get("state") or "UNKNOWN")
-        attempts = attempts_label(vertex, results.get(p.vertex_id))
-        cx = p.x + BOX_WIDTH // 2
-        parts.append(
-            f'<g class="vertex state-{_e(state)}" data-vertex="{_e(p.vertex_id)}" data-layer="{p.layer}">'
-            f'<title>{_e(p.vertex_id)}: {_e(state)}</title>'
-            f'<rect x="{p.x}" y="{p.y}" width="{BOX_WIDTH}" height="{BOX_HEIGHT}" rx="6"/>'
-            f'<text class="v-name" x="{cx}" y="{p.y + 20}">{_e(_label(p.vertex_id))}</text>'
-            f'<text class="v-state" x="{cx}" y="{p.y + 38}">{_e(state)}</text>'
-            f'<text class="v-meta" x="{cx}" y="{p.y + 56}">parallelism {_e(vertex.get("parallelism"))}'
-            f' · <tspan class="v-attempts">{_e(attempts)}</tspan></text>'
-            "</g>"
-        )
-    parts.append("</svg>")
-    return "".join(parts)

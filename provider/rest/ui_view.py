@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from sparkdispatch.rest import views
 from sparkdispatch.rest.server import MasterView, RestHandlers
 
 
@@ -18,11 +19,11 @@ class RestUiView:
         return await self._handlers.overview_body()
 
     async def jobs(self) -> list[dict[str, Any]]:
-        return list(self._master.leader_components().dispatcher.list_jobs())
+        return [views.job_summary(job) for job in self._master.leader_components().dispatcher.job_overviews()]
 
     async def job(self, job_id: str) -> dict[str, Any]:
         dispatcher = self._master.leader_components().dispatcher
-        details = dict(await dispatcher.job_details(job_id))
+        details = views.job_details(await dispatcher.job_snapshot(job_id))
         result = await dispatcher.job_result(job_id)
         if result is not None:
             details["result"] = result.to_dict()

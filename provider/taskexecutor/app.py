@@ -1,89 +1,38 @@
-"""The Celery app shared by TaskExecutors (workers) and the master (producer).
+"""The TaskExecutor's Celery app: the deployment task and the cancel command it serves.
 
-JSON only, never pickle. Deployments go to each TaskExecutor's own queue
-(`sparkdispatch.te.<id>`); the master reaches one worker by the remote-control command
-`sparkdispatch_cancel`. Acknowledged early: a task whose TaskExecutor dies is not redelivered
-anywhere, its JobMaster restarts it.
-
-The broker is Redis in production and kombu's `filesystem://` transport in standalone mode,
-its folders under `<storage.dir>/broker`. That transport keeps no TTL: a killed worker's pidbox
-binding stays and every later broadcast leaves a message file for it, so
-`remove_stale_pidbox_messages` deletes such files once they are old.
+The settings, names and queues it shares with the master's sender are in
+`sparkdispatch.broker.celery_app`.
 """
 
 from __future__ import annotations
 
-import logging
-import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from celery import Celery
 from celery.worker.control import control_command
 
+from sparkdispatch.broker.celery_app import APP_NAME, CANCEL_COMMAND, DEPLOY_TASK, configure_celery_app
 from sparkdispatch.config import Configuration
-from sparkdispatch.jobgraph import TaskDeploymentDescriptor
-from sparkdispatch.taskexecutor.filesystem_transport import TRANSPORT as ATOMIC_FILESYSTEM_TRANSPORT
+from sparkdispatch.protocol import TaskDeploymentDescriptor
 
 if TYPE_CHECKING:
     from sparkdispatch.taskexecutor.main import TaskExecutor
 
-log = logging.getLogger(__name__)
-
-DEPLOY_TASK = "sparkdispatch.deploy_task"
-CANCEL_COMMAND = "sparkdispatch_cancel"
-QUEUE_PREFIX = "sparkdispatch.te."
-PIDBOX_SUFFIX = ".celery.pidbox.msg"
-#: Remote-control messages older than this are of no use to anyone (replies time out in seconds).
-PIDBOX_MESSAGE_MAX_AGE_S = 60.0
-
-
-def queue_name(task_executor_id: str) -> str:
-    """The Celery queue a TaskExecutor consumes its deployments from."""
-    return QUEUE_PREFIX + task_executor_id
-
-
 class TaskExecutorApp(Celery):
-    """A Celery app that knows the TaskExecutor it runs tasks for (None on the master side)."""
+    """A Celery app that knows the TaskExecutor it runs tasks for."""
 
     task_executor: TaskExecutor | None = None
 
 
-def broker_folders(config: Configuration) -> dict[str, Path]:
-    """The `filesystem://` transport's folders under `<storage.dir>/broker`."""
-    root = config.storage_dir / "broker"
-    return {"queue": root / "queue", "processed": root / "processed", "control": root / "control"}
-
-
 def create_celery_app(config: Configuration, *, task_executor: TaskExecutor | None = None) -> TaskExecutorApp:
-    """The app of a TaskExecutor (`task_executor` given) or of the master's gateway."""
-    url = config["broker.url"]
-    app = TaskExecutorApp("sparkdispatch", broker=url, set_as_current=False)
+    """The app of a TaskExecutor, with the deployment task registered."""
+    app = TaskExecutorApp(APP_NAME, set_as_current=False)
+    configure_celery_app(app, config)
     app.task_executor = task_executor
-    app.conf.update(
-        accept_content=["json"],
-        task_serializer="json",
-        result_serializer="json",
-        event_serializer="json",
-        task_ignore_result=True,
-        result_backend=None,
-        worker_prefetch_multiplier=1,
-        task_acks_late=False,
-        task_create_missing_queues=True,
-        broker_connection_retry_on_startup=True,
-        worker_hijack_root_logger=False,
-        worker_redirect_stdouts=False,
-        worker_send_task_events=False,
-        broker_transport_options=_transport_options(config),
-    )
-    if url.startswith("filesystem://"):
-        app.conf.broker_transport = ATOMIC_FILESYSTEM_TRANSPORT
-        for folder in broker_folders(config).values():
-            folder.mkdir(parents=True, exist_ok=True)
 
     @app.task(name=DEPLOY_TASK, bind=True, ignore_result=True, acks_late=False)
     def deploy_task(self: Any, tdd_dict: dict[str, Any], session_id: str) -> str:
-        runtime = self.app.task_executor
+        runtime: TaskExecutor | None = self.app.task_executor
         if runtime is None:
             raise RuntimeError(f"{DEPLOY_TASK} runs only in a TaskExecutor")
         tdd = TaskDeploymentDescriptor.from_dict(tdd_dict)
@@ -92,21 +41,7 @@ def create_celery_app(config: Configuration, *, task_executor: TaskExecutor | No
     return app
 
 
-def _transport_options(config: Configuration) -> dict[str, Any]:
-    url = config["broker.url"]
-    if url.startswith("filesystem://"):
-        folders = broker_folders(config)
-        return {"data_folder_in": str(folders["queue"]), "data_folder_out": str(folders["queue"]),
-                "processed_folder": str(folders["processed"]), "store_processed": False,
-                "control_folder": str(folders["control"]), "polling_interval": config["broker.polling-interval"]}
-    if url.startswith(("redis://", "rediss://", "redis+socket://")):
-        # Deployments are acknowledged early, so the visibility timeout only matters for
-        # messages prefetched by a worker that died before starting them.
-        return {"visibility_timeout": 3600}
-    return {}
-
-
-@control_command(args=[("execution_id", str)], signature="<execution_id>")
+@control_command(name=CANCEL_COMMAND, args=[("execution_id", str)], signature="<execution_id>")
 def sparkdispatch_cancel(state: Any, execution_id: str, **_: Any) -> dict[str, Any]:
     """Cancel one execution running on this worker (its Spark job group)."""
     runtime = getattr(state.consumer.app, "task_executor", None)
@@ -114,27 +49,3 @@ def sparkdispatch_cancel(state: Any, execution_id: str, **_: Any) -> dict[str, A
         return {"error": "not a sparkdispatch TaskExecutor"}
     found = runtime.runner.cancel(execution_id)
     return {"ok": "cancelling" if found else "not running here", "found": found}
-
-
-def remove_stale_pidbox_messages(config: Configuration, *, max_age_s: float = PIDBOX_MESSAGE_MAX_AGE_S,
-                                 now: float | None = None) -> int:
-    """Delete old remote-control message files of the `filesystem://` broker; returns how many."""
-    if not config["broker.url"].startswith("filesystem://"):
-        return 0
-    folder = broker_folders(config)["queue"]
-    limit = (time.time() if now is None else now) - max_age_s
-    removed = 0
-    try:
-        names = [entry for entry in folder.iterdir() if entry.name.endswith(PIDBOX_SUFFIX)]
-    except FileNotFoundError:
-        return 0
-    for path in names:
-        try:
-            if path.stat().st_mtime < limit:
-                path.unlink()
-                removed += 1
-        except FileNotFoundError:
-            continue  # consumed or removed meanwhile
-    if removed:
-        log.info("removed %d stale remote-control message files from %s", removed, folder)
-    return removed

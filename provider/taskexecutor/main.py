@@ -9,9 +9,10 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from sparkdispatch.broker.celery_app import queue_name
 from sparkdispatch.config import Configuration
 from sparkdispatch.ha import create_ha_services
-from sparkdispatch.taskexecutor.app import create_celery_app, queue_name
+from sparkdispatch.taskexecutor.app import create_celery_app
 from sparkdispatch.taskexecutor.master_client import MasterClient
 from sparkdispatch.taskexecutor.runner import ArtifactCache, SlotTable, TaskRunner
 from sparkdispatch.taskexecutor.spark import create_spark_session

@@ -1,120 +1,113 @@
 """The TaskExecutor's HTTP calls to the leading master (docs/internals.md, TaskExecutor protocol).
 
-Synchronous (`requests`): they run on the worker's registration thread and on the task
-threads. Every call carries the leader session id it is made under; refusals come back as
-the sparkdispatch error the master raised (`FencingTokenMismatch` for 409,
-`UnknownTaskExecutor` for 404 on a heartbeat, ...).
+`AsyncMasterClient` is the aiohttp core; `MasterClient` runs it on a private event loop for
+the worker's registration thread and its task threads, which are not async. Every call carries
+the leader session id it is made under; a refusal is raised as the sparkdispatch error the
+master answered with (`error_from_body`): `FencingTokenMismatch` or `StaleExecution` for a
+stale call, `UnknownTaskExecutor` for a heartbeat the ResourceManager does not know, ...
 """
 
 from __future__ import annotations
 
+import json
 import logging
-from dataclasses import dataclass
+from types import TracebackType
 from typing import Any
 
-import requests
+import aiohttp
 
-from sparkdispatch import errors
 from sparkdispatch.config import Configuration
-from sparkdispatch.jobgraph import ExecutionStateUpdate, SlotReport
+from sparkdispatch.errors import ServiceUnavailable, SparkDispatchError, error_from_body
+from sparkdispatch.loop_thread import LoopThread
+from sparkdispatch.protocol import ExecutionStateUpdate, RegistrationAck, SlotReport
 
 log = logging.getLogger(__name__)
 
 SESSION_HEADER = "X-SparkDispatch-Session"
 
-_ERROR_BY_STATUS: dict[int, type[errors.SparkDispatchError]] = {
-    400: errors.SparkDispatchError,
-    401: errors.Unauthorized,
-    409: errors.FencingTokenMismatch,
-    413: errors.RequestTooLarge,
-    503: errors.ServiceUnavailable,
-}
 
+class AsyncMasterClient:
+    """Calls from one TaskExecutor to a master, by the master's REST base URL (async core)."""
 
-@dataclass(frozen=True)
-class RegistrationAck:
-    """The ResourceManager's answer to a registration."""
+    def __init__(self, *, token: str = "", timeout: float = 5.0) -> None:
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._session: aiohttp.ClientSession | None = None
 
-    resource_manager_id: str
-    heartbeat_interval_s: float
-    heartbeat_timeout_s: float
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def register(self, address: str, session_id: str, *, task_executor_id: str, hostname: str, queue: str,
+                       slots: int, slot_report: SlotReport, spark_master: str) -> RegistrationAck:
+        body = {"task_executor_id": task_executor_id, "hostname": hostname, "queue": queue, "slots": slots,
+                "slot_report": slot_report.to_dict(), "spark_master": spark_master}
+        return RegistrationAck.from_dict(await self._post(address, "/v1/taskexecutors", session_id, body))
+
+    async def heartbeat(self, address: str, session_id: str, task_executor_id: str, *, slot_report: SlotReport,
+                        executions: list[dict[str, str]]) -> None:
+        """`UnknownTaskExecutor` means: register again."""
+        await self._post(address, f"/v1/taskexecutors/{task_executor_id}/heartbeat", session_id,
+                         {"slot_report": slot_report.to_dict(), "executions": executions})
+
+    async def report_state(self, address: str, session_id: str, update: ExecutionStateUpdate) -> None:
+        """`FencingTokenMismatch` (a `StaleExecution` too) or `UnknownJob` mean: the report is stale."""
+        await self._post(address, f"/v1/jobs/{update.job_id}/executions/{update.execution_id}/state", session_id,
+                         update.to_dict())
+
+    async def _post(self, address: str, path: str, session_id: str, body: dict[str, Any]) -> Any:
+        if self._session is None or self._session.closed:
+            # aiohttp reads no proxy or netrc settings unless asked (trust_env): none per state report
+            self._session = aiohttp.ClientSession(timeout=self._timeout, headers=self._headers)
+        try:
+            async with self._session.post(address.rstrip("/") + path, json=body,
+                                          headers={SESSION_HEADER: session_id}) as response:
+                text = await response.text()
+                status = response.status
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise ServiceUnavailable(f"cannot reach the master at {address}: {str(exc) or type(exc).__name__}") from None
+        if status >= 400:
+            raise error_from_body(status, text)
+        try:
+            return json.loads(text) if text else {}
+        except ValueError:
+            raise SparkDispatchError(f"POST {path} at {address} answered {status} with a body that is not JSON: "
+                                     f"{text.strip()[:200]!r}") from None
 
 
 class MasterClient:
-    """Calls from one TaskExecutor to a master, by the master's REST base URL."""
+    """`AsyncMasterClient` for synchronous callers: its calls may come from any thread."""
 
     def __init__(self, config: Configuration, *, timeout: float = 5.0) -> None:
-        self._session = requests.Session()
-        # no proxy, netrc or CA-bundle lookups from the environment on every state report
-        self._session.trust_env = False
-        token = config["rest.auth.token"]
-        if token:
-            self._session.headers["Authorization"] = f"Bearer {token}"
-        self._timeout = timeout
+        self.async_client = AsyncMasterClient(token=config["rest.auth.token"], timeout=timeout)
+        self._loop = LoopThread("sparkdispatch-master-client")
+
+    def __enter__(self) -> MasterClient:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
 
     def close(self) -> None:
-        self._session.close()
+        if self._loop.closed:
+            return
+        try:
+            self._loop.run(self.async_client.close())
+        finally:
+            self._loop.close()
 
     def register(self, address: str, session_id: str, *, task_executor_id: str, hostname: str, queue: str,
                  slots: int, slot_report: SlotReport, spark_master: str) -> RegistrationAck:
-        body = {"task_executor_id": task_executor_id, "hostname": hostname, "queue": queue, "slots": slots,
-                "slot_report": slot_report.to_dict(), "spark_master": spark_master}
-        answer = self._post(address, "/v1/taskexecutors", session_id, body)
-        return RegistrationAck(resource_manager_id=str(answer.get("resource_manager_id", "")),
-                               heartbeat_interval_s=float(answer.get("heartbeat_interval_ms", 0)) / 1000.0,
-                               heartbeat_timeout_s=float(answer.get("heartbeat_timeout_ms", 0)) / 1000.0)
+        return self._loop.run(self.async_client.register(
+            address, session_id, task_executor_id=task_executor_id, hostname=hostname, queue=queue, slots=slots,
+            slot_report=slot_report, spark_master=spark_master))
 
     def heartbeat(self, address: str, session_id: str, task_executor_id: str, *, slot_report: SlotReport,
                   executions: list[dict[str, str]]) -> None:
-        """`UnknownTaskExecutor` means: register again."""
-        self._post(address, f"/v1/taskexecutors/{task_executor_id}/heartbeat", session_id,
-                   {"slot_report": slot_report.to_dict(), "executions": executions},
-                   not_found=errors.UnknownTaskExecutor)
+        self._loop.run(self.async_client.heartbeat(address, session_id, task_executor_id, slot_report=slot_report,
+                                                   executions=executions))
 
     def report_state(self, address: str, session_id: str, update: ExecutionStateUpdate) -> None:
-        """`FencingTokenMismatch` (409) means: the report is stale, cancel the task."""
-        self._post(address, f"/v1/jobs/{update.job_id}/executions/{update.execution_id}/state", session_id,
-                   update.to_dict(), not_found=errors.UnknownJob)
-
-    def _post(self, address: str, path: str, session_id: str, body: dict[str, Any], *,
-              not_found: type[errors.SparkDispatchError] = errors.SparkDispatchError) -> dict[str, Any]:
-        url = address.rstrip("/") + path
-        try:
-            response = self._session.post(url, json=body, headers={SESSION_HEADER: session_id},
-                                          timeout=self._timeout)
-        except requests.RequestException as exc:
-            raise errors.ServiceUnavailable(f"cannot reach the master at {address}: {exc}") from None
-        if response.ok:
-            try:
-                answer = response.json()
-            except ValueError:
-                return {}
-            return answer if isinstance(answer, dict) else {}
-        messages = _error_messages(response)
-        cls = not_found if response.status_code == 404 else _ERROR_BY_STATUS.get(response.status_code,
-                                                                                  errors.SparkDispatchError)
-        raise _remote_error(cls, f"POST {path} refused by {address} ({response.status_code}): {messages[0]}",
-                            messages[1:])
-
-
-def _error_messages(response: requests.Response) -> list[str]:
-    try:
-        listed = response.json().get("errors")
-    except (ValueError, AttributeError):
-        listed = None
-    if isinstance(listed, list) and listed:
-        return [str(m) for m in listed]
-    return [response.text.strip()[:500] or response.reason or "no reason given"]
-
-
-def _remote_error(cls: type[errors.SparkDispatchError], message: str,
-                  details: list[str]) -> errors.SparkDispatchError:
-    # Rebuild the master's error class around the master's own message; some classes'
-    # constructors take structured arguments the answer does not carry.
-    exc = cls.__new__(cls)
-    errors.SparkDispatchError.__init__(exc, message, details=details)
-    if isinstance(exc, errors.FencingTokenMismatch):
-        exc.expected = exc.received = None
-    if isinstance(exc, errors.ServiceUnavailable):
-        exc.leader = None
-    return exc
+        self._loop.run(self.async_client.report_state(address, session_id, update))

@@ -29,14 +29,9 @@ from sparkdispatch.errors import (
     SparkDispatchError,
     UnknownJob,
 )
-from sparkdispatch.jobgraph import (
-    ExecutionState,
-    ExecutionStateUpdate,
-    Failure,
-    SlotReport,
-    SlotStatus,
-    TaskDeploymentDescriptor,
-)
+from sparkdispatch.jobgraph import ExecutionState, Failure
+from sparkdispatch.protocol import ExecutionStateUpdate, SlotReport, SlotStatus, TaskDeploymentDescriptor
+from sparkdispatch.results import read_partitions, write_partition
 from sparkdispatch.taskexecutor.spark import cancel_execution, slot_scope
 
 if TYPE_CHECKING:
@@ -79,8 +74,7 @@ class LazyInputs(Mapping[str, "DataFrame | None"]):
 
     def __getitem__(self, vertex_id: str) -> DataFrame | None:
         if vertex_id not in self._read:
-            paths = self._paths[vertex_id]
-            self._read[vertex_id] = self._spark.read.parquet(*paths) if paths else None
+            self._read[vertex_id] = read_partitions(self._spark, self._paths[vertex_id])
         return self._read[vertex_id]
 
     def __iter__(self) -> Iterator[str]:
@@ -110,6 +104,15 @@ class TaskContext:
     def __repr__(self) -> str:
         return (f"TaskContext(job_id={self.job_id!r}, vertex_id={self.vertex_id!r}, "
                 f"subtask={self.subtask_index}/{self.parallelism}, attempt={self.attempt})")
+
+
+def _as_dataframe(result: object) -> DataFrame:
+    """A task function's non-None result, which the contract says is a DataFrame."""
+    from pyspark.sql import DataFrame
+
+    if not isinstance(result, DataFrame):
+        raise TypeError(f"a task function returns a pyspark.sql.DataFrame or None, not {type(result).__name__}")
+    return result
 
 
 # --------------------------------------------------------------------------------------------
@@ -256,7 +259,7 @@ def load_entrypoint(entrypoint: str) -> Callable[[TaskContext], Any]:
     module_name, _, function_name = entrypoint.partition(":")
     module = importlib.import_module(module_name)
     try:
-        function = getattr(module, function_name)
+        function: object = getattr(module, function_name)
     except AttributeError:
         raise AttributeError(f"module {module_name!r} has no function {function_name!r} "
                              f"(entrypoint {entrypoint!r})") from None
@@ -441,7 +444,7 @@ class TaskRunner:
                                   attempt=tdd.attempt, inputs=LazyInputs(session, tdd.inputs))
                 result = function(ctx)
                 if result is not None and not running.cancelled.is_set():
-                    rows = self._write_result(session, result, tdd.result_path)
+                    rows = write_partition(session, _as_dataframe(result), tdd.result_path)
                     result_path = tdd.result_path
         except Exception as exc:  # noqa: BLE001 - the task function's failure is the attempt's failure
             if running.cancelled.is_set():
@@ -459,16 +462,6 @@ class TaskRunner:
         for key, value in tdd.spark_conf.items():
             session.conf.set(key, value)
         return session
-
-    @staticmethod
-    def _write_result(session: SparkSession, result: Any, path: str) -> int:
-        from pyspark.sql import DataFrame
-
-        if not isinstance(result, DataFrame):
-            raise TypeError(f"a task function returns a pyspark.sql.DataFrame or None, not {type(result).__name__}")
-        result.write.mode("overwrite").parquet(path)
-        # Parquet footers hold the row counts: cheaper than counting the DataFrame again.
-        return session.read.parquet(path).count()
 
     def _fail(self, running: RunningExecution, exc: BaseException) -> ExecutionState:
         log.info("job %s: execution %s of %s[%d] failed: %s: %s", running.tdd.job_id, running.tdd.execution_id,

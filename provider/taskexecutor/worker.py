@@ -22,11 +22,11 @@ from typing import Any
 
 from celery import bootsteps
 
+from sparkdispatch.broker.celery_app import remove_stale_pidbox_messages
 from sparkdispatch.config import Configuration
 from sparkdispatch.errors import FencingTokenMismatch, ServiceUnavailable, SparkDispatchError, UnknownTaskExecutor
 from sparkdispatch.ha.leader import LeaderInfo
-from sparkdispatch.jobgraph import ExecutionStateUpdate
-from sparkdispatch.taskexecutor.app import remove_stale_pidbox_messages
+from sparkdispatch.protocol import ExecutionStateUpdate
 from sparkdispatch.taskexecutor.master_client import MasterClient
 from sparkdispatch.taskexecutor.runner import SlotTable
 

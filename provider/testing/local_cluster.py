@@ -7,40 +7,18 @@ and restarts processes for failover tests, and stops everything it started.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
-import urllib.error
 import uuid
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 from sparkdispatch.config import Configuration
+from sparkdispatch.testing.http import http_json, upload_artifact
 from sparkdispatch.testing.services import free_port
-
-
-def http_json(method: str, url: str, body: Any = None, *, token: str = "",
-              timeout: float = 30.0) -> tuple[int, Any]:
-    """One blocking HTTP call with a JSON body; (status, decoded JSON answer or its text)."""
-    data = json.dumps(body).encode() if body is not None and not isinstance(body, bytes) else body
-    headers = {"Content-Type": "application/json"}
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
-    request = urllib.request.Request(url, data=data, method=method, headers=headers)
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as answer:
-            raw = answer.read()
-            return answer.status, json.loads(raw) if raw else None
-    except urllib.error.HTTPError as error:
-        raw = error.read()
-        try:
-            return error.code, json.loads(raw) if raw else None
-        except ValueError:
-            return error.code, raw.decode(errors="replace")
 
 
 class LocalCluster:
@@ -148,10 +126,6 @@ class LocalCluster:
         """One HTTP call; (status, decoded JSON body or None)."""
         return http_json(method, url, body, token=self.config["rest.auth.token"], timeout=timeout)
 
-    def _auth(self) -> dict[str, str]:
-        token = self.config["rest.auth.token"]
-        return {"Authorization": f"Bearer {token}"} if token else {}
-
     def leader_index(self) -> int | None:
         for index, process in enumerate(self.masters):
             if process is None or process.poll() is not None:
@@ -221,11 +195,4 @@ class LocalCluster:
         raise TimeoutError(f"job {job_id} did not finish within {timeout:.0f}s; logs in {self.log_dir}")
 
     def upload_artifact(self, path: Path) -> str:
-        boundary = "sparkdispatch-artifact-boundary"
-        body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{path.name}\"\r\n"
-                "Content-Type: application/octet-stream\r\n\r\n").encode() + path.read_bytes() + \
-            f"\r\n--{boundary}--\r\n".encode()
-        request = urllib.request.Request(self.leader_url() + "/artifacts", data=body, method="POST", headers={
-            "Content-Type": f"multipart/form-data; boundary={boundary}", **self._auth()})
-        with urllib.request.urlopen(request, timeout=30) as answer:
-            return str(json.loads(answer.read())["key"])
+        return upload_artifact(self.leader_url(), path, token=self.config["rest.auth.token"])

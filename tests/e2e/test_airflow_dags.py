@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import requests
 
+from sparkdispatch.testing.http import http_json
 from sparkdispatch.testing.services import free_port
 
 pytestmark = pytest.mark.slow
@@ -53,10 +53,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             if process.poll() is not None:
                 pytest.fail(f"sparkdispatch standalone exited with {process.returncode}:\n{log_path.read_text()}")
             try:
-                overview = requests.get(f"{url}/overview", timeout=2).json()
-                if overview.get("slots_total", 0) >= 3:
+                status, overview = http_json("GET", f"{url}/overview", timeout=2)
+                if status == 200 and overview.get("slots_total", 0) >= 3:
                     break
-            except (requests.RequestException, ValueError):
+            except (OSError, TimeoutError):
                 pass
             if time.monotonic() > deadline:
                 pytest.fail(f"the standalone cluster had no slots after {CLUSTER_START_TIMEOUT_S}s:\n"
@@ -92,7 +92,7 @@ def airflow(cluster: str) -> Iterator[dict[str, Any]]:
 
 
 def jobs(cluster: str) -> dict[str, str]:
-    return {job["id"]: job["status"] for job in requests.get(f"{cluster}/jobs", timeout=10).json()["jobs"]}
+    return {job["id"]: job["status"] for job in http_json("GET", f"{cluster}/jobs", timeout=10)[1]["jobs"]}
 
 
 def run_dag(dag: Any) -> Any:
@@ -108,7 +108,7 @@ def test_an_example_dag_runs_to_one_finished_job(cluster: str, airflow: dict[str
     assert str(run.state) in ("success", "DagRunState.SUCCESS"), run.state
     new = {job_id: status for job_id, status in jobs(cluster).items() if job_id not in before}
     assert list(new.values()) == ["FINISHED"], new
-    details = requests.get(f"{cluster}/jobs/{next(iter(new))}/execution-result", timeout=10).json()
+    details = http_json("GET", f"{cluster}/jobs/{next(iter(new))}/execution-result", timeout=10)[1]
     vertices = details["job_execution_result"]["vertices"]
     assert set(vertices) == {"generate", "clean", "revenue_by_region", "revenue_by_product", "report"}
     assert vertices["generate"]["rows"] == ROWS and vertices["report"]["rows"] == 4

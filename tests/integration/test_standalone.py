@@ -3,17 +3,16 @@ stops every process it started."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
+from sparkdispatch.testing.http import http_json
 from sparkdispatch.testing.services import free_port
 
 pytestmark = pytest.mark.slow
@@ -36,8 +35,10 @@ def processes_mentioning(text: str) -> list[int]:
 
 
 def overview(base: str) -> dict[str, int]:
-    with urllib.request.urlopen(base + "/overview", timeout=5) as answer:
-        return dict(json.loads(answer.read()))
+    status, body = http_json("GET", base + "/overview", timeout=5)
+    if status != 200:
+        raise ConnectionError(f"GET {base}/overview answered {status}: {body}")
+    return dict(body)
 
 
 def wait_for(predicate: object, what: str, timeout: float = 180.0) -> None:

@@ -16,7 +16,7 @@ import sys
 import textwrap
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +27,12 @@ from aiohttp import web
 from sparkdispatch.config import Configuration
 from sparkdispatch.errors import FencingTokenMismatch, SparkDispatchError
 from sparkdispatch.ha import STANDALONE_SESSION_ID, create_ha_services
-from sparkdispatch.jobgraph import ExecutionState, ExecutionStateUpdate, SlotReport, TaskDeploymentDescriptor
+from sparkdispatch.jobgraph import ExecutionState
+from sparkdispatch.protocol import ExecutionReport, ExecutionStateUpdate, SlotReport, TaskDeploymentDescriptor
 from sparkdispatch.resourcemanager import AllocatedSlot, ResourceManager
+from sparkdispatch.resourcemanager.celery_gateway import CeleryTaskExecutorGateway
 from sparkdispatch.rest.taskexecutor_routes import SESSION_HEADER, add_task_executor_routes
-from sparkdispatch.taskexecutor.gateway import CeleryTaskExecutorGateway
+from sparkdispatch.settings import ResourceManagerSettings
 from sparkdispatch.taskexecutor.master_client import MasterClient
 from sparkdispatch.testing.services import RedisServer, free_port
 
@@ -57,6 +59,9 @@ class ExecutionLog:
     def task_executor_lost(self, task_executor_id: str, allocation_ids: list[str], reason: str) -> None:
         self.lost.append((task_executor_id, allocation_ids, reason))
 
+    def task_executor_heartbeat(self, task_executor_id: str, executions: Sequence[ExecutionReport]) -> None:
+        """The tests follow executions through their state reports, not through heartbeats."""
+
     def final(self, execution_id: str) -> ExecutionStateUpdate | None:
         for update in reversed(self.updates):
             if update.execution_id == execution_id and update.state.is_terminal:
@@ -76,7 +81,7 @@ class TestMaster:
         self.config = config
         self.session_id = session_id
         self.jobs = ExecutionLog()
-        self.resource_manager = ResourceManager(config, session_id)
+        self.resource_manager = ResourceManager(ResourceManagerSettings.from_config(config), session_id)
         self._runner: web.AppRunner | None = None
 
     def job_master(self, job_id: str) -> ExecutionLog:
@@ -99,7 +104,7 @@ class TestMaster:
     async def restart_resource_manager(self) -> None:
         """Both the REST endpoint and the ResourceManager go away and come back empty."""
         await self.stop()
-        self.resource_manager = ResourceManager(self.config, self.session_id)
+        self.resource_manager = ResourceManager(ResourceManagerSettings.from_config(self.config), self.session_id)
         await self.start()
 
 

@@ -28,9 +28,8 @@ from sparkdispatch.cli import _parser
 from sparkdispatch.client import parse_addresses
 from sparkdispatch.config import OPTIONS_BY_KEY, SPARK_PREFIX, Configuration, parse_overrides, read_yaml_file
 from sparkdispatch.ha.leader import STANDALONE_SESSION_ID
-from sparkdispatch.jobgraph import SlotReport
 from sparkdispatch.master import Master
-from sparkdispatch.resourcemanager.messages import TaskExecutorRegistration
+from sparkdispatch.protocol import SlotReport, TaskExecutorRegistration
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker-compose.yaml"

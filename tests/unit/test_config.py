@@ -1,4 +1,5 @@
-"""Configuration: defaults, YAML files, -D overrides, durations, and refusal of bad input."""
+"""Configuration: defaults, YAML files, -D overrides, durations, refusal of bad input, and the
+typed settings the master's components get from it."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from sparkdispatch.config import (
     parse_size,
 )
 from sparkdispatch.errors import ConfigurationError
+from sparkdispatch.jobgraph import FailureRateRestart
+from sparkdispatch.settings import MasterSettings
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
@@ -130,3 +133,23 @@ def test_configuration_is_frozen() -> None:
 def test_docs_table_is_current() -> None:
     """docs/configuration.md holds the generated table; regenerate it with `sparkdispatch config-docs`."""
     assert options_table() in DOCS.read_text()
+
+
+def test_master_settings_carry_typed_values(tmp_path: Path) -> None:
+    config = Configuration.from_mapping({
+        "storage.dir": str(tmp_path), "high-availability.cluster-id": "blue", "rest.address": "10.0.0.5",
+        "rest.auth.token": "s3cret", "rest.max-body-size": "2mb", "heartbeat.interval": "500ms",
+        "heartbeat.timeout": "3s", "heartbeat.rpc-failure-threshold": -1, "slot.request.timeout": "1min",
+        "cleanup-strategy.initial-backoff": "10ms", "results.retention": "delete",
+        "restart-strategy.type": "failure-rate", "jobstore.max-in-memory": 7})
+    settings = MasterSettings.from_config(config)
+    rest = settings.rest
+    assert (rest.address, rest.bind_address, rest.port, rest.max_body_size) == ("10.0.0.5", "10.0.0.5", 8081, 2 << 20)
+    assert rest.auth_token == "s3cret" and "s3cret" not in repr(settings)
+    heartbeat = settings.resource_manager.heartbeat
+    assert (heartbeat.interval, heartbeat.timeout, heartbeat.rpc_failure_threshold) == (0.5, 3.0, -1)
+    assert settings.resource_manager.slot_request_timeout == 60.0
+    assert settings.job_master.restart_strategy == FailureRateRestart()
+    assert settings.job_master.results_dir == settings.cleanup.results_dir == str(tmp_path / "results")
+    assert settings.cleanup.delete_results and settings.cleanup.initial_backoff == 0.01
+    assert settings.archive.directory == tmp_path / "archive" / "blue" and settings.archive.capacity == 7

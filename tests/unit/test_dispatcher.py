@@ -12,8 +12,11 @@ from sparkdispatch.archive import JobArchive
 from sparkdispatch.config import Configuration
 from sparkdispatch.dispatcher import Dispatcher
 from sparkdispatch.errors import DuplicateJobSubmission, JobAlreadyTerminated, LeadershipLost, UnknownJob
-from sparkdispatch.ha import create_ha_services
+from sparkdispatch.ha import HighAvailabilityServices, JobProgress, create_ha_services
 from sparkdispatch.jobgraph import ExecutionState, JobGraph, JobResult, JobStatus, VertexResult
+from sparkdispatch.rest.views import flink_job_details, job_details, job_summary
+from sparkdispatch.settings import ArchiveSettings, CleanupSettings
+from sparkdispatch.snapshot import JobOverview, JobSnapshot
 
 SESSION = "00000000-0000-0000-0000-000000000000"
 
@@ -23,7 +26,7 @@ class FakeJobMaster:
 
     created: list[FakeJobMaster] = []
 
-    def __init__(self, graph: JobGraph, *, recovered_progress: Any = None, **_: Any) -> None:
+    def __init__(self, graph: JobGraph, recovered_progress: JobProgress | None) -> None:
         self.graph = graph
         self.recovered_progress = recovered_progress
         self.result_future: asyncio.Future[JobResult] = asyncio.get_running_loop().create_future()
@@ -50,12 +53,13 @@ class FakeJobMaster:
         self.suspended = True
         self.status = JobStatus.SUSPENDED
 
-    def details(self) -> dict[str, Any]:
-        return {"id": self.graph.job_id, "name": self.graph.name, "status": self.status.value, "start_time": 1,
-                "end_time": None, "vertices": []}
+    def overview(self) -> JobOverview:
+        assert self.graph.job_id is not None
+        return JobOverview(job_id=self.graph.job_id, name=self.graph.name, status=self.status, start_time=1,
+                           end_time=None, duration_ms=0, last_modification=1)
 
-    def flink_job_details(self) -> dict[str, Any]:
-        return {"jid": self.graph.job_id, "name": self.graph.name, "state": self.status.value}
+    def snapshot(self) -> JobSnapshot:
+        return JobSnapshot(self.overview())
 
 
 def graph(name: str = "job", job_id: str | None = "a" * 32) -> JobGraph:
@@ -95,10 +99,11 @@ async def ha(config: Configuration) -> Any:
     await services.close()
 
 
-def make_dispatcher(config: Configuration, ha: Any) -> Dispatcher:
+def make_dispatcher(config: Configuration, ha: HighAvailabilityServices) -> Dispatcher:
     FakeJobMaster.created = []
-    return Dispatcher(config=config, session_id=SESSION, ha=ha, resource_manager=None, task_executor_gateway=None,
-                      archive=JobArchive(config), job_master_factory=FakeJobMaster)
+    return Dispatcher(session_id=SESSION, jobgraph_store=ha.jobgraph_store, job_result_store=ha.job_result_store,
+                      progress_store=ha.progress_store, archive=JobArchive(ArchiveSettings.from_config(config)),
+                      new_job_master=FakeJobMaster, cleanup=CleanupSettings.from_config(config))
 
 
 async def until(predicate: Any, timeout: float = 10.0) -> None:
@@ -148,7 +153,7 @@ async def test_a_finished_job_is_archived_cleaned_and_never_accepted_again(confi
         await dispatcher.submit(graph())
     result = await dispatcher.job_result("a" * 32)
     assert result is not None and result.status is JobStatus.FINISHED
-    assert [j["status"] for j in dispatcher.list_jobs()] == ["FINISHED"]
+    assert [job_summary(j)["status"] for j in dispatcher.job_overviews()] == ["FINISHED"]
     assert dispatcher.job_counts() == {"FINISHED": 1}
     with pytest.raises(JobAlreadyTerminated):
         await dispatcher.cancel("a" * 32)
@@ -178,7 +183,7 @@ async def test_a_failed_persist_leaves_no_trace(config: Configuration, ha: Any, 
     monkeypatch.setattr(ha.jobgraph_store, "put", refuse)
     with pytest.raises(LeadershipLost):
         await dispatcher.submit(graph())
-    assert dispatcher.list_jobs() == [] and not FakeJobMaster.created
+    assert dispatcher.job_overviews() == [] and not FakeJobMaster.created
     monkeypatch.undo()
     assert await dispatcher.submit(graph()) == ("a" * 32, True)
     await dispatcher.stop()
@@ -224,4 +229,45 @@ async def test_a_failing_cleanup_is_retried_until_it_succeeds(config: Configurat
     await until(lambda: failures["left"] == 0 and not dispatcher.cleanup_pending("a" * 32))
     assert await ha.jobgraph_store.job_ids() == set()
     assert not await ha.job_result_store.has_dirty_entry("a" * 32)
+    await dispatcher.stop()
+
+
+async def test_a_job_recovered_from_its_dirty_result_is_shown_from_the_result_alone(
+        config: Configuration, ha: Any) -> None:
+    job_id = "c" * 32
+    await ha.job_result_store.create_dirty(JobResult(
+        job_id=job_id, name="job", status=JobStatus.FAILED, start_time=1_000, end_time=5_200,
+        vertices={"a": VertexResult(state=ExecutionState.FINISHED, attempts=1),
+                  "b": VertexResult(state=ExecutionState.FAILED, attempts=3)}))
+    dispatcher = make_dispatcher(config, ha)
+    await dispatcher.start()
+    [overview] = dispatcher.job_overviews()
+    assert job_summary(overview) == {"id": job_id, "name": "job", "status": "FAILED", "start_time": 1_000,
+                                     "end_time": 5_200, "duration_ms": 4_200}
+    assert flink_job_details(overview) == {
+        "jid": job_id, "name": "job", "state": "FAILED", "start-time": 1_000, "end-time": 5_200, "duration": 4_200,
+        "last-modification": 5_200, "pending-operators": 0,
+        "tasks": {"created": 0, "scheduled": 0, "deploying": 0, "running": 0, "finished": 1, "canceling": 0,
+                  "canceled": 0, "failed": 1, "reconciling": 0, "initializing": 0, "total": 2}}
+    assert job_details(await dispatcher.job_snapshot(job_id)) == {
+        "id": job_id, "name": "job", "status": "FAILED", "start_time": 1_000, "end_time": 5_200,
+        "vertices": [{"id": "a", "state": "FINISHED", "parallelism": None, "inputs": [], "attempts": 1, "subtasks": []},
+                     {"id": "b", "state": "FAILED", "parallelism": None, "inputs": [], "attempts": 3, "subtasks": []}]}
+    assert dispatcher.job_counts() == {"FAILED": 1}
+    with pytest.raises(UnknownJob):
+        await dispatcher.job_snapshot("d" * 32)
+    await dispatcher.stop()
+
+
+async def test_running_and_archived_jobs_are_listed_newest_first(config: Configuration, ha: Any) -> None:
+    dispatcher = make_dispatcher(config, ha)
+    await dispatcher.start()
+    await dispatcher.submit(graph(job_id="a" * 32))
+    FakeJobMaster.created[0].finish()  # archived, started at 1
+    await until(lambda: not dispatcher._jobs)
+    await dispatcher.submit(graph(job_id="b" * 32))  # running, started at 1 too: the id breaks the tie
+    assert [(o.job_id, o.status) for o in dispatcher.job_overviews()] == [
+        ("b" * 32, JobStatus.RUNNING), ("a" * 32, JobStatus.FINISHED)]
+    assert (await dispatcher.job_snapshot("b" * 32)).overview == FakeJobMaster.created[1].overview()
+    assert dispatcher.job_counts() == {"FINISHED": 1, "RUNNING": 1}
     await dispatcher.stop()

@@ -1,4 +1,4 @@
-"""The ExecutionGraph: unfolding, attempts, lifecycle checks, recovery and the REST/JobResult views."""
+"""The ExecutionGraph: unfolding, attempts, lifecycle checks, recovery, its snapshots and its JobResult."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import pytest
 from sparkdispatch.errors import IllegalStateTransition, InvalidJobGraph
 from sparkdispatch.jobgraph import ExecutionState, Failure, JobGraph, JobResult, JobStatus, JobVertex
 from sparkdispatch.jobmaster.execution_graph import ExecutionGraph, SubtaskId, aggregate_state
+from sparkdispatch.rest.views import flink_job_details, job_details
+from sparkdispatch.results import ResultLayout
 
 JOB_ID = "ab" * 16
 
@@ -134,7 +136,7 @@ def test_flink_job_details_while_running_and_after() -> None:
     graph.transition(JobStatus.RUNNING)
     finish(graph, SubtaskId("source", 0))
     clock.now += 2
-    details = graph.flink_job_details()
+    details = flink_job_details(graph.overview())
     assert set(details) == {"jid", "name", "state", "start-time", "end-time", "duration", "last-modification",
                             "pending-operators", "tasks"}
     assert details["jid"] == JOB_ID and details["state"] == "RUNNING"
@@ -147,13 +149,13 @@ def test_flink_job_details_while_running_and_after() -> None:
             finish(graph, ev.id)
     clock.now += 1
     graph.transition(JobStatus.FINISHED)
-    done = graph.flink_job_details()
+    done = flink_job_details(graph.overview())
     assert done["end-time"] == done["start-time"] + 3000 and done["duration"] == 3000
 
 
 def test_details_shape_for_rest() -> None:
     graph = ExecutionGraph(diamond())
-    body = graph.details()
+    body = job_details(graph.snapshot())
     assert set(body) == {"id", "name", "status", "start_time", "end_time", "vertices"}
     assert body["end_time"] is None
     left = next(v for v in body["vertices"] if v["id"] == "left")
@@ -171,7 +173,7 @@ def test_job_result_sums_rows_and_names_the_vertex_dir() -> None:
         ev.deployed_attempts = 1
     graph.subtask(SubtaskId("left", 1)).deployed_attempts = 3
     graph.transition(JobStatus.FINISHED)
-    result = graph.job_result(vertex_dir=lambda v: f"/r/{JOB_ID}/{v}")
+    result = graph.job_result(results=ResultLayout("/r"))
     assert result.vertices["source"].rows == 8
     assert result.vertices["source"].result_path == f"/r/{JOB_ID}/source"
     assert result.vertices["left"].attempts == 3
@@ -191,7 +193,7 @@ def test_job_result_of_a_failed_job_names_the_root_cause() -> None:
     graph.failure = failure
     graph.transition(JobStatus.FAILING)
     graph.transition(JobStatus.FAILED)
-    result = graph.job_result(vertex_dir=lambda v: v)
+    result = graph.job_result(results=ResultLayout("/r"))
     assert result.status is JobStatus.FAILED and result.failure == failure
     assert result.vertices["source"].state is ExecutionState.FAILED
     assert result.vertices["source"].failure == failure and result.vertices["source"].attempts == 2

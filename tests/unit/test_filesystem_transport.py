@@ -8,9 +8,11 @@ from queue import Empty
 from typing import Any
 
 import pytest
+from celery import Celery
 
+from sparkdispatch.broker import filesystem_transport
+from sparkdispatch.broker.celery_app import APP_NAME, configure_celery_app
 from sparkdispatch.config import Configuration
-from sparkdispatch.taskexecutor import filesystem_transport
 from sparkdispatch.taskexecutor.app import create_celery_app
 
 
@@ -42,5 +44,8 @@ def test_a_message_being_written_is_invisible_then_whole(tmp_path: Path, monkeyp
 
 def test_the_master_and_workers_use_the_atomic_transport(tmp_path: Path) -> None:
     config = Configuration.from_mapping({"broker.url": "filesystem://", "storage.dir": str(tmp_path)})
-    with create_celery_app(config).connection() as connection:
-        assert isinstance(connection.default_channel, filesystem_transport.Channel)
+    master_app = Celery(APP_NAME, set_as_current=False)  # as the master's CeleryTaskExecutorGateway builds it
+    configure_celery_app(master_app, config)
+    for app in (master_app, create_celery_app(config)):
+        with app.connection() as connection:
+            assert isinstance(connection.default_channel, filesystem_transport.Channel)

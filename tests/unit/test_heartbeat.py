@@ -8,6 +8,7 @@ import pytest
 
 from sparkdispatch.config import Configuration
 from sparkdispatch.heartbeat import HeartbeatMonitor
+from sparkdispatch.settings import HeartbeatSettings
 from sparkdispatch.testing.clock import ManualClock
 
 
@@ -157,7 +158,7 @@ def test_bad_settings_are_refused(kwargs: dict[str, float], listener: RecordingL
 
 async def test_the_periodic_check_finds_a_silent_target(listener: RecordingListener) -> None:
     config = Configuration.from_mapping({"heartbeat.interval": "50ms", "heartbeat.timeout": "200ms"})
-    monitor = HeartbeatMonitor.from_config(config, listener)
+    monitor: HeartbeatMonitor[None] = HeartbeatMonitor.from_settings(HeartbeatSettings.from_config(config), listener)
     monitor.start()
     try:
         monitor.monitor("te-1")

@@ -1,4 +1,5 @@
-"""SparkDispatchHook: connection parsing, the async client for triggers, test_connection."""
+"""SparkDispatchHook: connection parsing, the async client for triggers, test_connection, and the
+master's own error classes through both clients (against an in-process master)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,16 @@ import json
 from collections.abc import AsyncIterator
 
 import pytest
-from aiohttp import web
 
-from sparkdispatch.client import ZooKeeperTarget
-from sparkdispatch.errors import ConfigurationError
+from sparkdispatch.client import RetryPolicy, SparkDispatchClient, ZooKeeperTarget
+from sparkdispatch.errors import ConfigurationError, DuplicateJobSubmission, InvalidJobGraph, UnknownJob
 from sparkdispatch.hooks import SparkDispatchHook
 from sparkdispatch.hooks.sparkdispatch import client_settings
+from sparkdispatch.testing.master import InProcessMaster
 from sparkdispatch.testing.services import free_port
+
+JOB = "0123456789abcdef0123456789abcdef"
+OTHER = "fedcba9876543210fedcba9876543210"
 
 
 def set_connection(monkeypatch: pytest.MonkeyPatch, conn_id: str, value: dict | str) -> None:
@@ -73,33 +77,47 @@ async def test_the_async_client_reads_the_connection_without_blocking_calls(
 
 
 @pytest.fixture
-async def live_master() -> AsyncIterator[str]:
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-
-    async def overview(request: web.Request) -> web.Response:
-        return web.json_response({"is_leader": True, "leader": url, "taskmanagers": 2, "slots_total": 4,
-                                  "slots_available": 3, "jobs_running": 1, "jobs_finished": 0,
-                                  "jobs_failed": 0, "jobs_cancelled": 0})
-
-    app = web.Application()
-    app.router.add_get("/overview", overview)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    try:
-        yield url
-    finally:
-        await runner.cleanup()
+async def live_master() -> AsyncIterator[InProcessMaster]:
+    """A real master with two TaskExecutors of two slots each, one slot taken by a running job."""
+    async with InProcessMaster() as master:
+        await master.add_task_executor("te-1", slots=2)
+        await master.add_task_executor("te-2", slots=2)
+        async with SparkDispatchClient(addresses=[master.url]) as client:
+            await client.submit({"job_id": JOB, "name": "held", "vertices": [{"id": "a", "entrypoint": "m:f"}]})
+        while not master.gateway.of_job(JOB):  # the task runs until the test ends
+            await asyncio.sleep(0.01)
+        yield master
 
 
 async def test_test_connection_reports_the_leader_and_its_slots(monkeypatch: pytest.MonkeyPatch,
-                                                                live_master: str) -> None:
-    port = int(live_master.rsplit(":", 1)[1])
-    set_connection(monkeypatch, "sd_live", {"conn_type": "sparkdispatch", "host": "127.0.0.1", "port": port})
+                                                                live_master: InProcessMaster) -> None:
+    set_connection(monkeypatch, "sd_live", {"conn_type": "sparkdispatch", "host": "127.0.0.1",
+                                            "port": live_master.port})
     ok, message = await asyncio.to_thread(SparkDispatchHook("sd_live").test_connection)
     assert ok, message
-    assert message == f"leader {live_master}, 2 TaskExecutors, 4 slots (3 free)"
+    assert message == f"leader {live_master.url}, 2 TaskExecutors, 4 slots (3 free)"
+
+
+async def test_the_hooks_clients_raise_the_masters_own_error_classes(monkeypatch: pytest.MonkeyPatch,
+                                                                     live_master: InProcessMaster) -> None:
+    set_connection(monkeypatch, "sd_live", {"conn_type": "sparkdispatch", "host": "127.0.0.1",
+                                            "port": live_master.port})
+    hook = SparkDispatchHook("sd_live", retry=RetryPolicy(attempts=1))
+    try:
+        client = await asyncio.to_thread(hook.get_conn)
+        with pytest.raises(UnknownJob) as unknown:
+            await asyncio.to_thread(client.job, OTHER)
+        assert unknown.value.job_id == OTHER
+        with pytest.raises(DuplicateJobSubmission) as duplicate:
+            await asyncio.to_thread(client.submit, {"job_id": JOB, "name": "other", "vertices": [
+                {"id": "b", "entrypoint": "m:g"}]})
+        assert duplicate.value.job_id == JOB
+    finally:
+        await asyncio.to_thread(hook.close)
+    async with await hook.aget_client() as async_client:
+        with pytest.raises(InvalidJobGraph) as invalid:
+            await async_client.submit({"name": "x", "vertices": []})
+        assert "vertices" in invalid.value.field_errors
 
 
 def test_test_connection_to_a_dead_cluster_says_what_failed(monkeypatch: pytest.MonkeyPatch) -> None:

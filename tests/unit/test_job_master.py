@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from sparkdispatch.config import Configuration
+from sparkdispatch.config import Configuration, restart_strategy_from_config
 from sparkdispatch.errors import (
     FencingTokenMismatch,
     JobAlreadyTerminated,
@@ -27,7 +27,6 @@ from sparkdispatch.errors import (
 )
 from sparkdispatch.jobgraph import (
     ExecutionState,
-    ExecutionStateUpdate,
     ExponentialDelayRestart,
     FailureRateRestart,
     Failure,
@@ -38,14 +37,17 @@ from sparkdispatch.jobgraph import (
     JobVertex,
     NoRestart,
     RestartStrategy,
-    TaskDeploymentDescriptor,
 )
 from sparkdispatch.jobmaster import JobMaster
 from sparkdispatch.jobmaster.execution_graph import SubtaskId
+from sparkdispatch.protocol import ExecutionStateUpdate, TaskDeploymentDescriptor
+from sparkdispatch.rest.views import flink_job_details, job_details
+from sparkdispatch.settings import JobMasterSettings
 
 JOB_ID = "0123456789abcdef" * 2
 SESSION = "11111111-2222-3333-4444-555555555555"
 RESULTS = "/shared/results"
+DEFAULT_RESTART = restart_strategy_from_config(Configuration.from_mapping({}))  # for graphs that name none
 ARTIFACT = "f" * 64
 STEP_TIMEOUT_S = 10  # a hang fails the test instead of waiting for pytest's timeout
 
@@ -204,7 +206,7 @@ class Harness:
         self.store = FakeProgressStore()
         self.jm = JobMaster(graph, session_id=SESSION, resource_manager=self.rm,
                             task_executor_gateway=self.gateway, progress_store=self.store,
-                            config=Configuration.from_mapping({}), results_dir=RESULTS + "/",
+                            settings=JobMasterSettings(results_dir=RESULTS + "/", restart_strategy=DEFAULT_RESTART),
                             recovered_progress=recovered)
 
     async def deployment(self) -> Deployment:
@@ -221,7 +223,7 @@ class Harness:
 
     async def report(self, d: Deployment, state: ExecutionState, **kwargs: object) -> None:
         """Report as the TaskExecutor does; after FINISHED, wait for the record written after the answer."""
-        await self.jm.update_execution_state(self.update(d, state, **kwargs))
+        self.jm.update_execution_state(self.update(d, state, **kwargs))
         if state is ExecutionState.FINISHED:
             await self.jm.join()
 
@@ -317,8 +319,8 @@ async def test_fan_out_fan_in_runs_in_batch_order_and_finishes() -> None:
         if d.tdd.vertex_id == "left")
     assert len(h.gateway.deployments) == 8 and len(h.store.records) == 8
     assert h.rm.declarations[-1] == 0 and not h.rm.allocated and len(h.rm.released) == 8
-    assert h.jm.details()["status"] == "FINISHED" and h.jm.details()["end_time"] == result.end_time
-    overview = h.jm.flink_job_details()
+    assert job_details(h.jm.snapshot())["status"] == "FINISHED" and job_details(h.jm.snapshot())["end_time"] == result.end_time
+    overview = flink_job_details(h.jm.overview())
     assert overview["state"] == "FINISHED" and overview["tasks"]["finished"] == 8 and overview["tasks"]["total"] == 8
     await h.jm.join()
 
@@ -328,7 +330,7 @@ async def test_details_show_subtask_states_attempts_and_taskmanagers() -> None:
     h.jm.start()
     a0, a1 = await h.deployments(2)
     await h.report(a0, ExecutionState.RUNNING)
-    details = h.jm.details()
+    details = job_details(h.jm.snapshot())
     vertex_a = details["vertices"][0]
     assert details["status"] == "RUNNING" and details["end_time"] is None
     assert vertex_a["id"] == "a" and vertex_a["state"] == "RUNNING" and vertex_a["parallelism"] == 2
@@ -337,9 +339,9 @@ async def test_details_show_subtask_states_attempts_and_taskmanagers() -> None:
                                               "taskmanager": a0.slot.task_executor_id}
     assert by_index[a1.tdd.subtask_index]["state"] == "DEPLOYING"
     assert details["vertices"][1]["subtasks"][0]["state"] == "CREATED"
-    tasks = h.jm.flink_job_details()["tasks"]
+    tasks = flink_job_details(h.jm.overview())["tasks"]
     assert (tasks["running"], tasks["deploying"], tasks["created"], tasks["total"]) == (1, 1, 1, 3)
-    assert h.jm.flink_job_details()["end-time"] == -1
+    assert flink_job_details(h.jm.overview())["end-time"] == -1
     await h.finish(a0)
     await h.finish(a1)
     await h.run_to_end()
@@ -513,14 +515,14 @@ async def test_stale_and_fenced_reports_are_refused_and_change_nothing() -> None
     a0, a1 = await h.deployments(2)
     await h.report(a0, ExecutionState.RUNNING)
     with pytest.raises(FencingTokenMismatch):
-        await h.jm.update_execution_state(ExecutionStateUpdate(
+        h.jm.update_execution_state(ExecutionStateUpdate(
             job_id=JOB_ID, job_master_id="00000000-0000-0000-0000-000000000000",
             execution_id=a0.tdd.execution_id, state=ExecutionState.FAILED))
     with pytest.raises(UnknownJob):
-        await h.jm.update_execution_state(ExecutionStateUpdate(
+        h.jm.update_execution_state(ExecutionStateUpdate(
             job_id="f" * 32, job_master_id=SESSION, execution_id=a0.tdd.execution_id, state=ExecutionState.FAILED))
     with pytest.raises(StaleExecution) as refused:
-        await h.jm.update_execution_state(ExecutionStateUpdate(
+        h.jm.update_execution_state(ExecutionStateUpdate(
             job_id=JOB_ID, job_master_id=SESSION, execution_id=uuid.uuid4().hex, state=ExecutionState.RUNNING))
     assert refused.value.http_status == 409
     assert h.jm.execution_graph.by_execution_id(a0.tdd.execution_id).state is ExecutionState.RUNNING  # type: ignore[union-attr]
@@ -546,7 +548,7 @@ async def test_consumers_wait_for_the_progress_record() -> None:
     for d in (a0, a1):
         await h.report(d, ExecutionState.RUNNING)
     for d in (a0, a1):  # answered at once, while the progress records wait
-        await h.jm.update_execution_state(h.update(d, ExecutionState.FINISHED, rows=1, result_path=d.tdd.result_path))
+        h.jm.update_execution_state(h.update(d, ExecutionState.FINISHED, rows=1, result_path=d.tdd.result_path))
     assert h.jm.execution_graph.subtask(a0.subtask).state is ExecutionState.FINISHED
     for _ in range(20):
         await asyncio.sleep(0)
@@ -590,7 +592,7 @@ async def test_cancel_stops_running_tasks_and_releases_slots() -> None:
     with pytest.raises(StaleExecution):
         await h.report(e0, ExecutionState.FINISHED, rows=1, result_path=e0.tdd.result_path)
     await h.jm.cancel()  # idempotent
-    assert h.jm.flink_job_details()["state"] == "CANCELED"
+    assert flink_job_details(h.jm.overview())["state"] == "CANCELED"
     await h.jm.join()
 
 
@@ -618,7 +620,7 @@ async def test_suspend_stops_without_a_result_and_without_touching_progress() ->
     h.jm.suspend()  # idempotent
     await h.jm.join()
     assert (a1.slot.hostname, a1.tdd.execution_id) in h.gateway.cancels
-    assert h.jm.details()["status"] == "SUSPENDED"
+    assert job_details(h.jm.snapshot())["status"] == "SUSPENDED"
 
 
 async def test_recovered_progress_skips_finished_subtasks() -> None:

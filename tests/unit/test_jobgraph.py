@@ -9,11 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sparkdispatch.config import Configuration
+from sparkdispatch.config import Configuration, restart_strategy_from_config
 from sparkdispatch.errors import IllegalStateTransition, InvalidJobGraph
 from sparkdispatch.jobgraph import (
     ExecutionState,
-    ExecutionStateUpdate,
     ExponentialDelayRestart,
     Failure,
     FailureRateRestart,
@@ -22,9 +21,6 @@ from sparkdispatch.jobgraph import (
     JobResult,
     JobStatus,
     NoRestart,
-    SlotReport,
-    TaskDeploymentDescriptor,
-    restart_strategy_from_config,
 )
 
 
@@ -237,7 +233,7 @@ def test_job_lifecycle_follows_flink() -> None:
     assert not JobStatus.FINISHED.can_become(JobStatus.SUSPENDED)
 
 
-# -- JobResult and worker messages ------------------------------------------------------------
+# -- JobResult -------------------------------------------------------------------------------
 
 def test_job_result_round_trip_and_shape() -> None:
     try:
@@ -265,17 +261,3 @@ def test_job_result_refuses_a_wrong_duration_and_a_running_status() -> None:
         JobResult.from_dict({**body, "duration_ms": 3})
     with pytest.raises(InvalidJobGraph, match="status"):
         JobResult.from_dict({**body, "status": "RUNNING"})
-
-
-def test_slot_report_deployment_and_update_round_trips() -> None:
-    report = SlotReport.free(2)
-    assert SlotReport.from_dict(report.to_dict()) == report
-    tdd = TaskDeploymentDescriptor(
-        job_id="cd" * 16, job_master_id="s", execution_id="e" * 32, vertex_id="clean",
-        entrypoint="pipelines.sales:clean", subtask_index=1, parallelism=2, attempt=0, allocation_id="a",
-        slot_index=0, result_path="/r/clean/1-e", inputs={"extract": ("/r/extract/0",)}, params={"k": 1},
-        artifacts=("f" * 64,), spark_conf={"spark.x": "1"})
-    assert TaskDeploymentDescriptor.from_dict(json.loads(json.dumps(tdd.to_dict()))) == tdd
-    update = ExecutionStateUpdate(job_id="cd" * 16, job_master_id="s", execution_id="e" * 32,
-                                  state=ExecutionState.FINISHED, rows=3, result_path="/r")
-    assert ExecutionStateUpdate.from_dict(update.to_dict()) == update

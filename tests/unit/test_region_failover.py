@@ -5,8 +5,10 @@ from __future__ import annotations
 from sparkdispatch.jobgraph import ExecutionState, Failure, JobGraph, JobVertex
 from sparkdispatch.jobmaster.execution_graph import ExecutionGraph, SubtaskId
 from sparkdispatch.jobmaster.failover import tasks_to_restart, unreadable_inputs
+from sparkdispatch.results import ResultLayout
 
 JOB_ID = "cd" * 16
+RESULTS = ResultLayout("/results")
 
 
 def chain_graph() -> ExecutionGraph:
@@ -22,7 +24,7 @@ def chain_graph() -> ExecutionGraph:
 def finish(graph: ExecutionGraph, vertex_id: str, index: int) -> None:
     ev = graph.subtask(SubtaskId(vertex_id, index))
     ev.current.advance(ExecutionState.FINISHED)
-    ev.current.result_path = f"/results/{JOB_ID}/{vertex_id}/{index}-{ev.current.execution_id}"
+    ev.current.result_path = RESULTS.attempt_path(JOB_ID, vertex_id, index, ev.current.execution_id)
     ev.progress_recorded = True
 
 
@@ -112,3 +114,14 @@ def test_other_failures_do_not_blame_producers() -> None:
     path = graph.subtask(S("a", 0)).current.result_path
     assert unreadable_inputs(graph, consumer, Failure("ValueError", f"bad schema in {path}", "")) == []
     assert unreadable_inputs(graph, consumer, Failure("FileNotFoundException", "/elsewhere/x", "")) == []
+
+
+def test_a_producer_running_again_is_not_blamed_for_its_old_partition() -> None:
+    graph = chain_graph()
+    finish(graph, "a", 0)
+    finish(graph, "a", 1)
+    old_path = graph.subtask(S("a", 1)).current.result_path
+    graph.new_attempt(graph.subtask(S("a", 1)))
+    consumer = graph.subtask(S("b", 0))
+    failure = Failure("AnalysisException", f"[PATH_NOT_FOUND] Path does not exist: file:{old_path}.", "")
+    assert unreadable_inputs(graph, consumer, failure) == []

@@ -16,15 +16,10 @@ from sparkdispatch.errors import (
     SparkDispatchError,
     UnknownTaskExecutor,
 )
-from sparkdispatch.jobgraph import ExecutionState, SlotReport, SlotStatus
-from sparkdispatch.resourcemanager import (
-    AllocatedSlot,
-    ExecutionReport,
-    RegistrationAck,
-    ResourceManager,
-    ResourceOverview,
-    TaskExecutorRegistration,
-)
+from sparkdispatch.jobgraph import ExecutionState
+from sparkdispatch.protocol import ExecutionReport, RegistrationAck, SlotReport, SlotStatus, TaskExecutorRegistration
+from sparkdispatch.resourcemanager import AllocatedSlot, ResourceManager, ResourceOverview
+from sparkdispatch.settings import ResourceManagerSettings
 from sparkdispatch.testing.clock import ManualClock
 
 SESSION = "11111111-2222-3333-4444-555555555555"
@@ -33,7 +28,7 @@ JOB_A, JOB_B = "a" * 32, "b" * 32
 
 
 class Job:
-    """A recording SlotListener that also takes the optional heartbeat hook."""
+    """A recording SlotListener."""
 
     def __init__(self, job_id: str) -> None:
         self.job_id = job_id
@@ -84,7 +79,7 @@ def config() -> Configuration:
 
 @pytest.fixture
 async def rm(config: Configuration, clock: ManualClock) -> Any:
-    manager = ResourceManager(config, SESSION, clock=clock)
+    manager = ResourceManager(ResourceManagerSettings.from_config(config), SESSION, clock=clock)
     manager.start()
     try:
         yield manager
@@ -264,7 +259,7 @@ async def test_idle_task_executors_show_in_the_listing(rm: ResourceManager, cloc
 
 
 async def test_stop_drops_everything_and_refuses_later_calls(config: Configuration, clock: ManualClock) -> None:
-    rm = ResourceManager(config, SESSION, clock=clock)
+    rm = ResourceManager(ResourceManagerSettings.from_config(config), SESSION, clock=clock)
     rm.start()
     rm.register_task_executor(SESSION, registration_body("te-1", 1))
     a = Job(JOB_A)
@@ -284,7 +279,7 @@ async def test_stop_drops_everything_and_refuses_later_calls(config: Configurati
 
 async def test_a_silent_task_executor_is_lost_on_the_real_clock() -> None:
     config = Configuration.from_mapping({"heartbeat.interval": "50ms", "heartbeat.timeout": "200ms"})
-    rm = ResourceManager(config, SESSION)
+    rm = ResourceManager(ResourceManagerSettings.from_config(config), SESSION)
     rm.start()
     try:
         rm.register_task_executor(SESSION, registration_body("te-1", 1))

@@ -6,13 +6,12 @@ import random
 
 import pytest
 
-from sparkdispatch.config import Configuration
+from sparkdispatch.config import Configuration, restart_strategy_from_config
 from sparkdispatch.jobgraph import (
     ExponentialDelayRestart,
     FailureRateRestart,
     FixedDelayRestart,
     NoRestart,
-    restart_strategy_from_config,
 )
 from sparkdispatch.jobmaster.restart import (
     ExponentialDelayRestartStrategy,

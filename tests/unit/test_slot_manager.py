@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sparkdispatch.errors import InvalidRequest, SlotRequestTimeout, SparkDispatchError
-from sparkdispatch.jobgraph import SlotReport, SlotStatus
-from sparkdispatch.resourcemanager import AllocatedSlot, SlotManager, TaskExecutorRegistration
+from sparkdispatch.protocol import SlotReport, SlotStatus, TaskExecutorRegistration
+from sparkdispatch.resourcemanager import AllocatedSlot, SlotManager
 from sparkdispatch.testing.clock import ManualClock
 
 JOB_A, JOB_B, JOB_C = "a" * 32, "b" * 32, "c" * 32

@@ -14,7 +14,9 @@ from typing import Any
 import pytest
 
 from sparkdispatch.errors import FencingTokenMismatch
-from sparkdispatch.jobgraph import ExecutionState, ExecutionStateUpdate, TaskDeploymentDescriptor
+from sparkdispatch.jobgraph import ExecutionState
+from sparkdispatch.protocol import ExecutionStateUpdate, TaskDeploymentDescriptor
+from sparkdispatch.results import ResultLayout
 from sparkdispatch.taskexecutor.runner import ArtifactCache, SlotTable, TaskRunner
 
 SESSION = "00000000-0000-0000-0000-000000000000"
@@ -78,7 +80,8 @@ def tdd_for(entrypoint: str, tmp_path: Path, *, artifacts: tuple[str, ...] = (),
     values: dict[str, Any] = dict(
         job_id=JOB_ID, job_master_id="jm-1", execution_id=execution_id, vertex_id="v", entrypoint=entrypoint,
         subtask_index=0, parallelism=1, attempt=0, allocation_id=f"alloc-{slot_index}", slot_index=slot_index,
-        result_path=str(tmp_path / "results" / JOB_ID / "v" / f"0-{execution_id}"), artifacts=artifacts)
+        result_path=ResultLayout(str(tmp_path / "results")).attempt_path(JOB_ID, "v", 0, execution_id),
+        artifacts=artifacts)
     values.update(fields)
     return TaskDeploymentDescriptor(**values)
 

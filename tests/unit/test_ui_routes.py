@@ -13,7 +13,9 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from sparkdispatch.errors import NoLeader, ServiceUnavailable, UnknownJob
-from sparkdispatch.rest.ui_routes import add_ui_routes, format_duration, format_time, layout_graph
+from sparkdispatch.jobgraph import JobStatus
+from sparkdispatch.rest.ui_render import format_duration, format_time, layout_graph
+from sparkdispatch.rest.ui_routes import add_ui_routes
 
 JOB_ID = "0f0e0d0c0b0a09080706050403020100"
 EVIL = '<script>alert("x")</script>&'
@@ -305,3 +307,15 @@ def test_times_and_durations_read_as_a_person_writes_them() -> None:
     assert format_time(-1) == format_time(None) == "—"
     assert [format_duration(ms) for ms in (850, 4200, 182_000, 3_900_000, None)] == [
         "850 ms", "4.2 s", "3 min 02 s", "1 h 05 min", "—"]
+
+
+async def test_pages_hand_the_scripts_the_terminal_statuses_of_the_model(client: TestClient, view: FakeView) -> None:
+    view.jobs_by_id[JOB_ID] = failed_job()
+    for path in ("/ui/", f"/ui/jobs/{JOB_ID}", "/ui/taskmanagers"):
+        page = await get_page(client, path)
+        found = re.search(r'data-terminal-statuses="([^"]*)"', page)
+        assert found is not None, path
+        assert set(found.group(1).split()) == {s.value for s in JobStatus if s.is_terminal} == {
+            "FINISHED", "FAILED", "CANCELED", "SUSPENDED"}
+    script = (importlib.resources.files("sparkdispatch.rest") / "ui" / "common.js").read_text(encoding="utf-8")
+    assert "terminalStatuses" in script and "FINISHED" not in script  # no copy of the set in the script

@@ -7,7 +7,8 @@ window.SD = (function () {
   // Both are relative to the page, so the UI keeps working behind a path prefix.
   const apiBase = new URL(body.dataset.api || "../", window.location.href);
   const uiRoot = body.dataset.root || "./";
-  const TERMINAL = new Set(["FINISHED", "FAILED", "CANCELED", "SUSPENDED"]);
+  // The job statuses polling stops at, as the server's JobStatus names them.
+  const TERMINAL = new Set((body.dataset.terminalStatuses || "").split(" ").filter(Boolean));
   const POLL_INTERVAL_MS = 1000;
 
   function isTerminal(status) {

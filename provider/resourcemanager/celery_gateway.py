@@ -1,28 +1,42 @@
 """The master's side of the TaskExecutors: deploy, cancel and ping over Celery.
 
 Every method blocks on the broker; the master's components call them with
-`asyncio.to_thread(...)`.
+`asyncio.to_thread(...)`. The worker's side of the same app is `sparkdispatch.taskexecutor.app`;
+what both agree on is `sparkdispatch.broker.celery_app`.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
+from celery import Celery
+
+from sparkdispatch.broker.celery_app import (
+    APP_NAME,
+    CANCEL_COMMAND,
+    DEPLOY_TASK,
+    configure_celery_app,
+    remove_stale_pidbox_messages,
+)
 from sparkdispatch.config import Configuration
 from sparkdispatch.errors import ServiceUnavailable
-from sparkdispatch.jobgraph import TaskDeploymentDescriptor
-from sparkdispatch.taskexecutor.app import CANCEL_COMMAND, DEPLOY_TASK, create_celery_app, remove_stale_pidbox_messages
-
-if TYPE_CHECKING:
-    from sparkdispatch.resourcemanager.messages import AllocatedSlot
+from sparkdispatch.protocol import TaskDeploymentDescriptor
 
 log = logging.getLogger(__name__)
 
+Replies = list[dict[str, Any]]
 
-class _Slot(Protocol):
-    queue: str
-    hostname: str
+
+class SlotAddress(Protocol):
+    """Where a deployment goes: an `AllocatedSlot` or anything with its queue and worker host name."""
+
+    @property
+    def queue(self) -> str: ...
+
+    @property
+    def hostname(self) -> str: ...
 
 
 class CeleryTaskExecutorGateway:
@@ -30,10 +44,11 @@ class CeleryTaskExecutorGateway:
 
     def __init__(self, config: Configuration, *, reply_timeout: float = 2.0) -> None:
         self._config = config
-        self._app = create_celery_app(config)
+        self._app = Celery(APP_NAME, set_as_current=False)
+        configure_celery_app(self._app, config)
         self._reply_timeout = reply_timeout
 
-    def deploy(self, slot: AllocatedSlot | _Slot, tdd: TaskDeploymentDescriptor, session_id: str) -> None:
+    def deploy(self, slot: SlotAddress, tdd: TaskDeploymentDescriptor, session_id: str) -> None:
         """Send the task to the slot's TaskExecutor queue; `ServiceUnavailable` if the broker is down."""
         try:
             self._app.send_task(DEPLOY_TASK, args=[tdd.to_dict(), session_id], queue=slot.queue,
@@ -58,11 +73,11 @@ class CeleryTaskExecutorGateway:
     def close(self) -> None:
         self._app.close()
 
-    def _broadcast(self, command: str, hostname: str, arguments: dict[str, Any]) -> list[dict[str, Any]]:
+    def _broadcast(self, command: str, hostname: str, arguments: dict[str, Any]) -> Replies:
         return self._call(lambda: self._app.control.broadcast(
             command, arguments=arguments, destination=[hostname], reply=True, timeout=self._reply_timeout))
 
-    def _call(self, call: Any) -> list[dict[str, Any]]:
+    def _call(self, call: Callable[[], Replies | None]) -> Replies:
         try:
             replies = call() or []
         except Exception as exc:  # kombu raises transport-specific errors

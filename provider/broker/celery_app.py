@@ -1,0 +1,109 @@
+"""The Celery app settings shared by TaskExecutors (workers) and the master (producer).
+
+JSON only, never pickle. Deployments go to each TaskExecutor's own queue
+(`sparkdispatch.te.<id>`); the master reaches one worker by the remote-control command
+`sparkdispatch_cancel`. Acknowledged early: a task whose TaskExecutor dies is not redelivered
+anywhere, its JobMaster restarts it.
+
+The broker is Redis in production and kombu's `filesystem://` transport in standalone mode,
+its folders under `<storage.dir>/broker`. That transport keeps no TTL: a killed worker's pidbox
+binding stays and every later broadcast leaves a message file for it, so
+`remove_stale_pidbox_messages` deletes such files once they are old.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from celery import Celery
+
+from sparkdispatch.broker.filesystem_transport import TRANSPORT as ATOMIC_FILESYSTEM_TRANSPORT
+from sparkdispatch.config import Configuration
+
+log = logging.getLogger(__name__)
+
+APP_NAME = "sparkdispatch"
+DEPLOY_TASK = "sparkdispatch.deploy_task"
+CANCEL_COMMAND = "sparkdispatch_cancel"
+QUEUE_PREFIX = "sparkdispatch.te."
+PIDBOX_SUFFIX = ".celery.pidbox.msg"
+#: Remote-control messages older than this are of no use to anyone (replies time out in seconds).
+PIDBOX_MESSAGE_MAX_AGE_S = 60.0
+
+
+def queue_name(task_executor_id: str) -> str:
+    """The Celery queue a TaskExecutor consumes its deployments from."""
+    return QUEUE_PREFIX + task_executor_id
+
+
+def broker_folders(config: Configuration) -> dict[str, Path]:
+    """The `filesystem://` transport's folders under `<storage.dir>/broker`."""
+    root = config.storage_dir / "broker"
+    return {"queue": root / "queue", "processed": root / "processed", "control": root / "control"}
+
+
+def configure_celery_app(app: Celery, config: Configuration) -> None:
+    """Point `app` (created with `APP_NAME`) at the configured broker with the settings both sides share."""
+    url = config["broker.url"]
+    app.conf.update(
+        broker_url=url,
+        accept_content=["json"],
+        task_serializer="json",
+        result_serializer="json",
+        event_serializer="json",
+        task_ignore_result=True,
+        result_backend=None,
+        worker_prefetch_multiplier=1,
+        task_acks_late=False,
+        task_create_missing_queues=True,
+        broker_connection_retry_on_startup=True,
+        worker_hijack_root_logger=False,
+        worker_redirect_stdouts=False,
+        worker_send_task_events=False,
+        broker_transport_options=_transport_options(config),
+    )
+    if url.startswith("filesystem://"):
+        app.conf.broker_transport = ATOMIC_FILESYSTEM_TRANSPORT
+        for folder in broker_folders(config).values():
+            folder.mkdir(parents=True, exist_ok=True)
+
+
+def _transport_options(config: Configuration) -> dict[str, Any]:
+    url = config["broker.url"]
+    if url.startswith("filesystem://"):
+        folders = broker_folders(config)
+        return {"data_folder_in": str(folders["queue"]), "data_folder_out": str(folders["queue"]),
+                "processed_folder": str(folders["processed"]), "store_processed": False,
+                "control_folder": str(folders["control"]), "polling_interval": config["broker.polling-interval"]}
+    if url.startswith(("redis://", "rediss://", "redis+socket://")):
+        # Deployments are acknowledged early, so the visibility timeout only matters for
+        # messages prefetched by a worker that died before starting them.
+        return {"visibility_timeout": 3600}
+    return {}
+
+
+def remove_stale_pidbox_messages(config: Configuration, *, max_age_s: float = PIDBOX_MESSAGE_MAX_AGE_S,
+                                 now: float | None = None) -> int:
+    """Delete old remote-control message files of the `filesystem://` broker; returns how many."""
+    if not config["broker.url"].startswith("filesystem://"):
+        return 0
+    folder = broker_folders(config)["queue"]
+    limit = (time.time() if now is None else now) - max_age_s
+    removed = 0
+    try:
+        names = [entry for entry in folder.iterdir() if entry.name.endswith(PIDBOX_SUFFIX)]
+    except FileNotFoundError:
+        return 0
+    for path in names:
+        try:
+            if path.stat().st_mtime < limit:
+                path.unlink()
+                removed += 1
+        except FileNotFoundError:
+            continue  # consumed or removed meanwhile
+    if removed:
+        log.info("removed %d stale remote-control message files from %s", removed, folder)
+    return removed

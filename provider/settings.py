@@ -1,0 +1,124 @@
+"""Typed settings of the master's components, read once from a `Configuration`.
+
+A component receives the values it needs, never the whole Configuration: the master reads
+`MasterSettings.from_config(config)` once and hands each part to its component. Configuration
+keys are read by name here (and by the HA services factory), nowhere else on the master side.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sparkdispatch.config import Configuration, restart_strategy_from_config
+from sparkdispatch.jobgraph import RestartStrategy
+
+
+@dataclass(frozen=True)
+class HeartbeatSettings:
+    """`heartbeat.*`: how often TaskExecutors send heartbeats and when a silent one is lost (seconds)."""
+
+    interval: float
+    timeout: float
+    rpc_failure_threshold: int  # -1: never unreachable by failed calls
+
+    @classmethod
+    def from_config(cls, config: Configuration) -> HeartbeatSettings:
+        return cls(interval=config["heartbeat.interval"], timeout=config["heartbeat.timeout"],
+                   rpc_failure_threshold=config["heartbeat.rpc-failure-threshold"])
+
+
+@dataclass(frozen=True)
+class ResourceManagerSettings:
+    """The ResourceManager's heartbeats and its SlotManager's timeouts (seconds)."""
+
+    heartbeat: HeartbeatSettings
+    slot_request_timeout: float
+    task_executor_idle_timeout: float
+
+    @classmethod
+    def from_config(cls, config: Configuration) -> ResourceManagerSettings:
+        return cls(heartbeat=HeartbeatSettings.from_config(config),
+                   slot_request_timeout=config["slot.request.timeout"],
+                   task_executor_idle_timeout=config["resourcemanager.taskmanager-timeout"])
+
+
+@dataclass(frozen=True)
+class JobMasterSettings:
+    """Where a JobMaster's tasks write results, and the restart strategy of jobs that name none."""
+
+    results_dir: str
+    restart_strategy: RestartStrategy
+
+    @classmethod
+    def from_config(cls, config: Configuration) -> JobMasterSettings:
+        return cls(results_dir=config.results_dir, restart_strategy=restart_strategy_from_config(config))
+
+
+@dataclass(frozen=True)
+class CleanupSettings:
+    """How the Dispatcher cleans up a finished job: retry backoff (seconds) and its results."""
+
+    initial_backoff: float
+    max_backoff: float
+    delete_results: bool  # `results.retention: delete`
+    results_dir: str
+    storage_dir: Path  # named in the warning of a failing cleanup
+
+    @classmethod
+    def from_config(cls, config: Configuration) -> CleanupSettings:
+        return cls(initial_backoff=config["cleanup-strategy.initial-backoff"],
+                   max_backoff=config["cleanup-strategy.max-backoff"],
+                   delete_results=config["results.retention"] == "delete",
+                   results_dir=config.results_dir, storage_dir=config.storage_dir)
+
+
+@dataclass(frozen=True)
+class ArchiveSettings:
+    """Where archived jobs live (`<storage.dir>/archive/<cluster-id>`) and how many stay in memory."""
+
+    directory: Path
+    capacity: int
+
+    @classmethod
+    def from_config(cls, config: Configuration) -> ArchiveSettings:
+        return cls(directory=config.storage_dir / "archive" / config["high-availability.cluster-id"],
+                   capacity=config["jobstore.max-in-memory"])
+
+
+@dataclass(frozen=True)
+class RestSettings:
+    """The REST endpoint's address, limits and bearer token."""
+
+    address: str  # advertised
+    bind_address: str  # `rest.bind-address`, else `rest.address`
+    port: int  # 0 picks a free port
+    max_body_size: int  # bytes
+    blob_max_size: int  # bytes
+    auth_token: str = field(repr=False)  # empty: no authentication
+    execution_result_long_poll: float  # seconds
+
+    @classmethod
+    def from_config(cls, config: Configuration) -> RestSettings:
+        return cls(address=config["rest.address"], bind_address=config["rest.bind-address"] or config["rest.address"],
+                   port=config["rest.port"], max_body_size=config["rest.max-body-size"],
+                   blob_max_size=config["blob.max-size"], auth_token=config["rest.auth.token"],
+                   execution_result_long_poll=config["rest.execution-result.long-poll"])
+
+
+@dataclass(frozen=True)
+class MasterSettings:
+    """Every master component's settings, read from one Configuration."""
+
+    rest: RestSettings
+    resource_manager: ResourceManagerSettings
+    job_master: JobMasterSettings
+    cleanup: CleanupSettings
+    archive: ArchiveSettings
+
+    @classmethod
+    def from_config(cls, config: Configuration) -> MasterSettings:
+        return cls(rest=RestSettings.from_config(config),
+                   resource_manager=ResourceManagerSettings.from_config(config),
+                   job_master=JobMasterSettings.from_config(config), cleanup=CleanupSettings.from_config(config),
+                   archive=ArchiveSettings.from_config(config))
