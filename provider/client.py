@@ -34,6 +34,7 @@ from sparkdispatch.errors import (
     NoLeader,
     ServiceUnavailable,
     SparkDispatchError,
+    ERROR_HEADER,
     error_from_body,
 )
 from sparkdispatch.loop_thread import LoopThread
@@ -354,7 +355,8 @@ class SparkDispatchClient:
                 text = await response.text()
                 if response.status < 400:
                     return response.status, _decoded(text)
-                error = error_from_body(response.status, text)
+                error = error_from_body(response.status, text,
+                                        header=response.headers.get(ERROR_HEADER))
                 if _worth_retrying(error):
                     raise _Retryable(error, retry_after=_seconds(response.headers.get("Retry-After")))
                 raise error
@@ -415,7 +417,8 @@ class SparkDispatchClient:
                                             allow_redirects=False) as response:
                     text = await response.text()
                     if response.status >= 400:
-                        error = error_from_body(response.status, text)
+                        error = error_from_body(response.status, text,
+                                                header=response.headers.get(ERROR_HEADER))
                         if response.status in (401, 403):
                             raise error
                         problems.append(f"{address}: HTTP {response.status} {'; '.join(error.messages())}")

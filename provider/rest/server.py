@@ -23,6 +23,7 @@ from aiohttp.typedefs import Middleware
 
 from sparkdispatch.dispatcher import DispatcherGateway
 from sparkdispatch.errors import (
+    ERROR_HEADER,
     BlobError,
     InternalError,
     InvalidRequest,
@@ -32,6 +33,7 @@ from sparkdispatch.errors import (
     ServiceUnavailable,
     SparkDispatchError,
     Unauthorized,
+    error_header,
 )
 from sparkdispatch.ha.blob_store import BlobStore
 from sparkdispatch.jobgraph import JobGraph, JobStatus
@@ -89,8 +91,18 @@ def json_response(body: Any, status: int = 200, *, headers: Mapping[str, str] | 
                              dumps=lambda v: json.dumps(v, separators=(",", ":")))
 
 
-def error_response(exc: SparkDispatchError, *, headers: Mapping[str, str] | None = None) -> web.Response:
-    """The one REST form of an error: its body (`to_body()`) with its class's HTTP status."""
+def error_response(exc: SparkDispatchError, request: web.Request, *,
+                   headers: Mapping[str, str] | None = None) -> web.Response:
+    """The one REST form of an error: its body (`to_body()`) with its class's HTTP status.
+
+    Under `/v1/`, Flink's REST version prefix, the body is Flink's own ErrorResponseBody,
+    `{"errors": [...]}` and nothing else: Flink's REST client (`flink cancel -m ...`) reads an
+    error body with any other field as a success. The rest of the body (type and
+    fields) then goes in the `X-SparkDispatch-Error` header; sparkdispatch's clients read both.
+    """
+    if request.path.startswith("/v1/"):
+        flink_headers = {**(headers or {}), ERROR_HEADER: error_header(exc)}
+        return json_response({"errors": exc.messages()}, status=exc.http_status, headers=flink_headers)
     return json_response(exc.to_body(), status=exc.http_status, headers=headers)
 
 
@@ -105,18 +117,18 @@ def create_error_middleware(settings: RestSettings) -> Middleware:
                 raise Unauthorized("missing or wrong bearer token: send `Authorization: Bearer <rest.auth.token>`")
             return await handler(request)
         except SparkDispatchError as exc:
-            return error_response(exc)
+            return error_response(exc, request)
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise
             # aiohttp's answer for 405 names the allowed methods in `Allow`; ours must too
             allow = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
-            return error_response(_http_error(request, exc, settings), headers=allow)
+            return error_response(_http_error(request, exc, settings), request, headers=allow)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             log.exception("internal error answering %s %s", request.method, request.path)
-            return error_response(InternalError(f"internal error: {type(exc).__name__}: {exc}"))
+            return error_response(InternalError(f"internal error: {type(exc).__name__}: {exc}"), request)
 
     return errors_and_auth
 

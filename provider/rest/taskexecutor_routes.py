@@ -68,7 +68,7 @@ class TaskExecutorRoutes:
                      registration.hostname, registration.slots, session_id)
             return web.json_response(ack.to_dict())
 
-        return await _answer(handle)
+        return await _answer(request, handle)
 
     async def heartbeat(self, request: web.Request) -> web.Response:
         async def handle() -> web.Response:
@@ -78,7 +78,7 @@ class TaskExecutorRoutes:
                                               payload.executions)
             return web.json_response({})
 
-        return await _answer(handle)
+        return await _answer(request, handle)
 
     async def execution_state(self, request: web.Request) -> web.Response:
         async def handle() -> web.Response:
@@ -96,7 +96,7 @@ class TaskExecutorRoutes:
             job_master.update_execution_state(update)
             return web.json_response({})
 
-        return await _answer(handle)
+        return await _answer(request, handle)
 
     def _fenced_master(self, request: web.Request) -> tuple[LeaderForTaskExecutors, str]:
         master = self._get_master()
@@ -106,7 +106,7 @@ class TaskExecutorRoutes:
         return master, received
 
 
-async def _answer(handle: Callable[[], Awaitable[web.Response]]) -> web.Response:
+async def _answer(request: web.Request, handle: Callable[[], Awaitable[web.Response]]) -> web.Response:
     # The master's middleware answers errors the same way; answering here too keeps these routes
     # whole on an application without it (the TaskExecutor integration tests serve them alone).
     try:
@@ -114,7 +114,7 @@ async def _answer(handle: Callable[[], Awaitable[web.Response]]) -> web.Response
     except SparkDispatchError as exc:
         if exc.http_status >= 500:
             log.warning("TaskExecutor call failed: %s", exc)
-        return error_response(exc)
+        return error_response(exc, request)
 
 
 async def _json_body(request: web.Request, what: str) -> Any:

@@ -17,7 +17,7 @@ from typing import Any
 import aiohttp
 
 from sparkdispatch.config import Configuration
-from sparkdispatch.errors import ServiceUnavailable, SparkDispatchError, error_from_body
+from sparkdispatch.errors import ERROR_HEADER, ServiceUnavailable, SparkDispatchError, error_from_body
 from sparkdispatch.loop_thread import LoopThread
 from sparkdispatch.protocol import ExecutionStateUpdate, RegistrationAck, SlotReport
 
@@ -43,17 +43,17 @@ class AsyncMasterClient:
                        slots: int, slot_report: SlotReport, spark_master: str) -> RegistrationAck:
         body = {"task_executor_id": task_executor_id, "hostname": hostname, "queue": queue, "slots": slots,
                 "slot_report": slot_report.to_dict(), "spark_master": spark_master}
-        return RegistrationAck.from_dict(await self._post(address, "/v1/taskexecutors", session_id, body))
+        return RegistrationAck.from_dict(await self._post(address, "/taskexecutors", session_id, body))
 
     async def heartbeat(self, address: str, session_id: str, task_executor_id: str, *, slot_report: SlotReport,
                         executions: list[dict[str, str]]) -> None:
         """`UnknownTaskExecutor` means: register again."""
-        await self._post(address, f"/v1/taskexecutors/{task_executor_id}/heartbeat", session_id,
+        await self._post(address, f"/taskexecutors/{task_executor_id}/heartbeat", session_id,
                          {"slot_report": slot_report.to_dict(), "executions": executions})
 
     async def report_state(self, address: str, session_id: str, update: ExecutionStateUpdate) -> None:
         """`FencingTokenMismatch` (a `StaleExecution` too) or `UnknownJob` mean: the report is stale."""
-        await self._post(address, f"/v1/jobs/{update.job_id}/executions/{update.execution_id}/state", session_id,
+        await self._post(address, f"/jobs/{update.job_id}/executions/{update.execution_id}/state", session_id,
                          update.to_dict())
 
     async def _post(self, address: str, path: str, session_id: str, body: dict[str, Any]) -> Any:
@@ -65,10 +65,11 @@ class AsyncMasterClient:
                                           headers={SESSION_HEADER: session_id}) as response:
                 text = await response.text()
                 status = response.status
+                error_header = response.headers.get(ERROR_HEADER)
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise ServiceUnavailable(f"cannot reach the master at {address}: {str(exc) or type(exc).__name__}") from None
         if status >= 400:
-            raise error_from_body(status, text)
+            raise error_from_body(status, text, header=error_header)
         try:
             return json.loads(text) if text else {}
         except ValueError:

@@ -8,12 +8,14 @@ a timeout `TimeoutError`.
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import json
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+
+from sparkdispatch.loop_thread import LoopThread
 
 
 async def request_json(method: str, url: str, body: Any = None, *, token: str = "",
@@ -27,8 +29,14 @@ async def request_json(method: str, url: str, body: Any = None, *, token: str = 
 
 
 def http_json(method: str, url: str, body: Any = None, *, token: str = "", timeout: float = 30.0) -> tuple[int, Any]:
-    """`request_json` for synchronous callers (not from a running event loop)."""
-    return asyncio.run(request_json(method, url, body, token=token, timeout=timeout))
+    """`request_json` for synchronous callers, also from inside a running event loop (an async test)."""
+    return _loop().run(request_json(method, url, body, token=token, timeout=timeout))
+
+
+@functools.cache
+def _loop() -> LoopThread:
+    # one private loop for every synchronous call of the process: it lives as long as the process
+    return LoopThread("sparkdispatch-test-http")
 
 
 async def upload_file(url: str, path: Path, *, token: str = "", timeout: float = 30.0) -> tuple[int, Any]:
@@ -60,7 +68,7 @@ async def _call(method: str, url: str, data: bytes | aiohttp.FormData | None, he
 
 def upload_artifact(base_url: str, path: Path, *, token: str = "", timeout: float = 30.0) -> str:
     """Upload a `.py` or `.zip` file to a master → its blob key; `RuntimeError` if it is refused."""
-    status, body = asyncio.run(upload_file(base_url.rstrip("/") + "/artifacts", path, token=token, timeout=timeout))
+    status, body = _loop().run(upload_file(base_url.rstrip("/") + "/artifacts", path, token=token, timeout=timeout))
     if status != 201:
         raise RuntimeError(f"the artifact {path.name} was refused with {status}: {body}")
     return str(body["key"])

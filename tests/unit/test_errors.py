@@ -182,10 +182,23 @@ async def test_aiohttps_own_refusals_carry_a_type(master: InProcessMaster) -> No
     assert status == 405 and isinstance(error, errors.MethodNotAllowed)
     assert set(headers["Allow"].split(",")) == {"GET", "POST"} == set(error.allowed)
 
-    status, text, _ = await answer("POST", master.url + "/v1/taskexecutors", data=b"x" * 200_000,
+    status, text, _ = await answer("POST", master.url + "/taskexecutors", data=b"x" * 200_000,
                                    headers={"Content-Type": "application/json",
                                             SESSION_HEADER: master.session_id})
     assert status == 413 and isinstance(error_from_body(status, text), errors.RequestTooLarge)
+
+
+async def test_v1_errors_have_flinks_error_body_and_the_class_in_a_header(master: InProcessMaster) -> None:
+    # Flink's REST client takes an error body with any field beside `errors` for a success
+    status, text, headers = await answer("PATCH", master.url + f"/v1/jobs/{JOB}?mode=cancel")
+    assert status == 404 and json.loads(text) == {"errors": [f"no job with id {JOB}"]}
+    assert json.loads(headers[errors.ERROR_HEADER]) == {"type": "UnknownJob", "job_id": JOB}
+    error = error_from_body(status, text, header=headers[errors.ERROR_HEADER])
+    assert type(error) is UnknownJob and error.job_id == JOB
+
+    status, text, headers = await answer("GET", master.url + "/v1/no/such/route")
+    assert status == 404 and set(json.loads(text)) == {"errors"}
+    assert json.loads(headers[errors.ERROR_HEADER]) == {"type": "RouteNotFound"}
 
 
 async def test_every_error_answer_of_the_master_names_its_class(master: InProcessMaster) -> None:
