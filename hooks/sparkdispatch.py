@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow.sdk import BaseHook
+from airflow.sdk import BaseHook, Connection
 
 from sparkdispatch.client import (
     DEFAULT_PORT,
@@ -30,7 +30,7 @@ from sparkdispatch.errors import ConfigurationError, SparkDispatchError
 CONN_TYPE = "sparkdispatch"
 
 
-def client_settings(conn: Any) -> dict[str, Any]:
+def client_settings(conn: Connection) -> dict[str, Any]:
     """`SparkDispatchClient` keyword arguments from an Airflow Connection.
 
     Raises `ConfigurationError` naming the connection when it names no master.
@@ -59,7 +59,7 @@ def client_settings(conn: Any) -> dict[str, Any]:
     return {"addresses": addresses, "token": token}
 
 
-def _extra(conn: Any) -> dict[str, Any]:
+def _extra(conn: Connection) -> dict[str, Any]:
     try:
         extra = conn.extra_dejson
     except Exception:  # noqa: BLE001 - Airflow raises several kinds for a malformed extra

@@ -9,7 +9,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 
@@ -101,7 +101,15 @@ def result_traceback(result: JobResult) -> str:
     return next((failure.traceback for failure in _failures(result) if failure.traceback), "")
 
 
-def report_result(result: Mapping[str, Any], log: Any) -> str | None:
+class ResultLog(Protocol):
+    """Where `report_result` writes: a `logging.Logger`, or an Airflow task's `self.log`."""
+
+    def info(self, msg: str, /, *args: object) -> object: ...
+
+    def error(self, msg: str, /, *args: object) -> object: ...
+
+
+def report_result(result: Mapping[str, Any], log: ResultLog) -> str | None:
     """Log a JobResult (its JSON form) with its summary, and the remote traceback of a failure.
 
     Returns None for a FINISHED job, else the message the task should fail with.

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from airflow.sdk import BaseOperatorLink
 from airflow.sdk.execution_time.xcom import XCom
+
+if TYPE_CHECKING:
+    from airflow.sdk import BaseOperator, Context
+    from airflow.sdk.types import TaskInstanceKey
 
 
 class SparkDispatchJobLink(BaseOperatorLink):
@@ -21,10 +25,10 @@ class SparkDispatchJobLink(BaseOperatorLink):
     def xcom_key(self) -> str:
         return "sparkdispatch_job_url"
 
-    def get_link(self, operator: Any, *, ti_key: Any) -> str:
+    def get_link(self, operator: BaseOperator, *, ti_key: TaskInstanceKey) -> str:
         return XCom.get_value(ti_key=ti_key, key=self.xcom_key) or ""
 
 
-def push_job_link(context: Any, url: str) -> None:
+def push_job_link(context: Context, url: str) -> None:
     """Store the job page URL for the task's link button."""
     context["ti"].xcom_push(key=SparkDispatchJobLink().xcom_key, value=url)

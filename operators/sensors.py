@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
@@ -14,6 +14,9 @@ from sparkdispatch.hooks.sparkdispatch import SparkDispatchHook
 from sparkdispatch.operators.jobs import default_deferrable, report_result
 from sparkdispatch.operators.links import SparkDispatchJobLink, push_job_link
 from sparkdispatch.operators.triggers import JobResultTrigger
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
 
 
 class JobResultSensor(BaseSensorOperator):
@@ -43,7 +46,7 @@ class JobResultSensor(BaseSensorOperator):
     def hook(self) -> SparkDispatchHook:
         return SparkDispatchHook(self.conn_id)
 
-    def execute(self, context: Any) -> Any:
+    def execute(self, context: Context) -> Any:
         try:
             if not self.deferrable:
                 return super().execute(context)
@@ -56,7 +59,7 @@ class JobResultSensor(BaseSensorOperator):
                                             poll_interval=self.poke_interval, cancel_on_kill=False),
                    method_name="execute_complete", timeout=timedelta(seconds=self.timeout))
 
-    def poke(self, context: Any) -> PokeReturnValue:
+    def poke(self, context: Context) -> PokeReturnValue:
         client = self.hook.get_conn()
         if not self._link_pushed:
             client.job(self.job_id)  # an unknown job fails here, with the id in the message
@@ -68,7 +71,7 @@ class JobResultSensor(BaseSensorOperator):
             return PokeReturnValue(is_done=False)
         return PokeReturnValue(is_done=True, xcom_value=self._checked(result, AirflowFailException))
 
-    def execute_complete(self, context: Any, event: dict[str, Any]) -> Mapping[str, Any]:
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> Mapping[str, Any]:
         """Resume after the trigger fired (soft_fail is applied by the base class)."""
         if event.get("status") != "terminal":
             raise AirflowException(f"waiting for sparkdispatch job {self.job_id} failed: {event.get('message')}")

@@ -6,11 +6,12 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator, ResumableJobMixin
 from airflow.sdk.exceptions import AirflowException
 
+from sparkdispatch.client import SyncSparkDispatchClient
 from sparkdispatch.errors import JobAlreadyTerminated, SparkDispatchError, UnknownJob
 from sparkdispatch.hooks.sparkdispatch import SparkDispatchHook
 from sparkdispatch.jobgraph import JobStatus
@@ -25,6 +26,10 @@ from sparkdispatch.operators.jobs import (
 )
 from sparkdispatch.operators.links import SparkDispatchJobLink, push_job_link
 from sparkdispatch.operators.triggers import JobResultTrigger
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+    from pydantic import JsonValue
 
 MAX_FRESH_ATTEMPTS = 1000
 UNKNOWN = "UNKNOWN"  # the status string of a job the master does not know (durable execution)
@@ -80,25 +85,28 @@ class SubmitJobGraphOperator(ResumableJobMixin, BaseOperator):
 
     # -- Airflow entry points ------------------------------------------------------------------
 
-    def execute(self, context: Any) -> str:
+    def execute(self, context: Context) -> str:
         try:
             if not self.wait_for_completion:
                 return self.start_job(context)
             if self.deferrable:
                 self._defer_until_done(self.start_job(context), context)
-            return self.execute_resumable(context)
+            self.execute_resumable(context)
+            assert self.job_id is not None  # each path of execute_resumable attaches to the job it waits for
+            return self.job_id
         except SparkDispatchError as exc:
             raise AirflowException(str(exc)) from exc
         finally:
             self.hook.close()
 
-    def execute_complete(self, context: Any, event: dict[str, Any]) -> str:
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> str:
         """Resume after the trigger fired: fail with the remote cause, or return the job id."""
         self.job_id = event.get("job_id")
         if event.get("status") != "terminal":
             raise AirflowException(f"waiting for sparkdispatch job {self.job_id} failed: {event.get('message')}")
         self._check_result(event["result"])
-        return event["job_id"]
+        job_id: str = event["job_id"]
+        return job_id
 
     def on_kill(self) -> None:
         if not (self.cancel_on_kill and self.job_id):
@@ -113,7 +121,7 @@ class SubmitJobGraphOperator(ResumableJobMixin, BaseOperator):
 
     # -- submission and re-attachment ---------------------------------------------------------
 
-    def start_job(self, context: Any) -> str:
+    def start_job(self, context: Context) -> str:
         """Re-attach to this task instance's running or FINISHED job, or submit a fresh one."""
         client = self.hook.get_conn()
         graph = self.load_graph(context)
@@ -137,7 +145,7 @@ class SubmitJobGraphOperator(ResumableJobMixin, BaseOperator):
             return job_id
         raise AirflowException(f"{MAX_FRESH_ATTEMPTS} jobs of this task instance failed; not submitting more")
 
-    def load_graph(self, context: Any) -> dict[str, Any]:
+    def load_graph(self, context: Context) -> dict[str, Any]:
         """The JobGraph as a fresh dict: the given mapping, or the (rendered) file it names."""
         if isinstance(self.job_graph, Mapping):
             return copy_graph(self.job_graph)
@@ -150,7 +158,7 @@ class SubmitJobGraphOperator(ResumableJobMixin, BaseOperator):
         text = self.render_template(path.read_text(), context)
         return read_graph_text(text, source=str(path))
 
-    def _upload_artifacts(self, client: Any) -> list[str]:
+    def _upload_artifacts(self, client: SyncSparkDispatchClient) -> list[str]:
         keys = []
         for artifact in self.artifacts:
             key = client.upload_artifact(artifact)
@@ -165,13 +173,13 @@ class SubmitJobGraphOperator(ResumableJobMixin, BaseOperator):
         except UnknownJob:
             return None
 
-    def _attached(self, job_id: str, context: Any) -> None:
+    def _attached(self, job_id: str, context: Context) -> None:
         self.job_id = job_id
         url = self.hook.get_conn().job_url(job_id)
         push_job_link(context, url)
         self.log.info("job %s: %s", job_id, url)
 
-    def _defer_until_done(self, job_id: str, context: Any) -> None:
+    def _defer_until_done(self, job_id: str, context: Context) -> None:
         store = context.get("task_state_store")
         if store is not None and self.durable:
             store.set(self.external_id_key, job_id)
@@ -187,10 +195,10 @@ class SubmitJobGraphOperator(ResumableJobMixin, BaseOperator):
 
     # -- durable execution (ResumableJobMixin) ------------------------------------------------
 
-    def submit_job(self, context: Any) -> str:
+    def submit_job(self, context: Context) -> str:
         return self.start_job(context)
 
-    def get_job_status(self, external_id: Any, context: Any) -> str:
+    def get_job_status(self, external_id: JsonValue, context: Context) -> str:
         status = self._status(str(external_id))
         if status is None:
             return UNKNOWN
@@ -203,16 +211,15 @@ class SubmitJobGraphOperator(ResumableJobMixin, BaseOperator):
     def is_job_succeeded(self, status: str) -> bool:
         return status != UNKNOWN and JobStatus(status) is JobStatus.FINISHED
 
-    def poll_until_complete(self, external_id: Any, context: Any) -> str:
+    def poll_until_complete(self, external_id: JsonValue, context: Context) -> None:
         result = self.hook.get_conn().wait_for_result(str(external_id), poll_interval=self.poll_interval)
         self._check_result(result)
+
+    def get_job_result(self, external_id: JsonValue, context: Context) -> str:
         return str(external_id)
 
-    def get_job_result(self, external_id: Any, context: Any) -> str:
-        return str(external_id)
 
-
-def _dag_folders(context: Any) -> list[str]:
+def _dag_folders(context: Context) -> list[str]:
     dag = context.get("dag")
     folders: list[str] = []
     if dag is not None:

@@ -17,10 +17,14 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparkdispatch.config import Configuration, options_table
 from sparkdispatch.errors import SparkDispatchError
+from sparkdispatch.jobgraph import JobResult, JobStatus
+
+if TYPE_CHECKING:
+    from sparkdispatch.client import SparkDispatchClient
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -113,7 +117,7 @@ async def _client_command(args: argparse.Namespace, config: Configuration) -> in
     return 0
 
 
-async def _run(client: Any, args: argparse.Namespace) -> int:
+async def _run(client: SparkDispatchClient, args: argparse.Namespace) -> int:
     graph = _read_graph(Path(args.graph))
     for path in args.artifact:
         key = await client.upload_artifact(path)
@@ -136,7 +140,7 @@ async def _run(client: Any, args: argparse.Namespace) -> int:
         result = await client.execution_result(job_id)
         if result is not None:
             _print_json(result)
-            return 0 if result["status"] == "FINISHED" else 1
+            return 0 if JobResult.from_dict(result).status is JobStatus.FINISHED else 1
         await asyncio.sleep(0.5)
 
 

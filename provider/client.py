@@ -37,6 +37,7 @@ from sparkdispatch.errors import (
     ERROR_HEADER,
     error_from_body,
 )
+from sparkdispatch.ha import ClosableLeaderRetrieval, LeaderInfo, create_leader_retrieval
 from sparkdispatch.loop_thread import LoopThread
 
 log = logging.getLogger(__name__)
@@ -118,17 +119,12 @@ class _ZooKeeperLeader:
     def __init__(self, target: ZooKeeperTarget, config: Configuration | None = None) -> None:
         self.target = target
         self._base_config = config
-        self._services: Any = None
-        self._retrieval: Any = None
+        self._retrieval: ClosableLeaderRetrieval | None = None
         self._changed: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._starting = asyncio.Lock()
 
-    async def _start(self) -> None:
-        try:
-            from sparkdispatch.ha import create_ha_services
-        except ImportError as exc:  # the HA package is part of this distribution; only a broken install lacks it
-            raise ConfigurationError(f"ZooKeeper leader retrieval is not available: {exc}") from None
+    async def _start(self) -> ClosableLeaderRetrieval:
         keys = {
             "high-availability.mode": "zookeeper",
             "high-availability.zookeeper.quorum": self.target.quorum,
@@ -139,14 +135,17 @@ class _ZooKeeperLeader:
                   else Configuration.from_mapping(keys))
         self._loop = asyncio.get_running_loop()
         self._changed = asyncio.Event()
-        services = create_ha_services(config)
-        await services.start()
-        self._services = services
-        self._retrieval = services.create_retrieval()
-        # start() waits (briefly) for the first read of the leader node: not on our loop.
-        await asyncio.to_thread(self._retrieval.start, self._on_leader)
+        # Its own read-only connection: a client creates no znode in the cluster it follows.
+        retrieval = create_leader_retrieval(config)
+        try:
+            # start() connects and waits (briefly) for the first read of the leader node: not on our loop.
+            await asyncio.to_thread(retrieval.start, self._on_leader)
+        except Exception:
+            await asyncio.to_thread(retrieval.close)
+            raise
+        return retrieval
 
-    def _on_leader(self, info: Any) -> None:
+    def _on_leader(self, info: LeaderInfo | None) -> None:
         # Called from kazoo's thread: only hand the news to our loop.
         if self._loop is not None and self._changed is not None and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self._changed.set)
@@ -154,11 +153,12 @@ class _ZooKeeperLeader:
     async def leader(self, timeout: float) -> str:
         async with self._starting:
             if self._retrieval is None:
-                await self._start()
+                self._retrieval = await self._start()
+        retrieval = self._retrieval
         assert self._changed is not None
         deadline = time.monotonic() + timeout
         while True:
-            info = self._retrieval.current()
+            info = retrieval.current()
             if info is not None and info.address:
                 return normalize_address(info.address)
             remaining = deadline - time.monotonic()
@@ -173,11 +173,8 @@ class _ZooKeeperLeader:
 
     async def close(self) -> None:
         if self._retrieval is not None:
-            self._retrieval.stop()
-            self._retrieval = None
-        if self._services is not None:
-            await self._services.close()
-            self._services = None
+            retrieval, self._retrieval = self._retrieval, None
+            await asyncio.to_thread(retrieval.close)
 
     def describe(self) -> str:
         return f"ZooKeeper {self.target.quorum} (cluster {self.target.cluster_id!r}, root {self.target.root})"

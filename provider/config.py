@@ -6,7 +6,7 @@ declared in `OPTIONS` with its type and default; an unknown key or a bad value r
 `ConfigurationError` naming it. Durations are written as Flink writes them (`500ms`, `4s`,
 `1min`; a bare number is milliseconds) and read back as float seconds; sizes (`10mb`) as
 bytes. Keys under `spark.` other than `spark.master` are Spark properties, passed as they are
-to every TaskExecutor's SparkSession.
+to every TaskExecutor's Spark Connect server (the Spark driver its slot processes share).
 """
 
 from __future__ import annotations
@@ -119,14 +119,26 @@ OPTIONS: tuple[Option, ...] = (
     Option("taskexecutor.id", "str", "", "Identity of a TaskExecutor; empty means `<hostname>-<random>`."),
     Option("taskexecutor.registration.max-backoff", "duration", 10.0, "Longest pause between attempts to "
            "register with the ResourceManager.", minimum=0.01, default_doc="10s"),
+    Option("taskexecutor.cancellation.timeout", "duration", 30.0, "How long a cancelled task may run on after its "
+           "Spark operations were interrupted before its slot process is killed and replaced (Flink's "
+           "`task.cancellation.timeout`).", minimum=0.1, default_doc="30s"),
+    Option("taskexecutor.slot-process.spares", "int", 1, "Slot processes a TaskExecutor keeps started and warm "
+           "for the next slot that gets a task of another job (each about 145 MB).", minimum=0),
     # Celery broker
     Option("broker.url", "str", "redis://127.0.0.1:6379/0", "Celery broker carrying task deployments and "
            "remote-control calls: Redis in production, `filesystem://` in standalone mode."),
     Option("broker.polling-interval", "duration", 0.02, "Polling interval of polling transports "
            "(`filesystem://`).", minimum=0.001, default_doc="20ms"),
     # Spark
-    Option("spark.master", "str", "local[*]", "Spark master URL of every TaskExecutor's SparkSession: "
-           "`local[*]`, `spark://host:7077`, `yarn`, `k8s://...`."),
+    Option("spark.master", "str", "local[*]", "Spark master URL of every TaskExecutor's Spark Connect server "
+           "(the Spark driver of its slots): `local[*]`, `spark://host:7077`, `yarn`, `k8s://...`."),
+    Option("taskexecutor.connect.port", "int", 0, "Port of a TaskExecutor's Spark Connect server, bound on "
+           "127.0.0.1 only. 0 picks a free port, so several TaskExecutors can share a host.", minimum=0),
+    Option("taskexecutor.connect.start-timeout", "duration", 120.0, "How long a TaskExecutor waits for its Spark "
+           "Connect server to start and warm up before it gives up.", minimum=1.0, default_doc="2min"),
+    Option("taskexecutor.connect.driver-memory", "size", 1 << 30, "Heap of a TaskExecutor's Spark Connect server "
+           "(the Spark driver of all its slots); a `spark.driver.memory` property overrides it.",
+           minimum=128 << 20, default_doc="1gb"),
     # Restart strategy
     Option("restart-strategy.type", "choice", "fixed-delay", "Restart strategy of jobs that name none. "
            "Flink's batch default is `none`; ours restarts, so a lost TaskExecutor does not fail a job.",
@@ -440,6 +452,7 @@ def options_table() -> str:
         if option.kind == "choice":
             default = f"{default} (one of {', '.join('`' + c + '`' for c in option.choices)})"
         rows.append(f"| `{option.key}` | {default or '(empty)'} | {option.description} |")
-    rows.append("| `spark.*` | (none) | Any other `spark.` key is a Spark property for the TaskExecutors' "
-                "SparkSessions, e.g. `spark.sql.shuffle.partitions: 8`. |")
+    rows.append("| `spark.*` | (none) | Any other `spark.` key is a Spark property of the TaskExecutors' "
+                "Spark Connect servers, e.g. `spark.executor.memory: 2g`, `spark.sql.shuffle.partitions: 8`. "
+                "A job sets its own runtime settings in its JobGraph's `config`. |")
     return "\n".join(rows) + "\n"

@@ -18,7 +18,7 @@ import asyncio
 import logging
 import uuid
 from abc import abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from sparkdispatch.archive import ArchivedJob, JobArchive
@@ -83,7 +83,6 @@ class _Job:
     job_master: JobMasterGateway | None = None
     watcher: asyncio.Task[None] | None = None
     terminal: bool = False
-    waiters: list[asyncio.Future[None]] = field(default_factory=list)
 
 
 class Dispatcher:
@@ -334,9 +333,6 @@ class Dispatcher:
                             job_id, attempt, delay, exc, settings.storage_dir)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, settings.max_backoff)
-
-    def cleanup_pending(self, job_id: str) -> bool:
-        return job_id in self._cleanups
 
     def _check_open(self) -> None:
         if self._closed:

@@ -15,6 +15,7 @@
     ├── NoLeader                      no master leads at the moment
     ├── SlotRequestTimeout            no slot could be found in time
     ├── UnknownTaskExecutor           the TaskExecutor is not (or no longer) registered
+    ├── SlotProcessLost               a TaskExecutor's slot process died under a task, or did not start
     ├── StoreError                    an HA store refused or failed a read or write
     │   ├── JobResultEntryExists      a JobResult for that job is stored already
     │   ├── NoSuchJobResult           no JobResult stored for that job
@@ -27,6 +28,7 @@
     ├── RouteNotFound                 no REST resource at that path
     ├── MethodNotAllowed              the path does not take that HTTP method
     ├── InternalError                 the master failed on a bug; the body names the exception
+    ├── ConnectServerError            a TaskExecutor's Spark Connect server failed to start or serve
     └── ServiceUnavailable            the master cannot answer now (standby, starting, stopping)
         └── LeadershipLost            this process is no longer the leader
 
@@ -265,6 +267,10 @@ class UnknownTaskExecutor(SparkDispatchError):
     http_status = 404
 
 
+class SlotProcessLost(SparkDispatchError):
+    """A slot process of a TaskExecutor died under its task (signal, exit, out of memory) or did not start."""
+
+
 class StoreError(SparkDispatchError):
     http_status = 500
 
@@ -335,6 +341,24 @@ class InternalError(SparkDispatchError):
     http_status = 500
 
 
+class ConnectServerError(SparkDispatchError):
+    """A TaskExecutor's Spark Connect server failed to start or to serve; `log_file` is its log.
+
+    The message names the log file; the details are its last lines.
+    """
+
+    def __init__(self, message: str, *, log_file: str, details: Iterable[str] = ()) -> None:
+        super().__init__(message, details=details)
+        self.log_file = log_file
+
+    def fields(self) -> JSONObject:
+        return {"log_file": self.log_file}
+
+    @classmethod
+    def from_fields(cls, messages: Sequence[str], fields: Mapping[str, Any]) -> Self:
+        return cls(messages[0], log_file=_text(fields, "log_file"), details=messages[1:])
+
+
 class ServiceUnavailable(SparkDispatchError):
     """The master cannot serve the call now; `leader` is the leader's REST address if known."""
 
@@ -372,9 +396,9 @@ class LeadershipLost(ServiceUnavailable):
 ERROR_TYPES: Mapping[str, type[SparkDispatchError]] = MappingProxyType({cls.__name__: cls for cls in (
     SparkDispatchError, ConfigurationError, InvalidJobGraph, InvalidRequest, IllegalStateTransition, UnknownJob,
     DuplicateJobSubmission, JobAlreadyTerminated, FencingTokenMismatch, StaleExecution, NoLeader,
-    SlotRequestTimeout, UnknownTaskExecutor, StoreError, JobResultEntryExists, NoSuchJobResult, BlobError,
-    BlobNotFound, BlobTooLarge, CorruptedBlob, RequestTooLarge, Unauthorized, RouteNotFound, MethodNotAllowed,
-    InternalError, ServiceUnavailable, LeadershipLost,
+    SlotRequestTimeout, UnknownTaskExecutor, SlotProcessLost, StoreError, JobResultEntryExists, NoSuchJobResult,
+    BlobError, BlobNotFound, BlobTooLarge, CorruptedBlob, RequestTooLarge, Unauthorized, RouteNotFound, MethodNotAllowed,
+    InternalError, ConnectServerError, ServiceUnavailable, LeadershipLost,
 )})
 """The registry: class name (a body's `type`) → class."""
 

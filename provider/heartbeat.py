@@ -10,13 +10,13 @@ consecutive failed calls, and tells its listener when a target
 
 A target that timed out or became unreachable is no longer monitored when its listener is
 called; `monitor()` it again after it registers anew. All methods run on the owner's asyncio
-loop. Timeouts are found without scanning every target: targets are kept ordered by their
-last heartbeat, so a check looks only at the oldest ones and stops at the first live target.
+loop; the owner runs `check_timeouts()` on its own timer (the ResourceManager's). Timeouts are
+found without scanning every target: targets are kept ordered by their last heartbeat, so a
+check looks only at the oldest ones and stops at the first live target.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from abc import abstractmethod
@@ -59,7 +59,7 @@ class HeartbeatMonitor(Generic[P]):
     each heartbeat may carry a payload of type `P`."""
 
     def __init__(self, listener: HeartbeatListener, *, timeout: float, rpc_failure_threshold: int = 2,
-                 check_interval: float | None = None, clock: Clock | None = None, name: str = "heartbeat") -> None:
+                 clock: Clock | None = None, name: str = "heartbeat") -> None:
         if timeout <= 0:
             raise ValueError(f"heartbeat timeout must be > 0, got {timeout}")
         if rpc_failure_threshold == 0 or rpc_failure_threshold < -1:
@@ -67,38 +67,25 @@ class HeartbeatMonitor(Generic[P]):
         self._listener = listener
         self._timeout = timeout
         self._threshold = rpc_failure_threshold
-        # Checking four times per timeout finds a silent target within 1.25 x timeout at worst.
-        self._check_interval = check_interval if check_interval is not None else timeout / 4
         self._clock: Clock = clock or time.monotonic
         self._epoch_offset = time.time() - self._clock()
         self._name = name
         # Ordered by last heartbeat, oldest first: `report` moves a target to the end.
         self._targets: OrderedDict[str, _Target[P]] = OrderedDict()
-        self._task: asyncio.Task[None] | None = None
 
     @classmethod
     def from_settings(cls, settings: HeartbeatSettings, listener: HeartbeatListener, *, clock: Clock | None = None,
                       name: str = "heartbeat") -> HeartbeatMonitor[P]:
-        """A monitor with the settings' timeout and rpc failure threshold, checked every half
-        heartbeat interval (at most a quarter of the timeout)."""
+        """A monitor with the settings' timeout and rpc failure threshold."""
         return cls(listener, timeout=settings.timeout, rpc_failure_threshold=settings.rpc_failure_threshold,
-                   check_interval=min(settings.interval / 2, settings.timeout / 4), clock=clock, name=name)
+                   clock=clock, name=name)
 
     @property
     def timeout(self) -> float:
         return self._timeout
 
-    def start(self) -> None:
-        """Start the periodic timeout check on the running loop."""
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._check_periodically(),
-                                                                 name=f"{self._name}-timeouts")
-
-    def stop(self) -> None:
-        """Stop checking and forget every target, without telling the listener."""
-        if self._task is not None:
-            self._task.cancel()
-            self._task = None
+    def clear(self) -> None:
+        """Forget every target, without telling the listener."""
         self._targets.clear()
 
     def monitor(self, target_id: str) -> None:
@@ -108,12 +95,6 @@ class HeartbeatMonitor(Generic[P]):
 
     def unmonitor(self, target_id: str) -> None:
         self._targets.pop(target_id, None)
-
-    def is_monitored(self, target_id: str) -> bool:
-        return target_id in self._targets
-
-    def targets(self) -> list[str]:
-        return list(self._targets)
 
     def report(self, target_id: str, payload: P | None = None) -> bool:
         """A heartbeat from `target_id`: restart its timeout. False (ignored) if it is not watched."""
@@ -181,8 +162,3 @@ class HeartbeatMonitor(Generic[P]):
             except Exception:
                 log.exception("%s: listener failed on the timeout of %s", self._name, target_id)
         return expired
-
-    async def _check_periodically(self) -> None:
-        while True:
-            await asyncio.sleep(self._check_interval)
-            self.check_timeouts()

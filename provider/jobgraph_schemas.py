@@ -11,6 +11,7 @@ from typing import Any
 
 from marshmallow import Schema, ValidationError, fields, post_dump, post_load, validate, validates_schema
 
+from sparkdispatch import spark_conf
 from sparkdispatch.jobgraph import (
     BLOB_KEY_PATTERN,
     ENTRYPOINT_PATTERN,
@@ -116,7 +117,8 @@ class RestartStrategyField(fields.Field[RestartStrategy]):
 
 
 class _SparkConfField(fields.Dict):
-    """Spark properties: string keys; scalar values, kept as strings."""
+    """Spark properties a job's session may set (`sparkdispatch.spark_conf`): string keys;
+    scalar values, kept as strings."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(keys=fields.String(validate=validate.Length(min=1, max=256)), values=fields.Raw(), **kwargs)
@@ -125,13 +127,18 @@ class _SparkConfField(fields.Dict):
         # marshmallow leaves Dict._deserialize unannotated; it returns the checked dict
         result: dict[str, Any] = super()._deserialize(value, attr, data, **kwargs)  # type: ignore[no-untyped-call]
         converted: dict[str, str] = {}
+        errors: dict[str, list[str]] = {}
         for key, item in result.items():
+            if (refused := spark_conf.refusal(key)) is not None:
+                errors.setdefault(key, []).append(refused)
             if isinstance(item, bool):
                 converted[key] = "true" if item else "false"
             elif isinstance(item, (str, int, float)):
                 converted[key] = str(item)
             else:
-                raise ValidationError({key: ["must be a string, number or boolean"]})
+                errors.setdefault(key, []).append("must be a string, number or boolean")
+        if errors:
+            raise ValidationError(errors)
         return converted
 
 

@@ -88,6 +88,9 @@ class TaskDeploymentDescriptor:
 
     `inputs` maps each upstream vertex to the paths of its result partitions (an empty list
     when it returned nothing); `result_path` is where this attempt writes a returned DataFrame.
+    `registration_id` is the TaskExecutor's registration the slot was allocated under: the
+    TaskExecutor runs the task only while it is registered under it (and the deploying leader's
+    session), so a deployment of an older session or registration never runs.
     """
 
     job_id: str
@@ -101,6 +104,7 @@ class TaskDeploymentDescriptor:
     allocation_id: str
     slot_index: int
     result_path: str
+    registration_id: str = ""
     job_name: str = ""
     inputs: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     params: Mapping[str, Any] = field(default_factory=dict)
@@ -142,7 +146,12 @@ class ExecutionStateUpdate:
 
 @dataclass(frozen=True)
 class TaskExecutorRegistration:
-    """A TaskExecutor introducing itself: its id, Celery hostname and queue, slots and their state."""
+    """A TaskExecutor introducing itself: its id, Celery hostname and queue, slots and their state.
+
+    `previous_registration_id` is the registration this TaskExecutor process held last (None on
+    its first): when the ResourceManager still has it under that id, it keeps the slots'
+    allocations (a TaskExecutor registering again after losing sight of the leader for a while).
+    """
 
     task_executor_id: str
     hostname: str
@@ -150,6 +159,7 @@ class TaskExecutorRegistration:
     slots: int
     slot_report: SlotReport
     spark_master: str = ""
+    previous_registration_id: str | None = None
 
     @classmethod
     def from_dict(cls, data: Any) -> TaskExecutorRegistration:
@@ -165,11 +175,16 @@ class RegistrationAck:
 
     `resource_manager_id` is fresh per ResourceManager instance, so a TaskExecutor can tell a
     restarted ResourceManager apart even when the leader session id stays the same (HA `none`).
+    `registration_id` is fresh per registration; deployments name the one their slot was
+    allocated under. `resumed` says the registration continued `previous_registration_id`: the
+    slots' allocations were kept, so deployments under that id stay valid.
     """
 
     resource_manager_id: str
     heartbeat_interval_ms: int
     heartbeat_timeout_ms: int
+    registration_id: str
+    resumed: bool = False
 
     @property
     def heartbeat_interval_s(self) -> float:
@@ -185,7 +200,8 @@ class RegistrationAck:
 
     def to_dict(self) -> dict[str, Any]:
         return {"resource_manager_id": self.resource_manager_id, "heartbeat_interval_ms": self.heartbeat_interval_ms,
-                "heartbeat_timeout_ms": self.heartbeat_timeout_ms}
+                "heartbeat_timeout_ms": self.heartbeat_timeout_ms, "registration_id": self.registration_id,
+                "resumed": self.resumed}
 
 
 @dataclass(frozen=True)
@@ -273,6 +289,7 @@ class TaskDeploymentDescriptorSchema(StrictSchema):
     allocation_id = fields.String(required=True)
     slot_index = fields.Integer(required=True, strict=True, validate=validate.Range(min=0))
     result_path = fields.String(required=True)
+    registration_id = fields.String(load_default="")
     job_name = fields.String(load_default="")
     inputs = fields.Dict(keys=fields.String(), values=fields.List(fields.String()), load_default=dict)
     params = fields.Dict(keys=fields.String(), values=fields.Raw(allow_none=True), load_default=dict)
@@ -322,6 +339,7 @@ class TaskExecutorRegistrationSchema(StrictSchema):
         min=1, max=MAX_SLOTS_PER_TASK_EXECUTOR, error=f"must be between 1 and {MAX_SLOTS_PER_TASK_EXECUTOR}"))
     slot_report = fields.Nested(SlotReportSchema, load_default=None)
     spark_master = fields.String(load_default="")
+    previous_registration_id = fields.String(allow_none=True, load_default=None)
 
     @validates_schema(skip_on_field_errors=True)
     def check_report(self, data: dict[str, Any], **_: Any) -> None:
@@ -350,6 +368,8 @@ class RegistrationAckSchema(StrictSchema):
     resource_manager_id = fields.String(required=True)
     heartbeat_interval_ms = fields.Integer(required=True, strict=True, validate=validate.Range(min=1))
     heartbeat_timeout_ms = fields.Integer(required=True, strict=True, validate=validate.Range(min=1))
+    registration_id = fields.String(required=True, validate=_non_empty("registration_id"))
+    resumed = fields.Boolean(load_default=False)
 
     @post_load
     def make(self, data: dict[str, Any], **_: Any) -> RegistrationAck:

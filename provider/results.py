@@ -9,7 +9,7 @@ A vertex's result is all of its finished subtasks' partitions read together. The
 recorded in the ProgressStore, so a new leader reads the partitions its predecessor's tasks
 wrote: the layout must not change.
 
-The master imports this module; pyspark is only imported by the TaskExecutor's calls into it.
+The master imports this module; pyspark is only imported by the slot processes' calls into it.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from sparkdispatch.jobgraph import Failure
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
 
 log = logging.getLogger(__name__)
 
@@ -62,14 +63,20 @@ class ResultLayout:
         return f"{self.vertex_dir(job_id, vertex_id)}/{subtask_index}-{execution_id}"
 
 
-def write_partition(session: SparkSession, frame: DataFrame, path: str) -> int:
-    """Write `frame` as the Parquet partition at `path`, replacing what an earlier try left; its row count."""
-    frame.write.mode("overwrite").parquet(path)
-    # Parquet footers hold the row counts: cheaper than counting the DataFrame again.
-    return session.read.parquet(path).count()
+def write_partition(frame: DataFrame, path: str) -> int:
+    """Write `frame` as the Parquet partition at `path`, replacing what an earlier try left; its row count.
+
+    The count is observed on the write itself (`DataFrame.observe`), so it costs no second job.
+    """
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    rows = Observation()
+    frame.observe(rows, F.count(F.lit(1)).alias("rows")).write.mode("overwrite").parquet(path)
+    return int(rows.get["rows"])
 
 
-def read_partitions(session: SparkSession, paths: Sequence[str]) -> DataFrame | None:
+def read_partitions(session: SparkSession | ConnectSession, paths: Sequence[str]) -> DataFrame | None:
     """One vertex's result: its partitions as one DataFrame, None when it wrote none."""
     return session.read.parquet(*paths) if paths else None
 

@@ -1,4 +1,4 @@
-"""Typed settings of the master's components, read once from a `Configuration`.
+"""Typed settings of the master's and the TaskExecutor's components, read once from a `Configuration`.
 
 A component receives the values it needs, never the whole Configuration: the master reads
 `MasterSettings.from_config(config)` once and hands each part to its component. Configuration
@@ -7,6 +7,7 @@ keys are read by name here (and by the HA services factory), nowhere else on the
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -104,6 +105,39 @@ class RestSettings:
                    port=config["rest.port"], max_body_size=config["rest.max-body-size"],
                    blob_max_size=config["blob.max-size"], auth_token=config["rest.auth.token"],
                    execution_result_long_poll=config["rest.execution-result.long-poll"])
+
+
+@dataclass(frozen=True)
+class ConnectServerSettings:
+    """A TaskExecutor's Spark Connect server: its Spark master, loopback port, start timeout and heap."""
+
+    spark_master: str
+    port: int  # 0 picks a free port
+    start_timeout: float  # seconds, warm-up included
+    driver_memory: int  # bytes
+    spark_properties: Mapping[str, str] = field(repr=False)  # the other `spark.*` keys; may hold secrets
+
+    @classmethod
+    def from_config(cls, config: Configuration) -> ConnectServerSettings:
+        return cls(spark_master=config["spark.master"], port=config["taskexecutor.connect.port"],
+                   start_timeout=config["taskexecutor.connect.start-timeout"],
+                   driver_memory=config["taskexecutor.connect.driver-memory"],
+                   spark_properties=config.spark_properties)
+
+
+@dataclass(frozen=True)
+class SlotPoolSettings:
+    """A TaskExecutor's slot processes: warm spares, cancellation timeout, start and stop bounds (seconds)."""
+
+    spares: int = 1
+    cancellation_timeout: float = 30.0
+    start_timeout: float = 120.0  # a new slot process's imports and first action
+    stop_grace: float = 10.0  # a retired slot process's session release, before it is killed
+
+    @classmethod
+    def from_config(cls, config: Configuration) -> SlotPoolSettings:
+        return cls(spares=config["taskexecutor.slot-process.spares"],
+                   cancellation_timeout=config["taskexecutor.cancellation.timeout"])
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,11 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
-from typing import Any
+
+from sparkdispatch.client import RetryPolicy, SyncSparkDispatchClient
+from sparkdispatch.errors import SparkDispatchError
+from sparkdispatch.jobgraph import JobResult, JobStatus
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -31,21 +33,17 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def get(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=10) as answer:
-        return json.loads(answer.read())
-
-
-def wait_for_cluster(base: str, cluster: subprocess.Popen[bytes], log: Path, timeout: float = 240.0) -> None:
+def wait_for_cluster(client: SyncSparkDispatchClient, cluster: subprocess.Popen[bytes], log: Path,
+                     timeout: float = 240.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if cluster.poll() is not None:
             raise SystemExit(f"the standalone cluster exited; see {log}")
         try:
-            if get(base + "/overview")["taskmanagers"] >= 1:
+            if client.overview()["taskmanagers"] >= 1:
                 return
-        except OSError:
-            pass
+        except SparkDispatchError:
+            pass  # not listening yet
         time.sleep(0.5)
     raise SystemExit(f"the standalone cluster did not get a TaskExecutor within {timeout:.0f}s; see {log}")
 
@@ -62,8 +60,10 @@ def main() -> int:
         cluster = subprocess.Popen([str(BIN / "sparkdispatch"), "-D", f"rest.port={port}", "standalone",
                                     "--storage", str(work / "storage"), "--slots", "2"],
                                    stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    # one try per call: wait_for_cluster does the waiting
+    client = SyncSparkDispatchClient.create(addresses=[base], retry=RetryPolicy(attempts=1), request_timeout=10.0)
     try:
-        wait_for_cluster(base, cluster, log)
+        wait_for_cluster(client, cluster, log)
         print(f"cluster ready in {time.monotonic() - started:.1f}s; running the DAG {DAG_ID} with Airflow",
               flush=True)
         airflow_env = {
@@ -77,17 +77,22 @@ def main() -> int:
         subprocess.run([str(BIN / "airflow"), "db", "migrate"], env=airflow_env, check=True,
                        stdout=subprocess.DEVNULL)
         dag_run = subprocess.run([str(BIN / "airflow"), "dags", "test", DAG_ID], env=airflow_env)
-        jobs = get(base + "/jobs")["jobs"]
+        jobs = client.jobs()
         if not jobs:
             print("the DAG submitted no job", file=sys.stderr)
             return 1
-        results = [get(f"{base}/jobs/{job['id']}/execution-result") for job in jobs]
-        for answer in results:
-            print(json.dumps(answer.get("job_execution_result", answer), indent=2))
-        statuses = [a.get("job_execution_result", {}).get("status") for a in results]
-        print(f"JobResult status: {', '.join(str(s) for s in statuses)}; DAG run exit code {dag_run.returncode}; "
-              f"{time.monotonic() - started:.1f}s in all", flush=True)
-        return 0 if dag_run.returncode == 0 and statuses == ["FINISHED"] * len(statuses) else 1
+        statuses: list[JobStatus | None] = []
+        for job in jobs:
+            result = client.execution_result(job["id"])
+            if result is None:
+                print(f"job {job['id']} has no JobResult yet: it is {job['status']}")
+                statuses.append(None)
+                continue
+            print(json.dumps(result, indent=2))
+            statuses.append(JobResult.from_dict(result).status)
+        print(f"JobResult status: {', '.join(s.value if s else 'none' for s in statuses)}; "
+              f"DAG run exit code {dag_run.returncode}; {time.monotonic() - started:.1f}s in all", flush=True)
+        return 0 if dag_run.returncode == 0 and all(s is JobStatus.FINISHED for s in statuses) else 1
     finally:
         os.killpg(cluster.pid, signal.SIGTERM)
         try:
@@ -95,6 +100,7 @@ def main() -> int:
         except subprocess.TimeoutExpired:
             os.killpg(cluster.pid, signal.SIGKILL)
             cluster.wait()
+        client.close()
         print("standalone cluster stopped", flush=True)
 
 

@@ -109,6 +109,7 @@ def spark() -> Iterator[Any]:
         service_missing("Spark needs java on PATH")
     from pyspark.sql import SparkSession
 
+    os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)  # a Connect session made earlier in this process set it
     session = (SparkSession.builder.master("local[2]").appName("sparkdispatch-tests")
                .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
                .config("spark.scheduler.mode", "FAIR").getOrCreate())

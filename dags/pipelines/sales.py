@@ -1,6 +1,6 @@
 """A small sales pipeline: the task functions behind `example_pipeline.py`.
 
-Each function gets `ctx` (see ARCHITECTURE.md): `ctx.spark`, `ctx.params`, `ctx.inputs` (the
+Each function gets `ctx` (see docs/task-contract.md): `ctx.spark`, `ctx.params`, `ctx.inputs` (the
 upstream vertices' results as DataFrames), `ctx.subtask_index` and `ctx.parallelism`. A
 returned DataFrame is this subtask's share of the vertex's result.
 

@@ -1,15 +1,19 @@
 """High-availability services: leader election and retrieval, JobGraph, JobResult, progress and blob stores.
 
-`create_ha_services(config)` picks the implementation `high-availability.mode` names: `none`
-(embedded: always leader, files under `storage.dir`) or `zookeeper` (kazoo). The contracts the
-other components use are in docs/internals.md, "HA services".
+`create_ha_services(config)` picks the masters' implementation `high-availability.mode` names:
+`none` (embedded: always leader, files under `storage.dir`) or `zookeeper` (kazoo). Processes
+that are not masters (TaskExecutors, the REST client) need only `create_leader_retrieval(config)`
+and `create_blob_reader(config)`, which create nothing. The contracts the other components use
+are in docs/internals.md, "HA services".
 """
 
-from sparkdispatch.ha.blob_store import BlobStore
+from sparkdispatch.ha.access import create_blob_reader, create_leader_retrieval
+from sparkdispatch.ha.blob_store import BlobReader, BlobStore
 from sparkdispatch.ha.job_result_store import FileSystemJobResultStore
 from sparkdispatch.ha.jobgraph_store import JobGraphStore
 from sparkdispatch.ha.leader import (
     STANDALONE_SESSION_ID,
+    ClosableLeaderRetrieval,
     LeaderContender,
     LeaderElection,
     LeaderInfo,
@@ -21,7 +25,9 @@ from sparkdispatch.ha.services import HighAvailabilityServices, create_ha_servic
 
 __all__ = [
     "STANDALONE_SESSION_ID",
+    "BlobReader",
     "BlobStore",
+    "ClosableLeaderRetrieval",
     "FileSystemJobResultStore",
     "HighAvailabilityServices",
     "JobGraphStore",
@@ -33,5 +39,7 @@ __all__ = [
     "LeaderRetrieval",
     "ProgressStore",
     "SubtaskProgress",
+    "create_blob_reader",
     "create_ha_services",
+    "create_leader_retrieval",
 ]

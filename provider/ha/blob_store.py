@@ -16,7 +16,7 @@ import uuid
 from pathlib import Path
 
 from sparkdispatch.errors import BlobError, BlobNotFound, BlobTooLarge, CorruptedBlob
-from sparkdispatch.ha.files import fsync_dir, is_temp
+from sparkdispatch.ha.files import fsync_dir
 from sparkdispatch.jobgraph import BLOB_KEY_PATTERN
 
 log = logging.getLogger(__name__)
@@ -45,11 +45,33 @@ def _sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-class BlobStore:
-    """Content-addressed blobs; blocking `*_blocking` twins serve synchronous callers (TaskExecutors)."""
+class BlobReader:
+    """Reads verified blobs by key: all a TaskExecutor needs (`sparkdispatch.ha.access.create_blob_reader`)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def path_blocking(self, key: str) -> Path:
+        """The verified file of `key`; `BlobNotFound`, or `CorruptedBlob` if its content changed."""
+        directory = self.directory / _check_key(key)
+        try:
+            files = [p for p in directory.iterdir() if p.is_file()]
+        except FileNotFoundError:
+            raise BlobNotFound(f"no blob with key {key}") from None
+        if len(files) != 1:
+            raise CorruptedBlob(f"blob {key} should hold one file, found {len(files)}")
+        actual = _sha256_file(files[0])
+        if actual != key:
+            log.error("blob %s is corrupted: its content hashes to %s", key, actual)
+            raise CorruptedBlob(f"blob {key} is corrupted (its content hashes to {actual}); upload it again")
+        return files[0]
+
+
+class BlobStore(BlobReader):
+    """Content-addressed blobs: `put` stores (the REST endpoint's uploads), `path_blocking` reads."""
 
     def __init__(self, directory: Path, *, max_size: int) -> None:
-        self.directory = directory
+        super().__init__(directory)
         self.max_size = max_size
 
     async def put(self, data: bytes, filename: str) -> str:
@@ -87,45 +109,3 @@ class BlobStore:
         fsync_dir(self.directory)
         log.info("stored blob %s (%s, %d bytes)", key, filename, len(data))
         return key
-
-    async def path(self, key: str) -> Path:
-        """The verified file of `key`; `BlobNotFound`, or `CorruptedBlob` if its content changed."""
-        return await asyncio.to_thread(self.path_blocking, key)
-
-    def path_blocking(self, key: str) -> Path:
-        directory = self.directory / _check_key(key)
-        try:
-            files = [p for p in directory.iterdir() if p.is_file()]
-        except FileNotFoundError:
-            raise BlobNotFound(f"no blob with key {key}") from None
-        if len(files) != 1:
-            raise CorruptedBlob(f"blob {key} should hold one file, found {len(files)}")
-        actual = _sha256_file(files[0])
-        if actual != key:
-            log.error("blob %s is corrupted: its content hashes to %s", key, actual)
-            raise CorruptedBlob(f"blob {key} is corrupted (its content hashes to {actual}); upload it again")
-        return files[0]
-
-    async def filename(self, key: str) -> str:
-        """The name the blob was uploaded under (not verified)."""
-        def name() -> str:
-            try:
-                return next(p.name for p in (self.directory / _check_key(key)).iterdir() if p.is_file())
-            except (FileNotFoundError, StopIteration):
-                raise BlobNotFound(f"no blob with key {key}") from None
-
-        return await asyncio.to_thread(name)
-
-    async def exists(self, key: str) -> bool:
-        _check_key(key)
-        return await asyncio.to_thread((self.directory / key).is_dir)
-
-    async def delete(self, key: str) -> None:
-        _check_key(key)
-        await asyncio.to_thread(shutil.rmtree, self.directory / key, True)
-        log.info("deleted blob %s", key)
-
-    def keys(self) -> set[str]:
-        if not self.directory.is_dir():
-            return set()
-        return {p.name for p in self.directory.iterdir() if BLOB_KEY_PATTERN.match(p.name) and not is_temp(p)}

@@ -21,16 +21,16 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from kazoo.client import KazooClient  # type: ignore[import-untyped]  # kazoo ships no type hints
-from kazoo.exceptions import (  # type: ignore[import-untyped]
+from kazoo.client import KazooClient
+from kazoo.exceptions import (
     CancelledError,
     ConnectionClosedError,
     KazooException,
     NoNodeError,
 )
-from kazoo.protocol.states import EventType, KazooState, WatchedEvent, ZnodeStat  # type: ignore[import-untyped]
-from kazoo.recipe.lock import Lock  # type: ignore[import-untyped]
-from kazoo.retry import KazooRetry  # type: ignore[import-untyped]
+from kazoo.protocol.states import EventType, KazooState, WatchedEvent, ZnodeStat
+from kazoo.recipe.lock import Lock
+from kazoo.retry import KazooRetry
 
 from sparkdispatch.errors import LeadershipLost
 from sparkdispatch.ha.leader import LeaderContender, LeaderInfo

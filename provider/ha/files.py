@@ -58,12 +58,3 @@ def create_atomic(target: Path, data: bytes) -> bool:
 def is_temp(path: Path) -> bool:
     """A leftover of a write interrupted by a crash."""
     return TEMP_MARK in path.name
-
-
-def remove_empty_dirs(*directories: Path) -> None:
-    """Remove each directory if it exists and is empty; a non-empty one is kept."""
-    for directory in directories:
-        try:
-            directory.rmdir()
-        except (FileNotFoundError, OSError):
-            pass

@@ -77,19 +77,13 @@ class FileSystemJobResultStore:
         log.info("marked JobResult of job %s clean", job_id)
 
     async def has_entry(self, job_id: str) -> bool:
-        return await asyncio.to_thread(self._has, job_id, dirty=True, clean=True)
+        """Whether a JobResult of the job is stored, dirty or clean."""
+        return await asyncio.to_thread(self._has, job_id)
 
-    async def has_dirty_entry(self, job_id: str) -> bool:
-        return await asyncio.to_thread(self._has, job_id, dirty=True, clean=False)
-
-    async def has_clean_entry(self, job_id: str) -> bool:
-        return await asyncio.to_thread(self._has, job_id, dirty=False, clean=True)
-
-    def _has(self, job_id: str, *, dirty: bool, clean: bool) -> bool:
+    def _has(self, job_id: str) -> bool:
         with self._lock:
-            if dirty and self._dirty(job_id).exists():
-                return True
-            return clean and (job_id in self._cleaned or self._clean(job_id).exists())
+            return (self._dirty(job_id).exists() or job_id in self._cleaned
+                    or self._clean(job_id).exists())
 
     async def dirty_results(self) -> list[JobResult]:
         """Every dirty entry: the jobs whose cleanup a new leader must finish."""

@@ -19,8 +19,8 @@ from abc import abstractmethod
 from pathlib import Path
 from typing import Any, Protocol
 
-from kazoo.client import KazooClient  # type: ignore[import-untyped]  # kazoo ships no type hints
-from kazoo.exceptions import NoNodeError, NodeExistsError  # type: ignore[import-untyped]
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError, NodeExistsError
 
 from sparkdispatch.errors import InvalidJobGraph, StoreError
 from sparkdispatch.ha.files import is_temp, write_atomic

@@ -88,6 +88,14 @@ class LeaderRetrieval(Protocol):
     def stop(self) -> None: ...
 
 
+class ClosableLeaderRetrieval(LeaderRetrieval, Protocol):
+    """A leader retrieval that owns its connection (`sparkdispatch.ha.access.create_leader_retrieval`)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Stop following the leader and let the connection go."""
+
+
 class StandaloneLeaderElection:
     """Mode `none`: the contender is granted at once with the fixed session id."""
 
@@ -156,3 +164,7 @@ class StandaloneLeaderRetrieval:
 
     def stop(self) -> None:
         self._started = False
+
+    def close(self) -> None:
+        """The same as `stop()`: nothing is connected."""
+        self.stop()

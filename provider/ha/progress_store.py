@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from kazoo.client import KazooClient  # type: ignore[import-untyped]  # kazoo ships no type hints
-from kazoo.exceptions import NoNodeError, NodeExistsError  # type: ignore[import-untyped]
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError, NodeExistsError
 
 from sparkdispatch.errors import StoreError
 from sparkdispatch.ha.jobgraph_store import check_job_id
@@ -50,9 +50,6 @@ class JobProgress:
 
     job_id: str
     finished: dict[str, dict[int, SubtaskProgress]] = field(default_factory=dict)
-
-    def is_finished(self, vertex_id: str, subtask_index: int) -> bool:
-        return subtask_index in self.finished.get(vertex_id, {})
 
 
 class ProgressStore(Protocol):

@@ -1,5 +1,8 @@
 """Leader retrieval on ZooKeeper: follow `<cluster>/leader/connection_info` by watch.
 
+`ZooKeeperLeaderRetrieval` runs on a kazoo client it is given (a master's); processes that are
+not masters use `OwnClientLeaderRetrieval`, which brings its own client and only reads.
+
 The listener gets `LeaderInfo` or None ("no leader") from kazoo's threads, only when the value
 changes. A SUSPENDED connection means "no leader" (unless
 `high-availability.zookeeper.tolerate-suspended-connections`): the leader may be gone by then.
@@ -13,11 +16,13 @@ import logging
 import threading
 import time
 
-from kazoo.client import KazooClient  # type: ignore[import-untyped]  # kazoo ships no type hints
-from kazoo.protocol.states import KazooState, WatchedEvent, ZnodeStat  # type: ignore[import-untyped]
+from kazoo.client import KazooClient
+from kazoo.protocol.states import KazooState, WatchedEvent, ZnodeStat
 
+from sparkdispatch.config import Configuration
 from sparkdispatch.errors import NoLeader
 from sparkdispatch.ha.leader import LeaderInfo, LeaderListener
+from sparkdispatch.ha.zookeeper import ZooKeeperPaths, create_client, start_client
 
 log = logging.getLogger(__name__)
 
@@ -105,3 +110,35 @@ class ZooKeeperLeaderRetrieval:
                     self._listener(info)
                 except Exception:
                     log.exception("leader listener failed")
+
+
+class OwnClientLeaderRetrieval:
+    """Leader retrieval on a kazoo client of its own that only reads: `start` connects and
+    watches the leader node (which need not exist yet), `close` disconnects. It creates no znode,
+    so a TaskExecutor or a client never changes the cluster's tree."""
+
+    def __init__(self, config: Configuration) -> None:
+        self._config = config
+        self._client = create_client(config)
+        self._retrieval = ZooKeeperLeaderRetrieval(
+            self._client, ZooKeeperPaths.from_config(config).connection_info,
+            tolerate_suspended=config["high-availability.zookeeper.tolerate-suspended-connections"])
+
+    def start(self, listener: LeaderListener | None = None) -> None:
+        """Connect (`ServiceUnavailable` if ZooKeeper does not answer in time) and follow the leader."""
+        start_client(self._client, self._config)
+        self._retrieval.start(listener)
+
+    def current(self) -> LeaderInfo | None:
+        return self._retrieval.current()
+
+    def wait_for_leader(self, timeout: float) -> LeaderInfo:
+        return self._retrieval.wait_for_leader(timeout)
+
+    def stop(self) -> None:
+        self._retrieval.stop()
+
+    def close(self) -> None:
+        self._retrieval.stop()
+        self._client.stop()
+        self._client.close()

@@ -10,21 +10,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import re
-import shutil
 import socket
 from abc import ABC, abstractmethod
 from pathlib import Path
 
-from kazoo.client import KazooClient  # type: ignore[import-untyped]  # kazoo ships no type hints
-from kazoo.exceptions import KazooException, NoNodeError, NotEmptyError  # type: ignore[import-untyped]
-from kazoo.handlers.threading import KazooTimeoutError  # type: ignore[import-untyped]
+from kazoo.client import KazooClient
 
 from sparkdispatch.config import Configuration
-from sparkdispatch.errors import ConfigurationError, ServiceUnavailable
+from sparkdispatch.ha.access import cluster_dir, cluster_id
 from sparkdispatch.ha.blob_store import BlobStore
 from sparkdispatch.ha.election import ZooKeeperLeaderElection
-from sparkdispatch.ha.files import remove_empty_dirs
 from sparkdispatch.ha.job_result_store import FileSystemJobResultStore
 from sparkdispatch.ha.jobgraph_store import FileJobGraphStore, JobGraphStore, ZooKeeperJobGraphStore
 from sparkdispatch.ha.leader import (
@@ -35,20 +30,9 @@ from sparkdispatch.ha.leader import (
 )
 from sparkdispatch.ha.progress_store import FileProgressStore, ProgressStore, ZooKeeperProgressStore
 from sparkdispatch.ha.retrieval import ZooKeeperLeaderRetrieval
-from sparkdispatch.ha.zookeeper import ZooKeeperPaths, create_client, ensure_cluster_paths
+from sparkdispatch.ha.zookeeper import ZooKeeperPaths, create_client, ensure_cluster_paths, start_client
 
 log = logging.getLogger(__name__)
-
-CLUSTER_ID_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
-STORE_KINDS = ("job-result-store", "blobs", "jobgraphs", "progress")
-
-
-def _cluster_id(config: Configuration) -> str:
-    cluster_id: str = config["high-availability.cluster-id"]
-    if not CLUSTER_ID_PATTERN.match(cluster_id):
-        raise ConfigurationError(f"high-availability.cluster-id {cluster_id!r} must be 1-128 letters, digits, "
-                                 "'_', '.' or '-', not starting with '.' or '-'")
-    return cluster_id
 
 
 class HighAvailabilityServices(ABC):
@@ -61,16 +45,14 @@ class HighAvailabilityServices(ABC):
 
     def __init__(self, config: Configuration) -> None:
         self.config = config
-        self.cluster_id = _cluster_id(config)
-        storage = config.storage_dir
+        self.cluster_id = cluster_id(config)
         self.job_result_store = FileSystemJobResultStore(
             self.store_dir("job-result-store"), delete_on_commit=config["job-result-store.delete-on-commit"])
         self.blob_store = BlobStore(self.store_dir("blobs"), max_size=config["blob.max-size"])
-        self._storage = storage
 
     def store_dir(self, kind: str) -> Path:
         """`<storage.dir>/<kind>/<cluster-id>`."""
-        return self.config.storage_dir / kind / self.cluster_id
+        return cluster_dir(self.config, kind)
 
     @abstractmethod
     async def start(self) -> None:
@@ -78,26 +60,12 @@ class HighAvailabilityServices(ABC):
 
     @abstractmethod
     def create_retrieval(self) -> LeaderRetrieval:
-        """A new leader retrieval (for TaskExecutors, the CLI, the hook); call `start()` on it."""
+        """A new leader retrieval on this process's connection (a standby follows the leader with it);
+        call `start()` on it. Processes that are not masters use `access.create_leader_retrieval`."""
 
     @abstractmethod
     async def close(self) -> None:
         """Stop the election and disconnect; all data stays."""
-
-    async def close_and_cleanup_all_data(self) -> None:
-        """Stop, then delete every znode and file of this cluster."""
-        await self._cleanup_coordination()
-        await self.close()
-        await asyncio.to_thread(self._delete_files)
-        log.info("deleted all HA data of cluster %s", self.cluster_id)
-
-    async def _cleanup_coordination(self) -> None:
-        """Delete this cluster's coordination data; mode `none` keeps none beyond its files."""
-
-    def _delete_files(self) -> None:
-        for kind in STORE_KINDS:
-            shutil.rmtree(self.store_dir(kind), ignore_errors=True)
-            remove_empty_dirs(self._storage / kind)
 
 
 class EmbeddedHaServices(HighAvailabilityServices):
@@ -144,16 +112,10 @@ class ZooKeeperHaServices(HighAvailabilityServices):
         self._closed = False
 
     async def start(self) -> None:
-        timeout = self.config["high-availability.zookeeper.connection-timeout"]
-        quorum = self.config["high-availability.zookeeper.quorum"]
-        try:
-            await asyncio.to_thread(self.client.start, timeout)
-        except KazooTimeoutError:
-            await asyncio.to_thread(self.client.stop)
-            raise ServiceUnavailable(f"cannot connect to ZooKeeper at {quorum} within {timeout:g}s; check "
-                                     "high-availability.zookeeper.quorum and that ZooKeeper runs") from None
+        await asyncio.to_thread(start_client, self.client, self.config)
         await asyncio.to_thread(ensure_cluster_paths, self.client, self.paths)
-        log.info("connected to ZooKeeper at %s, cluster %s under %s", quorum, self.cluster_id, self.paths.cluster)
+        log.info("connected to ZooKeeper at %s, cluster %s under %s", self.config["high-availability.zookeeper.quorum"],
+                 self.cluster_id, self.paths.cluster)
 
     def create_retrieval(self) -> ZooKeeperLeaderRetrieval:
         retrieval = ZooKeeperLeaderRetrieval(self.client, self.paths.connection_info,
@@ -172,25 +134,6 @@ class ZooKeeperHaServices(HighAvailabilityServices):
             retrieval.stop()
         await asyncio.to_thread(self.client.stop)
         await asyncio.to_thread(self.client.close)
-
-    async def _cleanup_coordination(self) -> None:
-        if not self.client.connected and not self._closed:
-            await self.start()
-        self.election.stop()
-        await asyncio.to_thread(self.election.join, 5.0)
-        await asyncio.to_thread(self._delete_znodes)
-
-    def _delete_znodes(self) -> None:
-        try:
-            self.client.delete(self.paths.cluster, recursive=True)
-        except NoNodeError:
-            pass
-        try:
-            self.client.delete(self.paths.root)  # only when no other cluster uses it
-        except (NoNodeError, NotEmptyError):
-            pass
-        except KazooException as exc:
-            log.warning("could not delete %s: %s", self.paths.root, exc)
 
 
 def create_ha_services(config: Configuration) -> HighAvailabilityServices:

@@ -22,18 +22,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kazoo.client import KazooClient, TransactionRequest  # type: ignore[import-untyped]  # kazoo ships no type hints
-from kazoo.exceptions import (  # type: ignore[import-untyped]
+from kazoo.client import KazooClient, TransactionRequest
+from kazoo.exceptions import (
     ConnectionLoss,
     OperationTimeoutError,
     RolledBackError,
     SessionExpiredError,
 )
-from kazoo.interfaces import IAsyncResult  # type: ignore[import-untyped]
-from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl  # type: ignore[import-untyped]
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.interfaces import IAsyncResult
+from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl
 
 from sparkdispatch.config import Configuration
-from sparkdispatch.errors import ConfigurationError, LeadershipLost, StoreError
+from sparkdispatch.errors import ConfigurationError, LeadershipLost, ServiceUnavailable, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +106,19 @@ def create_client(config: Configuration) -> KazooClient:
         command_retry={"max_tries": 3, "delay": 0.05, "backoff": 2, "max_delay": 0.5},
         **kwargs,
     )
+
+
+def start_client(client: KazooClient, config: Configuration) -> None:
+    """Connect `client` (blocking), within `high-availability.zookeeper.connection-timeout`;
+    `ServiceUnavailable` (and the client stopped) if ZooKeeper does not answer in time."""
+    timeout = config["high-availability.zookeeper.connection-timeout"]
+    try:
+        client.start(timeout)
+    except KazooTimeoutError:
+        client.stop()
+        raise ServiceUnavailable(f"cannot connect to ZooKeeper at {config['high-availability.zookeeper.quorum']} "
+                                 f"within {timeout:g}s; check high-availability.zookeeper.quorum and that "
+                                 "ZooKeeper runs") from None
 
 
 def ensure_cluster_paths(client: KazooClient, paths: ZooKeeperPaths) -> None:

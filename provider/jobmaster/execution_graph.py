@@ -104,7 +104,6 @@ class ExecutionVertex:
         self.id = SubtaskId(vertex.id, subtask_index)
         self.current = Execution(attempt=0)
         self.deployed_attempts = 0
-        self.last_failure: Failure | None = None
         self.partition_lost = False
         self.progress_recorded = False
         self.recovered = False
@@ -216,10 +215,6 @@ class ExecutionGraph:
 
     def touch(self) -> None:
         self.last_modification = self.now_ms()
-
-    def status_time(self, status: JobStatus) -> int | None:
-        """When the job last entered `status` (epoch ms), or None."""
-        return self._status_times.get(status)
 
     @property
     def start_time(self) -> int:

@@ -69,7 +69,7 @@ class TaskExecutorGateway(Protocol):
 
     @abstractmethod
     def cancel(self, task_executor_hostname: str, execution_id: str) -> bool:
-        """Ask one TaskExecutor to cancel an execution; True if it runs it."""
+        """Ask one TaskExecutor to cancel an execution; True if it runs it. Raises if it does not answer."""
 
     @abstractmethod
     def close(self) -> None:

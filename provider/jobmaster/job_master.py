@@ -4,7 +4,9 @@ Batch scheduling (a vertex's subtasks are scheduled once all of its inputs are f
 slot requirements declared to the ResourceManager, deployment through the
 TaskExecutorGateway, execution state from fenced TaskExecutor reports, restarts by region
 under the job's restart strategy, cancellation and suspension. All state lives on the master's
-loop; blocking gateway calls run in threads (`asyncio.to_thread`).
+loop; blocking gateway calls run in threads (`asyncio.to_thread`), and the outcome of each
+deployment and cancellation is told to the ResourceManager (`record_rpc_failure` /
+`record_rpc_success`), so a TaskExecutor that keeps failing them is declared lost.
 """
 
 from __future__ import annotations
@@ -184,26 +186,6 @@ class JobMaster:
         self._declare()
         self.result_future.cancel()
 
-    def mark_partition_lost(self, vertex_id: str, subtask_index: int) -> None:
-        """The result partition of a finished subtask can no longer be read.
-
-        If a consumer still needs it, the producer runs again (with every consumer that started),
-        as a failure under the restart strategy; otherwise it is only noted.
-        """
-        ev = self.execution_graph.subtask(SubtaskId(vertex_id, subtask_index))
-        if self.status is not JobStatus.RUNNING or ev.state is not ExecutionState.FINISHED or ev.partition_lost:
-            return
-        ev.partition_lost = True
-        path = ev.current.result_path
-        needed = any(consumer.state is not ExecutionState.FINISHED
-                     for name in self.execution_graph.consumers_of(vertex_id)
-                     for consumer in self.execution_graph.subtasks(name))
-        log.warning("job %s (session %s): result partition of %s (%s) lost%s", self.job_id, self.job_master_id,
-                    ev.id, path, "; running its producer again" if needed else "; no consumer needs it any more")
-        if needed:
-            self._handle_failure([ev.id], Failure("PartitionLost", f"the result partition of {ev.id} at {path} "
-                                                                   "can no longer be read"))
-
     def overview(self) -> JobOverview:
         """The job's status, times and subtasks per state, as of now."""
         return self.execution_graph.overview()
@@ -252,7 +234,7 @@ class JobMaster:
         """A TaskExecutor is gone: the attempts it ran fail and restart elsewhere.
 
         Result partitions it wrote live on shared storage and stay in use; one that turns out
-        unreadable is re-created when its consumer's read fails (or `mark_partition_lost`).
+        unreadable is re-created when its consumer's read fails.
         """
         lost_allocations = set(allocation_ids)
         for allocation_id, execution in list(self._held_slots.items()):
@@ -290,7 +272,7 @@ class JobMaster:
             if ev is None or ev.state.is_terminal:
                 log.info("job %s (session %s): %s still runs stale execution %s; cancelling it", self.job_id,
                          self.job_master_id, task_executor_id, report.execution_id)
-                self._spawn(self._cancel_on(hostname, report.execution_id))
+                self._spawn(self._cancel_on(task_executor_id, hostname, report.execution_id))
 
     # ------------------------------------------------------------------ scheduling
 
@@ -334,15 +316,19 @@ class JobMaster:
 
     async def _send_deployment(self, ev: ExecutionVertex, execution: Execution,
                                tdd: TaskDeploymentDescriptor) -> None:
-        assert execution.slot is not None
+        slot = execution.slot
+        assert slot is not None
         try:
-            await asyncio.to_thread(self._gateway.deploy, execution.slot, tdd, self.job_master_id)
+            await asyncio.to_thread(self._gateway.deploy, slot, tdd, self.job_master_id)
         except Exception as exc:  # any failure to hand the task over fails this attempt
-            if ev.current is not execution or execution.state.is_terminal or self.status is not JobStatus.RUNNING:
-                return
-            log.warning("job %s (session %s): deploying %s to %s failed: %s", self.job_id, self.job_master_id,
-                        ev.id, execution.task_executor_id, exc)
-            self._on_failed(ev, execution, Failure.from_exception(exc))
+            if ev.current is execution and not execution.state.is_terminal and self.status is JobStatus.RUNNING:
+                log.warning("job %s (session %s): deploying %s to %s failed: %s", self.job_id, self.job_master_id,
+                            ev.id, execution.task_executor_id, exc)
+                self._on_failed(ev, execution, Failure.from_exception(exc))
+            # after the attempt's own failure: enough failures in a row lose the TaskExecutor
+            self._call_resource_manager(self._resource_manager.record_rpc_failure, slot.task_executor_id)
+        else:
+            self._call_resource_manager(self._resource_manager.record_rpc_success, slot.task_executor_id)
 
     def _deployment_descriptor(self, ev: ExecutionVertex, slot: AllocatedSlot) -> TaskDeploymentDescriptor:
         graph = self.execution_graph
@@ -359,6 +345,7 @@ class JobMaster:
             attempt=execution.attempt,
             allocation_id=slot.allocation_id,
             slot_index=slot.slot_index,
+            registration_id=slot.registration_id,
             result_path=self._results.attempt_path(self.job_id, vertex.id, ev.subtask_index, execution.execution_id),
             job_name=graph.name,
             inputs={name: graph.partition_paths(name) for name in vertex.inputs},
@@ -416,7 +403,6 @@ class JobMaster:
         if not execution.state.is_terminal:
             execution.transition(ExecutionState.FAILED)
         execution.failure = failure
-        ev.last_failure = failure
         self._waiting.pop(ev.id, None)
         self._release_slot(execution)
 
@@ -502,15 +488,19 @@ class JobMaster:
         return call
 
     def _send_cancel(self, execution: Execution) -> asyncio.Task[Any]:
-        assert execution.slot is not None
-        return self._spawn(self._cancel_on(execution.slot.hostname, execution.execution_id))
+        slot = execution.slot
+        assert slot is not None
+        return self._spawn(self._cancel_on(slot.task_executor_id, slot.hostname, execution.execution_id))
 
-    async def _cancel_on(self, hostname: str, execution_id: str) -> None:
+    async def _cancel_on(self, task_executor_id: str, hostname: str, execution_id: str) -> None:
         try:
             await asyncio.to_thread(self._gateway.cancel, hostname, execution_id)
         except Exception as exc:  # the task may run on; its reports are refused as stale
             log.warning("job %s (session %s): cancelling %s on %s failed: %s", self.job_id,
                         self.job_master_id, execution_id, hostname, exc)
+            self._call_resource_manager(self._resource_manager.record_rpc_failure, task_executor_id)
+        else:
+            self._call_resource_manager(self._resource_manager.record_rpc_success, task_executor_id)
 
     def _stop_restart_timers(self) -> None:
         for timer in list(self._restart_timers):

@@ -140,11 +140,6 @@ class ExponentialDelayRestartStrategy:
     def can_restart(self) -> bool:
         return self.failures <= self._spec.attempts
 
-    @property
-    def current_backoff_s(self) -> float:
-        """The pause before jitter."""
-        return self._current_backoff_s
-
     def backoff_s(self) -> float:
         offset = self._current_backoff_s * self._spec.jitter_factor
         if offset <= 0:

@@ -1,4 +1,4 @@
-"""The master's side of the TaskExecutors: deploy, cancel and ping over Celery.
+"""The master's side of the TaskExecutors: deploy and cancel over Celery.
 
 Every method blocks on the broker; the master's components call them with
 `asyncio.to_thread(...)`. The worker's side of the same app is `sparkdispatch.taskexecutor.app`;
@@ -8,7 +8,6 @@ what both agree on is `sparkdispatch.broker.celery_app`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import Any, Protocol
 
 from celery import Celery
@@ -60,26 +59,24 @@ class CeleryTaskExecutorGateway:
                   session_id)
 
     def cancel(self, task_executor_hostname: str, execution_id: str) -> bool:
-        """Ask one worker to cancel an execution; True if it answered that it runs it."""
+        """Ask one worker to cancel an execution; True if it answered that it runs it, False if
+        it answered that it does not. `ServiceUnavailable` if the broker is down or the worker
+        does not answer within the reply timeout."""
         replies = self._broadcast(CANCEL_COMMAND, task_executor_hostname, {"execution_id": execution_id})
+        if not replies:
+            raise ServiceUnavailable(f"TaskExecutor {task_executor_hostname} did not answer the cancellation of "
+                                     f"execution {execution_id} within {self._reply_timeout:g}s")
         return any(bool(body.get("found")) for reply in replies for body in reply.values()
                    if isinstance(body, dict))
-
-    def ping(self, hostname: str) -> bool:
-        """True if the worker answers within the reply timeout."""
-        replies = self._call(lambda: self._app.control.ping(destination=[hostname], timeout=self._reply_timeout))
-        return any(hostname in reply for reply in replies)
 
     def close(self) -> None:
         self._app.close()
 
     def _broadcast(self, command: str, hostname: str, arguments: dict[str, Any]) -> Replies:
-        return self._call(lambda: self._app.control.broadcast(
-            command, arguments=arguments, destination=[hostname], reply=True, timeout=self._reply_timeout))
-
-    def _call(self, call: Callable[[], Replies | None]) -> Replies:
+        """One worker's replies to a remote-control command (none if it did not answer in time)."""
         try:
-            replies = call() or []
+            replies: Replies = self._app.control.broadcast(
+                command, arguments=arguments, destination=[hostname], reply=True, timeout=self._reply_timeout) or []
         except Exception as exc:  # kombu raises transport-specific errors
             raise ServiceUnavailable(f"the Celery broker did not take a remote-control call: {exc}") from exc
         # A dead worker's binding keeps collecting message files on the filesystem broker.

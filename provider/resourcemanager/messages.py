@@ -12,13 +12,18 @@ from typing import Any, NamedTuple
 
 
 class AllocatedSlot(NamedTuple):
-    """A slot the SlotManager gave to a job. (A NamedTuple: allocation is the hot path.)"""
+    """A slot the SlotManager gave to a job. (A NamedTuple: allocation is the hot path.)
+
+    `registration_id` is the TaskExecutor's registration the slot was allocated under; its
+    deployments carry it, and the TaskExecutor runs them only while registered under it.
+    """
 
     allocation_id: str
     task_executor_id: str
     slot_index: int
     queue: str
     hostname: str
+    registration_id: str
 
     def to_dict(self) -> dict[str, Any]:
         return self._asdict()

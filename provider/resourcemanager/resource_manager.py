@@ -3,12 +3,16 @@
 One ResourceManager serves one leadership: its fencing token is the leader session id, and
 TaskExecutor calls carrying another are refused (`FencingTokenMismatch`). JobMasters are
 objects on the same loop and call it directly. A TaskExecutor is lost when its heartbeats stop
-for `heartbeat.timeout`, when calls to it fail `heartbeat.rpc-failure-threshold` times in a row
-(`record_rpc_failure`), or when it unregisters; its slots then vanish and every job that held
-one is told which allocations it lost.
+for `heartbeat.timeout`, when the JobMasters' calls to it (deployments, cancellations) fail
+`heartbeat.rpc-failure-threshold` times in a row (`record_rpc_failure`; a call that goes
+through, `record_rpc_success`, starts the count again), when it unregisters (it is stopping),
+or when it registers anew; its slots then vanish and every job that held one is told which
+allocations it lost. A TaskExecutor that registers again continuing its current registration
+keeps its slots and their allocations (see the SlotManager).
 
 Slot checks are coalesced: a change schedules one `check_requirements` with `loop.call_soon`,
-so listeners are never called from inside the call that caused the change.
+so listeners are never called from inside the call that caused the change. One timer runs the
+time-based checks (`check_timeouts`: silent TaskExecutors, unmet slot requests).
 """
 
 from __future__ import annotations
@@ -53,12 +57,26 @@ class ResourceManagerGateway(Protocol):
         """A TaskExecutor's heartbeat (fenced); `UnknownTaskExecutor` tells it to register again."""
 
     @abstractmethod
+    def unregister_task_executor(self, task_executor_id: str, reason: str, *,
+                                 registration_id: str | None = None) -> bool:
+        """A TaskExecutor is gone (it stopped, or was found lost); False if it is not registered
+        (under `registration_id`, if given)."""
+
+    @abstractmethod
     def declare_requirements(self, job_id: str, slots: int, listener: SlotListener) -> None:
         """A JobMaster needs `slots` slots in all (0 clears); `listener` hears about them."""
 
     @abstractmethod
     def release_slot(self, job_id: str, allocation_id: str) -> bool:
         """A JobMaster lets its slot go; False if the job does not hold it."""
+
+    @abstractmethod
+    def record_rpc_failure(self, task_executor_id: str) -> None:
+        """A call to the TaskExecutor failed; `heartbeat.rpc-failure-threshold` in a row make it lost."""
+
+    @abstractmethod
+    def record_rpc_success(self, task_executor_id: str) -> None:
+        """A call to the TaskExecutor went through: its count of failures in a row starts again."""
 
     @abstractmethod
     def overview(self) -> ResourceOverview:
@@ -86,19 +104,14 @@ class ResourceManager:
         self._timeout_task: asyncio.Task[None] | None = None
         self._stopped = False
 
-    @property
-    def slot_manager(self) -> SlotManager:
-        return self._slots
-
     # ---------------------------------------------------------------- lifecycle
 
     def start(self) -> None:
-        """Start heartbeat and slot request timeout checks on the running loop."""
+        """Start the timer of the heartbeat and slot request timeout checks on the running loop."""
         self._loop = asyncio.get_running_loop()
-        self._heartbeats.start()
         if self._timeout_task is None:
             self._timeout_task = self._loop.create_task(self._check_timeouts_periodically(),
-                                                        name="slot-request-timeouts")
+                                                        name="resource-manager-timeouts")
         log.info("ResourceManager %s started for leader session %s", self.resource_manager_id, self.session_id)
 
     def stop(self) -> None:
@@ -108,7 +121,7 @@ class ResourceManager:
         if self._stopped:
             return
         self._stopped = True
-        self._heartbeats.stop()
+        self._heartbeats.clear()
         if self._timeout_task is not None:
             self._timeout_task.cancel()
             self._timeout_task = None
@@ -117,8 +130,6 @@ class ResourceManager:
             self._check_handle = None
         self._slots.clear()
         log.info("ResourceManager %s stopped for leader session %s", self.resource_manager_id, self.session_id)
-
-    suspend = stop
 
     # ---------------------------------------------------------------- TaskExecutor calls (fenced)
 
@@ -130,12 +141,14 @@ class ResourceManager:
             registration = TaskExecutorRegistration.from_dict(registration)
         task_executor_id = registration.task_executor_id
         self._heartbeats.unmonitor(task_executor_id)
-        self._slots.register_task_executor(registration)
+        registered = self._slots.register_task_executor(registration)
         self._heartbeats.monitor(task_executor_id)
         return RegistrationAck(
             resource_manager_id=self.resource_manager_id,
             heartbeat_interval_ms=round(self._settings.heartbeat.interval * 1000),
             heartbeat_timeout_ms=round(self._settings.heartbeat.timeout * 1000),
+            registration_id=registered.registration_id,
+            resumed=registered.resumed,
         )
 
     def heartbeat(self, session_id: str | None, task_executor_id: str, slot_report: SlotReport | Mapping[str, Any],
@@ -152,17 +165,14 @@ class ResourceManager:
         self._slots.report_slot_status(task_executor_id, report)
         self._forward_executions(task_executor_id, reports)
 
-    def unregister_task_executor(self, task_executor_id: str, reason: str) -> bool:
-        """Remove a TaskExecutor; its slots vanish and their jobs are told. False if unknown."""
-        self._heartbeats.unmonitor(task_executor_id)
-        return self._slots.unregister_task_executor(task_executor_id, reason)
-
-    def record_rpc_failure(self, task_executor_id: str) -> None:
-        """A call to the TaskExecutor failed (e.g. a deployment); enough in a row make it lost."""
-        self._heartbeats.record_rpc_failure(task_executor_id)
-
-    def record_rpc_success(self, task_executor_id: str) -> None:
-        self._heartbeats.record_rpc_success(task_executor_id)
+    def unregister_task_executor(self, task_executor_id: str, reason: str, *,
+                                 registration_id: str | None = None) -> bool:
+        """Remove a TaskExecutor (only under `registration_id`, if given); its slots vanish and
+        their jobs are told. False if it is not registered (so)."""
+        removed = self._slots.unregister_task_executor(task_executor_id, reason, registration_id=registration_id)
+        if removed or registration_id is None:
+            self._heartbeats.unmonitor(task_executor_id)
+        return removed
 
     # ---------------------------------------------------------------- JobMaster calls (in process)
 
@@ -175,6 +185,16 @@ class ResourceManager:
         """The job's slot is free again; False if the job does not hold that allocation."""
         self._check_running()
         return self._slots.release_slot(job_id, allocation_id)
+
+    def record_rpc_failure(self, task_executor_id: str) -> None:
+        """A JobMaster's call to the TaskExecutor (a deployment, a cancellation) failed;
+        `heartbeat.rpc-failure-threshold` failures in a row make it lost. Ignored for a
+        TaskExecutor that is not registered (or after the leadership ended)."""
+        self._heartbeats.record_rpc_failure(task_executor_id)
+
+    def record_rpc_success(self, task_executor_id: str) -> None:
+        """A JobMaster's call to the TaskExecutor went through: its failures in a row start again."""
+        self._heartbeats.record_rpc_success(task_executor_id)
 
     # ---------------------------------------------------------------- queries
 
@@ -211,7 +231,7 @@ class ResourceManager:
         return self._slots.check_requirements()
 
     def check_timeouts(self) -> None:
-        """Run every time-based check now (heartbeats, slot requests); the timers call this too."""
+        """Run every time-based check now (heartbeats, slot requests); the timer calls this."""
         self._heartbeats.check_timeouts()
         self._slots.check_timeouts()
 
@@ -226,11 +246,13 @@ class ResourceManager:
         self._check_handle = loop.call_soon(self.check_requirements)
 
     async def _check_timeouts_periodically(self) -> None:
-        # Checking four times per timeout fails a request within 1.25 x slot.request.timeout.
-        interval = self._settings.slot_request_timeout / 4
+        # Every half heartbeat interval, and at least four times per timeout: a silent TaskExecutor
+        # is found within 1.25 x heartbeat.timeout, an unmet request within 1.25 x slot.request.timeout.
+        heartbeat = self._settings.heartbeat
+        interval = min(heartbeat.interval / 2, heartbeat.timeout / 4, self._settings.slot_request_timeout / 4)
         while True:
             await asyncio.sleep(interval)
-            self._slots.check_timeouts()
+            self.check_timeouts()
 
     def _forward_executions(self, task_executor_id: str, reports: tuple[ExecutionReport, ...]) -> None:
         by_job: dict[str, list[ExecutionReport]] = {job_id: [] for job_id in self._slots.jobs_on(task_executor_id)}

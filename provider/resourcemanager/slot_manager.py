@@ -19,10 +19,19 @@ Reconciling slot reports (from registrations and heartbeats) with this view:
 - a slot we think allocated that runs another allocation keeps our allocation (logged);
 - reports from TaskExecutors that are not registered are ignored.
 
+Each registration gets a fresh registration id, which the allocations made under it carry to
+the TaskExecutor. A TaskExecutor that registers again naming its current registration id
+(`previous_registration_id`: the same process, e.g. after it lost sight of the leader for a
+while) keeps its slots and their allocations, and its slot report is reconciled as a
+heartbeat's; any other registration under a known id replaces the old one, whose allocations
+are reported lost.
+
 A requirement that stays unmet, with no slot reaching it, for `slot.request.timeout` fails:
 the listener gets `SlotRequestTimeout` and the requirement drops to what the job holds (it may
-declare again). A TaskExecutor whose slots have all been free for
-`resourcemanager.taskmanager-timeout` is reported idle.
+declare again). `GET /taskmanagers` shows since when a TaskExecutor's slots have all been free,
+and calls it idle after `resourcemanager.taskmanager-timeout`; nothing is released for it (a
+standalone cluster's TaskExecutors are started by their operators, as in Flink's standalone
+ResourceManager).
 
 The SlotManager is plain synchronous code owned by the ResourceManager's loop; listeners are
 called after the state is consistent, and their errors are logged, never propagated.
@@ -34,10 +43,11 @@ import itertools
 import logging
 import secrets
 import time
+import uuid
 from abc import abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from sparkdispatch.errors import InvalidRequest, SlotRequestTimeout, SparkDispatchError
 from sparkdispatch.heartbeat import Clock
@@ -84,11 +94,23 @@ class _Slot:
         self.occupied = False
 
 
-class _TaskExecutor:
-    __slots__ = ("id", "hostname", "queue", "spark_master", "slots", "busy", "idle_since", "registered_at")
+class Registered(NamedTuple):
+    """The outcome of a TaskExecutor's registration."""
 
-    def __init__(self, registration: TaskExecutorRegistration, now: float) -> None:
+    registration_id: str
+    #: it continued its previous registration: its slots and their allocations were kept
+    resumed: bool
+    #: it replaced a registration of the same id, whose allocations were reported lost
+    replaced: bool
+
+
+class _TaskExecutor:
+    __slots__ = ("id", "registration_id", "hostname", "queue", "spark_master", "slots", "busy", "idle_since",
+                 "registered_at")
+
+    def __init__(self, registration: TaskExecutorRegistration, registration_id: str, now: float) -> None:
         self.id = registration.task_executor_id
+        self.registration_id = registration_id
         self.hostname = registration.hostname
         self.queue = registration.queue
         self.spark_master = registration.spark_master
@@ -133,12 +155,23 @@ class SlotManager:
 
     # ---------------------------------------------------------------- TaskExecutors
 
-    def register_task_executor(self, registration: TaskExecutorRegistration) -> bool:
-        """Add a TaskExecutor and its slots; True if it replaced a registration of the same id
-        (whose allocations are then reported lost to their jobs)."""
-        replaced = self.unregister_task_executor(registration.task_executor_id, "it registered again")
+    def register_task_executor(self, registration: TaskExecutorRegistration) -> Registered:
+        """Add a TaskExecutor and its slots under a fresh registration id, or keep them when it
+        continues its current registration (`previous_registration_id`); any other registration
+        under a known id replaces the old one, whose allocations are reported lost to their jobs."""
+        registration_id = uuid.uuid4().hex
         now = self._clock()
-        task_executor = _TaskExecutor(registration, now)
+        known = self._task_executors.get(registration.task_executor_id)
+        if known is not None and _continues(known, registration):
+            previous, known.registration_id = known.registration_id, registration_id
+            freed = self._apply_report(known, registration.slot_report, now)
+            log.info("TaskExecutor %s (%s) registered again, continuing registration %s; its %d busy slots stay "
+                     "with their jobs", known.id, known.hostname, previous, known.busy)
+            if freed:
+                self._on_change()
+            return Registered(registration_id, resumed=True, replaced=False)
+        replaced = self.unregister_task_executor(registration.task_executor_id, "it registered again")
+        task_executor = _TaskExecutor(registration, registration_id, now)
         self._task_executors[task_executor.id] = task_executor
         self._slots_total += len(task_executor.slots)
         for slot in reversed(task_executor.slots):  # taken last in, first out: slot 0 first
@@ -147,14 +180,16 @@ class SlotManager:
         log.info("TaskExecutor %s (%s) registered with %d slots", task_executor.id, task_executor.hostname,
                  len(task_executor.slots))
         self._on_change()
-        return replaced
+        return Registered(registration_id, resumed=False, replaced=replaced)
 
-    def unregister_task_executor(self, task_executor_id: str, reason: str) -> bool:
+    def unregister_task_executor(self, task_executor_id: str, reason: str, *,
+                                 registration_id: str | None = None) -> bool:
         """Remove a TaskExecutor and its slots; each job that held one is told which allocations
-        it lost. False if no such TaskExecutor is registered."""
-        task_executor = self._task_executors.pop(task_executor_id, None)
-        if task_executor is None:
+        it lost. False if no such TaskExecutor is registered (under `registration_id`, if given)."""
+        task_executor = self._task_executors.get(task_executor_id)
+        if task_executor is None or registration_id not in (None, task_executor.registration_id):
             return False
+        del self._task_executors[task_executor_id]
         self._slots_total -= len(task_executor.slots)
         lost: dict[str, list[str]] = {}
         for slot in task_executor.slots:
@@ -301,7 +336,7 @@ class SlotManager:
                 task_executor.busy += 1
                 allocations[allocation_id] = slot
                 batch.append(AllocatedSlot(allocation_id, task_executor.id, slot.index, task_executor.queue,
-                                           task_executor.hostname))
+                                           task_executor.hostname, task_executor.registration_id))
             handed_out += len(batch)
             batches.append((job, batch))
             if len(allocations) >= job.required:
@@ -343,21 +378,6 @@ class SlotManager:
     def slots_free(self) -> int:
         return len(self._free)
 
-    def is_registered(self, task_executor_id: str) -> bool:
-        return task_executor_id in self._task_executors
-
-    def task_executor_ids(self) -> list[str]:
-        return list(self._task_executors)
-
-    def requirement(self, job_id: str) -> tuple[int, int]:
-        """(required, acquired) slots of a job; (0, 0) if it needs and holds none."""
-        job = self._jobs.get(job_id)
-        return (0, 0) if job is None else (job.required, len(job.allocations))
-
-    def waiting_jobs(self) -> list[str]:
-        """Jobs with unmet requirements, in the order they are served."""
-        return list(self._waiting)
-
     def listener_of(self, job_id: str) -> SlotListener | None:
         job = self._jobs.get(job_id)
         return None if job is None else job.listener
@@ -369,18 +389,8 @@ class SlotManager:
             return set()
         return {slot.job_id for slot in task_executor.slots if slot.job_id is not None and not slot.occupied}
 
-    def idle_task_executors(self) -> list[str]:
-        """TaskExecutors whose slots have all been free for `resourcemanager.taskmanager-timeout`."""
-        deadline = self._clock() - self._idle_timeout
-        return [te.id for te in self._task_executors.values()
-                if te.idle_since is not None and te.idle_since <= deadline]
-
-    def describe(self, task_executor_id: str) -> dict[str, Any] | None:
-        """One TaskExecutor as `GET /taskmanagers` shows it (without heartbeat fields)."""
-        task_executor = self._task_executors.get(task_executor_id)
-        return None if task_executor is None else self._describe(task_executor, self._clock())
-
     def describe_all(self) -> Iterator[dict[str, Any]]:
+        """Every TaskExecutor as `GET /taskmanagers` shows it (without heartbeat fields)."""
         now = self._clock()
         for task_executor in self._task_executors.values():
             yield self._describe(task_executor, now)
@@ -412,6 +422,13 @@ class SlotManager:
         self._jobs.clear()
         self._waiting.clear()
         self._slots_total = 0
+
+
+def _continues(task_executor: _TaskExecutor, registration: TaskExecutorRegistration) -> bool:
+    """Whether `registration` is the same TaskExecutor process registering again."""
+    return (registration.previous_registration_id == task_executor.registration_id
+            and (registration.hostname, registration.queue, registration.slots)
+            == (task_executor.hostname, task_executor.queue, len(task_executor.slots)))
 
 
 def _call(method: Callable[..., None], *args: object, job_id: str) -> None:

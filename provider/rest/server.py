@@ -1,4 +1,4 @@
-"""The master's REST endpoint (aiohttp): ARCHITECTURE.md's REST contract, under `/` and `/v1/`.
+"""The master's REST endpoint (aiohttp): the REST contract of docs/rest-api.md, under `/` and `/v1/`.
 
 One middleware turns every error into its REST body, `{"errors": [...], "type": "<ErrorClass>",
 ...fields}` (`SparkDispatchError.to_body`), with the class's HTTP status: sparkdispatch errors,

@@ -1,4 +1,5 @@
-"""The master's end of the TaskExecutor protocol (docs/internals.md): register, heartbeat, state.
+"""The master's end of the TaskExecutor protocol (docs/internals.md): register, heartbeat,
+unregister, state.
 
 Every call carries the leader session id the TaskExecutor registered under
 (`X-SparkDispatch-Session`); another id is refused with 409 before anything is touched.
@@ -45,11 +46,12 @@ class LeaderForTaskExecutors(Protocol):
 
 
 def add_task_executor_routes(app: web.Application, get_master: Callable[[], LeaderForTaskExecutors]) -> None:
-    """Add the three TaskExecutor → master calls; `get_master()` gives the leading master's parts."""
+    """Add the TaskExecutor → master calls; `get_master()` gives the leading master's parts."""
     routes = TaskExecutorRoutes(get_master)
     for prefix in ("/v1", ""):
         app.router.add_post(f"{prefix}/taskexecutors", routes.register)
         app.router.add_post(prefix + "/taskexecutors/{task_executor_id}/heartbeat", routes.heartbeat)
+        app.router.add_post(prefix + "/taskexecutors/{task_executor_id}/unregister", routes.unregister)
         app.router.add_post(prefix + "/jobs/{job_id}/executions/{execution_id}/state", routes.execution_state)
 
 
@@ -77,6 +79,25 @@ class TaskExecutorRoutes:
             master.resource_manager.heartbeat(session_id, request.match_info["task_executor_id"], payload.slot_report,
                                               payload.executions)
             return web.json_response({})
+
+        return await _answer(request, handle)
+
+    async def unregister(self, request: web.Request) -> web.Response:
+        """A stopping TaskExecutor leaves at once (Flink's FLINK-25277): its JobMasters fail its
+        tasks over now, not after the heartbeat timeout. `{"registration_id": ...}` names the
+        registration it ends, so a late call of a former process removes no newer one."""
+        async def handle() -> web.Response:
+            master, _ = self._fenced_master(request)
+            body = await _json_body(request, "unregistration")
+            registration_id = body.get("registration_id") if isinstance(body, dict) else None
+            if not isinstance(registration_id, str) or not registration_id:
+                raise InvalidRequest("unregistration", {"registration_id": ["must be the registration's id"]})
+            task_executor_id = request.match_info["task_executor_id"]
+            removed = master.resource_manager.unregister_task_executor(
+                task_executor_id, "it stopped and unregistered", registration_id=registration_id)
+            if removed:
+                log.info("TaskExecutor %s unregistered (registration %s)", task_executor_id, registration_id)
+            return web.json_response({"unregistered": removed})
 
         return await _answer(request, handle)
 

@@ -1,6 +1,6 @@
 """The web UI's HTML: small functions that return page text; every value from the data goes through `_e`.
 
-Pages are built from the REST API's JSON shapes (ARCHITECTURE.md, REST contract), so the
+Pages are built from the REST API's JSON shapes (docs/rest-api.md), so the
 server renders exactly what the scripts in ``ui/`` later refresh from the same API.
 """
 

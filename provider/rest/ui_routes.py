@@ -48,7 +48,7 @@ _CONTENT_TYPES = {
 
 
 class UIView(Protocol):
-    """What the pages show, in the REST API's shapes (ARCHITECTURE.md, REST contract)."""
+    """What the pages show, in the REST API's shapes (docs/rest-api.md)."""
 
     async def overview(self) -> dict[str, Any]:
         """The ``GET /overview`` body."""

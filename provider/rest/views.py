@@ -1,6 +1,6 @@
 """A job's shapes in the REST API (and so in the web UI), made from its overview or snapshot.
 
-Each function answers one entry of ARCHITECTURE.md's REST contract; times are epoch ms.
+Each function answers one entry of the REST contract (docs/rest-api.md); times are epoch ms.
 """
 
 from __future__ import annotations

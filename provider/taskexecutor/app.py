@@ -13,10 +13,12 @@ from celery.worker.control import control_command
 
 from sparkdispatch.broker.celery_app import APP_NAME, CANCEL_COMMAND, DEPLOY_TASK, configure_celery_app
 from sparkdispatch.config import Configuration
+from sparkdispatch.jobgraph import ExecutionState
 from sparkdispatch.protocol import TaskDeploymentDescriptor
 
 if TYPE_CHECKING:
     from sparkdispatch.taskexecutor.main import TaskExecutor
+
 
 class TaskExecutorApp(Celery):
     """A Celery app that knows the TaskExecutor it runs tasks for."""
@@ -36,6 +38,11 @@ def create_celery_app(config: Configuration, *, task_executor: TaskExecutor | No
         if runtime is None:
             raise RuntimeError(f"{DEPLOY_TASK} runs only in a TaskExecutor")
         tdd = TaskDeploymentDescriptor.from_dict(tdd_dict)
+        # fenced: a deployment of a former leader, or sent before this process registered, never runs
+        refusal = runtime.connection.admits(tdd, session_id)
+        if refusal is not None:
+            runtime.connection.refuse(tdd, session_id, refusal)
+            return ExecutionState.FAILED.value
         return runtime.runner.run(tdd, session_id).value
 
     return app

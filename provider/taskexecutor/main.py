@@ -1,25 +1,29 @@
-"""One TaskExecutor process: a warm SparkSession, a Celery worker with one thread per slot."""
+"""One TaskExecutor: a warm Spark Connect server, a Python process per slot, a Celery worker.
+
+The Celery worker (one thread per slot) does all talking to the master; each slot's tasks run
+in the slot's own process (`SlotProcessPool`) as clients of the TaskExecutor's Spark Connect
+server, the Spark driver of all its slots. Server and spare slot processes are started and
+warmed before the worker registers, and stopped after it: worker, slot processes, server.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import socket
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from sparkdispatch.broker.celery_app import queue_name
 from sparkdispatch.config import Configuration
-from sparkdispatch.ha import create_ha_services
+from sparkdispatch.ha import create_blob_reader, create_leader_retrieval
+from sparkdispatch.settings import ConnectServerSettings, SlotPoolSettings
 from sparkdispatch.taskexecutor.app import create_celery_app
+from sparkdispatch.taskexecutor.connect_server import ConnectServer
 from sparkdispatch.taskexecutor.master_client import MasterClient
-from sparkdispatch.taskexecutor.runner import ArtifactCache, SlotTable, TaskRunner
-from sparkdispatch.taskexecutor.spark import create_spark_session
+from sparkdispatch.taskexecutor.runner import SLOT_RELEASE_MARGIN_S, ArtifactCache, SlotTable, TaskRunner
+from sparkdispatch.taskexecutor.server_watch import ConnectServerWatchStep
+from sparkdispatch.taskexecutor.slot_pool import SlotProcessPool
 from sparkdispatch.taskexecutor.worker import MasterConnection, MasterConnectionStep, TaskExecutorIdentity
-
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -30,10 +34,11 @@ class TaskExecutor:
 
     config: Configuration
     identity: TaskExecutorIdentity
-    spark: SparkSession
     slots: SlotTable
     runner: TaskRunner
     connection: MasterConnection
+    server: ConnectServer
+    pool: SlotProcessPool
 
 
 def default_task_executor_id(config: Configuration) -> str:
@@ -51,24 +56,42 @@ def run_task_executor(config: Configuration, *, task_executor_id: str | None = N
     log.info("TaskExecutor %s starting: %d slots, queue %s, Spark %s", te_id, slot_count, identity.queue,
              identity.spark_master)
     # Warm before registering: the ResourceManager sees slots only once they can run tasks at once.
-    spark = create_spark_session(config, app_name=f"sparkdispatch-{te_id}")
-    services = create_ha_services(config)
-    asyncio.run(services.start())
-    retrieval = services.create_retrieval()
-    retrieval.start()
+    # The server is started from this thread: it is killed when the thread that started it ends.
+    server = ConnectServer(ConnectServerSettings.from_config(config), work_dir=config.storage_dir / "te-work" / te_id,
+                           app_name=f"sparkdispatch-{te_id}")
+    server.start()
+    pool_settings = SlotPoolSettings.from_config(config)
+    pool = SlotProcessPool(pool_settings, connect_url=server.url)
+    try:
+        pool.start()
+        _serve(config, identity, server, pool, pool_settings, loglevel=loglevel)
+    finally:
+        pool.close()
+        server.stop()
+
+
+def _serve(config: Configuration, identity: TaskExecutorIdentity, server: ConnectServer, pool: SlotProcessPool,
+           pool_settings: SlotPoolSettings, *, loglevel: str) -> None:
+    """Register and serve deployments until the worker stops."""
+    te_id = identity.task_executor_id
+    slot_count = config["taskexecutor.slots"]
+    # Only what a TaskExecutor needs of HA: it follows the leader and reads blobs, creating nothing.
+    retrieval = create_leader_retrieval(config)
     client = MasterClient(config)
     try:
+        retrieval.start()
         slots = SlotTable(slot_count)
         connection = MasterConnection(config, identity=identity, slots=slots, client=client,
                                       current_leader=retrieval.current)
-        runner = TaskRunner(spark=spark, slots=slots, reporter=connection, task_executor_id=te_id,
-                            artifacts=ArtifactCache(services.blob_store.path_blocking,
-                                                   config.storage_dir / "te-cache" / te_id,
-                                                   distribute=spark.sparkContext.addPyFile))
-        runtime = TaskExecutor(config=config, identity=identity, spark=spark, slots=slots, runner=runner,
-                               connection=connection)
+        runner = TaskRunner(pool=pool, slots=slots, reporter=connection, task_executor_id=te_id,
+                            artifacts=ArtifactCache(create_blob_reader(config).path_blocking,
+                                                   config.storage_dir / "te-cache" / te_id),
+                            slot_release_timeout_s=pool_settings.cancellation_timeout + SLOT_RELEASE_MARGIN_S)
+        runtime = TaskExecutor(config=config, identity=identity, slots=slots, runner=runner, connection=connection,
+                               server=server, pool=pool)
         app = create_celery_app(config, task_executor=runtime)
         app.steps["worker"].add(MasterConnectionStep)
+        app.steps["worker"].add(ConnectServerWatchStep)
         worker = app.Worker(hostname=identity.hostname, pool="threads", concurrency=slot_count,
                             queues=[identity.queue], loglevel=loglevel, without_mingle=True,
                             without_gossip=True, without_heartbeat=True, quiet=True)
@@ -76,8 +99,6 @@ def run_task_executor(config: Configuration, *, task_executor_id: str | None = N
         exit_code = worker.exitcode
         log.info("TaskExecutor %s stopped (exit code %s)", te_id, exit_code)
     finally:
-        retrieval.stop()
-        asyncio.run(services.close())
+        retrieval.close()
         client.close()
-        spark.stop()
 

@@ -9,6 +9,7 @@ stale call, `UnknownTaskExecutor` for a heartbeat the ResourceManager does not k
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from types import TracebackType
@@ -40,10 +41,18 @@ class AsyncMasterClient:
             self._session = None
 
     async def register(self, address: str, session_id: str, *, task_executor_id: str, hostname: str, queue: str,
-                       slots: int, slot_report: SlotReport, spark_master: str) -> RegistrationAck:
+                       slots: int, slot_report: SlotReport, spark_master: str,
+                       previous_registration_id: str | None = None) -> RegistrationAck:
         body = {"task_executor_id": task_executor_id, "hostname": hostname, "queue": queue, "slots": slots,
-                "slot_report": slot_report.to_dict(), "spark_master": spark_master}
+                "slot_report": slot_report.to_dict(), "spark_master": spark_master,
+                "previous_registration_id": previous_registration_id}
         return RegistrationAck.from_dict(await self._post(address, "/taskexecutors", session_id, body))
+
+    async def unregister(self, address: str, session_id: str, task_executor_id: str, *, registration_id: str) -> bool:
+        """Leave the cluster now; False if the ResourceManager did not have this registration."""
+        answer = await self._post(address, f"/taskexecutors/{task_executor_id}/unregister", session_id,
+                                  {"registration_id": registration_id})
+        return bool(answer.get("unregistered")) if isinstance(answer, dict) else False
 
     async def heartbeat(self, address: str, session_id: str, task_executor_id: str, *, slot_report: SlotReport,
                         executions: list[dict[str, str]]) -> None:
@@ -100,10 +109,24 @@ class MasterClient:
             self._loop.close()
 
     def register(self, address: str, session_id: str, *, task_executor_id: str, hostname: str, queue: str,
-                 slots: int, slot_report: SlotReport, spark_master: str) -> RegistrationAck:
+                 slots: int, slot_report: SlotReport, spark_master: str,
+                 previous_registration_id: str | None = None) -> RegistrationAck:
         return self._loop.run(self.async_client.register(
             address, session_id, task_executor_id=task_executor_id, hostname=hostname, queue=queue, slots=slots,
-            slot_report=slot_report, spark_master=spark_master))
+            slot_report=slot_report, spark_master=spark_master, previous_registration_id=previous_registration_id))
+
+    def unregister(self, address: str, session_id: str, task_executor_id: str, *, registration_id: str,
+                   timeout: float) -> bool:
+        """`AsyncMasterClient.unregister`, given up after `timeout` seconds (`ServiceUnavailable`)."""
+        async def call() -> bool:
+            try:
+                async with asyncio.timeout(timeout):
+                    return await self.async_client.unregister(address, session_id, task_executor_id,
+                                                              registration_id=registration_id)
+            except TimeoutError:
+                raise ServiceUnavailable(f"the master at {address} did not answer within {timeout:g}s") from None
+
+        return self._loop.run(call())
 
     def heartbeat(self, address: str, session_id: str, task_executor_id: str, *, slot_report: SlotReport,
                   executions: list[dict[str, str]]) -> None:

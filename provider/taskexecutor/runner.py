@@ -1,27 +1,26 @@
 """Running one TaskDeploymentDescriptor in a slot: DEPLOYING → INITIALIZING → RUNNING → end.
 
-The runner reports the transitions to the JobMaster through a `StateReporter`, except
-DEPLOYING, which the JobMaster sets itself when it deploys. INITIALIZING and RUNNING go out
-from one background thread per runner (`BackgroundReports`, in order), so the task does not
-wait for them; the terminal report is synchronous and leaves only after the execution's
-earlier reports. A report refused as stale (`FencingTokenMismatch`, or `UnknownJob`) makes the
-runner cancel the task's Spark jobs and free the slot. A cancelled task ends CANCELED,
-whatever its function did.
+The attempt itself runs in the slot's own Python process (`SlotProcessPool`, slot_pool.py);
+this process keeps the slots' occupation and all talking to the master. The runner reports the
+transitions to the JobMaster through a `StateReporter`, except DEPLOYING, which the JobMaster
+sets itself when it deploys. INITIALIZING and RUNNING go out from one background thread per
+runner (`BackgroundReports`, in order), so the task does not wait for them; the terminal report
+is synchronous and leaves only after the execution's earlier reports. A report refused as stale
+(`FencingTokenMismatch`, or `UnknownJob`) makes the runner cancel the task and free the slot. A
+cancelled task ends CANCELED, whatever its function did.
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
 import queue
 import shutil
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Protocol
 
 from sparkdispatch.errors import (
     FencingTokenMismatch,
@@ -31,20 +30,13 @@ from sparkdispatch.errors import (
 )
 from sparkdispatch.jobgraph import ExecutionState, Failure
 from sparkdispatch.protocol import ExecutionStateUpdate, SlotReport, SlotStatus, TaskDeploymentDescriptor
-from sparkdispatch.results import read_partitions, write_partition
-from sparkdispatch.taskexecutor.spark import cancel_execution, slot_scope
-
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+from sparkdispatch.taskexecutor.slot_protocol import AttemptState
 
 log = logging.getLogger(__name__)
 
-#: How often a cancelled task's job group is cancelled again while its function still runs,
-#: to catch Spark jobs the function starts after the first cancellation.
-CANCEL_REPEAT_S = 0.5
-#: How long a deployment waits for its slot's superseded attempt to stop. Spark jobs stop at
-#: once when cancelled; only Python code that ignores cancellation can hold a slot this long.
-SLOT_RELEASE_TIMEOUT_S = 30.0
+#: How long a deployment waits for its slot's superseded attempt to stop, beyond the cancellation
+#: timeout after which that attempt's process is killed.
+SLOT_RELEASE_MARGIN_S = 5.0
 #: How long a terminal report waits for the execution's earlier background reports. They are
 #: bounded by the reporter's own retries; this only keeps a wedged one from holding the task.
 EARLIER_REPORTS_TIMEOUT_S = 30.0
@@ -57,62 +49,15 @@ class StateReporter(Protocol):
         """Raises `FencingTokenMismatch` or `UnknownJob` when the JobMaster refuses the report."""
 
 
-# --------------------------------------------------------------------------------------------
-# What a task function sees
+class AttemptRunner(Protocol):
+    """Runs attempts in the slots' processes (`SlotProcessPool`)."""
 
+    def run(self, slot_index: int, tdd: TaskDeploymentDescriptor, artifact_paths: Sequence[str],
+            on_state: Callable[[AttemptState], None]) -> AttemptState:
+        """Run one attempt to its end; `on_state` gets its non-terminal states, the terminal one is returned."""
 
-class LazyInputs(Mapping[str, "DataFrame | None"]):
-    """Upstream vertex id → its whole result as one DataFrame, read on first access.
-
-    `None` for an upstream vertex whose subtasks returned nothing.
-    """
-
-    def __init__(self, spark: SparkSession, paths: Mapping[str, tuple[str, ...]]) -> None:
-        self._spark = spark
-        self._paths = dict(paths)
-        self._read: dict[str, DataFrame | None] = {}
-
-    def __getitem__(self, vertex_id: str) -> DataFrame | None:
-        if vertex_id not in self._read:
-            self._read[vertex_id] = read_partitions(self._spark, self._paths[vertex_id])
-        return self._read[vertex_id]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._paths)
-
-    def __len__(self) -> int:
-        return len(self._paths)
-
-    def __repr__(self) -> str:
-        return f"LazyInputs({sorted(self._paths)})"
-
-
-class TaskContext:
-    """The `ctx` argument of a task function (ARCHITECTURE.md, task function contract)."""
-
-    def __init__(self, *, spark: SparkSession, params: Mapping[str, Any], subtask_index: int, parallelism: int,
-                 job_id: str, vertex_id: str, attempt: int, inputs: Mapping[str, DataFrame | None]) -> None:
-        self.spark = spark
-        self.params = params
-        self.subtask_index = subtask_index
-        self.parallelism = parallelism
-        self.job_id = job_id
-        self.vertex_id = vertex_id
-        self.attempt = attempt
-        self.inputs = inputs
-
-    def __repr__(self) -> str:
-        return (f"TaskContext(job_id={self.job_id!r}, vertex_id={self.vertex_id!r}, "
-                f"subtask={self.subtask_index}/{self.parallelism}, attempt={self.attempt})")
-
-
-def _as_dataframe(result: object) -> DataFrame:
-    """A task function's non-None result, which the contract says is a DataFrame."""
-    from pyspark.sql import DataFrame
-
-    if not isinstance(result, DataFrame):
-        raise TypeError(f"a task function returns a pyspark.sql.DataFrame or None, not {type(result).__name__}")
-    return result
+    def cancel(self, execution_id: str) -> bool:
+        """Stop an attempt (it ends CANCELED); False when it does not run."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -208,38 +153,32 @@ class SlotTable:
 
 
 class ArtifactCache:
-    """User-code blobs copied once per TaskExecutor into `cache_dir` and put on `sys.path`.
+    """User-code blobs copied once per TaskExecutor into `cache_dir`: blob key → local file.
 
-    `resolve(key)` gives the blob's local file (the HA BlobStore's `path(key)`, which checks its
-    hash). A `.py` blob's own directory goes on the path, a `.zip` blob itself (zipimport).
-    `distribute(path)` ships each file to Spark's Python workers too (`SparkContext.addPyFile`),
-    where functions of user modules that Spark runs are unpickled by reference.
+    `resolve(key)` gives the blob's file (the HA BlobStore's `path(key)`, which checks its hash).
+    Each blob is copied to a directory of its own, `<cache_dir>/<key>/<file name>`, so the
+    directory of a `.py` blob holds that module alone: a slot process puts it (or a `.zip`
+    itself) on its own `sys.path`.
     """
 
-    def __init__(self, resolve: Callable[[str], Path], cache_dir: Path, *,
-                 distribute: Callable[[str], None] | None = None) -> None:
+    def __init__(self, resolve: Callable[[str], Path], cache_dir: Path) -> None:
         self._resolve = resolve
         self._cache_dir = cache_dir
-        self._distribute = distribute
         self._lock = threading.Lock()
-        self._entries: dict[str, str] = {}
+        self._files: dict[str, str] = {}
 
-    def activate(self, keys: tuple[str, ...]) -> list[str]:
-        """Make the blobs importable; returns their `sys.path` entries."""
-        entries = []
+    def paths(self, keys: Sequence[str]) -> list[str]:
+        """The local files of `keys`, in order, copied on first use."""
         with self._lock:
             for key in keys:
-                entry = self._entries.get(key)
-                if entry is None:
-                    entry = self._entries[key] = self._install(key)
-                if entry not in sys.path:
-                    sys.path.insert(0, entry)
-                entries.append(entry)
-            importlib.invalidate_caches()
-        return entries
+                if key not in self._files:
+                    self._files[key] = self._install(key)
+            return [self._files[key] for key in keys]
 
     def _install(self, key: str) -> str:
         source = Path(self._resolve(key))
+        if source.suffix not in (".py", ".zip"):
+            raise SparkDispatchError(f"artifact {key} ({source.name}) is neither a .py nor a .zip file")
         target_dir = self._cache_dir / key
         target = target_dir / source.name
         if not target.exists():
@@ -247,63 +186,7 @@ class ArtifactCache:
             partial = target_dir / (source.name + ".partial")
             shutil.copyfile(source, partial)
             partial.replace(target)
-        if target.suffix not in (".py", ".zip"):
-            raise SparkDispatchError(f"artifact {key} ({source.name}) is neither a .py nor a .zip file")
-        if self._distribute is not None:
-            self._distribute(str(target))
-        return str(target) if target.suffix == ".zip" else str(target_dir)
-
-
-def load_entrypoint(entrypoint: str) -> Callable[[TaskContext], Any]:
-    """`package.module:function` → the function."""
-    module_name, _, function_name = entrypoint.partition(":")
-    module = importlib.import_module(module_name)
-    try:
-        function: object = getattr(module, function_name)
-    except AttributeError:
-        raise AttributeError(f"module {module_name!r} has no function {function_name!r} "
-                             f"(entrypoint {entrypoint!r})") from None
-    if not callable(function):
-        raise TypeError(f"entrypoint {entrypoint!r} is not a function")
-    return function
-
-
-# --------------------------------------------------------------------------------------------
-# Task sessions
-
-
-class FreshSessions:
-    """New SQL sessions of the warm SparkSession, each built before a task asks for one.
-
-    A session's SQL state (analyzer, catalog, function registry) is built on its first use,
-    ~2 ms of py4j and JVM work (bench/README.md, P1); `refill()` pays it after a task's end
-    report instead of in the next task. Every task still gets a session no task used before.
-    """
-
-    def __init__(self, spark: SparkSession, *, spares: int = 1) -> None:
-        self._spark = spark
-        self._spares = spares
-        self._lock = threading.Lock()
-        self._ready: list[SparkSession] = []
-
-    def take(self) -> SparkSession:
-        with self._lock:
-            if self._ready:
-                return self._ready.pop()
-        return self._spark.newSession()
-
-    def refill(self) -> None:
-        with self._lock:
-            if len(self._ready) >= self._spares:
-                return
-        try:
-            session = self._spark.newSession()
-            session.range(1)  # builds the session's SQL state and runs the analyzer once
-        except Exception:  # noqa: BLE001 - a task that finds no spare makes its own session
-            log.warning("could not prepare a SQL session for the next task", exc_info=True)
-            return
-        with self._lock:
-            self._ready.append(session)
+        return str(target)
 
 
 # --------------------------------------------------------------------------------------------
@@ -359,20 +242,17 @@ class BackgroundReports:
 
 
 class TaskRunner:
-    """Runs deployed tasks in the slots of one TaskExecutor."""
+    """Runs deployed tasks in the slots of one TaskExecutor, each in its slot's process."""
 
-    def __init__(self, *, spark: SparkSession, slots: SlotTable, reporter: StateReporter,
-                 task_executor_id: str, artifacts: ArtifactCache | None = None,
-                 slot_release_timeout_s: float = SLOT_RELEASE_TIMEOUT_S) -> None:
-        self.spark = spark
+    def __init__(self, *, pool: AttemptRunner, slots: SlotTable, reporter: StateReporter, task_executor_id: str,
+                 artifacts: ArtifactCache | None = None, slot_release_timeout_s: float) -> None:
         self.slots = slots
+        self._pool = pool
         self._reporter = reporter
         self._task_executor_id = task_executor_id
         self._artifacts = artifacts
         self._slot_release_timeout_s = slot_release_timeout_s
         self._background = BackgroundReports(reporter, self._refused_in_background)
-        self._sessions = FreshSessions(spark, spares=slots.count)
-        self._sessions.refill()
 
     def run(self, tdd: TaskDeploymentDescriptor, session_id: str) -> ExecutionState:
         """Run one attempt to its end, reporting each state; returns the final state."""
@@ -387,8 +267,6 @@ class TaskRunner:
             return self._run(running)
         finally:
             self.slots.release(running)
-            # after the terminal report: the next task of a slot finds its session ready
-            self._sessions.refill()
 
     def _supersede(self, busy: RunningExecution) -> None:
         log.info("job %s: execution %s in slot %d is superseded by a new deployment; stopping it",
@@ -396,15 +274,14 @@ class TaskRunner:
         self.cancel(busy.tdd.execution_id)
 
     def cancel(self, execution_id: str) -> bool:
-        """Stop an execution's Spark jobs; it ends CANCELED. False when it does not run here."""
+        """Stop an execution; it ends CANCELED. False when it does not run here."""
         running = self.slots.find(execution_id)
         if running is None:
             return False
         log.info("job %s: cancelling execution %s in slot %d", running.tdd.job_id, execution_id,
                  running.tdd.slot_index)
         running.cancelled.set()
-        threading.Thread(target=self._keep_cancelling, args=(running,), daemon=True,
-                         name=f"cancel-{execution_id}").start()
+        self._pool.cancel(execution_id)
         return True
 
     def _refused_in_background(self, running: RunningExecution, exc: SparkDispatchError) -> None:
@@ -414,59 +291,33 @@ class TaskRunner:
         log.info("job %s: execution %s is stale, stopping it: %s", running.tdd.job_id, running.tdd.execution_id, exc)
         self.cancel(running.tdd.execution_id)
 
-    def _keep_cancelling(self, running: RunningExecution) -> None:
-        while not running.done.is_set():
-            cancel_execution(self.spark, running.tdd.execution_id)
-            running.done.wait(CANCEL_REPEAT_S)
-
     def _run(self, running: RunningExecution) -> ExecutionState:
         tdd = running.tdd
         if running.cancelled.is_set():
             return self._transition(running, ExecutionState.CANCELED)
-        self._transition(running, ExecutionState.INITIALIZING)
         try:
-            if self._artifacts is not None and tdd.artifacts:
-                self._artifacts.activate(tdd.artifacts)
-            function = load_entrypoint(tdd.entrypoint)
-            session = self._task_session(tdd)
-        except Exception as exc:  # noqa: BLE001 - any failure of user code setup fails the attempt
-            return self._fail(running, exc)
-        if running.cancelled.is_set():
+            artifact_paths = self._artifacts.paths(tdd.artifacts) if self._artifacts is not None else []
+        except Exception as exc:  # noqa: BLE001 - a missing or bad artifact fails the attempt
+            return self._fail(running, Failure.from_exception(exc))
+        end = self._pool.run(tdd.slot_index, tdd, artifact_paths, lambda state: self._on_state(running, state))
+        if running.cancelled.is_set() or end.state is ExecutionState.CANCELED:
             return self._transition(running, ExecutionState.CANCELED)
-        self._transition(running, ExecutionState.RUNNING)
-        rows: int | None = None
-        result_path: str | None = None
-        try:
-            with slot_scope(session, slot_index=tdd.slot_index, execution_id=tdd.execution_id,
-                            description=f"{tdd.job_name or tdd.job_id}/{tdd.vertex_id}[{tdd.subtask_index}]"):
-                ctx = TaskContext(spark=session, params=dict(tdd.params), subtask_index=tdd.subtask_index,
-                                  parallelism=tdd.parallelism, job_id=tdd.job_id, vertex_id=tdd.vertex_id,
-                                  attempt=tdd.attempt, inputs=LazyInputs(session, tdd.inputs))
-                result = function(ctx)
-                if result is not None and not running.cancelled.is_set():
-                    rows = write_partition(session, _as_dataframe(result), tdd.result_path)
-                    result_path = tdd.result_path
-        except Exception as exc:  # noqa: BLE001 - the task function's failure is the attempt's failure
-            if running.cancelled.is_set():
-                return self._transition(running, ExecutionState.CANCELED)
-            return self._fail(running, exc)
-        if running.cancelled.is_set():
-            return self._transition(running, ExecutionState.CANCELED)
+        if end.state is ExecutionState.FAILED:
+            return self._fail(running, end.failure or Failure("SparkDispatchError", "the attempt failed"))
         log.info("job %s: execution %s of %s[%d] finished (%s rows)", tdd.job_id, tdd.execution_id, tdd.vertex_id,
-                 tdd.subtask_index, rows)
-        return self._transition(running, ExecutionState.FINISHED, rows=rows, result_path=result_path)
+                 tdd.subtask_index, end.rows)
+        return self._transition(running, ExecutionState.FINISHED, rows=end.rows, result_path=end.result_path)
 
-    def _task_session(self, tdd: TaskDeploymentDescriptor) -> SparkSession:
-        """The warm session seen through a fresh SQL session: the job's SQL conf and temp views stay its own."""
-        session = self._sessions.take()
-        for key, value in tdd.spark_conf.items():
-            session.conf.set(key, value)
-        return session
+    def _on_state(self, running: RunningExecution, state: AttemptState) -> None:
+        if running.cancelled.is_set():
+            # cancelled before its process had the attempt: tell the pool again, it has it now
+            self._pool.cancel(running.tdd.execution_id)
+        self._transition(running, state.state)
 
-    def _fail(self, running: RunningExecution, exc: BaseException) -> ExecutionState:
+    def _fail(self, running: RunningExecution, failure: Failure) -> ExecutionState:
         log.info("job %s: execution %s of %s[%d] failed: %s: %s", running.tdd.job_id, running.tdd.execution_id,
-                 running.tdd.vertex_id, running.tdd.subtask_index, type(exc).__name__, exc)
-        return self._transition(running, ExecutionState.FAILED, failure=Failure.from_exception(exc))
+                 running.tdd.vertex_id, running.tdd.subtask_index, failure.cls, failure.message)
+        return self._transition(running, ExecutionState.FAILED, failure=failure)
 
     def _transition(self, running: RunningExecution, state: ExecutionState, *, rows: int | None = None,
                     result_path: str | None = None, failure: Failure | None = None) -> ExecutionState:

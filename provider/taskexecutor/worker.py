@@ -4,6 +4,12 @@
 find the leader, register under its session id with exponential backoff, heartbeat with the
 slot report and running executions, register again on a 404 or when the leader changes. While
 no ResourceManager answers, the running tasks go on: their slots stay with their JobMasters.
+Registering again names the registration held so far, so a ResourceManager that still has it
+keeps the slots' allocations. It also fences deployments (`admits`, as Flink's TaskExecutor
+refuses a task for a slot not allocated to its job): one runs only while this TaskExecutor is
+registered under the deploying leader's session and the registration its slot was allocated
+under, so a deployment of a former leader, or queued in the broker before this process
+registered, never runs. A TaskExecutor that stops unregisters at once (`unregister`).
 
 `MasterConnectionStep` drives it from the worker's timer. With an event-loop transport
 (Redis) that timer runs on the consumer's loop, so each tick only hands the blocking HTTP work
@@ -21,12 +27,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from celery import bootsteps
+from celery.signals import worker_shutting_down
 
 from sparkdispatch.broker.celery_app import remove_stale_pidbox_messages
 from sparkdispatch.config import Configuration
 from sparkdispatch.errors import FencingTokenMismatch, ServiceUnavailable, SparkDispatchError, UnknownTaskExecutor
 from sparkdispatch.ha.leader import LeaderInfo
-from sparkdispatch.protocol import ExecutionStateUpdate
+from sparkdispatch.jobgraph import ExecutionState, Failure
+from sparkdispatch.protocol import ExecutionStateUpdate, TaskDeploymentDescriptor
 from sparkdispatch.taskexecutor.master_client import MasterClient
 from sparkdispatch.taskexecutor.runner import SlotTable
 
@@ -34,6 +42,12 @@ log = logging.getLogger(__name__)
 
 INITIAL_REGISTRATION_BACKOFF_S = 0.1
 PIDBOX_CLEANUP_EVERY_S = 30.0
+#: How long a deployment that arrives while this TaskExecutor is not registered (starting, or
+#: registering again) waits for the registration before it is refused.
+REGISTRATION_WAIT_S = 5.0
+#: How long a stopping TaskExecutor tries to unregister; after that it stops anyway and the
+#: ResourceManager finds it gone by its heartbeats.
+UNREGISTER_TIMEOUT_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -49,8 +63,8 @@ class TaskExecutorIdentity:
 class MasterConnection:
     """Registration and heartbeats towards whichever master leads; also delivers state reports.
 
-    `tick()` does the due work and is called periodically from one thread; `report()` is
-    called from task threads.
+    `tick()` does the due work and is called periodically from one thread; `report()`,
+    `admits()` and `refuse()` are called from task threads.
     """
 
     def __init__(self, config: Configuration, *, identity: TaskExecutorIdentity, slots: SlotTable,
@@ -63,19 +77,20 @@ class MasterConnection:
         self._current_leader = current_leader
         self._clock = clock
         self._lock = threading.Lock()
+        self._registration_changed = threading.Condition(self._lock)
         self._registered: LeaderInfo | None = None
-        self._interval = config["heartbeat.interval"]
-        self._timeout = config["heartbeat.timeout"]
-        self._max_backoff = config["taskexecutor.registration.max-backoff"]
+        self._registering = False
+        self._stopped = False
+        self._registration_id: str | None = None
+        # the registrations whose allocations are valid: the current one and those it continued
+        self._admitted: frozenset[str] = frozenset()
+        self._interval: float = config["heartbeat.interval"]
+        self._timeout: float = config["heartbeat.timeout"]
+        self._max_backoff: float = config["taskexecutor.registration.max-backoff"]
         self._backoff = INITIAL_REGISTRATION_BACKOFF_S
         self._next_registration = 0.0
         self._last_heartbeat_sent = 0.0
         self._last_heartbeat_ok = 0.0
-
-    @property
-    def registered_with(self) -> LeaderInfo | None:
-        with self._lock:
-            return self._registered
 
     @property
     def tick_interval(self) -> float:
@@ -85,6 +100,8 @@ class MasterConnection:
         leader = self._current_leader()
         now = self._clock()
         with self._lock:
+            if self._stopped:
+                return
             registered = self._registered
         if leader is None:
             if registered is not None:
@@ -92,6 +109,10 @@ class MasterConnection:
                 self._forget()
             return
         if registered != leader:
+            if registered is not None:
+                log.info("the leading master changed to %s (session %s); registering with it", leader.address,
+                         leader.session_id)
+                self._forget()
             if now >= self._next_registration:
                 self._register(leader, now)
             return
@@ -99,27 +120,41 @@ class MasterConnection:
             self._heartbeat(leader, now)
 
     def _register(self, leader: LeaderInfo, now: float) -> None:
+        with self._lock:
+            self._registering = True
+            previous = self._registration_id
         try:
             ack = self._client.register(
                 leader.address, leader.session_id, task_executor_id=self._identity.task_executor_id,
                 hostname=self._identity.hostname, queue=self._identity.queue, slots=self._slots.count,
-                slot_report=self._slots.slot_report(), spark_master=self._identity.spark_master)
+                slot_report=self._slots.slot_report(), spark_master=self._identity.spark_master,
+                previous_registration_id=previous)
         except SparkDispatchError as exc:
             log.warning("registration with the master at %s (session %s) failed, next try in %.2fs: %s",
                         leader.address, leader.session_id, self._backoff, exc)
             self._next_registration = now + self._backoff
             self._backoff = min(self._backoff * 2.0, self._max_backoff)
+            with self._registration_changed:
+                self._registering = False
+                self._registration_changed.notify_all()
             return
-        with self._lock:
+        with self._registration_changed:
+            self._registering = False
+            self._registration_changed.notify_all()
+            if self._stopped:  # unregistered meanwhile: the ResourceManager drops it by its heartbeats
+                return
             self._registered = leader
+            self._registration_id = ack.registration_id
+            self._admitted = (self._admitted if ack.resumed else frozenset()) | {ack.registration_id}
         self._backoff = INITIAL_REGISTRATION_BACKOFF_S
         self._last_heartbeat_sent = self._last_heartbeat_ok = now
         if ack.heartbeat_interval_s > 0:
             self._interval = ack.heartbeat_interval_s
         if ack.heartbeat_timeout_s > 0:
             self._timeout = ack.heartbeat_timeout_s
-        log.info("registered as %s with the ResourceManager %s at %s (session %s)",
-                 self._identity.task_executor_id, ack.resource_manager_id, leader.address, leader.session_id)
+        log.info("registered as %s with the ResourceManager %s at %s (session %s, registration %s%s)",
+                 self._identity.task_executor_id, ack.resource_manager_id, leader.address, leader.session_id,
+                 ack.registration_id, f", continuing {previous}" if ack.resumed else "")
 
     def _heartbeat(self, leader: LeaderInfo, now: float) -> None:
         self._last_heartbeat_sent = now
@@ -148,6 +183,69 @@ class MasterConnection:
         with self._lock:
             self._registered = None
         self._next_registration = 0.0
+
+    def admits(self, tdd: TaskDeploymentDescriptor, session_id: str, *,
+               wait_s: float = REGISTRATION_WAIT_S) -> str | None:
+        """Why this deployment must not run here (None: it may): it runs only while this
+        TaskExecutor is registered under the deploying leader's session `session_id` and the
+        registration its slot was allocated under. Waits up to `wait_s` for a registration
+        that is under way or due (a deployment may overtake the answer to its registration)."""
+        deadline = self._clock() + wait_s
+        with self._registration_changed:
+            while not self._stopped and (self._registered is None or self._registering):
+                remaining = deadline - self._clock()
+                if remaining <= 0:
+                    break
+                self._registration_changed.wait(remaining)
+            registered, admitted, current = self._registered, self._admitted, self._registration_id
+        if registered is None:
+            return "this TaskExecutor is not registered with a ResourceManager"
+        if session_id != registered.session_id:
+            return (f"it comes from leader session {session_id}, but this TaskExecutor is registered under "
+                    f"session {registered.session_id}")
+        if tdd.registration_id not in admitted:
+            return (f"its slot was allocated to registration {tdd.registration_id or '(none)'} of this "
+                    f"TaskExecutor, not to the current one, {current} (it was sent before this "
+                    "TaskExecutor started or registered again)")
+        return None
+
+    def refuse(self, tdd: TaskDeploymentDescriptor, session_id: str, reason: str) -> None:
+        """Report a deployment that `admits` refused FAILED to its JobMaster (one try), which
+        fails it over; a JobMaster of a former leader does not take the report, and needs none."""
+        log.warning("job %s: refusing execution %s of %s[%d]: %s", tdd.job_id, tdd.execution_id, tdd.vertex_id,
+                    tdd.subtask_index, reason)
+        update = ExecutionStateUpdate(
+            job_id=tdd.job_id, job_master_id=tdd.job_master_id, execution_id=tdd.execution_id,
+            state=ExecutionState.FAILED, task_executor_id=self._identity.task_executor_id,
+            failure=Failure("DeploymentRefused",
+                            f"TaskExecutor {self._identity.task_executor_id} refused the deployment: {reason}"))
+        leader = self._current_leader()
+        if leader is None:
+            log.info("job %s: no leading master to tell that execution %s was refused", tdd.job_id, tdd.execution_id)
+            return
+        try:
+            self._client.report_state(leader.address, session_id, update)
+        except SparkDispatchError as exc:
+            log.info("job %s: the refusal of execution %s was not taken: %s", tdd.job_id, tdd.execution_id, exc)
+
+    def unregister(self, *, timeout: float = UNREGISTER_TIMEOUT_S) -> None:
+        """Leave the ResourceManager now (this TaskExecutor is stopping), best effort: its
+        JobMasters fail its tasks over at once. Registers no more afterwards."""
+        with self._registration_changed:
+            self._stopped = True
+            registered, registration_id = self._registered, self._registration_id
+            self._registered = None
+            self._registration_changed.notify_all()
+        if registered is None or registration_id is None:
+            return
+        try:
+            self._client.unregister(registered.address, registered.session_id, self._identity.task_executor_id,
+                                    registration_id=registration_id, timeout=timeout)
+        except SparkDispatchError as exc:
+            log.warning("could not unregister from the master at %s; it finds this TaskExecutor gone by its "
+                        "heartbeats: %s", registered.address, exc)
+        else:
+            log.info("unregistered from the master at %s", registered.address)
 
     def report(self, session_id: str, update: ExecutionStateUpdate) -> None:
         """A StateReporter: deliver to the current leader, retrying while it is unreachable.
@@ -185,6 +283,7 @@ class MasterConnectionStep(bootsteps.StartStopStep):
         self._in_flight: Future[None] | None = None
         self._timer_entry: Any = None
         self._last_cleanup = 0.0
+        self._hostname: str | None = None
 
     def start(self, w: Any) -> None:
         runtime = w.app.task_executor
@@ -192,9 +291,18 @@ class MasterConnectionStep(bootsteps.StartStopStep):
             raise RuntimeError("MasterConnectionStep needs a TaskExecutor app")
         self._connection = runtime.connection
         self._config = runtime.config
+        self._hostname = w.hostname
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sparkdispatch-master")
         self._kick()
         self._timer_entry = w.timer.call_repeatedly(self._connection.tick_interval, self._kick)
+        worker_shutting_down.connect(self._shutting_down, weak=False)
+
+    def _shutting_down(self, sender: str | None = None, **_: Any) -> None:
+        # Sent from the SIGTERM/SIGINT handler, seconds before the worker's loop notices and
+        # closes the steps: unregister now, from a thread of its own (the handler interrupted
+        # the main thread wherever it was).
+        if sender == self._hostname and self._connection is not None:
+            threading.Thread(target=self._connection.unregister, name="sparkdispatch-unregister").start()
 
     def _kick(self) -> None:
         if self._executor is None or (self._in_flight is not None and not self._in_flight.done()):
@@ -212,12 +320,21 @@ class MasterConnectionStep(bootsteps.StartStopStep):
         except Exception:  # noqa: BLE001 - the timer must survive any one failure
             log.exception("registration/heartbeat tick failed")
 
+    def close(self, w: Any) -> None:
+        """The worker begins to stop (if no signal told it before): leave the ResourceManager
+        before the steps stop one by one, so the JobMasters fail the tasks over now."""
+        if self._connection is not None:
+            self._connection.unregister()
+
     def stop(self, w: Any) -> None:
+        worker_shutting_down.disconnect(self._shutting_down)
         if self._timer_entry is not None:
             self._timer_entry.cancel()
             self._timer_entry = None
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
+        if self._connection is not None:
+            self._connection.unregister()
 
     shutdown = stop

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from sparkdispatch.config import Configuration, parse_overrides
-from sparkdispatch.ha import create_ha_services
+from sparkdispatch.ha import LeaderElection, create_ha_services
 
 
 class ContenderProcess:
@@ -76,7 +76,7 @@ def _emit(event: str, name: str, session_id: str | None = None) -> None:
 
 
 class _PrintingContender:
-    def __init__(self, name: str, address: str, election: Any) -> None:
+    def __init__(self, name: str, address: str, election: LeaderElection) -> None:
         self.name = name
         self.address = address
         self.election = election

@@ -125,7 +125,7 @@ def taskmanager(te_id: str, *, busy_with: str | None) -> dict[str, Any]:
 
 
 def add_rest_routes(app: web.Application, view: ScriptedView) -> None:
-    """The REST contract's read endpoints over the same view (ARCHITECTURE.md shapes)."""
+    """The REST contract's read endpoints over the same view (docs/rest-api.md shapes)."""
 
     async def overview(request: web.Request) -> web.Response:
         return web.json_response(await view.overview())

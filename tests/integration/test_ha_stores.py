@@ -22,7 +22,7 @@ from sparkdispatch.errors import (
     NoSuchJobResult,
     StoreError,
 )
-from sparkdispatch.ha import HighAvailabilityServices, SubtaskProgress, create_ha_services
+from sparkdispatch.ha import FileSystemJobResultStore, HighAvailabilityServices, SubtaskProgress, create_ha_services
 from sparkdispatch.ha.jobgraph_store import ZooKeeperJobGraphStore
 from sparkdispatch.ha.progress_store import ZooKeeperProgressStore
 from sparkdispatch.ha.services import ZooKeeperHaServices
@@ -94,6 +94,10 @@ async def services(config: Configuration) -> AsyncIterator[HighAvailabilityServi
         yield services
     finally:
         await services.close()
+
+
+async def dirty_ids(store: FileSystemJobResultStore) -> set[str]:
+    return {r.job_id for r in await store.dirty_results()}
 
 
 def files_of(root: Path, job_id: str) -> list[Path]:
@@ -276,7 +280,7 @@ async def test_progress_store_records_and_removes(services: HighAvailabilityServ
         "extract": {0: SubtaskProgress("/r/extract/0-e2", 11), 1: SubtaskProgress(None, None)},
         "load.v2": {0: SubtaskProgress("/r/load/0", 0)},
     }
-    assert progress.is_finished("extract", 1) and not progress.is_finished("load.v2", 1)
+    assert 1 in progress.finished["extract"] and 1 not in progress.finished["load.v2"]
     with pytest.raises(StoreError):
         await store.record_subtask(session, job, "../x", 0, None, None)
     with pytest.raises(StoreError):
@@ -332,8 +336,8 @@ async def test_job_result_store_contract(config: Configuration, delete_on_commit
         with pytest.raises(NoSuchJobResult):
             await store.mark_clean(job)
         await store.create_dirty(result(job))
-        assert await store.has_entry(job) and await store.has_dirty_entry(job)
-        assert not await store.has_clean_entry(job)
+        assert await store.has_entry(job) and job in await dirty_ids(store)
+        assert [p.name for p in files_of(config.storage_dir, job)] == [f"{job}_DIRTY.json"]  # not clean
         assert await store.get(job) == result(job)
         with pytest.raises(JobResultEntryExists):
             await store.create_dirty(result(job, JobStatus.FAILED))
@@ -342,8 +346,8 @@ async def test_job_result_store_contract(config: Configuration, delete_on_commit
         assert sorted(r.job_id for r in await store.dirty_results()) == sorted([job, other])
         await store.mark_clean(job)
         await store.mark_clean(job)  # idempotent
-        assert not await store.has_dirty_entry(job)
-        assert await store.has_clean_entry(job) and await store.has_entry(job)
+        assert job not in await dirty_ids(store)
+        assert await store.has_entry(job)  # clean
         assert [r.job_id for r in await store.dirty_results()] == [other]
         with pytest.raises(JobResultEntryExists):
             await store.create_dirty(result(job))
@@ -373,7 +377,7 @@ async def test_job_result_store_survives_a_crash_between_dirty_and_clean(config:
         store = after.job_result_store
         assert [r.job_id for r in await store.dirty_results()] == [job]
         assert (await store.dirty_results())[0] == result(job, JobStatus.FAILED)
-        assert await store.has_dirty_entry(job)
+        assert job in await dirty_ids(store)
         await store.mark_clean(job)
         assert await store.dirty_results() == []
         assert files_of(config.storage_dir, job) == []
@@ -399,14 +403,14 @@ async def test_dirty_entry_is_written_atomically_and_readable(standalone_config:
 async def test_corrupted_blob_is_refused(services: HighAvailabilityServices) -> None:
     blobs = services.blob_store
     key = await blobs.put(b"def extract(ctx):\n    return None\n", "pipelines.py")
-    path = await blobs.path(key)
+    path = blobs.path_blocking(key)
     assert path.name == "pipelines.py" and path.read_bytes().startswith(b"def extract")
     assert path.is_relative_to(services.config.storage_dir / "blobs" / services.cluster_id)
     path.write_bytes(b"import os; os.system('rm -rf /')\n")
     with pytest.raises(CorruptedBlob):
-        await blobs.path(key)
+        blobs.path_blocking(key)
     assert await blobs.put(b"def extract(ctx):\n    return None\n", "pipelines.py") == key  # repaired
-    assert (await blobs.path(key)).read_bytes().startswith(b"def extract")
+    assert blobs.path_blocking(key).read_bytes().startswith(b"def extract")
 
 
 # ---------------------------------------------------------------------------- ACLs
@@ -449,14 +453,13 @@ async def test_digest_acl_keeps_other_zookeeper_users_out(zk_config: Configurati
         for stranger in strangers:
             stranger.stop()
             stranger.close()
-        await services.close_and_cleanup_all_data()
+        await services.close()
 
 
-# ---------------------------------------------------------------------------- clean-up audit
+# ---------------------------------------------------------------------------- close
 
 
-async def test_close_keeps_data_and_cleanup_removes_everything(config: Configuration,
-                                                               zookeeper_server: ZooKeeperServer) -> None:
+async def test_close_keeps_all_data(config: Configuration) -> None:
     config = config.with_overrides({"high-availability.zookeeper.inline-limit": "0"})
     services = create_ha_services(config)
     await services.start()
@@ -471,39 +474,7 @@ async def test_close_keeps_data_and_cleanup_removes_everything(config: Configura
     again = create_ha_services(config)
     await again.start()
     assert await again.jobgraph_store.get(job) == graph(job)
-    assert (await again.progress_store.get(job)).is_finished("v0", 0)
-    assert await again.job_result_store.has_dirty_entry(job)
-    assert await again.blob_store.exists(key)
-    await again.close_and_cleanup_all_data()
-
-    storage = config.storage_dir
-    leftovers = [p for p in storage.rglob("*")] if storage.exists() else []
-    assert leftovers == []
-    if config["high-availability.mode"] == "zookeeper":
-        observer = KazooClient(hosts=zookeeper_server.hosts, timeout=4.0)
-        observer.start()
-        try:
-            assert observer.exists(config["high-availability.zookeeper.path.root"]) is None
-        finally:
-            observer.stop()
-            observer.close()
-
-
-async def test_cleanup_spares_other_clusters(zk_config: Configuration, zookeeper_server: ZooKeeperServer) -> None:
-    ours = create_ha_services(zk_config.with_overrides({"high-availability.cluster-id": "ours"}))
-    theirs = create_ha_services(zk_config.with_overrides({"high-availability.cluster-id": "theirs"}))
-    await ours.start()
-    await theirs.start()
-    try:
-        job = new_job_id()
-        their_session = await leading(theirs)
-        our_session = await leading(ours)  # each cluster has its own leader
-        await theirs.jobgraph_store.put(their_session, graph(job))
-        await ours.jobgraph_store.put(our_session, graph(new_job_id()))
-        await theirs.job_result_store.create_dirty(result(job))
-        await ours.close_and_cleanup_all_data()
-        assert await theirs.jobgraph_store.job_ids() == {job}
-        assert await theirs.job_result_store.has_dirty_entry(job)
-        assert theirs.election.has_leadership(their_session)
-    finally:
-        await theirs.close_and_cleanup_all_data()
+    assert 0 in (await again.progress_store.get(job)).finished["v0"]
+    assert job in await dirty_ids(again.job_result_store)
+    assert again.blob_store.path_blocking(key).name == "hi.py"
+    await again.close()

@@ -168,6 +168,7 @@ def deployment(config: Configuration, slot: AllocatedSlot, job_id: str, vertex_i
     return TaskDeploymentDescriptor(
         job_id=job_id, job_master_id="jm-1", execution_id=execution_id, vertex_id=vertex_id, entrypoint=entrypoint,
         subtask_index=0, parallelism=1, attempt=0, allocation_id=slot.allocation_id, slot_index=slot.slot_index,
+        registration_id=slot.registration_id,
         result_path=f"{config.results_dir}/{job_id}/{vertex_id}/0-{execution_id}", artifacts=(artifact,), **fields)
 
 
@@ -191,8 +192,8 @@ async def test_two_taskexecutors_run_a_pipeline_and_a_killed_one_vanishes(
         await eventually(lambda: rm.overview().taskmanagers == 2, "two registrations", processes=tes)
         assert (rm.overview().slots_total, rm.overview().slots_available) == (4, 4)
         assert {e["id"] for e in rm.task_executors()} == {te.id for te in tes}
-        for te in tes:  # the Celery worker answers on its nodename
-            assert await asyncio.to_thread(gateway.ping, f"{te.id}@{socket.gethostname()}")
+        for te in tes:  # the Celery worker answers on its nodename (silence would raise)
+            assert not await asyncio.to_thread(gateway.cancel, f"{te.id}@{socket.gethostname()}", uuid.uuid4().hex)
 
         job_id = uuid.uuid4().hex
         rm.declare_requirements(job_id, 4, master.jobs)
@@ -201,7 +202,7 @@ async def test_two_taskexecutors_run_a_pipeline_and_a_killed_one_vanishes(
         module, key = user_code(config, """
             def extract(ctx):
                 return ctx.spark.range(0, 10).withColumn("app", __import__("pyspark.sql.functions").sql.functions.lit(
-                    ctx.spark.sparkContext.applicationId))
+                    ctx.spark.conf.get("spark.app.id")))
             def clean(ctx):
                 return ctx.inputs["extract"].where("id >= 5")
         """)
@@ -291,6 +292,8 @@ async def test_cancelling_one_slots_task_leaves_the_other_slot_running(tmp_path:
         module, key = user_code(config, """
             import time
 
+            from pyspark.sql import functions as F
+
             def slow(_):
                 for _ in range(1200):  # two minutes unless cancelled
                     time.sleep(0.1)
@@ -301,11 +304,12 @@ async def test_cancelling_one_slots_task_leaves_the_other_slot_running(tmp_path:
                 return x
 
             def long_task(ctx):
-                ctx.spark.sparkContext.parallelize([0], 1).map(slow).count()
+                ctx.spark.range(1).select(F.udf(slow, "long")("id")).collect()
                 return ctx.spark.range(1)
 
             def short_task(ctx):
-                return ctx.spark.range(ctx.spark.sparkContext.parallelize(range(4), 1).map(short).count())
+                return ctx.spark.range(len(ctx.spark.range(0, 4, numPartitions=1).select(F.udf(short, "long")("id"))
+                                           .collect()))
         """)
         first, second = master.jobs.slots
         long_tdd = deployment(config, first, job_id, "long", f"{module}:long_task", key)

@@ -302,7 +302,7 @@ async def test_artifacts_upload_as_files_and_package_directories(master: InProce
             await client.upload_artifact(tmp_path / "notes.txt")
     name, data = read_artifact(package)
     assert name == "pipelines.zip" and hashlib.sha256(data).hexdigest() == first
-    assert await master.master.ha.blob_store.exists(first)  # the master stored it under that key
+    assert master.master.ha.blob_store.path_blocking(first).is_file()  # the master stored it under that key
     assert sorted(zipfile.ZipFile(io.BytesIO(data)).namelist()) == ["pipelines/__init__.py", "pipelines/sales.py"]
 
 

@@ -146,9 +146,9 @@ async def test_a_finished_job_is_archived_cleaned_and_never_accepted_again(confi
     await dispatcher.start()
     await dispatcher.submit(graph())
     FakeJobMaster.created[0].finish()
-    await until(lambda: not dispatcher.cleanup_pending("a" * 32) and not dispatcher._jobs)
+    await until(lambda: "a" * 32 not in dispatcher._cleanups and not dispatcher._jobs)
     assert await ha.jobgraph_store.job_ids() == set()
-    assert not await ha.job_result_store.has_dirty_entry("a" * 32)
+    assert "a" * 32 not in {r.job_id for r in await ha.job_result_store.dirty_results()}
     with pytest.raises(DuplicateJobSubmission, match="globally terminal"):
         await dispatcher.submit(graph())
     result = await dispatcher.job_result("a" * 32)
@@ -200,9 +200,9 @@ async def test_recovery_cleans_dirty_jobs_and_resumes_the_rest(config: Configura
     await dispatcher.start()
     assert [m.graph.job_id for m in FakeJobMaster.created] == ["b" * 32]  # the finished job is not re-run
     assert FakeJobMaster.created[0].recovered_progress is not None
-    await until(lambda: not dispatcher.cleanup_pending("a" * 32))
+    await until(lambda: "a" * 32 not in dispatcher._cleanups)
     assert await ha.jobgraph_store.job_ids() == {"b" * 32}
-    assert not await ha.job_result_store.has_dirty_entry("a" * 32)
+    assert "a" * 32 not in {r.job_id for r in await ha.job_result_store.dirty_results()}
     result = await dispatcher.job_result("a" * 32)
     assert result is not None and result.status is JobStatus.FINISHED
     await dispatcher.stop()
@@ -226,9 +226,9 @@ async def test_a_failing_cleanup_is_retried_until_it_succeeds(config: Configurat
 
     monkeypatch.setattr(ha.jobgraph_store, "remove", flaky_remove)
     FakeJobMaster.created[0].finish()
-    await until(lambda: failures["left"] == 0 and not dispatcher.cleanup_pending("a" * 32))
+    await until(lambda: failures["left"] == 0 and "a" * 32 not in dispatcher._cleanups)
     assert await ha.jobgraph_store.job_ids() == set()
-    assert not await ha.job_result_store.has_dirty_entry("a" * 32)
+    assert "a" * 32 not in {r.job_id for r in await ha.job_result_store.dirty_results()}
     await dispatcher.stop()
 
 

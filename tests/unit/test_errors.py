@@ -52,6 +52,7 @@ EXAMPLES: list[SparkDispatchError] = [
     errors.NoLeader("no master leads at the moment"),
     errors.SlotRequestTimeout("no slot for job within 300 s"),
     errors.UnknownTaskExecutor("TaskExecutor te-1 is not registered with this ResourceManager; register again"),
+    errors.SlotProcessLost("the slot process (pid 4242) died during the task: killed by signal 11 (SIGSEGV)"),
     errors.StoreError("the stored JobGraph cannot be read"),
     errors.JobResultEntryExists(f"job {JOB} has a JobResult stored already"),
     errors.NoSuchJobResult(f"no JobResult of job {JOB} is stored"),
@@ -64,6 +65,8 @@ EXAMPLES: list[SparkDispatchError] = [
     errors.RouteNotFound("GET /nowhere: Not Found"),
     errors.MethodNotAllowed("PUT", "/jobs", ["POST", "GET"]),
     errors.InternalError("internal error: KeyError: 'x'"),
+    errors.ConnectServerError("the Spark Connect server exited with code 1 before it served; its log is /w/s.log",
+                              log_file="/w/s.log", details=["ERROR SparkContext: Error initializing SparkContext."]),
     errors.ServiceUnavailable("this master is a standby; the leader is http://m1:8081", leader="http://m1:8081"),
     errors.LeadershipLost("JobGraph store"),
 ]

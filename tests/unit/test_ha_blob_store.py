@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from sparkdispatch.config import Configuration
 from sparkdispatch.errors import BlobError, BlobNotFound, BlobTooLarge, CorruptedBlob
+from sparkdispatch.ha import create_blob_reader, create_ha_services
 from sparkdispatch.ha.blob_store import BlobStore
 
 
@@ -16,22 +18,23 @@ def blobs(tmp_path: Path) -> BlobStore:
     return BlobStore(tmp_path / "blobs" / "default", max_size=1024)
 
 
+def stored(blobs: BlobStore) -> set[str]:
+    """The names in the store's directory: blob keys, and nothing else."""
+    return {p.name for p in blobs.directory.iterdir()} if blobs.directory.exists() else set()
+
+
 async def test_put_returns_the_sha256_and_keeps_the_filename(blobs: BlobStore) -> None:
     data = b"def run(ctx):\n    return 1\n"
     key = await blobs.put(data, "job.py")
     assert key == hashlib.sha256(data).hexdigest()
-    path = await blobs.path(key)
+    path = blobs.path_blocking(key)
     assert path.name == "job.py" and path.read_bytes() == data
-    assert await blobs.filename(key) == "job.py"
-    assert await blobs.exists(key)
     assert await blobs.put(data, "job.py") == key
-    assert blobs.keys() == {key}
+    assert stored(blobs) == {key}
     zipped = await blobs.put(b"PK\x03\x04fake", "deps.zip")
-    assert (await blobs.path(zipped)).suffix == ".zip"
-    await blobs.delete(key)
-    assert not await blobs.exists(key)
+    assert blobs.path_blocking(zipped).suffix == ".zip"
     with pytest.raises(BlobNotFound):
-        await blobs.path(key)
+        blobs.path_blocking("0" * 64)
 
 
 async def test_too_large_and_bad_names_change_nothing(blobs: BlobStore) -> None:
@@ -40,10 +43,9 @@ async def test_too_large_and_bad_names_change_nothing(blobs: BlobStore) -> None:
     for name in ("", ".", "..", "a/b.py", "../evil.py", "x" * 256):
         with pytest.raises(BlobError):
             await blobs.put(b"x", name)
-    assert blobs.keys() == set()
-    assert not blobs.directory.exists() or list(blobs.directory.iterdir()) == []
+    assert stored(blobs) == set()
     with pytest.raises(BlobNotFound):
-        await blobs.path("../../etc/passwd")
+        blobs.path_blocking("../../etc/passwd")
 
 
 async def test_corruption_is_detected_on_every_read(blobs: BlobStore) -> None:
@@ -51,9 +53,23 @@ async def test_corruption_is_detected_on_every_read(blobs: BlobStore) -> None:
     path = blobs.path_blocking(key)
     path.write_bytes(b"print('tampered')\n")
     with pytest.raises(CorruptedBlob, match=key):
-        await blobs.path(key)
+        blobs.path_blocking(key)
     path.unlink()
     with pytest.raises(CorruptedBlob):
         blobs.path_blocking(key)
     assert await blobs.put(b"print('ok')\n", "ok.py") == key
     assert blobs.path_blocking(key).read_bytes() == b"print('ok')\n"
+
+
+async def test_a_follower_reads_the_clusters_blobs_and_checks_them(standalone_config: Configuration) -> None:
+    services = create_ha_services(standalone_config)
+    key = await services.blob_store.put(b"def run(ctx):\n    return 1\n", "job.py")
+    reader = create_blob_reader(standalone_config)
+    path = reader.path_blocking(key)
+    assert path == services.blob_store.path_blocking(key) and path.name == "job.py"
+    path.write_bytes(b"tampered")
+    with pytest.raises(CorruptedBlob):
+        reader.path_blocking(key)
+    with pytest.raises(BlobNotFound):
+        reader.path_blocking("0" * 64)
+    await services.close()

@@ -9,7 +9,13 @@ import pytest
 
 from sparkdispatch.config import Configuration
 from sparkdispatch.errors import ConfigurationError, LeadershipLost
-from sparkdispatch.ha import STANDALONE_SESSION_ID, LeaderInfo, create_ha_services
+from sparkdispatch.ha import (
+    STANDALONE_SESSION_ID,
+    LeaderInfo,
+    create_blob_reader,
+    create_ha_services,
+    create_leader_retrieval,
+)
 from sparkdispatch.ha.files import create_atomic, is_temp, write_atomic
 from sparkdispatch.ha.leader import StandaloneLeaderElection
 from sparkdispatch.ha.zookeeper import ZooKeeperPaths, parse_auth
@@ -95,3 +101,23 @@ def test_create_atomic_never_overwrites_and_leaves_no_temp_file(tmp_path: Path) 
     assert target.read_bytes() == b"third"
     assert [p.name for p in target.parent.iterdir()] == ["entry.json"]
     assert is_temp(tmp_path / "x.json.tmp-abc") and not is_temp(target)
+
+
+def test_a_follower_in_mode_none_finds_the_configured_address() -> None:
+    config = Configuration.from_mapping({"rest.address": "10.0.0.5", "rest.port": "9091"})
+    retrieval = create_leader_retrieval(config)
+    retrieval.start()
+    assert retrieval.current() == LeaderInfo("http://10.0.0.5:9091", STANDALONE_SESSION_ID)
+    retrieval.close()
+    assert retrieval.current() is None
+
+
+@pytest.mark.parametrize("mode", ["none", "zookeeper"])
+def test_followers_check_the_cluster_id_too(tmp_path: Path, mode: str) -> None:
+    config = Configuration.from_mapping({"storage.dir": str(tmp_path), "high-availability.cluster-id": "a/b",
+                                         "high-availability.mode": mode})
+    with pytest.raises(ConfigurationError, match="cluster-id"):
+        create_blob_reader(config)
+    if mode == "zookeeper":
+        with pytest.raises(ConfigurationError, match="cluster-id"):
+            create_leader_retrieval(config)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from sparkdispatch.config import Configuration
@@ -16,11 +14,9 @@ class RecordingListener:
     def __init__(self) -> None:
         self.timeouts: list[str] = []
         self.unreachable: list[str] = []
-        self.event = asyncio.Event()
 
     def notify_heartbeat_timeout(self, target_id: str) -> None:
         self.timeouts.append(target_id)
-        self.event.set()
 
     def notify_target_unreachable(self, target_id: str) -> None:
         self.unreachable.append(target_id)
@@ -50,7 +46,7 @@ def test_a_heartbeat_restarts_the_timeout(listener: RecordingListener, clock: Ma
     clock.advance(2.5)
     assert monitor.check_timeouts() == ["te-1"]
     assert listener.timeouts == ["te-1"]
-    assert not monitor.is_monitored("te-1")
+    assert monitor.last_heartbeat("te-1") is None  # no longer watched
     assert monitor.check_timeouts() == []
     assert listener.timeouts == ["te-1"]
 
@@ -65,8 +61,9 @@ def test_only_silent_targets_time_out(listener: RecordingListener, clock: Manual
     assert monitor.check_timeouts() == ["b"]
     clock.advance(1)
     assert monitor.check_timeouts() == ["c"]
-    assert monitor.targets() == ["d", "a"]
     assert listener.timeouts == ["b", "c"]
+    clock.advance(60)
+    assert monitor.check_timeouts() == ["d", "a"]  # the rest, oldest heartbeat first
 
 
 def test_unmonitored_targets_never_time_out(listener: RecordingListener, clock: ManualClock) -> None:
@@ -82,7 +79,7 @@ def test_unmonitored_targets_never_time_out(listener: RecordingListener, clock: 
 def test_a_report_from_an_unmonitored_target_is_ignored(listener: RecordingListener, clock: ManualClock) -> None:
     monitor = make_monitor(listener, clock)
     assert not monitor.report("stranger", "payload")
-    assert not monitor.is_monitored("stranger")
+    assert monitor.last_heartbeat("stranger") is None
     assert monitor.payload("stranger") is None
 
 
@@ -95,7 +92,7 @@ def test_unreachable_after_consecutive_failures(listener: RecordingListener, clo
     assert listener.unreachable == []
     monitor.record_rpc_failure("te-1")
     assert listener.unreachable == ["te-1"]
-    assert not monitor.is_monitored("te-1")
+    assert monitor.last_heartbeat("te-1") is None
     monitor.record_rpc_failure("te-1")  # no longer watched: nothing more
     assert listener.unreachable == ["te-1"]
 
@@ -106,7 +103,7 @@ def test_unreachable_detection_can_be_turned_off(listener: RecordingListener, cl
     for _ in range(50):
         monitor.record_rpc_failure("te-1")
     assert listener.unreachable == []
-    assert monitor.is_monitored("te-1")
+    assert monitor.last_heartbeat("te-1") is not None
 
 
 def test_last_heartbeat_and_payload_bookkeeping(listener: RecordingListener, clock: ManualClock) -> None:
@@ -156,23 +153,20 @@ def test_bad_settings_are_refused(kwargs: dict[str, float], listener: RecordingL
         HeartbeatMonitor(listener, **kwargs)
 
 
-async def test_the_periodic_check_finds_a_silent_target(listener: RecordingListener) -> None:
-    config = Configuration.from_mapping({"heartbeat.interval": "50ms", "heartbeat.timeout": "200ms"})
-    monitor: HeartbeatMonitor[None] = HeartbeatMonitor.from_settings(HeartbeatSettings.from_config(config), listener)
-    monitor.start()
-    try:
-        monitor.monitor("te-1")
-        await asyncio.wait_for(listener.event.wait(), timeout=30)
-        assert listener.timeouts == ["te-1"]
-    finally:
-        monitor.stop()
-    assert monitor.targets() == []
+def test_from_settings_takes_the_timeout_and_threshold(listener: RecordingListener, clock: ManualClock) -> None:
+    config = Configuration.from_mapping({"heartbeat.timeout": "3s", "heartbeat.rpc-failure-threshold": 1})
+    monitor: HeartbeatMonitor[None] = HeartbeatMonitor.from_settings(HeartbeatSettings.from_config(config), listener,
+                                                                     clock=clock)
+    assert monitor.timeout == 3.0
+    monitor.monitor("a")
+    monitor.record_rpc_failure("a")
+    assert listener.unreachable == ["a"]
 
 
-def test_stop_forgets_every_target(listener: RecordingListener, clock: ManualClock) -> None:
+def test_clear_forgets_every_target(listener: RecordingListener, clock: ManualClock) -> None:
     monitor = make_monitor(listener, clock)
     monitor.monitor("a")
-    monitor.stop()
+    monitor.clear()
     clock.advance(100)
     assert monitor.check_timeouts() == []
     assert listener.timeouts == []

@@ -11,7 +11,7 @@ import logging
 import random
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import pytest
@@ -21,6 +21,7 @@ from sparkdispatch.errors import (
     FencingTokenMismatch,
     JobAlreadyTerminated,
     LeadershipLost,
+    ServiceUnavailable,
     SlotRequestTimeout,
     StaleExecution,
     UnknownJob,
@@ -40,9 +41,10 @@ from sparkdispatch.jobgraph import (
 )
 from sparkdispatch.jobmaster import JobMaster
 from sparkdispatch.jobmaster.execution_graph import SubtaskId
-from sparkdispatch.protocol import ExecutionStateUpdate, TaskDeploymentDescriptor
+from sparkdispatch.protocol import ExecutionStateUpdate, SlotReport, TaskDeploymentDescriptor, TaskExecutorRegistration
+from sparkdispatch.resourcemanager import ResourceManager
 from sparkdispatch.rest.views import flink_job_details, job_details
-from sparkdispatch.settings import JobMasterSettings
+from sparkdispatch.settings import JobMasterSettings, ResourceManagerSettings
 
 JOB_ID = "0123456789abcdef" * 2
 SESSION = "11111111-2222-3333-4444-555555555555"
@@ -59,6 +61,7 @@ class Slot:
     slot_index: int
     queue: str
     hostname: str
+    registration_id: str = "registration-1"
 
 
 class FakeResourceManager:
@@ -72,6 +75,7 @@ class FakeResourceManager:
         self.dead: set[str] = set()
         self.listener: JobMaster | None = None
         self.required = 0
+        self.rpc_outcomes: list[tuple[str, bool]] = []  # (TaskExecutor id, the call went through)
 
     def declare_requirements(self, job_id: str, slots: int, listener: JobMaster) -> None:
         assert job_id == JOB_ID
@@ -88,6 +92,12 @@ class FakeResourceManager:
         if slot.task_executor_id not in self.dead:
             self.free.append((slot.task_executor_id, slot.slot_index))
         asyncio.get_running_loop().call_soon(self._allocate)
+
+    def record_rpc_failure(self, task_executor_id: str) -> None:
+        self.rpc_outcomes.append((task_executor_id, False))
+
+    def record_rpc_success(self, task_executor_id: str) -> None:
+        self.rpc_outcomes.append((task_executor_id, True))
 
     def _allocate(self) -> None:
         new = []
@@ -130,6 +140,7 @@ class FakeGateway:
         self.deployments: list[Deployment] = []
         self.cancels: list[tuple[str, str]] = []
         self.fail_deploys = 0
+        self.fail_cancels = 0
         self._lock = threading.Lock()
 
     def deploy(self, slot: Slot, tdd: TaskDeploymentDescriptor, session_id: str) -> None:
@@ -145,9 +156,13 @@ class FakeGateway:
         self.deployments.append(deployment)
         self.queue.put_nowait(deployment)
 
-    def cancel(self, task_executor_hostname: str, execution_id: str) -> None:
+    def cancel(self, task_executor_hostname: str, execution_id: str) -> bool:
         with self._lock:
             self.cancels.append((task_executor_hostname, execution_id))
+            if self.fail_cancels:
+                self.fail_cancels -= 1
+                raise ServiceUnavailable(f"TaskExecutor {task_executor_hostname} did not answer")
+        return True
 
 
 @dataclass
@@ -200,11 +215,14 @@ def chain(restart: RestartStrategy | None = FixedDelayRestart(attempts=3, delay_
 
 
 class Harness:
-    def __init__(self, graph: JobGraph, *, recovered: Progress | None = None, slots_each: int = 2) -> None:
+    """A JobMaster on the fakes; with `resource_manager`, on that real one instead (`rm` is then unused)."""
+
+    def __init__(self, graph: JobGraph, *, recovered: Progress | None = None, slots_each: int = 2,
+                 resource_manager: ResourceManager | None = None) -> None:
         self.rm = FakeResourceManager(slots_each=slots_each)
         self.gateway = FakeGateway()
         self.store = FakeProgressStore()
-        self.jm = JobMaster(graph, session_id=SESSION, resource_manager=self.rm,
+        self.jm = JobMaster(graph, session_id=SESSION, resource_manager=resource_manager or self.rm,
                             task_executor_gateway=self.gateway, progress_store=self.store,
                             settings=JobMasterSettings(results_dir=RESULTS + "/", restart_strategy=DEFAULT_RESTART),
                             recovered_progress=recovered)
@@ -299,6 +317,7 @@ async def test_fan_out_fan_in_runs_in_batch_order_and_finishes() -> None:
     assert tdd.inputs == {} and dict(tdd.params) == {"n": 10} and tdd.artifacts == (ARTIFACT,)
     assert dict(tdd.spark_conf) == {"spark.sql.shuffle.partitions": "4"}
     assert tdd.parallelism == 2 and tdd.attempt == 0 and tdd.allocation_id == first[0].slot.allocation_id
+    assert tdd.registration_id == first[0].slot.registration_id  # the TaskExecutor fences on it
     assert h.rm.declarations[0] == 2  # only the two extract subtasks can run yet
     for d in first:
         await h.finish(d, rows=50)
@@ -413,7 +432,7 @@ async def test_exponential_delay_restarts_until_success() -> None:
     h.jm.start()
     result = await h.run_to_end(failures={SubtaskId("b", 0): 3})
     assert result.status is JobStatus.FINISHED and result.vertices["b"].attempts == 4
-    assert h.jm.restart_strategy.current_backoff_s == 0.02  # type: ignore[attr-defined]
+    assert h.jm.restart_strategy.backoff_s() == 0.02  # no jitter: the grown backoff itself
     await h.jm.join()
 
 
@@ -482,30 +501,6 @@ async def test_an_unreadable_partition_reruns_its_producer() -> None:
     result = await h.run_to_end()
     assert result.status is JobStatus.FINISHED
     assert result.vertices["a"].attempts == 2 and attempts_of(h, SubtaskId("a", 0)) == [0]
-    await h.jm.join()
-
-
-async def test_mark_partition_lost_reruns_the_producer_and_its_started_consumers() -> None:
-    h = Harness(chain())
-    h.jm.start()
-    a0, a1 = sorted(await h.deployments(2), key=lambda d: d.tdd.subtask_index)
-    await h.finish(a0)
-    await h.finish(a1)
-    b = await h.deployment()
-    await h.report(b, ExecutionState.RUNNING)
-    h.jm.mark_partition_lost("a", 0)
-    rerun = await h.deployment()
-    assert rerun.subtask == SubtaskId("a", 0) and rerun.tdd.attempt == 1
-    await h.jm.join()
-    assert (b.slot.hostname, b.tdd.execution_id) in h.gateway.cancels
-    with pytest.raises(StaleExecution):
-        await h.report(b, ExecutionState.FINISHED, rows=1, result_path=b.tdd.result_path)
-    await h.finish(rerun)
-    result = await h.run_to_end()
-    assert result.status is JobStatus.FINISHED and result.vertices["b"].attempts == 2
-    assert attempts_of(h, SubtaskId("a", 1)) == [0]
-    h.jm.mark_partition_lost("a", 1)  # after the end: nothing happens
-    assert h.jm.status is JobStatus.FINISHED
     await h.jm.join()
 
 
@@ -665,6 +660,102 @@ async def test_a_failed_deployment_counts_as_a_task_failure() -> None:
     await h.jm.join()
 
 
+async def test_deployment_and_cancel_outcomes_reach_the_resource_manager() -> None:
+    h = Harness(chain())
+    h.gateway.fail_deploys = 1
+    h.jm.start()
+    deployed = await h.deployments(2)  # one of the two first deployments failed and was retried
+    await h.jm.join()
+    failed = [te for te, ok in h.rm.rpc_outcomes if not ok]
+    assert len(failed) == 1 and failed[0] in {"te-1", "te-2"}
+    assert sorted(te for te, ok in h.rm.rpc_outcomes if ok) == sorted(d.slot.task_executor_id for d in deployed)
+    h.rm.rpc_outcomes.clear()
+    for d in deployed:
+        await h.report(d, ExecutionState.RUNNING)
+    h.gateway.fail_cancels = 1
+    await h.jm.cancel()
+    await h.jm.join()
+    assert sorted(ok for _, ok in h.rm.rpc_outcomes) == [False, True]
+    assert sorted(te for te, _ in h.rm.rpc_outcomes) == sorted(d.slot.task_executor_id for d in deployed)
+
+
+def resource_manager(*, rpc_failure_threshold: int) -> ResourceManager:
+    config = Configuration.from_mapping({"heartbeat.rpc-failure-threshold": rpc_failure_threshold})
+    return ResourceManager(ResourceManagerSettings.from_config(config), SESSION)
+
+
+def register(rm: ResourceManager, task_executor_id: str, slots: int) -> None:
+    rm.register_task_executor(SESSION, TaskExecutorRegistration(
+        task_executor_id=task_executor_id, hostname=f"celery@{task_executor_id}",
+        queue=f"sparkdispatch.te.{task_executor_id}", slots=slots, slot_report=SlotReport.free(slots),
+        spark_master="local[2]"))
+
+
+async def until(condition: Callable[[], bool], what: str) -> None:
+    async with asyncio.timeout(STEP_TIMEOUT_S):
+        while not condition():
+            await asyncio.sleep(0.005)
+    assert condition(), what
+
+
+async def test_failed_deployments_in_a_row_lose_the_task_executor() -> None:
+    rm = resource_manager(rpc_failure_threshold=2)
+    rm.start()
+    register(rm, "te-1", 1)
+    h = Harness(graph_of(JobVertex("a", "pipe:a", 1), restart=FixedDelayRestart(attempts=5, delay_s=0.0)),
+                resource_manager=rm)
+    h.gateway.fail_deploys = 2
+    h.jm.start()
+    await until(lambda: rm.overview().taskmanagers == 0, "te-1 lost after two failed deployments")
+    assert h.jm.status is JobStatus.RUNNING  # its task waits for a slot elsewhere
+    register(rm, "te-2", 1)
+    d = await h.deployment()
+    assert d.slot.task_executor_id == "te-2" and d.tdd.attempt == 2
+    await h.finish(d)
+    result = await asyncio.wait_for(h.jm.result_future, STEP_TIMEOUT_S)
+    assert result.status is JobStatus.FINISHED
+    await h.jm.join()
+    rm.stop()
+
+
+async def test_a_deployment_that_goes_through_resets_the_failure_count() -> None:
+    rm = resource_manager(rpc_failure_threshold=2)
+    rm.start()
+    register(rm, "te-1", 1)
+    h = Harness(graph_of(JobVertex("a", "pipe:a", 1), restart=FixedDelayRestart(attempts=5, delay_s=0.0)),
+                resource_manager=rm)
+    h.gateway.fail_deploys = 1
+    h.jm.start()
+    first = await h.deployment()  # attempt 0 failed to deploy, attempt 1 arrived
+    assert first.tdd.attempt == 1
+    h.gateway.fail_deploys = 1
+    await h.fail(first)
+    second = await h.deployment()  # attempt 2 failed to deploy again, attempt 3 arrived
+    assert second.tdd.attempt == 3 and second.slot.task_executor_id == "te-1"
+    assert rm.overview().taskmanagers == 1  # two failures, but never two in a row
+    await h.finish(second)
+    assert (await asyncio.wait_for(h.jm.result_future, STEP_TIMEOUT_S)).status is JobStatus.FINISHED
+    await h.jm.join()
+    rm.stop()
+
+
+async def test_failed_cancellations_in_a_row_lose_the_task_executor() -> None:
+    rm = resource_manager(rpc_failure_threshold=2)
+    rm.start()
+    register(rm, "te-1", 2)
+    h = Harness(chain(), resource_manager=rm)
+    h.jm.start()
+    for d in await h.deployments(2):
+        await h.report(d, ExecutionState.RUNNING)
+    assert rm.overview().taskmanagers == 1
+    h.gateway.fail_cancels = 2
+    await h.jm.cancel()
+    await h.jm.join()
+    assert h.jm.status is JobStatus.CANCELED and len(h.gateway.cancels) == 2
+    assert rm.overview().taskmanagers == 0
+    rm.stop()
+
+
 async def test_a_failed_slot_request_fails_the_job_under_no_restart() -> None:
     h = Harness(chain(NoRestart()), slots_each=0)
     h.jm.start()
@@ -722,8 +813,6 @@ async def test_bad_lifecycle_calls_are_refused() -> None:
     h.jm.start()
     with pytest.raises(Exception, match="started already"):
         h.jm.start()
-    with pytest.raises(KeyError):
-        h.jm.mark_partition_lost("nope", 0)
     await h.jm.cancel()
     await h.jm.join()
 
@@ -751,9 +840,9 @@ async def test_random_failures_and_losses_keep_every_transition_legal(seed: int)
                 lost = True
                 await h.report(d, ExecutionState.RUNNING)
                 h.rm.lose(d.slot.task_executor_id)
-            elif roll < 0.35:
-                await h.finish(d)
-                h.jm.mark_partition_lost(d.tdd.vertex_id, d.tdd.subtask_index)
+            elif roll < 0.35 and d.tdd.inputs:  # it cannot read an input: that producer runs again
+                path = rng.choice([path for paths in d.tdd.inputs.values() for path in paths])
+                await h.fail(d, Failure("AnalysisException", f"[PATH_NOT_FOUND] Path does not exist: file:{path}."))
             else:
                 await h.finish(d, rows=rng.choice([None, 5]))
         except StaleExecution:

@@ -86,7 +86,9 @@ def test_a_cycle_is_refused_naming_its_vertices() -> None:
     (graph(restart_strategy={"type": "sometimes"}), "restart_strategy.type", "fixed-delay"),
     (graph(restart_strategy={"type": "fixed-delay", "attempts": -1}), "restart_strategy.attempts", ">= 0"),
     (graph(restart_strategy={"type": "fixed-delay", "tries": 3}), "restart_strategy.tries", "unknown"),
-    (graph(config={"spark.x": {"nested": 1}}), "config.spark.x", "string"),
+    (graph(config={"spark.sql.x": {"nested": 1}}), "config.spark.sql.x", "string"),
+    (graph(config={"spark.executor.memory": "2g"}), "config.spark.executor.memory", "static Spark setting"),
+    (graph(config={"spark.sql.warehouse.dir": "/w"}), "config.spark.sql.warehouse.dir", "static Spark setting"),
 ])
 def test_malformed_graphs_are_refused_naming_the_field(body: Any, field: str, words: str) -> None:
     errors = refusal(body)
@@ -120,8 +122,25 @@ def test_restart_strategy_from_configuration() -> None:
 
 
 def test_spark_config_values_are_kept_as_strings() -> None:
-    job = JobGraph.from_dict(graph(config={"spark.sql.shuffle.partitions": 8, "spark.x.enabled": True}))
-    assert job.config == {"spark.sql.shuffle.partitions": "8", "spark.x.enabled": "true"}
+    job = JobGraph.from_dict(graph(config={"spark.sql.shuffle.partitions": 8, "spark.sql.x.enabled": True}))
+    assert job.config == {"spark.sql.shuffle.partitions": "8", "spark.sql.x.enabled": "true"}
+
+
+def test_settings_spark_will_not_change_at_run_time_are_refused_each_by_name() -> None:
+    errors = refusal(graph(config={
+        "spark.executor.memory": "2g",  # core: CANNOT_MODIFY_CONFIG
+        "spark.master": "yarn",  # accepted by Spark, without effect on a running driver
+        "spark.sql.catalogImplementation": "hive",  # static SQL: CANNOT_MODIFY_STATIC_CONFIG
+        "spark.sql.hive.metastore.version": "2.3.10",  # static, from HiveUtils
+        "spark.sql.shuffle.partitions": "4", "spark.hadoop.fs.s3a.endpoint": "http://s3", "my.key": "v"}))
+    assert set(errors) == {"config.spark.executor.memory", "config.spark.master",
+                           "config.spark.sql.catalogImplementation", "config.spark.sql.hive.metastore.version"}
+    assert errors["config.spark.master"] == [
+        "spark.master is a static Spark setting: set it on the TaskExecutor's Spark (spark.* in its configuration), "
+        "not per job"]
+    accepted = {"spark.sql.shuffle.partitions": "4", "spark.sql.hive.convertMetastoreParquet": "false",
+                "spark.hadoop.fs.s3a.endpoint": "http://s3", "my.key": "v"}
+    assert JobGraph.from_dict(graph(config=accepted)).config == accepted
 
 
 def test_fingerprint_ignores_the_job_id_only() -> None:
@@ -161,7 +180,7 @@ def job_graphs(draw: st.DrawFn) -> dict[str, Any]:
              "reset_backoff_threshold_s": 3600.0, "jitter_factor": 0.1, "attempts": 5},
             {"type": "failure-rate", "max_failures_per_interval": 2, "failure_rate_interval_s": 60.0,
              "delay_s": 1.0}])),
-        "config": draw(st.dictionaries(st.from_regex(r"spark\.[a-z.]{1,10}", fullmatch=True),
+        "config": draw(st.dictionaries(st.from_regex(r"spark\.sql\.x[a-z.]{0,9}", fullmatch=True),
                                        st.text(max_size=5), max_size=3)),
     }
     return body

@@ -215,7 +215,7 @@ def test_artifacts_are_uploaded_and_added_to_the_graph(cluster: Cluster, tmp_pat
     (package / "__init__.py").write_text("")
     (package / "sales.py").write_text("def generate(ctx):\n    return None\n")
     job_id = operator(artifacts=[str(package)], wait_for_completion=False).execute(context())
-    (key,) = cluster.master.master.ha.blob_store.keys()
+    (key,) = [p.name for p in cluster.master.master.ha.blob_store.directory.iterdir()]
     for _ in range(1000):  # the job's first task carries the graph's artifacts to its TaskExecutor
         deployments = cluster.master.gateway.of_job(job_id)
         if deployments:

@@ -58,10 +58,16 @@ def test_registration_heartbeat_and_ack_round_trips() -> None:
         task_executor_id="te-1", hostname="celery@host", queue="te-1", slots=2,
         slot_report=SlotReport((SlotStatus(0, "alloc-1", JOB_ID), SlotStatus(1))), spark_master="local[2]")
     assert TaskExecutorRegistration.from_dict(over_the_wire(registration.to_dict())) == registration
+    again = TaskExecutorRegistration(task_executor_id="te-1", hostname="celery@host", queue="te-1", slots=1,
+                                     slot_report=SlotReport.free(1), previous_registration_id="reg-1")
+    assert TaskExecutorRegistration.from_dict(over_the_wire(again.to_dict())) == again
     heartbeat = HeartbeatPayload(SlotReport.free(1), (ExecutionReport(JOB_ID, "e1", ExecutionState.RUNNING),))
     assert HeartbeatPayload.from_dict(over_the_wire(heartbeat.to_dict())) == heartbeat
-    ack = RegistrationAck("rm-1", heartbeat_interval_ms=300, heartbeat_timeout_ms=2_000)
+    ack = RegistrationAck("rm-1", heartbeat_interval_ms=300, heartbeat_timeout_ms=2_000, registration_id="reg-2",
+                          resumed=True)
     assert RegistrationAck.from_dict(over_the_wire(ack.to_dict())) == ack
+    with pytest.raises(InvalidRequest, match="registration_id"):
+        RegistrationAck.from_dict({**ack.to_dict(), "registration_id": ""})
     assert (ack.heartbeat_interval_s, ack.heartbeat_timeout_s) == (0.3, 2.0)
 
 

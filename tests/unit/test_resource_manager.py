@@ -95,7 +95,8 @@ async def settle() -> None:
 
 async def test_registration_answers_with_heartbeat_settings(rm: ResourceManager) -> None:
     ack = rm.register_task_executor(SESSION, TaskExecutorRegistration.from_dict(registration_body("te-1", 3)))
-    assert ack == RegistrationAck(rm.resource_manager_id, 1000, 4000)
+    assert ack == RegistrationAck(rm.resource_manager_id, 1000, 4000, ack.registration_id, resumed=False)
+    assert len(ack.registration_id) == 32
     assert RegistrationAck.from_dict(ack.to_dict()) == ack
     rm.register_task_executor(SESSION, registration_body("te-2", 2))  # the JSON form is accepted as well
     assert rm.overview() == ResourceOverview(taskmanagers=2, slots_total=5, slots_available=5)
@@ -207,6 +208,23 @@ async def test_registering_again_reports_the_old_allocations_lost(rm: ResourceMa
     assert rm.overview().taskmanagers == 1
 
 
+async def test_registering_again_from_the_same_process_keeps_the_running_tasks(rm: ResourceManager) -> None:
+    first = rm.register_task_executor(SESSION, registration_body("te-1", 2))
+    a = Job(JOB_A)
+    rm.declare_requirements(JOB_A, 1, a)
+    await a.wait_for(lambda: a.slots)
+    slot = a.slots[0]
+    # the TaskExecutor lost sight of the leader for a while; its slot report says what runs
+    report = SlotReport((SlotStatus(slot.slot_index, slot.allocation_id, JOB_A), SlotStatus(1 - slot.slot_index)))
+    again = rm.register_task_executor(SESSION, registration_body(
+        "te-1", 2, slot_report=report.to_dict(), previous_registration_id=first.registration_id))
+    assert again.resumed and again.registration_id != first.registration_id
+    await settle()
+    assert a.lost == [] and len(a.slots) == 1
+    assert rm.overview() == ResourceOverview(taskmanagers=1, slots_total=2, slots_available=1)
+    rm.heartbeat(SESSION, "te-1", report, [])  # still monitored
+
+
 async def test_unregistering_tells_the_jobs(rm: ResourceManager) -> None:
     rm.register_task_executor(SESSION, registration_body("te-1", 1))
     a = Job(JOB_A)
@@ -246,7 +264,25 @@ async def test_slot_request_timeout_reaches_the_job(rm: ResourceManager, clock: 
     rm.heartbeat(SESSION, "te-1", SlotReport((SlotStatus(0, a.slots[0].allocation_id, JOB_A),)), [])
     rm.check_timeouts()
     assert len(a.failures) == 1 and JOB_A in a.failures[0].message
-    assert rm.slot_manager.requirement(JOB_A) == (1, 1)
+    rm.register_task_executor(SESSION, registration_body("te-2", 1))  # the requirement dropped to what it holds
+    await settle()
+    assert len(a.slots) == 1 and rm.overview().slots_available == 1
+
+
+async def test_the_timer_finds_a_silent_task_executor() -> None:
+    config = Configuration.from_mapping({"heartbeat.interval": "50ms", "heartbeat.timeout": "200ms"})
+    rm = ResourceManager(ResourceManagerSettings.from_config(config), SESSION)
+    rm.start()
+    try:
+        rm.register_task_executor(SESSION, registration_body("te-1", 1))
+        a = Job(JOB_A)
+        rm.declare_requirements(JOB_A, 1, a)
+        await a.wait_for(lambda: a.slots)
+        await a.wait_for(lambda: a.lost)
+        assert a.lost == [("te-1", [a.slots[0].allocation_id], "no heartbeat for 0.2s")]
+        assert rm.overview().taskmanagers == 0
+    finally:
+        rm.stop()
 
 
 async def test_idle_task_executors_show_in_the_listing(rm: ResourceManager, clock: ManualClock) -> None:

@@ -44,9 +44,9 @@ def test_the_master_can_import_it_without_pyspark() -> None:
 def test_a_partition_is_written_counted_and_read_back_with_its_siblings(spark: Any, tmp_path: Path) -> None:
     layout = ResultLayout(str(tmp_path))
     first, second = (layout.attempt_path(JOB_ID, "v", i, f"x{i}") for i in (0, 1))
-    assert write_partition(spark, spark.range(0, 10), first) == 10
-    assert write_partition(spark, spark.range(10, 13), second) == 3
-    assert write_partition(spark, spark.range(0, 4), first) == 4  # a retry replaces what was there
+    assert write_partition(spark.range(0, 10), first) == 10
+    assert write_partition(spark.range(10, 13), second) == 3
+    assert write_partition(spark.range(0, 4), first) == 4  # a retry replaces what was there
 
     whole = read_partitions(spark, (first, second))
     assert whole is not None and sorted(r.id for r in whole.collect()) == [0, 1, 2, 3, 10, 11, 12]
@@ -87,7 +87,7 @@ def test_sparks_own_error_for_a_lost_partition_is_recognised(spark: Any, tmp_pat
 
     layout = ResultLayout(str(tmp_path))
     kept, lost = layout.attempt_path(JOB_ID, "a", 0, "x"), layout.attempt_path(JOB_ID, "a", 1, "y")
-    write_partition(spark, spark.range(3), kept)
+    write_partition(spark.range(3), kept)
     with pytest.raises(AnalysisException) as raised:
         read_partitions(spark, (kept, lost))
     failure = Failure.from_exception(raised.value)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -37,10 +39,35 @@ class Job:
         self.lost.append((task_executor_id, allocation_ids, reason))
 
 
-def registration(te_id: str, slots: int = 2, report: SlotReport | None = None) -> TaskExecutorRegistration:
+def registration(te_id: str, slots: int = 2, report: SlotReport | None = None, *,
+                 previous: str | None = None) -> TaskExecutorRegistration:
     return TaskExecutorRegistration(task_executor_id=te_id, hostname=f"celery@{te_id}",
                                     queue=f"sparkdispatch.te.{te_id}", slots=slots,
-                                    slot_report=report or SlotReport.free(slots), spark_master="local[2]")
+                                    slot_report=report or SlotReport.free(slots), spark_master="local[2]",
+                                    previous_registration_id=previous)
+
+
+def entry_of(manager: SlotManager, task_executor_id: str) -> dict[str, Any] | None:
+    """The TaskExecutor's `GET /taskmanagers` entry (without heartbeat fields)."""
+    return next((e for e in manager.describe_all() if e["id"] == task_executor_id), None)
+
+
+def idle_ids(manager: SlotManager) -> list[str]:
+    return [e["id"] for e in manager.describe_all() if e["idle"]]
+
+
+# The SlotManager offers no query of requirements: the ResourceManager only hands them over. The
+# tests read its state to check the accounting.
+
+def requirement(manager: SlotManager, job_id: str) -> tuple[int, int]:
+    """(required, acquired) slots of a job; (0, 0) if it needs and holds none."""
+    job = manager._jobs.get(job_id)
+    return (0, 0) if job is None else (job.required, len(job.allocations))
+
+
+def waiting_jobs(manager: SlotManager) -> list[str]:
+    """Jobs with unmet requirements, in the order they are served."""
+    return list(manager._waiting)
 
 
 @pytest.fixture
@@ -54,10 +81,10 @@ def manager(clock: ManualClock) -> SlotManager:
 
 
 def test_registration_adds_free_slots(manager: SlotManager) -> None:
-    assert not manager.register_task_executor(registration("te-1", 3))
+    assert not manager.register_task_executor(registration("te-1", 3)).replaced
     manager.register_task_executor(registration("te-2", 2))
     assert (manager.task_executor_count, manager.slots_total, manager.slots_free) == (2, 5, 5)
-    described = manager.describe("te-1")
+    described = entry_of(manager, "te-1")
     assert described is not None
     assert described["hostname"] == "celery@te-1"
     assert described["queue"] == "sparkdispatch.te.te-1"
@@ -75,9 +102,9 @@ def test_allocation_tells_the_listener_where_its_slots_are(manager: SlotManager)
     assert {(s.task_executor_id, s.slot_index) for s in slots} == {("te-1", 0), ("te-1", 1)}
     assert all(s.queue == "sparkdispatch.te.te-1" and s.hostname == "celery@te-1" for s in slots)
     assert len({s.allocation_id for s in slots}) == 2
-    assert manager.requirement(JOB_A) == (2, 2)
+    assert requirement(manager, JOB_A) == (2, 2)
     assert manager.slots_free == 0
-    described = manager.describe("te-1")
+    described = entry_of(manager, "te-1")
     assert described is not None
     assert {(s["allocation_id"], s["job_id"]) for s in described["slots"]} == {(s.allocation_id, JOB_A) for s in slots}
 
@@ -90,7 +117,7 @@ def test_jobs_are_served_in_declaration_order(manager: SlotManager) -> None:
     manager.declare_requirements(JOB_C, 1, c)
     assert manager.check_requirements() == 3
     assert (len(a.slots), len(b.slots), len(c.slots)) == (2, 1, 0)
-    assert manager.waiting_jobs() == [JOB_B, JOB_C]
+    assert waiting_jobs(manager) == [JOB_B, JOB_C]
     manager.declare_requirements(JOB_A, 0, a)
     manager.release_slot(JOB_A, a.slots[0].allocation_id)
     manager.check_requirements()
@@ -98,7 +125,7 @@ def test_jobs_are_served_in_declaration_order(manager: SlotManager) -> None:
     manager.release_slot(JOB_A, a.slots[1].allocation_id)
     manager.check_requirements()
     assert len(c.slots) == 1
-    assert manager.waiting_jobs() == []
+    assert waiting_jobs(manager) == []
 
 
 def test_a_freed_slot_goes_to_another_job(manager: SlotManager) -> None:
@@ -113,7 +140,7 @@ def test_a_freed_slot_goes_to_another_job(manager: SlotManager) -> None:
     assert manager.check_requirements() == 1
     assert b.slots[0].slot_index == a.slots[0].slot_index
     assert b.slots[0].allocation_id != a.slots[0].allocation_id
-    assert manager.requirement(JOB_A) == (0, 0)
+    assert requirement(manager, JOB_A) == (0, 0)
 
 
 def test_duplicate_declarations_are_idempotent(manager: SlotManager) -> None:
@@ -136,12 +163,12 @@ def test_a_lower_requirement_frees_nothing_until_released(manager: SlotManager) 
     manager.declare_requirements(JOB_A, 1, a)
     manager.declare_requirements(JOB_B, 1, b)
     assert manager.check_requirements() == 0
-    assert manager.requirement(JOB_A) == (1, 3)
+    assert requirement(manager, JOB_A) == (1, 3)
     assert manager.slots_free == 0
     manager.release_slot(JOB_A, a.slots[0].allocation_id)
     assert manager.check_requirements() == 1
     assert len(b.slots) == 1
-    assert manager.requirement(JOB_A) == (1, 2)  # still over its requirement: it gets nothing back
+    assert requirement(manager, JOB_A) == (1, 2)  # still over its requirement: it gets nothing back
 
 
 def test_releasing_below_the_requirement_asks_for_a_slot_again(manager: SlotManager) -> None:
@@ -151,15 +178,15 @@ def test_releasing_below_the_requirement_asks_for_a_slot_again(manager: SlotMana
     manager.check_requirements()
     manager.release_slot(JOB_A, a.slots[0].allocation_id)
     assert manager.check_requirements() == 1
-    assert manager.requirement(JOB_A) == (1, 1)
+    assert requirement(manager, JOB_A) == (1, 1)
 
 
 def test_declaring_zero_drops_an_unmet_requirement(manager: SlotManager) -> None:
     a = Job(JOB_A)
     manager.declare_requirements(JOB_A, 5, a)
-    assert manager.waiting_jobs() == [JOB_A]
+    assert waiting_jobs(manager) == [JOB_A]
     manager.declare_requirements(JOB_A, 0, a)
-    assert manager.waiting_jobs() == []
+    assert waiting_jobs(manager) == []
     manager.register_task_executor(registration("te-1", 2))
     assert manager.check_requirements() == 0
     assert a.batches == []
@@ -172,7 +199,7 @@ def test_a_bad_requirement_is_refused_and_changes_nothing(manager: SlotManager, 
     manager.declare_requirements(JOB_A, 1, a)
     with pytest.raises(InvalidRequest, match="slots"):
         manager.declare_requirements(JOB_A, bad, a)  # type: ignore[arg-type]
-    assert manager.requirement(JOB_A) == (1, 0)
+    assert requirement(manager, JOB_A) == (1, 0)
     assert manager.check_requirements() == 1
 
 
@@ -185,7 +212,7 @@ def test_releasing_what_a_job_does_not_hold_changes_nothing(manager: SlotManager
     assert not manager.release_slot(JOB_B, allocation)
     assert not manager.release_slot(JOB_A, "no-such-allocation")
     assert manager.slots_free == 1
-    assert manager.requirement(JOB_A) == (1, 1)
+    assert requirement(manager, JOB_A) == (1, 1)
     assert manager.release_slot(JOB_A, allocation)
     assert not manager.release_slot(JOB_A, allocation)
     assert b.batches == []
@@ -204,8 +231,8 @@ def test_an_unmet_requirement_times_out(manager: SlotManager, clock: ManualClock
     error = a.failures[0]
     assert isinstance(error, SlotRequestTimeout)
     assert JOB_A in error.message and "1 more slot" in error.message and "needs 3, holds 2" in error.message
-    assert manager.requirement(JOB_A) == (2, 2)
-    assert manager.waiting_jobs() == []
+    assert requirement(manager, JOB_A) == (2, 2)
+    assert waiting_jobs(manager) == []
     # a slot freed later does not go to the failed requirement
     manager.declare_requirements(JOB_B, 1, b)
     manager.check_requirements()
@@ -237,7 +264,7 @@ def test_a_lost_task_executor_takes_its_allocations_with_it(manager: SlotManager
     assert a.lost == [("te-1", [a.slots[0].allocation_id], "no heartbeat for 25s")]
     assert b.lost == [("te-1", [b.slots[0].allocation_id], "no heartbeat for 25s")]
     assert (manager.task_executor_count, manager.slots_total, manager.slots_free) == (1, 2, 2)
-    assert manager.waiting_jobs() == [JOB_A, JOB_B]
+    assert waiting_jobs(manager) == [JOB_A, JOB_B]
     assert manager.check_requirements() == 2
     assert a.slots[-1].task_executor_id == "te-2" and b.slots[-1].task_executor_id == "te-2"
     assert not manager.unregister_task_executor("te-1", "again")
@@ -262,9 +289,63 @@ def test_registering_again_replaces_the_old_registration(manager: SlotManager) -
     a = Job(JOB_A)
     manager.declare_requirements(JOB_A, 1, a)
     manager.check_requirements()
-    assert manager.register_task_executor(registration("te-1", 4))
+    assert manager.register_task_executor(registration("te-1", 4)).replaced
     assert a.lost == [("te-1", [a.slots[0].allocation_id], "it registered again")]
     assert (manager.task_executor_count, manager.slots_total, manager.slots_free) == (1, 4, 4)
+
+
+def test_each_registration_gets_a_fresh_id_which_its_allocations_carry(manager: SlotManager) -> None:
+    first = manager.register_task_executor(registration("te-1", 1))
+    second = manager.register_task_executor(registration("te-2", 1))
+    assert (first.resumed, second.resumed) == (False, False) and first.registration_id != second.registration_id
+    a = Job(JOB_A)
+    manager.declare_requirements(JOB_A, 2, a)
+    manager.check_requirements()
+    assert {(s.task_executor_id, s.registration_id) for s in a.slots} == {
+        ("te-1", first.registration_id), ("te-2", second.registration_id)}
+
+
+def test_registering_again_under_the_current_registration_keeps_the_allocations(manager: SlotManager) -> None:
+    first = manager.register_task_executor(registration("te-1", 3))
+    a = Job(JOB_A)
+    manager.declare_requirements(JOB_A, 2, a)
+    manager.check_requirements()
+    running, held = a.slots  # one runs a task, the other is held between two tasks
+    report = SlotReport((SlotStatus(running.slot_index, running.allocation_id, JOB_A), SlotStatus(1), SlotStatus(2)))
+    again = manager.register_task_executor(registration("te-1", 3, report, previous=first.registration_id))
+    assert again.resumed and not again.replaced and again.registration_id != first.registration_id
+    assert a.lost == [] and requirement(manager, JOB_A) == (2, 2)
+    assert (manager.task_executor_count, manager.slots_total, manager.slots_free) == (1, 3, 1)
+    entry = entry_of(manager, "te-1")
+    assert entry is not None and {s["allocation_id"] for s in entry["slots"]} == {
+        running.allocation_id, held.allocation_id, None}
+    # the job still owns both: it releases them as before, and new allocations carry the new id
+    assert manager.release_slot(JOB_A, held.allocation_id)
+    b = Job(JOB_B)
+    manager.declare_requirements(JOB_B, 1, b)
+    manager.check_requirements()
+    assert b.slots[0].registration_id == again.registration_id
+
+
+@pytest.mark.parametrize("change", [{"previous": "another-registration"}, {"previous": None}, {"slots": 4}])
+def test_registering_again_otherwise_replaces_the_registration(manager: SlotManager, change: dict[str, Any]) -> None:
+    first = manager.register_task_executor(registration("te-1", 2))
+    a = Job(JOB_A)
+    manager.declare_requirements(JOB_A, 1, a)
+    manager.check_requirements()
+    arguments: dict[str, Any] = {"slots": 2, "previous": first.registration_id, **change}
+    again = manager.register_task_executor(registration("te-1", arguments["slots"], previous=arguments["previous"]))
+    assert again.replaced and not again.resumed
+    assert a.lost == [("te-1", [a.slots[0].allocation_id], "it registered again")]
+
+
+def test_unregistering_a_former_registration_removes_nothing(manager: SlotManager) -> None:
+    first = manager.register_task_executor(registration("te-1", 1))
+    second = manager.register_task_executor(registration("te-1", 1))
+    assert not manager.unregister_task_executor("te-1", "stopped", registration_id=first.registration_id)
+    assert manager.task_executor_count == 1
+    assert manager.unregister_task_executor("te-1", "stopped", registration_id=second.registration_id)
+    assert manager.task_executor_count == 0
 
 
 def test_a_busy_slot_in_a_registration_is_not_handed_out(manager: SlotManager) -> None:
@@ -289,7 +370,7 @@ def test_a_free_report_does_not_free_an_allocated_slot(manager: SlotManager) -> 
     manager.check_requirements()
     manager.report_slot_status("te-1", SlotReport.free(1))  # between two tasks of job A
     assert manager.slots_free == 0
-    assert manager.requirement(JOB_A) == (1, 1)
+    assert requirement(manager, JOB_A) == (1, 1)
 
 
 def test_a_slot_released_while_its_task_runs_stays_occupied(manager: SlotManager) -> None:
@@ -303,7 +384,7 @@ def test_a_slot_released_while_its_task_runs_stays_occupied(manager: SlotManager
     manager.report_slot_status("te-1", SlotReport((SlotStatus(0, allocation, JOB_A),)))  # still running
     manager.declare_requirements(JOB_B, 1, b)
     assert manager.check_requirements() == 0
-    described = manager.describe("te-1")
+    described = entry_of(manager, "te-1")
     assert described is not None and described["slots_free"] == 0
     manager.report_slot_status("te-1", SlotReport.free(1))
     assert manager.check_requirements() == 1
@@ -319,7 +400,7 @@ def test_reports_of_unknown_task_executors_and_slots_are_ignored(manager: SlotMa
 def test_idle_task_executors_are_reported(manager: SlotManager, clock: ManualClock) -> None:
     manager.register_task_executor(registration("te-1", 1))
     manager.register_task_executor(registration("te-2", 1))
-    registered = manager.describe("te-1")
+    registered = entry_of(manager, "te-1")
     assert registered is not None and registered["idle_since"] is not None and not registered["idle"]
     a = Job(JOB_A)
     manager.declare_requirements(JOB_A, 1, a)
@@ -327,17 +408,17 @@ def test_idle_task_executors_are_reported(manager: SlotManager, clock: ManualClo
     busy_id = a.slots[0].task_executor_id
     idle_id = "te-2" if busy_id == "te-1" else "te-1"
     clock.advance(31)
-    assert manager.idle_task_executors() == [idle_id]
-    busy = manager.describe(busy_id)
+    assert idle_ids(manager) == [idle_id]
+    busy = entry_of(manager, busy_id)
     assert busy is not None and busy["idle_since"] is None and not busy["idle"]
-    idle = manager.describe(idle_id)
+    idle = entry_of(manager, idle_id)
     assert idle is not None and idle["idle"]
     manager.declare_requirements(JOB_A, 0, a)
     manager.release_slot(JOB_A, a.slots[0].allocation_id)
-    freed = manager.describe(busy_id)
+    freed = entry_of(manager, busy_id)
     assert freed is not None and freed["idle_since"] is not None and not freed["idle"]
     clock.advance(30)
-    assert sorted(manager.idle_task_executors()) == ["te-1", "te-2"]
+    assert sorted(idle_ids(manager)) == ["te-1", "te-2"]
 
 
 def test_a_failing_listener_does_not_break_the_slot_manager(manager: SlotManager) -> None:
@@ -360,7 +441,7 @@ def test_clear_forgets_everything_silently(manager: SlotManager) -> None:
     manager.check_requirements()
     manager.clear()
     assert (manager.task_executor_count, manager.slots_total, manager.slots_free) == (0, 0, 0)
-    assert manager.requirement(JOB_A) == (0, 0)
+    assert requirement(manager, JOB_A) == (0, 0)
     assert a.lost == []
 
 
@@ -406,6 +487,6 @@ def test_slot_accounting_holds_under_any_sequence(ops: list[tuple]) -> None:
         assert manager.slots_total == sum(te["slots_total"] for te in described)
         assert manager.slots_free == sum(te["slots_free"] for te in described) == manager.slots_total - len(allocated)
         for index, job in enumerate(jobs):
-            required, acquired = manager.requirement(job.job_id)
+            required, acquired = requirement(manager, job.job_id)
             assert acquired == len(held[index])
-            assert (job.job_id in manager.waiting_jobs()) == (required > acquired)
+            assert (job.job_id in waiting_jobs(manager)) == (required > acquired)

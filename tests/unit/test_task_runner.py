@@ -1,26 +1,93 @@
-"""TaskRunner on the session's local Spark: states, ctx, results, inputs, artifacts, cancellation."""
+"""TaskRunner with a stand-in for the slot processes: states, reports, artifacts, slots, cancellation.
+
+What runs inside a slot process (ctx, results, failures, Spark) is tested against a real Spark
+Connect server in tests/integration/test_slot_pool.py.
+"""
 
 from __future__ import annotations
 
 import hashlib
-import textwrap
 import threading
 import time
 import uuid
 import zipfile
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from sparkdispatch.errors import FencingTokenMismatch
-from sparkdispatch.jobgraph import ExecutionState
+from sparkdispatch.jobgraph import ExecutionState, Failure
 from sparkdispatch.protocol import ExecutionStateUpdate, TaskDeploymentDescriptor
 from sparkdispatch.results import ResultLayout
 from sparkdispatch.taskexecutor.runner import ArtifactCache, SlotTable, TaskRunner
+from sparkdispatch.taskexecutor.slot_protocol import AttemptState
 
 SESSION = "00000000-0000-0000-0000-000000000000"
 JOB_ID = "ab" * 16
+WAIT_S = 30.0
+
+Behaviour = Callable[[TaskDeploymentDescriptor, threading.Event], AttemptState]
+
+
+def finishes(rows: int | None) -> Behaviour:
+    """The function returned a DataFrame of `rows` rows (None: it returned nothing)."""
+    def behaviour(tdd: TaskDeploymentDescriptor, cancelled: threading.Event) -> AttemptState:
+        return AttemptState(ExecutionState.FINISHED, rows=rows,
+                            result_path=tdd.result_path if rows is not None else None)
+    return behaviour
+
+
+def runs_until_cancelled(tdd: TaskDeploymentDescriptor, cancelled: threading.Event) -> AttemptState:
+    """A function that runs for a minute unless its slot process is told to cancel it."""
+    if cancelled.wait(60):
+        return AttemptState(ExecutionState.CANCELED)
+    return AttemptState(ExecutionState.FINISHED)
+
+
+def fails(tdd: TaskDeploymentDescriptor, cancelled: threading.Event) -> AttemptState:
+    return AttemptState(ExecutionState.FAILED, failure=Failure("ValueError", "no sales on monday", "Traceback ..."))
+
+
+class FakePool:
+    """Stands in for `SlotProcessPool`: an attempt sends INITIALIZING and RUNNING, then ends as the
+    behaviour its entrypoint names says. `gate`, when set, holds every attempt before the pool has it."""
+
+    def __init__(self, behaviours: Mapping[str, Behaviour]) -> None:
+        self.behaviours = behaviours
+        self.runs: list[tuple[int, str, list[str]]] = []
+        self.cancels: list[str] = []
+        self.entered = threading.Event()
+        self.gate: threading.Event | None = None
+        self._lock = threading.Lock()
+        self._attempts: dict[str, threading.Event] = {}
+
+    def run(self, slot_index: int, tdd: TaskDeploymentDescriptor, artifact_paths: Sequence[str],
+            on_state: Callable[[AttemptState], None]) -> AttemptState:
+        self.entered.set()
+        if self.gate is not None:
+            assert self.gate.wait(WAIT_S)
+        cancelled = threading.Event()
+        with self._lock:
+            self._attempts[tdd.execution_id] = cancelled
+            self.runs.append((slot_index, tdd.execution_id, list(artifact_paths)))
+        try:
+            on_state(AttemptState(ExecutionState.INITIALIZING))
+            on_state(AttemptState(ExecutionState.RUNNING))
+            return self.behaviours[tdd.entrypoint](tdd, cancelled)
+        finally:
+            with self._lock:
+                del self._attempts[tdd.execution_id]
+
+    def cancel(self, execution_id: str) -> bool:
+        with self._lock:
+            self.cancels.append(execution_id)
+            cancelled = self._attempts.get(execution_id)
+        if cancelled is None:
+            return False
+        cancelled.set()
+        return True
 
 
 class RecordingReporter:
@@ -50,12 +117,13 @@ class RecordingReporter:
             return [u for u in self.updates if u.execution_id == execution_id][-1]
 
 
-class Artifacts:
+class Blobs:
     """User code as blobs: files in a folder, resolved by their sha256 key."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
         self.files: dict[str, Path] = {}
+        self.resolved: list[str] = []
 
     def put(self, filename: str, data: bytes) -> str:
         key = hashlib.sha256(data).hexdigest()
@@ -65,13 +133,12 @@ class Artifacts:
         self.files[key] = path
         return key
 
-    def module(self, source: str) -> tuple[str, str]:
-        """A uniquely named .py module; returns (module name, blob key)."""
-        name = f"user_tasks_{uuid.uuid4().hex[:10]}"
-        return name, self.put(f"{name}.py", textwrap.dedent(source).encode())
+    def resolve(self, key: str) -> Path:
+        self.resolved.append(key)
+        return self.files[key]
 
-    def cache(self, spark: Any) -> ArtifactCache:
-        return ArtifactCache(lambda key: self.files[key], self.root / "cache", distribute=spark.sparkContext.addPyFile)
+    def cache(self) -> ArtifactCache:
+        return ArtifactCache(self.resolve, self.root / "cache")
 
 
 def tdd_for(entrypoint: str, tmp_path: Path, *, artifacts: tuple[str, ...] = (), slot_index: int = 0,
@@ -87,81 +154,64 @@ def tdd_for(entrypoint: str, tmp_path: Path, *, artifacts: tuple[str, ...] = (),
 
 
 @pytest.fixture
-def artifacts(tmp_path: Path) -> Artifacts:
-    return Artifacts(tmp_path)
+def blobs(tmp_path: Path) -> Blobs:
+    return Blobs(tmp_path)
 
 
-def make_runner(spark: Any, artifacts: Artifacts, reporter: RecordingReporter, slots: int = 2,
+def make_runner(pool: FakePool, reporter: RecordingReporter, blobs: Blobs | None = None, slots: int = 2,
                 slot_release_timeout_s: float = 0.2) -> TaskRunner:
-    return TaskRunner(spark=spark, slots=SlotTable(slots), reporter=reporter, task_executor_id="te-1",
-                      artifacts=artifacts.cache(spark), slot_release_timeout_s=slot_release_timeout_s)
+    return TaskRunner(pool=pool, slots=SlotTable(slots), reporter=reporter, task_executor_id="te-1",
+                      artifacts=blobs.cache() if blobs is not None else None,
+                      slot_release_timeout_s=slot_release_timeout_s)
 
 
-def test_ctx_carries_the_subtask_and_runs_in_the_slot_pool(spark: Any, artifacts: Artifacts, tmp_path: Path) -> None:
-    module, key = artifacts.module("""
-        SEEN = {}
-        def task(ctx):
-            SEEN.update(params=dict(ctx.params), subtask_index=ctx.subtask_index, parallelism=ctx.parallelism,
-                        job_id=ctx.job_id, vertex_id=ctx.vertex_id, attempt=ctx.attempt, inputs=dict(ctx.inputs),
-                        pool=ctx.spark.sparkContext.getLocalProperty("spark.scheduler.pool"),
-                        group=ctx.spark.sparkContext.getLocalProperty("spark.jobGroup.id"),
-                        shuffle=ctx.spark.conf.get("spark.sql.shuffle.partitions"))
-    """)
+def in_thread(runner: TaskRunner, tdd: TaskDeploymentDescriptor, outcome: dict[str, ExecutionState]) \
+        -> threading.Thread:
+    thread = threading.Thread(target=lambda: outcome.__setitem__(tdd.execution_id, runner.run(tdd, SESSION)))
+    thread.start()
+    return thread
+
+
+def wait_until(predicate: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+def test_the_attempt_runs_in_its_slots_process_and_its_states_are_reported_in_order(
+        blobs: Blobs, tmp_path: Path) -> None:
+    key = blobs.put("tasks.py", b"def task(ctx): pass\n")
+    pool = FakePool({"tasks:task": finishes(25)})
     reporter = RecordingReporter()
-    runner = make_runner(spark, artifacts, reporter)
-    tdd = tdd_for(f"{module}:task", tmp_path, artifacts=(key,), slot_index=1, subtask_index=2, parallelism=3,
-                  attempt=4, params={"day": "2026-01-01"}, spark_conf={"spark.sql.shuffle.partitions": "3"})
+    runner = make_runner(pool, reporter, blobs)
+    tdd = tdd_for("tasks:task", tmp_path, artifacts=(key,), slot_index=1)
 
     assert runner.run(tdd, SESSION) is ExecutionState.FINISHED
 
-    import importlib
-
-    seen = importlib.import_module(module).SEEN
-    assert seen == {"params": {"day": "2026-01-01"}, "subtask_index": 2, "parallelism": 3, "job_id": JOB_ID,
-                    "vertex_id": "v", "attempt": 4, "inputs": {}, "pool": "slot-1", "group": tdd.execution_id,
-                    "shuffle": "3"}
+    assert pool.runs == [(1, tdd.execution_id, [str(tmp_path / "cache" / key / "tasks.py")])]
     # DEPLOYING is the JobMaster's own
     assert reporter.states(tdd.execution_id) == [ExecutionState.INITIALIZING, ExecutionState.RUNNING,
                                                  ExecutionState.FINISHED]
     finished = reporter.last(tdd.execution_id)
-    assert (finished.rows, finished.result_path, finished.task_executor_id) == (None, None, "te-1")
-    # the job's SQL conf stayed in its own session
-    assert spark.conf.get("spark.sql.shuffle.partitions") == "2"
+    assert (finished.rows, finished.result_path, finished.task_executor_id) == (25, tdd.result_path, "te-1")
     assert runner.slots.slot_report().slots[1].allocation_id is None
 
 
-def test_a_thread_serving_several_slots_runs_each_task_in_its_own_pool(spark: Any, artifacts: Artifacts,
-                                                                       tmp_path: Path) -> None:
-    module, key = artifacts.module("""
-        SEEN = []
-        def task(ctx):
-            sc = ctx.spark.sparkContext
-            SEEN.append((sc.getLocalProperty("spark.scheduler.pool"), sc.getLocalProperty("spark.jobGroup.id")))
-    """)
-    runner = make_runner(spark, artifacts, RecordingReporter())
-    tdds = [tdd_for(f"{module}:task", tmp_path, artifacts=(key,), slot_index=i) for i in (1, 0, 0, 1)]
+def test_a_function_returning_nothing_finishes_without_rows_or_path(tmp_path: Path) -> None:
+    reporter = RecordingReporter()
+    tdd = tdd_for("tasks:task", tmp_path)
 
-    def run_all() -> None:
-        for tdd in tdds:
-            assert runner.run(tdd, SESSION) is ExecutionState.FINISHED
+    assert make_runner(FakePool({"tasks:task": finishes(None)}), reporter).run(tdd, SESSION) is ExecutionState.FINISHED
 
-    thread = threading.Thread(target=run_all)  # a fresh thread, as a Celery pool thread
-    thread.start()
-    thread.join(60)
-
-    import importlib
-
-    assert importlib.import_module(module).SEEN == [(f"slot-{t.slot_index}", t.execution_id) for t in tdds]
+    finished = reporter.last(tdd.execution_id)
+    assert (finished.state, finished.rows, finished.result_path) == (ExecutionState.FINISHED, None, None)
 
 
-def test_the_terminal_report_follows_the_slow_earlier_ones(spark: Any, artifacts: Artifacts, tmp_path: Path) -> None:
-    module, key = artifacts.module("""
-        def task(ctx):
-            return None
-    """)
+def test_the_terminal_report_follows_the_slow_earlier_ones(tmp_path: Path) -> None:
     reporter = RecordingReporter(delay_s={ExecutionState.INITIALIZING: 0.3, ExecutionState.RUNNING: 0.3})
-    runner = make_runner(spark, artifacts, reporter)
-    tdds = [tdd_for(f"{module}:task", tmp_path, artifacts=(key,)) for _ in range(2)]
+    runner = make_runner(FakePool({"tasks:task": finishes(None)}), reporter)
+    tdds = [tdd_for("tasks:task", tmp_path) for _ in range(2)]
 
     for tdd in tdds:
         assert runner.run(tdd, SESSION) is ExecutionState.FINISHED
@@ -169,142 +219,72 @@ def test_the_terminal_report_follows_the_slow_earlier_ones(spark: Any, artifacts
                                                      ExecutionState.FINISHED]
 
 
-def test_a_returned_dataframe_is_written_and_counted(spark: Any, artifacts: Artifacts, tmp_path: Path) -> None:
-    module, key = artifacts.module("""
-        def task(ctx):
-            return ctx.spark.range(0, 25).selectExpr("id", "id * 2 AS double")
-    """)
+def test_a_failure_in_the_slot_process_is_reported_as_it_came(tmp_path: Path) -> None:
     reporter = RecordingReporter()
-    tdd = tdd_for(f"{module}:task", tmp_path, artifacts=(key,))
+    tdd = tdd_for("tasks:task", tmp_path)
 
-    assert make_runner(spark, artifacts, reporter).run(tdd, SESSION) is ExecutionState.FINISHED
-
-    finished = reporter.last(tdd.execution_id)
-    assert finished.state is ExecutionState.FINISHED
-    assert (finished.rows, finished.result_path) == (25, tdd.result_path)
-    back = spark.read.parquet(tdd.result_path)
-    assert sorted(r.double for r in back.collect()) == [2 * i for i in range(25)]
-
-
-def test_inputs_read_all_partitions_together_and_lazily(spark: Any, artifacts: Artifacts, tmp_path: Path) -> None:
-    first, second = str(tmp_path / "up" / "0-a"), str(tmp_path / "up" / "1-b")
-    spark.range(0, 10).write.parquet(first)
-    spark.range(10, 15).write.parquet(second)
-    module, key = artifacts.module("""
-        def task(ctx):
-            assert ctx.inputs["empty"] is None
-            assert sorted(ctx.inputs) == ["empty", "never_read", "up"]
-            return ctx.inputs["up"].where("id % 2 = 0")
-    """)
-    reporter = RecordingReporter()
-    # `never_read` names a path that does not exist: only reading it would fail
-    tdd = tdd_for(f"{module}:task", tmp_path, artifacts=(key,),
-                  inputs={"up": (first, second), "empty": (), "never_read": (str(tmp_path / "missing"),)})
-
-    assert make_runner(spark, artifacts, reporter).run(tdd, SESSION) is ExecutionState.FINISHED, \
-        reporter.last(tdd.execution_id).failure
-    assert reporter.last(tdd.execution_id).rows == 8  # 0,2,...,14
-
-
-def test_an_exception_fails_the_attempt_with_class_message_and_traceback(
-        spark: Any, artifacts: Artifacts, tmp_path: Path) -> None:
-    module, key = artifacts.module("""
-        def task(ctx):
-            raise ValueError("no sales on " + ctx.params["day"])
-    """)
-    reporter = RecordingReporter()
-    tdd = tdd_for(f"{module}:task", tmp_path, artifacts=(key,), params={"day": "monday"})
-
-    assert make_runner(spark, artifacts, reporter).run(tdd, SESSION) is ExecutionState.FAILED
+    assert make_runner(FakePool({"tasks:task": fails}), reporter).run(tdd, SESSION) is ExecutionState.FAILED
 
     failed = reporter.last(tdd.execution_id)
-    assert failed.state is ExecutionState.FAILED and failed.failure is not None
-    assert (failed.failure.cls, failed.failure.message) == ("ValueError", "no sales on monday")
-    assert "raise ValueError" in failed.failure.traceback and module in failed.failure.traceback
+    assert failed.failure == Failure("ValueError", "no sales on monday", "Traceback ...")
     assert reporter.states(tdd.execution_id)[-2] is ExecutionState.RUNNING
 
 
-@pytest.mark.parametrize("entrypoint, cls", [("nowhere_module_x:task", "ModuleNotFoundError"),
-                                             ("{module}:absent", "AttributeError"),
-                                             ("{module}:not_a_frame", "TypeError")])
-def test_bad_entrypoints_and_results_fail_the_attempt(spark: Any, artifacts: Artifacts, tmp_path: Path,
-                                                      entrypoint: str, cls: str) -> None:
-    module, key = artifacts.module("""
-        def not_a_frame(ctx):
-            return 42
-    """)
-    reporter = RecordingReporter()
-    tdd = tdd_for(entrypoint.format(module=module), tmp_path, artifacts=(key,))
-
-    assert make_runner(spark, artifacts, reporter).run(tdd, SESSION) is ExecutionState.FAILED
-    assert reporter.last(tdd.execution_id).failure.cls == cls  # type: ignore[union-attr]
-
-
-def test_py_and_zip_artifacts_are_importable(spark: Any, artifacts: Artifacts, tmp_path: Path) -> None:
-    package = f"pkg_{uuid.uuid4().hex[:10]}"
-    helper, helper_key = artifacts.module("""
-        FACTOR = 7
-    """)
+def test_py_and_zip_artifacts_are_copied_once_into_the_cache_and_handed_over_in_order(
+        blobs: Blobs, tmp_path: Path) -> None:
     archive = tmp_path / "code.zip"
     with zipfile.ZipFile(archive, "w") as zf:
-        zf.writestr(f"{package}/__init__.py", "")
-        zf.writestr(f"{package}/jobs.py", textwrap.dedent(f"""
-            import {helper}
-            def task(ctx):
-                return ctx.spark.range({helper}.FACTOR)
-        """))
-    zip_key = artifacts.put("code.zip", archive.read_bytes())
+        zf.writestr("pkg/__init__.py", "")
+    zip_key = blobs.put("code.zip", archive.read_bytes())
+    helper_key = blobs.put("helper.py", b"FACTOR = 7\n")
+    pool = FakePool({"pkg.jobs:task": finishes(7)})
+    runner = make_runner(pool, RecordingReporter(), blobs)
+
+    for _ in range(2):
+        assert runner.run(tdd_for("pkg.jobs:task", tmp_path, artifacts=(zip_key, helper_key)),
+                          SESSION) is ExecutionState.FINISHED
+
+    copies = [str(tmp_path / "cache" / zip_key / "code.zip"), str(tmp_path / "cache" / helper_key / "helper.py")]
+    assert [paths for _, _, paths in pool.runs] == [copies, copies]
+    assert all(Path(copy).is_file() for copy in copies)
+    assert blobs.resolved == [zip_key, helper_key]  # cached per TaskExecutor
+
+
+def test_an_artifact_that_is_neither_py_nor_zip_fails_the_attempt_before_it_runs(blobs: Blobs,
+                                                                                 tmp_path: Path) -> None:
+    key = blobs.put("notes.txt", b"not code")
+    pool = FakePool({"tasks:task": finishes(1)})
     reporter = RecordingReporter()
-    runner = make_runner(spark, artifacts, reporter)
-    tdd = tdd_for(f"{package}.jobs:task", tmp_path, artifacts=(zip_key, helper_key))
+    tdd = tdd_for("tasks:task", tmp_path, artifacts=(key,))
 
-    assert runner.run(tdd, SESSION) is ExecutionState.FINISHED, reporter.last(tdd.execution_id).failure
-    assert reporter.last(tdd.execution_id).rows == 7
-    # cached per TaskExecutor: the copies are what is imported
-    assert (tmp_path / "cache" / zip_key / "code.zip").is_file()
-    assert (tmp_path / "cache" / helper_key / f"{helper}.py").is_file()
+    assert make_runner(pool, reporter, blobs).run(tdd, SESSION) is ExecutionState.FAILED
+
+    failure = reporter.last(tdd.execution_id).failure
+    assert failure is not None and "is neither a .py nor a .zip file" in failure.message
+    assert pool.runs == []
 
 
-def test_a_stale_report_stops_the_task_and_frees_the_slot(spark: Any, artifacts: Artifacts, tmp_path: Path) -> None:
-    """RUNNING goes out in the background while the function runs; its refusal cancels the Spark job."""
-    module, key = artifacts.module("""
-        import time
-
-        COMPLETED = []
-
-        def slow(_):
-            for _ in range(600):  # 60 s unless cancelled
-                time.sleep(0.1)
-            return 1
-
-        def task(ctx):
-            ctx.spark.sparkContext.parallelize([0], 1).map(slow).count()
-            COMPLETED.append(1)
-    """)
+def test_a_stale_report_stops_the_task_and_frees_the_slot(tmp_path: Path) -> None:
+    """RUNNING goes out in the background while the function runs; its refusal cancels the attempt."""
+    pool = FakePool({"tasks:task": runs_until_cancelled})
     reporter = RecordingReporter(refuse=frozenset({ExecutionState.RUNNING}))
-    runner = make_runner(spark, artifacts, reporter)
-    tdd = tdd_for(f"{module}:task", tmp_path, artifacts=(key,))
+    runner = make_runner(pool, reporter)
+    tdd = tdd_for("tasks:task", tmp_path)
 
     assert runner.run(tdd, SESSION) is ExecutionState.CANCELED
 
-    import importlib
-
-    assert importlib.import_module(module).COMPLETED == []
+    assert tdd.execution_id in pool.cancels  # the function did not run to its end
     # the JobMaster refused the execution: no terminal report for it
     assert reporter.states(tdd.execution_id) == [ExecutionState.INITIALIZING, ExecutionState.RUNNING]
     assert runner.slots.running() == []
 
 
-def test_a_busy_slot_refuses_a_second_task(spark: Any, artifacts: Artifacts, tmp_path: Path) -> None:
-    module, key = artifacts.module("""
-        def task(ctx):
-            return None
-    """)
+def test_a_busy_slot_refuses_a_second_task(tmp_path: Path) -> None:
     reporter = RecordingReporter()
-    runner = make_runner(spark, artifacts, reporter)
-    first = tdd_for(f"{module}:task", tmp_path, artifacts=(key,), slot_index=0)
+    runner = make_runner(FakePool({"tasks:task": finishes(None)}), reporter)
+    first = tdd_for("tasks:task", tmp_path, slot_index=0)
     held = runner.slots.occupy(first, SESSION)
-    second = tdd_for(f"{module}:task", tmp_path, artifacts=(key,), slot_index=0)
+    second = tdd_for("tasks:task", tmp_path, slot_index=0)
 
     assert runner.run(second, SESSION) is ExecutionState.FAILED
 
@@ -318,86 +298,83 @@ def test_a_busy_slot_refuses_a_second_task(spark: Any, artifacts: Artifacts, tmp
     assert runner.slots.slot_report().slots[0].allocation_id is None
 
 
-def test_a_new_deployment_supersedes_the_attempt_still_in_its_slot(spark: Any, artifacts: Artifacts,
-                                                                    tmp_path: Path) -> None:
+def test_a_new_deployment_supersedes_the_attempt_still_in_its_slot(tmp_path: Path) -> None:
     """The master released the slot (its job was cancelled) before the old task stopped here."""
-    module, key = artifacts.module("""
-        import time
-
-        def slow(_):
-            for _ in range(600):  # 60 s unless cancelled
-                time.sleep(0.1)
-            return 1
-
-        def long_task(ctx):
-            ctx.spark.sparkContext.parallelize([0], 1).map(slow).count()
-            return ctx.spark.range(3)
-
-        def quick_task(ctx):
-            return ctx.spark.range(2)
-    """)
+    pool = FakePool({"tasks:long": runs_until_cancelled, "tasks:quick": finishes(2)})
     reporter = RecordingReporter()
-    runner = make_runner(spark, artifacts, reporter, slot_release_timeout_s=60.0)
-    old = tdd_for(f"{module}:long_task", tmp_path, artifacts=(key,), slot_index=0)
-    new = tdd_for(f"{module}:quick_task", tmp_path, artifacts=(key,), slot_index=0)
+    runner = make_runner(pool, reporter, slot_release_timeout_s=60.0)
+    old = tdd_for("tasks:long", tmp_path, slot_index=0)
+    new = tdd_for("tasks:quick", tmp_path, slot_index=0)
     outcome: dict[str, ExecutionState] = {}
-    thread = threading.Thread(target=lambda: outcome.__setitem__("old", runner.run(old, SESSION)))
-    thread.start()
-    deadline = time.monotonic() + 120
-    while not spark.sparkContext.statusTracker().getJobIdsForGroup(old.execution_id):
-        assert time.monotonic() < deadline, "the old task's Spark job never started"
-        time.sleep(0.05)
+    thread = in_thread(runner, old, outcome)
+    wait_until(lambda: ExecutionState.RUNNING in reporter.states(old.execution_id), "the old task to run")
 
     assert runner.run(new, SESSION) is ExecutionState.FINISHED
-    thread.join(60)
-    assert outcome == {"old": ExecutionState.CANCELED}
-    assert reporter.last(new.execution_id).rows == 2  # type: ignore[union-attr]
+    thread.join(WAIT_S)
+    assert outcome == {old.execution_id: ExecutionState.CANCELED}
+    assert reporter.last(new.execution_id).rows == 2
 
 
-def test_cancelling_one_slot_stops_only_its_spark_job(spark: Any, artifacts: Artifacts, tmp_path: Path) -> None:
-    module, key = artifacts.module("""
-        import time
+def test_cancelling_one_slot_stops_only_its_attempt(tmp_path: Path) -> None:
+    release_short = threading.Event()
 
-        def slow(_):
-            for _ in range(600):  # 60 s unless cancelled
-                time.sleep(0.1)
-            return 1
+    def short(tdd: TaskDeploymentDescriptor, cancelled: threading.Event) -> AttemptState:
+        assert release_short.wait(WAIT_S)
+        return AttemptState(ExecutionState.FINISHED, rows=4, result_path=tdd.result_path)
 
-        def short(x):
-            time.sleep(0.5)
-            return x
-
-        def long_task(ctx):
-            ctx.spark.sparkContext.parallelize([0], 1).map(slow).count()
-            return ctx.spark.range(3)
-
-        def short_task(ctx):
-            n = ctx.spark.sparkContext.parallelize(range(4), 1).map(short).count()
-            return ctx.spark.range(n)
-    """)
+    pool = FakePool({"tasks:long": runs_until_cancelled, "tasks:short": short})
     reporter = RecordingReporter()
-    runner = make_runner(spark, artifacts, reporter)
-    long_tdd = tdd_for(f"{module}:long_task", tmp_path, artifacts=(key,), slot_index=0)
-    short_tdd = tdd_for(f"{module}:short_task", tmp_path, artifacts=(key,), slot_index=1)
+    runner = make_runner(pool, reporter)
+    long_tdd = tdd_for("tasks:long", tmp_path, slot_index=0)
+    short_tdd = tdd_for("tasks:short", tmp_path, slot_index=1)
     outcome: dict[str, ExecutionState] = {}
-    threads = [threading.Thread(target=lambda t=t: outcome.__setitem__(t.execution_id, runner.run(t, SESSION)))
-               for t in (long_tdd, short_tdd)]
-    for thread in threads:
-        thread.start()
-    tracker = spark.sparkContext.statusTracker()
-    deadline = time.monotonic() + 120
-    while not tracker.getJobIdsForGroup(long_tdd.execution_id):
-        assert time.monotonic() < deadline, "the long task's Spark job never started"
-        time.sleep(0.05)
+    threads = [in_thread(runner, tdd, outcome) for tdd in (long_tdd, short_tdd)]
+    wait_until(lambda: len(pool.runs) == 2, "both attempts in their slot processes")
 
     assert runner.cancel(long_tdd.execution_id)
+    release_short.set()
     for thread in threads:
-        thread.join(timeout=120)
+        thread.join(WAIT_S)
 
     assert outcome == {long_tdd.execution_id: ExecutionState.CANCELED, short_tdd.execution_id: ExecutionState.FINISHED}
     assert reporter.states(long_tdd.execution_id)[-1] is ExecutionState.CANCELED
     assert reporter.last(short_tdd.execution_id).rows == 4
-    [long_job] = tracker.getJobIdsForGroup(long_tdd.execution_id)
-    assert tracker.getJobInfo(long_job).status == "FAILED"  # Spark's word for a cancelled job
-    assert all(tracker.getJobInfo(j).status == "SUCCEEDED" for j in tracker.getJobIdsForGroup(short_tdd.execution_id))
+    assert pool.cancels == [long_tdd.execution_id]
     assert not runner.cancel(long_tdd.execution_id)  # gone from its slot
+
+
+def test_a_task_cancelled_before_its_process_had_it_is_cancelled_there_too(tmp_path: Path) -> None:
+    pool = FakePool({"tasks:task": runs_until_cancelled})
+    pool.gate = threading.Event()
+    reporter = RecordingReporter()
+    runner = make_runner(pool, reporter)
+    tdd = tdd_for("tasks:task", tmp_path)
+    outcome: dict[str, ExecutionState] = {}
+    thread = in_thread(runner, tdd, outcome)
+    assert pool.entered.wait(WAIT_S)
+
+    assert runner.cancel(tdd.execution_id)  # the pool does not have the attempt yet
+    pool.gate.set()
+    thread.join(WAIT_S)
+
+    # the first cancellation found no attempt in the pool; the one sent once it had it stopped it
+    assert outcome == {tdd.execution_id: ExecutionState.CANCELED}
+    assert pool.cancels[:2] == [tdd.execution_id, tdd.execution_id]
+
+
+def test_an_attempt_that_finished_after_its_cancellation_ends_canceled(tmp_path: Path) -> None:
+    cancelled_meanwhile = threading.Event()
+    runner: TaskRunner | None = None
+
+    def finishes_anyway(tdd: TaskDeploymentDescriptor, cancelled: threading.Event) -> AttemptState:
+        assert runner is not None and runner.cancel(tdd.execution_id)
+        cancelled_meanwhile.set()
+        return AttemptState(ExecutionState.FINISHED, rows=1, result_path=tdd.result_path)
+
+    reporter = RecordingReporter()
+    runner = make_runner(FakePool({"tasks:task": finishes_anyway}), reporter)
+    tdd = tdd_for("tasks:task", tmp_path)
+
+    assert runner.run(tdd, SESSION) is ExecutionState.CANCELED
+    assert cancelled_meanwhile.is_set()
+    assert reporter.last(tdd.execution_id).state is ExecutionState.CANCELED

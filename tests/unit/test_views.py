@@ -1,4 +1,4 @@
-"""The REST views: a job's overview and snapshot in the shapes of ARCHITECTURE.md's REST contract."""
+"""The REST views: a job's overview and snapshot in the shapes of the REST contract (docs/rest-api.md)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,443 @@
+"""The slot processes of one TaskExecutor: one Python process per slot, bound to one job.
+
+`SlotProcessPool.run(slot_index, tdd, artifact_paths, on_state)` runs an attempt in the slot's
+process (slot_process.py). A slot keeps its process while it runs tasks of the same job; a task
+of another job gets a fresh process, a pre-started spare (`taskexecutor.slot-process.spares`,
+pyspark's Connect client imported and a throwaway session's first calls made), and the old one
+is stopped in the background. Spares are refilled in the background after each one taken.
+
+`cancel(execution_id)` tells the process to interrupt the attempt's Spark operations; an
+attempt still running `taskexecutor.cancellation.timeout` later has its process killed, ends
+CANCELED, and the slot takes a spare next time. A process that dies under its attempt fails
+that attempt only (`SlotProcessLost`, saying how it died); the pool replaces it.
+
+Every child is started by one long-lived thread (`PR_SET_PDEATHSIG` fires when the thread that
+started a process ends, not only the process), in the TaskExecutor's process group, with the
+TaskExecutor's stdout and stderr; `close()` stops them all.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from sparkdispatch.errors import SlotProcessLost, SparkDispatchError
+from sparkdispatch.jobgraph import ExecutionState, Failure
+from sparkdispatch.protocol import TaskDeploymentDescriptor
+from sparkdispatch.settings import SlotPoolSettings
+from sparkdispatch.taskexecutor.slot_protocol import (
+    CANCEL,
+    READY,
+    STATE,
+    STOP,
+    WARM,
+    WARMED,
+    AttemptState,
+    ControlChannel,
+    Message,
+    RunRequest,
+)
+
+log = logging.getLogger(__name__)
+
+SLOT_PROCESS_MODULE = "sparkdispatch.taskexecutor.slot_process"
+
+
+def describe_exit(returncode: int) -> str:
+    """How a process ended, from its return code: `exited with code 1`, `killed by signal 9 (SIGKILL)`."""
+    if returncode >= 0:
+        return f"exited with code {returncode}"
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        return f"killed by signal {-returncode}"
+    hint = "; out of memory? the kernel's OOM killer sends it" if name == "SIGKILL" else ""
+    return f"killed by signal {-returncode} ({name}{hint})"
+
+
+class _SlotChild:
+    """One slot process, as the pool sees it: the process, its channel and the job it is bound to."""
+
+    def __init__(self, process: subprocess.Popen[bytes], channel: ControlChannel) -> None:
+        self.process = process
+        self.channel = channel
+        self.job_id: str | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def receive(self, timeout: float | None) -> Message | None:
+        self.channel.settimeout(timeout)
+        try:
+            return self.channel.receive()
+        finally:
+            self.channel.settimeout(None)
+
+    def ended(self, wait_s: float) -> str:
+        """How the process ended, waiting up to `wait_s` for it (killing it after that)."""
+        try:
+            returncode = self.process.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            returncode = self.process.wait()
+        return describe_exit(returncode)
+
+    def stop(self, grace_s: float) -> None:
+        """Ask the process to release its session and exit; kill it after `grace_s`."""
+        try:
+            self.channel.send({"type": STOP})
+        except OSError:
+            pass  # gone already
+        try:
+            self.process.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            log.warning("slot process %d did not stop within %gs; killing it", self.pid, grace_s)
+            self.process.kill()
+            self.process.wait()
+        self.channel.close()
+
+    def kill(self) -> None:
+        if self.alive:
+            self.process.kill()
+        self.process.wait()
+        self.channel.close()
+
+
+@dataclass
+class _Attempt:
+    execution_id: str
+    slot_index: int
+    child: _SlotChild | None = None
+    cancelled: bool = False
+    killed: bool = False
+    kill_timer: threading.Timer | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class SlotProcessPool:
+    """Per slot, the process bound to it (or none); a few warm spares; attempts run and cancelled."""
+
+    def __init__(self, settings: SlotPoolSettings, *, connect_url: str) -> None:
+        self._settings = settings
+        self._connect_url = connect_url
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._bound: dict[int, _SlotChild] = {}
+        self._spares: list[_SlotChild] = []
+        self._starting = 0
+        self._retiring: set[_SlotChild] = set()
+        #: processes replaced because the Connect server was restarted under them, until their
+        #: attempt has said so (idle ones stay: a few objects per server restart)
+        self._server_lost: set[_SlotChild] = set()
+        self._attempts: dict[str, _Attempt] = {}
+        self._closed = False
+        self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sparkdispatch-slot-spawner")
+
+    def start(self) -> None:
+        """Start the spares and warm each against the Connect server; raises `SlotProcessLost` if one fails."""
+        for _ in range(self._settings.spares):
+            child = self._spawner.submit(self._spawn, require_warm=True).result()
+            with self._lock:
+                self._spares.append(child)
+
+    # ----------------------------------------------------------------------------------------
+    # Attempts
+
+    def run(self, slot_index: int, tdd: TaskDeploymentDescriptor, artifact_paths: Sequence[str],
+            on_state: Callable[[AttemptState], None]) -> AttemptState:
+        """Run one attempt in the slot's process; `on_state` gets INITIALIZING and RUNNING, the end is returned."""
+        attempt = _Attempt(execution_id=tdd.execution_id, slot_index=slot_index)
+        with self._lock:
+            if self._closed:
+                return _failed(SlotProcessLost("the TaskExecutor's slot processes are stopping"))
+            self._attempts[tdd.execution_id] = attempt
+        try:
+            try:
+                child = self._child_for(slot_index, tdd.job_id)
+            except SparkDispatchError as exc:
+                return _failed(exc)
+            with attempt.lock:
+                if attempt.cancelled:
+                    return AttemptState(ExecutionState.CANCELED)
+                attempt.child = child
+                try:
+                    child.channel.send(RunRequest(tdd, self._connect_url, tuple(artifact_paths)).to_message())
+                except OSError:
+                    return self._lost(attempt, child)
+            while True:
+                message = child.channel.receive()
+                if message is None:
+                    return self._lost(attempt, child)
+                if message["type"] != STATE:
+                    log.warning("slot process %d sent an unexpected %r during a task", child.pid, message["type"])
+                    continue
+                state = AttemptState.from_message(message)
+                if state.state.is_terminal:
+                    return state
+                try:
+                    on_state(state)
+                except Exception:  # noqa: BLE001 - the attempt runs on; its end is still returned
+                    log.exception("execution %s: handling its %s state failed", tdd.execution_id, state.state.value)
+        finally:
+            with self._lock:
+                self._attempts.pop(tdd.execution_id, None)
+            if attempt.kill_timer is not None:
+                attempt.kill_timer.cancel()
+
+    def cancel(self, execution_id: str) -> bool:
+        """Interrupt an attempt; kill its process if it runs on after the cancellation timeout.
+
+        False when the attempt does not run here.
+        """
+        with self._lock:
+            attempt = self._attempts.get(execution_id)
+        if attempt is None:
+            return False
+        with attempt.lock:
+            if attempt.cancelled:
+                return True
+            attempt.cancelled = True
+            child = attempt.child
+            if child is not None:
+                try:
+                    child.channel.send({"type": CANCEL, "execution_id": execution_id})
+                except OSError:
+                    pass  # the process died; its run notices
+                timer = threading.Timer(self._settings.cancellation_timeout, self._kill_if_running, (attempt,))
+                timer.daemon = True
+                timer.name = f"cancel-timeout-{execution_id}"
+                attempt.kill_timer = timer
+                timer.start()
+        return True
+
+    def _kill_if_running(self, attempt: _Attempt) -> None:
+        with self._lock:
+            running = self._attempts.get(attempt.execution_id) is attempt
+        if not running or attempt.child is None:
+            return
+        log.warning("execution %s did not stop within %gs of its cancellation; killing its slot process %d",
+                    attempt.execution_id, self._settings.cancellation_timeout, attempt.child.pid)
+        attempt.killed = True
+        attempt.child.process.kill()
+
+    def _lost(self, attempt: _Attempt, child: _SlotChild) -> AttemptState:
+        """The process died under the attempt (or was killed for ignoring its cancellation)."""
+        how = child.ended(wait_s=5.0)
+        child.channel.close()
+        with self._lock:
+            if self._bound.get(attempt.slot_index) is child:
+                del self._bound[attempt.slot_index]
+        if attempt.killed:
+            log.info("execution %s: slot process %d killed (%s); slot %d takes a spare next", attempt.execution_id,
+                     child.pid, how, attempt.slot_index)
+            return AttemptState(ExecutionState.CANCELED)
+        if attempt.cancelled:
+            return AttemptState(ExecutionState.CANCELED)
+        if self._closed:
+            return _failed(SlotProcessLost(f"the TaskExecutor stopped the slot process (pid {child.pid}) "
+                                           f"during the task: {how}"))
+        with self._lock:
+            server_lost = child in self._server_lost
+            self._server_lost.discard(child)
+        if server_lost:
+            return _failed(SlotProcessLost("the TaskExecutor's Spark Connect server died during the task and "
+                                           "was restarted; the task's session was lost with it"))
+        log.warning("execution %s: slot process %d of slot %d died: %s", attempt.execution_id, child.pid,
+                    attempt.slot_index, how)
+        return _failed(SlotProcessLost(f"the slot process (pid {child.pid}) died during the task: {how}"))
+
+    def reconnect(self, connect_url: str) -> None:
+        """The Connect server was restarted (its sessions are gone): replace every slot process.
+
+        Idle and spare processes stop now; a process running a task stops too, and its attempt
+        fails saying the server was restarted. New spares connect to `connect_url`.
+        """
+        with self._changed:
+            self._connect_url = connect_url
+            old = [*self._bound.values(), *self._spares]
+            self._bound.clear()
+            self._spares.clear()
+            self._retiring.update(old)
+            self._server_lost.update(old)
+        for child in old:
+            threading.Thread(target=self._retire, args=(child,), daemon=True,
+                             name=f"retire-slot-process-{child.pid}").start()
+        self._refill()
+
+    # ----------------------------------------------------------------------------------------
+    # Processes
+
+    def _child_for(self, slot_index: int, job_id: str) -> _SlotChild:
+        """The slot's process if it runs this job, else a spare bound to it (the old one retires)."""
+        with self._lock:
+            current = self._bound.get(slot_index)
+            if current is not None and current.job_id == job_id and current.alive:
+                return current
+            self._bound.pop(slot_index, None)
+            if current is not None:
+                self._retiring.add(current)
+        if current is not None and not current.alive:
+            log.warning("slot process %d of slot %d died while idle: %s", current.pid, slot_index, current.ended(0.0))
+        if current is not None:
+            threading.Thread(target=self._retire, args=(current,), daemon=True,
+                             name=f"retire-slot-process-{current.pid}").start()
+        child = self._take_spare()
+        child.job_id = job_id
+        with self._lock:
+            if not self._closed:
+                self._bound[slot_index] = child
+                return child
+        child.kill()
+        raise SlotProcessLost("the TaskExecutor's slot processes are stopping")
+
+    def _retire(self, child: _SlotChild) -> None:
+        child.stop(self._settings.stop_grace)
+        with self._lock:
+            self._retiring.discard(child)
+
+    def _take_spare(self) -> _SlotChild:
+        """A ready spare (waiting for one being started), else a process started now."""
+        self._refill()
+        child: _SlotChild | None = None
+        with self._changed:
+            while True:
+                for dead in [c for c in self._spares if not c.alive]:
+                    self._spares.remove(dead)
+                    log.warning("spare slot process %d died while idle: %s", dead.pid, dead.ended(0.0))
+                if self._closed:
+                    raise SlotProcessLost("the TaskExecutor's slot processes are stopping")
+                if self._spares:
+                    child = self._spares.pop(0)
+                    break
+                if self._starting == 0:
+                    break  # the spares being started failed: start one for this task
+                self._changed.wait()
+        self._refill()
+        if child is not None:
+            return child
+        try:
+            return self._spawner.submit(self._spawn, require_warm=False).result()
+        except SlotProcessLost:
+            raise
+        except Exception as exc:  # the spawner shut down (the pool is closing), or a bad handshake
+            raise SlotProcessLost(f"could not start a slot process: {type(exc).__name__}: {exc}") from exc
+
+    def _refill(self) -> None:
+        with self._lock:
+            missing = self._settings.spares - len(self._spares) - self._starting
+            if self._closed or missing <= 0:
+                return
+            self._starting += missing
+        for _ in range(missing):
+            self._spawner.submit(self._start_spare)
+
+    def _start_spare(self) -> None:
+        child: _SlotChild | None = None
+        try:
+            child = self._spawn(require_warm=False)
+        except Exception:  # noqa: BLE001 - a task that finds no spare starts a process itself
+            log.warning("could not start a spare slot process", exc_info=True)
+        with self._changed:
+            self._starting -= 1
+            if child is not None and not self._closed:
+                self._spares.append(child)
+                child = None
+            self._changed.notify_all()
+        if child is not None:
+            child.kill()
+
+    def _spawn(self, *, require_warm: bool) -> _SlotChild:
+        """Start a slot process, wait for it to import the Connect client, and warm it (on the spawner thread)."""
+        started = time.monotonic()
+        ours, theirs = socket.socketpair()
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-P", "-m", SLOT_PROCESS_MODULE, "--control-fd", str(theirs.fileno()),
+                 "--parent-pid", str(os.getpid())],
+                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
+        except OSError as exc:
+            ours.close()
+            raise SlotProcessLost(f"could not start a slot process: {exc}") from exc
+        finally:
+            theirs.close()
+        child = _SlotChild(process, ControlChannel(ours))
+        try:
+            self._expect(child, READY, started)
+            child.channel.send({"type": WARM, "connect_url": self._connect_url})
+            warmed = self._expect(child, WARMED, started)
+        except BaseException:
+            child.kill()
+            raise
+        if warmed.get("error"):
+            if require_warm:
+                child.kill()
+                raise SlotProcessLost(f"a slot process could not warm up against the Spark Connect server at "
+                                      f"{self._connect_url}: {warmed['error']}")
+            log.warning("slot process %d could not warm up against %s: %s", child.pid, self._connect_url,
+                        warmed["error"])
+        log.info("slot process %d ready in %.2fs", child.pid, time.monotonic() - started)
+        return child
+
+    def _expect(self, child: _SlotChild, kind: str, started: float) -> Message:
+        remaining = self._settings.start_timeout - (time.monotonic() - started)
+        message = child.receive(timeout=max(remaining, 0.001))
+        if message is not None and message["type"] == kind:
+            return message
+        if child.alive:
+            raise SlotProcessLost(f"slot process {child.pid} did not say {kind!r} within "
+                                  f"{self._settings.start_timeout:g}s")
+        raise SlotProcessLost(f"slot process {child.pid} {child.ended(0.0)} while starting")
+
+    # ----------------------------------------------------------------------------------------
+    # Stopping
+
+    def close(self) -> None:
+        """Stop every slot process: bound, spare, retiring or starting. Running attempts end with them."""
+        with self._changed:
+            self._closed = True
+            children = [*self._bound.values(), *self._spares]
+            self._bound.clear()
+            self._spares.clear()
+            attempts = list(self._attempts.values())
+            self._changed.notify_all()
+        for attempt in attempts:
+            if attempt.kill_timer is not None:
+                attempt.kill_timer.cancel()
+        for child in children:
+            try:
+                child.channel.send({"type": STOP})
+            except OSError:
+                pass
+        deadline = time.monotonic() + self._settings.stop_grace
+        for child in children:
+            try:
+                child.process.wait(max(deadline - time.monotonic(), 0.0))
+            except subprocess.TimeoutExpired:
+                log.warning("slot process %d did not stop within %gs; killing it", child.pid,
+                            self._settings.stop_grace)
+            child.kill()
+        with self._lock:
+            retiring = list(self._retiring)
+        for child in retiring:
+            child.kill()
+        # Last: the children's PR_SET_PDEATHSIG fires when this thread ends. A process being
+        # started now is killed by its spawn, which finds the pool closed.
+        self._spawner.shutdown(wait=True, cancel_futures=True)
+
+
+def _failed(exc: SparkDispatchError) -> AttemptState:
+    return AttemptState(ExecutionState.FAILED, failure=Failure.from_exception(exc))

@@ -1,0 +1,420 @@
+"""One slot's Python process: runs the task functions of one job as a Spark Connect client.
+
+`python -P -m sparkdispatch.taskexecutor.slot_process --control-fd N --parent-pid P`, started
+by `SlotProcessPool` (slot_pool.py), which talks to it over the socketpair end `N`
+(slot_protocol.py). The process imports pyspark's Connect client at start, so a spare is warm,
+and says `ready`. Its first `run` binds it to that run's job: it makes the job's Connect session
+(`session_id` of its own, the job's `spark_conf` set key by key, its artifacts added with
+`addArtifacts(..., pyfile=True)` and put on this process's `sys.path`), which the job's later
+tasks in this process reuse. A run of another job is refused: the pool gives each job its own
+processes, so two versions of one module never meet in one interpreter.
+
+A `cancel` interrupts the session's operations from the control thread at once and again every
+`REINTERRUPT_S` while the function runs; the attempt ends CANCELED whatever it raised. The
+process exits when its parent closes the channel or dies (on Linux the kernel kills it too:
+`PR_SET_PDEATHSIG`). It ignores SIGINT and SIGTERM sent to the TaskExecutor's process group:
+the TaskExecutor decides when tasks stop (a warm shutdown lets them finish).
+
+Each attempt runs alone in this process, so its stdout and stderr (inherited from the
+TaskExecutor) can later be pointed at a per-attempt file around `run_attempt`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import queue
+import signal
+import socket
+import sys
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sparkdispatch.errors import ConfigurationError, IllegalStateTransition
+from sparkdispatch.jobgraph import ExecutionState, Failure
+from sparkdispatch.results import write_partition
+from sparkdispatch.taskexecutor.slot_protocol import (
+    CANCEL,
+    READY,
+    RUN,
+    STOP,
+    WARM,
+    WARMED,
+    AttemptState,
+    ControlChannel,
+    Message,
+    RunRequest,
+)
+from sparkdispatch.taskexecutor.task_context import LazyInputs, TaskContext
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+    from pyspark.sql.connect.session import SparkSession
+
+log = logging.getLogger(__name__)
+
+#: How often a cancelled attempt's Spark operations are interrupted again while its function
+#: still runs, to catch operations it starts after the first interrupt.
+REINTERRUPT_S = 0.5
+#: Told to the client of every session: a dead server fails an action after ~1.4 s instead of
+#: pyspark's default of retrying for 10 minutes.
+RETRY_MAX_RETRIES = 3
+RETRY_INITIAL_BACKOFF_MS = 100
+RETRY_MAX_BACKOFF_MS = 1000
+PR_SET_PDEATHSIG = 1
+
+RDD_UNAVAILABLE = ("ctx.spark is a Spark Connect session: the RDD API (spark.sparkContext, DataFrame.rdd, "
+                   "_jsc, _jvm) is not available to task functions; use the DataFrame API")
+SERVER_UNREACHABLE = ("the TaskExecutor's Spark Connect server stopped answering during the task (it died or "
+                      "is restarting; the TaskExecutor restarts it, see its connect-server.log)")
+#: Spark's error conditions of a task reaching for the JVM-side API of a session.
+_JVM_ONLY_CONDITIONS = frozenset({"JVM_ATTRIBUTE_NOT_SUPPORTED"})
+#: Spark's conditions that say the session is gone on the server (it restarted, or timed out).
+_SESSION_GONE_CONDITIONS = frozenset({"NO_ACTIVE_SESSION", "INVALID_HANDLE.SESSION_NOT_FOUND",
+                                      "INVALID_HANDLE.SESSION_CLOSED", "INVALID_HANDLE.SESSION_CHANGED"})
+
+
+def session_url(connect_url: str) -> str:
+    """A new Connect session's URL on the server at `connect_url` (`sc://host:port`)."""
+    return f"{connect_url.rstrip('/')}/;session_id={uuid.uuid4()}"
+
+
+def new_session(connect_url: str) -> SparkSession:
+    """A session of its own on the Connect server, whose calls fail fast once the server is gone."""
+    from pyspark.sql.connect.client.retries import DefaultPolicy
+    from pyspark.sql.connect.session import SparkSession
+
+    session = SparkSession.builder.remote(session_url(connect_url)).create()
+    session.client.set_retry_policies([DefaultPolicy(
+        max_retries=RETRY_MAX_RETRIES, initial_backoff=RETRY_INITIAL_BACKOFF_MS, backoff_multiplier=2.0,
+        max_backoff=RETRY_MAX_BACKOFF_MS)])
+    return session
+
+
+def load_entrypoint(entrypoint: str) -> Callable[[TaskContext], Any]:
+    """`package.module:function` → the function."""
+    module_name, _, function_name = entrypoint.partition(":")
+    module = importlib.import_module(module_name)
+    try:
+        function: object = getattr(module, function_name)
+    except AttributeError:
+        raise AttributeError(f"module {module_name!r} has no function {function_name!r} "
+                             f"(entrypoint {entrypoint!r})") from None
+    if not callable(function):
+        raise TypeError(f"entrypoint {entrypoint!r} is not a function")
+    return function
+
+
+def import_path_entry(artifact_path: str) -> str:
+    """The `sys.path` entry of a local artifact: a `.zip` itself (zipimport), a `.py` file's directory."""
+    path = Path(artifact_path)
+    return str(path) if path.suffix == ".zip" else str(path.parent)
+
+
+def failure_of(exc: BaseException) -> Failure:
+    """The attempt's failure, said plainly where Spark's own words do not help.
+
+    A task that reached for the RDD API is told it does not exist here; one whose server went
+    away is told so instead of getting gRPC's channel dump.
+    """
+    failure = Failure.from_exception(exc)
+    chain = _chain(exc)
+    if any(_condition(e) in _JVM_ONLY_CONDITIONS or _is_rdd_not_implemented(e) for e in chain):
+        return Failure(cls=failure.cls, message=f"{RDD_UNAVAILABLE}. Spark said: {failure.message}",
+                       traceback=failure.traceback)
+    if any(_server_unreachable(e) for e in chain):
+        return Failure(cls=failure.cls, message=SERVER_UNREACHABLE, traceback=failure.traceback)
+    return failure
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in seen:
+        seen.append(current)
+        current = current.__cause__ or current.__context__
+    return seen
+
+
+def _condition(exc: BaseException) -> str | None:
+    get_condition = getattr(exc, "getCondition", None)
+    if not callable(get_condition):
+        return None
+    try:
+        condition = get_condition()
+    except Exception:  # noqa: BLE001 - an exception that cannot say its condition has none
+        return None
+    return condition if isinstance(condition, str) else None
+
+
+def _server_unreachable(exc: BaseException) -> bool:
+    # gRPC's UNAVAILABLE: the channel found nobody listening (pyspark keeps the code as
+    # `grpc_status_code` on its own exception; grpc's RpcError says it through `code()`)
+    status = getattr(exc, "grpc_status_code", None)
+    if status is not None:
+        return getattr(status, "name", None) == "UNAVAILABLE"
+    code = getattr(exc, "code", None)
+    if callable(code):
+        try:
+            return getattr(code(), "name", None) == "UNAVAILABLE"
+        except Exception:  # noqa: BLE001 - an error that cannot say its code is not this one
+            return False
+    return False
+
+
+def _is_rdd_not_implemented(exc: BaseException) -> bool:
+    return _condition(exc) == "NOT_IMPLEMENTED" and "rdd" in str(exc)
+
+
+def _as_dataframe(result: object) -> DataFrame:
+    """A task function's non-None result, which the contract says is a DataFrame."""
+    from pyspark.sql import DataFrame
+
+    if not isinstance(result, DataFrame):
+        raise TypeError(f"a task function returns a pyspark.sql.DataFrame or None, not {type(result).__name__}")
+    return result
+
+
+@dataclass
+class _Attempt:
+    execution_id: str
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+class SlotProcess:
+    """The serving loop: requests from the control channel, attempts on the main thread."""
+
+    def __init__(self, channel: ControlChannel) -> None:
+        self._channel = channel
+        self._requests: queue.SimpleQueue[Message] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._attempt: _Attempt | None = None
+        self._job_id: str | None = None
+        self._session: SparkSession | None = None
+        self._path_entries: set[str] = set()
+
+    def serve(self) -> int:
+        """Answer requests until told to stop; returns the exit code."""
+        threading.Thread(target=self._read_control, daemon=True, name="slot-control").start()
+        self._channel.send({"type": READY, "pid": os.getpid()})
+        while True:
+            message = self._requests.get()
+            kind = message["type"]
+            if kind == RUN:
+                self._channel.send(self.run_attempt(message).to_message())
+            elif kind == WARM:
+                self._channel.send({"type": WARMED, "error": self.warm(str(message["connect_url"]))})
+            elif kind == STOP:
+                self._stop_session()
+                return 0
+
+    def _read_control(self) -> None:
+        """The control thread: cancels act here at once, everything else queues for the main thread."""
+        while True:
+            message = self._channel.receive()
+            if message is None:
+                # The TaskExecutor is gone: nobody will hear of this attempt's end.
+                os._exit(0)
+            kind = message["type"]
+            if kind == CANCEL:
+                self._cancel(str(message["execution_id"]))
+                continue
+            if kind == RUN:
+                # registered before queueing, so a cancel right behind the run finds it
+                with self._lock:
+                    self._attempt = _Attempt(execution_id=str(message.get("tdd", {}).get("execution_id", "")))
+            self._requests.put(message)
+
+    # ----------------------------------------------------------------------------------------
+    # Attempts
+
+    def run_attempt(self, message: Message) -> AttemptState:
+        """Run one attempt to its end, sending INITIALIZING and RUNNING; returns the terminal state."""
+        with self._lock:
+            attempt = self._attempt
+        assert attempt is not None
+        try:
+            try:
+                request = RunRequest.from_message(message)
+            except Exception as exc:  # noqa: BLE001 - the pool sends valid runs; say so if one is not
+                return self._failed(exc)
+            return self._outcome(request, attempt)
+        finally:
+            attempt.done.set()
+            with self._lock:
+                self._attempt = None
+
+    def _outcome(self, request: RunRequest, attempt: _Attempt) -> AttemptState:
+        tdd = request.tdd
+        self._send_state(ExecutionState.INITIALIZING)
+        if self._job_id is not None and tdd.job_id != self._job_id:
+            return self._failed(IllegalStateTransition(
+                f"this slot process runs job {self._job_id}; it does not run tasks of job {tdd.job_id}"))
+        self._job_id = tdd.job_id
+        try:
+            session = self._job_session(request)
+            function = load_entrypoint(tdd.entrypoint)
+        except BaseException as exc:  # noqa: BLE001 - a failure of the user code's setup fails the attempt
+            return self._failed(exc)
+        if attempt.cancelled.is_set():
+            return AttemptState(ExecutionState.CANCELED)
+        self._send_state(ExecutionState.RUNNING)
+        try:
+            ctx = TaskContext(spark=session, params=dict(tdd.params), subtask_index=tdd.subtask_index,
+                              parallelism=tdd.parallelism, job_id=tdd.job_id, vertex_id=tdd.vertex_id,
+                              attempt=tdd.attempt, inputs=LazyInputs(session, tdd.inputs))
+            result = function(ctx)
+            rows: int | None = None
+            if result is not None and not attempt.cancelled.is_set():
+                rows = write_partition(_as_dataframe(result), tdd.result_path)
+        except BaseException as exc:  # noqa: BLE001 - this process exists to run the function; SystemExit too
+            if attempt.cancelled.is_set():
+                return AttemptState(ExecutionState.CANCELED)
+            self._forget_session_if_gone(exc)
+            return self._failed(exc)
+        if attempt.cancelled.is_set():
+            return AttemptState(ExecutionState.CANCELED)
+        return AttemptState(ExecutionState.FINISHED, rows=rows,
+                            result_path=tdd.result_path if result is not None else None)
+
+    def _send_state(self, state: ExecutionState) -> None:
+        self._channel.send(AttemptState(state).to_message())
+
+    @staticmethod
+    def _failed(exc: BaseException) -> AttemptState:
+        return AttemptState(ExecutionState.FAILED, failure=failure_of(exc))
+
+    def _cancel(self, execution_id: str) -> None:
+        with self._lock:
+            attempt = self._attempt
+        if attempt is None or attempt.execution_id != execution_id or attempt.cancelled.is_set():
+            return
+        attempt.cancelled.set()
+        threading.Thread(target=self._keep_interrupting, args=(attempt,), daemon=True,
+                         name=f"interrupt-{execution_id}").start()
+
+    def _keep_interrupting(self, attempt: _Attempt) -> None:
+        while not attempt.done.is_set():
+            session = self._session
+            if session is not None:
+                try:
+                    session.interruptAll()
+                except Exception as exc:  # noqa: BLE001 - the next round, or the pool's kill, handles it
+                    log.warning("interrupting the operations of execution %s failed: %s", attempt.execution_id, exc)
+            attempt.done.wait(REINTERRUPT_S)
+
+    # ----------------------------------------------------------------------------------------
+    # The job's session
+
+    def _job_session(self, request: RunRequest) -> SparkSession:
+        """The job's Connect session in this process, made by its first task."""
+        if self._session is not None:
+            return self._session
+        entries = [import_path_entry(path) for path in request.artifact_paths]
+        session = new_session(request.connect_url)
+        try:
+            for key, value in request.tdd.spark_conf.items():
+                try:
+                    session.conf.set(key, value)
+                except Exception as exc:
+                    raise ConfigurationError(f"Spark refused the job's configuration {key}={value!r}: "
+                                             f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") \
+                        from exc
+            if request.artifact_paths:
+                session.addArtifacts(*request.artifact_paths, pyfile=True)
+        except BaseException:
+            self._stop_quietly(session)
+            raise
+        for entry in reversed(entries):
+            if entry not in self._path_entries:
+                sys.path.insert(0, entry)
+                self._path_entries.add(entry)
+        importlib.invalidate_caches()
+        self._session = session
+        return session
+
+    def _forget_session_if_gone(self, exc: BaseException) -> None:
+        """After the server lost the session (it restarted), the job's next task here makes a new one."""
+        if any(_condition(e) in _SESSION_GONE_CONDITIONS for e in _chain(exc)):
+            log.info("the Connect session of job %s is gone on the server; the next task makes a new one",
+                     self._job_id)
+            self._session = None
+
+    def warm(self, connect_url: str) -> str | None:
+        """A throwaway session's first calls: the client's lazy imports, channel and Arrow paths, paid now.
+
+        Neither call runs a Spark job (a local relation is collected on the driver), so a spare
+        warms up even while other slots' tasks hold every executor core.
+        """
+        try:
+            session = new_session(connect_url)
+            try:
+                session.range(10).selectExpr("id % 3 AS k").groupBy("k").count().schema  # noqa: B018 - analysis
+                session.createDataFrame([(1, "a"), (2, "b")], "k long, v string").collect()
+            finally:
+                session.stop()
+        except Exception as exc:  # noqa: BLE001 - reported to the pool, which decides
+            return f"{type(exc).__name__}: {exc}"
+        return None
+
+    def _stop_session(self) -> None:
+        if self._session is not None:
+            self._stop_quietly(self._session)
+            self._session = None
+
+    @staticmethod
+    def _stop_quietly(session: SparkSession) -> None:
+        try:
+            session.stop()  # releases the session and its artifacts on the server
+        except Exception as exc:  # noqa: BLE001 - the server forgets the session after its timeout anyway
+            log.warning("releasing a Connect session failed: %s", exc)
+
+
+def _leave_it_to_the_task_executor(signum: int, _: object) -> None:
+    log.info("slot process ignores %s: its TaskExecutor stops it", signal.Signals(signum).name)
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Be killed with the TaskExecutor even when it cannot stop this process itself (Linux)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent_pid:  # the parent died before the line above
+        os._exit(0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sparkdispatch.taskexecutor.slot_process")
+    parser.add_argument("--control-fd", type=int, required=True, help="this end of the control socketpair")
+    parser.add_argument("--parent-pid", type=int, required=True, help="the TaskExecutor's process id")
+    args = parser.parse_args(argv)
+    # Before any user import: pyspark decides Connect or classic by this variable, and a @udf
+    # run at import time before a session exists would otherwise make a classic UDF.
+    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
+    die_with_parent(args.parent_pid)
+    # Not SIG_IGN, which processes the task starts would inherit.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _leave_it_to_the_task_executor)
+    # a task's prints reach the log before the process dies
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s slot-process[%(process)d] "
+                                                   "%(name)s: %(message)s")
+    # the Connect client (pandas and pyarrow included): a spare pays this before any task
+    import pyspark.sql.connect.session  # noqa: F401
+    import pyspark.sql.functions  # noqa: F401
+    import pyspark.sql.types  # noqa: F401
+
+    channel = ControlChannel(socket.socket(fileno=args.control_fd))
+    return SlotProcess(channel).serve()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

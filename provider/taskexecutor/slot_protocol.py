@@ -1,0 +1,116 @@
+"""What a TaskExecutor and its slot processes tell each other: JSON lines over a socketpair.
+
+The TaskExecutor (`SlotProcessPool`) sends
+
+    {"type": "warm", "connect_url": ...}             run a throwaway session's first action
+    {"type": "run", "tdd": {...}, "connect_url": ..., "artifact_paths": [...]}
+    {"type": "cancel", "execution_id": ...}          interrupt the attempt's Spark operations
+    {"type": "stop"}                                 release the session and exit
+
+and the slot process answers
+
+    {"type": "ready", "pid": ...}                    once, after importing pyspark's Connect client
+    {"type": "warmed", "error": null | "..."}        after a `warm`
+    {"type": "state", "state": "INITIALIZING" | "RUNNING" | terminal, "rows", "result_path", "failure"}
+
+A `run` is answered by its states, the terminal one last. Both ends import this module, which
+imports no pyspark.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from sparkdispatch.jobgraph import ExecutionState, Failure
+from sparkdispatch.protocol import TaskDeploymentDescriptor
+
+Message = dict[str, Any]
+
+READY = "ready"
+WARM = "warm"
+WARMED = "warmed"
+RUN = "run"
+CANCEL = "cancel"
+STOP = "stop"
+STATE = "state"
+
+
+class ControlChannel:
+    """One end of the socketpair: whole JSON messages, one per line. `send` is thread-safe."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._socket = sock
+        self._reader = sock.makefile("rb")
+        self._send_lock = threading.Lock()
+
+    def send(self, message: Message) -> None:
+        """Raises `OSError` when the other end is gone."""
+        data = json.dumps(message, separators=(",", ":")).encode() + b"\n"
+        with self._send_lock:
+            self._socket.sendall(data)
+
+    def receive(self) -> Message | None:
+        """The next message; None once the other end closed its side (or died)."""
+        try:
+            line = self._reader.readline()
+        except OSError:
+            return None
+        if not line:
+            return None
+        message = json.loads(line)
+        if not isinstance(message, dict) or not isinstance(message.get("type"), str):
+            raise ValueError(f"not a control message: {line[:200]!r}")
+        return message
+
+    def settimeout(self, timeout: float | None) -> None:
+        """Bound how long `receive` waits (None: for ever); a timeout reads as the other end gone."""
+        self._socket.settimeout(timeout)
+
+    def close(self) -> None:
+        self._reader.close()
+        self._socket.close()
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """One attempt for a slot process: the deployment, the job's Connect server and its local artifacts."""
+
+    tdd: TaskDeploymentDescriptor
+    connect_url: str
+    artifact_paths: tuple[str, ...] = ()
+
+    def to_message(self) -> Message:
+        return {"type": RUN, "tdd": self.tdd.to_dict(), "connect_url": self.connect_url,
+                "artifact_paths": list(self.artifact_paths)}
+
+    @classmethod
+    def from_message(cls, message: Message) -> RunRequest:
+        return cls(tdd=TaskDeploymentDescriptor.from_dict(message["tdd"]), connect_url=str(message["connect_url"]),
+                   artifact_paths=tuple(str(p) for p in message.get("artifact_paths", ())))
+
+
+@dataclass(frozen=True)
+class AttemptState:
+    """A state an attempt reached in its slot process, with its outcome once terminal."""
+
+    state: ExecutionState
+    rows: int | None = None
+    result_path: str | None = None
+    failure: Failure | None = None
+
+    def to_message(self) -> Message:
+        return {"type": STATE, "state": self.state.value, "rows": self.rows, "result_path": self.result_path,
+                "failure": self.failure.to_dict() if self.failure is not None else None}
+
+    @classmethod
+    def from_message(cls, message: Message) -> AttemptState:
+        failure: Any = message.get("failure")
+        rows: Any = message.get("rows")
+        return cls(state=ExecutionState(message["state"]), rows=int(rows) if rows is not None else None,
+                   result_path=message.get("result_path"),
+                   failure=Failure(cls=str(failure["class"]), message=str(failure["message"]),
+                                   traceback=str(failure.get("traceback", ""))) if failure else None)

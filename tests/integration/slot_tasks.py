@@ -1,0 +1,114 @@
+"""Task functions the slot process tests run; shipped to the slot processes as an artifact.
+
+Functions that must be watched from the test leave `<params["marker_dir"]>/<name>` files, whose
+content is the slot process's pid.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+
+def _mark(ctx: Any, name: str) -> None:
+    marker_dir = Path(ctx.params["marker_dir"])
+    marker_dir.mkdir(parents=True, exist_ok=True)
+    (marker_dir / name).write_text(str(os.getpid()))
+
+
+def _wait_for(path: Path, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} did not appear within {timeout_s:g}s")
+        time.sleep(0.05)
+
+
+def context(ctx: Any) -> Any:
+    """One row: what `ctx` holds, and which process ran the task."""
+    seen = {"params": dict(ctx.params), "subtask_index": ctx.subtask_index, "parallelism": ctx.parallelism,
+            "job_id": ctx.job_id, "vertex_id": ctx.vertex_id, "attempt": ctx.attempt, "inputs": sorted(ctx.inputs)}
+    return ctx.spark.createDataFrame([(json.dumps(seen, sort_keys=True), os.getpid())], "ctx string, pid long")
+
+
+def versions(ctx: Any) -> Any:
+    """One row: the version of `params["module"]` here and on Spark's Python workers, and the shuffle
+    partitions this job's session uses. Waits until every job in `params["peers"]` has started."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType
+
+    module_name = ctx.params["module"]
+    _mark(ctx, f"{ctx.job_id}.started")
+    for peer in ctx.params.get("peers", ()):
+        _wait_for(Path(ctx.params["marker_dir"]) / f"{peer}.started")
+    here = importlib.import_module(module_name).VERSION
+
+    def on_workers(_: Any) -> str:
+        return str(importlib.import_module(module_name).VERSION)
+
+    on_executors = ctx.spark.range(1).select(F.udf(on_workers, StringType())("id")).collect()[0][0]
+    partitions = (ctx.spark.range(200).repartition("id").select(F.spark_partition_id().alias("p"))
+                  .distinct().count())
+    return ctx.spark.createDataFrame(
+        [(str(here), on_executors, ctx.spark.conf.get("spark.sql.shuffle.partitions"), partitions, os.getpid())],
+        "here string, on_executors string, conf string, partitions long, pid long")
+
+
+def swallow_cancellation(ctx: Any) -> None:
+    """Runs for ever: every interruption, exception or not, is swallowed."""
+    _mark(ctx, "swallowing")
+    while True:
+        try:
+            time.sleep(1)
+        except BaseException:  # noqa: BLE001 - the point of this task
+            pass
+
+
+def endless_spark(ctx: Any) -> None:
+    """A Spark operation that runs for many minutes unless interrupted."""
+    _mark(ctx, "spark-started")
+    ctx.spark.range(0, 10**12, numPartitions=2).selectExpr("sum(id % 7)").collect()
+
+
+def die(ctx: Any) -> None:
+    """Ends the slot process: `os._exit(params["code"])`, or a signal named by `params["signal"]`."""
+    _mark(ctx, "dying")
+    if "signal" in ctx.params:
+        os.kill(os.getpid(), signal.Signals[ctx.params["signal"]])
+        time.sleep(10)
+    os._exit(int(ctx.params.get("code", 1)))
+
+
+def after_marker(ctx: Any) -> Any:
+    """Waits for `params["wait_for"]` in the marker dir, then returns three rows."""
+    _mark(ctx, "waiting")
+    _wait_for(Path(ctx.params["marker_dir"]) / ctx.params["wait_for"])
+    return ctx.spark.range(3)
+
+
+def multiples_of_seven(ctx: Any) -> Any:
+    return ctx.spark.range(0, int(ctx.params.get("below", 1000))).where("id % 7 = 0")
+
+
+def even_inputs(ctx: Any) -> Any:
+    """The `up` input's even ids; asserts what the other inputs look like."""
+    assert ctx.inputs["empty"] is None
+    assert sorted(ctx.inputs) == ["empty", "never_read", "up"]
+    return ctx.inputs["up"].where("id % 2 = 0")
+
+
+def uses_rdd(ctx: Any) -> Any:
+    return ctx.spark.createDataFrame(ctx.spark.sparkContext.parallelize([(1,)]), "n long")
+
+
+def fails(ctx: Any) -> Any:
+    raise ValueError("no sales on " + ctx.params["day"])
+
+
+def not_a_frame(ctx: Any) -> Any:
+    return 42

@@ -1,0 +1,142 @@
+"""A TaskExecutor's Spark Connect server, for real: it serves Connect sessions, answers health checks,
+and leaves no process behind, whether it stops, dies or never starts.
+
+One server serves the module (a start costs 10-30 s on a busy machine); the test that stops it
+comes last.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from sparkdispatch.config import Configuration
+from sparkdispatch.errors import ConnectServerError
+from sparkdispatch.settings import ConnectServerSettings
+from sparkdispatch.taskexecutor.connect_server import LOG_FILE_NAME, ConnectServer
+
+pytestmark = pytest.mark.slow
+
+
+def settings(**keys: str) -> ConnectServerSettings:
+    return ConnectServerSettings.from_config(Configuration.from_mapping({
+        "spark.master": "local[2]", "spark.sql.shuffle.partitions": "3",
+        "taskexecutor.connect.driver-memory": "512mb", **keys}))
+
+
+def processes_of_group(pgid: int) -> list[psutil.Process]:
+    """The living processes of a process group (spark-class leaves a zombie that init reaps later)."""
+    found = []
+    for process in psutil.process_iter():
+        try:
+            if os.getpgid(process.pid) == pgid and process.status() != psutil.STATUS_ZOMBIE:
+                found.append(process)
+        except (ProcessLookupError, psutil.NoSuchProcess):
+            pass
+    return found
+
+
+def processes_mentioning(path: Path) -> list[psutil.Process]:
+    """Processes whose command line names `path` (the server's java names its work dir)."""
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        if any(str(path) in arg for arg in process.info["cmdline"] or ()):
+            found.append(process)
+    return found
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, service_missing: Callable[[str], None]) -> Iterator[ConnectServer]:
+    if shutil.which("java") is None:
+        service_missing("Spark needs java on PATH")
+    server = ConnectServer(settings(), work_dir=tmp_path_factory.mktemp("connect"), app_name="sparkdispatch-test")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_a_connect_session_runs_queries_with_the_configured_properties(server: ConnectServer,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+
+    # creating a Connect session sets this for the whole process; undone after the test, so the
+    # session-wide classic `spark` fixture of later tests still builds a classic session
+    monkeypatch.delenv("SPARK_CONNECT_MODE_ENABLED", raising=False)
+
+    assert server.url.startswith("sc://127.0.0.1:") and server.is_alive()
+    spark = SparkSession.builder.remote(server.url).create()
+    try:
+        rows = spark.range(100).groupBy((F.col("id") % 3).alias("k")).count().orderBy("k").collect()
+        assert [(row["k"], row["count"]) for row in rows] == [(0, 34), (1, 33), (2, 33)]
+        assert spark.conf.get("spark.sql.shuffle.partitions") == "3"
+        assert spark.conf.get("spark.scheduler.mode") == "FAIR"
+    finally:
+        spark.stop()
+
+
+def test_the_server_listens_on_loopback_only_and_answers_health_checks_quickly(server: ConnectServer) -> None:
+    assert server.pid is not None
+    port = int(server.url.rpartition(":")[2])
+    listening = [c.laddr for c in psutil.Process(server.pid).net_connections(kind="tcp")
+                 if c.status == psutil.CONN_LISTEN and c.laddr.port == port]
+    assert listening and all(address.ip in ("127.0.0.1", "::ffff:127.0.0.1") for address in listening)
+    assert server.ui_port is not None and server.ui_port not in (0, 4040, port)  # a free port of its own
+    started = time.monotonic()
+    assert server.is_healthy()
+    assert time.monotonic() - started < 1.0
+    assert server.log_path.name == LOG_FILE_NAME and "Spark Connect server started at" in server.log_path.read_text()
+
+
+def test_a_dead_server_is_unhealthy_and_a_restart_brings_it_back_on_its_port(server: ConnectServer) -> None:
+    assert server.pid is not None
+    url = server.url
+    os.kill(server.pid, signal.SIGKILL)  # the JVM dies (out of memory, a crash)
+    deadline = time.monotonic() + 10
+    while server.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not server.is_alive() and not server.is_healthy()
+    server.restart()
+    assert server.url == url and server.is_healthy()
+    assert (server.log_path.parent / (LOG_FILE_NAME + ".1")).exists()  # the dead server's log is kept
+
+
+def test_stop_ends_the_whole_process_group_and_is_idempotent(server: ConnectServer) -> None:
+    """Runs last: it stops the module's server."""
+    pgid = server.pid
+    assert pgid is not None and processes_of_group(pgid)
+    server.stop()
+    assert not server.is_alive() and not server.is_healthy() and server.pid is None
+    assert processes_of_group(pgid) == []
+    assert processes_mentioning(server.work_dir) == []
+    server.stop()
+    with pytest.raises(ConnectServerError):
+        server.url
+
+
+def test_a_bad_spark_master_fails_the_start_naming_the_log(tmp_path: Path) -> None:
+    server = ConnectServer(settings(**{"spark.master": "nosuch://nowhere"}), work_dir=tmp_path)
+    with pytest.raises(ConnectServerError) as raised:
+        server.start(timeout=60)
+    error = raised.value
+    assert str(server.log_path) in str(error) and error.log_file == str(server.log_path)
+    assert "(master nosuch://nowhere) exited with code" in error.message
+    assert any("Master must either be yarn or start with" in line for line in error.details), error.details
+    assert not any(line.lstrip().startswith("at ") for line in error.details)  # no Java stack frames
+    assert not server.is_alive() and processes_mentioning(tmp_path) == []
+
+
+def test_a_start_that_times_out_leaves_no_process(tmp_path: Path) -> None:
+    server = ConnectServer(settings(), work_dir=tmp_path)
+    with pytest.raises(ConnectServerError, match=r"did not start within 0.5 s; its log is "):
+        server.start(timeout=0.5)
+    assert not server.is_alive() and processes_mentioning(tmp_path) == []

@@ -1,0 +1,360 @@
+"""Slot processes against a real Spark Connect server, driven through `SlotProcessPool`.
+
+One server serves the whole module; each test has a pool of its own (one warm spare, a 2 s
+cancellation timeout) and checks when it closes that none of its processes is left. Task
+functions live in slot_tasks.py, shipped as an artifact the way the TaskExecutor's cache keeps
+them (a directory per content); tests that need two versions of one module write them here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import textwrap
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from sparkdispatch.jobgraph import ExecutionState
+from sparkdispatch.protocol import TaskDeploymentDescriptor
+from sparkdispatch.results import ResultLayout
+from sparkdispatch.settings import ConnectServerSettings, SlotPoolSettings
+from sparkdispatch.taskexecutor.connect_server import ConnectServer
+from sparkdispatch.taskexecutor.slot_pool import SlotProcessPool
+from sparkdispatch.taskexecutor.server_watch import ConnectServerWatch
+from sparkdispatch.taskexecutor.slot_protocol import AttemptState
+
+pytestmark = pytest.mark.slow
+
+TASKS = Path(__file__).with_name("slot_tasks.py")
+CANCELLATION_TIMEOUT_S = 2.0
+WAIT_S = 120.0
+
+
+@pytest.fixture(scope="module")
+def connect_server(tmp_path_factory: pytest.TempPathFactory, service_missing: Callable[[str], None]) \
+        -> Iterator[ConnectServer]:
+    if shutil.which("java") is None:
+        service_missing("Spark needs java on PATH")
+    settings = ConnectServerSettings(spark_master="local[2]", port=0, start_timeout=240.0, driver_memory=768 << 20,
+                                     spark_properties={"spark.ui.enabled": "false",
+                                                       "spark.sql.shuffle.partitions": "2"})
+    server = ConnectServer(settings, work_dir=tmp_path_factory.mktemp("connect-server"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def pool(connect_server: ConnectServer) -> Iterator[SlotProcessPool]:
+    pool = SlotProcessPool(SlotPoolSettings(spares=1, cancellation_timeout=CANCELLATION_TIMEOUT_S),
+                           connect_url=connect_server.url)
+    pool.start()
+    try:
+        yield pool
+    finally:
+        pool.close()
+    assert slot_processes() == set(), "slot processes left after close()"
+
+
+@pytest.fixture
+def tasks(tmp_path: Path) -> str:
+    """slot_tasks.py as a local artifact."""
+    return artifact(tmp_path, "slot_tasks.py", TASKS.read_bytes())
+
+
+def artifact(root: Path, filename: str, data: bytes) -> str:
+    """A local artifact file as the TaskExecutor's cache keeps it: in a directory of its own per content."""
+    path = root / "cache" / hashlib.sha256(data).hexdigest() / filename
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return str(path)
+
+
+def new_job_id() -> str:
+    return uuid.uuid4().hex
+
+
+def deployment(tmp_path: Path, entrypoint: str, *, job_id: str, slot_index: int = 0, subtask_index: int = 0,
+               parallelism: int = 1, attempt: int = 0, params: dict[str, Any] | None = None,
+               **fields: Any) -> TaskDeploymentDescriptor:
+    execution_id = uuid.uuid4().hex
+    return TaskDeploymentDescriptor(
+        job_id=job_id, job_master_id="jm-1", execution_id=execution_id, vertex_id="v", entrypoint=entrypoint,
+        subtask_index=subtask_index, parallelism=parallelism, attempt=attempt, allocation_id=f"alloc-{slot_index}",
+        slot_index=slot_index,
+        result_path=ResultLayout(str(tmp_path / "results")).attempt_path(job_id, "v", subtask_index, execution_id),
+        params={"marker_dir": str(tmp_path / "markers"), **(params or {})}, **fields)
+
+
+class Attempt:
+    """`pool.run` in a thread of its own: its states as they come, its end."""
+
+    def __init__(self, pool: SlotProcessPool, tdd: TaskDeploymentDescriptor, artifacts: list[str]) -> None:
+        self.tdd = tdd
+        self.states: list[ExecutionState] = []
+        self.end: AttemptState | None = None
+        self.ended_at = 0.0
+        self._thread = threading.Thread(target=self._run, args=(pool, artifacts), daemon=True)
+        self._thread.start()
+
+    def _run(self, pool: SlotProcessPool, artifacts: list[str]) -> None:
+        self.end = pool.run(self.tdd.slot_index, self.tdd, artifacts, lambda s: self.states.append(s.state))
+        self.ended_at = time.monotonic()
+
+    def join(self, timeout: float = WAIT_S) -> AttemptState:
+        self._thread.join(timeout)
+        assert self.end is not None, f"execution {self.tdd.execution_id} did not end within {timeout:g}s"
+        return self.end
+
+
+def run(pool: SlotProcessPool, tdd: TaskDeploymentDescriptor, artifacts: list[str]) -> AttemptState:
+    states: list[ExecutionState] = []
+    end = pool.run(tdd.slot_index, tdd, artifacts, lambda s: states.append(s.state))
+    assert states == [ExecutionState.INITIALIZING, ExecutionState.RUNNING][:len(states)]
+    return end
+
+
+def rows_of(end: AttemptState) -> list[dict[str, Any]]:
+    assert end.state is ExecutionState.FINISHED and end.result_path is not None, end
+    rows: list[dict[str, Any]] = pq.read_table(end.result_path).to_pylist()
+    return rows
+
+
+def wait_for_marker(tmp_path: Path, name: str, timeout: float = WAIT_S) -> int:
+    """The pid a task wrote into its marker file."""
+    path = tmp_path / "markers" / name
+    deadline = time.monotonic() + timeout
+    while not path.exists() or not path.read_text():
+        assert time.monotonic() < deadline, f"no marker {name} within {timeout:g}s"
+        time.sleep(0.02)
+    return int(path.read_text())
+
+
+def slot_processes() -> set[int]:
+    """The slot processes this test process started that still exist (zombies included)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            command = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid() and b"slot_process" in command:
+            found.add(int(entry.name))
+    return found
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+# --------------------------------------------------------------------------------------------
+# ctx, results and failures
+
+
+def test_ctx_results_and_failures_of_one_job_in_its_slot_process(pool: SlotProcessPool, tasks: str,
+                                                                 tmp_path: Path) -> None:
+    job_id = new_job_id()
+    tdd = deployment(tmp_path, "slot_tasks:context", job_id=job_id, slot_index=1, subtask_index=2, parallelism=3,
+                     attempt=4, params={"day": "2026-01-01"}, inputs={"up": ()})
+    [row] = rows_of(run(pool, tdd, [tasks]))
+    assert json.loads(row["ctx"]) == {"params": {"day": "2026-01-01", "marker_dir": str(tmp_path / "markers")},
+                                      "subtask_index": 2, "parallelism": 3, "job_id": job_id, "vertex_id": "v",
+                                      "attempt": 4, "inputs": ["up"]}
+    process = row["pid"]
+
+    # rows come from the write itself and equal the DataFrame's count, also for an empty one
+    seven = run(pool, deployment(tmp_path, "slot_tasks:multiples_of_seven", job_id=job_id, slot_index=1), [tasks])
+    assert (seven.rows, len(rows_of(seven))) == (143, 143)
+    few = run(pool, deployment(tmp_path, "slot_tasks:multiples_of_seven", job_id=job_id, slot_index=1,
+                               params={"below": 20}), [tasks])
+    assert (few.rows, len(rows_of(few))) == (3, 3)
+    assert run(pool, deployment(tmp_path, "slot_tasks:multiples_of_seven", job_id=job_id, slot_index=1,
+                                params={"below": 0}), [tasks]).rows == 0
+
+    # inputs: all partitions of a vertex together, read lazily (`never_read` does not exist)
+    inputs = run(pool, deployment(tmp_path, "slot_tasks:even_inputs", job_id=job_id, slot_index=1,
+                                  inputs={"up": (str(seven.result_path), str(few.result_path)), "empty": (),
+                                          "never_read": (str(tmp_path / "missing"),)}), [tasks])
+    assert inputs.state is ExecutionState.FINISHED, inputs.failure
+    assert inputs.rows == len([i for i in range(0, 1000, 7) if i % 2 == 0]) + len([0, 14])
+
+    # failures: class, message and traceback of the function's exception; bad entrypoints and results
+    failed = run(pool, deployment(tmp_path, "slot_tasks:fails", job_id=job_id, slot_index=1,
+                                  params={"day": "monday"}), [tasks])
+    assert failed.state is ExecutionState.FAILED and failed.failure is not None
+    assert (failed.failure.cls, failed.failure.message) == ("ValueError", "no sales on monday")
+    assert 'raise ValueError("no sales on "' in failed.failure.traceback and "slot_tasks.py" in failed.failure.traceback
+    for entrypoint, cls in [("nowhere_module_x:task", "ModuleNotFoundError"), ("slot_tasks:absent", "AttributeError"),
+                            ("slot_tasks:not_a_frame", "TypeError")]:
+        end = run(pool, deployment(tmp_path, entrypoint, job_id=job_id, slot_index=1), [tasks])
+        assert (end.state, end.failure.cls if end.failure else None) == (ExecutionState.FAILED, cls)
+
+    # the RDD API does not exist on a Connect session, and the failure says so
+    rdd = run(pool, deployment(tmp_path, "slot_tasks:uses_rdd", job_id=job_id, slot_index=1), [tasks])
+    assert rdd.state is ExecutionState.FAILED and rdd.failure is not None
+    assert rdd.failure.cls == "PySparkAttributeError"
+    assert "the RDD API (spark.sparkContext" in rdd.failure.message
+    assert "JVM_ATTRIBUTE_NOT_SUPPORTED" in rdd.failure.message
+
+    # every task of the job ran in the slot's one process
+    [again] = rows_of(run(pool, deployment(tmp_path, "slot_tasks:context", job_id=job_id, slot_index=1), [tasks]))
+    assert again["pid"] == process
+
+
+def test_a_configuration_key_spark_refuses_fails_the_attempt_naming_it(pool: SlotProcessPool, tasks: str,
+                                                                       tmp_path: Path) -> None:
+    end = run(pool, deployment(tmp_path, "slot_tasks:context", job_id=new_job_id(),
+                               spark_conf={"spark.sql.shuffle.partitions": "4", "spark.executor.memory": "2g"}),
+              [tasks])
+    assert end.state is ExecutionState.FAILED and end.failure is not None
+    assert end.failure.cls == "ConfigurationError"
+    assert "spark.executor.memory='2g'" in end.failure.message and "CANNOT_MODIFY_CONFIG" in end.failure.message
+
+
+# --------------------------------------------------------------------------------------------
+# Isolation
+
+
+def versioned_module(tmp_path: Path, name: str, version: str) -> str:
+    return artifact(tmp_path, f"{name}.py", f"VERSION = {version!r}\n".encode())
+
+
+def test_a_reuploaded_module_runs_its_new_code_in_a_later_job(pool: SlotProcessPool, tasks: str,
+                                                              tmp_path: Path) -> None:
+    module = f"pipeline_{uuid.uuid4().hex[:8]}"
+    seen = []
+    for version in ("v1", "v2"):  # same file name, new content: a new blob, a new job
+        code = versioned_module(tmp_path, module, version)
+        end = run(pool, deployment(tmp_path, "slot_tasks:versions", job_id=new_job_id(), params={"module": module}),
+                  [tasks, code])
+        [row] = rows_of(end)
+        seen.append(row)
+    assert [(r["here"], r["on_executors"]) for r in seen] == [("v1", "v1"), ("v2", "v2")]
+    assert seen[0]["pid"] != seen[1]["pid"]  # the slot process that ran v1 never runs another job
+    assert gone(seen[0]["pid"])
+
+
+def test_two_concurrent_jobs_run_their_own_module_version_and_shuffle_partitions(
+        pool: SlotProcessPool, tasks: str, tmp_path: Path) -> None:
+    module = f"pipeline_{uuid.uuid4().hex[:8]}"
+    jobs = {new_job_id(): ("v1", "3"), new_job_id(): ("v2", "5")}
+    attempts = []
+    for slot_index, (job_id, (version, partitions)) in enumerate(jobs.items()):
+        peers = [other for other in jobs if other != job_id]
+        tdd = deployment(tmp_path, "slot_tasks:versions", job_id=job_id, slot_index=slot_index,
+                         params={"module": module, "peers": peers},
+                         spark_conf={"spark.sql.shuffle.partitions": partitions, "spark.sql.adaptive.enabled": "false"})
+        attempts.append(Attempt(pool, tdd, [tasks, versioned_module(tmp_path, module, version)]))
+    seen = {attempt.tdd.job_id: rows_of(attempt.join())[0] for attempt in attempts}
+    assert {job_id: (r["here"], r["on_executors"], r["conf"], r["partitions"]) for job_id, r in seen.items()} == {
+        job_id: (version, version, partitions, int(partitions)) for job_id, (version, partitions) in jobs.items()}
+
+
+# --------------------------------------------------------------------------------------------
+# Cancellation and dying processes
+
+
+def test_cancelling_interrupts_the_spark_operation_at_once_and_leaves_the_other_slot_running(
+        pool: SlotProcessPool, tasks: str, tmp_path: Path) -> None:
+    job_id = new_job_id()
+    endless = Attempt(pool, deployment(tmp_path, "slot_tasks:endless_spark", job_id=job_id, slot_index=0), [tasks])
+    other = Attempt(pool, deployment(tmp_path, "slot_tasks:after_marker", job_id=job_id, slot_index=1,
+                                     params={"wait_for": "go"}), [tasks])
+    process = wait_for_marker(tmp_path, "spark-started")
+    wait_for_marker(tmp_path, "waiting")
+    time.sleep(1.0)  # the Spark operation runs
+
+    cancelled_at = time.monotonic()
+    assert pool.cancel(endless.tdd.execution_id)
+    assert endless.join().state is ExecutionState.CANCELED
+    assert endless.ended_at - cancelled_at < CANCELLATION_TIMEOUT_S  # interrupted, not killed
+    assert not gone(process)
+
+    (tmp_path / "markers" / "go").write_text("")
+    assert other.join().rows == 3
+    assert not pool.cancel(endless.tdd.execution_id)  # over
+    # the slot's process and the job's session serve the job's next task
+    [row] = rows_of(run(pool, deployment(tmp_path, "slot_tasks:context", job_id=job_id, slot_index=0), [tasks]))
+    assert row["pid"] == process
+
+
+def test_a_task_that_swallows_cancellation_is_killed_after_the_timeout_and_its_slot_runs_the_next_job(
+        pool: SlotProcessPool, tasks: str, tmp_path: Path) -> None:
+    stubborn = Attempt(pool, deployment(tmp_path, "slot_tasks:swallow_cancellation", job_id=new_job_id()), [tasks])
+    process = wait_for_marker(tmp_path, "swallowing")
+
+    cancelled_at = time.monotonic()
+    assert pool.cancel(stubborn.tdd.execution_id)
+    assert stubborn.join().state is ExecutionState.CANCELED
+    assert CANCELLATION_TIMEOUT_S <= stubborn.ended_at - cancelled_at < CANCELLATION_TIMEOUT_S + 3.0
+    assert gone(process)
+
+    [row] = rows_of(run(pool, deployment(tmp_path, "slot_tasks:context", job_id=new_job_id()), [tasks]))
+    assert row["pid"] != process
+
+
+@pytest.mark.parametrize("params, how", [({"code": 1}, "exited with code 1"),
+                                         ({"signal": "SIGSEGV"}, "killed by signal 11 (SIGSEGV)")])
+def test_a_dying_slot_process_fails_only_its_attempt_and_the_next_task_runs(
+        pool: SlotProcessPool, tasks: str, tmp_path: Path, params: dict[str, Any], how: str) -> None:
+    job_id = new_job_id()
+    neighbour = Attempt(pool, deployment(tmp_path, "slot_tasks:after_marker", job_id=job_id, slot_index=1,
+                                         params={"wait_for": "dying"}), [tasks])
+    wait_for_marker(tmp_path, "waiting")
+
+    end = run(pool, deployment(tmp_path, "slot_tasks:die", job_id=job_id, slot_index=0, params=params), [tasks])
+
+    process = wait_for_marker(tmp_path, "dying")
+    assert end.state is ExecutionState.FAILED and end.failure is not None
+    assert (end.failure.cls, end.failure.message) == (
+        "SlotProcessLost", f"the slot process (pid {process}) died during the task: {how}")
+    assert neighbour.join().rows == 3  # the other slot's task went on
+    [row] = rows_of(run(pool, deployment(tmp_path, "slot_tasks:context", job_id=job_id, slot_index=0), [tasks]))
+    assert row["pid"] != process
+
+
+# --------------------------------------------------------------------------------------------
+# The server dies under the slot processes (last in the module: it restarts the shared server)
+
+
+def test_a_dead_connect_server_is_restarted_and_the_slot_processes_follow_it(
+        pool: SlotProcessPool, connect_server: ConnectServer, tasks: str, tmp_path: Path) -> None:
+    job_id = new_job_id()
+    [before] = rows_of(run(pool, deployment(tmp_path, "slot_tasks:context", job_id=job_id), [tasks]))
+    running = Attempt(pool, deployment(tmp_path, "slot_tasks:endless_spark", job_id=job_id, slot_index=1), [tasks])
+    wait_for_marker(tmp_path, "spark-started")
+    assert connect_server.pid is not None
+    os.killpg(connect_server.pid, signal.SIGKILL)  # the server and everything it started, as a crash would
+    deadline = time.monotonic() + 10
+    while connect_server.is_alive():
+        assert time.monotonic() < deadline, "the killed server still runs"
+        time.sleep(0.05)
+
+    ConnectServerWatch(connect_server, pool).check()
+
+    assert connect_server.is_healthy()
+    end = running.join()
+    assert end.state is ExecutionState.FAILED and end.failure is not None
+    # the task's action fails fast when the server dies, or the watch replaces its process
+    assert "Spark Connect server" in end.failure.message, end.failure
+    [after] = rows_of(run(pool, deployment(tmp_path, "slot_tasks:context", job_id=job_id), [tasks]))
+    assert after["pid"] != before["pid"]  # a fresh process with a session on the new server

@@ -1,0 +1,207 @@
+"""A TaskExecutor runs a deployment only under its current leader session and registration, and
+unregisters when it stops: `MasterConnection` against a recording client, and the unregister
+route of a real in-process master."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import aiohttp
+import pytest
+
+from sparkdispatch.config import Configuration
+from sparkdispatch.errors import FencingTokenMismatch, SparkDispatchError
+from sparkdispatch.ha.leader import LeaderInfo
+from sparkdispatch.jobgraph import ExecutionState
+from sparkdispatch.protocol import ExecutionStateUpdate, RegistrationAck, SlotReport, TaskDeploymentDescriptor
+from sparkdispatch.taskexecutor.master_client import SESSION_HEADER, AsyncMasterClient, MasterClient
+from sparkdispatch.taskexecutor.runner import SlotTable
+from sparkdispatch.taskexecutor.worker import MasterConnection, TaskExecutorIdentity
+from sparkdispatch.testing.master import InProcessMaster
+
+LEADER = LeaderInfo("http://master:8081", "11111111-2222-3333-4444-555555555555")
+FORMER_LEADER = LeaderInfo("http://old-master:8081", "99999999-2222-3333-4444-555555555555")
+IDENTITY = TaskExecutorIdentity(task_executor_id="te-1", hostname="te-1@host", queue="sparkdispatch.te.te-1",
+                                spark_master="local[1]")
+
+
+class RecordingClient:
+    """A MasterClient that answers registrations with numbered ids and records every call."""
+
+    def __init__(self) -> None:
+        self.registrations: list[str | None] = []  # the previous registration id each one named
+        self.resume = False
+        self.hold_registration: threading.Event | None = None
+        self.registering = threading.Event()
+        self.reports: list[tuple[str, str, ExecutionStateUpdate]] = []
+        self.unregistered: list[tuple[str, str, str, str]] = []
+
+    def register(self, address: str, session_id: str, *, previous_registration_id: str | None = None,
+                 **_: Any) -> RegistrationAck:
+        self.registering.set()
+        if self.hold_registration is not None:
+            self.hold_registration.wait(10)
+        self.registrations.append(previous_registration_id)
+        return RegistrationAck("rm-1", 300, 2000, registration_id=f"reg-{len(self.registrations)}",
+                               resumed=self.resume and previous_registration_id is not None)
+
+    def heartbeat(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def report_state(self, address: str, session_id: str, update: ExecutionStateUpdate) -> None:
+        self.reports.append((address, session_id, update))
+
+    def unregister(self, address: str, session_id: str, task_executor_id: str, *, registration_id: str,
+                   timeout: float) -> bool:
+        self.unregistered.append((address, session_id, task_executor_id, registration_id))
+        return True
+
+
+class Leader:
+    def __init__(self) -> None:
+        self.current: LeaderInfo | None = LEADER
+
+    def __call__(self) -> LeaderInfo | None:
+        return self.current
+
+
+@pytest.fixture
+def client() -> RecordingClient:
+    return RecordingClient()
+
+
+@pytest.fixture
+def leader() -> Leader:
+    return Leader()
+
+
+@pytest.fixture
+def connection(client: RecordingClient, leader: Leader) -> MasterConnection:
+    config = Configuration.from_mapping({"heartbeat.interval": "300ms", "heartbeat.timeout": "2s"})
+    return MasterConnection(config, identity=IDENTITY, slots=SlotTable(2), client=client,  # type: ignore[arg-type]
+                            current_leader=leader)
+
+
+def deployment(registration_id: str, session_id: str = LEADER.session_id) -> TaskDeploymentDescriptor:
+    return TaskDeploymentDescriptor(
+        job_id="a" * 32, job_master_id=session_id, execution_id="e-1", vertex_id="v", entrypoint="m:f",
+        subtask_index=0, parallelism=1, attempt=0, allocation_id="alloc-1", slot_index=0, result_path="/r",
+        registration_id=registration_id)
+
+
+def test_a_deployment_runs_only_under_the_current_session_and_registration(connection: MasterConnection) -> None:
+    assert connection.admits(deployment("reg-1"), LEADER.session_id, wait_s=0) == \
+        "this TaskExecutor is not registered with a ResourceManager"
+    connection.tick()
+    assert connection.admits(deployment("reg-1"), LEADER.session_id) is None
+    stale = connection.admits(deployment("reg-1", FORMER_LEADER.session_id), FORMER_LEADER.session_id)
+    assert stale is not None and f"leader session {FORMER_LEADER.session_id}" in stale
+    for registration_id in ("reg-0", ""):  # sent before this process registered; from no registration
+        refusal = connection.admits(deployment(registration_id), LEADER.session_id)
+        assert refusal is not None and "not to the current one, reg-1" in refusal
+
+
+def test_registering_again_keeps_the_old_registration_only_when_resumed(
+        connection: MasterConnection, client: RecordingClient, leader: Leader) -> None:
+    connection.tick()
+    leader.current = None  # ZooKeeper blip: no leader known for a while
+    connection.tick()
+    leader.current = LEADER
+    client.resume = True  # the ResourceManager still has registration reg-1 and keeps its allocations
+    connection.tick()
+    assert client.registrations == [None, "reg-1"]
+    assert connection.admits(deployment("reg-1"), LEADER.session_id) is None
+    assert connection.admits(deployment("reg-2"), LEADER.session_id) is None
+
+    leader.current = None
+    connection.tick()
+    leader.current = LEADER
+    client.resume = False  # the ResourceManager had dropped it: allocations of reg-1 and reg-2 are gone
+    connection.tick()
+    assert client.registrations == [None, "reg-1", "reg-2"]
+    assert connection.admits(deployment("reg-3"), LEADER.session_id) is None
+    assert connection.admits(deployment("reg-2"), LEADER.session_id) is not None
+    assert connection.admits(deployment("reg-1"), LEADER.session_id) is not None
+
+
+def test_a_new_leader_refuses_the_former_leaders_deployments(
+        connection: MasterConnection, leader: Leader) -> None:
+    leader.current = FORMER_LEADER
+    connection.tick()
+    leader.current = LEADER
+    connection.tick()
+    refusal = connection.admits(deployment("reg-1", FORMER_LEADER.session_id), FORMER_LEADER.session_id)
+    assert refusal is not None and "registered under session " + LEADER.session_id in refusal
+    assert connection.admits(deployment("reg-2"), LEADER.session_id) is None
+
+
+def test_a_deployment_that_overtakes_its_registration_waits_for_it(
+        connection: MasterConnection, client: RecordingClient) -> None:
+    client.hold_registration = threading.Event()
+    ticking = threading.Thread(target=connection.tick)
+    ticking.start()
+    try:
+        assert client.registering.wait(5)
+        threading.Timer(0.2, client.hold_registration.set).start()
+        assert connection.admits(deployment("reg-1"), LEADER.session_id, wait_s=10) is None
+    finally:
+        client.hold_registration.set()
+        ticking.join()
+
+
+def test_a_refused_deployment_is_reported_failed_saying_why(
+        connection: MasterConnection, client: RecordingClient) -> None:
+    connection.refuse(deployment("reg-0"), LEADER.session_id, "its slot was allocated to registration reg-0")
+    [(address, session_id, update)] = client.reports
+    assert (address, session_id, update.state, update.execution_id) == (
+        LEADER.address, LEADER.session_id, ExecutionState.FAILED, "e-1")
+    assert update.failure is not None and update.failure.cls == "DeploymentRefused"
+    assert "TaskExecutor te-1 refused the deployment: its slot was allocated to registration reg-0" == \
+        update.failure.message
+
+
+def test_stopping_unregisters_once_and_registers_no_more(
+        connection: MasterConnection, client: RecordingClient) -> None:
+    connection.tick()
+    connection.unregister()
+    connection.unregister()
+    assert client.unregistered == [(LEADER.address, LEADER.session_id, "te-1", "reg-1")]
+    connection.tick()
+    assert client.registrations == [None]
+    assert connection.admits(deployment("reg-1"), LEADER.session_id) is not None
+
+
+# -- the route ----------------------------------------------------------------------------------
+
+
+async def test_the_unregister_route_removes_the_named_registration_only() -> None:
+    async with InProcessMaster() as master, aiohttp.ClientSession() as http:
+        te = AsyncMasterClient()
+        try:
+            ack = await te.register(master.url, master.session_id, task_executor_id="te-1", hostname="te-1@h",
+                                    queue="sparkdispatch.te.te-1", slots=2, slot_report=SlotReport.free(2),
+                                    spark_master="local[1]")
+            with pytest.raises(FencingTokenMismatch):
+                await te.unregister(master.url, FORMER_LEADER.session_id, "te-1", registration_id=ack.registration_id)
+            assert not await te.unregister(master.url, master.session_id, "te-1", registration_id="another")
+            async with http.post(f"{master.url}/v1/taskexecutors/te-1/unregister", json={},
+                                 headers={SESSION_HEADER: master.session_id}) as response:
+                assert response.status == 400 and "registration_id" in (await response.json())["errors"][0]
+            async with http.get(f"{master.url}/taskmanagers") as response:
+                assert [e["id"] for e in (await response.json())["taskmanagers"]] == ["te-1"]
+
+            assert await te.unregister(master.url, master.session_id, "te-1", registration_id=ack.registration_id)
+            async with http.get(f"{master.url}/taskmanagers") as response:
+                assert (await response.json())["taskmanagers"] == []
+        finally:
+            await te.close()
+
+
+def test_unregistering_from_a_master_that_does_not_answer_gives_up_in_time() -> None:
+    started = time.monotonic()
+    with MasterClient(Configuration.from_mapping({})) as client, pytest.raises(SparkDispatchError):
+        # a blackholed address: nothing answers, nothing refuses
+        client.unregister("http://10.255.255.1:9", LEADER.session_id, "te-1", registration_id="reg-1", timeout=0.2)
+    assert time.monotonic() - started < 3

@@ -1,0 +1,90 @@
+"""The slot process's protocol and helpers, without a Spark Connect server (tests/integration/test_slot_pool.py
+runs them against one)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from sparkdispatch.jobgraph import ExecutionState, Failure
+from sparkdispatch.protocol import TaskDeploymentDescriptor
+from sparkdispatch.taskexecutor.slot_pool import describe_exit
+from sparkdispatch.taskexecutor.slot_process import RDD_UNAVAILABLE, failure_of, import_path_entry, session_url
+from sparkdispatch.taskexecutor.slot_protocol import AttemptState, ControlChannel, RunRequest
+
+
+def test_the_slot_process_module_imports_neither_pyspark_nor_the_workers_side() -> None:
+    """pyspark's Connect client is imported by `main()`, after SPARK_CONNECT_MODE_ENABLED is set."""
+    probe = ("import sys, sparkdispatch.taskexecutor.slot_process; "
+             "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in "
+             "('pyspark', 'celery', 'aiohttp', 'kazoo') or m.startswith(('sparkdispatch.ha', 'sparkdispatch.broker', "
+             "'sparkdispatch.taskexecutor.runner', 'sparkdispatch.taskexecutor.worker')))))")
+    done = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True)
+    assert done.stdout.strip() == ""
+
+
+def test_messages_round_trip_over_the_control_channel() -> None:
+    ours, theirs = socket.socketpair()
+    parent, child = ControlChannel(ours), ControlChannel(theirs)
+    tdd = TaskDeploymentDescriptor(job_id="ab" * 16, job_master_id="jm", execution_id=uuid.uuid4().hex,
+                                   vertex_id="v", entrypoint="m:f", subtask_index=0, parallelism=1, attempt=0,
+                                   allocation_id="a", slot_index=0, result_path="/r", spark_conf={"k": "v"})
+    request = RunRequest(tdd, "sc://127.0.0.1:15002", ("/cache/x/m.py",))
+    ended = AttemptState(ExecutionState.FAILED, failure=Failure("ValueError", "bad row", "Traceback ..."))
+    finished = AttemptState(ExecutionState.FINISHED, rows=12, result_path="/r")
+    try:
+        parent.send(request.to_message())
+        child.send(ended.to_message())
+        child.send(finished.to_message())
+        message = child.receive()
+        assert message is not None and RunRequest.from_message(message) == request
+        assert [AttemptState.from_message(m) for m in (parent.receive(), parent.receive()) if m] == [ended, finished]
+        child.close()
+        assert parent.receive() is None  # the other end is gone
+    finally:
+        parent.close()
+
+
+@pytest.mark.parametrize("returncode, text", [
+    (0, "exited with code 0"), (1, "exited with code 1"),
+    (-11, "killed by signal 11 (SIGSEGV)"),
+    (-9, "killed by signal 9 (SIGKILL; out of memory? the kernel's OOM killer sends it)")])
+def test_how_a_slot_process_ended_is_said_plainly(returncode: int, text: str) -> None:
+    assert describe_exit(returncode) == text
+
+
+def test_a_task_reaching_for_the_rdd_api_is_told_it_does_not_exist_on_connect() -> None:
+    from pyspark.errors import PySparkAttributeError, PySparkNotImplementedError
+
+    no_context = PySparkAttributeError(errorClass="JVM_ATTRIBUTE_NOT_SUPPORTED",
+                                       messageParameters={"attr_name": "sparkContext"})
+    failure = failure_of(no_context)
+    assert failure.cls == "PySparkAttributeError"
+    assert failure.message.startswith(RDD_UNAVAILABLE) and "JVM_ATTRIBUTE_NOT_SUPPORTED" in failure.message
+
+    no_rdd = PySparkNotImplementedError(errorClass="NOT_IMPLEMENTED", messageParameters={"feature": "rdd"})
+    try:
+        try:
+            raise no_rdd
+        except PySparkNotImplementedError as exc:
+            raise RuntimeError("while building the report") from exc
+    except RuntimeError as wrapped:
+        assert failure_of(wrapped).message.startswith(RDD_UNAVAILABLE)
+
+    assert failure_of(ValueError("bad row")) == Failure.from_exception(ValueError("bad row"))
+
+
+def test_artifacts_go_on_the_path_as_a_zip_or_a_modules_directory() -> None:
+    assert import_path_entry("/cache/k1/code.zip") == "/cache/k1/code.zip"
+    assert import_path_entry("/cache/k2/helper.py") == "/cache/k2"
+
+
+def test_every_session_has_an_id_of_its_own() -> None:
+    first, second = session_url("sc://127.0.0.1:15002"), session_url("sc://127.0.0.1:15002/")
+    assert first.startswith("sc://127.0.0.1:15002/;session_id=") and second.startswith("sc://127.0.0.1:15002/;")
+    assert first != second
+    uuid.UUID(first.rpartition("=")[2], version=4)
