@@ -9,14 +9,11 @@ attempts fail and their JobMasters restart them; the TaskExecutor stays register
 from __future__ import annotations
 
 import logging
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
-
-from celery import bootsteps
-from celery.utils.timer2 import Entry
 
 from sparkdispatch.errors import SparkDispatchError
 from sparkdispatch.taskexecutor.connect_server import ConnectServer
+from sparkdispatch.taskexecutor.periodic_step import PeriodicStep
 from sparkdispatch.taskexecutor.slot_pool import SlotProcessPool
 
 log = logging.getLogger(__name__)
@@ -52,51 +49,29 @@ class ConnectServerWatch:
         log.info("the Spark Connect server serves again at %s", self._server.url)
 
 
-class ConnectServerWatchStep(bootsteps.StartStopStep):
-    """Worker step: `ConnectServerWatch.check` on the worker's timer, in a thread of its own.
+class ConnectServerWatchStep(PeriodicStep):
+    """Worker step: `ConnectServerWatch.check` every `CHECK_EVERY_S` on the step's own thread.
 
-    The thread lives as long as the worker: a server it restarts dies with that thread
+    That thread lives as long as the worker: a server it restarts dies with it, not before
     (`ConnectServer` ties the server to the thread that started it).
     """
 
-    requires = ("celery.worker.components:Timer",)
     label = "sparkdispatch-connect-server-watch"
 
     def __init__(self, w: Any, **kwargs: Any) -> None:
         super().__init__(w, **kwargs)
         self._watch: ConnectServerWatch | None = None
-        self._executor: ThreadPoolExecutor | None = None
-        self._in_flight: Future[None] | None = None
-        self._timer_entry: Entry | None = None
 
-    def start(self, w: Any) -> None:
+    def start_ticking(self, w: Any) -> float:
         runtime = w.app.task_executor
         if runtime is None:
             raise RuntimeError("ConnectServerWatchStep needs a TaskExecutor app")
         self._watch = ConnectServerWatch(runtime.server, runtime.pool)
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sparkdispatch-connect-watch")
-        self._timer_entry = w.timer.call_repeatedly(CHECK_EVERY_S, self._kick)
+        return CHECK_EVERY_S
 
-    def _kick(self) -> None:
-        if self._executor is None or (self._in_flight is not None and not self._in_flight.done()):
-            return
-        self._in_flight = self._executor.submit(self._check)
-
-    def _check(self) -> None:
+    def tick(self) -> None:
         assert self._watch is not None
         try:
             self._watch.check()
         except SparkDispatchError:
             log.exception("restarting the Spark Connect server failed; trying again in %gs", CHECK_EVERY_S)
-        except Exception:  # noqa: BLE001 - the timer must survive any one failure
-            log.exception("checking the Spark Connect server failed")
-
-    def stop(self, w: Any) -> None:
-        if self._timer_entry is not None:
-            self._timer_entry.cancel()
-            self._timer_entry = None
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
-            self._executor = None
-
-    shutdown = stop

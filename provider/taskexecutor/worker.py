@@ -11,9 +11,8 @@ registered under the deploying leader's session and the registration its slot wa
 under, so a deployment of a former leader, or queued in the broker before this process
 registered, never runs. A TaskExecutor that stops unregisters at once (`unregister`).
 
-`MasterConnectionStep` drives it from the worker's timer. With an event-loop transport
-(Redis) that timer runs on the consumer's loop, so each tick only hands the blocking HTTP work
-to the step's own thread.
+`MasterConnectionStep` drives it from the worker's timer, on a thread of its own
+(`PeriodicStep`).
 """
 
 from __future__ import annotations
@@ -22,11 +21,9 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from celery import bootsteps
 from celery.signals import worker_shutting_down
 
 from sparkdispatch.broker.celery_app import remove_stale_pidbox_messages
@@ -36,6 +33,7 @@ from sparkdispatch.ha.leader import LeaderInfo
 from sparkdispatch.jobgraph import ExecutionState, Failure
 from sparkdispatch.protocol import ExecutionStateUpdate, TaskDeploymentDescriptor
 from sparkdispatch.taskexecutor.master_client import MasterClient
+from sparkdispatch.taskexecutor.periodic_step import PeriodicStep
 from sparkdispatch.taskexecutor.runner import SlotTable
 
 log = logging.getLogger(__name__)
@@ -270,32 +268,27 @@ class MasterConnection:
                 pause = min(pause * 2, 1.0)
 
 
-class MasterConnectionStep(bootsteps.StartStopStep):
+class MasterConnectionStep(PeriodicStep):
     """Worker step: registration, heartbeats and broker upkeep on the worker's timer."""
 
-    requires = ("celery.worker.components:Timer",)
     label = "sparkdispatch-master-connection"
 
     def __init__(self, w: Any, **kwargs: Any) -> None:
         super().__init__(w, **kwargs)
         self._connection: MasterConnection | None = None
-        self._executor: ThreadPoolExecutor | None = None
-        self._in_flight: Future[None] | None = None
-        self._timer_entry: Any = None
+        self._config: Configuration | None = None
         self._last_cleanup = 0.0
         self._hostname: str | None = None
 
-    def start(self, w: Any) -> None:
+    def start_ticking(self, w: Any) -> float:
         runtime = w.app.task_executor
         if runtime is None:
             raise RuntimeError("MasterConnectionStep needs a TaskExecutor app")
         self._connection = runtime.connection
         self._config = runtime.config
         self._hostname = w.hostname
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sparkdispatch-master")
-        self._kick()
-        self._timer_entry = w.timer.call_repeatedly(self._connection.tick_interval, self._kick)
         worker_shutting_down.connect(self._shutting_down, weak=False)
+        return self._connection.tick_interval
 
     def _shutting_down(self, sender: str | None = None, **_: Any) -> None:
         # Sent from the SIGTERM/SIGINT handler, seconds before the worker's loop notices and
@@ -304,21 +297,13 @@ class MasterConnectionStep(bootsteps.StartStopStep):
         if sender == self._hostname and self._connection is not None:
             threading.Thread(target=self._connection.unregister, name="sparkdispatch-unregister").start()
 
-    def _kick(self) -> None:
-        if self._executor is None or (self._in_flight is not None and not self._in_flight.done()):
-            return
-        self._in_flight = self._executor.submit(self._tick)
-
-    def _tick(self) -> None:
-        assert self._connection is not None
-        try:
-            self._connection.tick()
-            now = time.monotonic()
-            if now - self._last_cleanup >= PIDBOX_CLEANUP_EVERY_S:
-                self._last_cleanup = now
-                remove_stale_pidbox_messages(self._config)
-        except Exception:  # noqa: BLE001 - the timer must survive any one failure
-            log.exception("registration/heartbeat tick failed")
+    def tick(self) -> None:
+        assert self._connection is not None and self._config is not None
+        self._connection.tick()
+        now = time.monotonic()
+        if now - self._last_cleanup >= PIDBOX_CLEANUP_EVERY_S:
+            self._last_cleanup = now
+            remove_stale_pidbox_messages(self._config)
 
     def close(self, w: Any) -> None:
         """The worker begins to stop (if no signal told it before): leave the ResourceManager
@@ -328,12 +313,7 @@ class MasterConnectionStep(bootsteps.StartStopStep):
 
     def stop(self, w: Any) -> None:
         worker_shutting_down.disconnect(self._shutting_down)
-        if self._timer_entry is not None:
-            self._timer_entry.cancel()
-            self._timer_entry = None
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
-            self._executor = None
+        super().stop(w)
         if self._connection is not None:
             self._connection.unregister()
 
