@@ -30,6 +30,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -68,6 +69,9 @@ RETRY_MAX_RETRIES = 3
 RETRY_INITIAL_BACKOFF_MS = 100
 RETRY_MAX_BACKOFF_MS = 1000
 PR_SET_PDEATHSIG = 1
+#: A spare's warmed session is handed to its first job only this long: well inside the server's
+#: idle-session timeout (`spark.connect.session.manager.defaultSessionTimeout`, 1 h).
+WARM_SESSION_MAX_AGE_S = 600.0
 
 RDD_UNAVAILABLE = ("ctx.spark is a Spark Connect session: the RDD API (spark.sparkContext, DataFrame.rdd, "
                    "_jsc, _jvm) is not available to task functions; use the DataFrame API")
@@ -198,6 +202,8 @@ class SlotProcess:
         self._attempt: _Attempt | None = None
         self._job_id: str | None = None
         self._session: SparkSession | None = None
+        #: the session `warm` made and used, kept for the first job: its first calls are paid
+        self._warm_session: tuple[str, float, SparkSession] | None = None
         self._path_entries: set[str] = set()
 
     def serve(self) -> int:
@@ -318,7 +324,7 @@ class SlotProcess:
         if self._session is not None:
             return self._session
         entries = [import_path_entry(path) for path in request.artifact_paths]
-        session = new_session(request.connect_url)
+        session = self._take_warm_session(request.connect_url) or new_session(request.connect_url)
         try:
             for key, value in request.tdd.spark_conf.items():
                 try:
@@ -348,7 +354,9 @@ class SlotProcess:
             self._session = None
 
     def warm(self, connect_url: str) -> str | None:
-        """A throwaway session's first calls: the client's lazy imports, channel and Arrow paths, paid now.
+        """A session's first calls paid now: the client's lazy imports, channel and Arrow paths, and
+        the server's state of the session, which the first job of this process then takes over
+        (its settings and artifacts are added to it then; until then it is nobody's).
 
         Neither call runs a Spark job (a local relation is collected on the driver), so a spare
         warms up even while other slots' tasks hold every executor core.
@@ -358,16 +366,32 @@ class SlotProcess:
             try:
                 session.range(10).selectExpr("id % 3 AS k").groupBy("k").count().schema  # noqa: B018 - analysis
                 session.createDataFrame([(1, "a"), (2, "b")], "k long, v string").collect()
-            finally:
-                session.stop()
+            except BaseException:
+                self._stop_quietly(session)
+                raise
         except Exception as exc:  # noqa: BLE001 - reported to the pool, which decides
             return f"{type(exc).__name__}: {exc}"
+        self._warm_session = (connect_url, time.monotonic(), session)
         return None
+
+    def _take_warm_session(self, connect_url: str) -> SparkSession | None:
+        warm, self._warm_session = self._warm_session, None
+        if warm is None:
+            return None
+        url, made, session = warm
+        # a session of a server replaced since, or one its server may have timed out, is not used
+        if url != connect_url or time.monotonic() - made > WARM_SESSION_MAX_AGE_S:
+            self._stop_quietly(session)
+            return None
+        return session
 
     def _stop_session(self) -> None:
         if self._session is not None:
             self._stop_quietly(self._session)
             self._session = None
+        if self._warm_session is not None:
+            self._stop_quietly(self._warm_session[2])
+            self._warm_session = None
 
     @staticmethod
     def _stop_quietly(session: SparkSession) -> None:
