@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import shutil
 import tempfile
 import threading
 import time
@@ -219,7 +221,7 @@ class InProcessMaster:
         self.port = port or free_port()
         self._temp_dir: tempfile.TemporaryDirectory[str] | None = None
         if storage_dir is None:
-            self._temp_dir = tempfile.TemporaryDirectory(prefix="sparkdispatch-master-")
+            self._temp_dir = tempfile.TemporaryDirectory(prefix="sparkdispatch-master-", ignore_cleanup_errors=True)
             storage_dir = self._temp_dir.name
         keys: dict[str, object] = {"storage.dir": str(storage_dir), "rest.address": ADVERTISED_HOST,
                                    "rest.port": self.port, "heartbeat.timeout": "10min", **(overrides or {})}
@@ -287,7 +289,7 @@ class InProcessMaster:
         if self._master is not None:
             await self._master.stop()
         if self._temp_dir is not None:
-            self._temp_dir.cleanup()
+            await _remove_tree(self._temp_dir)
 
     async def add_task_executor(self, task_executor_id: str = "te-1", *, slots: int = 2,
                                 script: Script | None = None) -> ScriptedTaskExecutor:
@@ -334,3 +336,15 @@ class InProcessMaster:
             coroutine.close()
             raise RuntimeError("run() serves `with InProcessMaster()`; under `async with`, await the coroutine")
         return self._loop_thread.run(coroutine)
+
+
+async def _remove_tree(temp_dir: tempfile.TemporaryDirectory[str]) -> None:
+    """Remove a stopped master's storage, waiting briefly for a store write it handed to a thread
+    before stopping (a cancelled task's `asyncio.to_thread` call still ends in its thread)."""
+    temp_dir.cleanup()
+    for _ in range(100):
+        if not os.path.exists(temp_dir.name):
+            return
+        await asyncio.sleep(0.02)
+        shutil.rmtree(temp_dir.name, ignore_errors=True)
+

@@ -64,10 +64,13 @@ def test_standalone_restarts_a_dead_taskexecutor_and_stops_everything_on_ctrl_c(
     try:
         wait_for(lambda: overview(base)["taskmanagers"] == 1, "the TaskExecutor to register")
         # Celery retitles the worker process; its -D arguments stay in the title
-        [worker] = processes_mentioning("taskexecutor.id=standalone-0")
+        # (and this cluster's storage: a standalone cluster elsewhere on the machine has the same id)
+        [worker] = [p for p in processes_mentioning("taskexecutor.id=standalone-0")
+                    if p in processes_mentioning(str(storage))]
         os.killpg(worker, signal.SIGKILL)  # the worker and its Spark JVM, as if its host died
         wait_for(lambda: worker not in processes_mentioning(str(storage)), "the worker to die", 30)
-        wait_for(lambda: [p for p in processes_mentioning("taskexecutor.id=standalone-0") if p != worker],
+        wait_for(lambda: [p for p in processes_mentioning("taskexecutor.id=standalone-0")
+                          if p != worker and p in processes_mentioning(str(storage))],
                  "a new TaskExecutor process")
         wait_for(lambda: overview(base)["taskmanagers"] == 1 and overview(base)["slots_available"] == 1,
                  "the new TaskExecutor to register")
