@@ -405,3 +405,155 @@ def tree_cpu_seconds(pid: int) -> float:
     for child in child_pids(pid):
         total += tree_cpu_seconds(child)
     return total
+
+
+def process_cmdline(pid: int) -> str:
+    """The command line of `pid`, arguments joined by spaces ("" when it is gone)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live descendant of `pid` (children first, then theirs), from /proc."""
+    found: list[int] = []
+    frontier = [pid]
+    while frontier:
+        children = [child for parent in frontier for child in child_pids(parent)]
+        found.extend(children)
+        frontier = children
+    return found
+
+
+def memory_kib(pid: int) -> tuple[int, int]:
+    """(RSS, PSS) of `pid` in KiB from /proc (PSS shares each shared page among its users); (0, 0) when gone."""
+    rss = pss = 0
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Rss:"):
+                rss = int(line.split()[1])
+            elif line.startswith("Pss:"):
+                pss = int(line.split()[1])
+    except OSError:
+        return 0, 0
+    return rss, pss
+
+
+# -- sparkdispatch standalone ---------------------------------------------------------------------
+
+
+class Standalone:
+    """`sparkdispatch standalone` as a child process: a free REST port, storage and logs under `storage`.
+
+    `overrides` are `-D` keys; `start()` returns when every TaskExecutor registered. `stop()`
+    ends the standalone (which stops its TaskExecutors) and then whatever of theirs is left.
+    """
+
+    def __init__(self, storage: Path, *, slots: int, overrides: dict[str, Any] | None = None,
+                 log_level: str = "INFO") -> None:
+        self.storage = storage
+        self.slots = slots
+        self.port = 0
+        self.overrides = dict(overrides or {})
+        self.log_level = log_level
+        self.process: subprocess.Popen[bytes] | None = None
+        self.rest = Rest("http://127.0.0.1:0")
+        self._task_executors: list[int] = []
+
+    @property
+    def log_dir(self) -> Path:
+        return self.storage / "log"
+
+    def launch(self) -> None:
+        """Start the process and return at once (see `wait_until_ready`)."""
+        from sparkdispatch.testing.services import free_port
+
+        self.port = free_port()
+        self.rest = Rest(f"http://127.0.0.1:{self.port}")
+        argv = [sys.executable, "-m", "sparkdispatch.cli", "--log-level", self.log_level,
+                "-D", f"rest.port={self.port}"]
+        for key, value in self.overrides.items():
+            argv += ["-D", f"{key}={value}"]
+        argv += ["standalone", "--storage", str(self.storage), "--slots", str(self.slots)]
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.log_dir / "standalone.log", "ab") as out:
+            self.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                            env=bench_env(), start_new_session=True)
+
+    def wait_until_ready(self, timeout: float, taskexecutors: int = 1) -> None:
+        process = self.process
+        assert process is not None
+        self.rest.wait_for_task_executors(taskexecutors, timeout=timeout, alive=lambda: process.poll() is None)
+        self._task_executors = self.task_executor_pids()
+
+    def start(self, timeout: float) -> float:
+        """Launch and wait until the TaskExecutor registered; the seconds it took."""
+        begin = time.monotonic()
+        self.launch()
+        self.wait_until_ready(timeout)
+        return time.monotonic() - begin
+
+    def task_executor_pids(self) -> list[int]:
+        """The TaskExecutor processes: the standalone's children (Celery renames them `celeryd: ...`)."""
+        if self.process is None:
+            return []
+        return child_pids(self.process.pid)
+
+    def stop(self) -> None:
+        # the TaskExecutors run in sessions of their own: take every group of their trees down too
+        groups = {pid for te in self._task_executors for pid in (te, *descendants(te))}
+        if self.process is not None:
+            stop_process(self.process, grace=30)
+        kill_pids(sorted(groups))
+
+
+# -- Spark Connect floors -------------------------------------------------------------------------
+
+
+def start_connect_server(config: Configuration, work_dir: Path) -> Any:
+    """A Spark Connect server with the settings a TaskExecutor of `config` gives its own, started and warmed
+    the same way (`ConnectServer.start`); the caller stops it."""
+    from sparkdispatch.settings import ConnectServerSettings
+    from sparkdispatch.taskexecutor.connect_server import ConnectServer
+
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # as bench_env() gives the clusters' processes
+    server = ConnectServer(ConnectServerSettings.from_config(config), work_dir=work_dir, app_name="bench-floor")
+    server.start()
+    return server
+
+
+def connect_session(url: str) -> Any:
+    """A new Spark Connect session on the server at `url`, as a slot process makes one."""
+    from sparkdispatch.taskexecutor.slot_process import new_session
+
+    return new_session(url)
+
+
+# -- the sales pipeline of dags/pipelines ---------------------------------------------------------
+
+DAGS_DIR = REPO / "dags"
+PIPELINES_DIR = DAGS_DIR / "pipelines"
+SALES_GRAPH = PIPELINES_DIR / "sales_graph.yaml"
+
+
+def pipelines_artifact(directory: Path) -> Path:
+    """`dags/pipelines` zipped as the Airflow operator ships it (`pipelines.zip`), written into `directory`."""
+    from sparkdispatch.artifacts import read_artifact
+
+    name, data = read_artifact(PIPELINES_DIR)
+    path = directory / name
+    path.write_bytes(data)
+    return path
+
+
+def sales_graph(artifact: str, *, rows: int, name: str = "sales-report") -> dict[str, Any]:
+    """The example pipeline's JobGraph (dags/pipelines/sales_graph.yaml) with `rows` orders and no restarts
+    (a failed attempt fails the benchmark instead of hiding in its time)."""
+    import yaml
+
+    graph = yaml.safe_load(SALES_GRAPH.read_text().replace("{{ params.rows }}", str(rows)))
+    graph["name"] = name
+    graph["artifacts"] = [artifact]
+    graph["restart_strategy"] = {"type": "fixed-delay", "attempts": 0, "delay_s": 0.0}
+    return dict(graph)

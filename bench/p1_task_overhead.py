@@ -1,30 +1,36 @@
-"""P1 per-task overhead: a chain of trivial PySpark vertices on warm slots, against the floor and spark-submit.
+"""P1 per-task overhead: a chain of trivial PySpark vertices on warm slots, against the floors and spark-submit.
 
-    .venv/bin/python bench/p1_task_overhead.py [--runs 5] [--length 20] [--spark-submit-runs 3]
+    .venv/bin/python bench/p1_task_overhead.py [--runs 5] [--warm-up 1] [--length 20] [--spark-submit-runs 3]
                                                [--clusters redis-none,redis-zookeeper,standalone]
-                                               [--profile CHAINS] [--work-dir DIR]
+                                               [--profile CHAINS] [--work-dir DIR] [--quick]
 
 All in one run, with nothing else of the benchmark running while one part is measured:
 
-- floor: the same `spark.range(10).count()` actions called `--length` times in one warm
-  SparkSession (`local[2]`) inside this process;
+- Connect floor (the floor of the goal): the same `spark.range(10).count()` actions called
+  `--length` times in ONE warm Spark Connect session of this process, on a Connect server the
+  benchmark starts with the settings a TaskExecutor gives its own (`ConnectServer`, same
+  `spark.*` keys, warmed by `ConnectServer.start` the same way);
+- classic floor: the same actions in one warm classic SparkSession (`local[2]`) of this process;
 - cluster: a chain of `--length` vertices (each `bench_tasks:count_rows`) submitted to a real
-  cluster with one TaskExecutor (one slot, warm SparkSession, `local[2]`), timed from POST /jobs
-  to the JobResult; a warm-up chain first, then `--runs` chains. Clusters: Redis broker with HA
-  `none`, Redis with ZooKeeper HA, and `sparkdispatch standalone` (filesystem:// broker);
+  cluster with one TaskExecutor (one slot, its Connect server on `local[2]`), timed from POST
+  /jobs to the JobResult. Clusters: Redis broker with HA `none`, Redis with ZooKeeper HA, and
+  `sparkdispatch standalone` (filesystem:// broker);
 - spark-submit: `spark-submit --master local[2]` of the same action, `--spark-submit-runs`
   times, what Airflow's SparkSubmitOperator does per task.
 
-Prints per-task medians, the overhead above the floor, the ratio to spark-submit, and writes
-bench/results/p1_task_overhead.json. Goals: <= 20 ms per task above the floor, >= 50x faster
-than spark-submit. Each cluster chain is paired with a floor chain run just before it, and the
-overhead is the median of those differences: the machine's load changes from minute to minute.
+Warm-up is the same on both sides: each floor runs `--warm-up` chains after its start, each
+cluster `--warm-up` chains after it registered. Then each timed cluster chain is paired with a
+chain of each floor run just before it; the overhead per task is (cluster chain - Connect floor
+chain) / length, the median of those differences (the machine's load changes from minute to
+minute). Prints per-task medians, the overhead, the ratio to the classic session and to
+spark-submit, and writes bench/results/p1_task_overhead.json (with the load average). Goals:
+<= 20 ms per task above the Connect floor, >= 50x faster than spark-submit.
 
 `--profile N` runs N more chains per cluster under py-spy (master on-CPU; the TaskExecutor's task
-thread in wall time) and splits each task's time from the INFO log lines of master and
-TaskExecutor: dispatch (deploy -> Celery message received), task (received -> runner finished),
-report (-> master records FINISHED), schedule (-> next deployment). Raw profiles stay in
-`--work-dir`.
+thread in wall time: it waits for the slot process, which runs the function) and splits each
+task's time from the INFO log lines of master and TaskExecutor: dispatch (deploy -> Celery
+message received), task (received -> runner finished), report (-> master records FINISHED),
+schedule (-> next deployment). Raw profiles stay in `--work-dir`.
 """
 
 from __future__ import annotations
@@ -34,7 +40,6 @@ import math
 import os
 import re
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -47,59 +52,63 @@ from common import (
     VENV_BIN,
     BenchCluster,
     PySpy,
-    Rest,
+    Standalone,
     bench_env,
     bench_main,
     chain_graph,
-    child_pids,
     cluster_config,
+    connect_session,
     cpu_seconds,
-    kill_pids,
     load_average,
     median,
     print_table,
     scratch_dir,
+    start_connect_server,
     stop_process,
     tree_cpu_seconds,
     write_results,
 )
 
-from sparkdispatch.testing.services import RedisServer, ZooKeeperServer, free_port
+from sparkdispatch.config import Configuration
+from sparkdispatch.testing.services import RedisServer, ZooKeeperServer
 
 #: A TaskExecutor's task thread, and the parts of its time the profile tells apart (py-spy frame text).
 TASK_THREAD = "TaskRunner.run ("
 TASK_THREAD_PARTS = {
-    "task function (Spark action)": "count_rows (",
+    "slot process (function, Spark action, result)": "SlotProcessPool.run (",
     "state reports over HTTP": "MasterConnection.report (",
-    "newSession + SQL conf": "TaskRunner._task_session (",
-    "slot_scope (job group, local properties)": "slot_scope (",
-    "artifact activation": "ArtifactCache.activate (",
-    "entrypoint import": "load_entrypoint (",
+    "artifact paths": "ArtifactCache.paths (",
+    "slot occupy / release": "SlotTable.",
 }
 GOAL_OVERHEAD_MS = 20.0
 GOAL_SPEEDUP = 50.0
 CLUSTER_START_TIMEOUT_S = 240.0
+#: The Spark settings of every cluster's TaskExecutor and of the Connect floor's server.
+SPARK_SETTINGS = {"spark.master": "local[2]", "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"}
 
 
-class Floor:
-    """`length` x `spark.range(10).count()` in one warm SparkSession of this process."""
+class ClassicFloor:
+    """`length` x `spark.range(10).count()` in one warm classic SparkSession (`local[2]`) of this process."""
+
+    name = "classic"
 
     def __init__(self, length: int) -> None:
         self.length = length
         self.spark: Any = None
-        self.session_start_s = 0.0
+        self.start_s = 0.0
 
-    def start(self) -> None:
+    def start(self, warm_up: int) -> None:
         from pyspark.sql import SparkSession
 
         started = time.monotonic()
-        self.spark = (SparkSession.builder.master("local[2]").appName("p1-floor")
+        self.spark = (SparkSession.builder.master(SPARK_SETTINGS["spark.master"]).appName("p1-classic-floor")
                       .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-                      .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+                      .config("spark.sql.shuffle.partitions", SPARK_SETTINGS["spark.sql.shuffle.partitions"])
+                      .getOrCreate())
         self.spark.sparkContext.setLogLevel("ERROR")
-        self.session_start_s = time.monotonic() - started
-        self.chain()
-        self.chain()  # warm-up: the first actions compile and load classes
+        self.start_s = time.monotonic() - started
+        for _ in range(warm_up):
+            self.chain()
 
     def chain(self) -> float:
         begin = time.perf_counter()
@@ -108,9 +117,9 @@ class Floor:
         return time.perf_counter() - begin
 
     def cpu_seconds(self) -> float:
-        """CPU seconds of this process (its own threads) and of its Spark JVM."""
+        """CPU seconds of this process and of the Spark JVM pyspark launched."""
         try:
-            jvm = self.spark.sparkContext._gateway.proc.pid  # the JVM pyspark launched
+            jvm = self.spark.sparkContext._gateway.proc.pid
         except AttributeError:
             return math.nan
         return cpu_seconds(os.getpid()) + tree_cpu_seconds(jvm)
@@ -121,61 +130,121 @@ class Floor:
             self.spark = None
 
 
-def run_chains(submit: Callable[[dict[str, Any]], str], wait: Callable[[str], dict[str, Any]], artifact: str,
-               floor: Floor, runs: int, label: str, *,
-               cpu_readers: dict[str, Callable[[], float]] | None = None) -> dict[str, Any]:
-    """A warm-up chain, then `runs` timed chains, each right after a floor chain measured in this process.
+class ConnectFloor:
+    """`length` x `spark.range(10).count()` in one warm Spark Connect session of this process, on a
+    Connect server started (and warmed) as a TaskExecutor starts its own."""
 
-    Pairing each cluster chain with a floor chain of the same moment keeps the difference
+    name = "connect"
+
+    def __init__(self, length: int, config: Configuration, work_dir: Path) -> None:
+        self.length = length
+        self.config = config
+        self.work_dir = work_dir
+        self.server: Any = None
+        self.spark: Any = None
+        self.start_s = 0.0
+
+    def start(self, warm_up: int) -> None:
+        started = time.monotonic()
+        self.server = start_connect_server(self.config, self.work_dir)
+        self.spark = connect_session(self.server.url)
+        self.start_s = time.monotonic() - started
+        for _ in range(warm_up):
+            self.chain()
+
+    def chain(self) -> float:
+        begin = time.perf_counter()
+        for _ in range(self.length):
+            self.spark.range(10).count()
+        return time.perf_counter() - begin
+
+    def cpu_seconds(self) -> float:
+        """CPU seconds of this process (the client) and of the Connect server's JVM."""
+        if self.server is None or self.server.pid is None:
+            return math.nan
+        return cpu_seconds(os.getpid()) + tree_cpu_seconds(self.server.pid)
+
+    def stop(self) -> None:
+        if self.spark is not None:
+            try:
+                self.spark.stop()
+            except Exception:  # noqa: BLE001 - the server is stopped next anyway
+                pass
+            self.spark = None
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+
+Floor = ClassicFloor | ConnectFloor
+
+
+def run_chains(submit: Callable[[dict[str, Any]], str], wait: Callable[[str], dict[str, Any]], artifact: str,
+               floors: list[Floor], runs: int, warm_up: int, label: str, *,
+               cpu_readers: dict[str, Callable[[], float]] | None = None) -> dict[str, Any]:
+    """`warm_up` chains, then `runs` timed chains, each right after a chain of every floor measured here.
+
+    Pairing each cluster chain with floor chains of the same moment keeps the difference
     meaningful on a machine whose load changes (2 cores shared with other work). `cpu_readers`:
     name -> CPU seconds used so far by some processes, reported per task of the cluster chains.
+    The first floor is the one the overhead is measured against.
     """
-    length = floor.length
-    walls, servers, floors = [], [], []
+    length = floors[0].length
+    walls: list[float] = []
+    servers: list[float] = []
+    floor_s: dict[str, list[float]] = {floor.name: [] for floor in floors}
+    floor_cpu: dict[str, list[float]] = {floor.name: [] for floor in floors}
     readers = dict(cpu_readers or {})
     cpu: dict[str, list[float]] = {name: [] for name in readers}
-    floor_cpu: list[float] = []
-    for run in range(runs + 1):
+    for run in range(warm_up + runs):
+        timed = run >= warm_up
         graph = chain_graph(f"p1-{label}-{run}", length, entrypoint="bench_tasks:count_rows", artifact=artifact)
-        floor_cpu_before = floor.cpu_seconds()
-        floor_s = floor.chain() if run else 0.0
-        if run:
-            floor_cpu.append(floor.cpu_seconds() - floor_cpu_before)
+        if timed:
+            for floor in floors:
+                before = floor.cpu_seconds()
+                floor_s[floor.name].append(floor.chain())
+                floor_cpu[floor.name].append(floor.cpu_seconds() - before)
         cpu_before = {name: read() for name, read in readers.items()}
         begin = time.perf_counter()
         result = wait(submit(graph))
         wall = time.perf_counter() - begin
-        if run:
+        if timed:
             for name, read in readers.items():
                 cpu[name].append(read() - cpu_before[name])
         if result["status"] != "FINISHED":
             raise RuntimeError(f"{label}: chain {run} ended {result['status']}: {result.get('failure')}")
-        if run == 0:
-            print(f"  {label}: warm-up chain {wall:.2f}s", flush=True)
+        if not timed:
+            print(f"  {label}: warm-up chain {run + 1}: {wall:.2f}s", flush=True)
             continue
         walls.append(wall)
-        floors.append(floor_s)
         servers.append(result["duration_ms"] / 1000.0)
-        print(f"  {label}: chain {run}: {wall:.3f}s submit->result ({wall / length * 1000:.1f} ms per task), "
-              f"{result['duration_ms']} ms in the master; floor chain {floor_s:.3f}s "
-              f"({floor_s / length * 1000:.1f} ms per action)", flush=True)
+        floors_text = ", ".join(f"{name} floor {values[-1]:.3f}s ({values[-1] / length * 1000:.1f} ms per action)"
+                                for name, values in floor_s.items())
+        print(f"  {label}: chain {run - warm_up + 1}: {wall:.3f}s submit->result ({wall / length * 1000:.1f} ms "
+              f"per task), {result['duration_ms']} ms in the master; {floors_text}", flush=True)
     per_task_ms = [w / length * 1000 for w in walls]
-    floor_ms = [f / length * 1000 for f in floors]
-    overhead_ms = [c - f for c, f in zip(per_task_ms, floor_ms)]
+    floor_ms = {name: [f / length * 1000 for f in values] for name, values in floor_s.items()}
+    reference = floor_ms[floors[0].name]
+    overhead_ms = [c - f for c, f in zip(per_task_ms, reference)]
     return {"chain_s": [round(w, 4) for w in walls], "server_duration_s": [round(s, 4) for s in servers],
-            "floor_chain_s": [round(f, 4) for f in floors],
+            "floor_chain_s": {name: [round(f, 4) for f in values] for name, values in floor_s.items()},
             "per_task_ms": [round(p, 2) for p in per_task_ms], "per_task_ms_median": round(median(per_task_ms), 2),
             "server_per_task_ms_median": round(median([s / length * 1000 for s in servers]), 2),
-            "floor_per_task_ms_median": round(median(floor_ms), 2),
+            "floor_per_task_ms_median": {name: round(median(values), 2) for name, values in floor_ms.items()},
+            "overhead_vs": floors[0].name,
             "overhead_per_task_ms": [round(o, 2) for o in overhead_ms],
             "overhead_per_task_ms_median": round(median(overhead_ms), 2),
             "cpu_ms_per_task_median": {name: round(median(values) / length * 1000, 1) for name, values in cpu.items()},
-            "floor_cpu_ms_per_action_median": round(median(floor_cpu) / length * 1000, 1)}
+            "floor_cpu_ms_per_action_median": {name: round(median(values) / length * 1000, 1)
+                                               for name, values in floor_cpu.items()},
+            "load_average_after": load_average()}
 
 
-def measure_local_cluster(storage: Path, *, broker_url: str, zookeeper_hosts: str | None, floor: Floor, runs: int,
-                          label: str, profile: int = 0, zookeeper_pid: int | None = None) -> dict[str, Any]:
-    config = cluster_config(storage, broker_url=broker_url, zookeeper_hosts=zookeeper_hosts, slots=1)
+def measure_local_cluster(storage: Path, *, broker_url: str, zookeeper_hosts: str | None, floors: list[Floor],
+                          runs: int, warm_up: int, label: str, profile: int = 0,
+                          zookeeper_pid: int | None = None) -> dict[str, Any]:
+    config = cluster_config(storage, broker_url=broker_url, zookeeper_hosts=zookeeper_hosts, slots=1,
+                            **SPARK_SETTINGS)
     cluster = BenchCluster(config, masters=1, taskexecutors=1, log_dir=storage / "log")
     started = time.monotonic()
     try:
@@ -183,14 +252,14 @@ def measure_local_cluster(storage: Path, *, broker_url: str, zookeeper_hosts: st
         print(f"  {label}: cluster up in {time.monotonic() - started:.1f}s (logs {storage / 'log'})", flush=True)
         artifact = cluster.upload_artifact(BENCH_TASKS)
         master, worker = cluster.pid("master"), cluster.pid("taskexecutor")
-        readers = {"master": lambda: tree_cpu_seconds(master), "taskexecutor+jvm": lambda: tree_cpu_seconds(worker)}
+        readers = {"master": lambda: tree_cpu_seconds(master), "taskexecutor tree": lambda: tree_cpu_seconds(worker)}
         if zookeeper_pid is not None:
             readers["zookeeper"] = lambda: tree_cpu_seconds(zookeeper_pid)
         figures = run_chains(cluster.submit, lambda job_id: cluster.wait_for_result(job_id, timeout=300), artifact,
-                             floor, runs, label, cpu_readers=readers)
+                             floors, runs, warm_up, label, cpu_readers=readers)
         if profile:
             figures["profile"] = profile_chains(
-                cluster.submit, lambda job_id: cluster.wait_for_result(job_id, timeout=300), artifact, floor,
+                cluster.submit, lambda job_id: cluster.wait_for_result(job_id, timeout=300), artifact, floors,
                 profile, master_pid=cluster.pid("master"), worker_pid=cluster.pid("taskexecutor"),
                 master_log=cluster.log_dir / "master-0.log", worker_log=cluster.log_dir / "taskexecutor-0.log",
                 out_dir=storage / "profile")
@@ -240,7 +309,7 @@ def task_timeline(master: Path, worker: Path, job_id: str) -> dict[str, list[flo
 
 
 def profile_chains(submit: Callable[[dict[str, Any]], str], wait: Callable[[str], dict[str, Any]], artifact: str,
-                   floor: Floor, chains: int, *, master_pid: int, worker_pid: int, master_log: Path,
+                   floors: list[Floor], chains: int, *, master_pid: int, worker_pid: int, master_log: Path,
                    worker_log: Path, out_dir: Path) -> dict[str, Any]:
     """Chains under py-spy (master: on-CPU samples; TaskExecutor: all samples of the task thread) and
     the per-task timeline from the logs."""
@@ -255,7 +324,7 @@ def profile_chains(submit: Callable[[dict[str, Any]], str], wait: Callable[[str]
             job_ids.append(submit(graph))
             return job_ids[-1]
 
-        figures = run_chains(submit_and_note, wait, artifact, floor, chains, "profile")
+        figures = run_chains(submit_and_note, wait, artifact, floors, chains, 1, "profile")
     finally:
         master_spy.stop()
         worker_spy.stop()
@@ -277,38 +346,29 @@ def profile_chains(submit: Callable[[dict[str, Any]], str], wait: Callable[[str]
     }
 
 
-def measure_standalone(storage: Path, *, floor: Floor, runs: int, profile: int = 0) -> dict[str, Any]:
+def measure_standalone(storage: Path, *, floors: list[Floor], runs: int, warm_up: int,
+                       profile: int = 0) -> dict[str, Any]:
     """`sparkdispatch standalone` (HA none, filesystem:// broker, master in its own process)."""
-    port = free_port()
-    argv = [sys.executable, "-m", "sparkdispatch.cli", "-D", f"rest.port={port}", "-D", "spark.master=local[2]",
-            "-D", "spark.ui.enabled=false", "-D", "spark.sql.shuffle.partitions=2",
-            "-D", "rest.execution-result.long-poll=5s", "-D", "heartbeat.interval=1s",
-            "standalone", "--storage", str(storage), "--slots", "1"]
-    (storage / "log").mkdir(parents=True, exist_ok=True)
-    with open(storage / "log" / "standalone.log", "ab") as out:
-        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   env=bench_env(), start_new_session=True)
-    task_executors: list[int] = []
+    standalone = Standalone(storage, slots=1, overrides={**SPARK_SETTINGS, "rest.execution-result.long-poll": "5s",
+                                                          "heartbeat.interval": "1s"})
     try:
-        rest = Rest(f"http://127.0.0.1:{port}")
-        started = time.monotonic()
-        rest.wait_for_task_executors(1, timeout=CLUSTER_START_TIMEOUT_S, alive=lambda: process.poll() is None)
-        task_executors = child_pids(process.pid)  # their own sessions: stopped by the standalone, or below
-        print(f"  standalone: up in {time.monotonic() - started:.1f}s (logs {storage / 'log'})", flush=True)
+        up_s = standalone.start(CLUSTER_START_TIMEOUT_S)
+        print(f"  standalone: up in {up_s:.1f}s (logs {standalone.log_dir})", flush=True)
+        rest = standalone.rest
         artifact = rest.upload_artifact(BENCH_TASKS)
-        worker = task_executors[0]
-        readers = {"master": lambda: cpu_seconds(process.pid), "taskexecutor+jvm": lambda: tree_cpu_seconds(worker)}
-        figures = run_chains(rest.submit, rest.wait_for_result, artifact, floor, runs, "standalone",
+        assert standalone.process is not None
+        master, worker = standalone.process.pid, standalone.task_executor_pids()[0]
+        readers = {"master": lambda: cpu_seconds(master), "taskexecutor tree": lambda: tree_cpu_seconds(worker)}
+        figures = run_chains(rest.submit, rest.wait_for_result, artifact, floors, runs, warm_up, "standalone",
                              cpu_readers=readers)
         if profile:
             figures["profile"] = profile_chains(
-                rest.submit, rest.wait_for_result, artifact, floor, profile, master_pid=process.pid,
-                worker_pid=task_executors[0], master_log=storage / "log" / "standalone.log",
-                worker_log=storage / "log" / "taskexecutor-0.log", out_dir=storage / "profile")
+                rest.submit, rest.wait_for_result, artifact, floors, profile, master_pid=master,
+                worker_pid=worker, master_log=standalone.log_dir / "standalone.log",
+                worker_log=standalone.log_dir / "taskexecutor-0.log", out_dir=storage / "profile")
         return figures
     finally:
-        stop_process(process, grace=20)
-        kill_pids(task_executors)
+        standalone.stop()
 
 
 def measure_spark_submit(runs: int) -> dict[str, Any]:
@@ -350,7 +410,9 @@ def print_profile(kind: str, profile: dict[str, Any]) -> None:
 
 def run() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=int, default=5, help="timed chains per cluster (after one warm-up)")
+    parser.add_argument("--runs", type=int, default=5, help="timed chains per cluster (after the warm-up)")
+    parser.add_argument("--warm-up", type=int, default=1,
+                        help="warm-up chains per cluster, and per floor after its start")
     parser.add_argument("--length", type=int, default=20, help="vertices per chain")
     parser.add_argument("--spark-submit-runs", type=int, default=3)
     parser.add_argument("--profile", type=int, default=0, metavar="CHAINS",
@@ -360,48 +422,66 @@ def run() -> int:
                         help="keep storage and logs here (default: a temporary directory, removed at the end)")
     parser.add_argument("--clusters", default="redis-none,redis-zookeeper,standalone",
                         help="comma-separated: redis-none, redis-zookeeper, standalone")
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke run: standalone only, 2 timed chains of 5, one spark-submit")
     args = parser.parse_args()
+    if args.quick:
+        args.runs, args.length, args.spark_submit_runs, args.clusters = 2, 5, 1, "standalone"
     clusters = [c.strip() for c in args.clusters.split(",") if c.strip()]
     unknown = set(clusters) - {"redis-none", "redis-zookeeper", "standalone"}
     if unknown:
         parser.error(f"unknown cluster kind(s): {', '.join(sorted(unknown))}")
 
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # the floors' Spark binds loopback, as the clusters'
     results: dict[str, Any] = {"load_average_at_start": load_average()}
-    floor = Floor(args.length)
     redis = RedisServer() if any(c.startswith("redis") for c in clusters) else None
     zookeeper = ZooKeeperServer() if "redis-zookeeper" in clusters else None
-    try:
-        print(f"floor: {args.length} x spark.range(10).count() in one warm SparkSession of this process", flush=True)
-        floor.start()
-        if redis is not None:
-            redis.start()
-        if zookeeper is not None:
-            zookeeper.start()
-        with scratch_dir(args.work_dir, "sparkdispatch-p1-") as scratch:
+    floors: list[Floor] = []
+    with scratch_dir(args.work_dir, "sparkdispatch-p1-") as scratch:
+        try:
+            # the classic session first: once a Connect session exists, pyspark's builder makes Connect ones
+            classic = ClassicFloor(args.length)
+            floors.append(classic)
+            print(f"classic floor: {args.length} x spark.range(10).count() in one warm SparkSession (local[2]) of "
+                  f"this process, {args.warm_up} warm-up chain(s)", flush=True)
+            classic.start(args.warm_up)
+            floor_config = Configuration.from_mapping({"storage.dir": str(Path(scratch) / "floor"), **SPARK_SETTINGS})
+            connect = ConnectFloor(args.length, floor_config, Path(scratch) / "floor" / "connect-server")
+            floors.insert(0, connect)  # the overhead is measured against the Connect floor
+            print(f"Connect floor: the same in one warm Spark Connect session of this process, on a Connect server "
+                  f"started as a TaskExecutor's, {args.warm_up} warm-up chain(s)", flush=True)
+            connect.start(args.warm_up)
+            print(f"  floors ready: classic session {classic.start_s:.1f}s, Connect server + session "
+                  f"{connect.start_s:.1f}s", flush=True)
+            if redis is not None:
+                redis.start()
+            if zookeeper is not None:
+                zookeeper.start()
             for kind in clusters:
-                print(f"cluster {kind}: chains of {args.length} vertices", flush=True)
+                print(f"cluster {kind}: chains of {args.length} vertices, {args.warm_up} warm-up chain(s)", flush=True)
                 storage = Path(scratch) / kind
                 try:
                     if kind == "standalone":
-                        results[kind] = measure_standalone(storage, floor=floor, runs=args.runs,
-                                                           profile=args.profile)
+                        results[kind] = measure_standalone(storage, floors=floors, runs=args.runs,
+                                                           warm_up=args.warm_up, profile=args.profile)
                     else:
                         assert redis is not None
                         with_zk = zookeeper is not None and kind == "redis-zookeeper"
                         results[kind] = measure_local_cluster(
                             storage, broker_url=redis.url, zookeeper_hosts=zookeeper.hosts if with_zk else None,
-                            floor=floor, runs=args.runs, label=kind, profile=args.profile,
+                            floors=floors, runs=args.runs, warm_up=args.warm_up, label=kind, profile=args.profile,
                             zookeeper_pid=zookeeper.process.pid if with_zk and zookeeper.process else None)
                 except (RuntimeError, TimeoutError) as exc:
                     # one cluster kind failing (a chain FAILED, a process died) is a finding; measure the rest
                     print(f"  {kind}: FAILED: {exc}", flush=True)
                     results[kind] = {"error": str(exc)}
-    finally:
-        floor.stop()
-        if zookeeper is not None:
-            zookeeper.stop()
-        if redis is not None:
-            redis.stop()
+        finally:
+            for floor in floors:
+                floor.stop()
+            if zookeeper is not None:
+                zookeeper.stop()
+            if redis is not None:
+                redis.stop()
 
     if args.spark_submit_runs > 0:
         print(f"spark-submit --master local[2], {args.spark_submit_runs} tasks", flush=True)
@@ -415,42 +495,49 @@ def run() -> int:
         figures = results[kind]
         if "error" in figures:
             summary[kind] = {"error": figures["error"]}
-            rows.append([f"cluster {kind}", "FAILED", "-", "-", "-"])
+            rows.append([f"cluster {kind}", "FAILED", "-", "-", "-", "-", "-"])
             continue
         per_task = figures["per_task_ms_median"]
+        connect_ms = figures["floor_per_task_ms_median"]["connect"]
+        classic_ms = figures["floor_per_task_ms_median"]["classic"]
         overhead = figures["overhead_per_task_ms_median"]
         speedup = submit_ms / per_task
-        summary[kind] = {"per_task_ms": per_task, "floor_ms": figures["floor_per_task_ms_median"],
-                         "overhead_ms": overhead, "speedup_vs_spark_submit": round(speedup, 1),
+        summary[kind] = {"per_task_ms": per_task, "connect_floor_ms": connect_ms, "classic_floor_ms": classic_ms,
+                         "overhead_ms": overhead, "ratio_to_classic": round(per_task / classic_ms, 2),
+                         "speedup_vs_spark_submit": round(speedup, 1),
                          "overhead_goal_met": overhead <= GOAL_OVERHEAD_MS, "speedup_goal_met": speedup >= GOAL_SPEEDUP}
-        rows.append([f"cluster {kind}", f"{per_task:.1f}", f"{figures['floor_per_task_ms_median']:.1f}",
-                     f"{overhead:+.1f}", f"{speedup:.1f}x"])
+        rows.append([f"cluster {kind}", f"{per_task:.1f}", f"{connect_ms:.1f}", f"{overhead:+.1f}",
+                     f"{classic_ms:.1f}", f"{per_task / classic_ms:.2f}x", f"{speedup:.1f}x"])
     if "spark_submit" in results:
-        rows.append(["spark-submit --master local[2]", f"{submit_ms:.0f}", "-", "-", "1.0x"])
+        rows.append(["spark-submit --master local[2]", f"{submit_ms:.0f}", "-", "-", "-", "-", "1.0x"])
     print()
-    print(f"per task, medians of {args.runs} chains of {args.length} (each paired with a floor chain run just "
-          f"before it); spark-submit: median of {args.spark_submit_runs} tasks")
-    print_table(["what", "ms per task", "floor ms", "above floor (ms)", "vs spark-submit"], rows)
-    print(f"goals: <= {GOAL_OVERHEAD_MS:g} ms above the floor, >= {GOAL_SPEEDUP:g}x faster than spark-submit; "
-          f"load average {results['load_average_at_start']} -> {results['load_average_at_end']} on "
+    print(f"per task, medians of {args.runs} chains of {args.length} after {args.warm_up} warm-up chain(s), each "
+          f"paired with a chain of each floor run just before it; spark-submit: median of {args.spark_submit_runs}")
+    print_table(["what", "ms per task", "Connect floor ms", "above Connect floor (ms)", "classic floor ms",
+                 "vs classic", "faster than spark-submit"], rows)
+    print(f"goals: <= {GOAL_OVERHEAD_MS:g} ms above the Connect floor, >= {GOAL_SPEEDUP:g}x faster than "
+          f"spark-submit; load average {results['load_average_at_start']} -> {results['load_average_at_end']} on "
           f"{os.cpu_count()} cores")
     for kind, figures in summary.items():
         if "error" in figures:
             print(f"  {kind}: FAILED: {figures['error']}")
             continue
         cpu = results[kind]["cpu_ms_per_task_median"]
+        floor_cpu = results[kind]["floor_cpu_ms_per_action_median"]
         print(f"  {kind}: CPU ms per task: " + ", ".join(f"{name} {ms:.1f}" for name, ms in cpu.items())
-              + f"; floor (this process + its JVM) {results[kind]['floor_cpu_ms_per_action_median']:.1f}")
+              + "; per floor action (this process + its JVM): "
+              + ", ".join(f"{name} {ms:.1f}" for name, ms in floor_cpu.items()))
         print(f"  {kind}: overhead {'met' if figures['overhead_goal_met'] else 'MISSED'}, "
               f"speedup {'met' if figures['speedup_goal_met'] else 'MISSED'}")
     for kind in clusters:
         profile = results[kind].get("profile")
         if profile:
             print_profile(kind, profile)
-    path = write_results("p1_task_overhead", {
-        "chain_length": args.length, "runs": args.runs, "spark_submit_runs": args.spark_submit_runs,
+    path = write_results("p1_task_overhead" + (".quick" if args.quick else ""), {
+        "chain_length": args.length, "runs": args.runs, "warm_up_chains": args.warm_up,
+        "spark_submit_runs": args.spark_submit_runs, "quick": args.quick,
         "goal_overhead_ms": GOAL_OVERHEAD_MS, "goal_speedup": GOAL_SPEEDUP, "summary": summary,
-        "floor_session_start_s": round(floor.session_start_s, 2), **results})
+        "floor_start_s": {floor.name: round(floor.start_s, 2) for floor in floors}, **results})
     print(f"wrote {path}")
     return 1 if any("error" in figures for figures in summary.values()) else 0
 

@@ -1,0 +1,337 @@
+"""P7 a real pipeline: the sales pipeline of dags/pipelines on a warm standalone cluster, against two floors.
+
+    .venv/bin/python bench/p7_pipeline.py [--runs 5] [--warm-up 3] [--rows 100000] [--slots 2]
+                                          [-D KEY=VALUE ...] [--work-dir DIR] [--quick]
+
+The job is dags/pipelines/sales_graph.yaml (the JobGraph of dags/example_pipeline.py): 5 vertices,
+7 subtasks, `--rows` orders, `spark.sql.shuffle.partitions=4`, the code shipped as
+`pipelines.zip` as the Airflow operator ships it. Three ways to run it, in one run of this script:
+
+- cluster: `sparkdispatch standalone --slots 2` (one TaskExecutor, its embedded defaults: Spark
+  `local[*]`), timed from POST /jobs to the JobResult;
+- materialised floor: the same task functions, called with the same `ctx` (`TaskContext`,
+  `LazyInputs`) one subtask after the other in ONE warm Spark Connect session of this process,
+  each subtask's DataFrame written as a Parquet partition (`write_partition`, as a slot process
+  writes it) and read back by its consumers (`read_partitions`): what the master makes the
+  cluster do, without the cluster;
+- chained floor: the same functions in that session with the upstream DataFrames passed on
+  (each vertex's subtasks unioned), one chained plan, only the report written;
+- and, to tell the cost of a job's own sessions from the rest, the materialised floor in a NEW
+  Connect session per run (made, configured and used in the timed part, stopped after it), as
+  every job gets new sessions in its slot processes. Not a goal, a diagnosis.
+
+The floors' Connect server is started with the settings the standalone's TaskExecutor gives its
+own (`ConnectServer`, same configuration) and warmed the same way. Each side gets `--warm-up`
+runs first; then every timed cluster job is paired with a run of each floor just before it.
+Prints the medians and the ratios cluster / floor (goal: <= 1.3x the materialised floor), the
+CPU seconds each side burns per run (cluster: master, the TaskExecutor's process tree and, of
+that, its Connect server's JVM; floors: this process and its Connect server's JVM), and writes
+bench/results/p7_pipeline.json with every sample and the load average. `-D KEY=VALUE` sets a
+configuration key of the standalone (and of the floors' server settings), e.g.
+`-D taskexecutor.slot-process.spares=2`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from functools import reduce
+from pathlib import Path
+from typing import Any
+
+from common import (
+    DAGS_DIR,
+    Standalone,
+    bench_main,
+    connect_session,
+    cpu_seconds,
+    descendants,
+    load_average,
+    median,
+    pipelines_artifact,
+    print_table,
+    sales_graph,
+    scratch_dir,
+    process_cmdline,
+    start_connect_server,
+    tree_cpu_seconds,
+    write_results,
+)
+
+from sparkdispatch.config import Configuration
+from sparkdispatch.standalone import standalone_config
+
+GOAL_RATIO = 1.3
+CLUSTER_START_TIMEOUT_S = 240.0
+JOB_TIMEOUT_S = 300.0
+
+
+class PipelineFloors:
+    """The sales pipeline's functions in one warm Spark Connect session of this process."""
+
+    def __init__(self, graph: dict[str, Any], config: Configuration, work_dir: Path) -> None:
+        self.graph = graph
+        self.config = config
+        self.work_dir = work_dir
+        self.server: Any = None
+        self.spark: Any = None
+        self.functions: dict[str, Callable[[Any], Any]] = {}
+        self.runs = 0
+
+    def start(self) -> float:
+        """Start the Connect server and the session, set the job's config; the seconds it took."""
+        # as in a slot process: pyspark's functions build Connect columns, the task code is importable
+        os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
+        sys.path.insert(0, str(DAGS_DIR))
+        from sparkdispatch.taskexecutor.slot_process import load_entrypoint
+
+        begin = time.monotonic()
+        self.server = start_connect_server(self.config, self.work_dir / "connect-server")
+        self.spark = self._session()
+        self.functions = {v["id"]: load_entrypoint(v["entrypoint"]) for v in self.graph["vertices"]}
+        return time.monotonic() - begin
+
+    def _session(self) -> Any:
+        """A new session with the job's configuration, as a slot process makes a job's session."""
+        session = connect_session(self.server.url)
+        for key, value in self.graph.get("config", {}).items():
+            session.conf.set(key, value)
+        return session
+
+    def _context(self, vertex: dict[str, Any], index: int, inputs: Any) -> Any:
+        from sparkdispatch.taskexecutor.task_context import TaskContext
+
+        return TaskContext(spark=self.spark, params=dict(vertex.get("params", {})), subtask_index=index,
+                           parallelism=int(vertex.get("parallelism", 1)), job_id=f"floor-{self.runs}",
+                           vertex_id=vertex["id"], attempt=0, inputs=inputs)
+
+    def materialised(self, *, new_session: bool = False) -> float:
+        """Every subtask's result written as a Parquet partition and read back by its consumers; seconds.
+
+        `new_session`: in a session made for this run (its making timed too, its release not)."""
+        from sparkdispatch.results import write_partition
+        from sparkdispatch.taskexecutor.task_context import LazyInputs
+
+        self.runs += 1
+        out = self.work_dir / f"results-{self.runs}"
+        warm_session = self.spark
+        begin = time.perf_counter()
+        if new_session:
+            self.spark = self._session()
+        partitions: dict[str, tuple[str, ...]] = {}
+        for vertex in self.graph["vertices"]:  # the file lists them in topological order
+            paths = []
+            for index in range(int(vertex.get("parallelism", 1))):
+                inputs = LazyInputs(self.spark, {name: partitions[name] for name in vertex.get("inputs", [])})
+                frame = self.functions[vertex["id"]](self._context(vertex, index, inputs))
+                path = f"{out}/{vertex['id']}/{index}-x"
+                write_partition(frame, path)
+                paths.append(path)
+            partitions[vertex["id"]] = tuple(paths)
+        elapsed = time.perf_counter() - begin
+        if new_session:
+            self.spark.stop()
+            self.spark = warm_session
+        shutil.rmtree(out, ignore_errors=True)
+        return elapsed
+
+    def chained(self) -> float:
+        """The upstream DataFrames passed on, one plan, only the last vertex's result written; seconds."""
+        from sparkdispatch.results import write_partition
+
+        self.runs += 1
+        out = self.work_dir / f"results-{self.runs}"
+        begin = time.perf_counter()
+        frames: dict[str, Any] = {}
+        for vertex in self.graph["vertices"]:
+            inputs = {name: frames[name] for name in vertex.get("inputs", [])}
+            parts = [self.functions[vertex["id"]](self._context(vertex, index, inputs))
+                     for index in range(int(vertex.get("parallelism", 1)))]
+            frames[vertex["id"]] = reduce(lambda a, b: a.union(b), parts)
+        write_partition(frames[self.graph["vertices"][-1]["id"]], f"{out}/report")
+        elapsed = time.perf_counter() - begin
+        shutil.rmtree(out, ignore_errors=True)
+        return elapsed
+
+    def cpu_seconds(self) -> float:
+        """CPU seconds of this process (the client) and of the floors' Connect server."""
+        return cpu_seconds(os.getpid()) + tree_cpu_seconds(self.server.pid)
+
+    def stop(self) -> None:
+        if self.spark is not None:
+            try:
+                self.spark.stop()
+            except Exception:  # noqa: BLE001 - the server is stopped next anyway
+                pass
+            self.spark = None
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+
+class CpuMeter:
+    """CPU seconds used between `start()` and `stop()` by named groups of processes."""
+
+    def __init__(self, readers: dict[str, Callable[[], float]]) -> None:
+        self.readers = readers
+        self.samples: dict[str, list[float]] = {name: [] for name in readers}
+        self._before: dict[str, float] = {}
+
+    def start(self) -> None:
+        self._before = {name: read() for name, read in self.readers.items()}
+
+    def stop(self) -> None:
+        for name, read in self.readers.items():
+            self.samples[name].append(read() - self._before[name])
+
+    def medians(self) -> dict[str, float]:
+        return {name: round(median(values), 2) for name, values in self.samples.items()}
+
+
+def cluster_cpu_readers(standalone: Standalone) -> dict[str, Callable[[], float]]:
+    """The master (the standalone process itself), the TaskExecutor's tree (retired slot processes count
+    once reaped) and its Connect server's JVM."""
+    assert standalone.process is not None
+    master = standalone.process.pid
+    task_executor = standalone.task_executor_pids()[0]
+    jvm = next(pid for pid in descendants(task_executor) if "SparkConnectServer" in process_cmdline(pid))
+    return {"master": lambda: cpu_seconds(master), "taskexecutor tree": lambda: tree_cpu_seconds(task_executor),
+            "its Connect server JVM (in the tree)": lambda: tree_cpu_seconds(jvm)}
+
+
+def run_job(standalone: Standalone, graph: dict[str, Any]) -> tuple[float, float]:
+    """Submit one job and wait for its result: (seconds from POST to result, the master's duration)."""
+    begin = time.perf_counter()
+    result = standalone.rest.wait_for_result(standalone.rest.submit(graph), timeout=JOB_TIMEOUT_S)
+    wall = time.perf_counter() - begin
+    if result["status"] != "FINISHED":
+        raise RuntimeError(f"the sales job ended {result['status']}: {result.get('failure')}")
+    return wall, result["duration_ms"] / 1000.0
+
+
+def run() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=5, help="timed runs of each (after the warm-up)")
+    parser.add_argument("--warm-up", type=int, default=3, help="warm-up runs of the cluster and of each floor")
+    parser.add_argument("--rows", type=int, default=100_000, help="orders the pipeline generates")
+    parser.add_argument("--slots", type=int, default=2, help="slots of the standalone's TaskExecutor")
+    parser.add_argument("-D", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="a configuration key of the standalone and of the floors' server; repeatable")
+    parser.add_argument("--work-dir", type=Path, default=None,
+                        help="keep storage and logs here (default: a temporary directory, removed at the end)")
+    parser.add_argument("--quick", action="store_true", help="smoke run: 1 warm-up and 2 timed runs")
+    args = parser.parse_args()
+    if args.quick:
+        args.runs, args.warm_up = 2, 1
+    overrides = dict(item.split("=", 1) for item in args.overrides)
+
+    results: dict[str, Any] = {"load_average_at_start": load_average(), "rows": args.rows, "slots": args.slots,
+                               "runs": args.runs, "warm_up_runs": args.warm_up, "quick": args.quick,
+                               "overrides": overrides}
+    samples: dict[str, list[float]] = {"cluster": [], "cluster_master_duration": [], "materialised": [],
+                                       "chained": [], "materialised_new_session": []}
+    loads: list[list[float]] = []
+    with scratch_dir(args.work_dir, "sparkdispatch-p7-") as scratch:
+        work = Path(scratch)
+        artifact_file = pipelines_artifact(work)
+        # the standalone's own configuration, so the floors' Connect server has its TaskExecutor's settings
+        config = standalone_config(Configuration.from_mapping(overrides), slots=args.slots,
+                                   storage=str(work / "floor"))
+        floors: PipelineFloors | None = None
+        standalone = Standalone(work / "standalone", slots=args.slots, overrides=overrides)
+        cluster_cpu: CpuMeter | None = None
+        floor_cpu: dict[str, CpuMeter] = {}
+        try:
+            print(f"standalone: 1 TaskExecutor x {args.slots} slots, Spark {config['spark.master']}", flush=True)
+            up_s = standalone.start(CLUSTER_START_TIMEOUT_S)
+            print(f"  up in {up_s:.1f}s (logs {standalone.log_dir})", flush=True)
+            graph = sales_graph(standalone.rest.upload_artifact(artifact_file), rows=args.rows)
+            floors = PipelineFloors(graph, config, work / "floor")
+            print("floors: one Spark Connect session of this process on a Connect server started as a "
+                  "TaskExecutor's", flush=True)
+            floor_s = floors.start()
+            print(f"  up in {floor_s:.1f}s", flush=True)
+            results["start_s"] = {"standalone": round(up_s, 2), "floor_server_and_session": round(floor_s, 2)}
+            cluster_cpu = CpuMeter(cluster_cpu_readers(standalone))
+            floor_cpu = {name: CpuMeter({"this process + its Connect server JVM": floors.cpu_seconds})
+                         for name in ("materialised", "chained", "materialised_new_session")}
+            for run in range(args.warm_up):
+                cluster_s, _ = run_job(standalone, graph)
+                materialised_s, chained_s = floors.materialised(), floors.chained()
+                new_session_s = floors.materialised(new_session=True)
+                print(f"  warm-up {run + 1}: cluster {cluster_s:.2f}s, materialised floor {materialised_s:.2f}s, "
+                      f"chained floor {chained_s:.2f}s, materialised in a new session {new_session_s:.2f}s", flush=True)
+            for run in range(args.runs):
+                floor_cpu["materialised"].start()
+                samples["materialised"].append(floors.materialised())
+                floor_cpu["materialised"].stop()
+                floor_cpu["chained"].start()
+                samples["chained"].append(floors.chained())
+                floor_cpu["chained"].stop()
+                floor_cpu["materialised_new_session"].start()
+                samples["materialised_new_session"].append(floors.materialised(new_session=True))
+                floor_cpu["materialised_new_session"].stop()
+                cluster_cpu.start()
+                cluster_s, master_s = run_job(standalone, graph)
+                cluster_cpu.stop()
+                samples["cluster"].append(cluster_s)
+                samples["cluster_master_duration"].append(master_s)
+                loads.append(load_average())
+                print(f"  run {run + 1}: cluster {cluster_s:.2f}s ({master_s:.2f}s in the master), materialised "
+                      f"floor {samples['materialised'][-1]:.2f}s, chained floor {samples['chained'][-1]:.2f}s, "
+                      f"materialised in a new session {samples['materialised_new_session'][-1]:.2f}s; "
+                      f"load {loads[-1][0]}", flush=True)
+        finally:
+            if floors is not None:
+                floors.stop()
+            standalone.stop()
+    results["load_average_at_end"] = load_average()
+    results["load_average_per_run"] = loads
+    cpu = {"cluster": cluster_cpu.medians() if cluster_cpu else {},
+           **{name: meter.medians() for name, meter in floor_cpu.items()}}
+
+    medians = {name: round(median(values), 3) for name, values in samples.items()}
+    to_materialised = medians["cluster"] / medians["materialised"]
+    to_chained = medians["cluster"] / medians["chained"]
+    to_new_session = medians["cluster"] / medians["materialised_new_session"]
+    paired = [c / m for c, m in zip(samples["cluster"], samples["materialised"])]
+    print()
+    print(f"sales pipeline ({args.rows} rows, 5 vertices, 7 subtasks), medians of {args.runs} runs after "
+          f"{args.warm_up} warm-up runs each")
+    print_table(["what", "median s", "cluster / this"], [
+        [f"cluster: standalone, 1 TaskExecutor x {args.slots} slots (POST -> result)", f"{medians['cluster']:.2f}",
+         "1.00x"],
+        ["  the same jobs, duration in the master", f"{medians['cluster_master_duration']:.2f}", "-"],
+        ["materialised floor: one Connect session, Parquet per subtask", f"{medians['materialised']:.2f}",
+         f"{to_materialised:.2f}x"],
+        ["chained floor: one Connect session, one plan, final write only", f"{medians['chained']:.2f}",
+         f"{to_chained:.2f}x"],
+        ["(diagnosis) materialised floor in a new session per run", f"{medians['materialised_new_session']:.2f}",
+         f"{to_new_session:.2f}x"],
+    ])
+    met = to_materialised <= GOAL_RATIO
+    print(f"goal: cluster <= {GOAL_RATIO:g}x the materialised floor: {'met' if met else 'MISSED'} "
+          f"({to_materialised:.2f}x; median of the paired ratios {median(paired):.2f}x); load average "
+          f"{results['load_average_at_start']} -> {results['load_average_at_end']} on {os.cpu_count()} cores")
+    print("CPU seconds per run (medians): " + "; ".join(
+        f"{side}: " + ", ".join(f"{name} {value:.2f}" for name, value in values.items())
+        for side, values in cpu.items()))
+    # a smoke run or other settings do not replace the results of the default run
+    variant = "".join(f".{key}={value}" for key, value in sorted(overrides.items())) + (".quick" if args.quick else "")
+    path = write_results("p7_pipeline" + variant, {
+        **results, "goal_ratio_to_materialised": GOAL_RATIO,
+        "samples_s": {name: [round(v, 3) for v in values] for name, values in samples.items()},
+        "medians_s": medians, "cpu_s_per_run_median": cpu, "ratio_to_materialised": round(to_materialised, 3),
+        "ratio_to_chained": round(to_chained, 3), "ratio_to_materialised_new_session": round(to_new_session, 3),
+        "paired_ratio_to_materialised_median": round(median(paired), 3),
+        "goal_met": met})
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    bench_main(run)
