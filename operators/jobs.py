@@ -20,9 +20,29 @@ GRAPH_FILE_SUFFIXES = (".json", ".yaml", ".yml")
 
 
 def task_job_id(dag_id: str, run_id: str, task_id: str, map_index: int | None) -> str:
-    """The job id of an Airflow task instance: the same for every try of it (32 hex chars)."""
+    """The first job id of an Airflow task instance (32 hex chars); `cleared_job_id` after a clear."""
     key = "\x1f".join([dag_id, run_id, task_id, str(-1 if map_index is None else map_index)])
     return hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+def clear_generation(max_tries: int, retries: int) -> int:
+    """Which clear of its task instance an Airflow try runs under: 0 until the first clear.
+
+    Airflow sets a task instance's `max_tries` to `retries` when it creates it and to
+    `try_number + retries` when it clears it (one task, or the whole run), and leaves it alone
+    on a retry; so `max_tries - retries`, the tries it had had at its latest clear, is the same
+    for every retry and changes with each clear after a try. (Airflow finds a clear's first try
+    the same way; `dag_run.clear_number` would not do: clearing a task without resetting its run
+    leaves it alone, and clearing another task of the run changes it.)
+    """
+    return max_tries - retries
+
+
+def cleared_job_id(first_job_id: str, generation: int) -> str:
+    """The first job id of a task instance after its `generation`-th clear (0: `first_job_id`)."""
+    if generation == 0:
+        return first_job_id
+    return hashlib.sha256(f"{first_job_id}\x1fclear\x1f{generation}".encode()).hexdigest()[:32]
 
 
 def attempt_job_id(first_job_id: str, attempt: int) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import timedelta
 from functools import cached_property
 from pathlib import Path
@@ -17,6 +17,8 @@ from sparkdispatch.hooks.sparkdispatch import SparkDispatchHook
 from sparkdispatch.jobgraph import JobStatus
 from sparkdispatch.operators.jobs import (
     attempt_job_id,
+    clear_generation,
+    cleared_job_id,
     copy_graph,
     default_deferrable,
     find_graph_file,
@@ -32,7 +34,10 @@ if TYPE_CHECKING:
     from pydantic import JsonValue
 
 MAX_FRESH_ATTEMPTS = 1000
-UNKNOWN = "UNKNOWN"  # the status string of a job the master does not know (durable execution)
+# status strings of durable execution besides the JobStatus values: a stored job the master does
+# not know, and a stored job that FINISHED before the task instance was cleared
+UNKNOWN = "UNKNOWN"
+FINISHED_BEFORE_CLEAR = "FINISHED_BEFORE_CLEAR"
 
 
 class SubmitJobGraphOperator(ResumableJobMixin, BaseOperator):
@@ -49,14 +54,20 @@ class SubmitJobGraphOperator(ResumableJobMixin, BaseOperator):
     :param poll_interval: seconds between checks of the job's state.
     :param cancel_on_kill: cancel the job when the task is killed (also while deferred).
 
-    **Job ids.** The job id is derived from (dag_id, run_id, task_id, map_index), so every try
-    of a task instance computes the same id: a retry, or a restarted worker, re-attaches to a
-    job that is still running and returns at once for one that FINISHED, instead of
-    submitting a second copy. A job that ended FAILED or CANCELED is never re-run under its
-    id; the next try submits a fresh job whose id is the next one of a fixed chain
-    (`attempt_job_id(first, 1)`, `..., 2)`, …), so retries stay idempotent as well. The id is
-    also kept in Airflow's task state store (durable execution). A graph that names its own
-    `job_id` starts the chain at that id.
+    **Job ids.** The job id is derived from (dag_id, run_id, task_id, map_index) and the task
+    instance's clear generation, `ti.max_tries - retries` (`clear_generation`: Airflow raises
+    `max_tries` on every clear, of the task alone or of its whole run, and leaves it alone on a
+    retry). So every retry computes the same id: a retry, or a restarted worker, re-attaches to
+    a job that is still running and returns at once for one that FINISHED, instead of
+    submitting a second copy; a clear gets a new id and runs the JobGraph again. A job that
+    ended FAILED or CANCELED is never re-run under its id; the next try submits a fresh job
+    whose id is the next one of a fixed chain (`attempt_job_id(first, 1)`, `..., 2)`, …), so
+    retries stay idempotent as well. A graph that names its own `job_id` starts the chain at
+    that id (after a clear, at `cleared_job_id(job_id, generation)`). A blocking operator also
+    keeps the id in Airflow's task state store (durable execution), which a clear does not
+    empty: a stored job that still runs is re-attached to even after a clear (never two copies
+    at once), one that FINISHED before the clear is not. Changing a task's `retries` shifts its
+    generation: change it only while none of its jobs runs. More in docs/airflow.md.
     """
 
     template_fields: Sequence[str] = ("job_graph", "artifacts", "conn_id")
@@ -125,25 +136,25 @@ class SubmitJobGraphOperator(ResumableJobMixin, BaseOperator):
         """Re-attach to this task instance's running or FINISHED job, or submit a fresh one."""
         client = self.hook.get_conn()
         graph = self.load_graph(context)
-        ti = context["ti"]
-        first = graph.get("job_id") or task_job_id(ti.dag_id, ti.run_id, ti.task_id, ti.map_index)
-        for attempt in range(MAX_FRESH_ATTEMPTS):
-            job_id = attempt_job_id(first, attempt)
+        for job_id in self.job_chain(graph, context):
             status = self._status(job_id)
+            if status is None:
+                status = self._submit(client, graph, job_id)
             if status is not None and status.is_globally_terminal and status is not JobStatus.FINISHED:
                 self.log.info("job %s of an earlier try ended %s; submitting a fresh attempt", job_id, status.value)
                 continue
-            if status is None:
-                graph["job_id"] = job_id
-                graph["artifacts"] = [*graph.get("artifacts", []), *self._upload_artifacts(client)]
-                _, created = client.submit(graph)
-                self.log.info("job %s: %s (%s)", job_id, "submitted" if created else
-                              "was submitted already with the same graph; attached", graph.get("name"))
-            else:
+            if status is not None:
                 self.log.info("job %s: re-attached to the job of an earlier try (%s)", job_id, status.value)
             self._attached(job_id, context)
             return job_id
         raise AirflowException(f"{MAX_FRESH_ATTEMPTS} jobs of this task instance failed; not submitting more")
+
+    def job_chain(self, graph: Mapping[str, Any], context: Context) -> Iterator[str]:
+        """The job ids this try may use, in order: the chain of the task instance's latest clear."""
+        ti = context["ti"]
+        first = graph.get("job_id") or task_job_id(ti.dag_id, ti.run_id, ti.task_id, ti.map_index)
+        first = cleared_job_id(first, clear_generation(ti.max_tries, self.retries or 0))
+        return (attempt_job_id(first, attempt) for attempt in range(MAX_FRESH_ATTEMPTS))
 
     def load_graph(self, context: Context) -> dict[str, Any]:
         """The JobGraph as a fresh dict: the given mapping, or the (rendered) file it names."""
@@ -157,6 +168,20 @@ class SubmitJobGraphOperator(ResumableJobMixin, BaseOperator):
             return read_graph_text(self.job_graph, source="job_graph")
         text = self.render_template(path.read_text(), context)
         return read_graph_text(text, source=str(path))
+
+    def _submit(self, client: SyncSparkDispatchClient, graph: Mapping[str, Any], job_id: str) -> JobStatus | None:
+        """Submit `graph` as job `job_id`: None once the master accepted it as a new job.
+
+        A master that has the job already with the same graph (another try submitted it since
+        this one looked) answers with that job, whatever its status; its status is returned.
+        """
+        artifacts = [*graph.get("artifacts", []), *self._upload_artifacts(client)]
+        _, created = client.submit({**graph, "job_id": job_id, "artifacts": artifacts})
+        if created:
+            self.log.info("job %s: submitted (%s)", job_id, graph.get("name"))
+            return None
+        self.log.info("job %s: was submitted already with the same graph", job_id)
+        return self._status(job_id)
 
     def _upload_artifacts(self, client: SyncSparkDispatchClient) -> list[str]:
         keys = []
@@ -199,17 +224,22 @@ class SubmitJobGraphOperator(ResumableJobMixin, BaseOperator):
         return self.start_job(context)
 
     def get_job_status(self, external_id: JsonValue, context: Context) -> str:
-        status = self._status(str(external_id))
+        job_id = str(external_id)
+        status = self._status(job_id)
         if status is None:
             return UNKNOWN
-        self._attached(str(external_id), context)
+        if status is JobStatus.FINISHED and job_id not in self.job_chain(self.load_graph(context), context):
+            self.log.info("job %s FINISHED before this task instance was cleared; running the graph again", job_id)
+            return FINISHED_BEFORE_CLEAR
+        self._attached(job_id, context)
         return status.value
 
     def is_job_active(self, status: str) -> bool:
-        return status != UNKNOWN and not JobStatus(status).is_globally_terminal
+        job_status = _job_status(status)
+        return job_status is not None and not job_status.is_globally_terminal
 
     def is_job_succeeded(self, status: str) -> bool:
-        return status != UNKNOWN and JobStatus(status) is JobStatus.FINISHED
+        return _job_status(status) is JobStatus.FINISHED
 
     def poll_until_complete(self, external_id: JsonValue, context: Context) -> None:
         result = self.hook.get_conn().wait_for_result(str(external_id), poll_interval=self.poll_interval)
@@ -217,6 +247,11 @@ class SubmitJobGraphOperator(ResumableJobMixin, BaseOperator):
 
     def get_job_result(self, external_id: JsonValue, context: Context) -> str:
         return str(external_id)
+
+
+def _job_status(status: str) -> JobStatus | None:
+    """A durable-execution status string as a JobStatus; None for a stored job not to resume."""
+    return None if status in (UNKNOWN, FINISHED_BEFORE_CLEAR) else JobStatus(status)
 
 
 def _dag_folders(context: Context) -> list[str]:

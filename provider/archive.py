@@ -1,10 +1,17 @@
 """Finished jobs, kept queryable after their JobMaster is gone (Flink's ExecutionGraphInfoStore).
 
 Each archived job is one JSON file `<storage.dir>/archive/<cluster-id>/<job-id>.json` holding its
-JobResult and its last snapshot, so every master of the cluster (and a new leader after a
-failover) answers for it. Files of the first format (REST bodies instead of a snapshot) are
-converted as they are read. The overview of every archived job stays in memory for listings;
-full entries are cached for the `jobstore.max-in-memory` most recent.
+JobResult, its last snapshot and its graph's fingerprint, so every master of the cluster (and a
+new leader after a failover) answers for it, and knows a resubmission of the same graph. Files
+of the first format (REST bodies instead of a snapshot) are converted as they are read; entries
+of the first two formats have no fingerprint.
+
+`index.jsonl` beside them holds one line per `put`, the job's overview, appended durably after
+the entry's file: a new leader reads the index and lists the directory, and reads an entry file
+only when the index lacks its job (written before the index, or by a writer that died between
+the two). Writes are fenced: an entry is committed only after the writer's leadership is checked.
+The overview of every archived job stays in memory for listings; full entries are cached for the
+`jobstore.max-in-memory` most recent.
 """
 
 from __future__ import annotations
@@ -13,37 +20,48 @@ import asyncio
 import json
 import logging
 import os
-import tempfile
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from sparkdispatch.jobgraph import ExecutionState, JobResult
+from sparkdispatch.ha.files import LeadershipCheck, finish_in_thread, fsync_dir, write_atomic, write_temp
+from sparkdispatch.ha.jobgraph_store import check_job_id
+from sparkdispatch.jobgraph import JOB_ID_PATTERN, ExecutionState, JobResult
 from sparkdispatch.settings import ArchiveSettings
 from sparkdispatch.snapshot import JobOverview, JobSnapshot, SubtaskSnapshot, VertexSnapshot
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 2
+COMPONENT = "job archive"
+FORMAT_VERSION = 3
+INDEX = "index.jsonl"
+ENTRY_SUFFIX = ".json"
 
 
 @dataclass(frozen=True)
 class ArchivedJob:
-    """A globally terminated job: its JobResult and its last snapshot."""
+    """A globally terminated job: its JobResult, its last snapshot and its graph's fingerprint
+    (None when unknown: archived before fingerprints were kept, or its graph could not be read)."""
 
     result: JobResult
     snapshot: JobSnapshot
+    fingerprint: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"version": FORMAT_VERSION, "result": self.result.to_dict(), "snapshot": self.snapshot.to_dict()}
+        return {"version": FORMAT_VERSION, "result": self.result.to_dict(), "snapshot": self.snapshot.to_dict(),
+                "fingerprint": self.fingerprint}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ArchivedJob:
         result = JobResult.from_dict(data["result"])
         if data.get("version", 1) == 1:
             return cls(result, _snapshot_from_rest_bodies(result, data["details"], data["flink_details"]))
-        return cls(result, JobSnapshot.from_dict(data["snapshot"]))
+        fingerprint = data.get("fingerprint")
+        if fingerprint is not None and not isinstance(fingerprint, str):
+            raise ValueError(f"fingerprint must be a string, not {fingerprint!r}")
+        return cls(result, JobSnapshot.from_dict(data["snapshot"]), fingerprint)
 
 
 def _snapshot_from_rest_bodies(result: JobResult, details: Mapping[str, Any],
@@ -65,45 +83,95 @@ def _snapshot_from_rest_bodies(result: JobResult, details: Mapping[str, Any],
     return JobSnapshot(overview, vertices)
 
 
-class JobArchive:
-    """Archived jobs on shared storage, with a bounded in-memory cache."""
+def _index_line(overview: JobOverview) -> bytes:
+    return json.dumps(overview.to_dict(), sort_keys=True, separators=(",", ":")).encode() + b"\n"
 
-    def __init__(self, settings: ArchiveSettings) -> None:
+
+class JobArchive:
+    """Archived jobs on shared storage, with a bounded in-memory cache; writes fenced by `check`."""
+
+    def __init__(self, settings: ArchiveSettings, *, check: LeadershipCheck) -> None:
         self.directory = settings.directory
         self._capacity = settings.capacity
+        self._check = check
         self._cache: OrderedDict[str, ArchivedJob] = OrderedDict()
         self._index: dict[str, JobOverview] = {}  # every archived job
 
     async def load(self) -> None:
-        """Read the overviews of every archived job (at leadership start)."""
-        self._index = await asyncio.to_thread(self._read_index)
+        """Read the overviews of every archived job (at leadership start): the index, a listing
+        of the directory, and the entries the index lacks (which are then added to it)."""
+        self._index = await asyncio.to_thread(self._load_index)
 
-    def _read_index(self) -> dict[str, JobOverview]:
+    def _load_index(self) -> dict[str, JobOverview]:
+        try:
+            names = os.listdir(self.directory)
+        except FileNotFoundError:
+            return {}
+        stored = {name[:-len(ENTRY_SUFFIX)] for name in names
+                  if name.endswith(ENTRY_SUFFIX) and JOB_ID_PATTERN.match(name[:-len(ENTRY_SUFFIX)])}
         index: dict[str, JobOverview] = {}
-        if not self.directory.is_dir():
-            return index
-        for path in self.directory.glob("*.json"):
+        text = self._read_index()
+        lines = text.splitlines()
+        for line in lines:
             try:
-                job = ArchivedJob.from_dict(json.loads(path.read_text()))
-            except Exception as exc:  # a damaged archive entry must not stop the master
-                log.warning("ignoring unreadable archived job %s: %s", path, exc)
-                continue
+                overview = JobOverview.from_dict(json.loads(line))
+            except (ValueError, KeyError, TypeError):
+                continue  # a line torn by a crash; its entry is read below
+            if overview.job_id in stored:  # an entry file removed by hand is no longer archived
+                index[overview.job_id] = overview  # a later line of the same job wins
+        missing = sorted(stored - index.keys())
+        added = [job for job in map(self._read_entry, missing) if job is not None]
+        for job in added:
             index[job.result.job_id] = job.snapshot.overview
+        if len(lines) > 2 * len(index) + 100:
+            self._rewrite_index(index)  # mostly lines of replaced or removed entries
+        elif added:
+            torn = b"\n" if text and not text.endswith(b"\n") else b""  # end a torn last line first
+            self._append_index(torn + b"".join(_index_line(job.snapshot.overview) for job in added))
+        if missing:
+            log.info("archive index: added %d of %d archived jobs it lacked", len(added), len(missing))
         return index
 
-    async def put(self, job: ArchivedJob) -> None:
-        await asyncio.to_thread(self._write, job)
+    def _read_index(self) -> bytes:
+        try:
+            return (self.directory / INDEX).read_bytes()
+        except FileNotFoundError:
+            return b""
+
+    def _read_entry(self, job_id: str) -> ArchivedJob | None:
+        path = self.directory / f"{job_id}{ENTRY_SUFFIX}"
+        try:
+            return ArchivedJob.from_dict(json.loads(path.read_bytes()))
+        except Exception as exc:  # a damaged archive entry must not stop the master
+            log.warning("ignoring unreadable archived job %s: %s", path, exc)
+            return None
+
+    def _append_index(self, lines: bytes) -> None:
+        with open(self.directory / INDEX, "ab") as handle:
+            handle.write(lines)
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def _rewrite_index(self, index: dict[str, JobOverview]) -> None:
+        write_atomic(self.directory / INDEX, b"".join(_index_line(o) for o in index.values()))
+
+    async def put(self, session_id: str, job: ArchivedJob) -> None:
+        """Archive `job` (replacing an entry of the same job); `LeadershipLost` unless `session_id` leads."""
+        path = self.directory / f"{check_job_id(job.result.job_id)}{ENTRY_SUFFIX}"
+        # a large job's entry takes long to encode: off the loop
+        temp = await asyncio.to_thread(lambda: write_temp(path, json.dumps(job.to_dict()).encode()))
+        try:
+            await self._check(session_id, COMPONENT)
+            await finish_in_thread(self._commit, temp, path, job.snapshot.overview)
+        finally:
+            temp.unlink(missing_ok=True)
         self._remember(job)
         self._index[job.result.job_id] = job.snapshot.overview
 
-    def _write(self, job: ArchivedJob) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".archive-", suffix=".tmp")
-        with os.fdopen(fd, "w") as handle:
-            json.dump(job.to_dict(), handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, self.directory / f"{job.result.job_id}.json")
+    def _commit(self, temp: Path, path: Path, overview: JobOverview) -> None:
+        os.replace(temp, path)
+        self._append_index(_index_line(overview))
+        fsync_dir(self.directory)  # the rename, and the index when this put created it
 
     def _remember(self, job: ArchivedJob) -> None:
         self._cache[job.result.job_id] = job
@@ -115,12 +183,15 @@ class JobArchive:
         return job_id in self._index
 
     async def get(self, job_id: str) -> ArchivedJob | None:
+        """The archived job; None if there is none (or `job_id` is not a job id)."""
         if job_id in self._cache:
             self._cache.move_to_end(job_id)
             return self._cache[job_id]
-        path = self.directory / f"{job_id}.json"
+        if not JOB_ID_PATTERN.match(job_id):
+            return None
+        path = self.directory / f"{job_id}{ENTRY_SUFFIX}"
         try:
-            text = await asyncio.to_thread(path.read_text)
+            text = await asyncio.to_thread(path.read_bytes)
         except FileNotFoundError:
             return None
         job = ArchivedJob.from_dict(json.loads(text))

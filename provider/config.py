@@ -108,8 +108,14 @@ OPTIONS: tuple[Option, ...] = (
     Option("heartbeat.timeout", "duration", 25.0, "A TaskExecutor silent this long is lost: its slots are removed "
            "and its tasks fail over. Flink uses 50s; five missed heartbeats here.", minimum=0.1,
            default_doc="25s"),
-    Option("heartbeat.rpc-failure-threshold", "int", 2, "Consecutive failed calls after which a peer counts as "
-           "unreachable (-1: never), as Flink's key.", minimum=-1),
+    Option("heartbeat.rpc-failure-threshold", "int", 2, "Consecutive failed calls (deployments, cancellations) "
+           "after which a TaskExecutor counts as unreachable once it has also sent no heartbeat for two "
+           "`heartbeat.interval`s (-1: never), as Flink's key. A TaskExecutor that heartbeats is alive: calls that "
+           "fail then are the broker's trouble, and are retried.", minimum=-1),
+    Option("heartbeat.missing-execution-threshold", "int", 3, "Consecutive heartbeats of a TaskExecutor that may "
+           "omit an execution its JobMaster deployed there before the execution fails over (a deployment lost on "
+           "the way, a final state report lost). A deployment the TaskExecutor never listed gets "
+           "`heartbeat.timeout` to arrive first.", minimum=1),
     Option("slot.request.timeout", "duration", 300.0, "A slot request nobody can fulfil fails after this long "
            "(Flink's default).", minimum=0.01, default_doc="5min"),
     Option("resourcemanager.taskmanager-timeout", "duration", 30.0, "A TaskExecutor whose slots have all been "
@@ -129,6 +135,9 @@ OPTIONS: tuple[Option, ...] = (
            "remote-control calls: Redis in production, `filesystem://` in standalone mode."),
     Option("broker.polling-interval", "duration", 0.02, "Polling interval of polling transports "
            "(`filesystem://`).", minimum=0.001, default_doc="20ms"),
+    Option("broker.timeout", "duration", 5.0, "Timeout of each call to the broker (connecting, sending a "
+           "deployment or a remote-control call, each socket read and write), for the master and the TaskExecutors. "
+           "A deployment that cannot be sent is retried with backoff.", minimum=0.1, default_doc="5s"),
     # Spark
     Option("spark.master", "str", "local[*]", "Spark master URL of every TaskExecutor's Spark Connect server "
            "(the Spark driver of its slots): `local[*]`, `spark://host:7077`, `yarn`, `k8s://...`."),

@@ -2,12 +2,20 @@
 
 Mirrors Flink's Dispatcher under one leader session:
 
-- `submit` persists the JobGraph before it answers; a job id with a JobResult (dirty or clean)
-  or an archive entry is refused, the same id with the same graph is the same job.
-- A globally terminated job goes archive → dirty JobResult → cleanup (JobGraph, progress,
-  results per `results.retention`), retried with backoff until it succeeds → clean.
-- On leadership (`start`), dirty JobResults are only cleaned up, never re-run (FLINK-11813);
-  every other stored JobGraph resumes from its progress, finished subtasks reused.
+- `start` recovers before the Dispatcher serves: until it is done every call answers
+  `RecoveryInProgress` (503 with `Retry-After`), so no accepted job is reported unknown, run by
+  a second JobMaster or run again meanwhile (Flink exposes the Dispatcher gateway only after
+  recovery). Dirty JobResults are only cleaned up, never re-run (FLINK-11813); every other
+  stored JobGraph resumes from its progress, finished subtasks reused, or is cancelled when a
+  former leader accepted its cancel. Reads ZooKeeper does not answer are retried; a job whose
+  stored state cannot be read fails alone, with a FAILED JobResult naming the cause.
+- `submit` checks the graph's artifacts and persists the JobGraph before it answers; the same
+  id with the same graph (fingerprint) is the same job, running or terminated, never a second
+  run; another graph under a taken id is refused.
+- `cancel` persists the cancel with the job before it answers, so the next leader finishes it.
+- A job that reaches a globally terminal state, or whose JobMaster cannot start, goes archive
+  → dirty JobResult → cleanup (JobGraph, progress, results per `results.retention`), retried
+  with backoff until it succeeds → clean.
 
 All state lives on the master's loop.
 """
@@ -16,23 +24,32 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from abc import abstractmethod
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from sparkdispatch.archive import ArchivedJob, JobArchive
 from sparkdispatch.errors import (
+    BlobNotFound,
+    CorruptedBlob,
     DuplicateJobSubmission,
+    InvalidJobGraph,
     JobAlreadyTerminated,
+    JobResultEntryExists,
     LeadershipLost,
+    RecoveryInProgress,
     ServiceUnavailable,
+    StoreUnavailable,
     UnknownJob,
 )
-from sparkdispatch.ha.job_result_store import FileSystemJobResultStore
+from sparkdispatch.ha.blob_store import BlobReader
+from sparkdispatch.ha.job_result_store import FileSystemJobResultStore, JobResultEntry
 from sparkdispatch.ha.jobgraph_store import JobGraphStore
 from sparkdispatch.ha.progress_store import JobProgress, ProgressStore
-from sparkdispatch.jobgraph import JobGraph, JobResult, JobStatus
+from sparkdispatch.jobgraph import ExecutionState, Failure, JobGraph, JobResult, JobStatus, VertexResult
 from sparkdispatch.jobmaster.gateways import JobMasterFactory, JobMasterGateway
 from sparkdispatch.results import ResultLayout, remove_job_results
 from sparkdispatch.settings import CleanupSettings
@@ -40,13 +57,31 @@ from sparkdispatch.snapshot import JobOverview, JobSnapshot
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
+RETRY_AFTER_S = 1  # what a caller hears while the Dispatcher recovers
+UNREADABLE_JOB_NAME = "unreadable job"
+
+
+@dataclass(frozen=True)
+class Submission:
+    """The answer to a submission: the job's id, whether this call created it, and its status."""
+
+    job_id: str
+    created: bool
+    status: JobStatus
+
 
 class DispatcherGateway(Protocol):
-    """What the REST endpoint calls on the Dispatcher, on the master's loop."""
+    """What the REST endpoint calls on the Dispatcher, on the master's loop.
+
+    Until the Dispatcher has recovered its jobs, every call but `job_counts` raises
+    `RecoveryInProgress` (`job_master` only for a job it does not run yet).
+    """
 
     @abstractmethod
-    async def submit(self, graph: JobGraph) -> tuple[str, bool]:
-        """Accept a job: (job id, True) when new, (job id, False) for the same job again."""
+    async def submit(self, graph: JobGraph) -> Submission:
+        """Accept a job, or answer for the same job (same id and graph) submitted before."""
 
     @abstractmethod
     async def cancel(self, job_id: str) -> None:
@@ -66,7 +101,7 @@ class DispatcherGateway(Protocol):
 
     @abstractmethod
     def job_counts(self) -> dict[str, int]:
-        """Jobs by status."""
+        """Jobs by status (during recovery: those known so far)."""
 
     @abstractmethod
     def job_master(self, job_id: str) -> JobMasterGateway:
@@ -75,66 +110,77 @@ class DispatcherGateway(Protocol):
 
 @dataclass
 class _Job:
-    """A job this Dispatcher runs: reserved at submission, its JobMaster once persisted."""
+    """A job this Dispatcher answers for until its cleanup starts: reserved at submission (or
+    recovered), run by its JobMaster once persisted, concluded once `result` is set."""
 
-    graph: JobGraph
-    fingerprint: str
-    persisted: asyncio.Future[None]
+    graph: JobGraph | None  # None: its stored graph could not be read
+    fingerprint: str | None
+    # Resolves once the job is persisted (None), or to the status of the same job found
+    # terminated before; concurrent submissions of the id wait for it.
+    accepted: asyncio.Future[JobStatus | None]
     job_master: JobMasterGateway | None = None
     watcher: asyncio.Task[None] | None = None
-    terminal: bool = False
+    result: JobResult | None = None  # once globally terminal
+    cancel_recorded: bool = False  # its cancel is persisted: a recovered job is cancelled, not run
+
+    @property
+    def status(self) -> JobStatus:
+        if self.result is not None:
+            return self.result.status
+        return self.job_master.status if self.job_master is not None else JobStatus.INITIALIZING
+
+    def overview(self) -> JobOverview | None:
+        """None while it is only reserved (not persisted yet)."""
+        if self.job_master is not None:
+            return self.job_master.overview()
+        return JobSnapshot.from_result(self.result).overview if self.result is not None else None
+
+    def snapshot(self) -> JobSnapshot:
+        """Of a job run by its JobMaster or concluded without one."""
+        if self.job_master is not None:
+            return self.job_master.snapshot()
+        assert self.result is not None
+        return JobSnapshot.from_result(self.result)
 
 
 class Dispatcher:
     """One leader session's Dispatcher (fencing token: `session_id`).
 
     `new_job_master(graph, recovered_progress)` builds the JobMaster of a job (under the same
-    session); the Dispatcher only starts, watches, cancels and suspends it.
+    session); the Dispatcher only starts, watches, cancels and suspends it. `address` is this
+    master's REST address, named in `RecoveryInProgress` answers.
     """
 
-    def __init__(self, *, session_id: str, jobgraph_store: JobGraphStore,
+    def __init__(self, *, session_id: str, address: str, jobgraph_store: JobGraphStore,
                  job_result_store: FileSystemJobResultStore, progress_store: ProgressStore, archive: JobArchive,
-                 new_job_master: JobMasterFactory, cleanup: CleanupSettings) -> None:
+                 blob_store: BlobReader, new_job_master: JobMasterFactory, cleanup: CleanupSettings) -> None:
         self.session_id = session_id
+        self._address = address
         self._jobgraph_store = jobgraph_store
         self._job_result_store = job_result_store
         self._progress_store = progress_store
         self._archive = archive
+        self._blob_store = blob_store
         self._new_job_master = new_job_master
         self._cleanup_settings = cleanup
         self._jobs: dict[str, _Job] = {}
         self._cleanups: dict[str, asyncio.Task[None]] = {}
+        self._recovering = True
         self._closed = False
 
-    # -- lifecycle -----------------------------------------------------------------------------
-
     async def start(self) -> None:
-        """Recover: clean up dirty results, resume every other stored JobGraph."""
+        """Recover: clean up dirty results, resume (or cancel) every other stored JobGraph; then serve."""
+        began = time.monotonic()
         await self._archive.load()
-        dirty = await self._job_result_store.dirty_results()
-        dirty_ids = {result.job_id for result in dirty}
-        for result in dirty:
-            log.info("job %s has a dirty JobResult (%s): cleaning up, not re-running [session %s]",
-                     result.job_id, result.status.value, self.session_id)
-            if result.job_id not in self._archive:
-                await self._archive_quietly(ArchivedJob(result, JobSnapshot.from_result(result)))
-            self._start_cleanup(result.job_id)
-        for job_id in sorted(await self._jobgraph_store.job_ids()):
-            if job_id in dirty_ids:
-                continue
-            if await self._job_result_store.has_entry(job_id) or job_id in self._archive:
-                log.warning("job %s is stored but already terminated; removing its leftovers", job_id)
-                self._start_cleanup(job_id, mark_clean=False)
-                continue
-            graph = await self._jobgraph_store.get(job_id)
-            if graph is None:
-                continue
-            progress = await self._progress_store.get(job_id)
-            log.info("recovering job %s (%s) [session %s]", job_id, graph.name, self.session_id)
-            job = _Job(graph, graph.fingerprint(), asyncio.get_running_loop().create_future())
-            job.persisted.set_result(None)
-            self._jobs[job_id] = job
-            self._run(job_id, job, recovered=progress)
+        dirty = await self._read(self._job_result_store.dirty_job_ids)
+        for job_id in dirty:
+            await self._recover_dirty(job_id)
+        stored = await self._read(self._jobgraph_store.job_ids)
+        for job_id in sorted(stored - set(dirty)):
+            await self._recover_job(job_id)
+        self._recovering = False
+        log.info("recovered %d job(s) and %d finished one(s) to clean up in %.2fs; serving [session %s]",
+                 len(self._jobs), len(dirty), time.monotonic() - began, self.session_id)
 
     async def stop(self) -> None:
         """Leadership lost or shutdown: suspend every job; nothing is removed from the HA stores."""
@@ -145,7 +191,7 @@ class Dispatcher:
         for job_id, job in jobs:
             if job.watcher is not None:
                 job.watcher.cancel()
-            if job.job_master is not None and not job.terminal:
+            if job.job_master is not None and job.result is None:
                 try:
                     job.job_master.suspend()
                 except Exception:
@@ -154,11 +200,81 @@ class Dispatcher:
                              return_exceptions=True)
         self._cleanups.clear()
 
+    # -- recovery ------------------------------------------------------------------------------
+
+    async def _read(self, read: Callable[[], Awaitable[T]]) -> T:
+        """`read()`, retried with backoff while the store is unavailable (ZooKeeper connection loss)."""
+        delay = self._cleanup_settings.initial_backoff
+        while True:
+            try:
+                return await read()
+            except StoreUnavailable as exc:
+                if self._closed:
+                    raise ServiceUnavailable("the Dispatcher stopped while it recovered") from None
+                log.warning("recovery read failed, retrying in %.1fs: %s [session %s]", delay, exc, self.session_id)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self._cleanup_settings.max_backoff)
+
+    async def _recover_dirty(self, job_id: str) -> None:
+        """A job with a dirty JobResult: never run again, only cleaned up (even if unreadable)."""
+        try:
+            entry = await self._read(lambda: self._job_result_store.get(job_id))
+        except ServiceUnavailable:
+            raise
+        except Exception as exc:
+            log.error("the dirty JobResult of job %s cannot be read (%s); the job is not run again: it is "
+                      "recorded as FAILED and cleaned up [session %s]", job_id, exc, self.session_id)
+            if job_id not in self._archive:
+                try:  # its graph, if still there, names the job and tells a resubmission apart
+                    graph = await self._jobgraph_store.get(job_id)
+                except Exception:
+                    graph = None
+                result = _result_without_run(job_id, graph, _recovery_failure(job_id, exc))
+                fingerprint = graph.fingerprint() if graph is not None else None
+                await self._archive_quietly(ArchivedJob(result, JobSnapshot.from_result(result), fingerprint))
+            self._start_cleanup(job_id)
+            return
+        if entry is None:
+            return  # cleaned up meanwhile
+        log.info("job %s has a dirty JobResult (%s): cleaning up, not re-running [session %s]",
+                 job_id, entry.result.status.value, self.session_id)
+        if job_id not in self._archive:
+            await self._archive_quietly(ArchivedJob(entry.result, JobSnapshot.from_result(entry.result),
+                                                    entry.fingerprint))
+        self._start_cleanup(job_id)
+
+    async def _recover_job(self, job_id: str) -> None:
+        if job_id in self._archive or await self._read(lambda: self._job_result_store.has_entry(job_id)):
+            log.warning("job %s is stored but already terminated; removing its leftovers", job_id)
+            self._start_cleanup(job_id, mark_clean=False)
+            return
+        try:
+            graph = await self._read(lambda: self._jobgraph_store.get(job_id))
+            if graph is None:
+                return
+            progress = await self._read(lambda: self._progress_store.get(job_id))
+        except ServiceUnavailable:
+            raise
+        except Exception as exc:  # this job only: the others are recovered all the same
+            log.error("job %s cannot be recovered, it fails: %s [session %s]", job_id, exc, self.session_id)
+            result = _result_without_run(job_id, None, _recovery_failure(job_id, exc))
+            job = _Job(None, None, _persisted(), result=result)
+            self._jobs[job_id] = job
+            job.watcher = asyncio.create_task(self._conclude(job_id, job, result), name=f"job-{job_id}")
+            return
+        # a job whose every subtask finished before its cancel took effect finishes, as it did
+        cancel = progress.cancel_requested and not _all_finished(graph, progress)
+        log.info("recovering job %s (%s)%s [session %s]", job_id, graph.name,
+                 "; a former leader accepted its cancel" if cancel else "", self.session_id)
+        job = _Job(graph, graph.fingerprint(), _persisted(), cancel_recorded=cancel)
+        self._jobs[job_id] = job
+        self._run(job_id, job, recovered=progress)
+
     # -- submission and cancellation -----------------------------------------------------------
 
-    async def submit(self, graph: JobGraph) -> tuple[str, bool]:
-        """Accept `graph`; returns (job id, True) when new, (job id, False) for the same job again."""
-        self._check_open()
+    async def submit(self, graph: JobGraph) -> Submission:
+        """Accept `graph` (`created`), or answer for the same job submitted before."""
+        self._check_serving()
         chosen_id = graph.job_id is not None
         job_id = graph.job_id or uuid.uuid4().hex
         graph = graph.with_job_id(job_id)
@@ -166,43 +282,110 @@ class Dispatcher:
         existing = self._jobs.get(job_id)
         if existing is not None:
             if existing.fingerprint != fingerprint:
-                raise DuplicateJobSubmission(job_id, "a job with this id runs with another graph")
-            await asyncio.shield(existing.persisted)
-            if existing.job_master is not None and existing.job_master.result_future.done():
-                # its result is out: answer as for an archived job, even before the archive has it
-                raise DuplicateJobSubmission(job_id, "it already reached a globally terminal state")
-            return job_id, False
+                reason = "a job with this id ran with another graph" if existing.result is not None else \
+                    "a job with this id runs with another graph"
+                raise DuplicateJobSubmission(job_id, reason)
+            terminated = await asyncio.shield(existing.accepted)
+            return Submission(job_id, False, terminated or existing.status)
         # reserve the id before the first await, so concurrent submissions of it wait for this one
         job = _Job(graph, fingerprint, asyncio.get_running_loop().create_future())
         self._jobs[job_id] = job
         try:
-            # an id generated here is new: only a client's own id can have a JobResult already
-            if job_id in self._cleanups or job_id in self._archive or \
-                    (chosen_id and await self._job_result_store.has_entry(job_id)):
-                raise DuplicateJobSubmission(job_id, "it already reached a globally terminal state")
-            await self._jobgraph_store.put(self.session_id, graph)
+            # an id generated here is new: only a client's own id can have been used already
+            terminated = await self._terminated(job_id, fingerprint) if chosen_id else None
+            if terminated is None:
+                await self._check_artifacts(graph)
+                await self._jobgraph_store.put(self.session_id, graph)
         except BaseException as exc:
             del self._jobs[job_id]
-            job.persisted.set_exception(exc)
-            job.persisted.exception()  # retrieved: waiters re-raise it themselves
+            job.accepted.set_exception(exc)
+            job.accepted.exception()  # retrieved: waiters re-raise it themselves
             raise
-        job.persisted.set_result(None)
+        job.accepted.set_result(terminated)
+        if terminated is not None:
+            del self._jobs[job_id]
+            return Submission(job_id, False, terminated)
         log.info("job %s (%s) submitted with %d vertices [session %s]", job_id, graph.name,
                  len(graph.vertices), self.session_id)
         self._run(job_id, job, recovered=None)
-        return job_id, True
+        return Submission(job_id, True, job.status)
+
+    async def _terminated(self, job_id: str, fingerprint: str) -> JobStatus | None:
+        """The status of the same job if `job_id` already terminated; None if it is new.
+        `DuplicateJobSubmission` if it terminated with another graph, or one it cannot tell."""
+        status: JobStatus | None = None
+        stored: str | None = None
+        if job_id in self._archive:
+            try:
+                archived = await self._archive.get(job_id)
+            except Exception as exc:
+                log.warning("archived job %s cannot be read: %s", job_id, exc)
+                archived = None
+            if archived is not None:
+                status, stored = archived.result.status, archived.fingerprint
+        if status is None and (job_id in self._cleanups or await self._job_result_store.has_entry(job_id)):
+            try:
+                entry = await self._job_result_store.get(job_id)
+            except Exception as exc:
+                log.warning("the JobResult of job %s cannot be read: %s", job_id, exc)
+                entry = None
+            if entry is not None:
+                status, stored = entry.result.status, entry.fingerprint
+            else:
+                raise DuplicateJobSubmission(job_id, "it already reached a globally terminal state")
+        if status is None:
+            return None
+        if stored is None:
+            raise DuplicateJobSubmission(job_id, f"it already reached a globally terminal state ({status.value}) "
+                                                 "and its graph is not known, so this cannot be the same job")
+        if stored != fingerprint:
+            raise DuplicateJobSubmission(job_id, "it already reached a globally terminal state with another graph")
+        return status
+
+    async def _check_artifacts(self, graph: JobGraph) -> None:
+        """`InvalidJobGraph` naming each artifact key the blob store does not have (or has corrupted)."""
+        if graph.artifacts:
+            problems = await asyncio.to_thread(self._artifact_problems, graph.artifacts)
+            if problems:
+                raise InvalidJobGraph(problems)
+
+    def _artifact_problems(self, keys: tuple[str, ...]) -> dict[str, list[str]]:
+        problems: dict[str, list[str]] = {}
+        for index, key in enumerate(keys):
+            try:
+                self._blob_store.path_blocking(key)
+            except BlobNotFound:
+                problems[f"artifacts[{index}]"] = [f"no artifact with key {key} is stored; upload it first "
+                                                   "(POST /artifacts)"]
+            except CorruptedBlob:
+                problems[f"artifacts[{index}]"] = [f"the artifact with key {key} is corrupted; upload it again"]
+        return problems
 
     async def cancel(self, job_id: str) -> None:
-        """Cancel a running job; idempotent for a cancelled one; `JobAlreadyTerminated` otherwise."""
+        """Cancel a running job, persisting the cancel first; idempotent for a cancelled one;
+        `JobAlreadyTerminated` for a job that ended otherwise."""
+        self._check_serving()
         job = self._jobs.get(job_id)
-        if job is not None and not job.terminal:
-            await asyncio.shield(job.persisted)
-            if job.job_master is not None:
-                await job.job_master.cancel()
-            return
-        if job is not None:
-            status = job.job_master.status if job.job_master else JobStatus.CANCELED
-        else:
+        if job is not None and not job.accepted.done():
+            try:
+                await asyncio.shield(job.accepted)
+            except Exception:
+                raise UnknownJob(job_id) from None  # its submission failed
+            job = self._jobs.get(job_id)
+        status: JobStatus | None = None
+        if job is not None and job.result is not None:
+            status = job.result.status
+        elif job is not None and job.job_master is not None:
+            job_master, outcome = job.job_master, job.job_master.result_future
+            if not outcome.done():
+                if not job.cancel_recorded:
+                    await self._progress_store.record_cancel(self.session_id, job_id)
+                    job.cancel_recorded = True
+                await job_master.cancel()
+                return
+            if not outcome.cancelled():
+                status = outcome.result().status  # it ended; this Dispatcher has not concluded it yet
+        if status is None:
             archived = await self._archive.get(job_id)
             if archived is None:
                 raise UnknownJob(job_id)
@@ -214,17 +397,19 @@ class Dispatcher:
 
     def job_overviews(self) -> list[JobOverview]:
         """Every job, running and finished, the most recently started first (`GET /jobs`, `/jobs/overview`)."""
-        overviews = [job.job_master.overview() for job in self._jobs.values() if job.job_master]
-        running = {overview.job_id for overview in overviews}
-        overviews += [o for o in self._archive.overviews() if o.job_id not in running]
+        self._check_serving()
+        overviews = [overview for job in self._jobs.values() if (overview := job.overview()) is not None]
+        listed = {overview.job_id for overview in overviews}
+        overviews += [o for o in self._archive.overviews() if o.job_id not in listed]
         # the id breaks ties, so the order does not change when a job moves to the archive
         return sorted(overviews, key=lambda o: (o.start_time, o.job_id), reverse=True)
 
     async def job_snapshot(self, job_id: str) -> JobSnapshot:
         """One job with its vertices and subtasks (`GET /jobs/{job_id}`); `UnknownJob` if unknown."""
+        self._check_serving()
         job = self._jobs.get(job_id)
-        if job is not None and job.job_master is not None:
-            return job.job_master.snapshot()
+        if job is not None and (job.job_master is not None or job.result is not None):
+            return job.snapshot()
         archived = await self._archive.get(job_id)
         if archived is None:
             raise UnknownJob(job_id)
@@ -232,8 +417,9 @@ class Dispatcher:
 
     async def job_result(self, job_id: str, *, wait_s: float = 0.0) -> JobResult | None:
         """The JobResult, waiting up to `wait_s` for a running job; None while it runs."""
+        self._check_serving()
         job = self._jobs.get(job_id)
-        if job is not None and job.job_master is not None:
+        if job is not None and job.result is None and job.job_master is not None:
             future = job.job_master.result_future
             if not future.done() and wait_s > 0:
                 try:
@@ -244,7 +430,7 @@ class Dispatcher:
                 return future.result()
             return None
         if job is not None:
-            return None
+            return job.result
         archived = await self._archive.get(job_id)
         if archived is None:
             raise UnknownJob(job_id)
@@ -254,7 +440,7 @@ class Dispatcher:
         """Jobs by status: running ones from their JobMasters, the rest from the archive."""
         counts = dict(self._archive.counts())
         for job in self._jobs.values():
-            if job.job_master is not None and not job.terminal:
+            if job.job_master is not None and job.result is None:
                 status = job.job_master.status.value
                 counts[status] = counts.get(status, 0) + 1
         return counts
@@ -263,43 +449,90 @@ class Dispatcher:
         """The running JobMaster of `job_id` (TaskExecutor reports go to it)."""
         job = self._jobs.get(job_id)
         if job is None or job.job_master is None:
+            self._check_serving()  # a job not recovered yet is not unknown: the caller retries
             raise UnknownJob(job_id)
         return job.job_master
 
     # -- running and terminating jobs ---------------------------------------------------------
 
     def _run(self, job_id: str, job: _Job, *, recovered: JobProgress | None) -> None:
-        job.job_master = self._new_job_master(job.graph, recovered)
-        job.job_master.start()
+        """Start the job's JobMaster; a recovered job whose cancel was accepted is cancelled instead."""
+        assert job.graph is not None
+        job_master: JobMasterGateway | None = None
+        try:
+            job_master = self._new_job_master(job.graph, recovered)
+            if not job.cancel_recorded:
+                job_master.start()
+        except Exception as exc:
+            log.error("the JobMaster of job %s cannot start, the job fails: %s [session %s]", job_id, exc,
+                      self.session_id, exc_info=exc)
+            if job_master is not None:
+                self._release(job_id, job_master)
+            job.result = _result_without_run(job_id, job.graph, Failure.from_exception(exc))
+            job.watcher = asyncio.create_task(self._conclude(job_id, job, job.result), name=f"job-{job_id}")
+            return
+        job.job_master = job_master
         job.watcher = asyncio.create_task(self._watch(job_id, job), name=f"job-{job_id}")
 
+    @staticmethod
+    def _release(job_id: str, job_master: JobMasterGateway) -> None:
+        try:
+            job_master.suspend()  # gives back whatever it took before it failed
+        except Exception:
+            log.exception("stopping the failed JobMaster of job %s failed too", job_id)
+
     async def _watch(self, job_id: str, job: _Job) -> None:
-        assert job.job_master is not None
-        result = await job.job_master.result_future
-        job.terminal = True
+        job_master = job.job_master
+        assert job_master is not None
+        if job.cancel_recorded and job_master.status is JobStatus.INITIALIZING:
+            log.info("job %s: cancelling it, as a former leader accepted [session %s]", job_id, self.session_id)
+            try:
+                await job_master.cancel()
+            except Exception as exc:
+                log.error("cancelling recovered job %s failed, the job fails: %s", job_id, exc, exc_info=exc)
+                self._release(job_id, job_master)
+                job.job_master = None
+                job.result = _result_without_run(job_id, job.graph, Failure.from_exception(exc))
+                await self._conclude(job_id, job, job.result)
+                return
+        result = await job_master.result_future
+        job.result = result
+        await self._conclude(job_id, job, result)
+
+    async def _conclude(self, job_id: str, job: _Job, result: JobResult) -> None:
+        """Archive the terminated job, write its dirty JobResult, then clean it up."""
         log.info("job %s reached %s [session %s]", job_id, result.status.value, self.session_id)
-        await self._archive_quietly(ArchivedJob(result, job.job_master.snapshot()))
-        await self._write_dirty_result(result)
+        await self._archive_quietly(ArchivedJob(result, job.snapshot(), job.fingerprint))
+        written = await self._write_dirty_result(JobResultEntry(result, job.fingerprint))
         self._jobs.pop(job_id, None)
-        self._start_cleanup(job_id)
+        if written:
+            self._start_cleanup(job_id)
 
     async def _archive_quietly(self, archived: ArchivedJob) -> None:
         try:
-            await self._archive.put(archived)
+            await self._archive.put(self.session_id, archived)
+        except LeadershipLost:
+            log.info("job %s not archived: leadership session %s ended", archived.result.job_id, self.session_id)
         except Exception:  # as in Flink, archiving failures are only logged
             log.exception("archiving job %s failed", archived.result.job_id)
 
-    async def _write_dirty_result(self, result: JobResult) -> None:
-        store = self._job_result_store
+    async def _write_dirty_result(self, entry: JobResultEntry) -> bool:
+        """Write the dirty JobResult, retrying until it is stored; False if leadership ended first."""
+        job_id = entry.result.job_id
         delay = self._cleanup_settings.initial_backoff
         while True:
             try:
-                if not await store.has_entry(result.job_id):
-                    await store.create_dirty(result)
-                return
+                await self._job_result_store.create_dirty(self.session_id, entry)
+                return True
+            except JobResultEntryExists:
+                return True  # written before, by this leader or a former one
+            except LeadershipLost:
+                log.info("JobResult of job %s not written: leadership session %s ended; the next leader "
+                         "finishes the job", job_id, self.session_id)
+                return False
             except Exception:
                 # Without its dirty entry a finished job could run again: keep trying.
-                log.exception("writing the JobResult of job %s failed; retrying in %.1fs", result.job_id, delay)
+                log.exception("writing the JobResult of job %s failed; retrying in %.1fs", job_id, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self._cleanup_settings.max_backoff)
 
@@ -321,7 +554,7 @@ class Dispatcher:
                 if settings.delete_results:
                     await asyncio.to_thread(remove_job_results, ResultLayout(settings.results_dir), job_id)
                 if mark_clean:
-                    await self._job_result_store.mark_clean(job_id)
+                    await self._job_result_store.mark_clean(self.session_id, job_id)
                 log.info("job %s cleaned up after %d attempt(s) [session %s]", job_id, attempt, self.session_id)
                 return
             except LeadershipLost:
@@ -334,6 +567,33 @@ class Dispatcher:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, settings.max_backoff)
 
-    def _check_open(self) -> None:
+    def _check_serving(self) -> None:
         if self._closed:
             raise ServiceUnavailable("the Dispatcher is shutting down; retry against the new leader")
+        if self._recovering:
+            raise RecoveryInProgress(f"this master has just become leader and is recovering its jobs; retry in "
+                                     f"{RETRY_AFTER_S}s", leader=self._address, retry_after=RETRY_AFTER_S)
+
+
+def _persisted() -> asyncio.Future[JobStatus | None]:
+    """The `accepted` future of a job recovered from the stores."""
+    future: asyncio.Future[JobStatus | None] = asyncio.get_running_loop().create_future()
+    future.set_result(None)
+    return future
+
+
+def _all_finished(graph: JobGraph, progress: JobProgress) -> bool:
+    return all(set(progress.finished.get(v.id, {})) >= set(range(v.parallelism)) for v in graph.vertices)
+
+
+def _recovery_failure(job_id: str, exc: BaseException) -> Failure:
+    return Failure(type(exc).__name__, f"job {job_id} could not be recovered: {exc}")
+
+
+def _result_without_run(job_id: str, graph: JobGraph | None, failure: Failure) -> JobResult:
+    """The FAILED JobResult of a job that could not run (its stored state or its JobMaster failed)."""
+    now = int(time.time() * 1000)
+    vertices = {v.id: VertexResult(state=ExecutionState.CREATED, attempts=0) for v in graph.vertices} \
+        if graph is not None else {}
+    return JobResult(job_id=job_id, name=graph.name if graph is not None else UNREADABLE_JOB_NAME,
+                     status=JobStatus.FAILED, start_time=now, end_time=now, vertices=vertices, failure=failure)

@@ -17,6 +17,7 @@
     ├── UnknownTaskExecutor           the TaskExecutor is not (or no longer) registered
     ├── SlotProcessLost               a TaskExecutor's slot process died under a task, or did not start
     ├── StoreError                    an HA store refused or failed a read or write
+    │   ├── StoreUnavailable          a store did not answer for now (ZooKeeper connection loss); retry
     │   ├── JobResultEntryExists      a JobResult for that job is stored already
     │   ├── NoSuchJobResult           no JobResult stored for that job
     │   └── BlobError                 a user-code blob cannot be stored or read
@@ -30,7 +31,8 @@
     ├── InternalError                 the master failed on a bug; the body names the exception
     ├── ConnectServerError            a TaskExecutor's Spark Connect server failed to start or serve
     └── ServiceUnavailable            the master cannot answer now (standby, starting, stopping)
-        └── LeadershipLost            this process is no longer the leader
+        ├── LeadershipLost            this process is no longer the leader
+        └── RecoveryInProgress        a new leader is still recovering its jobs; retry after `retry_after` s
 
 Each class carries the HTTP status the REST endpoint answers it with, so one middleware maps
 them all. On the wire an error is `{"errors": [readable messages], "type": "<class name>",
@@ -71,6 +73,10 @@ class SparkDispatchError(Exception):
     def to_body(self) -> JSONObject:
         """The REST error body: `{"errors": [...], "type": "<class name>", ...fields}`."""
         return {"errors": self.messages(), "type": type(self).__name__, **self.fields()}
+
+    def http_headers(self) -> dict[str, str]:
+        """HTTP headers the REST answer of this error carries (e.g. `Retry-After`)."""
+        return {}
 
     @classmethod
     def from_fields(cls, messages: Sequence[str], fields: Mapping[str, Any]) -> Self:
@@ -275,6 +281,12 @@ class StoreError(SparkDispatchError):
     http_status = 500
 
 
+class StoreUnavailable(StoreError):
+    """A store could not be read or written for now (ZooKeeper connection loss or timeout); a retry may succeed."""
+
+    http_status = 503
+
+
 class JobResultEntryExists(StoreError):
     http_status = 409
 
@@ -393,12 +405,38 @@ class LeadershipLost(ServiceUnavailable):
         return cls(_text(fields, "component"))
 
 
+class RecoveryInProgress(ServiceUnavailable):
+    """This master leads but still recovers its jobs; the call is answered once it is done.
+
+    Its REST answer carries `Retry-After: <retry_after>` (seconds); `leader` is this master.
+    """
+
+    http_status = 503
+
+    def __init__(self, message: str, *, leader: str | None, retry_after: int) -> None:
+        super().__init__(message, leader=leader)
+        self.retry_after = retry_after
+
+    def fields(self) -> JSONObject:
+        return {"leader": self.leader, "retry_after": self.retry_after}
+
+    def http_headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after)}
+
+    @classmethod
+    def from_fields(cls, messages: Sequence[str], fields: Mapping[str, Any]) -> Self:
+        retry_after = fields["retry_after"]
+        if not isinstance(retry_after, int) or isinstance(retry_after, bool):
+            raise ValueError("retry_after must be an integer")
+        return cls(messages[0], leader=_optional_text(fields, "leader"), retry_after=retry_after)
+
+
 ERROR_TYPES: Mapping[str, type[SparkDispatchError]] = MappingProxyType({cls.__name__: cls for cls in (
     SparkDispatchError, ConfigurationError, InvalidJobGraph, InvalidRequest, IllegalStateTransition, UnknownJob,
     DuplicateJobSubmission, JobAlreadyTerminated, FencingTokenMismatch, StaleExecution, NoLeader,
-    SlotRequestTimeout, UnknownTaskExecutor, SlotProcessLost, StoreError, JobResultEntryExists, NoSuchJobResult,
-    BlobError, BlobNotFound, BlobTooLarge, CorruptedBlob, RequestTooLarge, Unauthorized, RouteNotFound, MethodNotAllowed,
-    InternalError, ConnectServerError, ServiceUnavailable, LeadershipLost,
+    SlotRequestTimeout, UnknownTaskExecutor, SlotProcessLost, StoreError, StoreUnavailable, JobResultEntryExists,
+    NoSuchJobResult, BlobError, BlobNotFound, BlobTooLarge, CorruptedBlob, RequestTooLarge, Unauthorized, RouteNotFound,
+    MethodNotAllowed, InternalError, ConnectServerError, ServiceUnavailable, LeadershipLost, RecoveryInProgress,
 )})
 """The registry: class name (a body's `type`) → class."""
 

@@ -5,8 +5,10 @@ monitored target, the time of its last heartbeat, its last payload and its count
 consecutive failed calls, and tells its listener when a target
 
 - stays silent for `heartbeat.timeout` (`notify_heartbeat_timeout(target_id)`), or
-- fails `heartbeat.rpc-failure-threshold` calls in a row (`notify_target_unreachable(target_id)`;
-  a threshold of -1 turns this off).
+- fails `heartbeat.rpc-failure-threshold` calls in a row while it is also silent for
+  `unreachable_silence` (two heartbeat intervals; `notify_target_unreachable(target_id)`; a
+  threshold of -1 turns this off). A target that heartbeats is alive: calls to it that fail then
+  fail on the way (the TaskExecutors' broker restarting), and do not make it unreachable.
 
 A target that timed out or became unreachable is no longer monitored when its listener is
 called; `monitor()` it again after it registers anew. All methods run on the owner's asyncio
@@ -59,14 +61,17 @@ class HeartbeatMonitor(Generic[P]):
     each heartbeat may carry a payload of type `P`."""
 
     def __init__(self, listener: HeartbeatListener, *, timeout: float, rpc_failure_threshold: int = 2,
-                 clock: Clock | None = None, name: str = "heartbeat") -> None:
+                 unreachable_silence: float = 0.0, clock: Clock | None = None, name: str = "heartbeat") -> None:
         if timeout <= 0:
             raise ValueError(f"heartbeat timeout must be > 0, got {timeout}")
         if rpc_failure_threshold == 0 or rpc_failure_threshold < -1:
             raise ValueError(f"rpc failure threshold must be >= 1 or -1 (off), got {rpc_failure_threshold}")
+        if unreachable_silence < 0:
+            raise ValueError(f"unreachable silence must be >= 0, got {unreachable_silence}")
         self._listener = listener
         self._timeout = timeout
         self._threshold = rpc_failure_threshold
+        self._silence = unreachable_silence
         self._clock: Clock = clock or time.monotonic
         self._epoch_offset = time.time() - self._clock()
         self._name = name
@@ -76,9 +81,10 @@ class HeartbeatMonitor(Generic[P]):
     @classmethod
     def from_settings(cls, settings: HeartbeatSettings, listener: HeartbeatListener, *, clock: Clock | None = None,
                       name: str = "heartbeat") -> HeartbeatMonitor[P]:
-        """A monitor with the settings' timeout and rpc failure threshold."""
+        """A monitor with the settings' timeout and rpc failure threshold; a target that failed calls is
+        unreachable once it has also been silent for two heartbeat intervals."""
         return cls(listener, timeout=settings.timeout, rpc_failure_threshold=settings.rpc_failure_threshold,
-                   clock=clock, name=name)
+                   unreachable_silence=2 * settings.interval, clock=clock, name=name)
 
     @property
     def timeout(self) -> float:
@@ -107,19 +113,14 @@ class HeartbeatMonitor(Generic[P]):
         return True
 
     def record_rpc_failure(self, target_id: str) -> None:
-        """A call to `target_id` failed; after threshold failures in a row it is unreachable."""
+        """A call to `target_id` failed; after threshold failures in a row, and once it has also been
+        silent for `unreachable_silence`, it is unreachable (now or at a later `check_timeouts`)."""
         target = self._targets.get(target_id)
         if target is None:
             return
         target.rpc_failures += 1
-        if self._threshold != -1 and target.rpc_failures >= self._threshold:
-            log.warning("%s: target %s unreachable after %d failed calls", self._name, target_id,
-                        target.rpc_failures)
-            del self._targets[target_id]
-            try:
-                self._listener.notify_target_unreachable(target_id)
-            except Exception:
-                log.exception("%s: listener failed on %s becoming unreachable", self._name, target_id)
+        if self._unreachable(target, self._clock()):
+            self._notify_unreachable(target_id, target)
 
     def record_rpc_success(self, target_id: str) -> None:
         """A call to `target_id` went through: the count of failures in a row starts again."""
@@ -146,13 +147,23 @@ class HeartbeatMonitor(Generic[P]):
         return int((clock_time + self._epoch_offset) * 1000)
 
     def check_timeouts(self) -> list[str]:
-        """Tell the listener about every target silent for the timeout; returns their ids."""
-        deadline = self._clock() - self._timeout
+        """Tell the listener about every target silent for the timeout, and about every unreachable
+        one; returns the ids of those that timed out."""
+        now = self._clock()
+        deadline = now - self._timeout
+        silent_since = now - min(self._silence, self._timeout)
         expired: list[str] = []
+        unreachable: list[str] = []
         for target_id, target in self._targets.items():
-            if target.last_heartbeat > deadline:
+            if target.last_heartbeat > silent_since:
                 break
-            expired.append(target_id)
+            if target.last_heartbeat <= deadline:
+                expired.append(target_id)
+            elif self._unreachable(target, now):
+                unreachable.append(target_id)
+        for target_id in unreachable:
+            if (still_watched := self._targets.get(target_id)) is not None:
+                self._notify_unreachable(target_id, still_watched)
         for target_id in expired:
             del self._targets[target_id]
         for target_id in expired:
@@ -162,3 +173,16 @@ class HeartbeatMonitor(Generic[P]):
             except Exception:
                 log.exception("%s: listener failed on the timeout of %s", self._name, target_id)
         return expired
+
+    def _unreachable(self, target: _Target[P], now: float) -> bool:
+        return (self._threshold != -1 and target.rpc_failures >= self._threshold
+                and now - target.last_heartbeat >= self._silence)
+
+    def _notify_unreachable(self, target_id: str, target: _Target[P]) -> None:
+        log.warning("%s: target %s unreachable after %d failed calls and %.1fs without a heartbeat", self._name,
+                    target_id, target.rpc_failures, self._clock() - target.last_heartbeat)
+        del self._targets[target_id]
+        try:
+            self._listener.notify_target_unreachable(target_id)
+        except Exception:
+            log.exception("%s: listener failed on %s becoming unreachable", self._name, target_id)

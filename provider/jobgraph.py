@@ -13,12 +13,12 @@ import hashlib
 import json
 import re
 import traceback as traceback_module
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar, TypeAlias
+from typing import Any, ClassVar, Generic, TypeAlias, TypeVar, overload
 
 from sparkdispatch.errors import IllegalStateTransition, InvalidJobGraph
-from sparkdispatch.schema import dump, load
+from sparkdispatch.schema import dump, dump_many, load, parse_json
 
 JOB_ID_PATTERN = re.compile(r"^[0-9a-f]{32}$")
 VERTEX_ID_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
@@ -26,6 +26,7 @@ ENTRYPOINT_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_
 BLOB_KEY_PATTERN = re.compile(r"^[0-9a-f]{64}$")
 MAX_VERTICES = 10_000
 MAX_PARALLELISM = 10_000
+MAX_PARAMS_DEPTH = 64
 
 
 # --------------------------------------------------------------------------------------------
@@ -183,6 +184,32 @@ RestartStrategy: TypeAlias = NoRestart | FixedDelayRestart | ExponentialDelayRes
 # --------------------------------------------------------------------------------------------
 # JobGraph
 
+T = TypeVar("T")
+
+
+class _computed_once(Generic[T]):
+    """`functools.cached_property` without Python 3.11's lock, which is shared by every instance:
+    while a thread computes a large graph's value, the loop reading another graph's would wait.
+    Two threads may both compute a value; they get equal ones."""
+
+    def __init__(self, compute: Callable[[Any], T]) -> None:
+        self._compute = compute
+        self._name = compute.__name__
+
+    @overload
+    def __get__(self, instance: None, owner: type[Any]) -> _computed_once[T]: ...
+
+    @overload
+    def __get__(self, instance: object, owner: type[Any]) -> T: ...
+
+    def __get__(self, instance: object | None, owner: type[Any]) -> T | _computed_once[T]:
+        if instance is None:
+            return self
+        value = self._compute(instance)
+        instance.__dict__[self._name] = value  # found before this (non-data) descriptor from now on
+        return value
+
+
 
 @dataclass(frozen=True)
 class JobVertex:
@@ -197,7 +224,12 @@ class JobVertex:
 
 @dataclass(frozen=True)
 class JobGraph:
-    """A job as submitted: vertices, their artifacts, restart strategy and Spark properties."""
+    """A job as submitted: vertices, their artifacts, restart strategy and Spark properties.
+
+    Lookups by vertex id and the JSON form of the vertices are computed once per graph (and
+    shared with `with_job_id`'s copy), so a graph of 10,000 vertices is indexed and serialised
+    in linear time, and the serialisation can be done off the master's loop (`prepare`).
+    """
 
     name: str
     vertices: tuple[JobVertex, ...]
@@ -208,48 +240,103 @@ class JobGraph:
 
     @classmethod
     def from_dict(cls, data: Any) -> JobGraph:
-        """Validate a JSON-shaped value; raises `InvalidJobGraph` naming every bad field."""
+        """Validate a JSON-shaped value; raises `InvalidJobGraph` naming every bad field.
+
+        The vertex count is checked before any vertex is looked at.
+        """
+        if isinstance(data, Mapping):
+            vertices = data.get("vertices")
+            if isinstance(vertices, list) and len(vertices) > MAX_VERTICES:
+                raise InvalidJobGraph({"vertices": [f"a job needs 1 to {MAX_VERTICES} vertices, "
+                                                    f"got {len(vertices)}"]})
         return load(_schemas.JOB_GRAPH, data, JobGraph, InvalidJobGraph)
 
     @classmethod
     def from_json(cls, text: str | bytes) -> JobGraph:
         try:
-            data = json.loads(text)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise InvalidJobGraph({"body": [f"not valid JSON: {exc}"]}) from None
+            data = parse_json(text)
+        except ValueError as exc:
+            raise InvalidJobGraph({"body": [str(exc)]}) from None
         return cls.from_dict(data)
+
+    def prepare(self) -> JobGraph:
+        """Compute the vertex index and the JSON form now (e.g. in a thread); returns `self`."""
+        self.fingerprint()
+        _ = self._vertex_index, self._consumer_index, self._topological_order
+        return self
 
     def to_dict(self) -> dict[str, Any]:
         return dump(_schemas.JOB_GRAPH, self)
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        """The canonical JSON form: `to_dict()` with sorted keys, compact."""
+        return self._splice(dump(_schemas.JOB_GRAPH_HEAD, self))
 
     def with_job_id(self, job_id: str) -> JobGraph:
-        return replace(self, job_id=job_id)
+        if job_id == self.job_id:
+            return self
+        graph = replace(self, job_id=job_id)
+        # the same vertices: what was computed from them holds for the copy (the fingerprint
+        # leaves the job id out)
+        for name in _SHARED_WITH_COPIES:
+            if name in self.__dict__:
+                graph.__dict__[name] = self.__dict__[name]
+        return graph
 
     def fingerprint(self) -> str:
         """sha256 of the graph without its job id: two submissions are the same job iff equal."""
-        body = self.to_dict()
-        body.pop("job_id", None)
-        return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+        return self._fingerprint
+
+    @_computed_once
+    def _fingerprint(self) -> str:
+        head = dump(_schemas.JOB_GRAPH_HEAD, self)
+        head.pop("job_id", None)
+        return hashlib.sha256(self._splice(head).encode()).hexdigest()
+
+    @_computed_once
+    def _vertices_json(self) -> str:
+        return json.dumps(dump_many(_schemas.JOB_VERTICES, self.vertices), sort_keys=True, separators=(",", ":"))
+
+    def _splice(self, head: dict[str, Any]) -> str:
+        # `vertices` sorts after every other key, so the sorted whole is the head and then it
+        text = json.dumps(head, sort_keys=True, separators=(",", ":"))
+        return f'{text[:-1]}{"," if head else ""}"vertices":{self._vertices_json}}}'
+
+    @_computed_once
+    def _vertex_index(self) -> dict[str, JobVertex]:
+        index: dict[str, JobVertex] = {}
+        for vertex in self.vertices:
+            index.setdefault(vertex.id, vertex)
+        return index
+
+    @_computed_once
+    def _consumer_index(self) -> dict[str, list[str]]:
+        index: dict[str, list[str]] = {}
+        for vertex in self.vertices:
+            for name in dict.fromkeys(vertex.inputs):
+                index.setdefault(name, []).append(vertex.id)
+        return index
 
     def vertex(self, vertex_id: str) -> JobVertex:
-        for vertex in self.vertices:
-            if vertex.id == vertex_id:
-                return vertex
-        raise KeyError(vertex_id)
+        return self._vertex_index[vertex_id]
 
     def consumers(self, vertex_id: str) -> list[str]:
         """Ids of the vertices that read `vertex_id`'s result."""
-        return [v.id for v in self.vertices if vertex_id in v.inputs]
+        return list(self._consumer_index.get(vertex_id, ()))
 
     def topological_order(self) -> list[str]:
         """Vertex ids, every vertex after all of its inputs (the graph is acyclic once validated)."""
+        return list(self._topological_order)
+
+    @_computed_once
+    def _topological_order(self) -> tuple[str, ...]:
         order, cycle = order_vertices(self.vertices)
         if cycle:
             raise InvalidJobGraph({"vertices": [cycle_message(cycle)]})
-        return order
+        return tuple(order)
+
+
+_SHARED_WITH_COPIES = ("_fingerprint", "_vertices_json", "_vertex_index", "_consumer_index", "_topological_order")
 
 
 def order_vertices(vertices: Iterable[JobVertex]) -> tuple[list[str], list[str]]:

@@ -17,6 +17,7 @@ from sparkdispatch.jobgraph import (
     ENTRYPOINT_PATTERN,
     JOB_ID_PATTERN,
     MAX_PARALLELISM,
+    MAX_PARAMS_DEPTH,
     MAX_VERTICES,
     VERTEX_ID_PATTERN,
     ExecutionState,
@@ -34,17 +35,26 @@ from sparkdispatch.jobgraph import (
     cycle_message,
     order_vertices,
 )
-from sparkdispatch.schema import StrictSchema, drop_none
+from sparkdispatch.schema import StrictSchema, drop_none, json_type
 
 
 def _positive(name: str) -> validate.Range:
     return validate.Range(min=0, error=f"{name} must be >= 0")
 
 
+class _Number(fields.Float):
+    """A JSON number (an integer is one too); a string holding a number is refused as the wrong type."""
+
+    def _validated(self, value: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self.make_error("invalid")
+        return super()._validated(value)
+
+
 class _FixedDelaySchema(StrictSchema):
     type = fields.String(required=True)
     attempts = fields.Integer(load_default=3, strict=True, validate=_positive("attempts"))
-    delay_s = fields.Float(load_default=1.0, validate=_positive("delay_s"))
+    delay_s = _Number(load_default=1.0, validate=_positive("delay_s"))
 
     @post_load
     def make(self, data: dict[str, Any], **_: Any) -> FixedDelayRestart:
@@ -54,11 +64,11 @@ class _FixedDelaySchema(StrictSchema):
 
 class _ExponentialDelaySchema(StrictSchema):
     type = fields.String(required=True)
-    initial_backoff_s = fields.Float(load_default=1.0, validate=_positive("initial_backoff_s"))
-    max_backoff_s = fields.Float(load_default=300.0, validate=_positive("max_backoff_s"))
-    backoff_multiplier = fields.Float(load_default=2.0, validate=validate.Range(min=1.0))
-    reset_backoff_threshold_s = fields.Float(load_default=3600.0, validate=_positive("reset_backoff_threshold_s"))
-    jitter_factor = fields.Float(load_default=0.1, validate=validate.Range(min=0.0, max=1.0))
+    initial_backoff_s = _Number(load_default=1.0, validate=_positive("initial_backoff_s"))
+    max_backoff_s = _Number(load_default=300.0, validate=_positive("max_backoff_s"))
+    backoff_multiplier = _Number(load_default=2.0, validate=validate.Range(min=1.0))
+    reset_backoff_threshold_s = _Number(load_default=3600.0, validate=_positive("reset_backoff_threshold_s"))
+    jitter_factor = _Number(load_default=0.1, validate=validate.Range(min=0.0, max=1.0))
     attempts = fields.Integer(load_default=10, strict=True, validate=_positive("attempts"))
 
     @post_load
@@ -70,8 +80,8 @@ class _ExponentialDelaySchema(StrictSchema):
 class _FailureRateSchema(StrictSchema):
     type = fields.String(required=True)
     max_failures_per_interval = fields.Integer(load_default=1, strict=True, validate=validate.Range(min=1))
-    failure_rate_interval_s = fields.Float(load_default=60.0, validate=validate.Range(min=0.001))
-    delay_s = fields.Float(load_default=1.0, validate=_positive("delay_s"))
+    failure_rate_interval_s = _Number(load_default=60.0, validate=validate.Range(min=0.001))
+    delay_s = _Number(load_default=1.0, validate=_positive("delay_s"))
 
     @post_load
     def make(self, data: dict[str, Any], **_: Any) -> FailureRateRestart:
@@ -87,11 +97,11 @@ class _NoRestartSchema(StrictSchema):
         return NoRestart()
 
 
-_RESTART_SCHEMAS: dict[str, type[Schema]] = {
+RESTART_SCHEMAS: dict[str, type[Schema]] = {
     "none": _NoRestartSchema, "fixed-delay": _FixedDelaySchema,
     "exponential-delay": _ExponentialDelaySchema, "failure-rate": _FailureRateSchema,
 }
-_RESTART_SCHEMA_INSTANCES: dict[str, Schema] = {kind: schema() for kind, schema in _RESTART_SCHEMAS.items()}
+_RESTART_SCHEMA_INSTANCES: dict[str, Schema] = {kind: schema() for kind, schema in RESTART_SCHEMAS.items()}
 
 
 class RestartStrategyField(fields.Field[RestartStrategy]):
@@ -101,8 +111,9 @@ class RestartStrategyField(fields.Field[RestartStrategy]):
         if not isinstance(value, Mapping):
             raise ValidationError("must be an object with a type")
         kind = value.get("type")
-        if kind not in _RESTART_SCHEMAS:
-            raise ValidationError({"type": [f"must be one of {', '.join(_RESTART_SCHEMAS)}, got {kind!r}"]})
+        if not isinstance(kind, str) or kind not in RESTART_SCHEMAS:
+            got = repr(kind) if isinstance(kind, str) or kind is None else f"a JSON {json_type(kind)}"
+            raise ValidationError({"type": [f"must be one of {', '.join(RESTART_SCHEMAS)}, got {got}"]})
         strategy: RestartStrategy = _RESTART_SCHEMA_INSTANCES[kind].load(value)
         return strategy
 
@@ -142,6 +153,28 @@ class _SparkConfField(fields.Dict):
         return converted
 
 
+class _ParamsField(fields.Dict):
+    """A vertex's `params`: any JSON object, nested at most `MAX_PARAMS_DEPTH` levels (deeper ones
+    could not be written out again)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(keys=fields.String(), values=fields.Raw(allow_none=True), **kwargs)
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> dict[str, Any]:
+        # marshmallow leaves Dict._deserialize unannotated; it returns the checked dict
+        result: dict[str, Any] = super()._deserialize(value, attr, data, **kwargs)  # type: ignore[no-untyped-call]
+        level: list[dict[str, Any] | list[Any]] = [result]
+        depth = 1
+        while level:
+            if depth > MAX_PARAMS_DEPTH:
+                raise ValidationError(f"nested deeper than {MAX_PARAMS_DEPTH} levels")
+            level = [child for item in level
+                     for child in (item.values() if isinstance(item, dict) else item)
+                     if isinstance(child, (dict, list))]
+            depth += 1
+        return result
+
+
 class JobVertexSchema(StrictSchema):
     id = fields.String(required=True, validate=validate.Regexp(
         VERTEX_ID_PATTERN, error="must be 1-128 letters, digits, '_', '.' or '-', not starting with '.' or '-'"))
@@ -150,7 +183,7 @@ class JobVertexSchema(StrictSchema):
     parallelism = fields.Integer(load_default=1, strict=True, validate=validate.Range(
         min=1, max=MAX_PARALLELISM, error=f"parallelism must be between 1 and {MAX_PARALLELISM}"))
     inputs = fields.List(fields.String(), load_default=list)
-    params = fields.Dict(keys=fields.String(), values=fields.Raw(allow_none=True), load_default=dict)
+    params = _ParamsField(load_default=dict)
 
     @post_load
     def make(self, data: dict[str, Any], **_: Any) -> JobVertex:
@@ -277,5 +310,7 @@ class JobResultSchema(StrictSchema):
 
 # one instance of each schema: they keep no state between calls, and building one per call costs
 JOB_GRAPH = JobGraphSchema()
+JOB_GRAPH_HEAD = JobGraphSchema(exclude=("vertices",))  # `JobGraph.to_json` adds the vertices' own JSON
+JOB_VERTICES = JobVertexSchema(many=True)
 FAILURE = FailureSchema()
 JOB_RESULT = JobResultSchema()

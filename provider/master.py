@@ -3,8 +3,11 @@
 Mirrors Flink's ClusterEntrypoint with one election per process (Flink ≥ 1.15): on each grant a
 fresh ResourceManager and Dispatcher start under the new leader session id, the Dispatcher
 recovers the stored jobs, and only then is the leadership confirmed (the REST address
-published). On revocation both stop; jobs are suspended locally and nothing is removed from the
-HA stores, so the next leader resumes them.
+published). While it recovers, the ResourceManager already serves TaskExecutors (it does not
+depend on the Dispatcher, as in Flink) and the Dispatcher answers every job call with
+`RecoveryInProgress` (503, `Retry-After`). On revocation the recovery is cancelled and both
+stop; jobs are suspended locally and nothing is removed from the HA stores, so the next leader
+resumes them.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ class Master:
         self.address = ""
         self._gateway = task_executor_gateway
         self._leader: LeaderComponents | None = None
+        self._recovery: asyncio.Task[None] | None = None
         self._leader_info: LeaderInfo | None = None
         self._retrieval: LeaderRetrieval | None = None
         self._events: asyncio.Queue[str | None] = asyncio.Queue()
@@ -105,22 +109,24 @@ class Master:
         self._events.put_nowait("")
 
     async def _follow_leadership(self) -> None:
-        # grants and revocations are handled one after another, in the order they came
+        # grants and revocations are handled one after another, in the order they came; a
+        # recovery still running when the next one comes is cancelled by the step down
         while (event := await self._events.get()) is not None:
             try:
-                if event:
-                    await self._lead(event)
-                else:
-                    await self._step_down()
-            except Exception as exc:
-                log.exception("leadership change failed; stopping this master so another can take over")
-                self.fatal_error = exc
                 await self._step_down()
-                asyncio.get_running_loop().call_soon(lambda: asyncio.ensure_future(self.stop()))
+                if event:
+                    self._lead(event)
+            except Exception as exc:
+                await self._fail(exc)
                 return
 
-    async def _lead(self, session_id: str) -> None:
+    async def _fail(self, exc: BaseException) -> None:
+        log.error("leadership change failed; stopping this master so another can take over", exc_info=exc)
+        self.fatal_error = exc
         await self._step_down()
+        asyncio.get_running_loop().call_soon(lambda: asyncio.ensure_future(self.stop()))
+
+    def _lead(self, session_id: str) -> None:
         log.info("granted leadership, session %s", session_id)
         resource_manager = ResourceManager(self.settings.resource_manager, session_id)
         resource_manager.start()
@@ -133,16 +139,29 @@ class Master:
                              task_executor_gateway=gateway, progress_store=progress_store,
                              settings=job_master_settings, recovered_progress=recovered)
 
-        dispatcher = Dispatcher(session_id=session_id, jobgraph_store=self.ha.jobgraph_store,
+        dispatcher = Dispatcher(session_id=session_id, address=self.address, jobgraph_store=self.ha.jobgraph_store,
                                 job_result_store=self.ha.job_result_store, progress_store=progress_store,
-                                archive=JobArchive(self.settings.archive), new_job_master=new_job_master,
+                                archive=JobArchive(self.settings.archive, check=self.ha.check_leadership),
+                                blob_store=self.ha.blob_store, new_job_master=new_job_master,
                                 cleanup=self.settings.cleanup)
         self._leader = LeaderComponents(session_id, dispatcher, resource_manager, self.ha.blob_store)
-        await dispatcher.start()
-        if not self.ha.election.confirm_leadership(session_id, self.address):
-            log.info("leadership session %s ended during recovery", session_id)
+        self._recovery = asyncio.create_task(self._recover(self._leader), name=f"recovery-{session_id}")
+
+    async def _recover(self, leader: LeaderComponents) -> None:
+        try:
+            await leader.dispatcher.start()
+        except Exception as exc:
+            self._recovery = None  # this task ends here: the step down must not wait for it
+            await self._fail(exc)
+            return
+        if not self.ha.election.confirm_leadership(leader.session_id, self.address):
+            log.info("leadership session %s ended during recovery", leader.session_id)
 
     async def _step_down(self) -> None:
+        recovery, self._recovery = self._recovery, None
+        if recovery is not None and not recovery.done():
+            recovery.cancel()
+            await asyncio.gather(recovery, return_exceptions=True)
         leader, self._leader = self._leader, None
         if leader is None:
             return

@@ -7,7 +7,9 @@ and raises the caller's own error class with it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import json
+import re
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
 from marshmallow import RAISE, Schema, ValidationError
@@ -42,6 +44,54 @@ def load(schema: Schema, data: object, result: type[T], error: ErrorFactory) -> 
 def dump(schema: Schema, value: object) -> dict[str, Any]:
     """`value`'s JSON form as `schema` defines it."""
     return cast(dict[str, Any], schema.dump(value))
+
+
+def parse_json(text: str | bytes) -> Any:
+    """`text` (bytes in UTF-8) parsed as strict JSON; `ValueError` saying why it is not JSON.
+
+    Python's `NaN`, `Infinity` and `-Infinity` are refused (they are not JSON, and would go on
+    to clients as such), and so are strings with an unpaired surrogate (no UTF-8 text holds one)
+    and nesting deeper than the parser's recursion allows.
+    """
+    try:
+        if isinstance(text, bytes):
+            text = text.decode("utf-8")
+        value = json.loads(text, parse_constant=_refuse_constant)
+        # `\ud800`-`\udfff` escapes are rare: only then is every string looked at
+        if _SURROGATE_ESCAPE.search(text):
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeError:
+        raise ValueError("not valid JSON: not UTF-8 text (or a string holds an unpaired surrogate)") from None
+    except ValueError as exc:
+        raise ValueError(f"not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ValueError("not valid JSON: nested too deeply") from None
+    return value
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def dump_many(schema: Schema, values: Sequence[object]) -> list[dict[str, Any]]:
+    """The JSON forms of `values` as `schema` (built with `many=True`) defines them."""
+    return cast(list[dict[str, Any]], schema.dump(values))
+
+
+def json_type(value: object) -> str:
+    """The JSON type name of a parsed JSON value (`object`, `array`, `string`, ...), for messages."""
+    if isinstance(value, Mapping):
+        return "object"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    return "string" if isinstance(value, str) else "null" if value is None else type(value).__name__
 
 
 def drop_none(data: dict[str, Any], *names: str) -> dict[str, Any]:

@@ -46,14 +46,19 @@ class ResourceManagerSettings:
 
 @dataclass(frozen=True)
 class JobMasterSettings:
-    """Where a JobMaster's tasks write results, and the restart strategy of jobs that name none."""
+    """Where a JobMaster's tasks write results, the restart strategy of jobs that name none, and
+    when an execution its TaskExecutor's heartbeats omit fails over."""
 
     results_dir: str
     restart_strategy: RestartStrategy
+    missing_execution_threshold: int = 3  # heartbeats in a row
+    deployment_grace: float = 25.0  # seconds a deployment may take to show in its TaskExecutor's heartbeats
 
     @classmethod
     def from_config(cls, config: Configuration) -> JobMasterSettings:
-        return cls(results_dir=config.results_dir, restart_strategy=restart_strategy_from_config(config))
+        return cls(results_dir=config.results_dir, restart_strategy=restart_strategy_from_config(config),
+                   missing_execution_threshold=config["heartbeat.missing-execution-threshold"],
+                   deployment_grace=config["heartbeat.timeout"])
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,11 @@ The broker is Redis in production and kombu's `filesystem://` transport in stand
 its folders under `<storage.dir>/broker`. That transport keeps no TTL: a killed worker's pidbox
 binding stays and every later broadcast leaves a message file for it, so
 `remove_stale_pidbox_messages` deletes such files once they are old.
+
+Every broker call ends within `broker.timeout`-bounded steps, so a hung Redis (SIGSTOP, a
+half-open connection) cannot hold the master's threads: socket connect, read and write timeouts,
+no publish retries inside kombu (the JobMaster retries deployments itself), and connections
+(`BoundedConnection`) whose `ensure` gives up where kombu would retry remote-control calls forever.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from celery import Celery
+from celery.app.amqp import AMQP
+from kombu import Connection
 
 from sparkdispatch.broker.filesystem_transport import TRANSPORT as ATOMIC_FILESYSTEM_TRANSPORT
 from sparkdispatch.config import Configuration
@@ -45,9 +52,31 @@ def broker_folders(config: Configuration) -> dict[str, Path]:
     return {"queue": root / "queue", "processed": root / "processed", "control": root / "control"}
 
 
+class BoundedConnection(Connection):
+    """A kombu Connection whose `ensure` retries only as often as its caller says, never forever.
+
+    kombu's remote-control publish (`Mailbox._publish`, used by `control.broadcast` and by a
+    worker's replies) asks for retries without a limit: against a broker that is down or hung it
+    would block its thread until the broker returns. Without a limit, one reconnection is tried.
+    """
+
+    def ensure(self, obj: Any, fun: Any, errback: Any = None, max_retries: int | None = None,
+               *args: Any, **kwargs: Any) -> Any:
+        return super().ensure(obj, fun, errback, 1 if max_retries is None else max_retries, *args, **kwargs)
+
+
+class BoundedAMQP(AMQP):
+    """Celery's AMQP helper with `BoundedConnection`s."""
+
+    Connection = BoundedConnection
+
+
 def configure_celery_app(app: Celery, config: Configuration) -> None:
-    """Point `app` (created with `APP_NAME`) at the configured broker with the settings both sides share."""
+    """Point `app` (created with `APP_NAME`, not used yet) at the configured broker with the settings
+    both sides share."""
     url = config["broker.url"]
+    timeout = config["broker.timeout"]
+    app.amqp_cls = f"{__name__}:BoundedAMQP"  # read when the app first connects
     app.conf.update(
         broker_url=url,
         accept_content=["json"],
@@ -60,6 +89,8 @@ def configure_celery_app(app: Celery, config: Configuration) -> None:
         task_acks_late=False,
         task_create_missing_queues=True,
         broker_connection_retry_on_startup=True,
+        broker_connection_timeout=timeout,
+        task_publish_retry=False,  # a deployment the broker does not take is the JobMaster's to retry
         worker_hijack_root_logger=False,
         worker_redirect_stdouts=False,
         worker_send_task_events=False,
@@ -80,8 +111,11 @@ def _transport_options(config: Configuration) -> dict[str, Any]:
                 "control_folder": str(folders["control"]), "polling_interval": config["broker.polling-interval"]}
     if url.startswith(("redis://", "rediss://", "redis+socket://")):
         # Deployments are acknowledged early, so the visibility timeout only matters for
-        # messages prefetched by a worker that died before starting them.
-        return {"visibility_timeout": 3600}
+        # messages prefetched by a worker that died before starting them. Every socket operation
+        # ends within `broker.timeout` (redis-py waits forever otherwise).
+        timeout = config["broker.timeout"]
+        return {"visibility_timeout": 3600, "socket_timeout": timeout, "socket_connect_timeout": timeout,
+                "socket_keepalive": True}
     return {}
 
 

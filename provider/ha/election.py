@@ -6,7 +6,8 @@ connection (SUSPENDED, unless tolerated, or LOST), the latch node vanishing or `
 at once; the driver then deletes its latch node (once reconnected) and contends again at the
 back of the queue, as Curator's LeaderLatch does. Leader info is published only for a
 confirmed, current session, by a fenced transaction, and rewritten if anyone deletes or
-changes it.
+changes it. `check_on_server` fences writes that are not ZooKeeper's own (JobResult files,
+archived jobs): it asks the server whether the latch still exists.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from kazoo.retry import KazooRetry
 
 from sparkdispatch.errors import LeadershipLost
 from sparkdispatch.ha.leader import LeaderContender, LeaderInfo
-from sparkdispatch.ha.zookeeper import ZooKeeperPaths, fence_broken
+from sparkdispatch.ha.zookeeper import ZooKeeperPaths, fence_broken, fenced_commit
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +137,17 @@ class ZooKeeperLeaderElection:
         if leadership is None or leadership.session_id != session_id:
             raise LeadershipLost(component)
         return leadership.latch
+
+    async def check_on_server(self, session_id: str, component: str, *, timeout: float) -> None:
+        """`LeadershipLost` unless `session_id` leads and its latch node exists on the server now.
+
+        The check is a transaction of one `check` operation: ZooKeeper orders it like a write, so
+        it sees the latch as it is, not as this process last heard (a leader paused past its
+        session still believes it leads). `StoreError` if ZooKeeper does not answer in `timeout` s.
+        """
+        latch = self.fence(session_id, component)
+        await fenced_commit(self._client, latch, lambda transaction: None, component=component,
+                            deadline=time.monotonic() + timeout)
 
     @property
     def confirmed(self) -> LeaderInfo | None:

@@ -1,12 +1,28 @@
-"""Crash-safe file writes shared by the filesystem stores: temp file, fsync, then rename or link."""
+"""Crash-safe file writes shared by the filesystem stores: temp file, fsync, then rename or link.
+
+A store that fences its writes (the JobResult store, the archive) writes the temp file first,
+then checks its leadership (`LeadershipCheck`), then commits with one rename or link and a
+directory fsync: the check comes as late as it can before the change becomes visible.
+`finish_in_thread` runs such a commit so that a cancelled caller still waits for it: no write
+of a stopped leader lands after its components stopped.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TypeAlias, TypeVar
 
 TEMP_MARK = ".tmp-"
+
+T = TypeVar("T")
+
+LeadershipCheck: TypeAlias = Callable[[str, str], Awaitable[None]]
+"""`await check(session_id, component)`: raises `LeadershipLost` unless `session_id` leads now
+(with `high-availability.mode: zookeeper`, as the ZooKeeper server sees the leader's latch)."""
 
 
 def fsync_dir(directory: Path) -> None:
@@ -18,7 +34,8 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def _write_temp(target: Path, data: bytes) -> Path:
+def write_temp(target: Path, data: bytes) -> Path:
+    """A durable temp file beside `target` holding `data`; commit it with `replace_with` or `link_to`."""
     target.parent.mkdir(parents=True, exist_ok=True)
     temp = target.with_name(f"{target.name}{TEMP_MARK}{uuid.uuid4().hex}")
     with open(temp, "wb") as handle:
@@ -28,31 +45,42 @@ def _write_temp(target: Path, data: bytes) -> Path:
     return temp
 
 
-def write_atomic(target: Path, data: bytes) -> None:
-    """Replace `target` with `data`: readers see the old file or the new one, never a torn one."""
-    temp = _write_temp(target, data)
-    try:
-        os.replace(temp, target)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
+def replace_with(temp: Path, target: Path) -> None:
+    """Replace `target` with the temp file, durably."""
+    os.replace(temp, target)
     fsync_dir(target.parent)
 
 
-def create_atomic(target: Path, data: bytes) -> bool:
-    """Write `target` only if it does not exist yet; False (and nothing changed) if it does.
-
-    A hard link is atomic and, unlike rename, never overwrites.
-    """
-    temp = _write_temp(target, data)
+def link_to(temp: Path, target: Path) -> bool:
+    """Make the temp file `target` only if `target` does not exist yet (a hard link never
+    overwrites); False if it does. The temp file stays for the caller to remove."""
     try:
         os.link(temp, target)
     except FileExistsError:
         return False
-    finally:
-        temp.unlink(missing_ok=True)
     fsync_dir(target.parent)
     return True
+
+
+def write_atomic(target: Path, data: bytes) -> None:
+    """Replace `target` with `data`: readers see the old file or the new one, never a torn one."""
+    temp = write_temp(target, data)
+    try:
+        replace_with(temp, target)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+
+
+async def finish_in_thread(function: Callable[..., T], *args: object) -> T:
+    """`function(*args)` in a thread; if the caller is cancelled meanwhile, it still waits for
+    the thread to end before the cancellation goes on (the thread cannot be stopped)."""
+    future = asyncio.ensure_future(asyncio.to_thread(function, *args))
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        await asyncio.wait([future])
+        raise
 
 
 def is_temp(path: Path) -> bool:

@@ -3,8 +3,13 @@
 `<directory>/<job-id>_DIRTY.json` is written atomically (temp file, fsync, link: never
 overwriting) once a job is globally terminal and before its cleanup starts; `mark_clean`
 deletes it, or renames it to `<job-id>.json` when `job-result-store.delete-on-commit` is
-false. Content: `{"result": <JobResult>, "version": 1}`. A dirty entry tells the next leader
-to finish the cleanup instead of running the job again.
+false. Content: `{"result": <JobResult>, "version": 1, "fingerprint": <the graph's>}` (entries
+written before the fingerprint was kept lack it). A dirty entry tells the next leader to finish
+the cleanup instead of running the job again.
+
+Unlike Flink's, the writes are fenced: each commits only after the writer's leadership is
+checked (`LeadershipCheck`, against the ZooKeeper latch in mode `zookeeper`), so a deposed
+leader paused past its session cannot write a second JobResult.
 """
 
 from __future__ import annotations
@@ -14,26 +19,37 @@ import json
 import logging
 import os
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 from sparkdispatch.errors import InvalidJobGraph, JobResultEntryExists, NoSuchJobResult, StoreError
-from sparkdispatch.ha.files import create_atomic, fsync_dir, is_temp
+from sparkdispatch.ha.files import LeadershipCheck, finish_in_thread, fsync_dir, is_temp, link_to, write_temp
 from sparkdispatch.ha.jobgraph_store import check_job_id
 from sparkdispatch.jobgraph import JOB_ID_PATTERN, JobResult
 
 log = logging.getLogger(__name__)
 
+COMPONENT = "JobResult store"
 DIRTY_SUFFIX = "_DIRTY.json"
 CLEAN_SUFFIX = ".json"
 FORMAT_VERSION = 1
 
 
-class FileSystemJobResultStore:
-    """Dirty and clean JobResult entries as files in one directory; not fenced (as Flink's)."""
+@dataclass(frozen=True)
+class JobResultEntry:
+    """A stored JobResult, and the fingerprint of its job's graph (None if the entry predates it)."""
 
-    def __init__(self, directory: Path, *, delete_on_commit: bool) -> None:
+    result: JobResult
+    fingerprint: str | None = None
+
+
+class FileSystemJobResultStore:
+    """Dirty and clean JobResult entries as files in one directory; writes fenced by `check`."""
+
+    def __init__(self, directory: Path, *, delete_on_commit: bool, check: LeadershipCheck) -> None:
         self.directory = directory
         self._delete_on_commit = delete_on_commit
+        self._check = check
         self._lock = threading.Lock()
         # Ids this store marked clean and deleted: a repeated mark_clean stays a no-op.
         self._cleaned: set[str] = set()
@@ -44,28 +60,36 @@ class FileSystemJobResultStore:
     def _clean(self, job_id: str) -> Path:
         return self.directory / f"{check_job_id(job_id)}{CLEAN_SUFFIX}"
 
-    async def create_dirty(self, result: JobResult) -> None:
-        """Record a globally terminal job; `JobResultEntryExists` if it has any entry already."""
-        await asyncio.to_thread(self._create_dirty, result)
-
-    def _create_dirty(self, result: JobResult) -> None:
-        dirty, clean = self._dirty(result.job_id), self._clean(result.job_id)
-        body = json.dumps({"result": result.to_dict(), "version": FORMAT_VERSION}, sort_keys=True).encode()
-        with self._lock:
-            if clean.exists() or result.job_id in self._cleaned or not create_atomic(dirty, body):
-                raise JobResultEntryExists(f"job {result.job_id} has a JobResult stored already; it is not "
-                                           "written twice")
+    async def create_dirty(self, session_id: str, entry: JobResultEntry) -> None:
+        """Record a globally terminal job; `JobResultEntryExists` if it has any entry already,
+        `LeadershipLost` unless `session_id` leads."""
+        result = entry.result
+        # a large job's result takes long to encode: off the loop
+        temp = await asyncio.to_thread(lambda: write_temp(self._dirty(result.job_id), _encode(entry)))
+        try:
+            await self._check(session_id, COMPONENT)
+            await finish_in_thread(self._link_dirty, result.job_id, temp)
+        finally:
+            temp.unlink(missing_ok=True)
         log.info("stored dirty JobResult of job %s (%s)", result.job_id, result.status.value)
 
-    async def mark_clean(self, job_id: str) -> None:
-        """The job's cleanup is done; idempotent. `NoSuchJobResult` for a job with no entry."""
-        await asyncio.to_thread(self._mark_clean, job_id)
+    def _link_dirty(self, job_id: str, temp: Path) -> None:
+        with self._lock:
+            if self._clean(job_id).exists() or job_id in self._cleaned or not link_to(temp, self._dirty(job_id)):
+                raise JobResultEntryExists(f"job {job_id} has a JobResult stored already; it is not written twice")
 
-    def _mark_clean(self, job_id: str) -> None:
+    async def mark_clean(self, session_id: str, job_id: str) -> None:
+        """The job's cleanup is done; idempotent. `NoSuchJobResult` for a job with no entry,
+        `LeadershipLost` unless `session_id` leads."""
+        await self._check(session_id, COMPONENT)
+        if await finish_in_thread(self._mark_clean, job_id):
+            log.info("marked JobResult of job %s clean", job_id)
+
+    def _mark_clean(self, job_id: str) -> bool:
         dirty, clean = self._dirty(job_id), self._clean(job_id)
         with self._lock:
             if clean.exists() or job_id in self._cleaned:
-                return
+                return False
             if not dirty.exists():
                 raise NoSuchJobResult(f"no JobResult of job {job_id} is stored, so it cannot be marked clean")
             if self._delete_on_commit:
@@ -74,10 +98,10 @@ class FileSystemJobResultStore:
             else:
                 os.rename(dirty, clean)
             fsync_dir(self.directory)
-        log.info("marked JobResult of job %s clean", job_id)
+        return True
 
     async def has_entry(self, job_id: str) -> bool:
-        """Whether a JobResult of the job is stored, dirty or clean."""
+        """Whether a JobResult of the job is stored, dirty or clean (readable or not)."""
         return await asyncio.to_thread(self._has, job_id)
 
     def _has(self, job_id: str) -> bool:
@@ -85,23 +109,23 @@ class FileSystemJobResultStore:
             return (self._dirty(job_id).exists() or job_id in self._cleaned
                     or self._clean(job_id).exists())
 
-    async def dirty_results(self) -> list[JobResult]:
-        """Every dirty entry: the jobs whose cleanup a new leader must finish."""
-        return await asyncio.to_thread(self._dirty_results)
+    async def dirty_job_ids(self) -> list[str]:
+        """The jobs with a dirty entry, whose cleanup a new leader must finish; nothing is read."""
+        return await asyncio.to_thread(self._dirty_job_ids)
 
-    def _dirty_results(self) -> list[JobResult]:
+    def _dirty_job_ids(self) -> list[str]:
         with self._lock:
             if not self.directory.is_dir():
                 return []
-            paths = sorted(p for p in self.directory.iterdir()
-                           if p.name.endswith(DIRTY_SUFFIX) and not is_temp(p) and p.is_file()
-                           and JOB_ID_PATTERN.match(p.name[:-len(DIRTY_SUFFIX)]))
-            return [self._read(p) for p in paths]
+            return sorted(p.name[:-len(DIRTY_SUFFIX)] for p in self.directory.iterdir()
+                          if p.name.endswith(DIRTY_SUFFIX) and not is_temp(p)
+                          and JOB_ID_PATTERN.match(p.name[:-len(DIRTY_SUFFIX)]))
 
-    async def get(self, job_id: str) -> JobResult | None:
+    async def get(self, job_id: str) -> JobResultEntry | None:
+        """The job's entry, dirty or clean; None if there is none, `StoreError` if it cannot be read."""
         return await asyncio.to_thread(self._get, job_id)
 
-    def _get(self, job_id: str) -> JobResult | None:
+    def _get(self, job_id: str) -> JobResultEntry | None:
         with self._lock:
             for path in (self._dirty(job_id), self._clean(job_id)):
                 if path.exists():
@@ -109,12 +133,22 @@ class FileSystemJobResultStore:
         return None
 
     @staticmethod
-    def _read(path: Path) -> JobResult:
+    def _read(path: Path) -> JobResultEntry:
         try:
             raw = json.loads(path.read_bytes())
             if raw.get("version") != FORMAT_VERSION:
                 raise StoreError(f"JobResult file {path} has version {raw.get('version')!r}; "
                                  f"this release reads version {FORMAT_VERSION}")
-            return JobResult.from_dict(raw["result"])
-        except (ValueError, KeyError, TypeError, AttributeError, InvalidJobGraph) as exc:
+            fingerprint = raw.get("fingerprint")
+            if fingerprint is not None and not isinstance(fingerprint, str):
+                raise ValueError(f"fingerprint must be a string, not {fingerprint!r}")
+            return JobResultEntry(JobResult.from_dict(raw["result"]), fingerprint)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, InvalidJobGraph) as exc:
             raise StoreError(f"JobResult file {path} cannot be read: {exc}") from None
+
+
+def _encode(entry: JobResultEntry) -> bytes:
+    body: dict[str, object] = {"result": entry.result.to_dict(), "version": FORMAT_VERSION}
+    if entry.fingerprint is not None:
+        body["fingerprint"] = entry.fingerprint
+    return json.dumps(body, sort_keys=True).encode()

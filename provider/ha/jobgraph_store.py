@@ -5,7 +5,9 @@ one znode per job under `<cluster>/jobgraphs`; a graph larger than
 `high-availability.zookeeper.inline-limit` is written to a file under `storage.dir` first and
 the znode holds a pointer with its sha256. Writes are fenced by the leader's latch node. There
 are no per-job lock nodes, so no former leader's lock can keep a finished job from being
-removed (FLINK-10011).
+removed (FLINK-10011). Reads that ZooKeeper does not answer for now (connection loss, timeout,
+an expiring session) raise `StoreUnavailable`, which a reader may retry; a record that cannot be
+read raises `StoreError`.
 """
 
 from __future__ import annotations
@@ -20,10 +22,19 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError, NodeExistsError
+from kazoo.exceptions import (
+    ConnectionClosedError,
+    ConnectionDropped,
+    ConnectionLoss,
+    NoNodeError,
+    NodeExistsError,
+    OperationTimeoutError,
+    SessionExpiredError,
+)
+from kazoo.interfaces import IAsyncResult
 
-from sparkdispatch.errors import InvalidJobGraph, StoreError
-from sparkdispatch.ha.files import is_temp, write_atomic
+from sparkdispatch.errors import InvalidJobGraph, StoreError, StoreUnavailable
+from sparkdispatch.ha.files import finish_in_thread, is_temp, write_atomic
 from sparkdispatch.ha.leader import LeaderElection
 from sparkdispatch.ha.zookeeper import fenced_commit, kazoo_future
 from sparkdispatch.jobgraph import JOB_ID_PATTERN, JobGraph
@@ -66,6 +77,17 @@ def _stored_job_id(graph: JobGraph) -> str:
     return check_job_id(graph.job_id)
 
 
+async def read_znode(result: IAsyncResult, what: str) -> Any:
+    """Await a kazoo read; `StoreUnavailable` when ZooKeeper does not answer for now."""
+    try:
+        return await kazoo_future(result)
+    except ConnectionClosedError:
+        raise  # this process closed its client: nothing to retry
+    except (ConnectionLoss, ConnectionDropped, OperationTimeoutError, SessionExpiredError) as exc:
+        raise StoreUnavailable(f"reading {what}: ZooKeeper did not answer ({type(exc).__name__}); "
+                               "the read may be retried") from None
+
+
 def _load_graph(data: bytes, origin: str) -> JobGraph:
     try:
         return JobGraph.from_json(data)
@@ -86,7 +108,7 @@ class FileJobGraphStore:
     async def put(self, session_id: str, graph: JobGraph) -> None:
         job_id = _stored_job_id(graph)
         self._election.fence(session_id, COMPONENT)
-        await asyncio.to_thread(write_atomic, self._file(job_id), graph.to_json().encode())
+        await finish_in_thread(write_atomic, self._file(job_id), graph.to_json().encode())
         log.debug("stored JobGraph of job %s (session %s)", job_id, session_id)
 
     async def get(self, job_id: str) -> JobGraph | None:
@@ -100,7 +122,7 @@ class FileJobGraphStore:
     async def remove(self, session_id: str, job_id: str) -> None:
         path = self._file(job_id)
         self._election.fence(session_id, COMPONENT)
-        await asyncio.to_thread(path.unlink, missing_ok=True)
+        await finish_in_thread(path.unlink, True)
         log.info("removed JobGraph of job %s (session %s)", job_id, session_id)
 
     async def job_ids(self) -> set[str]:
@@ -131,14 +153,8 @@ class ZooKeeperJobGraphStore:
     async def put(self, session_id: str, graph: JobGraph) -> None:
         job_id = _stored_job_id(graph)
         latch = self._election.fence(session_id, COMPONENT)
-        graph_dict = graph.to_dict()  # dumped once: `body` is graph.to_json()
-        body = json.dumps(graph_dict, sort_keys=True, separators=(",", ":")).encode()
-        written: Path | None = None
-        if len(body) > self._inline_limit:
-            written, record = await asyncio.to_thread(self._write_file, job_id, body)
-        else:
-            record = {"version": 1, "graph": graph_dict}
-        data = json.dumps(record, sort_keys=True).encode()
+        # encoding a large graph takes long: off the loop, as the file write
+        written, record, data = await asyncio.to_thread(self._encode, job_id, graph)
         znode = self._znode(job_id)
         deadline = time.monotonic() + self._write_timeout
         previous: Path | None = None
@@ -163,6 +179,15 @@ class ZooKeeperJobGraphStore:
             await asyncio.to_thread(previous.unlink, missing_ok=True)
         log.debug("stored JobGraph of job %s (session %s)", job_id, session_id)
 
+    def _encode(self, job_id: str, graph: JobGraph) -> tuple[Path | None, dict[str, Any], bytes]:
+        """The znode's data: the graph inline, or a pointer to its file (written here) when large."""
+        body = graph.to_json().encode()
+        if len(body) > self._inline_limit:
+            written, record = self._write_file(job_id, body)
+            return written, record, json.dumps(record, sort_keys=True).encode()
+        # what json.dumps({"graph": ..., "version": 1}, sort_keys=True) gives, without decoding `body`
+        return None, {"version": 1}, b'{"graph": ' + body + b', "version": 1}'
+
     def _write_file(self, job_id: str, body: bytes) -> tuple[Path | None, dict[str, Any]]:
         """Write a large graph's file (before the pointer to it); returns it if a failure may delete it."""
         digest = hashlib.sha256(body).hexdigest()
@@ -175,11 +200,11 @@ class ZooKeeperJobGraphStore:
 
     async def _pointed_file(self, znode: str) -> Path | None:
         try:
-            data, _ = await kazoo_future(self._client.get_async(znode))
+            data, _ = await read_znode(self._client.get_async(znode), znode)
         except NoNodeError:
             return None
         name = self._decode(data, znode).get("file")
-        return self.files / name if name else None
+        return self.files / str(name) if name else None
 
     def _decode(self, data: bytes, znode: str) -> dict[str, Any]:
         try:
@@ -193,13 +218,16 @@ class ZooKeeperJobGraphStore:
     async def get(self, job_id: str) -> JobGraph | None:
         znode = self._znode(job_id)
         try:
-            data, _ = await kazoo_future(self._client.get_async(znode))
+            data, _ = await read_znode(self._client.get_async(znode), znode)
         except NoNodeError:
             return None
+        return await asyncio.to_thread(self._load, job_id, znode, data)
+
+    def _load(self, job_id: str, znode: str, data: bytes) -> JobGraph:
         record = self._decode(data, znode)
         if "graph" in record:
             return _load_graph(json.dumps(record["graph"]).encode(), znode)
-        return await asyncio.to_thread(self._read_file, job_id, record)
+        return self._read_file(job_id, record)
 
     def _read_file(self, job_id: str, record: dict[str, Any]) -> JobGraph:
         path = self.files / str(record["file"])
@@ -215,7 +243,12 @@ class ZooKeeperJobGraphStore:
         latch = self._election.fence(session_id, COMPONENT)
         znode = self._znode(job_id)
         deadline = time.monotonic() + self._write_timeout
-        pointed = await self._pointed_file(znode)
+        try:
+            pointed = await self._pointed_file(znode)
+        except StoreUnavailable:
+            raise
+        except StoreError:
+            pointed = None  # an unreadable record: its files go by their name pattern below
         [deleted] = await fenced_commit(self._client, latch, lambda t: t.delete(znode), component=COMPONENT,
                                         deadline=deadline)
         if isinstance(deleted, Exception) and not isinstance(deleted, NoNodeError):
@@ -234,7 +267,7 @@ class ZooKeeperJobGraphStore:
 
     async def job_ids(self) -> set[str]:
         try:
-            children = await kazoo_future(self._client.get_children_async(self._path))
+            children = await read_znode(self._client.get_children_async(self._path), self._path)
         except NoNodeError:
             return set()
         return {c for c in children if JOB_ID_PATTERN.match(c)}

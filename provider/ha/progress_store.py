@@ -1,9 +1,12 @@
-"""Job progress stores: which subtasks of a job finished and where their results are.
+"""Job progress stores: which subtasks of a job finished and where their results are, and
+whether a cancel of the job was accepted.
 
-A new leader resumes a batch job without re-running finished work (Flink's FLIP-383). Written
-by the leader only, fenced like the JobGraph store. `ZooKeeperProgressStore` keeps one small
-znode per finished subtask, `<cluster>/progress/<job-id>/<vertex-id>#<subtask-index>`;
-`FileProgressStore` (mode `none`) appends one JSON line per subtask to `<job-id>.jsonl`.
+A new leader resumes a batch job without re-running finished work (Flink's FLIP-383), and
+finishes a cancel a former leader answered. Written by the leader only, fenced like the
+JobGraph store. `ZooKeeperProgressStore` keeps one small znode per finished subtask,
+`<cluster>/progress/<job-id>/<vertex-id>#<subtask-index>`, and `<job-id>/cancel-requested`;
+`FileProgressStore` (mode `none`) appends one JSON line per subtask, and
+`{"cancel_requested": true}`, to `<job-id>.jsonl`.
 """
 
 from __future__ import annotations
@@ -24,9 +27,10 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError, NodeExistsError
 
 from sparkdispatch.errors import StoreError
-from sparkdispatch.ha.jobgraph_store import check_job_id
+from sparkdispatch.ha.files import finish_in_thread
+from sparkdispatch.ha.jobgraph_store import check_job_id, read_znode
 from sparkdispatch.ha.leader import LeaderElection
-from sparkdispatch.ha.zookeeper import fenced_commit, kazoo_future
+from sparkdispatch.ha.zookeeper import fenced_commit
 from sparkdispatch.jobgraph import VERTEX_ID_PATTERN
 
 log = logging.getLogger(__name__)
@@ -34,6 +38,8 @@ log = logging.getLogger(__name__)
 COMPONENT = "progress store"
 # Subtask znodes are deleted this many at a time, each batch in one fenced transaction.
 DELETE_BATCH = 500
+# Not a subtask znode (those hold a '#'): the job's cancel was accepted.
+CANCEL_NODE = "cancel-requested"
 
 
 @dataclass(frozen=True)
@@ -46,10 +52,12 @@ class SubtaskProgress:
 
 @dataclass
 class JobProgress:
-    """`finished[vertex_id][subtask_index]` for every subtask recorded as FINISHED."""
+    """`finished[vertex_id][subtask_index]` for every subtask recorded as FINISHED; whether a
+    cancel of the job was accepted (`cancel_requested`)."""
 
     job_id: str
     finished: dict[str, dict[int, SubtaskProgress]] = field(default_factory=dict)
+    cancel_requested: bool = False
 
 
 class ProgressStore(Protocol):
@@ -62,8 +70,12 @@ class ProgressStore(Protocol):
         """A subtask FINISHED, its result at `result_path` (None when it returned nothing)."""
 
     @abstractmethod
+    async def record_cancel(self, session_id: str, job_id: str) -> None:
+        """A cancel of the job was accepted: the next leader cancels it if this one cannot."""
+
+    @abstractmethod
     async def get(self, job_id: str) -> JobProgress:
-        """The job's recorded subtasks; empty if there are none."""
+        """The job's recorded subtasks and cancel; empty if there are none."""
 
     @abstractmethod
     async def remove(self, session_id: str, job_id: str) -> None:
@@ -101,7 +113,12 @@ class FileProgressStore:
         path = self._file(job_id)
         self._election.fence(session_id, COMPONENT)
         line = json.dumps(_record(vertex_id, subtask_index, result_path, rows), sort_keys=True) + "\n"
-        await asyncio.to_thread(self._append, path, line.encode())
+        await finish_in_thread(self._append, path, line.encode())
+
+    async def record_cancel(self, session_id: str, job_id: str) -> None:
+        path = self._file(job_id)
+        self._election.fence(session_id, COMPONENT)
+        await finish_in_thread(self._append, path, b'{"cancel_requested": true}\n')
 
     @staticmethod
     def _append(path: Path, line: bytes) -> None:
@@ -121,6 +138,9 @@ class FileProgressStore:
         for line in text.splitlines():
             try:
                 raw = json.loads(line)
+                if raw == {"cancel_requested": True}:
+                    progress.cancel_requested = True
+                    continue
                 vertex, index = str(raw["vertex_id"]), int(raw["subtask_index"])
                 entry = SubtaskProgress(raw["result_path"], raw["rows"])
             except (ValueError, KeyError, TypeError):
@@ -132,7 +152,7 @@ class FileProgressStore:
     async def remove(self, session_id: str, job_id: str) -> None:
         path = self._file(job_id)
         self._election.fence(session_id, COMPONENT)
-        await asyncio.to_thread(path.unlink, missing_ok=True)
+        await finish_in_thread(path.unlink, True)
         log.info("removed progress of job %s (session %s)", job_id, session_id)
 
 
@@ -155,6 +175,11 @@ class ZooKeeperProgressStore:
         latch = self._election.fence(session_id, COMPONENT)
         data = json.dumps({"result_path": result_path, "rows": rows}, sort_keys=True).encode()
         await self._upsert(latch, job_node, f"{job_node}/{vertex_id}#{subtask_index}", data)
+
+    async def record_cancel(self, session_id: str, job_id: str) -> None:
+        job_node = self._job_node(job_id)
+        latch = self._election.fence(session_id, COMPONENT)
+        await self._upsert(latch, job_node, f"{job_node}/{CANCEL_NODE}", b"")
 
     async def _upsert(self, latch: str, job_node: str, node: str, data: bytes) -> None:
         deadline = time.monotonic() + self._write_timeout
@@ -185,10 +210,14 @@ class ZooKeeperProgressStore:
         job_node = self._job_node(job_id)
         progress = JobProgress(job_id)
         try:
-            children = await kazoo_future(self._client.get_children_async(job_node))
+            children = await read_znode(self._client.get_children_async(job_node), job_node)
         except NoNodeError:
             return progress
-        reads = [kazoo_future(self._client.get_async(f"{job_node}/{child}")) for child in children]
+        if CANCEL_NODE in children:
+            progress.cancel_requested = True
+            children = [child for child in children if child != CANCEL_NODE]
+        reads = [read_znode(self._client.get_async(f"{job_node}/{child}"), f"{job_node}/{child}")
+                 for child in children]
         outcomes = await asyncio.gather(*reads, return_exceptions=True)
         for child, outcome in zip(children, outcomes, strict=True):
             if isinstance(outcome, NoNodeError):
@@ -214,7 +243,7 @@ class ZooKeeperProgressStore:
     async def _remove(self, latch: str, job_node: str) -> None:
         deadline = time.monotonic() + self._write_timeout
         try:
-            children = await kazoo_future(self._client.get_children_async(job_node))
+            children = await read_znode(self._client.get_children_async(job_node), job_node)
         except NoNodeError:
             return
         for start in range(0, len(children), DELETE_BATCH):

@@ -2,7 +2,8 @@
 
 Files of a cluster live under `storage.dir`, one directory per kind and cluster id:
 `job-result-store/<cluster-id>`, `blobs/<cluster-id>`, `jobgraphs/<cluster-id>` and (mode
-`none`) `progress/<cluster-id>`.
+`none`) `progress/<cluster-id>`. `check_leadership` fences the writes of the stores that keep
+files (JobResults, archived jobs): in mode `zookeeper` it asks the server about the latch.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ class HighAvailabilityServices(ABC):
         self.config = config
         self.cluster_id = cluster_id(config)
         self.job_result_store = FileSystemJobResultStore(
-            self.store_dir("job-result-store"), delete_on_commit=config["job-result-store.delete-on-commit"])
+            self.store_dir("job-result-store"), delete_on_commit=config["job-result-store.delete-on-commit"],
+            check=self.check_leadership)
         self.blob_store = BlobStore(self.store_dir("blobs"), max_size=config["blob.max-size"])
 
     def store_dir(self, kind: str) -> Path:
@@ -57,6 +59,10 @@ class HighAvailabilityServices(ABC):
     @abstractmethod
     async def start(self) -> None:
         """Connect (mode `zookeeper`); call before using any service."""
+
+    @abstractmethod
+    async def check_leadership(self, session_id: str, component: str) -> None:
+        """`LeadershipLost` unless `session_id` leads now: a `LeadershipCheck` for file writes."""
 
     @abstractmethod
     def create_retrieval(self) -> LeaderRetrieval:
@@ -82,6 +88,9 @@ class EmbeddedHaServices(HighAvailabilityServices):
     async def start(self) -> None:
         """Nothing to connect to: the stores are files and the election is decided."""
 
+    async def check_leadership(self, session_id: str, component: str) -> None:
+        self.election.fence(session_id, component)
+
     def create_retrieval(self) -> StandaloneLeaderRetrieval:
         return StandaloneLeaderRetrieval(self.config.rest_url)
 
@@ -103,6 +112,7 @@ class ZooKeeperHaServices(HighAvailabilityServices):
             self.client, self.paths, identifier=f"{socket.gethostname()}:{os.getpid()}",
             tolerate_suspended=self._tolerate)
         write_timeout = config["high-availability.zookeeper.session-timeout"]
+        self._write_timeout = write_timeout
         self.jobgraph_store = ZooKeeperJobGraphStore(
             self.client, self.paths.jobgraphs, self.election, files=self.store_dir("jobgraphs"),
             inline_limit=config["high-availability.zookeeper.inline-limit"], write_timeout=write_timeout)
@@ -116,6 +126,9 @@ class ZooKeeperHaServices(HighAvailabilityServices):
         await asyncio.to_thread(ensure_cluster_paths, self.client, self.paths)
         log.info("connected to ZooKeeper at %s, cluster %s under %s", self.config["high-availability.zookeeper.quorum"],
                  self.cluster_id, self.paths.cluster)
+
+    async def check_leadership(self, session_id: str, component: str) -> None:
+        await self.election.check_on_server(session_id, component, timeout=self._write_timeout)
 
     def create_retrieval(self) -> ZooKeeperLeaderRetrieval:
         retrieval = ZooKeeperLeaderRetrieval(self.client, self.paths.connection_info,

@@ -2,6 +2,8 @@
 
 `JobMaster` (job_master.py) drives an `ExecutionGraph` (execution_graph.py); `failover.py`
 picks the subtasks a failure restarts and `restart.py` decides whether and when.
+`deployment.py` builds an attempt's descriptor and sends it until the broker takes it;
+`reconciler.py` finds deployed executions that vanished from their TaskExecutor's heartbeats.
 `gateways.py` holds the JobMaster's public Protocol (`JobMasterGateway`) and the
 `TaskExecutorGateway` it deploys through; the ResourceManager and the ProgressStore it calls
 are typed by their own packages' Protocols.

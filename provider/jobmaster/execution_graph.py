@@ -9,9 +9,9 @@ lifecycle tables of `JobStatus` and `ExecutionState`, which refuse an illegal ch
 
 from __future__ import annotations
 
+import secrets
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass
 
 from sparkdispatch.errors import InvalidJobGraph
@@ -35,7 +35,7 @@ _NORMAL_PATH = (ExecutionState.CREATED, ExecutionState.SCHEDULED, ExecutionState
                 ExecutionState.INITIALIZING, ExecutionState.RUNNING, ExecutionState.FINISHED)
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True, order=True, slots=True)
 class SubtaskId:
     """One subtask: a vertex and an index below its parallelism; also its region's id."""
 
@@ -49,8 +49,10 @@ class SubtaskId:
 class Execution:
     """One attempt of one subtask (Flink's Execution)."""
 
+    __slots__ = ("execution_id", "attempt", "state", "slot", "result_path", "rows", "failure")
+
     def __init__(self, attempt: int) -> None:
-        self.execution_id = uuid.uuid4().hex
+        self.execution_id = secrets.token_hex(16)  # 32 hex digits, as a uuid4's, at a third of the cost
         self.attempt = attempt
         self.state = ExecutionState.CREATED
         self.slot: AllocatedSlot | None = None
@@ -95,27 +97,68 @@ class Execution:
         return f"Execution({self.execution_id}, attempt={self.attempt}, {self.state.value})"
 
 
-class ExecutionVertex:
-    """One subtask of a vertex and its current Execution."""
+ConsumabilityListener = Callable[["ExecutionVertex", bool], None]
 
-    def __init__(self, vertex: JobVertex, subtask_index: int) -> None:
+
+class ExecutionVertex:
+    """One subtask of a vertex and its current Execution.
+
+    `listener(subtask, consumable)` hears whenever `is_consumable` changes through the flags
+    below or a new attempt (its ExecutionGraph keeps its counts with it). A subtask is recorded
+    only once FINISHED, so a state change alone never makes it consumable.
+    """
+
+    # one per subtask: slots keep the graph of a large job small and quick to build
+    __slots__ = ("vertex", "subtask_index", "id", "current", "deployed_attempts", "recovered", "_partition_lost",
+                 "_progress_recorded", "_consumable", "_listener")
+
+    def __init__(self, vertex: JobVertex, subtask_index: int, listener: ConsumabilityListener | None = None) -> None:
         self.vertex = vertex
         self.subtask_index = subtask_index
         self.id = SubtaskId(vertex.id, subtask_index)
         self.current = Execution(attempt=0)
         self.deployed_attempts = 0
-        self.partition_lost = False
-        self.progress_recorded = False
         self.recovered = False
+        self._partition_lost = False
+        self._progress_recorded = False
+        self._consumable = False  # as last told to the listener
+        self._listener = listener
 
     @property
     def state(self) -> ExecutionState:
         return self.current.state
 
     @property
+    def partition_lost(self) -> bool:
+        """Its finished result partition turned out unreadable; it must run again."""
+        return self._partition_lost
+
+    @partition_lost.setter
+    def partition_lost(self, value: bool) -> None:
+        self._partition_lost = value
+        self._refresh()
+
+    @property
+    def progress_recorded(self) -> bool:
+        """Its FINISHED attempt is recorded in the ProgressStore (a failover keeps it)."""
+        return self._progress_recorded
+
+    @progress_recorded.setter
+    def progress_recorded(self, value: bool) -> None:
+        self._progress_recorded = value
+        self._refresh()
+
+    @property
     def is_consumable(self) -> bool:
         """Its result partition can be read: finished, recorded in the ProgressStore, not lost."""
-        return self.state is ExecutionState.FINISHED and self.progress_recorded and not self.partition_lost
+        return self.state is ExecutionState.FINISHED and self._progress_recorded and not self._partition_lost
+
+    def _refresh(self) -> None:
+        consumable = self.is_consumable
+        if consumable != self._consumable:
+            self._consumable = consumable
+            if self._listener is not None:
+                self._listener(self, consumable)
 
     def __repr__(self) -> str:
         return f"ExecutionVertex({self.id}, {self.current!r})"
@@ -123,6 +166,8 @@ class ExecutionVertex:
 
 def aggregate_state(states: list[ExecutionState]) -> ExecutionState:
     """A vertex's state from its subtasks' states, by Flink's precedence."""
+    if len(states) == 1:
+        return states[0]  # what the precedence below gives one state alone
     present = set(states)
     for state in (ExecutionState.FAILED, ExecutionState.CANCELING, ExecutionState.CANCELED):
         if state in present:
@@ -157,14 +202,27 @@ class ExecutionGraph:
         self.last_modification = self.now_ms()
         self.failure: Failure | None = None
         self._order = graph.topological_order()
-        self._vertices: dict[str, list[ExecutionVertex]] = {
-            vertex_id: [ExecutionVertex(graph.vertex(vertex_id), i) for i in range(graph.vertex(vertex_id).parallelism)]
-            for vertex_id in self._order
-        }
+        self._position = {vertex_id: position for position, vertex_id in enumerate(self._order)}
+        self._vertices: dict[str, list[ExecutionVertex]] = {}
+        listener = self._consumability_changed
+        for vertex_id in self._order:
+            vertex = graph.vertex(vertex_id)
+            self._vertices[vertex_id] = [ExecutionVertex(vertex, i, listener) for i in range(vertex.parallelism)]
         self._consumers = {vertex_id: graph.consumers(vertex_id) for vertex_id in self._order}
         self._by_execution: dict[str, ExecutionVertex] = {
             ev.current.execution_id: ev for ev in self.subtasks()
         }
+        # Scheduling state, kept up to date as subtasks become consumable or not, so that a
+        # finished subtask costs work in proportion to its consumers, never to the whole graph:
+        # per vertex, how many subtasks of its inputs cannot be read yet; how many subtasks can
+        # be read in all; and the CREATED subtasks whose inputs can all be read ("candidates").
+        self._unready_inputs = {vertex_id: sum(len(self._vertices[name]) for name in dict.fromkeys(
+            graph.vertex(vertex_id).inputs)) for vertex_id in self._order}
+        self._subtask_count = len(self._by_execution)
+        self._consumable_count = 0
+        self._candidates: dict[SubtaskId, ExecutionVertex] = {
+            ev.id: ev for vertex_id in self._order if self._unready_inputs[vertex_id] == 0
+            for ev in self._vertices[vertex_id]}
 
     # ---------------------------------------------------------------- structure
 
@@ -235,6 +293,8 @@ class ExecutionGraph:
         ev.progress_recorded = False
         ev.recovered = False
         self._by_execution[ev.current.execution_id] = ev
+        if self._unready_inputs[ev.id.vertex_id] == 0:
+            self._candidates[ev.id] = ev
         self.touch()
         return ev.current
 
@@ -263,10 +323,42 @@ class ExecutionGraph:
 
     def inputs_consumable(self, ev: ExecutionVertex) -> bool:
         """All partitions of all of `ev`'s input vertices can be read."""
-        return all(producer.is_consumable for name in ev.vertex.inputs for producer in self._vertices[name])
+        return self._unready_inputs[ev.id.vertex_id] == 0
 
     def all_finished(self) -> bool:
-        return all(ev.is_consumable for ev in self.subtasks())
+        """Every subtask's result can be read."""
+        return self._consumable_count == self._subtask_count
+
+    def take_schedulable(self, held_back: Container[SubtaskId]) -> list[ExecutionVertex]:
+        """The CREATED subtasks whose inputs can all be read, but those in `held_back`, in
+        topological order; they are not offered again unless they get a new attempt.
+
+        Costs time in proportion to the subtasks that became schedulable since the last call
+        (and those still held back), not to the size of the graph.
+        """
+        taken: list[ExecutionVertex] = []
+        for subtask_id, ev in list(self._candidates.items()):
+            if ev.state is not ExecutionState.CREATED:
+                del self._candidates[subtask_id]  # scheduled, restored or stopped meanwhile
+            elif subtask_id not in held_back:
+                del self._candidates[subtask_id]
+                taken.append(ev)
+        taken.sort(key=lambda ev: (self._position[ev.id.vertex_id], ev.subtask_index))
+        return taken
+
+    def _consumability_changed(self, ev: ExecutionVertex, consumable: bool) -> None:
+        delta = -1 if consumable else 1
+        self._consumable_count -= delta
+        for consumer_id in self._consumers[ev.id.vertex_id]:
+            unready = self._unready_inputs[consumer_id] + delta
+            self._unready_inputs[consumer_id] = unready
+            if unready == 0:
+                for consumer in self._vertices[consumer_id]:
+                    if consumer.state is ExecutionState.CREATED:
+                        self._candidates[consumer.id] = consumer
+            elif unready == 1 and delta == 1:
+                for consumer in self._vertices[consumer_id]:
+                    self._candidates.pop(consumer.id, None)
 
     def partition_paths(self, vertex_id: str) -> tuple[str, ...]:
         """The result paths of a vertex's finished subtasks that returned a DataFrame, by index."""
@@ -281,20 +373,20 @@ class ExecutionGraph:
     def vertex_result(self, vertex_id: str, *, results: ResultLayout) -> VertexResult:
         """The vertex's outcome for the JobResult, its partitions laid out by `results`."""
         subtasks = self._vertices[vertex_id]
-        state = self.vertex_state(vertex_id)
-        finished = [ev for ev in subtasks if ev.state is ExecutionState.FINISHED]
-        rows_seen = [ev.current.rows for ev in finished if ev.current.rows is not None]
-        wrote = any(ev.current.result_path is not None for ev in finished)
+        executions = [ev.current for ev in subtasks]
+        state = aggregate_state([execution.state for execution in executions])
+        finished = [execution for execution in executions if execution.state is ExecutionState.FINISHED]
+        rows_seen = [execution.rows for execution in finished if execution.rows is not None]
+        partitions = tuple(execution.result_path for execution in finished if execution.result_path is not None)
         failure = None
         if state is ExecutionState.FAILED:
-            failed = [ev for ev in subtasks if ev.state is ExecutionState.FAILED]
-            failure = failed[0].current.failure
+            failure = next(execution.failure for execution in executions if execution.state is ExecutionState.FAILED)
         return VertexResult(
             state=state,
             attempts=max(ev.deployed_attempts for ev in subtasks),
             rows=sum(rows_seen) if rows_seen else None,
-            result_path=results.vertex_dir(self.job_id, vertex_id) if wrote else None,
-            partitions=tuple(ev.current.result_path for ev in finished if ev.current.result_path is not None),
+            result_path=results.vertex_dir(self.job_id, vertex_id) if partitions else None,
+            partitions=partitions,
             failure=failure,
         )
 
@@ -329,11 +421,11 @@ class ExecutionGraph:
 
     def snapshot(self) -> JobSnapshot:
         """The overview and every vertex with its subtasks' current attempts, as of now."""
-        vertices = tuple(
-            VertexSnapshot(
-                id=vertex_id, state=self.vertex_state(vertex_id), parallelism=len(self._vertices[vertex_id]),
-                inputs=self.inputs_of(vertex_id),
-                subtasks=tuple(SubtaskSnapshot(ev.subtask_index, ev.state, ev.current.attempt,
-                                               ev.current.task_executor_id) for ev in self._vertices[vertex_id]))
-            for vertex_id in self._order)
-        return JobSnapshot(self.overview(), vertices)
+        vertices = []
+        for vertex_id in self._order:
+            subtasks = tuple(SubtaskSnapshot(ev.subtask_index, ev.current.state, ev.current.attempt,
+                                             ev.current.task_executor_id) for ev in self._vertices[vertex_id])
+            vertices.append(VertexSnapshot(
+                id=vertex_id, state=aggregate_state([subtask.state for subtask in subtasks]),
+                parallelism=len(subtasks), inputs=self.inputs_of(vertex_id), subtasks=subtasks))
+        return JobSnapshot(self.overview(), tuple(vertices))

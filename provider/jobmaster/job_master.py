@@ -6,7 +6,13 @@ TaskExecutorGateway, execution state from fenced TaskExecutor reports, restarts 
 under the job's restart strategy, cancellation and suspension. All state lives on the master's
 loop; blocking gateway calls run in threads (`asyncio.to_thread`), and the outcome of each
 deployment and cancellation is told to the ResourceManager (`record_rpc_failure` /
-`record_rpc_success`), so a TaskExecutor that keeps failing them is declared lost.
+`record_rpc_success`), so a TaskExecutor that keeps failing them while silent is declared lost.
+
+A deployment the broker does not take (`ServiceUnavailable`: Redis restarting) is sent again
+with backoff while its attempt is current, costing no restart. The TaskExecutors' heartbeats
+are reconciled with what this JobMaster deployed, both ways: an execution a TaskExecutor runs
+that this JobMaster does not is cancelled there; one it deployed that the heartbeats omit
+(`ExecutionDeploymentReconciler`) fails over.
 """
 
 from __future__ import annotations
@@ -27,9 +33,11 @@ from sparkdispatch.errors import (
 )
 from sparkdispatch.ha.progress_store import JobProgress, ProgressStore
 from sparkdispatch.jobgraph import ExecutionState, Failure, JobGraph, JobResult, JobStatus
+from sparkdispatch.jobmaster.deployment import deployment_descriptor, send_deployment
 from sparkdispatch.jobmaster.execution_graph import Execution, ExecutionGraph, ExecutionVertex, SubtaskId
 from sparkdispatch.jobmaster.failover import tasks_to_restart, unreadable_inputs
 from sparkdispatch.jobmaster.gateways import TaskExecutorGateway
+from sparkdispatch.jobmaster.reconciler import ExecutionDeploymentReconciler, MissingExecution
 from sparkdispatch.jobmaster.restart import RestartBackoffTimeStrategy, create_restart_strategy
 from sparkdispatch.protocol import ExecutionReport, ExecutionStateUpdate, TaskDeploymentDescriptor
 from sparkdispatch.resourcemanager import AllocatedSlot, ResourceManagerGateway
@@ -71,6 +79,8 @@ class JobMaster:
         self._held_back: dict[SubtaskId, object] = {}  # waiting out a restart backoff -> that restart
         self._declared: int | None = None
         self._hostnames: dict[str, str] = {}  # TaskExecutor id -> Celery hostname, from its slots
+        self._deployments = ExecutionDeploymentReconciler(missing_threshold=settings.missing_execution_threshold,
+                                                          grace_s=settings.deployment_grace)
         self._background: set[asyncio.Task[Any]] = set()
         self._restart_timers: set[asyncio.Task[Any]] = set()
         self.result_future: asyncio.Future[JobResult] = asyncio.get_running_loop().create_future()
@@ -120,6 +130,7 @@ class JobMaster:
         ev = self.execution_graph.by_execution_id(update.execution_id)
         if ev is None:
             raise StaleExecution(self.job_id, update.execution_id, "it is not a current attempt of this job")
+        self._deployments.acknowledged(update.execution_id)
         execution = ev.current
         if update.state is execution.state:
             return
@@ -257,27 +268,65 @@ class JobMaster:
         self._handle_failure([ev.id for ev in affected], failure)
 
     def task_executor_heartbeat(self, task_executor_id: str, executions: Sequence[ExecutionReport]) -> None:
-        """A TaskExecutor's heartbeat lists this job's executions there: stop the ones we no longer run.
+        """A TaskExecutor's heartbeat lists this job's executions there: reconcile them both ways.
 
-        An attempt replaced by a restart (or of a former leader) whose cancel command was lost
-        would otherwise hold its slot until it ends.
+        One this JobMaster no longer runs (an attempt replaced by a restart whose cancel was
+        lost, or of a former JobMaster) is cancelled, or it would hold its slot until it ends.
+        One this JobMaster deployed there that its heartbeats keep omitting fails over.
         """
-        hostname = self._hostnames.get(task_executor_id)
-        if hostname is None:
-            return
+        listed: set[str] = set()
         for report in executions:
-            if report.job_id != self.job_id or report.state.is_terminal:
+            if report.job_id != self.job_id:
                 continue
+            listed.add(report.execution_id)
+            if report.state.is_terminal:
+                continue  # ended there, its report on the way
             ev = self.execution_graph.by_execution_id(report.execution_id)
             if ev is None or ev.state.is_terminal:
-                log.info("job %s (session %s): %s still runs stale execution %s; cancelling it", self.job_id,
-                         self.job_master_id, task_executor_id, report.execution_id)
-                self._spawn(self._cancel_on(task_executor_id, hostname, report.execution_id))
+                self._cancel_stale(task_executor_id, report.execution_id)
+        if self.status is JobStatus.RUNNING:
+            self._executions_missing(self._deployments.reconcile(task_executor_id, listed))
+
+    def _cancel_stale(self, task_executor_id: str, execution_id: str) -> None:
+        hostname = (self._hostnames.get(task_executor_id)
+                    or self._resource_manager.task_executor_hostname(task_executor_id))
+        if hostname is None:
+            return
+        log.info("job %s (session %s): %s still runs stale execution %s; cancelling it", self.job_id,
+                 self.job_master_id, task_executor_id, execution_id)
+        self._spawn(self._cancel_on(task_executor_id, hostname, execution_id))
+
+    def _executions_missing(self, missing: Sequence[MissingExecution]) -> None:
+        """Deployed executions vanished from their TaskExecutor: they fail over, saying how, as one
+        failure (one restart), as the tasks of a lost TaskExecutor do."""
+        failed: list[tuple[ExecutionVertex, Failure]] = []
+        for lost in missing:
+            ev = self.execution_graph.by_execution_id(lost.execution_id)
+            if ev is None or ev.current.state not in _LIVE:
+                self._deployments.forget(lost.execution_id)
+                continue
+            attempt = f"attempt {ev.current.attempt} of {ev.id}"
+            failed.append((ev, Failure(
+                "ExecutionLost", f"TaskExecutor {lost.task_executor_id} no longer lists {attempt} ({lost.heartbeats} "
+                                 "heartbeats in a row), and its final state never arrived: the report was lost")
+                if lost.acknowledged else Failure(
+                "DeploymentLost", f"{attempt} was sent to TaskExecutor {lost.task_executor_id} "
+                                  f"{lost.since_sent_s:.1f}s ago, but its last {lost.heartbeats} heartbeats did not "
+                                  "list it: the deployment was lost on the way (in a broker restart?)")))
+        for ev, failure in failed:
+            log.warning("job %s (session %s): %s: %s", self.job_id, self.job_master_id, failure.cls, failure.message)
+            self._mark_failed(ev, ev.current, failure)
+        if failed:
+            self._handle_failure([ev.id for ev, _ in failed], failed[0][1])
 
     # ------------------------------------------------------------------ scheduling
 
     def _schedule(self) -> None:
-        """Schedule every subtask whose inputs are all readable; finish the job when all are done."""
+        """Schedule every subtask whose inputs are all readable; finish the job when all are done.
+
+        The ExecutionGraph keeps track of which subtasks became schedulable, so this costs time
+        in proportion to them, not to the size of the graph.
+        """
         graph = self.execution_graph
         if graph.status is not JobStatus.RUNNING:
             return
@@ -286,11 +335,9 @@ class JobMaster:
             log.info("job %s (session %s) finished", self.job_id, self.job_master_id)
             self._terminate()
             return
-        for ev in graph.subtasks():
-            if (ev.state is ExecutionState.CREATED and ev.id not in self._held_back
-                    and graph.inputs_consumable(ev)):
-                ev.current.transition(ExecutionState.SCHEDULED)
-                self._waiting[ev.id] = ev
+        for ev in graph.take_schedulable(held_back=self._held_back):
+            ev.current.transition(ExecutionState.SCHEDULED)
+            self._waiting[ev.id] = ev
         graph.touch()
         self._declare()
 
@@ -308,7 +355,9 @@ class JobMaster:
         execution.transition(ExecutionState.DEPLOYING)
         ev.deployed_attempts += 1
         self._held_slots[slot.allocation_id] = execution
-        tdd = self._deployment_descriptor(ev, slot)
+        self._deployments.deploying(execution.execution_id, slot.task_executor_id)
+        tdd = deployment_descriptor(self.execution_graph, ev, slot, job_master_id=self.job_master_id,
+                                    results=self._results)
         log.info("job %s (session %s): deploying %s attempt %d (%s) to %s slot %d", self.job_id,
                  self.job_master_id, ev.id, execution.attempt, execution.execution_id, slot.task_executor_id,
                  slot.slot_index)
@@ -318,41 +367,28 @@ class JobMaster:
                                tdd: TaskDeploymentDescriptor) -> None:
         slot = execution.slot
         assert slot is not None
-        try:
-            await asyncio.to_thread(self._gateway.deploy, slot, tdd, self.job_master_id)
-        except Exception as exc:  # any failure to hand the task over fails this attempt
-            if ev.current is execution and not execution.state.is_terminal and self.status is JobStatus.RUNNING:
-                log.warning("job %s (session %s): deploying %s to %s failed: %s", self.job_id, self.job_master_id,
-                            ev.id, execution.task_executor_id, exc)
-                self._on_failed(ev, execution, Failure.from_exception(exc))
-            # after the attempt's own failure: enough failures in a row lose the TaskExecutor
-            self._call_resource_manager(self._resource_manager.record_rpc_failure, slot.task_executor_id)
-        else:
-            self._call_resource_manager(self._resource_manager.record_rpc_success, slot.task_executor_id)
 
-    def _deployment_descriptor(self, ev: ExecutionVertex, slot: AllocatedSlot) -> TaskDeploymentDescriptor:
-        graph = self.execution_graph
-        vertex = ev.vertex
-        execution = ev.current
-        return TaskDeploymentDescriptor(
-            job_id=self.job_id,
-            job_master_id=self.job_master_id,
-            execution_id=execution.execution_id,
-            vertex_id=vertex.id,
-            entrypoint=vertex.entrypoint,
-            subtask_index=ev.subtask_index,
-            parallelism=vertex.parallelism,
-            attempt=execution.attempt,
-            allocation_id=slot.allocation_id,
-            slot_index=slot.slot_index,
-            registration_id=slot.registration_id,
-            result_path=self._results.attempt_path(self.job_id, vertex.id, ev.subtask_index, execution.execution_id),
-            job_name=graph.name,
-            inputs={name: graph.partition_paths(name) for name in vertex.inputs},
-            params=dict(vertex.params),
-            artifacts=tuple(graph.graph.artifacts),
-            spark_conf=dict(graph.graph.config),
-        )
+        def outcome(went_through: bool) -> None:
+            # failures count towards the TaskExecutor's unreachable threshold, which its heartbeats overrule
+            record = self._resource_manager.record_rpc_success if went_through \
+                else self._resource_manager.record_rpc_failure
+            self._call_resource_manager(record, slot.task_executor_id)
+
+        try:
+            sent = await send_deployment(self._gateway, slot, tdd, self.job_master_id,
+                                         wanted=lambda: self._deploying(ev, execution), outcome=outcome)
+        except Exception as exc:  # not the broker's trouble: this attempt fails
+            if self._deploying(ev, execution):
+                log.warning("job %s (session %s): deploying %s to %s failed: %s", self.job_id, self.job_master_id,
+                            ev.id, slot.task_executor_id, exc)
+                self._on_failed(ev, execution, Failure.from_exception(exc))
+            return
+        if sent:
+            self._deployments.sent(execution.execution_id)
+
+    def _deploying(self, ev: ExecutionVertex, execution: Execution) -> bool:
+        return (ev.current is execution and execution.state is ExecutionState.DEPLOYING
+                and self.status is JobStatus.RUNNING)
 
     # ------------------------------------------------------------------ finished and failed attempts
 
@@ -508,6 +544,7 @@ class JobMaster:
         self._held_back.clear()
 
     def _release_slot(self, execution: Execution) -> None:
+        self._deployments.forget(execution.execution_id)
         allocation_id = execution.allocation_id
         if allocation_id is not None and self._held_slots.get(allocation_id) is execution:
             del self._held_slots[allocation_id]

@@ -1,8 +1,9 @@
 """The master's side of the TaskExecutors: deploy and cancel over Celery.
 
-Every method blocks on the broker; the master's components call them with
-`asyncio.to_thread(...)`. The worker's side of the same app is `sparkdispatch.taskexecutor.app`;
-what both agree on is `sparkdispatch.broker.celery_app`.
+Every method blocks on the broker, for at most a few `broker.timeout`s (a hung broker
+included); the master's components call them with `asyncio.to_thread(...)`. The worker's side
+of the same app is `sparkdispatch.taskexecutor.app`; what both agree on is
+`sparkdispatch.broker.celery_app`.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import logging
 from typing import Any, Protocol
 
 from celery import Celery
+from kombu.exceptions import EncodeError
 
 from sparkdispatch.broker.celery_app import (
     APP_NAME,
@@ -48,10 +50,13 @@ class CeleryTaskExecutorGateway:
         self._reply_timeout = reply_timeout
 
     def deploy(self, slot: SlotAddress, tdd: TaskDeploymentDescriptor, session_id: str) -> None:
-        """Send the task to the slot's TaskExecutor queue; `ServiceUnavailable` if the broker is down."""
+        """Send the task to the slot's TaskExecutor queue; `ServiceUnavailable` if the broker is down or
+        did not take it within `broker.timeout`."""
         try:
             self._app.send_task(DEPLOY_TASK, args=[tdd.to_dict(), session_id], queue=slot.queue,
                                 routing_key=slot.queue, ignore_result=True)
+        except EncodeError:
+            raise  # the deployment itself is bad: no broker would take it
         except Exception as exc:  # kombu raises transport-specific errors
             raise ServiceUnavailable(f"cannot send execution {tdd.execution_id} of job {tdd.job_id} to "
                                      f"{slot.queue}: {exc}") from exc

@@ -5,10 +5,13 @@ TaskExecutor calls carrying another are refused (`FencingTokenMismatch`). JobMas
 objects on the same loop and call it directly. A TaskExecutor is lost when its heartbeats stop
 for `heartbeat.timeout`, when the JobMasters' calls to it (deployments, cancellations) fail
 `heartbeat.rpc-failure-threshold` times in a row (`record_rpc_failure`; a call that goes
-through, `record_rpc_success`, starts the count again), when it unregisters (it is stopping),
-or when it registers anew; its slots then vanish and every job that held one is told which
-allocations it lost. A TaskExecutor that registers again continuing its current registration
-keeps its slots and their allocations (see the SlotManager).
+through, `record_rpc_success`, starts the count again) and it has sent no heartbeat for two
+intervals, when it unregisters (it is stopping), or when it registers anew; its slots then
+vanish and every job that held one is told which allocations it lost. A TaskExecutor that keeps
+heartbeating is never lost by failed calls: they go through the broker, and a broker that
+restarts is no fault of the TaskExecutors (the JobMasters retry their deployments). A
+TaskExecutor that registers again continuing its current registration keeps its slots and
+their allocations (see the SlotManager).
 
 Slot checks are coalesced: a change schedules one `check_requirements` with `loop.call_soon`,
 so listeners are never called from inside the call that caused the change. One timer runs the
@@ -72,11 +75,16 @@ class ResourceManagerGateway(Protocol):
 
     @abstractmethod
     def record_rpc_failure(self, task_executor_id: str) -> None:
-        """A call to the TaskExecutor failed; `heartbeat.rpc-failure-threshold` in a row make it lost."""
+        """A call to the TaskExecutor failed; `heartbeat.rpc-failure-threshold` in a row make it lost
+        once it has also sent no heartbeat for two intervals."""
 
     @abstractmethod
     def record_rpc_success(self, task_executor_id: str) -> None:
         """A call to the TaskExecutor went through: its count of failures in a row starts again."""
+
+    @abstractmethod
+    def task_executor_hostname(self, task_executor_id: str) -> str | None:
+        """The Celery host name remote-control calls reach the TaskExecutor by; None if it is not registered."""
 
     @abstractmethod
     def overview(self) -> ResourceOverview:
@@ -188,8 +196,9 @@ class ResourceManager:
 
     def record_rpc_failure(self, task_executor_id: str) -> None:
         """A JobMaster's call to the TaskExecutor (a deployment, a cancellation) failed;
-        `heartbeat.rpc-failure-threshold` failures in a row make it lost. Ignored for a
-        TaskExecutor that is not registered (or after the leadership ended)."""
+        `heartbeat.rpc-failure-threshold` failures in a row make it lost once it has also sent no
+        heartbeat for two intervals. Ignored for a TaskExecutor that is not registered (or after
+        the leadership ended)."""
         self._heartbeats.record_rpc_failure(task_executor_id)
 
     def record_rpc_success(self, task_executor_id: str) -> None:
@@ -197,6 +206,9 @@ class ResourceManager:
         self._heartbeats.record_rpc_success(task_executor_id)
 
     # ---------------------------------------------------------------- queries
+
+    def task_executor_hostname(self, task_executor_id: str) -> str | None:
+        return self._slots.hostname_of(task_executor_id)
 
     def overview(self) -> ResourceOverview:
         return ResourceOverview(taskmanagers=self._slots.task_executor_count, slots_total=self._slots.slots_total,
@@ -220,8 +232,9 @@ class ResourceManager:
         self.unregister_task_executor(target_id, f"no heartbeat for {timeout:g}s")
 
     def notify_target_unreachable(self, target_id: str) -> None:
-        threshold = self._settings.heartbeat.rpc_failure_threshold
-        self.unregister_task_executor(target_id, f"unreachable after {threshold} failed calls")
+        heartbeat = self._settings.heartbeat
+        self.unregister_task_executor(target_id, f"unreachable after {heartbeat.rpc_failure_threshold} failed calls "
+                                                 f"and no heartbeat for {2 * heartbeat.interval:g}s")
 
     # ---------------------------------------------------------------- internals
 

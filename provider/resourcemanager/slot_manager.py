@@ -382,6 +382,11 @@ class SlotManager:
         job = self._jobs.get(job_id)
         return None if job is None else job.listener
 
+    def hostname_of(self, task_executor_id: str) -> str | None:
+        """The registered TaskExecutor's Celery host name; None if it is not registered."""
+        task_executor = self._task_executors.get(task_executor_id)
+        return None if task_executor is None else task_executor.hostname
+
     def jobs_on(self, task_executor_id: str) -> set[str]:
         """Jobs holding a slot of this TaskExecutor."""
         task_executor = self._task_executors.get(task_executor_id)

@@ -1,4 +1,11 @@
-"""The OpenAPI document of the REST API, generated from the marshmallow schemas (apispec)."""
+"""The OpenAPI document of the REST API (`/openapi.json`): every call's parameters, bodies and answers.
+
+The JobGraph, the JobResult and the TaskExecutor protocol's bodies are generated from their
+marshmallow schemas (apispec); the answers built by `sparkdispatch.rest.views` and the
+ResourceManager are written out here, field for field as docs/rest-api.md lists them. Every
+status a call can answer is listed with its body (`tests/integration/test_api_fuzz.py` holds the
+master to it with schemathesis).
+"""
 
 from __future__ import annotations
 
@@ -6,73 +13,224 @@ from typing import Any
 
 from apispec import APISpec
 from apispec.ext.marshmallow import MarshmallowPlugin
+from marshmallow import Schema
 
 from sparkdispatch import __version__
+from sparkdispatch.jobgraph import BLOB_KEY_PATTERN, JOB_ID_PATTERN, ExecutionState, JobStatus
 from sparkdispatch.jobgraph_schemas import (
+    RESTART_SCHEMAS,
     FailureSchema,
     JobGraphSchema,
     JobResultSchema,
     JobVertexSchema,
     VertexResultSchema,
 )
+from sparkdispatch.protocol import (
+    ExecutionReportSchema,
+    ExecutionStateUpdateSchema,
+    HeartbeatPayloadSchema,
+    RegistrationAckSchema,
+    SlotReportSchema,
+    SlotStatusSchema,
+    TaskExecutorRegistrationSchema,
+)
+from sparkdispatch.rest.inputs import PATH_IDS
+from sparkdispatch.rest.taskexecutor_routes import SESSION_HEADER
+
+JSONSchema = dict[str, Any]
+
+_MODEL_SCHEMAS: tuple[tuple[str, type[Schema]], ...] = (
+    ("JobVertex", JobVertexSchema), ("JobGraph", JobGraphSchema), ("Failure", FailureSchema),
+    ("VertexResult", VertexResultSchema), ("JobResult", JobResultSchema),
+    ("SlotStatus", SlotStatusSchema), ("SlotReport", SlotReportSchema), ("ExecutionReport", ExecutionReportSchema),
+    ("TaskExecutorRegistration", TaskExecutorRegistrationSchema), ("RegistrationAck", RegistrationAckSchema),
+    ("Heartbeat", HeartbeatPayloadSchema), ("ExecutionStateUpdate", ExecutionStateUpdateSchema),
+)
 
 
-def _json(schema: str | dict[str, Any], description: str) -> dict[str, Any]:
-    ref = {"$ref": f"#/components/schemas/{schema}"} if isinstance(schema, str) else schema
-    return {"description": description, "content": {"application/json": {"schema": ref}}}
+def _ref(name: str) -> JSONSchema:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _object(properties: dict[str, JSONSchema], *, optional: tuple[str, ...] = ()) -> JSONSchema:
+    """A closed object whose every property is required but the `optional` ones."""
+    return {"type": "object", "properties": properties, "additionalProperties": False,
+            "required": [name for name in properties if name not in optional]}
+
+
+def _nullable(schema: JSONSchema) -> JSONSchema:
+    return {**schema, "nullable": True}
+
+
+INTEGER: JSONSchema = {"type": "integer"}
+STRING: JSONSchema = {"type": "string"}
+JOB_STATUS: JSONSchema = {"type": "string", "enum": [s.value for s in JobStatus]}
+EXECUTION_STATE: JSONSchema = {"type": "string", "enum": [s.value for s in ExecutionState]}
+
+# the answers of `sparkdispatch.rest.views`, the ResourceManager and the handlers
+_VIEW_SCHEMAS: dict[str, JSONSchema] = {
+    "Overview": _object({
+        "is_leader": {"type": "boolean"}, "leader": _nullable(STRING), "taskmanagers": INTEGER,
+        "slots_total": INTEGER, "slots_available": INTEGER, "jobs_running": INTEGER, "jobs_finished": INTEGER,
+        "jobs_failed": INTEGER, "jobs_cancelled": INTEGER}),
+    "JobSummary": _object({
+        "id": STRING, "name": STRING, "status": JOB_STATUS, "start_time": INTEGER,
+        "end_time": _nullable(INTEGER), "duration_ms": _nullable(INTEGER)}),
+    "JobList": _object({"jobs": {"type": "array", "items": _ref("JobSummary")}}),
+    "FlinkJobDetails": _object({
+        "jid": STRING, "name": STRING, "state": JOB_STATUS, "start-time": INTEGER,
+        "end-time": {**INTEGER, "description": "-1 while the job runs"}, "duration": INTEGER,
+        "last-modification": INTEGER, "pending-operators": INTEGER,
+        "tasks": _object({**{s.value.lower(): INTEGER for s in ExecutionState}, "total": INTEGER})}),
+    "FlinkJobList": _object({"jobs": {"type": "array", "items": _ref("FlinkJobDetails")}}),
+    "SubtaskDetails": _object({"index": INTEGER, "state": EXECUTION_STATE, "attempt": INTEGER,
+                               "taskmanager": _nullable(STRING)}),
+    "VertexDetails": _object({
+        "id": STRING, "state": EXECUTION_STATE, "parallelism": _nullable(INTEGER),
+        "inputs": {"type": "array", "items": STRING},
+        "subtasks": {"type": "array", "items": _ref("SubtaskDetails")},
+        "attempts": {**INTEGER, "description": "of a job known only from its JobResult"}}, optional=("attempts",)),
+    "JobDetails": _object({
+        "id": STRING, "name": STRING, "status": JOB_STATUS, "start_time": INTEGER, "end_time": _nullable(INTEGER),
+        "vertices": {"type": "array", "items": _ref("VertexDetails")}}),
+    "ExecutionResult": {"oneOf": [
+        _object({"status": _object({"id": {"type": "string", "enum": ["IN_PROGRESS"]}})}),
+        _object({"status": _object({"id": {"type": "string", "enum": ["COMPLETED"]}}),
+                 "job_execution_result": _ref("JobResult")})]},
+    "TaskManager": _object({
+        "id": STRING, "hostname": STRING, "queue": STRING, "spark_master": STRING, "registered_at": INTEGER,
+        "slots_total": INTEGER, "slots_free": INTEGER,
+        "slots": {"type": "array", "items": _object({"index": INTEGER, "allocation_id": _nullable(STRING),
+                                                    "job_id": _nullable(STRING)})},
+        "idle_since": _nullable(INTEGER), "idle": {"type": "boolean"}, "last_heartbeat": _nullable(INTEGER),
+        "executions": {"type": "array", "items": _ref("ExecutionReport")}}),
+    "TaskManagerList": _object({"taskmanagers": {"type": "array", "items": _ref("TaskManager")}}),
+    "Submitted": _object({"job_id": {"type": "string", "pattern": JOB_ID_PATTERN.pattern}, "jobUrl": STRING,
+                          "status": JOB_STATUS}),
+    "Artifact": _object({"key": {"type": "string", "pattern": BLOB_KEY_PATTERN.pattern}, "filename": STRING}),
+    "Unregistered": _object({"unregistered": {"type": "boolean"}}),
+    "Empty": _object({}),
+    "Errors": {"type": "object", "required": ["errors", "type"], "additionalProperties": True,
+               "properties": {"errors": {"type": "array", "items": STRING},
+                              "type": {"type": "string", "description": "the sparkdispatch.errors class"}}},
+}
+
+
+def _json(schema: str | JSONSchema, description: str) -> JSONSchema:
+    return {"description": description,
+            "content": {"application/json": {"schema": _ref(schema) if isinstance(schema, str) else schema}}}
+
+
+def _error(description: str) -> JSONSchema:
+    return _json("Errors", description)
+
+
+def _path_id(name: str) -> JSONSchema:
+    pattern, rule = PATH_IDS[name]
+    return {"name": name, "in": "path", "required": True, "description": rule,
+            "schema": {"type": "string", "pattern": pattern.pattern}}
+
+
+# answers any call may get
+_ANY = {"401": _error("`rest.auth.token` is set and the call lacks it")}
+# answers of a call only the leader serves
+_LEADER = {**_ANY, "503": _error("this master does not lead (the body names the leader) or is recovering")}
+_BODY = {"400": _error("the body is not valid JSON or not valid for this call (the body names the field)"),
+         "413": _error("the body is larger than rest.max-body-size")}
+_ID = {"400": _error("an id in the path is malformed (the body names it)"),
+       "404": _error("no such resource")}
+_SESSION = {"name": SESSION_HEADER, "in": "header", "required": True, "schema": STRING,
+            "description": "the leader session the TaskExecutor registered under"}
+
+
+def _restart_strategies(spec: APISpec) -> JSONSchema:
+    """The restart strategy union, one closed schema per `type` (apispec cannot see through the field)."""
+    choices = []
+    for kind, schema in RESTART_SCHEMAS.items():
+        name = "Restart" + "".join(part.title() for part in kind.split("-"))
+        spec.components.schema(name, schema=schema)
+        spec.components.schemas[name]["properties"]["type"] = {"type": "string", "enum": [kind]}
+        choices.append(_ref(name))
+    return {"oneOf": choices, "nullable": True, "description": "the job's restart strategy, by its `type`"}
 
 
 def openapi_document() -> dict[str, Any]:
-    """The OpenAPI 3 document served at `/openapi.json` (every path also under `/v1`)."""
+    """The OpenAPI 3 document served at `/openapi.json` (every path also under `/v1`, where an error
+    body is `{"errors": [...]}` alone and the rest travels in the `X-SparkDispatch-Error` header)."""
     spec = APISpec(title="sparkdispatch master", version=__version__, openapi_version="3.0.3",
                    plugins=[MarshmallowPlugin()])
-    for name, schema in (("JobVertex", JobVertexSchema), ("JobGraph", JobGraphSchema),
-                         ("Failure", FailureSchema), ("VertexResult", VertexResultSchema),
-                         ("JobResult", JobResultSchema)):
+    for name, schema in _MODEL_SCHEMAS:
         spec.components.schema(name, schema=schema)
-    # the restart strategy is a union chosen by its `type`; apispec cannot see through the custom field
-    spec.components.schemas["JobGraph"]["properties"]["restart_strategy"] = {
-        "type": "object", "nullable": True, "required": ["type"],
-        "properties": {"type": {"type": "string",
-                                "enum": ["none", "fixed-delay", "exponential-delay", "failure-rate"]}},
-        "additionalProperties": True}
-    errors = {"type": "object", "required": ["errors", "type"], "additionalProperties": True,
-              "properties": {"errors": {"type": "array", "items": {"type": "string"}},
-                             "type": {"type": "string", "description": "the sparkdispatch.errors class"}}}
-    spec.components.schema("Errors", errors)
-    job_id = {"name": "job_id", "in": "path", "required": True, "schema": {"type": "string"}}
-    obj = {"type": "object"}
-    spec.path("/overview", operations={"get": {"summary": "Cluster overview (any master answers)",
-                                                "responses": {"200": _json(obj, "overview")}}})
+    graph = spec.components.schemas["JobGraph"]["properties"]
+    graph["restart_strategy"] = _restart_strategies(spec)
+    graph["config"] = {"type": "object", "description": "Spark properties the job's session may set",
+                       "additionalProperties": {"anyOf": [STRING, {"type": "number"}, {"type": "boolean"}]}}
+    for name, view_schema in _VIEW_SCHEMAS.items():
+        spec.components.schema(name, view_schema)
+
+    job_id = _path_id("job_id")
+    spec.path("/overview", operations={"get": {
+        "summary": "Cluster overview (any master answers, leader or standby)",
+        "responses": {"200": _json("Overview", "the overview"), **_ANY}}})
     spec.path("/jobs", operations={
-        "get": {"summary": "Running and finished jobs", "responses": {"200": _json(obj, "jobs")}},
-        "post": {"summary": "Submit a JobGraph", "requestBody": _json("JobGraph", "the job"),
-                 "responses": {"202": _json(obj, "accepted: {job_id}"),
-                               "200": _json(obj, "the same job was submitted before: {job_id}"),
-                               "400": _json("Errors", "invalid JobGraph"),
-                               "409": _json("Errors", "the job id is taken"),
-                               "413": _json("Errors", "body too large")}}})
-    spec.path("/jobs/overview", operations={"get": {"summary": "Jobs in Flink's JobDetails shape",
-                                                    "responses": {"200": _json(obj, "jobs")}}})
+        "get": {"summary": "Running and finished jobs, the most recently started first",
+                "responses": {"200": _json("JobList", "the jobs"), **_LEADER}},
+        "post": {"summary": "Submit a JobGraph", "requestBody": {"required": True, **_json("JobGraph", "the job")},
+                 "responses": {"202": _json("Submitted", "accepted and persisted"),
+                               "200": _json("Submitted", "the same graph was submitted under this id before"),
+                               **_BODY, "409": _error("the job id is taken by another graph"), **_LEADER}}})
+    spec.path("/jobs/overview", operations={"get": {
+        "summary": "Jobs in Flink's JobDetails shape", "responses": {"200": _json("FlinkJobList", "the jobs"),
+                                                                     **_LEADER}}})
     spec.path("/jobs/{job_id}", parameters=[job_id], operations={
-        "get": {"summary": "A job's details", "responses": {"200": _json(obj, "job"),
-                                                             "404": _json("Errors", "unknown job")}},
-        "patch": {"summary": "Cancel a job (mode=cancel)",
+        "get": {"summary": "A job's details",
+                "responses": {"200": _json("JobDetails", "the job"), **_ID, **_LEADER}},
+        "patch": {"summary": "Cancel a job",
                   "parameters": [{"name": "mode", "in": "query", "schema": {"type": "string", "enum": ["cancel"]}}],
-                  "responses": {"202": _json(obj, "cancelling"), "404": _json("Errors", "unknown job"),
-                                "409": _json("Errors", "the job already finished or failed")}}})
-    spec.path("/jobs/{job_id}/execution-result", parameters=[job_id], operations={
-        "get": {"summary": "IN_PROGRESS, or COMPLETED with the JobResult",
-                "responses": {"200": _json({"type": "object", "properties": {
-                    "status": {"type": "object", "properties": {"id": {"type": "string"}}},
-                    "job_execution_result": {"$ref": "#/components/schemas/JobResult"}}}, "result"),
-                    "404": _json("Errors", "unknown job")}}})
-    spec.path("/taskmanagers", operations={"get": {"summary": "TaskExecutors and their slots",
-                                                    "responses": {"200": _json(obj, "taskmanagers")}}})
+                  "responses": {"202": _json("Empty", "cancelling (or cancelled already)"),
+                                **{**_ID, "400": _error("a malformed job id, or a mode other than `cancel`")},
+                                "409": _error("the job already ended otherwise"), **_LEADER}}})
+    spec.path("/jobs/{job_id}/execution-result", parameters=[job_id], operations={"get": {
+        "summary": "IN_PROGRESS, or COMPLETED with the JobResult (waits up to rest.execution-result.long-poll)",
+        "responses": {"200": _json("ExecutionResult", "the result"), **_ID, **_LEADER}}})
+    spec.path("/taskmanagers", operations={"get": {
+        "summary": "TaskExecutors and their slots",
+        "responses": {"200": _json("TaskManagerList", "the TaskExecutors"), **_LEADER}}})
     spec.path("/artifacts", operations={"post": {
         "summary": "Upload user code (.py or .zip) for a JobGraph's artifacts",
-        "requestBody": {"content": {"multipart/form-data": {"schema": {
-            "type": "object", "properties": {"file": {"type": "string", "format": "binary"}}}}}},
-        "responses": {"201": _json(obj, "{key, filename}"), "400": _json("Errors", "not a .py or .zip"),
-                      "413": _json("Errors", "too large")}}})
+        "requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
+            "type": "object", "required": ["file"],
+            "properties": {"file": {"type": "string", "format": "binary"}}}}}},
+        "responses": {"201": _json("Artifact", "stored under its key"),
+                      "400": _error("not multipart, no `file` field, or not a .py or .zip"),
+                      "413": _error("larger than blob.max-size"), **_LEADER}}})
+    _task_executor_paths(spec)
     return spec.to_dict()
+
+
+def _task_executor_paths(spec: APISpec) -> None:
+    """The TaskExecutor protocol (docs/internals.md), fenced by the leader session."""
+    fenced = {**_BODY, "409": _error("another leader session (fencing token mismatch)"), **_LEADER}
+    task_executor_id = _path_id("task_executor_id")
+    tag = ["TaskExecutor protocol"]
+    spec.path("/taskexecutors", operations={"post": {
+        "summary": "Register a TaskExecutor", "tags": tag, "parameters": [_SESSION],
+        "requestBody": {"required": True, **_json("TaskExecutorRegistration", "the TaskExecutor")},
+        "responses": {"200": _json("RegistrationAck", "registered"), **fenced}}})
+    spec.path("/taskexecutors/{task_executor_id}/heartbeat", parameters=[task_executor_id], operations={"post": {
+        "summary": "A TaskExecutor's heartbeat: its slots and executions", "tags": tag, "parameters": [_SESSION],
+        "requestBody": {"required": True, **_json("Heartbeat", "the heartbeat")},
+        "responses": {"200": _json("Empty", "received"), **_ID, **fenced,
+                      "404": _error("the TaskExecutor is not registered: register again")}}})
+    spec.path("/taskexecutors/{task_executor_id}/unregister", parameters=[task_executor_id], operations={"post": {
+        "summary": "A stopping TaskExecutor leaves at once", "tags": tag, "parameters": [_SESSION],
+        "requestBody": {"required": True, **_json({
+            "type": "object", "required": ["registration_id"],
+            "properties": {"registration_id": {"type": "string", "minLength": 1}}}, "the registration it ends")},
+        "responses": {"200": _json("Unregistered", "whether that registration was removed"), **_ID, **fenced}}})
+    spec.path("/jobs/{job_id}/executions/{execution_id}/state",
+              parameters=[_path_id("job_id"), _path_id("execution_id")], operations={"post": {
+                  "summary": "A TaskExecutor's report on one execution", "tags": tag, "parameters": [_SESSION],
+                  "requestBody": {"required": True, **_json("ExecutionStateUpdate", "the new state")},
+                  "responses": {"200": _json("Empty", "applied"), **_ID, **fenced,
+                                "404": _error("the job does not run here")}}})

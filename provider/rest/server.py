@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 import aiohttp
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Middleware
 
 from sparkdispatch.dispatcher import DispatcherGateway
@@ -36,16 +37,19 @@ from sparkdispatch.errors import (
     error_header,
 )
 from sparkdispatch.ha.blob_store import BlobStore
-from sparkdispatch.jobgraph import JobGraph, JobStatus
+from sparkdispatch.jobgraph import JobStatus
 from sparkdispatch.jobmaster import JobMasterGateway
 from sparkdispatch.resourcemanager import ResourceManagerGateway
 from sparkdispatch.rest import views
+from sparkdispatch.rest.inputs import path_id, read_job_graph
 from sparkdispatch.settings import RestSettings
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 ARTIFACT_SUFFIXES = (".py", ".zip")
+# the answer about a job of more vertices is built and dumped in a thread (`large_json_response`)
+DUMP_IN_THREAD_ABOVE_VERTICES = 100
 
 
 class LeaderView(Protocol):
@@ -87,8 +91,20 @@ class MasterView(Protocol):
 
 
 def json_response(body: Any, status: int = 200, *, headers: Mapping[str, str] | None = None) -> web.Response:
-    return web.json_response(body, status=status, headers=headers,
-                             dumps=lambda v: json.dumps(v, separators=(",", ":")))
+    return web.json_response(body, status=status, headers=headers, dumps=_dumps)
+
+
+async def large_json_response(build: Callable[[], Any], *, large: bool) -> web.Response:
+    """`json_response(build())`; when `large`, the body is built and dumped in a thread (it must only
+    read immutable values), so the loop keeps answering meanwhile."""
+    if not large:
+        return json_response(build())
+    text = await asyncio.to_thread(lambda: _dumps(build()))
+    return web.Response(text=text, content_type="application/json")
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
 
 
 def error_response(exc: SparkDispatchError, request: web.Request, *,
@@ -99,7 +115,9 @@ def error_response(exc: SparkDispatchError, request: web.Request, *,
     `{"errors": [...]}` and nothing else: Flink's REST client (`flink cancel -m ...`) reads an
     error body with any other field as a success. The rest of the body (type and
     fields) then goes in the `X-SparkDispatch-Error` header; sparkdispatch's clients read both.
+    The error's own headers (`http_headers()`, e.g. `Retry-After`) go with either form.
     """
+    headers = {**exc.http_headers(), **(headers or {})}
     if request.path.startswith("/v1/"):
         flink_headers = {**(headers or {}), ERROR_HEADER: error_header(exc)}
         return json_response({"errors": exc.messages()}, status=exc.http_status, headers=flink_headers)
@@ -205,15 +223,11 @@ class RestHandlers:
 
     async def submit_job(self, request: web.Request) -> web.Response:
         leader = self.master.leader_components()
-        limit = self.settings.max_body_size
-        if request.content_length is not None and request.content_length > limit:
-            raise RequestTooLarge(f"the JobGraph is {request.content_length} bytes; rest.max-body-size allows {limit}")
-        body = await request.read()
-        if len(body) > limit:
-            raise RequestTooLarge(f"the JobGraph is {len(body)} bytes; rest.max-body-size allows {limit}")
-        graph = JobGraph.from_json(body)
-        job_id, created = await leader.dispatcher.submit(graph)
-        return json_response({"job_id": job_id, "jobUrl": f"/jobs/{job_id}"}, status=202 if created else 200)
+        graph = await read_job_graph(request, limit=self.settings.max_body_size)
+        submission = await leader.dispatcher.submit(graph)
+        job_id = submission.job_id
+        return json_response({"job_id": job_id, "jobUrl": f"/jobs/{job_id}", "status": submission.status.value},
+                             status=202 if submission.created else 200)
 
     async def list_jobs(self, request: web.Request) -> web.Response:
         overviews = self.master.leader_components().dispatcher.job_overviews()
@@ -224,22 +238,28 @@ class RestHandlers:
         return json_response({"jobs": [views.flink_job_details(job) for job in overviews]})
 
     async def job_details(self, request: web.Request) -> web.Response:
+        job_id = path_id(request, "job_id")
         dispatcher = self.master.leader_components().dispatcher
-        return json_response(views.job_details(await dispatcher.job_snapshot(request.match_info["job_id"])))
+        snapshot = await dispatcher.job_snapshot(job_id)
+        return await large_json_response(lambda: views.job_details(snapshot),
+                                         large=len(snapshot.vertices) > DUMP_IN_THREAD_ABOVE_VERTICES)
 
     async def execution_result(self, request: web.Request) -> web.Response:
+        job_id = path_id(request, "job_id")
         dispatcher = self.master.leader_components().dispatcher
-        result = await dispatcher.job_result(request.match_info["job_id"],
-                                             wait_s=self.settings.execution_result_long_poll)
+        result = await dispatcher.job_result(job_id, wait_s=self.settings.execution_result_long_poll)
         if result is None:
             return json_response({"status": {"id": "IN_PROGRESS"}})
-        return json_response({"status": {"id": "COMPLETED"}, "job_execution_result": result.to_dict()})
+        return await large_json_response(
+            lambda: {"status": {"id": "COMPLETED"}, "job_execution_result": result.to_dict()},
+            large=len(result.vertices) > DUMP_IN_THREAD_ABOVE_VERTICES)
 
     async def cancel_job(self, request: web.Request) -> web.Response:
+        job_id = path_id(request, "job_id")
         mode = request.query.get("mode", "cancel")
         if mode != "cancel":
             raise InvalidRequest("cancel request", {"mode": [f"{mode!r} is not supported; use mode=cancel"]})
-        await self.master.leader_components().dispatcher.cancel(request.match_info["job_id"])
+        await self.master.leader_components().dispatcher.cancel(job_id)
         return json_response({}, status=202)
 
     async def taskmanagers(self, request: web.Request) -> web.Response:
@@ -250,9 +270,20 @@ class RestHandlers:
         leader = self.master.leader_components()
         if not request.content_type.startswith("multipart/"):
             raise BlobError("POST /artifacts takes multipart/form-data with the file in the field `file`")
-        reader = await request.multipart()
+        try:
+            upload = await self._read_artifact(request)
+        except (ValueError, HttpProcessingError) as exc:  # aiohttp's refusals of a malformed multipart body
+            raise BlobError(f"POST /artifacts: not a well-formed multipart body: {exc}") from None
+        if upload is None:
+            raise BlobError("POST /artifacts found no multipart field named `file`")
+        filename, data = upload
+        key = await leader.blob_store.put(data, filename)
+        return json_response({"key": key, "filename": filename}, status=201)
+
+    async def _read_artifact(self, request: web.Request) -> tuple[str, bytes] | None:
+        """The filename and content of the multipart field `file`; None without one."""
         limit = self.settings.blob_max_size
-        async for part in reader:
+        async for part in await request.multipart():
             if not isinstance(part, aiohttp.BodyPartReader) or part.name != "file":
                 continue
             filename = part.filename or ""
@@ -263,15 +294,16 @@ class RestHandlers:
                 data += chunk
                 if len(data) > limit:
                     raise RequestTooLarge(f"artifact {filename!r} is larger than blob.max-size ({limit} bytes)")
-            key = await leader.blob_store.put(bytes(data), filename)
-            return json_response({"key": key, "filename": filename}, status=201)
-        raise BlobError("POST /artifacts found no multipart field named `file`")
+            return filename, bytes(data)
+        return None
 
     def routes(self) -> list[tuple[str, str, Handler]]:
-        # /jobs/overview before /jobs/{job_id}: aiohttp matches in registration order
+        # /jobs/overview before /jobs/{job_id}: aiohttp matches in registration order; its other
+        # methods answer 405 instead of falling through to /jobs/{job_id} with the id "overview"
         return [
             ("GET", "/overview", self.overview),
             ("GET", "/jobs/overview", self.jobs_overview),
+            ("*", "/jobs/overview", only("GET")),
             ("GET", "/jobs", self.list_jobs),
             ("POST", "/jobs", self.submit_job),
             ("GET", "/jobs/{job_id}", self.job_details),
@@ -280,6 +312,15 @@ class RestHandlers:
             ("GET", "/taskmanagers", self.taskmanagers),
             ("POST", "/artifacts", self.upload_artifact),
         ]
+
+
+def only(*methods: str) -> Handler:
+    """A handler for the other methods of a resource that takes only `methods`: 405 naming them."""
+
+    async def method_not_allowed(request: web.Request) -> web.StreamResponse:
+        raise web.HTTPMethodNotAllowed(request.method, methods)
+
+    return method_not_allowed
 
 
 def _auth_headers(settings: RestSettings) -> dict[str, str]:
@@ -306,7 +347,7 @@ def create_app(master: MasterView, settings: RestSettings) -> web.Application:
         for method, path, handler in handlers.routes():
             app.router.add_route(method, prefix + path, handler)
         app.router.add_get(prefix + "/openapi.json", openapi)
-    add_task_executor_routes(app, master.leader_components)
+    add_task_executor_routes(app, master.leader_components, max_body_size=settings.max_body_size)
     add_ui_routes(app, RestUiView(master, handlers))
     return app
 

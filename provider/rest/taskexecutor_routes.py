@@ -8,7 +8,6 @@ Each route is served under `/v1` and without the prefix.
 
 from __future__ import annotations
 
-import json
 import logging
 from abc import abstractmethod
 from collections.abc import Awaitable, Callable
@@ -20,6 +19,7 @@ from sparkdispatch.errors import FencingTokenMismatch, InvalidRequest, SparkDisp
 from sparkdispatch.jobmaster import JobMasterGateway
 from sparkdispatch.protocol import ExecutionStateUpdate, HeartbeatPayload, TaskExecutorRegistration
 from sparkdispatch.resourcemanager import ResourceManagerGateway
+from sparkdispatch.rest.inputs import path_id, read_json
 from sparkdispatch.rest.server import error_response
 
 log = logging.getLogger(__name__)
@@ -45,9 +45,13 @@ class LeaderForTaskExecutors(Protocol):
         """The running JobMaster of `job_id`; `UnknownJob` if there is none."""
 
 
-def add_task_executor_routes(app: web.Application, get_master: Callable[[], LeaderForTaskExecutors]) -> None:
-    """Add the TaskExecutor → master calls; `get_master()` gives the leading master's parts."""
-    routes = TaskExecutorRoutes(get_master)
+def add_task_executor_routes(app: web.Application, get_master: Callable[[], LeaderForTaskExecutors], *,
+                             max_body_size: int = 10 * 1024 * 1024) -> None:
+    """Add the TaskExecutor → master calls; `get_master()` gives the leading master's parts.
+
+    A body over `max_body_size` bytes (`rest.max-body-size`, 10 MiB by default) is refused unread.
+    """
+    routes = TaskExecutorRoutes(get_master, max_body_size=max_body_size)
     for prefix in ("/v1", ""):
         app.router.add_post(f"{prefix}/taskexecutors", routes.register)
         app.router.add_post(prefix + "/taskexecutors/{task_executor_id}/heartbeat", routes.heartbeat)
@@ -58,13 +62,15 @@ def add_task_executor_routes(app: web.Application, get_master: Callable[[], Lead
 class TaskExecutorRoutes:
     """Handlers of the TaskExecutor protocol."""
 
-    def __init__(self, get_master: Callable[[], LeaderForTaskExecutors]) -> None:
+    def __init__(self, get_master: Callable[[], LeaderForTaskExecutors], *, max_body_size: int) -> None:
         self._get_master = get_master
+        self._max_body_size = max_body_size
 
     async def register(self, request: web.Request) -> web.Response:
         async def handle() -> web.Response:
             master, session_id = self._fenced_master(request)
-            registration = TaskExecutorRegistration.from_dict(await _json_body(request, "TaskExecutor registration"))
+            body = await self._json_body(request, "TaskExecutor registration")
+            registration = TaskExecutorRegistration.from_dict(body)
             ack = master.resource_manager.register_task_executor(session_id, registration)
             log.info("TaskExecutor %s (%s) registered with %d slots (session %s)", registration.task_executor_id,
                      registration.hostname, registration.slots, session_id)
@@ -74,10 +80,10 @@ class TaskExecutorRoutes:
 
     async def heartbeat(self, request: web.Request) -> web.Response:
         async def handle() -> web.Response:
+            task_executor_id = path_id(request, "task_executor_id")
             master, session_id = self._fenced_master(request)
-            payload = HeartbeatPayload.from_dict(await _json_body(request, "heartbeat"))
-            master.resource_manager.heartbeat(session_id, request.match_info["task_executor_id"], payload.slot_report,
-                                              payload.executions)
+            payload = HeartbeatPayload.from_dict(await self._json_body(request, "heartbeat"))
+            master.resource_manager.heartbeat(session_id, task_executor_id, payload.slot_report, payload.executions)
             return web.json_response({})
 
         return await _answer(request, handle)
@@ -87,12 +93,12 @@ class TaskExecutorRoutes:
         tasks over now, not after the heartbeat timeout. `{"registration_id": ...}` names the
         registration it ends, so a late call of a former process removes no newer one."""
         async def handle() -> web.Response:
+            task_executor_id = path_id(request, "task_executor_id")
             master, _ = self._fenced_master(request)
-            body = await _json_body(request, "unregistration")
+            body = await self._json_body(request, "unregistration")
             registration_id = body.get("registration_id") if isinstance(body, dict) else None
             if not isinstance(registration_id, str) or not registration_id:
                 raise InvalidRequest("unregistration", {"registration_id": ["must be the registration's id"]})
-            task_executor_id = request.match_info["task_executor_id"]
             removed = master.resource_manager.unregister_task_executor(
                 task_executor_id, "it stopped and unregistered", registration_id=registration_id)
             if removed:
@@ -103,12 +109,13 @@ class TaskExecutorRoutes:
 
     async def execution_state(self, request: web.Request) -> web.Response:
         async def handle() -> web.Response:
+            path = {name: path_id(request, name) for name in ("job_id", "execution_id")}
             master, _ = self._fenced_master(request)
-            body = await _json_body(request, "execution state update")
-            for name in ("job_id", "execution_id"):
-                if isinstance(body, dict) and body.get(name) != request.match_info[name]:
+            body = await self._json_body(request, "execution state update")
+            for name, value in path.items():
+                if isinstance(body, dict) and body.get(name) != value:
                     raise InvalidRequest("execution state update",
-                                         {name: [f"must equal the {name} of the path, {request.match_info[name]!r}"]})
+                                         {name: [f"must equal the {name} of the path, {value!r}"]})
             try:
                 update = ExecutionStateUpdate.from_dict(body)
             except SparkDispatchError as exc:
@@ -119,9 +126,15 @@ class TaskExecutorRoutes:
 
         return await _answer(request, handle)
 
+    async def _json_body(self, request: web.Request, what: str) -> Any:
+        return await read_json(request, limit=self._max_body_size, what=what)
+
     def _fenced_master(self, request: web.Request) -> tuple[LeaderForTaskExecutors, str]:
         master = self._get_master()
         received = request.headers.get(SESSION_HEADER)
+        if received is None:
+            raise InvalidRequest("TaskExecutor call", {SESSION_HEADER: [
+                "missing: send the leader session the TaskExecutor registered under"]})
         if received != master.session_id:
             raise FencingTokenMismatch("master", master.session_id, received)
         return master, received
@@ -136,10 +149,3 @@ async def _answer(request: web.Request, handle: Callable[[], Awaitable[web.Respo
         if exc.http_status >= 500:
             log.warning("TaskExecutor call failed: %s", exc)
         return error_response(exc, request)
-
-
-async def _json_body(request: web.Request, what: str) -> Any:
-    try:
-        return json.loads(await request.read() or b"null")
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InvalidRequest(what, {"body": [f"not valid JSON: {exc}"]}) from None

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from sparkdispatch.rest import views
+from sparkdispatch.rest.inputs import checked_id
 from sparkdispatch.rest.server import MasterView, RestHandlers
 
 
@@ -22,6 +23,7 @@ class RestUiView:
         return [views.job_summary(job) for job in self._master.leader_components().dispatcher.job_overviews()]
 
     async def job(self, job_id: str) -> dict[str, Any]:
+        checked_id("job_id", job_id)
         dispatcher = self._master.leader_components().dispatcher
         details = views.job_details(await dispatcher.job_snapshot(job_id))
         result = await dispatcher.job_result(job_id)

@@ -5,9 +5,10 @@ this process keeps the slots' occupation and all talking to the master. The runn
 transitions to the JobMaster through a `StateReporter`, except DEPLOYING, which the JobMaster
 sets itself when it deploys. INITIALIZING and RUNNING go out from one background thread per
 runner (`BackgroundReports`, in order), so the task does not wait for them; the terminal report
-is synchronous and leaves only after the execution's earlier reports. A report refused as stale
-(`FencingTokenMismatch`, or `UnknownJob`) makes the runner cancel the task and free the slot. A
-cancelled task ends CANCELED, whatever its function did.
+is synchronous and leaves only after the execution's earlier reports. A terminal report the
+master did not take is held in the `SlotTable` and delivered again with the heartbeats. A report
+refused as stale (`FencingTokenMismatch`, or `UnknownJob`) makes the runner cancel the task and
+free the slot. A cancelled task ends CANCELED, whatever its function did.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import queue
 import shutil
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,8 +81,37 @@ class RunningExecution:
     stale: bool = False
 
 
+@dataclass
+class ReceivedDeployment:
+    """A deployment the worker took from the broker that has not reached its slot yet."""
+
+    job_id: str
+    execution_id: str
+    session_id: str
+    cancelled: bool = False
+
+
+@dataclass(frozen=True)
+class HeldReport:
+    """A terminal report the JobMaster has not taken yet (it was unreachable); delivered again later."""
+
+    session_id: str
+    update: ExecutionStateUpdate
+
+
 class SlotTable:
-    """The slots of one TaskExecutor; a slot runs one task at a time. Thread-safe."""
+    """The slots of one TaskExecutor and every execution its heartbeats list. Thread-safe.
+
+    A slot runs one task at a time. Besides the tasks in slots, the heartbeats list deployments
+    the worker took from the broker that wait for a thread or their slot (DEPLOYING), and ended
+    executions whose terminal report waits to be delivered again (`hold_report`): an execution is
+    listed from the moment the worker has it until its JobMaster has its end, so the JobMaster
+    never mistakes a live one for lost. An execution id runs once: a second delivery of a
+    deployment that runs, or ran lately, is dropped.
+    """
+
+    RECENT_EXECUTIONS = 1024  # execution ids remembered against a second delivery
+    MAX_HELD_REPORTS = 1024  # the oldest held report is dropped beyond this
 
     def __init__(self, count: int) -> None:
         if count < 1:
@@ -88,11 +119,34 @@ class SlotTable:
         self.count = count
         self._lock = threading.Lock()
         self._by_slot: dict[int, RunningExecution] = {}
+        self._received: dict[str, ReceivedDeployment] = {}
+        self._held: OrderedDict[str, HeldReport] = OrderedDict()
+        self._recent: OrderedDict[str, None] = OrderedDict()
+
+    def receive(self, job_id: str, execution_id: str, session_id: str) -> None:
+        """The worker took this deployment from the broker; it is listed until it occupies its slot."""
+        with self._lock:
+            if execution_id not in self._recent and self._in_slot(execution_id) is None:
+                self._received.setdefault(execution_id, ReceivedDeployment(job_id, execution_id, session_id))
+
+    def forget_received(self, execution_id: str) -> None:
+        """The deployment will not occupy a slot (refused, dropped, or its task ended)."""
+        with self._lock:
+            self._received.pop(execution_id, None)
+
+    def cancel_received(self, execution_id: str) -> bool:
+        """Cancel a deployment taken from the broker before it runs: it ends CANCELED, running nothing."""
+        with self._lock:
+            received = self._received.get(execution_id)
+            if received is not None:
+                received.cancelled = True
+            return received is not None
 
     def occupy(self, tdd: TaskDeploymentDescriptor, session_id: str, *,
                supersede: Callable[[RunningExecution], object] | None = None,
-               wait_s: float = 0.0) -> RunningExecution:
-        """Take the slot `tdd` names.
+               wait_s: float = 0.0) -> RunningExecution | None:
+        """Take the slot `tdd` names; None if this execution runs or ran here already (a second
+        delivery of its deployment), which must not run again.
 
         The master hands out a slot only once it considers the slot's last attempt over, but
         that attempt may still be stopping here (its cancellation travels apart from this
@@ -105,9 +159,14 @@ class SlotTable:
                 if not 0 <= tdd.slot_index < self.count:
                     raise IllegalStateTransition(
                         f"slot {tdd.slot_index} does not exist on this TaskExecutor (it has {self.count} slots)")
+                if tdd.execution_id in self._recent or self._in_slot(tdd.execution_id) is not None:
+                    return None
                 busy = self._by_slot.get(tdd.slot_index)
                 if busy is None:
                     running = RunningExecution(tdd=tdd, session_id=session_id)
+                    received = self._received.pop(tdd.execution_id, None)
+                    if received is not None and received.cancelled:
+                        running.cancelled.set()
                     self._by_slot[tdd.slot_index] = running
                     return running
             if supersede is not None and not busy.cancelled.is_set():
@@ -122,30 +181,69 @@ class SlotTable:
         with self._lock:
             if self._by_slot.get(running.tdd.slot_index) is running:
                 del self._by_slot[running.tdd.slot_index]
+            self._recent[running.tdd.execution_id] = None
+            if len(self._recent) > self.RECENT_EXECUTIONS:
+                self._recent.popitem(last=False)
         running.done.set()
 
     def find(self, execution_id: str) -> RunningExecution | None:
         with self._lock:
-            for running in self._by_slot.values():
-                if running.tdd.execution_id == execution_id:
-                    return running
-        return None
+            return self._in_slot(execution_id)
+
+    def _in_slot(self, execution_id: str) -> RunningExecution | None:
+        return next((r for r in self._by_slot.values() if r.tdd.execution_id == execution_id), None)
 
     def running(self) -> list[RunningExecution]:
         with self._lock:
             return list(self._by_slot.values())
 
-    def slot_report(self) -> SlotReport:
+    def received(self) -> list[ReceivedDeployment]:
+        with self._lock:
+            return list(self._received.values())
+
+    def hold_report(self, session_id: str, update: ExecutionStateUpdate) -> None:
+        """Keep a terminal report the JobMaster did not take: listed in the heartbeats, delivered again."""
+        with self._lock:
+            self._held[update.execution_id] = HeldReport(session_id, update)
+            if len(self._held) > self.MAX_HELD_REPORTS:
+                _, dropped = self._held.popitem(last=False)
+                log.warning("job %s: dropping the undelivered %s report of execution %s (%d reports held)",
+                            dropped.update.job_id, dropped.update.state.value, dropped.update.execution_id,
+                            self.MAX_HELD_REPORTS)
+
+    def held_reports(self) -> list[HeldReport]:
+        with self._lock:
+            return list(self._held.values())
+
+    def report_taken(self, execution_id: str) -> None:
+        """The held report of this execution was delivered (or refused): forget it."""
+        with self._lock:
+            self._held.pop(execution_id, None)
+
+    def slot_report(self, session_id: str | None = None) -> SlotReport:
+        """Every slot, free or allocated; with `session_id`, a task another leader session deployed
+        (a former leader's, being cancelled) leaves its slot free for this one."""
         with self._lock:
             return SlotReport(tuple(
                 SlotStatus(index=i, allocation_id=r.tdd.allocation_id, job_id=r.tdd.job_id)
-                if (r := self._by_slot.get(i)) is not None else SlotStatus(index=i)
+                if (r := self._by_slot.get(i)) is not None and session_id in (None, r.session_id)
+                else SlotStatus(index=i)
                 for i in range(self.count)))
 
-    def executions(self) -> list[dict[str, str]]:
-        """The heartbeat payload: every execution this TaskExecutor runs."""
-        return [{"job_id": r.tdd.job_id, "execution_id": r.tdd.execution_id, "state": r.state.value}
-                for r in self.running()]
+    def executions(self, session_id: str | None = None) -> list[dict[str, str]]:
+        """The heartbeat payload: every execution this TaskExecutor has (of `session_id`, if given):
+        in slots, taken from the broker (DEPLOYING), and ended with their reports held."""
+        with self._lock:
+            listed: dict[str, tuple[str, ExecutionState, str]] = {}
+            for r in self._by_slot.values():
+                listed[r.tdd.execution_id] = (r.tdd.job_id, r.state, r.session_id)
+            for d in self._received.values():
+                if not d.cancelled:
+                    listed.setdefault(d.execution_id, (d.job_id, ExecutionState.DEPLOYING, d.session_id))
+            for h in self._held.values():
+                listed.setdefault(h.update.execution_id, (h.update.job_id, h.update.state, h.session_id))
+        return [{"job_id": job_id, "execution_id": execution_id, "state": state.value}
+                for execution_id, (job_id, state, session) in listed.items() if session_id in (None, session)]
 
 
 # --------------------------------------------------------------------------------------------
@@ -255,14 +353,20 @@ class TaskRunner:
         self._background = BackgroundReports(reporter, self._refused_in_background)
 
     def run(self, tdd: TaskDeploymentDescriptor, session_id: str) -> ExecutionState:
-        """Run one attempt to its end, reporting each state; returns the final state."""
+        """Run one attempt to its end, reporting each state; returns the final state. A second
+        delivery of an execution that runs or ran here is dropped (CANCELED, reporting nothing)."""
         try:
             running = self.slots.occupy(tdd, session_id, supersede=self._supersede,
                                         wait_s=self._slot_release_timeout_s)
         except IllegalStateTransition as exc:
+            self.slots.forget_received(tdd.execution_id)
             log.warning("job %s: refusing execution %s: %s", tdd.job_id, tdd.execution_id, exc)
             self._report_quietly(tdd, session_id, ExecutionState.FAILED, failure=Failure.from_exception(exc))
             return ExecutionState.FAILED
+        if running is None:
+            log.info("job %s: execution %s was delivered here again; the second delivery is dropped", tdd.job_id,
+                     tdd.execution_id)
+            return ExecutionState.CANCELED
         try:
             return self._run(running)
         finally:
@@ -274,15 +378,33 @@ class TaskRunner:
         self.cancel(busy.tdd.execution_id)
 
     def cancel(self, execution_id: str) -> bool:
-        """Stop an execution; it ends CANCELED. False when it does not run here."""
+        """Stop an execution; it ends CANCELED (one still waiting for its slot never starts). False
+        when it is not here."""
         running = self.slots.find(execution_id)
         if running is None:
-            return False
+            return self.slots.cancel_received(execution_id)
         log.info("job %s: cancelling execution %s in slot %d", running.tdd.job_id, execution_id,
                  running.tdd.slot_index)
         running.cancelled.set()
         self._pool.cancel(execution_id)
         return True
+
+    def cancel_other_sessions(self, session_id: str) -> None:
+        """This TaskExecutor registered with a new leader (session `session_id`): the former
+        leader's JobMasters are gone, so their executions are cancelled (interrupted, killed after
+        the cancellation timeout) and their held reports dropped. Their slots count as free for
+        the new leader at once (`SlotTable.slot_report(session_id)`)."""
+        for running in self.slots.running():
+            if running.session_id != session_id and not running.cancelled.is_set():
+                log.info("job %s: execution %s was deployed under the former leader session %s; cancelling it",
+                         running.tdd.job_id, running.tdd.execution_id, running.session_id)
+                self.cancel(running.tdd.execution_id)
+        for received in self.slots.received():
+            if received.session_id != session_id:
+                self.slots.cancel_received(received.execution_id)
+        for held in self.slots.held_reports():
+            if held.session_id != session_id:
+                self.slots.report_taken(held.update.execution_id)
 
     def _refused_in_background(self, running: RunningExecution, exc: SparkDispatchError) -> None:
         running.stale = True
@@ -338,19 +460,25 @@ class TaskRunner:
             log.info("job %s: the JobMaster refused the %s report of execution %s: %s", running.tdd.job_id,
                      state.value, running.tdd.execution_id, exc)
         except SparkDispatchError as exc:
-            # The master is unreachable; the JobMaster learns the state from heartbeats or
-            # fails the execution over when this TaskExecutor times out.
-            log.warning("job %s: the %s report of execution %s was not delivered: %s", running.tdd.job_id,
-                        state.value, running.tdd.execution_id, exc)
+            self._hold(running.session_id, update, exc)  # before the slot is released: listed throughout
         return state
 
     def _report_quietly(self, tdd: TaskDeploymentDescriptor, session_id: str, state: ExecutionState, *,
                         failure: Failure | None = None) -> None:
+        update = self._update(tdd, state, failure=failure)
         try:
-            self._reporter.report(session_id, self._update(tdd, state, failure=failure))
+            self._reporter.report(session_id, update)
+        except (FencingTokenMismatch, UnknownJob) as exc:
+            log.info("job %s: the JobMaster refused the %s report of execution %s: %s", tdd.job_id, state.value,
+                     tdd.execution_id, exc)
         except SparkDispatchError as exc:
-            log.warning("job %s: the %s report of execution %s was not delivered: %s", tdd.job_id, state.value,
-                        tdd.execution_id, exc)
+            self._hold(session_id, update, exc)
+
+    def _hold(self, session_id: str, update: ExecutionStateUpdate, exc: SparkDispatchError) -> None:
+        # The master did not take it; the heartbeats list it and deliver it again (MasterConnection).
+        log.warning("job %s: the %s report of execution %s was not delivered, held for the next heartbeats: %s",
+                    update.job_id, update.state.value, update.execution_id, exc)
+        self.slots.hold_report(session_id, update)
 
     def _update(self, tdd: TaskDeploymentDescriptor, state: ExecutionState, *, rows: int | None = None,
                 result_path: str | None = None, failure: Failure | None = None) -> ExecutionStateUpdate:

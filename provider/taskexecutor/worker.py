@@ -11,8 +11,14 @@ registered under the deploying leader's session and the registration its slot wa
 under, so a deployment of a former leader, or queued in the broker before this process
 registered, never runs. A TaskExecutor that stops unregisters at once (`unregister`).
 
+Heartbeats list every execution the JobMasters must not lose (`SlotTable.executions`), and each
+heartbeat that goes through delivers the terminal reports held since the master missed them.
+Registering with a new leader session leaves the former leader's tasks out of the slot report,
+so the new leader gets their slots at once, and `MasterConnectionStep` cancels those tasks.
+
 `MasterConnectionStep` drives it from the worker's timer, on a thread of its own
-(`PeriodicStep`).
+(`PeriodicStep`); it also tells the `SlotTable` which deployments the worker took from the
+broker before they start (Celery's `task_received`).
 """
 
 from __future__ import annotations
@@ -24,17 +30,23 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from celery.signals import worker_shutting_down
+from celery.signals import task_postrun, task_received, worker_shutting_down
 
-from sparkdispatch.broker.celery_app import remove_stale_pidbox_messages
+from sparkdispatch.broker.celery_app import DEPLOY_TASK, remove_stale_pidbox_messages
 from sparkdispatch.config import Configuration
-from sparkdispatch.errors import FencingTokenMismatch, ServiceUnavailable, SparkDispatchError, UnknownTaskExecutor
+from sparkdispatch.errors import (
+    FencingTokenMismatch,
+    ServiceUnavailable,
+    SparkDispatchError,
+    UnknownJob,
+    UnknownTaskExecutor,
+)
 from sparkdispatch.ha.leader import LeaderInfo
 from sparkdispatch.jobgraph import ExecutionState, Failure
 from sparkdispatch.protocol import ExecutionStateUpdate, TaskDeploymentDescriptor
 from sparkdispatch.taskexecutor.master_client import MasterClient
 from sparkdispatch.taskexecutor.periodic_step import PeriodicStep
-from sparkdispatch.taskexecutor.runner import SlotTable
+from sparkdispatch.taskexecutor.runner import SlotTable, TaskRunner
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +106,12 @@ class MasterConnection:
     def tick_interval(self) -> float:
         return min(max(self._interval / 2.0, 0.05), 1.0)
 
+    @property
+    def registered_session(self) -> str | None:
+        """The leader session this TaskExecutor is registered under; None while it is not."""
+        with self._lock:
+            return None if self._registered is None else self._registered.session_id
+
     def tick(self) -> None:
         leader = self._current_leader()
         now = self._clock()
@@ -125,7 +143,7 @@ class MasterConnection:
             ack = self._client.register(
                 leader.address, leader.session_id, task_executor_id=self._identity.task_executor_id,
                 hostname=self._identity.hostname, queue=self._identity.queue, slots=self._slots.count,
-                slot_report=self._slots.slot_report(), spark_master=self._identity.spark_master,
+                slot_report=self._slots.slot_report(leader.session_id), spark_master=self._identity.spark_master,
                 previous_registration_id=previous)
         except SparkDispatchError as exc:
             log.warning("registration with the master at %s (session %s) failed, next try in %.2fs: %s",
@@ -158,7 +176,8 @@ class MasterConnection:
         self._last_heartbeat_sent = now
         try:
             self._client.heartbeat(leader.address, leader.session_id, self._identity.task_executor_id,
-                                   slot_report=self._slots.slot_report(), executions=self._slots.executions())
+                                   slot_report=self._slots.slot_report(leader.session_id),
+                                   executions=self._slots.executions(leader.session_id))
         except UnknownTaskExecutor:
             log.info("the ResourceManager at %s does not know this TaskExecutor; registering again", leader.address)
             self._forget()
@@ -176,6 +195,27 @@ class MasterConnection:
                 log.debug("heartbeat to %s failed: %s", leader.address, exc)
         else:
             self._last_heartbeat_ok = now
+            self._deliver_held_reports(leader)
+
+    def _deliver_held_reports(self, leader: LeaderInfo) -> None:
+        """Deliver the terminal reports the master missed; a refused one (its JobMaster is gone) is dropped."""
+        for held in self._slots.held_reports():
+            update = held.update
+            try:
+                if held.session_id != leader.session_id:
+                    raise FencingTokenMismatch("JobMaster", leader.session_id, held.session_id)
+                self._client.report_state(leader.address, held.session_id, update)
+            except (FencingTokenMismatch, UnknownJob) as exc:
+                log.info("job %s: the held %s report of execution %s is refused; dropped: %s", update.job_id,
+                         update.state.value, update.execution_id, exc)
+            except SparkDispatchError as exc:
+                log.info("job %s: the held %s report of execution %s is still not delivered: %s", update.job_id,
+                         update.state.value, update.execution_id, exc)
+                return
+            else:
+                log.info("job %s: the held %s report of execution %s was delivered", update.job_id,
+                         update.state.value, update.execution_id)
+            self._slots.report_taken(update.execution_id)
 
     def _forget(self) -> None:
         with self._lock:
@@ -208,8 +248,9 @@ class MasterConnection:
         return None
 
     def refuse(self, tdd: TaskDeploymentDescriptor, session_id: str, reason: str) -> None:
-        """Report a deployment that `admits` refused FAILED to its JobMaster (one try), which
-        fails it over; a JobMaster of a former leader does not take the report, and needs none."""
+        """Report a deployment that `admits` refused FAILED to its JobMaster, which fails it over
+        (held for the next heartbeats if the master does not answer); a JobMaster of a former
+        leader does not take the report, and needs none."""
         log.warning("job %s: refusing execution %s of %s[%d]: %s", tdd.job_id, tdd.execution_id, tdd.vertex_id,
                     tdd.subtask_index, reason)
         update = ExecutionStateUpdate(
@@ -218,13 +259,18 @@ class MasterConnection:
             failure=Failure("DeploymentRefused",
                             f"TaskExecutor {self._identity.task_executor_id} refused the deployment: {reason}"))
         leader = self._current_leader()
-        if leader is None:
-            log.info("job %s: no leading master to tell that execution %s was refused", tdd.job_id, tdd.execution_id)
-            return
         try:
+            if leader is None:
+                raise ServiceUnavailable("no leading master known")
             self._client.report_state(leader.address, session_id, update)
-        except SparkDispatchError as exc:
+        except (FencingTokenMismatch, UnknownJob) as exc:
             log.info("job %s: the refusal of execution %s was not taken: %s", tdd.job_id, tdd.execution_id, exc)
+        except SparkDispatchError as exc:
+            log.info("job %s: the refusal of execution %s was not delivered, held for the next heartbeats: %s",
+                     tdd.job_id, tdd.execution_id, exc)
+            self._slots.hold_report(session_id, update)
+        finally:
+            self._slots.forget_received(tdd.execution_id)
 
     def unregister(self, *, timeout: float = UNREGISTER_TIMEOUT_S) -> None:
         """Leave the ResourceManager now (this TaskExecutor is stopping), best effort: its
@@ -276,19 +322,45 @@ class MasterConnectionStep(PeriodicStep):
     def __init__(self, w: Any, **kwargs: Any) -> None:
         super().__init__(w, **kwargs)
         self._connection: MasterConnection | None = None
+        self._runner: TaskRunner | None = None
         self._config: Configuration | None = None
         self._last_cleanup = 0.0
         self._hostname: str | None = None
+        self._session: str | None = None  # the leader session of the last registration
 
     def start_ticking(self, w: Any) -> float:
         runtime = w.app.task_executor
         if runtime is None:
             raise RuntimeError("MasterConnectionStep needs a TaskExecutor app")
         self._connection = runtime.connection
+        self._runner = runtime.runner
         self._config = runtime.config
         self._hostname = w.hostname
         worker_shutting_down.connect(self._shutting_down, weak=False)
+        task_received.connect(self._received, weak=False)
+        task_postrun.connect(self._ran, weak=False)
         return self._connection.tick_interval
+
+    def _received(self, request: Any = None, **_: Any) -> None:
+        # On the consumer's thread, as the worker takes a deployment from the broker (it may
+        # then wait for a thread, or for its slot): listed in the heartbeats from now on.
+        if self._runner is None or getattr(request, "name", None) != DEPLOY_TASK:
+            return
+        try:
+            tdd, session_id = request.args
+            self._runner.slots.receive(str(tdd["job_id"]), str(tdd["execution_id"]), str(session_id))
+        except (TypeError, ValueError, KeyError):
+            log.warning("a deployment without a readable job and execution id was received")
+
+    def _ran(self, sender: Any = None, args: Any = None, **_: Any) -> None:
+        # On the task's thread, when the deployment task returned (or raised): whatever it did,
+        # it waits for its slot no more.
+        if self._runner is None or getattr(sender, "name", None) != DEPLOY_TASK:
+            return
+        try:
+            self._runner.slots.forget_received(str(args[0]["execution_id"]))
+        except (TypeError, IndexError, KeyError):
+            pass
 
     def _shutting_down(self, sender: str | None = None, **_: Any) -> None:
         # Sent from the SIGTERM/SIGINT handler, seconds before the worker's loop notices and
@@ -298,8 +370,13 @@ class MasterConnectionStep(PeriodicStep):
             threading.Thread(target=self._connection.unregister, name="sparkdispatch-unregister").start()
 
     def tick(self) -> None:
-        assert self._connection is not None and self._config is not None
+        assert self._connection is not None and self._runner is not None and self._config is not None
         self._connection.tick()
+        session = self._connection.registered_session
+        if session is not None and session != self._session:
+            if self._session is not None:  # a new leader: the former one's tasks are nobody's now
+                self._runner.cancel_other_sessions(session)
+            self._session = session
         now = time.monotonic()
         if now - self._last_cleanup >= PIDBOX_CLEANUP_EVERY_S:
             self._last_cleanup = now
@@ -313,6 +390,8 @@ class MasterConnectionStep(PeriodicStep):
 
     def stop(self, w: Any) -> None:
         worker_shutting_down.disconnect(self._shutting_down)
+        task_received.disconnect(self._received)
+        task_postrun.disconnect(self._ran)
         super().stop(w)
         if self._connection is not None:
             self._connection.unregister()

@@ -1,8 +1,9 @@
 """Masters and TaskExecutors as real local processes: the production topology without Docker.
 
 `LocalCluster` starts `sparkdispatch master` and `sparkdispatch taskexecutor` processes with
-one shared configuration (ZooKeeper HA and Redis, or HA mode `none`), finds the leader, kills
-and restarts processes for failover tests, and stops everything it started.
+one shared configuration (ZooKeeper HA and Redis, or HA mode `none`), finds the leader, kills,
+pauses and restarts processes for failover tests, and stops everything it started (a
+TaskExecutor's Spark Connect server and slot processes too).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class LocalCluster:
             self.config = config.with_overrides({"rest.port": self.master_ports[0]})
         self.masters: list[subprocess.Popen[bytes] | None] = [None] * masters
         self.taskexecutors: list[subprocess.Popen[bytes] | None] = [None] * taskexecutors
+        self._paused: dict[int, list[ProcessId]] = {}  # TaskExecutor index -> the processes SIGSTOPped
 
     # -- processes ------------------------------------------------------------------------------
 
@@ -61,12 +63,20 @@ class LocalCluster:
 
     def start_task_executor(self, index: int) -> None:
         argv = [sys.executable, "-m", "sparkdispatch.taskexecutor", *self.config.to_overrides(),
-                "-D", f"taskexecutor.id=te-{self.name}-{index}"]
+                "-D", f"taskexecutor.id={self.task_executor_id(index)}"]
         self.taskexecutors[index] = self._spawn(argv, f"taskexecutor-{index}.log")
+
+    def task_executor_id(self, index: int) -> str:
+        """The `taskexecutor.id` of TaskExecutor `index` (the same after a restart)."""
+        return f"te-{self.name}-{index}"
 
     def _spawn(self, argv: list[str], log_name: str) -> subprocess.Popen[bytes]:
         env = {**os.environ, "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")}
         with open(self.log_dir / log_name, "ab") as out:
+            # a restarted process appends to the same log: mark where each run begins
+            out.write(f"=== {log_name.removesuffix('.log')} started at {time.strftime('%H:%M:%S')} "
+                      f"({time.time():.3f})\n".encode())
+            out.flush()
             return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                     start_new_session=True)
 
@@ -75,18 +85,41 @@ class LocalCluster:
         self.masters[index] = None
 
     def kill_task_executor(self, index: int, sig: int = signal.SIGKILL) -> None:
+        if sig == signal.SIGKILL:
+            self._paused.pop(index, None)  # SIGKILL ends stopped processes as they are
+        else:
+            self.resume_task_executor(index)  # other signals wait for SIGCONT
         self._kill(self.taskexecutors[index], sig)
         self.taskexecutors[index] = None
 
+    def pause_task_executor(self, index: int) -> None:
+        """SIGSTOP a TaskExecutor with its Spark Connect server and slot processes (a frozen host)."""
+        process = self.taskexecutors[index]
+        if process is None or process.poll() is not None or index in self._paused:
+            return
+        tree = process_tree(process.pid)
+        for member in tree:
+            _signal(member, signal.SIGSTOP)
+        self._paused[index] = tree
+
+    def resume_task_executor(self, index: int) -> None:
+        """SIGCONT what `pause_task_executor` stopped."""
+        for member in self._paused.pop(index, []):
+            _signal(member, signal.SIGCONT)
+
     @staticmethod
     def _kill(process: subprocess.Popen[bytes] | None, sig: int, grace: float = 15.0) -> None:
-        """SIGKILL takes the whole process group (a crash). Any other signal goes to the process
-        alone, which stops its own children (a TaskExecutor its Spark JVM); SIGKILL after `grace`."""
+        """SIGKILL takes the process and everything it started (a crash). Any other signal goes to
+        the process alone, which stops its own children (a TaskExecutor its Spark JVM); SIGKILL
+        after `grace`, and for whatever it left behind."""
         if process is None or process.poll() is not None:
             return
+        tree = process_tree(process.pid)[1:]  # before the kill: orphans cannot be found by their parent
         try:
             if sig == signal.SIGKILL:
                 os.killpg(process.pid, sig)
+                for member in tree:
+                    _signal(member, sig)
             else:
                 process.send_signal(sig)
             process.wait(timeout=grace)
@@ -98,10 +131,14 @@ class LocalCluster:
             os.killpg(process.pid, signal.SIGKILL)  # the process if it hung, and whatever it left behind
         except ProcessLookupError:
             pass
+        for member in tree:
+            _signal(member, signal.SIGKILL)
         process.wait(timeout=10)
 
     def stop(self) -> None:
-        """Stop every process this cluster started (TaskExecutors first)."""
+        """Stop every process this cluster started (TaskExecutors first; paused ones resumed first)."""
+        for index in list(self._paused):
+            self.resume_task_executor(index)
         for processes in (self.taskexecutors, self.masters):
             for process in processes:
                 if process is not None and process.poll() is None:
@@ -196,3 +233,43 @@ class LocalCluster:
 
     def upload_artifact(self, path: Path) -> str:
         return upload_artifact(self.leader_url(), path, token=self.config["rest.auth.token"])
+
+
+ProcessId = tuple[int, int]  # (pid, start time in clock ticks): a pid the kernel reused is another process
+
+
+def process_tree(pid: int) -> list[ProcessId]:
+    """`pid` and every live descendant, parents before children (read from /proc)."""
+    children: dict[int, list[ProcessId]] = {}
+    started: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # pid (comm) state ppid ... starttime (field 22); comm may hold spaces and parentheses
+        fields = stat[stat.rfind(")") + 2:].split()
+        member = (int(entry.name), int(fields[19]))
+        started[member[0]] = member[1]
+        children.setdefault(int(fields[1]), []).append(member)
+    if pid not in started:
+        return []
+    found = [(pid, started[pid])]
+    frontier = found
+    while frontier:
+        frontier = [child for parent, _ in frontier for child in children.get(parent, [])]
+        found.extend(frontier)
+    return found
+
+
+def _signal(member: ProcessId, sig: int) -> None:
+    """Signal the process unless it is gone (or its pid now names another process)."""
+    pid, started = member
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        if int(stat[stat.rfind(")") + 2:].split()[19]) == started:
+            os.kill(pid, sig)
+    except (OSError, ValueError, IndexError):
+        pass

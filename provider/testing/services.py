@@ -2,7 +2,8 @@
 
 Used by the test fixtures, the benchmarks and local clusters. Each server is started by
 `start()` and stopped by `stop()` (also on `with`), which kills the whole process and removes
-its data directory; nothing outlives its owner.
+its data directory; nothing outlives its owner. `pause()`/`resume()` (SIGSTOP/SIGCONT) and
+`restart(down_s)` (a crash, then the same port and data) are the faults tests inject.
 """
 
 from __future__ import annotations
@@ -48,10 +49,14 @@ def wait_for_port(port: int, *, timeout: float, process: subprocess.Popen[bytes]
 class _ChildServer(ABC):
     name = "server"
 
+    start_timeout = 30.0  # seconds until the server must listen
+
     def __init__(self) -> None:
         self.port = 0
         self.process: subprocess.Popen[bytes] | None = None
         self.workdir: Path | None = None
+        self._argv: list[str] = []
+        self._log_name = ""
 
     def __enter__(self) -> _ChildServer:
         self.start()
@@ -67,7 +72,8 @@ class _ChildServer(ABC):
 
     def _spawn(self, argv: list[str], log_name: str) -> None:
         assert self.workdir is not None
-        log = open(self.workdir / log_name, "wb")
+        self._argv, self._log_name = argv, log_name
+        log = open(self.workdir / log_name, "ab")
         try:
             self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                             start_new_session=True)
@@ -83,8 +89,17 @@ class _ChildServer(ABC):
         assert self.process is not None
         os.kill(self.process.pid, signal.SIGCONT)
 
-    def stop(self) -> None:
-        """Kill the server (resuming it first if paused) and remove its data."""
+    def restart(self, down_s: float = 0.0) -> None:
+        """Kill the server (a crash), wait `down_s` seconds, start it again on the same port with the
+        same data directory, and wait until it listens."""
+        assert self.process is not None and self.workdir is not None
+        self._kill_process()
+        time.sleep(down_s)
+        self._spawn(self._argv, self._log_name)
+        wait_for_port(self.port, timeout=self.start_timeout, process=self.process)
+
+    def _kill_process(self) -> None:
+        """SIGKILL the server's process group (resumed first if paused); its data directory stays."""
         if self.process is not None and self.process.poll() is None:
             try:
                 os.killpg(self.process.pid, signal.SIGCONT)
@@ -92,6 +107,10 @@ class _ChildServer(ABC):
             except ProcessLookupError:
                 pass
             self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        """Kill the server (resuming it first if paused) and remove its data."""
+        self._kill_process()
         self.process = None
         if self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
@@ -141,27 +160,18 @@ class ZooKeeperServer(_ChildServer):
                      "-cp", ":".join(ZOOKEEPER_JARS), "org.apache.zookeeper.server.quorum.QuorumPeerMain",
                      str(self.workdir / "zoo.cfg")], "zookeeper.log")
         try:
-            wait_for_port(self.port, timeout=30, process=self.process)
+            wait_for_port(self.port, timeout=self.start_timeout, process=self.process)
         except Exception:
             tail = self.log_tail()
             self.stop()
             raise RuntimeError(f"ZooKeeper did not start:\n{tail}") from None
-
-    def restart(self) -> None:
-        """Stop the server and start it again on the same port, keeping its data."""
-        assert self.process is not None and self.workdir is not None
-        os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.wait(timeout=10)
-        self._spawn([self.java, "-Xmx256m", "-Dzookeeper.admin.enableServer=false",
-                     "-cp", ":".join(ZOOKEEPER_JARS), "org.apache.zookeeper.server.quorum.QuorumPeerMain",
-                     str(self.workdir / "zoo.cfg")], "zookeeper.log")
-        wait_for_port(self.port, timeout=30, process=self.process)
 
 
 class RedisServer(_ChildServer):
     """A Redis server with no persistence."""
 
     name = "Redis"
+    start_timeout = 15.0
 
     def __init__(self, *, port: int = 0, executable: str = "redis-server") -> None:
         super().__init__()
@@ -183,7 +193,7 @@ class RedisServer(_ChildServer):
         self._spawn([self.executable, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
                      "--appendonly", "no", "--dir", str(self.workdir), "--daemonize", "no"], "redis.log")
         try:
-            wait_for_port(self.port, timeout=15, process=self.process)
+            wait_for_port(self.port, timeout=self.start_timeout, process=self.process)
         except Exception:
             tail = self.log_tail()
             self.stop()

@@ -100,6 +100,45 @@ def run_dag(dag: Any) -> Any:
     return run
 
 
+def clear_and_run(dag: Any, run_id: str, task_ids: list[str] | None) -> Any:
+    """Clear tasks of a run (None: the whole run) as the UI does, then run it again; its state.
+
+    The clear is Airflow's own (`clear_task_instances`, resetting the run). `dag.test()` would
+    replace the run, so the cleared run is run here by `dag.test()`'s own loop: schedule what is
+    ready, run it in process.
+    """
+    from airflow import settings
+    from airflow.models.dagrun import DagRun
+    from airflow.models.taskinstance import clear_task_instances
+    from airflow.sdk.definitions.dag import _run_task
+    from airflow.serialization.serialized_objects import DagSerialization
+    from airflow.utils.state import DagRunState, TaskInstanceState
+    from sqlalchemy import select
+
+    session = settings.Session()
+    try:
+        scheduler_dag = DagSerialization.deserialize_dag(DagSerialization.serialize_dag(dag))
+        cleared = scheduler_dag.clear(task_ids=task_ids, run_id=run_id, dry_run=True, session=session)
+        clear_task_instances(list(cleared), session, DagRunState.QUEUED)
+        session.commit()
+        run = session.scalar(select(DagRun).where(DagRun.dag_id == dag.dag_id, DagRun.run_id == run_id))
+        run.dag = scheduler_dag
+        run.state = DagRunState.RUNNING  # what the scheduler does with a queued run
+        session.commit()
+        while run.state == DagRunState.RUNNING:
+            session.expire_all()
+            schedulable, _ = run.update_state(session=session)
+            for ti in schedulable:
+                ti.try_number += 1
+                ti.state = TaskInstanceState.SCHEDULED
+            session.commit()
+            for ti in run.get_task_instances(state=[TaskInstanceState.SCHEDULED], session=session):
+                _run_task(ti=ti, task=dag.task_dict[ti.task_id], run_triggerer=True)
+        return run.state
+    finally:
+        session.close()
+
+
 @pytest.mark.parametrize("dag_id", ["sparkdispatch_sales_pipeline", "sparkdispatch_sales_pipeline_deferrable",
                                     "sparkdispatch_submit_then_sense"])
 def test_an_example_dag_runs_to_one_finished_job(cluster: str, airflow: dict[str, Any], dag_id: str) -> None:
@@ -114,9 +153,28 @@ def test_an_example_dag_runs_to_one_finished_job(cluster: str, airflow: dict[str
     assert vertices["generate"]["rows"] == ROWS and vertices["report"]["rows"] == 4
 
 
+def test_clearing_a_finished_task_or_its_run_runs_its_job_again(cluster: str, airflow: dict[str, Any]) -> None:
+    dag = airflow["sparkdispatch_sales_pipeline"]
+    before = jobs(cluster)
+
+    def new_jobs() -> list[str]:
+        return [status for job_id, status in jobs(cluster).items() if job_id not in before]
+
+    run = run_dag(dag)
+    assert str(run.state) in ("success", "DagRunState.SUCCESS"), run.state
+    assert new_jobs() == ["FINISHED"]
+    state = clear_and_run(dag, run.run_id, ["sales_report"])  # "Clear" on the task instance
+    assert str(state) in ("success", "DagRunState.SUCCESS"), state
+    assert new_jobs() == ["FINISHED"] * 2
+    state = clear_and_run(dag, run.run_id, None)  # "Clear" on the whole run
+    assert str(state) in ("success", "DagRunState.SUCCESS"), state
+    assert new_jobs() == ["FINISHED"] * 3
+
+
 class _TI:
     def __init__(self, run_id: str) -> None:
         self.dag_id, self.run_id, self.task_id, self.map_index = "e2e", run_id, "submit", -1
+        self.max_tries = 0  # never cleared, no retries
         self.stats_tags: dict[str, str] = {}
         self.xcom: dict[str, Any] = {}
 

@@ -11,8 +11,16 @@ from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoAuthError, NoNodeError
+from kazoo.exceptions import (
+    ConnectionClosedError,
+    ConnectionLoss,
+    NoAuthError,
+    NoNodeError,
+    OperationTimeoutError,
+    SessionExpiredError,
+)
 
+from sparkdispatch.archive import ArchivedJob, JobArchive
 from sparkdispatch.config import Configuration
 from sparkdispatch.errors import (
     CorruptedBlob,
@@ -21,12 +29,17 @@ from sparkdispatch.errors import (
     LeadershipLost,
     NoSuchJobResult,
     StoreError,
+    StoreUnavailable,
 )
 from sparkdispatch.ha import FileSystemJobResultStore, HighAvailabilityServices, SubtaskProgress, create_ha_services
-from sparkdispatch.ha.jobgraph_store import ZooKeeperJobGraphStore
+from sparkdispatch.ha.files import is_temp
+from sparkdispatch.ha.job_result_store import JobResultEntry
+from sparkdispatch.ha.jobgraph_store import ZooKeeperJobGraphStore, read_znode
 from sparkdispatch.ha.progress_store import ZooKeeperProgressStore
 from sparkdispatch.ha.services import ZooKeeperHaServices
 from sparkdispatch.jobgraph import ExecutionState, JobGraph, JobResult, JobStatus, JobVertex, VertexResult
+from sparkdispatch.settings import ArchiveSettings
+from sparkdispatch.snapshot import JobSnapshot
 from sparkdispatch.testing.services import ZooKeeperServer
 
 WAIT = 30.0
@@ -46,6 +59,11 @@ def result(job_id: str, status: JobStatus = JobStatus.FINISHED) -> JobResult:
     return JobResult(job_id=job_id, name="etl", status=status, start_time=1000, end_time=2500,
                      vertices={"v0": VertexResult(state=ExecutionState.FINISHED, attempts=1, rows=3,
                                                   result_path="/tmp/r/v0")})
+
+
+def archived(job_id: str, status: JobStatus) -> ArchivedJob:
+    job = result(job_id, status)
+    return ArchivedJob(job, JobSnapshot.from_result(job), fingerprint="fp")
 
 
 class Contender:
@@ -97,7 +115,7 @@ async def services(config: Configuration) -> AsyncIterator[HighAvailabilityServi
 
 
 async def dirty_ids(store: FileSystemJobResultStore) -> set[str]:
-    return {r.job_id for r in await store.dirty_results()}
+    return set(await store.dirty_job_ids())
 
 
 def files_of(root: Path, job_id: str) -> list[Path]:
@@ -292,6 +310,69 @@ async def test_progress_store_records_and_removes(services: HighAvailabilityServ
     assert audit_job(services, job) == ([], [])
 
 
+async def test_an_accepted_cancel_is_recorded_with_the_job_and_removed_with_it(
+        services: HighAvailabilityServices) -> None:
+    session = await leading(services)
+    store = services.progress_store
+    job, cancelled_only = new_job_id(), new_job_id()
+    await store.record_subtask(session, job, "extract", 0, "/r/0", 1)
+    assert not (await store.get(job)).cancel_requested
+    await store.record_cancel(session, job)
+    await store.record_cancel(session, job)  # idempotent
+    await store.record_cancel(session, cancelled_only)
+    progress = await store.get(job)
+    assert progress.cancel_requested and progress.finished == {"extract": {0: SubtaskProgress("/r/0", 1)}}
+    assert (await store.get(cancelled_only)).cancel_requested
+    with pytest.raises(LeadershipLost):
+        await store.record_cancel("not-the-session", new_job_id())
+    for removed in (job, cancelled_only):
+        await store.remove(session, removed)
+        assert not (await store.get(removed)).cancel_requested
+        assert audit_job(services, removed) == ([], [])
+
+
+async def test_reads_zookeeper_does_not_answer_are_unavailable_for_now(zk_config: Configuration) -> None:
+    services = create_ha_services(zk_config)
+    assert isinstance(services, ZooKeeperHaServices)
+    await services.start()
+    try:
+        for error in (ConnectionLoss(), OperationTimeoutError(), SessionExpiredError()):
+            pending = services.client.handler.async_result()
+            pending.set_exception(error)
+            with pytest.raises(StoreUnavailable, match=type(error).__name__):
+                await read_znode(pending, "/some/znode")
+        closed = services.client.handler.async_result()
+        closed.set_exception(ConnectionClosedError())
+        with pytest.raises(ConnectionClosedError):  # this process closed its client: not for a retry
+            await read_znode(closed, "/some/znode")
+    finally:
+        await services.close()
+
+
+async def test_a_job_whose_record_or_file_is_broken_is_still_removed(zk_config: Configuration) -> None:
+    config = zk_config.with_overrides({"high-availability.zookeeper.inline-limit": "1kb"})
+    services = create_ha_services(config)
+    assert isinstance(services, ZooKeeperHaServices)
+    await services.start()
+    try:
+        session = await leading(services)
+        store = services.jobgraph_store
+        unlinked, garbled = new_job_id(), new_job_id()
+        await store.put(session, graph(unlinked, vertices=40))
+        await store.put(session, graph(garbled, vertices=40))
+        files_of(config.storage_dir, unlinked)[0].unlink()  # a commit that landed, its file gone
+        services.client.set(f"{services.paths.jobgraphs}/{garbled}", b"{not a record")
+        with pytest.raises(StoreError, match="missing"):
+            await store.get(unlinked)
+        with pytest.raises(StoreError, match="no JobGraph record"):
+            await store.get(garbled)
+        for job in (unlinked, garbled):
+            await store.remove(session, job)
+            assert audit_job(services, job) == ([], [])
+    finally:
+        await services.close()
+
+
 async def test_progress_of_many_subtasks(zk_config: Configuration) -> None:
     services = create_ha_services(zk_config)
     await services.start()
@@ -329,35 +410,37 @@ async def test_job_result_store_contract(config: Configuration, delete_on_commit
     services = create_ha_services(config)
     await services.start()
     try:
+        session = await leading(services)
         store = services.job_result_store
         job, other = new_job_id(), new_job_id()
         assert not await store.has_entry(job)
         assert await store.get(job) is None
         with pytest.raises(NoSuchJobResult):
-            await store.mark_clean(job)
-        await store.create_dirty(result(job))
+            await store.mark_clean(session, job)
+        await store.create_dirty(session, JobResultEntry(result(job), "fp-1"))
         assert await store.has_entry(job) and job in await dirty_ids(store)
         assert [p.name for p in files_of(config.storage_dir, job)] == [f"{job}_DIRTY.json"]  # not clean
-        assert await store.get(job) == result(job)
+        assert await store.get(job) == JobResultEntry(result(job), "fp-1")
         with pytest.raises(JobResultEntryExists):
-            await store.create_dirty(result(job, JobStatus.FAILED))
-        assert await store.get(job) == result(job)  # the refused write changed nothing
-        await store.create_dirty(result(other, JobStatus.CANCELED))
-        assert sorted(r.job_id for r in await store.dirty_results()) == sorted([job, other])
-        await store.mark_clean(job)
-        await store.mark_clean(job)  # idempotent
+            await store.create_dirty(session, JobResultEntry(result(job, JobStatus.FAILED)))
+        assert await store.get(job) == JobResultEntry(result(job), "fp-1")  # the refused write changed nothing
+        await store.create_dirty(session, JobResultEntry(result(other, JobStatus.CANCELED)))
+        assert sorted(await store.dirty_job_ids()) == sorted([job, other])
+        await store.mark_clean(session, job)
+        await store.mark_clean(session, job)  # idempotent
         assert job not in await dirty_ids(store)
         assert await store.has_entry(job)  # clean
-        assert [r.job_id for r in await store.dirty_results()] == [other]
+        assert await store.dirty_job_ids() == [other]
         with pytest.raises(JobResultEntryExists):
-            await store.create_dirty(result(job))
+            await store.create_dirty(session, JobResultEntry(result(job)))
         directory = services.store_dir("job-result-store")
         if delete_on_commit:
             assert files_of(config.storage_dir, job) == []
         else:
             assert [p.name for p in files_of(config.storage_dir, job)] == [f"{job}.json"]
-            assert await store.get(job) == result(job)
+            assert await store.get(job) == JobResultEntry(result(job), "fp-1")
         assert (directory / f"{other}_DIRTY.json").is_file()
+        assert [p.name for p in directory.iterdir() if p.name.startswith(other)] == [f"{other}_DIRTY.json"]
     finally:
         await services.close()
 
@@ -366,7 +449,8 @@ async def test_job_result_store_survives_a_crash_between_dirty_and_clean(config:
     job = new_job_id()
     before = create_ha_services(config)
     await before.start()
-    await before.job_result_store.create_dirty(result(job, JobStatus.FAILED))
+    session = await leading(before)
+    await before.job_result_store.create_dirty(session, JobResultEntry(result(job, JobStatus.FAILED)))
     directory = before.store_dir("job-result-store")
     # The process dies here: no close, and a write torn mid-way leaves a temp file behind.
     (directory / f"{new_job_id()}_DIRTY.json.tmp-{uuid.uuid4().hex}").write_text('{"resu')
@@ -374,12 +458,12 @@ async def test_job_result_store_survives_a_crash_between_dirty_and_clean(config:
     after = create_ha_services(config)
     await after.start()
     try:
+        session = await leading(after)
         store = after.job_result_store
-        assert [r.job_id for r in await store.dirty_results()] == [job]
-        assert (await store.dirty_results())[0] == result(job, JobStatus.FAILED)
-        assert job in await dirty_ids(store)
-        await store.mark_clean(job)
-        assert await store.dirty_results() == []
+        assert await store.dirty_job_ids() == [job]
+        assert await store.get(job) == JobResultEntry(result(job, JobStatus.FAILED))
+        await store.mark_clean(session, job)
+        assert await store.dirty_job_ids() == []
         assert files_of(config.storage_dir, job) == []
     finally:
         await after.close()
@@ -387,14 +471,71 @@ async def test_job_result_store_survives_a_crash_between_dirty_and_clean(config:
 
 async def test_dirty_entry_is_written_atomically_and_readable(standalone_config: Configuration) -> None:
     services = create_ha_services(standalone_config)
+    session = await leading(services)
     job = new_job_id()
-    await services.job_result_store.create_dirty(result(job))
+    await services.job_result_store.create_dirty(session, JobResultEntry(result(job), "fp"))
     path = services.store_dir("job-result-store") / f"{job}_DIRTY.json"
-    assert json.loads(path.read_text()) == {"result": result(job).to_dict(), "version": 1}
+    assert json.loads(path.read_text()) == {"result": result(job).to_dict(), "version": 1, "fingerprint": "fp"}
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temp file left
     path.write_text("not json")
     with pytest.raises(StoreError, match=str(path)):
         await services.job_result_store.get(job)
+    assert await services.job_result_store.dirty_job_ids() == [job]  # listed all the same
+    await services.close()
+
+
+async def test_a_deposed_leader_cannot_write_a_job_result_or_change_an_archived_job(
+        zk_config: Configuration, zookeeper_server: ZooKeeperServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A leader paused past its session still believes it leads: ZooKeeper itself refuses it."""
+    first = create_ha_services(zk_config)
+    second = create_ha_services(zk_config)
+    assert isinstance(first, ZooKeeperHaServices) and isinstance(second, ZooKeeperHaServices)
+    await first.start()
+    await second.start()
+    admin = KazooClient(hosts=zookeeper_server.hosts, timeout=4.0)
+    admin.start()
+    try:
+        old_session = await leading(first)
+        archive = JobArchive(ArchiveSettings.from_config(zk_config), check=first.check_leadership)
+        finished, running = new_job_id(), new_job_id()
+        await archive.put(old_session, archived(finished, JobStatus.FINISHED))
+        await first.job_result_store.create_dirty(old_session, JobResultEntry(result(finished)))
+        latch = first.election.fence(old_session, "test")
+        # the session ends (its latch is gone) while the process is paused: it never hears of it
+        monkeypatch.setattr(first.election, "fence", lambda session_id, component: latch)
+        second_contender = Contender()
+        second.election.start(second_contender)
+        admin.delete(latch)
+        await asyncio.wait_for(second_contender.granted.wait(), WAIT)
+
+        for write in (archive.put(old_session, archived(finished, JobStatus.CANCELED)),
+                      first.job_result_store.mark_clean(old_session, finished),
+                      first.job_result_store.create_dirty(old_session, JobResultEntry(result(running)))):
+            with pytest.raises(LeadershipLost):
+                await write
+        fresh = JobArchive(ArchiveSettings.from_config(zk_config), check=second.check_leadership)
+        await fresh.load()
+        entry = await fresh.get(finished)
+        assert entry is not None and entry.result.status is JobStatus.FINISHED
+        assert await second.job_result_store.dirty_job_ids() == [finished]
+        assert not await second.job_result_store.has_entry(running)
+        leftovers = [p for p in zk_config.storage_dir.rglob("*") if is_temp(p)]
+        assert leftovers == []
+    finally:
+        admin.stop()
+        admin.close()
+        await first.close()
+        await second.close()
+
+
+async def test_a_stopped_standalone_leader_cannot_write_job_results(standalone_config: Configuration) -> None:
+    services = create_ha_services(standalone_config)
+    await services.start()
+    session = await leading(services)
+    await services.close()
+    with pytest.raises(LeadershipLost):
+        await services.job_result_store.create_dirty(session, JobResultEntry(result(new_job_id())))
+    assert await services.job_result_store.dirty_job_ids() == []
 
 
 # ---------------------------------------------------------------------------- blobs
@@ -467,7 +608,7 @@ async def test_close_keeps_all_data(config: Configuration) -> None:
     job = new_job_id()
     await services.jobgraph_store.put(session, graph(job))
     await services.progress_store.record_subtask(session, job, "v0", 0, "/r", 1)
-    await services.job_result_store.create_dirty(result(job))
+    await services.job_result_store.create_dirty(session, JobResultEntry(result(job)))
     key = await services.blob_store.put(b"print('hi')\n", "hi.py")
     await services.close()
 

@@ -156,8 +156,11 @@ def test_the_same_id_submitted_20_times_at_once_runs_once(cluster: LocalCluster,
     assert cluster.wait_for_result(job_id)["status"] == "FINISHED"
     assert len(runs(tmp_path, "numbers")) == 1
     assert sum(1 for j in cluster.request("GET", cluster.leader_url() + "/jobs")[1]["jobs"] if j["id"] == job_id) == 1
-    status, body = cluster.request("POST", url, graph)
+    status, body = cluster.request("POST", url, graph)  # the same job again, after it ended: not run again
+    assert status == 200 and body["job_id"] == job_id and body["status"] == "FINISHED"
+    status, body = cluster.request("POST", url, {**graph, "name": "another"})
     assert status == 409 and "globally terminal" in body["errors"][0]
+    assert len(runs(tmp_path, "numbers")) == 1
 
 
 def test_fifty_concurrent_submissions_all_finish(cluster: LocalCluster, tasks_key: str) -> None:

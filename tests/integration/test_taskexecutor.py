@@ -449,3 +449,85 @@ async def test_a_taskexecutor_follows_the_leader_to_a_new_master(
         te.kill()
         await first.close()
         await second.close()
+
+
+@pytest.mark.slow
+async def test_a_new_leader_gets_the_former_leaders_slots_at_once_and_its_tasks_are_cancelled(
+        redis_server: RedisServer, zk_config: Configuration, tmp_path: Path) -> None:
+    """The former leader was SIGKILLed (here: it stepped down; the TaskExecutor sees the same). Its tasks
+    must not run on holding slots the recovered jobs wait for."""
+    base = cluster_config(tmp_path, redis_server.url, **{"taskexecutor.cancellation.timeout": "1s"}).with_overrides({
+        key: value for key, value in zk_config.to_flat().items() if key.startswith("high-availability.")})
+    first = ElectedMaster(base.with_overrides({"rest.port": str(free_port())}))
+    second = ElectedMaster(base.with_overrides({"rest.port": str(free_port())}))
+    await first.start()
+    await eventually(lambda: first.master is not None, "the first master to lead")
+    await second.start()
+    te = TaskExecutorProcess(base, f"te-zk-{uuid.uuid4().hex[:6]}", tmp_path)
+    gateway = CeleryTaskExecutorGateway(base)
+    beats = tmp_path / "beats"
+    try:
+        await eventually(lambda: first.registered() == 1, "the registration with the first leader", processes=[te],
+                         timeout=2 * WAIT_S)
+        former = first.master
+        assert former is not None
+        job_id = uuid.uuid4().hex
+        former.resource_manager.declare_requirements(job_id, 1, former.jobs)
+        await eventually(lambda: len(former.jobs.slots) == 1, "a slot from the first leader")
+        module, key = user_code(base, f"""
+            import time
+            from pathlib import Path
+
+            def forever(ctx):  # no Spark operation to interrupt: only killing its process stops it
+                while True:
+                    Path({str(beats)!r}).write_text(repr(time.time()))
+                    time.sleep(0.05)
+
+            def quick(ctx):
+                return ctx.spark.range(3)
+        """)
+        [slot] = former.jobs.slots
+        old = deployment(base, slot, job_id, "forever", f"{module}:forever", key)
+        await asyncio.to_thread(gateway.deploy, slot, old, former.session_id)
+        await eventually(lambda: ExecutionState.RUNNING in former.jobs.states(old.execution_id),
+                         "the first leader's task to run", processes=[te])
+
+        await first.close()  # leadership passes to the second master, under a new session
+
+        await eventually(lambda: second.registered() == 1, "the registration with the new leader", processes=[te])
+        leader = second.master
+        assert leader is not None and leader.session_id != former.session_id
+        # the former leader's task holds no slot for the new leader: both are free at once
+        assert leader.resource_manager.overview().slots_available == 2
+        recovered = uuid.uuid4().hex
+        leader.resource_manager.declare_requirements(recovered, 2, leader.jobs)
+        await eventually(lambda: len(leader.jobs.slots) == 2, "both slots for the recovered job")
+        same_slot = next(s for s in leader.jobs.slots if s.slot_index == slot.slot_index)
+        new = deployment(base, same_slot, recovered, "quick", f"{module}:quick", key)
+        started = time.monotonic()
+        await asyncio.to_thread(gateway.deploy, same_slot, new, leader.session_id)
+        listed: set[str] = set()  # the states the heartbeats gave the new task
+
+        def finished() -> bool:
+            listed.update(e["state"] for entry in leader.resource_manager.task_executors()
+                          for e in entry["executions"] if e["execution_id"] == new.execution_id)
+            return leader.jobs.final(new.execution_id) is not None
+
+        # it runs in that slot as soon as the cancelled task is gone (killed after the cancellation timeout);
+        # meanwhile the heartbeats list it, waiting for its slot: its JobMaster would not take it for lost
+        await eventually(finished, "the new leader's task", processes=[te], timeout=30)
+        assert "DEPLOYING" in listed, listed
+        done = leader.jobs.final(new.execution_id)
+        assert done is not None and (done.state, done.rows) == (ExecutionState.FINISHED, 3)
+        assert time.monotonic() - started < 15
+        # and the former leader's task no longer runs
+        last = beats.read_text()
+        await asyncio.sleep(0.5)
+        assert beats.read_text() == last
+        assert f"execution {old.execution_id} was deployed under the former leader session" in \
+            te.log.read_text(errors="replace")
+    finally:
+        te.kill()
+        gateway.close()
+        await first.close()
+        await second.close()

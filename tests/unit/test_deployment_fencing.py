@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 
 from sparkdispatch.config import Configuration
-from sparkdispatch.errors import FencingTokenMismatch, SparkDispatchError
+from sparkdispatch.errors import FencingTokenMismatch, ServiceUnavailable, SparkDispatchError
 from sparkdispatch.ha.leader import LeaderInfo
 from sparkdispatch.jobgraph import ExecutionState
 from sparkdispatch.protocol import ExecutionStateUpdate, RegistrationAck, SlotReport, TaskDeploymentDescriptor
@@ -32,25 +32,31 @@ class RecordingClient:
 
     def __init__(self) -> None:
         self.registrations: list[str | None] = []  # the previous registration id each one named
+        self.slot_reports: list[SlotReport] = []  # of each registration
         self.resume = False
         self.hold_registration: threading.Event | None = None
         self.registering = threading.Event()
         self.reports: list[tuple[str, str, ExecutionStateUpdate]] = []
+        self.master_away = False  # state reports do not reach the master
+        self.heartbeats: list[list[dict[str, str]]] = []  # the executions each heartbeat listed
         self.unregistered: list[tuple[str, str, str, str]] = []
 
     def register(self, address: str, session_id: str, *, previous_registration_id: str | None = None,
-                 **_: Any) -> RegistrationAck:
+                 slot_report: SlotReport, **_: Any) -> RegistrationAck:
         self.registering.set()
         if self.hold_registration is not None:
             self.hold_registration.wait(10)
         self.registrations.append(previous_registration_id)
+        self.slot_reports.append(slot_report)
         return RegistrationAck("rm-1", 300, 2000, registration_id=f"reg-{len(self.registrations)}",
                                resumed=self.resume and previous_registration_id is not None)
 
-    def heartbeat(self, *args: Any, **kwargs: Any) -> None:
-        pass
+    def heartbeat(self, *args: Any, executions: list[dict[str, str]], **kwargs: Any) -> None:
+        self.heartbeats.append(executions)
 
     def report_state(self, address: str, session_id: str, update: ExecutionStateUpdate) -> None:
+        if self.master_away:
+            raise ServiceUnavailable(f"cannot reach the master at {address}")
         self.reports.append((address, session_id, update))
 
     def unregister(self, address: str, session_id: str, task_executor_id: str, *, registration_id: str,
@@ -77,11 +83,29 @@ def leader() -> Leader:
     return Leader()
 
 
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 @pytest.fixture
-def connection(client: RecordingClient, leader: Leader) -> MasterConnection:
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def slots() -> SlotTable:
+    return SlotTable(2)
+
+
+@pytest.fixture
+def connection(client: RecordingClient, leader: Leader, slots: SlotTable, clock: Clock) -> MasterConnection:
     config = Configuration.from_mapping({"heartbeat.interval": "300ms", "heartbeat.timeout": "2s"})
-    return MasterConnection(config, identity=IDENTITY, slots=SlotTable(2), client=client,  # type: ignore[arg-type]
-                            current_leader=leader)
+    return MasterConnection(config, identity=IDENTITY, slots=slots, client=client,  # type: ignore[arg-type]
+                            current_leader=leader, clock=clock)
 
 
 def deployment(registration_id: str, session_id: str = LEADER.session_id) -> TaskDeploymentDescriptor:
@@ -160,6 +184,70 @@ def test_a_refused_deployment_is_reported_failed_saying_why(
     assert update.failure is not None and update.failure.cls == "DeploymentRefused"
     assert "TaskExecutor te-1 refused the deployment: its slot was allocated to registration reg-0" == \
         update.failure.message
+
+
+def test_a_refusal_the_master_did_not_take_is_held_for_the_heartbeats(
+        connection: MasterConnection, client: RecordingClient, slots: SlotTable, clock: Clock) -> None:
+    connection.tick()
+    client.master_away = True
+    slots.receive("a" * 32, "e-1", LEADER.session_id)
+    connection.refuse(deployment("reg-0"), LEADER.session_id, "its slot was allocated to registration reg-0")
+    assert client.reports == []
+    assert slots.executions() == [{"job_id": "a" * 32, "execution_id": "e-1", "state": "FAILED"}]
+    client.master_away = False
+    clock.now += 0.5
+    connection.tick()  # the heartbeat lists it, then the held report is delivered
+    assert client.heartbeats[-1] == [{"job_id": "a" * 32, "execution_id": "e-1", "state": "FAILED"}]
+    [(_, session_id, update)] = client.reports
+    assert (session_id, update.state, update.failure.cls) == (  # type: ignore[union-attr]
+        LEADER.session_id, ExecutionState.FAILED, "DeploymentRefused")
+    assert slots.held_reports() == [] and slots.executions() == []
+
+
+def test_held_reports_go_with_the_heartbeats_until_taken_and_the_former_leaders_are_dropped(
+        connection: MasterConnection, client: RecordingClient, slots: SlotTable, clock: Clock,
+        leader: Leader) -> None:
+    def finished(execution_id: str, session_id: str) -> ExecutionStateUpdate:
+        return ExecutionStateUpdate(job_id="a" * 32, job_master_id=session_id, execution_id=execution_id,
+                                    state=ExecutionState.FINISHED, rows=7, result_path="/r")
+
+    connection.tick()
+    slots.hold_report(LEADER.session_id, finished("e-1", LEADER.session_id))
+    client.master_away = True
+    clock.now += 0.5
+    connection.tick()  # the heartbeat goes through, the report still does not
+    assert client.heartbeats[-1] == [{"job_id": "a" * 32, "execution_id": "e-1", "state": "FINISHED"}]
+    assert len(slots.held_reports()) == 1
+    client.master_away = False
+    clock.now += 0.5
+    connection.tick()
+    assert [(u.execution_id, u.rows) for _, _, u in client.reports] == [("e-1", 7)]
+    assert slots.held_reports() == []
+
+    slots.hold_report(FORMER_LEADER.session_id, finished("e-2", FORMER_LEADER.session_id))
+    clock.now += 0.5
+    connection.tick()
+    assert client.heartbeats[-1] == []  # not the current leader's execution
+    assert slots.held_reports() == [] and len(client.reports) == 1  # its JobMaster is gone: dropped
+
+
+def test_registering_with_a_new_leader_reports_the_former_leaders_slots_free(
+        connection: MasterConnection, client: RecordingClient, slots: SlotTable, leader: Leader) -> None:
+    leader.current = FORMER_LEADER
+    connection.tick()
+    assert connection.registered_session == FORMER_LEADER.session_id
+    running = slots.occupy(deployment("reg-1", FORMER_LEADER.session_id), FORMER_LEADER.session_id)
+    assert running is not None
+    leader.current = None  # a ZooKeeper blip: the same leader comes back and the task keeps its slot
+    connection.tick()
+    assert connection.registered_session is None
+    leader.current = FORMER_LEADER
+    connection.tick()
+    assert client.slot_reports[-1].slots[0].allocation_id == "alloc-1"
+    leader.current = LEADER  # the former leader died: a new one, under a new session
+    connection.tick()
+    assert connection.registered_session == LEADER.session_id
+    assert [s.allocation_id for s in client.slot_reports[-1].slots] == [None, None]
 
 
 def test_stopping_unregisters_once_and_registers_no_more(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -10,9 +12,18 @@ import pytest
 
 from sparkdispatch.archive import JobArchive
 from sparkdispatch.config import Configuration
-from sparkdispatch.dispatcher import Dispatcher
-from sparkdispatch.errors import DuplicateJobSubmission, JobAlreadyTerminated, LeadershipLost, UnknownJob
+from sparkdispatch.dispatcher import Dispatcher, Submission
+from sparkdispatch.errors import (
+    DuplicateJobSubmission,
+    InvalidJobGraph,
+    JobAlreadyTerminated,
+    LeadershipLost,
+    RecoveryInProgress,
+    StoreUnavailable,
+    UnknownJob,
+)
 from sparkdispatch.ha import HighAvailabilityServices, JobProgress, create_ha_services
+from sparkdispatch.ha.job_result_store import JobResultEntry
 from sparkdispatch.jobgraph import ExecutionState, JobGraph, JobResult, JobStatus, VertexResult
 from sparkdispatch.rest.views import flink_job_details, job_details, job_summary
 from sparkdispatch.settings import ArchiveSettings, CleanupSettings
@@ -33,9 +44,11 @@ class FakeJobMaster:
         self.status = JobStatus.INITIALIZING
         self.cancelled = False
         self.suspended = False
+        self.started = False
         FakeJobMaster.created.append(self)
 
     def start(self) -> None:
+        self.started = True
         self.status = JobStatus.RUNNING
 
     def finish(self, status: JobStatus = JobStatus.FINISHED) -> None:
@@ -99,11 +112,18 @@ async def ha(config: Configuration) -> Any:
     await services.close()
 
 
-def make_dispatcher(config: Configuration, ha: HighAvailabilityServices) -> Dispatcher:
+def make_dispatcher(config: Configuration, ha: HighAvailabilityServices, *,
+                    new_job_master: Any = None) -> Dispatcher:
     FakeJobMaster.created = []
-    return Dispatcher(session_id=SESSION, jobgraph_store=ha.jobgraph_store, job_result_store=ha.job_result_store,
-                      progress_store=ha.progress_store, archive=JobArchive(ArchiveSettings.from_config(config)),
-                      new_job_master=FakeJobMaster, cleanup=CleanupSettings.from_config(config))
+    return Dispatcher(session_id=SESSION, address="http://master:8081", jobgraph_store=ha.jobgraph_store,
+                      job_result_store=ha.job_result_store, progress_store=ha.progress_store,
+                      archive=JobArchive(ArchiveSettings.from_config(config), check=ha.check_leadership),
+                      blob_store=ha.blob_store, new_job_master=new_job_master or FakeJobMaster,
+                      cleanup=CleanupSettings.from_config(config))
+
+
+async def dirty_ids(ha: HighAvailabilityServices) -> set[str]:
+    return set(await ha.job_result_store.dirty_job_ids())
 
 
 async def until(predicate: Any, timeout: float = 10.0) -> None:
@@ -115,9 +135,9 @@ async def until(predicate: Any, timeout: float = 10.0) -> None:
 async def test_submission_is_persisted_and_idempotent(config: Configuration, ha: Any) -> None:
     dispatcher = make_dispatcher(config, ha)
     await dispatcher.start()
-    assert await dispatcher.submit(graph()) == ("a" * 32, True)
+    assert await dispatcher.submit(graph()) == Submission("a" * 32, True, JobStatus.RUNNING)
     assert await ha.jobgraph_store.job_ids() == {"a" * 32}
-    assert await dispatcher.submit(graph()) == ("a" * 32, False)
+    assert await dispatcher.submit(graph()) == Submission("a" * 32, False, JobStatus.RUNNING)
     with pytest.raises(DuplicateJobSubmission, match="another graph"):
         await dispatcher.submit(graph(name="other"))
     assert len(FakeJobMaster.created) == 1
@@ -127,8 +147,8 @@ async def test_submission_is_persisted_and_idempotent(config: Configuration, ha:
 async def test_a_job_id_is_assigned_when_missing(config: Configuration, ha: Any) -> None:
     dispatcher = make_dispatcher(config, ha)
     await dispatcher.start()
-    job_id, created = await dispatcher.submit(graph(job_id=None))
-    assert created and len(job_id) == 32
+    submission = await dispatcher.submit(graph(job_id=None))
+    assert submission.created and len(submission.job_id) == 32
     await dispatcher.stop()
 
 
@@ -136,21 +156,24 @@ async def test_concurrent_submissions_of_one_id_run_once(config: Configuration, 
     dispatcher = make_dispatcher(config, ha)
     await dispatcher.start()
     answers = await asyncio.gather(*(dispatcher.submit(graph()) for _ in range(20)))
-    assert sorted(created for _, created in answers) == [False] * 19 + [True]
+    assert sorted(answer.created for answer in answers) == [False] * 19 + [True]
     assert len(FakeJobMaster.created) == 1
     await dispatcher.stop()
 
 
-async def test_a_finished_job_is_archived_cleaned_and_never_accepted_again(config: Configuration, ha: Any) -> None:
+async def test_a_finished_job_is_archived_cleaned_and_never_run_again(config: Configuration, ha: Any) -> None:
     dispatcher = make_dispatcher(config, ha)
     await dispatcher.start()
     await dispatcher.submit(graph())
     FakeJobMaster.created[0].finish()
     await until(lambda: "a" * 32 not in dispatcher._cleanups and not dispatcher._jobs)
     assert await ha.jobgraph_store.job_ids() == set()
-    assert "a" * 32 not in {r.job_id for r in await ha.job_result_store.dirty_results()}
+    assert "a" * 32 not in await dirty_ids(ha)
+    # the same graph again is the same job: answered with its status, never run again
+    assert await dispatcher.submit(graph()) == Submission("a" * 32, False, JobStatus.FINISHED)
     with pytest.raises(DuplicateJobSubmission, match="globally terminal"):
-        await dispatcher.submit(graph())
+        await dispatcher.submit(graph(name="other"))
+    assert len(FakeJobMaster.created) == 1 and await ha.jobgraph_store.job_ids() == set()
     result = await dispatcher.job_result("a" * 32)
     assert result is not None and result.status is JobStatus.FINISHED
     assert [job_summary(j)["status"] for j in dispatcher.job_overviews()] == ["FINISHED"]
@@ -185,7 +208,7 @@ async def test_a_failed_persist_leaves_no_trace(config: Configuration, ha: Any, 
         await dispatcher.submit(graph())
     assert dispatcher.job_overviews() == [] and not FakeJobMaster.created
     monkeypatch.undo()
-    assert await dispatcher.submit(graph()) == ("a" * 32, True)
+    assert (await dispatcher.submit(graph())).created
     await dispatcher.stop()
 
 
@@ -194,15 +217,15 @@ async def test_recovery_cleans_dirty_jobs_and_resumes_the_rest(config: Configura
     await ha.jobgraph_store.put(SESSION, finished)
     await ha.jobgraph_store.put(SESSION, running)
     await ha.progress_store.record_subtask(SESSION, "b" * 32, "only", 0, None, None)
-    await ha.job_result_store.create_dirty(JobResult(job_id="a" * 32, name="job", status=JobStatus.FINISHED,
-                                                     start_time=1, end_time=2))
+    await ha.job_result_store.create_dirty(SESSION, JobResultEntry(JobResult(
+        job_id="a" * 32, name="job", status=JobStatus.FINISHED, start_time=1, end_time=2)))
     dispatcher = make_dispatcher(config, ha)
     await dispatcher.start()
     assert [m.graph.job_id for m in FakeJobMaster.created] == ["b" * 32]  # the finished job is not re-run
     assert FakeJobMaster.created[0].recovered_progress is not None
     await until(lambda: "a" * 32 not in dispatcher._cleanups)
     assert await ha.jobgraph_store.job_ids() == {"b" * 32}
-    assert "a" * 32 not in {r.job_id for r in await ha.job_result_store.dirty_results()}
+    assert "a" * 32 not in await dirty_ids(ha)
     result = await dispatcher.job_result("a" * 32)
     assert result is not None and result.status is JobStatus.FINISHED
     await dispatcher.stop()
@@ -228,17 +251,17 @@ async def test_a_failing_cleanup_is_retried_until_it_succeeds(config: Configurat
     FakeJobMaster.created[0].finish()
     await until(lambda: failures["left"] == 0 and "a" * 32 not in dispatcher._cleanups)
     assert await ha.jobgraph_store.job_ids() == set()
-    assert "a" * 32 not in {r.job_id for r in await ha.job_result_store.dirty_results()}
+    assert "a" * 32 not in await dirty_ids(ha)
     await dispatcher.stop()
 
 
 async def test_a_job_recovered_from_its_dirty_result_is_shown_from_the_result_alone(
         config: Configuration, ha: Any) -> None:
     job_id = "c" * 32
-    await ha.job_result_store.create_dirty(JobResult(
+    await ha.job_result_store.create_dirty(SESSION, JobResultEntry(JobResult(
         job_id=job_id, name="job", status=JobStatus.FAILED, start_time=1_000, end_time=5_200,
         vertices={"a": VertexResult(state=ExecutionState.FINISHED, attempts=1),
-                  "b": VertexResult(state=ExecutionState.FAILED, attempts=3)}))
+                  "b": VertexResult(state=ExecutionState.FAILED, attempts=3)})))
     dispatcher = make_dispatcher(config, ha)
     await dispatcher.start()
     [overview] = dispatcher.job_overviews()
@@ -271,3 +294,263 @@ async def test_running_and_archived_jobs_are_listed_newest_first(config: Configu
     assert (await dispatcher.job_snapshot("b" * 32)).overview == FakeJobMaster.created[1].overview()
     assert dispatcher.job_counts() == {"FINISHED": 1, "RUNNING": 1}
     await dispatcher.stop()
+
+
+# ---------------------------------------------------------------------------- recovery first (issue 13, item 1)
+
+
+async def test_while_it_recovers_every_call_answers_retry_after_and_no_job_starts_twice(
+        config: Configuration, ha: Any, monkeypatch: Any) -> None:
+    running, finished = graph(job_id="b" * 32), graph(job_id="a" * 32)
+    first = make_dispatcher(config, ha)
+    await first.start()
+    await first.submit(finished)
+    FakeJobMaster.created[0].finish()  # finished and cleaned up: only its archive entry is left
+    await until(lambda: not first._jobs and not first._cleanups)
+    await first.stop()
+    await ha.jobgraph_store.put(SESSION, running)
+    entered, gate = asyncio.Event(), asyncio.Event()
+    real_get = ha.progress_store.get
+
+    async def slow_get(job_id: str) -> JobProgress:
+        entered.set()
+        await gate.wait()
+        return await real_get(job_id)
+
+    monkeypatch.setattr(ha.progress_store, "get", slow_get)
+    dispatcher = make_dispatcher(config, ha)
+    recovery = asyncio.create_task(dispatcher.start())
+    await entered.wait()
+    for call in (dispatcher.submit(running), dispatcher.submit(finished), dispatcher.job_snapshot("b" * 32),
+                 dispatcher.job_result("a" * 32), dispatcher.cancel("b" * 32)):
+        with pytest.raises(RecoveryInProgress) as refused:
+            await call
+        assert refused.value.retry_after == 1 and refused.value.leader == "http://master:8081"
+        assert refused.value.http_headers() == {"Retry-After": "1"} and refused.value.http_status == 503
+    for sync_call in (lambda: dispatcher.job_master("b" * 32), dispatcher.job_overviews):
+        with pytest.raises(RecoveryInProgress):
+            sync_call()
+    assert dispatcher.job_counts() == {"FINISHED": 1}  # /overview answers all along
+    assert FakeJobMaster.created == []
+    gate.set()
+    await recovery
+    assert [m.graph.job_id for m in FakeJobMaster.created] == ["b" * 32]
+    assert await dispatcher.submit(running) == Submission("b" * 32, False, JobStatus.RUNNING)
+    assert await dispatcher.submit(finished) == Submission("a" * 32, False, JobStatus.FINISHED)
+    assert len(FakeJobMaster.created) == 1 and dispatcher.job_master("b" * 32) is FakeJobMaster.created[0]
+    await dispatcher.stop()
+
+
+# ---------------------------------------------------------------------------- cancel persisted (item 4)
+
+
+class SlowCancelJobMaster(FakeJobMaster):
+    """Its cancel takes until `gate` opens; a suspended job is then not cancelled (as the JobMaster's)."""
+
+    gate: asyncio.Event
+
+    async def cancel(self) -> None:
+        self.cancelled = True
+        await SlowCancelJobMaster.gate.wait()
+        if self.status is not JobStatus.SUSPENDED:
+            self.finish(JobStatus.CANCELED)
+
+
+async def test_a_cancel_in_flight_when_leadership_ends_is_finished_by_the_next_leader(
+        config: Configuration, ha: Any) -> None:
+    SlowCancelJobMaster.gate = asyncio.Event()
+    first = make_dispatcher(config, ha, new_job_master=SlowCancelJobMaster)
+    await first.start()
+    await first.submit(graph())
+    cancel = asyncio.create_task(first.cancel("a" * 32))
+    await until(lambda: FakeJobMaster.created[0].cancelled)
+    assert (await ha.progress_store.get("a" * 32)).cancel_requested  # persisted before the answer
+    await first.stop()  # leadership lost while the cancel is in flight: the job is only suspended
+    SlowCancelJobMaster.gate.set()
+    await cancel  # answered: 202
+    assert FakeJobMaster.created[0].status is JobStatus.SUSPENDED
+
+    second = make_dispatcher(config, ha)
+    await second.start()
+    [recovered] = FakeJobMaster.created
+    await until(lambda: not second._jobs and not second._cleanups)
+    assert recovered.cancelled and not recovered.started  # cancelled, never run again
+    result = await second.job_result("a" * 32)
+    assert result is not None and result.status is JobStatus.CANCELED
+    assert await ha.jobgraph_store.job_ids() == set() and await dirty_ids(ha) == set()
+    assert not (await ha.progress_store.get("a" * 32)).cancel_requested  # cleaned up with the job
+    await second.cancel("a" * 32)  # idempotent
+    await second.stop()
+
+
+async def test_a_job_that_finished_before_its_cancel_took_effect_is_not_cancelled_by_the_next_leader(
+        config: Configuration, ha: Any) -> None:
+    await ha.jobgraph_store.put(SESSION, graph())
+    await ha.progress_store.record_subtask(SESSION, "a" * 32, "only", 0, "/r/only/0", 3)
+    await ha.progress_store.record_cancel(SESSION, "a" * 32)  # accepted, but every subtask had finished
+    dispatcher = make_dispatcher(config, ha)
+    await dispatcher.start()
+    [recovered] = FakeJobMaster.created
+    assert recovered.started and not recovered.cancelled
+    await dispatcher.stop()
+
+
+# ---------------------------------------------------------------------------- unreadable jobs (item 5)
+
+
+async def test_a_stored_job_that_cannot_be_read_fails_alone_and_the_others_recover(
+        config: Configuration, ha: Any) -> None:
+    good, broken, refused, unreadable_result = "b" * 32, "c" * 32, "d" * 32, "e" * 32
+    await ha.jobgraph_store.put(SESSION, graph(job_id=good))
+    await ha.jobgraph_store.put(SESSION, graph(job_id=unreadable_result))
+    jobgraphs = ha.store_dir("jobgraphs")
+    (jobgraphs / f"{broken}.json").write_text("{not json")
+    body = graph(job_id=refused).to_dict()
+    body["config"] = {"spark.executor.memory": "2g"}  # a key submission refuses now
+    (jobgraphs / f"{refused}.json").write_text(json.dumps(body))
+    results = ha.store_dir("job-result-store")
+    results.mkdir(parents=True)
+    (results / f"{unreadable_result}_DIRTY.json").write_text('{"resu')  # never re-run it, all the same
+
+    dispatcher = make_dispatcher(config, ha)
+    await dispatcher.start()
+
+    assert [m.graph.job_id for m in FakeJobMaster.created] == [good]
+    await until(lambda: not dispatcher._cleanups and set(dispatcher._jobs) == {good})
+    for job_id, cause in ((broken, "not valid JSON"), (refused, "spark.executor.memory"),
+                          (unreadable_result, "cannot be read")):
+        result = await dispatcher.job_result(job_id)
+        assert result is not None and result.status is JobStatus.FAILED, job_id
+        assert result.failure is not None and cause in result.failure.message and job_id in result.failure.message
+    assert await ha.jobgraph_store.job_ids() == {good}
+    assert await dirty_ids(ha) == set() and not (results / f"{unreadable_result}_DIRTY.json").exists()
+    assert (await dispatcher.submit(graph(job_id=good))).status is JobStatus.RUNNING  # the master still leads
+    await dispatcher.stop()
+
+
+async def test_transient_read_errors_during_recovery_are_retried(config: Configuration, ha: Any,
+                                                                 monkeypatch: Any) -> None:
+    await ha.jobgraph_store.put(SESSION, graph(job_id="b" * 32))
+    failures = {"job_ids": 2, "get": 3, "dirty_job_ids": 1}
+
+    def flaky(store: Any, name: str) -> None:
+        real = getattr(store, name)
+
+        async def call(*args: Any) -> Any:
+            if failures[name]:
+                failures[name] -= 1
+                raise StoreUnavailable(f"{name}: ZooKeeper did not answer (ConnectionLoss)")
+            return await real(*args)
+
+        monkeypatch.setattr(store, name, call)
+
+    flaky(ha.jobgraph_store, "job_ids")
+    flaky(ha.jobgraph_store, "get")
+    flaky(ha.job_result_store, "dirty_job_ids")
+    dispatcher = make_dispatcher(config, ha)
+    await dispatcher.start()
+    assert failures == {"job_ids": 0, "get": 0, "dirty_job_ids": 0}
+    assert [m.graph.job_id for m in FakeJobMaster.created] == ["b" * 32]
+    await dispatcher.stop()
+
+
+class FailingStartJobMaster(FakeJobMaster):
+    def start(self) -> None:
+        raise ValueError("restart strategy 'weird' is not known")
+
+
+async def test_a_job_master_that_cannot_start_ends_the_job_failed(config: Configuration, ha: Any) -> None:
+    def cannot_build(graph: JobGraph, recovered: JobProgress | None) -> FakeJobMaster:
+        raise RuntimeError("no JobMaster for this graph")
+
+    for job_id, factory, cause in (("a" * 32, cannot_build, "RuntimeError"),
+                                   ("b" * 32, FailingStartJobMaster, "ValueError")):
+        dispatcher = make_dispatcher(config, ha, new_job_master=factory)
+        await dispatcher.start()
+        submission = await dispatcher.submit(graph(job_id=job_id))
+        assert submission == Submission(job_id, True, JobStatus.FAILED)  # not a 500
+        await until(lambda: not dispatcher._jobs and not dispatcher._cleanups)  # no zombie job
+        result = await dispatcher.job_result(job_id)
+        assert result is not None and result.status is JobStatus.FAILED
+        assert result.failure is not None and result.failure.cls == cause
+        assert result.vertices["only"].state is ExecutionState.CREATED
+        assert all(m.suspended for m in FakeJobMaster.created)  # what it took is given back
+        assert await ha.jobgraph_store.job_ids() == set() and await dirty_ids(ha) == set()
+        await dispatcher.stop()
+
+
+async def test_a_graph_naming_a_missing_artifact_is_refused_naming_the_key(config: Configuration, ha: Any) -> None:
+    key = await ha.blob_store.put(b"def f(ctx):\n    return None\n", "m.py")
+    missing = "f" * 64
+    dispatcher = make_dispatcher(config, ha)
+    await dispatcher.start()
+    body = graph().to_dict()
+    with pytest.raises(InvalidJobGraph) as refused:
+        await dispatcher.submit(JobGraph.from_dict({**body, "artifacts": [key, missing]}))
+    assert list(refused.value.field_errors) == ["artifacts[1]"] and missing in refused.value.message
+    assert refused.value.http_status == 400
+    assert await ha.jobgraph_store.job_ids() == set() and not FakeJobMaster.created and not dispatcher._jobs
+    assert (await dispatcher.submit(JobGraph.from_dict({**body, "artifacts": [key]}))).created
+    await dispatcher.stop()
+
+
+# ---------------------------------------------------------------------------- no write after stop
+
+
+async def test_stop_waits_for_a_job_result_write_in_flight(config: Configuration, ha: Any, monkeypatch: Any) -> None:
+    dispatcher = make_dispatcher(config, ha)
+    await dispatcher.start()
+    await dispatcher.submit(graph())
+    entered, release, done = threading.Event(), threading.Event(), threading.Event()
+    real_link = ha.job_result_store._link_dirty
+
+    def slow_link(job_id: str, temp: Path) -> None:
+        entered.set()
+        release.wait(10)
+        real_link(job_id, temp)
+        done.set()
+
+    monkeypatch.setattr(ha.job_result_store, "_link_dirty", slow_link)
+    FakeJobMaster.created[0].finish()
+    assert await asyncio.to_thread(entered.wait, 10)
+    stopping = asyncio.create_task(dispatcher.stop())
+    await asyncio.sleep(0.2)
+    assert not stopping.done()  # the write in its thread is not left behind
+    release.set()
+    await stopping
+    assert done.is_set()
+
+
+# ---------------------------------------------------------------------------- same job again (item 9)
+
+
+async def test_a_terminated_job_is_the_same_job_for_every_later_leader(config: Configuration, ha: Any) -> None:
+    first = make_dispatcher(config, ha)
+    await first.start()
+    await first.submit(graph())
+    FakeJobMaster.created[0].finish(JobStatus.FAILED)
+    # answered for with its status as soon as its result is out, before the archive has it
+    assert await first.submit(graph()) == Submission("a" * 32, False, JobStatus.FAILED)
+    await until(lambda: not first._jobs and not first._cleanups)
+    await first.stop()
+
+    second = make_dispatcher(config, ha)
+    await second.start()
+    assert await second.submit(graph()) == Submission("a" * 32, False, JobStatus.FAILED)
+    with pytest.raises(DuplicateJobSubmission, match="another graph"):
+        await second.submit(graph(name="other"))
+    assert FakeJobMaster.created == [] and await ha.jobgraph_store.job_ids() == set()
+    await second.stop()
+
+    # an entry archived before the fingerprint was kept (format 2): whether it is the same graph
+    # cannot be told, so the id stays taken
+    entry = ArchiveSettings.from_config(config).directory / f"{'a' * 32}.json"
+    data = json.loads(entry.read_text())
+    del data["fingerprint"]
+    entry.write_text(json.dumps({**data, "version": 2}))
+    third = make_dispatcher(config, ha)
+    await third.start()
+    with pytest.raises(DuplicateJobSubmission, match="its graph is not known"):
+        await third.submit(graph())
+    assert FakeJobMaster.created == []
+    await third.stop()

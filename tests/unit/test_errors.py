@@ -54,6 +54,7 @@ EXAMPLES: list[SparkDispatchError] = [
     errors.UnknownTaskExecutor("TaskExecutor te-1 is not registered with this ResourceManager; register again"),
     errors.SlotProcessLost("the slot process (pid 4242) died during the task: killed by signal 11 (SIGSEGV)"),
     errors.StoreError("the stored JobGraph cannot be read"),
+    errors.StoreUnavailable("the JobGraph store could not reach ZooKeeper (ConnectionLoss); retry"),
     errors.JobResultEntryExists(f"job {JOB} has a JobResult stored already"),
     errors.NoSuchJobResult(f"no JobResult of job {JOB} is stored"),
     errors.BlobError("artifact 'x.txt' must be a .py or .zip file"),
@@ -69,6 +70,7 @@ EXAMPLES: list[SparkDispatchError] = [
                               log_file="/w/s.log", details=["ERROR SparkContext: Error initializing SparkContext."]),
     errors.ServiceUnavailable("this master is a standby; the leader is http://m1:8081", leader="http://m1:8081"),
     errors.LeadershipLost("JobGraph store"),
+    errors.RecoveryInProgress("this master is recovering its jobs", leader="http://m1:8081", retry_after=1),
 ]
 
 

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
 from sparkdispatch.errors import IllegalStateTransition, InvalidJobGraph
 from sparkdispatch.jobgraph import ExecutionState, Failure, JobGraph, JobResult, JobStatus, JobVertex
-from sparkdispatch.jobmaster.execution_graph import ExecutionGraph, SubtaskId, aggregate_state
+from sparkdispatch.jobmaster.execution_graph import ExecutionGraph, ExecutionVertex, SubtaskId, aggregate_state
 from sparkdispatch.rest.views import flink_job_details, job_details
 from sparkdispatch.results import ResultLayout
 
@@ -93,6 +95,86 @@ def test_new_attempt_replaces_only_a_terminal_attempt() -> None:
     assert new.attempt == 1 and new.state is ExecutionState.CREATED
     assert graph.by_execution_id(old.execution_id) is None
     assert graph.by_execution_id(new.execution_id) is ev
+
+
+def ids(subtasks: list[ExecutionVertex]) -> list[str]:
+    return [str(ev.id) for ev in subtasks]
+
+
+def test_subtasks_are_offered_for_scheduling_once_every_input_partition_can_be_read() -> None:
+    graph = ExecutionGraph(diamond())
+    assert ids(graph.take_schedulable(held_back=())) == ["source[0]", "source[1]"]
+    assert graph.take_schedulable(held_back=()) == []  # offered once
+    finish(graph, SubtaskId("source", 0))
+    source1 = graph.subtask(SubtaskId("source", 1))
+    source1.current.advance(ExecutionState.FINISHED)
+    assert graph.take_schedulable(held_back=()) == []  # finished, but not recorded yet
+    source1.progress_recorded = True
+    # both consumers at once, in topological order
+    assert sorted(ids(graph.take_schedulable(held_back=()))) == ["left[0]", "left[1]", "right[0]", "right[1]"]
+    for vertex_id in ("left", "right"):
+        for index in (0, 1):
+            graph.subtask(SubtaskId(vertex_id, index)).current.transition(ExecutionState.SCHEDULED)
+    for vertex_id in ("left", "right"):
+        finish(graph, SubtaskId(vertex_id, 0))
+        finish(graph, SubtaskId(vertex_id, 1))
+    assert ids(graph.take_schedulable(held_back=())) == ["sink[0]"]
+    assert not graph.all_finished()
+    graph.subtask(SubtaskId("sink", 0)).current.transition(ExecutionState.SCHEDULED)
+    finish(graph, SubtaskId("sink", 0))
+    assert graph.all_finished()
+
+
+def test_a_lost_partition_or_a_new_attempt_holds_its_consumers_back_again() -> None:
+    graph = ExecutionGraph(diamond())
+    for ev in graph.take_schedulable(held_back=()):
+        ev.current.transition(ExecutionState.SCHEDULED)
+        finish(graph, ev.id)
+    assert len(graph.take_schedulable(held_back=())) == 4
+    source0 = graph.subtask(SubtaskId("source", 0))
+    source0.partition_lost = True
+    assert not graph.inputs_consumable(graph.subtask(SubtaskId("left", 0)))
+    assert not graph.all_finished()
+    # the consumers that had not started wait again; restarting the producer offers it alone
+    left1 = graph.subtask(SubtaskId("left", 1))
+    graph.new_attempt(source0)
+    assert ids(graph.take_schedulable(held_back={SubtaskId("source", 0)})) == []  # waiting out a backoff
+    assert ids(graph.take_schedulable(held_back=())) == ["source[0]"]
+    source0.current.transition(ExecutionState.SCHEDULED)
+    finish(graph, SubtaskId("source", 0))
+    assert left1.state is ExecutionState.CREATED
+    assert sorted(ids(graph.take_schedulable(held_back=()))) == ["left[0]", "left[1]", "right[0]", "right[1]"]
+    # a failed consumer's new attempt is offered again as soon as its inputs can be read
+    left1.current.transition(ExecutionState.FAILED)
+    graph.new_attempt(left1)
+    assert ids(graph.take_schedulable(held_back=())) == ["left[1]"]
+
+
+def test_restored_subtasks_count_as_finished_and_offer_their_consumers() -> None:
+    graph = ExecutionGraph(diamond())
+    graph.restore(Progress({"source": {0: Entry("/r/s0", 3), 1: Entry("/r/s1", 3)}}))
+    assert sorted(ids(graph.take_schedulable(held_back=()))) == ["left[0]", "left[1]", "right[0]", "right[1]"]
+
+
+class CountingVertices(tuple):  # type: ignore[type-arg]
+    """A JobGraph's vertices, counting each one an iteration over them yields."""
+
+    yielded = 0
+
+    def __iter__(self) -> Iterator[Any]:
+        for vertex in tuple.__iter__(self):
+            CountingVertices.yielded += 1
+            yield vertex
+
+
+def test_the_graph_is_built_in_a_few_passes_over_the_job_graph() -> None:
+    count = 2_000
+    vertices = CountingVertices(JobVertex(f"v{i}", "m:f", 2, (f"v{i - 1}",) if i else ()) for i in range(count))
+    CountingVertices.yielded = 0
+    graph = ExecutionGraph(JobGraph(name="chain", job_id=JOB_ID, vertices=vertices))
+    assert len(list(graph.subtasks())) == 2 * count
+    # a scan of the vertices per lookup (by id, or for a vertex's consumers) would be ~2.5 * count**2
+    assert CountingVertices.yielded <= 5 * count
 
 
 @dataclass

@@ -16,7 +16,7 @@ from sparkdispatch.ha import (
     create_ha_services,
     create_leader_retrieval,
 )
-from sparkdispatch.ha.files import create_atomic, is_temp, write_atomic
+from sparkdispatch.ha.files import is_temp, link_to, write_atomic, write_temp
 from sparkdispatch.ha.leader import StandaloneLeaderElection
 from sparkdispatch.ha.zookeeper import ZooKeeperPaths, parse_auth
 
@@ -92,10 +92,12 @@ def test_cluster_id_must_be_one_safe_path_segment(tmp_path: Path, cluster_id: st
         create_ha_services(config)
 
 
-def test_create_atomic_never_overwrites_and_leaves_no_temp_file(tmp_path: Path) -> None:
+def test_link_to_never_overwrites_and_leaves_no_temp_file(tmp_path: Path) -> None:
     target = tmp_path / "deep" / "entry.json"
-    assert create_atomic(target, b"first")
-    assert not create_atomic(target, b"second")
+    for data, linked in ((b"first", True), (b"second", False)):
+        temp = write_temp(target, data)
+        assert link_to(temp, target) is linked
+        temp.unlink()
     assert target.read_bytes() == b"first"
     write_atomic(target, b"third")
     assert target.read_bytes() == b"third"

@@ -147,20 +147,48 @@ def test_a_failing_listener_does_not_stop_other_timeouts(clock: ManualClock) -> 
 
 
 @pytest.mark.parametrize("kwargs", [{"timeout": 0}, {"timeout": 1, "rpc_failure_threshold": 0},
-                                    {"timeout": 1, "rpc_failure_threshold": -2}])
+                                    {"timeout": 1, "rpc_failure_threshold": -2},
+                                    {"timeout": 1, "unreachable_silence": -1}])
 def test_bad_settings_are_refused(kwargs: dict[str, float], listener: RecordingListener) -> None:
     with pytest.raises(ValueError):
         HeartbeatMonitor(listener, **kwargs)
 
 
 def test_from_settings_takes_the_timeout_and_threshold(listener: RecordingListener, clock: ManualClock) -> None:
-    config = Configuration.from_mapping({"heartbeat.timeout": "3s", "heartbeat.rpc-failure-threshold": 1})
+    config = Configuration.from_mapping({"heartbeat.interval": "1s", "heartbeat.timeout": "3s",
+                                         "heartbeat.rpc-failure-threshold": 1})
     monitor: HeartbeatMonitor[None] = HeartbeatMonitor.from_settings(HeartbeatSettings.from_config(config), listener,
                                                                      clock=clock)
     assert monitor.timeout == 3.0
     monitor.monitor("a")
+    clock.advance(2)  # silent for two heartbeat intervals
     monitor.record_rpc_failure("a")
     assert listener.unreachable == ["a"]
+
+
+def test_a_target_that_heartbeats_is_never_unreachable(listener: RecordingListener, clock: ManualClock) -> None:
+    """Calls that fail while the target's heartbeats arrive failed on the way, not at the target."""
+    monitor: HeartbeatMonitor[None] = HeartbeatMonitor(listener, timeout=10.0, rpc_failure_threshold=2,
+                                                       unreachable_silence=4.0, clock=clock)
+    monitor.monitor("te-1")
+    monitor.monitor("te-2")
+    for _ in range(20):
+        monitor.record_rpc_failure("te-1")
+        clock.advance(1)
+        monitor.report("te-1")
+        monitor.report("te-2")
+        assert monitor.check_timeouts() == []
+    assert listener.unreachable == []
+    clock.advance(3.5)
+    monitor.record_rpc_failure("te-1")
+    assert monitor.check_timeouts() == [] and listener.unreachable == []
+    clock.advance(0.5)  # now silent for 4s as well: the next check finds it, without a new failed call
+    assert monitor.check_timeouts() == []
+    assert listener.unreachable == ["te-1"]
+    assert monitor.last_heartbeat("te-1") is None and monitor.last_heartbeat("te-2") is not None
+    clock.advance(6)
+    assert monitor.check_timeouts() == ["te-2"]  # it never failed a call: it times out
+    assert listener.unreachable == ["te-1"]
 
 
 def test_clear_forgets_every_target(listener: RecordingListener, clock: ManualClock) -> None:

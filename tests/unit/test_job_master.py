@@ -99,6 +99,9 @@ class FakeResourceManager:
     def record_rpc_success(self, task_executor_id: str) -> None:
         self.rpc_outcomes.append((task_executor_id, True))
 
+    def task_executor_hostname(self, task_executor_id: str) -> str | None:
+        return None if task_executor_id in self.dead else f"celery@{task_executor_id}"
+
     def _allocate(self) -> None:
         new = []
         while self.required > len(self.allocated) + len(new) and self.free:
@@ -132,7 +135,11 @@ class Deployment:
 
 
 class FakeGateway:
-    """Records deployments (handed to the test through a queue) and cancellations."""
+    """Records deployments (handed to the test through a queue) and cancellations.
+
+    `fail_deploys` deployments fail as the broker fails them (`ServiceUnavailable`), or all of
+    them while `broker_down`; `deploy_errors` fail for another reason (raised as they are).
+    """
 
     def __init__(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -140,15 +147,21 @@ class FakeGateway:
         self.deployments: list[Deployment] = []
         self.cancels: list[tuple[str, str]] = []
         self.fail_deploys = 0
+        self.broker_down = False
+        self.deploy_errors: list[Exception] = []
+        self.failed_tries: list[str] = []  # execution ids of the tries the broker refused
         self.fail_cancels = 0
         self._lock = threading.Lock()
 
     def deploy(self, slot: Slot, tdd: TaskDeploymentDescriptor, session_id: str) -> None:
         assert threading.current_thread() is not threading.main_thread(), "a blocking call on the loop"
         with self._lock:
-            if self.fail_deploys:
-                self.fail_deploys -= 1
-                raise ConnectionError("broker unreachable")
+            if self.deploy_errors:
+                raise self.deploy_errors.pop(0)
+            if self.fail_deploys or self.broker_down:
+                self.fail_deploys = max(0, self.fail_deploys - 1)
+                self.failed_tries.append(tdd.execution_id)
+                raise ServiceUnavailable("cannot send the execution: Error 111 connecting to 127.0.0.1:6379")
         deployment = Deployment(slot, tdd, session_id)
         self._loop.call_soon_threadsafe(self._arrived, deployment)
 
@@ -218,13 +231,16 @@ class Harness:
     """A JobMaster on the fakes; with `resource_manager`, on that real one instead (`rm` is then unused)."""
 
     def __init__(self, graph: JobGraph, *, recovered: Progress | None = None, slots_each: int = 2,
-                 resource_manager: ResourceManager | None = None) -> None:
+                 resource_manager: ResourceManager | None = None, missing_execution_threshold: int = 3,
+                 deployment_grace: float = 25.0) -> None:
         self.rm = FakeResourceManager(slots_each=slots_each)
         self.gateway = FakeGateway()
         self.store = FakeProgressStore()
+        settings = JobMasterSettings(results_dir=RESULTS + "/", restart_strategy=DEFAULT_RESTART,
+                                     missing_execution_threshold=missing_execution_threshold,
+                                     deployment_grace=deployment_grace)
         self.jm = JobMaster(graph, session_id=SESSION, resource_manager=resource_manager or self.rm,
-                            task_executor_gateway=self.gateway, progress_store=self.store,
-                            settings=JobMasterSettings(results_dir=RESULTS + "/", restart_strategy=DEFAULT_RESTART),
+                            task_executor_gateway=self.gateway, progress_store=self.store, settings=settings,
                             recovered_progress=recovered)
 
     async def deployment(self) -> Deployment:
@@ -649,13 +665,52 @@ async def test_a_fully_recovered_job_finishes_without_running_anything() -> None
     assert not h.gateway.deployments
 
 
-async def test_a_failed_deployment_counts_as_a_task_failure() -> None:
+async def test_a_deployment_the_broker_does_not_take_is_sent_again_without_a_restart() -> None:
+    """Redis restarting: the same attempt is sent again with backoff; the job's restart budget stays whole."""
+    h = Harness(chain(NoRestart()))
+    h.gateway.fail_deploys = 4
+    h.jm.start()
+    result = await h.run_to_end()
+    assert result.status is JobStatus.FINISHED  # under NoRestart: no failure was counted
+    assert [v.attempts for v in result.vertices.values()] == [1, 1]
+    assert sorted(d.tdd.attempt for d in h.gateway.deployments) == [0, 0, 0]
+    # the tries the broker refused were of the very executions that arrived later
+    assert set(h.gateway.failed_tries) <= {d.tdd.execution_id for d in h.gateway.deployments}
+    assert len(h.gateway.failed_tries) == 4
+    assert sorted(ok for _, ok in h.rm.rpc_outcomes) == [False] * 4 + [True] * 3
+    await h.jm.join()
+
+
+async def test_a_deployment_is_sent_again_until_the_broker_takes_it_or_its_attempt_ends() -> None:
     h = Harness(chain())
-    h.gateway.fail_deploys = 1
+    h.gateway.broker_down = True
+    h.jm.start()
+    await until(lambda: len(h.gateway.failed_tries) >= 6, "tries of both subtasks of a")
+    assert h.gateway.deployments == [] and h.jm.status is JobStatus.RUNNING
+    assert {ev.state for ev in h.jm.execution_graph.subtasks("a")} == {ExecutionState.DEPLOYING}
+    h.gateway.broker_down = False
+    a0, a1 = await h.deployments(2)
+    assert (a0.tdd.attempt, a1.tdd.attempt) == (0, 0)
+    await h.finish(a0)
+    await h.report(a1, ExecutionState.RUNNING)
+    h.gateway.broker_down = True
+    h.jm.update_execution_state(h.update(a1, ExecutionState.FINISHED, rows=1, result_path=a1.tdd.result_path))
+    b = h.jm.execution_graph.subtask(SubtaskId("b", 0))
+    await until(lambda: b.current.execution_id in h.gateway.failed_tries, "b's first try")
+    await h.jm.cancel()  # its attempt ends: the tries stop
+    tries = len(h.gateway.failed_tries)
+    await h.jm.join()
+    await asyncio.sleep(0.3)
+    assert len(h.gateway.failed_tries) == tries and h.jm.status is JobStatus.CANCELED
+
+
+async def test_a_deployment_failing_for_another_reason_fails_its_attempt() -> None:
+    h = Harness(chain())
+    h.gateway.deploy_errors = [TypeError("Object of type set is not JSON serializable")]
     h.jm.start()
     result = await h.run_to_end()
     assert result.status is JobStatus.FINISHED
-    assert result.vertices["a"].attempts == 2  # one subtask's first deployment never arrived
+    assert result.vertices["a"].attempts == 2  # one subtask's first deployment never left
     assert sorted(d.tdd.attempt for d in h.gateway.deployments if d.tdd.vertex_id == "a") == [0, 1]
     await h.jm.join()
 
@@ -664,7 +719,7 @@ async def test_deployment_and_cancel_outcomes_reach_the_resource_manager() -> No
     h = Harness(chain())
     h.gateway.fail_deploys = 1
     h.jm.start()
-    deployed = await h.deployments(2)  # one of the two first deployments failed and was retried
+    deployed = await h.deployments(2)  # one of the two first deployments failed and was sent again
     await h.jm.join()
     failed = [te for te, ok in h.rm.rpc_outcomes if not ok]
     assert len(failed) == 1 and failed[0] in {"te-1", "te-2"}
@@ -679,8 +734,8 @@ async def test_deployment_and_cancel_outcomes_reach_the_resource_manager() -> No
     assert sorted(te for te, _ in h.rm.rpc_outcomes) == sorted(d.slot.task_executor_id for d in deployed)
 
 
-def resource_manager(*, rpc_failure_threshold: int) -> ResourceManager:
-    config = Configuration.from_mapping({"heartbeat.rpc-failure-threshold": rpc_failure_threshold})
+def resource_manager(*, rpc_failure_threshold: int, **keys: str) -> ResourceManager:
+    config = Configuration.from_mapping({"heartbeat.rpc-failure-threshold": rpc_failure_threshold, **keys})
     return ResourceManager(ResourceManagerSettings.from_config(config), SESSION)
 
 
@@ -698,19 +753,28 @@ async def until(condition: Callable[[], bool], what: str) -> None:
     assert condition(), what
 
 
-async def test_failed_deployments_in_a_row_lose_the_task_executor() -> None:
-    rm = resource_manager(rpc_failure_threshold=2)
+async def test_failed_deployments_lose_a_task_executor_only_once_its_heartbeats_stop_too() -> None:
+    rm = resource_manager(rpc_failure_threshold=2, **{"heartbeat.interval": "100ms", "heartbeat.timeout": "10s"})
     rm.start()
     register(rm, "te-1", 1)
     h = Harness(graph_of(JobVertex("a", "pipe:a", 1), restart=FixedDelayRestart(attempts=5, delay_s=0.0)),
                 resource_manager=rm)
-    h.gateway.fail_deploys = 2
+    h.gateway.broker_down = True
     h.jm.start()
-    await until(lambda: rm.overview().taskmanagers == 0, "te-1 lost after two failed deployments")
-    assert h.jm.status is JobStatus.RUNNING  # its task waits for a slot elsewhere
+    loop = asyncio.get_running_loop()
+    alive_until = loop.time() + 1.0
+    while loop.time() < alive_until:  # te-1 heartbeats: its failed deployments are the broker's trouble
+        rm.heartbeat(SESSION, "te-1", SlotReport.free(1), [])
+        await asyncio.sleep(0.05)
+    assert len(h.gateway.failed_tries) >= 4
+    assert rm.overview().taskmanagers == 1 and h.jm.status is JobStatus.RUNNING
+    assert [ev.current.attempt for ev in h.jm.execution_graph.subtasks()] == [0]
+    # te-1 falls silent: two intervals later it is unreachable; its attempt runs again elsewhere
+    await until(lambda: rm.overview().taskmanagers == 0, "te-1 lost after failed deployments and silence")
+    h.gateway.broker_down = False
     register(rm, "te-2", 1)
     d = await h.deployment()
-    assert d.slot.task_executor_id == "te-2" and d.tdd.attempt == 2
+    assert d.slot.task_executor_id == "te-2" and d.tdd.attempt == 1
     await h.finish(d)
     result = await asyncio.wait_for(h.jm.result_future, STEP_TIMEOUT_S)
     assert result.status is JobStatus.FINISHED
@@ -719,19 +783,20 @@ async def test_failed_deployments_in_a_row_lose_the_task_executor() -> None:
 
 
 async def test_a_deployment_that_goes_through_resets_the_failure_count() -> None:
-    rm = resource_manager(rpc_failure_threshold=2)
+    rm = resource_manager(rpc_failure_threshold=2, **{"heartbeat.interval": "50ms", "heartbeat.timeout": "10s"})
     rm.start()
     register(rm, "te-1", 1)
     h = Harness(graph_of(JobVertex("a", "pipe:a", 1), restart=FixedDelayRestart(attempts=5, delay_s=0.0)),
                 resource_manager=rm)
+    await asyncio.sleep(0.15)  # te-1 silent for longer than two heartbeat intervals
     h.gateway.fail_deploys = 1
     h.jm.start()
-    first = await h.deployment()  # attempt 0 failed to deploy, attempt 1 arrived
-    assert first.tdd.attempt == 1
+    first = await h.deployment()  # attempt 0 failed once to reach the broker, then arrived
+    assert first.tdd.attempt == 0
     h.gateway.fail_deploys = 1
     await h.fail(first)
-    second = await h.deployment()  # attempt 2 failed to deploy again, attempt 3 arrived
-    assert second.tdd.attempt == 3 and second.slot.task_executor_id == "te-1"
+    second = await h.deployment()  # attempt 1 as well
+    assert second.tdd.attempt == 1 and second.slot.task_executor_id == "te-1"
     assert rm.overview().taskmanagers == 1  # two failures, but never two in a row
     await h.finish(second)
     assert (await asyncio.wait_for(h.jm.result_future, STEP_TIMEOUT_S)).status is JobStatus.FINISHED
@@ -740,7 +805,8 @@ async def test_a_deployment_that_goes_through_resets_the_failure_count() -> None
 
 
 async def test_failed_cancellations_in_a_row_lose_the_task_executor() -> None:
-    rm = resource_manager(rpc_failure_threshold=2)
+    # it never heartbeats: unreachable once the failed calls come with two silent intervals
+    rm = resource_manager(rpc_failure_threshold=2, **{"heartbeat.interval": "100ms"})
     rm.start()
     register(rm, "te-1", 2)
     h = Harness(chain(), resource_manager=rm)
@@ -748,6 +814,8 @@ async def test_failed_cancellations_in_a_row_lose_the_task_executor() -> None:
     for d in await h.deployments(2):
         await h.report(d, ExecutionState.RUNNING)
     assert rm.overview().taskmanagers == 1
+    # the deployments' successes reach the ResourceManager from their threads: not after the failures
+    await until(lambda: not h.jm._background, "deployments sent")
     h.gateway.fail_cancels = 2
     await h.jm.cancel()
     await h.jm.join()
@@ -811,6 +879,160 @@ async def test_a_heartbeat_listing_a_stale_execution_gets_it_cancelled() -> None
     assert h.gateway.cancels[len(cancels_before):] == [(a0.slot.hostname, a0.tdd.execution_id)]
     await h.jm.cancel()
     await h.jm.join()
+
+
+async def test_a_heartbeat_of_a_task_executor_without_a_slot_of_the_job_gets_stale_executions_cancelled() -> None:
+    """E.g. a master restarted under the same session: the former JobMaster's tasks run on where this one holds
+    no slot; they are cancelled, not left holding their slots until they end."""
+    h = Harness(chain())
+    h.jm.start()
+    await h.deployments(2)
+    stale = uuid.uuid4().hex
+    h.jm.task_executor_heartbeat("te-9", [Report(JOB_ID, stale, ExecutionState.RUNNING)])
+    await h.jm.join()
+    assert h.gateway.cancels == [("celery@te-9", stale)]
+    await h.jm.cancel()
+    await h.jm.join()
+
+
+def listing(*deployments: Deployment, state: ExecutionState = ExecutionState.RUNNING) -> list[Report]:
+    return [Report(JOB_ID, d.tdd.execution_id, state) for d in deployments]
+
+
+@pytest.mark.parametrize("restart", [NoRestart(), FixedDelayRestart(attempts=1, delay_s=0.0)])
+async def test_an_execution_fails_over_only_after_the_grace_and_heartbeats_in_a_row_without_it(
+        restart: RestartStrategy) -> None:
+    """Within the grace a deployment is on its way; once listed, `missing_execution_threshold` heartbeats in a
+    row without it fail it over (and a listing in between starts the count again)."""
+    h = Harness(chain(restart), missing_execution_threshold=2, deployment_grace=0.5)
+    h.jm.start()
+    lost, other = await h.deployments(2)
+    await h.jm.join()
+    te = lost.slot.task_executor_id
+    other_te = other.slot.task_executor_id
+    for _ in range(4):  # within the grace the deployment is still on its way
+        h.jm.task_executor_heartbeat(te, listing(other) if other_te == te else [])
+    await asyncio.sleep(0.5)
+    h.jm.task_executor_heartbeat(te, [Report(JOB_ID, lost.tdd.execution_id, ExecutionState.DEPLOYING)] +
+                                 (listing(other) if other_te == te else []))
+    assert h.jm.execution_graph.subtask(lost.subtask).current.attempt == 0  # it arrived after all: listed
+    for heartbeat in range(2):
+        assert h.jm.execution_graph.subtask(lost.subtask).current.attempt == 0
+        h.jm.task_executor_heartbeat(te, listing(other) if other_te == te else [])
+    if isinstance(restart, NoRestart):
+        result = await asyncio.wait_for(h.jm.result_future, STEP_TIMEOUT_S)
+        assert result.status is JobStatus.FAILED and result.failure is not None
+        assert result.failure.cls == "ExecutionLost", result.failure  # listed once: it ran there, then vanished
+    else:
+        retry = await h.deployment()
+        assert (retry.subtask, retry.tdd.attempt) == (lost.subtask, 1)
+        assert h.jm.execution_graph.subtask(other.subtask).current.attempt == 0  # listed all along
+        await h.finish(other)
+        await h.finish(retry)
+        b = await h.deployment()
+        await h.finish(b)
+        assert (await asyncio.wait_for(h.jm.result_future, STEP_TIMEOUT_S)).status is JobStatus.FINISHED
+    await h.jm.join()
+
+
+async def test_a_deployment_never_listed_fails_over_saying_it_was_lost_on_the_way() -> None:
+    h = Harness(chain(NoRestart()), missing_execution_threshold=3, deployment_grace=0.2)
+    h.jm.start()
+    lost, _ = await h.deployments(2)
+    await h.jm.join()
+    te = lost.slot.task_executor_id
+    for _ in range(2):
+        h.jm.task_executor_heartbeat(te, [])
+    await asyncio.sleep(0.2)
+    assert h.jm.status is JobStatus.RUNNING  # past the grace, but only two heartbeats omitted it
+    h.jm.task_executor_heartbeat(te, [])
+    result = await asyncio.wait_for(h.jm.result_future, STEP_TIMEOUT_S)
+    assert result.status is JobStatus.FAILED and result.failure is not None
+    assert result.failure.cls == "DeploymentLost"
+    assert f"sent to TaskExecutor {te}" in result.failure.message and "last 3 heartbeats" in result.failure.message
+    await h.jm.join()
+
+
+async def test_deployments_lost_together_count_as_one_failure() -> None:
+    """A broker restart loses both deployments to one TaskExecutor: one restart, as for a lost TaskExecutor."""
+    h = Harness(chain(FixedDelayRestart(attempts=1, delay_s=0.0)), missing_execution_threshold=1,
+                deployment_grace=0.0)
+    h.rm.free = [("te-1", 0), ("te-1", 1)]
+    h.jm.start()
+    await h.deployments(2)
+    await h.jm.join()
+    h.jm.task_executor_heartbeat("te-1", [])
+    retries = await h.deployments(2)
+    assert sorted(d.tdd.attempt for d in retries) == [1, 1] and h.jm.status is JobStatus.RUNNING
+    for d in retries:
+        await h.finish(d)
+    await h.finish(await h.deployment())
+    assert (await asyncio.wait_for(h.jm.result_future, STEP_TIMEOUT_S)).status is JobStatus.FINISHED
+    await h.jm.join()
+
+
+async def test_an_execution_whose_final_report_was_lost_fails_over_and_the_job_finishes() -> None:
+    """RUNNING arrived, then the task ended and its terminal report never did; its TaskExecutor lists it no more."""
+    h = Harness(chain(), missing_execution_threshold=3, deployment_grace=60.0)
+    h.jm.start()
+    a0, a1 = await h.deployments(2)
+    await h.report(a0, ExecutionState.RUNNING)
+    await h.finish(a1)
+    te = a0.slot.task_executor_id
+    h.jm.task_executor_heartbeat(te, listing(a0, state=ExecutionState.FINISHED))  # ended there, report held
+    h.jm.task_executor_heartbeat(te, [])
+    h.jm.task_executor_heartbeat(te, [])
+    assert h.jm.execution_graph.subtask(a0.subtask).current.attempt == 0
+    h.jm.task_executor_heartbeat(te, [])  # the third heartbeat in a row without it (no grace once acknowledged)
+    retry = await h.deployment()
+    assert (retry.subtask, retry.tdd.attempt) == (a0.subtask, 1)
+    await h.finish(retry)
+    await h.finish(await h.deployment())
+    result = await asyncio.wait_for(h.jm.result_future, STEP_TIMEOUT_S)
+    assert result.status is JobStatus.FINISHED and result.vertices["a"].attempts == 2
+    await h.jm.join()
+
+
+async def test_executions_listed_by_their_heartbeats_are_never_failed() -> None:
+    h = Harness(chain(NoRestart()), missing_execution_threshold=1, deployment_grace=0.0)
+    h.jm.start()
+    a0, a1 = await h.deployments(2)
+    await h.jm.join()
+    await h.report(a1, ExecutionState.RUNNING)
+    for _ in range(20):  # a0 waits in its TaskExecutor for a thread; a1 runs
+        for te in {a0.slot.task_executor_id, a1.slot.task_executor_id}:
+            h.jm.task_executor_heartbeat(te, [r for r in listing(a0, state=ExecutionState.DEPLOYING) + listing(a1)
+                                              if te == (a0 if r.execution_id == a0.tdd.execution_id
+                                                        else a1).slot.task_executor_id])
+        h.jm.task_executor_heartbeat("te-elsewhere", [])  # other TaskExecutors' heartbeats are no evidence
+    assert h.jm.status is JobStatus.RUNNING
+    assert [ev.current.attempt for ev in h.jm.execution_graph.subtasks("a")] == [0, 0]
+    await h.finish(a0)
+    await h.finish(a1)
+    await h.finish(await h.deployment())
+    assert (await asyncio.wait_for(h.jm.result_future, STEP_TIMEOUT_S)).status is JobStatus.FINISHED
+    await h.jm.join()
+
+
+async def test_the_resource_manager_forwards_heartbeats_that_fail_a_lost_deployment_over() -> None:
+    rm = resource_manager(rpc_failure_threshold=2, **{"heartbeat.interval": "50ms", "heartbeat.timeout": "10s"})
+    rm.start()
+    register(rm, "te-1", 1)
+    h = Harness(graph_of(JobVertex("a", "pipe:a", 1), restart=FixedDelayRestart(attempts=1, delay_s=0.0)),
+                resource_manager=rm, missing_execution_threshold=2, deployment_grace=0.0)
+    h.jm.start()
+    lost = await h.deployment()
+    await h.jm.join()
+    for _ in range(2):  # the TaskExecutor's heartbeats through the ResourceManager: it has no such execution
+        rm.heartbeat(SESSION, "te-1", SlotReport.free(1), [])
+    retry = await h.deployment()
+    assert (retry.subtask, retry.tdd.attempt, retry.slot.task_executor_id) == (lost.subtask, 1, "te-1")
+    rm.heartbeat(SESSION, "te-1", SlotReport.free(1), [{"job_id": JOB_ID, "execution_id": retry.tdd.execution_id,
+                                                       "state": "DEPLOYING"}])
+    await h.finish(retry)
+    assert (await asyncio.wait_for(h.jm.result_future, STEP_TIMEOUT_S)).status is JobStatus.FINISHED
+    await h.jm.join()
+    rm.stop()
 
 
 async def test_bad_lifecycle_calls_are_refused() -> None:

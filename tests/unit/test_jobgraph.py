@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,6 +22,7 @@ from sparkdispatch.jobgraph import (
     JobGraph,
     JobResult,
     JobStatus,
+    JobVertex,
     NoRestart,
 )
 
@@ -86,7 +89,16 @@ def test_a_cycle_is_refused_naming_its_vertices() -> None:
     (graph(restart_strategy={"type": "sometimes"}), "restart_strategy.type", "fixed-delay"),
     (graph(restart_strategy={"type": "fixed-delay", "attempts": -1}), "restart_strategy.attempts", ">= 0"),
     (graph(restart_strategy={"type": "fixed-delay", "tries": 3}), "restart_strategy.tries", "unknown"),
+    (graph(restart_strategy={"type": {}}), "restart_strategy.type", "got a JSON object"),
+    (graph(restart_strategy={"type": ["none"]}), "restart_strategy.type", "got a JSON array"),
+    (graph(restart_strategy={"type": None}), "restart_strategy.type", "got None"),
+    (graph(restart_strategy={"type": "fixed-delay", "delay_s": "1"}), "restart_strategy.delay_s", "number"),
+    (graph(restart_strategy={"type": "failure-rate", "delay_s": True}), "restart_strategy.delay_s", "number"),
+    (graph(restart_strategy={"type": "exponential-delay", "jitter_factor": {}}), "restart_strategy.jitter_factor",
+     "number"),
     (graph(config={"spark.sql.x": {"nested": 1}}), "config.spark.sql.x", "string"),
+    (graph(vertices=[{"id": "a", "entrypoint": "m:f", "params": {"p": json.loads("[" * 64 + "]" * 64)}}]),
+     "vertices[0].params", "deeper than 64"),
     (graph(config={"spark.executor.memory": "2g"}), "config.spark.executor.memory", "static Spark setting"),
     (graph(config={"spark.sql.warehouse.dir": "/w"}), "config.spark.sql.warehouse.dir", "static Spark setting"),
 ])
@@ -100,6 +112,60 @@ def test_not_an_object_and_not_json() -> None:
     assert "body" in refusal([1, 2])
     with pytest.raises(InvalidJobGraph, match="not valid JSON"):
         JobGraph.from_json(b"{nope")
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    (b'{"name": "x", "vertices": [{"id": "a", "entrypoint": "m:f", "params": {"p": NaN}}]}', "NaN is not"),
+    (b'{"name": "x", "vertices": [], "restart_strategy": {"type": "fixed-delay", "delay_s": Infinity}}',
+     "Infinity is not"),
+    (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+    ('{"name": "\udc00"}'.encode("utf-8", "surrogatepass"), "not valid JSON"),
+])
+def test_what_is_not_strict_json_is_refused_as_the_body(text: bytes, words: str) -> None:
+    with pytest.raises(InvalidJobGraph) as info:
+        JobGraph.from_json(text)
+    assert list(info.value.field_errors) == ["body"]
+    assert words in info.value.field_errors["body"][0]
+
+
+def test_too_many_vertices_are_refused_before_any_vertex_is_read() -> None:
+    errors = refusal(graph(vertices=[{"no": "vertex"}] * 10_001))
+    assert errors == {"vertices": ["a job needs 1 to 10000 vertices, got 10001"]}
+
+
+def test_the_canonical_json_and_fingerprint_are_those_of_the_whole_dict() -> None:
+    job = JobGraph.from_dict(graph(restart_strategy={"type": "fixed-delay"}, config={"spark.sql.x": 1},
+                                   artifacts=["a" * 64]))
+    for graph_ in (job, job.with_job_id("ab" * 16), job.with_job_id("ab" * 16).prepare()):
+        whole = graph_.to_dict()
+        assert graph_.to_json() == json.dumps(whole, sort_keys=True, separators=(",", ":"))
+        whole.pop("job_id")
+        canonical = json.dumps(whole, sort_keys=True, separators=(",", ":")).encode()
+        assert graph_.fingerprint() == hashlib.sha256(canonical).hexdigest()
+    assert job.with_job_id("ab" * 16).fingerprint() == job.fingerprint()
+
+
+class CountingVertices(tuple):  # type: ignore[type-arg]
+    """The vertices of a graph, counting every one an iteration over them yields."""
+
+    yielded = 0
+
+    def __iter__(self) -> Iterator[Any]:
+        for vertex in tuple.__iter__(self):
+            CountingVertices.yielded += 1
+            yield vertex
+
+
+def test_lookups_by_vertex_id_take_one_pass_over_the_vertices() -> None:
+    count = 3_000
+    vertices = CountingVertices(JobVertex(f"v{i}", "m:f", 1, (f"v{i - 1}",) if i else ()) for i in range(count))
+    job = JobGraph(name="long", vertices=vertices, job_id="ab" * 16)
+    CountingVertices.yielded = 0
+    assert [job.vertex(f"v{i}").id for i in range(count)] == [f"v{i}" for i in range(count)]
+    assert [job.consumers(f"v{i}") for i in range(count - 1)] == [[f"v{i + 1}"] for i in range(count - 1)]
+    assert job.topological_order() == [f"v{i}" for i in range(count)]
+    # once per index and once for the order; a scan per lookup would be ~1.5 * count**2 = 13.5 million
+    assert CountingVertices.yielded <= 3 * count
 
 
 def test_restart_strategies_parse_with_flink_defaults() -> None:

@@ -17,9 +17,10 @@ import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
 
 from sparkdispatch.client import SparkDispatchClient
+from sparkdispatch.errors import UnknownJob
 from sparkdispatch.jobgraph import ExecutionState, Failure, JobResult, JobStatus, VertexResult
 from sparkdispatch.operators import JobResultSensor, JobResultTrigger, SubmitJobGraphOperator
-from sparkdispatch.operators.jobs import attempt_job_id, result_summary, task_job_id
+from sparkdispatch.operators.jobs import attempt_job_id, clear_generation, cleared_job_id, result_summary, task_job_id
 from sparkdispatch.protocol import TaskDeploymentDescriptor
 from sparkdispatch.testing.master import InProcessMaster, Script, TaskOutcome
 
@@ -88,8 +89,9 @@ class Cluster:
 
 
 class FakeTI:
-    def __init__(self, run_id: str = "manual__1", map_index: int = -1) -> None:
+    def __init__(self, run_id: str = "manual__1", map_index: int = -1, max_tries: int = 0) -> None:
         self.dag_id, self.run_id, self.task_id, self.map_index = "sales_dag", run_id, "submit", map_index
+        self.max_tries = max_tries  # as Airflow keeps it: `retries`, then `try_number + retries` at each clear
         self.xcom: dict[str, Any] = {}
         self.stats_tags: dict[str, str] = {}
 
@@ -127,6 +129,17 @@ def test_job_ids_are_deterministic_per_task_instance() -> None:
     assert first not in others and len(others) == 5
     chain = [attempt_job_id(first, n) for n in range(4)]
     assert chain[0] == first and len(set(chain)) == 4 and chain == [attempt_job_id(first, n) for n in range(4)]
+    cleared = [cleared_job_id(first, generation) for generation in range(4)]
+    assert cleared[0] == first and len(set(cleared + chain)) == 7
+    assert cleared == [cleared_job_id(first, generation) for generation in range(4)]
+
+
+def test_the_clear_generation_follows_airflows_max_tries() -> None:
+    retries = 2
+    created = clear_generation(max_tries=retries, retries=retries)  # tries 1..3 of a new task instance
+    cleared_at_try_1 = clear_generation(max_tries=1 + retries, retries=retries)  # Airflow: try_number + retries
+    cleared_at_try_3 = clear_generation(max_tries=3 + retries, retries=retries)
+    assert created == 0 and len({created, cleared_at_try_1, cleared_at_try_3}) == 3
 
 
 def test_blocking_run_submits_once_links_the_job_and_returns_its_id(cluster: Cluster) -> None:
@@ -169,6 +182,58 @@ def test_a_failed_job_fails_the_task_with_the_remote_cause_and_a_retry_runs_a_fr
     cluster.end_new_jobs(finish)
     second = operator().execute(context())
     assert second == attempt_job_id(first, 1) and cluster.posts == [first, second]
+
+
+@pytest.mark.parametrize("durable", [True, False], ids=["task-state-store", "no-store"])
+def test_a_cleared_task_runs_its_job_again_and_a_retry_after_the_clear_reattaches(cluster: Cluster,
+                                                                                   durable: bool) -> None:
+    """Airflow's bookkeeping with retries=2: max_tries is 2, and `try_number + 2` after a clear."""
+    cluster.end_new_jobs(finish)
+    store = FakeStore()  # Airflow's task state store keeps the job id across retries and clears
+
+    def a_try(max_tries: int) -> str:
+        ctx: dict[str, Any] = {"ti": FakeTI(max_tries=max_tries)}
+        if durable:
+            ctx["task_state_store"] = store
+        return operator(retries=2).execute(ctx)
+
+    first = a_try(2)  # try 1
+    assert a_try(2) == first and cluster.posts == [first]  # try 2, a retry: the FINISHED job, not a second run
+    cleared = a_try(2 + 2)  # try 3, after a clear at try 2
+    assert cleared != first and cluster.posts == [first, cleared] and cluster.status(cleared) == "FINISHED"
+    assert a_try(2 + 2) == cleared and cluster.posts == [first, cleared]  # try 4 retries the cleared try
+    again = a_try(4 + 2)  # try 5, after another clear at try 4
+    assert again not in (first, cleared) and cluster.posts == [first, cleared, again]
+    if durable:
+        assert store["sparkdispatch_job_id"] == again
+
+
+def test_a_cleared_task_reattaches_to_its_job_that_still_runs(cluster: Cluster) -> None:
+    """A job of the task instance still running at the clear (its worker died) is not run twice."""
+    store = FakeStore()
+    first = operator(retries=2, wait_for_completion=False).execute({"ti": FakeTI(max_tries=2)})
+    store["sparkdispatch_job_id"] = first  # what the try whose worker died had stored
+    threading.Timer(0.2, cluster.end, args=(first,)).start()
+    assert operator(retries=2).execute({"ti": FakeTI(max_tries=1 + 2), "task_state_store": store}) == first
+    assert cluster.posts == [first]
+
+
+@pytest.mark.parametrize("script, expected", [(finish, "FINISHED"), (fail_b, "FAILED")])
+def test_a_job_another_try_submitted_meanwhile_is_taken_as_the_master_answers(
+        cluster: Cluster, script: Script, expected: str) -> None:
+    """This try finds no job, another try submits it and it ends, then this try submits the same graph:
+    the master answers 200 with that job, which the try takes as if it had found it."""
+    cluster.end_new_jobs(script)
+    other = operator(wait_for_completion=False).execute(context())
+    cluster.wait_for_status(other, expected)
+    assert cluster.master.proxy is not None
+    cluster.master.proxy.inject("GET", f"/jobs/{other}", status=404, text=json.dumps(UnknownJob(other).to_body()))
+    cluster.end_new_jobs(finish)
+    job_id = operator().execute(context())
+    if expected == "FINISHED":
+        assert job_id == other and cluster.posts == [other, other]
+    else:  # moves on to the next job of the chain, as for a FAILED job it found
+        assert job_id == attempt_job_id(other, 1) and cluster.posts == [other, other, job_id]
 
 
 def test_on_kill_cancels_the_running_job(cluster: Cluster) -> None:

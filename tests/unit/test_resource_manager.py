@@ -181,18 +181,43 @@ async def test_heartbeat_timeout_removes_the_task_executor_and_tells_the_jobs(
         rm.heartbeat(SESSION, "te-1", SlotReport.free(2), [])
 
 
-async def test_unreachable_after_failed_calls(rm: ResourceManager) -> None:
+async def test_unreachable_after_failed_calls(rm: ResourceManager, clock: ManualClock) -> None:
     rm.register_task_executor(SESSION, registration_body("te-1", 1))
     a = Job(JOB_A)
     rm.declare_requirements(JOB_A, 1, a)
     await a.wait_for(lambda: a.slots)
+    clock.advance(2.5)  # silent for more than two heartbeat intervals, less than the timeout
     rm.record_rpc_failure("te-1")
     rm.record_rpc_success("te-1")
     rm.record_rpc_failure("te-1")
     assert rm.overview().taskmanagers == 1
     rm.record_rpc_failure("te-1")
     assert rm.overview().taskmanagers == 0
-    assert a.lost == [("te-1", [a.slots[0].allocation_id], "unreachable after 2 failed calls")]
+    assert a.lost == [("te-1", [a.slots[0].allocation_id],
+                       "unreachable after 2 failed calls and no heartbeat for 2s")]
+
+
+async def test_failed_calls_do_not_lose_a_task_executor_that_heartbeats(rm: ResourceManager,
+                                                                       clock: ManualClock) -> None:
+    """The calls go through the broker; a TaskExecutor whose heartbeats arrive is alive (a broker restart)."""
+    rm.register_task_executor(SESSION, registration_body("te-1", 1))
+    a = Job(JOB_A)
+    rm.declare_requirements(JOB_A, 1, a)
+    await a.wait_for(lambda: a.slots)
+    for _ in range(10):
+        rm.record_rpc_failure("te-1")
+        clock.advance(0.9)
+        rm.heartbeat(SESSION, "te-1", SlotReport.free(1), [])
+        rm.check_timeouts()
+    assert rm.overview().taskmanagers == 1 and a.lost == []
+    clock.advance(1.9)  # its heartbeats stop too
+    rm.check_timeouts()
+    assert rm.overview().taskmanagers == 1
+    clock.advance(0.2)
+    rm.check_timeouts()  # the timer finds it: ten failed calls in a row and two intervals of silence
+    assert rm.overview().taskmanagers == 0
+    assert a.lost == [("te-1", [a.slots[0].allocation_id],
+                       "unreachable after 2 failed calls and no heartbeat for 2s")]
 
 
 async def test_registering_again_reports_the_old_allocations_lost(rm: ResourceManager) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from sparkdispatch.errors import FencingTokenMismatch
+from sparkdispatch.errors import FencingTokenMismatch, ServiceUnavailable
 from sparkdispatch.jobgraph import ExecutionState, Failure
 from sparkdispatch.protocol import ExecutionStateUpdate, TaskDeploymentDescriptor
 from sparkdispatch.results import ResultLayout
@@ -91,18 +91,23 @@ class FakePool:
 
 
 class RecordingReporter:
-    """Records reports; refuses the ones whose state is in `refuse` as stale; takes `delay_s` per state."""
+    """Records reports; refuses the ones whose state is in `refuse` as stale; does not reach the master
+    with those in `unreachable`; takes `delay_s` per state."""
 
     def __init__(self, refuse: frozenset[ExecutionState] = frozenset(),
-                 delay_s: dict[ExecutionState, float] | None = None) -> None:
+                 delay_s: dict[ExecutionState, float] | None = None,
+                 unreachable: frozenset[ExecutionState] = frozenset()) -> None:
         self.updates: list[ExecutionStateUpdate] = []
         self.refuse = refuse
+        self.unreachable = unreachable
         self.delay_s = delay_s or {}
         self.lock = threading.Lock()
 
     def report(self, session_id: str, update: ExecutionStateUpdate) -> None:
         assert session_id == SESSION
         time.sleep(self.delay_s.get(update.state, 0.0))
+        if update.state in self.unreachable:
+            raise ServiceUnavailable("cannot reach the master at http://master:8081")
         with self.lock:
             self.updates.append(update)
         if update.state in self.refuse:
@@ -329,7 +334,9 @@ def test_cancelling_one_slot_stops_only_its_attempt(tmp_path: Path) -> None:
     short_tdd = tdd_for("tasks:short", tmp_path, slot_index=1)
     outcome: dict[str, ExecutionState] = {}
     threads = [in_thread(runner, tdd, outcome) for tdd in (long_tdd, short_tdd)]
-    wait_until(lambda: len(pool.runs) == 2, "both attempts in their slot processes")
+    # RUNNING seen: the attempts' states passed the runner (which tells the pool again of a cancel that came first)
+    wait_until(lambda: all(ExecutionState.RUNNING in reporter.states(t.execution_id) for t in (long_tdd, short_tdd)),
+               "both attempts running in their slot processes")
 
     assert runner.cancel(long_tdd.execution_id)
     release_short.set()
@@ -378,3 +385,87 @@ def test_an_attempt_that_finished_after_its_cancellation_ends_canceled(tmp_path:
     assert runner.run(tdd, SESSION) is ExecutionState.CANCELED
     assert cancelled_meanwhile.is_set()
     assert reporter.last(tdd.execution_id).state is ExecutionState.CANCELED
+
+
+# -- what the heartbeats list -------------------------------------------------------------------
+
+
+def test_a_deployment_taken_from_the_broker_is_listed_until_it_runs_and_runs_once(tmp_path: Path) -> None:
+    """Listed as DEPLOYING while it waits for a thread or its slot; a second delivery of it is dropped."""
+    pool = FakePool({"tasks:task": finishes(3)})
+    reporter = RecordingReporter()
+    runner = make_runner(pool, reporter)
+    tdd = tdd_for("tasks:task", tmp_path)
+    runner.slots.receive(JOB_ID, tdd.execution_id, SESSION)
+    runner.slots.receive(JOB_ID, tdd.execution_id, SESSION)  # delivered twice
+    assert runner.slots.executions() == [{"job_id": JOB_ID, "execution_id": tdd.execution_id, "state": "DEPLOYING"}]
+    assert runner.slots.slot_report().slots[0].allocation_id is None  # not in its slot yet
+
+    assert runner.run(tdd, SESSION) is ExecutionState.FINISHED
+    assert runner.slots.executions() == []
+    assert runner.run(tdd, SESSION) is ExecutionState.CANCELED  # the second delivery
+    runner.slots.receive(JOB_ID, tdd.execution_id, SESSION)  # a third one, taken after the first ran
+    assert runner.slots.executions() == []
+    assert len(pool.runs) == 1
+    assert reporter.states(tdd.execution_id) == [ExecutionState.INITIALIZING, ExecutionState.RUNNING,
+                                                 ExecutionState.FINISHED]
+
+
+def test_a_deployment_cancelled_before_it_reached_its_slot_never_runs(tmp_path: Path) -> None:
+    pool = FakePool({"tasks:task": finishes(3)})
+    reporter = RecordingReporter()
+    runner = make_runner(pool, reporter)
+    tdd = tdd_for("tasks:task", tmp_path)
+    runner.slots.receive(JOB_ID, tdd.execution_id, SESSION)
+    assert runner.cancel(tdd.execution_id)  # a stale execution the JobMaster saw in a heartbeat
+    assert runner.slots.executions() == []
+
+    assert runner.run(tdd, SESSION) is ExecutionState.CANCELED
+    assert pool.runs == []
+    assert reporter.states(tdd.execution_id) == [ExecutionState.CANCELED]
+    assert not runner.cancel(tdd.execution_id)
+
+
+def test_a_terminal_report_the_master_did_not_take_is_held_and_listed(tmp_path: Path) -> None:
+    pool = FakePool({"tasks:task": finishes(3)})
+    reporter = RecordingReporter(unreachable=frozenset({ExecutionState.FINISHED}))
+    runner = make_runner(pool, reporter)
+    tdd = tdd_for("tasks:task", tmp_path)
+
+    assert runner.run(tdd, SESSION) is ExecutionState.FINISHED
+    assert runner.slots.slot_report().slots[0].allocation_id is None  # the slot is free again
+    [held] = runner.slots.held_reports()
+    assert (held.session_id, held.update.state, held.update.rows) == (SESSION, ExecutionState.FINISHED, 3)
+    assert runner.slots.executions() == [{"job_id": JOB_ID, "execution_id": tdd.execution_id, "state": "FINISHED"}]
+    runner.slots.report_taken(tdd.execution_id)
+    assert runner.slots.executions() == [] and runner.slots.held_reports() == []
+
+
+def test_a_new_leader_session_frees_the_former_leaders_slots_and_cancels_its_tasks(tmp_path: Path) -> None:
+    """The former leader was SIGKILLed: its JobMasters are gone, a new leader recovers its jobs."""
+    new_session = "22222222-2222-3333-4444-555555555555"
+    pool = FakePool({"tasks:long": runs_until_cancelled, "tasks:quick": finishes(2)})
+    reporter = RecordingReporter()
+    runner = make_runner(pool, reporter)
+    old = tdd_for("tasks:long", tmp_path, slot_index=0)
+    outcome: dict[str, ExecutionState] = {}
+    thread = in_thread(runner, old, outcome)
+    wait_until(lambda: ExecutionState.RUNNING in reporter.states(old.execution_id), "the old task to run")
+    queued = tdd_for("tasks:quick", tmp_path, slot_index=1)
+    runner.slots.receive(JOB_ID, queued.execution_id, SESSION)
+    runner.slots.hold_report(SESSION, ExecutionStateUpdate(job_id=JOB_ID, job_master_id="jm-1", execution_id="e-9",
+                                                           state=ExecutionState.FINISHED))
+    # the same session (a ZooKeeper blip): everything stays
+    assert runner.slots.slot_report(SESSION).slots[0].allocation_id == old.allocation_id
+    assert len(runner.slots.executions(SESSION)) == 3
+    # a new session: the former leader's slots are free for it at once, and none of its executions is listed
+    assert [s.allocation_id for s in runner.slots.slot_report(new_session).slots] == [None, None]
+    assert runner.slots.executions(new_session) == []
+
+    runner.cancel_other_sessions(new_session)
+
+    thread.join(WAIT_S)
+    assert outcome == {old.execution_id: ExecutionState.CANCELED} and pool.cancels == [old.execution_id]
+    assert runner.slots.held_reports() == []
+    assert runner.run(queued, SESSION) is ExecutionState.CANCELED and len(pool.runs) == 1  # it never ran
+    assert runner.slots.executions() == []

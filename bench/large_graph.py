@@ -1,0 +1,254 @@
+"""Large graph: a 10,000-vertex JobGraph accepted and scheduled while `/overview` keeps answering.
+
+    .venv/bin/python bench/large_graph.py [--layers 100] [--width 100] [--slots 16] [--no-run]
+
+Starts a real master in a process of its own (sparkdispatch.testing.master.InProcessMaster: HA
+`none`, file stores with fsync, INFO logging to a file) with one scripted TaskExecutor that
+registers, takes deployments and reports RUNNING and FINISHED over the master's REST protocol at
+once, with no Celery and no Spark. Two pollers (one keep-alive connection each) call
+`GET /overview` and `GET /jobs/overview` back to back from the start; then the graph is POSTed:
+`--layers` layers of `--width` vertices (10,000 by default), each vertex reading two of the layer
+before it. The job runs until FINISHED: every vertex is scheduled once its inputs are finished,
+deployed, reported and recorded, so the whole graph goes through the JobMaster's scheduling.
+With `--no-run` the tasks never end (acceptance and the first layer's scheduling only).
+
+Prints the time to accept (POST until 202) and to FINISHED, the master's CPU seconds, and for
+each polled call the median, p99 and max latency over the acceptance (POST until 202, plus a
+second), the run (until FINISHED), its end (the second after: JobResult, archive, cleanup) and
+all of it, with the five slowest calls (seconds after the POST, ms). Writes
+bench/results/large_graph.json. Goal: `/overview` within 100 ms throughout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import http.client
+import json
+import logging
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from common import (
+    bench_main,
+    cpu_seconds,
+    load_average,
+    median,
+    percentile,
+    print_table,
+    scratch_dir,
+    stop_process,
+    write_results,
+)
+
+GOAL_MS = 100.0
+POLLED = ("/overview", "/jobs/overview")
+# POST until 202 and a second more; until FINISHED; the second after it (archiving, cleanup); all
+WINDOWS = ("acceptance", "running", "end", "whole_run")
+
+
+def layered_graph(layers: int, width: int) -> dict[str, Any]:
+    """`layers` x `width` vertices; vertex (l, i) reads (l-1, i) and (l-1, i+1 mod width)."""
+    vertices = []
+    for layer in range(layers):
+        for index in range(width):
+            inputs = [] if layer == 0 else sorted({f"l{layer - 1}-{index}", f"l{layer - 1}-{(index + 1) % width}"})
+            vertices.append({"id": f"l{layer}-{index}", "entrypoint": "bench_tasks:noop", "inputs": inputs})
+    return {"name": f"large-{layers}x{width}", "vertices": vertices,
+            "restart_strategy": {"type": "fixed-delay", "attempts": 0, "delay_s": 0.0}}
+
+
+# -- the master's process --------------------------------------------------------------------------
+
+
+def serve(port: int, storage: Path, slots: int, run_tasks: bool, log_level: str) -> int:
+    """The master's process: an InProcessMaster and its scripted TaskExecutor until SIGTERM."""
+    from sparkdispatch.testing.master import InProcessMaster, finish_every_task
+
+    logging.basicConfig(level=log_level, filename=str(storage / "master.log"),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    async def main() -> None:
+        async with InProcessMaster(storage_dir=storage / "master", port=port) as master:
+            await master.add_task_executor("te-bench", slots=slots, script=finish_every_task if run_tasks else None)
+            print(master.url, flush=True)
+            await asyncio.Event().wait()
+
+    asyncio.run(main())
+    return 0
+
+
+# -- the benchmark ---------------------------------------------------------------------------------
+
+
+class Poller(threading.Thread):
+    """GETs `path` back to back on one keep-alive connection; (seconds since `origin`, ms, status) each."""
+
+    def __init__(self, url: str, path: str, origin: float) -> None:
+        super().__init__(name=f"poll {path}", daemon=True)
+        self.address = urlsplit(url).netloc
+        self.path = path
+        self.origin = origin
+        self.samples: list[tuple[float, float, int]] = []
+        self.last_body: Any = None
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        connection = http.client.HTTPConnection(self.address, timeout=60)
+        while not self.stopping.is_set():
+            begin = time.perf_counter()
+            try:
+                connection.request("GET", self.path)
+                answer = connection.getresponse()
+                body = answer.read()
+                status = answer.status
+            except (OSError, http.client.HTTPException):
+                connection.close()
+                connection = http.client.HTTPConnection(self.address, timeout=60)
+                status, body = -1, b""
+            end = time.perf_counter()
+            self.samples.append((begin - self.origin, (end - begin) * 1000, status))
+            if status == 200:
+                self.last_body = body
+            time.sleep(0.005)
+        connection.close()
+
+    def latencies(self, start: float = 0.0, end: float = float("inf")) -> list[float]:
+        return [ms for at, ms, status in self.samples if start <= at <= end and status == 200]
+
+    def failures(self) -> int:
+        return sum(1 for _, _, status in self.samples if status != 200)
+
+
+def job_state(poller: Poller) -> tuple[str | None, dict[str, int]]:
+    """The job's state and task counts from the last `/jobs/overview` answer."""
+    if poller.last_body is None:
+        return None, {}
+    jobs = json.loads(poller.last_body)["jobs"]
+    return (jobs[0]["state"], jobs[0]["tasks"]) if jobs else (None, {})
+
+
+def summary(latencies: list[float]) -> dict[str, Any]:
+    return {"samples": len(latencies), "median_ms": round(median(latencies), 2),
+            "p99_ms": round(percentile(latencies, 99), 2), "max_ms": round(max(latencies, default=0.0), 2),
+            "over_goal": sum(1 for ms in latencies if ms > GOAL_MS)}
+
+
+def start_master(scratch: Path, args: argparse.Namespace) -> tuple[subprocess.Popen[str], str]:
+    from sparkdispatch.testing.services import free_port
+
+    argv = [sys.executable, __file__, "--serve", str(free_port()), "--work-dir", str(scratch),
+            "--slots", str(args.slots), "--log-level", args.log_level] + (["--no-run"] if args.no_run else [])
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=open(scratch / "master.err", "w"),
+                               stdin=subprocess.DEVNULL, text=True, start_new_session=True)
+    assert process.stdout is not None
+    url = process.stdout.readline().strip()
+    if not url.startswith("http://"):
+        raise RuntimeError(f"the master did not start; see {scratch / 'master.err'}")
+    return process, url
+
+
+def run_bench(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
+    graph = layered_graph(args.layers, args.width)
+    body = json.dumps(graph).encode()
+    process, url = start_master(scratch, args)
+    try:
+        origin = time.perf_counter()
+        pollers = {path: Poller(url, path, origin) for path in POLLED}
+        for poller in pollers.values():
+            poller.start()
+        time.sleep(1.0)  # a baseline before the submission
+        cpu_before = cpu_seconds(process.pid)
+        connection = http.client.HTTPConnection(urlsplit(url).netloc, timeout=600)
+        posted = time.perf_counter() - origin
+        connection.request("POST", "/jobs", body, {"Content-Type": "application/json"})
+        answer = connection.getresponse()
+        reply = json.loads(answer.read())
+        accepted = time.perf_counter() - origin
+        if answer.status != 202:
+            raise RuntimeError(f"the graph was refused with {answer.status}: {reply}")
+        print(f"accepted job {reply['job_id']} ({len(graph['vertices'])} vertices, {len(body)} bytes) "
+              f"in {accepted - posted:.3f}s", flush=True)
+        finished_at = None
+        deadline = time.monotonic() + args.timeout
+        target = "RUNNING" if args.no_run else "FINISHED"
+        state, tasks = None, {}
+        while time.monotonic() < deadline:
+            state, tasks = job_state(pollers["/jobs/overview"])
+            if state == target and (args.no_run or tasks.get("finished") == len(graph["vertices"])):
+                finished_at = time.perf_counter() - origin
+                break
+            if state in ("FAILED", "CANCELED"):
+                raise RuntimeError(f"the job ended {state}")
+            time.sleep(0.05)
+        if args.no_run:
+            time.sleep(5.0)  # the first layer waits for slots meanwhile
+            finished_at = time.perf_counter() - origin
+        time.sleep(1.0)  # after the end: archiving, cleanup
+        cpu_used = cpu_seconds(process.pid) - cpu_before
+        for poller in pollers.values():
+            poller.stopping.set()
+        for poller in pollers.values():
+            poller.join(timeout=70)
+    finally:
+        stop_process(process)
+    if finished_at is None:
+        raise TimeoutError(f"the job did not reach {target} within {args.timeout:.0f}s (last: {state} {tasks})")
+    report: dict[str, Any] = {
+        "vertices": len(graph["vertices"]), "edges": sum(len(v["inputs"]) for v in graph["vertices"]),
+        "body_bytes": len(body), "slots": args.slots, "tasks_run": not args.no_run,
+        "accept_s": round(accepted - posted, 3), "until_done_s": round(finished_at - posted, 3),
+        "master_cpu_s": round(cpu_used, 2), "goal_ms": GOAL_MS}
+    for path, poller in pollers.items():
+        report[path] = {"whole_run": summary(poller.latencies()),
+                        "acceptance": summary(poller.latencies(posted, accepted + 1.0)),
+                        "running": summary(poller.latencies(accepted + 1.0, finished_at)),
+                        "end": summary(poller.latencies(finished_at)),
+                        "failed_calls": poller.failures(),
+                        "slowest": [[round(at - posted, 3), round(ms, 1)] for at, ms, _ in
+                                    sorted(poller.samples, key=lambda s: s[1], reverse=True)[:5]]}
+    report["goal_met"] = report["/overview"]["whole_run"]["max_ms"] <= GOAL_MS
+    return report
+
+
+def run() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--layers", type=int, default=100)
+    parser.add_argument("--width", type=int, default=100)
+    parser.add_argument("--slots", type=int, default=16, help="slots of the scripted TaskExecutor")
+    parser.add_argument("--no-run", action="store_true", help="tasks never end: acceptance and first scheduling")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the job's end")
+    parser.add_argument("--log-level", default="INFO", help="the master's log level")
+    parser.add_argument("--work-dir", type=Path, default=None, help="keep storage and logs here")
+    parser.add_argument("--results-name", default="large_graph", help="bench/results/<name>.json")
+    parser.add_argument("--serve", type=int, default=None, help=argparse.SUPPRESS)  # the master's own process
+    args = parser.parse_args()
+    if args.serve is not None:
+        return serve(args.serve, args.work_dir, args.slots, not args.no_run, args.log_level)
+
+    with scratch_dir(args.work_dir, "sparkdispatch-large-graph-") as scratch:
+        report = {"load_average_at_start": load_average(), **run_bench(args, Path(scratch)),
+                  "load_average_at_end": load_average()}
+    print()
+    print(f"time to accept: {report['accept_s']:.3f}s; until {'FINISHED' if report['tasks_run'] else 'settled'}: "
+          f"{report['until_done_s']:.1f}s; master CPU {report['master_cpu_s']:.1f}s")
+    rows = []
+    for path in POLLED:
+        for window in WINDOWS:
+            figures = report[path][window]
+            rows.append([path, window, figures["samples"], figures["median_ms"], figures["p99_ms"],
+                         figures["max_ms"], figures["over_goal"]])
+    print_table(["call", "window", "samples", "median ms", "p99 ms", "max ms", f"> {GOAL_MS:g} ms"], rows)
+    print(f"goal: /overview within {GOAL_MS:g} ms throughout: {'met' if report['goal_met'] else 'MISSED'}")
+    path = write_results(args.results_name, report)
+    print(f"wrote {path}")
+    return 0 if report["goal_met"] else 1
+
+
+if __name__ == "__main__":
+    bench_main(run)

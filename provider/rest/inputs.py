@@ -1,0 +1,100 @@
+"""What a REST request brings, checked before anything uses it: the ids in its path and its body.
+
+An id from the path must match its pattern (a job id is 32 lowercase hex characters), so no
+malformed id ever reaches a store or the file system (`GET /jobs/..%2F..%2Fx` is refused with
+`400` `InvalidRequest` naming `job_id`). A body is read in chunks and refused with `413` as soon
+as it passes the limit, before it is parsed; a large one is parsed (and a JobGraph validated)
+in a thread, so the master's loop keeps answering meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Any
+
+from aiohttp import web
+
+from sparkdispatch.errors import InvalidRequest, RequestTooLarge
+from sparkdispatch.jobgraph import JOB_ID_PATTERN, JobGraph
+from sparkdispatch.protocol import TASK_EXECUTOR_ID_PATTERN
+from sparkdispatch.schema import json_type, parse_json
+
+# an execution id is the master's own 32 hex digits; a TaskExecutor's report of an unknown one is
+# answered as stale (409), so anything id-like passes here
+EXECUTION_ID_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+
+PATH_IDS: dict[str, tuple[re.Pattern[str], str]] = {
+    "job_id": (JOB_ID_PATTERN, "must be 32 lowercase hex characters"),
+    "task_executor_id": (TASK_EXECUTOR_ID_PATTERN, "must be 1-200 letters, digits or '_.@:-', not starting "
+                                                   "with '.@:-'"),
+    "execution_id": (EXECUTION_ID_PATTERN, "must be 1-128 letters, digits, '_', '.' or '-', not starting "
+                                           "with '.' or '-'"),
+}
+
+# bodies above this size are parsed in a thread; below it, a thread costs more than the parse
+PARSE_IN_THREAD_ABOVE = 64 * 1024
+
+
+def path_id(request: web.Request, name: str) -> str:
+    """The id `name` of the request's path; `InvalidRequest` naming it if it does not match its pattern."""
+    return checked_id(name, request.match_info[name])
+
+
+def checked_id(name: str, value: str) -> str:
+    """`value`, if it is a well-formed id of kind `name` (a key of `PATH_IDS`); else `InvalidRequest`."""
+    pattern, rule = PATH_IDS[name]
+    if not pattern.match(value):
+        shown = value if len(value) <= 64 else value[:61] + "..."
+        raise InvalidRequest("request path", {name: [f"{rule}, got {shown!r}"]})
+    return value
+
+
+async def read_body(request: web.Request, *, limit: int, what: str) -> bytes:
+    """The request's body, refused with `RequestTooLarge` once it is over `limit` bytes (before it
+    is read, when `Content-Length` says so)."""
+    declared = request.content_length
+    if declared is not None and declared > limit:
+        raise RequestTooLarge(f"the {what} is {declared} bytes; rest.max-body-size allows {limit}")
+    body = bytearray()
+    async for chunk in request.content.iter_any():
+        body += chunk
+        if len(body) > limit:
+            raise RequestTooLarge(f"the {what} is larger than the {limit} bytes rest.max-body-size allows")
+    return bytes(body)
+
+
+async def read_json(request: web.Request, *, limit: int, what: str) -> Any:
+    """The request's JSON body (None when empty), read as `read_body` does; `InvalidRequest` if it is not JSON."""
+    body = await read_body(request, limit=limit, what=what)
+    if not body:
+        return None
+    if len(body) > PARSE_IN_THREAD_ABOVE:
+        return await asyncio.to_thread(_parse_json, body, what)
+    return _parse_json(body, what)
+
+
+def _parse_json(body: bytes, what: str) -> Any:
+    try:
+        return parse_json(body)
+    except ValueError as exc:
+        raise InvalidRequest(what, {"body": [str(exc)]}) from None
+
+
+async def read_job_graph(request: web.Request, *, limit: int) -> JobGraph:
+    """The JobGraph in the request's body, validated (and serialised for storage) off the loop when large."""
+    body = await read_body(request, limit=limit, what="JobGraph")
+    if len(body) > PARSE_IN_THREAD_ABOVE:
+        return await asyncio.to_thread(_job_graph, body)
+    return _job_graph(body)
+
+
+def _job_graph(body: bytes) -> JobGraph:
+    return JobGraph.from_json(body).prepare()
+
+
+def json_object(value: Any, what: str) -> dict[str, Any]:
+    """`value` if it is a JSON object; `InvalidRequest` naming its type otherwise."""
+    if not isinstance(value, dict):
+        raise InvalidRequest(what, {"body": [f"expected a JSON object, got {json_type(value)}"]})
+    return value

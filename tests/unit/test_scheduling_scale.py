@@ -1,0 +1,117 @@
+"""Scheduling cost grows with the work done, not with the size of the graph: A(300) -> B(300).
+
+The JobMaster runs on small fakes (slots handed over by the test, deployments and progress
+records that always succeed). Work is counted, not timed: every read of a subtask's state
+(`ExecutionVertex.state`), the unit of the old per-finish scan, which re-checked every waiting
+consumer against all of its producers (~13.5 million reads here, ~8 s of loop CPU).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+
+import pytest
+
+from sparkdispatch.jobgraph import ExecutionState, JobGraph, JobStatus, JobVertex, NoRestart
+from sparkdispatch.jobmaster import JobMaster
+from sparkdispatch.jobmaster.execution_graph import ExecutionVertex
+from sparkdispatch.protocol import ExecutionStateUpdate, TaskDeploymentDescriptor
+from sparkdispatch.resourcemanager import AllocatedSlot
+from sparkdispatch.settings import JobMasterSettings
+
+JOB_ID = "5ca1ab1e" * 4
+SESSION = "session-1"
+PARALLELISM = 300
+
+
+class SlotsByHand:
+    """A ResourceManager that only listens: the test hands the slots over itself."""
+
+    def __init__(self) -> None:
+        self.declared: list[int] = []
+
+    def declare_requirements(self, job_id: str, slots: int, listener: object) -> None:
+        self.declared.append(slots)
+
+    def release_slot(self, job_id: str, allocation_id: str) -> bool:
+        return True
+
+    def record_rpc_failure(self, task_executor_id: str) -> None:
+        pass
+
+    def record_rpc_success(self, task_executor_id: str) -> None:
+        pass
+
+    def task_executor_hostname(self, task_executor_id: str) -> str | None:
+        return f"celery@{task_executor_id}"
+
+
+class AcceptingGateway:
+    def deploy(self, slot: AllocatedSlot, tdd: TaskDeploymentDescriptor, session_id: str) -> None:
+        pass
+
+    def cancel(self, task_executor_hostname: str, execution_id: str) -> bool:
+        return True
+
+
+class RecordingProgressStore:
+    def __init__(self) -> None:
+        self.records = 0
+
+    async def record_subtask(self, session_id: str, job_id: str, vertex_id: str, subtask_index: int,
+                             result_path: str | None, rows: int | None) -> None:
+        self.records += 1
+
+    async def record_cancel(self, session_id: str, job_id: str) -> None:
+        pass
+
+
+class StateReads:
+    """Counts reads of `ExecutionVertex.state`; past `limit` each read fails, so a quadratic or cubic
+    scan ends the test at once instead of running for minutes."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.count = 0
+
+    def read(self, ev: ExecutionVertex) -> ExecutionState:
+        self.count += 1
+        if self.count > self.limit:
+            raise AssertionError(f"more than {self.limit} subtask state reads")
+        return ev.current.state
+
+
+def slots(count: int) -> Sequence[AllocatedSlot]:
+    return [AllocatedSlot(uuid.uuid4().hex, "te-1", index, "sparkdispatch.te.te-1", "celery@te-1", "registration-1")
+            for index in range(count)]
+
+
+async def test_a_finished_subtask_costs_work_in_proportion_to_its_consumers(monkeypatch: pytest.MonkeyPatch) -> None:
+    graph = JobGraph(name="a-to-b", job_id=JOB_ID, restart_strategy=NoRestart(), vertices=(
+        JobVertex("a", "m:a", PARALLELISM), JobVertex("b", "m:b", PARALLELISM, ("a",))))
+    subtasks = 2 * PARALLELISM
+    reads = StateReads(limit=20 * subtasks)
+    monkeypatch.setattr(ExecutionVertex, "state", property(reads.read))
+    store = RecordingProgressStore()
+    job_master = JobMaster(graph, session_id=SESSION, resource_manager=SlotsByHand(),  # type: ignore[arg-type]
+                           task_executor_gateway=AcceptingGateway(), progress_store=store,  # type: ignore[arg-type]
+                           settings=JobMasterSettings(results_dir="/results/", restart_strategy=NoRestart()))
+    execution_graph = job_master.execution_graph
+
+    job_master.start()
+    job_master.slots_allocated(slots(PARALLELISM))
+    await job_master.join()
+    producers = list(execution_graph.subtasks("a"))
+    assert all(ev.current.state is ExecutionState.DEPLOYING for ev in producers)
+    for ev in producers:
+        job_master.update_execution_state(ExecutionStateUpdate(
+            job_id=JOB_ID, job_master_id=SESSION, execution_id=ev.current.execution_id,
+            state=ExecutionState.FINISHED, task_executor_id="te-1", rows=1, result_path=f"/results/a/{ev.id}"))
+    await job_master.join()
+
+    assert store.records == PARALLELISM
+    assert all(ev.current.state is ExecutionState.SCHEDULED for ev in execution_graph.subtasks("b"))
+    assert job_master.status is JobStatus.RUNNING
+    # a few reads per subtask: each finish checks itself, the last one offers the consumers once
+    assert reads.count <= 10 * subtasks, reads.count
