@@ -282,8 +282,9 @@ class Dispatcher:
         existing = self._jobs.get(job_id)
         if existing is not None:
             if existing.fingerprint != fingerprint:
-                reason = "a job with this id ran with another graph" if existing.result is not None else \
-                    "a job with this id runs with another graph"
+                # the same words whether or not the ended job has reached the archive yet
+                reason = "it already reached a globally terminal state with another graph" \
+                    if existing.result is not None else "a job with this id runs with another graph"
                 raise DuplicateJobSubmission(job_id, reason)
             terminated = await asyncio.shield(existing.accepted)
             return Submission(job_id, False, terminated or existing.status)

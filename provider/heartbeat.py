@@ -6,7 +6,7 @@ consecutive failed calls, and tells its listener when a target
 
 - stays silent for `heartbeat.timeout` (`notify_heartbeat_timeout(target_id)`), or
 - fails `heartbeat.rpc-failure-threshold` calls in a row while it is also silent for
-  `unreachable_silence` (two heartbeat intervals; `notify_target_unreachable(target_id)`; a
+  `unreachable_silence` (half `heartbeat.timeout`, at least two intervals; `notify_target_unreachable(target_id)`; a
   threshold of -1 turns this off). A target that heartbeats is alive: calls to it that fail then
   fail on the way (the TaskExecutors' broker restarting), and do not make it unreachable.
 
@@ -82,9 +82,11 @@ class HeartbeatMonitor(Generic[P]):
     def from_settings(cls, settings: HeartbeatSettings, listener: HeartbeatListener, *, clock: Clock | None = None,
                       name: str = "heartbeat") -> HeartbeatMonitor[P]:
         """A monitor with the settings' timeout and rpc failure threshold; a target that failed calls is
-        unreachable once it has also been silent for two heartbeat intervals."""
+        unreachable once it has also been silent for half the timeout (at least two intervals): a
+        heartbeat late under load is no silence."""
         return cls(listener, timeout=settings.timeout, rpc_failure_threshold=settings.rpc_failure_threshold,
-                   unreachable_silence=2 * settings.interval, clock=clock, name=name)
+                   unreachable_silence=max(2 * settings.interval, settings.timeout / 2), clock=clock,
+                   name=name)
 
     @property
     def timeout(self) -> float:

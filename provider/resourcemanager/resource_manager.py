@@ -76,7 +76,7 @@ class ResourceManagerGateway(Protocol):
     @abstractmethod
     def record_rpc_failure(self, task_executor_id: str) -> None:
         """A call to the TaskExecutor failed; `heartbeat.rpc-failure-threshold` in a row make it lost
-        once it has also sent no heartbeat for two intervals."""
+        once it has also sent no heartbeat for half the heartbeat timeout."""
 
     @abstractmethod
     def record_rpc_success(self, task_executor_id: str) -> None:
@@ -197,7 +197,7 @@ class ResourceManager:
     def record_rpc_failure(self, task_executor_id: str) -> None:
         """A JobMaster's call to the TaskExecutor (a deployment, a cancellation) failed;
         `heartbeat.rpc-failure-threshold` failures in a row make it lost once it has also sent no
-        heartbeat for two intervals. Ignored for a TaskExecutor that is not registered (or after
+        heartbeat for half the heartbeat timeout. Ignored for a TaskExecutor that is not registered (or after
         the leadership ended)."""
         self._heartbeats.record_rpc_failure(task_executor_id)
 

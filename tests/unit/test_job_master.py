@@ -805,8 +805,8 @@ async def test_a_deployment_that_goes_through_resets_the_failure_count() -> None
 
 
 async def test_failed_cancellations_in_a_row_lose_the_task_executor() -> None:
-    # it never heartbeats: unreachable once the failed calls come with two silent intervals
-    rm = resource_manager(rpc_failure_threshold=2, **{"heartbeat.interval": "100ms"})
+    # it never heartbeats: unreachable once the failed calls come with half a timeout of silence
+    rm = resource_manager(rpc_failure_threshold=2, **{"heartbeat.interval": "100ms", "heartbeat.timeout": "1s"})
     rm.start()
     register(rm, "te-1", 2)
     h = Harness(chain(), resource_manager=rm)
