@@ -7,11 +7,11 @@ cd "$(dirname "$0")/.."
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 # ZooKeeper and Redis for the HA and broker tests, Chromium for the web UI's browser tests
-if ! { [ -f /usr/share/java/zookeeper.jar ] && command -v redis-server >/dev/null && command -v java >/dev/null \
+if ! { [ -f /usr/share/java/zookeeper.jar ] && command -v redis-server >/dev/null && command -v javap >/dev/null \
        && command -v chromium >/dev/null; }; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
-    zookeeper redis-server default-jre-headless chromium >/dev/null
+    zookeeper redis-server default-jdk-headless chromium >/dev/null
 fi
 
 PYTHON=${PYTHON:-python3}

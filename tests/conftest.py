@@ -13,7 +13,7 @@ import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
@@ -39,7 +39,7 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
-def service_missing(reason: str) -> None:
+def service_missing(reason: str) -> NoReturn:
     """Skip locally; fail under CI, where every service must be installed."""
     if UNDER_CI:
         pytest.fail(f"required service missing under CI: {reason}")

@@ -9,6 +9,7 @@ processes tied to the thread that started them (the Spark Connect server).
 from __future__ import annotations
 
 import logging
+from abc import ABCMeta, abstractmethod
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -18,7 +19,11 @@ from celery.utils.timer2 import Entry
 log = logging.getLogger(__name__)
 
 
-class PeriodicStep(bootsteps.StartStopStep):
+class _AbstractStepType(bootsteps.StepType, ABCMeta):
+    """Celery's step metaclass, with abstract methods enforced."""
+
+
+class PeriodicStep(bootsteps.StartStopStep, metaclass=_AbstractStepType):
     """Runs `tick()` every `start_ticking(w)` seconds, once at the start, on the step's own thread."""
 
     requires = ("celery.worker.components:Timer",)
@@ -35,13 +40,13 @@ class PeriodicStep(bootsteps.StartStopStep):
         self._kick()
         self._timer_entry = w.timer.call_repeatedly(interval, self._kick)
 
+    @abstractmethod
     def start_ticking(self, w: Any) -> float:
         """Take what `tick` needs from the worker; the interval in seconds."""
-        raise NotImplementedError
 
+    @abstractmethod
     def tick(self) -> None:
         """The periodic work (blocking is fine: it runs on the step's thread)."""
-        raise NotImplementedError
 
     def _kick(self) -> None:
         if self._executor is None or (self._in_flight is not None and not self._in_flight.done()):

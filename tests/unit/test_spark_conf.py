@@ -6,7 +6,9 @@ import re
 import shutil
 import subprocess
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 import aiohttp
 import pytest
@@ -59,14 +61,14 @@ def static_confs_in(jar: Path, class_name: str, builders: tuple[str, ...], tmp_p
     return keys
 
 
-def test_the_static_list_matches_the_installed_spark(tmp_path: Path) -> None:
+def test_the_static_list_matches_the_installed_spark(tmp_path: Path, service_missing: Callable[[str], NoReturn]) -> None:
     if shutil.which("javap") is None:
-        pytest.skip("javap is not installed")
+        service_missing("javap is not installed (apt-get install default-jdk-headless)")
     found: set[str] = set()
     for pattern, class_name, builders in STATIC_CONF_CLASSES:
         jars = sorted(JARS.glob(pattern))
         if not jars:
-            pytest.skip(f"no {pattern} in {JARS}")
+            service_missing(f"no {pattern} in {JARS}")
         found |= static_confs_in(jars[0], class_name, builders, tmp_path)
     assert found == STATIC_SQL_CONFS
 
