@@ -18,6 +18,7 @@ import logging
 import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from sparkdispatch.jobgraph import Failure
@@ -48,7 +49,7 @@ class ResultLayout:
     @property
     def is_local(self) -> bool:
         """A local path or `file://` URI, which this process can remove itself."""
-        return "://" not in self.results_dir or self.results_dir.startswith("file://")
+        return _is_local(self.results_dir)
 
     def job_dir(self, job_id: str) -> str:
         """All result partitions of one job: `<results_dir>/<job_id>`."""
@@ -91,6 +92,29 @@ def remove_job_results(layout: ResultLayout, job_id: str) -> None:
                  job_id, layout.results_dir)
         return
     shutil.rmtree(layout.job_dir(job_id).removeprefix("file://"), ignore_errors=True)
+
+
+def remove_attempt_partition(path: str) -> None:
+    """Delete the partition of an attempt whose result no JobMaster took (`ResultLayout.attempt_path`),
+    and its vertex and job directories once they are empty: an attempt that ran on after its job
+    was cleaned up must not bring the job's directory back. Remote paths are left alone.
+
+    Blocking. A missing partition is not an error.
+    """
+    if not _is_local(path):
+        log.debug("partition %s is remote; leaving it to that filesystem's lifecycle rules", path)
+        return
+    partition = Path(path.removeprefix("file://"))
+    shutil.rmtree(partition, ignore_errors=True)
+    for directory in (partition.parent, partition.parent.parent):  # <vertex_id>, then <job_id>
+        try:
+            directory.rmdir()
+        except OSError:  # not empty (other attempts' partitions), or gone already
+            return
+
+
+def _is_local(path: str) -> bool:
+    return "://" not in path or path.startswith("file://")
 
 
 def unreadable_partitions(failure: Failure, partitions: Mapping[K, str]) -> list[K]:

@@ -8,7 +8,9 @@ runner (`BackgroundReports`, in order), so the task does not wait for them; the 
 is synchronous and leaves only after the execution's earlier reports. A terminal report the
 master did not take is held in the `SlotTable` and delivered again with the heartbeats. A report
 refused as stale (`FencingTokenMismatch`, or `UnknownJob`) makes the runner cancel the task and
-free the slot. A cancelled task ends CANCELED, whatever its function did.
+free the slot. A cancelled task ends CANCELED, whatever its function did. The partition of an
+attempt that did not end FINISHED, or whose end was refused, is removed: no JobMaster reads it,
+and a task that ran on after its job was cleaned up must not leave that job's directory behind.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from sparkdispatch.errors import (
 )
 from sparkdispatch.jobgraph import ExecutionState, Failure
 from sparkdispatch.protocol import ExecutionStateUpdate, SlotReport, SlotStatus, TaskDeploymentDescriptor
+from sparkdispatch.results import remove_attempt_partition
 from sparkdispatch.taskexecutor.slot_protocol import AttemptState
 
 log = logging.getLogger(__name__)
@@ -287,6 +290,12 @@ class ArtifactCache:
         return str(target)
 
 
+def discard_result(update: ExecutionStateUpdate) -> None:
+    """A terminal report its JobMaster will never take: the partition it names is nobody's."""
+    if update.result_path is not None:
+        remove_attempt_partition(update.result_path)
+
+
 # --------------------------------------------------------------------------------------------
 # Reports the task does not wait for
 
@@ -405,6 +414,7 @@ class TaskRunner:
         for held in self.slots.held_reports():
             if held.session_id != session_id:
                 self.slots.report_taken(held.update.execution_id)
+                discard_result(held.update)
 
     def _refused_in_background(self, running: RunningExecution, exc: SparkDispatchError) -> None:
         running.stale = True
@@ -452,15 +462,18 @@ class TaskRunner:
             log.warning("job %s: the earlier reports of execution %s are still undelivered after %gs; "
                         "sending %s anyway", running.tdd.job_id, running.tdd.execution_id,
                         EARLIER_REPORTS_TIMEOUT_S, state.value)
-        if running.stale:
-            return state  # the JobMaster refused this execution already; it does not want the end either
-        try:
-            self._reporter.report(running.session_id, update)
-        except (FencingTokenMismatch, UnknownJob) as exc:
-            log.info("job %s: the JobMaster refused the %s report of execution %s: %s", running.tdd.job_id,
-                     state.value, running.tdd.execution_id, exc)
-        except SparkDispatchError as exc:
-            self._hold(running.session_id, update, exc)  # before the slot is released: listed throughout
+        refused = running.stale  # the JobMaster refused this execution already; it does not want the end either
+        if not refused:
+            try:
+                self._reporter.report(running.session_id, update)
+            except (FencingTokenMismatch, UnknownJob) as exc:
+                refused = True
+                log.info("job %s: the JobMaster refused the %s report of execution %s: %s", running.tdd.job_id,
+                         state.value, running.tdd.execution_id, exc)
+            except SparkDispatchError as exc:
+                self._hold(running.session_id, update, exc)  # before the slot is released: listed throughout
+        if refused or state is not ExecutionState.FINISHED:
+            remove_attempt_partition(running.tdd.result_path)  # what it wrote, if anything, nobody reads
         return state
 
     def _report_quietly(self, tdd: TaskDeploymentDescriptor, session_id: str, state: ExecutionState, *,

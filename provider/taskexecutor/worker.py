@@ -9,7 +9,9 @@ keeps the slots' allocations. It also fences deployments (`admits`, as Flink's T
 refuses a task for a slot not allocated to its job): one runs only while this TaskExecutor is
 registered under the deploying leader's session and the registration its slot was allocated
 under, so a deployment of a former leader, or queued in the broker before this process
-registered, never runs. A TaskExecutor that stops unregisters at once (`unregister`).
+registered, never runs; after a long silence (the process was frozen, or cut off) a deployment
+first waits for a heartbeat to be answered, so one the master gave to another TaskExecutor
+meanwhile is refused. A TaskExecutor that stops unregisters at once (`unregister`).
 
 Heartbeats list every execution the JobMasters must not lose (`SlotTable.executions`), and each
 heartbeat that goes through delivers the terminal reports held since the master missed them.
@@ -46,7 +48,7 @@ from sparkdispatch.jobgraph import ExecutionState, Failure
 from sparkdispatch.protocol import ExecutionStateUpdate, TaskDeploymentDescriptor
 from sparkdispatch.taskexecutor.master_client import MasterClient
 from sparkdispatch.taskexecutor.periodic_step import PeriodicStep
-from sparkdispatch.taskexecutor.runner import SlotTable, TaskRunner
+from sparkdispatch.taskexecutor.runner import SlotTable, TaskRunner, discard_result
 
 log = logging.getLogger(__name__)
 
@@ -162,8 +164,8 @@ class MasterConnection:
             self._registered = leader
             self._registration_id = ack.registration_id
             self._admitted = (self._admitted if ack.resumed else frozenset()) | {ack.registration_id}
+            self._last_heartbeat_sent = self._last_heartbeat_ok = now
         self._backoff = INITIAL_REGISTRATION_BACKOFF_S
-        self._last_heartbeat_sent = self._last_heartbeat_ok = now
         if ack.heartbeat_interval_s > 0:
             self._interval = ack.heartbeat_interval_s
         if ack.heartbeat_timeout_s > 0:
@@ -194,8 +196,15 @@ class MasterConnection:
             else:
                 log.debug("heartbeat to %s failed: %s", leader.address, exc)
         else:
-            self._last_heartbeat_ok = now
+            with self._registration_changed:
+                self._last_heartbeat_ok = now
+                self._registration_changed.notify_all()
             self._deliver_held_reports(leader)
+
+    def _silence_limit(self) -> float:
+        """Silence after which a deployment waits for a fresh heartbeat: as the master's own rule for
+        an unreachable TaskExecutor, half the heartbeat timeout, at least two intervals."""
+        return max(2.0 * self._interval, self._timeout / 2.0)
 
     def _deliver_held_reports(self, leader: LeaderInfo) -> None:
         """Deliver the terminal reports the master missed; a refused one (its JobMaster is gone) is dropped."""
@@ -208,6 +217,7 @@ class MasterConnection:
             except (FencingTokenMismatch, UnknownJob) as exc:
                 log.info("job %s: the held %s report of execution %s is refused; dropped: %s", update.job_id,
                          update.state.value, update.execution_id, exc)
+                discard_result(update)
             except SparkDispatchError as exc:
                 log.info("job %s: the held %s report of execution %s is still not delivered: %s", update.job_id,
                          update.state.value, update.execution_id, exc)
@@ -228,16 +238,25 @@ class MasterConnection:
         TaskExecutor is registered under the deploying leader's session `session_id` and the
         registration its slot was allocated under. Waits up to `wait_s` for a registration
         that is under way or due (a deployment may overtake the answer to its registration)."""
-        deadline = self._clock() + wait_s
+        asked = self._clock()
+        deadline = asked + wait_s
         with self._registration_changed:
-            while not self._stopped and (self._registered is None or self._registering):
+            # Silent for long (frozen, cut off): the master may have given this TaskExecutor up and
+            # its tasks to others. A heartbeat answered after now, or a new registration, tells.
+            confirm = asked - self._last_heartbeat_ok > self._silence_limit()
+            while not self._stopped and (self._registered is None or self._registering
+                                         or (confirm and self._last_heartbeat_ok < asked)):
                 remaining = deadline - self._clock()
                 if remaining <= 0:
                     break
                 self._registration_changed.wait(remaining)
             registered, admitted, current = self._registered, self._admitted, self._registration_id
+            unconfirmed = confirm and self._last_heartbeat_ok < asked
         if registered is None:
             return "this TaskExecutor is not registered with a ResourceManager"
+        if unconfirmed:
+            return (f"this TaskExecutor had not heard from the master for over {self._silence_limit():g}s "
+                    f"and could not confirm its registration within {wait_s:g}s")
         if session_id != registered.session_id:
             return (f"it comes from leader session {session_id}, but this TaskExecutor is registered under "
                     f"session {registered.session_id}")

@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 
 from sparkdispatch.config import Configuration
-from sparkdispatch.errors import FencingTokenMismatch, ServiceUnavailable, SparkDispatchError
+from sparkdispatch.errors import FencingTokenMismatch, ServiceUnavailable, SparkDispatchError, UnknownTaskExecutor
 from sparkdispatch.ha.leader import LeaderInfo
 from sparkdispatch.jobgraph import ExecutionState
 from sparkdispatch.protocol import ExecutionStateUpdate, RegistrationAck, SlotReport, TaskDeploymentDescriptor
@@ -40,6 +40,7 @@ class RecordingClient:
         self.master_away = False  # state reports do not reach the master
         self.heartbeats: list[list[dict[str, str]]] = []  # the executions each heartbeat listed
         self.unregistered: list[tuple[str, str, str, str]] = []
+        self.gave_up = False  # the ResourceManager found this TaskExecutor lost and dropped it
 
     def register(self, address: str, session_id: str, *, previous_registration_id: str | None = None,
                  slot_report: SlotReport, **_: Any) -> RegistrationAck:
@@ -52,6 +53,9 @@ class RecordingClient:
                                resumed=self.resume and previous_registration_id is not None)
 
     def heartbeat(self, *args: Any, executions: list[dict[str, str]], **kwargs: Any) -> None:
+        if self.gave_up:
+            self.gave_up = False
+            raise UnknownTaskExecutor("no TaskExecutor te-1 is registered")
         self.heartbeats.append(executions)
 
     def report_state(self, address: str, session_id: str, update: ExecutionStateUpdate) -> None:
@@ -173,6 +177,27 @@ def test_a_deployment_that_overtakes_its_registration_waits_for_it(
     finally:
         client.hold_registration.set()
         ticking.join()
+
+
+def test_after_a_long_silence_a_deployment_waits_for_an_answered_heartbeat(
+        connection: MasterConnection, client: RecordingClient, clock: Clock) -> None:
+    """The TaskExecutor was frozen (SIGSTOP) or cut off for longer than half the heartbeat timeout:
+    the master may have given it up and its tasks to others, so a deployment it finds on waking
+    runs only once a heartbeat has been answered after it, under the registration it names."""
+    connection.tick()
+    clock.now += 10
+    refusal = connection.admits(deployment("reg-1"), LEADER.session_id, wait_s=0)
+    assert refusal == ("this TaskExecutor had not heard from the master for over 1s and could not confirm "
+                       "its registration within 0s")
+    threading.Timer(0.2, connection.tick).start()  # the master still has it: the heartbeat is answered
+    assert connection.admits(deployment("reg-1"), LEADER.session_id, wait_s=10) is None
+
+    clock.now += 10
+    client.gave_up = True  # meanwhile the master found it lost and failed its tasks over
+    threading.Timer(0.2, lambda: (connection.tick(), connection.tick())).start()  # heartbeat refused; registers anew
+    refusal = connection.admits(deployment("reg-1"), LEADER.session_id, wait_s=10)
+    assert refusal is not None and "not to the current one, reg-2" in refusal
+    assert client.registrations == [None, "reg-1"]
 
 
 def test_a_refused_deployment_is_reported_failed_saying_why(

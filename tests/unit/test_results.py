@@ -14,6 +14,7 @@ from sparkdispatch.jobgraph import Failure
 from sparkdispatch.results import (
     ResultLayout,
     read_partitions,
+    remove_attempt_partition,
     remove_job_results,
     unreadable_partitions,
     write_partition,
@@ -65,6 +66,22 @@ def test_removal_leaves_remote_results_to_their_filesystem(caplog: pytest.LogCap
     with caplog.at_level(logging.INFO, logger="sparkdispatch.results"):
         remove_job_results(ResultLayout("s3a://bucket/results"), JOB_ID)
     assert f"results of job {JOB_ID} live on s3a://bucket/results" in caplog.text
+
+
+def test_an_attempts_partition_is_removed_with_its_directories_once_they_are_empty(tmp_path: Path) -> None:
+    layout = ResultLayout(f"file://{tmp_path}")
+    first, second = (layout.attempt_path(JOB_ID, "v", i, f"e{i}") for i in (0, 1))
+    for path in (first, second):
+        Path(path.removeprefix("file://"), "part-0.parquet").parent.mkdir(parents=True)
+        Path(path.removeprefix("file://"), "part-0.parquet").write_bytes(b"x")
+    remove_attempt_partition(first)
+    assert not Path(first.removeprefix("file://")).exists()
+    assert Path(second.removeprefix("file://"), "part-0.parquet").is_file()  # its sibling stays, and their directory
+    remove_attempt_partition(second)
+    assert not (tmp_path / JOB_ID).exists()  # the last one takes the empty vertex and job directories along
+    assert tmp_path.is_dir()
+    remove_attempt_partition(second)  # already gone: nothing to do
+    remove_attempt_partition("s3a://bucket/results/j/v/0-e")  # remote: left to its filesystem
 
 
 def test_a_missing_file_failure_names_the_partitions_it_could_not_read() -> None:

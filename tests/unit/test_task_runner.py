@@ -284,6 +284,59 @@ def test_a_stale_report_stops_the_task_and_frees_the_slot(tmp_path: Path) -> Non
     assert runner.slots.running() == []
 
 
+def writes_its_partition(tdd: TaskDeploymentDescriptor, cancelled: threading.Event) -> AttemptState:
+    """The function returned a DataFrame, written to the attempt's partition."""
+    Path(tdd.result_path).mkdir(parents=True, exist_ok=True)
+    Path(tdd.result_path, "part-0.parquet").write_bytes(b"rows")
+    return AttemptState(ExecutionState.FINISHED, rows=1, result_path=tdd.result_path)
+
+
+def test_a_finished_attempt_whose_end_is_refused_leaves_no_partition_behind(tmp_path: Path) -> None:
+    """The task ran on while its job ended and was cleaned up (a frozen TaskExecutor, resumed): the
+    JobMaster refuses its end, and the job's result directory does not come back."""
+    tdd = tdd_for("tasks:writes", tmp_path)
+    reporter = RecordingReporter(refuse=frozenset({ExecutionState.FINISHED}))
+    runner = make_runner(FakePool({"tasks:writes": writes_its_partition}), reporter)
+
+    assert runner.run(tdd, SESSION) is ExecutionState.FINISHED
+
+    assert reporter.states(tdd.execution_id)[-1] is ExecutionState.FINISHED
+    assert not (tmp_path / "results" / JOB_ID).exists()
+
+
+def test_a_taken_end_keeps_its_partition_and_a_held_one_keeps_it_until_dropped(tmp_path: Path) -> None:
+    taken, held = tdd_for("tasks:writes", tmp_path), tdd_for("tasks:writes", tmp_path)
+    runner = make_runner(FakePool({"tasks:writes": writes_its_partition}), RecordingReporter())
+    assert runner.run(taken, SESSION) is ExecutionState.FINISHED
+    assert Path(taken.result_path, "part-0.parquet").is_file()
+
+    runner = make_runner(FakePool({"tasks:writes": writes_its_partition}),
+                         RecordingReporter(unreachable=frozenset({ExecutionState.FINISHED})))
+    assert runner.run(held, SESSION) is ExecutionState.FINISHED
+    assert Path(held.result_path, "part-0.parquet").is_file()  # the master may still take it
+    runner.cancel_other_sessions("22222222-2222-3333-4444-555555555555")  # a new leader: nobody will
+    assert not Path(held.result_path).exists() and Path(taken.result_path, "part-0.parquet").is_file()
+
+
+def test_a_cancelled_attempt_leaves_no_partition_behind(tmp_path: Path) -> None:
+    """The function wrote its partition, but its cancel came first: nobody reads what it wrote."""
+    tdd = tdd_for("tasks:writes", tmp_path)
+    pool = FakePool({"tasks:writes": writes_its_partition})
+    pool.gate = threading.Event()
+    reporter = RecordingReporter()
+    runner = make_runner(pool, reporter)
+    outcome: dict[str, ExecutionState] = {}
+    thread = in_thread(runner, tdd, outcome)
+    assert pool.entered.wait(WAIT_S)
+    wait_until(lambda: runner.slots.find(tdd.execution_id) is not None, "the attempt to occupy its slot")
+    runner.cancel(tdd.execution_id)
+    pool.gate.set()
+    thread.join(WAIT_S)
+
+    assert outcome == {tdd.execution_id: ExecutionState.CANCELED}
+    assert not Path(tdd.result_path).exists()
+
+
 def test_a_busy_slot_refuses_a_second_task(tmp_path: Path) -> None:
     reporter = RecordingReporter()
     runner = make_runner(FakePool({"tasks:task": finishes(None)}), reporter)
