@@ -173,15 +173,16 @@ class SubmitJobGraphOperator(ResumableJobMixin, BaseOperator):
         """Submit `graph` as job `job_id`: None once the master accepted it as a new job.
 
         A master that has the job already with the same graph (another try submitted it since
-        this one looked) answers with that job, whatever its status; its status is returned.
+        this one looked, or this try's earlier answer was lost) answers with that job, whatever
+        its status; the status it answered is returned.
         """
         artifacts = [*graph.get("artifacts", []), *self._upload_artifacts(client)]
-        _, created = client.submit({**graph, "job_id": job_id, "artifacts": artifacts})
-        if created:
+        submitted = client.submit({**graph, "job_id": job_id, "artifacts": artifacts})
+        if submitted.created:
             self.log.info("job %s: submitted (%s)", job_id, graph.get("name"))
             return None
-        self.log.info("job %s: was submitted already with the same graph", job_id)
-        return self._status(job_id)
+        self.log.info("job %s: was submitted already with the same graph (%s)", job_id, submitted.status.value)
+        return submitted.status
 
     def _upload_artifacts(self, client: SyncSparkDispatchClient) -> list[str]:
         keys = []

@@ -124,8 +124,9 @@ async def _run(client: SparkDispatchClient, args: argparse.Namespace) -> int:
         graph.setdefault("artifacts", [])
         if key not in graph["artifacts"]:
             graph["artifacts"].append(key)
-    job_id, created = await client.submit(graph)
-    print(f"job {job_id} {'submitted' if created else 'was submitted before'}: {client.job_url(job_id)}",
+    submitted = await client.submit(graph)
+    job_id = submitted.job_id
+    print(f"job {job_id} {'submitted' if submitted.created else 'was submitted before'}: {client.job_url(job_id)}",
           flush=True)
     if not args.wait:
         return 0

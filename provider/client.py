@@ -38,6 +38,7 @@ from sparkdispatch.errors import (
     error_from_body,
 )
 from sparkdispatch.ha import ClosableLeaderRetrieval, LeaderInfo, create_leader_retrieval
+from sparkdispatch.jobgraph import JobStatus
 from sparkdispatch.loop_thread import LoopThread
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,19 @@ class RetryPolicy:
     def backoff(self, attempt: int) -> float:
         """The pause after the `attempt`-th failed try (1-based)."""
         return min(self.max_backoff, self.initial_backoff * self.multiplier ** (attempt - 1))
+
+
+@dataclass(frozen=True)
+class SubmittedJob:
+    """The master's answer to a submission: the job's id, whether this call created it, its status.
+
+    `created` is False when the master already had this job with the same graph; `status` is
+    then the job's current one, which may be globally terminal (a retry after a lost answer).
+    """
+
+    job_id: str
+    created: bool
+    status: JobStatus
 
 
 @dataclass(frozen=True)
@@ -263,19 +277,22 @@ class SparkDispatchClient:
         """A job's details with its vertices and subtasks; `UnknownJob` if there is none."""
         return await self._json("GET", f"/jobs/{job_id}")
 
-    async def submit(self, graph: Mapping[str, Any]) -> tuple[str, bool]:
-        """Submit a JobGraph (a dict) → (job id, created).
+    async def submit(self, graph: Mapping[str, Any]) -> SubmittedJob:
+        """Submit a JobGraph (a dict) → the job's id, whether it is new, and its status.
 
-        `created` is False when the master already had this job with the same graph. A graph
-        without `job_id` gets a random one first, so that retrying the call after a lost
-        answer cannot submit the job twice.
+        A graph without `job_id` gets a random one first, so that retrying the call after a
+        lost answer cannot submit the job twice.
         """
         body = dict(graph)
         if not body.get("job_id"):
             body["job_id"] = uuid.uuid4().hex
-        status, answer = await self._request("POST", "/jobs", json=body)
-        job_id = answer.get("job_id", body["job_id"]) if isinstance(answer, dict) else body["job_id"]
-        return job_id, status == 202
+        http_status, answer = await self._request("POST", "/jobs", json=body)
+        try:
+            status = JobStatus(answer["status"])
+        except (TypeError, KeyError, ValueError):
+            raise SparkDispatchError(f"POST /jobs answered {http_status} without a job status: "
+                                     f"{answer!r:.200}") from None
+        return SubmittedJob(str(answer.get("job_id", body["job_id"])), http_status == 202, status)
 
     async def execution_result(self, job_id: str) -> dict[str, Any] | None:
         """The JobResult (a dict) once the job is globally terminal, None while it runs."""
@@ -562,7 +579,7 @@ class SyncSparkDispatchClient:
     def job(self, job_id: str) -> dict[str, Any]:
         return self.run(self.async_client.job(job_id))
 
-    def submit(self, graph: Mapping[str, Any]) -> tuple[str, bool]:
+    def submit(self, graph: Mapping[str, Any]) -> SubmittedJob:
         return self.run(self.async_client.submit(graph))
 
     def execution_result(self, job_id: str) -> dict[str, Any] | None:

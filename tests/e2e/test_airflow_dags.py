@@ -240,8 +240,8 @@ def test_the_sensor_fails_with_the_remote_traceback(cluster: str, airflow: dict[
     (package / "tasks.py").write_text("def explode(ctx):\n    raise ValueError('order 42 has no price')\n")
     with SyncSparkDispatchClient(SparkDispatchClient(addresses=[cluster])) as client:
         key = client.upload_artifact(package)
-        job_id, _ = client.submit({"name": "broken", "artifacts": [key], "restart_strategy": {"type": "none"},
-                                   "vertices": [{"id": "explode", "entrypoint": "broken_tasks.tasks:explode"}]})
+        job_id = client.submit({"name": "broken", "artifacts": [key], "restart_strategy": {"type": "none"},
+                                "vertices": [{"id": "explode", "entrypoint": "broken_tasks.tasks:explode"}]}).job_id
     sensor = JobResultSensor(task_id="wait", job_id=job_id, poke_interval=0.5, timeout=120, deferrable=False)
     with pytest.raises(AirflowFailException, match="ValueError: order 42 has no price"):
         sensor.execute({"ti": _TI("sensor")})

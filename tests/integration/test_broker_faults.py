@@ -125,8 +125,8 @@ async def test_a_deployment_lost_on_the_way_fails_over_and_the_job_finishes(
         async with SparkDispatchClient(addresses=[master.address]) as client:
             await eventually(lambda: registered(client), "the registration", te)
             key = await client.upload_artifact(TASKS)
-            job_id, _ = await client.submit(graph("dropped", key, tmp_path, sleep_s=0, restart={
-                "type": "fixed-delay", "attempts": 1, "delay_s": 0.1}))
+            job_id = (await client.submit(graph("dropped", key, tmp_path, sleep_s=0, restart={
+                "type": "fixed-delay", "attempts": 1, "delay_s": 0.1}))).job_id
             result = await asyncio.wait_for(client.wait_for_result(job_id, poll_interval=0.2), WAIT_S)
         assert result["status"] == "FINISHED", result.get("failure")
         assert result["vertices"]["double"]["attempts"] == 2 and result["vertices"]["numbers"]["attempts"] == 1
@@ -157,7 +157,8 @@ async def test_a_redis_restart_while_a_job_deploys_costs_no_restart_and_no_task_
             [before] = await client.taskmanagers()
             key = await client.upload_artifact(TASKS)
             # under no restart: any failure would fail the job
-            job_id, _ = await client.submit(graph("redis-restart", key, tmp_path, sleep_s=2, restart={"type": "none"}))
+            job_id = (await client.submit(graph("redis-restart", key, tmp_path, sleep_s=2,
+                                                restart={"type": "none"}))).job_id
             deadline = time.monotonic() + WAIT_S
             while not list(tmp_path.glob("numbers.*.run.*")):
                 assert time.monotonic() < deadline, te.tail()

@@ -26,6 +26,7 @@ from sparkdispatch.artifacts import read_artifact
 from sparkdispatch.client import (
     RetryPolicy,
     SparkDispatchClient,
+    SubmittedJob,
     SyncSparkDispatchClient,
     ZooKeeperTarget,
     normalize_address,
@@ -44,7 +45,7 @@ from sparkdispatch.errors import (
     Unauthorized,
     UnknownJob,
 )
-from sparkdispatch.jobgraph import JobGraph
+from sparkdispatch.jobgraph import JobGraph, JobStatus
 from sparkdispatch.testing.master import InProcessMaster, finish_every_task
 from sparkdispatch.testing.proxy import RecordingProxy
 from sparkdispatch.testing.services import free_port
@@ -96,12 +97,34 @@ def test_addresses_are_normalized() -> None:
 
 async def test_submit_reports_created_and_sends_a_job_id(master: InProcessMaster) -> None:
     async with SparkDispatchClient(addresses=[master.url], retry=FAST) as client:
-        job_id, created = await client.submit(GRAPH)
-        again, created_again = await client.submit({**GRAPH, "job_id": job_id})
+        first = await client.submit(GRAPH)
+        again = await client.submit({**GRAPH, "job_id": first.job_id})
     seen = [json.loads(r.body) for r in proxy_of(master).requests if (r.method, r.path) == ("POST", "/jobs")]
-    assert (created, created_again) == (True, False)
-    assert job_id == again == seen[0]["job_id"] and len(job_id) == 32
+    assert (first.created, again.created) == (True, False)
+    assert first.job_id == again.job_id == seen[0]["job_id"] and len(first.job_id) == 32
     assert "job_id" not in GRAPH  # the caller's dict is not changed
+
+
+async def test_submit_returns_the_status_the_master_answers_with(master: InProcessMaster) -> None:
+    """202 for a new job and 200 for the same graph again both carry the job's status, also a terminal one."""
+    task_executor = await master.add_task_executor()  # runs the job's task until told to end it
+    async with SparkDispatchClient(addresses=[master.url], retry=FAST) as client:
+        submitted = await client.submit({**GRAPH, "job_id": JOB})
+        running = await client.submit({**GRAPH, "job_id": JOB})
+        await task_executor.end_job(JOB)
+        assert (await client.wait_for_result(JOB, poll_interval=0.02))["status"] == "FINISHED"
+        finished = await client.submit({**GRAPH, "job_id": JOB})
+    assert submitted == SubmittedJob(JOB, True, JobStatus.RUNNING)
+    assert running == SubmittedJob(JOB, False, JobStatus.RUNNING)
+    assert finished == SubmittedJob(JOB, False, JobStatus.FINISHED)
+    assert proxy_of(master).count("GET", f"/jobs/{JOB}") == 0  # the statuses came with the answers
+
+
+async def test_a_submission_answer_without_a_status_is_a_clear_error(master: InProcessMaster) -> None:
+    proxy_of(master).inject("POST", "/jobs", status=202, text=json.dumps({"job_id": JOB, "jobUrl": f"/jobs/{JOB}"}))
+    async with SparkDispatchClient(addresses=[master.url], retry=FAST) as client:
+        with pytest.raises(SparkDispatchError, match="POST /jobs answered 202 without a job status"):
+            await client.submit({**GRAPH, "job_id": JOB})
 
 
 # -- the master's error answers become its own classes -----------------------------------------

@@ -222,18 +222,24 @@ def test_a_cleared_task_reattaches_to_its_job_that_still_runs(cluster: Cluster) 
 def test_a_job_another_try_submitted_meanwhile_is_taken_as_the_master_answers(
         cluster: Cluster, script: Script, expected: str) -> None:
     """This try finds no job, another try submits it and it ends, then this try submits the same graph:
-    the master answers 200 with that job, which the try takes as if it had found it."""
+    the master answers 200 with that job and its status, which the try takes as if it had found it,
+    without asking for the status again."""
     cluster.end_new_jobs(script)
     other = operator(wait_for_completion=False).execute(context())
     cluster.wait_for_status(other, expected)
-    assert cluster.master.proxy is not None
-    cluster.master.proxy.inject("GET", f"/jobs/{other}", status=404, text=json.dumps(UnknownJob(other).to_body()))
+    proxy = cluster.master.proxy
+    assert proxy is not None
+    proxy.inject("GET", f"/jobs/{other}", status=404, text=json.dumps(UnknownJob(other).to_body()))
+    looks, results = proxy.count("GET", f"/jobs/{other}"), proxy.count("GET", f"/jobs/{other}/execution-result")
     cluster.end_new_jobs(finish)
     job_id = operator().execute(context())
+    assert proxy.count("GET", f"/jobs/{other}") == looks + 1  # the look that found nothing; then only the POST
     if expected == "FINISHED":
         assert job_id == other and cluster.posts == [other, other]
+        assert proxy.count("GET", f"/jobs/{other}/execution-result") == results + 1  # its result, at once
     else:  # moves on to the next job of the chain, as for a FAILED job it found
         assert job_id == attempt_job_id(other, 1) and cluster.posts == [other, other, job_id]
+        assert proxy.count("GET", f"/jobs/{other}/execution-result") == results
 
 
 def test_on_kill_cancels_the_running_job(cluster: Cluster) -> None:
