@@ -2,13 +2,11 @@
 
 Mirrors Flink's Dispatcher under one leader session:
 
-- `start` recovers before the Dispatcher serves: until it is done every call answers
+- `start` recovers before the Dispatcher serves: it takes over every stored job `JobRecovery`
+  reads (sparkdispatch.dispatcher_recovery); until it is done every call answers
   `RecoveryInProgress` (503 with `Retry-After`), so no accepted job is reported unknown, run by
   a second JobMaster or run again meanwhile (Flink exposes the Dispatcher gateway only after
-  recovery). Dirty JobResults are only cleaned up, never re-run (FLINK-11813); every other
-  stored JobGraph resumes from its progress, finished subtasks reused, or is cancelled when a
-  former leader accepted its cancel. Reads ZooKeeper does not answer are retried; a job whose
-  stored state cannot be read fails alone, with a FAILED JobResult naming the cause.
+  recovery).
 - `submit` checks the graph's artifacts and persists the JobGraph before it answers; the same
   id with the same graph (fingerprint) is the same job, running or terminated, never a second
   run; another graph under a taken id is refused.
@@ -27,7 +25,8 @@ import logging
 import time
 import uuid
 from abc import abstractmethod
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
@@ -42,14 +41,21 @@ from sparkdispatch.errors import (
     LeadershipLost,
     RecoveryInProgress,
     ServiceUnavailable,
-    StoreUnavailable,
     UnknownJob,
+)
+from sparkdispatch.dispatcher_recovery import (
+    JobRecovery,
+    JobToCleanUp,
+    JobToResume,
+    RecoveredJob,
+    UnreadableJob,
+    result_without_run,
 )
 from sparkdispatch.ha.blob_store import BlobReader
 from sparkdispatch.ha.job_result_store import FileSystemJobResultStore, JobResultEntry
 from sparkdispatch.ha.jobgraph_store import JobGraphStore
 from sparkdispatch.ha.progress_store import JobProgress, ProgressStore
-from sparkdispatch.jobgraph import ExecutionState, Failure, JobGraph, JobResult, JobStatus, VertexResult
+from sparkdispatch.jobgraph import Failure, JobGraph, JobResult, JobStatus
 from sparkdispatch.jobmaster.gateways import JobMasterFactory, JobMasterGateway
 from sparkdispatch.results import ResultLayout, remove_job_results
 from sparkdispatch.settings import CleanupSettings
@@ -60,7 +66,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 RETRY_AFTER_S = 1  # what a caller hears while the Dispatcher recovers
-UNREADABLE_JOB_NAME = "unreadable job"
 
 
 @dataclass(frozen=True)
@@ -163,28 +168,31 @@ class Dispatcher:
         self._blob_store = blob_store
         self._new_job_master = new_job_master
         self._cleanup_settings = cleanup
+        self._recovery = JobRecovery(session_id=session_id, jobgraph_store=jobgraph_store,
+                                     job_result_store=job_result_store, progress_store=progress_store, archive=archive,
+                                     initial_backoff=cleanup.initial_backoff, max_backoff=cleanup.max_backoff)
         self._jobs: dict[str, _Job] = {}
         self._cleanups: dict[str, asyncio.Task[None]] = {}
         self._recovering = True
         self._closed = False
 
     async def start(self) -> None:
-        """Recover: clean up dirty results, resume (or cancel) every other stored JobGraph; then serve."""
+        """Recover: take over every stored job (clean up, resume, cancel or fail it); then serve."""
         began = time.monotonic()
-        await self._archive.load()
-        dirty = await self._read(self._job_result_store.dirty_job_ids)
-        for job_id in dirty:
-            await self._recover_dirty(job_id)
-        stored = await self._read(self._jobgraph_store.job_ids)
-        for job_id in sorted(stored - set(dirty)):
-            await self._recover_job(job_id)
+        finished = 0
+        async with aclosing(self._recovery.stored_jobs()) as stored_jobs:
+            async for found in stored_jobs:
+                if isinstance(found, JobToCleanUp) and found.mark_clean:
+                    finished += 1
+                await self._take_over(found)
         self._recovering = False
         log.info("recovered %d job(s) and %d finished one(s) to clean up in %.2fs; serving [session %s]",
-                 len(self._jobs), len(dirty), time.monotonic() - began, self.session_id)
+                 len(self._jobs), finished, time.monotonic() - began, self.session_id)
 
     async def stop(self) -> None:
         """Leadership lost or shutdown: suspend every job; nothing is removed from the HA stores."""
         self._closed = True
+        self._recovery.stop()
         for task in self._cleanups.values():
             task.cancel()
         jobs = list(self._jobs.items())
@@ -200,75 +208,20 @@ class Dispatcher:
                              return_exceptions=True)
         self._cleanups.clear()
 
-    # -- recovery ------------------------------------------------------------------------------
-
-    async def _read(self, read: Callable[[], Awaitable[T]]) -> T:
-        """`read()`, retried with backoff while the store is unavailable (ZooKeeper connection loss)."""
-        delay = self._cleanup_settings.initial_backoff
-        while True:
-            try:
-                return await read()
-            except StoreUnavailable as exc:
-                if self._closed:
-                    raise ServiceUnavailable("the Dispatcher stopped while it recovered") from None
-                log.warning("recovery read failed, retrying in %.1fs: %s [session %s]", delay, exc, self.session_id)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, self._cleanup_settings.max_backoff)
-
-    async def _recover_dirty(self, job_id: str) -> None:
-        """A job with a dirty JobResult: never run again, only cleaned up (even if unreadable)."""
-        try:
-            entry = await self._read(lambda: self._job_result_store.get(job_id))
-        except ServiceUnavailable:
-            raise
-        except Exception as exc:
-            log.error("the dirty JobResult of job %s cannot be read (%s); the job is not run again: it is "
-                      "recorded as FAILED and cleaned up [session %s]", job_id, exc, self.session_id)
-            if job_id not in self._archive:
-                try:  # its graph, if still there, names the job and tells a resubmission apart
-                    graph = await self._jobgraph_store.get(job_id)
-                except Exception:
-                    graph = None
-                result = _result_without_run(job_id, graph, _recovery_failure(job_id, exc))
-                fingerprint = graph.fingerprint() if graph is not None else None
-                await self._archive_quietly(ArchivedJob(result, JobSnapshot.from_result(result), fingerprint))
-            self._start_cleanup(job_id)
-            return
-        if entry is None:
-            return  # cleaned up meanwhile
-        log.info("job %s has a dirty JobResult (%s): cleaning up, not re-running [session %s]",
-                 job_id, entry.result.status.value, self.session_id)
-        if job_id not in self._archive:
-            await self._archive_quietly(ArchivedJob(entry.result, JobSnapshot.from_result(entry.result),
-                                                    entry.fingerprint))
-        self._start_cleanup(job_id)
-
-    async def _recover_job(self, job_id: str) -> None:
-        if job_id in self._archive or await self._read(lambda: self._job_result_store.has_entry(job_id)):
-            log.warning("job %s is stored but already terminated; removing its leftovers", job_id)
-            self._start_cleanup(job_id, mark_clean=False)
-            return
-        try:
-            graph = await self._read(lambda: self._jobgraph_store.get(job_id))
-            if graph is None:
-                return
-            progress = await self._read(lambda: self._progress_store.get(job_id))
-        except ServiceUnavailable:
-            raise
-        except Exception as exc:  # this job only: the others are recovered all the same
-            log.error("job %s cannot be recovered, it fails: %s [session %s]", job_id, exc, self.session_id)
-            result = _result_without_run(job_id, None, _recovery_failure(job_id, exc))
-            job = _Job(None, None, _persisted(), result=result)
-            self._jobs[job_id] = job
-            job.watcher = asyncio.create_task(self._conclude(job_id, job, result), name=f"job-{job_id}")
-            return
-        # a job whose every subtask finished before its cancel took effect finishes, as it did
-        cancel = progress.cancel_requested and not _all_finished(graph, progress)
-        log.info("recovering job %s (%s)%s [session %s]", job_id, graph.name,
-                 "; a former leader accepted its cancel" if cancel else "", self.session_id)
-        job = _Job(graph, graph.fingerprint(), _persisted(), cancel_recorded=cancel)
-        self._jobs[job_id] = job
-        self._run(job_id, job, recovered=progress)
+    async def _take_over(self, found: RecoveredJob) -> None:
+        """Act on one job recovery found, before it reads the next."""
+        match found:
+            case JobToCleanUp(job_id=job_id, archived=archived, mark_clean=mark_clean):
+                if archived is not None:
+                    await self._archive_quietly(archived)
+                self._start_cleanup(job_id, mark_clean=mark_clean)
+            case UnreadableJob(result=result):
+                job = self._jobs[result.job_id] = _Job(None, None, _persisted(), result=result)
+                job.watcher = asyncio.create_task(self._conclude(result.job_id, job, result),
+                                                  name=f"job-{result.job_id}")
+            case JobToResume(job_id=job_id, graph=graph, progress=progress, cancel=cancel):
+                job = self._jobs[job_id] = _Job(graph, graph.fingerprint(), _persisted(), cancel_recorded=cancel)
+                self._run(job_id, job, recovered=progress)
 
     # -- submission and cancellation -----------------------------------------------------------
 
@@ -317,23 +270,14 @@ class Dispatcher:
         status: JobStatus | None = None
         stored: str | None = None
         if job_id in self._archive:
-            try:
-                archived = await self._archive.get(job_id)
-            except Exception as exc:
-                log.warning("archived job %s cannot be read: %s", job_id, exc)
-                archived = None
+            archived = await _read_or_none(self._archive.get(job_id), f"archived job {job_id}")
             if archived is not None:
                 status, stored = archived.result.status, archived.fingerprint
         if status is None and (job_id in self._cleanups or await self._job_result_store.has_entry(job_id)):
-            try:
-                entry = await self._job_result_store.get(job_id)
-            except Exception as exc:
-                log.warning("the JobResult of job %s cannot be read: %s", job_id, exc)
-                entry = None
-            if entry is not None:
-                status, stored = entry.result.status, entry.fingerprint
-            else:
+            entry = await _read_or_none(self._job_result_store.get(job_id), f"the JobResult of job {job_id}")
+            if entry is None:
                 raise DuplicateJobSubmission(job_id, "it already reached a globally terminal state")
+            status, stored = entry.result.status, entry.fingerprint
         if status is None:
             return None
         if stored is None:
@@ -469,7 +413,7 @@ class Dispatcher:
                       self.session_id, exc_info=exc)
             if job_master is not None:
                 self._release(job_id, job_master)
-            job.result = _result_without_run(job_id, job.graph, Failure.from_exception(exc))
+            job.result = result_without_run(job_id, job.graph, Failure.from_exception(exc))
             job.watcher = asyncio.create_task(self._conclude(job_id, job, job.result), name=f"job-{job_id}")
             return
         job.job_master = job_master
@@ -493,7 +437,7 @@ class Dispatcher:
                 log.error("cancelling recovered job %s failed, the job fails: %s", job_id, exc, exc_info=exc)
                 self._release(job_id, job_master)
                 job.job_master = None
-                job.result = _result_without_run(job_id, job.graph, Failure.from_exception(exc))
+                job.result = result_without_run(job_id, job.graph, Failure.from_exception(exc))
                 await self._conclude(job_id, job, job.result)
                 return
         result = await job_master.result_future
@@ -583,18 +527,10 @@ def _persisted() -> asyncio.Future[JobStatus | None]:
     return future
 
 
-def _all_finished(graph: JobGraph, progress: JobProgress) -> bool:
-    return all(set(progress.finished.get(v.id, {})) >= set(range(v.parallelism)) for v in graph.vertices)
-
-
-def _recovery_failure(job_id: str, exc: BaseException) -> Failure:
-    return Failure(type(exc).__name__, f"job {job_id} could not be recovered: {exc}")
-
-
-def _result_without_run(job_id: str, graph: JobGraph | None, failure: Failure) -> JobResult:
-    """The FAILED JobResult of a job that could not run (its stored state or its JobMaster failed)."""
-    now = int(time.time() * 1000)
-    vertices = {v.id: VertexResult(state=ExecutionState.CREATED, attempts=0) for v in graph.vertices} \
-        if graph is not None else {}
-    return JobResult(job_id=job_id, name=graph.name if graph is not None else UNREADABLE_JOB_NAME,
-                     status=JobStatus.FAILED, start_time=now, end_time=now, vertices=vertices, failure=failure)
+async def _read_or_none(read: Awaitable[T], what: str) -> T | None:
+    """`read` awaited, or None if it fails (logged as `what` cannot be read)."""
+    try:
+        return await read
+    except Exception as exc:
+        log.warning("%s cannot be read: %s", what, exc)
+        return None

@@ -11,13 +11,16 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
+from kazoo.client import KazooClient
 
 from sparkdispatch.config import Configuration
+from sparkdispatch.ha import create_ha_services
+from sparkdispatch.ha.services import ZooKeeperHaServices
 from sparkdispatch.testing.services import RedisServer, ServiceMissing, ZooKeeperServer
 
 UNDER_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
@@ -86,6 +89,30 @@ def zk_config(zookeeper_server: ZooKeeperServer, zk_root: str, tmp_path: Path) -
         "high-availability.zookeeper.connection-timeout": "5s",
         "storage.dir": str(tmp_path / "storage"),
     })
+
+
+@pytest.fixture
+async def zk_masters(zk_config: Configuration) -> AsyncIterator[list[ZooKeeperHaServices]]:
+    """Two masters' HA services on `zk_config` (this test's ZooKeeper root), started; closed in order."""
+    masters: list[ZooKeeperHaServices] = []
+    for _ in range(2):
+        services = create_ha_services(zk_config)
+        assert isinstance(services, ZooKeeperHaServices)
+        await services.start()
+        masters.append(services)
+    yield masters
+    for services in masters:
+        await services.close()
+
+
+@pytest.fixture
+def zk_admin(zookeeper_server: ZooKeeperServer) -> Iterator[KazooClient]:
+    """A plain ZooKeeper client of the test's own, e.g. to delete a latch node as a session expiry would."""
+    client = KazooClient(hosts=zookeeper_server.hosts, timeout=4.0)
+    client.start()
+    yield client
+    client.stop()
+    client.close()
 
 
 @pytest.fixture

@@ -2,10 +2,11 @@
 
 - `master`: `InProcessMaster`, the real master in the test process (HA mode `none`, a free
   loopback port, a temporary storage dir), with a recording TaskExecutor gateway and
-  `ScriptedTaskExecutor`s that drive jobs through the master's TaskExecutor endpoints.
+  `ScriptedTaskExecutor`s that drive jobs through the master's TaskExecutor endpoints; and
+  `MasterForTaskExecutors`, the TaskExecutor routes and a ResourceManager for real TaskExecutors.
 - `proxy`: `RecordingProxy`, an HTTP proxy in front of a master that records calls and can
   answer some itself (a gateway's error, a load balancer's redirect).
 - `http`: raw `(status, body)` JSON calls to a master on the aiohttp stack.
-- `local_cluster`: masters and TaskExecutors as real local processes.
+- `local_cluster`: masters and TaskExecutors as real local processes (`TaskExecutorProcess`: one alone).
 - `services`: real ZooKeeper and Redis servers; `contender`, `clock`: HA test helpers.
 """

@@ -5,6 +5,9 @@ it prints one JSON line per event on stdout: `{"event": "started"|"granted"|"rev
 "name", "session_id", "t"}` where `t` is `time.monotonic()` (one clock for all processes of a
 machine). Each grant is confirmed with `--address`. SIGTERM stops it gracefully.
 `ContenderProcess` starts one and queues its events; the HA tests and bench/ha_takeover.py use it.
+
+In the test's own process, `RecordingContender` records what an election grants, and
+`leading(election)` starts an election with one and waits for the grant.
 """
 
 from __future__ import annotations
@@ -69,6 +72,32 @@ def first_grant(contenders: Iterable[ContenderProcess], timeout: float) -> tuple
                 return contender, event
         time.sleep(0.005)
     raise TimeoutError(f"no contender was granted leadership within {timeout:g}s")
+
+
+class RecordingContender:
+    """A contender in the test's process: `session_id` and `granted` (set) while it leads."""
+
+    def __init__(self) -> None:
+        self.session_id: str | None = None
+        self.granted = asyncio.Event()
+
+    def grant_leadership(self, session_id: str) -> None:
+        self.session_id = session_id
+        self.granted.set()
+
+    def revoke_leadership(self) -> None:
+        self.session_id = None
+        self.granted.clear()
+
+
+async def leading(election: LeaderElection, *, timeout: float = 30.0) -> str:
+    """Start `election` with a new RecordingContender; its session id once it is granted."""
+    contender = RecordingContender()
+    election.start(contender)
+    await asyncio.wait_for(contender.granted.wait(), timeout)
+    if contender.session_id is None:
+        raise RuntimeError("leadership was revoked as soon as it was granted")
+    return contender.session_id
 
 
 def _emit(event: str, name: str, session_id: str | None = None) -> None:

@@ -4,16 +4,21 @@
 one shared configuration (ZooKeeper HA and Redis, or HA mode `none`), finds the leader, kills,
 pauses and restarts processes for failover tests, and stops everything it started (a
 TaskExecutor's Spark Connect server and slot processes too).
+
+`TaskExecutorProcess` is one TaskExecutor process alone, for tests that play the master
+themselves; `eventually` waits on the test's loop and fails at once if such a process exits.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -233,6 +238,47 @@ class LocalCluster:
 
     def upload_artifact(self, path: Path) -> str:
         return upload_artifact(self.leader_url(), path, token=self.config["rest.auth.token"])
+
+
+class TaskExecutorProcess:
+    """`python -m sparkdispatch.taskexecutor` in a process group of its own, its output in
+    `<log_dir>/<id>.log`."""
+
+    def __init__(self, config: Configuration, log_dir: Path, *, task_executor_id: str | None = None) -> None:
+        self.id = task_executor_id or f"te-{uuid.uuid4().hex[:6]}"
+        self.log = log_dir / f"{self.id}.log"
+        with open(self.log, "wb") as out:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "sparkdispatch.taskexecutor", "--id", self.id, *config.to_overrides()],
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
+
+    def kill(self) -> None:
+        """SIGKILL the process group, as a machine dying."""
+        if self.process.poll() is None:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.process.wait(timeout=30)
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+
+async def eventually(predicate: Callable[[], bool], what: str, *, processes: Sequence[TaskExecutorProcess] = (),
+                     timeout: float) -> None:
+    """Wait until `predicate()`; an AssertionError with the logs' tails if one of `processes` exits first
+    or `timeout` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        for te in processes:
+            if te.process.poll() is not None:
+                raise AssertionError(f"TaskExecutor {te.id} exited with {te.process.returncode}:\n{te.log_tail()}")
+        if time.monotonic() > deadline:
+            logs = "\n".join(f"--- {te.id}\n{te.log_tail()}" for te in processes)
+            raise AssertionError(f"timed out waiting for {what}\n{logs}")
+        await asyncio.sleep(0.05)
 
 
 ProcessId = tuple[int, int]  # (pid, start time in clock ticks): a pid the kernel reused is another process

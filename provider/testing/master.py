@@ -11,6 +11,10 @@ TaskExecutor endpoints, with no Celery worker and no Spark.
 Use it from async tests (`async with InProcessMaster() as master`, on the test's loop) or from
 sync tests (`with InProcessMaster() as master`: the master runs on a loop thread of its own and
 `master.run(coroutine)` runs a coroutine there).
+
+The other way round, `MasterForTaskExecutors` is a master reduced to what real TaskExecutor
+processes talk to: the TaskExecutor REST routes and a real ResourceManager, with every job's
+JobMaster played by an `ExecutionLog` that records the slots, state reports and lost TaskExecutors.
 """
 
 from __future__ import annotations
@@ -22,22 +26,33 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
+
+from aiohttp import web
 
 from sparkdispatch.config import Configuration
 from sparkdispatch.errors import SparkDispatchError
+from sparkdispatch.ha import STANDALONE_SESSION_ID
 from sparkdispatch.ha.election import ZooKeeperLeaderElection
 from sparkdispatch.ha.leader import StandaloneLeaderElection
 from sparkdispatch.jobgraph import ExecutionState, Failure
 from sparkdispatch.jobmaster import TaskExecutorGateway
 from sparkdispatch.loop_thread import LoopThread
 from sparkdispatch.master import Master
-from sparkdispatch.protocol import ExecutionStateUpdate, RegistrationAck, SlotReport, TaskDeploymentDescriptor
-from sparkdispatch.resourcemanager import AllocatedSlot
+from sparkdispatch.protocol import (
+    ExecutionReport,
+    ExecutionStateUpdate,
+    RegistrationAck,
+    SlotReport,
+    TaskDeploymentDescriptor,
+)
+from sparkdispatch.resourcemanager import AllocatedSlot, ResourceManager
+from sparkdispatch.rest.taskexecutor_routes import LeaderForTaskExecutors, add_task_executor_routes
+from sparkdispatch.settings import ResourceManagerSettings
 from sparkdispatch.taskexecutor.master_client import AsyncMasterClient
 from sparkdispatch.testing.proxy import RecordingProxy
 from sparkdispatch.testing.services import free_port
@@ -336,6 +351,76 @@ class InProcessMaster:
             coroutine.close()
             raise RuntimeError("run() serves `with InProcessMaster()`; under `async with`, await the coroutine")
         return self._loop_thread.run(coroutine)
+
+
+class ExecutionLog:
+    """A JobMaster's end, recorded: allocated slots, state reports, lost TaskExecutors."""
+
+    def __init__(self) -> None:
+        self.updates: list[ExecutionStateUpdate] = []
+        self.slots: list[AllocatedSlot] = []
+        self.lost: list[tuple[str, list[str], str]] = []
+
+    def update_execution_state(self, update: ExecutionStateUpdate) -> None:
+        self.updates.append(update)
+
+    def slots_allocated(self, slots: Sequence[AllocatedSlot]) -> None:
+        self.slots.extend(slots)
+
+    def slot_request_failed(self, error: SparkDispatchError) -> None:
+        raise AssertionError(f"slot request failed: {error}")
+
+    def task_executor_lost(self, task_executor_id: str, allocation_ids: Sequence[str], reason: str) -> None:
+        self.lost.append((task_executor_id, list(allocation_ids), reason))
+
+    def task_executor_heartbeat(self, task_executor_id: str, executions: Sequence[ExecutionReport]) -> None:
+        """The tests follow executions through their state reports, not through heartbeats."""
+
+    def final(self, execution_id: str) -> ExecutionStateUpdate | None:
+        """The last terminal state report of `execution_id`; None while there is none."""
+        for update in reversed(self.updates):
+            if update.execution_id == execution_id and update.state.is_terminal:
+                return update
+        return None
+
+    def states(self, execution_id: str) -> list[ExecutionState]:
+        return [u.state for u in self.updates if u.execution_id == execution_id]
+
+
+class MasterForTaskExecutors:
+    """The TaskExecutor routes on `rest.port` and a ResourceManager, leading under `session_id`;
+    every job's JobMaster is `jobs`."""
+
+    def __init__(self, config: Configuration, *, session_id: str = STANDALONE_SESSION_ID) -> None:
+        self.config = config
+        self.session_id = session_id
+        self.jobs = ExecutionLog()
+        self.resource_manager = ResourceManager(ResourceManagerSettings.from_config(config), session_id)
+        self._runner: web.AppRunner | None = None
+
+    def job_master(self, job_id: str) -> ExecutionLog:
+        return self.jobs
+
+    async def start(self) -> None:
+        self.resource_manager.start()
+        app = web.Application()
+        # the routes call only `update_execution_state` on a JobMaster, which `jobs` records
+        add_task_executor_routes(app, lambda: cast(LeaderForTaskExecutors, self))
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", self.config["rest.port"]).start()
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        self.resource_manager.stop()
+
+    async def restart_resource_manager(self) -> None:
+        """Both the REST endpoint and the ResourceManager go away and come back empty."""
+        await self.stop()
+        self.resource_manager = ResourceManager(ResourceManagerSettings.from_config(self.config), self.session_id)
+        await self.start()
 
 
 async def _remove_tree(temp_dir: tempfile.TemporaryDirectory[str]) -> None:

@@ -8,10 +8,6 @@ and loses no TaskExecutor; a hung Redis (SIGSTOP) holds no broker call past its 
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -28,6 +24,7 @@ from sparkdispatch.master import Master
 from sparkdispatch.protocol import TaskDeploymentDescriptor
 from sparkdispatch.resourcemanager import AllocatedSlot
 from sparkdispatch.resourcemanager.celery_gateway import CeleryTaskExecutorGateway
+from sparkdispatch.testing.local_cluster import TaskExecutorProcess
 from sparkdispatch.testing.services import RedisServer, free_port
 
 pytestmark = pytest.mark.slow
@@ -64,36 +61,12 @@ def master_config(tmp_path: Path, broker_url: str, **extra: str) -> Configuratio
         "taskexecutor.registration.max-backoff": "500ms", **extra})
 
 
-class TaskExecutorProcess:
-    """`python -m sparkdispatch.taskexecutor` in a process group of its own."""
-
-    def __init__(self, config: Configuration, log_dir: Path) -> None:
-        self.id = f"te-{uuid.uuid4().hex[:6]}"
-        self.log = log_dir / f"{self.id}.log"
-        with open(self.log, "wb") as out:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "sparkdispatch.taskexecutor", "--id", self.id, *config.to_overrides()],
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            try:
-                os.killpg(self.process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        self.process.wait(timeout=30)
-
-    def tail(self) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-40:])
-
-
 async def eventually(predicate: Callable[[], Awaitable[bool]], what: str, te: TaskExecutorProcess,
                      timeout: float = WAIT_S) -> None:
     deadline = time.monotonic() + timeout
     while not await predicate():
-        assert te.process.poll() is None, f"the TaskExecutor exited:\n{te.tail()}"
-        assert time.monotonic() < deadline, f"timed out waiting for {what}:\n{te.tail()}"
+        assert te.process.poll() is None, f"the TaskExecutor exited:\n{te.log_tail()}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}:\n{te.log_tail()}"
         await asyncio.sleep(0.1)
 
 
@@ -161,7 +134,7 @@ async def test_a_redis_restart_while_a_job_deploys_costs_no_restart_and_no_task_
                                                 restart={"type": "none"}))).job_id
             deadline = time.monotonic() + WAIT_S
             while not list(tmp_path.glob("numbers.*.run.*")):
-                assert time.monotonic() < deadline, te.tail()
+                assert time.monotonic() < deadline, te.log_tail()
                 await asyncio.sleep(0.05)
             # Redis dies while `numbers` runs: `double` is deployed while it is down
             port = redis.port

@@ -5,7 +5,7 @@ finished by the next one. JobMasters are small fakes; the stores and the electio
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -15,12 +15,12 @@ from sparkdispatch.archive import JobArchive
 from sparkdispatch.config import Configuration
 from sparkdispatch.dispatcher import Dispatcher
 from sparkdispatch.errors import LeadershipLost
-from sparkdispatch.ha import JobProgress, create_ha_services
+from sparkdispatch.ha import JobProgress
 from sparkdispatch.ha.services import ZooKeeperHaServices
 from sparkdispatch.jobgraph import ExecutionState, JobGraph, JobResult, JobStatus, JobVertex, VertexResult
 from sparkdispatch.settings import ArchiveSettings, CleanupSettings
 from sparkdispatch.snapshot import JobOverview, JobSnapshot
-from sparkdispatch.testing.services import ZooKeeperServer
+from sparkdispatch.testing.contender import RecordingContender, leading
 
 WAIT = 30.0
 
@@ -71,27 +71,6 @@ def graph(job_id: str, *, vertices: int = 1) -> JobGraph:
         for i in range(vertices)))
 
 
-class Contender:
-    def __init__(self) -> None:
-        self.session_id: str | None = None
-        self.granted = asyncio.Event()
-
-    def grant_leadership(self, session_id: str) -> None:
-        self.session_id = session_id
-        self.granted.set()
-
-    def revoke_leadership(self) -> None:
-        self.session_id = None
-
-
-async def leading(services: ZooKeeperHaServices) -> str:
-    contender = Contender()
-    services.election.start(contender)
-    await asyncio.wait_for(contender.granted.wait(), WAIT)
-    assert contender.session_id is not None
-    return contender.session_id
-
-
 def dispatcher_of(services: ZooKeeperHaServices, session_id: str) -> Dispatcher:
     config = services.config
     return Dispatcher(session_id=session_id, address="http://m:8081", jobgraph_store=services.jobgraph_store,
@@ -108,30 +87,21 @@ async def until(predicate: Callable[[], bool], timeout: float = WAIT) -> None:
 
 
 @pytest.fixture
-def config(zk_config: Configuration) -> Configuration:
+def zk_config(zk_config: Configuration) -> Configuration:
+    """The masters of this module (`zk_masters`): large graphs live in files, cleanups retry at once."""
     return zk_config.with_overrides({"high-availability.zookeeper.inline-limit": "1kb",
                                      "cleanup-strategy.initial-backoff": "20ms",
                                      "cleanup-strategy.max-backoff": "100ms"})
 
 
-@pytest.fixture
-async def masters(config: Configuration) -> AsyncIterator[list[ZooKeeperHaServices]]:
-    """Two masters' HA services on the test's ZooKeeper root."""
+@pytest.fixture(autouse=True)
+def no_job_masters_yet() -> None:
     QuietJobMaster.created, QuietJobMaster.cancel_gate = [], None
-    both: list[ZooKeeperHaServices] = []
-    for _ in range(2):
-        services = create_ha_services(config)
-        assert isinstance(services, ZooKeeperHaServices)
-        await services.start()
-        both.append(services)
-    yield both
-    for services in both:
-        await services.close()
 
 
-async def test_a_job_whose_graph_file_is_gone_fails_alone(masters: list[ZooKeeperHaServices]) -> None:
-    services = masters[0]
-    session = await leading(services)
+async def test_a_job_whose_graph_file_is_gone_fails_alone(zk_masters: list[ZooKeeperHaServices]) -> None:
+    services = zk_masters[0]
+    session = await leading(services.election)
     good, lost = "b" * 32, "c" * 32
     await services.jobgraph_store.put(session, graph(good))
     await services.jobgraph_store.put(session, graph(lost, vertices=30))  # large: its znode points to a file
@@ -152,10 +122,10 @@ async def test_a_job_whose_graph_file_is_gone_fails_alone(masters: list[ZooKeepe
 
 
 async def test_a_cancel_answered_before_leadership_was_lost_is_finished_by_the_next_leader(
-        masters: list[ZooKeeperHaServices], zookeeper_server: ZooKeeperServer) -> None:
-    first, second = masters
+        zk_masters: list[ZooKeeperHaServices], zk_admin: KazooClient) -> None:
+    first, second = zk_masters
     job_id = "d" * 32
-    old_session = await leading(first)
+    old_session = await leading(first.election)
     old = dispatcher_of(first, old_session)
     await old.start()
     await old.submit(graph(job_id))
@@ -163,15 +133,9 @@ async def test_a_cancel_answered_before_leadership_was_lost_is_finished_by_the_n
     cancel = asyncio.create_task(old.cancel(job_id))
     await until(lambda: QuietJobMaster.created[0].cancelled)
 
-    second_contender = Contender()
+    second_contender = RecordingContender()
     second.election.start(second_contender)
-    admin = KazooClient(hosts=zookeeper_server.hosts, timeout=4.0)
-    admin.start()
-    try:
-        admin.delete(first.election.fence(old_session, "test"))  # the first leader's session is gone
-    finally:
-        admin.stop()
-        admin.close()
+    zk_admin.delete(first.election.fence(old_session, "test"))  # the first leader's session is gone
     await asyncio.wait_for(second_contender.granted.wait(), WAIT)
     await old.stop()  # as its master does on the revocation
     QuietJobMaster.cancel_gate.set()

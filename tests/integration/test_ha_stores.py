@@ -7,6 +7,7 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,7 @@ from sparkdispatch.ha.services import ZooKeeperHaServices
 from sparkdispatch.jobgraph import ExecutionState, JobGraph, JobResult, JobStatus, JobVertex, VertexResult
 from sparkdispatch.settings import ArchiveSettings
 from sparkdispatch.snapshot import JobSnapshot
+from sparkdispatch.testing.contender import RecordingContender, leading
 from sparkdispatch.testing.services import ZooKeeperServer
 
 WAIT = 30.0
@@ -66,29 +68,6 @@ def archived(job_id: str, status: JobStatus) -> ArchivedJob:
     return ArchivedJob(job, JobSnapshot.from_result(job), fingerprint="fp")
 
 
-class Contender:
-    def __init__(self) -> None:
-        self.session_id: str | None = None
-        self.granted = asyncio.Event()
-
-    def grant_leadership(self, session_id: str) -> None:
-        self.session_id = session_id
-        self.granted.set()
-
-    def revoke_leadership(self) -> None:
-        self.session_id = None
-        self.granted.clear()
-
-
-async def leading(services: HighAvailabilityServices) -> str:
-    """Start the election with a contender and wait for its grant; the session id."""
-    contender = Contender()
-    services.election.start(contender)
-    await asyncio.wait_for(contender.granted.wait(), WAIT)
-    assert contender.session_id is not None
-    return contender.session_id
-
-
 async def wait_until(predicate, timeout: float = WAIT, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -104,14 +83,28 @@ def config(request: pytest.FixtureRequest, tmp_path: Path) -> Configuration:
     return request.getfixturevalue("zk_config")
 
 
-@pytest.fixture
-async def services(config: Configuration) -> AsyncIterator[HighAvailabilityServices]:
+@asynccontextmanager
+async def started(config: Configuration) -> AsyncIterator[HighAvailabilityServices]:
+    """The HA services of `config`, started; closed on exit."""
     services = create_ha_services(config)
     await services.start()
     try:
         yield services
     finally:
         await services.close()
+
+
+@asynccontextmanager
+async def started_on_zookeeper(config: Configuration) -> AsyncIterator[ZooKeeperHaServices]:
+    async with started(config) as services:
+        assert isinstance(services, ZooKeeperHaServices)
+        yield services
+
+
+@pytest.fixture
+async def services(config: Configuration) -> AsyncIterator[HighAvailabilityServices]:
+    async with started(config) as services:
+        yield services
 
 
 async def dirty_ids(store: FileSystemJobResultStore) -> set[str]:
@@ -152,7 +145,7 @@ def audit_job(services: HighAvailabilityServices, job_id: str) -> tuple[list[Pat
 
 
 async def test_jobgraph_store_round_trip_and_removal_leaves_nothing(services: HighAvailabilityServices) -> None:
-    session = await leading(services)
+    session = await leading(services.election)
     store = services.jobgraph_store
     job_a, job_b = new_job_id(), new_job_id()
     assert await store.get(job_a) is None
@@ -170,7 +163,7 @@ async def test_jobgraph_store_round_trip_and_removal_leaves_nothing(services: Hi
 
 
 async def test_jobgraph_without_id_or_with_bad_id_is_refused(services: HighAvailabilityServices) -> None:
-    session = await leading(services)
+    session = await leading(services.election)
     with pytest.raises(InvalidJobGraph):
         await services.jobgraph_store.put(session, graph(new_job_id()).with_job_id(None))  # type: ignore[arg-type]
     with pytest.raises(StoreError):
@@ -180,11 +173,8 @@ async def test_jobgraph_without_id_or_with_bad_id_is_refused(services: HighAvail
 
 async def test_large_jobgraph_lives_in_a_file_behind_a_pointer(zk_config: Configuration) -> None:
     config = zk_config.with_overrides({"high-availability.zookeeper.inline-limit": "1kb"})
-    services = create_ha_services(config)
-    assert isinstance(services, ZooKeeperHaServices)
-    await services.start()
-    try:
-        session = await leading(services)
+    async with started_on_zookeeper(config) as services:
+        session = await leading(services.election)
         store = services.jobgraph_store
         big, small = new_job_id(), new_job_id()
         await store.put(session, graph(big, vertices=40))
@@ -203,60 +193,43 @@ async def test_large_jobgraph_lives_in_a_file_behind_a_pointer(zk_config: Config
             await store.get(big)
         await store.remove(session, big)
         assert audit_job(services, big) == ([], [])
-    finally:
-        await services.close()
 
 
 async def test_deposed_leader_cannot_write_and_the_new_leader_removes_its_jobs(
-        zk_config: Configuration, zookeeper_server: ZooKeeperServer) -> None:
-    first = create_ha_services(zk_config)
-    second = create_ha_services(zk_config)
-    assert isinstance(first, ZooKeeperHaServices) and isinstance(second, ZooKeeperHaServices)
-    await first.start()
-    await second.start()
-    admin = KazooClient(hosts=zookeeper_server.hosts, timeout=4.0)
-    admin.start()
-    try:
-        old_session = await leading(first)
-        job = new_job_id()
-        await first.jobgraph_store.put(old_session, graph(job))
-        await first.progress_store.record_subtask(old_session, job, "v0", 0, "/r/v0/0", 5)
-        second_contender = Contender()
-        second.election.start(second_contender)
-        # A glitch deposes the first leader: its latch node is gone (as after a session expiry).
-        [latch] = admin.get_children(first.paths.latch)
-        admin.delete(f"{first.paths.latch}/{latch}")
-        await asyncio.wait_for(second_contender.granted.wait(), WAIT)
-        new_session = second_contender.session_id
-        assert new_session is not None and new_session != old_session
-        for write in (first.jobgraph_store.put(old_session, graph(job, vertices=1)),
-                      first.jobgraph_store.remove(old_session, job),
-                      first.progress_store.record_subtask(old_session, job, "v0", 1, None, None),
-                      first.progress_store.remove(old_session, job)):
-            with pytest.raises(LeadershipLost):
-                await write
-        # Nothing of the deposed leader blocks the new one (FLINK-10011): it removes the job for good.
-        assert await second.jobgraph_store.get(job) == graph(job)
-        assert (await second.progress_store.get(job)).finished == {"v0": {0: SubtaskProgress("/r/v0/0", 5)}}
-        await second.jobgraph_store.remove(new_session, job)
-        await second.progress_store.remove(new_session, job)
+        zk_masters: list[ZooKeeperHaServices], zk_admin: KazooClient) -> None:
+    first, second = zk_masters
+    old_session = await leading(first.election)
+    job = new_job_id()
+    await first.jobgraph_store.put(old_session, graph(job))
+    await first.progress_store.record_subtask(old_session, job, "v0", 0, "/r/v0/0", 5)
+    second_contender = RecordingContender()
+    second.election.start(second_contender)
+    # A glitch deposes the first leader: its latch node is gone (as after a session expiry).
+    [latch] = zk_admin.get_children(first.paths.latch)
+    zk_admin.delete(f"{first.paths.latch}/{latch}")
+    await asyncio.wait_for(second_contender.granted.wait(), WAIT)
+    new_session = second_contender.session_id
+    assert new_session is not None and new_session != old_session
+    for write in (first.jobgraph_store.put(old_session, graph(job, vertices=1)),
+                  first.jobgraph_store.remove(old_session, job),
+                  first.progress_store.record_subtask(old_session, job, "v0", 1, None, None),
+                  first.progress_store.remove(old_session, job)):
         with pytest.raises(LeadershipLost):
-            await first.jobgraph_store.put(old_session, graph(job))
-        assert await second.jobgraph_store.job_ids() == set()
-        assert audit_job(second, job) == ([], [])
-    finally:
-        admin.stop()
-        admin.close()
-        await first.close()
-        await second.close()
+            await write
+    # Nothing of the deposed leader blocks the new one (FLINK-10011): it removes the job for good.
+    assert await second.jobgraph_store.get(job) == graph(job)
+    assert (await second.progress_store.get(job)).finished == {"v0": {0: SubtaskProgress("/r/v0/0", 5)}}
+    await second.jobgraph_store.remove(new_session, job)
+    await second.progress_store.remove(new_session, job)
+    with pytest.raises(LeadershipLost):
+        await first.jobgraph_store.put(old_session, graph(job))
+    assert await second.jobgraph_store.job_ids() == set()
+    assert audit_job(second, job) == ([], [])
 
 
 async def test_write_is_refused_by_zookeeper_when_the_latch_node_is_gone(zk_config: Configuration) -> None:
     """The ZooKeeper transaction itself fences, whatever the process believes."""
-    services = create_ha_services(zk_config)
-    assert isinstance(services, ZooKeeperHaServices)
-    await services.start()
-    try:
+    async with started_on_zookeeper(zk_config) as services:
         gone = f"{services.paths.latch}/never-created"
 
         class BelievesItLeads:
@@ -277,15 +250,13 @@ async def test_write_is_refused_by_zookeeper_when_the_latch_node_is_gone(zk_conf
         with pytest.raises(LeadershipLost):
             await progress.record_subtask("any-session", job, "v", 0, "/r/0", 1)
         assert (await progress.get(job)).finished == {}
-    finally:
-        await services.close()
 
 
 # ---------------------------------------------------------------------------- progress store
 
 
 async def test_progress_store_records_and_removes(services: HighAvailabilityServices) -> None:
-    session = await leading(services)
+    session = await leading(services.election)
     store = services.progress_store
     job = new_job_id()
     assert (await store.get(job)).finished == {}
@@ -312,7 +283,7 @@ async def test_progress_store_records_and_removes(services: HighAvailabilityServ
 
 async def test_an_accepted_cancel_is_recorded_with_the_job_and_removed_with_it(
         services: HighAvailabilityServices) -> None:
-    session = await leading(services)
+    session = await leading(services.election)
     store = services.progress_store
     job, cancelled_only = new_job_id(), new_job_id()
     await store.record_subtask(session, job, "extract", 0, "/r/0", 1)
@@ -332,10 +303,7 @@ async def test_an_accepted_cancel_is_recorded_with_the_job_and_removed_with_it(
 
 
 async def test_reads_zookeeper_does_not_answer_are_unavailable_for_now(zk_config: Configuration) -> None:
-    services = create_ha_services(zk_config)
-    assert isinstance(services, ZooKeeperHaServices)
-    await services.start()
-    try:
+    async with started_on_zookeeper(zk_config) as services:
         for error in (ConnectionLoss(), OperationTimeoutError(), SessionExpiredError()):
             pending = services.client.handler.async_result()
             pending.set_exception(error)
@@ -345,17 +313,12 @@ async def test_reads_zookeeper_does_not_answer_are_unavailable_for_now(zk_config
         closed.set_exception(ConnectionClosedError())
         with pytest.raises(ConnectionClosedError):  # this process closed its client: not for a retry
             await read_znode(closed, "/some/znode")
-    finally:
-        await services.close()
 
 
 async def test_a_job_whose_record_or_file_is_broken_is_still_removed(zk_config: Configuration) -> None:
     config = zk_config.with_overrides({"high-availability.zookeeper.inline-limit": "1kb"})
-    services = create_ha_services(config)
-    assert isinstance(services, ZooKeeperHaServices)
-    await services.start()
-    try:
-        session = await leading(services)
+    async with started_on_zookeeper(config) as services:
+        session = await leading(services.election)
         store = services.jobgraph_store
         unlinked, garbled = new_job_id(), new_job_id()
         await store.put(session, graph(unlinked, vertices=40))
@@ -369,15 +332,11 @@ async def test_a_job_whose_record_or_file_is_broken_is_still_removed(zk_config: 
         for job in (unlinked, garbled):
             await store.remove(session, job)
             assert audit_job(services, job) == ([], [])
-    finally:
-        await services.close()
 
 
 async def test_progress_of_many_subtasks(zk_config: Configuration) -> None:
-    services = create_ha_services(zk_config)
-    await services.start()
-    try:
-        session = await leading(services)
+    async with started(zk_config) as services:
+        session = await leading(services.election)
         job = new_job_id()
         await asyncio.gather(*(services.progress_store.record_subtask(session, job, "v", i, f"/r/{i}", i)
                                for i in range(600)))
@@ -385,14 +344,12 @@ async def test_progress_of_many_subtasks(zk_config: Configuration) -> None:
         assert len(progress.finished["v"]) == 600 and progress.finished["v"][599] == SubtaskProgress("/r/599", 599)
         await services.progress_store.remove(session, job)
         assert audit_job(services, job) == ([], [])
-    finally:
-        await services.close()
 
 
 async def test_stopped_standalone_leader_cannot_write(standalone_config: Configuration) -> None:
     services = create_ha_services(standalone_config)
     await services.start()
-    session = await leading(services)
+    session = await leading(services.election)
     assert session == "00000000-0000-0000-0000-000000000000"
     await services.close()
     with pytest.raises(LeadershipLost):
@@ -407,10 +364,8 @@ async def test_stopped_standalone_leader_cannot_write(standalone_config: Configu
 @pytest.mark.parametrize("delete_on_commit", [True, False])
 async def test_job_result_store_contract(config: Configuration, delete_on_commit: bool) -> None:
     config = config.with_overrides({"job-result-store.delete-on-commit": str(delete_on_commit).lower()})
-    services = create_ha_services(config)
-    await services.start()
-    try:
-        session = await leading(services)
+    async with started(config) as services:
+        session = await leading(services.election)
         store = services.job_result_store
         job, other = new_job_id(), new_job_id()
         assert not await store.has_entry(job)
@@ -441,37 +396,31 @@ async def test_job_result_store_contract(config: Configuration, delete_on_commit
             assert await store.get(job) == JobResultEntry(result(job), "fp-1")
         assert (directory / f"{other}_DIRTY.json").is_file()
         assert [p.name for p in directory.iterdir() if p.name.startswith(other)] == [f"{other}_DIRTY.json"]
-    finally:
-        await services.close()
 
 
 async def test_job_result_store_survives_a_crash_between_dirty_and_clean(config: Configuration) -> None:
     job = new_job_id()
     before = create_ha_services(config)
     await before.start()
-    session = await leading(before)
+    session = await leading(before.election)
     await before.job_result_store.create_dirty(session, JobResultEntry(result(job, JobStatus.FAILED)))
     directory = before.store_dir("job-result-store")
     # The process dies here: no close, and a write torn mid-way leaves a temp file behind.
     (directory / f"{new_job_id()}_DIRTY.json.tmp-{uuid.uuid4().hex}").write_text('{"resu')
     await before.close()
-    after = create_ha_services(config)
-    await after.start()
-    try:
-        session = await leading(after)
+    async with started(config) as after:
+        session = await leading(after.election)
         store = after.job_result_store
         assert await store.dirty_job_ids() == [job]
         assert await store.get(job) == JobResultEntry(result(job, JobStatus.FAILED))
         await store.mark_clean(session, job)
         assert await store.dirty_job_ids() == []
         assert files_of(config.storage_dir, job) == []
-    finally:
-        await after.close()
 
 
 async def test_dirty_entry_is_written_atomically_and_readable(standalone_config: Configuration) -> None:
     services = create_ha_services(standalone_config)
-    session = await leading(services)
+    session = await leading(services.election)
     job = new_job_id()
     await services.job_result_store.create_dirty(session, JobResultEntry(result(job), "fp"))
     path = services.store_dir("job-result-store") / f"{job}_DIRTY.json"
@@ -485,53 +434,42 @@ async def test_dirty_entry_is_written_atomically_and_readable(standalone_config:
 
 
 async def test_a_deposed_leader_cannot_write_a_job_result_or_change_an_archived_job(
-        zk_config: Configuration, zookeeper_server: ZooKeeperServer, monkeypatch: pytest.MonkeyPatch) -> None:
+        zk_config: Configuration, zk_masters: list[ZooKeeperHaServices], zk_admin: KazooClient,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """A leader paused past its session still believes it leads: ZooKeeper itself refuses it."""
-    first = create_ha_services(zk_config)
-    second = create_ha_services(zk_config)
-    assert isinstance(first, ZooKeeperHaServices) and isinstance(second, ZooKeeperHaServices)
-    await first.start()
-    await second.start()
-    admin = KazooClient(hosts=zookeeper_server.hosts, timeout=4.0)
-    admin.start()
-    try:
-        old_session = await leading(first)
-        archive = JobArchive(ArchiveSettings.from_config(zk_config), check=first.check_leadership)
-        finished, running = new_job_id(), new_job_id()
-        await archive.put(old_session, archived(finished, JobStatus.FINISHED))
-        await first.job_result_store.create_dirty(old_session, JobResultEntry(result(finished)))
-        latch = first.election.fence(old_session, "test")
-        # the session ends (its latch is gone) while the process is paused: it never hears of it
-        monkeypatch.setattr(first.election, "fence", lambda session_id, component: latch)
-        second_contender = Contender()
-        second.election.start(second_contender)
-        admin.delete(latch)
-        await asyncio.wait_for(second_contender.granted.wait(), WAIT)
+    first, second = zk_masters
+    old_session = await leading(first.election)
+    archive = JobArchive(ArchiveSettings.from_config(zk_config), check=first.check_leadership)
+    finished, running = new_job_id(), new_job_id()
+    await archive.put(old_session, archived(finished, JobStatus.FINISHED))
+    await first.job_result_store.create_dirty(old_session, JobResultEntry(result(finished)))
+    latch = first.election.fence(old_session, "test")
+    # the session ends (its latch is gone) while the process is paused: it never hears of it
+    monkeypatch.setattr(first.election, "fence", lambda session_id, component: latch)
+    second_contender = RecordingContender()
+    second.election.start(second_contender)
+    zk_admin.delete(latch)
+    await asyncio.wait_for(second_contender.granted.wait(), WAIT)
 
-        for write in (archive.put(old_session, archived(finished, JobStatus.CANCELED)),
-                      first.job_result_store.mark_clean(old_session, finished),
-                      first.job_result_store.create_dirty(old_session, JobResultEntry(result(running)))):
-            with pytest.raises(LeadershipLost):
-                await write
-        fresh = JobArchive(ArchiveSettings.from_config(zk_config), check=second.check_leadership)
-        await fresh.load()
-        entry = await fresh.get(finished)
-        assert entry is not None and entry.result.status is JobStatus.FINISHED
-        assert await second.job_result_store.dirty_job_ids() == [finished]
-        assert not await second.job_result_store.has_entry(running)
-        leftovers = [p for p in zk_config.storage_dir.rglob("*") if is_temp(p)]
-        assert leftovers == []
-    finally:
-        admin.stop()
-        admin.close()
-        await first.close()
-        await second.close()
+    for write in (archive.put(old_session, archived(finished, JobStatus.CANCELED)),
+                  first.job_result_store.mark_clean(old_session, finished),
+                  first.job_result_store.create_dirty(old_session, JobResultEntry(result(running)))):
+        with pytest.raises(LeadershipLost):
+            await write
+    fresh = JobArchive(ArchiveSettings.from_config(zk_config), check=second.check_leadership)
+    await fresh.load()
+    entry = await fresh.get(finished)
+    assert entry is not None and entry.result.status is JobStatus.FINISHED
+    assert await second.job_result_store.dirty_job_ids() == [finished]
+    assert not await second.job_result_store.has_entry(running)
+    leftovers = [p for p in zk_config.storage_dir.rglob("*") if is_temp(p)]
+    assert leftovers == []
 
 
 async def test_a_stopped_standalone_leader_cannot_write_job_results(standalone_config: Configuration) -> None:
     services = create_ha_services(standalone_config)
     await services.start()
-    session = await leading(services)
+    session = await leading(services.election)
     await services.close()
     with pytest.raises(LeadershipLost):
         await services.job_result_store.create_dirty(session, JobResultEntry(result(new_job_id())))
@@ -566,7 +504,7 @@ async def test_digest_acl_keeps_other_zookeeper_users_out(zk_config: Configurati
     strangers = [KazooClient(hosts=zookeeper_server.hosts, timeout=4.0),
                  KazooClient(hosts=zookeeper_server.hosts, timeout=4.0, auth_data=[("digest", "mallory:guess")])]
     try:
-        session = await leading(services)
+        session = await leading(services.election)
         job = new_job_id()
         await services.jobgraph_store.put(session, graph(job))
         await services.progress_store.record_subtask(session, job, "v0", 0, None, 1)
@@ -604,7 +542,7 @@ async def test_close_keeps_all_data(config: Configuration) -> None:
     config = config.with_overrides({"high-availability.zookeeper.inline-limit": "0"})
     services = create_ha_services(config)
     await services.start()
-    session = await leading(services)
+    session = await leading(services.election)
     job = new_job_id()
     await services.jobgraph_store.put(session, graph(job))
     await services.progress_store.record_subtask(session, job, "v0", 0, "/r", 1)

@@ -229,50 +229,49 @@ def test_a_taskexecutor_killed_mid_task_loses_nothing(cluster: LocalCluster, tas
         cluster.wait_for_task_executors(2)
 
 
+def submit_three_stages(cluster: LocalCluster, name: str, tasks_key: str, log_dir: Path, *, rows: int,
+                        slow_s: float) -> str:
+    """numbers (`rows`) → slow (sleeps `slow_s`) → last, submitted; its id once `slow` has started."""
+    log = str(log_dir)
+    job_id = cluster.submit(job(name, [
+        vertex("numbers", "numbers", rows=rows, log_dir=log),
+        vertex("slow", "sleepy", inputs=("numbers",), seconds=slow_s, log_dir=log),
+        vertex("last", "sleepy", inputs=("slow",), seconds=0, log_dir=log),
+    ], tasks_key))
+    wait_for_run(log_dir, "slow", "start")
+    return job_id
+
+
+def assert_finished_once(cluster: LocalCluster, job_id: str, log_dir: Path) -> None:
+    """A `submit_three_stages` job finished with nothing lost or run twice; the leader lists it once."""
+    result = cluster.wait_for_result(job_id)
+    assert result["status"] == "FINISHED", result.get("failure")
+    assert len(runs(log_dir, "numbers")) == 1
+    assert len(runs(log_dir, "last", "end")) == 1
+    jobs = cluster.request("GET", cluster.leader_url() + "/jobs")[1]["jobs"]
+    assert [j["status"] for j in jobs if j["id"] == job_id] == ["FINISHED"]
+
+
 def test_a_zookeeper_outage_longer_than_the_session_loses_and_repeats_nothing(
         cluster: LocalCluster, zookeeper_server: ZooKeeperServer, tasks_key: str, tmp_path: Path) -> None:
-    log = str(tmp_path)
-    graph = job("zk-outage", [
-        vertex("numbers", "numbers", rows=10, log_dir=log),
-        vertex("slow", "sleepy", inputs=("numbers",), seconds=4, log_dir=log),
-        vertex("last", "sleepy", inputs=("slow",), seconds=0, log_dir=log),
-    ], tasks_key)
-    job_id = cluster.submit(graph)
-    wait_for_run(tmp_path, "slow", "start")
+    job_id = submit_three_stages(cluster, "zk-outage", tasks_key, tmp_path, rows=10, slow_s=4)
     zookeeper_server.pause()
     try:
         time.sleep(7.0)  # longer than the 4 s session: every leader's session expires
     finally:
         zookeeper_server.resume()
-    result = cluster.wait_for_result(job_id)
-    assert result["status"] == "FINISHED", result.get("failure")
-    assert len(runs(tmp_path, "numbers")) == 1
-    assert len(runs(tmp_path, "last", "end")) == 1
-    jobs = cluster.request("GET", cluster.leader_url() + "/jobs")[1]["jobs"]
-    assert [j["status"] for j in jobs if j["id"] == job_id] == ["FINISHED"]
+    assert_finished_once(cluster, job_id, tmp_path)
 
 
 def test_sigkill_of_the_leader_mid_job_loses_and_repeats_nothing(cluster: LocalCluster, tasks_key: str,
                                                                  tmp_path: Path) -> None:
-    log = str(tmp_path)
-    graph = job("failover", [
-        vertex("numbers", "numbers", rows=20, log_dir=log),
-        vertex("slow", "sleepy", inputs=("numbers",), seconds=8, log_dir=log),
-        vertex("last", "sleepy", inputs=("slow",), seconds=0, log_dir=log),
-    ], tasks_key)
-    job_id = cluster.submit(graph)
-    wait_for_run(tmp_path, "slow", "start")
+    job_id = submit_three_stages(cluster, "failover", tasks_key, tmp_path, rows=20, slow_s=8)
     old_leader = cluster.wait_for_leader()
     killed_at = time.monotonic()
     cluster.kill_master(old_leader, signal.SIGKILL)
     new_leader = cluster.wait_for_leader(exclude=old_leader, timeout=30)
     print(f"\nstandby {new_leader} took over {time.monotonic() - killed_at:.2f}s after SIGKILL of {old_leader}")
-    result = cluster.wait_for_result(job_id)
-    assert result["status"] == "FINISHED", result.get("failure")
-    assert len(runs(tmp_path, "numbers")) == 1  # finished before the kill: not re-run
-    assert len(runs(tmp_path, "last", "end")) == 1
-    jobs = cluster.request("GET", cluster.leader_url() + "/jobs")[1]["jobs"]
-    assert [j["status"] for j in jobs if j["id"] == job_id] == ["FINISHED"]
+    assert_finished_once(cluster, job_id, tmp_path)  # `numbers` finished before the kill: not re-run
     cluster.start_master(old_leader)  # back to two masters for later tests
 
 

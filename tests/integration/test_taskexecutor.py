@@ -1,18 +1,15 @@
 """TaskExecutors as real Celery worker processes with real Spark, against a real ResourceManager.
 
 The master side is an aiohttp server in the test process serving the TaskExecutor routes with
-the real ResourceManager; the JobMaster's end of the state reports is `ExecutionLog`, which
-records them. Deployments and cancellations go through the real Celery gateway.
+the real ResourceManager (`MasterForTaskExecutors`); the JobMaster's end of the state reports
+is its `ExecutionLog`, which records them. Deployments and cancellations go through the real
+Celery gateway.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import socket
-import subprocess
-import sys
 import textwrap
 import time
 import uuid
@@ -22,129 +19,27 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp import web
 
 from sparkdispatch.config import Configuration
-from sparkdispatch.errors import FencingTokenMismatch, SparkDispatchError
+from sparkdispatch.errors import FencingTokenMismatch
 from sparkdispatch.ha import STANDALONE_SESSION_ID, create_ha_services
 from sparkdispatch.jobgraph import ExecutionState
-from sparkdispatch.protocol import ExecutionReport, ExecutionStateUpdate, SlotReport, TaskDeploymentDescriptor
-from sparkdispatch.resourcemanager import AllocatedSlot, ResourceManager
+from sparkdispatch.protocol import SlotReport, TaskDeploymentDescriptor
+from sparkdispatch.resourcemanager import AllocatedSlot
 from sparkdispatch.resourcemanager.celery_gateway import CeleryTaskExecutorGateway
-from sparkdispatch.rest.taskexecutor_routes import SESSION_HEADER, add_task_executor_routes
-from sparkdispatch.settings import ResourceManagerSettings
+from sparkdispatch.rest.taskexecutor_routes import SESSION_HEADER
 from sparkdispatch.taskexecutor.master_client import MasterClient
+from sparkdispatch.testing import local_cluster
+from sparkdispatch.testing.local_cluster import TaskExecutorProcess
+from sparkdispatch.testing.master import MasterForTaskExecutors
 from sparkdispatch.testing.services import RedisServer, free_port
 
 WAIT_S = 90.0  # generous: TaskExecutors start a JVM each on a 2-core machine
 
 
-class ExecutionLog:
-    """The JobMaster's end, recorded: state reports, allocated slots, lost TaskExecutors."""
-
-    def __init__(self) -> None:
-        self.updates: list[ExecutionStateUpdate] = []
-        self.slots: list[AllocatedSlot] = []
-        self.lost: list[tuple[str, list[str], str]] = []
-
-    def update_execution_state(self, update: ExecutionStateUpdate) -> None:
-        self.updates.append(update)
-
-    def slots_allocated(self, slots: list[AllocatedSlot]) -> None:
-        self.slots.extend(slots)
-
-    def slot_request_failed(self, error: SparkDispatchError) -> None:
-        raise AssertionError(f"slot request failed: {error}")
-
-    def task_executor_lost(self, task_executor_id: str, allocation_ids: list[str], reason: str) -> None:
-        self.lost.append((task_executor_id, allocation_ids, reason))
-
-    def task_executor_heartbeat(self, task_executor_id: str, executions: Sequence[ExecutionReport]) -> None:
-        """The tests follow executions through their state reports, not through heartbeats."""
-
-    def final(self, execution_id: str) -> ExecutionStateUpdate | None:
-        for update in reversed(self.updates):
-            if update.execution_id == execution_id and update.state.is_terminal:
-                return update
-        return None
-
-    def states(self, execution_id: str) -> list[ExecutionState]:
-        return [u.state for u in self.updates if u.execution_id == execution_id]
-
-
-class TestMaster:
-    """A master reduced to what TaskExecutors talk to: REST routes, ResourceManager, JobMaster end."""
-
-    __test__ = False
-
-    def __init__(self, config: Configuration, *, session_id: str = STANDALONE_SESSION_ID) -> None:
-        self.config = config
-        self.session_id = session_id
-        self.jobs = ExecutionLog()
-        self.resource_manager = ResourceManager(ResourceManagerSettings.from_config(config), session_id)
-        self._runner: web.AppRunner | None = None
-
-    def job_master(self, job_id: str) -> ExecutionLog:
-        return self.jobs
-
-    async def start(self) -> None:
-        self.resource_manager.start()
-        app = web.Application()
-        add_task_executor_routes(app, lambda: self)
-        self._runner = web.AppRunner(app)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", self.config["rest.port"]).start()
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-        self.resource_manager.stop()
-
-    async def restart_resource_manager(self) -> None:
-        """Both the REST endpoint and the ResourceManager go away and come back empty."""
-        await self.stop()
-        self.resource_manager = ResourceManager(ResourceManagerSettings.from_config(self.config), self.session_id)
-        await self.start()
-
-
-class TaskExecutorProcess:
-    """`python -m sparkdispatch.taskexecutor` as a child process group (worker + Spark's JVM)."""
-
-    def __init__(self, config: Configuration, task_executor_id: str, log_dir: Path) -> None:
-        self.id = task_executor_id
-        self.log = log_dir / f"{task_executor_id}.log"
-        with open(self.log, "wb") as out:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "sparkdispatch.taskexecutor", "--id", task_executor_id,
-                 *config.to_overrides()],
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
-
-    def kill(self) -> None:
-        """SIGKILL the whole TaskExecutor, as a machine dying."""
-        if self.process.poll() is None:
-            try:
-                os.killpg(self.process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        self.process.wait(timeout=30)
-
-    def log_tail(self, lines: int = 40) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-
-
-async def eventually(predicate: Callable[[], bool], what: str, *, processes: list[TaskExecutorProcess] = (),
+async def eventually(predicate: Callable[[], bool], what: str, *, processes: Sequence[TaskExecutorProcess] = (),
                      timeout: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        for te in processes:
-            if te.process.poll() is not None:
-                raise AssertionError(f"TaskExecutor {te.id} exited with {te.process.returncode}:\n{te.log_tail()}")
-        if time.monotonic() > deadline:
-            logs = "\n".join(f"--- {te.id}\n{te.log_tail()}" for te in processes)
-            raise AssertionError(f"timed out waiting for {what}\n{logs}")
-        await asyncio.sleep(0.05)
+    await local_cluster.eventually(predicate, what, processes=processes, timeout=timeout)
 
 
 def cluster_config(tmp_path: Path, broker_url: str, **extra: str) -> Configuration:
@@ -172,12 +67,12 @@ def deployment(config: Configuration, slot: AllocatedSlot, job_id: str, vertex_i
         result_path=f"{config.results_dir}/{job_id}/{vertex_id}/0-{execution_id}", artifacts=(artifact,), **fields)
 
 
-async def start_cluster(config: Configuration, tmp_path: Path, count: int) -> tuple[TestMaster, list[TaskExecutorProcess]]:
-    master = TestMaster(config)
+async def start_cluster(config: Configuration, tmp_path: Path,
+                        count: int) -> tuple[MasterForTaskExecutors, list[TaskExecutorProcess]]:
+    master = MasterForTaskExecutors(config)
     await master.start()
-    processes = []
-    for index in range(count):
-        processes.append(TaskExecutorProcess(config, f"te{index}-{uuid.uuid4().hex[:6]}", tmp_path))
+    processes = [TaskExecutorProcess(config, tmp_path, task_executor_id=f"te{index}-{uuid.uuid4().hex[:6]}")
+                 for index in range(count)]
     return master, processes
 
 
@@ -245,7 +140,7 @@ async def test_two_taskexecutors_run_a_pipeline_and_a_killed_one_vanishes(
 
 async def test_registration_with_a_stale_session_is_refused(tmp_path: Path) -> None:
     config = cluster_config(tmp_path, "redis://127.0.0.1:1/0")
-    master = TestMaster(config, session_id=str(uuid.uuid4()))
+    master = MasterForTaskExecutors(config, session_id=str(uuid.uuid4()))
     await master.start()
     client = MasterClient(config)
     try:
@@ -385,12 +280,12 @@ async def test_a_taskexecutor_survives_its_resource_manager_restarting(
 
 
 class ElectedMaster:
-    """A TestMaster that leads only while the ZooKeeper election grants it leadership."""
+    """A MasterForTaskExecutors that leads only while the ZooKeeper election grants it leadership."""
 
     def __init__(self, config: Configuration) -> None:
         self.config = config
         self.services = create_ha_services(config)
-        self.master: TestMaster | None = None
+        self.master: MasterForTaskExecutors | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
@@ -411,7 +306,7 @@ class ElectedMaster:
         task.add_done_callback(self._tasks.discard)
 
     async def _lead(self, session_id: str) -> None:
-        master = TestMaster(self.config, session_id=session_id)
+        master = MasterForTaskExecutors(self.config, session_id=session_id)
         await master.start()
         self.master = master
         self.services.election.confirm_leadership(session_id, self.config.rest_url)
@@ -427,17 +322,28 @@ class ElectedMaster:
             await self.master.stop()
 
 
-@pytest.mark.slow
-async def test_a_taskexecutor_follows_the_leader_to_a_new_master(
-        redis_server: RedisServer, zk_config: Configuration, tmp_path: Path) -> None:
-    base = cluster_config(tmp_path, redis_server.url).with_overrides({
-        key: value for key, value in zk_config.to_flat().items() if key.startswith("high-availability.")})
-    first = ElectedMaster(base.with_overrides({"rest.port": str(free_port())}))
-    second = ElectedMaster(base.with_overrides({"rest.port": str(free_port())}))
+def with_zookeeper_ha(config: Configuration, zk_config: Configuration) -> Configuration:
+    """`config` with the high-availability keys of `zk_config` (the test's ZooKeeper root)."""
+    return config.with_overrides({key: value for key, value in zk_config.to_flat().items()
+                                  if key.startswith("high-availability.")})
+
+
+async def two_elected_masters(config: Configuration) -> tuple[ElectedMaster, ElectedMaster]:
+    """Two ElectedMasters of `config` on free ports; the first leads."""
+    first = ElectedMaster(config.with_overrides({"rest.port": str(free_port())}))
+    second = ElectedMaster(config.with_overrides({"rest.port": str(free_port())}))
     await first.start()
     await eventually(lambda: first.master is not None, "the first master to lead")
     await second.start()
-    te = TaskExecutorProcess(base, f"te-zk-{uuid.uuid4().hex[:6]}", tmp_path)
+    return first, second
+
+
+@pytest.mark.slow
+async def test_a_taskexecutor_follows_the_leader_to_a_new_master(
+        redis_server: RedisServer, zk_config: Configuration, tmp_path: Path) -> None:
+    base = with_zookeeper_ha(cluster_config(tmp_path, redis_server.url), zk_config)
+    first, second = await two_elected_masters(base)
+    te = TaskExecutorProcess(base, tmp_path, task_executor_id=f"te-zk-{uuid.uuid4().hex[:6]}")
     try:
         await eventually(lambda: first.registered() == 1, "the registration with the first leader", processes=[te])
 
@@ -456,14 +362,10 @@ async def test_a_new_leader_gets_the_former_leaders_slots_at_once_and_its_tasks_
         redis_server: RedisServer, zk_config: Configuration, tmp_path: Path) -> None:
     """The former leader was SIGKILLed (here: it stepped down; the TaskExecutor sees the same). Its tasks
     must not run on holding slots the recovered jobs wait for."""
-    base = cluster_config(tmp_path, redis_server.url, **{"taskexecutor.cancellation.timeout": "1s"}).with_overrides({
-        key: value for key, value in zk_config.to_flat().items() if key.startswith("high-availability.")})
-    first = ElectedMaster(base.with_overrides({"rest.port": str(free_port())}))
-    second = ElectedMaster(base.with_overrides({"rest.port": str(free_port())}))
-    await first.start()
-    await eventually(lambda: first.master is not None, "the first master to lead")
-    await second.start()
-    te = TaskExecutorProcess(base, f"te-zk-{uuid.uuid4().hex[:6]}", tmp_path)
+    base = with_zookeeper_ha(cluster_config(tmp_path, redis_server.url, **{"taskexecutor.cancellation.timeout": "1s"}),
+                             zk_config)
+    first, second = await two_elected_masters(base)
+    te = TaskExecutorProcess(base, tmp_path, task_executor_id=f"te-zk-{uuid.uuid4().hex[:6]}")
     gateway = CeleryTaskExecutorGateway(base)
     beats = tmp_path / "beats"
     try:

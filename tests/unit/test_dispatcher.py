@@ -28,6 +28,7 @@ from sparkdispatch.jobgraph import ExecutionState, JobGraph, JobResult, JobStatu
 from sparkdispatch.rest.views import flink_job_details, job_details, job_summary
 from sparkdispatch.settings import ArchiveSettings, CleanupSettings
 from sparkdispatch.snapshot import JobOverview, JobSnapshot
+from sparkdispatch.testing.contender import leading
 
 SESSION = "00000000-0000-0000-0000-000000000000"
 
@@ -87,26 +88,12 @@ def config(tmp_path: Path) -> Configuration:
                                        "cleanup-strategy.max-backoff": "20ms"})
 
 
-class Contender:
-    def __init__(self) -> None:
-        self.granted = asyncio.Event()
-
-    def grant_leadership(self, session_id: str) -> None:
-        assert session_id == SESSION
-        self.granted.set()
-
-    def revoke_leadership(self) -> None:
-        self.granted.clear()
-
-
 @pytest.fixture
 async def ha(config: Configuration) -> Any:
     """Standalone HA services whose election this test's Dispatcher leads."""
     services = create_ha_services(config)
     await services.start()
-    contender = Contender()
-    services.election.start(contender)
-    await contender.granted.wait()
+    assert await leading(services.election) == SESSION
     yield services
     services.election.stop()
     await services.close()

@@ -336,19 +336,3 @@ async def test_stop_drops_everything_and_refuses_later_calls(config: Configurati
     with pytest.raises(LeadershipLost):
         rm.declare_requirements(JOB_A, 1, a)
     rm.stop()  # idempotent
-
-
-async def test_a_silent_task_executor_is_lost_on_the_real_clock() -> None:
-    config = Configuration.from_mapping({"heartbeat.interval": "50ms", "heartbeat.timeout": "200ms"})
-    rm = ResourceManager(ResourceManagerSettings.from_config(config), SESSION)
-    rm.start()
-    try:
-        rm.register_task_executor(SESSION, registration_body("te-1", 1))
-        a = Job(JOB_A)
-        rm.declare_requirements(JOB_A, 1, a)
-        await a.wait_for(lambda: a.slots)
-        await a.wait_for(lambda: a.lost)
-        assert a.lost[0][:2] == ("te-1", [a.slots[0].allocation_id])
-        assert rm.overview().taskmanagers == 0
-    finally:
-        rm.stop()
