@@ -21,7 +21,6 @@ over the launches, writes bench/results/cold_start.json with every sample and th
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import time
 from pathlib import Path
@@ -29,14 +28,17 @@ from typing import Any
 
 from common import (
     Standalone,
+    add_pipeline_options,
+    add_run_options,
     bench_main,
     load_average,
+    load_change,
     median,
     pipelines_artifact,
     print_table,
     sales_graph,
+    save_results,
     scratch_dir,
-    write_results,
 )
 
 GOAL_RATIO = 2.0
@@ -55,16 +57,6 @@ def connect_server_times(log: Path) -> dict[str, float]:
         if match else {}
 
 
-def job(standalone: Standalone, graph: dict[str, Any]) -> tuple[float, float]:
-    """(seconds from POST to the FINISHED result, the master's duration of the job)."""
-    begin = time.perf_counter()
-    result = standalone.rest.wait_for_result(standalone.rest.submit(graph), timeout=JOB_TIMEOUT_S)
-    wall = time.perf_counter() - begin
-    if result["status"] != "FINISHED":
-        raise RuntimeError(f"the sales job ended {result['status']}: {result.get('failure')}")
-    return wall, result["duration_ms"] / 1000.0
-
-
 def launch(storage: Path, artifact_file: Path, *, slots: int, rows: int, steady_runs: int) -> dict[str, Any]:
     standalone = Standalone(storage, slots=slots)
     try:
@@ -73,9 +65,9 @@ def launch(storage: Path, artifact_file: Path, *, slots: int, rows: int, steady_
         standalone.wait_until_ready(START_TIMEOUT_S)
         ready_s = time.monotonic() - begin
         graph = sales_graph(standalone.rest.upload_artifact(artifact_file), rows=rows)
-        first_s, first_master_s = job(standalone, graph)
+        first_s, first_master_s = standalone.rest.run_job(graph, timeout=JOB_TIMEOUT_S)
         first_result_s = time.monotonic() - begin
-        steady = [job(standalone, graph) for _ in range(steady_runs)]
+        steady = [standalone.rest.run_job(graph, timeout=JOB_TIMEOUT_S) for _ in range(steady_runs)]
         figures: dict[str, Any] = {
             "ready_s": round(ready_s, 2), "first_result_s": round(first_result_s, 2),
             "first_job_s": round(first_s, 3), "first_job_master_s": round(first_master_s, 3),
@@ -95,11 +87,8 @@ def run() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--launches", type=int, default=3, help="standalone launches, each measured from scratch")
     parser.add_argument("--steady-runs", type=int, default=4, help="jobs after the first, per launch")
-    parser.add_argument("--slots", type=int, default=2, help="slots of the standalone's TaskExecutor")
-    parser.add_argument("--rows", type=int, default=100_000, help="orders the pipeline generates")
-    parser.add_argument("--work-dir", type=Path, default=None,
-                        help="keep storage and logs here (default: a temporary directory, removed at the end)")
-    parser.add_argument("--quick", action="store_true", help="smoke run: 1 launch, 2 steady runs")
+    add_pipeline_options(parser)
+    add_run_options(parser, quick="1 launch, 2 steady runs")
     args = parser.parse_args()
     if args.quick:
         args.launches, args.steady_runs = 1, 2
@@ -139,11 +128,9 @@ def run() -> int:
         ["first / steady", f"{medians['first_to_steady']:.2f}x"],
     ])
     met = medians["first_to_steady"] <= GOAL_RATIO
-    print(f"goal: first job <= {GOAL_RATIO:g}x the steady state: {'met' if met else 'MISSED'}; load average "
-          f"{results['load_average_at_start']} -> {results['load_average_at_end']} on {os.cpu_count()} cores")
-    path = write_results("cold_start" + (".quick" if args.quick else ""), {
+    print(f"goal: first job <= {GOAL_RATIO:g}x the steady state: {'met' if met else 'MISSED'}; {load_change(results)}")
+    save_results("cold_start", quick=args.quick, report={
         **results, "goal_first_to_steady": GOAL_RATIO, "samples": samples, "medians": medians, "goal_met": met})
-    print(f"wrote {path}")
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Helpers shared by the P1, P2 and P4 benchmarks: services, clusters, job graphs, statistics, results.
+"""Helpers shared by the benchmarks: services, clusters, job graphs, statistics, results.
 
 Every process a benchmark starts is stopped on exit, on errors, on Ctrl-C and on SIGTERM:
 `bench_main` turns SIGTERM into KeyboardInterrupt so the benchmarks' `finally` blocks run.
@@ -6,6 +6,7 @@ Every process a benchmark starts is stopped on exit, on errors, on Ctrl-C and on
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import math
@@ -24,13 +25,15 @@ from typing import Any
 
 from sparkdispatch.config import Configuration
 from sparkdispatch.testing.http import http_json, upload_artifact
-from sparkdispatch.testing.local_cluster import LocalCluster
+from sparkdispatch.testing.local_cluster import LocalCluster, process_tree
+from sparkdispatch.testing.services import RedisServer, ZooKeeperServer
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO / "bench" / "results"
 TASKS_DIR = REPO / "bench" / "tasks"
 BENCH_TASKS = TASKS_DIR / "bench_tasks.py"
 VENV_BIN = Path(sys.executable).parent
+CLUSTER_START_TIMEOUT_S = 240.0
 
 
 # -- running a benchmark --------------------------------------------------------------------------
@@ -49,6 +52,19 @@ def bench_main(run: Callable[[], int]) -> None:
         print("interrupted; every process started was stopped", file=sys.stderr)
         code = 130
     sys.exit(code)
+
+
+def add_run_options(parser: argparse.ArgumentParser, *, quick: str) -> None:
+    """`--work-dir`, and `--quick`: a smoke run (`quick` says what it cuts) whose results go to `<name>.quick.json`."""
+    parser.add_argument("--work-dir", type=Path, default=None,
+                        help="keep storage and logs here (default: a temporary directory, removed at the end)")
+    parser.add_argument("--quick", action="store_true", help=f"smoke run: {quick}")
+
+
+def add_pipeline_options(parser: argparse.ArgumentParser) -> None:
+    """`--slots` of a standalone's TaskExecutor and `--rows` of the sales pipeline (`sales_graph`)."""
+    parser.add_argument("--slots", type=int, default=2, help="slots of the standalone's TaskExecutor")
+    parser.add_argument("--rows", type=int, default=100_000, help="orders the pipeline generates")
 
 
 def bench_env() -> dict[str, str]:
@@ -111,6 +127,25 @@ def cluster_config(storage: Path, *, broker_url: str, zookeeper_hosts: str | Non
     return Configuration.from_mapping(mapping)
 
 
+@contextlib.contextmanager
+def zookeeper_cluster(work_dir: Path | None, prefix: str, *, masters: int, taskexecutors: int,
+                      **config: Any) -> Iterator[tuple[BenchCluster, ZooKeeperServer, RedisServer]]:
+    """ZooKeeper, Redis and a started BenchCluster with ZooKeeper HA on them, storage and logs in
+    `scratch_dir(work_dir, prefix)`; `config` goes to `cluster_config`. Everything is stopped at the
+    end, the cluster before the directory its processes write into goes."""
+    zookeeper, redis = ZooKeeperServer(), RedisServer()
+    with zookeeper, redis, scratch_dir(work_dir, prefix) as scratch:
+        storage = Path(scratch)
+        cluster = BenchCluster(cluster_config(storage, broker_url=redis.url, zookeeper_hosts=zookeeper.hosts,
+                                              **config),
+                               masters=masters, taskexecutors=taskexecutors, log_dir=storage / "log")
+        try:
+            cluster.start(timeout=CLUSTER_START_TIMEOUT_S)
+            yield cluster, zookeeper, redis
+        finally:
+            cluster.stop()
+
+
 # -- job graphs -----------------------------------------------------------------------------------
 
 
@@ -128,19 +163,17 @@ def chain_graph(name: str, length: int, *, entrypoint: str, artifact: str,
 
 
 def child_pids(pid: int) -> list[int]:
-    """Direct children of `pid` (from /proc)."""
-    children = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    """Direct children of `pid`, from /proc (each of its threads lists the children it started)."""
+    children: list[int] = []
+    try:
+        threads = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return children
+    for thread in threads:
         try:
-            stat = (entry / "stat").read_text()
+            children += [int(child) for child in (thread / "children").read_text().split()]
         except OSError:
             continue
-        # pid (comm) state ppid ...; comm may hold spaces and parentheses
-        fields = stat[stat.rfind(")") + 2:].split()
-        if int(fields[1]) == pid:
-            children.append(int(entry.name))
     return children
 
 
@@ -221,6 +254,27 @@ def write_results(name: str, report: dict[str, Any]) -> Path:
     return path
 
 
+def save_results(name: str, report: dict[str, Any], *, quick: bool = False) -> None:
+    """`write_results` under `name` (`name.quick` for a smoke run, which leaves the real results alone);
+    prints where."""
+    print(f"wrote {write_results(name + ('.quick' if quick else ''), report)}")
+
+
+def load_change(report: dict[str, Any]) -> str:
+    """`load average <at start> -> <at end> on N cores`, from the report's `load_average_at_*`."""
+    return (f"load average {report['load_average_at_start']} -> {report['load_average_at_end']} on "
+            f"{os.cpu_count()} cores")
+
+
+def latency_ms(seconds: Sequence[float]) -> dict[str, float | None]:
+    """Median, p99 and max of latencies in seconds, in ms (`latency_ms_median`, `_p99`, `_max`; None without any)."""
+    if not seconds:
+        return {"latency_ms_median": None, "latency_ms_p99": None, "latency_ms_max": None}
+    return {"latency_ms_median": round(median(seconds) * 1000, 2),
+            "latency_ms_p99": round(percentile(seconds, 99) * 1000, 2),
+            "latency_ms_max": round(max(seconds) * 1000, 2)}
+
+
 def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
     rows = [[str(cell) for cell in row] for row in rows]
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
@@ -258,6 +312,16 @@ class Rest:
             if status != 200:
                 raise RuntimeError(f"execution-result of {job_id} answered {status}: {body}")
         raise TimeoutError(f"job {job_id} did not finish within {timeout:.0f}s")
+
+    def run_job(self, graph: dict[str, Any], *, timeout: float) -> tuple[float, float]:
+        """Submit `graph` and wait for its result: (seconds from POST to the result, the master's duration of
+        the job); RuntimeError unless it FINISHED."""
+        begin = time.perf_counter()
+        result = self.wait_for_result(self.submit(graph), timeout=timeout)
+        wall = time.perf_counter() - begin
+        if result["status"] != "FINISHED":
+            raise RuntimeError(f"job {graph.get('name')!r} ended {result['status']}: {result.get('failure')}")
+        return wall, result["duration_ms"] / 1000.0
 
     def upload_artifact(self, path: Path) -> str:
         return upload_artifact(self.base_url, path, token=self.token)
@@ -398,12 +462,11 @@ def cpu_seconds(pid: int) -> float:
 def tree_cpu_seconds(pid: int) -> float:
     """CPU seconds of `pid` and its live descendants (a TaskExecutor and its Spark JVM)."""
     total = 0.0
-    try:
-        total += cpu_seconds(pid)
-    except OSError:
-        return 0.0
-    for child in child_pids(pid):
-        total += tree_cpu_seconds(child)
+    for member, _ in process_tree(pid):
+        try:
+            total += cpu_seconds(member)
+        except OSError:
+            continue  # gone meanwhile
     return total
 
 
@@ -417,13 +480,7 @@ def process_cmdline(pid: int) -> str:
 
 def descendants(pid: int) -> list[int]:
     """Every live descendant of `pid` (children first, then theirs), from /proc."""
-    found: list[int] = []
-    frontier = [pid]
-    while frontier:
-        children = [child for parent in frontier for child in child_pids(parent)]
-        found.extend(children)
-        frontier = children
-    return found
+    return [member for member, _ in process_tree(pid)[1:]]
 
 
 def memory_kib(pid: int) -> tuple[int, int]:
@@ -511,23 +568,56 @@ class Standalone:
 # -- Spark Connect floors -------------------------------------------------------------------------
 
 
-def start_connect_server(config: Configuration, work_dir: Path) -> Any:
-    """A Spark Connect server with the settings a TaskExecutor of `config` gives its own, started and warmed
-    the same way (`ConnectServer.start`); the caller stops it."""
-    from sparkdispatch.settings import ConnectServerSettings
-    from sparkdispatch.taskexecutor.connect_server import ConnectServer
+class ConnectClient:
+    """A Spark Connect server with the settings a TaskExecutor of `config` gives its own, started and
+    warmed the same way (`ConnectServer.start`), and a warm session of this process on it (`spark`).
 
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # as bench_env() gives the clusters' processes
-    server = ConnectServer(ConnectServerSettings.from_config(config), work_dir=work_dir, app_name="bench-floor")
-    server.start()
-    return server
+    Sessions are made as a slot process makes a job's: `session_conf` is set on each with `conf.set`.
+    """
 
+    def __init__(self, config: Configuration, work_dir: Path, *,
+                 session_conf: dict[str, Any] | None = None) -> None:
+        self.config = config
+        self.work_dir = work_dir
+        self.session_conf = dict(session_conf or {})
+        self.server: Any = None
+        self.spark: Any = None
 
-def connect_session(url: str) -> Any:
-    """A new Spark Connect session on the server at `url`, as a slot process makes one."""
-    from sparkdispatch.taskexecutor.slot_process import new_session
+    def start(self) -> None:
+        from sparkdispatch.settings import ConnectServerSettings
+        from sparkdispatch.taskexecutor.connect_server import ConnectServer
 
-    return new_session(url)
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # as bench_env() gives the clusters' processes
+        self.server = ConnectServer(ConnectServerSettings.from_config(self.config), work_dir=self.work_dir,
+                                    app_name="bench-floor")
+        self.server.start()
+        self.spark = self.new_session()
+
+    def new_session(self) -> Any:
+        """A new session on the server with `session_conf` set; the caller stops it."""
+        from sparkdispatch.taskexecutor.slot_process import new_session
+
+        session = new_session(self.server.url)
+        for key, value in self.session_conf.items():
+            session.conf.set(key, value)
+        return session
+
+    def cpu_seconds(self) -> float:
+        """CPU seconds of this process (the client) and of the Connect server's JVM."""
+        if self.server is None or self.server.pid is None:
+            return math.nan
+        return cpu_seconds(os.getpid()) + tree_cpu_seconds(self.server.pid)
+
+    def stop(self) -> None:
+        if self.spark is not None:
+            try:
+                self.spark.stop()
+            except Exception:  # noqa: BLE001 - the server is stopped next anyway
+                pass
+            self.spark = None
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
 
 
 # -- the sales pipeline of dags/pipelines ---------------------------------------------------------

@@ -20,7 +20,6 @@ Writes bench/results/memory.json with every sample and the load average.
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -28,14 +27,16 @@ from typing import Any
 from common import (
     BENCH_TASKS,
     Standalone,
+    add_run_options,
     bench_main,
     descendants,
     load_average,
+    load_change,
     memory_kib,
     print_table,
     process_cmdline,
+    save_results,
     scratch_dir,
-    write_results,
 )
 
 START_TIMEOUT_S = 300.0
@@ -127,9 +128,7 @@ def run() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--slots", type=int, default=4, help="slots of the TaskExecutor")
     parser.add_argument("--task-seconds", type=float, default=20.0, help="how long each running task works")
-    parser.add_argument("--work-dir", type=Path, default=None,
-                        help="keep storage and logs here (default: a temporary directory, removed at the end)")
-    parser.add_argument("--quick", action="store_true", help="smoke run: tasks of 8 s, fewer idle samples")
+    add_run_options(parser, quick="tasks of 8 s, fewer idle samples")
     args = parser.parse_args()
     if args.quick:
         args.task_seconds = 8.0
@@ -176,11 +175,9 @@ def run() -> int:
     for name, phase in phases.items():
         if phase["others"]:
             print(f"  other processes ({name}): {phase['others']}")
-    print(f"load average {results['load_average_at_start']} -> {results['load_average_at_end']} on "
-          f"{os.cpu_count()} cores")
-    path = write_results("memory" + (".quick" if args.quick else ""), {
+    print(load_change(results))
+    save_results("memory", quick=args.quick, report={
         **results, "phases": phases, "samples": {"idle": idle, "running": running, "after": after}})
-    print(f"wrote {path}")
     return 0
 
 

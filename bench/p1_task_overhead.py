@@ -41,6 +41,7 @@ import os
 import re
 import subprocess
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -48,25 +49,27 @@ from typing import Any
 
 from common import (
     BENCH_TASKS,
+    CLUSTER_START_TIMEOUT_S,
     TASKS_DIR,
     VENV_BIN,
     BenchCluster,
+    ConnectClient,
     PySpy,
     Standalone,
+    add_run_options,
     bench_env,
     bench_main,
     chain_graph,
     cluster_config,
-    connect_session,
     cpu_seconds,
     load_average,
+    load_change,
     median,
     print_table,
+    save_results,
     scratch_dir,
-    start_connect_server,
     stop_process,
     tree_cpu_seconds,
-    write_results,
 )
 
 from sparkdispatch.config import Configuration
@@ -82,15 +85,14 @@ TASK_THREAD_PARTS = {
 }
 GOAL_OVERHEAD_MS = 20.0
 GOAL_SPEEDUP = 50.0
-CLUSTER_START_TIMEOUT_S = 240.0
 #: The Spark settings of every cluster's TaskExecutor and of the Connect floor's server.
 SPARK_SETTINGS = {"spark.master": "local[2]", "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"}
 
 
-class ClassicFloor:
-    """`length` x `spark.range(10).count()` in one warm classic SparkSession (`local[2]`) of this process."""
+class Floor(ABC):
+    """`length` x `spark.range(10).count()` in one warm session of this process."""
 
-    name = "classic"
+    name = ""
 
     def __init__(self, length: int) -> None:
         self.length = length
@@ -98,23 +100,47 @@ class ClassicFloor:
         self.start_s = 0.0
 
     def start(self, warm_up: int) -> None:
-        from pyspark.sql import SparkSession
-
+        """Open the session (timed: `start_s`), then run `warm_up` chains."""
         started = time.monotonic()
-        self.spark = (SparkSession.builder.master(SPARK_SETTINGS["spark.master"]).appName("p1-classic-floor")
-                      .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-                      .config("spark.sql.shuffle.partitions", SPARK_SETTINGS["spark.sql.shuffle.partitions"])
-                      .getOrCreate())
-        self.spark.sparkContext.setLogLevel("ERROR")
+        self.spark = self.open()
         self.start_s = time.monotonic() - started
         for _ in range(warm_up):
             self.chain()
 
     def chain(self) -> float:
+        """The seconds `length` actions took."""
         begin = time.perf_counter()
         for _ in range(self.length):
             self.spark.range(10).count()
         return time.perf_counter() - begin
+
+    @abstractmethod
+    def open(self) -> Any:
+        """Start what the session needs; the session."""
+
+    @abstractmethod
+    def cpu_seconds(self) -> float:
+        """CPU seconds used so far by this process and the Spark it talks to."""
+
+    @abstractmethod
+    def stop(self) -> None:
+        """Stop the session and whatever was started for it."""
+
+
+class ClassicFloor(Floor):
+    """One warm classic SparkSession (`local[2]`) of this process."""
+
+    name = "classic"
+
+    def open(self) -> Any:
+        from pyspark.sql import SparkSession
+
+        spark = (SparkSession.builder.master(SPARK_SETTINGS["spark.master"]).appName("p1-classic-floor")
+                 .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+                 .config("spark.sql.shuffle.partitions", SPARK_SETTINGS["spark.sql.shuffle.partitions"])
+                 .getOrCreate())
+        spark.sparkContext.setLogLevel("ERROR")
+        return spark
 
     def cpu_seconds(self) -> float:
         """CPU seconds of this process and of the Spark JVM pyspark launched."""
@@ -130,53 +156,27 @@ class ClassicFloor:
             self.spark = None
 
 
-class ConnectFloor:
-    """`length` x `spark.range(10).count()` in one warm Spark Connect session of this process, on a
-    Connect server started (and warmed) as a TaskExecutor starts its own."""
+class ConnectFloor(Floor):
+    """One warm Spark Connect session of this process, on a Connect server started (and warmed) as a
+    TaskExecutor starts its own."""
 
     name = "connect"
 
     def __init__(self, length: int, config: Configuration, work_dir: Path) -> None:
-        self.length = length
-        self.config = config
-        self.work_dir = work_dir
-        self.server: Any = None
-        self.spark: Any = None
-        self.start_s = 0.0
+        super().__init__(length)
+        self.connect = ConnectClient(config, work_dir)
 
-    def start(self, warm_up: int) -> None:
-        started = time.monotonic()
-        self.server = start_connect_server(self.config, self.work_dir)
-        self.spark = connect_session(self.server.url)
-        self.start_s = time.monotonic() - started
-        for _ in range(warm_up):
-            self.chain()
-
-    def chain(self) -> float:
-        begin = time.perf_counter()
-        for _ in range(self.length):
-            self.spark.range(10).count()
-        return time.perf_counter() - begin
+    def open(self) -> Any:
+        self.connect.start()
+        return self.connect.spark
 
     def cpu_seconds(self) -> float:
         """CPU seconds of this process (the client) and of the Connect server's JVM."""
-        if self.server is None or self.server.pid is None:
-            return math.nan
-        return cpu_seconds(os.getpid()) + tree_cpu_seconds(self.server.pid)
+        return self.connect.cpu_seconds()
 
     def stop(self) -> None:
-        if self.spark is not None:
-            try:
-                self.spark.stop()
-            except Exception:  # noqa: BLE001 - the server is stopped next anyway
-                pass
-            self.spark = None
-        if self.server is not None:
-            self.server.stop()
-            self.server = None
-
-
-Floor = ClassicFloor | ConnectFloor
+        self.spark = None
+        self.connect.stop()
 
 
 def run_chains(submit: Callable[[dict[str, Any]], str], wait: Callable[[str], dict[str, Any]], artifact: str,
@@ -418,12 +418,9 @@ def run() -> int:
     parser.add_argument("--profile", type=int, default=0, metavar="CHAINS",
                         help="after the timed chains of each cluster, run CHAINS more under py-spy and "
                              "break the per-task time down from the logs")
-    parser.add_argument("--work-dir", type=Path, default=None,
-                        help="keep storage and logs here (default: a temporary directory, removed at the end)")
     parser.add_argument("--clusters", default="redis-none,redis-zookeeper,standalone",
                         help="comma-separated: redis-none, redis-zookeeper, standalone")
-    parser.add_argument("--quick", action="store_true",
-                        help="smoke run: standalone only, 2 timed chains of 5, one spark-submit")
+    add_run_options(parser, quick="standalone only, 2 timed chains of 5, one spark-submit")
     args = parser.parse_args()
     if args.quick:
         args.runs, args.length, args.spark_submit_runs, args.clusters = 2, 5, 1, "standalone"
@@ -516,8 +513,7 @@ def run() -> int:
     print_table(["what", "ms per task", "Connect floor ms", "above Connect floor (ms)", "classic floor ms",
                  "vs classic", "faster than spark-submit"], rows)
     print(f"goals: <= {GOAL_OVERHEAD_MS:g} ms above the Connect floor, >= {GOAL_SPEEDUP:g}x faster than "
-          f"spark-submit; load average {results['load_average_at_start']} -> {results['load_average_at_end']} on "
-          f"{os.cpu_count()} cores")
+          f"spark-submit; {load_change(results)}")
     for kind, figures in summary.items():
         if "error" in figures:
             print(f"  {kind}: FAILED: {figures['error']}")
@@ -533,12 +529,11 @@ def run() -> int:
         profile = results[kind].get("profile")
         if profile:
             print_profile(kind, profile)
-    path = write_results("p1_task_overhead" + (".quick" if args.quick else ""), {
+    save_results("p1_task_overhead", quick=args.quick, report={
         "chain_length": args.length, "runs": args.runs, "warm_up_chains": args.warm_up,
         "spark_submit_runs": args.spark_submit_runs, "quick": args.quick,
         "goal_overhead_ms": GOAL_OVERHEAD_MS, "goal_speedup": GOAL_SPEEDUP, "summary": summary,
         "floor_start_s": {floor.name: round(floor.start_s, 2) for floor in floors}, **results})
-    print(f"wrote {path}")
     return 1 if any("error" in figures for figures in summary.values()) else 0
 
 

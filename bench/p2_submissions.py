@@ -26,20 +26,15 @@ from typing import Any
 
 from common import (
     BENCH_TASKS,
-    BenchCluster,
     PySpy,
     bench_main,
-    cluster_config,
     cpu_seconds,
+    latency_ms,
     load_average,
-    median,
-    percentile,
     print_table,
-    scratch_dir,
-    write_results,
+    save_results,
+    zookeeper_cluster,
 )
-
-from sparkdispatch.testing.services import RedisServer, ZooKeeperServer
 
 GOAL_JOBS_PER_S = 300.0
 WARMUP_JOBS = 50
@@ -101,10 +96,7 @@ async def load(url: str, artifact: str, *, clients: int, jobs: int, duration: fl
     accepted = statuses.get(202, 0)
     return {"warmup_statuses": warmup_statuses, "statuses": statuses, "sent": sum(statuses.values()),
             "accepted": accepted, "elapsed_s": round(elapsed, 3),
-            "accepted_per_s": round(accepted / elapsed, 1) if elapsed else 0.0,
-            "latency_ms_median": round(median(latencies) * 1000, 2) if latencies else None,
-            "latency_ms_p99": round(percentile(latencies, 99) * 1000, 2) if latencies else None,
-            "latency_ms_max": round(max(latencies) * 1000, 2) if latencies else None,
+            "accepted_per_s": round(accepted / elapsed, 1) if elapsed else 0.0, **latency_ms(latencies),
             "client_errors": errors}
 
 
@@ -137,55 +129,40 @@ def run() -> int:
     report: dict[str, Any] = {"clients": args.clients, "jobs_requested": args.jobs, "duration_limit_s": args.duration,
                               "taskexecutors": args.taskexecutors, "goal_jobs_per_s": GOAL_JOBS_PER_S,
                               "load_average_at_start": load_average()}
-    zookeeper, redis = ZooKeeperServer(), RedisServer()
-    cluster: BenchCluster | None = None
     spy: PySpy | None = None
-    try:
-        zookeeper.start()
-        redis.start()
-        with scratch_dir(args.work_dir, "sparkdispatch-p2-") as scratch:
-            try:
-                storage = Path(scratch)
-                config = cluster_config(storage, broker_url=redis.url, zookeeper_hosts=zookeeper.hosts,
-                                        slots=2)
-                cluster = BenchCluster(config, masters=1, taskexecutors=args.taskexecutors,
-                                       log_dir=storage / "log")
-                cluster.start(timeout=240)
-                url = cluster.leader_url()
-                artifact = cluster.upload_artifact(BENCH_TASKS)
-                print(f"master {url} (ZooKeeper HA), {args.taskexecutors} TaskExecutor(s); "
-                      f"{args.clients} clients", flush=True)
-                if args.profile:
-                    spy = PySpy(cluster.pid("master"), storage / "master-profile.txt")
-                    time.sleep(0.5)
-                pids = {"master": cluster.pid("master"), "zookeeper": zookeeper.process.pid,
-                        "redis": redis.process.pid, "bench_client": os.getpid()}
-                pids.update({f"taskexecutor-{i}": cluster.pid("taskexecutor", i)
-                             for i in range(args.taskexecutors)})
-                cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
-                figures = asyncio.run(load(url, artifact, clients=args.clients, jobs=args.jobs,
-                                           duration=args.duration, token=config["rest.auth.token"]))
-                cpu_used = {name: round(cpu_seconds(pid) - cpu_before[name], 2) for name, pid in pids.items()}
-                figures["cpu_s_during_load"] = cpu_used
-                figures["master_cpu_ms_per_accepted_job"] = round(
-                    cpu_used["master"] * 1000 / max(1, figures["accepted"]), 2)
-                if spy is not None:
-                    spy.stop()
-                    report["master_profile"] = spy.top(40)
-                report.update(figures)
-                report["jobgraphs_in_zookeeper"] = count_jobs_in_zookeeper(
-                    zookeeper.hosts, config["high-availability.zookeeper.path.root"],
-                    config["high-availability.cluster-id"])
-                status, overview = cluster.request("GET", url + "/overview", timeout=30)
-                report["overview_after"] = overview if status == 200 else None
-            finally:  # before the scratch directory goes away: the processes write into it
-                if spy is not None:
-                    spy.stop()
-                if cluster is not None:
-                    cluster.stop()
-    finally:
-        redis.stop()
-        zookeeper.stop()
+    with zookeeper_cluster(args.work_dir, "sparkdispatch-p2-", masters=1, taskexecutors=args.taskexecutors,
+                           slots=2) as (cluster, zookeeper, redis):
+        try:
+            config = cluster.config
+            url = cluster.leader_url()
+            artifact = cluster.upload_artifact(BENCH_TASKS)
+            print(f"master {url} (ZooKeeper HA), {args.taskexecutors} TaskExecutor(s); "
+                  f"{args.clients} clients", flush=True)
+            if args.profile:
+                spy = PySpy(cluster.pid("master"), config.storage_dir / "master-profile.txt")
+                time.sleep(0.5)
+            pids = {"master": cluster.pid("master"), "zookeeper": zookeeper.process.pid,
+                    "redis": redis.process.pid, "bench_client": os.getpid()}
+            pids.update({f"taskexecutor-{i}": cluster.pid("taskexecutor", i) for i in range(args.taskexecutors)})
+            cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+            figures = asyncio.run(load(url, artifact, clients=args.clients, jobs=args.jobs,
+                                       duration=args.duration, token=config["rest.auth.token"]))
+            cpu_used = {name: round(cpu_seconds(pid) - cpu_before[name], 2) for name, pid in pids.items()}
+            figures["cpu_s_during_load"] = cpu_used
+            figures["master_cpu_ms_per_accepted_job"] = round(
+                cpu_used["master"] * 1000 / max(1, figures["accepted"]), 2)
+            if spy is not None:
+                spy.stop()
+                report["master_profile"] = spy.top(40)
+            report.update(figures)
+            report["jobgraphs_in_zookeeper"] = count_jobs_in_zookeeper(
+                zookeeper.hosts, config["high-availability.zookeeper.path.root"],
+                config["high-availability.cluster-id"])
+            status, overview = cluster.request("GET", url + "/overview", timeout=30)
+            report["overview_after"] = overview if status == 200 else None
+        finally:  # before the cluster and its directory go
+            if spy is not None:
+                spy.stop()
     report["load_average_at_end"] = load_average()
 
     rate = report["accepted_per_s"]
@@ -210,8 +187,7 @@ def run() -> int:
         print("  own time:")
         for entry in report["master_profile"]["self"][:10]:
             print(f"  {entry['share'] * 100:5.1f}%  {entry['function']}")
-    path = write_results("p2_submissions", report)
-    print(f"wrote {path}")
+    save_results("p2_submissions", report)
     return 0
 
 

@@ -29,16 +29,14 @@ from common import (
     BenchCluster,
     bench_main,
     chain_graph,
-    cluster_config,
     load_average,
     median,
     print_table,
-    scratch_dir,
-    write_results,
+    save_results,
+    zookeeper_cluster,
 )
 
 from sparkdispatch.config import parse_duration
-from sparkdispatch.testing.services import RedisServer, ZooKeeperServer
 
 POLL_S = 0.02
 ROUND_TIMEOUT_S = 90.0
@@ -136,31 +134,17 @@ def run() -> int:
     rounds: list[dict[str, Any]] = []
     report: dict[str, Any] = {"session_timeout_s": session_timeout, "target_s": target, "vertices": args.vertices,
                               "vertex_seconds": args.vertex_seconds, "load_average_at_start": load_average()}
-    zookeeper, redis = ZooKeeperServer(), RedisServer()
-    cluster: BenchCluster | None = None
-    try:
-        zookeeper.start()
-        redis.start()
-        with scratch_dir(args.work_dir, "sparkdispatch-p4-") as scratch:
-            storage = Path(scratch)
-            config = cluster_config(storage, broker_url=redis.url, zookeeper_hosts=zookeeper.hosts,
-                                    session_timeout=args.session_timeout, slots=2,
-                                    **{"heartbeat.interval": "500ms", "heartbeat.timeout": "4s"})
-            cluster = BenchCluster(config, masters=2, taskexecutors=1, log_dir=storage / "log")
-            cluster.start(timeout=240)
-            artifact = cluster.upload_artifact(BENCH_TASKS)
-            for number in range(1, args.rounds + 1):
-                figures = one_round(cluster, artifact, number=number, vertices=args.vertices,
-                                    vertex_s=args.vertex_seconds)
-                rounds.append(figures)
-                print(f"round {number}: killed master {figures['killed_master']}; standby serving after "
-                      f"{figures['serving_s']:.2f}s, job progressing after {figures['progress_s']:.2f}s "
-                      f"({figures['progressed']}); job {figures['job_status']}", flush=True)
-    finally:
-        if cluster is not None:
-            cluster.stop()
-        redis.stop()
-        zookeeper.stop()
+    with zookeeper_cluster(args.work_dir, "sparkdispatch-p4-", masters=2, taskexecutors=1,
+                           session_timeout=args.session_timeout, slots=2,
+                           **{"heartbeat.interval": "500ms", "heartbeat.timeout": "4s"}) as (cluster, _, _):
+        artifact = cluster.upload_artifact(BENCH_TASKS)
+        for number in range(1, args.rounds + 1):
+            figures = one_round(cluster, artifact, number=number, vertices=args.vertices,
+                                vertex_s=args.vertex_seconds)
+            rounds.append(figures)
+            print(f"round {number}: killed master {figures['killed_master']}; standby serving after "
+                  f"{figures['serving_s']:.2f}s, job progressing after {figures['progress_s']:.2f}s "
+                  f"({figures['progressed']}); job {figures['job_status']}", flush=True)
 
     serving = [r["serving_s"] for r in rounds]
     progress = [r["progress_s"] for r in rounds]
@@ -175,8 +159,7 @@ def run() -> int:
                 + [["median", report["serving_s_median"], report["progress_s_median"], ""]])
     print(f"goal <= session timeout + 1 s = {target:g}s: serving {'met' if report['serving_goal_met'] else 'MISSED'}, "
           f"progressing {'met' if report['progress_goal_met'] else 'MISSED'}")
-    path = write_results("p4_failover", report)
-    print(f"wrote {path}")
+    save_results("p4_failover", report)
     return 0
 
 

@@ -44,29 +44,31 @@ from pathlib import Path
 from typing import Any
 
 from common import (
+    CLUSTER_START_TIMEOUT_S,
     DAGS_DIR,
+    ConnectClient,
     Standalone,
+    add_pipeline_options,
+    add_run_options,
     bench_main,
-    connect_session,
     cpu_seconds,
     descendants,
     load_average,
+    load_change,
     median,
     pipelines_artifact,
     print_table,
-    sales_graph,
-    scratch_dir,
     process_cmdline,
-    start_connect_server,
+    sales_graph,
+    save_results,
+    scratch_dir,
     tree_cpu_seconds,
-    write_results,
 )
 
 from sparkdispatch.config import Configuration
 from sparkdispatch.standalone import standalone_config
 
 GOAL_RATIO = 1.3
-CLUSTER_START_TIMEOUT_S = 240.0
 JOB_TIMEOUT_S = 300.0
 
 
@@ -75,10 +77,10 @@ class PipelineFloors:
 
     def __init__(self, graph: dict[str, Any], config: Configuration, work_dir: Path) -> None:
         self.graph = graph
-        self.config = config
         self.work_dir = work_dir
-        self.server: Any = None
-        self.spark: Any = None
+        # sessions with the job's configuration, as a slot process makes a job's session
+        self.connect = ConnectClient(config, work_dir / "connect-server", session_conf=graph.get("config", {}))
+        self.spark: Any = None  # the session the runs use: the warm one, or one made for a run
         self.functions: dict[str, Callable[[Any], Any]] = {}
         self.runs = 0
 
@@ -90,17 +92,10 @@ class PipelineFloors:
         from sparkdispatch.taskexecutor.slot_process import load_entrypoint
 
         begin = time.monotonic()
-        self.server = start_connect_server(self.config, self.work_dir / "connect-server")
-        self.spark = self._session()
+        self.connect.start()
+        self.spark = self.connect.spark
         self.functions = {v["id"]: load_entrypoint(v["entrypoint"]) for v in self.graph["vertices"]}
         return time.monotonic() - begin
-
-    def _session(self) -> Any:
-        """A new session with the job's configuration, as a slot process makes a job's session."""
-        session = connect_session(self.server.url)
-        for key, value in self.graph.get("config", {}).items():
-            session.conf.set(key, value)
-        return session
 
     def _context(self, vertex: dict[str, Any], index: int, inputs: Any) -> Any:
         from sparkdispatch.taskexecutor.task_context import TaskContext
@@ -121,7 +116,7 @@ class PipelineFloors:
         warm_session = self.spark
         begin = time.perf_counter()
         if new_session:
-            self.spark = self._session()
+            self.spark = self.connect.new_session()
         partitions: dict[str, tuple[str, ...]] = {}
         for vertex in self.graph["vertices"]:  # the file lists them in topological order
             paths = []
@@ -159,18 +154,11 @@ class PipelineFloors:
 
     def cpu_seconds(self) -> float:
         """CPU seconds of this process (the client) and of the floors' Connect server."""
-        return cpu_seconds(os.getpid()) + tree_cpu_seconds(self.server.pid)
+        return self.connect.cpu_seconds()
 
     def stop(self) -> None:
-        if self.spark is not None:
-            try:
-                self.spark.stop()
-            except Exception:  # noqa: BLE001 - the server is stopped next anyway
-                pass
-            self.spark = None
-        if self.server is not None:
-            self.server.stop()
-            self.server = None
+        self.spark = None
+        self.connect.stop()
 
 
 class CpuMeter:
@@ -203,27 +191,14 @@ def cluster_cpu_readers(standalone: Standalone) -> dict[str, Callable[[], float]
             "its Connect server JVM (in the tree)": lambda: tree_cpu_seconds(jvm)}
 
 
-def run_job(standalone: Standalone, graph: dict[str, Any]) -> tuple[float, float]:
-    """Submit one job and wait for its result: (seconds from POST to result, the master's duration)."""
-    begin = time.perf_counter()
-    result = standalone.rest.wait_for_result(standalone.rest.submit(graph), timeout=JOB_TIMEOUT_S)
-    wall = time.perf_counter() - begin
-    if result["status"] != "FINISHED":
-        raise RuntimeError(f"the sales job ended {result['status']}: {result.get('failure')}")
-    return wall, result["duration_ms"] / 1000.0
-
-
 def run() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5, help="timed runs of each (after the warm-up)")
     parser.add_argument("--warm-up", type=int, default=3, help="warm-up runs of the cluster and of each floor")
-    parser.add_argument("--rows", type=int, default=100_000, help="orders the pipeline generates")
-    parser.add_argument("--slots", type=int, default=2, help="slots of the standalone's TaskExecutor")
+    add_pipeline_options(parser)
     parser.add_argument("-D", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="a configuration key of the standalone and of the floors' server; repeatable")
-    parser.add_argument("--work-dir", type=Path, default=None,
-                        help="keep storage and logs here (default: a temporary directory, removed at the end)")
-    parser.add_argument("--quick", action="store_true", help="smoke run: 1 warm-up and 2 timed runs")
+    add_run_options(parser, quick="1 warm-up and 2 timed runs")
     args = parser.parse_args()
     if args.quick:
         args.runs, args.warm_up = 2, 1
@@ -260,7 +235,7 @@ def run() -> int:
             floor_cpu = {name: CpuMeter({"this process + its Connect server JVM": floors.cpu_seconds})
                          for name in ("materialised", "chained", "materialised_new_session")}
             for run in range(args.warm_up):
-                cluster_s, _ = run_job(standalone, graph)
+                cluster_s, _ = standalone.rest.run_job(graph, timeout=JOB_TIMEOUT_S)
                 materialised_s, chained_s = floors.materialised(), floors.chained()
                 new_session_s = floors.materialised(new_session=True)
                 print(f"  warm-up {run + 1}: cluster {cluster_s:.2f}s, materialised floor {materialised_s:.2f}s, "
@@ -276,7 +251,7 @@ def run() -> int:
                 samples["materialised_new_session"].append(floors.materialised(new_session=True))
                 floor_cpu["materialised_new_session"].stop()
                 cluster_cpu.start()
-                cluster_s, master_s = run_job(standalone, graph)
+                cluster_s, master_s = standalone.rest.run_job(graph, timeout=JOB_TIMEOUT_S)
                 cluster_cpu.stop()
                 samples["cluster"].append(cluster_s)
                 samples["cluster_master_duration"].append(master_s)
@@ -315,21 +290,19 @@ def run() -> int:
     ])
     met = to_materialised <= GOAL_RATIO
     print(f"goal: cluster <= {GOAL_RATIO:g}x the materialised floor: {'met' if met else 'MISSED'} "
-          f"({to_materialised:.2f}x; median of the paired ratios {median(paired):.2f}x); load average "
-          f"{results['load_average_at_start']} -> {results['load_average_at_end']} on {os.cpu_count()} cores")
+          f"({to_materialised:.2f}x; median of the paired ratios {median(paired):.2f}x); {load_change(results)}")
     print("CPU seconds per run (medians): " + "; ".join(
         f"{side}: " + ", ".join(f"{name} {value:.2f}" for name, value in values.items())
         for side, values in cpu.items()))
     # a smoke run or other settings do not replace the results of the default run
-    variant = "".join(f".{key}={value}" for key, value in sorted(overrides.items())) + (".quick" if args.quick else "")
-    path = write_results("p7_pipeline" + variant, {
+    variant = "".join(f".{key}={value}" for key, value in sorted(overrides.items()))
+    save_results("p7_pipeline" + variant, quick=args.quick, report={
         **results, "goal_ratio_to_materialised": GOAL_RATIO,
         "samples_s": {name: [round(v, 3) for v in values] for name, values in samples.items()},
         "medians_s": medians, "cpu_s_per_run_median": cpu, "ratio_to_materialised": round(to_materialised, 3),
         "ratio_to_chained": round(to_chained, 3), "ratio_to_materialised_new_session": round(to_new_session, 3),
         "paired_ratio_to_materialised_median": round(median(paired), 3),
         "goal_met": met})
-    print(f"wrote {path}")
     return 0
 
 
