@@ -5,7 +5,8 @@
 Starts a real master in a process of its own (sparkdispatch.testing.master.InProcessMaster: HA
 `none`, file stores with fsync, INFO logging to a file) with one scripted TaskExecutor that
 registers, takes deployments and reports RUNNING and FINISHED over the master's REST protocol at
-once, with no Celery and no Spark. Two pollers (one keep-alive connection each) call
+once, with no Celery and no Spark (the test double's record of deployments is bounded, as a real
+gateway keeps none). Two pollers (one keep-alive connection each) call
 `GET /overview` and `GET /jobs/overview` back to back from the start; then the graph is POSTed:
 `--layers` layers of `--width` vertices (10,000 by default), each vertex reading two of the layer
 before it. The job runs until FINISHED: every vertex is scheduled once its inputs are finished,
@@ -14,8 +15,10 @@ With `--no-run` the tasks never end (acceptance and the first layer's scheduling
 
 Prints the time to accept (POST until 202) and to FINISHED, the master's CPU seconds, and for
 each polled call the median, p99 and max latency over the acceptance (POST until 202, plus a
-second), the run (until FINISHED), its end (the second after: JobResult, archive, cleanup) and
-all of it, with the five slowest calls (seconds after the POST, ms). Writes
+second), the run (until FINISHED), its end (the `--settle` seconds after: JobResult, archive,
+cleanup, the job's structures freed) and all of it, with the five slowest calls (seconds after
+the POST, ms); then the master's garbage collections after the POST (the full ones and any other
+over 5 ms: how many, the longest), as each stops the master's loop while it runs. Writes
 bench/results/large_graph.json. Goal: `/overview` within 100 ms throughout.
 """
 
@@ -23,6 +26,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
+import gc
 import http.client
 import json
 import logging
@@ -48,8 +53,10 @@ from common import (
 
 GOAL_MS = 100.0
 POLLED = ("/overview", "/jobs/overview")
-# POST until 202 and a second more; until FINISHED; the second after it (archiving, cleanup); all
+# POST until 202 and a second more; until FINISHED; the --settle seconds after it (archiving, cleanup); all
 WINDOWS = ("acceptance", "running", "end", "whole_run")
+GC_LOG = "gc.jsonl"  # the master's collections, in its work dir
+GC_LOGGED_FROM_MS = 5.0  # besides every full collection
 
 
 def layered_graph(layers: int, width: int) -> dict[str, Any]:
@@ -66,15 +73,37 @@ def layered_graph(layers: int, width: int) -> dict[str, Any]:
 # -- the master's process --------------------------------------------------------------------------
 
 
+def log_collections(path: Path) -> None:
+    """Append each full garbage collection of this process, and any other over GC_LOGGED_FROM_MS, to
+    `path` as JSON lines: when it started (`time.perf_counter()`, the same clock in every process
+    here), how long it took and its generation."""
+    out = open(path, "a", buffering=1)
+    started: list[float] = []
+
+    def timed(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started[:] = [time.perf_counter()]
+        elif started:
+            ms = (time.perf_counter() - started[0]) * 1000
+            if info["generation"] == 2 or ms >= GC_LOGGED_FROM_MS:
+                out.write(json.dumps({"at": started[0], "ms": round(ms, 2), "generation": info["generation"]}) + "\n")
+
+    gc.callbacks.append(timed)
+
+
 def serve(port: int, storage: Path, slots: int, run_tasks: bool, log_level: str) -> int:
     """The master's process: an InProcessMaster and its scripted TaskExecutor until SIGTERM."""
     from sparkdispatch.testing.master import InProcessMaster, finish_every_task
 
     logging.basicConfig(level=log_level, filename=str(storage / "master.log"),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    log_collections(storage / GC_LOG)
 
     async def main() -> None:
         async with InProcessMaster(storage_dir=storage / "master", port=port) as master:
+            # The test double records every deployment; a real gateway (Celery) keeps none. Keep the
+            # last few only, or 10,000 records would grow the heap each full collection walks.
+            master.gateway.deployments = collections.deque(maxlen=100)
             await master.add_task_executor("te-bench", slots=slots, script=finish_every_task if run_tasks else None)
             print(master.url, flush=True)
             await asyncio.Event().wait()
@@ -133,6 +162,20 @@ def job_state(poller: Poller) -> tuple[str | None, dict[str, int]]:
     return (jobs[0]["state"], jobs[0]["tasks"]) if jobs else (None, {})
 
 
+def collections_after(log: Path, start: float) -> dict[str, Any]:
+    """The master's logged garbage collections from `start` (perf_counter) on: full ones, the rest."""
+    try:
+        lines = log.read_text().splitlines()
+    except FileNotFoundError:
+        lines = []
+    logged = [entry for entry in map(json.loads, lines) if entry["at"] >= start]
+    full = [entry["ms"] for entry in logged if entry["generation"] == 2]
+    return {"full": len(full), "longest_full_ms": max(full, default=0.0),
+            "longest_ms": max((entry["ms"] for entry in logged), default=0.0),
+            "slowest": [[round(entry["at"] - start, 3), entry["ms"], entry["generation"]]
+                        for entry in sorted(logged, key=lambda entry: entry["ms"], reverse=True)[:5]]}
+
+
 def summary(latencies: list[float]) -> dict[str, Any]:
     return {"samples": len(latencies), "median_ms": round(median(latencies), 2),
             "p99_ms": round(percentile(latencies, 99), 2), "max_ms": round(max(latencies, default=0.0), 2),
@@ -189,7 +232,7 @@ def run_bench(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
         if args.no_run:
             time.sleep(5.0)  # the first layer waits for slots meanwhile
             finished_at = time.perf_counter() - origin
-        time.sleep(1.0)  # after the end: archiving, cleanup
+        time.sleep(args.settle)  # after the end: archiving, cleanup, the job dropped
         cpu_used = cpu_seconds(process.pid) - cpu_before
         for poller in pollers.values():
             poller.stopping.set()
@@ -203,7 +246,8 @@ def run_bench(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
         "vertices": len(graph["vertices"]), "edges": sum(len(v["inputs"]) for v in graph["vertices"]),
         "body_bytes": len(body), "slots": args.slots, "tasks_run": not args.no_run,
         "accept_s": round(accepted - posted, 3), "until_done_s": round(finished_at - posted, 3),
-        "master_cpu_s": round(cpu_used, 2), "goal_ms": GOAL_MS}
+        "master_cpu_s": round(cpu_used, 2), "goal_ms": GOAL_MS,
+        "master_gc": collections_after(scratch / GC_LOG, origin + posted)}
     for path, poller in pollers.items():
         report[path] = {"whole_run": summary(poller.latencies()),
                         "acceptance": summary(poller.latencies(posted, accepted + 1.0)),
@@ -223,6 +267,8 @@ def run() -> int:
     parser.add_argument("--slots", type=int, default=16, help="slots of the scripted TaskExecutor")
     parser.add_argument("--no-run", action="store_true", help="tasks never end: acceptance and first scheduling")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the job's end")
+    parser.add_argument("--settle", type=float, default=3.0,
+                        help="seconds to poll on after the end (archive, cleanup, the job dropped)")
     parser.add_argument("--log-level", default="INFO", help="the master's log level")
     parser.add_argument("--work-dir", type=Path, default=None, help="keep storage and logs here")
     parser.add_argument("--results-name", default="large_graph", help="bench/results/<name>.json")
@@ -244,6 +290,9 @@ def run() -> int:
             rows.append([path, window, figures["samples"], figures["median_ms"], figures["p99_ms"],
                          figures["max_ms"], figures["over_goal"]])
     print_table(["call", "window", "samples", "median ms", "p99 ms", "max ms", f"> {GOAL_MS:g} ms"], rows)
+    collections = report["master_gc"]
+    print(f"master's garbage collections after the POST: {collections['full']} full, the longest "
+          f"{collections['longest_full_ms']:.1f} ms; the longest of any generation {collections['longest_ms']:.1f} ms")
     print(f"goal: /overview within {GOAL_MS:g} ms throughout: {'met' if report['goal_met'] else 'MISSED'}")
     path = write_results(args.results_name, report)
     print(f"wrote {path}")

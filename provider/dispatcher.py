@@ -140,10 +140,10 @@ class _Job:
             return self.job_master.overview()
         return JobSnapshot.from_result(self.result).overview if self.result is not None else None
 
-    def snapshot(self) -> JobSnapshot:
-        """Of a job run by its JobMaster or concluded without one."""
+    async def snapshot(self) -> JobSnapshot:
+        """Of a job run by its JobMaster (built off the loop) or concluded without one."""
         if self.job_master is not None:
-            return self.job_master.snapshot()
+            return await self.job_master.snapshot_off_loop()
         assert self.result is not None
         return JobSnapshot.from_result(self.result)
 
@@ -354,7 +354,7 @@ class Dispatcher:
         self._check_serving()
         job = self._jobs.get(job_id)
         if job is not None and (job.job_master is not None or job.result is not None):
-            return job.snapshot()
+            return await job.snapshot()
         archived = await self._archive.get(job_id)
         if archived is None:
             raise UnknownJob(job_id)
@@ -447,7 +447,7 @@ class Dispatcher:
     async def _conclude(self, job_id: str, job: _Job, result: JobResult) -> None:
         """Archive the terminated job, write its dirty JobResult, then clean it up."""
         log.info("job %s reached %s [session %s]", job_id, result.status.value, self.session_id)
-        await self._archive_quietly(ArchivedJob(result, job.snapshot(), job.fingerprint))
+        await self._archive_quietly(ArchivedJob(result, await job.snapshot(), job.fingerprint))
         written = await self._write_dirty_result(JobResultEntry(result, job.fingerprint))
         self._jobs.pop(job_id, None)
         if written:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from abc import abstractmethod
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeAlias
 
 from sparkdispatch.ha.progress_store import JobProgress
@@ -54,6 +54,10 @@ class JobMasterGateway(Protocol):
     @abstractmethod
     def snapshot(self) -> JobSnapshot:
         """The job with its vertices and subtasks, as of now."""
+
+    @abstractmethod
+    def snapshot_off_loop(self) -> Awaitable[JobSnapshot]:
+        """`snapshot()` as of the call, built off the loop (a large job's takes tens of ms)."""
 
 
 JobMasterFactory: TypeAlias = Callable[[JobGraph, JobProgress | None], JobMasterGateway]

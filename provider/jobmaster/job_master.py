@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Coroutine, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from typing import Any
 
 from sparkdispatch.errors import (
@@ -37,6 +37,7 @@ from sparkdispatch.jobmaster.deployment import deployment_descriptor, send_deplo
 from sparkdispatch.jobmaster.execution_graph import Execution, ExecutionGraph, ExecutionVertex, SubtaskId
 from sparkdispatch.jobmaster.failover import tasks_to_restart, unreadable_inputs
 from sparkdispatch.jobmaster.gateways import TaskExecutorGateway
+from sparkdispatch.jobmaster.long_lived import LONG_LIVED_GRAPHS
 from sparkdispatch.jobmaster.reconciler import ExecutionDeploymentReconciler, MissingExecution
 from sparkdispatch.jobmaster.restart import RestartBackoffTimeStrategy, create_restart_strategy
 from sparkdispatch.protocol import ExecutionReport, ExecutionStateUpdate, TaskDeploymentDescriptor
@@ -65,7 +66,8 @@ class JobMaster:
                  settings: JobMasterSettings, recovered_progress: JobProgress | None = None,
                  clock: Callable[[], float] | None = None) -> None:
         self._clock = clock or time.time
-        self.execution_graph = ExecutionGraph(graph, clock=self._clock)
+        self.execution_graph = LONG_LIVED_GRAPHS.build(lambda: ExecutionGraph(graph, clock=self._clock),
+                                                       subtasks=sum(v.parallelism for v in graph.vertices))
         self.job_master_id = session_id
         self._resource_manager = resource_manager
         self._gateway = task_executor_gateway
@@ -111,7 +113,7 @@ class JobMaster:
         graph.transition(JobStatus.CREATED)
         graph.transition(JobStatus.RUNNING)
         log.info("job %s (session %s) %r running: %d subtask(s) in %d vertices", self.job_id,
-                 self.job_master_id, graph.name, sum(1 for _ in graph.subtasks()), len(graph.vertex_ids))
+                 self.job_master_id, graph.name, graph.subtask_count, len(graph.vertex_ids))
         self._schedule()
 
     def update_execution_state(self, update: ExecutionStateUpdate) -> None:
@@ -202,8 +204,13 @@ class JobMaster:
         return self.execution_graph.overview()
 
     def snapshot(self) -> JobSnapshot:
-        """The job with its vertices and subtasks, as of now (`GET /jobs/{job_id}`)."""
+        """The job with its vertices and subtasks, as of now."""
         return self.execution_graph.snapshot()
+
+    def snapshot_off_loop(self) -> Awaitable[JobSnapshot]:
+        """`snapshot()` as of the call: captured now in immutable values, built in a thread (where a
+        large job's takes tens of ms instead of stalling the loop)."""
+        return asyncio.to_thread(self.execution_graph.capture().build)
 
     async def join(self) -> None:
         """Wait for the background calls this JobMaster started (deployments, cancellations)."""

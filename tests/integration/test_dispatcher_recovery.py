@@ -64,6 +64,9 @@ class QuietJobMaster:
     def snapshot(self) -> JobSnapshot:
         return JobSnapshot(self.overview())
 
+    async def snapshot_off_loop(self) -> JobSnapshot:
+        return self.snapshot()
+
 
 def graph(job_id: str, *, vertices: int = 1) -> JobGraph:
     return JobGraph(name="etl", job_id=job_id, vertices=tuple(

@@ -75,6 +75,9 @@ class FakeJobMaster:
     def snapshot(self) -> JobSnapshot:
         return JobSnapshot(self.overview())
 
+    async def snapshot_off_loop(self) -> JobSnapshot:
+        return self.snapshot()
+
 
 def graph(name: str = "job", job_id: str | None = "a" * 32) -> JobGraph:
     return JobGraph.from_dict({"job_id": job_id, "name": name,

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import gc
+import random
 import re
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -10,10 +13,12 @@ from typing import Any
 import pytest
 
 from sparkdispatch.errors import IllegalStateTransition, InvalidJobGraph
-from sparkdispatch.jobgraph import ExecutionState, Failure, JobGraph, JobResult, JobStatus, JobVertex
+from sparkdispatch.jobgraph import ExecutionState, Failure, JobGraph, JobResult, JobStatus, JobVertex, VertexResult
 from sparkdispatch.jobmaster.execution_graph import ExecutionGraph, ExecutionVertex, SubtaskId, aggregate_state
+from sparkdispatch.resourcemanager import AllocatedSlot
 from sparkdispatch.rest.views import flink_job_details, job_details
 from sparkdispatch.results import ResultLayout
+from sparkdispatch.snapshot import JobSnapshot, SubtaskSnapshot, VertexSnapshot
 
 JOB_ID = "ab" * 16
 
@@ -280,3 +285,102 @@ def test_job_result_of_a_failed_job_names_the_root_cause() -> None:
     assert result.vertices["source"].state is ExecutionState.FAILED
     assert result.vertices["source"].failure == failure and result.vertices["source"].attempts == 2
     assert result.vertices["sink"].attempts == 0
+
+
+# -- snapshots taken in two steps, the JobResult in one pass, freeing a dropped graph -------------
+
+
+def snapshot_subtask_by_subtask(graph: ExecutionGraph) -> JobSnapshot:
+    """What `snapshot()` shows, read straight off the graph (as it was built before captures)."""
+    vertices = []
+    for vertex_id in graph.vertex_ids:
+        subtasks = tuple(SubtaskSnapshot(ev.subtask_index, ev.current.state, ev.current.attempt,
+                                         ev.current.task_executor_id) for ev in graph.subtasks(vertex_id))
+        vertices.append(VertexSnapshot(id=vertex_id, state=aggregate_state([s.state for s in subtasks]),
+                                       parallelism=len(subtasks), inputs=graph.inputs_of(vertex_id),
+                                       subtasks=subtasks))
+    return JobSnapshot(graph.overview(), tuple(vertices))
+
+
+def vertex_result_by_definition(graph: ExecutionGraph, vertex_id: str, results: ResultLayout) -> VertexResult:
+    """A vertex's outcome, each field by its definition (as it was built before the one-pass version)."""
+    subtasks = list(graph.subtasks(vertex_id))
+    executions = [ev.current for ev in subtasks]
+    state = aggregate_state([e.state for e in executions])
+    finished = [e for e in executions if e.state is ExecutionState.FINISHED]
+    rows_seen = [e.rows for e in finished if e.rows is not None]
+    partitions = tuple(e.result_path for e in finished if e.result_path is not None)
+    failure = next(e.failure for e in executions if e.state is ExecutionState.FAILED) \
+        if state is ExecutionState.FAILED else None
+    return VertexResult(state=state, attempts=max(ev.deployed_attempts for ev in subtasks),
+                        rows=sum(rows_seen) if rows_seen else None,
+                        result_path=results.vertex_dir(graph.job_id, vertex_id) if partitions else None,
+                        partitions=partitions, failure=failure)
+
+
+def slot(index: int) -> AllocatedSlot:
+    return AllocatedSlot(f"alloc-{index}", f"te-{index % 3}", index, "q", f"te-{index % 3}@host", "reg")
+
+
+def scramble(graph: ExecutionGraph, rng: random.Random) -> None:
+    """Put every subtask's attempt in some state, with or without slot, rows, partition and failure."""
+    for index, ev in enumerate(graph.subtasks()):
+        execution = ev.current
+        execution.state = rng.choice(list(ExecutionState))
+        execution.attempt = ev.deployed_attempts = rng.randrange(3)
+        execution.slot = slot(index) if rng.random() < 0.7 else None
+        execution.rows = rng.choice([None, 0, 7])
+        execution.result_path = rng.choice([None, f"/r/{ev.id.vertex_id}/{ev.subtask_index}"])
+        execution.failure = rng.choice([None, Failure("ValueError", f"bad row {index}")])
+
+
+def test_a_capture_builds_the_snapshot_of_its_moment_and_nothing_later() -> None:
+    rng = random.Random(13)
+    clock = Clock()
+    graph = ExecutionGraph(diamond(parallelism=3), clock=clock)
+    graph.transition(JobStatus.CREATED)
+    graph.transition(JobStatus.RUNNING)
+    for _ in range(20):
+        scramble(graph, rng)
+        expected = snapshot_subtask_by_subtask(graph)
+        capture = graph.capture()
+        assert graph.snapshot() == expected
+        scramble(graph, rng)  # what happens after the capture does not show in it
+        clock.now += 1
+        assert capture.build() == expected
+        assert graph.snapshot() == snapshot_subtask_by_subtask(graph)
+
+
+def test_the_job_result_is_each_vertex_outcome_by_its_definition() -> None:
+    rng = random.Random(11)
+    results = ResultLayout("/r")
+    for _ in range(50):
+        graph = ExecutionGraph(diamond(parallelism=3))
+        graph.transition(JobStatus.CREATED)
+        graph.transition(JobStatus.RUNNING)
+        scramble(graph, rng)
+        graph.transition(JobStatus.CANCELLING)
+        graph.transition(JobStatus.CANCELED)
+        result = graph.job_result(results=results)
+        assert result.vertices == {vertex_id: vertex_result_by_definition(graph, vertex_id, results)
+                                   for vertex_id in graph.vertex_ids}
+
+
+def test_a_dropped_graph_is_freed_by_reference_counting_alone() -> None:
+    """No reference cycle: the graph of an ended job goes at once, without waiting for a full collection."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        graph = ExecutionGraph(diamond())
+        graph.transition(JobStatus.CREATED)
+        graph.transition(JobStatus.RUNNING)
+        for subtask in list(graph.subtasks("source")):
+            finish(graph, subtask.id)  # the subtasks tell the graph, which offers their consumers
+        assert graph.inputs_consumable(graph.subtask(SubtaskId("left", 0)))
+        graph.capture()
+        dropped = weakref.ref(graph)
+        del graph, subtask
+        assert dropped() is None
+    finally:
+        if collecting:
+            gc.enable()

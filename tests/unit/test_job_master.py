@@ -7,12 +7,14 @@ gateway queues each deployment, and the test plays the TaskExecutor by reporting
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import random
 import threading
 import uuid
+import weakref
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 
@@ -41,10 +43,12 @@ from sparkdispatch.jobgraph import (
 )
 from sparkdispatch.jobmaster import JobMaster
 from sparkdispatch.jobmaster.execution_graph import SubtaskId
+from sparkdispatch.jobmaster.long_lived import LONG_LIVED_GRAPHS
 from sparkdispatch.protocol import ExecutionStateUpdate, SlotReport, TaskDeploymentDescriptor, TaskExecutorRegistration
 from sparkdispatch.resourcemanager import ResourceManager
 from sparkdispatch.rest.views import flink_job_details, job_details
 from sparkdispatch.settings import JobMasterSettings, ResourceManagerSettings
+from sparkdispatch.snapshot import JobSnapshot
 
 JOB_ID = "0123456789abcdef" * 2
 SESSION = "11111111-2222-3333-4444-555555555555"
@@ -1078,3 +1082,69 @@ async def test_random_failures_and_losses_keep_every_transition_legal(seed: int)
     assert result.status is JobStatus.FINISHED
     assert not h.rm.allocated and h.rm.declarations[-1] == 0
     await h.jm.join()
+
+
+# -- large jobs: snapshots built off the loop, graphs out of the collector's way -------------------
+
+
+def timeless(snapshot: JobSnapshot) -> JobSnapshot:
+    """`snapshot` but for the running time, which counts up to when it was taken."""
+    return replace(snapshot, overview=replace(snapshot.overview, duration_ms=0))
+
+
+async def test_a_snapshot_off_the_loop_shows_the_job_as_of_the_call() -> None:
+    h = Harness(diamond())
+    h.jm.start()
+    first, second = await h.deployments(2)
+    await h.report(first, ExecutionState.RUNNING)
+    expected, pending = h.jm.snapshot(), h.jm.snapshot_off_loop()
+    await h.finish(first)  # changes after the call do not show in its snapshot
+    await h.fail(second)
+    assert timeless(await pending) == timeless(expected)
+    await h.jm.cancel()
+    await h.jm.join()
+    assert await h.jm.snapshot_off_loop() == h.jm.snapshot() != expected
+
+
+@pytest.fixture
+def every_graph_frozen(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """LONG_LIVED_GRAPHS freezes even the tests' small graphs; no automatic collection meanwhile."""
+    monkeypatch.setattr(LONG_LIVED_GRAPHS, "min_subtasks", 1)
+    collecting = gc.isenabled()
+    gc.disable()
+    yield
+    gc.unfreeze()  # a failed test must not leave the rest of the session frozen
+    if collecting:
+        gc.enable()
+
+
+@pytest.mark.parametrize("end", ["finish", "fail", "cancel", "suspend"])
+async def test_a_job_master_is_freed_when_dropped_and_its_graph_unfrozen(every_graph_frozen: None,
+                                                                         end: str) -> None:
+    """No reference cycle keeps an ended JobMaster: dropping it frees its graph and unfreezes the heap."""
+    rm = resource_manager(rpc_failure_threshold=2)
+    rm.start()
+    register(rm, "te-1", 2)
+    h = Harness(chain(restart=NoRestart()), resource_manager=rm)
+    assert LONG_LIVED_GRAPHS.alive == 1 and gc.get_freeze_count() > 0
+    h.jm.start()
+    if end == "finish":
+        assert (await h.run_to_end()).status is JobStatus.FINISHED
+    else:
+        first, second = await h.deployments(2)
+        await h.finish(first)
+        await h.report(second, ExecutionState.RUNNING)
+        if end == "fail":
+            await h.fail(second)
+        elif end == "cancel":
+            await h.jm.cancel()
+        else:
+            h.jm.suspend()
+    await h.jm.join()
+    assert h.jm.status.is_terminal
+    job_master = weakref.ref(h.jm)
+    del h
+    rm.stop()
+    assert job_master() is None
+    assert LONG_LIVED_GRAPHS.alive == 0 and gc.get_freeze_count() == 0
+

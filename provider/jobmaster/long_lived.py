@@ -1,0 +1,85 @@
+"""Large ExecutionGraphs kept out of the cyclic garbage collector's way (`gc.freeze`) while they live.
+
+CPython's collector walks every tracked object in a full collection, and starts one whenever
+the objects that survived the younger generations grew by a quarter since the last. A
+10,000-subtask job keeps about 70,000 such objects alive until it ends, in no reference cycle
+(reference counting frees them), so a walk over them finds nothing, yet it stopped the master's
+loop for 50-120 ms at a time on a loaded 2-core machine (bench/large_graph.py): longer than
+`/overview` may take.
+
+`LongLivedGraphs.build(make, subtasks=n)` builds a graph of `min_subtasks` subtasks or more with
+automatic collections paused (all it allocates stays alive), then freezes every object then
+alive: later collections walk only what is allocated after it. Whatever was cyclic garbage or
+becomes so among the frozen objects waits until the last graph so built is freed; then the heap
+is unfrozen and collected as before. So a graph built here must be in no reference cycle, nor
+its owner (the JobMaster): frozen, a cycle would never be freed. Smaller graphs are built as
+they are.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import threading
+import weakref
+from collections.abc import Callable
+from typing import TypeVar
+
+log = logging.getLogger(__name__)
+
+G = TypeVar("G")
+
+# About 7 tracked objects per subtask: a smaller graph adds at most an eighth to the ~55,000 of an
+# idle master, whose full collections stay short.
+MIN_SUBTASKS = 1_000
+
+
+class LongLivedGraphs:
+    """Freezes the heap while large graphs live; thread-safe (gc's state is the process's)."""
+
+    def __init__(self, *, min_subtasks: int = MIN_SUBTASKS) -> None:
+        self.min_subtasks = min_subtasks
+        self._lock = threading.RLock()  # `_freed` may run wherever a graph's last reference goes
+        self._alive = 0  # graphs built here and not freed yet
+        self._building = 0  # builds running now, with automatic collection paused
+        self._collecting = True  # whether automatic collection was on before them
+
+    @property
+    def alive(self) -> int:
+        """How many graphs built here are not freed yet (the heap is frozen while there is one)."""
+        return self._alive
+
+    def build(self, make: Callable[[], G], *, subtasks: int) -> G:
+        """`make()`; for `min_subtasks` subtasks or more, with collection paused, then frozen until it is freed."""
+        if subtasks < self.min_subtasks:
+            return make()
+        with self._lock:
+            if self._building == 0:
+                self._collecting = gc.isenabled()  # restored when the last build running ends
+                gc.disable()
+            self._building += 1
+        try:
+            graph = make()
+            with self._lock:
+                gc.freeze()  # before collections resume, or the first would walk all the graph
+                self._alive += 1
+        finally:
+            with self._lock:
+                self._building -= 1
+                if self._building == 0 and self._collecting:
+                    gc.enable()
+        finalizer = weakref.finalize(graph, self._freed)
+        finalizer.atexit = False
+        log.info("a graph of %d subtasks is built: the heap is frozen out of the garbage collector's walks "
+                 "until it is freed", subtasks)
+        return graph
+
+    def _freed(self) -> None:
+        with self._lock:
+            self._alive -= 1
+            if self._alive == 0:
+                gc.unfreeze()
+
+
+LONG_LIVED_GRAPHS = LongLivedGraphs()
+"""The process's: its JobMasters build their ExecutionGraphs through it."""

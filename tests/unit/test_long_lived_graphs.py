@@ -1,0 +1,85 @@
+"""LongLivedGraphs: a large graph is built with collection paused, frozen while it lives, unfrozen once freed."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+
+import pytest
+
+from sparkdispatch.jobmaster.long_lived import LongLivedGraphs
+
+
+class Graph:
+    """Stands for an ExecutionGraph: some tracked objects, freed by reference counting."""
+
+    def __init__(self) -> None:
+        self.parts = [[index] for index in range(100)]
+
+
+def tracked(thing: object) -> bool:
+    """Whether the collector walks `thing` (frozen objects are in no generation)."""
+    return any(candidate is thing for candidate in gc.get_objects())
+
+
+@pytest.fixture(autouse=True)
+def nothing_frozen_after() -> Iterator[None]:
+    collecting = gc.isenabled()
+    yield
+    gc.unfreeze()  # a failed test must not leave the rest of the session frozen
+    if collecting:
+        gc.enable()
+
+
+def test_a_small_graph_is_built_as_it_is() -> None:
+    graphs = LongLivedGraphs(min_subtasks=1_000)
+    graph = graphs.build(Graph, subtasks=999)
+    assert tracked(graph) and graphs.alive == 0 and gc.get_freeze_count() == 0
+
+
+def test_a_large_graph_is_built_without_collections_and_frozen_until_freed() -> None:
+    graphs = LongLivedGraphs(min_subtasks=1_000)
+    collecting_during_build: list[bool] = []
+
+    def make() -> Graph:
+        collecting_during_build.append(gc.isenabled())
+        return Graph()
+
+    graph = graphs.build(make, subtasks=1_000)
+    assert collecting_during_build == [False] and gc.isenabled()
+    assert not tracked(graph) and not tracked(graph.parts) and graphs.alive == 1
+    assert gc.get_freeze_count() > 0
+    later = [object()]
+    assert tracked(later)  # what is allocated afterwards is collected as usual
+    del graph
+    assert graphs.alive == 0 and gc.get_freeze_count() == 0
+
+
+def test_the_heap_stays_frozen_until_the_last_large_graph_is_freed() -> None:
+    graphs = LongLivedGraphs(min_subtasks=1)
+    first = graphs.build(Graph, subtasks=1)
+    second = graphs.build(Graph, subtasks=1)
+    del first
+    assert graphs.alive == 1 and not tracked(second)
+    del second
+    assert graphs.alive == 0 and gc.get_freeze_count() == 0
+
+
+def test_a_failed_build_freezes_nothing_and_collection_resumes() -> None:
+    graphs = LongLivedGraphs(min_subtasks=1)
+
+    def make() -> Graph:
+        raise ValueError("bad graph")
+
+    with pytest.raises(ValueError, match="bad graph"):
+        graphs.build(make, subtasks=10)
+    assert gc.isenabled() and graphs.alive == 0 and gc.get_freeze_count() == 0
+
+
+def test_collection_left_off_by_the_caller_stays_off() -> None:
+    graphs = LongLivedGraphs(min_subtasks=1)
+    gc.disable()
+    graph = graphs.build(Graph, subtasks=10)
+    assert not gc.isenabled()
+    del graph
+    assert gc.get_freeze_count() == 0
