@@ -17,14 +17,8 @@ from typing import Any
 
 from airflow.sdk import BaseHook, Connection
 
-from sparkdispatch.client import (
-    DEFAULT_PORT,
-    RetryPolicy,
-    SparkDispatchClient,
-    SyncSparkDispatchClient,
-    ZooKeeperTarget,
-    parse_addresses,
-)
+from sparkdispatch.client import RetryPolicy, SparkDispatchClient, SyncSparkDispatchClient
+from sparkdispatch.client_leader import DEFAULT_PORT, ZooKeeperTarget, parse_addresses
 from sparkdispatch.errors import ConfigurationError, SparkDispatchError
 
 CONN_TYPE = "sparkdispatch"

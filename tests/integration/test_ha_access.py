@@ -9,7 +9,8 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
-from sparkdispatch.client import RetryPolicy, SparkDispatchClient, ZooKeeperTarget
+from sparkdispatch.client import RetryPolicy, SparkDispatchClient
+from sparkdispatch.client_leader import ZooKeeperTarget
 from sparkdispatch.config import Configuration
 from sparkdispatch.ha import ClosableLeaderRetrieval, LeaderInfo, create_leader_retrieval
 from sparkdispatch.testing.master import InProcessMaster

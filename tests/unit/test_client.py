@@ -23,15 +23,8 @@ from typing import Any
 import pytest
 
 from sparkdispatch.artifacts import read_artifact
-from sparkdispatch.client import (
-    RetryPolicy,
-    SparkDispatchClient,
-    SubmittedJob,
-    SyncSparkDispatchClient,
-    ZooKeeperTarget,
-    normalize_address,
-    parse_addresses,
-)
+from sparkdispatch.client import RetryPolicy, SparkDispatchClient, SubmittedJob, SyncSparkDispatchClient
+from sparkdispatch.client_leader import ZooKeeperTarget, normalize_address, parse_addresses
 from sparkdispatch.config import Configuration
 from sparkdispatch.errors import (
     BlobError,

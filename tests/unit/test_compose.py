@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 from sparkdispatch.cli import _parser
-from sparkdispatch.client import parse_addresses
+from sparkdispatch.client_leader import parse_addresses
 from sparkdispatch.config import OPTIONS_BY_KEY, SPARK_PREFIX, Configuration, parse_overrides, read_yaml_file
 from sparkdispatch.ha.leader import STANDALONE_SESSION_ID
 from sparkdispatch.master import Master

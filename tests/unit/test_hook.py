@@ -9,7 +9,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from sparkdispatch.client import RetryPolicy, SparkDispatchClient, ZooKeeperTarget
+from sparkdispatch.client import RetryPolicy, SparkDispatchClient
+from sparkdispatch.client_leader import ZooKeeperTarget
 from sparkdispatch.errors import ConfigurationError, DuplicateJobSubmission, InvalidJobGraph, UnknownJob
 from sparkdispatch.hooks import SparkDispatchHook
 from sparkdispatch.hooks.sparkdispatch import client_settings
