@@ -48,8 +48,6 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 ARTIFACT_SUFFIXES = (".py", ".zip")
-# the answer about a job of more vertices is built and dumped in a thread (`large_json_response`)
-DUMP_IN_THREAD_ABOVE_VERTICES = 100
 
 
 class LeaderView(Protocol):
@@ -242,7 +240,7 @@ class RestHandlers:
         dispatcher = self.master.leader_components().dispatcher
         snapshot = await dispatcher.job_snapshot(job_id)
         return await large_json_response(lambda: views.job_details(snapshot),
-                                         large=len(snapshot.vertices) > DUMP_IN_THREAD_ABOVE_VERTICES)
+                                         large=len(snapshot.vertices) > views.LARGE_JOB_VERTICES)
 
     async def execution_result(self, request: web.Request) -> web.Response:
         job_id = path_id(request, "job_id")
@@ -252,7 +250,7 @@ class RestHandlers:
             return json_response({"status": {"id": "IN_PROGRESS"}})
         return await large_json_response(
             lambda: {"status": {"id": "COMPLETED"}, "job_execution_result": result.to_dict()},
-            large=len(result.vertices) > DUMP_IN_THREAD_ABOVE_VERTICES)
+            large=len(result.vertices) > views.LARGE_JOB_VERTICES)
 
     async def cancel_job(self, request: web.Request) -> web.Response:
         job_id = path_id(request, "job_id")

@@ -19,6 +19,7 @@ Routes added by :func:`add_ui_routes`:
 
 from __future__ import annotations
 
+import asyncio
 import importlib.resources
 import logging
 from collections.abc import Mapping
@@ -35,6 +36,7 @@ from sparkdispatch.rest.ui_render import (
     render_page,
     render_taskmanagers,
 )
+from sparkdispatch.rest.views import LARGE_JOB_VERTICES
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +140,8 @@ class _UIPages:
         except SparkDispatchError as exc:
             return _error_response(exc, root="../", overview=overview,
                                    elsewhere=leader_url(overview, f"/ui/jobs/{job_id}"))
-        body = render_job(job)
+        large = len(job.get("vertices", ())) > LARGE_JOB_VERTICES
+        body = await asyncio.to_thread(render_job, job) if large else render_job(job)
         return _html_response(render_page(
             title=f"Job {job.get('name') or job_id}", root="../", page="job", overview=overview,
             body=body, data={"job-id": str(job.get("id", job_id)), "status": str(job.get("status", ""))},

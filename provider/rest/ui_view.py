@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from sparkdispatch.rest import views
@@ -25,11 +26,18 @@ class RestUiView:
     async def job(self, job_id: str) -> dict[str, Any]:
         checked_id("job_id", job_id)
         dispatcher = self._master.leader_components().dispatcher
-        details = views.job_details(await dispatcher.job_snapshot(job_id))
+        snapshot = await dispatcher.job_snapshot(job_id)
         result = await dispatcher.job_result(job_id)
-        if result is not None:
-            details["result"] = result.to_dict()
-        return details
+
+        def details() -> dict[str, Any]:  # reads immutable values only: may run in a thread
+            body = views.job_details(snapshot)
+            if result is not None:
+                body["result"] = result.to_dict()
+            return body
+
+        if len(snapshot.vertices) > views.LARGE_JOB_VERTICES:
+            return await asyncio.to_thread(details)
+        return details()
 
     async def taskmanagers(self) -> list[dict[str, Any]]:
         return list(self._master.leader_components().resource_manager.task_executors())

@@ -10,6 +10,9 @@ from typing import Any
 from sparkdispatch.jobgraph import ExecutionState
 from sparkdispatch.snapshot import JobOverview, JobSnapshot, VertexSnapshot
 
+#: A job of more vertices is shaped, dumped and rendered in a thread: tens of ms that must not stall the loop.
+LARGE_JOB_VERTICES = 100
+
 
 def job_summary(job: JobOverview) -> dict[str, Any]:
     """An entry of `GET /jobs`; `end_time` and `duration_ms` are None while the job runs."""
