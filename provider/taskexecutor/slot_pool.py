@@ -9,7 +9,8 @@ is stopped in the background. Spares are refilled in the background after each o
 `cancel(execution_id)` tells the process to interrupt the attempt's Spark operations; an
 attempt still running `taskexecutor.cancellation.timeout` later has its process killed, ends
 CANCELED, and the slot takes a spare next time. A process that dies under its attempt fails
-that attempt only (`SlotProcessLost`, saying how it died); the pool replaces it.
+that attempt only (`SlotProcessLost`, saying how it died); the pool replaces it. The session of a
+process killed or dead under its attempt is interrupted and released on the server by the pool.
 
 Every child is started by one long-lived thread (`PR_SET_PDEATHSIG` fires when the thread that
 started a process ends, not only the process), in the TaskExecutor's process group, with the
@@ -34,9 +35,12 @@ from sparkdispatch.errors import SlotProcessLost, SparkDispatchError
 from sparkdispatch.jobgraph import ExecutionState, Failure
 from sparkdispatch.protocol import TaskDeploymentDescriptor
 from sparkdispatch.settings import SlotPoolSettings
+from sparkdispatch.taskexecutor.connect_server import release_session
 from sparkdispatch.taskexecutor.slot_protocol import (
     CANCEL,
     READY,
+    SESSION,
+    SESSION_USER,
     STATE,
     STOP,
     WARM,
@@ -71,6 +75,7 @@ class _SlotChild:
         self.process = process
         self.channel = channel
         self.job_id: str | None = None
+        self.session_id: str | None = None  # its job's Connect session, once it has one
 
     @property
     def pid(self) -> int:
@@ -182,6 +187,9 @@ class SlotProcessPool:
                 message = child.channel.receive()
                 if message is None:
                     return self._lost(attempt, child)
+                if message["type"] == SESSION:
+                    child.session_id = str(message["session_id"])
+                    continue
                 if message["type"] != STATE:
                     log.warning("slot process %d sent an unexpected %r during a task", child.pid, message["type"])
                     continue
@@ -233,6 +241,7 @@ class SlotProcessPool:
                     attempt.execution_id, self._settings.cancellation_timeout, attempt.child.pid)
         attempt.killed = True
         attempt.child.process.kill()
+        self._release_session_of(attempt.child)
 
     def _lost(self, attempt: _Attempt, child: _SlotChild) -> AttemptState:
         """The process died under the attempt (or was killed for ignoring its cancellation)."""
@@ -241,6 +250,10 @@ class SlotProcessPool:
         with self._lock:
             if self._bound.get(attempt.slot_index) is child:
                 del self._bound[attempt.slot_index]
+            server_lost = child in self._server_lost
+            self._server_lost.discard(child)
+        if not (attempt.killed or server_lost or self._closed):  # killed: released then; else gone anyway
+            self._release_session_of(child)
         if attempt.killed:
             log.info("execution %s: slot process %d killed (%s); slot %d takes a spare next", attempt.execution_id,
                      child.pid, how, attempt.slot_index)
@@ -250,15 +263,21 @@ class SlotProcessPool:
         if self._closed:
             return _failed(SlotProcessLost(f"the TaskExecutor stopped the slot process (pid {child.pid}) "
                                            f"during the task: {how}"))
-        with self._lock:
-            server_lost = child in self._server_lost
-            self._server_lost.discard(child)
         if server_lost:
             return _failed(SlotProcessLost("the TaskExecutor's Spark Connect server died during the task and "
                                            "was restarted; the task's session was lost with it"))
         log.warning("execution %s: slot process %d of slot %d died: %s", attempt.execution_id, child.pid,
                     attempt.slot_index, how)
         return _failed(SlotProcessLost(f"the slot process (pid {child.pid}) died during the task: {how}"))
+
+    def _release_session_of(self, child: _SlotChild) -> None:
+        """A process killed or dead under its attempt could not release its session: the operations
+        it started would run on, and the session hold its state, until the server's session timeout."""
+        if child.session_id is None:
+            return
+        address = self._connect_url.removeprefix("sc://").split("/", 1)[0]
+        threading.Thread(target=release_session, args=(address, child.session_id, SESSION_USER), daemon=True,
+                         name=f"release-session-{child.pid}").start()
 
     def reconnect(self, connect_url: str) -> None:
         """The Connect server was restarted (its sessions are gone): replace every slot process.

@@ -44,6 +44,8 @@ from sparkdispatch.taskexecutor.slot_protocol import (
     CANCEL,
     READY,
     RUN,
+    SESSION,
+    SESSION_USER,
     STOP,
     WARM,
     WARMED,
@@ -86,7 +88,7 @@ _SESSION_GONE_CONDITIONS = frozenset({"NO_ACTIVE_SESSION", "INVALID_HANDLE.SESSI
 
 def session_url(connect_url: str) -> str:
     """A new Connect session's URL on the server at `connect_url` (`sc://host:port`)."""
-    return f"{connect_url.rstrip('/')}/;session_id={uuid.uuid4()}"
+    return f"{connect_url.rstrip('/')}/;session_id={uuid.uuid4()};user_id={SESSION_USER}"
 
 
 def new_session(connect_url: str) -> SparkSession:
@@ -344,6 +346,8 @@ class SlotProcess:
                 self._path_entries.add(entry)
         importlib.invalidate_caches()
         self._session = session
+        # the TaskExecutor releases it should it have to kill this process
+        self._channel.send({"type": SESSION, "session_id": session.session_id})
         return session
 
     def _forget_session_if_gone(self, exc: BaseException) -> None:

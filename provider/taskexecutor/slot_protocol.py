@@ -11,6 +11,7 @@ and the slot process answers
 
     {"type": "ready", "pid": ...}                    once, after importing pyspark's Connect client
     {"type": "warmed", "error": null | "..."}        after a `warm`
+    {"type": "session", "session_id": ...}           the Connect session a run's job uses (user SESSION_USER)
     {"type": "state", "state": "INITIALIZING" | "RUNNING" | terminal, "rows", "result_path", "failure"}
 
 A `run` is answered by its states, the terminal one last. Both ends import this module, which
@@ -37,6 +38,10 @@ RUN = "run"
 CANCEL = "cancel"
 STOP = "stop"
 STATE = "state"
+SESSION = "session"
+
+#: The Connect user of the slot processes' sessions: who may interrupt and release them.
+SESSION_USER = "sparkdispatch"
 
 
 class ControlChannel:

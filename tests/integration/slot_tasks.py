@@ -60,7 +60,10 @@ def versions(ctx: Any) -> Any:
 
 
 def swallow_cancellation(ctx: Any) -> None:
-    """Runs for ever: every interruption, exception or not, is swallowed."""
+    """Runs for ever: every interruption, exception or not, is swallowed. Its marker `session-id`
+    holds the id of the job's Connect session."""
+    (Path(ctx.params["marker_dir"]) / "session-id").parent.mkdir(parents=True, exist_ok=True)
+    (Path(ctx.params["marker_dir"]) / "session-id").write_text(ctx.spark.session_id)
     _mark(ctx, "swallowing")
     while True:
         try:

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc  # type: ignore[import-untyped]
 import pyarrow.parquet as pq
 import pytest
 
@@ -31,7 +32,7 @@ from sparkdispatch.settings import ConnectServerSettings, SlotPoolSettings
 from sparkdispatch.taskexecutor.connect_server import ConnectServer
 from sparkdispatch.taskexecutor.slot_pool import SlotProcessPool
 from sparkdispatch.taskexecutor.server_watch import ConnectServerWatch
-from sparkdispatch.taskexecutor.slot_protocol import AttemptState
+from sparkdispatch.taskexecutor.slot_protocol import SESSION_USER, AttemptState
 
 pytestmark = pytest.mark.slow
 
@@ -140,6 +141,26 @@ def wait_for_marker(tmp_path: Path, name: str, timeout: float = WAIT_S) -> int:
         assert time.monotonic() < deadline, f"no marker {name} within {timeout:g}s"
         time.sleep(0.02)
     return int(path.read_text())
+
+
+def session_state(server: ConnectServer, session_id: str) -> str:
+    """`open` when the server takes a call in the slot processes' session `session_id`, `closed` when it
+    says the session was released (asked with grpc alone: no Connect client in this process)."""
+    request = (_field(1, session_id.encode()) + _field(2, _field(1, SESSION_USER.encode()))
+               + bytes([4 << 3, 1]))  # InterruptRequest{session_id, user_context{user_id}, interrupt_type: ALL}
+    with grpc.insecure_channel(server.url.removeprefix("sc://")) as channel:
+        try:
+            channel.unary_unary("/spark.connect.SparkConnectService/Interrupt")(request, timeout=10)
+        except grpc.RpcError as exc:
+            if "SESSION_CLOSED" in str(exc.details()):
+                return "closed"
+            raise
+    return "open"
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    assert len(payload) < 128
+    return bytes([number << 3 | 2, len(payload)]) + payload
 
 
 def slot_processes() -> set[int]:
@@ -298,15 +319,24 @@ def test_cancelling_interrupts_the_spark_operation_at_once_and_leaves_the_other_
 
 
 def test_a_task_that_swallows_cancellation_is_killed_after_the_timeout_and_its_slot_runs_the_next_job(
-        pool: SlotProcessPool, tasks: str, tmp_path: Path) -> None:
+        pool: SlotProcessPool, connect_server: ConnectServer, tasks: str, tmp_path: Path) -> None:
     stubborn = Attempt(pool, deployment(tmp_path, "slot_tasks:swallow_cancellation", job_id=new_job_id()), [tasks])
     process = wait_for_marker(tmp_path, "swallowing")
+
+    session_id = (tmp_path / "markers" / "session-id").read_text()
+    assert session_state(connect_server, session_id) == "open"
 
     cancelled_at = time.monotonic()
     assert pool.cancel(stubborn.tdd.execution_id)
     assert stubborn.join().state is ExecutionState.CANCELED
     assert CANCELLATION_TIMEOUT_S <= stubborn.ended_at - cancelled_at < CANCELLATION_TIMEOUT_S + 3.0
     assert gone(process)
+    # its session was released on the server, not left until the server's session timeout
+    deadline = time.monotonic() + 30
+    while session_state(connect_server, session_id) == "open":
+        assert time.monotonic() < deadline, f"session {session_id} of the killed process is still open"
+        time.sleep(0.1)
+    assert session_state(connect_server, session_id) == "closed"
 
     [row] = rows_of(run(pool, deployment(tmp_path, "slot_tasks:context", job_id=new_job_id()), [tasks]))
     assert row["pid"] != process

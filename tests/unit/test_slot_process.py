@@ -14,7 +14,7 @@ from sparkdispatch.jobgraph import ExecutionState, Failure
 from sparkdispatch.protocol import TaskDeploymentDescriptor
 from sparkdispatch.taskexecutor.slot_pool import describe_exit
 from sparkdispatch.taskexecutor.slot_process import RDD_UNAVAILABLE, failure_of, import_path_entry, session_url
-from sparkdispatch.taskexecutor.slot_protocol import AttemptState, ControlChannel, RunRequest
+from sparkdispatch.taskexecutor.slot_protocol import SESSION_USER, AttemptState, ControlChannel, RunRequest
 
 
 def test_the_slot_process_module_imports_neither_pyspark_nor_the_workers_side() -> None:
@@ -83,8 +83,10 @@ def test_artifacts_go_on_the_path_as_a_zip_or_a_modules_directory() -> None:
     assert import_path_entry("/cache/k2/helper.py") == "/cache/k2"
 
 
-def test_every_session_has_an_id_of_its_own() -> None:
+def test_every_session_has_an_id_of_its_own_under_the_slot_processes_user() -> None:
     first, second = session_url("sc://127.0.0.1:15002"), session_url("sc://127.0.0.1:15002/")
     assert first.startswith("sc://127.0.0.1:15002/;session_id=") and second.startswith("sc://127.0.0.1:15002/;")
     assert first != second
-    uuid.UUID(first.rpartition("=")[2], version=4)
+    session_id, user = first.removeprefix("sc://127.0.0.1:15002/;").split(";")
+    uuid.UUID(session_id.removeprefix("session_id="), version=4)
+    assert user == f"user_id={SESSION_USER}"
