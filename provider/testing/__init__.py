@@ -8,5 +8,6 @@
   answer some itself (a gateway's error, a load balancer's redirect).
 - `http`: raw `(status, body)` JSON calls to a master on the aiohttp stack.
 - `local_cluster`: masters and TaskExecutors as real local processes (`TaskExecutorProcess`: one alone).
-- `services`: real ZooKeeper and Redis servers; `contender`, `clock`: HA test helpers.
+- `services`: real ZooKeeper and Redis servers; `contender`, `clock`: HA test helpers; `passes`: vertices
+  that count the passes a graph build makes over them.
 """

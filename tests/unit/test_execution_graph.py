@@ -6,9 +6,7 @@ import gc
 import random
 import re
 import weakref
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 import pytest
 
@@ -19,6 +17,7 @@ from sparkdispatch.resourcemanager import AllocatedSlot
 from sparkdispatch.rest.views import flink_job_details, job_details
 from sparkdispatch.results import ResultLayout
 from sparkdispatch.snapshot import JobSnapshot, SubtaskSnapshot, VertexSnapshot
+from sparkdispatch.testing.passes import CountingVertices
 
 JOB_ID = "ab" * 16
 
@@ -159,17 +158,6 @@ def test_restored_subtasks_count_as_finished_and_offer_their_consumers() -> None
     graph = ExecutionGraph(diamond())
     graph.restore(Progress({"source": {0: Entry("/r/s0", 3), 1: Entry("/r/s1", 3)}}))
     assert sorted(ids(graph.take_schedulable(held_back=()))) == ["left[0]", "left[1]", "right[0]", "right[1]"]
-
-
-class CountingVertices(tuple):  # type: ignore[type-arg]
-    """A JobGraph's vertices, counting each one an iteration over them yields."""
-
-    yielded = 0
-
-    def __iter__(self) -> Iterator[Any]:
-        for vertex in tuple.__iter__(self):
-            CountingVertices.yielded += 1
-            yield vertex
 
 
 def test_the_graph_is_built_in_a_few_passes_over_the_job_graph() -> None:

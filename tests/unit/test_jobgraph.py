@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -25,6 +24,7 @@ from sparkdispatch.jobgraph import (
     JobVertex,
     NoRestart,
 )
+from sparkdispatch.testing.passes import CountingVertices
 
 
 def graph(**overrides: Any) -> dict[str, Any]:
@@ -143,17 +143,6 @@ def test_the_canonical_json_and_fingerprint_are_those_of_the_whole_dict() -> Non
         canonical = json.dumps(whole, sort_keys=True, separators=(",", ":")).encode()
         assert graph_.fingerprint() == hashlib.sha256(canonical).hexdigest()
     assert job.with_job_id("ab" * 16).fingerprint() == job.fingerprint()
-
-
-class CountingVertices(tuple):  # type: ignore[type-arg]
-    """The vertices of a graph, counting every one an iteration over them yields."""
-
-    yielded = 0
-
-    def __iter__(self) -> Iterator[Any]:
-        for vertex in tuple.__iter__(self):
-            CountingVertices.yielded += 1
-            yield vertex
 
 
 def test_lookups_by_vertex_id_take_one_pass_over_the_vertices() -> None:
