@@ -129,7 +129,7 @@ OPTIONS: tuple[Option, ...] = (
            "Spark operations were interrupted before its slot process is killed and replaced (Flink's "
            "`task.cancellation.timeout`).", minimum=0.1, default_doc="30s"),
     Option("taskexecutor.slot-process.spares", "int", 1, "Slot processes a TaskExecutor keeps started and warm "
-           "for the next slot that gets a task of another job (each about 145 MB).", minimum=0),
+           "for the next slot that gets a task of other code (each about 145 MB).", minimum=0),
     # Celery broker
     Option("broker.url", "str", "redis://127.0.0.1:6379/0", "Celery broker carrying task deployments and "
            "remote-control calls: Redis in production, `filesystem://` in standalone mode."),

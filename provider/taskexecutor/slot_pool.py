@@ -1,10 +1,12 @@
-"""The slot processes of one TaskExecutor: one Python process per slot, bound to one job.
+"""The slot processes of one TaskExecutor: one Python process per slot, bound to one code version.
 
 `SlotProcessPool.run(slot_index, tdd, artifact_paths, on_state)` runs an attempt in the slot's
-process (slot_process.py). A slot keeps its process while it runs tasks of the same job; a task
-of another job gets a fresh process, a pre-started spare (`taskexecutor.slot-process.spares`,
-pyspark's Connect client imported and a throwaway session's first calls made), and the old one
-is stopped in the background. Spares are refilled in the background after each one taken.
+process (slot_process.py). A slot keeps its process while it runs tasks of the same code, the
+same artifact files (content-addressed, so the same bytes), whatever their job: each job gets a
+Connect session of its own there. A task of other code gets a fresh process, a pre-started spare
+(`taskexecutor.slot-process.spares`, pyspark's Connect client imported and a session's first
+calls made), and the old one is stopped in the background. Spares are refilled in the background
+after each one taken.
 
 `cancel(execution_id)` tells the process to interrupt the attempt's Spark operations; an
 attempt still running `taskexecutor.cancellation.timeout` later has its process killed, ends
@@ -69,13 +71,13 @@ def describe_exit(returncode: int) -> str:
 
 
 class _SlotChild:
-    """One slot process, as the pool sees it: the process, its channel and the job it is bound to."""
+    """One slot process, as the pool sees it: the process, its channel and the code it is bound to."""
 
     def __init__(self, process: subprocess.Popen[bytes], channel: ControlChannel) -> None:
         self.process = process
         self.channel = channel
-        self.job_id: str | None = None
-        self.session_id: str | None = None  # its job's Connect session, once it has one
+        self.code: tuple[str, ...] | None = None  # the artifact files it runs
+        self.session_id: str | None = None  # its current job's Connect session, once it has one
 
     @property
     def pid(self) -> int:
@@ -172,7 +174,7 @@ class SlotProcessPool:
             self._attempts[tdd.execution_id] = attempt
         try:
             try:
-                child = self._child_for(slot_index, tdd.job_id)
+                child = self._child_for(slot_index, tuple(artifact_paths))
             except SparkDispatchError as exc:
                 return _failed(exc)
             with attempt.lock:
@@ -300,11 +302,11 @@ class SlotProcessPool:
     # ----------------------------------------------------------------------------------------
     # Processes
 
-    def _child_for(self, slot_index: int, job_id: str) -> _SlotChild:
-        """The slot's process if it runs this job, else a spare bound to it (the old one retires)."""
+    def _child_for(self, slot_index: int, code: tuple[str, ...]) -> _SlotChild:
+        """The slot's process if it runs this code, else a spare bound to it (the old one retires)."""
         with self._lock:
             current = self._bound.get(slot_index)
-            if current is not None and current.job_id == job_id and current.alive:
+            if current is not None and current.code == code and current.alive:
                 return current
             self._bound.pop(slot_index, None)
             if current is not None:
@@ -315,7 +317,7 @@ class SlotProcessPool:
             threading.Thread(target=self._retire, args=(current,), daemon=True,
                              name=f"retire-slot-process-{current.pid}").start()
         child = self._take_spare()
-        child.job_id = job_id
+        child.code = code
         with self._lock:
             if not self._closed:
                 self._bound[slot_index] = child

@@ -3,11 +3,15 @@
 `python -P -m sparkdispatch.taskexecutor.slot_process --control-fd N --parent-pid P`, started
 by `SlotProcessPool` (slot_pool.py), which talks to it over the socketpair end `N`
 (slot_protocol.py). The process imports pyspark's Connect client at start, so a spare is warm,
-and says `ready`. Its first `run` binds it to that run's job: it makes the job's Connect session
-(`session_id` of its own, the job's `spark_conf` set key by key, its artifacts added with
-`addArtifacts(..., pyfile=True)` and put on this process's `sys.path`), which the job's later
-tasks in this process reuse. A run of another job is refused: the pool gives each job its own
-processes, so two versions of one module never meet in one interpreter.
+and says `ready`. Its first `run` binds it to that run's code: the job's artifact files, which are
+content-addressed (`<cache>/<sha256>/<name>`) and go on this process's `sys.path`. A run with other
+code is refused: the pool gives each code version its own processes, so two versions of one module
+never meet in one interpreter. Jobs of the same code follow each other in one process, as Spark
+reuses its Python workers, each in a Connect session of its own (`session_id` of its own, the job's
+`spark_conf` set key by key, its artifacts added with `addArtifacts(..., pyfile=True)`), which the
+job's later tasks here reuse; the previous job's session is released when the next job comes.
+A session made ahead while the process is idle (`warm`) is taken by the next job, so a job's first
+task here does not pay a session's first calls.
 
 A `cancel` interrupts the session's operations from the control thread at once and again every
 `REINTERRUPT_S` while the function runs; the attempt ends CANCELED whatever it raised. The
@@ -71,9 +75,13 @@ RETRY_MAX_RETRIES = 3
 RETRY_INITIAL_BACKOFF_MS = 100
 RETRY_MAX_BACKOFF_MS = 1000
 PR_SET_PDEATHSIG = 1
-#: A spare's warmed session is handed to its first job only this long: well inside the server's
-#: idle-session timeout (`spark.connect.session.manager.defaultSessionTimeout`, 1 h).
+#: A warmed session is handed to a job only this long: well inside the server's idle-session
+#: timeout (`spark.connect.session.manager.defaultSessionTimeout`, 1 h).
 WARM_SESSION_MAX_AGE_S = 600.0
+#: Idle this long with no warmed session, a process that has run a job makes one for the next job;
+#: after a failed try, not again for `WARM_RETRY_S`.
+WARM_WHEN_IDLE_S = 0.5
+WARM_RETRY_S = 30.0
 
 RDD_UNAVAILABLE = ("ctx.spark is a Spark Connect session: the RDD API (spark.sparkContext, DataFrame.rdd, "
                    "_jsc, _jvm) is not available to task functions; use the DataFrame API")
@@ -101,6 +109,18 @@ def new_session(connect_url: str) -> SparkSession:
         max_retries=RETRY_MAX_RETRIES, initial_backoff=RETRY_INITIAL_BACKOFF_MS, backoff_multiplier=2.0,
         max_backoff=RETRY_MAX_BACKOFF_MS)])
     return session
+
+
+def make_active(session: SparkSession) -> None:
+    """Make `session` the one `SparkSession.getActiveSession()` and `builder.getOrCreate()` give.
+
+    pyspark sets them only for a process's first session (and `create()` only where none is
+    set), so a later job's session, or one made ahead in another thread, needs this.
+    """
+    cls = type(session)
+    with cls._lock:
+        cls._default_session = session
+    cls._active_session.session = session
 
 
 def load_entrypoint(entrypoint: str) -> Callable[[TaskContext], Any]:
@@ -202,10 +222,15 @@ class SlotProcess:
         self._requests: queue.SimpleQueue[Message] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._attempt: _Attempt | None = None
+        #: the artifact files of the code this process runs, bound by its first run
+        self._code: tuple[str, ...] | None = None
         self._job_id: str | None = None
         self._session: SparkSession | None = None
-        #: the session `warm` made and used, kept for the first job: its first calls are paid
+        self._connect_url: str | None = None
+        #: a session `warm` made and used, kept for the next job: its first calls are paid
         self._warm_session: tuple[str, float, SparkSession] | None = None
+        self._warming: threading.Thread | None = None
+        self._warm_again_at = 0.0
         self._path_entries: set[str] = set()
 
     def serve(self) -> int:
@@ -213,7 +238,11 @@ class SlotProcess:
         threading.Thread(target=self._read_control, daemon=True, name="slot-control").start()
         self._channel.send({"type": READY, "pid": os.getpid()})
         while True:
-            message = self._requests.get()
+            try:
+                message = self._requests.get(timeout=WARM_WHEN_IDLE_S if self._wants_warm_session() else None)
+            except queue.Empty:
+                self._warm_in_background()
+                continue
             kind = message["type"]
             if kind == RUN:
                 self._channel.send(self.run_attempt(message).to_message())
@@ -262,10 +291,15 @@ class SlotProcess:
     def _outcome(self, request: RunRequest, attempt: _Attempt) -> AttemptState:
         tdd = request.tdd
         self._send_state(ExecutionState.INITIALIZING)
-        if self._job_id is not None and tdd.job_id != self._job_id:
+        code = tuple(request.artifact_paths)
+        if self._code is not None and code != self._code:
             return self._failed(IllegalStateTransition(
-                f"this slot process runs job {self._job_id}; it does not run tasks of job {tdd.job_id}"))
-        self._job_id = tdd.job_id
+                f"this slot process runs the code of artifacts {list(self._code)}; it does not run tasks of "
+                f"job {tdd.job_id}, whose artifacts are {list(code)}"))
+        self._code = code
+        if tdd.job_id != self._job_id:
+            self._release_job_session()
+            self._job_id = tdd.job_id
         try:
             session = self._job_session(request)
             function = load_entrypoint(tdd.entrypoint)
@@ -325,6 +359,7 @@ class SlotProcess:
         """The job's Connect session in this process, made by its first task."""
         if self._session is not None:
             return self._session
+        self._connect_url = request.connect_url
         entries = [import_path_entry(path) for path in request.artifact_paths]
         session = self._take_warm_session(request.connect_url) or new_session(request.connect_url)
         try:
@@ -345,6 +380,7 @@ class SlotProcess:
                 sys.path.insert(0, entry)
                 self._path_entries.add(entry)
         importlib.invalidate_caches()
+        make_active(session)
         self._session = session
         # the TaskExecutor releases it should it have to kill this process
         self._channel.send({"type": SESSION, "session_id": session.session_id})
@@ -357,9 +393,35 @@ class SlotProcess:
                      self._job_id)
             self._session = None
 
+    def _release_job_session(self) -> None:
+        """The previous job's session, released in the background: the next job's task goes on."""
+        session, self._session = self._session, None
+        if session is not None:
+            threading.Thread(target=self._stop_quietly, args=(session,), daemon=True,
+                             name="release-previous-session").start()
+
+    def _wants_warm_session(self) -> bool:
+        return (self._connect_url is not None and self._warm_session is None
+                and (self._warming is None or not self._warming.is_alive())
+                and time.monotonic() >= self._warm_again_at)
+
+    def _warm_in_background(self) -> None:
+        """Make the next job's session while idle, in a thread: a run that comes meanwhile is not held up."""
+        connect_url = self._connect_url
+        assert connect_url is not None
+
+        def warm() -> None:
+            error = self.warm(connect_url)
+            if error is not None:
+                self._warm_again_at = time.monotonic() + WARM_RETRY_S
+                log.warning("making a session ahead for the next job failed: %s", error)
+
+        self._warming = threading.Thread(target=warm, daemon=True, name="warm-next-session")
+        self._warming.start()
+
     def warm(self, connect_url: str) -> str | None:
         """A session's first calls paid now: the client's lazy imports, channel and Arrow paths, and
-        the server's state of the session, which the first job of this process then takes over
+        the server's state of the session, which the next job of this process then takes over
         (its settings and artifacts are added to it then; until then it is nobody's).
 
         Neither call runs a Spark job (a local relation is collected on the driver), so a spare
@@ -379,6 +441,10 @@ class SlotProcess:
         return None
 
     def _take_warm_session(self, connect_url: str) -> SparkSession | None:
+        warming = self._warming
+        if warming is not None:
+            warming.join()  # begun before this run came: sooner done than a session begun now
+            self._warming = None
         warm, self._warm_session = self._warm_session, None
         if warm is None:
             return None
@@ -390,6 +456,8 @@ class SlotProcess:
         return session
 
     def _stop_session(self) -> None:
+        if self._warming is not None:
+            self._warming.join()
         if self._session is not None:
             self._stop_quietly(self._session)
             self._session = None

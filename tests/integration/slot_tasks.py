@@ -36,6 +36,21 @@ def context(ctx: Any) -> Any:
     return ctx.spark.createDataFrame([(json.dumps(seen, sort_keys=True), os.getpid())], "ctx string, pid long")
 
 
+def session_facts(ctx: Any) -> Any:
+    """One row: the job's session id and shuffle partitions, the temporary views it sees (after making
+    `params["view"]`, if given), whether `getActiveSession()` is `ctx.spark`, and the process."""
+    from pyspark.sql import SparkSession
+
+    if "view" in ctx.params:
+        ctx.spark.range(3).createOrReplaceTempView(ctx.params["view"])
+    views = ",".join(sorted(t.name for t in ctx.spark.catalog.listTables() if t.isTemporary))
+    active = SparkSession.getActiveSession()
+    return ctx.spark.createDataFrame(
+        [(ctx.spark.session_id, ctx.spark.conf.get("spark.sql.shuffle.partitions"), views,
+          active is not None and active.session_id == ctx.spark.session_id, os.getpid())],
+        "session_id string, partitions string, views string, active boolean, pid long")
+
+
 def versions(ctx: Any) -> Any:
     """One row: the version of `params["module"]` here and on Spark's Python workers, and the shuffle
     partitions this job's session uses. Waits until every job in `params["peers"]` has started."""

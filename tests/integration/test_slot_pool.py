@@ -270,8 +270,25 @@ def test_a_reuploaded_module_runs_its_new_code_in_a_later_job(pool: SlotProcessP
         [row] = rows_of(end)
         seen.append(row)
     assert [(r["here"], r["on_executors"]) for r in seen] == [("v1", "v1"), ("v2", "v2")]
-    assert seen[0]["pid"] != seen[1]["pid"]  # the slot process that ran v1 never runs another job
+    assert seen[0]["pid"] != seen[1]["pid"]  # the slot process that ran v1 never runs other code
     assert gone(seen[0]["pid"])
+
+
+def test_a_later_job_of_the_same_code_runs_in_the_same_process_in_a_session_of_its_own(
+        pool: SlotProcessPool, tasks: str, tmp_path: Path, connect_server: ConnectServer) -> None:
+    first = rows_of(run(pool, deployment(tmp_path, "slot_tasks:session_facts", job_id=new_job_id(),
+                                         params={"view": "first_jobs_view"},
+                                         spark_conf={"spark.sql.shuffle.partitions": "3"}), [tasks]))[0]
+    time.sleep(1.0)  # idle: the process makes the next job's session ahead
+    second = rows_of(run(pool, deployment(tmp_path, "slot_tasks:session_facts", job_id=new_job_id()), [tasks]))[0]
+    assert second["pid"] == first["pid"]  # the same code: no new process
+    assert second["session_id"] != first["session_id"]
+    assert [(r["partitions"], r["views"], r["active"]) for r in (first, second)] == [
+        ("3", "first_jobs_view", True), ("2", "", True)]  # the second job sees none of the first's settings or views
+    deadline = time.monotonic() + 30
+    while session_state(connect_server, first["session_id"]) == "open":  # released once the next job came
+        assert time.monotonic() < deadline, "the first job's session is still open on the server"
+        time.sleep(0.2)
 
 
 def test_two_concurrent_jobs_run_their_own_module_version_and_shuffle_partitions(
