@@ -23,7 +23,7 @@ COPY pyproject.toml setup.cfg README.md ./
 COPY provider ./provider
 COPY hooks ./hooks
 COPY operators ./operators
-RUN pip install --no-cache-dir . \
+RUN pip install --no-cache-dir ".[master,taskexecutor]" \
     && rm -rf /opt/sparkdispatch/build
 COPY docker/healthcheck.py /usr/local/bin/sparkdispatch-healthcheck
 COPY docker/sparkdispatch.yaml /etc/sparkdispatch/sparkdispatch.yaml

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import logging
 import sys
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparkdispatch.config import Configuration, options_table
-from sparkdispatch.errors import SparkDispatchError
+from sparkdispatch.errors import MissingExtra, SparkDispatchError
 from sparkdispatch.jobgraph import JobResult, JobStatus
 
 if TYPE_CHECKING:
@@ -77,7 +78,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+#: What each server command imports beyond the base install, and the extra that installs it.
+_EXTRAS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "master": ("master", ("celery", "apispec")),
+    "taskexecutor": ("taskexecutor", ("celery", "pyspark", "pandas", "pyarrow", "grpc")),
+    "standalone": ("master,taskexecutor", ("celery", "apispec", "pyspark", "pandas", "pyarrow", "grpc")),
+}
+
+
+def require_extra(command: str) -> None:
+    """Raise `MissingExtra` naming what to install when `command`'s packages are not installed.
+
+    The base install is the client side (what Airflow needs); servers need an extra.
+    """
+    extra, modules = _EXTRAS[command]
+    missing = [name for name in modules if importlib.util.find_spec(name) is None]
+    if missing:
+        raise MissingExtra(f"`sparkdispatch {command}` needs packages this installation lacks "
+                           f"({', '.join(missing)}): install them with `pip install 'sparkdispatch[{extra}]'`",
+                           extra=extra)
+
+
 def _serve(args: argparse.Namespace, config: Configuration) -> int:
+    require_extra(args.command)
     if args.command == "master":
         from sparkdispatch.master import run_master
 

@@ -30,6 +30,7 @@
     ├── MethodNotAllowed              the path does not take that HTTP method
     ├── InternalError                 the master failed on a bug; the body names the exception
     ├── ConnectServerError            a TaskExecutor's Spark Connect server failed to start or serve
+    ├── MissingExtra                  a command needs packages of an extra that is not installed
     └── ServiceUnavailable            the master cannot answer now (standby, starting, stopping)
         ├── LeadershipLost            this process is no longer the leader
         └── RecoveryInProgress        a new leader is still recovering its jobs; retry after `retry_after` s
@@ -353,6 +354,21 @@ class InternalError(SparkDispatchError):
     http_status = 500
 
 
+class MissingExtra(SparkDispatchError):
+    """A command needs the packages of an extra (`sparkdispatch[master]`, ...) that is not installed."""
+
+    def __init__(self, message: str, *, extra: str) -> None:
+        super().__init__(message)
+        self.extra = extra
+
+    def fields(self) -> JSONObject:
+        return {"extra": self.extra}
+
+    @classmethod
+    def from_fields(cls, messages: Sequence[str], fields: Mapping[str, Any]) -> Self:
+        return cls(messages[0], extra=_text(fields, "extra"))
+
+
 class ConnectServerError(SparkDispatchError):
     """A TaskExecutor's Spark Connect server failed to start or to serve; `log_file` is its log.
 
@@ -436,7 +452,7 @@ ERROR_TYPES: Mapping[str, type[SparkDispatchError]] = MappingProxyType({cls.__na
     DuplicateJobSubmission, JobAlreadyTerminated, FencingTokenMismatch, StaleExecution, NoLeader,
     SlotRequestTimeout, UnknownTaskExecutor, SlotProcessLost, StoreError, StoreUnavailable, JobResultEntryExists,
     NoSuchJobResult, BlobError, BlobNotFound, BlobTooLarge, CorruptedBlob, RequestTooLarge, Unauthorized, RouteNotFound,
-    MethodNotAllowed, InternalError, ConnectServerError, ServiceUnavailable, LeadershipLost, RecoveryInProgress,
+    MethodNotAllowed, InternalError, MissingExtra, ConnectServerError, ServiceUnavailable, LeadershipLost, RecoveryInProgress,
 )})
 """The registry: class name (a body's `type`) → class."""
 

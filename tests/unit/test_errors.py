@@ -66,6 +66,7 @@ EXAMPLES: list[SparkDispatchError] = [
     errors.RouteNotFound("GET /nowhere: Not Found"),
     errors.MethodNotAllowed("PUT", "/jobs", ["POST", "GET"]),
     errors.InternalError("internal error: KeyError: 'x'"),
+    errors.MissingExtra("sparkdispatch master needs the 'master' extra", extra="master"),
     errors.ConnectServerError("the Spark Connect server exited with code 1 before it served; its log is /w/s.log",
                               log_file="/w/s.log", details=["ERROR SparkContext: Error initializing SparkContext."]),
     errors.ServiceUnavailable("this master is a standby; the leader is http://m1:8081", leader="http://m1:8081"),

@@ -7,14 +7,19 @@ with an `__init__.py` under the mapped folders must reach the wheel, under `spar
 from __future__ import annotations
 
 import configparser
+import email
 import importlib.metadata
 import importlib.util
+import json
+import re
 import shutil
 import subprocess
 import sys
 import tomllib
 import zipfile
 from pathlib import Path
+
+import pytest
 
 import sparkdispatch
 
@@ -90,3 +95,77 @@ def test_master_side_imports_no_airflow() -> None:
             "print(any(m == 'airflow' or m.startswith('airflow.') for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+# -- the light Airflow install: the base install is the client side, servers take an extra ------
+
+#: What the base install must not bring: pyspark and its Connect client, Celery, and what only
+#: the master uses. (Airflow itself pulls grpcio, for OpenTelemetry.)
+SERVER_ONLY = ("pyspark", "py4j", "celery", "kombu", "pandas", "pyarrow", "apispec")
+#: The provider's Airflow-facing modules: what Airflow's workers, triggerers and scheduler import.
+AIRFLOW_SIDE = ("sparkdispatch.hooks.sparkdispatch", "sparkdispatch.operators", "sparkdispatch.operators.submit",
+                "sparkdispatch.operators.sensors", "sparkdispatch.operators.triggers",
+                "sparkdispatch.operators.links", "sparkdispatch.provider_info", "sparkdispatch.cli")
+
+
+def _requirement_name(requirement: str) -> str:
+    return re.split(r"[\s\[<>=!~;(]", requirement.strip(), maxsplit=1)[0].lower()
+
+
+def test_the_base_install_is_the_client_side_and_servers_take_an_extra(tmp_path: Path) -> None:
+    with _build_wheel(tmp_path) as wheel:
+        [metadata_file] = [n for n in wheel.namelist() if n.endswith(".dist-info/METADATA")]
+        metadata = email.message_from_bytes(wheel.read(metadata_file))
+    requirements = metadata.get_all("Requires-Dist") or []
+    base = {_requirement_name(r) for r in requirements if "extra ==" not in r}
+    assert base and not base & set(SERVER_ONLY), f"the base install pulls server packages: {base & set(SERVER_ONLY)}"
+
+    def extra(name: str) -> dict[str, str]:
+        return {_requirement_name(r): r for r in requirements if re.search(rf"extra == ['\"]{name}['\"]", r)}
+
+    assert {"celery", "apispec"} <= set(extra("master"))
+    assert {"celery", "pyspark", "pandas"} <= set(extra("taskexecutor"))
+    airflow = extra("airflow")["apache-airflow"]
+    assert ">=3.3" in airflow and "<" not in airflow.split(";")[0], f"no upper cap on Airflow: {airflow}"
+
+
+def test_the_airflow_side_imports_none_of_the_server_packages() -> None:
+    code = f"""
+import importlib, importlib.abc, sys
+class Refuse(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] in {SERVER_ONLY!r}:
+            raise ImportError(f"{{name}} is not in the base install")
+sys.meta_path.insert(0, Refuse())
+for module in {AIRFLOW_SIDE!r}:
+    importlib.import_module(module)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_server_command_without_its_extra_names_the_extra_to_install() -> None:
+    code = ("import sys; sys.modules['pyspark'] = None; "  # find_spec then says: not installed
+            "from sparkdispatch.cli import main; sys.exit(main(['taskexecutor']))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == ("sparkdispatch: `sparkdispatch taskexecutor` needs packages this installation "
+                                   "lacks (pyspark): install them with `pip install 'sparkdispatch[taskexecutor]'`")
+
+
+@pytest.mark.slow
+def test_installing_the_airflow_extra_into_a_fresh_venv_brings_no_server_package(tmp_path: Path) -> None:
+    """pip's own resolution (`--dry-run --report`) of the built wheel with `[airflow]`, in a new venv."""
+    with _build_wheel(tmp_path) as wheel:
+        wheel_path = wheel.filename
+    assert wheel_path is not None
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    report = tmp_path / "report.json"
+    done = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "--dry-run", "--ignore-installed",
+                           "--report", str(report), f"{wheel_path}[airflow]"],
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    installed = {item["metadata"]["name"].lower() for item in json.loads(report.read_text())["install"]}
+    assert {"apache-airflow", "sparkdispatch", "kazoo"} <= installed
+    assert not installed & set(SERVER_ONLY), f"the airflow extra pulls {sorted(installed & set(SERVER_ONLY))}"
