@@ -12,8 +12,18 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import yaml
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from sparkdispatch.errors import InvalidJobGraph
+from sparkdispatch.errors import (
+    BlobTooLarge,
+    ConfigurationError,
+    CorruptedBlob,
+    EntrypointNotFound,
+    InvalidJobGraph,
+    InvalidRequest,
+    SparkDispatchError,
+    Unauthorized,
+)
 from sparkdispatch.jobgraph import Failure, JobResult, JobStatus
 
 GRAPH_FILE_SUFFIXES = (".json", ".yaml", ".yml")
@@ -143,6 +153,37 @@ def report_result(result: Mapping[str, Any], log: ResultLog) -> str | None:
     if traceback:
         log.error("remote traceback of job %s:\n%s", job_result.job_id, traceback)
     return f"sparkdispatch job {job_result.job_id} ended {job_result.status.value}: {result_failure(job_result)}"
+
+
+#: The XCom of a job's per-vertex outputs (`vertex_outputs`).
+VERTICES_XCOM_KEY = "vertices"
+#: Errors of the master that a retry of the task cannot fix: the task fails without retries.
+NOT_RETRYABLE: tuple[type[SparkDispatchError], ...] = (
+    InvalidJobGraph, InvalidRequest, Unauthorized, ConfigurationError, BlobTooLarge, CorruptedBlob)
+#: Failure classes of a job's task that no retry fixes: its entrypoint does not exist.
+NOT_RETRYABLE_FAILURES = frozenset({EntrypointNotFound.__name__})
+
+
+def task_failure(exc: SparkDispatchError) -> AirflowException:
+    """The Airflow exception a task fails with for `exc`: without retries when no retry can help."""
+    if isinstance(exc, NOT_RETRYABLE):
+        return AirflowFailException(f"{exc} (not retried: a retry cannot fix this)")
+    return AirflowException(str(exc))
+
+
+def result_failure_is_final(result: Mapping[str, Any]) -> bool:
+    """Whether a failed JobResult's cause is one no retry fixes (an entrypoint that does not exist)."""
+    job_result = JobResult.from_dict(result)
+    failures = [job_result.failure, *(v.failure for v in job_result.vertices.values())]
+    return any(f is not None and f.cls in NOT_RETRYABLE_FAILURES for f in failures)
+
+
+def vertex_outputs(result: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per vertex of a JobResult: its state, rows, result path, partitions and attempts (an XCom value)."""
+    job_result = JobResult.from_dict(result)
+    return {vertex_id: {"state": v.state.value, "rows": v.rows, "result_path": v.result_path,
+                        "partitions": list(v.partitions), "attempts": v.attempts}
+            for vertex_id, v in job_result.vertices.items()}
 
 
 def default_deferrable() -> bool:

@@ -11,7 +11,8 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from sparkdispatch.hooks.sparkdispatch import SparkDispatchHook
-from sparkdispatch.operators.jobs import default_deferrable, report_result
+from sparkdispatch.errors import SparkDispatchError
+from sparkdispatch.operators.jobs import default_deferrable, report_result, task_failure
 from sparkdispatch.operators.links import SparkDispatchJobLink, push_job_link
 from sparkdispatch.operators.triggers import JobResultTrigger
 
@@ -23,8 +24,9 @@ class JobResultSensor(BaseSensorOperator):
     """Succeeds when job `job_id` is FINISHED and returns its JobResult (XCom).
 
     A FAILED or CANCELED job fails the sensor with the remote cause (its traceback in the
-    log), or skips it with `soft_fail=True`. Works in `poke` and `reschedule` mode, and
-    deferred to the triggerer with `deferrable=True` (default from the provider config).
+    log) without retries, since a retry would find the same JobResult, or skips it with
+    `soft_fail=True`; the same in `poke` and `reschedule` mode and deferred to the triggerer
+    with `deferrable=True` (default from the provider config).
 
     :param job_id: the job to wait for; templated, e.g. `{{ ti.xcom_pull('submit') }}`.
     :param conn_id: the `sparkdispatch` connection.
@@ -60,6 +62,12 @@ class JobResultSensor(BaseSensorOperator):
                    method_name="execute_complete", timeout=timedelta(seconds=self.timeout))
 
     def poke(self, context: Context) -> PokeReturnValue:
+        try:
+            return self._poke(context)
+        except SparkDispatchError as exc:
+            raise task_failure(exc) from exc
+
+    def _poke(self, context: Context) -> PokeReturnValue:
         client = self.hook.get_conn()
         if not self._link_pushed:
             client.job(self.job_id)  # an unknown job fails here, with the id in the message
@@ -69,16 +77,16 @@ class JobResultSensor(BaseSensorOperator):
         if result is None:
             self.log.info("job %s is still running", self.job_id)
             return PokeReturnValue(is_done=False)
-        return PokeReturnValue(is_done=True, xcom_value=self._checked(result, AirflowFailException))
+        return PokeReturnValue(is_done=True, xcom_value=self._checked(result))
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Mapping[str, Any]:
         """Resume after the trigger fired (soft_fail is applied by the base class)."""
         if event.get("status") != "terminal":
             raise AirflowException(f"waiting for sparkdispatch job {self.job_id} failed: {event.get('message')}")
-        return self._checked(event["result"], AirflowException)
+        return self._checked(event["result"])
 
-    def _checked(self, result: Mapping[str, Any], failure: type[Exception]) -> Mapping[str, Any]:
+    def _checked(self, result: Mapping[str, Any]) -> Mapping[str, Any]:
         message = report_result(result, self.log)
         if message is not None:
-            raise failure(message)
+            raise AirflowFailException(message)
         return result

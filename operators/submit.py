@@ -9,13 +9,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator, ResumableJobMixin
-from airflow.sdk.exceptions import AirflowException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from sparkdispatch.client import SyncSparkDispatchClient
 from sparkdispatch.errors import JobAlreadyTerminated, SparkDispatchError, UnknownJob
 from sparkdispatch.hooks.sparkdispatch import SparkDispatchHook
 from sparkdispatch.jobgraph import JobStatus
 from sparkdispatch.operators.jobs import (
+    VERTICES_XCOM_KEY,
     attempt_job_id,
     clear_generation,
     cleared_job_id,
@@ -24,7 +25,10 @@ from sparkdispatch.operators.jobs import (
     find_graph_file,
     read_graph_text,
     report_result,
+    result_failure_is_final,
+    task_failure,
     task_job_id,
+    vertex_outputs,
 )
 from sparkdispatch.operators.links import SparkDispatchJobLink, push_job_link
 from sparkdispatch.operators.triggers import JobResultTrigger
@@ -34,6 +38,8 @@ if TYPE_CHECKING:
     from pydantic import JsonValue
 
 MAX_FRESH_ATTEMPTS = 1000
+#: Airflow's `next_method` of a deferred task resumed only to fail (its trigger timed out or failed).
+TRIGGER_FAIL = "__fail__"
 # status strings of durable execution besides the JobStatus values: a stored job the master does
 # not know, and a stored job that FINISHED before the task instance was cleared
 UNKNOWN = "UNKNOWN"
@@ -52,7 +58,13 @@ class SubmitJobGraphOperator(ResumableJobMixin, BaseOperator):
     :param deferrable: wait in the triggerer instead of a worker slot; default from
         `[sparkdispatch] default_deferrable`, else `[operators] default_deferrable`.
     :param poll_interval: seconds between checks of the job's state.
-    :param cancel_on_kill: cancel the job when the task is killed (also while deferred).
+    :param cancel_on_kill: cancel the job when the task is killed, also while deferred, and when
+        it times out (`execution_timeout`, or the deferral's timeout).
+
+    **XComs.** The return value is the job id; `sparkdispatch_job_id` holds it as soon as the
+    job is submitted, and `vertices` each vertex's `state`, `rows`, `result_path`, `partitions`
+    and `attempts` once the job ended. Errors no retry can fix (an invalid graph, a refused
+    token, a job whose entrypoint does not exist) fail the task without its retries.
 
     **Job ids.** The job id is derived from (dag_id, run_id, task_id, map_index) and the task
     instance's clear generation, `ti.max_tries - retries` (`clear_generation`: Airflow raises
@@ -106,7 +118,7 @@ class SubmitJobGraphOperator(ResumableJobMixin, BaseOperator):
             assert self.job_id is not None  # each path of execute_resumable attaches to the job it waits for
             return self.job_id
         except SparkDispatchError as exc:
-            raise AirflowException(str(exc)) from exc
+            raise task_failure(exc) from exc
         finally:
             self.hook.close()
 
@@ -115,9 +127,22 @@ class SubmitJobGraphOperator(ResumableJobMixin, BaseOperator):
         self.job_id = event.get("job_id")
         if event.get("status") != "terminal":
             raise AirflowException(f"waiting for sparkdispatch job {self.job_id} failed: {event.get('message')}")
-        self._check_result(event["result"])
+        self._check_result(event["result"], context)
         job_id: str = event["job_id"]
         return job_id
+
+    def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
+        """A deferral that timed out (or whose trigger failed) cancels the job before the task fails."""
+        if next_method == TRIGGER_FAIL and self.cancel_on_kill:
+            ti = context["ti"]
+            job_id = ti.xcom_pull(task_ids=ti.task_id, key=self.external_id_key, map_indexes=ti.map_index)
+            if job_id:
+                self.job_id = str(job_id)
+                self.log.info("job %s: the wait for it ended without its result (%s); cancelling it", self.job_id,
+                              (next_kwargs or {}).get("error", "trigger failed"))
+                self.on_kill()
+                self.hook.close()
+        return super().resume_execution(next_method, next_kwargs, context)
 
     def on_kill(self) -> None:
         if not (self.cancel_on_kill and self.job_id):
@@ -203,6 +228,7 @@ class SubmitJobGraphOperator(ResumableJobMixin, BaseOperator):
         self.job_id = job_id
         url = self.hook.get_conn().job_url(job_id)
         push_job_link(context, url)
+        context["ti"].xcom_push(key=self.external_id_key, value=job_id)
         self.log.info("job %s: %s", job_id, url)
 
     def _defer_until_done(self, job_id: str, context: Context) -> None:
@@ -214,10 +240,14 @@ class SubmitJobGraphOperator(ResumableJobMixin, BaseOperator):
                    method_name="execute_complete",
                    timeout=self.execution_timeout if isinstance(self.execution_timeout, timedelta) else None)
 
-    def _check_result(self, result: Mapping[str, Any]) -> None:
+    def _check_result(self, result: Mapping[str, Any], context: Context) -> None:
+        context["ti"].xcom_push(key=VERTICES_XCOM_KEY, value=vertex_outputs(result))
         message = report_result(result, self.log)
-        if message is not None:
-            raise AirflowException(message)
+        if message is None:
+            return
+        if result_failure_is_final(result):
+            raise AirflowFailException(f"{message} (not retried: a retry cannot fix this)")
+        raise AirflowException(message)
 
     # -- durable execution (ResumableJobMixin) ------------------------------------------------
 
@@ -244,7 +274,7 @@ class SubmitJobGraphOperator(ResumableJobMixin, BaseOperator):
 
     def poll_until_complete(self, external_id: JsonValue, context: Context) -> None:
         result = self.hook.get_conn().wait_for_result(str(external_id), poll_interval=self.poll_interval)
-        self._check_result(result)
+        self._check_result(result, context)
 
     def get_job_result(self, external_id: JsonValue, context: Context) -> str:
         return str(external_id)

@@ -16,6 +16,7 @@
     ├── SlotRequestTimeout            no slot could be found in time
     ├── UnknownTaskExecutor           the TaskExecutor is not (or no longer) registered
     ├── SlotProcessLost               a TaskExecutor's slot process died under a task, or did not start
+    ├── EntrypointNotFound            a task's `module:function` entrypoint does not exist in its code
     ├── StoreError                    an HA store refused or failed a read or write
     │   ├── StoreUnavailable          a store did not answer for now (ZooKeeper connection loss); retry
     │   ├── JobResultEntryExists      a JobResult for that job is stored already
@@ -354,6 +355,16 @@ class InternalError(SparkDispatchError):
     http_status = 500
 
 
+class EntrypointNotFound(SparkDispatchError):
+    """A task's entrypoint (`module:function`) names a module or function its code does not have.
+
+    Raised in the slot process, so it reaches the JobResult as a failure of this class; no
+    retry of the task can fix it.
+    """
+
+    http_status = 400
+
+
 class MissingExtra(SparkDispatchError):
     """A command needs the packages of an extra (`sparkdispatch[master]`, ...) that is not installed."""
 
@@ -452,7 +463,7 @@ ERROR_TYPES: Mapping[str, type[SparkDispatchError]] = MappingProxyType({cls.__na
     DuplicateJobSubmission, JobAlreadyTerminated, FencingTokenMismatch, StaleExecution, NoLeader,
     SlotRequestTimeout, UnknownTaskExecutor, SlotProcessLost, StoreError, StoreUnavailable, JobResultEntryExists,
     NoSuchJobResult, BlobError, BlobNotFound, BlobTooLarge, CorruptedBlob, RequestTooLarge, Unauthorized, RouteNotFound,
-    MethodNotAllowed, InternalError, MissingExtra, ConnectServerError, ServiceUnavailable, LeadershipLost, RecoveryInProgress,
+    MethodNotAllowed, InternalError, EntrypointNotFound, MissingExtra, ConnectServerError, ServiceUnavailable, LeadershipLost, RecoveryInProgress,
 )})
 """The registry: class name (a body's `type`) → class."""
 

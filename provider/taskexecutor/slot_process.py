@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sparkdispatch.errors import ConfigurationError, IllegalStateTransition
+from sparkdispatch.errors import ConfigurationError, EntrypointNotFound, IllegalStateTransition
 from sparkdispatch.jobgraph import ExecutionState, Failure
 from sparkdispatch.results import write_partition
 from sparkdispatch.taskexecutor.slot_protocol import (
@@ -124,16 +124,27 @@ def make_active(session: SparkSession) -> None:
 
 
 def load_entrypoint(entrypoint: str) -> Callable[[TaskContext], Any]:
-    """`package.module:function` → the function."""
+    """`package.module:function` → the function.
+
+    Raises `EntrypointNotFound` when the module (or a package of its path) or the function does
+    not exist; an error raised while the module imports (a missing dependency of it included)
+    is raised as it is, so its traceback shows where.
+    """
     module_name, _, function_name = entrypoint.partition(":")
-    module = importlib.import_module(module_name)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not (module_name == exc.name or module_name.startswith(exc.name + ".")):
+            raise
+        raise EntrypointNotFound(f"entrypoint {entrypoint!r}: no module named {exc.name!r} in the job's code "
+                                 f"(its artifacts) or the slot process's installed packages") from None
     try:
         function: object = getattr(module, function_name)
     except AttributeError:
-        raise AttributeError(f"module {module_name!r} has no function {function_name!r} "
-                             f"(entrypoint {entrypoint!r})") from None
+        raise EntrypointNotFound(f"entrypoint {entrypoint!r}: module {module_name!r} has no function "
+                                 f"{function_name!r}") from None
     if not callable(function):
-        raise TypeError(f"entrypoint {entrypoint!r} is not a function")
+        raise EntrypointNotFound(f"entrypoint {entrypoint!r} is not a function")
     return function
 
 

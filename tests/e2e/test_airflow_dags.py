@@ -95,6 +95,18 @@ def jobs(cluster: str) -> dict[str, str]:
     return {job["id"]: job["status"] for job in http_json("GET", f"{cluster}/jobs", timeout=10)[1]["jobs"]}
 
 
+def serialize(dag: Any) -> None:
+    """Write a DAG made in a test to the metadata DB, as the DAG processor does for a file's DAGs:
+    `dag.test()` runs only serialized DAGs."""
+    from airflow.dag_processing.bundles.manager import DagBundlesManager
+    from airflow.dag_processing.dagbag import DagBag, sync_bag_to_db
+
+    DagBundlesManager().sync_bundles_to_db()
+    bag = DagBag(dag_folder=os.devnull)
+    bag.bag_dag(dag)
+    sync_bag_to_db(bag, "dags-folder", None)
+
+
 def run_dag(dag: Any) -> Any:
     run = dag.test(run_conf={"rows": ROWS})
     return run
@@ -225,6 +237,23 @@ def test_killing_a_running_operator_cancels_its_job(cluster: str, airflow: dict[
     thread.join(120)
     assert jobs(cluster)[op.job_id] == "CANCELED"
     assert len(errors) == 1 and "ended CANCELED" in str(errors[0])
+
+
+def test_an_execution_timeout_cancels_the_running_job(cluster: str, airflow: dict[str, Any]) -> None:
+    """Airflow's own timeout (`execution_timeout`, run by `dag.test()`'s task runner) cancels the job."""
+    from datetime import datetime, timedelta
+
+    from airflow.sdk import DAG
+
+    with DAG(f"e2e_timeout_{time.time_ns()}", schedule=None, start_date=datetime(2026, 1, 1)) as dag:
+        op = _sales_operator(execution_timeout=timedelta(seconds=15))
+        op.job_graph["vertices"][0]["params"]["rows"] = "50000000"  # runs far longer than the timeout
+    serialize(dag)
+    before = jobs(cluster)
+    run = dag.test()
+    assert "failed" in str(run.state).lower(), run.state
+    new = {job_id: status for job_id, status in jobs(cluster).items() if job_id not in before}
+    assert list(new.values()) == ["CANCELED"], new
 
 
 def test_the_sensor_fails_with_the_remote_traceback(cluster: str, airflow: dict[str, Any], tmp_path: Path,

@@ -224,7 +224,7 @@ def test_ctx_results_and_failures_of_one_job_in_its_slot_process(pool: SlotProce
     assert failed.state is ExecutionState.FAILED and failed.failure is not None
     assert (failed.failure.cls, failed.failure.message) == ("ValueError", "no sales on monday")
     assert 'raise ValueError("no sales on "' in failed.failure.traceback and "slot_tasks.py" in failed.failure.traceback
-    for entrypoint, cls in [("nowhere_module_x:task", "ModuleNotFoundError"), ("slot_tasks:absent", "AttributeError"),
+    for entrypoint, cls in [("nowhere_module_x:task", "EntrypointNotFound"), ("slot_tasks:absent", "EntrypointNotFound"),
                             ("slot_tasks:not_a_frame", "TypeError")]:
         end = run(pool, deployment(tmp_path, entrypoint, job_id=job_id, slot_index=1), [tasks])
         assert (end.state, end.failure.cls if end.failure else None) == (ExecutionState.FAILED, cls)

@@ -66,6 +66,7 @@ EXAMPLES: list[SparkDispatchError] = [
     errors.RouteNotFound("GET /nowhere: Not Found"),
     errors.MethodNotAllowed("PUT", "/jobs", ["POST", "GET"]),
     errors.InternalError("internal error: KeyError: 'x'"),
+    errors.EntrypointNotFound("entrypoint 'pipelines.sales:gen': module 'pipelines.sales' has no function 'gen'"),
     errors.MissingExtra("sparkdispatch master needs the 'master' extra", extra="master"),
     errors.ConnectServerError("the Spark Connect server exited with code 1 before it served; its log is /w/s.log",
                               log_file="/w/s.log", details=["ERROR SparkContext: Error initializing SparkContext."]),

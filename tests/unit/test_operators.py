@@ -35,6 +35,11 @@ def finish(tdd: TaskDeploymentDescriptor) -> TaskOutcome:
     return TaskOutcome(rows=10)
 
 
+def missing_entrypoint(tdd: TaskDeploymentDescriptor) -> TaskOutcome:
+    return TaskOutcome(ExecutionState.FAILED, Failure(
+        "EntrypointNotFound", f"entrypoint {tdd.entrypoint!r}: module 'pipelines.sales' has no function 'x'", ""))
+
+
 def fail_b(tdd: TaskDeploymentDescriptor) -> TaskOutcome:
     if tdd.vertex_id == "a":
         return TaskOutcome(rows=10)
@@ -97,6 +102,10 @@ class FakeTI:
 
     def xcom_push(self, key: str, value: Any) -> None:
         self.xcom[key] = value
+
+    def xcom_pull(self, task_ids: str, key: str, map_indexes: int) -> Any:
+        assert (task_ids, map_indexes) == (self.task_id, self.map_index)
+        return self.xcom.get(key)
 
 
 class FakeStore(dict):
@@ -332,7 +341,7 @@ def test_the_sensor_fails_with_the_remote_cause(cluster: Cluster, capfd: pytest.
     with pytest.raises(AirflowFailException, match="ValueError: bad row 7"):
         sensor.poke(context())
     assert TRACEBACK.splitlines()[1] in capfd.readouterr().out
-    with pytest.raises(AirflowException, match="bad row 7"):
+    with pytest.raises(AirflowFailException, match="bad row 7"):  # deferred: the same, no retries
         sensor.execute_complete(context(), {"status": "terminal", "job_id": job_id,
                                             "result": cluster.result(job_id)})
 
@@ -359,3 +368,47 @@ def test_the_summary_lists_every_vertex() -> None:
     result = JobResult(job_id="j", name="n", status=JobStatus.FINISHED, start_time=1000, end_time=5200,
                        vertices={"a": VertexResult(ExecutionState.FINISHED, 1, rows=10)})
     assert result_summary(result) == "job j (n) FINISHED in 4.2s\n  a: FINISHED, 1 attempt(s), 10 rows"
+
+
+def test_the_job_id_and_every_vertexs_output_are_pushed_as_xcoms(cluster: Cluster) -> None:
+    ctx = context()
+    cluster.end_new_jobs(finish)
+    job_id = operator().execute(ctx)
+    xcom = ctx["ti"].xcom
+    assert xcom["sparkdispatch_job_id"] == job_id
+    assert set(xcom["vertices"]) == {"a", "b"}
+    for vertex in ("a", "b"):
+        output = xcom["vertices"][vertex]
+        assert set(output) == {"state", "rows", "result_path", "partitions", "attempts"}
+        assert (output["state"], output["rows"], output["attempts"]) == ("FINISHED", 10, 1)
+
+
+def test_a_deferral_that_times_out_cancels_the_job(cluster: Cluster) -> None:
+    from airflow.sdk.exceptions import TaskDeferralTimeout
+    from airflow.sdk.bases.operator import TriggerFailureReason
+
+    ctx = context()
+    with pytest.raises(TaskDeferred):
+        operator(deferrable=True).execute(ctx)
+    job_id = cluster.posts[0]
+    assert cluster.status(job_id) in ("CREATED", "RUNNING")
+    # the task resumed by Airflow after the trigger's timeout: a new operator object, as on a worker
+    with pytest.raises(TaskDeferralTimeout):
+        operator(deferrable=True).resume_execution("__fail__", {"error": TriggerFailureReason.TRIGGER_TIMEOUT}, ctx)
+    cluster.wait_for_status(job_id, "CANCELED")
+
+
+def test_errors_no_retry_can_fix_fail_the_task_without_retries(cluster: Cluster) -> None:
+    invalid = {**GRAPH, "vertices": [{"id": "a", "entrypoint": "pipelines.sales:generate", "parallelism": 0}]}
+    with pytest.raises(AirflowFailException, match=r"vertices\[0\]\.parallelism.*not retried"):
+        operator(job_graph=invalid).execute(context())
+    assert cluster.posts == [] or cluster.job_ids() == []  # refused: nothing was created
+
+    cluster.end_new_jobs(missing_entrypoint)
+    with pytest.raises(AirflowFailException, match="EntrypointNotFound.*not retried"):
+        operator().execute(context())
+
+    cluster.end_new_jobs(fail_b)  # a failure of the task function itself: retries may help
+    with pytest.raises(AirflowException) as failed:
+        operator().execute(context(FakeTI(run_id="manual__2")))
+    assert type(failed.value) is AirflowException

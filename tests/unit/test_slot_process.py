@@ -3,17 +3,26 @@ runs them against one)."""
 
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 
 import pytest
 
+from sparkdispatch.errors import EntrypointNotFound
 from sparkdispatch.jobgraph import ExecutionState, Failure
 from sparkdispatch.protocol import TaskDeploymentDescriptor
 from sparkdispatch.taskexecutor.slot_pool import describe_exit
-from sparkdispatch.taskexecutor.slot_process import RDD_UNAVAILABLE, failure_of, import_path_entry, session_url
+from sparkdispatch.taskexecutor.slot_process import (
+    RDD_UNAVAILABLE,
+    failure_of,
+    import_path_entry,
+    load_entrypoint,
+    session_url,
+)
 from sparkdispatch.taskexecutor.slot_protocol import SESSION_USER, AttemptState, ControlChannel, RunRequest
 
 
@@ -90,3 +99,24 @@ def test_every_session_has_an_id_of_its_own_under_the_slot_processes_user() -> N
     session_id, user = first.removeprefix("sc://127.0.0.1:15002/;").split(";")
     uuid.UUID(session_id.removeprefix("session_id="), version=4)
     assert user == f"user_id={SESSION_USER}"
+
+
+def test_an_entrypoint_that_does_not_exist_is_entrypoint_not_found(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    package = f"entry_{uuid.uuid4().hex[:8]}"
+    (tmp_path / package).mkdir()
+    (tmp_path / package / "__init__.py").write_text("")
+    (tmp_path / package / "tasks.py").write_text("def run(ctx):\n    return None\n\nNOT_A_FUNCTION = 3\n")
+    (tmp_path / package / "broken.py").write_text("import a_dependency_nobody_installed\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert load_entrypoint(f"{package}.tasks:run").__name__ == "run"
+    for entrypoint, message in [
+            (f"{package}.absent:run", f"no module named '{package}.absent' in the job's code"),
+            ("no_such_package_x.tasks:run", "no module named 'no_such_package_x' in the job's code"),
+            (f"{package}.tasks:gone", f"module '{package}.tasks' has no function 'gone'"),
+            (f"{package}.tasks:NOT_A_FUNCTION", "is not a function")]:
+        with pytest.raises(EntrypointNotFound, match=re.escape(message)):
+            load_entrypoint(entrypoint)
+    # a module that exists but whose own import fails keeps its error and traceback
+    with pytest.raises(ModuleNotFoundError, match="a_dependency_nobody_installed"):
+        load_entrypoint(f"{package}.broken:run")
