@@ -1,16 +1,17 @@
-"""The trigger a deferred submit operator or sensor waits on: one event when the job ends."""
+"""The triggers deferred tasks wait on: one event when a job ends, or when a vertex concludes."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from sparkdispatch.errors import JobAlreadyTerminated, SparkDispatchError
 from sparkdispatch.hooks.sparkdispatch import SparkDispatchHook
+from sparkdispatch.jobgraph import ExecutionState, JobStatus
 
 log = logging.getLogger(__name__)
 
@@ -51,13 +52,62 @@ class JobResultTrigger(BaseTrigger):
         yield TriggerEvent({"status": "terminal", "job_id": self.job_id, "result": result})
 
     async def on_kill(self) -> None:
-        if not self.cancel_on_kill:
-            return
+        if self.cancel_on_kill:
+            await cancel_quietly(self.conn_id, self.job_id)
+
+
+async def cancel_quietly(conn_id: str, job_id: str) -> None:
+    """Cancel a job whose deferred task was killed; a job that ended already, or a master that
+    cannot be asked, is only logged."""
+    try:
+        async with await SparkDispatchHook(conn_id).aget_client() as client:
+            await asyncio.wait_for(client.cancel(job_id), timeout=30)
+        log.info("job %s: cancelled because its deferred task was killed", job_id)
+    except JobAlreadyTerminated:
+        log.info("job %s had ended already; nothing to cancel", job_id)
+    except (SparkDispatchError, TimeoutError) as exc:
+        log.warning("job %s: could not cancel it: %s", job_id, exc)
+
+
+def vertex_concluded(body: Mapping[str, Any]) -> bool:
+    """Whether a `GET /jobs/{id}/vertices/{vertex}` answer is final: the vertex FINISHED, or its
+    job ended (a vertex that failed while the job runs may still be restarted)."""
+    return (body["result"]["state"] == ExecutionState.FINISHED.value
+            or JobStatus(body["job_status"]).is_globally_terminal)
+
+
+class VertexTrigger(BaseTrigger):
+    """Waits in the triggerer until vertex `vertex_id` of job `job_id` concludes (`vertex_concluded`).
+
+    Yields one event: `{"status": "concluded", "job_id", "body": <the master's answer>}`, or
+    `{"status": "error", "job_id", "message"}`. With `cancel_on_kill`, killing the deferred
+    vertex task cancels the job.
+    """
+
+    def __init__(self, *, job_id: str, vertex_id: str, conn_id: str = SparkDispatchHook.default_conn_name,
+                 poll_interval: float = 5.0, cancel_on_kill: bool = True) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.job_id = job_id
+        self.vertex_id = vertex_id
+        self.conn_id = conn_id
+        self.poll_interval = poll_interval
+        self.cancel_on_kill = cancel_on_kill
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (f"{type(self).__module__}.{type(self).__qualname__}", {
+            "job_id": self.job_id, "vertex_id": self.vertex_id, "conn_id": self.conn_id,
+            "poll_interval": self.poll_interval, "cancel_on_kill": self.cancel_on_kill})
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
         try:
             async with await SparkDispatchHook(self.conn_id).aget_client() as client:
-                await asyncio.wait_for(client.cancel(self.job_id), timeout=30)
-            log.info("job %s: cancelled because its deferred task was killed", self.job_id)
-        except JobAlreadyTerminated:
-            log.info("job %s had ended already; nothing to cancel", self.job_id)
-        except (SparkDispatchError, TimeoutError) as exc:
-            log.warning("job %s: could not cancel it: %s", self.job_id, exc)
+                while not vertex_concluded(body := await client.vertex(self.job_id, self.vertex_id)):
+                    await asyncio.sleep(self.poll_interval)
+        except SparkDispatchError as exc:
+            yield TriggerEvent({"status": "error", "job_id": self.job_id, "message": str(exc)})
+            return
+        yield TriggerEvent({"status": "concluded", "job_id": self.job_id, "body": body})
+
+    async def on_kill(self) -> None:
+        if self.cancel_on_kill:
+            await cancel_quietly(self.conn_id, self.job_id)

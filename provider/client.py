@@ -165,6 +165,10 @@ class SparkDispatchClient:
         """A job's details with its vertices and subtasks; `UnknownJob` if there is none."""
         return await self._json("GET", f"/jobs/{job_id}")
 
+    async def vertex(self, job_id: str, vertex_id: str) -> dict[str, Any]:
+        """`GET /jobs/{job_id}/vertices/{vertex_id}`: the job's status and the vertex's outcome so far."""
+        return await self._json("GET", f"/jobs/{job_id}/vertices/{vertex_id}")
+
     async def submit(self, graph: Mapping[str, Any]) -> SubmittedJob:
         """Submit a JobGraph (a dict) → the job's id, whether it is new, and its status.
 
@@ -466,6 +470,9 @@ class SyncSparkDispatchClient:
 
     def job(self, job_id: str) -> dict[str, Any]:
         return self.run(self.async_client.job(job_id))
+
+    def vertex(self, job_id: str, vertex_id: str) -> dict[str, Any]:
+        return self.run(self.async_client.vertex(job_id, vertex_id))
 
     def submit(self, graph: Mapping[str, Any]) -> SubmittedJob:
         return self.run(self.async_client.submit(graph))

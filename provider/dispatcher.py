@@ -40,6 +40,7 @@ from sparkdispatch.errors import (
     JobResultEntryExists,
     LeadershipLost,
     RecoveryInProgress,
+    RouteNotFound,
     ServiceUnavailable,
     UnknownJob,
 )
@@ -55,7 +56,7 @@ from sparkdispatch.ha.blob_store import BlobReader
 from sparkdispatch.ha.job_result_store import FileSystemJobResultStore, JobResultEntry
 from sparkdispatch.ha.jobgraph_store import JobGraphStore
 from sparkdispatch.ha.progress_store import JobProgress, ProgressStore
-from sparkdispatch.jobgraph import Failure, JobGraph, JobResult, JobStatus
+from sparkdispatch.jobgraph import Failure, JobGraph, JobResult, JobStatus, VertexResult
 from sparkdispatch.jobmaster.gateways import JobMasterFactory, JobMasterGateway
 from sparkdispatch.results import ResultLayout, remove_job_results
 from sparkdispatch.settings import CleanupSettings
@@ -103,6 +104,11 @@ class DispatcherGateway(Protocol):
     @abstractmethod
     async def job_result(self, job_id: str, *, wait_s: float = 0.0) -> JobResult | None:
         """The JobResult, waiting up to `wait_s` for a running job; None while it runs."""
+
+    @abstractmethod
+    async def vertex_result(self, job_id: str, vertex_id: str) -> tuple[JobStatus, VertexResult]:
+        """The job's status and one vertex's outcome so far; `UnknownJob`, or `RouteNotFound` for
+        a vertex the job does not have."""
 
     @abstractmethod
     def job_counts(self) -> dict[str, int]:
@@ -380,6 +386,21 @@ class Dispatcher:
         if archived is None:
             raise UnknownJob(job_id)
         return archived.result
+
+    async def vertex_result(self, job_id: str, vertex_id: str) -> tuple[JobStatus, VertexResult]:
+        """The job's status and one vertex's outcome so far (`GET /jobs/{job_id}/vertices/{vertex_id}`)."""
+        self._check_serving()
+        job = self._jobs.get(job_id)
+        vertex: VertexResult | None
+        if job is not None and job.result is None and job.job_master is not None:
+            status, vertex = job.job_master.status, job.job_master.vertex_result(vertex_id)
+        else:
+            result = await self.job_result(job_id)
+            assert result is not None  # a job without a JobMaster has concluded
+            status, vertex = result.status, result.vertices.get(vertex_id)
+        if vertex is None:
+            raise RouteNotFound(f"job {job_id} has no vertex {vertex_id!r}")
+        return status, vertex
 
     def job_counts(self) -> dict[str, int]:
         """Jobs by status: running ones from their JobMasters, the rest from the archive."""

@@ -415,6 +415,13 @@ class VertexResult:
     partitions: tuple[str, ...] = ()
     failure: Failure | None = None
 
+    @classmethod
+    def from_dict(cls, data: Any) -> VertexResult:
+        return load(_schemas.VERTEX_RESULT, data, VertexResult, InvalidJobGraph)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dump(_schemas.VERTEX_RESULT, self)
+
 
 @dataclass(frozen=True)
 class JobResult:

@@ -314,3 +314,4 @@ JOB_GRAPH_HEAD = JobGraphSchema(exclude=("vertices",))  # `JobGraph.to_json` add
 JOB_VERTICES = JobVertexSchema(many=True)
 FAILURE = FailureSchema()
 JOB_RESULT = JobResultSchema()
+VERTEX_RESULT = VertexResultSchema()

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeAlias
 
 from sparkdispatch.ha.progress_store import JobProgress
-from sparkdispatch.jobgraph import JobGraph, JobResult, JobStatus
+from sparkdispatch.jobgraph import JobGraph, JobResult, JobStatus, VertexResult
 from sparkdispatch.protocol import ExecutionStateUpdate, TaskDeploymentDescriptor
 from sparkdispatch.resourcemanager import AllocatedSlot
 from sparkdispatch.snapshot import JobOverview, JobSnapshot
@@ -54,6 +54,11 @@ class JobMasterGateway(Protocol):
     @abstractmethod
     def snapshot(self) -> JobSnapshot:
         """The job with its vertices and subtasks, as of now."""
+
+    @abstractmethod
+    def vertex_result(self, vertex_id: str) -> VertexResult | None:
+        """One vertex's outcome so far (state, attempts, rows and partitions of its finished
+        subtasks); None if the job has no such vertex."""
 
     @abstractmethod
     def snapshot_off_loop(self) -> Awaitable[JobSnapshot]:

@@ -32,7 +32,7 @@ from sparkdispatch.errors import (
     UnknownJob,
 )
 from sparkdispatch.ha.progress_store import JobProgress, ProgressStore
-from sparkdispatch.jobgraph import ExecutionState, Failure, JobGraph, JobResult, JobStatus
+from sparkdispatch.jobgraph import ExecutionState, Failure, JobGraph, JobResult, JobStatus, VertexResult
 from sparkdispatch.jobmaster.deployment import deployment_descriptor, send_deployment
 from sparkdispatch.jobmaster.execution_graph import Execution, ExecutionGraph, ExecutionVertex, SubtaskId
 from sparkdispatch.jobmaster.failover import tasks_to_restart, unreadable_inputs
@@ -206,6 +206,12 @@ class JobMaster:
     def snapshot(self) -> JobSnapshot:
         """The job with its vertices and subtasks, as of now."""
         return self.execution_graph.snapshot()
+
+    def vertex_result(self, vertex_id: str) -> VertexResult | None:
+        """One vertex's outcome so far; None if the job has no such vertex."""
+        if vertex_id not in self.execution_graph.vertex_ids:
+            return None
+        return self.execution_graph.vertex_result(vertex_id, results=self._results)
 
     def snapshot_off_loop(self) -> Awaitable[JobSnapshot]:
         """`snapshot()` as of the call: captured now in immutable values, built in a thread (where a

@@ -93,6 +93,8 @@ _VIEW_SCHEMAS: dict[str, JSONSchema] = {
     "JobDetails": _object({
         "id": STRING, "name": STRING, "status": JOB_STATUS, "start_time": INTEGER, "end_time": _nullable(INTEGER),
         "vertices": {"type": "array", "items": _ref("VertexDetails")}}),
+    "VertexOutcome": _object({"job_id": STRING, "job_status": JOB_STATUS, "vertex": STRING,
+                              "result": _ref("VertexResult")}),
     "ExecutionResult": {"oneOf": [
         _object({"status": _object({"id": {"type": "string", "enum": ["IN_PROGRESS"]}})}),
         _object({"status": _object({"id": {"type": "string", "enum": ["COMPLETED"]}}),
@@ -193,6 +195,11 @@ def openapi_document() -> dict[str, Any]:
     spec.path("/jobs/{job_id}/execution-result", parameters=[job_id], operations={"get": {
         "summary": "IN_PROGRESS, or COMPLETED with the JobResult (waits up to rest.execution-result.long-poll)",
         "responses": {"200": _json("ExecutionResult", "the result"), **_ID, **_LEADER}}})
+    spec.path("/jobs/{job_id}/vertices/{vertex_id}", parameters=[job_id, {
+        "name": "vertex_id", "in": "path", "required": True, "schema": STRING}], operations={"get": {
+            "summary": "One vertex's outcome so far (a VertexResult) and its job's status; the JobResult's "
+                       "once the job ended",
+            "responses": {"200": _json("VertexOutcome", "the vertex"), **_ID, **_LEADER}}})
     spec.path("/taskmanagers", operations={"get": {
         "summary": "TaskExecutors and their slots",
         "responses": {"200": _json("TaskManagerList", "the TaskExecutors"), **_LEADER}}})

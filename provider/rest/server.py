@@ -252,6 +252,12 @@ class RestHandlers:
             lambda: {"status": {"id": "COMPLETED"}, "job_execution_result": result.to_dict()},
             large=len(result.vertices) > views.LARGE_JOB_VERTICES)
 
+    async def vertex_result(self, request: web.Request) -> web.Response:
+        job_id = path_id(request, "job_id")
+        vertex_id = request.match_info["vertex_id"]
+        status, vertex = await self.master.leader_components().dispatcher.vertex_result(job_id, vertex_id)
+        return json_response(views.vertex_result(job_id, status, vertex_id, vertex))
+
     async def cancel_job(self, request: web.Request) -> web.Response:
         job_id = path_id(request, "job_id")
         mode = request.query.get("mode", "cancel")
@@ -307,6 +313,7 @@ class RestHandlers:
             ("GET", "/jobs/{job_id}", self.job_details),
             ("PATCH", "/jobs/{job_id}", self.cancel_job),
             ("GET", "/jobs/{job_id}/execution-result", self.execution_result),
+            ("GET", "/jobs/{job_id}/vertices/{vertex_id}", self.vertex_result),
             ("GET", "/taskmanagers", self.taskmanagers),
             ("POST", "/artifacts", self.upload_artifact),
         ]

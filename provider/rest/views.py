@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sparkdispatch.jobgraph import ExecutionState
+from sparkdispatch.jobgraph import ExecutionState, JobStatus, VertexResult
 from sparkdispatch.snapshot import JobOverview, JobSnapshot, VertexSnapshot
 
 #: A job of more vertices is shaped, dumped and rendered in a thread: tens of ms that must not stall the loop.
@@ -44,6 +44,12 @@ def job_details(job: JobSnapshot) -> dict[str, Any]:
     return {"id": overview.job_id, "name": overview.name, "status": overview.status.value,
             "start_time": overview.start_time, "end_time": overview.end_time,
             "vertices": [_vertex(vertex) for vertex in job.vertices]}
+
+
+def vertex_result(job_id: str, job_status: JobStatus, vertex_id: str, vertex: VertexResult) -> dict[str, Any]:
+    """The body of `GET /jobs/{job_id}/vertices/{vertex_id}`: the job's status and the vertex's
+    outcome so far (a VertexResult: `rows`, `result_path` and `partitions` count its finished subtasks)."""
+    return {"job_id": job_id, "job_status": job_status.value, "vertex": vertex_id, "result": vertex.to_dict()}
 
 
 def _vertex(vertex: VertexSnapshot) -> dict[str, Any]:

@@ -152,11 +152,14 @@ def clear_and_run(dag: Any, run_id: str, task_ids: list[str] | None) -> Any:
 
 
 @pytest.mark.parametrize("dag_id", ["sparkdispatch_sales_pipeline", "sparkdispatch_sales_pipeline_deferrable",
-                                    "sparkdispatch_submit_then_sense"])
+                                    "sparkdispatch_submit_then_sense", "sparkdispatch_sales_job_group"])
 def test_an_example_dag_runs_to_one_finished_job(cluster: str, airflow: dict[str, Any], dag_id: str) -> None:
     before = jobs(cluster)
     run = run_dag(airflow[dag_id])
     assert str(run.state) in ("success", "DagRunState.SUCCESS"), run.state
+    task_states = {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
+    assert set(task_states) == set(airflow[dag_id].task_dict), task_states
+    assert all(state in ("success", "TaskInstanceState.SUCCESS") for state in task_states.values()), task_states
     new = {job_id: status for job_id, status in jobs(cluster).items() if job_id not in before}
     assert list(new.values()) == ["FINISHED"], new
     details = http_json("GET", f"{cluster}/jobs/{next(iter(new))}/execution-result", timeout=10)[1]

@@ -17,7 +17,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
 
 from sparkdispatch.client import SparkDispatchClient
-from sparkdispatch.errors import UnknownJob
+from sparkdispatch.errors import RouteNotFound, UnknownJob
 from sparkdispatch.jobgraph import ExecutionState, Failure, JobResult, JobStatus, VertexResult
 from sparkdispatch.operators import JobResultSensor, JobResultTrigger, SubmitJobGraphOperator
 from sparkdispatch.operators.jobs import attempt_job_id, clear_generation, cleared_job_id, result_summary, task_job_id
@@ -98,14 +98,15 @@ class FakeTI:
         self.dag_id, self.run_id, self.task_id, self.map_index = "sales_dag", run_id, "submit", map_index
         self.max_tries = max_tries  # as Airflow keeps it: `retries`, then `try_number + retries` at each clear
         self.xcom: dict[str, Any] = {}
+        self.others: dict[tuple[str, str], Any] = {}  # other tasks' XComs: (task_id, key) -> value
         self.stats_tags: dict[str, str] = {}
 
     def xcom_push(self, key: str, value: Any) -> None:
         self.xcom[key] = value
 
-    def xcom_pull(self, task_ids: str, key: str, map_indexes: int) -> Any:
-        assert (task_ids, map_indexes) == (self.task_id, self.map_index)
-        return self.xcom.get(key)
+    def xcom_pull(self, task_ids: str, map_indexes: int, key: str = "return_value") -> Any:
+        assert map_indexes == self.map_index
+        return self.xcom.get(key) if task_ids == self.task_id else self.others.get((task_ids, key))
 
 
 class FakeStore(dict):
@@ -412,3 +413,107 @@ def test_errors_no_retry_can_fix_fail_the_task_without_retries(cluster: Cluster)
     with pytest.raises(AirflowException) as failed:
         operator().execute(context(FakeTI(run_id="manual__2")))
     assert type(failed.value) is AirflowException
+
+
+
+# -- SparkDispatchJobGroup and its vertex tasks ---------------------------------------------------
+
+def sales_group(**vertex_kwargs: Any) -> tuple[Any, Any]:
+    """A DAG with a group of three vertices (a >> b, a >> c); the DAG and the group."""
+    from datetime import datetime
+
+    from airflow.sdk import DAG
+
+    from sparkdispatch.operators import SparkDispatchJobGroup, SparkDispatchVertexOperator
+
+    with DAG("sales_dag", schedule=None, start_date=datetime(2026, 1, 1)) as dag:
+        with SparkDispatchJobGroup(group_id="sales", job_name="sales-report", config={"spark.sql.shuffle.partitions": 4},
+                                   restart_strategy={"type": "fixed-delay", "attempts": 1, "delay_s": 0}) as group:
+            a = SparkDispatchVertexOperator(task_id="a", entrypoint="pipelines.sales:generate",
+                                            params={"run": "{{ ti.run_id }}"}, **vertex_kwargs)
+            b = SparkDispatchVertexOperator(task_id="b", entrypoint="pipelines.sales:clean", parallelism=2,
+                                            **vertex_kwargs)
+            c = SparkDispatchVertexOperator(task_id="c", entrypoint="pipelines.sales:report", **vertex_kwargs)
+            a >> [b, c]
+    return dag, group
+
+
+def test_the_group_adds_its_launch_task_upstream_of_every_vertex() -> None:
+    dag, group = sales_group()
+    assert sorted(dag.task_dict) == ["sales.a", "sales.b", "sales.c", "sales.launch"]
+    assert dag.task_dict["sales.launch"].downstream_task_ids == {"sales.a", "sales.b", "sales.c"}
+    assert dag.task_dict["sales.b"].upstream_task_ids == {"sales.a", "sales.launch"}
+
+
+def test_a_group_holds_only_vertex_tasks() -> None:
+    from datetime import datetime
+
+    from airflow.providers.standard.operators.empty import EmptyOperator
+    from airflow.sdk import DAG
+
+    from sparkdispatch.operators import SparkDispatchJobGroup, SparkDispatchVertexOperator
+
+    with pytest.raises(ValueError, match="holds only SparkDispatchVertexOperator tasks; move sales.other out"):
+        with DAG("bad", schedule=None, start_date=datetime(2026, 1, 1)):
+            with SparkDispatchJobGroup(group_id="sales"):
+                SparkDispatchVertexOperator(task_id="a", entrypoint="pipelines.sales:generate")
+                EmptyOperator(task_id="other")
+
+
+def test_the_launch_submits_the_groups_graph_once_and_each_vertex_task_follows_its_vertex(cluster: Cluster) -> None:
+    dag, group = sales_group(deferrable=False, poll_interval=0.02)
+    launch = dag.task_dict["sales.launch"]
+    launch_ti = FakeTI()
+    launch_ti.task_id = "sales.launch"
+    job_id = launch.execute(context(launch_ti))
+    assert launch.execute(context(launch_ti)) == job_id and cluster.posts == [job_id]  # a retry re-attaches
+    details = cluster.master.run(cluster._ask(lambda client: client.job(job_id)))
+    assert details["name"] == "sales-report"
+    assert {v["id"]: (v["parallelism"], v["inputs"]) for v in details["vertices"]} == {
+        "a": (1, []), "b": (2, ["a"]), "c": (1, ["a"])}
+    for _ in range(1000):  # vertex a's task carries its params, rendered by the launch task
+        deployments = cluster.master.gateway.of_job(job_id)
+        if deployments:
+            break
+        threading.Event().wait(0.01)
+    assert [(d.tdd.vertex_id, dict(d.tdd.params)) for d in deployments] == [("a", {"run": "manual__1"})]
+
+    def vertex_ti(vertex: str) -> FakeTI:
+        ti = FakeTI()
+        ti.task_id = f"sales.{vertex}"
+        ti.others[("sales.launch", "return_value")] = job_id
+        return ti
+
+    cluster.end(job_id)  # every vertex FINISHED with 10 rows per subtask
+    output = dag.task_dict["sales.b"].execute(context(vertex_ti("b")))
+    assert {k: output[k] for k in ("job_id", "vertex", "state", "rows", "attempts")} == {
+        "job_id": job_id, "vertex": "b", "state": "FINISHED", "rows": 20, "attempts": 1}
+
+
+def test_a_vertex_task_fails_without_retries_with_its_vertexs_failure(cluster: Cluster) -> None:
+    dag, group = sales_group(deferrable=False, poll_interval=0.02)
+    launch_ti = FakeTI()
+    launch_ti.task_id = "sales.launch"
+    job_id = dag.task_dict["sales.launch"].execute(context(launch_ti))
+
+    def fail_b_only(tdd: TaskDeploymentDescriptor) -> TaskOutcome:
+        return fail_b(tdd) if tdd.vertex_id == "b" else TaskOutcome(rows=10)
+
+    cluster.end(job_id, fail_b_only)
+    cluster.wait_for_status(job_id, "FAILED")
+    ti = FakeTI()
+    ti.task_id = "sales.b"
+    ti.others[("sales.launch", "return_value")] = job_id
+    with pytest.raises(AirflowFailException, match=f"vertex b of sparkdispatch job {job_id} ended FAILED: "
+                                                   "ValueError: bad row 7"):
+        dag.task_dict["sales.b"].execute(context(ti))
+
+
+def test_the_vertex_endpoint_answers_a_running_and_an_unknown_vertex(cluster: Cluster) -> None:
+    job_id = operator(wait_for_completion=False).execute(context())
+    body = cluster.master.run(cluster._ask(lambda client: client.vertex(job_id, "a")))
+    assert (body["job_id"], body["vertex"], body["job_status"]) == (job_id, "a", "RUNNING")
+    assert body["result"]["attempts"] == 1 and body["result"]["state"] in ("DEPLOYING", "INITIALIZING", "RUNNING",
+                                                                          "SCHEDULED", "CREATED")
+    with pytest.raises(RouteNotFound, match=f"job {job_id} has no vertex 'nope'"):
+        cluster.master.run(cluster._ask(lambda client: client.vertex(job_id, "nope")))

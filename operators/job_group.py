@@ -1,0 +1,231 @@
+"""`SparkDispatchJobGroup` and `SparkDispatchVertexOperator`: one JobGraph per DAG run, one Airflow task per vertex.
+
+    with SparkDispatchJobGroup(group_id="sales", job_name="sales-report", artifacts=[PIPELINES]):
+        gen = SparkDispatchVertexOperator(task_id="generate", entrypoint="pipelines.sales:generate")
+        clean = SparkDispatchVertexOperator(task_id="clean", entrypoint="pipelines.sales:clean",
+                                            parallelism=2)
+        gen >> clean
+
+On leaving the `with` block the group adds its `launch` task (as the Databricks provider's
+workflow group does) upstream of every vertex task. `launch` builds the JobGraph from the vertex
+tasks of the group, each vertex's inputs being its upstream vertex tasks in the group, and
+submits it once per DAG run: it is a `SubmitJobGraphOperator` that does not wait, with the same
+job ids, so its retries re-attach to the job. Each vertex task then waits for its own vertex
+(deferred by default) and succeeds with it, returning `vertex_output(...)` as its XCom.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from functools import cached_property
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator, TaskGroup
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from sparkdispatch.errors import JobAlreadyTerminated, SparkDispatchError
+from sparkdispatch.hooks.sparkdispatch import SparkDispatchHook
+from sparkdispatch.jobgraph import ExecutionState, VertexResult
+from sparkdispatch.operators.jobs import default_deferrable, task_failure
+from sparkdispatch.operators.links import SparkDispatchJobLink, push_job_link
+from sparkdispatch.operators.submit import SubmitJobGraphOperator
+from sparkdispatch.operators.triggers import VertexTrigger, vertex_concluded
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+LAUNCH_TASK_ID = "launch"
+
+
+def vertex_output(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A vertex task's XCom, from the master's `GET /jobs/{id}/vertices/{vertex}` answer."""
+    result = body["result"]
+    return {"job_id": body["job_id"], "vertex": body["vertex"], "state": result["state"],
+            "rows": result.get("rows"), "result_path": result.get("result_path"),
+            "partitions": list(result.get("partitions", [])), "attempts": result["attempts"]}
+
+
+class SparkDispatchVertexOperator(BaseOperator):
+    """One vertex of its `SparkDispatchJobGroup`'s JobGraph; succeeds or fails with that vertex.
+
+    :param entrypoint: the task function, `module.path:function`.
+    :param parallelism: subtasks of the vertex.
+    :param params: the vertex's `params` (the task function's `ctx.params`); templated, rendered
+        when the group's `launch` task submits the job. Not Airflow's task `params`.
+    :param deferrable: wait in the triggerer (default from `[sparkdispatch] default_deferrable`).
+    :param poll_interval: seconds between checks of the vertex.
+    :param cancel_on_kill: cancel the whole job when this task is killed or times out.
+
+    The vertex id is the `task_id` given (without the group's prefix). The XCom is
+    `{"job_id", "vertex", "state", "rows", "result_path", "partitions", "attempts"}`.
+    """
+
+    template_fields: Sequence[str] = ("vertex_params",)
+    operator_extra_links = (SparkDispatchJobLink(),)
+    ui_color = "#fde8c8"
+
+    def __init__(self, *, entrypoint: str, parallelism: int = 1, params: Mapping[str, Any] | None = None,
+                 deferrable: bool | None = None, poll_interval: float = 5.0, cancel_on_kill: bool = True,
+                 **kwargs: Any) -> None:
+        self.vertex_id: str = kwargs["task_id"]
+        super().__init__(**kwargs)
+        self.entrypoint = entrypoint
+        self.parallelism = parallelism
+        self.vertex_params = dict(params or {})
+        self.deferrable = default_deferrable() if deferrable is None else deferrable
+        self.poll_interval = poll_interval
+        self.cancel_on_kill = cancel_on_kill
+        #: set by the group: its launch task and connection
+        self.launch_task_id: str | None = None
+        self.conn_id = SparkDispatchHook.default_conn_name
+        self.job_id: str | None = None
+
+    @cached_property
+    def hook(self) -> SparkDispatchHook:
+        return SparkDispatchHook(self.conn_id)
+
+    def vertex_spec(self, context: Context, inputs: Sequence[str]) -> dict[str, Any]:
+        """This vertex in the JobGraph, its `params` rendered with `context` (the launch task's)."""
+        return {"id": self.vertex_id, "entrypoint": self.entrypoint, "parallelism": self.parallelism,
+                "params": self.render_template(self.vertex_params, context), "inputs": list(inputs)}
+
+    def execute(self, context: Context) -> Any:
+        if self.launch_task_id is None:
+            raise AirflowFailException(f"{self.task_id}: a SparkDispatchVertexOperator runs inside a "
+                                       "SparkDispatchJobGroup")
+        ti = context["ti"]
+        job_id = ti.xcom_pull(task_ids=self.launch_task_id, map_indexes=ti.map_index)
+        if not job_id:
+            raise AirflowException(f"{self.task_id}: the group's {self.launch_task_id} task pushed no job id")
+        self.job_id = str(job_id)
+        try:
+            client = self.hook.get_conn()
+            push_job_link(context, client.job_url(self.job_id))
+            body = client.vertex(self.job_id, self.vertex_id)
+            while not vertex_concluded(body):
+                if self.deferrable:
+                    self.defer(trigger=VertexTrigger(job_id=self.job_id, vertex_id=self.vertex_id,
+                                                     conn_id=self.conn_id, poll_interval=self.poll_interval,
+                                                     cancel_on_kill=self.cancel_on_kill),
+                               method_name="execute_complete",
+                               timeout=self.execution_timeout if isinstance(self.execution_timeout, timedelta)
+                               else None)
+                time.sleep(self.poll_interval)
+                body = client.vertex(self.job_id, self.vertex_id)
+        except SparkDispatchError as exc:
+            raise task_failure(exc) from exc
+        finally:
+            self.hook.close()
+        return self._outcome(body)
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+        """Resume after the trigger fired: the vertex's XCom, or its failure."""
+        if event.get("status") != "concluded":
+            raise AirflowException(f"waiting for vertex {self.vertex_id} of job {event.get('job_id')} failed: "
+                                   f"{event.get('message')}")
+        return self._outcome(event["body"])
+
+    def on_kill(self) -> None:
+        if not (self.cancel_on_kill and self.job_id):
+            return
+        try:
+            self.hook.get_conn().cancel(self.job_id)
+            self.log.info("job %s: cancelled because vertex task %s was killed", self.job_id, self.task_id)
+        except JobAlreadyTerminated:
+            self.log.info("job %s had ended already; nothing to cancel", self.job_id)
+        except SparkDispatchError as exc:
+            self.log.warning("job %s: could not cancel it: %s", self.job_id, exc)
+
+    def _outcome(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        output = vertex_output(body)
+        if output["state"] == ExecutionState.FINISHED.value:
+            self.log.info("vertex %s of job %s FINISHED: %s rows in %s (%d attempt(s))", self.vertex_id,
+                          output["job_id"], output["rows"], output["result_path"], output["attempts"])
+            return output
+        failure = VertexResult.from_dict(body["result"]).failure
+        cause = f"{failure.cls}: {failure.message}" if failure else f"the job ended {body['job_status']}"
+        if failure is not None and failure.traceback:
+            self.log.error("remote traceback of vertex %s:\n%s", self.vertex_id, failure.traceback)
+        # the job is final: a retry of this task would find the same vertex
+        raise AirflowFailException(f"vertex {self.vertex_id} of sparkdispatch job {output['job_id']} ended "
+                                   f"{output['state']}: {cause}")
+
+
+class _LaunchJobGraphOperator(SubmitJobGraphOperator):
+    """The group's `launch` task: submits the group's JobGraph once per DAG run; returns its job id."""
+
+    def __init__(self, *, group: SparkDispatchJobGroup, **kwargs: Any) -> None:
+        super().__init__(job_graph={}, wait_for_completion=False, **kwargs)
+        self.group = group
+
+    def load_graph(self, context: Context) -> dict[str, Any]:
+        vertices = self.group.vertex_operators()
+        by_task_id = {v.task_id: v for v in vertices}
+        graph: dict[str, Any] = {
+            "name": self.group.job_name,
+            "vertices": [v.vertex_spec(context, sorted(by_task_id[t].vertex_id for t in v.upstream_task_ids
+                                                       if t in by_task_id))
+                         for v in vertices]}
+        if self.group.restart_strategy is not None:
+            graph["restart_strategy"] = dict(self.group.restart_strategy)
+        if self.group.config:
+            graph["config"] = dict(self.group.config)
+        return graph
+
+
+class SparkDispatchJobGroup(TaskGroup):
+    """A TaskGroup whose `SparkDispatchVertexOperator` tasks are the vertices of one JobGraph.
+
+    :param group_id: the group's id (the prefix of its tasks' ids).
+    :param job_name: the JobGraph's name (default: the group id).
+    :param artifacts: local `.py`/`.zip` files or package directories shipped with the job.
+    :param conn_id: the `sparkdispatch` connection of the launch and vertex tasks.
+    :param restart_strategy: the JobGraph's restart strategy (a dict, as in the JobGraph).
+    :param config: the JobGraph's Spark `config`.
+
+    The group adds a `launch` task (`<group_id>.launch`) that submits the job once per DAG run;
+    every other task in the group must be a `SparkDispatchVertexOperator`.
+    """
+
+    def __init__(self, *, group_id: str, job_name: str | None = None, artifacts: Sequence[str] = (),
+                 conn_id: str = SparkDispatchHook.default_conn_name,
+                 restart_strategy: Mapping[str, Any] | None = None, config: Mapping[str, Any] | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(group_id=group_id, **kwargs)
+        self.job_name = job_name or group_id
+        self.artifacts = list(artifacts)
+        self.conn_id = conn_id
+        self.restart_strategy = restart_strategy
+        self.config = dict(config or {})
+        self.launch: _LaunchJobGraphOperator | None = None
+
+    def vertex_operators(self) -> list[SparkDispatchVertexOperator]:
+        """The group's vertex tasks, in the order they were added."""
+        return [task for task in self.children.values() if isinstance(task, SparkDispatchVertexOperator)]
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        try:
+            if exc_type is None:
+                self._add_launch()
+        finally:  # the group leaves Airflow's context even when it is refused
+            super().__exit__(exc_type, exc, traceback)  # type: ignore[no-untyped-call]
+
+    def _add_launch(self) -> None:
+        vertices = self.vertex_operators()
+        others = [child for child in self.children.values() if not isinstance(child, SparkDispatchVertexOperator)]
+        if others:
+            names = ", ".join(getattr(child, "task_id", None) or str(child) for child in others)
+            raise ValueError(f"SparkDispatchJobGroup {self.group_id!r} holds only SparkDispatchVertexOperator "
+                             f"tasks; move {names} out of it")
+        if not vertices:
+            raise ValueError(f"SparkDispatchJobGroup {self.group_id!r} has no SparkDispatchVertexOperator")
+        self.launch = _LaunchJobGraphOperator(task_id=LAUNCH_TASK_ID, task_group=self, group=self,
+                                              artifacts=self.artifacts, conn_id=self.conn_id)
+        for vertex in vertices:
+            vertex.launch_task_id = self.launch.task_id
+            vertex.conn_id = self.conn_id
+            self.launch >> vertex
