@@ -11,7 +11,8 @@ workflow group does) upstream of every vertex task. `launch` builds the JobGraph
 tasks of the group, each vertex's inputs being its upstream vertex tasks in the group, and
 submits it once per DAG run: it is a `SubmitJobGraphOperator` that does not wait, with the same
 job ids, so its retries re-attach to the job. Each vertex task then waits for its own vertex
-(deferred by default) and succeeds with it, returning `vertex_output(...)` as its XCom.
+(deferred by default), streaming its subtasks' attempt logs into its own log as it waits
+(log_stream.py), and succeeds with it, returning `vertex_output(...)` as its XCom.
 """
 
 from __future__ import annotations
@@ -26,11 +27,13 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator, TaskGroup
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from sparkdispatch.client import SyncSparkDispatchClient
 from sparkdispatch.errors import JobAlreadyTerminated, SparkDispatchError
 from sparkdispatch.hooks.sparkdispatch import SparkDispatchHook
 from sparkdispatch.jobgraph import ExecutionState, VertexResult
 from sparkdispatch.operators.jobs import default_deferrable, task_failure
 from sparkdispatch.operators.links import SparkDispatchJobLink, push_job_link
+from sparkdispatch.operators.log_stream import LogFollower
 from sparkdispatch.operators.submit import SubmitJobGraphOperator
 from sparkdispatch.operators.triggers import VertexTrigger, vertex_concluded
 
@@ -87,6 +90,11 @@ class SparkDispatchVertexOperator(BaseOperator):
     def hook(self) -> SparkDispatchHook:
         return SparkDispatchHook(self.conn_id)
 
+    def code_artifacts(self) -> list[str]:
+        """Files of this vertex's own code that the group's launch uploads with the job (none here;
+        `@task.sparkdispatch` ships its function's source)."""
+        return []
+
     def vertex_spec(self, context: Context, inputs: Sequence[str]) -> dict[str, Any]:
         """This vertex in the JobGraph, its `params` rendered with `context` (the launch task's)."""
         return {"id": self.vertex_id, "entrypoint": self.entrypoint, "parallelism": self.parallelism,
@@ -101,20 +109,29 @@ class SparkDispatchVertexOperator(BaseOperator):
         if not job_id:
             raise AirflowException(f"{self.task_id}: the group's {self.launch_task_id} task pushed no job id")
         self.job_id = str(job_id)
+        job_id = self.job_id
         try:
             client = self.hook.get_conn()
-            push_job_link(context, client.job_url(self.job_id))
-            body = client.vertex(self.job_id, self.vertex_id)
+            push_job_link(context, client.job_url(job_id))
+            follower = LogFollower(self.vertex_id, self.parallelism)
+
+            def fetch(subtask: int, attempt: int | None, offset: int) -> dict[str, Any]:
+                return client.vertex_log(job_id, self.vertex_id, subtask=subtask, attempt=attempt, offset=offset)
+
+            body = client.vertex(job_id, self.vertex_id)
             while not vertex_concluded(body):
                 if self.deferrable:
-                    self.defer(trigger=VertexTrigger(job_id=self.job_id, vertex_id=self.vertex_id,
-                                                     conn_id=self.conn_id, poll_interval=self.poll_interval,
+                    self.defer(trigger=VertexTrigger(job_id=job_id, vertex_id=self.vertex_id,
+                                                     parallelism=self.parallelism, conn_id=self.conn_id,
+                                                     poll_interval=self.poll_interval,
                                                      cancel_on_kill=self.cancel_on_kill),
                                method_name="execute_complete",
                                timeout=self.execution_timeout if isinstance(self.execution_timeout, timedelta)
                                else None)
+                self._log_lines(follower.poll(fetch))
                 time.sleep(self.poll_interval)
-                body = client.vertex(self.job_id, self.vertex_id)
+                body = client.vertex(job_id, self.vertex_id)
+            self._log_lines(follower.poll(fetch))
         except SparkDispatchError as exc:
             raise task_failure(exc) from exc
         finally:
@@ -127,6 +144,10 @@ class SparkDispatchVertexOperator(BaseOperator):
             raise AirflowException(f"waiting for vertex {self.vertex_id} of job {event.get('job_id')} failed: "
                                    f"{event.get('message')}")
         return self._outcome(event["body"])
+
+    def _log_lines(self, lines: list[str]) -> None:
+        for line in lines:
+            self.log.info("%s", line)
 
     def on_kill(self) -> None:
         if not (self.cancel_on_kill and self.job_id):
@@ -160,6 +181,14 @@ class _LaunchJobGraphOperator(SubmitJobGraphOperator):
     def __init__(self, *, group: SparkDispatchJobGroup, **kwargs: Any) -> None:
         super().__init__(job_graph={}, wait_for_completion=False, **kwargs)
         self.group = group
+
+    def _upload_artifacts(self, client: SyncSparkDispatchClient) -> list[str]:
+        keys = super()._upload_artifacts(client)
+        for vertex in self.group.vertex_operators():
+            for path in vertex.code_artifacts():
+                keys.append(client.upload_artifact(path))
+                self.log.info("the code of vertex %s uploaded as %s", vertex.vertex_id, keys[-1])
+        return keys
 
     def load_graph(self, context: Context) -> dict[str, Any]:
         vertices = self.group.vertex_operators()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
@@ -12,6 +12,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from sparkdispatch.errors import JobAlreadyTerminated, SparkDispatchError
 from sparkdispatch.hooks.sparkdispatch import SparkDispatchHook
 from sparkdispatch.jobgraph import ExecutionState, JobStatus
+from sparkdispatch.operators.log_stream import LogFollower
 
 log = logging.getLogger(__name__)
 
@@ -79,30 +80,44 @@ def vertex_concluded(body: Mapping[str, Any]) -> bool:
 class VertexTrigger(BaseTrigger):
     """Waits in the triggerer until vertex `vertex_id` of job `job_id` concludes (`vertex_concluded`).
 
-    Yields one event: `{"status": "concluded", "job_id", "body": <the master's answer>}`, or
-    `{"status": "error", "job_id", "message"}`. With `cancel_on_kill`, killing the deferred
-    vertex task cancels the job.
+    Meanwhile its subtasks' attempt logs go to the trigger's log, which Airflow shows in the
+    task's log. Yields one event: `{"status": "concluded", "job_id", "body": <the master's
+    answer>}`, or `{"status": "error", "job_id", "message"}`. With `cancel_on_kill`, killing the
+    deferred vertex task cancels the job.
     """
 
-    def __init__(self, *, job_id: str, vertex_id: str, conn_id: str = SparkDispatchHook.default_conn_name,
-                 poll_interval: float = 5.0, cancel_on_kill: bool = True) -> None:
+    def __init__(self, *, job_id: str, vertex_id: str, parallelism: int = 1,
+                 conn_id: str = SparkDispatchHook.default_conn_name, poll_interval: float = 5.0,
+                 cancel_on_kill: bool = True) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.job_id = job_id
         self.vertex_id = vertex_id
+        self.parallelism = parallelism
         self.conn_id = conn_id
         self.poll_interval = poll_interval
         self.cancel_on_kill = cancel_on_kill
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (f"{type(self).__module__}.{type(self).__qualname__}", {
-            "job_id": self.job_id, "vertex_id": self.vertex_id, "conn_id": self.conn_id,
+            "job_id": self.job_id, "vertex_id": self.vertex_id, "parallelism": self.parallelism,
+            "conn_id": self.conn_id,
             "poll_interval": self.poll_interval, "cancel_on_kill": self.cancel_on_kill})
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         try:
             async with await SparkDispatchHook(self.conn_id).aget_client() as client:
+                follower = LogFollower(self.vertex_id, self.parallelism)
+
+                def fetch(subtask: int, attempt: int | None, offset: int) -> Awaitable[dict[str, Any]]:
+                    return client.vertex_log(self.job_id, self.vertex_id, subtask=subtask, attempt=attempt,
+                                             offset=offset)
+
                 while not vertex_concluded(body := await client.vertex(self.job_id, self.vertex_id)):
+                    for line in await follower.apoll(fetch):
+                        self.log.info("%s", line)
                     await asyncio.sleep(self.poll_interval)
+                for line in await follower.apoll(fetch):
+                    self.log.info("%s", line)
         except SparkDispatchError as exc:
             yield TriggerEvent({"status": "error", "job_id": self.job_id, "message": str(exc)})
             return

@@ -169,6 +169,13 @@ class SparkDispatchClient:
         """`GET /jobs/{job_id}/vertices/{vertex_id}`: the job's status and the vertex's outcome so far."""
         return await self._json("GET", f"/jobs/{job_id}/vertices/{vertex_id}")
 
+    async def vertex_log(self, job_id: str, vertex_id: str, *, subtask: int = 0, attempt: int | None = None,
+                         offset: int = 0) -> dict[str, Any]:
+        """A piece of one attempt's log (its latest attempt when `attempt` is None) from byte `offset`:
+        `{"subtask", "attempt", "offset", "next_offset", "text", ...}`; `RouteNotFound` while it has none."""
+        query = f"subtask={subtask}&offset={offset}" + (f"&attempt={attempt}" if attempt is not None else "")
+        return await self._json("GET", f"/jobs/{job_id}/vertices/{vertex_id}/log?{query}")
+
     async def submit(self, graph: Mapping[str, Any]) -> SubmittedJob:
         """Submit a JobGraph (a dict) → the job's id, whether it is new, and its status.
 
@@ -473,6 +480,11 @@ class SyncSparkDispatchClient:
 
     def vertex(self, job_id: str, vertex_id: str) -> dict[str, Any]:
         return self.run(self.async_client.vertex(job_id, vertex_id))
+
+    def vertex_log(self, job_id: str, vertex_id: str, *, subtask: int = 0, attempt: int | None = None,
+                   offset: int = 0) -> dict[str, Any]:
+        return self.run(self.async_client.vertex_log(job_id, vertex_id, subtask=subtask, attempt=attempt,
+                                                     offset=offset))
 
     def submit(self, graph: Mapping[str, Any]) -> SubmittedJob:
         return self.run(self.async_client.submit(graph))

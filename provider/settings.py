@@ -103,13 +103,15 @@ class RestSettings:
     blob_max_size: int  # bytes
     auth_token: str = field(repr=False)  # empty: no authentication
     execution_result_long_poll: float  # seconds
+    results_dir: str = ""  # where attempt logs are read from (attempt_logs.py)
 
     @classmethod
     def from_config(cls, config: Configuration) -> RestSettings:
         return cls(address=config["rest.address"], bind_address=config["rest.bind-address"] or config["rest.address"],
                    port=config["rest.port"], max_body_size=config["rest.max-body-size"],
                    blob_max_size=config["blob.max-size"], auth_token=config["rest.auth.token"],
-                   execution_result_long_poll=config["rest.execution-result.long-poll"])
+                   execution_result_long_poll=config["rest.execution-result.long-poll"],
+                   results_dir=config.results_dir)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from sparkdispatch.errors import InvalidRequest, RequestTooLarge
-from sparkdispatch.jobgraph import JOB_ID_PATTERN, JobGraph
+from sparkdispatch.jobgraph import JOB_ID_PATTERN, VERTEX_ID_PATTERN, JobGraph
 from sparkdispatch.protocol import TASK_EXECUTOR_ID_PATTERN
 from sparkdispatch.schema import json_type, parse_json
 
@@ -30,6 +30,7 @@ PATH_IDS: dict[str, tuple[re.Pattern[str], str]] = {
                                                    "with '.@:-'"),
     "execution_id": (EXECUTION_ID_PATTERN, "must be 1-128 letters, digits, '_', '.' or '-', not starting "
                                            "with '.' or '-'"),
+    "vertex_id": (VERTEX_ID_PATTERN, "must be 1-128 letters, digits, '_', '.' or '-', not starting with '.' or '-'"),
 }
 
 # bodies above this size are parsed in a thread; below it, a thread costs more than the parse
@@ -39,6 +40,16 @@ PARSE_IN_THREAD_ABOVE = 64 * 1024
 def path_id(request: web.Request, name: str) -> str:
     """The id `name` of the request's path; `InvalidRequest` naming it if it does not match its pattern."""
     return checked_id(name, request.match_info[name])
+
+
+def query_int(request: web.Request, name: str) -> int | None:
+    """The query parameter `name` as a non-negative integer, None when absent; else `InvalidRequest`."""
+    value = request.query.get(name)
+    if value is None:
+        return None
+    if not value.isdigit():
+        raise InvalidRequest("request query", {name: [f"must be a non-negative integer, got {value[:64]!r}"]})
+    return int(value)
 
 
 def checked_id(name: str, value: str) -> str:

@@ -93,6 +93,9 @@ _VIEW_SCHEMAS: dict[str, JSONSchema] = {
     "JobDetails": _object({
         "id": STRING, "name": STRING, "status": JOB_STATUS, "start_time": INTEGER, "end_time": _nullable(INTEGER),
         "vertices": {"type": "array", "items": _ref("VertexDetails")}}),
+    "AttemptLog": _object({"job_id": STRING, "job_status": JOB_STATUS, "vertex": STRING,
+                           "vertex_state": EXECUTION_STATE, "subtask": INTEGER, "attempt": INTEGER,
+                           "offset": INTEGER, "next_offset": INTEGER, "text": STRING}),
     "VertexOutcome": _object({"job_id": STRING, "job_status": JOB_STATUS, "vertex": STRING,
                               "result": _ref("VertexResult")}),
     "ExecutionResult": {"oneOf": [
@@ -195,8 +198,16 @@ def openapi_document() -> dict[str, Any]:
     spec.path("/jobs/{job_id}/execution-result", parameters=[job_id], operations={"get": {
         "summary": "IN_PROGRESS, or COMPLETED with the JobResult (waits up to rest.execution-result.long-poll)",
         "responses": {"200": _json("ExecutionResult", "the result"), **_ID, **_LEADER}}})
-    spec.path("/jobs/{job_id}/vertices/{vertex_id}", parameters=[job_id, {
-        "name": "vertex_id", "in": "path", "required": True, "schema": STRING}], operations={"get": {
+    vertex_id = {"name": "vertex_id", "in": "path", "required": True, "schema": STRING}
+    spec.path("/jobs/{job_id}/vertices/{vertex_id}/log", parameters=[job_id, vertex_id], operations={"get": {
+        "summary": "A piece of one attempt's log (what its task function printed or logged), from a byte offset",
+        "parameters": [{"name": name, "in": "query", "schema": {"type": "integer", "minimum": 0},
+                        "description": text} for name, text in (
+                            ("subtask", "the subtask (default 0)"), ("attempt", "the attempt (default: the latest)"),
+                            ("offset", "the byte to start at (default 0); the answer's next_offset is the next"))],
+        "responses": {"200": _json("AttemptLog", "the log from offset (at most 1 MiB)"),
+                      **{**_ID, "400": _error("a malformed id or query parameter")}, **_LEADER}}})
+    spec.path("/jobs/{job_id}/vertices/{vertex_id}", parameters=[job_id, vertex_id], operations={"get": {
             "summary": "One vertex's outcome so far (a VertexResult) and its job's status; the JobResult's "
                        "once the job ended",
             "responses": {"200": _json("VertexOutcome", "the vertex"), **_ID, **_LEADER}}})

@@ -23,6 +23,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Middleware
 
 from sparkdispatch.dispatcher import DispatcherGateway
+from sparkdispatch.attempt_logs import read_attempt_log
 from sparkdispatch.errors import (
     ERROR_HEADER,
     BlobError,
@@ -41,7 +42,7 @@ from sparkdispatch.jobgraph import JobStatus
 from sparkdispatch.jobmaster import JobMasterGateway
 from sparkdispatch.resourcemanager import ResourceManagerGateway
 from sparkdispatch.rest import views
-from sparkdispatch.rest.inputs import path_id, read_job_graph
+from sparkdispatch.rest.inputs import path_id, query_int, read_job_graph
 from sparkdispatch.settings import RestSettings
 
 log = logging.getLogger(__name__)
@@ -254,9 +255,24 @@ class RestHandlers:
 
     async def vertex_result(self, request: web.Request) -> web.Response:
         job_id = path_id(request, "job_id")
-        vertex_id = request.match_info["vertex_id"]
+        vertex_id = path_id(request, "vertex_id")
         status, vertex = await self.master.leader_components().dispatcher.vertex_result(job_id, vertex_id)
         return json_response(views.vertex_result(job_id, status, vertex_id, vertex))
+
+    async def vertex_log(self, request: web.Request) -> web.Response:
+        """One attempt's log from `offset` (`?subtask=0&attempt=<latest>&offset=0`)."""
+        job_id = path_id(request, "job_id")
+        vertex_id = path_id(request, "vertex_id")
+        subtask, attempt = query_int(request, "subtask") or 0, query_int(request, "attempt")
+        offset = query_int(request, "offset") or 0
+        status, vertex = await self.master.leader_components().dispatcher.vertex_result(job_id, vertex_id)
+        piece = await asyncio.to_thread(read_attempt_log, self.settings.results_dir, job_id, vertex_id,
+                                        subtask, attempt, offset)
+        if piece is None:
+            raise RouteNotFound(f"no log of job {job_id} vertex {vertex_id!r} subtask {subtask}"
+                                + (f" attempt {attempt}" if attempt is not None else "") + " (yet)")
+        return json_response({"job_id": job_id, "job_status": status.value, "vertex": vertex_id,
+                              "vertex_state": vertex.state.value, **piece.to_dict()})
 
     async def cancel_job(self, request: web.Request) -> web.Response:
         job_id = path_id(request, "job_id")
@@ -314,6 +330,7 @@ class RestHandlers:
             ("PATCH", "/jobs/{job_id}", self.cancel_job),
             ("GET", "/jobs/{job_id}/execution-result", self.execution_result),
             ("GET", "/jobs/{job_id}/vertices/{vertex_id}", self.vertex_result),
+            ("GET", "/jobs/{job_id}/vertices/{vertex_id}/log", self.vertex_log),
             ("GET", "/taskmanagers", self.taskmanagers),
             ("POST", "/artifacts", self.upload_artifact),
         ]

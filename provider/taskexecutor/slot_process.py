@@ -20,12 +20,14 @@ process exits when its parent closes the channel or dies (on Linux the kernel ki
 the TaskExecutor decides when tasks stop (a warm shutdown lets them finish).
 
 Each attempt runs alone in this process, so its stdout and stderr (inherited from the
-TaskExecutor) can later be pointed at a per-attempt file around `run_attempt`.
+TaskExecutor) are pointed at the attempt's log file while it runs (attempt_logs.py); between
+attempts they are the TaskExecutor's.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
 import os
@@ -36,11 +38,12 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sparkdispatch.attempt_logs import attempt_log_path
 from sparkdispatch.errors import ConfigurationError, EntrypointNotFound, IllegalStateTransition
 from sparkdispatch.jobgraph import ExecutionState, Failure
 from sparkdispatch.results import write_partition
@@ -109,6 +112,31 @@ def new_session(connect_url: str) -> SparkSession:
         max_retries=RETRY_MAX_RETRIES, initial_backoff=RETRY_INITIAL_BACKOFF_MS, backoff_multiplier=2.0,
         max_backoff=RETRY_MAX_BACKOFF_MS)])
     return session
+
+
+@contextlib.contextmanager
+def output_to(path: Path | None) -> Iterator[None]:
+    """This process's stdout and stderr (file descriptors 1 and 2, so Python's prints, logging and
+    warnings, and what native code writes) appended to `path` meanwhile; nothing when None."""
+    if path is None:
+        yield
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    saved = (os.dup(1), os.dup(2))
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for descriptor in (fd, *saved):
+            os.close(descriptor)
 
 
 def make_active(session: SparkSession) -> None:
@@ -293,7 +321,8 @@ class SlotProcess:
                 request = RunRequest.from_message(message)
             except Exception as exc:  # noqa: BLE001 - the pool sends valid runs; say so if one is not
                 return self._failed(exc)
-            return self._outcome(request, attempt)
+            with output_to(attempt_log_path(request.tdd.result_path, request.tdd.attempt)):
+                return self._outcome(request, attempt)
         finally:
             attempt.done.set()
             with self._lock:

@@ -259,6 +259,81 @@ def test_an_execution_timeout_cancels_the_running_job(cluster: str, airflow: dic
     assert list(new.values()) == ["CANCELED"], new
 
 
+def test_decorated_functions_run_as_vertices_of_a_group_and_as_a_job_of_their_own(
+        cluster: str, airflow: dict[str, Any], capfd: pytest.CaptureFixture[str]) -> None:
+    from datetime import datetime
+
+    from airflow.sdk import DAG, task
+
+    from sparkdispatch.operators import SparkDispatchJobGroup
+
+    with DAG(f"e2e_decorated_{time.time_ns()}", schedule=None, start_date=datetime(2026, 1, 1)) as dag:
+        with SparkDispatchJobGroup(group_id="numbers", restart_strategy={"type": "fixed-delay", "attempts": 0,
+                                                                          "delay_s": 0}):
+            @task.sparkdispatch(parallelism=2, params={"n": "100"}, poll_interval=0.5)
+            def numbers(ctx: Any) -> Any:
+                print(f"numbers says hello from subtask {ctx.subtask_index}")
+                return ctx.spark.range(int(ctx.params["n"])).where(f"id % {ctx.parallelism} = {ctx.subtask_index}")
+
+            @task.sparkdispatch(poll_interval=0.5, deferrable=True)  # waits in the (inline) triggerer
+            def total(ctx: Any) -> Any:
+                from pyspark.sql import functions as F
+
+                print("total adds them up")
+                return ctx.inputs["numbers"].agg(F.sum("id").alias("total"))
+
+            numbers() >> total()
+
+        @task.sparkdispatch(poll_interval=0.5, deferrable=False)
+        def alone(ctx: Any) -> Any:
+            return ctx.spark.range(7)
+
+        alone()
+    serialize(dag)
+    before = jobs(cluster)
+    run = dag.test()
+    assert "success" in str(run.state).lower(), run.state
+    new = {job_id: status for job_id, status in jobs(cluster).items() if job_id not in before}
+    assert sorted(new.values()) == ["FINISHED", "FINISHED"], new
+    results = {job_id: http_json("GET", f"{cluster}/jobs/{job_id}/execution-result", timeout=10)[1]
+               ["job_execution_result"]["vertices"] for job_id in new}
+    rows = {vertex: result["rows"] for vertices in results.values() for vertex, result in vertices.items()}
+    assert rows == {"numbers": 100, "total": 1, "alone": 7}
+    # what the function printed: in the vertex task's Airflow log, and served by the master
+    output = capfd.readouterr().out
+    for subtask in (0, 1):
+        assert f"numbers[{subtask}] attempt 0: numbers says hello from subtask {subtask}" in output
+    assert "total[0] attempt 0: total adds them up" in output  # streamed by the trigger
+    [group_job] = [job_id for job_id, vertices in results.items() if "numbers" in vertices]
+    status, piece = http_json("GET", f"{cluster}/jobs/{group_job}/vertices/numbers/log?subtask=1", timeout=10)
+    assert status == 200 and piece["text"] == "numbers says hello from subtask 1\n", piece
+
+
+def test_a_mapped_submit_operator_over_three_inputs_runs_three_jobs(cluster: str, airflow: dict[str, Any]) -> None:
+    from datetime import datetime
+
+    from airflow.sdk import DAG
+
+    from sparkdispatch.operators import SubmitJobGraphOperator
+
+    graph = _sales_operator().job_graph
+    graphs = [{**graph, "name": f"sales-{rows}",
+               "vertices": [{**graph["vertices"][0], "params": {"rows": str(rows)}}, *graph["vertices"][1:]]}
+              for rows in (1000, 2000, 3000)]
+    with DAG(f"e2e_mapped_{time.time_ns()}", schedule=None, start_date=datetime(2026, 1, 1)) as dag:
+        SubmitJobGraphOperator.partial(task_id="submit", artifacts=[str(DAGS / "pipelines")], poll_interval=0.5,
+                                       deferrable=False).expand(job_graph=graphs)
+    serialize(dag)
+    before = jobs(cluster)
+    run = dag.test()
+    assert "success" in str(run.state).lower(), run.state
+    new = [job_id for job_id in jobs(cluster) if job_id not in before]
+    assert len(new) == 3
+    generated = sorted(http_json("GET", f"{cluster}/jobs/{job_id}/execution-result", timeout=10)[1]
+                       ["job_execution_result"]["vertices"]["generate"]["rows"] for job_id in new)
+    assert generated == [1000, 2000, 3000]
+
+
 def test_the_sensor_fails_with_the_remote_traceback(cluster: str, airflow: dict[str, Any], tmp_path: Path,
                                                     capfd: pytest.CaptureFixture[str]) -> None:
     from airflow.sdk.exceptions import AirflowFailException

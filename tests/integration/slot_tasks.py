@@ -36,6 +36,16 @@ def context(ctx: Any) -> Any:
     return ctx.spark.createDataFrame([(json.dumps(seen, sort_keys=True), os.getpid())], "ctx string, pid long")
 
 
+def chatty(ctx: Any) -> None:
+    """Prints, logs and writes to stderr, as task functions do."""
+    import logging
+    import sys
+
+    print(f"printed by subtask {ctx.subtask_index}")
+    logging.getLogger("chatty").warning("logged by the task")
+    sys.stderr.write("written to stderr\n")
+
+
 def session_facts(ctx: Any) -> Any:
     """One row: the job's session id and shuffle partitions, the temporary views it sees (after making
     `params["view"]`, if given), whether `getActiveSession()` is `ctx.spark`, and the process."""

@@ -25,6 +25,7 @@ import grpc  # type: ignore[import-untyped]
 import pyarrow.parquet as pq
 import pytest
 
+from sparkdispatch.attempt_logs import attempt_log_path
 from sparkdispatch.jobgraph import ExecutionState
 from sparkdispatch.protocol import TaskDeploymentDescriptor
 from sparkdispatch.results import ResultLayout
@@ -239,6 +240,19 @@ def test_ctx_results_and_failures_of_one_job_in_its_slot_process(pool: SlotProce
     # every task of the job ran in the slot's one process
     [again] = rows_of(run(pool, deployment(tmp_path, "slot_tasks:context", job_id=job_id, slot_index=1), [tasks]))
     assert again["pid"] == process
+
+
+def test_what_a_task_prints_or_logs_goes_to_its_attempts_log_file(pool: SlotProcessPool, tasks: str,
+                                                                    tmp_path: Path,
+                                                                    capfd: pytest.CaptureFixture[str]) -> None:
+    tdd = deployment(tmp_path, "slot_tasks:chatty", job_id=new_job_id(), subtask_index=1, attempt=2)
+    assert run(pool, tdd, [tasks]).state is ExecutionState.FINISHED
+    path = attempt_log_path(tdd.result_path, tdd.attempt)
+    assert path is not None and path.name == f"1-2-{tdd.execution_id}.log" and path.parent.name == "_logs"
+    text = path.read_text()
+    for line in ("printed by subtask 1", "WARNING slot-process", "logged by the task", "written to stderr"):
+        assert line in text, text
+    assert "printed by subtask 1" not in capfd.readouterr().out  # not also in the TaskExecutor's output
 
 
 def test_a_configuration_key_spark_refuses_fails_the_attempt_naming_it(pool: SlotProcessPool, tasks: str,

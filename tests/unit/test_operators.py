@@ -517,3 +517,44 @@ def test_the_vertex_endpoint_answers_a_running_and_an_unknown_vertex(cluster: Cl
                                                                           "SCHEDULED", "CREATED")
     with pytest.raises(RouteNotFound, match=f"job {job_id} has no vertex 'nope'"):
         cluster.master.run(cluster._ask(lambda client: client.vertex(job_id, "nope")))
+
+
+# -- @task.sparkdispatch --------------------------------------------------------------------------
+
+def test_the_decorator_makes_a_vertex_that_ships_the_functions_source(cluster: Cluster) -> None:
+    from datetime import datetime
+
+    from airflow.sdk import DAG, task
+
+    from sparkdispatch.operators import SparkDispatchJobGroup, SparkDispatchVertexOperator
+
+    with DAG("sales_dag", schedule=None, start_date=datetime(2026, 1, 1)) as dag:
+        with SparkDispatchJobGroup(group_id="sales"):
+            generate = SparkDispatchVertexOperator(task_id="generate", entrypoint="pipelines.sales:generate",
+                                                   deferrable=False)
+
+            @task.sparkdispatch(parallelism=2, params={"day": "{{ ti.run_id }}"}, deferrable=False)
+            def clean(ctx: Any) -> Any:
+                return ctx.inputs["generate"].dropna()
+
+            generate >> clean()
+    op = dag.task_dict["sales.clean"]
+    assert op.entrypoint == f"{op.module_name}:clean" and op.module_name.startswith("sparkdispatch_fn_")
+    assert op.source == ('from __future__ import annotations\n\n\n'
+                         'def clean(ctx: Any) -> Any:\n    return ctx.inputs["generate"].dropna()\n')
+    assert op.upstream_task_ids == {"sales.generate", "sales.launch"}
+
+    launch_ti = FakeTI()
+    launch_ti.task_id = "sales.launch"
+    job_id = dag.task_dict["sales.launch"].execute(context(launch_ti))
+    blobs = {p.name for p in cluster.master.master.ha.blob_store.directory.iterdir()}
+    [module_key] = [key for key in blobs]  # the function's module, the job's only artifact
+    cluster.end(job_id)
+    for _ in range(1000):
+        deployments = cluster.master.gateway.of_job(job_id)
+        if any(d.tdd.vertex_id == "clean" for d in deployments):
+            break
+        threading.Event().wait(0.01)
+    cleans = [d.tdd for d in deployments if d.tdd.vertex_id == "clean"]
+    assert {(t.entrypoint, t.artifacts, dict(t.params)["day"]) for t in cleans} == {
+        (op.entrypoint, (module_key,), "manual__1")}
