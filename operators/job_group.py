@@ -34,7 +34,7 @@ from sparkdispatch.jobgraph import ExecutionState, VertexResult
 from sparkdispatch.operators.jobs import default_deferrable, task_failure
 from sparkdispatch.operators.links import SparkDispatchJobLink, push_job_link
 from sparkdispatch.operators.log_stream import LogFollower
-from sparkdispatch.operators.submit import SubmitJobGraphOperator
+from sparkdispatch.operators.submit import TRIGGER_FAIL, SubmitJobGraphOperator
 from sparkdispatch.operators.triggers import VertexTrigger, vertex_concluded
 
 if TYPE_CHECKING:
@@ -104,12 +104,7 @@ class SparkDispatchVertexOperator(BaseOperator):
         if self.launch_task_id is None:
             raise AirflowFailException(f"{self.task_id}: a SparkDispatchVertexOperator runs inside a "
                                        "SparkDispatchJobGroup")
-        ti = context["ti"]
-        job_id = ti.xcom_pull(task_ids=self.launch_task_id, map_indexes=ti.map_index)
-        if not job_id:
-            raise AirflowException(f"{self.task_id}: the group's {self.launch_task_id} task pushed no job id")
-        self.job_id = str(job_id)
-        job_id = self.job_id
+        job_id = self.job_id = self._launched_job_id(context)
         try:
             client = self.hook.get_conn()
             push_job_link(context, client.job_url(job_id))
@@ -144,6 +139,23 @@ class SparkDispatchVertexOperator(BaseOperator):
             raise AirflowException(f"waiting for vertex {self.vertex_id} of job {event.get('job_id')} failed: "
                                    f"{event.get('message')}")
         return self._outcome(event["body"])
+
+    def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
+        """A deferral that timed out (or whose trigger failed) cancels the job before the task fails."""
+        if next_method == TRIGGER_FAIL and self.cancel_on_kill and self.launch_task_id is not None:
+            self.job_id = self._launched_job_id(context)
+            self.log.info("job %s: the wait for vertex %s ended without its outcome (%s); cancelling the job",
+                          self.job_id, self.vertex_id, (next_kwargs or {}).get("error", "trigger failed"))
+            self.on_kill()
+            self.hook.close()
+        return super().resume_execution(next_method, next_kwargs, context)
+
+    def _launched_job_id(self, context: Context) -> str:
+        ti = context["ti"]
+        job_id = ti.xcom_pull(task_ids=self.launch_task_id, map_indexes=ti.map_index)
+        if not job_id:
+            raise AirflowException(f"{self.task_id}: the group's {self.launch_task_id} task pushed no job id")
+        return str(job_id)
 
     def _log_lines(self, lines: list[str]) -> None:
         for line in lines:

@@ -558,3 +558,22 @@ def test_the_decorator_makes_a_vertex_that_ships_the_functions_source(cluster: C
     cleans = [d.tdd for d in deployments if d.tdd.vertex_id == "clean"]
     assert {(t.entrypoint, t.artifacts, dict(t.params)["day"]) for t in cleans} == {
         (op.entrypoint, (module_key,), "manual__1")}
+
+
+def test_a_vertex_task_whose_deferral_times_out_cancels_the_job(cluster: Cluster) -> None:
+    from airflow.sdk.bases.operator import TriggerFailureReason
+    from airflow.sdk.exceptions import TaskDeferralTimeout
+
+    dag, group = sales_group(deferrable=True, poll_interval=0.02)
+    launch_ti = FakeTI()
+    launch_ti.task_id = "sales.launch"
+    job_id = dag.task_dict["sales.launch"].execute(context(launch_ti))
+    ti = FakeTI()
+    ti.task_id = "sales.b"
+    ti.others[("sales.launch", "return_value")] = job_id
+    with pytest.raises(TaskDeferred):
+        dag.task_dict["sales.b"].execute(context(ti))
+    with pytest.raises(TaskDeferralTimeout):
+        dag.task_dict["sales.b"].resume_execution("__fail__", {"error": TriggerFailureReason.TRIGGER_TIMEOUT},
+                                                  context(ti))
+    cluster.wait_for_status(job_id, "CANCELED")
