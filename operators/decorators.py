@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import os
 import tempfile
 import textwrap
 from collections.abc import Callable, Mapping
@@ -60,10 +61,15 @@ class SparkDispatchFunctionOperator(SparkDispatchVertexOperator):
         super().__init__(entrypoint=f"{self.module_name}:{python_callable.__name__}", **kwargs)
 
     def code_artifacts(self) -> list[str]:
-        """The function's module, written to a file of its own for upload (the same bytes each time)."""
-        directory = Path(tempfile.mkdtemp(prefix="sparkdispatch-fn-"))
+        """The function's module as a file for upload, in the temp directory under its own (hashed)
+        name, so every launch of the same source writes and uploads the same one."""
+        directory = Path(tempfile.gettempdir()) / "sparkdispatch-functions"
+        directory.mkdir(exist_ok=True)
         path = directory / f"{self.module_name}.py"
-        path.write_text(self.source)
+        if not path.exists() or path.read_text() != self.source:
+            partial = directory / f"{self.module_name}.py.{os.getpid()}.partial"
+            partial.write_text(self.source)
+            partial.replace(path)
         return [str(path)]
 
     # -- outside a group: a one-vertex job ------------------------------------------------------
