@@ -117,15 +117,21 @@ def new_session(connect_url: str) -> SparkSession:
 @contextlib.contextmanager
 def output_to(path: Path | None) -> Iterator[None]:
     """This process's stdout and stderr (file descriptors 1 and 2, so Python's prints, logging and
-    warnings, and what native code writes) appended to `path` meanwhile; nothing when None."""
+    warnings, and what native code writes) appended to `path` meanwhile; nothing when None, or
+    when the file cannot be made (the attempt runs on, its output in the TaskExecutor's)."""
     if path is None:
         yield
         return
     sys.stdout.flush()
     sys.stderr.flush()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    except OSError as exc:
+        log.warning("the attempt's output stays here: its log file %s cannot be made: %s", path, exc)
+        yield
+        return
     saved = (os.dup(1), os.dup(2))
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
         os.dup2(fd, 1)
         os.dup2(fd, 2)

@@ -120,3 +120,20 @@ def test_an_entrypoint_that_does_not_exist_is_entrypoint_not_found(tmp_path: Pat
     # a module that exists but whose own import fails keeps its error and traceback
     with pytest.raises(ModuleNotFoundError, match="a_dependency_nobody_installed"):
         load_entrypoint(f"{package}.broken:run")
+
+
+def test_an_attempts_output_goes_to_its_log_file_and_back(tmp_path: Path) -> None:
+    probe = f"""
+import os, sys
+from pathlib import Path
+from sparkdispatch.taskexecutor.slot_process import output_to
+with output_to(Path({str(tmp_path / "logs" / "0-0-e.log")!r})):
+    print("inside")
+    os.write(2, b"native stderr\\n")
+with output_to(Path("/proc/cannot/be/made.log")):  # no log file: the output stays here
+    print("kept here")
+print("after")
+"""
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert (tmp_path / "logs" / "0-0-e.log").read_text() == "inside\nnative stderr\n"
+    assert done.stdout == "kept here\nafter\n"
