@@ -19,8 +19,10 @@ from sparkdispatch.operators import SparkDispatchJobGroup, SparkDispatchVertexOp
 
 PIPELINES = Path(__file__).parent / "pipelines"
 
+# retries: a retried launch re-attaches to its job; a retried vertex task waits for its vertex again
 with DAG("sparkdispatch_sales_job_group", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-         catchup=False, params={"rows": 100_000}, tags=["sparkdispatch", "example"]):
+         catchup=False, params={"rows": 100_000}, tags=["sparkdispatch", "example"],
+         default_args={"retries": 2}):
     with SparkDispatchJobGroup(group_id="sales", job_name="sales-report", artifacts=[str(PIPELINES)],
                                restart_strategy={"type": "fixed-delay", "attempts": 2, "delay_s": 1.0},
                                config={"spark.sql.shuffle.partitions": "4"}):

@@ -2,8 +2,9 @@
 
 The job: generate orders → clean them (2 subtasks) → revenue by region (2 subtasks) and by
 product (fan-out) → one report (fan-in). The task code is `pipelines/sales.py`, shipped to the
-TaskExecutors with `artifacts=`. Two DAGs: one waits in its worker slot, the other in the
-triggerer (`deferrable=True`). Both need a `sparkdispatch_default` connection, e.g.
+TaskExecutors with `artifacts=`. Three DAGs: one waits in its worker slot, one in the
+triggerer (`deferrable=True`), and one maps the operator over three sizes of input (three jobs,
+with retries). Both need a `sparkdispatch_default` connection, e.g.
 
     export AIRFLOW_CONN_SPARKDISPATCH_DEFAULT='{"conn_type": "sparkdispatch", "host": "127.0.0.1", "port": 8081}'
 """
@@ -48,3 +49,16 @@ with DAG("sparkdispatch_sales_pipeline", **DAG_ARGS):
 with DAG("sparkdispatch_sales_pipeline_deferrable", **DAG_ARGS):
     SubmitJobGraphOperator(task_id="sales_report", job_graph=SALES_REPORT, artifacts=[str(PIPELINES)],
                            deferrable=True, poll_interval=1.0)
+
+
+def sales_report_of(rows: int) -> dict[str, object]:
+    """The sales report JobGraph for `rows` orders."""
+    generate = {**SALES_REPORT["vertices"][0], "params": {"rows": str(rows)}}
+    return {**SALES_REPORT, "name": f"sales-report-{rows}", "vertices": [generate, *SALES_REPORT["vertices"][1:]]}
+
+
+# One job per input, mapped at run time (Airflow's dynamic task mapping): each mapped task
+# instance has its own job id, so retries of one re-attach to its own job.
+with DAG("sparkdispatch_sales_by_size", **{**DAG_ARGS, "default_args": {"retries": 2}}):
+    SubmitJobGraphOperator.partial(task_id="sales_report", artifacts=[str(PIPELINES)], poll_interval=1.0) \
+        .expand(job_graph=[sales_report_of(rows) for rows in (1_000, 2_000, 3_000)])

@@ -3,15 +3,22 @@
 `LogFollower` keeps, per subtask, the attempt it follows and the byte offset read so far, asks
 the master (`GET /jobs/{id}/vertices/{vertex}/log`) for what is new in the latest attempt, and
 gives back complete lines, each prefixed with `<vertex>[<subtask>] attempt <n>: `. When a
-subtask moves on to a new attempt, the rest of the old attempt's log is read first.
+subtask moves on to a new attempt, the rest of the old attempt's log is read first. `JobLogs`
+follows every vertex of a job, for the tasks that wait for a whole job.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
-from sparkdispatch.errors import RouteNotFound
+from sparkdispatch.errors import RouteNotFound, SparkDispatchError
+
+if TYPE_CHECKING:
+    from sparkdispatch.client import SparkDispatchClient
+
+log = logging.getLogger(__name__)
 
 Piece = dict[str, Any]
 #: `(subtask, attempt or None for the latest, offset)` → the master's answer
@@ -76,3 +83,39 @@ class LogFollower:
         self._followed[subtask] = (attempt, int(piece["offset"]) + len(taken.encode("utf-8")))
         prefix = f"{self.vertex_id}[{subtask}] attempt {attempt}: "
         return [prefix + line for line in complete.split("\n")]
+
+
+class JobLogs:
+    """The attempt logs of every vertex of one job, for a task that waits for the whole job.
+
+    `vertices` (vertex id → parallelism) is the job's graph; without it, the first poll asks
+    `GET /jobs/{id}`. A failure to read logs only skips that poll: streaming never fails the wait.
+    """
+
+    def __init__(self, job_id: str, emit: Callable[[str], None], vertices: Mapping[str, int] | None = None) -> None:
+        self.job_id = job_id
+        self._emit = emit
+        self._followers: list[LogFollower] | None = None if vertices is None else [
+            LogFollower(vertex_id, parallelism) for vertex_id, parallelism in vertices.items()]
+
+    async def apoll(self, client: SparkDispatchClient) -> None:
+        """Emit what is new in the job's logs (on the client's loop)."""
+        try:
+            if self._followers is None:
+                details = await client.job(self.job_id)
+                self._followers = [LogFollower(v["id"], int(v["parallelism"] or len(v["subtasks"]) or 1))
+                                   for v in details["vertices"]]
+            for follower in self._followers:
+                def fetch(subtask: int, attempt: int | None, offset: int, vertex: str = follower.vertex_id) \
+                        -> Awaitable[Piece]:
+                    return client.vertex_log(self.job_id, vertex, subtask=subtask, attempt=attempt, offset=offset)
+
+                for line in await follower.apoll(fetch):
+                    self._emit(line)
+        except SparkDispatchError as exc:
+            log.debug("job %s: its logs could not be read this time: %s", self.job_id, exc)
+
+
+def vertex_parallelism(graph: Mapping[str, Any]) -> dict[str, int]:
+    """Vertex id → parallelism of a JobGraph (its JSON form)."""
+    return {str(v["id"]): int(v.get("parallelism", 1)) for v in graph.get("vertices", [])}

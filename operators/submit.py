@@ -31,6 +31,7 @@ from sparkdispatch.operators.jobs import (
     vertex_outputs,
 )
 from sparkdispatch.operators.links import SparkDispatchJobLink, push_job_link
+from sparkdispatch.operators.log_stream import JobLogs, vertex_parallelism
 from sparkdispatch.operators.triggers import JobResultTrigger
 
 if TYPE_CHECKING:
@@ -236,7 +237,8 @@ class SubmitJobGraphOperator(ResumableJobMixin, BaseOperator):
         if store is not None and self.durable:
             store.set(self.external_id_key, job_id)
         self.defer(trigger=JobResultTrigger(job_id=job_id, conn_id=self.conn_id, poll_interval=self.poll_interval,
-                                            cancel_on_kill=self.cancel_on_kill),
+                                            cancel_on_kill=self.cancel_on_kill,
+                                            vertices=vertex_parallelism(self.load_graph(context))),
                    method_name="execute_complete",
                    timeout=self.execution_timeout if isinstance(self.execution_timeout, timedelta) else None)
 
@@ -273,7 +275,11 @@ class SubmitJobGraphOperator(ResumableJobMixin, BaseOperator):
         return _job_status(status) is JobStatus.FINISHED
 
     def poll_until_complete(self, external_id: JsonValue, context: Context) -> None:
-        result = self.hook.get_conn().wait_for_result(str(external_id), poll_interval=self.poll_interval)
+        client = self.hook.get_conn()
+        logs = JobLogs(str(external_id), lambda line: self.log.info("%s", line), vertex_parallelism(
+            self.load_graph(context)))
+        result = client.wait_for_result(str(external_id), poll_interval=self.poll_interval,
+                                        on_poll=lambda: logs.apoll(client.async_client))
         self._check_result(result, context)
 
     def get_job_result(self, external_id: JsonValue, context: Context) -> str:

@@ -12,7 +12,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from sparkdispatch.errors import JobAlreadyTerminated, SparkDispatchError
 from sparkdispatch.hooks.sparkdispatch import SparkDispatchHook
 from sparkdispatch.jobgraph import ExecutionState, JobStatus
-from sparkdispatch.operators.log_stream import LogFollower
+from sparkdispatch.operators.log_stream import JobLogs, LogFollower
 
 log = logging.getLogger(__name__)
 
@@ -20,20 +20,23 @@ log = logging.getLogger(__name__)
 class JobResultTrigger(BaseTrigger):
     """Waits in the triggerer until job `job_id` is FINISHED, FAILED or CANCELED.
 
-    Yields exactly one event: `{"status": "terminal", "job_id", "result": JobResult}`, or
+    Meanwhile the job's attempt logs go to the trigger's log, which Airflow shows in the task's
+    log. Yields exactly one event: `{"status": "terminal", "job_id", "result": JobResult}`, or
     `{"status": "error", "job_id", "message"}` when the master cannot be asked. A master
     failover does not end the wait: the client finds the new leader. With `cancel_on_kill`,
     a user who marks the deferred task failed or clears it cancels the job too.
     """
 
     def __init__(self, *, job_id: str, conn_id: str = SparkDispatchHook.default_conn_name,
-                 poll_interval: float = 5.0, cancel_on_kill: bool = True) -> None:
+                 poll_interval: float = 5.0, cancel_on_kill: bool = True,
+                 vertices: Mapping[str, int] | None = None) -> None:
         # untyped_calls_exclude covers Airflow's untyped BaseTrigger.__init__, but not through super() (mypy #16653)
         super().__init__()  # type: ignore[no-untyped-call]
         self.job_id = job_id
         self.conn_id = conn_id
         self.poll_interval = poll_interval
         self.cancel_on_kill = cancel_on_kill
+        self.vertices = dict(vertices) if vertices is not None else None  # vertex id → parallelism
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (f"{type(self).__module__}.{type(self).__qualname__}", {
@@ -41,12 +44,15 @@ class JobResultTrigger(BaseTrigger):
             "conn_id": self.conn_id,
             "poll_interval": self.poll_interval,
             "cancel_on_kill": self.cancel_on_kill,
+            "vertices": self.vertices,
         })
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         try:
             async with await SparkDispatchHook(self.conn_id).aget_client() as client:
-                result = await client.wait_for_result(self.job_id, poll_interval=self.poll_interval)
+                logs = JobLogs(self.job_id, lambda line: self.log.info("%s", line), self.vertices)
+                result = await client.wait_for_result(self.job_id, poll_interval=self.poll_interval,
+                                                      on_poll=lambda: logs.apoll(client))
         except SparkDispatchError as exc:
             yield TriggerEvent({"status": "error", "job_id": self.job_id, "message": str(exc)})
             return

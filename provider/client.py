@@ -19,7 +19,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar
@@ -200,11 +200,13 @@ class SparkDispatchClient:
             return dict(answer["job_execution_result"])
         return None
 
-    async def wait_for_result(self, job_id: str, *, poll_interval: float = 2.0) -> dict[str, Any]:
+    async def wait_for_result(self, job_id: str, *, poll_interval: float = 2.0,
+                              on_poll: Callable[[], Awaitable[None]] | None = None) -> dict[str, Any]:
         """Wait until the job is globally terminal and return its JobResult.
 
         A master failover does not end the wait: while no master answers, it keeps looking
-        for the new leader for up to `retry.failover_timeout` seconds.
+        for the new leader for up to `retry.failover_timeout` seconds. `on_poll` is awaited
+        after every poll, the last one included (a caller streams the job's logs with it).
         """
         unavailable_since: float | None = None
         while True:
@@ -220,6 +222,8 @@ class SparkDispatchClient:
                     raise
                 log.warning("job %s: no master answers (%s); waiting for a leader", job_id, exc)
                 result = None
+            if on_poll is not None:
+                await on_poll()
             if result is not None:
                 return result
             await asyncio.sleep(poll_interval)
@@ -492,8 +496,10 @@ class SyncSparkDispatchClient:
     def execution_result(self, job_id: str) -> dict[str, Any] | None:
         return self.run(self.async_client.execution_result(job_id))
 
-    def wait_for_result(self, job_id: str, *, poll_interval: float = 2.0) -> dict[str, Any]:
-        return self.run(self.async_client.wait_for_result(job_id, poll_interval=poll_interval))
+    def wait_for_result(self, job_id: str, *, poll_interval: float = 2.0,
+                        on_poll: Callable[[], Awaitable[None]] | None = None) -> dict[str, Any]:
+        """`on_poll` runs on this client's loop: it uses `async_client`, not this client."""
+        return self.run(self.async_client.wait_for_result(job_id, poll_interval=poll_interval, on_poll=on_poll))
 
     def cancel(self, job_id: str) -> None:
         self.run(self.async_client.cancel(job_id))

@@ -286,46 +286,41 @@ def test_decorated_functions_run_as_vertices_of_a_group_and_as_a_job_of_their_ow
 
         @task.sparkdispatch(poll_interval=0.5, deferrable=False)
         def alone(ctx: Any) -> Any:
+            print("alone says hi")
             return ctx.spark.range(7)
 
+        @task.sparkdispatch(poll_interval=0.5, deferrable=True)
+        def alone_deferred(ctx: Any) -> Any:
+            print("alone_deferred says hi")
+            return ctx.spark.range(5)
+
         alone()
+        alone_deferred()
     serialize(dag)
     before = jobs(cluster)
     run = dag.test()
     assert "success" in str(run.state).lower(), run.state
     new = {job_id: status for job_id, status in jobs(cluster).items() if job_id not in before}
-    assert sorted(new.values()) == ["FINISHED", "FINISHED"], new
+    assert sorted(new.values()) == ["FINISHED"] * 3, new
     results = {job_id: http_json("GET", f"{cluster}/jobs/{job_id}/execution-result", timeout=10)[1]
                ["job_execution_result"]["vertices"] for job_id in new}
     rows = {vertex: result["rows"] for vertices in results.values() for vertex, result in vertices.items()}
-    assert rows == {"numbers": 100, "total": 1, "alone": 7}
+    assert rows == {"numbers": 100, "total": 1, "alone": 7, "alone_deferred": 5}
     # what the function printed: in the vertex task's Airflow log, and served by the master
     output = capfd.readouterr().out
     for subtask in (0, 1):
         assert f"numbers[{subtask}] attempt 0: numbers says hello from subtask {subtask}" in output
     assert "total[0] attempt 0: total adds them up" in output  # streamed by the trigger
+    assert "alone[0] attempt 0: alone says hi" in output  # a whole job's logs, by the submit operator
+    assert "alone_deferred[0] attempt 0: alone_deferred says hi" in output  # ... and by its trigger
     [group_job] = [job_id for job_id, vertices in results.items() if "numbers" in vertices]
     status, piece = http_json("GET", f"{cluster}/jobs/{group_job}/vertices/numbers/log?subtask=1", timeout=10)
     assert status == 200 and piece["text"] == "numbers says hello from subtask 1\n", piece
 
 
-def test_a_mapped_submit_operator_over_three_inputs_runs_three_jobs(cluster: str, airflow: dict[str, Any]) -> None:
-    from datetime import datetime
-
-    from airflow.sdk import DAG
-
-    from sparkdispatch.operators import SubmitJobGraphOperator
-
-    graph = _sales_operator().job_graph
-    graphs = [{**graph, "name": f"sales-{rows}",
-               "vertices": [{**graph["vertices"][0], "params": {"rows": str(rows)}}, *graph["vertices"][1:]]}
-              for rows in (1000, 2000, 3000)]
-    with DAG(f"e2e_mapped_{time.time_ns()}", schedule=None, start_date=datetime(2026, 1, 1)) as dag:
-        SubmitJobGraphOperator.partial(task_id="submit", artifacts=[str(DAGS / "pipelines")], poll_interval=0.5,
-                                       deferrable=False).expand(job_graph=graphs)
-    serialize(dag)
+def test_the_mapped_example_runs_a_job_per_input(cluster: str, airflow: dict[str, Any]) -> None:
     before = jobs(cluster)
-    run = dag.test()
+    run = airflow["sparkdispatch_sales_by_size"].test()
     assert "success" in str(run.state).lower(), run.state
     new = [job_id for job_id in jobs(cluster) if job_id not in before]
     assert len(new) == 3
