@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from celery.signals import task_postrun, task_received, worker_shutting_down
+from celery.signals import task_postrun, task_received, worker_ready, worker_shutting_down
 
 from sparkdispatch.broker.celery_app import DEPLOY_TASK, remove_stale_pidbox_messages
 from sparkdispatch.config import Configuration
@@ -54,6 +54,10 @@ log = logging.getLogger(__name__)
 
 INITIAL_REGISTRATION_BACKOFF_S = 0.1
 PIDBOX_CLEANUP_EVERY_S = 30.0
+#: A worker registers once its consumer is ready (Celery's `worker_ready`), so the master's first
+#: remote-control calls (cancellations are broadcasts, lost while no queue is bound) reach it;
+#: it registers anyway after this long.
+CONSUMER_READY_TIMEOUT_S = 60.0
 #: How long a deployment that arrives while this TaskExecutor is not registered (starting, or
 #: registering again) waits for the registration before it is refused.
 REGISTRATION_WAIT_S = 5.0
@@ -346,6 +350,8 @@ class MasterConnectionStep(PeriodicStep):
         self._last_cleanup = 0.0
         self._hostname: str | None = None
         self._session: str | None = None  # the leader session of the last registration
+        self._consumer_ready = threading.Event()
+        self._ready_deadline = 0.0
 
     def start_ticking(self, w: Any) -> float:
         runtime = w.app.task_executor
@@ -355,6 +361,8 @@ class MasterConnectionStep(PeriodicStep):
         self._runner = runtime.runner
         self._config = runtime.config
         self._hostname = w.hostname
+        self._ready_deadline = time.monotonic() + CONSUMER_READY_TIMEOUT_S
+        worker_ready.connect(self._worker_ready, weak=False)
         worker_shutting_down.connect(self._shutting_down, weak=False)
         task_received.connect(self._received, weak=False)
         task_postrun.connect(self._ran, weak=False)
@@ -388,8 +396,15 @@ class MasterConnectionStep(PeriodicStep):
         if sender == self._hostname and self._connection is not None:
             threading.Thread(target=self._connection.unregister, name="sparkdispatch-unregister").start()
 
+    def _worker_ready(self, sender: Any = None, **_: Any) -> None:
+        # sent with the consumer, once its steps (the remote-control queue among them) started
+        if getattr(sender, "hostname", self._hostname) == self._hostname:
+            self._consumer_ready.set()
+
     def tick(self) -> None:
         assert self._connection is not None and self._runner is not None and self._config is not None
+        if not self._consumer_ready.is_set() and time.monotonic() < self._ready_deadline:
+            return  # not registering before the worker can take remote-control calls
         self._connection.tick()
         session = self._connection.registered_session
         if session is not None and session != self._session:
@@ -408,6 +423,7 @@ class MasterConnectionStep(PeriodicStep):
             self._connection.unregister()
 
     def stop(self, w: Any) -> None:
+        worker_ready.disconnect(self._worker_ready)
         worker_shutting_down.disconnect(self._shutting_down)
         task_received.disconnect(self._received)
         task_postrun.disconnect(self._ran)
