@@ -173,9 +173,7 @@ def task_failure(exc: SparkDispatchError) -> AirflowException:
 
 def result_failure_is_final(result: Mapping[str, Any]) -> bool:
     """Whether a failed JobResult's cause is one no retry fixes (an entrypoint that does not exist)."""
-    job_result = JobResult.from_dict(result)
-    failures = [job_result.failure, *(v.failure for v in job_result.vertices.values())]
-    return any(f is not None and f.cls in NOT_RETRYABLE_FAILURES for f in failures)
+    return any(failure.cls in NOT_RETRYABLE_FAILURES for failure in _failures(JobResult.from_dict(result)))
 
 
 def vertex_outputs(result: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
