@@ -213,6 +213,10 @@ class Dispatcher:
         await asyncio.gather(*self._cleanups.values(), *(j.watcher for _, j in jobs if j.watcher),
                              return_exceptions=True)
         self._cleanups.clear()
+        # A cancelled watcher keeps its CancelledError, whose traceback holds the watcher's frame and
+        # so the job: without this the job's JobMaster (and its graph) would outlive the leadership.
+        for _, job in jobs:
+            job.watcher = None
 
     async def _take_over(self, found: RecoveredJob) -> None:
         """Act on one job recovery found, before it reads the next."""
