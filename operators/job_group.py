@@ -13,6 +13,11 @@ submits it once per DAG run: it is a `SubmitJobGraphOperator` that does not wait
 job ids, so its retries re-attach to the job. Each vertex task then waits for its own vertex
 (deferred by default), streaming its subtasks' attempt logs into its own log as it waits
 (log_stream.py), and succeeds with it, returning `vertex_output(...)` as its XCom.
+
+A later try of a vertex task (an Airflow retry, or a clear of the failed task) whose vertex did
+not finish in the ended job asks the master to repair it (`POST /jobs/{id}/repair`): that vertex
+and its consumers run again in the same job, the other vertices' results are kept (Databricks'
+repair of a workflow's failed tasks). A vertex that finished is never run again by a clear.
 """
 
 from __future__ import annotations
@@ -28,10 +33,10 @@ from airflow.sdk import BaseOperator, TaskGroup
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from sparkdispatch.client import SyncSparkDispatchClient
-from sparkdispatch.errors import JobAlreadyTerminated, SparkDispatchError
+from sparkdispatch.errors import JobAlreadyTerminated, RepairNotPossible, SparkDispatchError
 from sparkdispatch.hooks.sparkdispatch import SparkDispatchHook
 from sparkdispatch.jobgraph import ExecutionState, VertexResult
-from sparkdispatch.operators.jobs import default_deferrable, task_failure
+from sparkdispatch.operators.jobs import NOT_RETRYABLE_FAILURES, default_deferrable, task_failure
 from sparkdispatch.operators.links import SparkDispatchJobLink, push_job_link
 from sparkdispatch.operators.log_stream import LogFollower
 from sparkdispatch.operators.submit import TRIGGER_FAIL, SubmitJobGraphOperator
@@ -41,6 +46,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 LAUNCH_TASK_ID = "launch"
+REPAIR_WAIT_S = 60.0  # how long a repair is asked for again while the job just ended is archived
 
 
 def vertex_output(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -63,7 +69,8 @@ class SparkDispatchVertexOperator(BaseOperator):
     :param cancel_on_kill: cancel the whole job when this task is killed or times out.
 
     The vertex id is the `task_id` given (without the group's prefix). The XCom is
-    `{"job_id", "vertex", "state", "rows", "result_path", "partitions", "attempts"}`.
+    `{"job_id", "vertex", "state", "rows", "result_path", "partitions", "attempts"}`. A retry or
+    a clear of the task after its vertex failed repairs the vertex (see the module docstring).
     """
 
     template_fields: Sequence[str] = ("vertex_params",)
@@ -113,7 +120,7 @@ class SparkDispatchVertexOperator(BaseOperator):
             def fetch(subtask: int, attempt: int | None, offset: int) -> dict[str, Any]:
                 return client.vertex_log(job_id, self.vertex_id, subtask=subtask, attempt=attempt, offset=offset)
 
-            body = client.vertex(job_id, self.vertex_id)
+            body = self._repaired_if_due(context, client, client.vertex(job_id, self.vertex_id))
             while not vertex_concluded(body):
                 if self.deferrable:
                     self.defer(trigger=VertexTrigger(job_id=job_id, vertex_id=self.vertex_id,
@@ -139,6 +146,35 @@ class SparkDispatchVertexOperator(BaseOperator):
             raise AirflowException(f"waiting for vertex {self.vertex_id} of job {event.get('job_id')} failed: "
                                    f"{event.get('message')}")
         return self._outcome(event["body"])
+
+    def _repair_due(self, context: Context, body: Mapping[str, Any]) -> bool:
+        """Whether this try repairs the vertex: a later try, and the job ended without it FINISHED."""
+        return context["ti"].try_number > 1 and vertex_concluded(body) \
+            and body["result"]["state"] != ExecutionState.FINISHED.value
+
+    def _repaired_if_due(self, context: Context, client: SyncSparkDispatchClient,
+                         body: dict[str, Any]) -> dict[str, Any]:
+        """`body`, or, when a repair is due, the vertex's state once the master accepted the repair
+        (the job then runs again); asked once per try. A job that is still concluding is asked again
+        for up to `REPAIR_WAIT_S`."""
+        job_id = body["job_id"]
+        deadline = time.monotonic() + REPAIR_WAIT_S
+        while self._repair_due(context, body):
+            try:
+                answer = client.repair(job_id, [self.vertex_id])
+            except RepairNotPossible as exc:
+                if not exc.running or time.monotonic() > deadline:
+                    raise
+                self.log.info("job %s: %s", job_id, exc)
+                time.sleep(1.0)
+                body = client.vertex(job_id, self.vertex_id)
+                continue
+            repair = answer.repair
+            self.log.info("job %s: repair %d runs vertices %s again (%s by try %d of this task); the results "
+                          "of the others are reused", job_id, repair.number, ", ".join(repair.vertices),
+                          "started" if answer.created else "already started", context["ti"].try_number)
+            return client.vertex(job_id, self.vertex_id)
+        return body
 
     def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
         """A deferral that timed out (or whose trigger failed) cancels the job before the task fails."""
@@ -182,9 +218,10 @@ class SparkDispatchVertexOperator(BaseOperator):
         cause = f"{failure.cls}: {failure.message}" if failure else f"the job ended {body['job_status']}"
         if failure is not None and failure.traceback:
             self.log.error("remote traceback of vertex %s:\n%s", self.vertex_id, failure.traceback)
-        # the job is final: a retry of this task would find the same vertex
-        raise AirflowFailException(f"vertex {self.vertex_id} of sparkdispatch job {output['job_id']} ended "
-                                   f"{output['state']}: {cause}")
+        message = f"vertex {self.vertex_id} of sparkdispatch job {output['job_id']} ended {output['state']}: {cause}"
+        if failure is not None and failure.cls in NOT_RETRYABLE_FAILURES:
+            raise AirflowFailException(f"{message} (not retried: a retry cannot fix this)")
+        raise AirflowException(f"{message}; a retry or a clear of this task repairs the vertex")
 
 
 class _LaunchJobGraphOperator(SubmitJobGraphOperator):

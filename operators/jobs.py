@@ -21,6 +21,7 @@ from sparkdispatch.errors import (
     EntrypointNotFound,
     InvalidJobGraph,
     InvalidRequest,
+    RepairNotPossible,
     SparkDispatchError,
     Unauthorized,
 )
@@ -166,7 +167,7 @@ NOT_RETRYABLE_FAILURES = frozenset({EntrypointNotFound.__name__})
 
 def task_failure(exc: SparkDispatchError) -> AirflowException:
     """The Airflow exception a task fails with for `exc`: without retries when no retry can help."""
-    if isinstance(exc, NOT_RETRYABLE):
+    if isinstance(exc, NOT_RETRYABLE) or (isinstance(exc, RepairNotPossible) and not exc.running):
         return AirflowFailException(f"{exc} (not retried: a retry cannot fix this)")
     return AirflowException(str(exc))
 

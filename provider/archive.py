@@ -2,9 +2,11 @@
 
 Each archived job is one JSON file `<storage.dir>/archive/<cluster-id>/<job-id>.json` holding its
 JobResult, its last snapshot and its graph's fingerprint, so every master of the cluster (and a
-new leader after a failover) answers for it, and knows a resubmission of the same graph. Files
-of the first format (REST bodies instead of a snapshot) are converted as they are read; entries
-of the first two formats have no fingerprint.
+new leader after a failover) answers for it, and knows a resubmission of the same graph; and,
+from format 4, its graph and its FINISHED subtasks, which a repair starts from
+(`sparkdispatch.repair`). Files of the first format (REST bodies instead of a snapshot) are
+converted as they are read; entries of the first two formats have no fingerprint, those before
+format 4 cannot be repaired.
 
 `index.jsonl` beside them holds one line per `put`, the job's overview, appended durably after
 the entry's file: a new leader reads the index and lists the directory, and reads an entry file
@@ -28,14 +30,15 @@ from typing import Any
 
 from sparkdispatch.ha.files import LeadershipCheck, finish_in_thread, fsync_dir, write_atomic, write_temp
 from sparkdispatch.ha.jobgraph_store import check_job_id
-from sparkdispatch.jobgraph import JOB_ID_PATTERN, ExecutionState, JobResult
+from sparkdispatch.ha.progress_store import Finished, finished_from_dict, finished_to_dict
+from sparkdispatch.jobgraph import JOB_ID_PATTERN, ExecutionState, JobGraph, JobResult
 from sparkdispatch.settings import ArchiveSettings
 from sparkdispatch.snapshot import JobOverview, JobSnapshot, SubtaskSnapshot, VertexSnapshot
 
 log = logging.getLogger(__name__)
 
 COMPONENT = "job archive"
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 INDEX = "index.jsonl"
 ENTRY_SUFFIX = ".json"
 
@@ -43,15 +46,20 @@ ENTRY_SUFFIX = ".json"
 @dataclass(frozen=True)
 class ArchivedJob:
     """A globally terminated job: its JobResult, its last snapshot and its graph's fingerprint
-    (None when unknown: archived before fingerprints were kept, or its graph could not be read)."""
+    (None when unknown: archived before fingerprints were kept, or its graph could not be read);
+    its graph and FINISHED subtasks when known (a job that ran). Its repairs are in the snapshot."""
 
     result: JobResult
     snapshot: JobSnapshot
     fingerprint: str | None = None
+    graph: JobGraph | None = None
+    finished: Finished | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"version": FORMAT_VERSION, "result": self.result.to_dict(), "snapshot": self.snapshot.to_dict(),
-                "fingerprint": self.fingerprint}
+                "fingerprint": self.fingerprint,
+                "graph": None if self.graph is None else self.graph.to_dict(),
+                "finished": None if self.finished is None else finished_to_dict(self.finished)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ArchivedJob:
@@ -61,7 +69,10 @@ class ArchivedJob:
         fingerprint = data.get("fingerprint")
         if fingerprint is not None and not isinstance(fingerprint, str):
             raise ValueError(f"fingerprint must be a string, not {fingerprint!r}")
-        return cls(result, JobSnapshot.from_dict(data["snapshot"]), fingerprint)
+        graph, finished = data.get("graph"), data.get("finished")
+        return cls(result, JobSnapshot.from_dict(data["snapshot"]), fingerprint,
+                   graph=None if graph is None else JobGraph.from_dict(graph),
+                   finished=None if finished is None else finished_from_dict(finished))
 
 
 def _snapshot_from_rest_bodies(result: JobResult, details: Mapping[str, Any],

@@ -4,7 +4,7 @@
 
 Server commands: `standalone`, `master`, `taskexecutor`. Client commands (against the leader,
 found as the Airflow hook finds it): `run GRAPH.json [--wait] [--artifact FILE]`, `list`,
-`status ID`, `cancel ID`, `overview`. `config-docs` prints the table of configuration keys.
+`status ID`, `cancel ID`, `repair ID VERTEX...`, `overview`. `config-docs` prints the table of configuration keys.
 """
 
 from __future__ import annotations
@@ -53,6 +53,10 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("job_id")
     cancel = commands.add_parser("cancel", help="cancel a job")
     cancel.add_argument("job_id")
+    repair = commands.add_parser("repair", help="run vertices of an ended job again, with their consumers, "
+                                                "reusing the other vertices' results")
+    repair.add_argument("job_id")
+    repair.add_argument("vertices", nargs="+", metavar="VERTEX")
     commands.add_parser("overview", help="the cluster overview")
     commands.add_parser("config-docs", help="print the table of configuration keys")
     return parser
@@ -135,6 +139,10 @@ async def _client_command(args: argparse.Namespace, config: Configuration) -> in
         elif args.command == "cancel":
             await client.cancel(args.job_id)
             print(f"cancelling job {args.job_id}")
+        elif args.command == "repair":
+            answer = await client.repair(args.job_id, args.vertices)
+            print(f"job {args.job_id}: repair {answer.repair.number} {'runs' if answer.created else 'already runs'} "
+                  f"{', '.join(answer.repair.vertices)} again")
         else:
             return await _run(client, args)
     return 0

@@ -40,6 +40,7 @@ from sparkdispatch.errors import (
 )
 from sparkdispatch.jobgraph import JobStatus
 from sparkdispatch.loop_thread import LoopThread
+from sparkdispatch.repair import RepairAnswer
 
 log = logging.getLogger(__name__)
 
@@ -231,6 +232,12 @@ class SparkDispatchClient:
     async def cancel(self, job_id: str) -> None:
         """Ask the master to cancel the job; `JobAlreadyTerminated` if it ended already."""
         await self._request("PATCH", f"/jobs/{job_id}", params={"mode": "cancel"})
+
+    async def repair(self, job_id: str, vertices: Sequence[str]) -> RepairAnswer:
+        """Run `vertices` of an ended job again, with their consumers, reusing the other results;
+        `RepairNotPossible` (its `running` set while the job has not ended)."""
+        _, answer = await self._request("POST", f"/jobs/{job_id}/repair", json={"vertices": list(vertices)})
+        return RepairAnswer.from_dict(answer)
 
     async def upload_artifact(self, path: str | os.PathLike[str]) -> str:
         """Upload a `.py` or `.zip` file, or a package directory (zipped) → its blob key."""
@@ -503,6 +510,9 @@ class SyncSparkDispatchClient:
 
     def cancel(self, job_id: str) -> None:
         self.run(self.async_client.cancel(job_id))
+
+    def repair(self, job_id: str, vertices: Sequence[str]) -> RepairAnswer:
+        return self.run(self.async_client.repair(job_id, vertices))
 
     def upload_artifact(self, path: str | os.PathLike[str]) -> str:
         return self.run(self.async_client.upload_artifact(path))

@@ -11,6 +11,8 @@ Mirrors Flink's Dispatcher under one leader session:
   id with the same graph (fingerprint) is the same job, running or terminated, never a second
   run; another graph under a taken id is refused.
 - `cancel` persists the cancel with the job before it answers, so the next leader finishes it.
+- `repair` runs some vertices of an ended job again under the same id, from its archive entry
+  (sparkdispatch.dispatcher_repair), persisted before it answers.
 - A job that reaches a globally terminal state, or whose JobMaster cannot start, goes archive
   → dirty JobResult → cleanup (JobGraph, progress, results per `results.retention`), retried
   with backoff until it succeeds → clean.
@@ -21,25 +23,26 @@ All state lives on the master's loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import logging
 import time
 import uuid
 from abc import abstractmethod
-from collections.abc import Awaitable
+from collections.abc import Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Protocol
 
 from sparkdispatch.archive import ArchivedJob, JobArchive
 from sparkdispatch.errors import (
-    BlobNotFound,
-    CorruptedBlob,
     DuplicateJobSubmission,
     InvalidJobGraph,
     JobAlreadyTerminated,
     JobResultEntryExists,
     LeadershipLost,
     RecoveryInProgress,
+    RepairNotPossible,
     RouteNotFound,
     ServiceUnavailable,
     UnknownJob,
@@ -51,22 +54,24 @@ from sparkdispatch.dispatcher_recovery import (
     RecoveredJob,
     UnreadableJob,
     result_without_run,
+    terminated_status,
 )
-from sparkdispatch.ha.blob_store import BlobReader
+from sparkdispatch.dispatcher_repair import persist_repair, plan_repair
+from sparkdispatch.ha.blob_store import BlobReader, artifact_problems
 from sparkdispatch.ha.job_result_store import FileSystemJobResultStore, JobResultEntry
 from sparkdispatch.ha.jobgraph_store import JobGraphStore
 from sparkdispatch.ha.progress_store import JobProgress, ProgressStore
 from sparkdispatch.jobgraph import Failure, JobGraph, JobResult, JobStatus, VertexResult
 from sparkdispatch.jobmaster.gateways import JobMasterFactory, JobMasterGateway
+from sparkdispatch.repair import Repair, RepairAnswer, check_requested
 from sparkdispatch.results import ResultLayout, remove_job_results
 from sparkdispatch.settings import CleanupSettings
 from sparkdispatch.snapshot import JobOverview, JobSnapshot
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
-
 RETRY_AFTER_S = 1  # what a caller hears while the Dispatcher recovers
+CLEANUP_WAIT_S = 10.0  # how long a repair waits for the cleanup of a job that has just ended
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,10 @@ class DispatcherGateway(Protocol):
     @abstractmethod
     async def cancel(self, job_id: str) -> None:
         """Cancel a running job; idempotent for a cancelled one."""
+
+    @abstractmethod
+    async def repair(self, job_id: str, vertices: Sequence[str]) -> RepairAnswer:
+        """Run `vertices` of an ended job again, with their consumers, reusing the other results."""
 
     @abstractmethod
     def job_overviews(self) -> list[JobOverview]:
@@ -133,6 +142,11 @@ class _Job:
     watcher: asyncio.Task[None] | None = None
     result: JobResult | None = None  # once globally terminal
     cancel_recorded: bool = False  # its cancel is persisted: a recovered job is cancelled, not run
+    repairs: tuple[Repair, ...] = ()  # the last one runs, if the job runs a repair
+
+    @property
+    def running_repair(self) -> Repair | None:
+        return self.repairs[-1] if self.repairs and self.repairs[-1].status is None else None
 
     @property
     def status(self) -> JobStatus:
@@ -149,9 +163,18 @@ class _Job:
     async def snapshot(self) -> JobSnapshot:
         """Of a job run by its JobMaster (built off the loop) or concluded without one."""
         if self.job_master is not None:
-            return await self.job_master.snapshot_off_loop()
-        assert self.result is not None
-        return JobSnapshot.from_result(self.result)
+            snapshot = await self.job_master.snapshot_off_loop()
+        else:
+            assert self.result is not None
+            snapshot = JobSnapshot.from_result(self.result)
+        return dataclasses.replace(snapshot, repairs=self.repairs) if self.repairs else snapshot
+
+    def conclude(self, result: JobResult) -> JobResult:
+        """The job is globally terminal with `result` (and so is the repair it ran, if any)."""
+        self.result = result
+        if self.running_repair is not None:
+            self.repairs = (*self.repairs[:-1], self.repairs[-1].ended(result.status))
+        return result
 
 
 class Dispatcher:
@@ -229,8 +252,9 @@ class Dispatcher:
                 job = self._jobs[result.job_id] = _Job(None, None, _persisted(), result=result)
                 job.watcher = asyncio.create_task(self._conclude(result.job_id, job, result),
                                                   name=f"job-{result.job_id}")
-            case JobToResume(job_id=job_id, graph=graph, progress=progress, cancel=cancel):
-                job = self._jobs[job_id] = _Job(graph, graph.fingerprint(), _persisted(), cancel_recorded=cancel)
+            case JobToResume(job_id=job_id, graph=graph, progress=progress, cancel=cancel, repairs=repairs):
+                job = self._jobs[job_id] = _Job(graph, graph.fingerprint(), _persisted(), cancel_recorded=cancel,
+                                                repairs=repairs)
                 self._run(job_id, job, recovered=progress)
 
     # -- submission and cancellation -----------------------------------------------------------
@@ -256,7 +280,9 @@ class Dispatcher:
         self._jobs[job_id] = job
         try:
             # an id generated here is new: only a client's own id can have been used already
-            terminated = await self._terminated(job_id, fingerprint) if chosen_id else None
+            terminated = await terminated_status(job_id, fingerprint, archive=self._archive,
+                                                 job_result_store=self._job_result_store,
+                                                 cleaning=job_id in self._cleanups) if chosen_id else None
             if terminated is None:
                 await self._check_artifacts(graph)
                 await self._jobgraph_store.put(self.session_id, graph)
@@ -274,47 +300,12 @@ class Dispatcher:
         self._run(job_id, job, recovered=None)
         return Submission(job_id, True, job.status)
 
-    async def _terminated(self, job_id: str, fingerprint: str) -> JobStatus | None:
-        """The status of the same job if `job_id` already terminated; None if it is new.
-        `DuplicateJobSubmission` if it terminated with another graph, or one it cannot tell."""
-        status: JobStatus | None = None
-        stored: str | None = None
-        if job_id in self._archive:
-            archived = await _read_or_none(self._archive.get(job_id), f"archived job {job_id}")
-            if archived is not None:
-                status, stored = archived.result.status, archived.fingerprint
-        if status is None and (job_id in self._cleanups or await self._job_result_store.has_entry(job_id)):
-            entry = await _read_or_none(self._job_result_store.get(job_id), f"the JobResult of job {job_id}")
-            if entry is None:
-                raise DuplicateJobSubmission(job_id, "it already reached a globally terminal state")
-            status, stored = entry.result.status, entry.fingerprint
-        if status is None:
-            return None
-        if stored is None:
-            raise DuplicateJobSubmission(job_id, f"it already reached a globally terminal state ({status.value}) "
-                                                 "and its graph is not known, so this cannot be the same job")
-        if stored != fingerprint:
-            raise DuplicateJobSubmission(job_id, "it already reached a globally terminal state with another graph")
-        return status
-
     async def _check_artifacts(self, graph: JobGraph) -> None:
         """`InvalidJobGraph` naming each artifact key the blob store does not have (or has corrupted)."""
         if graph.artifacts:
-            problems = await asyncio.to_thread(self._artifact_problems, graph.artifacts)
+            problems = await asyncio.to_thread(artifact_problems, self._blob_store, graph.artifacts)
             if problems:
                 raise InvalidJobGraph(problems)
-
-    def _artifact_problems(self, keys: tuple[str, ...]) -> dict[str, list[str]]:
-        problems: dict[str, list[str]] = {}
-        for index, key in enumerate(keys):
-            try:
-                self._blob_store.path_blocking(key)
-            except BlobNotFound:
-                problems[f"artifacts[{index}]"] = [f"no artifact with key {key} is stored; upload it first "
-                                                   "(POST /artifacts)"]
-            except CorruptedBlob:
-                problems[f"artifacts[{index}]"] = [f"the artifact with key {key} is corrupted; upload it again"]
-        return problems
 
     async def cancel(self, job_id: str) -> None:
         """Cancel a running job, persisting the cancel first; idempotent for a cancelled one;
@@ -347,6 +338,51 @@ class Dispatcher:
             status = archived.result.status
         if status is not JobStatus.CANCELED:
             raise JobAlreadyTerminated(job_id, status.value)
+
+    async def repair(self, job_id: str, vertices: Sequence[str]) -> RepairAnswer:
+        """Run `vertices` of an ended job again, with their consumers, reusing the other results
+        (`POST /jobs/{job_id}/repair`); persisted before it answers. A job that runs a repair
+        covering `vertices` answers with it; `RepairNotPossible` (`running`) while it runs otherwise."""
+        self._check_serving()
+        job = self._jobs.get(job_id)
+        if job is not None and not job.accepted.done():
+            with contextlib.suppress(Exception):
+                await asyncio.shield(job.accepted)
+            job = self._jobs.get(job_id)
+        if job is not None:
+            repair = job.running_repair
+            if job.result is None and repair is not None and job.graph is not None \
+                    and repair.covers(check_requested(job.graph, vertices)):
+                return RepairAnswer(job_id, repair, created=False)
+            raise RepairNotPossible(job_id, f"it has not ended yet ({job.status.value}); ask again once it has",
+                                    running=True)
+        cleanup = self._cleanups.get(job_id)
+        if cleanup is not None:  # it has just ended: its JobGraph and progress are being removed
+            try:
+                await asyncio.wait_for(asyncio.shield(cleanup), CLEANUP_WAIT_S)
+            except TimeoutError:
+                raise RepairNotPossible(job_id, "its cleanup is not done yet; ask again shortly", running=True) from None
+        plan = plan_repair(job_id, await self._archive.get(job_id), vertices,
+                           results_deleted=self._cleanup_settings.delete_results, now_ms=int(time.time() * 1000))
+        if job_id in self._jobs:  # another repair or a resubmission took it meanwhile
+            return await self.repair(job_id, vertices)
+        job = _Job(plan.graph, plan.graph.fingerprint(), asyncio.get_running_loop().create_future(),
+                   repairs=plan.repairs)
+        self._jobs[job_id] = job
+        try:
+            await persist_repair(self.session_id, plan, progress_store=self._progress_store,
+                                 jobgraph_store=self._jobgraph_store, job_result_store=self._job_result_store)
+        except BaseException as exc:
+            del self._jobs[job_id]
+            job.accepted.set_exception(exc)
+            job.accepted.exception()
+            raise
+        job.accepted.set_result(None)
+        repair = plan.repairs[-1]
+        log.info("job %s: repair %d runs %s again (asked for %s) [session %s]", job_id, repair.number,
+                 ", ".join(repair.vertices), ", ".join(repair.requested), self.session_id)
+        self._run(job_id, job, recovered=plan.progress)
+        return RepairAnswer(job_id, repair, created=True)
 
     # -- queries ------------------------------------------------------------------------------
 
@@ -399,8 +435,12 @@ class Dispatcher:
         if job is not None and job.result is None and job.job_master is not None:
             status, vertex = job.job_master.status, job.job_master.vertex_result(vertex_id)
         else:
-            result = await self.job_result(job_id)
-            assert result is not None  # a job without a JobMaster has concluded
+            result = job.result if job is not None else None
+            if result is None:  # archived, or reserved by a repair about to run
+                archived = await self._archive.get(job_id)
+                if archived is None:
+                    raise UnknownJob(job_id)
+                result = archived.result
             status, vertex = result.status, result.vertices.get(vertex_id)
         if vertex is None:
             raise RouteNotFound(f"job {job_id} has no vertex {vertex_id!r}")
@@ -438,8 +478,8 @@ class Dispatcher:
                       self.session_id, exc_info=exc)
             if job_master is not None:
                 self._release(job_id, job_master)
-            job.result = result_without_run(job_id, job.graph, Failure.from_exception(exc))
-            job.watcher = asyncio.create_task(self._conclude(job_id, job, job.result), name=f"job-{job_id}")
+            result = job.conclude(result_without_run(job_id, job.graph, Failure.from_exception(exc)))
+            job.watcher = asyncio.create_task(self._conclude(job_id, job, result), name=f"job-{job_id}")
             return
         job.job_master = job_master
         job.watcher = asyncio.create_task(self._watch(job_id, job), name=f"job-{job_id}")
@@ -462,17 +502,17 @@ class Dispatcher:
                 log.error("cancelling recovered job %s failed, the job fails: %s", job_id, exc, exc_info=exc)
                 self._release(job_id, job_master)
                 job.job_master = None
-                job.result = result_without_run(job_id, job.graph, Failure.from_exception(exc))
-                await self._conclude(job_id, job, job.result)
+                await self._conclude(job_id, job, job.conclude(result_without_run(job_id, job.graph,
+                                                                                  Failure.from_exception(exc))))
                 return
-        result = await job_master.result_future
-        job.result = result
-        await self._conclude(job_id, job, result)
+        await self._conclude(job_id, job, job.conclude(await job_master.result_future))
 
     async def _conclude(self, job_id: str, job: _Job, result: JobResult) -> None:
         """Archive the terminated job, write its dirty JobResult, then clean it up."""
         log.info("job %s reached %s [session %s]", job_id, result.status.value, self.session_id)
-        await self._archive_quietly(ArchivedJob(result, await job.snapshot(), job.fingerprint))
+        finished = job.job_master.finished() if job.job_master is not None else None
+        await self._archive_quietly(ArchivedJob(result, await job.snapshot(), job.fingerprint, graph=job.graph,
+                                                finished=finished))
         written = await self._write_dirty_result(JobResultEntry(result, job.fingerprint))
         self._jobs.pop(job_id, None)
         if written:
@@ -550,12 +590,3 @@ def _persisted() -> asyncio.Future[JobStatus | None]:
     future: asyncio.Future[JobStatus | None] = asyncio.get_running_loop().create_future()
     future.set_result(None)
     return future
-
-
-async def _read_or_none(read: Awaitable[T], what: str) -> T | None:
-    """`read` awaited, or None if it fails (logged as `what` cannot be read)."""
-    try:
-        return await read
-    except Exception as exc:
-        log.warning("%s cannot be read: %s", what, exc)
-        return None

@@ -8,7 +8,8 @@ the next is read:
   from its result if the archive does not have it; one whose dirty JobResult cannot be read is
   recorded as FAILED and cleaned up all the same;
 - a stored JobGraph of a job that already terminated (archived, or with a JobResult) only has its
-  leftovers removed;
+  leftovers removed, unless it is an archived job's repair: no JobResult, and a progress naming
+  a repair the archive has not seen (sparkdispatch.dispatcher_repair), which resumes;
 - every other stored JobGraph resumes from its progress, or is cancelled when a former leader
   accepted its cancel (unless every subtask finished before the cancel took effect);
 - a job whose stored state cannot be read fails alone, with a FAILED JobResult naming the cause.
@@ -26,11 +27,12 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from sparkdispatch.archive import ArchivedJob, JobArchive
-from sparkdispatch.errors import ServiceUnavailable, StoreUnavailable
+from sparkdispatch.errors import DuplicateJobSubmission, ServiceUnavailable, StoreUnavailable
 from sparkdispatch.ha.job_result_store import FileSystemJobResultStore
 from sparkdispatch.ha.jobgraph_store import JobGraphStore
 from sparkdispatch.ha.progress_store import JobProgress, ProgressStore
 from sparkdispatch.jobgraph import ExecutionState, Failure, JobGraph, JobResult, JobStatus, VertexResult
+from sparkdispatch.repair import Repair
 from sparkdispatch.snapshot import JobSnapshot
 
 log = logging.getLogger(__name__)
@@ -42,12 +44,14 @@ UNREADABLE_JOB_NAME = "unreadable job"
 
 @dataclass(frozen=True)
 class JobToResume:
-    """A stored job to run again from its progress; `cancel`: a former leader accepted its cancel."""
+    """A stored job to run again from its progress; `cancel`: a former leader accepted its cancel;
+    `repairs`: the job's repairs, the last one running (empty unless it runs a repair)."""
 
     job_id: str
     graph: JobGraph
     progress: JobProgress
     cancel: bool
+    repairs: tuple[Repair, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -147,9 +151,10 @@ class JobRecovery:
 
     async def _stored_job(self, job_id: str) -> RecoveredJob | None:
         """A stored JobGraph without a dirty JobResult; None if it was removed meanwhile."""
-        if job_id in self._archive or await self._read(lambda: self._job_result_store.has_entry(job_id)):
+        leftovers = JobToCleanUp(job_id, None, mark_clean=False)
+        if await self._read(lambda: self._job_result_store.has_entry(job_id)):
             log.warning("job %s is stored but already terminated; removing its leftovers", job_id)
-            return JobToCleanUp(job_id, None, mark_clean=False)
+            return leftovers
         try:
             graph = await self._read(lambda: self._jobgraph_store.get(job_id))
             if graph is None:
@@ -160,11 +165,20 @@ class JobRecovery:
         except Exception as exc:  # this job only: the others are recovered all the same
             log.error("job %s cannot be recovered, it fails: %s [session %s]", job_id, exc, self._session_id)
             return UnreadableJob(result_without_run(job_id, None, _recovery_failure(job_id, exc)))
+        repairs: tuple[Repair, ...] = ()
+        if job_id in self._archive:
+            archived = await _read_or_none(self._archive.get(job_id), f"archived job {job_id}")
+            done = archived.snapshot.repairs if archived is not None else ()
+            if archived is None or progress.repair is None or progress.repair.number <= len(done):
+                log.warning("job %s is stored but already terminated; removing its leftovers", job_id)
+                return leftovers
+            repairs = (*done, progress.repair)
+            log.info("job %s runs repair %d", job_id, progress.repair.number)
         # a job whose every subtask finished before its cancel took effect finishes, as it did
         cancel = progress.cancel_requested and not _all_finished(graph, progress)
         log.info("recovering job %s (%s)%s [session %s]", job_id, graph.name,
                  "; a former leader accepted its cancel" if cancel else "", self._session_id)
-        return JobToResume(job_id, graph, progress, cancel)
+        return JobToResume(job_id, graph, progress, cancel, repairs)
 
 
 def result_without_run(job_id: str, graph: JobGraph | None, failure: Failure) -> JobResult:
@@ -182,3 +196,38 @@ def _all_finished(graph: JobGraph, progress: JobProgress) -> bool:
 
 def _recovery_failure(job_id: str, exc: BaseException) -> Failure:
     return Failure(type(exc).__name__, f"job {job_id} could not be recovered: {exc}")
+
+
+async def terminated_status(job_id: str, fingerprint: str, *, archive: JobArchive,
+                            job_result_store: FileSystemJobResultStore, cleaning: bool) -> JobStatus | None:
+    """The status of the same job (graph `fingerprint`) if `job_id` already terminated, from the
+    archive or the JobResult store (`cleaning`: its cleanup runs); None if it is new.
+    `DuplicateJobSubmission` if it terminated with another graph, or one it cannot tell."""
+    status: JobStatus | None = None
+    stored: str | None = None
+    if job_id in archive:
+        archived = await _read_or_none(archive.get(job_id), f"archived job {job_id}")
+        if archived is not None:
+            status, stored = archived.result.status, archived.fingerprint
+    if status is None and (cleaning or await job_result_store.has_entry(job_id)):
+        entry = await _read_or_none(job_result_store.get(job_id), f"the JobResult of job {job_id}")
+        if entry is None:
+            raise DuplicateJobSubmission(job_id, "it already reached a globally terminal state")
+        status, stored = entry.result.status, entry.fingerprint
+    if status is None:
+        return None
+    if stored is None:
+        raise DuplicateJobSubmission(job_id, f"it already reached a globally terminal state ({status.value}) "
+                                             "and its graph is not known, so this cannot be the same job")
+    if stored != fingerprint:
+        raise DuplicateJobSubmission(job_id, "it already reached a globally terminal state with another graph")
+    return status
+
+
+async def _read_or_none(read: Awaitable[T], what: str) -> T | None:
+    """`read` awaited, or None if it fails (logged as `what` cannot be read)."""
+    try:
+        return await read
+    except Exception as exc:
+        log.warning("%s cannot be read: %s", what, exc)
+        return None

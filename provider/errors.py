@@ -206,6 +206,26 @@ class JobAlreadyTerminated(SparkDispatchError):
         return cls(_text(fields, "job_id"), _text(fields, "status"))
 
 
+class RepairNotPossible(SparkDispatchError):
+    """A repair that cannot be made; `running` when only because the job has not ended yet
+    (ask again once it has)."""
+
+    http_status = 409
+
+    def __init__(self, job_id: str, reason: str, *, running: bool = False) -> None:
+        super().__init__(f"job {job_id} cannot be repaired: {reason}")
+        self.job_id = job_id
+        self.reason = reason
+        self.running = running
+
+    def fields(self) -> JSONObject:
+        return {"job_id": self.job_id, "reason": self.reason, "running": self.running}
+
+    @classmethod
+    def from_fields(cls, messages: Sequence[str], fields: Mapping[str, Any]) -> Self:
+        return cls(_text(fields, "job_id"), _text(fields, "reason"), running=fields.get("running") is True)
+
+
 class FencingTokenMismatch(SparkDispatchError):
     """A call made under another fencing token (leader session, JobMaster id) than the current one.
 
@@ -460,7 +480,7 @@ class RecoveryInProgress(ServiceUnavailable):
 
 ERROR_TYPES: Mapping[str, type[SparkDispatchError]] = MappingProxyType({cls.__name__: cls for cls in (
     SparkDispatchError, ConfigurationError, InvalidJobGraph, InvalidRequest, IllegalStateTransition, UnknownJob,
-    DuplicateJobSubmission, JobAlreadyTerminated, FencingTokenMismatch, StaleExecution, NoLeader,
+    DuplicateJobSubmission, JobAlreadyTerminated, RepairNotPossible, FencingTokenMismatch, StaleExecution, NoLeader,
     SlotRequestTimeout, UnknownTaskExecutor, SlotProcessLost, StoreError, StoreUnavailable, JobResultEntryExists,
     NoSuchJobResult, BlobError, BlobNotFound, BlobTooLarge, CorruptedBlob, RequestTooLarge, Unauthorized, RouteNotFound,
     MethodNotAllowed, InternalError, EntrypointNotFound, MissingExtra, ConnectServerError, ServiceUnavailable, LeadershipLost, RecoveryInProgress,

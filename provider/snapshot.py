@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparkdispatch.jobgraph import ExecutionState, JobResult, JobStatus
+from sparkdispatch.repair import Repair
 
 
 @dataclass(frozen=True)
@@ -99,10 +100,11 @@ class VertexSnapshot:
 
 @dataclass(frozen=True)
 class JobSnapshot:
-    """A job's overview and its vertices in topological order."""
+    """A job's overview, its vertices in topological order and its repairs (the last one may run)."""
 
     overview: JobOverview
     vertices: tuple[VertexSnapshot, ...] = ()
+    repairs: tuple[Repair, ...] = ()
 
     @property
     def job_id(self) -> str:
@@ -122,9 +124,11 @@ class JobSnapshot:
         return cls(overview, vertices)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"overview": self.overview.to_dict(), "vertices": [v.to_dict() for v in self.vertices]}
+        return {"overview": self.overview.to_dict(), "vertices": [v.to_dict() for v in self.vertices],
+                "repairs": [r.to_dict() for r in self.repairs]}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> JobSnapshot:
         return cls(JobOverview.from_dict(data["overview"]),
-                   tuple(VertexSnapshot.from_dict(v) for v in data["vertices"]))
+                   tuple(VertexSnapshot.from_dict(v) for v in data["vertices"]),
+                   tuple(Repair.from_dict(r) for r in data.get("repairs", ())))

@@ -109,3 +109,18 @@ class BlobStore(BlobReader):
         fsync_dir(self.directory)
         log.info("stored blob %s (%s, %d bytes)", key, filename, len(data))
         return key
+
+
+def artifact_problems(reader: BlobReader, keys: tuple[str, ...]) -> dict[str, list[str]]:
+    """For each of a JobGraph's artifact keys the store does not have (or has corrupted), what to
+    do about it, under the field name `artifacts[i]`; empty when all are there. Blocking."""
+    problems: dict[str, list[str]] = {}
+    for index, key in enumerate(keys):
+        try:
+            reader.path_blocking(key)
+        except BlobNotFound:
+            problems[f"artifacts[{index}]"] = [f"no artifact with key {key} is stored; upload it first "
+                                               "(POST /artifacts)"]
+        except CorruptedBlob:
+            problems[f"artifacts[{index}]"] = [f"the artifact with key {key} is corrupted; upload it again"]
+    return problems

@@ -5,7 +5,8 @@ overwriting) once a job is globally terminal and before its cleanup starts; `mar
 deletes it, or renames it to `<job-id>.json` when `job-result-store.delete-on-commit` is
 false. Content: `{"result": <JobResult>, "version": 1, "fingerprint": <the graph's>}` (entries
 written before the fingerprint was kept lack it). A dirty entry tells the next leader to finish
-the cleanup instead of running the job again.
+the cleanup instead of running the job again. A repair of the job (`remove`) takes its entry
+away first; the repair's end writes a new one.
 
 Unlike Flink's, the writes are fenced: each commits only after the writer's leadership is
 checked (`LeadershipCheck`, against the ZooKeeper latch in mode `zookeeper`), so a deposed
@@ -99,6 +100,25 @@ class FileSystemJobResultStore:
                 os.rename(dirty, clean)
             fsync_dir(self.directory)
         return True
+
+    async def remove(self, session_id: str, job_id: str) -> None:
+        """Forget the job's entry, dirty or clean (a repair runs the job again); idempotent.
+        `LeadershipLost` unless `session_id` leads."""
+        await self._check(session_id, COMPONENT)
+        if await finish_in_thread(self._remove, job_id):
+            log.info("removed the JobResult of job %s: the job runs a repair", job_id)
+
+    def _remove(self, job_id: str) -> bool:
+        with self._lock:
+            removed = job_id in self._cleaned
+            self._cleaned.discard(job_id)
+            for path in (self._dirty(job_id), self._clean(job_id)):
+                if path.exists():
+                    path.unlink()
+                    removed = True
+            if removed:
+                fsync_dir(self.directory)
+        return removed
 
     async def has_entry(self, job_id: str) -> bool:
         """Whether a JobResult of the job is stored, dirty or clean (readable or not)."""

@@ -1,12 +1,12 @@
-"""Job progress stores: which subtasks of a job finished and where their results are, and
-whether a cancel of the job was accepted.
+"""Job progress stores: which subtasks of a job finished and where their results are, whether a
+cancel of the job was accepted, and the repair the job runs (`sparkdispatch.repair`).
 
 A new leader resumes a batch job without re-running finished work (Flink's FLIP-383), and
 finishes a cancel a former leader answered. Written by the leader only, fenced like the
 JobGraph store. `ZooKeeperProgressStore` keeps one small znode per finished subtask,
-`<cluster>/progress/<job-id>/<vertex-id>#<subtask-index>`, and `<job-id>/cancel-requested`;
-`FileProgressStore` (mode `none`) appends one JSON line per subtask, and
-`{"cancel_requested": true}`, to `<job-id>.jsonl`.
+`<cluster>/progress/<job-id>/<vertex-id>#<subtask-index>`, `<job-id>/cancel-requested` and
+`<job-id>/repair`; `FileProgressStore` (mode `none`) appends one JSON line per subtask,
+`{"cancel_requested": true}` and `{"repair": {...}}` to `<job-id>.jsonl`.
 """
 
 from __future__ import annotations
@@ -27,11 +27,12 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError, NodeExistsError
 
 from sparkdispatch.errors import StoreError
-from sparkdispatch.ha.files import finish_in_thread
+from sparkdispatch.ha.files import finish_in_thread, write_atomic
 from sparkdispatch.ha.jobgraph_store import check_job_id, read_znode
 from sparkdispatch.ha.leader import LeaderElection
 from sparkdispatch.ha.zookeeper import fenced_commit
 from sparkdispatch.jobgraph import VERTEX_ID_PATTERN
+from sparkdispatch.repair import Repair
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,11 @@ COMPONENT = "progress store"
 DELETE_BATCH = 500
 # Not a subtask znode (those hold a '#'): the job's cancel was accepted.
 CANCEL_NODE = "cancel-requested"
+# Nor this one: the repair the job runs.
+REPAIR_NODE = "repair"
+
+Finished = dict[str, dict[int, "SubtaskProgress"]]
+"""`finished[vertex_id][subtask_index]`: the FINISHED subtasks of a job."""
 
 
 @dataclass(frozen=True)
@@ -53,11 +59,30 @@ class SubtaskProgress:
 @dataclass
 class JobProgress:
     """`finished[vertex_id][subtask_index]` for every subtask recorded as FINISHED; whether a
-    cancel of the job was accepted (`cancel_requested`)."""
+    cancel of the job was accepted (`cancel_requested`); the repair the job runs, if it does."""
 
     job_id: str
-    finished: dict[str, dict[int, SubtaskProgress]] = field(default_factory=dict)
+    finished: Finished = field(default_factory=dict)
     cancel_requested: bool = False
+    repair: Repair | None = None
+
+    def complete_vertices(self, parallelism: dict[str, int]) -> set[str]:
+        """The vertices (of `parallelism`: vertex id -> subtasks) whose every subtask finished."""
+        return {vertex_id for vertex_id, count in parallelism.items()
+                if set(self.finished.get(vertex_id, {})) >= set(range(count))}
+
+
+def finished_to_dict(finished: Finished) -> dict[str, dict[str, Any]]:
+    """The JSON form of FINISHED subtasks (as the archive keeps them)."""
+    return {vertex_id: {str(index): {"result_path": entry.result_path, "rows": entry.rows}
+                        for index, entry in subtasks.items()}
+            for vertex_id, subtasks in finished.items()}
+
+
+def finished_from_dict(data: dict[str, Any]) -> Finished:
+    return {str(vertex_id): {int(index): SubtaskProgress(entry["result_path"], entry["rows"])
+                             for index, entry in subtasks.items()}
+            for vertex_id, subtasks in data.items()}
 
 
 class ProgressStore(Protocol):
@@ -74,8 +99,12 @@ class ProgressStore(Protocol):
         """A cancel of the job was accepted: the next leader cancels it if this one cannot."""
 
     @abstractmethod
+    async def start_repair(self, session_id: str, job_id: str, kept: Finished, repair: Repair) -> None:
+        """Replace the job's progress by the subtasks a repair keeps and the repair itself."""
+
+    @abstractmethod
     async def get(self, job_id: str) -> JobProgress:
-        """The job's recorded subtasks and cancel; empty if there are none."""
+        """The job's recorded subtasks, cancel and repair; empty if there are none."""
 
     @abstractmethod
     async def remove(self, session_id: str, job_id: str) -> None:
@@ -120,6 +149,23 @@ class FileProgressStore:
         self._election.fence(session_id, COMPONENT)
         await finish_in_thread(self._append, path, b'{"cancel_requested": true}\n')
 
+    async def start_repair(self, session_id: str, job_id: str, kept: Finished, repair: Repair) -> None:
+        for vertex_id, subtasks in kept.items():
+            for index, entry in subtasks.items():
+                _check_subtask(vertex_id, index, entry.result_path, entry.rows)
+        path = self._file(job_id)
+        lines = [json.dumps(_record(vertex_id, index, entry.result_path, entry.rows), sort_keys=True)
+                 for vertex_id, subtasks in kept.items() for index, entry in subtasks.items()]
+        lines.append(json.dumps({"repair": repair.to_dict()}, sort_keys=True))
+        data = ("\n".join(lines) + "\n").encode()
+        self._election.fence(session_id, COMPONENT)
+        await finish_in_thread(self._replace, path, data)
+
+    @staticmethod
+    def _replace(path: Path, data: bytes) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, data)
+
     @staticmethod
     def _append(path: Path, line: bytes) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -140,6 +186,9 @@ class FileProgressStore:
                 raw = json.loads(line)
                 if raw == {"cancel_requested": True}:
                     progress.cancel_requested = True
+                    continue
+                if "repair" in raw:
+                    progress.repair = Repair.from_dict(raw["repair"])
                     continue
                 vertex, index = str(raw["vertex_id"]), int(raw["subtask_index"])
                 entry = SubtaskProgress(raw["result_path"], raw["rows"])
@@ -181,6 +230,21 @@ class ZooKeeperProgressStore:
         latch = self._election.fence(session_id, COMPONENT)
         await self._upsert(latch, job_node, f"{job_node}/{CANCEL_NODE}", b"")
 
+    async def start_repair(self, session_id: str, job_id: str, kept: Finished, repair: Repair) -> None:
+        for vertex_id, subtasks in kept.items():
+            for index, entry in subtasks.items():
+                _check_subtask(vertex_id, index, entry.result_path, entry.rows)
+        job_node = self._job_node(job_id)
+        latch = self._election.fence(session_id, COMPONENT)
+        await self._remove(latch, job_node)
+        for vertex_id, subtasks in kept.items():
+            for index, entry in subtasks.items():
+                data = json.dumps({"result_path": entry.result_path, "rows": entry.rows}, sort_keys=True).encode()
+                await self._upsert(latch, job_node, f"{job_node}/{vertex_id}#{index}", data)
+        # last: a repair node names a progress that is whole
+        await self._upsert(latch, job_node, f"{job_node}/{REPAIR_NODE}",
+                           json.dumps(repair.to_dict(), sort_keys=True).encode())
+
     async def _upsert(self, latch: str, job_node: str, node: str, data: bytes) -> None:
         deadline = time.monotonic() + self._write_timeout
 
@@ -215,7 +279,16 @@ class ZooKeeperProgressStore:
             return progress
         if CANCEL_NODE in children:
             progress.cancel_requested = True
-            children = [child for child in children if child != CANCEL_NODE]
+        if REPAIR_NODE in children:
+            node = f"{job_node}/{REPAIR_NODE}"
+            try:
+                data, _ = await read_znode(self._client.get_async(node), node)
+                progress.repair = Repair.from_dict(json.loads(data))
+            except NoNodeError:
+                pass
+            except (ValueError, KeyError, TypeError):
+                raise StoreError(f"the repair znode {node} of job {job_id} is unreadable") from None
+        children = [child for child in children if child not in (CANCEL_NODE, REPAIR_NODE)]
         reads = [read_znode(self._client.get_async(f"{job_node}/{child}"), f"{job_node}/{child}")
                  for child in children]
         outcomes = await asyncio.gather(*reads, return_exceptions=True)

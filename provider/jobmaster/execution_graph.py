@@ -17,7 +17,7 @@ from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass
 
 from sparkdispatch.errors import InvalidJobGraph
-from sparkdispatch.ha.progress_store import JobProgress
+from sparkdispatch.ha.progress_store import Finished, JobProgress, SubtaskProgress
 from sparkdispatch.jobgraph import (
     ExecutionState,
     Failure,
@@ -396,6 +396,15 @@ class ExecutionGraph:
         """The result paths of a vertex's finished subtasks that returned a DataFrame, by index."""
         return tuple(ev.current.result_path for ev in self._vertices[vertex_id]
                      if ev.state is ExecutionState.FINISHED and ev.current.result_path is not None)
+
+    def finished(self) -> Finished:
+        """Every FINISHED subtask's result and rows (what a repair of the job keeps)."""
+        finished: Finished = {}
+        for ev in self.subtasks():
+            if ev.state is ExecutionState.FINISHED:
+                finished.setdefault(ev.vertex.id, {})[ev.subtask_index] = \
+                    SubtaskProgress(ev.current.result_path, ev.current.rows)
+        return finished
 
     def vertex_state(self, vertex_id: str) -> ExecutionState:
         return aggregate_state([ev.state for ev in self._vertices[vertex_id]])

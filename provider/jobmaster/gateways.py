@@ -12,7 +12,7 @@ from abc import abstractmethod
 from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeAlias
 
-from sparkdispatch.ha.progress_store import JobProgress
+from sparkdispatch.ha.progress_store import Finished, JobProgress
 from sparkdispatch.jobgraph import JobGraph, JobResult, JobStatus, VertexResult
 from sparkdispatch.protocol import ExecutionStateUpdate, TaskDeploymentDescriptor
 from sparkdispatch.resourcemanager import AllocatedSlot
@@ -59,6 +59,10 @@ class JobMasterGateway(Protocol):
     def vertex_result(self, vertex_id: str) -> VertexResult | None:
         """One vertex's outcome so far (state, attempts, rows and partitions of its finished
         subtasks); None if the job has no such vertex."""
+
+    @abstractmethod
+    def finished(self) -> Finished:
+        """Every FINISHED subtask's result partition and rows, as of now."""
 
     @abstractmethod
     def snapshot_off_loop(self) -> Awaitable[JobSnapshot]:

@@ -31,7 +31,7 @@ from sparkdispatch.errors import (
     StaleExecution,
     UnknownJob,
 )
-from sparkdispatch.ha.progress_store import JobProgress, ProgressStore
+from sparkdispatch.ha.progress_store import Finished, JobProgress, ProgressStore
 from sparkdispatch.jobgraph import ExecutionState, Failure, JobGraph, JobResult, JobStatus, VertexResult
 from sparkdispatch.jobmaster.deployment import deployment_descriptor, send_deployment
 from sparkdispatch.jobmaster.execution_graph import Execution, ExecutionGraph, ExecutionVertex, SubtaskId
@@ -212,6 +212,9 @@ class JobMaster:
         if vertex_id not in self.execution_graph.vertex_ids:
             return None
         return self.execution_graph.vertex_result(vertex_id, results=self._results)
+
+    def finished(self) -> Finished:
+        return self.execution_graph.finished()
 
     def snapshot_off_loop(self) -> Awaitable[JobSnapshot]:
         """`snapshot()` as of the call: captured now in immutable values, built in a thread (where a

@@ -109,3 +109,14 @@ def json_object(value: Any, what: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise InvalidRequest(what, {"body": [f"expected a JSON object, got {json_type(value)}"]})
     return value
+
+
+def repair_vertices(body: Any) -> list[str]:
+    """The vertex ids of a repair request's body `{"vertices": ["id", ...]}`; else `InvalidRequest`."""
+    vertices = json_object(body, "repair request").get("vertices")
+    if not isinstance(vertices, list) or not vertices or not all(isinstance(v, str) for v in vertices):
+        raise InvalidRequest("repair request", {"vertices": [
+            f"expected a non-empty list of vertex ids, got {json_type(vertices)}"]})
+    for vertex_id in vertices:
+        checked_id("vertex_id", vertex_id)
+    return vertices

@@ -92,7 +92,12 @@ _VIEW_SCHEMAS: dict[str, JSONSchema] = {
         "attempts": {**INTEGER, "description": "of a job known only from its JobResult"}}, optional=("attempts",)),
     "JobDetails": _object({
         "id": STRING, "name": STRING, "status": JOB_STATUS, "start_time": INTEGER, "end_time": _nullable(INTEGER),
-        "vertices": {"type": "array", "items": _ref("VertexDetails")}}),
+        "vertices": {"type": "array", "items": _ref("VertexDetails")},
+        "repairs": {"type": "array", "items": _ref("Repair")}}),
+    "Repair": _object({"number": INTEGER, "requested": {"type": "array", "items": STRING},
+                       "vertices": {"type": "array", "items": STRING}, "requested_at": INTEGER,
+                       "status": _nullable(JOB_STATUS)}),
+    "RepairAnswer": _object({"job_id": STRING, "created": {"type": "boolean"}, "repair": _ref("Repair")}),
     "AttemptLog": _object({"job_id": STRING, "job_status": JOB_STATUS, "vertex": STRING,
                            "vertex_state": EXECUTION_STATE, "subtask": INTEGER, "attempt": INTEGER,
                            "offset": INTEGER, "next_offset": INTEGER, "text": STRING}),
@@ -198,6 +203,17 @@ def openapi_document() -> dict[str, Any]:
     spec.path("/jobs/{job_id}/execution-result", parameters=[job_id], operations={"get": {
         "summary": "IN_PROGRESS, or COMPLETED with the JobResult (waits up to rest.execution-result.long-poll)",
         "responses": {"200": _json("ExecutionResult", "the result"), **_ID, **_LEADER}}})
+    spec.path("/jobs/{job_id}/repair", parameters=[job_id], operations={"post": {
+        "summary": "Repair an ended job: run the vertices named, and their consumers, again under the same id, "
+                   "reusing the other vertices' results",
+        "requestBody": {"required": True, **_json({
+            "type": "object", "required": ["vertices"],
+            "properties": {"vertices": {"type": "array", "minItems": 1, "items": STRING}}}, "what to run again")},
+        "responses": {"202": _json("RepairAnswer", "the repair is persisted and runs"),
+                      "200": _json("RepairAnswer", "the job already runs a repair covering these vertices"),
+                      **{**_ID, "400": _error("a malformed job id or body, or a vertex the job does not have")},
+                      "409": _error("the job runs (`running`: ask again once it ends), or it cannot be repaired "
+                                    "(its graph or results are gone)"), **_LEADER}}})
     vertex_id = {"name": "vertex_id", "in": "path", "required": True, "schema": STRING}
     spec.path("/jobs/{job_id}/vertices/{vertex_id}/log", parameters=[job_id, vertex_id], operations={"get": {
         "summary": "A piece of one attempt's log (what its task function printed or logged), from a byte offset",

@@ -42,7 +42,7 @@ from sparkdispatch.jobgraph import JobStatus
 from sparkdispatch.jobmaster import JobMasterGateway
 from sparkdispatch.resourcemanager import ResourceManagerGateway
 from sparkdispatch.rest import views
-from sparkdispatch.rest.inputs import path_id, query_int, read_job_graph
+from sparkdispatch.rest.inputs import path_id, query_int, read_job_graph, read_json, repair_vertices
 from sparkdispatch.settings import RestSettings
 
 log = logging.getLogger(__name__)
@@ -264,15 +264,23 @@ class RestHandlers:
         job_id = path_id(request, "job_id")
         vertex_id = path_id(request, "vertex_id")
         subtask, attempt = query_int(request, "subtask") or 0, query_int(request, "attempt")
-        offset = query_int(request, "offset") or 0
+        body = await self.attempt_log_body(job_id, vertex_id, subtask, attempt, query_int(request, "offset") or 0)
+        if body is None:
+            raise RouteNotFound(f"no log of job {job_id} vertex {vertex_id!r} subtask {subtask}"
+                                + (f" attempt {attempt}" if attempt is not None else "") + " (yet)")
+        return json_response(body)
+
+    async def attempt_log_body(self, job_id: str, vertex_id: str, subtask: int, attempt: int | None,
+                               offset: int) -> dict[str, Any] | None:
+        """The log endpoint's answer; None while the attempt has no log. `UnknownJob`, or
+        `RouteNotFound` for a vertex the job does not have."""
         status, vertex = await self.master.leader_components().dispatcher.vertex_result(job_id, vertex_id)
         piece = await asyncio.to_thread(read_attempt_log, self.settings.results_dir, job_id, vertex_id,
                                         subtask, attempt, offset)
         if piece is None:
-            raise RouteNotFound(f"no log of job {job_id} vertex {vertex_id!r} subtask {subtask}"
-                                + (f" attempt {attempt}" if attempt is not None else "") + " (yet)")
-        return json_response({"job_id": job_id, "job_status": status.value, "vertex": vertex_id,
-                              "vertex_state": vertex.state.value, **piece.to_dict()})
+            return None
+        return {"job_id": job_id, "job_status": status.value, "vertex": vertex_id,
+                "vertex_state": vertex.state.value, **piece.to_dict()}
 
     async def cancel_job(self, request: web.Request) -> web.Response:
         job_id = path_id(request, "job_id")
@@ -281,6 +289,13 @@ class RestHandlers:
             raise InvalidRequest("cancel request", {"mode": [f"{mode!r} is not supported; use mode=cancel"]})
         await self.master.leader_components().dispatcher.cancel(job_id)
         return json_response({}, status=202)
+
+    async def repair_job(self, request: web.Request) -> web.Response:
+        """Run vertices of an ended job again (`{"vertices": [...]}`): 202 a new repair, 200 one that runs."""
+        job_id = path_id(request, "job_id")
+        vertices = repair_vertices(await read_json(request, limit=self.settings.max_body_size, what="repair request"))
+        answer = await self.master.leader_components().dispatcher.repair(job_id, vertices)
+        return json_response(answer.to_dict(), status=202 if answer.created else 200)
 
     async def taskmanagers(self, request: web.Request) -> web.Response:
         leader = self.master.leader_components()
@@ -328,6 +343,7 @@ class RestHandlers:
             ("POST", "/jobs", self.submit_job),
             ("GET", "/jobs/{job_id}", self.job_details),
             ("PATCH", "/jobs/{job_id}", self.cancel_job),
+            ("POST", "/jobs/{job_id}/repair", self.repair_job),
             ("GET", "/jobs/{job_id}/execution-result", self.execution_result),
             ("GET", "/jobs/{job_id}/vertices/{vertex_id}", self.vertex_result),
             ("GET", "/jobs/{job_id}/vertices/{vertex_id}/log", self.vertex_log),

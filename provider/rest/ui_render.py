@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from urllib.parse import urlencode
 from dataclasses import dataclass
 from typing import Any
 
@@ -259,9 +260,53 @@ def render_job(job: Mapping[str, Any]) -> str:
     )
     graph = f'<section class="panel"><h2>Graph</h2><div class="graph">{render_graph_svg(vertices, result)}</div></section>'
     vertex_table = f'<section class="panel"><h2>Vertices</h2>{render_vertex_table(vertices, result)}</section>'
-    subtasks = f'<section class="panel"><h2>Subtasks</h2>{render_subtask_table(vertices)}</section>'
+    subtasks = f'<section class="panel"><h2>Subtasks</h2>{render_subtask_table(vertices, job.get("id"))}</section>'
     failures = f'<div id="job-failures">{render_failures(result)}</div>'
-    return header + failures + graph + vertex_table + subtasks
+    repairs = f'<div id="job-repairs">{render_repairs(job.get("repairs") or [])}</div>'
+    return header + failures + repairs + graph + vertex_table + subtasks
+
+
+def render_repairs(repairs: Sequence[Mapping[str, Any]]) -> str:
+    """The job's repairs (`POST /jobs/{id}/repair`), newest first; nothing for a job never repaired."""
+    if not repairs:
+        return ""
+    rows = (
+        f'<tr><td>{_e(r.get("number"))}</td><td class="mono">{_e(", ".join(r.get("requested") or []))}</td>'
+        f'<td class="mono">{_e(", ".join(r.get("vertices") or []))}</td>'
+        f'<td>{format_time(r.get("requested_at"))}</td><td>{_badge(r.get("status") or "RUNNING")}</td></tr>'
+        for r in reversed(repairs)
+    )
+    return ('<section class="panel"><h2>Repairs</h2>'
+            + _table(["Repair", "Asked for", "Ran again", "Requested (UTC)", "Outcome"], rows,
+                     body_id="repairs-body", empty="")
+            + "</section>")
+
+
+def log_link(job_id: object, vertex_id: object, subtask: Mapping[str, Any]) -> str:
+    """A link from the job page to one subtask attempt's log page."""
+    attempt = subtask.get("attempt")
+    if not isinstance(attempt, int):
+        return "—"
+    query = urlencode({"vertex": str(vertex_id), "subtask": subtask.get("index"), "attempt": attempt})
+    return f'<a href="{_e(job_id)}/log?{_e(query)}">log</a>'
+
+
+def render_log_page(job_id: str, vertex_id: str, subtask: int, attempt: int | None, piece: Mapping[str, Any] | None) -> str:
+    """One attempt's log; `piece` is the log endpoint's answer (None: no log yet). The page's
+    script follows the log from `next_offset` while the job runs."""
+    shown = attempt + 1 if attempt is not None else "latest"
+    text = "" if piece is None else str(piece.get("text", ""))
+    truncated = piece is not None and piece.get("offset", 0) > 0
+    return (
+        f'<section class="job-head"><h1>Log of {_e(vertex_id)}[{subtask}], attempt {_e(shown)}</h1>'
+        f'<dl class="facts"><dt>Job</dt><dd class="mono"><a href="../{_e(job_id)}">{_e(job_id)}</a></dd>'
+        f'<dt>Vertex state</dt><dd id="log-state">{_badge((piece or {}).get("vertex_state", "—"))}</dd></dl>'
+        f'</section><section class="panel">'
+        + ('<p class="empty">Earlier output is left out.</p>' if truncated else "")
+        + (f'<pre class="log" id="log-text">{_e(text)}</pre>' if piece is not None
+           else '<pre class="log" id="log-text"></pre><p class="empty" id="log-empty">No output yet.</p>')
+        + "</section>"
+    )
 
 
 def attempt_number(subtask: Mapping[str, Any]) -> object:
@@ -293,15 +338,16 @@ def render_vertex_table(vertices: Sequence[Mapping[str, Any]], result: Mapping[s
                   body_id="vertices-body", empty="This job has no vertices.")
 
 
-def render_subtask_table(vertices: Sequence[Mapping[str, Any]]) -> str:
+def render_subtask_table(vertices: Sequence[Mapping[str, Any]], job_id: object = "") -> str:
     rows = (
         f'<tr><td class="mono">{_e(vertex.get("id"))}</td><td>{_e(subtask.get("index"))}</td>'
         f'<td>{_badge(subtask.get("state"))}</td><td>{_e(attempt_number(subtask))}</td>'
-        f'<td class="mono">{_e(subtask.get("taskmanager") or "—")}</td></tr>'
+        f'<td class="mono">{_e(subtask.get("taskmanager") or "—")}</td>'
+        f'<td>{log_link(job_id, vertex.get("id"), subtask)}</td></tr>'
         for vertex in vertices
         for subtask in vertex.get("subtasks") or []
     )
-    return _table(["Vertex", "Subtask", "State", "Attempt", "TaskExecutor"], rows,
+    return _table(["Vertex", "Subtask", "State", "Attempt", "TaskExecutor", "Output"], rows,
                   body_id="subtasks-body", empty="No subtasks yet.")
 
 

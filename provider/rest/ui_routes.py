@@ -11,7 +11,9 @@ Routes added by :func:`add_ui_routes`:
 =========================  ===============================================================
 ``/ui/``                   overview: leader, TaskExecutors, slots, jobs by status, job list
 ``/ui/jobs/{job_id}``      one job: status, times, its graph coloured by state, subtasks,
-                           failure with the remote traceback, result rows and paths
+                           failure with the remote traceback, result rows and paths, repairs
+``/ui/jobs/{job_id}/log``  one subtask attempt's output (``?vertex=&subtask=&attempt=``),
+                           followed while the job runs
 ``/ui/taskmanagers``       each TaskExecutor with its slots and the job running in each
 ``/ui/static/{name}``      the stylesheet and scripts shipped in this package
 =========================  ===============================================================
@@ -32,10 +34,12 @@ from sparkdispatch.rest.ui_render import (
     leader_url,
     render_error_page,
     render_job,
+    render_log_page,
     render_overview,
     render_page,
     render_taskmanagers,
 )
+from sparkdispatch.rest.inputs import query_int
 from sparkdispatch.rest.views import LARGE_JOB_VERTICES
 
 log = logging.getLogger(__name__)
@@ -64,6 +68,9 @@ class UIView(Protocol):
         Raises :class:`~sparkdispatch.errors.UnknownJob` for an id no job has.
         """
 
+    async def attempt_log(self, job_id: str, vertex_id: str, subtask: int, attempt: int | None) -> dict[str, Any] | None:
+        """The ``GET /jobs/{id}/vertices/{vertex}/log`` body from offset 0; None while there is no log."""
+
     async def taskmanagers(self) -> list[dict[str, Any]]:
         """The entries of ``GET /taskmanagers``."""
 
@@ -74,6 +81,7 @@ def add_ui_routes(app: web.Application, view: UIView) -> None:
     app.router.add_get("/ui", pages.redirect_to_overview)
     app.router.add_get("/ui/", pages.overview)
     app.router.add_get("/ui/jobs/{job_id}", pages.job)
+    app.router.add_get("/ui/jobs/{job_id}/log", pages.attempt_log)
     app.router.add_get("/ui/taskmanagers", pages.taskmanagers)
     app.router.add_get("/ui/static/{name}", serve_static_file)
 
@@ -146,6 +154,24 @@ class _UIPages:
             title=f"Job {job.get('name') or job_id}", root="../", page="job", overview=overview,
             body=body, data={"job-id": str(job.get("id", job_id)), "status": str(job.get("status", ""))},
         ))
+
+    async def attempt_log(self, request: web.Request) -> web.Response:
+        job_id = request.match_info["job_id"]
+        view = self._view
+        overview = await _overview_or_none(view)
+        try:
+            vertex_id = request.query.get("vertex", "")
+            subtask, attempt = query_int(request, "subtask") or 0, query_int(request, "attempt")
+            piece = await view.attempt_log(job_id, vertex_id, subtask, attempt)
+        except SparkDispatchError as exc:
+            return _error_response(exc, root="../../", overview=overview)
+        data = {"job-id": job_id, "vertex": vertex_id, "subtask": str(subtask),
+                "attempt": "" if attempt is None else str(attempt),
+                "next-offset": str((piece or {}).get("next_offset", 0)),
+                "status": str((piece or {}).get("job_status", ""))}
+        return _html_response(render_page(
+            title=f"Log of {vertex_id}[{subtask}]", root="../../", page="log", overview=overview,
+            body=render_log_page(job_id, vertex_id, subtask, attempt, piece), data=data))
 
     async def taskmanagers(self, request: web.Request) -> web.Response:
         view = self._view

@@ -9,6 +9,8 @@ from sparkdispatch.rest import views
 from sparkdispatch.rest.inputs import checked_id
 from sparkdispatch.rest.server import MasterView, RestHandlers
 
+LOG_PAGE_TAIL = 0  # a log page starts at the log's first byte (the endpoint serves up to 1 MiB)
+
 
 class RestUiView:
     """What `add_ui_routes` renders: overview, jobs, one job (with its result), TaskExecutors."""
@@ -38,6 +40,11 @@ class RestUiView:
         if len(snapshot.vertices) > views.LARGE_JOB_VERTICES:
             return await asyncio.to_thread(details)
         return details()
+
+    async def attempt_log(self, job_id: str, vertex_id: str, subtask: int, attempt: int | None) -> dict[str, Any] | None:
+        checked_id("job_id", job_id)
+        checked_id("vertex_id", vertex_id)
+        return await self._handlers.attempt_log_body(job_id, vertex_id, subtask, attempt, LOG_PAGE_TAIL)
 
     async def taskmanagers(self) -> list[dict[str, Any]]:
         return list(self._master.leader_components().resource_manager.task_executors())

@@ -43,7 +43,8 @@ def job_details(job: JobSnapshot) -> dict[str, Any]:
     overview = job.overview
     return {"id": overview.job_id, "name": overview.name, "status": overview.status.value,
             "start_time": overview.start_time, "end_time": overview.end_time,
-            "vertices": [_vertex(vertex) for vertex in job.vertices]}
+            "vertices": [_vertex(vertex) for vertex in job.vertices],
+            "repairs": [repair.to_dict() for repair in job.repairs]}
 
 
 def vertex_result(job_id: str, job_status: JobStatus, vertex_id: str, vertex: VertexResult) -> dict[str, Any]:

@@ -318,6 +318,64 @@ def test_decorated_functions_run_as_vertices_of_a_group_and_as_a_job_of_their_ow
     assert status == 200 and piece["text"] == "numbers says hello from subtask 1\n", piece
 
 
+def test_a_failed_vertex_cleared_in_airflow_is_repaired_without_running_its_upstream_again(
+        cluster: str, airflow: dict[str, Any], tmp_path: Path) -> None:
+    from datetime import datetime
+
+    from airflow.sdk import DAG, task
+
+    from sparkdispatch.operators import SparkDispatchJobGroup
+
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    with DAG(f"e2e_repair_{time.time_ns()}", schedule=None, start_date=datetime(2026, 1, 1)) as dag:
+        with SparkDispatchJobGroup(group_id="fix", restart_strategy={"type": "none"}):
+            @task.sparkdispatch(params={"markers": str(markers)}, poll_interval=0.5, deferrable=False)
+            def gen(ctx: Any) -> Any:
+                with open(f"{ctx.params['markers']}/gen", "a") as marker:
+                    marker.write(f"{ctx.attempt}\n")
+                return ctx.spark.range(10)
+
+            @task.sparkdispatch(params={"markers": str(markers)}, poll_interval=0.5, deferrable=True)
+            def flaky(ctx: Any) -> Any:
+                import os
+
+                path = f"{ctx.params['markers']}/flaky"
+                first = not os.path.exists(path)
+                with open(path, "a") as marker:
+                    marker.write(f"{ctx.attempt}\n")
+                if first:
+                    raise ValueError("the first run of flaky fails")
+                return ctx.inputs["gen"].where("id < 4")
+
+            @task.sparkdispatch(params={"markers": str(markers)}, poll_interval=0.5, deferrable=False)
+            def after(ctx: Any) -> Any:
+                with open(f"{ctx.params['markers']}/after", "a") as marker:
+                    marker.write(f"{ctx.attempt}\n")
+                return ctx.inputs["flaky"]
+
+            gen() >> flaky() >> after()
+    serialize(dag)
+    before = jobs(cluster)
+    run = dag.test()
+    assert "failed" in str(run.state).lower(), run.state
+    [job_id] = [job_id for job_id in jobs(cluster) if job_id not in before]
+    assert jobs(cluster)[job_id] == "FAILED"
+    # "Clear" on the failed task with its downstream, as in the Airflow UI
+    state = clear_and_run(dag, run.run_id, ["fix.flaky", "fix.after"])
+    assert "success" in str(state).lower(), state
+    assert [j for j in jobs(cluster) if j not in before] == [job_id]  # the same job, repaired
+    details = http_json("GET", f"{cluster}/jobs/{job_id}", timeout=10)[1]
+    assert details["status"] == "FINISHED"
+    assert [(r["number"], r["requested"], r["vertices"], r["status"]) for r in details["repairs"]] == [
+        (1, ["flaky"], ["flaky", "after"], "FINISHED")]
+    runs = {name: (markers / name).read_text().split() for name in ("gen", "flaky", "after")}
+    assert runs == {"gen": ["0"], "flaky": ["0", "0"], "after": ["0"]}, runs  # gen ran once
+    vertices = http_json("GET", f"{cluster}/jobs/{job_id}/execution-result", timeout=10)[1][
+        "job_execution_result"]["vertices"]
+    assert {v: vertices[v]["rows"] for v in ("gen", "flaky", "after")} == {"gen": 10, "flaky": 4, "after": 4}
+
+
 def test_the_mapped_example_runs_a_job_per_input(cluster: str, airflow: dict[str, Any]) -> None:
     before = jobs(cluster)
     run = airflow["sparkdispatch_sales_by_size"].test()

@@ -15,7 +15,7 @@ from sparkdispatch.archive import JobArchive
 from sparkdispatch.config import Configuration
 from sparkdispatch.dispatcher import Dispatcher
 from sparkdispatch.errors import LeadershipLost
-from sparkdispatch.ha import JobProgress
+from sparkdispatch.ha import JobProgress, SubtaskProgress
 from sparkdispatch.ha.services import ZooKeeperHaServices
 from sparkdispatch.jobgraph import ExecutionState, JobGraph, JobResult, JobStatus, JobVertex, VertexResult
 from sparkdispatch.settings import ArchiveSettings, CleanupSettings
@@ -66,6 +66,9 @@ class QuietJobMaster:
 
     async def snapshot_off_loop(self) -> JobSnapshot:
         return self.snapshot()
+
+    def finished(self) -> dict[str, dict[int, SubtaskProgress]]:
+        return {}
 
 
 def graph(job_id: str, *, vertices: int = 1) -> JobGraph:

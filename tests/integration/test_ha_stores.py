@@ -37,6 +37,7 @@ from sparkdispatch.ha.files import is_temp
 from sparkdispatch.ha.job_result_store import JobResultEntry
 from sparkdispatch.ha.jobgraph_store import ZooKeeperJobGraphStore, read_znode
 from sparkdispatch.ha.progress_store import ZooKeeperProgressStore
+from sparkdispatch.repair import Repair
 from sparkdispatch.ha.services import ZooKeeperHaServices
 from sparkdispatch.jobgraph import ExecutionState, JobGraph, JobResult, JobStatus, JobVertex, VertexResult
 from sparkdispatch.settings import ArchiveSettings
@@ -356,6 +357,46 @@ async def test_stopped_standalone_leader_cannot_write(standalone_config: Configu
         await services.jobgraph_store.put(session, graph(new_job_id()))
     with pytest.raises(LeadershipLost):
         await services.progress_store.record_subtask(session, new_job_id(), "v", 0, None, None)
+
+
+async def test_a_repair_replaces_the_progress_by_what_it_keeps_and_its_record(
+        services: HighAvailabilityServices) -> None:
+    session = await leading(services.election)
+    store = services.progress_store
+    job = new_job_id()
+    await store.record_subtask(session, job, "extract", 0, "/r/e0", 1)
+    await store.record_subtask(session, job, "load", 0, "/r/l0", 2)
+    await store.record_cancel(session, job)
+    repair = Repair(1, ("load",), ("load",), 1_700_000_000_000)
+    await store.start_repair(session, job, {"extract": {0: SubtaskProgress("/r/e0", 1)}}, repair)
+    progress = await store.get(job)
+    assert progress.finished == {"extract": {0: SubtaskProgress("/r/e0", 1)}}
+    assert progress.repair == repair and not progress.cancel_requested
+    await store.record_subtask(session, job, "load", 0, "/r/l0-again", 2)
+    assert (await store.get(job)).finished["load"] == {0: SubtaskProgress("/r/l0-again", 2)}
+    with pytest.raises(LeadershipLost):
+        await store.start_repair("not-the-session", job, {}, repair)
+    await store.remove(session, job)
+    assert (await store.get(job)).repair is None
+    assert audit_job(services, job) == ([], [])
+
+
+async def test_a_removed_job_result_lets_a_repair_write_a_new_one(config: Configuration) -> None:
+    async with started(config) as services:
+        session = await leading(services.election)
+        store = services.job_result_store
+        job = new_job_id()
+        await store.remove(session, job)  # nothing to remove: no error
+        await store.create_dirty(session, JobResultEntry(result(job, JobStatus.FAILED), "fp"))
+        await store.mark_clean(session, job)
+        with pytest.raises(LeadershipLost):
+            await store.remove("not-the-session", job)
+        assert await store.has_entry(job)
+        await store.remove(session, job)
+        assert not await store.has_entry(job) and files_of(config.storage_dir, job) == []
+        await store.create_dirty(session, JobResultEntry(result(job), "fp"))
+        assert await store.get(job) == JobResultEntry(result(job), "fp")
+
 
 
 # ---------------------------------------------------------------------------- JobResult store contract

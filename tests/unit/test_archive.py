@@ -80,7 +80,7 @@ async def test_an_entry_of_the_first_format_is_converted_as_it_is_read(tmp_path:
     assert job_summary(overview) == {"id": JOB_ID, "name": "sales", "status": "FINISHED", "start_time": 1_000,
                                      "end_time": 4_000, "duration_ms": 3_000}
     entry = await old.get(JOB_ID)
-    assert entry is not None and entry.result == result and job_details(entry.snapshot) == details
+    assert entry is not None and entry.result == result and job_details(entry.snapshot) == {**details, "repairs": []}
     assert entry.fingerprint is None
 
 

@@ -16,15 +16,18 @@ from sparkdispatch.dispatcher import Dispatcher, Submission
 from sparkdispatch.errors import (
     DuplicateJobSubmission,
     InvalidJobGraph,
+    InvalidRequest,
     JobAlreadyTerminated,
     LeadershipLost,
     RecoveryInProgress,
+    RepairNotPossible,
     StoreUnavailable,
     UnknownJob,
 )
-from sparkdispatch.ha import HighAvailabilityServices, JobProgress, create_ha_services
+from sparkdispatch.ha import HighAvailabilityServices, JobProgress, SubtaskProgress, create_ha_services
 from sparkdispatch.ha.job_result_store import JobResultEntry
 from sparkdispatch.jobgraph import ExecutionState, JobGraph, JobResult, JobStatus, VertexResult
+from sparkdispatch.repair import RepairAnswer
 from sparkdispatch.rest.views import flink_job_details, job_details, job_summary
 from sparkdispatch.settings import ArchiveSettings, CleanupSettings
 from sparkdispatch.snapshot import JobOverview, JobSnapshot
@@ -46,6 +49,7 @@ class FakeJobMaster:
         self.cancelled = False
         self.suspended = False
         self.started = False
+        self.done: dict[str, dict[int, SubtaskProgress]] = {}  # what `finished()` reports
         FakeJobMaster.created.append(self)
 
     def start(self) -> None:
@@ -54,6 +58,9 @@ class FakeJobMaster:
 
     def finish(self, status: JobStatus = JobStatus.FINISHED) -> None:
         self.status = status
+        if status is JobStatus.FINISHED:
+            self.done = {v.id: {i: SubtaskProgress(f"/results/{v.id}/{i}", 1) for i in range(v.parallelism)}
+                         for v in self.graph.vertices}
         assert self.graph.job_id is not None
         self.result_future.set_result(JobResult(
             job_id=self.graph.job_id, name=self.graph.name, status=status, start_time=1, end_time=5,
@@ -77,6 +84,9 @@ class FakeJobMaster:
 
     async def snapshot_off_loop(self) -> JobSnapshot:
         return self.snapshot()
+
+    def finished(self) -> dict[str, dict[int, SubtaskProgress]]:
+        return self.done
 
 
 def graph(name: str = "job", job_id: str | None = "a" * 32) -> JobGraph:
@@ -265,7 +275,8 @@ async def test_a_job_recovered_from_its_dirty_result_is_shown_from_the_result_al
     assert job_details(await dispatcher.job_snapshot(job_id)) == {
         "id": job_id, "name": "job", "status": "FAILED", "start_time": 1_000, "end_time": 5_200,
         "vertices": [{"id": "a", "state": "FINISHED", "parallelism": None, "inputs": [], "attempts": 1, "subtasks": []},
-                     {"id": "b", "state": "FAILED", "parallelism": None, "inputs": [], "attempts": 3, "subtasks": []}]}
+                     {"id": "b", "state": "FAILED", "parallelism": None, "inputs": [], "attempts": 3, "subtasks": []}],
+        "repairs": []}
     assert dispatcher.job_counts() == {"FAILED": 1}
     with pytest.raises(UnknownJob):
         await dispatcher.job_snapshot("d" * 32)
@@ -543,4 +554,138 @@ async def test_a_terminated_job_is_the_same_job_for_every_later_leader(config: C
     with pytest.raises(DuplicateJobSubmission, match="its graph is not known"):
         await third.submit(graph())
     assert FakeJobMaster.created == []
+    await third.stop()
+
+
+# ---------------------------------------------------------------------------- repair (issue 14, item 4)
+
+
+def chain(job_id: str = "e" * 32) -> JobGraph:
+    """a -> b -> c, and x on its own."""
+    return JobGraph.from_dict({"job_id": job_id, "name": "chain", "vertices": [
+        {"id": "a", "entrypoint": "m:f", "parallelism": 2}, {"id": "b", "entrypoint": "m:f", "inputs": ["a"]},
+        {"id": "c", "entrypoint": "m:f", "inputs": ["b"]}, {"id": "x", "entrypoint": "m:f"}]})
+
+
+async def failed_at_b(dispatcher: Dispatcher) -> FakeJobMaster:
+    """Submit `chain()` and end it FAILED with a and x finished (b failed, c never ran)."""
+    await dispatcher.submit(chain())
+    job_master = FakeJobMaster.created[-1]
+    job_master.done = {"a": {0: SubtaskProgress("/r/a/0", 3), 1: SubtaskProgress("/r/a/1", 4)},
+                       "x": {0: SubtaskProgress(None, None)}}
+    job_master.finish(JobStatus.FAILED)
+    await until(lambda: not dispatcher._jobs and not dispatcher._cleanups)
+    return job_master
+
+
+async def test_a_failed_job_is_repaired_under_its_id_reusing_the_other_results(config: Configuration,
+                                                                                ha: Any) -> None:
+    dispatcher = make_dispatcher(config, ha)
+    await dispatcher.start()
+    job_id = "e" * 32
+    await failed_at_b(dispatcher)
+    answer = await dispatcher.repair(job_id, ["b"])
+    assert answer.created and answer.repair.number == 1
+    assert answer.repair.requested == ("b",) and answer.repair.vertices == ("b", "c")
+    repairing = FakeJobMaster.created[-1]
+    assert len(FakeJobMaster.created) == 2 and repairing.started and repairing.graph == chain()
+    progress = repairing.recovered_progress
+    assert progress is not None and progress.repair == answer.repair
+    assert progress.finished == {"a": {0: SubtaskProgress("/r/a/0", 3), 1: SubtaskProgress("/r/a/1", 4)},
+                                 "x": {0: SubtaskProgress(None, None)}}
+    # persisted before the answer: the graph, the progress with the repair, no JobResult any more
+    assert await ha.jobgraph_store.job_ids() == {job_id}
+    assert (await ha.progress_store.get(job_id)).repair == answer.repair
+    assert not await ha.job_result_store.has_entry(job_id)
+    assert job_details(await dispatcher.job_snapshot(job_id))["repairs"] == [answer.repair.to_dict()]
+    # asked again for vertices it runs: the same repair; for others while it runs: not yet
+    assert await dispatcher.repair(job_id, ["c", "b"]) == RepairAnswer(job_id, answer.repair, created=False)
+    with pytest.raises(RepairNotPossible, match="has not ended yet") as refused:
+        await dispatcher.repair(job_id, ["a"])
+    assert refused.value.running and len(FakeJobMaster.created) == 2
+    repairing.finish(JobStatus.FINISHED)
+    await until(lambda: not dispatcher._jobs and not dispatcher._cleanups)
+    result = await dispatcher.job_result(job_id)
+    assert result is not None and result.status is JobStatus.FINISHED
+    archived = await dispatcher._archive.get(job_id)
+    assert archived is not None and [r.status for r in archived.snapshot.repairs] == [JobStatus.FINISHED]
+    assert await ha.jobgraph_store.job_ids() == set() and await ha.job_result_store.has_entry(job_id)
+    # a finished job may be repaired too: the next repair has the next number
+    again = await dispatcher.repair(job_id, ["x"])
+    assert again.repair.number == 2 and again.repair.vertices == ("x",)
+    await dispatcher.stop()
+
+
+async def test_a_repair_that_cannot_be_made_is_refused_and_changes_nothing(config: Configuration,
+                                                                            ha: Any) -> None:
+    dispatcher = make_dispatcher(config, ha)
+    await dispatcher.start()
+    job_id = "e" * 32
+    with pytest.raises(UnknownJob):
+        await dispatcher.repair(job_id, ["b"])
+    await failed_at_b(dispatcher)
+    with pytest.raises(InvalidRequest, match="has no vertex 'nope'; its vertices are a, b, c, x"):
+        await dispatcher.repair(job_id, ["b", "nope"])
+    with pytest.raises(InvalidRequest, match="at least one vertex"):
+        await dispatcher.repair(job_id, [])
+    assert len(FakeJobMaster.created) == 1 and await ha.jobgraph_store.job_ids() == set()
+    assert await ha.job_result_store.has_entry(job_id)
+    await dispatcher.stop()
+
+
+async def test_results_deleted_at_cleanup_or_a_job_known_from_its_result_alone_cannot_be_repaired(
+        tmp_path: Path, ha: Any) -> None:
+    deleting = Configuration.from_mapping({"storage.dir": str(tmp_path / "storage"),
+                                           "results.retention": "delete"})
+    dispatcher = make_dispatcher(deleting, ha)
+    await dispatcher.start()
+    await failed_at_b(dispatcher)
+    with pytest.raises(RepairNotPossible, match="results.retention is `delete`") as refused:
+        await dispatcher.repair("e" * 32, ["b"])
+    assert not refused.value.running
+    await ha.job_result_store.create_dirty(SESSION, JobResultEntry(JobResult(
+        job_id="f" * 32, name="job", status=JobStatus.FAILED, start_time=1, end_time=2)))
+    await dispatcher.stop()
+    dispatcher = make_dispatcher(deleting, ha)
+    await dispatcher.start()
+    with pytest.raises(RepairNotPossible, match="graph and finished subtasks were not kept"):
+        await dispatcher.repair("f" * 32, ["only"])
+    await dispatcher.stop()
+
+
+async def test_a_repair_survives_a_failover_and_one_half_written_is_dropped(config: Configuration, ha: Any,
+                                                                            monkeypatch: Any) -> None:
+    job_id = "e" * 32
+    first = make_dispatcher(config, ha)
+    await first.start()
+    await failed_at_b(first)
+    answer = await first.repair(job_id, ["b"])
+    await first.stop()
+    assert FakeJobMaster.created[-1].suspended
+    successor = make_dispatcher(config, ha)
+    await successor.start()
+    [resumed] = FakeJobMaster.created
+    assert resumed.started and resumed.recovered_progress is not None
+    assert resumed.recovered_progress.repair == answer.repair and set(resumed.recovered_progress.finished) == {"a", "x"}
+    assert [r.number for r in (await successor.job_snapshot(job_id)).repairs] == [1]
+    resumed.finish(JobStatus.FAILED)
+    await until(lambda: not successor._jobs and not successor._cleanups)
+
+    async def lost(session_id: str, job_id: str) -> None:
+        raise LeadershipLost("JobResult store")
+
+    monkeypatch.setattr(ha.job_result_store, "remove", lost)  # dies before the last write
+    with pytest.raises(LeadershipLost):
+        await successor.repair(job_id, ["b"])
+    await successor.stop()
+    monkeypatch.undo()
+    assert await ha.jobgraph_store.job_ids() == {job_id}  # half written: graph and progress
+    third = make_dispatcher(config, ha)
+    await third.start()
+    await until(lambda: not third._cleanups)
+    assert FakeJobMaster.created == [] and await ha.jobgraph_store.job_ids() == set()
+    assert (await ha.progress_store.get(job_id)).repair is None
+    result = await third.job_result(job_id)
+    assert result is not None and result.status is JobStatus.FAILED
+    assert (await third.repair(job_id, ["b"])).repair.number == 2
     await third.stop()

@@ -47,6 +47,7 @@ EXAMPLES: list[SparkDispatchError] = [
     errors.UnknownJob(JOB),
     errors.DuplicateJobSubmission(JOB, "a job with this id runs with another graph"),
     errors.JobAlreadyTerminated(JOB, "FINISHED"),
+    errors.RepairNotPossible(JOB, "results.retention is `delete`", running=False),
     errors.FencingTokenMismatch("ResourceManager", SESSION, "stale-session"),
     errors.StaleExecution(JOB, "exec-7", "that attempt is FAILED"),
     errors.NoLeader("no master leads at the moment"),

@@ -231,7 +231,7 @@ def test_flink_job_details_while_running_and_after() -> None:
 def test_details_shape_for_rest() -> None:
     graph = ExecutionGraph(diamond())
     body = job_details(graph.snapshot())
-    assert set(body) == {"id", "name", "status", "start_time", "end_time", "vertices"}
+    assert set(body) == {"id", "name", "status", "start_time", "end_time", "vertices", "repairs"}
     assert body["end_time"] is None
     left = next(v for v in body["vertices"] if v["id"] == "left")
     assert left["parallelism"] == 2 and left["state"] == "CREATED"

@@ -97,6 +97,7 @@ class FakeTI:
     def __init__(self, run_id: str = "manual__1", map_index: int = -1, max_tries: int = 0) -> None:
         self.dag_id, self.run_id, self.task_id, self.map_index = "sales_dag", run_id, "submit", map_index
         self.max_tries = max_tries  # as Airflow keeps it: `retries`, then `try_number + retries` at each clear
+        self.try_number = 1
         self.xcom: dict[str, Any] = {}
         self.others: dict[tuple[str, str], Any] = {}  # other tasks' XComs: (task_id, key) -> value
         self.stats_tags: dict[str, str] = {}
@@ -490,7 +491,8 @@ def test_the_launch_submits_the_groups_graph_once_and_each_vertex_task_follows_i
         "job_id": job_id, "vertex": "b", "state": "FINISHED", "rows": 20, "attempts": 1}
 
 
-def test_a_vertex_task_fails_without_retries_with_its_vertexs_failure(cluster: Cluster) -> None:
+def test_a_vertex_task_fails_with_its_vertexs_failure_and_its_retry_repairs_that_vertex_alone(
+        cluster: Cluster) -> None:
     dag, group = sales_group(deferrable=False, poll_interval=0.02)
     launch_ti = FakeTI()
     launch_ti.task_id = "sales.launch"
@@ -504,9 +506,21 @@ def test_a_vertex_task_fails_without_retries_with_its_vertexs_failure(cluster: C
     ti = FakeTI()
     ti.task_id = "sales.b"
     ti.others[("sales.launch", "return_value")] = job_id
-    with pytest.raises(AirflowFailException, match=f"vertex b of sparkdispatch job {job_id} ended FAILED: "
-                                                   "ValueError: bad row 7"):
+    with pytest.raises(AirflowException, match=f"vertex b of sparkdispatch job {job_id} ended FAILED: "
+                                               "ValueError: bad row 7; a retry or a clear") as failed:
         dag.task_dict["sales.b"].execute(context(ti))
+    assert not isinstance(failed.value, AirflowFailException)  # retried: the retry repairs
+    before = [d.tdd.vertex_id for d in cluster.master.gateway.of_job(job_id)]
+    assert before.count("a") == 1
+    cluster.end(job_id, finish)  # b passes from now on
+    ti.try_number = 2
+    output = dag.task_dict["sales.b"].execute(context(ti))
+    assert (output["state"], output["rows"]) == ("FINISHED", 20)
+    again = [d.tdd.vertex_id for d in cluster.master.gateway.of_job(job_id)][len(before):]
+    assert "b" in again and "a" not in again  # a's result is reused
+    details = cluster.master.run(cluster._ask(lambda client: client.job(job_id)))
+    assert details["status"] == "FINISHED" and [r["requested"] for r in details["repairs"]] == [["b"]]
+    assert dag.task_dict["sales.b"].execute(context(ti)) == output  # finished: a clear does not run it again
 
 
 def test_the_vertex_endpoint_answers_a_running_and_an_unknown_vertex(cluster: Cluster) -> None:

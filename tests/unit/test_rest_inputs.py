@@ -173,7 +173,8 @@ async def test_the_openapi_document_states_every_body(master: InProcessMaster) -
             for code, response in operation["responses"].items():
                 schema = resolved(response["content"]["application/json"]["schema"])
                 assert schema.get("properties") is not None or "oneOf" in schema, (method, path, code)
-    assert set(schemas["JobDetails"]["required"]) == {"id", "name", "status", "start_time", "end_time", "vertices"}
+    assert set(schemas["JobDetails"]["required"]) == {"id", "name", "status", "start_time", "end_time", "vertices",
+                                                       "repairs"}
     kinds = [resolved(choice)["properties"]["type"]["enum"] for choice in
              schemas["JobGraph"]["properties"]["restart_strategy"]["oneOf"]]
     assert kinds == [["none"], ["fixed-delay"], ["exponential-delay"], ["failure-rate"]]

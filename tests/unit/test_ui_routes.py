@@ -33,6 +33,7 @@ class FakeView:
         self.tms: list[dict[str, Any]] = []
         self.fail_with: Exception | None = None
         self.standby_error: Exception | None = None  # raised by every read but overview()
+        self.logs: dict[tuple[str, int, int | None], str] = {}  # (vertex, subtask, attempt) -> text
 
     async def overview(self) -> dict[str, Any]:
         if self.fail_with:
@@ -56,6 +57,16 @@ class FakeView:
         if self.standby_error:
             raise self.standby_error
         return self.tms
+
+    async def attempt_log(self, job_id: str, vertex_id: str, subtask: int, attempt: int | None) -> dict[str, Any] | None:
+        if job_id not in self.jobs_by_id:
+            raise UnknownJob(job_id)
+        text = self.logs.get((vertex_id, subtask, attempt))
+        if text is None:
+            return None
+        return {"job_id": job_id, "job_status": self.jobs_by_id[job_id]["status"], "vertex": vertex_id,
+                "vertex_state": "FINISHED", "subtask": subtask, "attempt": attempt or 0, "offset": 0,
+                "next_offset": len(text.encode()), "text": text}
 
 
 def vertex(vertex_id: str, state: str, inputs: list[str], *, parallelism: int = 1, attempt: int = 0) -> dict[str, Any]:
@@ -120,6 +131,29 @@ async def test_job_page_shows_essentials_without_javascript(client: TestClient, 
     assert "/results/extract/0" in page and ">1000<" in page
     assert page.count("te-1") == 3  # one row per subtask
     assert 'data-status="FAILED"' in page and 'src="../static/job.js"' in page
+
+
+async def test_job_page_lists_repairs_and_links_each_attempts_log(client: TestClient, view: FakeView) -> None:
+    job = failed_job()
+    job["repairs"] = [{"number": 1, "requested": ["clean"], "vertices": ["clean"], "requested_at": 1_700_000_009_000,
+                       "status": "FAILED"},
+                      {"number": 2, "requested": ["clean"], "vertices": ["clean"], "requested_at": 1_700_000_019_000,
+                       "status": None}]
+    view.jobs_by_id[JOB_ID] = job
+    view.logs[("clean", 1, 2)] = f"row 7 is bad {EVIL}\n"
+
+    page = await get_page(client, f"/ui/jobs/{JOB_ID}")
+
+    assert "<h2>Repairs</h2>" in page and page.index(">RUNNING<") < page.index(">FAILED</span></td></tr>")
+    assert f'href="{JOB_ID}/log?vertex=clean&amp;subtask=1&amp;attempt=2">log<' in page
+    log_page = await get_page(client, f"/ui/jobs/{JOB_ID}/log?vertex=clean&subtask=1&attempt=2")
+    assert "Log of clean[1], attempt 3" in log_page  # counted from 1 for people
+    assert "row 7 is bad &lt;script&gt;" in log_page and EVIL not in log_page
+    assert 'data-next-offset="' in log_page and 'src="../../static/log.js"' in log_page
+    no_output = await get_page(client, f"/ui/jobs/{JOB_ID}/log?vertex=clean&subtask=0")
+    assert "No output yet." in no_output
+    await get_page(client, f"/ui/jobs/{'e' * 32}/log?vertex=clean&subtask=0", status=404)
+    await get_page(client, f"/ui/jobs/{JOB_ID}/log?vertex=clean&subtask=x", status=400)
 
 
 async def test_running_job_page_shows_live_attempts_and_no_failure(client: TestClient, view: FakeView) -> None:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from sparkdispatch.jobgraph import ExecutionState, Failure, JobResult, JobStatus, VertexResult
+from sparkdispatch.repair import Repair
 from sparkdispatch.rest.views import flink_job_details, job_details, job_summary
 from sparkdispatch.snapshot import JobOverview, JobSnapshot, SubtaskSnapshot, VertexSnapshot
 
@@ -72,6 +75,7 @@ def test_job_details_of_a_live_job_and_of_a_job_known_from_its_result() -> None:
                 {"index": 0, "state": "CREATED", "attempt": 0, "taskmanager": None},
                 {"index": 1, "state": "CREATED", "attempt": 0, "taskmanager": None}]},
         ],
+        "repairs": [],
     }
     assert job_details(JobSnapshot.from_result(failed_result())) == {
         "id": JOB_ID, "name": "sales", "status": "FAILED", "start_time": 1_000, "end_time": 5_200,
@@ -79,9 +83,12 @@ def test_job_details_of_a_live_job_and_of_a_job_known_from_its_result() -> None:
             {"id": "extract", "state": "FINISHED", "parallelism": None, "inputs": [], "attempts": 1, "subtasks": []},
             {"id": "clean", "state": "FAILED", "parallelism": None, "inputs": [], "attempts": 3, "subtasks": []},
         ],
+        "repairs": [],
     }
 
 
 def test_a_snapshot_round_trips_through_its_stored_form() -> None:
-    for snapshot in (running(), JobSnapshot.from_result(failed_result())):
+    repaired = dataclasses.replace(running(), repairs=(
+        Repair(1, ("clean",), ("clean",), 1_500, JobStatus.FAILED), Repair(2, ("clean",), ("clean",), 1_900)))
+    for snapshot in (running(), JobSnapshot.from_result(failed_result()), repaired):
         assert JobSnapshot.from_dict(snapshot.to_dict()) == snapshot

@@ -69,10 +69,32 @@
           h("td", {}, text(subtask.index)),
           h("td", {}, badge(subtask.state)),
           h("td", {}, text(attemptNumber(subtask))),
-          h("td", { class: "mono" }, text(subtask.taskmanager))));
+          h("td", { class: "mono" }, text(subtask.taskmanager)),
+          h("td", {}, logLink(vertex, subtask))));
       }
     }
-    SD.setRows("subtasks-body", rows, 5, "No subtasks yet.");
+    SD.setRows("subtasks-body", rows, 6, "No subtasks yet.");
+  }
+
+  function logLink(vertex, subtask) {
+    if (!Number.isInteger(subtask.attempt)) return "—";
+    const query = new URLSearchParams({ vertex: vertex.id, subtask: subtask.index, attempt: subtask.attempt });
+    return h("a", { href: `${encodeURIComponent(jobId)}/log?${query}` }, "log");
+  }
+
+  function renderRepairs(repairs) {
+    if (!repairs || !repairs.length) return;
+    const rows = repairs.slice().reverse().map((repair) => h("tr", {},
+      h("td", {}, text(repair.number)),
+      h("td", { class: "mono" }, repair.requested.join(", ")),
+      h("td", { class: "mono" }, repair.vertices.join(", ")),
+      h("td", {}, SD.formatTime(repair.requested_at)),
+      h("td", {}, badge(repair.status || "RUNNING"))));
+    const table = h("table", { class: "grid" },
+      h("thead", {}, h("tr", {}, ...["Repair", "Asked for", "Ran again", "Requested (UTC)", "Outcome"]
+        .map((title) => h("th", {}, title)))),
+      h("tbody", { id: "repairs-body" }, ...rows));
+    SD.setContent("job-repairs", h("section", { class: "panel" }, h("h2", {}, "Repairs"), table));
   }
 
   function failureItem(title, failure) {
@@ -112,6 +134,7 @@
     renderGraph(vertices, results);
     renderVertexTable(vertices, results);
     renderSubtaskTable(vertices);
+    renderRepairs(job.repairs);
     if (result) renderFailures(result);
     return !SD.isTerminal(job.status);
   }
