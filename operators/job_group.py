@@ -37,6 +37,7 @@ from sparkdispatch.errors import JobAlreadyTerminated, RepairNotPossible, SparkD
 from sparkdispatch.hooks.sparkdispatch import SparkDispatchHook
 from sparkdispatch.jobgraph import ExecutionState, VertexResult
 from sparkdispatch.operators.jobs import NOT_RETRYABLE_FAILURES, default_deferrable, task_failure
+from sparkdispatch.operators.lineage import job_lineage
 from sparkdispatch.operators.links import SparkDispatchJobLink, push_job_link
 from sparkdispatch.operators.log_stream import LogFollower
 from sparkdispatch.operators.submit import TRIGGER_FAIL, SubmitJobGraphOperator
@@ -44,6 +45,8 @@ from sparkdispatch.operators.triggers import VertexTrigger, vertex_concluded
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+
+    from sparkdispatch.operators.lineage import Lineage
 
 LAUNCH_TASK_ID = "launch"
 REPAIR_WAIT_S = 60.0  # how long a repair is asked for again while the job just ended is archived
@@ -92,6 +95,8 @@ class SparkDispatchVertexOperator(BaseOperator):
         self.launch_task_id: str | None = None
         self.conn_id = SparkDispatchHook.default_conn_name
         self.job_id: str | None = None
+        self._job_url: str | None = None
+        self._vertex_outcome: dict[str, Any] | None = None  # the vertex's outcome, for OpenLineage
 
     @cached_property
     def hook(self) -> SparkDispatchHook:
@@ -114,7 +119,8 @@ class SparkDispatchVertexOperator(BaseOperator):
         job_id = self.job_id = self._launched_job_id(context)
         try:
             client = self.hook.get_conn()
-            push_job_link(context, client.job_url(job_id))
+            self._job_url = client.job_url(job_id)
+            push_job_link(context, self._job_url)
             follower = LogFollower(self.vertex_id, self.parallelism)
 
             def fetch(subtask: int, attempt: int | None, offset: int) -> dict[str, Any]:
@@ -208,8 +214,17 @@ class SparkDispatchVertexOperator(BaseOperator):
         except SparkDispatchError as exc:
             self.log.warning("job %s: could not cancel it: %s", self.job_id, exc)
 
+    def get_openlineage_facets_on_complete(self, task_instance: object) -> Lineage:
+        """OpenLineage (with Airflow's OpenLineage provider): the job, and the vertex's result
+        directory as an output dataset."""
+        return job_lineage(self.job_id, self._job_url, [self._vertex_outcome] if self._vertex_outcome else [])
+
+    def get_openlineage_facets_on_failure(self, task_instance: object) -> Lineage:
+        return job_lineage(self.job_id, self._job_url, [])
+
     def _outcome(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        output = vertex_output(body)
+        output = self._vertex_outcome = vertex_output(body)
+        self.job_id = output["job_id"]
         if output["state"] == ExecutionState.FINISHED.value:
             self.log.info("vertex %s of job %s FINISHED: %s rows in %s (%d attempt(s))", self.vertex_id,
                           output["job_id"], output["rows"], output["result_path"], output["attempts"])

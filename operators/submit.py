@@ -30,12 +30,15 @@ from sparkdispatch.operators.jobs import (
     task_job_id,
     vertex_outputs,
 )
+from sparkdispatch.operators.lineage import job_lineage
 from sparkdispatch.operators.links import SparkDispatchJobLink, push_job_link
 from sparkdispatch.operators.log_stream import JobLogs, vertex_parallelism
 from sparkdispatch.operators.triggers import JobResultTrigger
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+
+    from sparkdispatch.operators.lineage import Lineage
     from pydantic import JsonValue
 
 MAX_FRESH_ATTEMPTS = 1000
@@ -102,6 +105,8 @@ class SubmitJobGraphOperator(ResumableJobMixin, BaseOperator):
         self.poll_interval = poll_interval
         self.cancel_on_kill = cancel_on_kill
         self.job_id: str | None = None
+        self._job_url: str | None = None
+        self._vertex_outcomes: list[dict[str, Any]] = []  # the ended job's vertex outputs, for OpenLineage
 
     @cached_property
     def hook(self) -> SparkDispatchHook:
@@ -227,7 +232,7 @@ class SubmitJobGraphOperator(ResumableJobMixin, BaseOperator):
 
     def _attached(self, job_id: str, context: Context) -> None:
         self.job_id = job_id
-        url = self.hook.get_conn().job_url(job_id)
+        url = self._job_url = self.hook.get_conn().job_url(job_id)
         push_job_link(context, url)
         context["ti"].xcom_push(key=self.external_id_key, value=job_id)
         self.log.info("job %s: %s", job_id, url)
@@ -243,13 +248,23 @@ class SubmitJobGraphOperator(ResumableJobMixin, BaseOperator):
                    timeout=self.execution_timeout if isinstance(self.execution_timeout, timedelta) else None)
 
     def _check_result(self, result: Mapping[str, Any], context: Context) -> None:
-        context["ti"].xcom_push(key=VERTICES_XCOM_KEY, value=vertex_outputs(result))
+        outputs = vertex_outputs(result)
+        self._vertex_outcomes = list(outputs.values())
+        context["ti"].xcom_push(key=VERTICES_XCOM_KEY, value=outputs)
         message = report_result(result, self.log)
         if message is None:
             return
         if result_failure_is_final(result):
             raise AirflowFailException(f"{message} (not retried: a retry cannot fix this)")
         raise AirflowException(message)
+
+    def get_openlineage_facets_on_complete(self, task_instance: object) -> Lineage:
+        """OpenLineage (with Airflow's OpenLineage provider): the job, and each finished vertex's
+        result directory as an output dataset."""
+        return job_lineage(self.job_id, self._job_url, self._vertex_outcomes)
+
+    def get_openlineage_facets_on_failure(self, task_instance: object) -> Lineage:
+        return job_lineage(self.job_id, self._job_url, self._vertex_outcomes)
 
     # -- durable execution (ResumableJobMixin) ------------------------------------------------
 

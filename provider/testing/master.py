@@ -118,11 +118,13 @@ class RecordingTaskExecutorGateway(TaskExecutorGateway):
 
 @dataclass(frozen=True)
 class TaskOutcome:
-    """How a ScriptedTaskExecutor ends a task: FINISHED (with `rows`), or FAILED with `failure`."""
+    """How a ScriptedTaskExecutor ends a task: FINISHED (with `rows`, and the `result_path` it
+    says it wrote), or FAILED with `failure`."""
 
     state: ExecutionState = ExecutionState.FINISHED
     failure: Failure | None = None
     rows: int | None = None
+    result_path: str | None = None
 
 
 Script = Callable[[TaskDeploymentDescriptor], TaskOutcome | None]
@@ -210,7 +212,7 @@ class ScriptedTaskExecutor:
         update = ExecutionStateUpdate(job_id=tdd.job_id, job_master_id=tdd.job_master_id,
                                       execution_id=tdd.execution_id, state=outcome.state,
                                       task_executor_id=self.task_executor_id, rows=outcome.rows,
-                                      failure=outcome.failure)
+                                      result_path=outcome.result_path, failure=outcome.failure)
         try:
             await self._client.report_state(self.master.url, deployment.session_id, update)
         except SparkDispatchError as exc:  # a real TaskExecutor cancels a task whose report is refused

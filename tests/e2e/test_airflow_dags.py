@@ -74,11 +74,20 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def airflow(cluster: str) -> Iterator[dict[str, Any]]:
-    """A migrated Airflow metadata DB, the `sparkdispatch_default` connection, the example DAGs."""
+def lineage_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where Airflow's OpenLineage provider writes the events of this module's task runs."""
+    return tmp_path_factory.mktemp("openlineage") / "events.jsonl"
+
+
+@pytest.fixture(scope="module")
+def airflow(cluster: str, lineage_file: Path) -> Iterator[dict[str, Any]]:
+    """A migrated Airflow metadata DB, the `sparkdispatch_default` connection, the example DAGs,
+    OpenLineage events written to `lineage_file`."""
     port = cluster.rsplit(":", 1)[1]
     os.environ["AIRFLOW_CONN_SPARKDISPATCH_DEFAULT"] = json.dumps(
         {"conn_type": "sparkdispatch", "host": "127.0.0.1", "port": int(port)})
+    os.environ["AIRFLOW__OPENLINEAGE__TRANSPORT"] = json.dumps(
+        {"type": "file", "log_file_path": str(lineage_file), "append": True})
     subprocess.run([str(Path(sys.executable).parent / "airflow"), "db", "migrate"], check=True,
                    capture_output=True, env=os.environ.copy(), timeout=240)
     from airflow.dag_processing.dagbag import DagBag
@@ -89,6 +98,7 @@ def airflow(cluster: str) -> Iterator[dict[str, Any]]:
         yield bag.dags
     finally:
         os.environ.pop("AIRFLOW_CONN_SPARKDISPATCH_DEFAULT", None)
+        os.environ.pop("AIRFLOW__OPENLINEAGE__TRANSPORT", None)
 
 
 def jobs(cluster: str) -> dict[str, str]:
@@ -319,7 +329,7 @@ def test_decorated_functions_run_as_vertices_of_a_group_and_as_a_job_of_their_ow
 
 
 def test_a_failed_vertex_cleared_in_airflow_is_repaired_without_running_its_upstream_again(
-        cluster: str, airflow: dict[str, Any], tmp_path: Path) -> None:
+        cluster: str, airflow: dict[str, Any], tmp_path: Path, lineage_file: Path) -> None:
     from datetime import datetime
 
     from airflow.sdk import DAG, task
@@ -374,6 +384,26 @@ def test_a_failed_vertex_cleared_in_airflow_is_repaired_without_running_its_upst
     vertices = http_json("GET", f"{cluster}/jobs/{job_id}/execution-result", timeout=10)[1][
         "job_execution_result"]["vertices"]
     assert {v: vertices[v]["rows"] for v in ("gen", "flaky", "after")} == {"gen": 10, "flaky": 4, "after": 4}
+    # OpenLineage (the provider is installed): each vertex task's COMPLETE event names the job and
+    # the vertex's result directory as its output; the provider adds the parent run (the DAG run)
+    events = lineage_events(lineage_file, dag.dag_id)
+    for vertex in ("gen", "flaky", "after"):
+        [complete] = [e for e in events if e["job"]["name"] == f"{dag.dag_id}.fix.{vertex}"
+                      and e["eventType"] == "COMPLETE"]
+        assert [(o["namespace"], o["name"]) for o in complete["outputs"]] == [("file", vertices[vertex]["result_path"])]
+        assert complete["run"]["facets"]["externalQuery"]["externalQueryId"] == job_id
+        assert complete["run"]["facets"]["parent"]["job"]["name"] == dag.dag_id
+
+
+def lineage_events(path: Path, dag_id: str, timeout: float = 30.0) -> list[dict[str, Any]]:
+    """The OpenLineage events of `dag_id`'s tasks in `path` (written from forked processes: waited for)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        lines = path.read_text().splitlines() if path.exists() else []
+        events = [json.loads(line) for line in lines if dag_id in line]
+        if sum(e["eventType"] == "COMPLETE" for e in events) >= 3 or time.monotonic() > deadline:
+            return events
+        time.sleep(0.5)
 
 
 def test_the_mapped_example_runs_a_job_per_input(cluster: str, airflow: dict[str, Any]) -> None:

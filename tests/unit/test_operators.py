@@ -21,6 +21,7 @@ from sparkdispatch.errors import RouteNotFound, UnknownJob
 from sparkdispatch.jobgraph import ExecutionState, Failure, JobResult, JobStatus, VertexResult
 from sparkdispatch.operators import JobResultSensor, JobResultTrigger, SubmitJobGraphOperator
 from sparkdispatch.operators.jobs import attempt_job_id, clear_generation, cleared_job_id, result_summary, task_job_id
+from sparkdispatch.operators.lineage import dataset_name
 from sparkdispatch.protocol import TaskDeploymentDescriptor
 from sparkdispatch.testing.master import InProcessMaster, Script, TaskOutcome
 
@@ -383,6 +384,31 @@ def test_the_job_id_and_every_vertexs_output_are_pushed_as_xcoms(cluster: Cluste
         output = xcom["vertices"][vertex]
         assert set(output) == {"state", "rows", "result_path", "partitions", "attempts"}
         assert (output["state"], output["rows"], output["attempts"]) == ("FINISHED", 10, 1)
+
+
+def test_openlineage_names_the_job_and_each_finished_vertexs_results_as_outputs(cluster: Cluster) -> None:
+    from openlineage.client.event_v2 import Dataset
+
+    cluster.end_new_jobs(lambda tdd: TaskOutcome(rows=1, result_path=f"/r/{tdd.vertex_id}/{tdd.subtask_index}"))
+    submit = operator()
+    job_id = submit.execute(context())
+    lineage = submit.get_openlineage_facets_on_complete(None)
+    result = cluster.result(job_id)["vertices"]
+    assert lineage.outputs == [Dataset(namespace="file", name=result[v]["result_path"]) for v in ("a", "b")]
+    facet = lineage.run_facets["externalQuery"]
+    assert facet.externalQueryId == job_id and facet.source == f"{cluster.url}/ui/jobs/{job_id}"
+    assert not lineage.inputs
+
+
+@pytest.mark.parametrize(("path", "expected"), [
+    ("/data/results/j/v", ("file", "/data/results/j/v")),
+    ("file:///data/results/j/v", ("file", "/data/results/j/v")),
+    ("s3a://bucket/results/j/v", ("s3://bucket", "results/j/v")),
+    ("hdfs://nn:8020/results/j/v", ("hdfs://nn:8020", "/results/j/v")),
+    ("gs://bucket/r", ("gs://bucket", "/r")),
+])
+def test_result_paths_are_named_as_openlineage_names_datasets(path: str, expected: tuple[str, str]) -> None:
+    assert dataset_name(path) == expected
 
 
 def test_a_deferral_that_times_out_cancels_the_job(cluster: Cluster) -> None:
