@@ -7,6 +7,7 @@ migrated metadata DB. Each DAG run must leave exactly one new FINISHED job on th
 from __future__ import annotations
 
 import json
+import re
 import os
 import shutil
 import signal
@@ -29,6 +30,10 @@ REPO = Path(__file__).resolve().parents[2]
 DAGS = REPO / "dags"
 ROWS = 3000
 CLUSTER_START_TIMEOUT_S = 180
+OUTPUT = REPO / "tests" / "output"  # screenshots, git-ignored
+CHROMIUM = os.environ.get("SPARKDISPATCH_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--disable-quic"]
 
 
 @pytest.fixture(scope="module")
@@ -444,3 +449,58 @@ def test_test_connection_reports_the_live_cluster(cluster: str, airflow: dict[st
     ok, message = SparkDispatchHook().test_connection()
     assert ok, message
     assert message.startswith(f"leader {cluster}, 1 TaskExecutors, 3 slots")
+
+
+def test_airflows_grid_shows_one_task_per_vertex_of_the_group(cluster: str, airflow: dict[str, Any],
+                                                               tmp_path: Path) -> None:
+    """Airflow's own web server (`airflow api-server`) and UI in headless Chromium: with its groups
+    expanded, the example group's run has a grid row per vertex task (and the launch task), each
+    green. Screenshot: tests/output/airflow-grid.png."""
+    from playwright.sync_api import sync_playwright
+
+    dag = airflow["sparkdispatch_sales_job_group"]
+    run = dag.test(run_conf={"rows": ROWS})
+    assert "success" in str(run.state).lower(), run.state
+    port = free_port()
+    log_path = tmp_path / "api-server.log"
+    with open(log_path, "wb") as log:
+        server = subprocess.Popen(
+            [str(Path(sys.executable).parent / "airflow"), "api-server", "--host", "127.0.0.1", "--port", str(port)],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            env={**os.environ, "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True"})
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if http_json("GET", f"http://127.0.0.1:{port}/api/v2/monitor/health", timeout=2)[0] == 200:
+                    break
+            except (OSError, TimeoutError, ValueError):
+                pass
+            if server.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"Airflow's api-server did not start:\n{log_path.read_text()[-3000:]}")
+            time.sleep(0.5)
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+            try:
+                page = browser.new_page(viewport={"width": 1400, "height": 900})
+                page.goto(f"http://127.0.0.1:{port}/dags/{dag.dag_id}/runs/{run.run_id}", wait_until="networkidle")
+                vertices = ["generate", "clean", "revenue_by_region", "revenue_by_product", "report"]
+                OUTPUT.mkdir(parents=True, exist_ok=True)
+                try:
+                    page.get_by_role("button", name=re.compile("expand", re.IGNORECASE)).first.click()  # groups open
+                    for task in ["launch", *vertices]:
+                        page.get_by_text(task, exact=True).first.wait_for(timeout=30_000)
+                finally:
+                    page.screenshot(path=str(OUTPUT / "airflow-grid.png"), full_page=True)
+            finally:
+                browser.close()
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait(10)
+    states = {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
+    assert {task.split(".", 1)[1] for task in states if task.startswith("sales.")} == {"launch", *vertices}
+    assert all("success" in state.lower() for state in states.values()), states
