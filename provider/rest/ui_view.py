@@ -9,8 +9,6 @@ from sparkdispatch.rest import views
 from sparkdispatch.rest.inputs import checked_id
 from sparkdispatch.rest.server import MasterView, RestHandlers
 
-LOG_PAGE_TAIL = 0  # a log page starts at the log's first byte (the endpoint serves up to 1 MiB)
-
 
 class RestUiView:
     """What `add_ui_routes` renders: overview, jobs, one job (with its result), TaskExecutors."""
@@ -44,7 +42,7 @@ class RestUiView:
     async def attempt_log(self, job_id: str, vertex_id: str, subtask: int, attempt: int | None) -> dict[str, Any] | None:
         checked_id("job_id", job_id)
         checked_id("vertex_id", vertex_id)
-        return await self._handlers.attempt_log_body(job_id, vertex_id, subtask, attempt, LOG_PAGE_TAIL)
+        return await self._handlers.attempt_log_body(job_id, vertex_id, subtask, attempt, 0)
 
     async def taskmanagers(self) -> list[dict[str, Any]]:
         return list(self._master.leader_components().resource_manager.task_executors())

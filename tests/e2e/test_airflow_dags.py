@@ -70,12 +70,17 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield url
     finally:
         if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(10)
+            stop_process_group(process, grace_s=60)
+
+
+def stop_process_group(process: subprocess.Popen[bytes], *, grace_s: float) -> None:
+    """SIGTERM to the process's group; SIGKILL after `grace_s` if it has not exited."""
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(10)
 
 
 @pytest.fixture(scope="module")
@@ -495,12 +500,7 @@ def test_airflows_grid_shows_one_task_per_vertex_of_the_group(cluster: str, airf
             finally:
                 browser.close()
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait(10)
+        stop_process_group(server, grace_s=30)
     states = {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
     assert {task.split(".", 1)[1] for task in states if task.startswith("sales.")} == {"launch", *vertices}
     assert all("success" in state.lower() for state in states.values()), states
