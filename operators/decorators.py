@@ -54,11 +54,14 @@ class SparkDispatchFunctionOperator(SparkDispatchVertexOperator):
     custom_operator_name = DECORATOR_NAME
     shallow_copy_attrs = ("python_callable",)
 
-    def __init__(self, *, python_callable: Callable[..., Any], **kwargs: Any) -> None:
+    def __init__(self, *, python_callable: Callable[..., Any], conn_id: str | None = None, **kwargs: Any) -> None:
         self.python_callable = python_callable
         self.source = function_source(python_callable)
         self.module_name = MODULE_PREFIX + hashlib.sha256(self.source.encode()).hexdigest()[:16]
         super().__init__(entrypoint=f"{self.module_name}:{python_callable.__name__}", **kwargs)
+        self.own_conn_id = conn_id
+        if conn_id is not None:
+            self.conn_id = conn_id
 
     def code_artifacts(self) -> list[str]:
         """The function's module as a file for upload, in the temp directory under its own (hashed)
@@ -107,7 +110,8 @@ def sparkdispatch_task(python_callable: Callable[..., Any] | None = None, *, par
 
     Calling the decorated function in a DAG makes its task (`task_id` defaults to the function's
     name) and returns it, so `a >> clean()` sets its inputs. Other keyword arguments go to the
-    operator (`deferrable`, `poll_interval`, `retries`, ...).
+    operator (`deferrable`, `poll_interval`, `retries`, ...); `conn_id` names the connection of a
+    task outside a group (in a group, the group's connection is used: another one is refused).
     """
 
     def decorate(function: Callable[..., Any]) -> Callable[..., SparkDispatchFunctionOperator]:

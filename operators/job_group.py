@@ -94,6 +94,8 @@ class SparkDispatchVertexOperator(BaseOperator):
         #: set by the group: its launch task and connection
         self.launch_task_id: str | None = None
         self.conn_id = SparkDispatchHook.default_conn_name
+        #: a connection the task was given itself (`@task.sparkdispatch(conn_id=...)`), not the group's
+        self.own_conn_id: str | None = None
         self.job_id: str | None = None
         self._job_url: str | None = None
         self._vertex_outcome: dict[str, Any] | None = None  # the vertex's outcome, for OpenLineage
@@ -319,6 +321,10 @@ class SparkDispatchJobGroup(TaskGroup):
         self.launch = _LaunchJobGraphOperator(task_id=LAUNCH_TASK_ID, task_group=self, group=self,
                                               artifacts=self.artifacts, conn_id=self.conn_id)
         for vertex in vertices:
+            if vertex.own_conn_id not in (None, self.conn_id):
+                raise ValueError(f"task {vertex.task_id!r} names connection {vertex.own_conn_id!r}, but the vertices "
+                                 f"of SparkDispatchJobGroup {self.group_id!r} use the group's, {self.conn_id!r}: "
+                                 "drop the task's conn_id, or give it to the group")
             vertex.launch_task_id = self.launch.task_id
             vertex.conn_id = self.conn_id
             self.launch >> vertex

@@ -600,6 +600,40 @@ def test_the_decorator_makes_a_vertex_that_ships_the_functions_source(cluster: C
         (op.entrypoint, (module_key,), "manual__1")}
 
 
+def test_a_decorated_task_names_its_connection_outside_a_group_and_may_not_differ_from_its_group() -> None:
+    from datetime import datetime
+
+    from airflow.sdk import DAG, task
+
+    from sparkdispatch.operators import SparkDispatchJobGroup
+
+    with DAG("conn_dag", schedule=None, start_date=datetime(2026, 1, 1)) as dag:
+        @task.sparkdispatch(conn_id="sparkdispatch_prod")
+        def alone(ctx: Any) -> Any:
+            return ctx.spark.range(1)
+
+        alone()
+        with SparkDispatchJobGroup(group_id="same", conn_id="sparkdispatch_prod"):
+            @task.sparkdispatch(conn_id="sparkdispatch_prod")
+            def inside(ctx: Any) -> Any:
+                return ctx.spark.range(1)
+
+            inside()
+    assert dag.task_dict["alone"].conn_id == "sparkdispatch_prod"
+    assert dag.task_dict["alone"].hook.conn_id == "sparkdispatch_prod"
+    assert dag.task_dict["same.inside"].conn_id == "sparkdispatch_prod"
+    with pytest.raises(ValueError, match="task 'other.inside' names connection 'sparkdispatch_prod', but the "
+                                         "vertices of SparkDispatchJobGroup 'other' use the group's, "
+                                         "'sparkdispatch_default'"):
+        with DAG("conn_dag_2", schedule=None, start_date=datetime(2026, 1, 1)):
+            with SparkDispatchJobGroup(group_id="other"):
+                @task.sparkdispatch(conn_id="sparkdispatch_prod")
+                def inside(ctx: Any) -> Any:  # noqa: F811 - a second DAG's task of the same name
+                    return ctx.spark.range(1)
+
+                inside()
+
+
 def test_a_vertex_task_whose_deferral_times_out_cancels_the_job(cluster: Cluster) -> None:
     from airflow.sdk.bases.operator import TriggerFailureReason
     from airflow.sdk.exceptions import TaskDeferralTimeout
