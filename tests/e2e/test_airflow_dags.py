@@ -136,15 +136,13 @@ def clear_and_run(dag: Any, run_id: str, task_ids: list[str] | None) -> Any:
     """Clear tasks of a run (None: the whole run) as the UI does, then run it again; its state.
 
     The clear is Airflow's own (`clear_task_instances`, resetting the run). `dag.test()` would
-    replace the run, so the cleared run is run here by `dag.test()`'s own loop: schedule what is
-    ready, run it in process.
+    replace the run, so the cleared run is run here by `dag.test()`'s own loop (`drive`).
     """
     from airflow import settings
     from airflow.models.dagrun import DagRun
     from airflow.models.taskinstance import clear_task_instances
-    from airflow.sdk.definitions.dag import _run_task
     from airflow.serialization.serialized_objects import DagSerialization
-    from airflow.utils.state import DagRunState, TaskInstanceState
+    from airflow.utils.state import DagRunState
     from sqlalchemy import select
 
     session = settings.Session()
@@ -157,18 +155,34 @@ def clear_and_run(dag: Any, run_id: str, task_ids: list[str] | None) -> Any:
         run.dag = scheduler_dag
         run.state = DagRunState.RUNNING  # what the scheduler does with a queued run
         session.commit()
-        while run.state == DagRunState.RUNNING:
-            session.expire_all()
-            schedulable, _ = run.update_state(session=session)
-            for ti in schedulable:
-                ti.try_number += 1
-                ti.state = TaskInstanceState.SCHEDULED
-            session.commit()
-            for ti in run.get_task_instances(state=[TaskInstanceState.SCHEDULED], session=session):
-                _run_task(ti=ti, task=dag.task_dict[ti.task_id], run_triggerer=True)
+        drive(dag, run, session)
         return run.state
     finally:
         session.close()
+
+
+def drive(dag: Any, run: Any, session: Any, *, until_deferred: str | None = None) -> None:
+    """`dag.test()`'s loop over a running run: schedule what is ready, run it in this process.
+
+    Deferred tasks run their trigger inline, unless `until_deferred` names a task: then the loop
+    ends once that task is DEFERRED, leaving its trigger to a triggerer.
+    """
+    from airflow.sdk.definitions.dag import _run_task
+    from airflow.utils.state import DagRunState, TaskInstanceState
+
+    while run.state == DagRunState.RUNNING:
+        session.expire_all()
+        if until_deferred and run.get_task_instance(until_deferred, session=session).state == \
+                TaskInstanceState.DEFERRED:
+            return
+        schedulable, _ = run.update_state(session=session)
+        for ti in schedulable:
+            ti.try_number += 1
+            ti.state = TaskInstanceState.SCHEDULED
+        session.commit()
+        for ti in run.get_task_instances(state=[TaskInstanceState.SCHEDULED], session=session):
+            _run_task(ti=ti, task=dag.task_dict[ti.task_id], run_triggerer=until_deferred is None)
+    assert until_deferred is None, f"the run ended {run.state} before {until_deferred} deferred"
 
 
 @pytest.mark.parametrize("dag_id", ["sparkdispatch_sales_pipeline", "sparkdispatch_sales_pipeline_deferrable",
@@ -277,6 +291,76 @@ def test_an_execution_timeout_cancels_the_running_job(cluster: str, airflow: dic
     assert "failed" in str(run.state).lower(), run.state
     new = {job_id: status for job_id, status in jobs(cluster).items() if job_id not in before}
     assert list(new.values()) == ["CANCELED"], new
+
+
+def test_marking_a_deferred_vertex_task_failed_cancels_its_job_through_a_real_triggerer(
+        cluster: str, airflow: dict[str, Any], tmp_path: Path) -> None:
+    """A real `airflow triggerer` runs the deferred vertex task's trigger. Marking the task failed as
+    the UI does (`set_task_instance_state`) makes the triggerer cancel the trigger "by user action"
+    and call its `on_kill`, which cancels the job; the job is not orphaned."""
+    from datetime import datetime
+
+    from airflow import settings
+    from airflow.models.dagrun import get_or_create_dagrun
+    from airflow.sdk import DAG, timezone
+    from airflow.serialization.serialized_objects import DagSerialization
+    from airflow.utils.state import TaskInstanceState
+    from airflow.utils.types import DagRunTriggeredByType
+
+    from sparkdispatch.operators import SparkDispatchJobGroup, SparkDispatchVertexOperator
+
+    with DAG(f"e2e_triggerer_{time.time_ns()}", schedule=None, start_date=datetime(2026, 1, 1)) as dag:
+        with SparkDispatchJobGroup(group_id="slow", artifacts=[str(DAGS / "pipelines")]):
+            SparkDispatchVertexOperator(task_id="generate", entrypoint="pipelines.sales:generate", deferrable=True,
+                                        params={"rows": "50000000"}, poll_interval=0.5)  # runs for minutes
+    serialize(dag)
+    before = jobs(cluster)
+    session = settings.Session()
+    triggerer: subprocess.Popen[bytes] | None = None
+    log_path = tmp_path / "triggerer.log"
+    try:
+        scheduler_dag = DagSerialization.deserialize_dag(DagSerialization.serialize_dag(dag))
+        now = timezone.utcnow()
+        run = get_or_create_dagrun(
+            dag=scheduler_dag, run_id=f"kill-{time.time_ns()}", logical_date=None, data_interval=None, run_after=now,
+            conf=None, triggered_by=DagRunTriggeredByType.TEST, triggering_user_name="e2e", start_date=now,
+            session=session)
+        drive(dag, run, session, until_deferred="slow.generate")  # the launch task ran; generate deferred
+        [job_id] = [job_id for job_id in jobs(cluster) if job_id not in before]
+        with open(log_path, "wb") as log:
+            triggerer = subprocess.Popen(
+                [str(Path(sys.executable).parent / "airflow"), "triggerer", "--skip-serve-logs"],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                env=os.environ.copy())
+        started = re.compile(r"trigger \S+/slow\.generate/\S+ \(ID \d+\) starting")
+        wait_for(lambda: started.search(trigger_logs(log_path)) is not None, 120,
+                 lambda: f"the triggerer did not start the trigger:\n{trigger_logs(log_path)[-3000:]}")
+        assert jobs(cluster)[job_id] == "RUNNING"
+        scheduler_dag.set_task_instance_state(task_id="slow.generate", run_id=run.run_id,
+                                              state=TaskInstanceState.FAILED, session=session)  # "Mark as failed"
+        session.commit()
+        wait_for(lambda: jobs(cluster)[job_id] == "CANCELED", 90,
+                 lambda: f"job {job_id} is {jobs(cluster)[job_id]}:\n{trigger_logs(log_path)[-3000:]}")
+        assert "invoking on_kill" in trigger_logs(log_path)
+    finally:
+        session.close()
+        if triggerer is not None:
+            stop_process_group(triggerer, grace_s=30)
+
+
+def trigger_logs(triggerer_log: Path) -> str:
+    """The triggerer's own output and the trigger logs it wrote beside the task logs."""
+    files = [triggerer_log, *sorted(Path(os.environ["AIRFLOW_HOME"], "logs").rglob("*.trigger.*"))]
+    return "\n".join(path.read_text(errors="replace") for path in files if path.exists())
+
+
+def wait_for(condition: Any, timeout_s: float, problem: Any) -> None:
+    """Poll `condition()` every half second; fail with `problem()` after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(problem())
+        time.sleep(0.5)
 
 
 def test_decorated_functions_run_as_vertices_of_a_group_and_as_a_job_of_their_own(
