@@ -48,7 +48,8 @@ _STACK_FRAME = re.compile(r"\s+(at |\.\.\. \d+ more)")
 _MIB = 1 << 20
 
 # The root logger at WARN as in a classic PySpark driver (the Connect server logs every plan at
-# INFO), with the lines start() reads kept at INFO.
+# INFO), with the lines start() reads kept at INFO. The thread name is how a slot process finds
+# its attempt's lines (driver_log.py).
 _LOG4J2_PROPERTIES = """\
 rootLogger.level = warn
 rootLogger.appenderRef.stdout.ref = console
@@ -56,7 +57,7 @@ appender.console.type = Console
 appender.console.name = console
 appender.console.target = SYSTEM_ERR
 appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
+appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1} [%t]: %m%n%ex
 logger.connect.name = org.apache.spark.sql.connect.service.SparkConnectServer
 logger.connect.level = info
 logger.ports.name = org.apache.spark.util.Utils

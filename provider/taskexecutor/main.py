@@ -61,7 +61,7 @@ def run_task_executor(config: Configuration, *, task_executor_id: str | None = N
                            app_name=f"sparkdispatch-{te_id}")
     server.start()
     pool_settings = SlotPoolSettings.from_config(config)
-    pool = SlotProcessPool(pool_settings, connect_url=server.url)
+    pool = SlotProcessPool(pool_settings, connect_url=server.url, driver_log=str(server.log_path))
     try:
         pool.start()
         _serve(config, identity, server, pool, pool_settings, loglevel=loglevel)

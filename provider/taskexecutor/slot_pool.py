@@ -138,9 +138,10 @@ class _Attempt:
 class SlotProcessPool:
     """Per slot, the process bound to it (or none); a few warm spares; attempts run and cancelled."""
 
-    def __init__(self, settings: SlotPoolSettings, *, connect_url: str) -> None:
+    def __init__(self, settings: SlotPoolSettings, *, connect_url: str, driver_log: str | None = None) -> None:
         self._settings = settings
         self._connect_url = connect_url
+        self._driver_log = driver_log  # the Connect server's log, whose lines about an attempt go to its log
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._bound: dict[int, _SlotChild] = {}
@@ -182,7 +183,8 @@ class SlotProcessPool:
                     return AttemptState(ExecutionState.CANCELED)
                 attempt.child = child
                 try:
-                    child.channel.send(RunRequest(tdd, self._connect_url, tuple(artifact_paths)).to_message())
+                    child.channel.send(RunRequest(tdd, self._connect_url, tuple(artifact_paths),
+                                                  self._driver_log).to_message())
                 except OSError:
                     return self._lost(attempt, child)
             while True:

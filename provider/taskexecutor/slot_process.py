@@ -20,8 +20,8 @@ process exits when its parent closes the channel or dies (on Linux the kernel ki
 the TaskExecutor decides when tasks stop (a warm shutdown lets them finish).
 
 Each attempt runs alone in this process, so its stdout and stderr (inherited from the
-TaskExecutor) are pointed at the attempt's log file while it runs (attempt_logs.py); between
-attempts they are the TaskExecutor's.
+TaskExecutor) are pointed at the attempt's log file while it runs (attempt_logs.py), with the
+Spark driver's lines about the attempt (driver_log.py); between attempts they are the TaskExecutor's.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ from sparkdispatch.attempt_logs import attempt_log_path
 from sparkdispatch.errors import ConfigurationError, EntrypointNotFound, IllegalStateTransition
 from sparkdispatch.jobgraph import ExecutionState, Failure
 from sparkdispatch.results import write_partition
+from sparkdispatch.taskexecutor.driver_log import DriverLog, progress_handler
 from sparkdispatch.taskexecutor.slot_protocol import (
     CANCEL,
     READY,
@@ -143,6 +144,12 @@ def output_to(path: Path | None) -> Iterator[None]:
         os.dup2(saved[1], 2)
         for descriptor in (fd, *saved):
             os.close(descriptor)
+
+
+def _write_output(text: str) -> None:
+    """Into the attempt's log (this process's stdout while an attempt runs)."""
+    sys.stdout.write(text)
+    sys.stdout.flush()
 
 
 def make_active(session: SparkSession) -> None:
@@ -277,6 +284,7 @@ class SlotProcess:
         self._warming: threading.Thread | None = None
         self._warm_again_at = 0.0
         self._path_entries: set[str] = set()
+        self._driver_log = DriverLog(_write_output)
 
     def serve(self) -> int:
         """Answer requests until told to stop; returns the exit code."""
@@ -328,7 +336,11 @@ class SlotProcess:
             except Exception as exc:  # noqa: BLE001 - the pool sends valid runs; say so if one is not
                 return self._failed(exc)
             with output_to(attempt_log_path(request.tdd.result_path, request.tdd.attempt)):
-                return self._outcome(request, attempt)
+                self._driver_log.begin(Path(request.driver_log) if request.driver_log else None)
+                try:
+                    return self._outcome(request, attempt)
+                finally:
+                    self._driver_log.end()
         finally:
             attempt.done.set()
             with self._lock:
@@ -427,6 +439,7 @@ class SlotProcess:
                 self._path_entries.add(entry)
         importlib.invalidate_caches()
         make_active(session)
+        session.registerProgressHandler(progress_handler(self._driver_log))
         self._session = session
         # the TaskExecutor releases it should it have to kill this process
         self._channel.send({"type": SESSION, "session_id": session.session_id})

@@ -82,20 +82,24 @@ class ControlChannel:
 
 @dataclass(frozen=True)
 class RunRequest:
-    """One attempt for a slot process: the deployment, the job's Connect server and its local artifacts."""
+    """One attempt for a slot process: the deployment, the job's Connect server, its log (the driver's
+    messages, driver_log.py) and the job's local artifacts."""
 
     tdd: TaskDeploymentDescriptor
     connect_url: str
     artifact_paths: tuple[str, ...] = ()
+    driver_log: str | None = None
 
     def to_message(self) -> Message:
         return {"type": RUN, "tdd": self.tdd.to_dict(), "connect_url": self.connect_url,
-                "artifact_paths": list(self.artifact_paths)}
+                "artifact_paths": list(self.artifact_paths), "driver_log": self.driver_log}
 
     @classmethod
     def from_message(cls, message: Message) -> RunRequest:
+        driver_log = message.get("driver_log")
         return cls(tdd=TaskDeploymentDescriptor.from_dict(message["tdd"]), connect_url=str(message["connect_url"]),
-                   artifact_paths=tuple(str(p) for p in message.get("artifact_paths", ())))
+                   artifact_paths=tuple(str(p) for p in message.get("artifact_paths", ())),
+                   driver_log=str(driver_log) if driver_log else None)
 
 
 @dataclass(frozen=True)

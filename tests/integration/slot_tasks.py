@@ -46,6 +46,23 @@ def chatty(ctx: Any) -> None:
     sys.stderr.write("written to stderr\n")
 
 
+def driver_messages(ctx: Any) -> None:
+    """A window over all rows, which the driver warns about, then an operation long enough for the
+    server to report its progress (every 100 ms here)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import IntegerType
+
+    ctx.spark.conf.set("spark.connect.progress.reportInterval", "100ms")
+    ctx.spark.range(10).withColumn("n", F.row_number().over(Window.orderBy("id"))).collect()
+
+    def slowly(value: int) -> int:
+        time.sleep(0.4)
+        return value
+
+    ctx.spark.range(0, 4, 1, 2).select(F.udf(slowly, IntegerType())("id")).collect()
+
+
 def session_facts(ctx: Any) -> Any:
     """One row: the job's session id and shuffle partitions, the temporary views it sees (after making
     `params["view"]`, if given), whether `getActiveSession()` is `ctx.spark`, and the process."""

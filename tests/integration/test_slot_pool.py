@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import textwrap
@@ -31,6 +32,7 @@ from sparkdispatch.protocol import TaskDeploymentDescriptor
 from sparkdispatch.results import ResultLayout
 from sparkdispatch.settings import ConnectServerSettings, SlotPoolSettings
 from sparkdispatch.taskexecutor.connect_server import ConnectServer
+from sparkdispatch.taskexecutor.driver_log import PREFIX
 from sparkdispatch.taskexecutor.slot_pool import SlotProcessPool
 from sparkdispatch.taskexecutor.server_watch import ConnectServerWatch
 from sparkdispatch.taskexecutor.slot_protocol import SESSION_USER, AttemptState
@@ -61,7 +63,7 @@ def connect_server(tmp_path_factory: pytest.TempPathFactory, service_missing: Ca
 @pytest.fixture
 def pool(connect_server: ConnectServer) -> Iterator[SlotProcessPool]:
     pool = SlotProcessPool(SlotPoolSettings(spares=1, cancellation_timeout=CANCELLATION_TIMEOUT_S),
-                           connect_url=connect_server.url)
+                           connect_url=connect_server.url, driver_log=str(connect_server.log_path))
     pool.start()
     try:
         yield pool
@@ -253,6 +255,21 @@ def test_what_a_task_prints_or_logs_goes_to_its_attempts_log_file(pool: SlotProc
     for line in ("printed by subtask 1", "WARNING slot-process", "logged by the task", "written to stderr"):
         assert line in text, text
     assert "printed by subtask 1" not in capfd.readouterr().out  # not also in the TaskExecutor's output
+
+
+def test_the_drivers_messages_about_an_attempt_go_to_its_log_file(pool: SlotProcessPool, tasks: str,
+                                                                   tmp_path: Path) -> None:
+    """The Connect server's warnings on the attempt's operations, and a long operation's progress."""
+    tdd = deployment(tmp_path, "slot_tasks:driver_messages", job_id=new_job_id())
+    assert run(pool, tdd, [tasks]).state is ExecutionState.FINISHED
+    path = attempt_log_path(tdd.result_path, tdd.attempt)
+    assert path is not None
+    driver = [line.removeprefix(PREFIX) for line in path.read_text().splitlines() if line.startswith(PREFIX)]
+    assert any(re.search(r" WARN WindowExec \[SparkConnectExecuteThread_opId=[0-9a-f-]+\]: No Partition Defined",
+                         line) for line in driver), driver
+    assert any(re.fullmatch(r"operation [0-9a-f]{8}: stage \d+ \d/2(, .*)?; \d tasks? running", line)
+               for line in driver), driver
+    assert re.fullmatch(r"operation [0-9a-f]{8} ended", driver[-1]), driver
 
 
 def test_a_configuration_key_spark_refuses_fails_the_attempt_naming_it(pool: SlotProcessPool, tasks: str,
