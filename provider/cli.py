@@ -84,9 +84,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 #: What each server command imports beyond the base install, and the extra that installs it.
 _EXTRAS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "master": ("master", ("celery", "apispec")),
+    "master": ("master", ("celery", "apispec", "prometheus_client")),
     "taskexecutor": ("taskexecutor", ("celery", "pyspark", "pandas", "pyarrow", "grpc")),
-    "standalone": ("master,taskexecutor", ("celery", "apispec", "pyspark", "pandas", "pyarrow", "grpc")),
+    "standalone": ("master,taskexecutor", ("celery", "apispec", "prometheus_client", "pyspark", "pandas", "pyarrow",
+                                          "grpc")),
 }
 
 

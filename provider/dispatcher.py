@@ -63,6 +63,7 @@ from sparkdispatch.ha.jobgraph_store import JobGraphStore
 from sparkdispatch.ha.progress_store import JobProgress, ProgressStore
 from sparkdispatch.jobgraph import Failure, JobGraph, JobResult, JobStatus, VertexResult
 from sparkdispatch.jobmaster.gateways import JobMasterFactory, JobMasterGateway
+from sparkdispatch.metric_events import NO_EVENTS, JobEvents
 from sparkdispatch.repair import Repair, RepairAnswer, check_requested
 from sparkdispatch.results import ResultLayout, remove_job_results
 from sparkdispatch.settings import CleanupSettings
@@ -187,8 +188,10 @@ class Dispatcher:
 
     def __init__(self, *, session_id: str, address: str, jobgraph_store: JobGraphStore,
                  job_result_store: FileSystemJobResultStore, progress_store: ProgressStore, archive: JobArchive,
-                 blob_store: BlobReader, new_job_master: JobMasterFactory, cleanup: CleanupSettings) -> None:
+                 blob_store: BlobReader, new_job_master: JobMasterFactory, cleanup: CleanupSettings,
+                 events: JobEvents = NO_EVENTS) -> None:
         self.session_id = session_id
+        self._events = events
         self._address = address
         self._jobgraph_store = jobgraph_store
         self._job_result_store = job_result_store
@@ -297,6 +300,7 @@ class Dispatcher:
             return Submission(job_id, False, terminated)
         log.info("job %s (%s) submitted with %d vertices [session %s]", job_id, graph.name,
                  len(graph.vertices), self.session_id)
+        self._events.job_submitted()
         self._run(job_id, job, recovered=None)
         return Submission(job_id, True, job.status)
 
@@ -510,6 +514,7 @@ class Dispatcher:
     async def _conclude(self, job_id: str, job: _Job, result: JobResult) -> None:
         """Archive the terminated job, write its dirty JobResult, then clean it up."""
         log.info("job %s reached %s [session %s]", job_id, result.status.value, self.session_id)
+        self._events.job_finished(result.status.value)
         finished = job.job_master.finished() if job.job_master is not None else None
         await self._archive_quietly(ArchivedJob(result, await job.snapshot(), job.fingerprint, graph=job.graph,
                                                 finished=finished))

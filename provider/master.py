@@ -25,6 +25,7 @@ from sparkdispatch.ha import BlobStore, JobProgress, LeaderRetrieval, create_ha_
 from sparkdispatch.ha.leader import LeaderInfo
 from sparkdispatch.jobgraph import JobGraph
 from sparkdispatch.jobmaster import JobMaster, JobMasterGateway, TaskExecutorGateway
+from sparkdispatch.metrics import MasterMetrics
 from sparkdispatch.resourcemanager import ResourceManager
 from sparkdispatch.rest.server import RestServer
 from sparkdispatch.settings import MasterSettings
@@ -56,6 +57,7 @@ class Master:
         self.config = config
         self.settings = MasterSettings.from_config(config)
         self.ha = create_ha_services(config)
+        self.metrics = MasterMetrics()
         self.rest = RestServer(self, self.settings.rest)
         self.address = ""
         self._gateway = task_executor_gateway
@@ -65,6 +67,7 @@ class Master:
         self._retrieval: LeaderRetrieval | None = None
         self._events: asyncio.Queue[str | None] = asyncio.Queue()
         self._leadership_task: asyncio.Task[None] | None = None
+        self._lag_probe: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.stopped = asyncio.Event()
         self.fatal_error: BaseException | None = None
@@ -73,6 +76,7 @@ class Master:
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        self._lag_probe = asyncio.create_task(self.metrics.probe_loop_lag(), name="loop-lag-probe")
         await self.ha.start()
         await self.rest.start()
         self.address = f"http://{self.settings.rest.address}:{self.rest.port}"
@@ -94,6 +98,9 @@ class Master:
         if self._retrieval is not None:
             self._retrieval.stop()
         await self.rest.stop()
+        if self._lag_probe is not None:
+            self._lag_probe.cancel()
+            await asyncio.gather(self._lag_probe, return_exceptions=True)
         await self.ha.close()
         if self._gateway is not None:
             await asyncio.to_thread(self._gateway.close)
@@ -128,6 +135,7 @@ class Master:
 
     def _lead(self, session_id: str) -> None:
         log.info("granted leadership, session %s", session_id)
+        self.metrics.leader_granted()
         resource_manager = ResourceManager(self.settings.resource_manager, session_id)
         resource_manager.start()
         gateway = self._task_executor_gateway()
@@ -137,13 +145,13 @@ class Master:
         def new_job_master(graph: JobGraph, recovered: JobProgress | None) -> JobMaster:
             return JobMaster(graph, session_id=session_id, resource_manager=resource_manager,
                              task_executor_gateway=gateway, progress_store=progress_store,
-                             settings=job_master_settings, recovered_progress=recovered)
+                             settings=job_master_settings, recovered_progress=recovered, events=self.metrics)
 
         dispatcher = Dispatcher(session_id=session_id, address=self.address, jobgraph_store=self.ha.jobgraph_store,
                                 job_result_store=self.ha.job_result_store, progress_store=progress_store,
                                 archive=JobArchive(self.settings.archive, check=self.ha.check_leadership),
                                 blob_store=self.ha.blob_store, new_job_master=new_job_master,
-                                cleanup=self.settings.cleanup)
+                                cleanup=self.settings.cleanup, events=self.metrics)
         self._leader = LeaderComponents(session_id, dispatcher, resource_manager, self.ha.blob_store)
         self._recovery = asyncio.create_task(self._recover(self._leader), name=f"recovery-{session_id}")
 

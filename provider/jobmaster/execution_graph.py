@@ -51,7 +51,7 @@ class SubtaskId:
 class Execution:
     """One attempt of one subtask (Flink's Execution)."""
 
-    __slots__ = ("execution_id", "attempt", "state", "slot", "result_path", "rows", "failure")
+    __slots__ = ("execution_id", "attempt", "state", "slot", "result_path", "rows", "failure", "deployed_at")
 
     def __init__(self, attempt: int, execution_id: str | None = None) -> None:
         # 32 random hex digits, as a uuid4's, at a third of the cost
@@ -62,10 +62,15 @@ class Execution:
         self.result_path: str | None = None
         self.rows: int | None = None
         self.failure: Failure | None = None
+        self.deployed_at = 0.0  # the JobMaster's clock when it was deployed
 
     @property
     def task_executor_id(self) -> str | None:
         return self.slot.task_executor_id if self.slot is not None else None
+
+    def ran_for(self, now: float) -> float | None:
+        """Seconds from its deployment to `now`; None if it was never deployed."""
+        return now - self.deployed_at if self.deployed_at else None
 
     @property
     def allocation_id(self) -> str | None:

@@ -40,6 +40,7 @@ from sparkdispatch.jobmaster.gateways import TaskExecutorGateway
 from sparkdispatch.jobmaster.long_lived import LONG_LIVED_GRAPHS
 from sparkdispatch.jobmaster.reconciler import ExecutionDeploymentReconciler, MissingExecution
 from sparkdispatch.jobmaster.restart import RestartBackoffTimeStrategy, create_restart_strategy
+from sparkdispatch.metric_events import NO_EVENTS, TaskEvents
 from sparkdispatch.protocol import ExecutionReport, ExecutionStateUpdate, TaskDeploymentDescriptor
 from sparkdispatch.resourcemanager import AllocatedSlot, ResourceManagerGateway
 from sparkdispatch.results import ResultLayout
@@ -64,8 +65,9 @@ class JobMaster:
     def __init__(self, graph: JobGraph, *, session_id: str, resource_manager: ResourceManagerGateway,
                  task_executor_gateway: TaskExecutorGateway, progress_store: ProgressStore,
                  settings: JobMasterSettings, recovered_progress: JobProgress | None = None,
-                 clock: Callable[[], float] | None = None) -> None:
+                 clock: Callable[[], float] | None = None, events: TaskEvents = NO_EVENTS) -> None:
         self._clock = clock or time.time
+        self._events = events
         self.execution_graph = LONG_LIVED_GRAPHS.build(lambda: ExecutionGraph(graph, clock=self._clock),
                                                        subtasks=sum(v.parallelism for v in graph.vertices))
         self.job_master_id = session_id
@@ -147,6 +149,8 @@ class JobMaster:
         if not changed:
             return
         self.execution_graph.touch()
+        if update.state.is_terminal:
+            self._events.task_ended(update.state.value, execution.ran_for(self._clock()))
         if update.state is ExecutionState.FINISHED:
             self._on_finished(ev, execution, result_path=update.result_path, rows=update.rows)
         elif update.state is ExecutionState.FAILED:
@@ -369,6 +373,8 @@ class JobMaster:
         execution = ev.current
         execution.slot = slot
         execution.transition(ExecutionState.DEPLOYING)
+        execution.deployed_at = self._clock()
+        self._events.task_deployed()
         ev.deployed_attempts += 1
         self._held_slots[slot.allocation_id] = execution
         self._deployments.deploying(execution.execution_id, slot.task_executor_id)
@@ -454,6 +460,7 @@ class JobMaster:
     def _mark_failed(self, ev: ExecutionVertex, execution: Execution, failure: Failure) -> None:
         if not execution.state.is_terminal:
             execution.transition(ExecutionState.FAILED)
+            self._events.task_ended(ExecutionState.FAILED.value, execution.ran_for(self._clock()))
         execution.failure = failure
         self._waiting.pop(ev.id, None)
         self._release_slot(execution)

@@ -40,6 +40,8 @@ from sparkdispatch.errors import (
 from sparkdispatch.ha.blob_store import BlobStore
 from sparkdispatch.jobgraph import JobStatus
 from sparkdispatch.jobmaster import JobMasterGateway
+from sparkdispatch.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from sparkdispatch.metrics import LeaderGauges, MasterMetrics
 from sparkdispatch.resourcemanager import ResourceManagerGateway
 from sparkdispatch.rest import views
 from sparkdispatch.rest.inputs import path_id, query_int, read_job_graph, read_json, repair_vertices
@@ -79,6 +81,7 @@ class MasterView(Protocol):
     """What the REST server needs of the master process."""
 
     address: str
+    metrics: MasterMetrics
 
     @abstractmethod
     def leader_components(self) -> LeaderView:
@@ -87,6 +90,14 @@ class MasterView(Protocol):
 
     @abstractmethod
     def leader_address(self) -> str | None: ...
+
+
+def leader_gauges(leader: LeaderView, job_counts: Mapping[str, int]) -> LeaderGauges:
+    """The leader's TaskExecutors, slots and running jobs (`job_counts`: jobs by status)."""
+    resources = leader.resource_manager.overview()
+    running = sum(n for status, n in job_counts.items() if not JobStatus(status).is_terminal)
+    return LeaderGauges(jobs_running=running, slots_total=resources.slots_total,
+                        slots_available=resources.slots_available, taskexecutors=resources.taskmanagers)
 
 
 def json_response(body: Any, status: int = 200, *, headers: Mapping[str, str] | None = None) -> web.Response:
@@ -191,13 +202,12 @@ class RestHandlers:
         return self._leader_overview(leader)
 
     def _leader_overview(self, leader: LeaderView) -> dict[str, Any]:
-        resources = leader.resource_manager.overview()
         counts = leader.dispatcher.job_counts()
-        running = sum(n for status, n in counts.items() if not JobStatus(status).is_terminal)
+        gauges = leader_gauges(leader, counts)
         return {
             "is_leader": True, "leader": self.master.address,
-            "taskmanagers": resources.taskmanagers, "slots_total": resources.slots_total,
-            "slots_available": resources.slots_available, "jobs_running": running,
+            "taskmanagers": gauges.taskexecutors, "slots_total": gauges.slots_total,
+            "slots_available": gauges.slots_available, "jobs_running": gauges.jobs_running,
             "jobs_finished": counts.get("FINISHED", 0), "jobs_failed": counts.get("FAILED", 0),
             "jobs_cancelled": counts.get("CANCELED", 0),
         }
@@ -381,10 +391,21 @@ def create_app(master: MasterView, settings: RestSettings) -> web.Application:
     async def openapi(request: web.Request) -> web.Response:
         return json_response(spec)
 
+    async def metrics(request: web.Request) -> web.Response:
+        """Prometheus' text format (not in the OpenAPI document, which describes JSON answers)."""
+        try:
+            leader = master.leader_components()
+        except ServiceUnavailable:
+            gauges = None
+        else:
+            gauges = leader_gauges(leader, leader.dispatcher.job_counts())
+        return web.Response(body=master.metrics.exposition(gauges), headers={"Content-Type": METRICS_CONTENT_TYPE})
+
     for prefix in ("", "/v1"):
         for method, path, handler in handlers.routes():
             app.router.add_route(method, prefix + path, handler)
         app.router.add_get(prefix + "/openapi.json", openapi)
+    app.router.add_get("/metrics", metrics)
     add_task_executor_routes(app, master.leader_components, max_body_size=settings.max_body_size)
     add_ui_routes(app, RestUiView(master, handlers))
     return app

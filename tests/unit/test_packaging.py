@@ -101,7 +101,7 @@ def test_master_side_imports_no_airflow() -> None:
 
 #: What the base install must not bring: pyspark and its Connect client, Celery, and what only
 #: the master uses. (Airflow itself pulls grpcio, for OpenTelemetry.)
-SERVER_ONLY = ("pyspark", "py4j", "celery", "kombu", "pandas", "pyarrow", "apispec")
+SERVER_ONLY = ("pyspark", "py4j", "celery", "kombu", "pandas", "pyarrow", "apispec", "prometheus_client")
 #: The provider's Airflow-facing modules: what Airflow's workers, triggerers and scheduler import.
 AIRFLOW_SIDE = ("sparkdispatch.hooks.sparkdispatch", "sparkdispatch.operators", "sparkdispatch.operators.submit",
                 "sparkdispatch.operators.sensors", "sparkdispatch.operators.triggers",
@@ -123,7 +123,7 @@ def test_the_base_install_is_the_client_side_and_servers_take_an_extra(tmp_path:
     def extra(name: str) -> dict[str, str]:
         return {_requirement_name(r): r for r in requirements if re.search(rf"extra == ['\"]{name}['\"]", r)}
 
-    assert {"celery", "apispec"} <= set(extra("master"))
+    assert {"celery", "apispec", "prometheus-client"} <= set(extra("master"))
     assert {"celery", "pyspark", "pandas"} <= set(extra("taskexecutor"))
     airflow = extra("airflow")["apache-airflow"]
     assert ">=3.3" in airflow and "<" not in airflow.split(";")[0], f"no upper cap on Airflow: {airflow}"
