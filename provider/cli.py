@@ -34,7 +34,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("-D", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override one configuration key; repeatable")
     parser.add_argument("--log-level", default="INFO", help="logging level of server commands (default INFO)")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # `-D` after the command too, as Flink users type it (`sparkdispatch master -D rest.port=8082`)
+    late = argparse.ArgumentParser(add_help=False)
+    late.add_argument("-D", dest="late_overrides", action="append", default=[], metavar="KEY=VALUE",
+                      help="override one configuration key; repeatable")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                     parser_class=_with_parents(late))
 
     standalone = commands.add_parser("standalone", help="master + TaskExecutors on this machine, embedded defaults")
     standalone.add_argument("--taskexecutors", type=int, default=1, metavar="N", help="TaskExecutors (default 1)")
@@ -62,13 +67,24 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _with_parents(*parents: argparse.ArgumentParser) -> type[argparse.ArgumentParser]:
+    """The subcommands' parser class: each subcommand also takes `parents`' arguments."""
+
+    class CommandParser(argparse.ArgumentParser):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs["parents"] = [*kwargs.get("parents", ()), *parents]
+            super().__init__(*args, **kwargs)
+
+    return CommandParser
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "config-docs":
         print(options_table(), end="")
         return 0
     try:
-        config = Configuration.load(args.config, args.overrides)
+        config = Configuration.load(args.config, [*args.overrides, *args.late_overrides])
         if args.command in ("standalone", "master", "taskexecutor"):
             logging.basicConfig(level=args.log_level.upper(),
                                 format="%(asctime)s %(levelname)s %(name)s: %(message)s")

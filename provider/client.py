@@ -111,7 +111,7 @@ class SparkDispatchClient:
     @classmethod
     def from_config(cls, config: Configuration, **kwargs: Any) -> SparkDispatchClient:
         """A client of the cluster `config` describes: `rest.address:rest.port`, or ZooKeeper in HA mode."""
-        token = kwargs.pop("token", None) or config["rest.auth.token"] or None
+        token = kwargs.pop("token", None) or config.auth_token or None
         if config["high-availability.mode"] == "zookeeper":
             target = ZooKeeperTarget(quorum=config["high-availability.zookeeper.quorum"],
                                      cluster_id=config["high-availability.cluster-id"],

@@ -31,6 +31,7 @@ from sparkdispatch.jobgraph import (
 )
 
 CONFIG_ENV_VAR = "SPARKDISPATCH_CONF"
+TOKEN_ENV_VAR = "SPARKDISPATCH_AUTH_TOKEN"
 SPARK_PREFIX = "spark."
 
 
@@ -61,7 +62,13 @@ OPTIONS: tuple[Option, ...] = (
     Option("rest.max-body-size", "size", 10 * 1024 * 1024, "Largest request body accepted; larger ones get 413.",
            minimum=1024, default_doc="10mb"),
     Option("rest.auth.token", "str", "", "When set, every REST call must send `Authorization: Bearer <token>`; "
-           "TaskExecutors and clients send it."),
+           "TaskExecutors and clients send it. Empty: the content of `rest.auth.token-file`, else the "
+           "`SPARKDISPATCH_AUTH_TOKEN` environment variable, else no authentication."),
+    Option("rest.auth.token-file", "str", "", "A file holding the token (surrounding whitespace ignored), read when "
+           "`rest.auth.token` is empty: the token then appears in no command line."),
+    Option("rest.auth.allow-unauthenticated", "bool", False, "Let a master without a token listen on an address "
+           "other than loopback. Off, such a master refuses to start: whoever reaches its port could run code "
+           "on the TaskExecutors."),
     Option("rest.execution-result.long-poll", "duration", 1.0, "How long `GET /jobs/{id}/execution-result` waits "
            "for a running job to end before it answers IN_PROGRESS.", minimum=0, default_doc="1s"),
     # High availability
@@ -347,6 +354,23 @@ class Configuration(Mapping[str, Any]):
     def __repr__(self) -> str:
         changed = {k: v for k, v in self.to_flat().items() if k != "rest.auth.token"}
         return f"Configuration({changed})"
+
+    @property
+    def auth_token(self) -> str:
+        """The REST token: `rest.auth.token`, else `rest.auth.token-file`'s content, else
+        `$SPARKDISPATCH_AUTH_TOKEN`; empty for none. `ConfigurationError` if the file cannot be read."""
+        if self["rest.auth.token"]:
+            return str(self["rest.auth.token"])
+        if path := self["rest.auth.token-file"]:
+            try:
+                token = Path(os.path.expanduser(path)).read_text().strip()
+            except OSError as exc:
+                raise ConfigurationError(f"rest.auth.token-file {path!r} cannot be read: {exc.strerror or exc}") \
+                    from None
+            if not token:
+                raise ConfigurationError(f"rest.auth.token-file {path!r} is empty: write the token in it")
+            return token
+        return os.environ.get(TOKEN_ENV_VAR, "").strip()
 
     @property
     def spark_properties(self) -> Mapping[str, str]:

@@ -56,6 +56,7 @@ class Master:
     def __init__(self, config: Configuration, *, task_executor_gateway: TaskExecutorGateway | None = None) -> None:
         self.config = config
         self.settings = MasterSettings.from_config(config)
+        self.settings.rest.check_exposure()
         self.ha = create_ha_services(config)
         self.metrics = MasterMetrics()
         self.rest = RestServer(self, self.settings.rest)

@@ -7,11 +7,13 @@ keys are read by name here (and by the HA services factory), nowhere else on the
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from sparkdispatch.config import Configuration, restart_strategy_from_config
+from sparkdispatch.errors import ConfigurationError
 from sparkdispatch.jobgraph import RestartStrategy
 
 
@@ -92,6 +94,16 @@ class ArchiveSettings:
                    capacity=config["jobstore.max-in-memory"])
 
 
+def is_loopback(host: str) -> bool:
+    """Whether `host` (an IP address or `localhost`) is a loopback address; a name or a wildcard is not."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 @dataclass(frozen=True)
 class RestSettings:
     """The REST endpoint's address, limits and bearer token."""
@@ -104,14 +116,25 @@ class RestSettings:
     auth_token: str = field(repr=False)  # empty: no authentication
     execution_result_long_poll: float  # seconds
     results_dir: str = ""  # where attempt logs are read from (attempt_logs.py)
+    allow_unauthenticated: bool = False  # without a token on a non-loopback address
+
+    def check_exposure(self) -> None:
+        """`ConfigurationError` when the endpoint would serve a network without a token and that is not allowed."""
+        if self.auth_token or self.allow_unauthenticated or is_loopback(self.bind_address):
+            return
+        raise ConfigurationError(
+            f"the master would listen on {self.bind_address}:{self.port} without a token, so whoever reaches that "
+            "port could run code on the TaskExecutors: set a token (rest.auth.token-file, the "
+            "SPARKDISPATCH_AUTH_TOKEN environment variable, or rest.auth.token), or bind to loopback "
+            "(rest.bind-address: 127.0.0.1), or accept the risk with rest.auth.allow-unauthenticated: true")
 
     @classmethod
     def from_config(cls, config: Configuration) -> RestSettings:
         return cls(address=config["rest.address"], bind_address=config["rest.bind-address"] or config["rest.address"],
                    port=config["rest.port"], max_body_size=config["rest.max-body-size"],
-                   blob_max_size=config["blob.max-size"], auth_token=config["rest.auth.token"],
+                   blob_max_size=config["blob.max-size"], auth_token=config.auth_token,
                    execution_result_long_poll=config["rest.execution-result.long-poll"],
-                   results_dir=config.results_dir)
+                   results_dir=config.results_dir, allow_unauthenticated=config["rest.auth.allow-unauthenticated"])
 
 
 @dataclass(frozen=True)

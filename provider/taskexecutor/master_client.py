@@ -90,7 +90,7 @@ class MasterClient:
     """`AsyncMasterClient` for synchronous callers: its calls may come from any thread."""
 
     def __init__(self, config: Configuration, *, timeout: float = 5.0) -> None:
-        self.async_client = AsyncMasterClient(token=config["rest.auth.token"], timeout=timeout)
+        self.async_client = AsyncMasterClient(token=config.auth_token, timeout=timeout)
         self._loop = LoopThread("sparkdispatch-master-client")
 
     def __enter__(self) -> MasterClient:

@@ -166,7 +166,7 @@ class LocalCluster:
 
     def request(self, method: str, url: str, body: Any = None, *, timeout: float = 30.0) -> tuple[int, Any]:
         """One HTTP call; (status, decoded JSON body or None)."""
-        return http_json(method, url, body, token=self.config["rest.auth.token"], timeout=timeout)
+        return http_json(method, url, body, token=self.config.auth_token, timeout=timeout)
 
     def leader_index(self) -> int | None:
         for index, process in enumerate(self.masters):
@@ -237,7 +237,7 @@ class LocalCluster:
         raise TimeoutError(f"job {job_id} did not finish within {timeout:.0f}s; logs in {self.log_dir}")
 
     def upload_artifact(self, path: Path) -> str:
-        return upload_artifact(self.leader_url(), path, token=self.config["rest.auth.token"])
+        return upload_artifact(self.leader_url(), path, token=self.config.auth_token)
 
 
 class TaskExecutorProcess:

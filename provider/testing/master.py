@@ -153,7 +153,7 @@ class ScriptedTaskExecutor:
         self.refused: list[SparkDispatchError] = []
         self._job_scripts: dict[str, Script] = {}
         self._running: dict[str, Deployment] = {}  # execution id → its deployment, until it ends
-        self._client = AsyncMasterClient(token=master.config["rest.auth.token"])
+        self._client = AsyncMasterClient(token=master.config.auth_token)
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
 

@@ -28,9 +28,11 @@ import yaml
 from sparkdispatch.cli import _parser
 from sparkdispatch.client_leader import parse_addresses
 from sparkdispatch.config import OPTIONS_BY_KEY, SPARK_PREFIX, Configuration, parse_overrides, read_yaml_file
+from sparkdispatch.errors import ConfigurationError
 from sparkdispatch.ha.leader import STANDALONE_SESSION_ID
 from sparkdispatch.master import Master
 from sparkdispatch.protocol import SlotReport, TaskExecutorRegistration
+from sparkdispatch.settings import MasterSettings
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker-compose.yaml"
@@ -65,10 +67,12 @@ def compose_fixture(service_missing: Callable[[str], NoReturn]) -> Path:
     return binary
 
 
-def run_compose(binary: Path, *args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+def run_compose(binary: Path, *args: str, cwd: Path = REPO,
+                variables: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     # A bare environment: no variables of this machine leak into the interpolation, and no
-    # Docker context or engine is consulted.
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(cwd)}
+    # Docker context or engine is consulted. The token is the one variable a user must set.
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(cwd),
+           **({"SPARKDISPATCH_AUTH_TOKEN": "compose-test-token"} if variables is None else variables)}
     return subprocess.run([str(binary), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
 
 
@@ -142,6 +146,23 @@ def test_compose_v2_validates_the_file(compose: Path) -> None:
     model = json.loads(run_compose(compose, "-f", str(COMPOSE_FILE), "config", "--format", "json").stdout)
     assert set(model["services"]) == {*ZOOKEEPERS, "redis", *MASTERS, *TASK_EXECUTORS, "spark-master",
                                       "spark-worker", "postgres", *AIRFLOW}
+
+
+def test_compose_refuses_to_start_without_the_token_and_puts_it_in_no_command_line(
+        compose: Path, services: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    result = run_compose(compose, "-f", str(COMPOSE_FILE), "config", "-q", variables={})
+    assert result.returncode != 0
+    assert "required variable SPARKDISPATCH_AUTH_TOKEN is missing a value: set SPARKDISPATCH_AUTH_TOKEN" in result.stderr
+    monkeypatch.setenv("SPARKDISPATCH_AUTH_TOKEN", "from-the-environment")
+    for name in [*MASTERS, *TASK_EXECUTORS]:
+        assert not any("token" in arg for arg in sparkdispatch_commands(services)[name]), name
+        config = service_config(name, services[name])
+        assert config.auth_token == "from-the-environment"
+    for name in MASTERS:
+        MasterSettings.from_config(service_config(name, services[name])).rest.check_exposure()  # no error
+    monkeypatch.delenv("SPARKDISPATCH_AUTH_TOKEN")
+    with pytest.raises(ConfigurationError, match="would listen on 0.0.0.0:8081 without a token"):
+        MasterSettings.from_config(service_config(MASTERS[0], services[MASTERS[0]])).rest.check_exposure()
 
 
 def test_compose_v2_rejects_a_broken_file(compose: Path, tmp_path: Path) -> None:

@@ -153,3 +153,62 @@ def test_master_settings_carry_typed_values(tmp_path: Path) -> None:
     assert settings.job_master.results_dir == settings.cleanup.results_dir == str(tmp_path / "results")
     assert settings.cleanup.delete_results and settings.cleanup.initial_backoff == 0.01
     assert settings.archive.directory == tmp_path / "archive" / "blue" and settings.archive.capacity == 7
+
+
+# -- the REST token and who may reach a master without one ------------------------------------
+
+
+def test_the_token_comes_from_the_key_else_its_file_else_the_environment(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SPARKDISPATCH_AUTH_TOKEN", raising=False)
+    assert Configuration.from_mapping({}).auth_token == ""
+    monkeypatch.setenv("SPARKDISPATCH_AUTH_TOKEN", " from-env\n")
+    assert Configuration.from_mapping({}).auth_token == "from-env"
+    token_file = tmp_path / "token"
+    token_file.write_text("from-file\n")
+    assert Configuration.from_mapping({"rest.auth.token-file": str(token_file)}).auth_token == "from-file"
+    assert Configuration.from_mapping({"rest.auth.token-file": str(token_file),
+                                       "rest.auth.token": "from-key"}).auth_token == "from-key"
+    assert MasterSettings.from_config(Configuration.from_mapping(
+        {"rest.auth.token-file": str(token_file)})).rest.auth_token == "from-file"
+    with pytest.raises(ConfigurationError, match=r"rest.auth.token-file '.*missing' cannot be read: No such file"):
+        _ = Configuration.from_mapping({"rest.auth.token-file": str(tmp_path / "missing")}).auth_token
+    (tmp_path / "empty").write_text("  \n")
+    with pytest.raises(ConfigurationError, match="is empty: write the token in it"):
+        _ = Configuration.from_mapping({"rest.auth.token-file": str(tmp_path / "empty")}).auth_token
+
+
+@pytest.mark.parametrize(("bind", "token", "allow", "refused"), [
+    ("127.0.0.1", "", False, False), ("localhost", "", False, False), ("::1", "", False, False),
+    ("127.0.0.2", "", False, False), ("0.0.0.0", "", False, True), ("10.0.0.5", "", False, True),
+    ("master-1", "", False, True), ("0.0.0.0", "s3cret", False, False), ("0.0.0.0", "", True, False)])
+def test_a_master_without_a_token_listens_on_loopback_only_unless_allowed(
+        bind: str, token: str, allow: bool, refused: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SPARKDISPATCH_AUTH_TOKEN", raising=False)
+    rest = MasterSettings.from_config(Configuration.from_mapping({
+        "rest.bind-address": bind, "rest.auth.token": token, "rest.auth.allow-unauthenticated": allow})).rest
+    if refused:
+        with pytest.raises(ConfigurationError, match=f"would listen on {bind}:8081 without a token.*"
+                                                     "rest.auth.allow-unauthenticated: true"):
+            rest.check_exposure()
+    else:
+        rest.check_exposure()
+
+
+def test_d_options_may_follow_the_command_as_flink_users_type_them() -> None:
+    from sparkdispatch.cli import _parser
+
+    args = _parser().parse_args(["-D", "rest.port=8082", "master", "-D", "rest.address=m-2", "-D", "a.b=c"])
+    assert (args.command, args.overrides, args.late_overrides) == ("master", ["rest.port=8082"],
+                                                                    ["rest.address=m-2", "a.b=c"])
+    args = _parser().parse_args(["run", "graph.json", "-D", "rest.port=1", "--wait"])
+    assert (args.graph, args.wait, args.late_overrides) == ("graph.json", True, ["rest.port=1"])
+
+
+def test_the_master_command_refuses_a_network_address_without_a_token(capsys: pytest.CaptureFixture[str],
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from sparkdispatch.cli import main
+
+    monkeypatch.delenv("SPARKDISPATCH_AUTH_TOKEN", raising=False)
+    assert main(["master", "-D", "rest.bind-address=0.0.0.0", "-D", "rest.port=0"]) == 2
+    assert "sparkdispatch: the master would listen on 0.0.0.0:0 without a token" in capsys.readouterr().err
