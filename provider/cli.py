@@ -13,7 +13,6 @@ import argparse
 import asyncio
 import importlib.util
 import json
-import logging
 import sys
 import time
 from collections.abc import Sequence
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from sparkdispatch.config import Configuration, options_table
 from sparkdispatch.errors import MissingExtra, SparkDispatchError
+from sparkdispatch.log_context import configure_logging
 from sparkdispatch.jobgraph import JobResult, JobStatus
 
 if TYPE_CHECKING:
@@ -86,8 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = Configuration.load(args.config, [*args.overrides, *args.late_overrides])
         if args.command in ("standalone", "master", "taskexecutor"):
-            logging.basicConfig(level=args.log_level.upper(),
-                                format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+            configure_logging(args.log_level, config["log.format"])
             return _serve(args, config)
         return asyncio.run(_client_command(args, config))
     except SparkDispatchError as exc:

@@ -53,6 +53,10 @@ def _cpu_count() -> int:
 
 
 OPTIONS: tuple[Option, ...] = (
+    # Logging
+    Option("log.format", "choice", "text", "How master and TaskExecutor processes log to stderr: `text` lines, or "
+           "`json`, an object per line for log shippers; both name the job, vertex, subtask and attempt a line is "
+           "about.", choices=("text", "json")),
     # REST endpoint
     Option("rest.address", "str", "127.0.0.1", "Address the master advertises for its REST endpoint and web UI; "
            "with `high-availability.mode: none` also where TaskExecutors and clients find the master."),

@@ -63,6 +63,7 @@ from sparkdispatch.ha.jobgraph_store import JobGraphStore
 from sparkdispatch.ha.progress_store import JobProgress, ProgressStore
 from sparkdispatch.jobgraph import Failure, JobGraph, JobResult, JobStatus, VertexResult
 from sparkdispatch.jobmaster.gateways import JobMasterFactory, JobMasterGateway
+from sparkdispatch.log_context import log_context
 from sparkdispatch.metric_events import NO_EVENTS, JobEvents
 from sparkdispatch.repair import Repair, RepairAnswer, check_requested
 from sparkdispatch.results import ResultLayout, remove_job_results
@@ -471,22 +472,23 @@ class Dispatcher:
 
     def _run(self, job_id: str, job: _Job, *, recovered: JobProgress | None) -> None:
         """Start the job's JobMaster; a recovered job whose cancel was accepted is cancelled instead."""
-        assert job.graph is not None
-        job_master: JobMasterGateway | None = None
-        try:
-            job_master = self._new_job_master(job.graph, recovered)
-            if not job.cancel_recorded:
-                job_master.start()
-        except Exception as exc:
-            log.error("the JobMaster of job %s cannot start, the job fails: %s [session %s]", job_id, exc,
-                      self.session_id, exc_info=exc)
-            if job_master is not None:
-                self._release(job_id, job_master)
-            result = job.conclude(result_without_run(job_id, job.graph, Failure.from_exception(exc)))
-            job.watcher = asyncio.create_task(self._conclude(job_id, job, result), name=f"job-{job_id}")
-            return
-        job.job_master = job_master
-        job.watcher = asyncio.create_task(self._watch(job_id, job), name=f"job-{job_id}")
+        with log_context(job_id=job_id):  # the JobMaster's tasks and the watcher inherit it
+            assert job.graph is not None
+            job_master: JobMasterGateway | None = None
+            try:
+                job_master = self._new_job_master(job.graph, recovered)
+                if not job.cancel_recorded:
+                    job_master.start()
+            except Exception as exc:
+                log.error("the JobMaster of job %s cannot start, the job fails: %s [session %s]", job_id, exc,
+                          self.session_id, exc_info=exc)
+                if job_master is not None:
+                    self._release(job_id, job_master)
+                result = job.conclude(result_without_run(job_id, job.graph, Failure.from_exception(exc)))
+                job.watcher = asyncio.create_task(self._conclude(job_id, job, result), name=f"job-{job_id}")
+                return
+            job.job_master = job_master
+            job.watcher = asyncio.create_task(self._watch(job_id, job), name=f"job-{job_id}")
 
     @staticmethod
     def _release(job_id: str, job_master: JobMasterGateway) -> None:

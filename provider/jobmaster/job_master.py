@@ -40,6 +40,7 @@ from sparkdispatch.jobmaster.gateways import TaskExecutorGateway
 from sparkdispatch.jobmaster.long_lived import LONG_LIVED_GRAPHS
 from sparkdispatch.jobmaster.reconciler import ExecutionDeploymentReconciler, MissingExecution
 from sparkdispatch.jobmaster.restart import RestartBackoffTimeStrategy, create_restart_strategy
+from sparkdispatch.log_context import log_context
 from sparkdispatch.metric_events import NO_EVENTS, TaskEvents
 from sparkdispatch.protocol import ExecutionReport, ExecutionStateUpdate, TaskDeploymentDescriptor
 from sparkdispatch.resourcemanager import AllocatedSlot, ResourceManagerGateway
@@ -371,19 +372,20 @@ class JobMaster:
 
     def _deploy(self, ev: ExecutionVertex, slot: AllocatedSlot) -> None:
         execution = ev.current
-        execution.slot = slot
-        execution.transition(ExecutionState.DEPLOYING)
-        execution.deployed_at = self._clock()
-        self._events.task_deployed()
-        ev.deployed_attempts += 1
-        self._held_slots[slot.allocation_id] = execution
-        self._deployments.deploying(execution.execution_id, slot.task_executor_id)
-        tdd = deployment_descriptor(self.execution_graph, ev, slot, job_master_id=self.job_master_id,
-                                    results=self._results)
-        log.info("job %s (session %s): deploying %s attempt %d (%s) to %s slot %d", self.job_id,
-                 self.job_master_id, ev.id, execution.attempt, execution.execution_id, slot.task_executor_id,
-                 slot.slot_index)
-        self._spawn(self._send_deployment(ev, execution, tdd))
+        with log_context(job_id=self.job_id, vertex=ev.vertex.id, subtask=ev.subtask_index, attempt=execution.attempt):
+            execution.slot = slot
+            execution.transition(ExecutionState.DEPLOYING)
+            execution.deployed_at = self._clock()
+            self._events.task_deployed()
+            ev.deployed_attempts += 1
+            self._held_slots[slot.allocation_id] = execution
+            self._deployments.deploying(execution.execution_id, slot.task_executor_id)
+            tdd = deployment_descriptor(self.execution_graph, ev, slot, job_master_id=self.job_master_id,
+                                        results=self._results)
+            log.info("job %s (session %s): deploying %s attempt %d (%s) to %s slot %d", self.job_id,
+                     self.job_master_id, ev.id, execution.attempt, execution.execution_id, slot.task_executor_id,
+                     slot.slot_index)
+            self._spawn(self._send_deployment(ev, execution, tdd))
 
     async def _send_deployment(self, ev: ExecutionVertex, execution: Execution,
                                tdd: TaskDeploymentDescriptor) -> None:

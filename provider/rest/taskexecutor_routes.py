@@ -17,6 +17,7 @@ from aiohttp import web
 
 from sparkdispatch.errors import FencingTokenMismatch, InvalidRequest, SparkDispatchError
 from sparkdispatch.jobmaster import JobMasterGateway
+from sparkdispatch.log_context import log_context
 from sparkdispatch.protocol import ExecutionStateUpdate, HeartbeatPayload, TaskExecutorRegistration
 from sparkdispatch.resourcemanager import ResourceManagerGateway
 from sparkdispatch.rest.inputs import path_id, read_json
@@ -120,8 +121,8 @@ class TaskExecutorRoutes:
                 update = ExecutionStateUpdate.from_dict(body)
             except SparkDispatchError as exc:
                 raise InvalidRequest("execution state update", {"body": exc.messages()}) from None
-            job_master = master.job_master(update.job_id)
-            job_master.update_execution_state(update)
+            with log_context(job_id=update.job_id):
+                master.job_master(update.job_id).update_execution_state(update)
             return web.json_response({})
 
         return await _answer(request, handle)

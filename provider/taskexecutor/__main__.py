@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 
 from sparkdispatch.config import Configuration, parse_overrides
 from sparkdispatch.errors import ConfigurationError
+from sparkdispatch.log_context import configure_logging
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -19,12 +19,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="override one configuration key")
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config = Configuration.load(args.config, parse_overrides(args.overrides))
     except ConfigurationError as exc:
         print(f"error: {'; '.join(exc.messages())}", file=sys.stderr)
         return 2
+    configure_logging(args.log_level, config["log.format"])
     from sparkdispatch.taskexecutor.main import run_task_executor
 
     run_task_executor(config, task_executor_id=args.task_executor_id, loglevel=args.log_level.upper())

@@ -33,6 +33,7 @@ from sparkdispatch.errors import (
     UnknownJob,
 )
 from sparkdispatch.jobgraph import ExecutionState, Failure
+from sparkdispatch.log_context import log_context
 from sparkdispatch.protocol import ExecutionStateUpdate, SlotReport, SlotStatus, TaskDeploymentDescriptor
 from sparkdispatch.results import remove_attempt_partition
 from sparkdispatch.taskexecutor.slot_protocol import AttemptState
@@ -364,22 +365,23 @@ class TaskRunner:
     def run(self, tdd: TaskDeploymentDescriptor, session_id: str) -> ExecutionState:
         """Run one attempt to its end, reporting each state; returns the final state. A second
         delivery of an execution that runs or ran here is dropped (CANCELED, reporting nothing)."""
-        try:
-            running = self.slots.occupy(tdd, session_id, supersede=self._supersede,
-                                        wait_s=self._slot_release_timeout_s)
-        except IllegalStateTransition as exc:
-            self.slots.forget_received(tdd.execution_id)
-            log.warning("job %s: refusing execution %s: %s", tdd.job_id, tdd.execution_id, exc)
-            self._report_quietly(tdd, session_id, ExecutionState.FAILED, failure=Failure.from_exception(exc))
-            return ExecutionState.FAILED
-        if running is None:
-            log.info("job %s: execution %s was delivered here again; the second delivery is dropped", tdd.job_id,
-                     tdd.execution_id)
-            return ExecutionState.CANCELED
-        try:
-            return self._run(running)
-        finally:
-            self.slots.release(running)
+        with log_context(job_id=tdd.job_id, vertex=tdd.vertex_id, subtask=tdd.subtask_index, attempt=tdd.attempt):
+            try:
+                running = self.slots.occupy(tdd, session_id, supersede=self._supersede,
+                                            wait_s=self._slot_release_timeout_s)
+            except IllegalStateTransition as exc:
+                self.slots.forget_received(tdd.execution_id)
+                log.warning("job %s: refusing execution %s: %s", tdd.job_id, tdd.execution_id, exc)
+                self._report_quietly(tdd, session_id, ExecutionState.FAILED, failure=Failure.from_exception(exc))
+                return ExecutionState.FAILED
+            if running is None:
+                log.info("job %s: execution %s was delivered here again; the second delivery is dropped", tdd.job_id,
+                         tdd.execution_id)
+                return ExecutionState.CANCELED
+            try:
+                return self._run(running)
+            finally:
+                self.slots.release(running)
 
     def _supersede(self, busy: RunningExecution) -> None:
         log.info("job %s: execution %s in slot %d is superseded by a new deployment; stopping it",
