@@ -27,6 +27,7 @@
     │       └── CorruptedBlob         the blob's content does not hash to its key
     ├── RequestTooLarge               a request body is over `rest.max-body-size`
     ├── Unauthorized                  a REST call lacks the configured token
+    ├── CsrfRefused                   a call made with the web UI's session cookie lacks its CSRF token
     ├── RouteNotFound                 no REST resource at that path
     ├── MethodNotAllowed              the path does not take that HTTP method
     ├── InternalError                 the master failed on a bug; the body names the exception
@@ -341,6 +342,13 @@ class Unauthorized(SparkDispatchError):
     http_status = 401
 
 
+class CsrfRefused(SparkDispatchError):
+    """A state-changing call authenticated by the web UI's session cookie without the session's
+    `X-CSRF-Token`: it may come from another site's page."""
+
+    http_status = 403
+
+
 class RouteNotFound(SparkDispatchError):
     """No REST resource at the requested path (aiohttp's own 404)."""
 
@@ -482,7 +490,7 @@ ERROR_TYPES: Mapping[str, type[SparkDispatchError]] = MappingProxyType({cls.__na
     SparkDispatchError, ConfigurationError, InvalidJobGraph, InvalidRequest, IllegalStateTransition, UnknownJob,
     DuplicateJobSubmission, JobAlreadyTerminated, RepairNotPossible, FencingTokenMismatch, StaleExecution, NoLeader,
     SlotRequestTimeout, UnknownTaskExecutor, SlotProcessLost, StoreError, StoreUnavailable, JobResultEntryExists,
-    NoSuchJobResult, BlobError, BlobNotFound, BlobTooLarge, CorruptedBlob, RequestTooLarge, Unauthorized, RouteNotFound,
+    NoSuchJobResult, BlobError, BlobNotFound, BlobTooLarge, CorruptedBlob, RequestTooLarge, Unauthorized, CsrfRefused, RouteNotFound,
     MethodNotAllowed, InternalError, EntrypointNotFound, MissingExtra, ConnectServerError, ServiceUnavailable, LeadershipLost, RecoveryInProgress,
 )})
 """The registry: class name (a body's `type`) → class."""

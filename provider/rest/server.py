@@ -10,7 +10,6 @@ other exception. It also checks the bearer token when `rest.auth.token` is set. 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import logging
 from abc import abstractmethod
@@ -34,7 +33,6 @@ from sparkdispatch.errors import (
     RouteNotFound,
     ServiceUnavailable,
     SparkDispatchError,
-    Unauthorized,
     error_header,
 )
 from sparkdispatch.ha.blob_store import BlobStore
@@ -45,6 +43,7 @@ from sparkdispatch.metrics import LeaderGauges, MasterMetrics
 from sparkdispatch.resourcemanager import ResourceManagerGateway
 from sparkdispatch.rest import views
 from sparkdispatch.rest.inputs import path_id, query_int, read_job_graph, read_json, repair_vertices
+from sparkdispatch.rest.ui_auth import CSRF_KEY, UiSessions, add_login_routes
 from sparkdispatch.settings import RestSettings
 
 log = logging.getLogger(__name__)
@@ -134,15 +133,17 @@ def error_response(exc: SparkDispatchError, request: web.Request, *,
     return json_response(exc.to_body(), status=exc.http_status, headers=headers)
 
 
-def create_error_middleware(settings: RestSettings) -> Middleware:
-    """The middleware that answers every error as `error_response` does, and checks the token."""
-    token = settings.auth_token
+def create_error_middleware(settings: RestSettings, sessions: UiSessions | None = None) -> Middleware:
+    """The middleware that answers every error as `error_response` does, and checks the token (or
+    the web UI's session, ui_auth.py) when `rest.auth.token` is set."""
+    if sessions is None and settings.auth_token:
+        sessions = UiSessions(settings.auth_token)
 
     @web.middleware
     async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
-            if token and not _authorized(request, token):
-                raise Unauthorized("missing or wrong bearer token: send `Authorization: Bearer <rest.auth.token>`")
+            if sessions is not None and (caller := sessions.check(request)) is not None and caller.csrf:
+                request[CSRF_KEY] = caller.csrf
             return await handler(request)
         except SparkDispatchError as exc:
             return error_response(exc, request)
@@ -175,12 +176,6 @@ def _http_error(request: web.Request, exc: web.HTTPException, settings: RestSett
     error = SparkDispatchError(message)
     error.http_status = exc.status
     return error
-
-
-def _authorized(request: web.Request, token: str) -> bool:
-    header = request.headers.get("Authorization", "")
-    offered = header[7:] if header.startswith("Bearer ") else request.cookies.get("sparkdispatch_token", "")
-    return hmac.compare_digest(offered.encode(), token.encode())
 
 
 class RestHandlers:
@@ -384,7 +379,9 @@ def create_app(master: MasterView, settings: RestSettings) -> web.Application:
     from sparkdispatch.rest.ui_view import RestUiView
 
     client_max_size = max(settings.max_body_size, settings.blob_max_size + (1 << 16))
-    app = web.Application(client_max_size=client_max_size, middlewares=[create_error_middleware(settings)])
+    sessions = UiSessions(settings.auth_token) if settings.auth_token else None
+    app = web.Application(client_max_size=client_max_size,
+                          middlewares=[create_error_middleware(settings, sessions)])
     handlers = RestHandlers(master, settings)
     spec = openapi_document()
 
@@ -408,6 +405,7 @@ def create_app(master: MasterView, settings: RestSettings) -> web.Application:
     app.router.add_get("/metrics", metrics)
     add_task_executor_routes(app, master.leader_components, max_body_size=settings.max_body_size)
     add_ui_routes(app, RestUiView(master, handlers))
+    add_login_routes(app, sessions)
     return app
 
 

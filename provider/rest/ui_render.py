@@ -26,9 +26,14 @@ def _e(value: object) -> str:
 
 
 def render_page(*, title: str, root: str, page: str, overview: Mapping[str, Any] | None, body: str,
-                data: Mapping[str, str] | None = None) -> str:
-    """The layout around a page's ``body``; ``root`` is the relative path back to ``/ui/``."""
+                data: Mapping[str, str] | None = None, csrf: str | None = None) -> str:
+    """The layout around a page's ``body``; ``root`` is the relative path back to ``/ui/``.
+
+    ``csrf``: the browser session's CSRF token (ui_auth.py), for the page's state-changing calls;
+    with it the page offers to log out."""
     attributes = "".join(f' data-{name}="{_e(value)}"' for name, value in (data or {}).items())
+    session = f'<meta name="csrf-token" content="{_e(csrf)}">\n' if csrf else ""
+    logout = f'<a class="logout" href="{root}logout">Log out</a>' if csrf else ""
     script = f'<script src="{root}static/{page}.js" defer></script>' if page != "error" else ""
     return f"""<!DOCTYPE html>
 <html lang="en">
@@ -37,7 +42,7 @@ def render_page(*, title: str, root: str, page: str, overview: Mapping[str, Any]
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{_e(title)} · sparkdispatch</title>
 <link rel="icon" href="data:,">
-<link rel="stylesheet" href="{root}static/ui.css">
+{session}<link rel="stylesheet" href="{root}static/ui.css">
 <script src="{root}static/common.js" defer></script>
 {script}
 </head>
@@ -50,6 +55,7 @@ def render_page(*, title: str, root: str, page: str, overview: Mapping[str, Any]
     <a href="{root}taskmanagers"{' class="active"' if page == "taskmanagers" else ""}>TaskManagers</a>
   </nav>
   <span id="connection" class="connection" hidden>connection lost, retrying…</span>
+  {logout}
 </header>
 {render_leader_banner(overview)}
 <main>
@@ -250,8 +256,10 @@ def _render_slot(slot: Mapping[str, Any]) -> str:
 def render_job(job: Mapping[str, Any]) -> str:
     vertices = list(job.get("vertices") or [])
     result = job.get("result") or None
+    cancel = ('<button id="cancel-job" type="button" class="danger">Cancel job</button>'
+              if str(job.get("status")) not in TERMINAL_JOB_STATUSES.split() else "")
     header = (
-        f'<section class="job-head"><h1 id="job-name">{_e(job.get("name") or job.get("id"))}</h1>'
+        f'<section class="job-head"><h1 id="job-name">{_e(job.get("name") or job.get("id"))}</h1>{cancel}'
         f'<dl class="facts"><dt>Job id</dt><dd class="mono" id="job-id">{_e(job.get("id"))}</dd>'
         f'<dt>Status</dt><dd id="job-status">{_badge(job.get("status"))}</dd>'
         f'<dt>Start (UTC)</dt><dd id="job-start">{format_time(job.get("start_time"))}</dd>'

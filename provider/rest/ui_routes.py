@@ -16,6 +16,8 @@ Routes added by :func:`add_ui_routes`:
                            followed while the job runs
 ``/ui/taskmanagers``       each TaskExecutor with its slots and the job running in each
 ``/ui/static/{name}``      the stylesheet and scripts shipped in this package
+``/ui/login``, ``/logout`` with a token set: the login form and the end of a browser session
+                           (ui_auth.py)
 =========================  ===============================================================
 """
 
@@ -40,6 +42,7 @@ from sparkdispatch.rest.ui_render import (
     render_taskmanagers,
 )
 from sparkdispatch.rest.inputs import query_int
+from sparkdispatch.rest.ui_auth import CSRF_KEY
 from sparkdispatch.rest.views import LARGE_JOB_VERTICES
 
 log = logging.getLogger(__name__)
@@ -137,7 +140,7 @@ class _UIPages:
             jobs, taskmanagers, unavailable = [], [], exc.message
         body = render_overview(overview, jobs, taskmanagers, unavailable=unavailable)
         return _html_response(render_page(title="Overview", root="./", page="overview",
-                                          overview=overview, body=body))
+                                          overview=overview, body=body, csrf=request.get(CSRF_KEY)))
 
     async def job(self, request: web.Request) -> web.Response:
         job_id = request.match_info["job_id"]
@@ -153,7 +156,7 @@ class _UIPages:
         return _html_response(render_page(
             title=f"Job {job.get('name') or job_id}", root="../", page="job", overview=overview,
             body=body, data={"job-id": str(job.get("id", job_id)), "status": str(job.get("status", ""))},
-        ))
+            csrf=request.get(CSRF_KEY)))
 
     async def attempt_log(self, request: web.Request) -> web.Response:
         job_id = request.match_info["job_id"]
@@ -171,7 +174,7 @@ class _UIPages:
                 "status": str((piece or {}).get("job_status", ""))}
         return _html_response(render_page(
             title=f"Log of {vertex_id}[{subtask}]", root="../../", page="log", overview=overview,
-            body=render_log_page(job_id, vertex_id, subtask, attempt, piece), data=data))
+            body=render_log_page(job_id, vertex_id, subtask, attempt, piece), data=data, csrf=request.get(CSRF_KEY)))
 
     async def taskmanagers(self, request: web.Request) -> web.Response:
         view = self._view
@@ -181,7 +184,8 @@ class _UIPages:
         except SparkDispatchError as exc:
             return _error_response(exc, root="./", overview=overview)
         return _html_response(render_page(title="TaskManagers", root="./", page="taskmanagers",
-                                          overview=overview, body=render_taskmanagers(taskmanagers)))
+                                          overview=overview, body=render_taskmanagers(taskmanagers),
+                                          csrf=request.get(CSRF_KEY)))
 
 
 async def _overview_or_none(view: UIView) -> dict[str, Any] | None:

@@ -64,6 +64,7 @@ EXAMPLES: list[SparkDispatchError] = [
     errors.CorruptedBlob("blob abc is corrupted"),
     errors.RequestTooLarge("the JobGraph is 2000 bytes; rest.max-body-size allows 1000"),
     errors.Unauthorized("missing or wrong bearer token"),
+    errors.CsrfRefused("POST /jobs with the web UI's session needs its X-CSRF-Token header"),
     errors.RouteNotFound("GET /nowhere: Not Found"),
     errors.MethodNotAllowed("PUT", "/jobs", ["POST", "GET"]),
     errors.InternalError("internal error: KeyError: 'x'"),

@@ -28,6 +28,20 @@ window.SD = (function () {
     return response.json();
   }
 
+  // A state-changing REST call, with the session's CSRF token when the page has one (a master
+  // with a token); resolves to the response, rejects with the error body's first message.
+  async function send(method, path) {
+    const meta = document.querySelector('meta[name="csrf-token"]');
+    const headers = { Accept: "application/json" };
+    if (meta) headers["X-CSRF-Token"] = meta.content;
+    const response = await fetch(new URL(path, apiBase), { method, headers, cache: "no-store" });
+    if (!response.ok) {
+      const answer = await response.json().catch(() => ({}));
+      throw new Error((answer.errors && answer.errors[0]) || `${method} ${path}: HTTP ${response.status}`);
+    }
+    return response;
+  }
+
   // h("a", {href: x}, "text", child...): builds nodes; text is never parsed as HTML.
   function h(tag, attrs, ...children) {
     const element = document.createElement(tag);
@@ -137,7 +151,7 @@ window.SD = (function () {
   }
 
   return {
-    isTerminal, getJSON, h, text, badge, jobLink, formatTime, formatDuration, jobDuration,
+    isTerminal, getJSON, send, h, text, badge, jobLink, formatTime, formatDuration, jobDuration,
     setContent, setRows, updateBanner, poll,
   };
 })();

@@ -29,6 +29,25 @@
     SD.setContent("job-end", SD.formatTime(job.end_time));
     SD.setContent("job-duration", SD.formatDuration(SD.jobDuration(job)));
     body.dataset.status = job.status;
+    const cancel = document.getElementById("cancel-job");
+    if (cancel && SD.isTerminal(job.status)) cancel.remove();
+  }
+
+  // Cancel: asks first, then PATCH /jobs/{id}; the polling shows the job's states from there.
+  const cancelButton = document.getElementById("cancel-job");
+  if (cancelButton) {
+    cancelButton.addEventListener("click", async () => {
+      if (!window.confirm(`Cancel job ${body.dataset.jobId}? Its running tasks are stopped.`)) return;
+      cancelButton.disabled = true;
+      cancelButton.textContent = "Cancelling…";
+      try {
+        await SD.send("PATCH", jobPath);
+      } catch (error) {
+        cancelButton.disabled = false;
+        cancelButton.textContent = "Cancel job";
+        window.alert(`The job was not cancelled: ${error.message}`);
+      }
+    });
   }
 
   // The graph's layout comes from the server; only states and attempts change while a job runs.

@@ -1,0 +1,176 @@
+"""Who may call the master: the bearer token, or the web UI's browser session, with CSRF checks.
+
+With `rest.auth.token` set, a call needs `Authorization: Bearer <token>`, or the session cookie
+the login page gives a browser:
+
+- `GET /ui/login` shows a form; `POST /ui/login` (field `token`) checks the token and sets
+  `sparkdispatch_session` = `<expires>.<nonce>.<signature>` (HMAC-SHA256 under a key derived
+  from the token; HttpOnly, SameSite=Strict, Secure over https), then sends the browser on to
+  `next`, a path under `/ui/`. Every master with the same token accepts the cookie, so a
+  failover keeps the browser logged in; changing the token logs every browser out.
+- A call the cookie authenticates that changes state (any method but GET, HEAD and OPTIONS)
+  must also send `X-CSRF-Token`, the session's CSRF token, which each page carries (`<meta
+  name="csrf-token">`); without it: 403 `CsrfRefused`.
+- `GET /ui/logout` clears the cookie and shows the login page again.
+- A page asked for without credentials sends the browser to the login page; any other call gets
+  401. The login page and the static files need no credentials.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import html
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from urllib.parse import quote
+
+from aiohttp import web
+
+from sparkdispatch.errors import CsrfRefused, Unauthorized
+
+SESSION_COOKIE = "sparkdispatch_session"
+CSRF_HEADER = "X-CSRF-Token"
+#: Where the middleware leaves the session's CSRF token for the page handlers (request[CSRF_KEY]).
+CSRF_KEY = web.RequestKey("sparkdispatch_csrf", str)
+SESSION_LIFETIME_S = 12 * 3600
+LOGIN_PATH = "/ui/login"
+LOGOUT_PATH = "/ui/logout"
+_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+_PUBLIC_PREFIXES = (LOGIN_PATH, "/ui/static/")
+
+
+class Credentials(Enum):
+    BEARER = "bearer"
+    SESSION = "session"
+
+
+@dataclass(frozen=True)
+class Caller:
+    """How a request proved itself; `csrf` is its session's CSRF token (empty for the bearer token)."""
+
+    credentials: Credentials
+    csrf: str = ""
+
+
+class UiSessions:
+    """Issues and checks the web UI's session cookies and their CSRF tokens for one token."""
+
+    def __init__(self, token: str, *, lifetime_s: float = SESSION_LIFETIME_S,
+                 clock: Callable[[], float] = time.time) -> None:
+        self._token = token
+        self._key = hmac.new(token.encode(), b"sparkdispatch web UI session", hashlib.sha256).digest()
+        self._lifetime_s = lifetime_s
+        self._clock = clock
+
+    def token_matches(self, offered: str) -> bool:
+        return hmac.compare_digest(offered.encode(), self._token.encode())
+
+    def issue(self) -> str:
+        """A new session cookie's value."""
+        claim = f"{int(self._clock() + self._lifetime_s)}.{secrets.token_urlsafe(16)}"
+        return f"{claim}.{self._sign('session', claim)}"
+
+    def csrf_of(self, cookie: str) -> str | None:
+        """The CSRF token of a valid, unexpired session cookie; None for any other value."""
+        claim, _, signature = cookie.rpartition(".")
+        expires, _, nonce = claim.partition(".")
+        if not (expires.isdigit() and nonce and hmac.compare_digest(signature, self._sign("session", claim))):
+            return None
+        if int(expires) < self._clock():
+            return None
+        return self._sign("csrf", nonce)
+
+    def _sign(self, purpose: str, value: str) -> str:
+        return hmac.new(self._key, f"{purpose}:{value}".encode(), hashlib.sha256).hexdigest()
+
+    # -- the middleware's check --------------------------------------------------------------
+
+    def check(self, request: web.Request) -> Caller | None:
+        """Who made `request`; None for a public path. Raises `Unauthorized`, `CsrfRefused`, or
+        sends a browser's page request to the login page."""
+        header = request.headers.get("Authorization", "")
+        if header.startswith("Bearer ") and self.token_matches(header[7:]):
+            return Caller(Credentials.BEARER)
+        csrf = self.csrf_of(request.cookies.get(SESSION_COOKIE, ""))
+        if csrf is not None:
+            if request.method not in _SAFE_METHODS and not hmac.compare_digest(
+                    request.headers.get(CSRF_HEADER, ""), csrf):
+                raise CsrfRefused(f"{request.method} {request.path} with the web UI's session needs its "
+                                  f"{CSRF_HEADER} header (the page's csrf-token)")
+            return Caller(Credentials.SESSION, csrf)
+        if request.path.startswith(_PUBLIC_PREFIXES):
+            return None
+        if request.method == "GET" and (request.path == "/ui" or request.path.startswith("/ui/")):
+            raise web.HTTPSeeOther(f"{LOGIN_PATH}?next={quote(request.path_qs, safe='')}")
+        raise Unauthorized("missing or wrong bearer token: send `Authorization: Bearer <rest.auth.token>`")
+
+
+def add_login_routes(app: web.Application, sessions: UiSessions | None) -> None:
+    """`/ui/login` and `/ui/logout`; without a token (`sessions` None) both lead to the UI."""
+
+    async def login_page(request: web.Request) -> web.Response:
+        if sessions is None:
+            raise web.HTTPSeeOther("/ui/")
+        return _login_response(_next_path(request.query.get("next")), error="")
+
+    async def login(request: web.Request) -> web.Response:
+        if sessions is None:
+            raise web.HTTPSeeOther("/ui/")
+        form = await request.post()
+        target = _next_path(str(form.get("next", "")))
+        if not sessions.token_matches(str(form.get("token", ""))):
+            return _login_response(target, error="That is not the master's token.", status=401)
+        response = web.HTTPSeeOther(target)
+        response.set_cookie(SESSION_COOKIE, sessions.issue(), max_age=SESSION_LIFETIME_S, path="/", httponly=True,
+                            samesite="Strict", secure=request.secure)
+        raise response
+
+    async def logout(request: web.Request) -> web.Response:
+        response = web.HTTPSeeOther(LOGIN_PATH)
+        response.del_cookie(SESSION_COOKIE, path="/")
+        raise response
+
+    app.router.add_get(LOGIN_PATH, login_page)
+    app.router.add_post(LOGIN_PATH, login)
+    app.router.add_get(LOGOUT_PATH, logout)
+
+
+def _next_path(asked: str | None) -> str:
+    """Where to go after logging in: a path under /ui/ of this master, never another site."""
+    return asked if asked and asked.startswith("/ui/") and not asked.startswith("//") else "/ui/"
+
+
+def _login_response(target: str, *, error: str, status: int = 200) -> web.Response:
+    message = f'<p class="error" role="alert">{html.escape(error)}</p>' if error else ""
+    page = f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>Log in · sparkdispatch</title>
+<link rel="icon" href="data:,">
+<link rel="stylesheet" href="/ui/static/ui.css">
+</head>
+<body data-page="login">
+<header class="topbar"><span class="brand">sparkdispatch</span></header>
+<main>
+<section class="panel login">
+<h1>Log in</h1>
+<p>This master asks for its token (<code>rest.auth.token</code>).</p>
+{message}
+<form method="post" action="{LOGIN_PATH}">
+<input type="hidden" name="next" value="{html.escape(target)}">
+<label for="token">Token</label>
+<input id="token" name="token" type="password" autocomplete="current-password" required autofocus>
+<button type="submit">Log in</button>
+</form>
+</section>
+</main>
+</body>
+</html>
+"""
+    return web.Response(text=page, status=status, content_type="text/html", charset="utf-8")
