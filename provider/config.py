@@ -134,6 +134,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("taskexecutor.slots", "int", _cpu_count(), "Slots per TaskExecutor: tasks it runs at once.", minimum=1,
            default_doc="number of CPU cores"),
     Option("taskexecutor.id", "str", "", "Identity of a TaskExecutor; empty means `<hostname>-<random>`."),
+    Option("taskexecutor.metrics.port", "int", 0, "Port of a TaskExecutor's own Prometheus metrics (`/metrics`: "
+           "slots, busy slots, attempts, slot processes lost, its Spark Connect server's health and restarts); "
+           "0 serves none.", minimum=0),
+    Option("taskexecutor.metrics.bind-address", "str", "127.0.0.1", "Address the TaskExecutor's metrics port "
+           "binds to."),
     Option("taskexecutor.registration.max-backoff", "duration", 10.0, "Longest pause between attempts to "
            "register with the ResourceManager.", minimum=0.01, default_doc="10s"),
     Option("taskexecutor.cancellation.timeout", "duration", 30.0, "How long a cancelled task may run on after its "

@@ -114,6 +114,7 @@ class ConnectServer:
         self.app_name = app_name
         self.log_path = self.work_dir / LOG_FILE_NAME
         self.ui_port: int | None = None  # the Spark UI's port while serving (None when it is disabled)
+        self.starts = 0  # starts asked for; each one after the first is a restart
         self._lock = threading.Lock()
         self._process: subprocess.Popen[bytes] | None = None
         self._address: str | None = None  # "127.0.0.1:<port>" while serving
@@ -170,6 +171,7 @@ class ConnectServer:
                                          log_file=str(self.log_path))
             started = time.monotonic()
             deadline = started + budget
+            self.starts += 1
             self._spawn()
             try:
                 self._wait_until_serving(deadline, budget)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import socket
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sparkdispatch.broker.celery_app import queue_name
@@ -78,6 +79,7 @@ def _serve(config: Configuration, identity: TaskExecutorIdentity, server: Connec
     # Only what a TaskExecutor needs of HA: it follows the leader and reads blobs, creating nothing.
     retrieval = create_leader_retrieval(config)
     client = MasterClient(config)
+    stop_metrics: list[Callable[[], None]] = []
     try:
         retrieval.start()
         slots = SlotTable(slot_count)
@@ -89,6 +91,16 @@ def _serve(config: Configuration, identity: TaskExecutorIdentity, server: Connec
                             slot_release_timeout_s=pool_settings.cancellation_timeout + SLOT_RELEASE_MARGIN_S)
         runtime = TaskExecutor(config=config, identity=identity, slots=slots, runner=runner, connection=connection,
                                server=server, pool=pool)
+        if config["taskexecutor.metrics.port"]:
+            from sparkdispatch.taskexecutor.metrics import TaskExecutorParts, serve_metrics
+
+            parts = TaskExecutorParts(
+                slots=slot_count, busy_slots=lambda: len(slots.running()), ended_attempts=runner.ended_counts,
+                slot_processes_lost=lambda: pool.processes_lost, connect_server_healthy=server.is_healthy,
+                connect_server_starts=lambda: server.starts)
+            metrics_server, _ = serve_metrics(te_id, parts, port=config["taskexecutor.metrics.port"],
+                                              address=config["taskexecutor.metrics.bind-address"])
+            stop_metrics.append(metrics_server.shutdown)
         app = create_celery_app(config, task_executor=runtime)
         app.steps["worker"].add(MasterConnectionStep)
         app.steps["worker"].add(ConnectServerWatchStep)
@@ -99,6 +111,8 @@ def _serve(config: Configuration, identity: TaskExecutorIdentity, server: Connec
         exit_code = worker.exitcode
         log.info("TaskExecutor %s stopped (exit code %s)", te_id, exit_code)
     finally:
+        for stop in stop_metrics:
+            stop()
         retrieval.close()
         client.close()
 

@@ -20,7 +20,7 @@ import queue
 import shutil
 import threading
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -361,6 +361,13 @@ class TaskRunner:
         self._artifacts = artifacts
         self._slot_release_timeout_s = slot_release_timeout_s
         self._background = BackgroundReports(reporter, self._refused_in_background)
+        self._ended: Counter[str] = Counter()  # attempts that ended here, by state
+        self._ended_lock = threading.Lock()
+
+    def ended_counts(self) -> dict[str, int]:
+        """Attempts that ended here, by state (the TaskExecutor's metrics)."""
+        with self._ended_lock:
+            return dict(self._ended)
 
     def run(self, tdd: TaskDeploymentDescriptor, session_id: str) -> ExecutionState:
         """Run one attempt to its end, reporting each state; returns the final state. A second
@@ -464,6 +471,8 @@ class TaskRunner:
             log.warning("job %s: the earlier reports of execution %s are still undelivered after %gs; "
                         "sending %s anyway", running.tdd.job_id, running.tdd.execution_id,
                         EARLIER_REPORTS_TIMEOUT_S, state.value)
+        with self._ended_lock:
+            self._ended[state.value] += 1
         refused = running.stale  # the JobMaster refused this execution already; it does not want the end either
         if not refused:
             try:

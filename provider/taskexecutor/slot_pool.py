@@ -153,6 +153,8 @@ class SlotProcessPool:
         self._server_lost: set[_SlotChild] = set()
         self._attempts: dict[str, _Attempt] = {}
         self._closed = False
+        #: slot processes that died under an attempt or were killed (the metrics' count)
+        self.processes_lost = 0
         self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sparkdispatch-slot-spawner")
 
     def start(self) -> None:
@@ -252,6 +254,7 @@ class SlotProcessPool:
         how = child.ended(wait_s=5.0)
         child.channel.close()
         with self._lock:
+            self.processes_lost += 1
             if self._bound.get(attempt.slot_index) is child:
                 del self._bound[attempt.slot_index]
             server_lost = child in self._server_lost

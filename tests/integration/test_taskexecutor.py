@@ -12,6 +12,7 @@ import asyncio
 import socket
 import textwrap
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -65,6 +66,26 @@ def deployment(config: Configuration, slot: AllocatedSlot, job_id: str, vertex_i
         subtask_index=0, parallelism=1, attempt=0, allocation_id=slot.allocation_id, slot_index=slot.slot_index,
         registration_id=slot.registration_id,
         result_path=f"{config.results_dir}/{job_id}/{vertex_id}/0-{execution_id}", artifacts=(artifact,), **fields)
+
+
+async def scrape(port: int) -> dict[str, float]:
+    """A TaskExecutor's /metrics, parsed by prometheus_client: `name{label=value,...}` -> value
+    (the `taskexecutor` label left out)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    status, text = await asyncio.to_thread(http_text, f"http://127.0.0.1:{port}/metrics")
+    assert status == 200, text
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()) if k != "taskexecutor")
+            samples[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
+    return samples
+
+
+def http_text(url: str) -> tuple[int, str]:
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        return answer.status, answer.read().decode()
 
 
 async def start_cluster(config: Configuration, tmp_path: Path,
@@ -175,7 +196,8 @@ async def test_registration_with_a_stale_session_is_refused(tmp_path: Path) -> N
 @pytest.mark.slow
 async def test_cancelling_one_slots_task_leaves_the_other_slot_running(tmp_path: Path) -> None:
     # Over the embedded `filesystem://` broker: remote control works there too.
-    config = cluster_config(tmp_path, "filesystem://")
+    metrics_port = free_port()
+    config = cluster_config(tmp_path, "filesystem://", **{"taskexecutor.metrics.port": str(metrics_port)})
     master, [te] = await start_cluster(config, tmp_path, 1)
     gateway = CeleryTaskExecutorGateway(config)
     try:
@@ -218,6 +240,9 @@ async def test_cancelling_one_slots_task_leaves_the_other_slot_running(tmp_path:
         # the heartbeat shows both slots busy with this job
         await eventually(lambda: rm.overview().slots_available == 0 and len(rm.task_executors()[0]["executions"]) == 2,
                          "both executions in a heartbeat", processes=[te])
+        busy = await scrape(metrics_port)
+        assert (busy["sparkdispatch_taskexecutor_slots"], busy["sparkdispatch_taskexecutor_slots_busy"],
+                busy["sparkdispatch_taskexecutor_connect_server_up"]) == (2, 2, 1), busy
 
         assert await asyncio.to_thread(gateway.cancel, first.hostname, long_tdd.execution_id)
 
@@ -231,6 +256,11 @@ async def test_cancelling_one_slots_task_leaves_the_other_slot_running(tmp_path:
         assert not await asyncio.to_thread(gateway.cancel, first.hostname, long_tdd.execution_id)
         await eventually(lambda: rm.task_executors()[0]["executions"] == [], "both slots free in a heartbeat",
                          processes=[te])
+        after = await scrape(metrics_port)
+        assert after["sparkdispatch_taskexecutor_slots_busy"] == 0
+        assert (after["sparkdispatch_taskexecutor_attempts_total{state=CANCELED}"],
+                after["sparkdispatch_taskexecutor_attempts_total{state=FINISHED}"]) == (1, 1), after
+        assert after["sparkdispatch_taskexecutor_connect_server_restarts_total"] == 0
     finally:
         te.kill()
         gateway.close()
