@@ -15,6 +15,7 @@ from sparkdispatch.client import SyncSparkDispatchClient
 from sparkdispatch.errors import JobAlreadyTerminated, SparkDispatchError, UnknownJob
 from sparkdispatch.hooks.sparkdispatch import SparkDispatchHook
 from sparkdispatch.jobgraph import JobStatus
+from sparkdispatch.log_stream import JobLogs, vertex_parallelism
 from sparkdispatch.operators.jobs import (
     VERTICES_XCOM_KEY,
     attempt_job_id,
@@ -32,7 +33,6 @@ from sparkdispatch.operators.jobs import (
 )
 from sparkdispatch.operators.lineage import job_lineage
 from sparkdispatch.operators.links import SparkDispatchJobLink, push_job_link
-from sparkdispatch.operators.log_stream import JobLogs, vertex_parallelism
 from sparkdispatch.operators.triggers import JobResultTrigger
 
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ import pytest
 
 from sparkdispatch.attempt_logs import attempt_log_path, read_attempt_log
 from sparkdispatch.errors import RouteNotFound
-from sparkdispatch.operators.log_stream import LogFollower
+from sparkdispatch.log_stream import LogFollower
 from sparkdispatch.results import ResultLayout
 
 JOB = "0123456789abcdef0123456789abcdef"

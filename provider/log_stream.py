@@ -1,4 +1,5 @@
-"""Streaming a vertex's attempt logs from the master into an Airflow task's log while it waits.
+"""Following a job's attempt logs on the master: into an Airflow task's log while it waits, or
+to the terminal (`sparkdispatch logs`).
 
 `LogFollower` keeps, per subtask, the attempt it follows and the byte offset read so far, asks
 the master (`GET /jobs/{id}/vertices/{vertex}/log`) for what is new in the latest attempt, and
