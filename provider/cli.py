@@ -1,10 +1,12 @@
 """The `sparkdispatch` command: run the processes, and talk to the current leader.
 
-    sparkdispatch [--config FILE] [-D key=value ...] COMMAND ...
+    sparkdispatch [--config FILE] [-D key=value ...] COMMAND ... [-D key=value ...]
 
 Server commands: `standalone`, `master`, `taskexecutor`. Client commands (against the leader,
-found as the Airflow hook finds it): `run GRAPH.json [--wait] [--artifact FILE]`, `list`,
-`status ID`, `cancel ID`, `repair ID VERTEX...`, `overview`. `config-docs` prints the table of configuration keys.
+found as the Airflow hook finds it): `run GRAPH.json [--wait] [--artifact FILE]` (with `--wait`,
+each vertex's progress; Ctrl-C asks whether to cancel the job), `list`, `status ID [--json]`,
+`logs ID [VERTEX] [--follow]`, `cancel ID`, `repair ID VERTEX...`, `overview`. `config-docs`
+prints the table of configuration keys.
 """
 
 from __future__ import annotations
@@ -19,10 +21,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sparkdispatch.cli_render import job_table, vertex_progress
 from sparkdispatch.config import Configuration, options_table
 from sparkdispatch.errors import MissingExtra, SparkDispatchError
-from sparkdispatch.log_context import configure_logging
 from sparkdispatch.jobgraph import JobResult, JobStatus
+from sparkdispatch.log_context import configure_logging
+from sparkdispatch.log_stream import JobLogs
 
 if TYPE_CHECKING:
     from sparkdispatch.client import SparkDispatchClient
@@ -54,8 +58,13 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--artifact", action="append", default=[], metavar="FILE",
                      help="a .py or .zip with the task code; repeatable")
     commands.add_parser("list", help="running and finished jobs")
-    status = commands.add_parser("status", help="a job's details, and its JobResult once it ended")
+    status = commands.add_parser("status", help="a job's vertices, states and results, and its failure")
     status.add_argument("job_id")
+    status.add_argument("--json", action="store_true", help="the job's details and JobResult as JSON, for scripts")
+    logs = commands.add_parser("logs", help="what a job's task functions printed or logged (their attempt logs)")
+    logs.add_argument("job_id")
+    logs.add_argument("vertex", nargs="?", help="only this vertex")
+    logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines until the job ends")
     cancel = commands.add_parser("cancel", help="cancel a job")
     cancel.add_argument("job_id")
     repair = commands.add_parser("repair", help="run vertices of an ended job again, with their consumers, "
@@ -151,7 +160,12 @@ async def _client_command(args: argparse.Namespace, config: Configuration) -> in
         elif args.command == "status":
             details = await client.job(args.job_id)
             result = await client.execution_result(args.job_id)
-            _print_json({**details, "result": result} if result else details)
+            if args.json:
+                _print_json({**details, "result": result} if result else details)
+            else:
+                print(job_table(details, result))
+        elif args.command == "logs":
+            await _logs(client, args.job_id, args.vertex, follow=args.follow)
         elif args.command == "cancel":
             await client.cancel(args.job_id)
             print(f"cancelling job {args.job_id}")
@@ -177,19 +191,61 @@ async def _run(client: SparkDispatchClient, args: argparse.Namespace) -> int:
           flush=True)
     if not args.wait:
         return 0
+    try:
+        return await _wait(client, job_id)
+    except asyncio.CancelledError:  # Ctrl-C: asyncio.run cancels this, then raises KeyboardInterrupt
+        await _offer_cancel(client, job_id)
+        raise
+
+
+async def _wait(client: SparkDispatchClient, job_id: str) -> int:
+    """Print each vertex's progress when it changes until the job ends; then its table."""
     shown: dict[str, str] = {}
     while True:
         details = await client.job(job_id)
         for vertex in details.get("vertices", []):
-            line = f"{vertex['state']} (attempt {max((s.get('attempt', 0) for s in vertex.get('subtasks', [])), default=0) + 1})"
+            line = vertex_progress(vertex)
             if shown.get(vertex["id"]) != line:
                 shown[vertex["id"]] = line
                 print(f"  {time.strftime('%H:%M:%S')}  {vertex['id']:<24} {line}", flush=True)
         result = await client.execution_result(job_id)
         if result is not None:
-            _print_json(result)
+            print(job_table(await client.job(job_id), result))
             return 0 if JobResult.from_dict(result).status is JobStatus.FINISHED else 1
         await asyncio.sleep(0.5)
+
+
+async def _offer_cancel(client: SparkDispatchClient, job_id: str) -> None:
+    """After Ctrl-C: on a terminal, ask whether to cancel the job; elsewhere leave it running."""
+    if not sys.stdin.isatty():
+        print(f"\njob {job_id} keeps running; cancel it with: sparkdispatch cancel {job_id}", file=sys.stderr)
+        return
+    try:
+        answer = input(f"\ncancel job {job_id}? [y/N] ").strip().lower()
+    except (EOFError, KeyboardInterrupt):
+        answer = ""
+    if answer in ("y", "yes"):
+        await client.cancel(job_id)
+        print(f"cancelling job {job_id}", file=sys.stderr)
+    else:
+        print(f"job {job_id} keeps running: {client.job_url(job_id)}", file=sys.stderr)
+
+
+async def _logs(client: SparkDispatchClient, job_id: str, vertex: str | None, *, follow: bool) -> None:
+    """Print the attempt logs of the job's vertices (each line `<vertex>[<subtask>] attempt <n>: ...`);
+    with `follow`, until the job ends."""
+    details = await client.job(job_id)
+    vertices = {str(v["id"]): int(v.get("parallelism") or len(v.get("subtasks") or []) or 1)
+                for v in details.get("vertices", []) if vertex is None or v["id"] == vertex}
+    if not vertices:
+        raise SparkDispatchError(f"job {job_id} has no vertex {vertex!r}")
+    logs = JobLogs(job_id, lambda line: print(line, flush=True), vertices)
+    while True:
+        ended = await client.execution_result(job_id) is not None
+        await logs.apoll(client)
+        if ended or not follow:
+            return
+        await asyncio.sleep(1.0)
 
 
 def _read_graph(path: Path) -> dict[str, Any]:
