@@ -89,12 +89,15 @@ def _fields(record: logging.LogRecord) -> dict[str, object]:
 
 
 def configure_logging(level: str, log_format: str = "text") -> None:
-    """The root logger of a server process: `level`, to stderr, in `log_format` (`text` or `json`)."""
+    """The root logger of a server process: `level`, to stderr, in `log_format` (`text` or `json`).
+
+    As `logging.basicConfig`, it leaves a root logger that has handlers already as it is (an
+    embedding program's, a test runner's)."""
+    root = logging.getLogger()
+    if root.handlers:
+        return
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
     handler.addFilter(ContextFilter())
-    root = logging.getLogger()
-    for old in list(root.handlers):
-        root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level.upper())

@@ -89,3 +89,17 @@ async def test_a_real_masters_deployment_line_names_its_job_vertex_subtask_and_a
         (job_id, "clean", 0, 0), (job_id, "clean", 1, 0)}
     running = [e for e in entries if e["logger"].startswith("sparkdispatch.jobmaster") and "job_id" in e]
     assert running and all(e["job_id"] == job_id for e in running)
+
+
+def test_configure_logging_sets_up_a_bare_root_logger_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sparkdispatch.log_context import configure_logging
+
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", [])
+    monkeypatch.setattr(root, "level", logging.WARNING)
+    configure_logging("debug", "json")
+    [handler] = root.handlers
+    assert isinstance(handler.formatter, JsonFormatter) and root.level == logging.DEBUG
+    assert any(isinstance(f, ContextFilter) for f in handler.filters)
+    configure_logging("info", "text")  # a root with a handler is left as it is
+    assert root.handlers == [handler] and root.level == logging.DEBUG
