@@ -42,13 +42,19 @@ def path_id(request: web.Request, name: str) -> str:
     return checked_id(name, request.match_info[name])
 
 
+#: A query integer (an offset, an attempt) has at most this many digits: 10^18 bytes is no offset.
+MAX_QUERY_INT_DIGITS = 18
+
+
 def query_int(request: web.Request, name: str) -> int | None:
     """The query parameter `name` as a non-negative integer, None when absent; else `InvalidRequest`."""
     value = request.query.get(name)
     if value is None:
         return None
-    if not value.isdigit():
-        raise InvalidRequest("request query", {name: [f"must be a non-negative integer, got {value[:64]!r}"]})
+    # ASCII digits only (str.isdigit admits '²', which int() refuses), and few enough for int()
+    if not (value.isascii() and value.isdigit()) or len(value) > MAX_QUERY_INT_DIGITS:
+        raise InvalidRequest("request query", {name: [f"must be a non-negative integer of at most "
+                                                      f"{MAX_QUERY_INT_DIGITS} digits, got {value[:64]!r}"]})
     return int(value)
 
 

@@ -91,6 +91,10 @@ class MasterView(Protocol):
     def leader_address(self) -> str | None: ...
 
 
+#: Longest request line and header the HTTP layer reads (aiohttp's default: 8190 bytes).
+MAX_LINE_SIZE = 64 * 1024
+
+
 def leader_gauges(leader: LeaderView, job_counts: Mapping[str, int]) -> LeaderGauges:
     """The leader's TaskExecutors, slots and running jobs (`job_counts`: jobs by status)."""
     resources = leader.resource_manager.overview()
@@ -420,7 +424,11 @@ class RestServer:
 
     async def start(self) -> None:
         app = create_app(self._master, self._settings)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        # aiohttp answers a longer request line or header itself, before the middleware, in plain
+        # text: above its default of 8190 bytes, as a long query string of repeated parameters
+        # reached it (schemathesis did), so that every answer a client can provoke is JSON
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, max_line_size=MAX_LINE_SIZE,
+                                     max_field_size=MAX_LINE_SIZE)
         await self._runner.setup()
         host = self._settings.bind_address
         site = web.TCPSite(self._runner, host, self._settings.port, reuse_address=True)

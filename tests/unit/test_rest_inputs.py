@@ -178,3 +178,16 @@ async def test_the_openapi_document_states_every_body(master: InProcessMaster) -
     kinds = [resolved(choice)["properties"]["type"]["enum"] for choice in
              schemas["JobGraph"]["properties"]["restart_strategy"]["oneOf"]]
     assert kinds == [["none"], ["fixed-delay"], ["exponential-delay"], ["failure-rate"]]
+
+
+async def test_a_request_line_longer_than_aiohttps_default_still_gets_a_json_answer(master: InProcessMaster) -> None:
+    """Found by schemathesis: a query string of 8 KiB was answered by aiohttp's parser in plain text."""
+    status, text, headers = await call("GET", f"{master.url}/jobs/{'a' * 32}/vertices/v/log?offset={'1' * 9000}")
+    assert status == 400 and headers["Content-Type"].startswith("application/json"), text
+    assert json.loads(text)["type"] == "InvalidRequest"
+
+
+@pytest.mark.parametrize("offset", ["\u00b2", "1" * 19, "-1", "1.5"])
+async def test_a_query_integer_that_is_no_small_ascii_number_is_a_400(master: InProcessMaster, offset: str) -> None:
+    status, text, _ = await call("GET", f"{master.url}/jobs/{'a' * 32}/vertices/v/log", params={"offset": offset})
+    assert status == 400 and "offset: must be a non-negative integer of at most 18 digits" in text, text
