@@ -88,7 +88,8 @@ def _serve(config: Configuration, identity: TaskExecutorIdentity, server: Connec
         runner = TaskRunner(pool=pool, slots=slots, reporter=connection, task_executor_id=te_id,
                             artifacts=ArtifactCache(create_blob_reader(config).path_blocking,
                                                    config.storage_dir / "te-cache" / te_id),
-                            slot_release_timeout_s=pool_settings.cancellation_timeout + SLOT_RELEASE_MARGIN_S)
+                            slot_release_timeout_s=pool_settings.cancellation_timeout + SLOT_RELEASE_MARGIN_S,
+                            start_deadline=connection.start_deadline)
         runtime = TaskExecutor(config=config, identity=identity, slots=slots, runner=runner, connection=connection,
                                server=server, pool=pool)
         if config["taskexecutor.metrics.port"]:

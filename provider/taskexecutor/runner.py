@@ -59,8 +59,10 @@ class AttemptRunner(Protocol):
     """Runs attempts in the slots' processes (`SlotProcessPool`)."""
 
     def run(self, slot_index: int, tdd: TaskDeploymentDescriptor, artifact_paths: Sequence[str],
-            on_state: Callable[[AttemptState], None]) -> AttemptState:
-        """Run one attempt to its end; `on_state` gets its non-terminal states, the terminal one is returned."""
+            on_state: Callable[[AttemptState], None], *,
+            start_deadline: Callable[[], float | None] | None = None) -> AttemptState:
+        """Run one attempt to its end; `on_state` gets its non-terminal states, the terminal one is
+        returned. The function does not start after what `start_deadline()` says (`time.monotonic()`)."""
 
     def cancel(self, execution_id: str) -> bool:
         """Stop an attempt (it ends CANCELED); False when it does not run."""
@@ -353,13 +355,15 @@ class TaskRunner:
     """Runs deployed tasks in the slots of one TaskExecutor, each in its slot's process."""
 
     def __init__(self, *, pool: AttemptRunner, slots: SlotTable, reporter: StateReporter, task_executor_id: str,
-                 artifacts: ArtifactCache | None = None, slot_release_timeout_s: float) -> None:
+                 artifacts: ArtifactCache | None = None, slot_release_timeout_s: float,
+                 start_deadline: Callable[[], float | None] = lambda: None) -> None:
         self.slots = slots
         self._pool = pool
         self._reporter = reporter
         self._task_executor_id = task_executor_id
         self._artifacts = artifacts
         self._slot_release_timeout_s = slot_release_timeout_s
+        self._start_deadline = start_deadline  # MasterConnection.start_deadline
         self._background = BackgroundReports(reporter, self._refused_in_background)
         self._ended: Counter[str] = Counter()  # attempts that ended here, by state
         self._ended_lock = threading.Lock()
@@ -440,7 +444,8 @@ class TaskRunner:
             artifact_paths = self._artifacts.paths(tdd.artifacts) if self._artifacts is not None else []
         except Exception as exc:  # noqa: BLE001 - a missing or bad artifact fails the attempt
             return self._fail(running, Failure.from_exception(exc))
-        end = self._pool.run(tdd.slot_index, tdd, artifact_paths, lambda state: self._on_state(running, state))
+        end = self._pool.run(tdd.slot_index, tdd, artifact_paths, lambda state: self._on_state(running, state),
+                             start_deadline=self._start_deadline)
         if running.cancelled.is_set() or end.state is ExecutionState.CANCELED:
             return self._transition(running, ExecutionState.CANCELED)
         if end.state is ExecutionState.FAILED:

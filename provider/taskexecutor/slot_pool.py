@@ -40,9 +40,11 @@ from sparkdispatch.settings import SlotPoolSettings
 from sparkdispatch.taskexecutor.connect_server import release_session
 from sparkdispatch.taskexecutor.slot_protocol import (
     CANCEL,
+    MAY_START,
     READY,
     SESSION,
     SESSION_USER,
+    START_DEADLINE,
     STATE,
     STOP,
     WARM,
@@ -168,7 +170,8 @@ class SlotProcessPool:
     # Attempts
 
     def run(self, slot_index: int, tdd: TaskDeploymentDescriptor, artifact_paths: Sequence[str],
-            on_state: Callable[[AttemptState], None]) -> AttemptState:
+            on_state: Callable[[AttemptState], None], *,
+            start_deadline: Callable[[], float | None] | None = None) -> AttemptState:
         """Run one attempt in the slot's process; `on_state` gets INITIALIZING and RUNNING, the end is returned."""
         attempt = _Attempt(execution_id=tdd.execution_id, slot_index=slot_index)
         with self._lock:
@@ -185,8 +188,8 @@ class SlotProcessPool:
                     return AttemptState(ExecutionState.CANCELED)
                 attempt.child = child
                 try:
-                    child.channel.send(RunRequest(tdd, self._connect_url, tuple(artifact_paths),
-                                                  self._driver_log).to_message())
+                    child.channel.send(RunRequest(tdd, self._connect_url, tuple(artifact_paths), self._driver_log,
+                                                  start_deadline() if start_deadline else None).to_message())
                 except OSError:
                     return self._lost(attempt, child)
             while True:
@@ -195,6 +198,10 @@ class SlotProcessPool:
                     return self._lost(attempt, child)
                 if message["type"] == SESSION:
                     child.session_id = str(message["session_id"])
+                    continue
+                if message["type"] == MAY_START:  # its deadline passed while it set up: a fresh one, if any
+                    child.channel.send({"type": START_DEADLINE,
+                                        "start_before": start_deadline() if start_deadline else None})
                     continue
                 if message["type"] != STATE:
                     log.warning("slot process %d sent an unexpected %r during a task", child.pid, message["type"])

@@ -50,10 +50,12 @@ from sparkdispatch.results import write_partition
 from sparkdispatch.taskexecutor.driver_log import DriverLog, progress_handler
 from sparkdispatch.taskexecutor.slot_protocol import (
     CANCEL,
+    MAY_START,
     READY,
     RUN,
     SESSION,
     SESSION_USER,
+    START_DEADLINE,
     STOP,
     WARM,
     WARMED,
@@ -87,6 +89,10 @@ WARM_SESSION_MAX_AGE_S = 600.0
 WARM_WHEN_IDLE_S = 0.5
 WARM_RETRY_S = 30.0
 
+NOT_STARTED_LATE = ("not started: the TaskExecutor had not heard from the master for a heartbeat timeout, so the "
+                    "master may have declared it lost and run this attempt elsewhere")
+#: How long a slot process waits for the TaskExecutor's answer to MAY_START.
+MAY_START_WAIT_S = 10.0
 RDD_UNAVAILABLE = ("ctx.spark is a Spark Connect session: the RDD API (spark.sparkContext, DataFrame.rdd, "
                    "_jsc, _jvm) is not available to task functions; use the DataFrame API")
 SERVER_UNREACHABLE = ("the TaskExecutor's Spark Connect server stopped answering during the task (it died or "
@@ -365,6 +371,9 @@ class SlotProcess:
             return self._failed(exc)
         if attempt.cancelled.is_set():
             return AttemptState(ExecutionState.CANCELED)
+        if not self._may_start(request.start_before):
+            # frozen or cut off since it was admitted: the master may run this attempt elsewhere by now
+            return AttemptState(ExecutionState.FAILED, failure=Failure("StaleExecution", NOT_STARTED_LATE))
         self._send_state(ExecutionState.RUNNING)
         try:
             ctx = TaskContext(spark=session, params=dict(tdd.params), subtask_index=tdd.subtask_index,
@@ -383,6 +392,24 @@ class SlotProcess:
             return AttemptState(ExecutionState.CANCELED)
         return AttemptState(ExecutionState.FINISHED, rows=rows,
                             result_path=tdd.result_path if result is not None else None)
+
+    def _may_start(self, start_before: float | None) -> bool:
+        """Whether the function may start: before `start_before`, or before the fresh deadline the
+        TaskExecutor gives when asked (it has one while the master answers its heartbeats)."""
+        if start_before is None or time.monotonic() <= start_before:
+            return True
+        self._channel.send({"type": MAY_START})
+        deadline = time.monotonic() + MAY_START_WAIT_S
+        while (remaining := deadline - time.monotonic()) > 0:
+            try:
+                message = self._requests.get(timeout=remaining)
+            except queue.Empty:
+                break
+            if message["type"] == START_DEADLINE:
+                fresh = message.get("start_before")
+                return fresh is not None and time.monotonic() <= float(fresh)
+            self._requests.put(message)  # not the answer: for the serving loop, after this attempt
+        return False
 
     def _send_state(self, state: ExecutionState) -> None:
         self._channel.send(AttemptState(state).to_message())

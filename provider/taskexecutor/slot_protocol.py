@@ -39,6 +39,10 @@ CANCEL = "cancel"
 STOP = "stop"
 STATE = "state"
 SESSION = "session"
+#: slot process → TaskExecutor, when a run's `start_before` passed: is there a fresh one?
+MAY_START = "may-start"
+#: TaskExecutor → slot process, the answer: `{"start_before": float | None}`
+START_DEADLINE = "start-deadline"
 
 #: The Connect user of the slot processes' sessions: who may interrupt and release them.
 SESSION_USER = "sparkdispatch"
@@ -89,17 +93,21 @@ class RunRequest:
     connect_url: str
     artifact_paths: tuple[str, ...] = ()
     driver_log: str | None = None
+    #: `time.monotonic()` (one clock for all processes) after which the function must not start
+    start_before: float | None = None
 
     def to_message(self) -> Message:
         return {"type": RUN, "tdd": self.tdd.to_dict(), "connect_url": self.connect_url,
-                "artifact_paths": list(self.artifact_paths), "driver_log": self.driver_log}
+                "artifact_paths": list(self.artifact_paths), "driver_log": self.driver_log,
+                "start_before": self.start_before}
 
     @classmethod
     def from_message(cls, message: Message) -> RunRequest:
         driver_log = message.get("driver_log")
         return cls(tdd=TaskDeploymentDescriptor.from_dict(message["tdd"]), connect_url=str(message["connect_url"]),
                    artifact_paths=tuple(str(p) for p in message.get("artifact_paths", ())),
-                   driver_log=str(driver_log) if driver_log else None)
+                   driver_log=str(driver_log) if driver_log else None,
+                   start_before=float(message["start_before"]) if message.get("start_before") is not None else None)
 
 
 @dataclass(frozen=True)

@@ -205,6 +205,15 @@ class MasterConnection:
                 self._registration_changed.notify_all()
             self._deliver_held_reports(leader)
 
+    def start_deadline(self) -> float | None:
+        """Until when (`time.monotonic()`) an admitted attempt may start its function: a heartbeat
+        timeout, less one interval, after the master last answered a heartbeat. Later, the master
+        may have declared this TaskExecutor lost (it was frozen, or cut off) and run the attempt
+        elsewhere. None before the first answer (registration fences then)."""
+        with self._lock:
+            last_ok = self._last_heartbeat_ok
+        return last_ok + max(self._timeout - self._interval, self._interval) if last_ok else None
+
     def _silence_limit(self) -> float:
         """Silence after which a deployment waits for a fresh heartbeat: as the master's own rule for
         an unreachable TaskExecutor, half the heartbeat timeout, at least two intervals."""

@@ -35,6 +35,7 @@ from sparkdispatch.taskexecutor.connect_server import ConnectServer
 from sparkdispatch.taskexecutor.driver_log import PREFIX
 from sparkdispatch.taskexecutor.slot_pool import SlotProcessPool
 from sparkdispatch.taskexecutor.server_watch import ConnectServerWatch
+from sparkdispatch.taskexecutor.slot_process import NOT_STARTED_LATE
 from sparkdispatch.taskexecutor.slot_protocol import SESSION_USER, AttemptState
 
 pytestmark = pytest.mark.slow
@@ -270,6 +271,32 @@ def test_the_drivers_messages_about_an_attempt_go_to_its_log_file(pool: SlotProc
     assert any(re.fullmatch(r"operation [0-9a-f]{8}: stage \d+ \d/2(, .*)?; \d tasks? running", line)
                for line in driver), driver
     assert re.fullmatch(r"operation [0-9a-f]{8} ended", driver[-1]), driver
+
+
+def test_an_attempt_whose_start_deadline_passed_fails_without_running_its_function(
+        pool: SlotProcessPool, tasks: str, tmp_path: Path) -> None:
+    """A TaskExecutor frozen between admitting an attempt and starting it (the chaos suite's
+    SIGSTOP): past the deadline, and without a fresh one (no heartbeat answered since), the
+    master may have run the attempt elsewhere; with a fresh one, it runs."""
+    tdd = deployment(tmp_path, "slot_tasks:chatty", job_id=new_job_id())
+    states: list[ExecutionState] = []
+    asked: list[float] = []
+
+    def passed() -> float:
+        asked.append(time.monotonic())
+        return time.monotonic() - 1
+
+    end = pool.run(tdd.slot_index, tdd, [tasks], lambda s: states.append(s.state), start_deadline=passed)
+    assert end.state is ExecutionState.FAILED and end.failure is not None
+    assert (end.failure.cls, end.failure.message) == ("StaleExecution", NOT_STARTED_LATE)
+    assert ExecutionState.RUNNING not in states and len(asked) == 2  # at the run, then when it would start
+    path = attempt_log_path(tdd.result_path, tdd.attempt)
+    assert path is not None and "printed by subtask" not in (path.read_text() if path.exists() else "")
+    # its deadline passed while it set up, but the TaskExecutor has a fresh one: it runs
+    deadlines = iter([time.monotonic() - 1, time.monotonic() + 60])
+    again = deployment(tmp_path, "slot_tasks:chatty", job_id=tdd.job_id)
+    assert pool.run(again.slot_index, again, [tasks], lambda s: None,
+                    start_deadline=lambda: next(deadlines)).state is ExecutionState.FINISHED
 
 
 def test_a_configuration_key_spark_refuses_fails_the_attempt_naming_it(pool: SlotProcessPool, tasks: str,

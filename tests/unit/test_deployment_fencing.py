@@ -318,3 +318,10 @@ def test_unregistering_from_a_master_that_does_not_answer_gives_up_in_time() -> 
         # a blackholed address: nothing answers, nothing refuses
         client.unregister("http://10.255.255.1:9", LEADER.session_id, "te-1", registration_id="reg-1", timeout=0.2)
     assert time.monotonic() - started < 3
+
+
+def test_an_admitted_attempt_may_start_until_a_heartbeat_timeout_less_an_interval_after_the_last_answer(
+        connection: MasterConnection, clock: Clock) -> None:
+    assert connection.start_deadline() is None  # never answered: registration fences
+    connection.tick()  # registered: the master answered now
+    assert connection.start_deadline() == pytest.approx(clock.now + 2.0 - 0.3)

@@ -64,7 +64,8 @@ class FakePool:
         self._attempts: dict[str, threading.Event] = {}
 
     def run(self, slot_index: int, tdd: TaskDeploymentDescriptor, artifact_paths: Sequence[str],
-            on_state: Callable[[AttemptState], None]) -> AttemptState:
+            on_state: Callable[[AttemptState], None], *,
+            start_deadline: Callable[[], float | None] | None = None) -> AttemptState:
         self.entered.set()
         if self.gate is not None:
             assert self.gate.wait(WAIT_S)
