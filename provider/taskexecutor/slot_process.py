@@ -51,6 +51,7 @@ from sparkdispatch.taskexecutor.driver_log import DriverLog, progress_handler
 from sparkdispatch.taskexecutor.slot_protocol import (
     CANCEL,
     MAY_START,
+    MAY_START_WAIT_S,
     READY,
     RUN,
     SESSION,
@@ -91,8 +92,6 @@ WARM_RETRY_S = 30.0
 
 NOT_STARTED_LATE = ("not started: the TaskExecutor had not heard from the master for a heartbeat timeout, so the "
                     "master may have declared it lost and run this attempt elsewhere")
-#: How long a slot process waits for the TaskExecutor's answer to MAY_START.
-MAY_START_WAIT_S = 10.0
 RDD_UNAVAILABLE = ("ctx.spark is a Spark Connect session: the RDD API (spark.sparkContext, DataFrame.rdd, "
                    "_jsc, _jvm) is not available to task functions; use the DataFrame API")
 SERVER_UNREACHABLE = ("the TaskExecutor's Spark Connect server stopped answering during the task (it died or "

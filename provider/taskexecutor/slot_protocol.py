@@ -43,6 +43,8 @@ SESSION = "session"
 MAY_START = "may-start"
 #: TaskExecutor → slot process, the answer: `{"start_before": float | None}`
 START_DEADLINE = "start-deadline"
+#: How long a slot process waits for that answer.
+MAY_START_WAIT_S = 10.0
 
 #: The Connect user of the slot processes' sessions: who may interrupt and release them.
 SESSION_USER = "sparkdispatch"
