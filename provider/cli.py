@@ -26,7 +26,7 @@ from sparkdispatch.config import Configuration, options_table
 from sparkdispatch.errors import MissingExtra, SparkDispatchError
 from sparkdispatch.jobgraph import JobResult, JobStatus
 from sparkdispatch.log_context import configure_logging
-from sparkdispatch.log_stream import JobLogs
+from sparkdispatch.log_stream import JobLogs, job_parallelism
 
 if TYPE_CHECKING:
     from sparkdispatch.client import SparkDispatchClient
@@ -235,8 +235,8 @@ async def _logs(client: SparkDispatchClient, job_id: str, vertex: str | None, *,
     """Print the attempt logs of the job's vertices (each line `<vertex>[<subtask>] attempt <n>: ...`);
     with `follow`, until the job ends."""
     details = await client.job(job_id)
-    vertices = {str(v["id"]): int(v.get("parallelism") or len(v.get("subtasks") or []) or 1)
-                for v in details.get("vertices", []) if vertex is None or v["id"] == vertex}
+    vertices = {vertex_id: parallelism for vertex_id, parallelism in job_parallelism(details).items()
+                if vertex is None or vertex_id == vertex}
     if not vertices:
         raise SparkDispatchError(f"job {job_id} has no vertex {vertex!r}")
     logs = JobLogs(job_id, lambda line: print(line, flush=True), vertices)

@@ -14,10 +14,18 @@ from typing import Any
 def vertex_progress(vertex: Mapping[str, Any]) -> str:
     """`RUNNING      1/2 subtasks finished, attempt 1` for one vertex of `GET /jobs/{id}`."""
     subtasks: Sequence[Mapping[str, Any]] = vertex.get("subtasks") or []
-    finished = sum(1 for subtask in subtasks if subtask.get("state") == "FINISHED")
     total = len(subtasks) or int(vertex.get("parallelism") or 1)
-    attempt = max((int(subtask.get("attempt") or 0) for subtask in subtasks), default=0) + 1
-    return f"{vertex.get('state', '?'):<12} {finished}/{total} subtasks finished, attempt {attempt}"
+    return (f"{vertex.get('state', '?'):<12} {_finished(subtasks)}/{total} subtasks finished, "
+            f"attempt {_latest_attempt(subtasks)}")
+
+
+def _finished(subtasks: Sequence[Mapping[str, Any]]) -> int:
+    return sum(1 for subtask in subtasks if subtask.get("state") == "FINISHED")
+
+
+def _latest_attempt(subtasks: Sequence[Mapping[str, Any]]) -> int:
+    """The highest attempt of the subtasks, counted from 1."""
+    return max((int(subtask.get("attempt") or 0) for subtask in subtasks), default=0) + 1
 
 
 def job_table(details: Mapping[str, Any], result: Mapping[str, Any] | None) -> str:
@@ -30,9 +38,9 @@ def job_table(details: Mapping[str, Any], result: Mapping[str, Any] | None) -> s
     for vertex in details.get("vertices") or []:
         outcome = outcomes.get(str(vertex.get("id")), {})
         subtasks = vertex.get("subtasks") or []
-        finished = sum(1 for subtask in subtasks if subtask.get("state") == "FINISHED")
-        attempts = outcome.get("attempts") or max((int(s.get("attempt") or 0) for s in subtasks), default=0) + 1
-        rows.append((str(vertex.get("id")), str(vertex.get("state")), f"{finished}/{len(subtasks)}", str(attempts),
+        attempts = outcome.get("attempts") or _latest_attempt(subtasks)
+        rows.append((str(vertex.get("id")), str(vertex.get("state")), f"{_finished(subtasks)}/{len(subtasks)}",
+                     str(attempts),
                      _or_dash(outcome.get("rows")), _or_dash(outcome.get("result_path"))))
     widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]) - 1)]
     lines += ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1] for row in rows]

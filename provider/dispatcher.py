@@ -64,7 +64,7 @@ from sparkdispatch.ha.progress_store import JobProgress, ProgressStore
 from sparkdispatch.jobgraph import Failure, JobGraph, JobResult, JobStatus, VertexResult
 from sparkdispatch.jobmaster.gateways import JobMasterFactory, JobMasterGateway
 from sparkdispatch.log_context import log_context
-from sparkdispatch.metric_events import NO_EVENTS, JobEvents
+from sparkdispatch.metric_events import EventCounts, JobEvents
 from sparkdispatch.repair import Repair, RepairAnswer, check_requested
 from sparkdispatch.results import ResultLayout, remove_job_results
 from sparkdispatch.settings import CleanupSettings
@@ -190,9 +190,9 @@ class Dispatcher:
     def __init__(self, *, session_id: str, address: str, jobgraph_store: JobGraphStore,
                  job_result_store: FileSystemJobResultStore, progress_store: ProgressStore, archive: JobArchive,
                  blob_store: BlobReader, new_job_master: JobMasterFactory, cleanup: CleanupSettings,
-                 events: JobEvents = NO_EVENTS) -> None:
+                 events: JobEvents | None = None) -> None:
         self.session_id = session_id
-        self._events = events
+        self._events = events if events is not None else EventCounts()
         self._address = address
         self._jobgraph_store = jobgraph_store
         self._job_result_store = job_result_store

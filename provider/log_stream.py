@@ -103,9 +103,8 @@ class JobLogs:
         """Emit what is new in the job's logs (on the client's loop)."""
         try:
             if self._followers is None:
-                details = await client.job(self.job_id)
-                self._followers = [LogFollower(v["id"], int(v["parallelism"] or len(v["subtasks"]) or 1))
-                                   for v in details["vertices"]]
+                self._followers = [LogFollower(vertex_id, parallelism) for vertex_id, parallelism
+                                   in job_parallelism(await client.job(self.job_id)).items()]
             for follower in self._followers:
                 def fetch(subtask: int, attempt: int | None, offset: int, vertex: str = follower.vertex_id) \
                         -> Awaitable[Piece]:
@@ -115,6 +114,12 @@ class JobLogs:
                     self._emit(line)
         except SparkDispatchError as exc:
             log.debug("job %s: its logs could not be read this time: %s", self.job_id, exc)
+
+
+def job_parallelism(details: Mapping[str, Any]) -> dict[str, int]:
+    """Vertex id → parallelism of a running or ended job (`GET /jobs/{id}`)."""
+    return {str(v["id"]): int(v.get("parallelism") or len(v.get("subtasks") or []) or 1)
+            for v in details.get("vertices", [])}
 
 
 def vertex_parallelism(graph: Mapping[str, Any]) -> dict[str, int]:

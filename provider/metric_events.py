@@ -2,40 +2,45 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Protocol
 
 
 class JobEvents(Protocol):
     """What the Dispatcher reports."""
 
-    def job_submitted(self) -> None: ...
+    def job_submitted(self) -> None:
+        """A job was accepted under a new job id."""
 
-    def job_finished(self, status: str) -> None: ...
+    def job_finished(self, status: str) -> None:
+        """A job reached the globally terminal `status`."""
 
 
 class TaskEvents(Protocol):
     """What a JobMaster reports."""
 
-    def task_deployed(self) -> None: ...
+    def task_deployed(self) -> None:
+        """An attempt was deployed to a slot."""
 
     def task_ended(self, state: str, seconds: float | None) -> None:
         """An attempt ended in `state`, `seconds` after its deployment (None: it was never deployed)."""
 
 
-class NoEvents:
-    """Counts nothing: components made without a master (tests, tools)."""
+class EventCounts:
+    """The events counted in memory, by name: what components made without a master (tests,
+    tools) report to. Implements `JobEvents` and `TaskEvents`."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
 
     def job_submitted(self) -> None:
-        pass
+        self.counts["job_submitted"] += 1
 
     def job_finished(self, status: str) -> None:
-        pass
+        self.counts[f"job_finished:{status}"] += 1
 
     def task_deployed(self) -> None:
-        pass
+        self.counts["task_deployed"] += 1
 
     def task_ended(self, state: str, seconds: float | None) -> None:
-        pass
-
-
-NO_EVENTS = NoEvents()
+        self.counts[f"task_ended:{state}"] += 1

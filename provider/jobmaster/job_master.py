@@ -41,7 +41,7 @@ from sparkdispatch.jobmaster.long_lived import LONG_LIVED_GRAPHS
 from sparkdispatch.jobmaster.reconciler import ExecutionDeploymentReconciler, MissingExecution
 from sparkdispatch.jobmaster.restart import RestartBackoffTimeStrategy, create_restart_strategy
 from sparkdispatch.log_context import log_context
-from sparkdispatch.metric_events import NO_EVENTS, TaskEvents
+from sparkdispatch.metric_events import EventCounts, TaskEvents
 from sparkdispatch.protocol import ExecutionReport, ExecutionStateUpdate, TaskDeploymentDescriptor
 from sparkdispatch.resourcemanager import AllocatedSlot, ResourceManagerGateway
 from sparkdispatch.results import ResultLayout
@@ -66,9 +66,9 @@ class JobMaster:
     def __init__(self, graph: JobGraph, *, session_id: str, resource_manager: ResourceManagerGateway,
                  task_executor_gateway: TaskExecutorGateway, progress_store: ProgressStore,
                  settings: JobMasterSettings, recovered_progress: JobProgress | None = None,
-                 clock: Callable[[], float] | None = None, events: TaskEvents = NO_EVENTS) -> None:
+                 clock: Callable[[], float] | None = None, events: TaskEvents | None = None) -> None:
         self._clock = clock or time.time
-        self._events = events
+        self._events = events if events is not None else EventCounts()
         self.execution_graph = LONG_LIVED_GRAPHS.build(lambda: ExecutionGraph(graph, clock=self._clock),
                                                        subtasks=sum(v.parallelism for v in graph.vertices))
         self.job_master_id = session_id

@@ -47,6 +47,7 @@ from sparkdispatch.attempt_logs import attempt_log_path
 from sparkdispatch.errors import ConfigurationError, EntrypointNotFound, IllegalStateTransition
 from sparkdispatch.jobgraph import ExecutionState, Failure
 from sparkdispatch.results import write_partition
+from sparkdispatch.taskexecutor.attempt_failures import failure_of, session_gone
 from sparkdispatch.taskexecutor.driver_log import DriverLog, progress_handler
 from sparkdispatch.taskexecutor.slot_protocol import (
     CANCEL,
@@ -92,15 +93,6 @@ WARM_RETRY_S = 30.0
 
 NOT_STARTED_LATE = ("not started: the TaskExecutor had not heard from the master for a heartbeat timeout, so the "
                     "master may have declared it lost and run this attempt elsewhere")
-RDD_UNAVAILABLE = ("ctx.spark is a Spark Connect session: the RDD API (spark.sparkContext, DataFrame.rdd, "
-                   "_jsc, _jvm) is not available to task functions; use the DataFrame API")
-SERVER_UNREACHABLE = ("the TaskExecutor's Spark Connect server stopped answering during the task (it died or "
-                      "is restarting; the TaskExecutor restarts it, see its connect-server.log)")
-#: Spark's error conditions of a task reaching for the JVM-side API of a session.
-_JVM_ONLY_CONDITIONS = frozenset({"JVM_ATTRIBUTE_NOT_SUPPORTED"})
-#: Spark's conditions that say the session is gone on the server (it restarted, or timed out).
-_SESSION_GONE_CONDITIONS = frozenset({"NO_ACTIVE_SESSION", "INVALID_HANDLE.SESSION_NOT_FOUND",
-                                      "INVALID_HANDLE.SESSION_CLOSED", "INVALID_HANDLE.SESSION_CHANGED"})
 
 
 def session_url(connect_url: str) -> str:
@@ -198,61 +190,6 @@ def import_path_entry(artifact_path: str) -> str:
     """The `sys.path` entry of a local artifact: a `.zip` itself (zipimport), a `.py` file's directory."""
     path = Path(artifact_path)
     return str(path) if path.suffix == ".zip" else str(path.parent)
-
-
-def failure_of(exc: BaseException) -> Failure:
-    """The attempt's failure, said plainly where Spark's own words do not help.
-
-    A task that reached for the RDD API is told it does not exist here; one whose server went
-    away is told so instead of getting gRPC's channel dump.
-    """
-    failure = Failure.from_exception(exc)
-    chain = _chain(exc)
-    if any(_condition(e) in _JVM_ONLY_CONDITIONS or _is_rdd_not_implemented(e) for e in chain):
-        return Failure(cls=failure.cls, message=f"{RDD_UNAVAILABLE}. Spark said: {failure.message}",
-                       traceback=failure.traceback)
-    if any(_server_unreachable(e) for e in chain):
-        return Failure(cls=failure.cls, message=SERVER_UNREACHABLE, traceback=failure.traceback)
-    return failure
-
-
-def _chain(exc: BaseException) -> list[BaseException]:
-    seen: list[BaseException] = []
-    current: BaseException | None = exc
-    while current is not None and current not in seen:
-        seen.append(current)
-        current = current.__cause__ or current.__context__
-    return seen
-
-
-def _condition(exc: BaseException) -> str | None:
-    get_condition = getattr(exc, "getCondition", None)
-    if not callable(get_condition):
-        return None
-    try:
-        condition = get_condition()
-    except Exception:  # noqa: BLE001 - an exception that cannot say its condition has none
-        return None
-    return condition if isinstance(condition, str) else None
-
-
-def _server_unreachable(exc: BaseException) -> bool:
-    # gRPC's UNAVAILABLE: the channel found nobody listening (pyspark keeps the code as
-    # `grpc_status_code` on its own exception; grpc's RpcError says it through `code()`)
-    status = getattr(exc, "grpc_status_code", None)
-    if status is not None:
-        return getattr(status, "name", None) == "UNAVAILABLE"
-    code = getattr(exc, "code", None)
-    if callable(code):
-        try:
-            return getattr(code(), "name", None) == "UNAVAILABLE"
-        except Exception:  # noqa: BLE001 - an error that cannot say its code is not this one
-            return False
-    return False
-
-
-def _is_rdd_not_implemented(exc: BaseException) -> bool:
-    return _condition(exc) == "NOT_IMPLEMENTED" and "rdd" in str(exc)
 
 
 def _as_dataframe(result: object) -> DataFrame:
@@ -473,7 +410,7 @@ class SlotProcess:
 
     def _forget_session_if_gone(self, exc: BaseException) -> None:
         """After the server lost the session (it restarted), the job's next task here makes a new one."""
-        if any(_condition(e) in _SESSION_GONE_CONDITIONS for e in _chain(exc)):
+        if session_gone(exc):
             log.info("the Connect session of job %s is gone on the server; the next task makes a new one",
                      self._job_id)
             self._session = None

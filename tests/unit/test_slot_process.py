@@ -16,9 +16,8 @@ from sparkdispatch.errors import EntrypointNotFound
 from sparkdispatch.jobgraph import ExecutionState, Failure
 from sparkdispatch.protocol import TaskDeploymentDescriptor
 from sparkdispatch.taskexecutor.slot_pool import describe_exit
+from sparkdispatch.taskexecutor.attempt_failures import RDD_UNAVAILABLE, failure_of
 from sparkdispatch.taskexecutor.slot_process import (
-    RDD_UNAVAILABLE,
-    failure_of,
     import_path_entry,
     load_entrypoint,
     session_url,
