@@ -419,7 +419,9 @@ def test_decorated_functions_run_as_vertices_of_a_group_and_as_a_job_of_their_ow
     assert "alone_deferred[0] attempt 0: alone_deferred says hi" in output  # ... and by its trigger
     [group_job] = [job_id for job_id, vertices in results.items() if "numbers" in vertices]
     status, piece = http_json("GET", f"{cluster}/jobs/{group_job}/vertices/numbers/log?subtask=1", timeout=10)
-    assert status == 200 and piece["text"] == "numbers says hello from subtask 1\n", piece
+    # the driver's progress report of a slow operation may follow (on a loaded machine)
+    printed = [line for line in piece["text"].splitlines() if not line.startswith("[spark driver] ")]
+    assert status == 200 and printed == ["numbers says hello from subtask 1"], piece
 
 
 def test_a_failed_vertex_cleared_in_airflow_is_repaired_without_running_its_upstream_again(
