@@ -137,8 +137,7 @@ def _serve(args: argparse.Namespace, config: Configuration) -> int:
     if args.command == "taskexecutor":
         from sparkdispatch.taskexecutor.main import run_task_executor
 
-        run_task_executor(config)
-        return 0
+        return run_task_executor(config)
     from sparkdispatch.standalone import run_standalone
 
     return asyncio.run(run_standalone(config, taskexecutors=args.taskexecutors, slots=args.slots,

@@ -27,8 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(args.log_level, config["log.format"])
     from sparkdispatch.taskexecutor.main import run_task_executor
 
-    run_task_executor(config, task_executor_id=args.task_executor_id, loglevel=args.log_level.upper())
-    return 0
+    return run_task_executor(config, task_executor_id=args.task_executor_id, loglevel=args.log_level.upper())
 
 
 if __name__ == "__main__":

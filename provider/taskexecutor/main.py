@@ -48,8 +48,12 @@ def default_task_executor_id(config: Configuration) -> str:
 
 
 def run_task_executor(config: Configuration, *, task_executor_id: str | None = None,
-                      loglevel: str = "INFO") -> None:
-    """Start a TaskExecutor and block until its worker stops (SIGTERM / SIGINT: warm shutdown)."""
+                      loglevel: str = "INFO") -> int:
+    """Start a TaskExecutor and block until its worker stops (SIGTERM / SIGINT: warm shutdown).
+
+    Returns the worker's exit code: 0 after a requested shutdown, non-zero when the worker gave up
+    (an unrecoverable error), so a supervisor restarts the TaskExecutor.
+    """
     te_id = task_executor_id or default_task_executor_id(config)
     identity = TaskExecutorIdentity(task_executor_id=te_id, hostname=f"{te_id}@{socket.gethostname()}",
                                     queue=queue_name(te_id), spark_master=config["spark.master"])
@@ -65,15 +69,15 @@ def run_task_executor(config: Configuration, *, task_executor_id: str | None = N
     pool = SlotProcessPool(pool_settings, connect_url=server.url, driver_log=str(server.log_path))
     try:
         pool.start()
-        _serve(config, identity, server, pool, pool_settings, loglevel=loglevel)
+        return _serve(config, identity, server, pool, pool_settings, loglevel=loglevel)
     finally:
         pool.close()
         server.stop()
 
 
 def _serve(config: Configuration, identity: TaskExecutorIdentity, server: ConnectServer, pool: SlotProcessPool,
-           pool_settings: SlotPoolSettings, *, loglevel: str) -> None:
-    """Register and serve deployments until the worker stops."""
+           pool_settings: SlotPoolSettings, *, loglevel: str) -> int:
+    """Register and serve deployments until the worker stops; returns its exit code."""
     te_id = identity.task_executor_id
     slot_count = config["taskexecutor.slots"]
     # Only what a TaskExecutor needs of HA: it follows the leader and reads blobs, creating nothing.
@@ -109,8 +113,9 @@ def _serve(config: Configuration, identity: TaskExecutorIdentity, server: Connec
                             queues=[identity.queue], loglevel=loglevel, without_mingle=True,
                             without_gossip=True, without_heartbeat=True, quiet=True)
         worker.start()
-        exit_code = worker.exitcode
+        exit_code = int(worker.exitcode or 0)
         log.info("TaskExecutor %s stopped (exit code %s)", te_id, exit_code)
+        return exit_code
     finally:
         for stop in stop_metrics:
             stop()

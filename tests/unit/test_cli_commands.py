@@ -110,3 +110,11 @@ def test_ctrl_c_while_waiting_asks_on_a_terminal_whether_to_cancel_the_job(
     err = capsys.readouterr().err
     assert ("cancelling job" in err) == (status == "CANCELED")
     assert ("keeps running" in err) == (status == "RUNNING")
+
+
+def test_a_task_executor_whose_worker_gave_up_exits_with_the_workers_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a supervisor (systemd, compose `restart: on-failure`) restarts only a process that exits non-zero
+    import sparkdispatch.taskexecutor.main as te_main
+
+    monkeypatch.setattr(te_main, "run_task_executor", lambda config: 1)
+    assert main(["taskexecutor"]) == 1
