@@ -7,7 +7,10 @@ A connection names the masters in one of two ways:
 - extra `zookeeper_quorum` (+ `cluster_id`, `zookeeper_root`): leader retrieval through
   ZooKeeper, as the masters' own `high-availability.*` keys say.
 
-A token for masters with `rest.auth.token` goes in the password, or extra `token`. As JSON:
+A token for masters with `rest.auth.token` goes in the password, or extra `token`. Masters that
+serve HTTPS: schema `https` (the published leader address says it under ZooKeeper), extra `ca_file`
+when their certificate is not signed by a CA of the system's trust store, and extras
+`client_certificate` and `client_key` when they ask for client certificates. As JSON:
 `AIRFLOW_CONN_SPARKDISPATCH_DEFAULT='{"conn_type": "sparkdispatch", "host": "127.0.0.1", "port": 8081}'`.
 """
 
@@ -20,6 +23,7 @@ from airflow.sdk import BaseHook, Connection
 from sparkdispatch.client import RetryPolicy, SparkDispatchClient, SyncSparkDispatchClient
 from sparkdispatch.client_leader import DEFAULT_PORT, ZooKeeperTarget, parse_addresses
 from sparkdispatch.errors import ConfigurationError, SparkDispatchError
+from sparkdispatch.tls import ClientTls
 
 CONN_TYPE = "sparkdispatch"
 
@@ -39,18 +43,21 @@ def client_settings(conn: Connection) -> dict[str, Any]:
         return None if value in (None, "") else value
 
     token = conn.password or field("token")
+    tls = ClientTls(ca_file=str(field("ca_file") or ""), certificate=str(field("client_certificate") or ""),
+                    key=str(field("client_key") or ""),
+                    labels=("extra ca_file", "extra client_certificate", "extra client_key"))
     quorum = field("zookeeper_quorum")
     if quorum:
         target = ZooKeeperTarget(quorum=str(quorum), cluster_id=str(field("cluster_id") or "default"),
                                  root=str(field("zookeeper_root") or "/sparkdispatch"))
-        return {"zookeeper": target, "token": token}
+        return {"zookeeper": target, "token": token, "tls": tls}
     if not conn.host:
         raise ConfigurationError(
             f"connection {conn.conn_id!r} names no master: set its host to the master's REST address "
             "(or a comma-separated list of them), or its extra zookeeper_quorum")
     scheme = "https" if (conn.schema or "").lower() == "https" else "http"
     addresses = parse_addresses(conn.host, default_port=int(conn.port or DEFAULT_PORT), scheme=scheme)
-    return {"addresses": addresses, "token": token}
+    return {"addresses": addresses, "token": token, "tls": tls}
 
 
 def _extra(conn: Connection) -> dict[str, Any]:

@@ -41,6 +41,7 @@ from sparkdispatch.errors import (
 from sparkdispatch.jobgraph import JobStatus
 from sparkdispatch.loop_thread import LoopThread
 from sparkdispatch.repair import RepairAnswer
+from sparkdispatch.tls import ClientTls, handshake_failure, refusal_hint
 
 log = logging.getLogger(__name__)
 
@@ -91,16 +92,20 @@ class SparkDispatchClient:
     """Async client of the master's REST API; finds and follows the leader.
 
     Give `addresses` (REST base URLs of any masters) or `zookeeper` (then `ha_config` may carry
-    the other `high-availability.*` keys). Use it as an async context manager, or call `close()`.
+    the other `high-availability.*` keys). `tls` says how HTTPS masters are verified (the system's
+    trust store when None). Use it as an async context manager, or call `close()`.
     """
 
     def __init__(self, *, addresses: Sequence[str] = (), zookeeper: ZooKeeperTarget | None = None,
                  token: str | None = None, retry: RetryPolicy | None = None,
-                 request_timeout: float = 30.0, ha_config: Configuration | None = None) -> None:
+                 request_timeout: float = 30.0, ha_config: Configuration | None = None,
+                 tls: ClientTls | None = None) -> None:
         if not addresses and zookeeper is None:
             raise ConfigurationError("name the master: give REST addresses or a ZooKeeper quorum")
         self.addresses = parse_addresses(addresses) if addresses else []
         self.token = token or None
+        self.tls = tls or ClientTls()
+        self._ssl = self.tls.context()  # a missing or bad CA file is an error here, not at the first call
         self.retry = retry or RetryPolicy()
         self.request_timeout = request_timeout
         # `ha_config` carries the other high-availability.* keys (session timeout, auth) to retrieval.
@@ -116,8 +121,8 @@ class SparkDispatchClient:
             target = ZooKeeperTarget(quorum=config["high-availability.zookeeper.quorum"],
                                      cluster_id=config["high-availability.cluster-id"],
                                      root=config["high-availability.zookeeper.path.root"])
-            return cls(zookeeper=target, token=token, ha_config=config, **kwargs)
-        return cls(addresses=[config.rest_url], token=token, **kwargs)
+            return cls(zookeeper=target, token=token, ha_config=config, tls=ClientTls.from_config(config), **kwargs)
+        return cls(addresses=[config.rest_url], token=token, tls=ClientTls.from_config(config), **kwargs)
 
     async def __aenter__(self) -> SparkDispatchClient:
         return self
@@ -316,8 +321,11 @@ class SparkDispatchClient:
                     continue
                 pause = exc.retry_after
             except (aiohttp.ClientError, TimeoutError) as exc:
-                error = ServiceUnavailable(f"no sparkdispatch master answers at "
-                                           f"{base or self.describe_target()}: {_describe(exc)}")
+                if (tls_error := handshake_failure(base or self.describe_target(), exc)) is not None:
+                    raise tls_error from None
+                where = base or self.describe_target()
+                error = ServiceUnavailable(f"no sparkdispatch master answers at {where}: {_describe(exc)}"
+                                           f"{refusal_hint(where, exc, self.tls)}")
                 self._leader = None
             except (ServiceUnavailable, NoLeader) as exc:  # from discovery
                 error = exc
@@ -349,7 +357,9 @@ class SparkDispatchClient:
                         continue
                     body = _decoded(text)
             except (aiohttp.ClientError, TimeoutError) as exc:
-                problems.append(f"{address}: {_describe(exc)}")
+                if (tls_error := handshake_failure(address, exc)) is not None:
+                    raise tls_error from None
+                problems.append(f"{address}: {_describe(exc)}{refusal_hint(address, exc, self.tls)}")
                 continue
             if isinstance(body, dict) and body.get("is_leader"):
                 return address
@@ -366,7 +376,7 @@ class SparkDispatchClient:
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             timeout = aiohttp.ClientTimeout(total=self.request_timeout, connect=min(5.0, self.request_timeout))
-            self._session = aiohttp.ClientSession(timeout=timeout)
+            self._session = aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(ssl=self._ssl))
         return self._session
 
     def _headers(self) -> dict[str, str]:

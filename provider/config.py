@@ -73,6 +73,18 @@ OPTIONS: tuple[Option, ...] = (
     Option("rest.auth.allow-unauthenticated", "bool", False, "Let a master without a token listen on an address "
            "other than loopback. Off, such a master refuses to start: whoever reaches its port could run code "
            "on the TaskExecutors."),
+    Option("rest.ssl.enabled", "bool", False, "Serve the REST endpoint and web UI over HTTPS, and call it over "
+           "HTTPS (the CLI, TaskExecutors, standbys): the master then needs `rest.ssl.certificate` and "
+           "`rest.ssl.key`, its clients verify it against `rest.ssl.ca-file` or the system's trust store."),
+    Option("rest.ssl.certificate", "str", "", "The master's PEM certificate (chain) file."),
+    Option("rest.ssl.key", "str", "", "The PEM private key file of `rest.ssl.certificate`."),
+    Option("rest.ssl.client-ca", "str", "", "A PEM CA file: when set, the master accepts only clients presenting "
+           "a certificate signed by it (mutual TLS)."),
+    Option("rest.ssl.ca-file", "str", "", "The PEM CA file clients verify the master's certificate against; "
+           "empty: the system's trust store."),
+    Option("rest.ssl.client-certificate", "str", "", "The PEM certificate a client presents when the master asks "
+           "for one (`rest.ssl.client-ca`)."),
+    Option("rest.ssl.client-key", "str", "", "The PEM private key file of `rest.ssl.client-certificate`."),
     Option("rest.execution-result.long-poll", "duration", 1.0, "How long `GET /jobs/{id}/execution-result` waits "
            "for a running job to end before it answers IN_PROGRESS.", minimum=0, default_doc="1s"),
     # High availability
@@ -396,8 +408,12 @@ class Configuration(Mapping[str, Any]):
 
     @property
     def rest_url(self) -> str:
-        """The advertised `http://address:port` of the REST endpoint."""
-        return f"http://{self['rest.address']}:{self['rest.port']}"
+        """The advertised `http(s)://address:port` of the REST endpoint (https with `rest.ssl.enabled`)."""
+        return f"{self.rest_scheme}://{self['rest.address']}:{self['rest.port']}"
+
+    @property
+    def rest_scheme(self) -> str:
+        return "https" if self["rest.ssl.enabled"] else "http"
 
     def to_flat(self) -> dict[str, str]:
         """Every key that differs from its default, as strings `-D` or a YAML file accept."""

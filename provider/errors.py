@@ -91,6 +91,10 @@ class ConfigurationError(SparkDispatchError):
     http_status = 400
 
 
+class TlsError(ConfigurationError):
+    """A TLS setting cannot be used, or a TLS handshake with the master failed: the fix is in the settings."""
+
+
 def _field_lines(field_errors: Mapping[str, Sequence[str]]) -> list[str]:
     return [f"{field}: {reason}" for field, reasons in sorted(field_errors.items()) for reason in reasons]
 
@@ -487,7 +491,7 @@ class RecoveryInProgress(ServiceUnavailable):
 
 
 ERROR_TYPES: Mapping[str, type[SparkDispatchError]] = MappingProxyType({cls.__name__: cls for cls in (
-    SparkDispatchError, ConfigurationError, InvalidJobGraph, InvalidRequest, IllegalStateTransition, UnknownJob,
+    SparkDispatchError, ConfigurationError, TlsError, InvalidJobGraph, InvalidRequest, IllegalStateTransition, UnknownJob,
     DuplicateJobSubmission, JobAlreadyTerminated, RepairNotPossible, FencingTokenMismatch, StaleExecution, NoLeader,
     SlotRequestTimeout, UnknownTaskExecutor, SlotProcessLost, StoreError, StoreUnavailable, JobResultEntryExists,
     NoSuchJobResult, BlobError, BlobNotFound, BlobTooLarge, CorruptedBlob, RequestTooLarge, Unauthorized, CsrfRefused, RouteNotFound,

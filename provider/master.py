@@ -57,6 +57,7 @@ class Master:
         self.config = config
         self.settings = MasterSettings.from_config(config)
         self.settings.rest.check_exposure()
+        self.settings.rest.client_tls.context()  # an unusable CA file fails the start, not a standby's call
         self.ha = create_ha_services(config)
         self.metrics = MasterMetrics()
         self.rest = RestServer(self, self.settings.rest)
@@ -80,7 +81,7 @@ class Master:
         self._lag_probe = asyncio.create_task(self.metrics.probe_loop_lag(), name="loop-lag-probe")
         await self.ha.start()
         await self.rest.start()
-        self.address = f"http://{self.settings.rest.address}:{self.rest.port}"
+        self.address = f"{self.settings.rest.scheme}://{self.settings.rest.address}:{self.rest.port}"
         self._retrieval = self.ha.create_retrieval()
         self._retrieval.start(self._on_leader_info)
         self._leadership_task = asyncio.create_task(self._follow_leadership(), name="leadership")

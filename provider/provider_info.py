@@ -67,6 +67,22 @@ def get_provider_info() -> dict[str, Any]:
                         "description": "the masters' rest.auth.token (or put it in Password)",
                         "schema": _optional("string", format="password"),
                     },
+                    "ca_file": {
+                        "label": "CA file",
+                        "description": "PEM file of the CA that signed the masters' HTTPS certificate (their "
+                                       "rest.ssl.certificate); empty: the system's trust store",
+                        "schema": _optional("string"),
+                    },
+                    "client_certificate": {
+                        "label": "Client certificate",
+                        "description": "PEM certificate presented to masters that ask for one (rest.ssl.client-ca)",
+                        "schema": _optional("string"),
+                    },
+                    "client_key": {
+                        "label": "Client key",
+                        "description": "PEM private key file of the client certificate",
+                        "schema": _optional("string"),
+                    },
                 },
                 "ui-field-behaviour": {
                     "hidden-fields": ["login"],

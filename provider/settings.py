@@ -8,6 +8,7 @@ keys are read by name here (and by the HA services factory), nowhere else on the
 from __future__ import annotations
 
 import ipaddress
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +16,9 @@ from pathlib import Path
 from sparkdispatch.config import Configuration, restart_strategy_from_config
 from sparkdispatch.errors import ConfigurationError
 from sparkdispatch.jobgraph import RestartStrategy
+from sparkdispatch.tls import ClientTls, ServerTls
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -106,7 +110,7 @@ def is_loopback(host: str) -> bool:
 
 @dataclass(frozen=True)
 class RestSettings:
-    """The REST endpoint's address, limits and bearer token."""
+    """The REST endpoint's address, limits, bearer token and TLS."""
 
     address: str  # advertised
     bind_address: str  # `rest.bind-address`, else `rest.address`
@@ -117,10 +121,22 @@ class RestSettings:
     execution_result_long_poll: float  # seconds
     results_dir: str = ""  # where attempt logs are read from (attempt_logs.py)
     allow_unauthenticated: bool = False  # without a token on a non-loopback address
+    tls: ServerTls | None = None  # None: plain HTTP
+    client_tls: ClientTls = ClientTls()  # how this master calls another (a standby asks the leader)
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls is not None else "http"
 
     def check_exposure(self) -> None:
-        """`ConfigurationError` when the endpoint would serve a network without a token and that is not allowed."""
-        if self.auth_token or self.allow_unauthenticated or is_loopback(self.bind_address):
+        """`ConfigurationError` when the endpoint would serve a network without a token and that is not
+        allowed; a warning when its token would cross a network in clear text."""
+        if is_loopback(self.bind_address):
+            return
+        if self.auth_token and self.tls is None:
+            log.warning("the master serves %s:%d over plain HTTP: its token crosses the network in clear text; "
+                        "serve HTTPS (rest.ssl.enabled) where the network is not trusted", self.bind_address, self.port)
+        if self.auth_token or self.allow_unauthenticated:
             return
         raise ConfigurationError(
             f"the master would listen on {self.bind_address}:{self.port} without a token, so whoever reaches that "
@@ -134,7 +150,8 @@ class RestSettings:
                    port=config["rest.port"], max_body_size=config["rest.max-body-size"],
                    blob_max_size=config["blob.max-size"], auth_token=config.auth_token,
                    execution_result_long_poll=config["rest.execution-result.long-poll"],
-                   results_dir=config.results_dir, allow_unauthenticated=config["rest.auth.allow-unauthenticated"])
+                   results_dir=config.results_dir, allow_unauthenticated=config["rest.auth.allow-unauthenticated"],
+                   tls=ServerTls.from_config(config), client_tls=ClientTls.from_config(config))
 
 
 @dataclass(frozen=True)

@@ -220,7 +220,8 @@ class RestHandlers:
             try:
                 timeout = aiohttp.ClientTimeout(total=2)
                 headers = _auth_headers(self.settings)
-                async with aiohttp.ClientSession(timeout=timeout, headers=headers) as session:
+                connector = aiohttp.TCPConnector(ssl=self.settings.client_tls.context())
+                async with aiohttp.ClientSession(timeout=timeout, headers=headers, connector=connector) as session:
                     async with session.get(f"{leader}/overview") as answer:
                         if answer.status == 200:
                             remote = await answer.json()
@@ -431,11 +432,14 @@ class RestServer:
                                      max_field_size=MAX_LINE_SIZE)
         await self._runner.setup()
         host = self._settings.bind_address
-        site = web.TCPSite(self._runner, host, self._settings.port, reuse_address=True)
+        tls = self._settings.tls
+        site = web.TCPSite(self._runner, host, self._settings.port, reuse_address=True,
+                           ssl_context=tls.context() if tls is not None else None)
         await site.start()
         # the bound socket tells the real port when rest.port is 0
         self.port = int(self._runner.addresses[0][1])
-        log.info("REST endpoint and web UI on http://%s:%d", host, self.port)
+        log.info("REST endpoint and web UI on %s://%s:%d%s", self._settings.scheme, host, self.port,
+                 " (client certificates required)" if tls is not None and tls.client_ca else "")
 
     async def stop(self) -> None:
         if self._runner is not None:

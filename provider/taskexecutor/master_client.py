@@ -21,6 +21,7 @@ from sparkdispatch.config import Configuration
 from sparkdispatch.errors import ERROR_HEADER, ServiceUnavailable, SparkDispatchError, error_from_body
 from sparkdispatch.loop_thread import LoopThread
 from sparkdispatch.protocol import ExecutionStateUpdate, RegistrationAck, SlotReport
+from sparkdispatch.tls import ClientTls, handshake_failure, refusal_hint
 
 log = logging.getLogger(__name__)
 
@@ -30,9 +31,11 @@ SESSION_HEADER = "X-SparkDispatch-Session"
 class AsyncMasterClient:
     """Calls from one TaskExecutor to a master, by the master's REST base URL (async core)."""
 
-    def __init__(self, *, token: str = "", timeout: float = 5.0) -> None:
+    def __init__(self, *, token: str = "", timeout: float = 5.0, tls: ClientTls | None = None) -> None:
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._tls = tls or ClientTls()
+        self._ssl = self._tls.context()
         self._session: aiohttp.ClientSession | None = None
 
     async def close(self) -> None:
@@ -68,7 +71,8 @@ class AsyncMasterClient:
     async def _post(self, address: str, path: str, session_id: str, body: dict[str, Any]) -> Any:
         if self._session is None or self._session.closed:
             # aiohttp reads no proxy or netrc settings unless asked (trust_env): none per state report
-            self._session = aiohttp.ClientSession(timeout=self._timeout, headers=self._headers)
+            self._session = aiohttp.ClientSession(timeout=self._timeout, headers=self._headers,
+                                                  connector=aiohttp.TCPConnector(ssl=self._ssl))
         try:
             async with self._session.post(address.rstrip("/") + path, json=body,
                                           headers={SESSION_HEADER: session_id}) as response:
@@ -76,7 +80,10 @@ class AsyncMasterClient:
                 status = response.status
                 error_header = response.headers.get(ERROR_HEADER)
         except (aiohttp.ClientError, TimeoutError) as exc:
-            raise ServiceUnavailable(f"cannot reach the master at {address}: {str(exc) or type(exc).__name__}") from None
+            if (tls_error := handshake_failure(address, exc)) is not None:
+                raise tls_error from None
+            raise ServiceUnavailable(f"cannot reach the master at {address}: {str(exc) or type(exc).__name__}"
+                                     f"{refusal_hint(address, exc, self._tls)}") from None
         if status >= 400:
             raise error_from_body(status, text, header=error_header)
         try:
@@ -90,7 +97,8 @@ class MasterClient:
     """`AsyncMasterClient` for synchronous callers: its calls may come from any thread."""
 
     def __init__(self, config: Configuration, *, timeout: float = 5.0) -> None:
-        self.async_client = AsyncMasterClient(token=config.auth_token, timeout=timeout)
+        self.async_client = AsyncMasterClient(token=config.auth_token, timeout=timeout,
+                                              tls=ClientTls.from_config(config))
         self._loop = LoopThread("sparkdispatch-master-client")
 
     def __enter__(self) -> MasterClient:

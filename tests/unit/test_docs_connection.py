@@ -35,6 +35,7 @@ from sparkdispatch.operators import (
 )
 from sparkdispatch.operators.decorators import SparkDispatchFunctionOperator
 from sparkdispatch.provider_info import get_provider_info
+from sparkdispatch.tls import ClientTls
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "connection.md"
 TEXT = PAGE.read_text(encoding="utf-8")
@@ -74,14 +75,18 @@ class Example:
 
 
 def _expected(result: str) -> dict[str, Any]:
-    """`# → http://a:1, http://b:2; token t` or `# → ZooKeeper q, cluster c, root r` as settings."""
-    where, _, rest = result.partition("; ")
-    assert not rest or rest.startswith("token "), f"docs/connection.md: cannot read {result!r}"
-    token = rest.removeprefix("token ") or None
+    """`# → http://a:1, http://b:2; token t; CA f; client certificate c, key k` (all but the first part
+    optional) or `# → ZooKeeper q, cluster c, root r; ...` as settings."""
+    where, *parts = result.split("; ")
+    named = dict(part.split(" ", 1) for part in parts)
+    assert set(named) <= {"token", "CA", "client"}, f"docs/connection.md: cannot read {result!r}"
+    certificate, _, key = named.get("client", "").removeprefix("certificate ").partition(", key ")
+    settings: dict[str, Any] = {"token": named.get("token"),
+                                "tls": ClientTls(ca_file=named.get("CA", ""), certificate=certificate, key=key)}
     zookeeper = ZOOKEEPER.fullmatch(where)
     if zookeeper:
-        return {"zookeeper": ZooKeeperTarget(*zookeeper.groups()), "token": token}
-    return {"addresses": where.split(", "), "token": token}
+        return {"zookeeper": ZooKeeperTarget(*zookeeper.groups()), **settings}
+    return {"addresses": where.split(", "), **settings}
 
 
 def _examples() -> list[Example]:

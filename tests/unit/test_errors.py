@@ -41,6 +41,7 @@ SESSION = "6f1c8e5a-3b2d-4c7e-9a10-2b3c4d5e6f70"
 EXAMPLES: list[SparkDispatchError] = [
     SparkDispatchError("something failed", details=["first detail", "second detail"]),
     errors.ConfigurationError("configuration key 'x' is unknown", details=["did you mean 'y'?"]),
+    errors.TlsError("rest.ssl.key: '/etc/sparkdispatch/master.key' is not a file"),
     errors.InvalidJobGraph({"vertices[0].parallelism": ["must be at least 1"], "name": ["missing"]}),
     errors.InvalidRequest("TaskExecutor registration", {"slots": ["must be at least 1"], "queue": ["missing"]}),
     errors.IllegalStateTransition("a job cannot go from FINISHED to RUNNING"),

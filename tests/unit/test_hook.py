@@ -16,6 +16,7 @@ from sparkdispatch.hooks import SparkDispatchHook
 from sparkdispatch.hooks.sparkdispatch import client_settings
 from sparkdispatch.testing.master import InProcessMaster
 from sparkdispatch.testing.services import free_port
+from sparkdispatch.tls import ClientTls
 
 JOB = "0123456789abcdef0123456789abcdef"
 OTHER = "fedcba9876543210fedcba9876543210"
@@ -33,20 +34,23 @@ def settings(conn_id: str = "sparkdispatch_default") -> dict:
 def test_the_json_connection_of_the_issue_works(monkeypatch: pytest.MonkeyPatch) -> None:
     set_connection(monkeypatch, "sparkdispatch_default",
                    {"conn_type": "sparkdispatch", "host": "127.0.0.1", "port": 8081})
-    assert settings() == {"addresses": ["http://127.0.0.1:8081"], "token": None}
+    assert settings() == {"addresses": ["http://127.0.0.1:8081"], "token": None, "tls": ClientTls()}
     assert SparkDispatchHook().conn_id == "sparkdispatch_default"
 
 
 def test_a_uri_connection_with_a_token_in_the_password(monkeypatch: pytest.MonkeyPatch) -> None:
     set_connection(monkeypatch, "sd_uri", "sparkdispatch://:s3cret@master.example:9000")
-    assert settings("sd_uri") == {"addresses": ["http://master.example:9000"], "token": "s3cret"}
+    assert settings("sd_uri") == {"addresses": ["http://master.example:9000"], "token": "s3cret", "tls": ClientTls()}
 
 
 def test_a_list_of_addresses_in_host(monkeypatch: pytest.MonkeyPatch) -> None:
     set_connection(monkeypatch, "sd_list", {"conn_type": "sparkdispatch", "host": "m1:8081, m2:8082,m3",
-                                            "port": 9999, "schema": "https", "extra": {"token": "t"}})
+                                            "port": 9999, "schema": "https",
+                                            "extra": {"token": "t", "ca_file": "/etc/ca.pem",
+                                                      "extra__sparkdispatch__client_certificate": "/etc/a.crt",
+                                                      "client_key": "/etc/a.key"}})
     assert settings("sd_list") == {"addresses": ["https://m1:8081", "https://m2:8082", "https://m3:9999"],
-                                   "token": "t"}
+                                   "token": "t", "tls": ClientTls("/etc/ca.pem", "/etc/a.crt", "/etc/a.key")}
 
 
 def test_zookeeper_retrieval_from_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -54,7 +58,7 @@ def test_zookeeper_retrieval_from_the_extra(monkeypatch: pytest.MonkeyPatch) -> 
                                           "extra": {"zookeeper_quorum": "zk1:2181,zk2:2181",
                                                     "extra__sparkdispatch__cluster_id": "prod"}})
     assert settings("sd_zk") == {"zookeeper": ZooKeeperTarget("zk1:2181,zk2:2181", "prod", "/sparkdispatch"),
-                                 "token": None}
+                                 "token": None, "tls": ClientTls()}
 
 
 def test_a_connection_naming_no_master_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:

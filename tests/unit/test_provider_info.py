@@ -32,7 +32,8 @@ def test_the_connection_form_behaviour_is_valid() -> None:
     jsonschema.validate({"hidden_fields": behaviour["hidden-fields"], "relabeling": behaviour["relabeling"],
                          "placeholders": behaviour["placeholders"]},
                         airflow_schema("customized_form_field_behaviours.schema.json"))
-    assert set(conn["conn-fields"]) == {"zookeeper_quorum", "cluster_id", "zookeeper_root", "token"}
+    assert set(conn["conn-fields"]) == {"zookeeper_quorum", "cluster_id", "zookeeper_root", "token", "ca_file",
+                                      "client_certificate", "client_key"}
     assert conn["conn-fields"]["token"]["schema"]["format"] == "password"  # kept secret by Airflow
 
 
