@@ -124,6 +124,11 @@ OPTIONS: tuple[Option, ...] = (
            "from the archive on disk.", minimum=1),
     Option("blob.max-size", "size", 100 * 1024 * 1024, "Largest user-code artifact accepted.", minimum=1,
            default_doc="100mb"),
+    Option("blob.retention", "duration", 7 * 86400.0, "A stored artifact that no stored job names and that was "
+           "neither uploaded nor named by a submission or repair for this long is removed; a repair of a job "
+           "whose code was removed is refused.", minimum=1.0, default_doc="7d"),
+    Option("blob.cleanup-interval", "duration", 3600.0, "How often the leader looks for artifacts to remove.",
+           minimum=0.1, default_doc="1h"),
     # Heartbeats and resources
     Option("heartbeat.interval", "duration", 5.0, "How often a TaskExecutor sends its heartbeat. Flink uses 10s; "
            "half that finds a lost TaskExecutor sooner for a small HTTP call per TaskExecutor.", minimum=0.05,

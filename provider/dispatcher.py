@@ -37,7 +37,6 @@ from typing import Protocol
 from sparkdispatch.archive import ArchivedJob, JobArchive
 from sparkdispatch.errors import (
     DuplicateJobSubmission,
-    InvalidJobGraph,
     JobAlreadyTerminated,
     JobResultEntryExists,
     LeadershipLost,
@@ -57,7 +56,7 @@ from sparkdispatch.dispatcher_recovery import (
     terminated_status,
 )
 from sparkdispatch.dispatcher_repair import persist_repair, plan_repair
-from sparkdispatch.ha.blob_store import BlobReader, artifact_problems
+from sparkdispatch.ha.blob_store import BlobStore, claim_artifacts
 from sparkdispatch.ha.job_result_store import FileSystemJobResultStore, JobResultEntry
 from sparkdispatch.ha.jobgraph_store import JobGraphStore
 from sparkdispatch.ha.progress_store import JobProgress, ProgressStore
@@ -189,7 +188,7 @@ class Dispatcher:
 
     def __init__(self, *, session_id: str, address: str, jobgraph_store: JobGraphStore,
                  job_result_store: FileSystemJobResultStore, progress_store: ProgressStore, archive: JobArchive,
-                 blob_store: BlobReader, new_job_master: JobMasterFactory, cleanup: CleanupSettings,
+                 blob_store: BlobStore, new_job_master: JobMasterFactory, cleanup: CleanupSettings,
                  events: JobEvents | None = None) -> None:
         self.session_id = session_id
         self._events = events if events is not None else EventCounts()
@@ -305,12 +304,10 @@ class Dispatcher:
         self._run(job_id, job, recovered=None)
         return Submission(job_id, True, job.status)
 
-    async def _check_artifacts(self, graph: JobGraph) -> None:
-        """`InvalidJobGraph` naming each artifact key the blob store does not have (or has corrupted)."""
+    async def _check_artifacts(self, graph: JobGraph, *, repairing: str | None = None) -> None:
+        """`claim_artifacts`: an error naming each artifact the blob store lacks; their retention restarts."""
         if graph.artifacts:
-            problems = await asyncio.to_thread(artifact_problems, self._blob_store, graph.artifacts)
-            if problems:
-                raise InvalidJobGraph(problems)
+            await asyncio.to_thread(claim_artifacts, self._blob_store, graph.artifacts, repairing=repairing)
 
     async def cancel(self, job_id: str) -> None:
         """Cancel a running job, persisting the cancel first; idempotent for a cancelled one;
@@ -369,6 +366,7 @@ class Dispatcher:
                 raise RepairNotPossible(job_id, "its cleanup is not done yet; ask again shortly", running=True) from None
         plan = plan_repair(job_id, await self._archive.get(job_id), vertices,
                            results_deleted=self._cleanup_settings.delete_results, now_ms=int(time.time() * 1000))
+        await self._check_artifacts(plan.graph, repairing=job_id)
         if job_id in self._jobs:  # another repair or a resubmission took it meanwhile
             return await self.repair(job_id, vertices)
         job = _Job(plan.graph, plan.graph.fingerprint(), asyncio.get_running_loop().create_future(),

@@ -18,6 +18,7 @@ import signal
 from dataclasses import dataclass
 
 from sparkdispatch.archive import JobArchive
+from sparkdispatch.blob_cleanup import BlobCleaner
 from sparkdispatch.config import Configuration
 from sparkdispatch.dispatcher import Dispatcher
 from sparkdispatch.errors import ServiceUnavailable
@@ -41,6 +42,7 @@ class LeaderComponents:
     dispatcher: Dispatcher
     resource_manager: ResourceManager
     blob_store: BlobStore
+    blob_cleaner: BlobCleaner
 
     def job_master(self, job_id: str) -> JobMasterGateway:
         return self.dispatcher.job_master(job_id)
@@ -154,7 +156,9 @@ class Master:
                                 archive=JobArchive(self.settings.archive, check=self.ha.check_leadership),
                                 blob_store=self.ha.blob_store, new_job_master=new_job_master,
                                 cleanup=self.settings.cleanup, events=self.metrics)
-        self._leader = LeaderComponents(session_id, dispatcher, resource_manager, self.ha.blob_store)
+        self._leader = LeaderComponents(session_id, dispatcher, resource_manager, self.ha.blob_store,
+                                        BlobCleaner(self.ha.blob_store, self.ha.jobgraph_store,
+                                                    self.settings.blob_cleanup))
         self._recovery = asyncio.create_task(self._recover(self._leader), name=f"recovery-{session_id}")
 
     async def _recover(self, leader: LeaderComponents) -> None:
@@ -166,6 +170,8 @@ class Master:
             return
         if not self.ha.election.confirm_leadership(leader.session_id, self.address):
             log.info("leadership session %s ended during recovery", leader.session_id)
+            return
+        leader.blob_cleaner.start()  # after recovery: every stored job's artifacts are known
 
     async def _step_down(self) -> None:
         recovery, self._recovery = self._recovery, None
@@ -176,6 +182,7 @@ class Master:
         if leader is None:
             return
         log.info("stopping leader components of session %s", leader.session_id)
+        await leader.blob_cleaner.stop()
         await leader.dispatcher.stop()
         leader.resource_manager.stop()
 

@@ -29,6 +29,9 @@ from sparkdispatch.jobgraph import (
 from sparkdispatch.jobgraph_schemas import FailureSchema
 from sparkdispatch.schema import ErrorFactory, FieldErrors, StrictSchema, drop_none, dump, flatten_errors, load
 
+# `GET /artifacts/{key}` names the artifact's file (`job.py`, `deps.zip`) in this header: a
+# TaskExecutor keeps the name, since it imports a `.py` and a `.zip` differently.
+ARTIFACT_NAME_HEADER = "X-SparkDispatch-Artifact-Name"
 TASK_EXECUTOR_ID_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.@:-]{0,199}$")
 MAX_SLOTS_PER_TASK_EXECUTOR = 1024
 

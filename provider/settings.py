@@ -86,6 +86,18 @@ class CleanupSettings:
 
 
 @dataclass(frozen=True)
+class BlobCleanupSettings:
+    """When the leader removes unused artifacts: `blob.retention` and `blob.cleanup-interval` (seconds)."""
+
+    retention: float
+    interval: float
+
+    @classmethod
+    def from_config(cls, config: Configuration) -> BlobCleanupSettings:
+        return cls(retention=config["blob.retention"], interval=config["blob.cleanup-interval"])
+
+
+@dataclass(frozen=True)
 class ArchiveSettings:
     """Where archived jobs live (`<storage.dir>/archive/<cluster-id>`) and how many stay in memory."""
 
@@ -196,10 +208,12 @@ class MasterSettings:
     job_master: JobMasterSettings
     cleanup: CleanupSettings
     archive: ArchiveSettings
+    blob_cleanup: BlobCleanupSettings
 
     @classmethod
     def from_config(cls, config: Configuration) -> MasterSettings:
         return cls(rest=RestSettings.from_config(config),
                    resource_manager=ResourceManagerSettings.from_config(config),
                    job_master=JobMasterSettings.from_config(config), cleanup=CleanupSettings.from_config(config),
-                   archive=ArchiveSettings.from_config(config))
+                   archive=ArchiveSettings.from_config(config),
+                   blob_cleanup=BlobCleanupSettings.from_config(config))

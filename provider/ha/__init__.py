@@ -2,12 +2,12 @@
 
 `create_ha_services(config)` picks the masters' implementation `high-availability.mode` names:
 `none` (embedded: always leader, files under `storage.dir`) or `zookeeper` (kazoo). Processes
-that are not masters (TaskExecutors, the REST client) need only `create_leader_retrieval(config)`
-and `create_blob_reader(config)`, which create nothing. The contracts the other components use
+that are not masters (TaskExecutors, the REST client) need only `create_leader_retrieval(config)`,
+which creates nothing (TaskExecutors get blobs from the leader over HTTP). The contracts the other components use
 are in docs/internals.md, "HA services".
 """
 
-from sparkdispatch.ha.access import create_blob_reader, create_leader_retrieval
+from sparkdispatch.ha.access import create_leader_retrieval
 from sparkdispatch.ha.blob_store import BlobReader, BlobStore
 from sparkdispatch.ha.job_result_store import FileSystemJobResultStore
 from sparkdispatch.ha.jobgraph_store import JobGraphStore
@@ -39,7 +39,6 @@ __all__ = [
     "LeaderRetrieval",
     "ProgressStore",
     "SubtaskProgress",
-    "create_blob_reader",
     "create_ha_services",
     "create_leader_retrieval",
 ]

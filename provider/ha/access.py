@@ -1,10 +1,10 @@
-"""HA for processes that are not masters: where the leader is, and the blobs; nothing more.
+"""HA for processes that are not masters: where the leader is; nothing more.
 
 TaskExecutors and the REST client (CLI, Airflow hook) build these instead of the masters'
 `HighAvailabilityServices`, which joins the election and creates the cluster's znodes. With
 `high-availability.mode: zookeeper` a follower connects to ZooKeeper only to read and watch the
 leader node (which need not exist yet); with `none` the leader is `rest.address:rest.port`.
-Blobs are read straight from `<storage.dir>/blobs/<cluster-id>`.
+TaskExecutors get blobs from the leader (`GET /artifacts/{key}`), not from the masters' storage.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from pathlib import Path
 
 from sparkdispatch.config import Configuration
 from sparkdispatch.errors import ConfigurationError
-from sparkdispatch.ha.blob_store import BlobReader
 from sparkdispatch.ha.leader import ClosableLeaderRetrieval, StandaloneLeaderRetrieval
 from sparkdispatch.ha.retrieval import OwnClientLeaderRetrieval
 
@@ -43,7 +42,3 @@ def create_leader_retrieval(config: Configuration) -> ClosableLeaderRetrieval:
         return OwnClientLeaderRetrieval(config)
     return StandaloneLeaderRetrieval(config.rest_url)
 
-
-def create_blob_reader(config: Configuration) -> BlobReader:
-    """Read access to the cluster's blobs (user code), as the TaskExecutor fetches them."""
-    return BlobReader(cluster_dir(config, "blobs"))

@@ -2,7 +2,9 @@
 
 A blob's key is the sha256 of its bytes; it lives at `<key>/<original filename>`, since the
 TaskExecutor treats a `.zip` and a `.py` differently. Every read hashes the file again: a
-corrupted blob raises `CorruptedBlob` and is never handed out.
+corrupted blob raises `CorruptedBlob` and is never handed out. A blob's directory's modification
+time is when it was last used (uploaded, or named by a submitted job): `sweep_blocking` removes
+the blobs unused for longer than `blob.retention` that no stored job names.
 """
 
 from __future__ import annotations
@@ -12,10 +14,19 @@ import hashlib
 import logging
 import os
 import shutil
+import time
 import uuid
+from collections.abc import Collection
 from pathlib import Path
 
-from sparkdispatch.errors import BlobError, BlobNotFound, BlobTooLarge, CorruptedBlob
+from sparkdispatch.errors import (
+    BlobError,
+    BlobNotFound,
+    BlobTooLarge,
+    CorruptedBlob,
+    InvalidJobGraph,
+    RepairNotPossible,
+)
 from sparkdispatch.ha.files import fsync_dir
 from sparkdispatch.jobgraph import BLOB_KEY_PATTERN
 
@@ -46,7 +57,7 @@ def _sha256_file(path: Path) -> str:
 
 
 class BlobReader:
-    """Reads verified blobs by key: all a TaskExecutor needs (`sparkdispatch.ha.access.create_blob_reader`)."""
+    """Reads verified blobs by key (the masters' `GET /artifacts/{key}` serves them to TaskExecutors)."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
@@ -87,6 +98,7 @@ class BlobStore(BlobReader):
         if final.is_dir():
             try:
                 self.path_blocking(key)
+                self.touch_blocking((key,))
                 return key  # the same content is stored already (under its first filename)
             except (CorruptedBlob, BlobNotFound):
                 log.warning("replacing corrupted or incomplete blob %s", key)
@@ -109,6 +121,56 @@ class BlobStore(BlobReader):
         fsync_dir(self.directory)
         log.info("stored blob %s (%s, %d bytes)", key, filename, len(data))
         return key
+
+
+    def touch_blocking(self, keys: Collection[str]) -> None:
+        """Mark the blobs of `keys` used now: their retention starts again."""
+        for key in keys:
+            try:
+                os.utime(self.directory / _check_key(key))
+            except (FileNotFoundError, BlobNotFound):
+                pass
+
+    def sweep_blocking(self, retention_s: float, keep: Collection[str]) -> list[str]:
+        """Remove the blobs unused for over `retention_s` seconds whose keys are not in `keep`, and
+        uploads abandoned half-written as long ago; the keys removed."""
+        cutoff = time.time() - retention_s
+        removed: list[str] = []
+        try:
+            entries = list(self.directory.iterdir())
+        except FileNotFoundError:
+            return removed
+        for entry in entries:
+            try:
+                if not entry.is_dir() or entry.stat().st_mtime >= cutoff:
+                    continue
+            except FileNotFoundError:
+                continue
+            key = entry.name
+            if BLOB_KEY_PATTERN.match(key):
+                if key in keep:
+                    continue
+                removed.append(key)
+            elif ".tmp-" not in key:
+                continue
+            shutil.rmtree(entry, ignore_errors=True)
+        if removed:
+            fsync_dir(self.directory)
+            log.info("removed %d blob(s) unused for over %ds: %s", len(removed), retention_s, ", ".join(removed))
+        return removed
+
+
+def claim_artifacts(store: BlobStore, keys: tuple[str, ...], *, repairing: str | None = None) -> None:
+    """Check the artifacts of a job about to run, and mark them used now. `InvalidJobGraph` naming
+    each one the store lacks; for the repair of job `repairing`, `RepairNotPossible`."""
+    problems = artifact_problems(store, keys)
+    if not problems:
+        store.touch_blocking(keys)
+    elif repairing is not None:
+        raise RepairNotPossible(repairing, "its code is no longer stored (blob.retention): "
+                                + "; ".join(f"{k}: {' '.join(v)}" for k, v in sorted(problems.items())))
+    else:
+        raise InvalidJobGraph(problems)
 
 
 def artifact_problems(reader: BlobReader, keys: tuple[str, ...]) -> dict[str, list[str]]:

@@ -238,6 +238,15 @@ def openapi_document() -> dict[str, Any]:
         "responses": {"201": _json("Artifact", "stored under its key"),
                       "400": _error("not multipart, no `file` field, or not a .py or .zip"),
                       "413": _error("larger than blob.max-size"), **_LEADER}}})
+    spec.path("/artifacts/{key}", parameters=[{"name": "key", "in": "path", "required": True, "schema": STRING}],
+              operations={"get": {
+                  "summary": "An artifact's bytes, checked against its key (TaskExecutors fetch a job's code here); "
+                             "the header X-SparkDispatch-Artifact-Name names its file",
+                  "responses": {"200": {"description": "the file", "content": {"application/octet-stream": {
+                                    "schema": {"type": "string", "format": "binary"}}}},
+                                "404": _error("no artifact with this key (or not a key)"),
+                                "500": _error("the stored file no longer matches its key: upload it again"),
+                                **_LEADER}}})
     _task_executor_paths(spec)
     return spec.to_dict()
 

@@ -40,6 +40,7 @@ from sparkdispatch.jobgraph import JobStatus
 from sparkdispatch.jobmaster import JobMasterGateway
 from sparkdispatch.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from sparkdispatch.metrics import LeaderGauges, MasterMetrics
+from sparkdispatch.protocol import ARTIFACT_NAME_HEADER
 from sparkdispatch.resourcemanager import ResourceManagerGateway
 from sparkdispatch.rest import views
 from sparkdispatch.rest.inputs import path_id, query_int, read_job_graph, read_json, repair_vertices
@@ -325,6 +326,14 @@ class RestHandlers:
         key = await leader.blob_store.put(data, filename)
         return json_response({"key": key, "filename": filename}, status=201)
 
+    async def download_artifact(self, request: web.Request) -> web.StreamResponse:
+        """An artifact's bytes, checked against its key: where TaskExecutors get a job's code (Flink's
+        BlobServer), so their hosts need no mount of the masters' storage."""
+        leader = self.master.leader_components()
+        path = await asyncio.to_thread(leader.blob_store.path_blocking, request.match_info["key"])
+        return web.FileResponse(path, headers={"Content-Type": "application/octet-stream",
+                                               ARTIFACT_NAME_HEADER: path.name})
+
     async def _read_artifact(self, request: web.Request) -> tuple[str, bytes] | None:
         """The filename and content of the multipart field `file`; None without one."""
         limit = self.settings.blob_max_size
@@ -359,6 +368,7 @@ class RestHandlers:
             ("GET", "/jobs/{job_id}/vertices/{vertex_id}/log", self.vertex_log),
             ("GET", "/taskmanagers", self.taskmanagers),
             ("POST", "/artifacts", self.upload_artifact),
+            ("GET", "/artifacts/{key}", self.download_artifact),
         ]
 
 

@@ -13,10 +13,12 @@ import socket
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from sparkdispatch.broker.celery_app import queue_name
 from sparkdispatch.config import Configuration
-from sparkdispatch.ha import create_blob_reader, create_leader_retrieval
+from sparkdispatch.errors import ServiceUnavailable
+from sparkdispatch.ha import ClosableLeaderRetrieval, create_leader_retrieval
 from sparkdispatch.settings import ConnectServerSettings, SlotPoolSettings
 from sparkdispatch.taskexecutor.app import create_celery_app
 from sparkdispatch.taskexecutor.connect_server import ConnectServer
@@ -90,7 +92,7 @@ def _serve(config: Configuration, identity: TaskExecutorIdentity, server: Connec
         connection = MasterConnection(config, identity=identity, slots=slots, client=client,
                                       current_leader=retrieval.current)
         runner = TaskRunner(pool=pool, slots=slots, reporter=connection, task_executor_id=te_id,
-                            artifacts=ArtifactCache(create_blob_reader(config).path_blocking,
+                            artifacts=ArtifactCache(_artifact_fetcher(client, retrieval),
                                                    config.storage_dir / "te-cache" / te_id),
                             slot_release_timeout_s=pool_settings.cancellation_timeout + SLOT_RELEASE_MARGIN_S,
                             start_deadline=connection.start_deadline)
@@ -122,3 +124,14 @@ def _serve(config: Configuration, identity: TaskExecutorIdentity, server: Connec
         retrieval.close()
         client.close()
 
+
+def _artifact_fetcher(client: MasterClient, retrieval: ClosableLeaderRetrieval) -> Callable[[str, Path], Path]:
+    """Fetches an artifact from the current leader (Flink's BlobServer role): a TaskExecutor's host
+    needs no mount of the masters' storage for user code."""
+    def fetch(key: str, directory: Path) -> Path:
+        leader = retrieval.current()
+        if leader is None:
+            raise ServiceUnavailable(f"no leading master is known to fetch artifact {key} from")
+        return client.fetch_artifact(leader.address, key, directory)
+
+    return fetch

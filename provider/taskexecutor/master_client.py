@@ -10,22 +10,27 @@ stale call, `UnknownTaskExecutor` for a heartbeat the ResourceManager does not k
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
+import uuid
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import aiohttp
 
 from sparkdispatch.config import Configuration
-from sparkdispatch.errors import ERROR_HEADER, ServiceUnavailable, SparkDispatchError, error_from_body
+from sparkdispatch.errors import ERROR_HEADER, CorruptedBlob, ServiceUnavailable, SparkDispatchError, error_from_body
 from sparkdispatch.loop_thread import LoopThread
-from sparkdispatch.protocol import ExecutionStateUpdate, RegistrationAck, SlotReport
+from sparkdispatch.protocol import ARTIFACT_NAME_HEADER, ExecutionStateUpdate, RegistrationAck, SlotReport
 from sparkdispatch.tls import ClientTls, handshake_failure, refusal_hint
 
 log = logging.getLogger(__name__)
 
 SESSION_HEADER = "X-SparkDispatch-Session"
+# an artifact may be up to blob.max-size (100 MB by default): bound the silences, not the whole
+ARTIFACT_TIMEOUT = aiohttp.ClientTimeout(total=None, connect=5.0, sock_read=30.0)
 
 
 class AsyncMasterClient:
@@ -68,13 +73,53 @@ class AsyncMasterClient:
         await self._post(address, f"/jobs/{update.job_id}/executions/{update.execution_id}/state", session_id,
                          update.to_dict())
 
-    async def _post(self, address: str, path: str, session_id: str, body: dict[str, Any]) -> Any:
+    async def fetch_artifact(self, address: str, key: str, directory: Path) -> Path:
+        """Download the artifact `key` from the master at `address` into `directory`, under its file
+        name; `CorruptedBlob` if the bytes do not hash to the key (nothing is left behind then)."""
+        url = f"{address.rstrip('/')}/artifacts/{key}"
+        directory.mkdir(parents=True, exist_ok=True)
+        partial = directory / f".fetching-{uuid.uuid4().hex}"
+        digest = hashlib.sha256()
+        try:
+            async with self._http().get(url, timeout=ARTIFACT_TIMEOUT) as response:
+                if response.status >= 400:
+                    raise error_from_body(response.status, await response.text(),
+                                          header=response.headers.get(ERROR_HEADER))
+                name = response.headers.get(ARTIFACT_NAME_HEADER, "")
+                if not name or name.startswith(".") or "/" in name or "\\" in name:
+                    raise SparkDispatchError(f"the master at {address} named artifact {key} {name!r}, "
+                                             "which is not a plain file name")
+                with open(partial, "wb") as out:
+                    async for chunk in response.content.iter_chunked(1 << 16):
+                        digest.update(chunk)
+                        out.write(chunk)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            partial.unlink(missing_ok=True)
+            if (tls_error := handshake_failure(address, exc)) is not None:
+                raise tls_error from None
+            raise ServiceUnavailable(f"cannot fetch artifact {key} from the master at {address}: "
+                                     f"{str(exc) or type(exc).__name__}") from None
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
+        if digest.hexdigest() != key:
+            partial.unlink(missing_ok=True)
+            raise CorruptedBlob(f"artifact {key} fetched from {address} hashes to {digest.hexdigest()}: "
+                                "it was damaged on the way or in the master's store; upload it again")
+        target = directory / name
+        partial.replace(target)
+        return target
+
+    def _http(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             # aiohttp reads no proxy or netrc settings unless asked (trust_env): none per state report
             self._session = aiohttp.ClientSession(timeout=self._timeout, headers=self._headers,
                                                   connector=aiohttp.TCPConnector(ssl=self._ssl))
+        return self._session
+
+    async def _post(self, address: str, path: str, session_id: str, body: dict[str, Any]) -> Any:
         try:
-            async with self._session.post(address.rstrip("/") + path, json=body,
+            async with self._http().post(address.rstrip("/") + path, json=body,
                                           headers={SESSION_HEADER: session_id}) as response:
                 text = await response.text()
                 status = response.status
@@ -143,3 +188,6 @@ class MasterClient:
 
     def report_state(self, address: str, session_id: str, update: ExecutionStateUpdate) -> None:
         self._loop.run(self.async_client.report_state(address, session_id, update))
+
+    def fetch_artifact(self, address: str, key: str, directory: Path) -> Path:
+        return self._loop.run(self.async_client.fetch_artifact(address, key, directory))

@@ -257,22 +257,23 @@ class SlotTable:
 
 
 class ArtifactCache:
-    """User-code blobs copied once per TaskExecutor into `cache_dir`: blob key → local file.
+    """User-code blobs fetched once per TaskExecutor into `cache_dir`: blob key → local file.
 
-    `resolve(key)` gives the blob's file (the HA BlobStore's `path(key)`, which checks its hash).
-    Each blob is copied to a directory of its own, `<cache_dir>/<key>/<file name>`, so the
-    directory of a `.py` blob holds that module alone: a slot process puts it (or a `.zip`
-    itself) on its own `sys.path`.
+    `fetch(key, directory)` downloads a blob into `directory` and gives its file (from the leader,
+    verified by its hash: `MasterClient.fetch_artifact`). Each blob has a directory of its own,
+    `<cache_dir>/<key>/<file name>`, so the directory of a `.py` blob holds that module alone: a
+    slot process puts it (or a `.zip` itself) on its own `sys.path`. A blob fetched before the
+    TaskExecutor restarted is used as it is.
     """
 
-    def __init__(self, resolve: Callable[[str], Path], cache_dir: Path) -> None:
-        self._resolve = resolve
+    def __init__(self, fetch: Callable[[str, Path], Path], cache_dir: Path) -> None:
+        self._fetch = fetch
         self._cache_dir = cache_dir
         self._lock = threading.Lock()
         self._files: dict[str, str] = {}
 
     def paths(self, keys: Sequence[str]) -> list[str]:
-        """The local files of `keys`, in order, copied on first use."""
+        """The local files of `keys`, in order, fetched on first use."""
         with self._lock:
             for key in keys:
                 if key not in self._files:
@@ -280,17 +281,13 @@ class ArtifactCache:
             return [self._files[key] for key in keys]
 
     def _install(self, key: str) -> str:
-        source = Path(self._resolve(key))
-        if source.suffix not in (".py", ".zip"):
-            raise SparkDispatchError(f"artifact {key} ({source.name}) is neither a .py nor a .zip file")
-        target_dir = self._cache_dir / key
-        target = target_dir / source.name
-        if not target.exists():
-            target_dir.mkdir(parents=True, exist_ok=True)
-            partial = target_dir / (source.name + ".partial")
-            shutil.copyfile(source, partial)
-            partial.replace(target)
-        return str(target)
+        directory = self._cache_dir / key
+        fetched = [path for path in directory.iterdir() if path.is_file() and not path.name.startswith(".")] \
+            if directory.is_dir() else []
+        path = fetched[0] if len(fetched) == 1 else self._fetch(key, directory)
+        if path.suffix not in (".py", ".zip"):
+            raise SparkDispatchError(f"artifact {key} ({path.name}) is neither a .py nor a .zip file")
+        return str(path)
 
 
 def discard_result(update: ExecutionStateUpdate) -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from sparkdispatch.config import Configuration
 from sparkdispatch.errors import BlobError, BlobNotFound, BlobTooLarge, CorruptedBlob
-from sparkdispatch.ha import create_blob_reader, create_ha_services
+from sparkdispatch.ha import BlobReader, create_ha_services
 from sparkdispatch.ha.blob_store import BlobStore
 
 
@@ -64,7 +64,7 @@ async def test_corruption_is_detected_on_every_read(blobs: BlobStore) -> None:
 async def test_a_follower_reads_the_clusters_blobs_and_checks_them(standalone_config: Configuration) -> None:
     services = create_ha_services(standalone_config)
     key = await services.blob_store.put(b"def run(ctx):\n    return 1\n", "job.py")
-    reader = create_blob_reader(standalone_config)
+    reader = BlobReader(services.blob_store.directory)
     path = reader.path_blocking(key)
     assert path == services.blob_store.path_blocking(key) and path.name == "job.py"
     path.write_bytes(b"tampered")

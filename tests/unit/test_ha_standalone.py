@@ -12,10 +12,10 @@ from sparkdispatch.errors import ConfigurationError, LeadershipLost
 from sparkdispatch.ha import (
     STANDALONE_SESSION_ID,
     LeaderInfo,
-    create_blob_reader,
     create_ha_services,
     create_leader_retrieval,
 )
+from sparkdispatch.ha.access import cluster_dir
 from sparkdispatch.ha.files import is_temp, link_to, write_atomic, write_temp
 from sparkdispatch.ha.leader import StandaloneLeaderElection
 from sparkdispatch.ha.zookeeper import ZooKeeperPaths, parse_auth
@@ -119,7 +119,7 @@ def test_followers_check_the_cluster_id_too(tmp_path: Path, mode: str) -> None:
     config = Configuration.from_mapping({"storage.dir": str(tmp_path), "high-availability.cluster-id": "a/b",
                                          "high-availability.mode": mode})
     with pytest.raises(ConfigurationError, match="cluster-id"):
-        create_blob_reader(config)
+        cluster_dir(config, "blobs")
     if mode == "zookeeper":
         with pytest.raises(ConfigurationError, match="cluster-id"):
             create_leader_retrieval(config)

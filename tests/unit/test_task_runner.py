@@ -7,6 +7,7 @@ Connect server in tests/integration/test_slot_pool.py.
 from __future__ import annotations
 
 import hashlib
+import shutil
 import threading
 import time
 import uuid
@@ -139,12 +140,15 @@ class Blobs:
         self.files[key] = path
         return key
 
-    def resolve(self, key: str) -> Path:
+    def fetch(self, key: str, directory: Path) -> Path:
         self.resolved.append(key)
-        return self.files[key]
+        directory.mkdir(parents=True, exist_ok=True)
+        target = directory / self.files[key].name
+        shutil.copyfile(self.files[key], target)
+        return target
 
     def cache(self) -> ArtifactCache:
-        return ArtifactCache(self.resolve, self.root / "cache")
+        return ArtifactCache(self.fetch, self.root / "cache")
 
 
 def tdd_for(entrypoint: str, tmp_path: Path, *, artifacts: tuple[str, ...] = (), slot_index: int = 0,
