@@ -1,0 +1,111 @@
+"""TaskExecutors whose Spark driver runs on a Spark standalone cluster (`spark://`): a master and
+two workers started from the pyspark distribution, a real master (in the test process), a real
+TaskExecutor and Redis. The sales pipeline of dags/pipelines finishes with its rows; a worker
+killed while the pipeline runs is recovered by Spark itself (no attempt of ours is restarted).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from sparkdispatch.client import SparkDispatchClient
+from sparkdispatch.config import Configuration
+from sparkdispatch.master import Master
+from sparkdispatch.testing.local_cluster import TaskExecutorProcess
+from sparkdispatch.testing.services import RedisServer, free_port
+from sparkdispatch.testing.spark_cluster import SparkStandaloneCluster
+
+pytestmark = pytest.mark.slow
+
+PIPELINES = Path(__file__).resolve().parents[2] / "dags" / "pipelines"
+WAIT_S = 240.0
+ROWS = 900_000
+
+
+def sales_graph(key: str, *, rows: int) -> dict[str, Any]:
+    """dags/pipelines/sales_graph.yaml with `rows` orders and no restarts of ours."""
+    graph = yaml.safe_load((PIPELINES / "sales_graph.yaml").read_text().replace("{{ params.rows }}", str(rows)))
+    graph.update(artifacts=[key], restart_strategy={"type": "none"})
+    return dict(graph)
+
+
+def busy_executor(ui_port: int) -> str | None:
+    """An executor running Spark tasks right now, from the driver's monitoring API."""
+    base = f"http://127.0.0.1:{ui_port}/api/v1/applications"
+    try:
+        with urllib.request.urlopen(base, timeout=2) as answer:
+            [application] = json.load(answer)
+        with urllib.request.urlopen(f"{base}/{application['id']}/executors", timeout=2) as answer:
+            executors = json.load(answer)
+    except (OSError, ValueError):
+        return None
+    busy = [e["id"] for e in executors if e["id"] != "driver" and e.get("activeTasks", 0) > 0]
+    return busy[0] if busy else None
+
+
+async def test_the_sales_pipeline_runs_on_a_spark_cluster_and_spark_recovers_a_lost_worker(tmp_path: Path) -> None:
+    redis = RedisServer()
+    redis.start()
+    spark = SparkStandaloneCluster(workers=2, cores=1, memory="1g")
+    master: Master | None = None
+    te: TaskExecutorProcess | None = None
+    try:
+        spark.start()
+        ui_port = free_port()
+        config = Configuration.from_mapping({
+            "rest.port": str(free_port()), "storage.dir": str(tmp_path / "storage"), "broker.url": redis.url,
+            "rest.execution-result.long-poll": "200ms", "taskexecutor.slots": "2",
+            "taskexecutor.registration.max-backoff": "500ms", "spark.master": spark.url,
+            "spark.cores.max": "2", "spark.executor.cores": "1", "spark.executor.memory": "512m",
+            "spark.ui.port": str(ui_port)})  # the driver's monitoring API tells which executor is busy
+        master = Master(config)
+        await master.start()
+        te = TaskExecutorProcess(config, tmp_path)
+        async with SparkDispatchClient(addresses=[master.address]) as client:
+            deadline = time.monotonic() + WAIT_S
+            while (await client.overview())["taskmanagers"] != 1:
+                assert te.process.poll() is None, te.log_tail()
+                assert time.monotonic() < deadline, te.log_tail()
+                await asyncio.sleep(0.3)
+            key = await client.upload_artifact(PIPELINES)
+
+            async def run(graph: dict[str, Any], *, kill_a_busy_worker: bool = False) -> dict[str, Any]:
+                job_id = (await client.submit(graph)).job_id
+                if kill_a_busy_worker:  # the worker of an executor that runs tasks of this job right now
+                    deadline = time.monotonic() + WAIT_S
+                    while (executor := await asyncio.to_thread(busy_executor, ui_port)) is None \
+                            or (worker := spark.worker_of_executor(executor)) is None:
+                        assert time.monotonic() < deadline, "no executor ever ran a task"
+                        await asyncio.sleep(0.02)
+                    spark.kill_worker(worker)
+                result = await asyncio.wait_for(client.wait_for_result(job_id, poll_interval=0.3), WAIT_S)
+                assert result["status"] == "FINISHED", (result.get("failure"), te.log_tail() if te else "")
+                return result
+
+            first = await run(sales_graph(key, rows=ROWS))
+            rows = {vertex: outcome["rows"] for vertex, outcome in first["vertices"].items()}
+            # 7 of every 9 orders have a quantity; 4 regions, 5 products (dags/pipelines/sales.py)
+            assert rows["generate"] == ROWS and rows["clean"] == ROWS * 7 // 9
+            assert rows["report"] == 4 and rows["revenue_by_product"] == 5
+            second = await run(sales_graph(key, rows=ROWS), kill_a_busy_worker=True)
+            assert {vertex: outcome["rows"] for vertex, outcome in second["vertices"].items()} == rows
+            assert {vertex: outcome["attempts"] for vertex, outcome in second["vertices"].items()} == \
+                {vertex: 1 for vertex in rows}
+            assert spark.alive_workers() == 1
+        driver_log = "".join(p.read_text() for p in (tmp_path / "storage" / "te-work").glob("*/connect-server.log"))
+        assert "Lost executor" in driver_log and "Lost task" in driver_log  # tasks ran again on the other
+    finally:
+        if te is not None:
+            te.kill()
+        if master is not None:
+            await master.stop()
+        spark.stop()
+        redis.stop()
