@@ -345,3 +345,23 @@ async def test_healthcheck_script_against_a_real_master(tmp_path: Path) -> None:
         assert await healthcheck("bogus") == 2
     finally:
         await master.stop()
+
+
+def test_the_multi_host_topology_is_the_compose_deployment(services: dict[str, Any]) -> None:
+    """sparkdispatch.testing.hosts runs on network namespaces what docker-compose.yaml runs on
+    containers: the same services, configuration file and commands (with addresses for host names)."""
+    from sparkdispatch.testing import hosts
+
+    topology = set(hosts.COMPOSE_HOSTS)
+    assert topology == {name for name in services if name in (*ZOOKEEPERS, "redis", *MASTERS, *TASK_EXECUTORS)}
+    assert topology == {*ZOOKEEPERS, "redis", *MASTERS, *TASK_EXECUTORS}
+    commands = sparkdispatch_commands(services)
+    mounted = {host_file(services[name], "/etc/sparkdispatch/sparkdispatch.yaml") for name in (*MASTERS, *TASK_EXECUTORS)}
+    assert mounted == {hosts.COMPOSE_CONFIG}
+    compose_file = "/etc/sparkdispatch/sparkdispatch.yaml"
+    for name in MASTERS:
+        expected = hosts.master_command(Path(compose_file), name)
+        assert ["sparkdispatch.cli", *commands[name]] == expected, name
+    for name in TASK_EXECUTORS:
+        expected = hosts.task_executor_command(Path(compose_file), name, name, "spark://spark-master:7077")
+        assert ["sparkdispatch.cli", *commands[name]] == expected, name
