@@ -6,12 +6,13 @@ cd "$(dirname "$0")/.."
 
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-# ZooKeeper and Redis for the HA and broker tests, Chromium for the web UI's browser tests
+# ZooKeeper and Redis for the HA and broker tests, Chromium for the web UI's browser tests, iproute2
+# (`ip`, `tc`) for the multi-host partition tests on network namespaces
 if ! { [ -f /usr/share/java/zookeeper.jar ] && command -v redis-server >/dev/null && command -v javap >/dev/null \
-       && command -v chromium >/dev/null; }; then
+       && command -v chromium >/dev/null && command -v ip >/dev/null && command -v tc >/dev/null; }; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
-    zookeeper redis-server default-jdk-headless chromium >/dev/null
+    zookeeper redis-server default-jdk-headless chromium iproute2 >/dev/null
 fi
 
 PYTHON=${PYTHON:-python3}
