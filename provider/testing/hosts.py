@@ -20,7 +20,6 @@ import os
 import random
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -33,7 +32,7 @@ from types import TracebackType
 
 import yaml
 
-from sparkdispatch.testing.services import ZOOKEEPER_JARS, ServiceMissing
+from sparkdispatch.testing.services import ZOOKEEPER_JARS, ServiceMissing, kill_process_group
 
 ZOOKEEPER_PORT = 2181
 REDIS_PORT = 6379
@@ -135,15 +134,6 @@ class HostNetwork:
             subprocess.run(["ip", "link", "del", host.outer], capture_output=True)
         self.hosts.clear()
         subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
-
-
-def _kill_group(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    process.wait(timeout=30)
 
 
 class MultiHostCluster:
@@ -250,7 +240,7 @@ class MultiHostCluster:
         """SIGKILL the process (group) of one host."""
         process = self.processes.get(name)
         if process is not None:
-            _kill_group(process)
+            kill_process_group(process)
 
     def log_tail(self, name: str, lines: int = 30) -> str:
         path = self.workdir / f"{name}.log"
@@ -258,7 +248,7 @@ class MultiHostCluster:
 
     def stop(self) -> None:
         for process in self.processes.values():
-            _kill_group(process)
+            kill_process_group(process)
         self.processes.clear()
         if self.network is not None:
             self.network.close()

@@ -22,9 +22,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from sparkdispatch.client import SparkDispatchClient
 from sparkdispatch.config import Configuration
+from sparkdispatch.errors import SparkDispatchError
 from sparkdispatch.testing.http import http_json, upload_artifact
-from sparkdispatch.testing.services import free_port
+from sparkdispatch.testing.services import free_port, kill_process_group
 
 
 class LocalCluster:
@@ -255,12 +257,7 @@ class TaskExecutorProcess:
 
     def kill(self) -> None:
         """SIGKILL the process group, as a machine dying."""
-        if self.process.poll() is None:
-            try:
-                os.killpg(self.process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        self.process.wait(timeout=30)
+        kill_process_group(self.process)
 
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
@@ -279,6 +276,23 @@ async def eventually(predicate: Callable[[], bool], what: str, *, processes: Seq
             logs = "\n".join(f"--- {te.id}\n{te.log_tail()}" for te in processes)
             raise AssertionError(f"timed out waiting for {what}\n{logs}")
         await asyncio.sleep(0.05)
+
+
+async def task_executors_registered(client: SparkDispatchClient, count: int, *,
+                                    processes: Sequence[TaskExecutorProcess], timeout: float) -> None:
+    """Wait until the leader lists `count` TaskExecutors (an AssertionError as `eventually`'s)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if (await client.overview())["taskmanagers"] == count:
+                return
+        except SparkDispatchError:  # no leader yet
+            pass
+        await eventually(lambda: True, "", processes=processes, timeout=timeout)  # none of them exited
+        if time.monotonic() > deadline:
+            logs = "\n".join(f"--- {te.id}\n{te.log_tail()}" for te in processes)
+            raise AssertionError(f"timed out waiting for {count} registered TaskExecutor(s)\n{logs}")
+        await asyncio.sleep(0.2)
 
 
 ProcessId = tuple[int, int]  # (pid, start time in clock ticks): a pid the kernel reused is another process

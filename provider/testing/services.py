@@ -33,6 +33,16 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def kill_process_group(process: subprocess.Popen[bytes]) -> None:
+    """SIGKILL a child started with `start_new_session=True` and everything in its group, as a machine dying."""
+    if process.poll() is None:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    process.wait(timeout=30)
+
+
 def wait_for_port(port: int, *, timeout: float, process: subprocess.Popen[bytes] | None = None) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

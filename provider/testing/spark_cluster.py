@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -19,7 +18,7 @@ import urllib.request
 from pathlib import Path
 from types import TracebackType
 
-from sparkdispatch.testing.services import free_port, wait_for_port
+from sparkdispatch.testing.services import free_port, kill_process_group, wait_for_port
 
 
 def _spark_class() -> Path:
@@ -100,7 +99,7 @@ class SparkStandaloneCluster:
 
     def kill_worker(self, index: int) -> None:
         """SIGKILL worker `index` and its executors (its process group)."""
-        _kill_group(self.workers[index])
+        kill_process_group(self.workers[index])
 
     def log_tail(self, name: str, lines: int = 30) -> str:
         assert self.workdir is not None
@@ -110,7 +109,7 @@ class SparkStandaloneCluster:
     def stop(self) -> None:
         for process in [*self.workers, self.master]:
             if process is not None:
-                _kill_group(process)
+                kill_process_group(process)
         self.workers.clear()
         self.master = None
         if self.workdir is not None:
@@ -132,12 +131,3 @@ class SparkStandaloneCluster:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.stop()
-
-
-def _kill_group(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    process.wait(timeout=30)

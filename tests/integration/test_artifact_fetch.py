@@ -7,7 +7,6 @@ checked against the artifact's key.
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 
 import aiohttp
@@ -19,7 +18,7 @@ from sparkdispatch.errors import CorruptedBlob, Unauthorized
 from sparkdispatch.master import Master
 from sparkdispatch.protocol import ARTIFACT_NAME_HEADER
 from sparkdispatch.taskexecutor.master_client import AsyncMasterClient
-from sparkdispatch.testing.local_cluster import TaskExecutorProcess
+from sparkdispatch.testing.local_cluster import TaskExecutorProcess, task_executors_registered
 from sparkdispatch.testing.services import RedisServer, free_port
 
 TASKS = Path(__file__).with_name("job_tasks.py")
@@ -100,11 +99,7 @@ async def test_a_task_executor_without_the_masters_storage_runs_a_job_with_code_
     te = TaskExecutorProcess(te_config, tmp_path)
     try:
         async with SparkDispatchClient(addresses=[master.address], token=TOKEN) as client:
-            deadline = time.monotonic() + WAIT_S
-            while (await client.overview())["taskmanagers"] != 1:
-                assert te.process.poll() is None, te.log_tail()
-                assert time.monotonic() < deadline, te.log_tail()
-                await asyncio.sleep(0.2)
+            await task_executors_registered(client, 1, processes=[te], timeout=WAIT_S)
             key = await client.upload_artifact(TASKS)
             job_id = (await client.submit({
                 "name": "fetched-code", "artifacts": [key], "restart_strategy": {"type": "none"},

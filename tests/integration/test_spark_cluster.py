@@ -19,7 +19,7 @@ import yaml
 from sparkdispatch.client import SparkDispatchClient
 from sparkdispatch.config import Configuration
 from sparkdispatch.master import Master
-from sparkdispatch.testing.local_cluster import TaskExecutorProcess
+from sparkdispatch.testing.local_cluster import TaskExecutorProcess, task_executors_registered
 from sparkdispatch.testing.services import RedisServer, free_port
 from sparkdispatch.testing.spark_cluster import SparkStandaloneCluster
 
@@ -70,11 +70,7 @@ async def test_the_sales_pipeline_runs_on_a_spark_cluster_and_spark_recovers_a_l
         await master.start()
         te = TaskExecutorProcess(config, tmp_path)
         async with SparkDispatchClient(addresses=[master.address]) as client:
-            deadline = time.monotonic() + WAIT_S
-            while (await client.overview())["taskmanagers"] != 1:
-                assert te.process.poll() is None, te.log_tail()
-                assert time.monotonic() < deadline, te.log_tail()
-                await asyncio.sleep(0.3)
+            await task_executors_registered(client, 1, processes=[te], timeout=WAIT_S)
             key = await client.upload_artifact(PIPELINES)
 
             async def run(graph: dict[str, Any], *, kill_a_busy_worker: bool = False) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from sparkdispatch.config import Configuration
 from sparkdispatch.errors import ServiceUnavailable
 from sparkdispatch.master import Master
 from sparkdispatch.testing.certificates import IssuedCertificate, TestCertificateAuthority
-from sparkdispatch.testing.local_cluster import TaskExecutorProcess
+from sparkdispatch.testing.local_cluster import TaskExecutorProcess, task_executors_registered
 from sparkdispatch.testing.services import RedisServer, free_port
 from sparkdispatch.errors import TlsError
 from sparkdispatch.tls import ClientTls
@@ -207,11 +207,7 @@ async def test_a_task_executor_registers_and_runs_a_job_over_mutual_tls(
     te = TaskExecutorProcess(config, tmp_path)
     try:
         async with SparkDispatchClient.from_config(config) as client:
-            deadline = time.monotonic() + WAIT_S
-            while (await client.overview())["taskmanagers"] != 1:
-                assert te.process.poll() is None, te.log_tail()
-                assert time.monotonic() < deadline, te.log_tail()
-                await asyncio.sleep(0.2)
+            await task_executors_registered(client, 1, processes=[te], timeout=WAIT_S)
             key = await client.upload_artifact(TASKS)
             job_id = (await client.submit({
                 "name": "over-tls", "artifacts": [key],
