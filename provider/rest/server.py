@@ -35,7 +35,7 @@ from sparkdispatch.errors import (
     SparkDispatchError,
     error_header,
 )
-from sparkdispatch.ha.blob_store import BlobStore
+from sparkdispatch.ha.blob_store import BlobReader, BlobStore
 from sparkdispatch.jobgraph import JobStatus
 from sparkdispatch.jobmaster import JobMasterGateway
 from sparkdispatch.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -329,10 +329,7 @@ class RestHandlers:
     async def download_artifact(self, request: web.Request) -> web.StreamResponse:
         """An artifact's bytes, checked against its key: where TaskExecutors get a job's code (Flink's
         BlobServer), so their hosts need no mount of the masters' storage."""
-        leader = self.master.leader_components()
-        path = await asyncio.to_thread(leader.blob_store.path_blocking, request.match_info["key"])
-        return web.FileResponse(path, headers={"Content-Type": "application/octet-stream",
-                                               ARTIFACT_NAME_HEADER: path.name})
+        return await artifact_response(self.master.leader_components().blob_store, request.match_info["key"])
 
     async def _read_artifact(self, request: web.Request) -> tuple[str, bytes] | None:
         """The filename and content of the multipart field `file`; None without one."""
@@ -370,6 +367,12 @@ class RestHandlers:
             ("POST", "/artifacts", self.upload_artifact),
             ("GET", "/artifacts/{key}", self.download_artifact),
         ]
+
+
+async def artifact_response(blobs: BlobReader, key: str) -> web.FileResponse:
+    """`GET /artifacts/{key}`: the blob's file, checked against its key, its name in a header."""
+    path = await asyncio.to_thread(blobs.path_blocking, key)
+    return web.FileResponse(path, headers={"Content-Type": "application/octet-stream", ARTIFACT_NAME_HEADER: path.name})
 
 
 def only(*methods: str) -> Handler:

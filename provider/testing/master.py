@@ -36,7 +36,8 @@ from aiohttp import web
 
 from sparkdispatch.config import Configuration
 from sparkdispatch.errors import SparkDispatchError
-from sparkdispatch.ha import STANDALONE_SESSION_ID
+from sparkdispatch.ha import STANDALONE_SESSION_ID, BlobReader
+from sparkdispatch.ha.access import cluster_dir
 from sparkdispatch.ha.election import ZooKeeperLeaderElection
 from sparkdispatch.ha.leader import StandaloneLeaderElection
 from sparkdispatch.jobgraph import ExecutionState, Failure
@@ -51,6 +52,7 @@ from sparkdispatch.protocol import (
     TaskDeploymentDescriptor,
 )
 from sparkdispatch.resourcemanager import AllocatedSlot, ResourceManager
+from sparkdispatch.rest.server import artifact_response
 from sparkdispatch.rest.taskexecutor_routes import LeaderForTaskExecutors, add_task_executor_routes
 from sparkdispatch.settings import ResourceManagerSettings
 from sparkdispatch.taskexecutor.master_client import AsyncMasterClient
@@ -408,6 +410,12 @@ class MasterForTaskExecutors:
         app = web.Application()
         # the routes call only `update_execution_state` on a JobMaster, which `jobs` records
         add_task_executor_routes(app, lambda: cast(LeaderForTaskExecutors, self))
+        blobs = BlobReader(cluster_dir(self.config, "blobs"))  # the cluster's store, as a master serves it
+
+        async def artifact(request: web.Request) -> web.StreamResponse:
+            return await artifact_response(blobs, request.match_info["key"])
+
+        app.router.add_get("/artifacts/{key}", artifact)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
         await web.TCPSite(self._runner, "127.0.0.1", self.config["rest.port"]).start()
