@@ -135,9 +135,11 @@ def result_traceback(result: JobResult) -> str:
 class ResultLog(Protocol):
     """Where `report_result` writes: a `logging.Logger`, or an Airflow task's `self.log`."""
 
-    def info(self, msg: str, /, *args: object) -> object: ...
+    def info(self, msg: str, /, *args: object) -> object:
+        """Log the summary line (%-style arguments, as `logging`)."""
 
-    def error(self, msg: str, /, *args: object) -> object: ...
+    def error(self, msg: str, /, *args: object) -> object:
+        """Log a failure and its remote traceback (%-style arguments, as `logging`)."""
 
 
 def report_result(result: Mapping[str, Any], log: ResultLog) -> str | None:

@@ -34,10 +34,12 @@ class SlotAddress(Protocol):
     """Where a deployment goes: an `AllocatedSlot` or anything with its queue and worker host name."""
 
     @property
-    def queue(self) -> str: ...
+    def queue(self) -> str:
+        """The TaskExecutor's own Celery queue, where its deployments go."""
 
     @property
-    def hostname(self) -> str: ...
+    def hostname(self) -> str:
+        """The TaskExecutor's Celery worker host name, where remote-control calls go."""
 
 
 class CeleryTaskExecutorGateway:

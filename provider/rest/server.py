@@ -189,6 +189,7 @@ class RestHandlers:
     def __init__(self, master: MasterView, settings: RestSettings) -> None:
         self.master = master
         self.settings = settings
+        self._leader_ssl = settings.client_tls.context()  # read once, not per standby /overview
 
     async def overview(self, request: web.Request) -> web.Response:
         return json_response(await self.overview_body())
@@ -221,7 +222,7 @@ class RestHandlers:
             try:
                 timeout = aiohttp.ClientTimeout(total=2)
                 headers = _auth_headers(self.settings)
-                connector = aiohttp.TCPConnector(ssl=self.settings.client_tls.context())
+                connector = aiohttp.TCPConnector(ssl=self._leader_ssl)
                 async with aiohttp.ClientSession(timeout=timeout, headers=headers, connector=connector) as session:
                     async with session.get(f"{leader}/overview") as answer:
                         if answer.status == 200:
