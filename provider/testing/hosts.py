@@ -7,7 +7,8 @@ containers, from the same configuration file (docker/sparkdispatch.yaml, its hos
 by the hosts' addresses) and commands: a 3-node ZooKeeper ensemble, Redis, two masters
 (`sparkdispatch --config ... -D rest.address=... master`) and TaskExecutors (`... taskexecutor`).
 Partitions: `cut(host)` takes a host's link down, `drop(host)` makes its interface drop every
-packet it sends (a `blackhole` qdisc); `heal(host)` undoes both.
+packet it sends (a `blackhole` qdisc), `separate(host, peers)` cuts it off from some hosts only
+(blackhole routes both ways, the rest of the network unaffected); `heal(host)` undoes them all.
 
 Needs root (CAP_NET_ADMIN) and `ip` (iproute2). `python -m sparkdispatch.testing.hosts up`
 starts the cluster and prints where everything is, until Ctrl-C.
@@ -93,6 +94,7 @@ class HostNetwork:
         self.bridge = f"{self.prefix}br"
         self.gateway = f"{self.subnet}.1"
         self.hosts: dict[str, Host] = {}
+        self._separated: set[tuple[str, str]] = set()  # (host, peer): host's packets to peer are dropped
         _ip("link", "add", self.bridge, "type", "bridge")
         _ip("link", "set", self.bridge, "up")
         _ip("addr", "add", f"{self.gateway}/24", "dev", self.bridge)
@@ -122,11 +124,24 @@ class HostNetwork:
         subprocess.run(["ip", "netns", "exec", host.namespace, "tc", "qdisc", "replace", "dev", host.inner, "root",
                         "blackhole"], check=True, capture_output=True)
 
+    def separate(self, name: str, peers: Sequence[str]) -> None:
+        """Drop every packet between the host and each of `peers`, both ways; other traffic flows."""
+        for peer in peers:
+            for source, target in ((name, peer), (peer, name)):
+                _ip("netns", "exec", self.hosts[source].namespace, "ip", "route", "replace", "blackhole",
+                    f"{self.hosts[target].address}/32")
+                self._separated.add((source, target))
+
     def heal(self, name: str) -> None:
+        """Undo every partition of the host: link, dropped packets, separations."""
         host = self.hosts[name]
         subprocess.run(["ip", "netns", "exec", host.namespace, "tc", "qdisc", "del", "dev", host.inner, "root"],
                        capture_output=True)
         _ip("link", "set", host.outer, "up")
+        for source, target in [pair for pair in self._separated if name in pair]:
+            _ip("netns", "exec", self.hosts[source].namespace, "ip", "route", "del", "blackhole",
+                f"{self.hosts[target].address}/32")
+            self._separated.discard((source, target))
 
     def close(self) -> None:
         for host in self.hosts.values():
@@ -242,9 +257,13 @@ class MultiHostCluster:
         if process is not None:
             kill_process_group(process)
 
-    def log_tail(self, name: str, lines: int = 30) -> str:
+    def log_lines(self, name: str) -> list[str]:
+        """What the host's processes printed so far."""
         path = self.workdir / f"{name}.log"
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
+        return path.read_text(errors="replace").splitlines() if path.exists() else []
+
+    def log_tail(self, name: str, lines: int = 30) -> str:
+        return "\n".join(self.log_lines(name)[-lines:])
 
     def stop(self) -> None:
         for process in self.processes.values():

@@ -3,8 +3,8 @@
 The test process is the client, on the bridge.
 
 One cluster serves the scenarios in turn (it takes about 40 s to start on 2 cores): the leader
-master cut off, one ZooKeeper node cut off, a TaskExecutor whose packets are dropped, the
-ZooKeeper majority cut off. After each, every job submitted finished once with its rows.
+master cut off, one ZooKeeper node cut off, the broker cut off from the masters, a TaskExecutor
+whose packets are dropped, the ZooKeeper majority cut off. After each, every job submitted finished once with its rows.
 """
 
 from __future__ import annotations
@@ -132,28 +132,47 @@ async def test_partitions_of_masters_zookeeper_and_task_executors(
     current = await leaders(cluster)
     assert len(current) == 1 and current[0] != leader, current  # the returned master does not lead again
 
-    # 2. one ZooKeeper node cut off, one the leader is not connected to: nothing visible, the leader
-    #    stays. (The node the leader is connected to cut off suspends its connection: with
-    #    tolerate-suspended-connections off, Flink's default, it steps down and the standby leads.)
+    # 2. one ZooKeeper node cut off, a follower the leader is not connected to: nothing visible, the
+    #    leader stays. (Cutting the node the leader is connected to suspends its connection, and so
+    #    does cutting the ensemble's own leader, whose followers drop their clients while they elect
+    #    another: with tolerate-suspended-connections off, Flink's default, the master steps down.)
     leader_address = urlsplit(current[0]).hostname or ""
     [other_node, *_] = [name for name in ("zookeeper-1", "zookeeper-2", "zookeeper-3")
-                        if leader_address not in zookeeper_clients(network.hosts[name].address)]
+                        if leader_address not in (stat := zookeeper_stat(network.hosts[name].address))
+                        and "Mode: follower" in stat]
     network.cut(other_node)
     await run_job(client, key, tmp_path / "zk-one", "zookeeper-node-cut")
     assert await leaders(cluster) == current
     network.heal(other_node)
 
-    # 3. a TaskExecutor whose packets are dropped while it runs a task: its work fails over to the
-    #    other TaskExecutor; back, it registers again
+    # 3. the broker cut off from both masters while a job runs, for less than the heartbeat timeout:
+    #    a deployment waits for it, nothing fails, no restart is used
+    async def separate_the_broker() -> None:
+        network.separate("redis", ["master-1", "master-2"])
+        await asyncio.sleep(2.5)
+        network.heal("redis")
+
+    result = await run_job(client, key, tmp_path / "broker-cut", "broker-cut", sleep_s=1.0,
+                           while_running=separate_the_broker)
+    assert {vertex: outcome["attempts"] for vertex, outcome in result["vertices"].items()} == {
+        "numbers": 1, "double": 1}
+
+    # 4. a TaskExecutor whose packets are dropped while it runs a task: once it is lost, its work
+    #    fails over; back while its stale task still runs, it registers again and the task is cancelled
     async def drop_a_task_executor() -> None:
         network.drop("taskexecutor-1")
+        await wait_for("the TaskExecutor lost", lambda: _task_executors(client, 1))
+        network.heal("taskexecutor-1")
 
-    await run_job(client, key, tmp_path / "te-drop", "taskexecutor-dropped", sleep_s=3.0,
-                  while_running=drop_a_task_executor)
-    network.heal("taskexecutor-1")
+    result = await run_job(client, key, tmp_path / "te-drop", "taskexecutor-dropped", sleep_s=8.0,
+                           while_running=drop_a_task_executor)
+    assert result["vertices"]["numbers"]["attempts"] == 2
     await wait_for("both TaskExecutors registered again", lambda: _task_executors(client, 2))
+    stale = [line for name in ("master-1", "master-2") for line in cluster.log_lines(name)
+             if "still runs stale execution" in line and result["job_id"] in line]
+    assert stale and "taskexecutor-1" in stale[0], stale
 
-    # 4. the ZooKeeper majority cut off: no master leads; nothing is lost; work resumes afterwards
+    # 5. the ZooKeeper majority cut off: no master leads; nothing is lost; work resumes afterwards
     network.cut("zookeeper-1")
     network.cut("zookeeper-2")
     await wait_for("no leader", lambda: _no_leader(cluster), timeout=SESSION_TIMEOUT_S * 4)
@@ -163,14 +182,14 @@ async def test_partitions_of_masters_zookeeper_and_task_executors(
     await run_job(client, key, tmp_path / "after-quorum", "after-quorum")
     jobs = await client.jobs()
     assert sorted(job["name"] for job in jobs if job["status"] == "FINISHED") == sorted(
-        ["warm-up", "leader-cut", "zookeeper-node-cut", "taskexecutor-dropped", "after-quorum"])
-    for log_dir in ("zk-one", "after-quorum"):  # nothing failed there: each subtask ran once
+        ["warm-up", "leader-cut", "zookeeper-node-cut", "broker-cut", "taskexecutor-dropped", "after-quorum"])
+    for log_dir in ("zk-one", "broker-cut", "after-quorum"):  # nothing failed there: each subtask ran once
         for vertex, subtask in (("numbers", 0), ("numbers", 1), ("double", 0)):
             assert successful_runs(tmp_path / log_dir, vertex, subtask) == 1, (log_dir, vertex, subtask)
 
 
-def zookeeper_clients(address: str) -> str:
-    """What a ZooKeeper node's `stat` says, which lists its clients' addresses."""
+def zookeeper_stat(address: str) -> str:
+    """What a ZooKeeper node's `stat` says: its clients' addresses and its mode (leader, follower)."""
     with socket.create_connection((address, ZOOKEEPER_PORT), timeout=5) as connection:
         connection.sendall(b"stat")
         return connection.makefile("rb").read().decode(errors="replace")
