@@ -111,7 +111,11 @@ def _serve(config: Configuration, identity: TaskExecutorIdentity, server: Connec
         app = create_celery_app(config, task_executor=runtime)
         app.steps["worker"].add(MasterConnectionStep)
         app.steps["worker"].add(ConnectServerWatchStep)
-        worker = app.Worker(hostname=identity.hostname, pool="threads", concurrency=slot_count,
+        # Twice the slots' threads: a slot's next deployment comes as soon as its last attempt is
+        # reported, while that attempt's thread still returns. With one thread per slot it then
+        # waited for one, and with as many unacknowledged messages as its prefetch count a worker on
+        # a polling broker stops looking for messages until its loop acknowledges them (up to 2 s).
+        worker = app.Worker(hostname=identity.hostname, pool="threads", concurrency=2 * slot_count,
                             queues=[identity.queue], loglevel=loglevel, without_mingle=True,
                             without_gossip=True, without_heartbeat=True, quiet=True)
         worker.start()
