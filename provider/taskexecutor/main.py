@@ -87,7 +87,7 @@ def _serve(config: Configuration, identity: TaskExecutorIdentity, server: Connec
     client = MasterClient(config)
     stop_metrics: list[Callable[[], None]] = []
     try:
-        retrieval.start()
+        retrieval.start(client.leader_changed)
         slots = SlotTable(slot_count)
         connection = MasterConnection(config, identity=identity, slots=slots, client=client,
                                       current_leader=retrieval.current)

@@ -22,6 +22,7 @@ import aiohttp
 
 from sparkdispatch.config import Configuration
 from sparkdispatch.errors import ERROR_HEADER, CorruptedBlob, ServiceUnavailable, SparkDispatchError, error_from_body
+from sparkdispatch.ha.leader import LeaderInfo
 from sparkdispatch.loop_thread import LoopThread
 from sparkdispatch.protocol import ARTIFACT_NAME_HEADER, ExecutionStateUpdate, RegistrationAck, SlotReport
 from sparkdispatch.tls import ClientTls, handshake_failure, refusal_hint
@@ -42,6 +43,17 @@ class AsyncMasterClient:
         self._tls = tls or ClientTls()
         self._ssl = self._tls.context()
         self._session: aiohttp.ClientSession | None = None
+        self._in_flight: dict[asyncio.Task[Any], str] = {}  # call -> the leader session it is made under
+        self._abandoned: set[asyncio.Task[Any]] = set()
+
+    def abandon_calls_not_under(self, session_id: str) -> None:
+        """Another master leads now, under `session_id`: calls in flight under an older session end at
+        once with `ServiceUnavailable`, not after the timeout (a master cut off answers nothing, and
+        its successor is waiting for the heartbeats and reports). On the client's loop."""
+        for call, made_under in self._in_flight.items():
+            if made_under != session_id and not call.done():
+                self._abandoned.add(call)
+                call.cancel()
 
     async def close(self) -> None:
         if self._session is not None:
@@ -118,17 +130,29 @@ class AsyncMasterClient:
         return self._session
 
     async def _post(self, address: str, path: str, session_id: str, body: dict[str, Any]) -> Any:
+        call = asyncio.current_task()
+        assert call is not None
+        self._in_flight[call] = session_id
         try:
             async with self._http().post(address.rstrip("/") + path, json=body,
                                           headers={SESSION_HEADER: session_id}) as response:
                 text = await response.text()
                 status = response.status
                 error_header = response.headers.get(ERROR_HEADER)
+        except asyncio.CancelledError:
+            if call not in self._abandoned:
+                raise
+            call.uncancel()
+            raise ServiceUnavailable(f"the master at {address} no longer leads (session {session_id}); "
+                                     "the call was abandoned") from None
         except (aiohttp.ClientError, TimeoutError) as exc:
             if (tls_error := handshake_failure(address, exc)) is not None:
                 raise tls_error from None
             raise ServiceUnavailable(f"cannot reach the master at {address}: {str(exc) or type(exc).__name__}"
                                      f"{refusal_hint(address, exc, self._tls)}") from None
+        finally:
+            self._in_flight.pop(call, None)
+            self._abandoned.discard(call)
         if status >= 400:
             raise error_from_body(status, text, header=error_header)
         try:
@@ -160,6 +184,13 @@ class MasterClient:
             self._loop.run(self.async_client.close())
         finally:
             self._loop.close()
+
+    def leader_changed(self, leader: LeaderInfo | None) -> None:
+        """A `LeaderListener`: once another master leads, calls to the former leader are abandoned
+        (`AsyncMasterClient.abandon_calls_not_under`). No leader known changes nothing: this
+        TaskExecutor's own ZooKeeper connection may be what is suspended."""
+        if leader is not None and not self._loop.closed:
+            self._loop.loop.call_soon_threadsafe(self.async_client.abandon_calls_not_under, leader.session_id)
 
     def register(self, address: str, session_id: str, *, task_executor_id: str, hostname: str, queue: str,
                  slots: int, slot_report: SlotReport, spark_master: str,
