@@ -1,7 +1,7 @@
 """P2 submissions: jobs accepted and persisted per second by a master under ZooKeeper HA.
 
     .venv/bin/python bench/p2_submissions.py [--clients 32] [--jobs 3000] [--duration 30]
-                                            [--taskexecutors 1] [--profile]
+                                            [--taskexecutors 1] [--profile] [--ensemble]
 
 Starts ZooKeeper, Redis, one master (HA `zookeeper`) and `--taskexecutors` TaskExecutors, then
 `--clients` concurrent HTTP clients (aiohttp, one keep-alive connection each) POST one-vertex
@@ -12,23 +12,34 @@ bench/results/p2_submissions.json, with the CPU seconds each process used during
 Goal: >= 300 jobs/s. With `--profile`, py-spy records the master during the load and its
 hottest functions are printed and stored. `--taskexecutors 0` measures acceptance alone (jobs
 then wait for slots instead of running).
+
+With `--ensemble` (root: network namespaces) the cluster is sparkdispatch.testing.hosts'
+MultiHostCluster: a 3-node ZooKeeper ensemble, Redis, two masters and `--taskexecutors`
+TaskExecutors, each on a host (network namespace) of its own, configured as the docker-compose
+cluster; the load goes to the leader over the bridge, and the results to
+bench/results/p2_submissions.ensemble.json (CPU seconds per host's process, leader and standby).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from common import (
     BENCH_TASKS,
     PySpy,
+    Rest,
     bench_main,
     cpu_seconds,
+    ensemble_cluster,
     latency_ms,
     load_average,
     print_table,
@@ -116,12 +127,60 @@ def count_jobs_in_zookeeper(hosts: str, root: str, cluster_id: str) -> int | Non
         zk.close()
 
 
+@dataclass
+class Target:
+    """The master under load, and what the report reads of its cluster."""
+
+    master: Rest
+    description: str
+    pids: dict[str, int]  # process → pid, for the CPU seconds it used during the load
+    zookeeper: str  # connect string
+    root: str  # high-availability.zookeeper.path.root
+    cluster_id: str
+    work_dir: Path  # where a profile goes
+
+
+@contextlib.contextmanager
+def single_host(args: argparse.Namespace) -> Iterator[Target]:
+    """One master on one ZooKeeper server and Redis, all on this host."""
+    with zookeeper_cluster(args.work_dir, "sparkdispatch-p2-", masters=1, taskexecutors=args.taskexecutors,
+                           slots=2) as (cluster, zookeeper, redis):
+        config = cluster.config
+        assert zookeeper.process is not None and redis.process is not None
+        url = cluster.leader_url()
+        pids = {"master": cluster.pid("master"), "zookeeper": zookeeper.process.pid, "redis": redis.process.pid,
+                "bench_client": os.getpid()}
+        pids.update({f"taskexecutor-{i}": cluster.pid("taskexecutor", i) for i in range(args.taskexecutors)})
+        yield Target(Rest(url, token=config.auth_token), f"master {url} (ZooKeeper HA)", pids, zookeeper.hosts,
+                     config["high-availability.zookeeper.path.root"], config["high-availability.cluster-id"],
+                     config.storage_dir)
+
+
+@contextlib.contextmanager
+def on_ensemble(args: argparse.Namespace) -> Iterator[Target]:
+    """The leader of two masters on a 3-node ZooKeeper ensemble, each process on a network namespace host."""
+    with ensemble_cluster(args.work_dir, "sparkdispatch-p2-", task_executors=args.taskexecutors,
+                          **{"taskexecutor.slots": "2", "heartbeat.interval": "1s", "heartbeat.timeout": "10s"}
+                          ) as ensemble:
+        leader = ensemble.wait_for_leader()
+        by_host = ensemble.pids()
+        pids = {"master": by_host.pop(ensemble.host(leader)), "standby": by_host.pop(ensemble.host(1 - leader)),
+                **by_host, "bench_client": os.getpid()}
+        extra = ensemble.cluster.extra
+        yield Target(ensemble.masters[leader], f"leader {ensemble.masters[leader].base_url} of 2 masters on a "
+                     "3-node ZooKeeper ensemble (network namespaces)", pids, ensemble.cluster.quorum,
+                     extra["high-availability.zookeeper.path.root"], extra["high-availability.cluster-id"],
+                     ensemble.log_dir)
+
+
 def run() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--clients", type=int, default=32, help="concurrent HTTP clients")
     parser.add_argument("--jobs", type=int, default=3000, help="jobs to submit (after the warm-up)")
     parser.add_argument("--duration", type=float, default=30.0, help="stop submitting after this many seconds")
     parser.add_argument("--taskexecutors", type=int, default=1, help="TaskExecutors running the accepted jobs")
+    parser.add_argument("--ensemble", action="store_true",
+                        help="a leader and a standby on a 3-node ZooKeeper ensemble, on network namespaces (root)")
     parser.add_argument("--profile", action="store_true", help="py-spy record the master during the load")
     parser.add_argument("--work-dir", type=Path, default=None, help="keep storage, logs and profiles here")
     args = parser.parse_args()
@@ -129,24 +188,21 @@ def run() -> int:
     report: dict[str, Any] = {"clients": args.clients, "jobs_requested": args.jobs, "duration_limit_s": args.duration,
                               "taskexecutors": args.taskexecutors, "goal_jobs_per_s": GOAL_JOBS_PER_S,
                               "load_average_at_start": load_average()}
+    if args.ensemble:
+        report["ensemble"] = True
     spy: PySpy | None = None
-    with zookeeper_cluster(args.work_dir, "sparkdispatch-p2-", masters=1, taskexecutors=args.taskexecutors,
-                           slots=2) as (cluster, zookeeper, redis):
+    with (on_ensemble if args.ensemble else single_host)(args) as target:
         try:
-            config = cluster.config
-            url = cluster.leader_url()
-            artifact = cluster.upload_artifact(BENCH_TASKS)
-            print(f"master {url} (ZooKeeper HA), {args.taskexecutors} TaskExecutor(s); "
-                  f"{args.clients} clients", flush=True)
+            master = target.master
+            artifact = master.upload_artifact(BENCH_TASKS)
+            print(f"{target.description}, {args.taskexecutors} TaskExecutor(s); {args.clients} clients", flush=True)
             if args.profile:
-                spy = PySpy(cluster.pid("master"), config.storage_dir / "master-profile.txt")
+                spy = PySpy(target.pids["master"], target.work_dir / "master-profile.txt")
                 time.sleep(0.5)
-            pids = {"master": cluster.pid("master"), "zookeeper": zookeeper.process.pid,
-                    "redis": redis.process.pid, "bench_client": os.getpid()}
-            pids.update({f"taskexecutor-{i}": cluster.pid("taskexecutor", i) for i in range(args.taskexecutors)})
+            pids = target.pids
             cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
-            figures = asyncio.run(load(url, artifact, clients=args.clients, jobs=args.jobs,
-                                       duration=args.duration, token=config["rest.auth.token"]))
+            figures = asyncio.run(load(master.base_url, artifact, clients=args.clients, jobs=args.jobs,
+                                       duration=args.duration, token=master.token))
             cpu_used = {name: round(cpu_seconds(pid) - cpu_before[name], 2) for name, pid in pids.items()}
             figures["cpu_s_during_load"] = cpu_used
             figures["master_cpu_ms_per_accepted_job"] = round(
@@ -155,10 +211,9 @@ def run() -> int:
                 spy.stop()
                 report["master_profile"] = spy.top(40)
             report.update(figures)
-            report["jobgraphs_in_zookeeper"] = count_jobs_in_zookeeper(
-                zookeeper.hosts, config["high-availability.zookeeper.path.root"],
-                config["high-availability.cluster-id"])
-            status, overview = cluster.request("GET", url + "/overview", timeout=30)
+            report["jobgraphs_in_zookeeper"] = count_jobs_in_zookeeper(target.zookeeper, target.root,
+                                                                       target.cluster_id)
+            status, overview = master.request("GET", "/overview", timeout=30)
             report["overview_after"] = overview if status == 200 else None
         finally:  # before the cluster and its directory go
             if spy is not None:
@@ -187,7 +242,7 @@ def run() -> int:
         print("  own time:")
         for entry in report["master_profile"]["self"][:10]:
             print(f"  {entry['share'] * 100:5.1f}%  {entry['function']}")
-    save_results("p2_submissions", report)
+    save_results("p2_submissions" + (".ensemble" if args.ensemble else ""), report)
     return 0
 
 
