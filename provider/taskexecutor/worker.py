@@ -35,6 +35,7 @@ from typing import Any
 from celery.signals import task_postrun, task_received, worker_ready, worker_shutting_down
 
 from sparkdispatch.broker.celery_app import DEPLOY_TASK, remove_stale_pidbox_messages
+from sparkdispatch.broker.filesystem_transport import expect_message
 from sparkdispatch.config import Configuration
 from sparkdispatch.errors import (
     FencingTokenMismatch,
@@ -331,6 +332,8 @@ class MasterConnection:
         """
         patience = self._timeout if update.state.is_terminal else self._interval
         deadline = self._clock() + patience
+        if update.state.is_terminal:
+            expect_message()  # the slot's next deployment follows this report at once
         pause = 0.05
         while True:
             leader = self._current_leader()

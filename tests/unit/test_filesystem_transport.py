@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import threading
+import time
 from pathlib import Path
 from queue import Empty
 from typing import Any
 
 import pytest
 from celery import Celery
+from kombu import Consumer, Producer, Queue
 
 from sparkdispatch.broker import filesystem_transport
 from sparkdispatch.broker.celery_app import APP_NAME, configure_celery_app
@@ -49,3 +52,25 @@ def test_the_master_and_workers_use_the_atomic_transport(tmp_path: Path) -> None
     for app in (master_app, create_celery_app(config)):
         with app.connection() as connection:
             assert isinstance(connection.default_channel, filesystem_transport.Channel)
+
+
+def test_an_expected_message_wakes_a_slowly_polling_consumer(tmp_path: Path) -> None:
+    # polled every 60 s, a message would not arrive within the drain's 20 s: expect_message wakes it
+    config = Configuration.from_mapping({"broker.url": "filesystem://", "storage.dir": str(tmp_path),
+                                         "broker.polling-interval": "60s"})
+    app = create_celery_app(config)
+    received: list[Any] = []
+    with app.connection() as producer, app.connection() as consumer:
+        queue = Queue("jobs", routing_key="jobs")
+        with Consumer(consumer.default_channel, queues=[queue], accept=["json"],
+                      callbacks=[lambda body, message: received.append(body)]):
+            def send() -> None:
+                time.sleep(0.3)  # the consumer is asleep in its slow poll by now
+                Producer(producer.default_channel).publish({"n": 1}, routing_key="jobs", declare=[queue])
+                filesystem_transport.expect_message()
+
+            sender = threading.Thread(target=send)
+            sender.start()
+            consumer.drain_events(timeout=20)
+            sender.join()
+    assert received == [{"n": 1}]
