@@ -1,6 +1,6 @@
 """P1 per-task overhead: a chain of trivial PySpark vertices on warm slots, against the floors and spark-submit.
 
-    .venv/bin/python bench/p1_task_overhead.py [--runs 5] [--warm-up 1] [--length 20] [--spark-submit-runs 3]
+    .venv/bin/python bench/p1_task_overhead.py [--runs 5] [--warm-up 2] [--length 20] [--spark-submit-runs 3]
                                                [--clusters redis-none,redis-zookeeper,standalone]
                                                [--profile CHAINS] [--work-dir DIR] [--quick]
 
@@ -413,7 +413,7 @@ def print_profile(kind: str, profile: dict[str, Any]) -> None:
 def run() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5, help="timed chains per cluster (after the warm-up)")
-    parser.add_argument("--warm-up", type=int, default=1,
+    parser.add_argument("--warm-up", type=int, default=2,
                         help="warm-up chains per cluster, and per floor after its start")
     parser.add_argument("--length", type=int, default=20, help="vertices per chain")
     parser.add_argument("--spark-submit-runs", type=int, default=3)

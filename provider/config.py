@@ -167,7 +167,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("broker.url", "str", "redis://127.0.0.1:6379/0", "Celery broker carrying task deployments and "
            "remote-control calls: Redis in production, `filesystem://` in standalone mode."),
     Option("broker.polling-interval", "duration", 0.02, "Polling interval of polling transports "
-           "(`filesystem://`).", minimum=0.001, default_doc="20ms"),
+           "(`filesystem://`). For a second after one of its tasks ended, when its slot's next deployment "
+           "is due, a TaskExecutor polls every 1 ms.", minimum=0.001, default_doc="20ms"),
     Option("broker.timeout", "duration", 5.0, "Timeout of each call to the broker (connecting, sending a "
            "deployment or a remote-control call, each socket read and write), for the master and the TaskExecutors. "
            "A deployment that cannot be sent is retried with backoff.", minimum=0.1, default_doc="5s"),
