@@ -39,6 +39,10 @@ QUEUE_PREFIX = "sparkdispatch.te."
 PIDBOX_SUFFIX = ".celery.pidbox.msg"
 #: Remote-control messages older than this are of no use to anyone (replies time out in seconds).
 PIDBOX_MESSAGE_MAX_AGE_S = 60.0
+#: The longest pause between a lost broker connection's reconnection attempts.
+RECONNECT_MAX_INTERVAL_S = 1.0
+#: How often the Redis transport checks its long-lived connections (kombu's `health_check_interval`).
+REDIS_HEALTH_CHECK_S = 2
 
 
 def queue_name(task_executor_id: str) -> str:
@@ -63,6 +67,16 @@ class BoundedConnection(Connection):
     def ensure(self, obj: Any, fun: Any, errback: Any = None, max_retries: int | None = None,
                *args: Any, **kwargs: Any) -> Any:
         return super().ensure(obj, fun, errback, 1 if max_retries is None else max_retries, *args, **kwargs)
+
+    def ensure_connection(self, *args: Any, **kwargs: Any) -> BoundedConnection:
+        """kombu's, retrying every `RECONNECT_MAX_INTERVAL_S` at most (kombu's default grows to 30 s): a
+        worker's consumer is back within a second of its broker, not up to 30 s later, while its
+        TaskExecutor, registered again over HTTP, is sent deployments."""
+        kwargs.setdefault("interval_start", RECONNECT_MAX_INTERVAL_S / 4)
+        kwargs.setdefault("interval_step", RECONNECT_MAX_INTERVAL_S / 4)
+        kwargs.setdefault("interval_max", RECONNECT_MAX_INTERVAL_S)
+        super().ensure_connection(*args, **kwargs)
+        return self
 
 
 class BoundedAMQP(AMQP):
@@ -112,10 +126,12 @@ def _transport_options(config: Configuration) -> dict[str, Any]:
     if url.startswith(("redis://", "rediss://", "redis+socket://")):
         # Deployments are acknowledged early, so the visibility timeout only matters for
         # messages prefetched by a worker that died before starting them. Every socket operation
-        # ends within `broker.timeout` (redis-py waits forever otherwise).
+        # ends within `broker.timeout` (redis-py waits forever otherwise). A consumer's BRPOP
+        # left without a reply (its packets were lost in a network partition, and TCP's
+        # retransmissions have backed off to seconds apart) is given up a few seconds late, not 51.
         timeout = config["broker.timeout"]
         return {"visibility_timeout": 3600, "socket_timeout": timeout, "socket_connect_timeout": timeout,
-                "socket_keepalive": True}
+                "socket_keepalive": True, "health_check_interval": REDIS_HEALTH_CHECK_S}
     return {}
 
 
