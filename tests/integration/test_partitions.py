@@ -3,8 +3,8 @@
 The test process is the client, on the bridge.
 
 One cluster serves the scenarios in turn (it takes about 40 s to start on 2 cores): the leader
-master cut off, one ZooKeeper node cut off, the broker cut off from the masters, a TaskExecutor
-whose packets are dropped, the ZooKeeper majority cut off. After each, every job submitted finished once with its rows.
+master cut off, one ZooKeeper node cut off, a TaskExecutor whose packets are dropped, the broker
+cut off from the masters, the ZooKeeper majority cut off. After each, every job submitted finished once with its rows.
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, service_missing: Any) -> I
         "high-availability.zookeeper.session-timeout": f"{SESSION_TIMEOUT_S:g}s", "taskexecutor.slots": "1",
         "spark.sql.shuffle.partitions": "1",
         "heartbeat.interval": "500ms", "heartbeat.timeout": "4s", "taskexecutor.registration.max-backoff": "1s",
-        "rest.execution-result.long-poll": "200ms", "slot.request.timeout": "60s"})
+        "rest.execution-result.long-poll": "200ms", "slot.request.timeout": "60s",
+        "taskexecutor.cancellation.timeout": "3s"})
     hosts.start()
     try:
         yield hosts
@@ -145,19 +146,7 @@ async def test_partitions_of_masters_zookeeper_and_task_executors(
     assert await leaders(cluster) == current
     network.heal(other_node)
 
-    # 3. the broker cut off from both masters while a job runs, for less than the heartbeat timeout:
-    #    a deployment waits for it, nothing fails, no restart is used
-    async def separate_the_broker() -> None:
-        network.separate("redis", ["master-1", "master-2"])
-        await asyncio.sleep(2.5)
-        network.heal("redis")
-
-    result = await run_job(client, key, tmp_path / "broker-cut", "broker-cut", sleep_s=1.0,
-                           while_running=separate_the_broker)
-    assert {vertex: outcome["attempts"] for vertex, outcome in result["vertices"].items()} == {
-        "numbers": 1, "double": 1}
-
-    # 4. a TaskExecutor whose packets are dropped while it runs a task: once it is lost, its work
+    # 3. a TaskExecutor whose packets are dropped while it runs a task: once it is lost, its work
     #    fails over; back while its stale task still runs, it registers again and the task is cancelled
     async def drop_a_task_executor() -> None:
         network.drop("taskexecutor-1")
@@ -172,6 +161,29 @@ async def test_partitions_of_masters_zookeeper_and_task_executors(
              if "still runs stale execution" in line and result["job_id"] in line]
     assert stale and "taskexecutor-1" in stale[0], stale
 
+    # 4. a TaskExecutor's packets dropped while a job runs, until it ends; right after it is back, the
+    #    broker cut off from both masters while a job runs, for less than the heartbeat timeout: a
+    #    deployment waits for the broker, nothing fails, no restart is used. (This found the
+    #    TaskExecutor's consumer waiting on a BRPOP whose packets were lost, TCP's next retransmission
+    #    seconds away, while its deployments were declared lost.)
+    async def drop_until_the_end() -> None:
+        network.drop("taskexecutor-1")
+
+    await run_job(client, key, tmp_path / "te-drop-long", "taskexecutor-dropped-long", sleep_s=3.0,
+                  while_running=drop_until_the_end)
+    network.heal("taskexecutor-1")
+    await wait_for("both TaskExecutors registered again", lambda: _task_executors(client, 2))
+
+    async def separate_the_broker() -> None:
+        network.separate("redis", ["master-1", "master-2"])
+        await asyncio.sleep(2.5)
+        network.heal("redis")
+
+    result = await run_job(client, key, tmp_path / "broker-cut", "broker-cut", sleep_s=1.0,
+                           while_running=separate_the_broker)
+    assert {vertex: outcome["attempts"] for vertex, outcome in result["vertices"].items()} == {
+        "numbers": 1, "double": 1}
+
     # 5. the ZooKeeper majority cut off: no master leads; nothing is lost; work resumes afterwards
     network.cut("zookeeper-1")
     network.cut("zookeeper-2")
@@ -182,7 +194,8 @@ async def test_partitions_of_masters_zookeeper_and_task_executors(
     await run_job(client, key, tmp_path / "after-quorum", "after-quorum")
     jobs = await client.jobs()
     assert sorted(job["name"] for job in jobs if job["status"] == "FINISHED") == sorted(
-        ["warm-up", "leader-cut", "zookeeper-node-cut", "broker-cut", "taskexecutor-dropped", "after-quorum"])
+        ["warm-up", "leader-cut", "zookeeper-node-cut", "taskexecutor-dropped", "taskexecutor-dropped-long",
+         "broker-cut", "after-quorum"])
     for log_dir in ("zk-one", "broker-cut", "after-quorum"):  # nothing failed there: each subtask ran once
         for vertex, subtask in (("numbers", 0), ("numbers", 1), ("double", 0)):
             assert successful_runs(tmp_path / log_dir, vertex, subtask) == 1, (log_dir, vertex, subtask)
