@@ -122,7 +122,6 @@ class BlobStore(BlobReader):
         log.info("stored blob %s (%s, %d bytes)", key, filename, len(data))
         return key
 
-
     def touch_blocking(self, keys: Collection[str]) -> None:
         """Mark the blobs of `keys` used now: their retention starts again."""
         for key in keys:
@@ -141,19 +140,17 @@ class BlobStore(BlobReader):
         except FileNotFoundError:
             return removed
         for entry in entries:
+            blob = BLOB_KEY_PATTERN.match(entry.name) is not None
+            if (blob and entry.name in keep) or (not blob and ".tmp-" not in entry.name):
+                continue  # in use, or not ours
             try:
                 if not entry.is_dir() or entry.stat().st_mtime >= cutoff:
                     continue
             except FileNotFoundError:
                 continue
-            key = entry.name
-            if BLOB_KEY_PATTERN.match(key):
-                if key in keep:
-                    continue
-                removed.append(key)
-            elif ".tmp-" not in key:
-                continue
             shutil.rmtree(entry, ignore_errors=True)
+            if blob:
+                removed.append(entry.name)
         if removed:
             fsync_dir(self.directory)
             log.info("removed %d blob(s) unused for over %ds: %s", len(removed), retention_s, ", ".join(removed))

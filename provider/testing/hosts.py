@@ -33,7 +33,7 @@ from types import TracebackType
 
 import yaml
 
-from sparkdispatch.testing.services import ZOOKEEPER_JARS, ServiceMissing, kill_process_group
+from sparkdispatch.testing.services import ZOOKEEPER_JARS, ServiceMissing, file_tail, kill_process_group
 
 ZOOKEEPER_PORT = 2181
 REDIS_PORT = 6379
@@ -263,7 +263,7 @@ class MultiHostCluster:
         return path.read_text(errors="replace").splitlines() if path.exists() else []
 
     def log_tail(self, name: str, lines: int = 30) -> str:
-        return "\n".join(self.log_lines(name)[-lines:])
+        return file_tail(self.workdir / f"{name}.log", lines)
 
     def stop(self) -> None:
         for process in self.processes.values():

@@ -12,13 +12,14 @@ themselves; `eventually` waits on the test's loop and fails at once if such a pr
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import signal
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from sparkdispatch.client import SparkDispatchClient
 from sparkdispatch.config import Configuration
 from sparkdispatch.errors import SparkDispatchError
 from sparkdispatch.testing.http import http_json, upload_artifact
-from sparkdispatch.testing.services import free_port, kill_process_group
+from sparkdispatch.testing.services import file_tail, free_port, kill_process_group
 
 
 class LocalCluster:
@@ -214,8 +215,7 @@ class LocalCluster:
         for name, processes in (("master", self.masters), ("taskexecutor", self.taskexecutors)):
             for index, process in enumerate(processes):
                 if process is not None and process.poll() is not None:
-                    log = self.log_dir / f"{name}-{index}.log"
-                    tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:]) if log.exists() else ""
+                    tail = file_tail(self.log_dir / f"{name}-{index}.log", 40)
                     raise RuntimeError(f"{name} {index} exited with {process.returncode}:\n{tail}")
 
     def submit(self, graph: dict[str, Any]) -> str:
@@ -260,15 +260,15 @@ class TaskExecutorProcess:
         kill_process_group(self.process)
 
     def log_tail(self, lines: int = 40) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        return file_tail(self.log, lines)
 
 
-async def eventually(predicate: Callable[[], bool], what: str, *, processes: Sequence[TaskExecutorProcess] = (),
-                     timeout: float) -> None:
-    """Wait until `predicate()`; an AssertionError with the logs' tails if one of `processes` exits first
-    or `timeout` seconds pass."""
+async def eventually(predicate: Callable[[], bool | Awaitable[bool]], what: str, *,
+                     processes: Sequence[TaskExecutorProcess] = (), timeout: float) -> None:
+    """Wait until `predicate()` (or what it returns, awaited); an AssertionError with the logs' tails if
+    one of `processes` exits first or `timeout` seconds pass."""
     deadline = time.monotonic() + timeout
-    while not predicate():
+    while not await _holds(predicate):
         for te in processes:
             if te.process.poll() is not None:
                 raise AssertionError(f"TaskExecutor {te.id} exited with {te.process.returncode}:\n{te.log_tail()}")
@@ -281,18 +281,18 @@ async def eventually(predicate: Callable[[], bool], what: str, *, processes: Seq
 async def task_executors_registered(client: SparkDispatchClient, count: int, *,
                                     processes: Sequence[TaskExecutorProcess], timeout: float) -> None:
     """Wait until the leader lists `count` TaskExecutors (an AssertionError as `eventually`'s)."""
-    deadline = time.monotonic() + timeout
-    while True:
+    async def registered() -> bool:
         try:
-            if (await client.overview())["taskmanagers"] == count:
-                return
+            return bool((await client.overview())["taskmanagers"] == count)
         except SparkDispatchError:  # no leader yet
-            pass
-        await eventually(lambda: True, "", processes=processes, timeout=timeout)  # none of them exited
-        if time.monotonic() > deadline:
-            logs = "\n".join(f"--- {te.id}\n{te.log_tail()}" for te in processes)
-            raise AssertionError(f"timed out waiting for {count} registered TaskExecutor(s)\n{logs}")
-        await asyncio.sleep(0.2)
+            return False
+
+    await eventually(registered, f"{count} registered TaskExecutor(s)", processes=processes, timeout=timeout)
+
+
+async def _holds(predicate: Callable[[], bool | Awaitable[bool]]) -> bool:
+    answer = predicate()
+    return await answer if inspect.isawaitable(answer) else answer
 
 
 ProcessId = tuple[int, int]  # (pid, start time in clock ticks): a pid the kernel reused is another process

@@ -33,6 +33,11 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def file_tail(path: Path, lines: int) -> str:
+    """The last `lines` lines of a log file ("" while it does not exist)."""
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
+
+
 def kill_process_group(process: subprocess.Popen[bytes]) -> None:
     """SIGKILL a child started with `start_new_session=True` and everything in its group, as a machine dying."""
     if process.poll() is None:
@@ -129,8 +134,7 @@ class _ChildServer(ABC):
     def log_tail(self, lines: int = 30) -> str:
         if self.workdir is None:
             return ""
-        logs = sorted(self.workdir.glob("*.log"))
-        return "\n".join("\n".join(p.read_text(errors="replace").splitlines()[-lines:]) for p in logs)
+        return "\n".join(file_tail(log, lines) for log in sorted(self.workdir.glob("*.log")))
 
 
 class ZooKeeperServer(_ChildServer):

@@ -18,7 +18,7 @@ import urllib.request
 from pathlib import Path
 from types import TracebackType
 
-from sparkdispatch.testing.services import free_port, kill_process_group, wait_for_port
+from sparkdispatch.testing.services import file_tail, free_port, kill_process_group, wait_for_port
 
 
 def _spark_class() -> Path:
@@ -103,8 +103,7 @@ class SparkStandaloneCluster:
 
     def log_tail(self, name: str, lines: int = 30) -> str:
         assert self.workdir is not None
-        path = self.workdir / f"{name}.log"
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
+        return file_tail(self.workdir / f"{name}.log", lines)
 
     def stop(self) -> None:
         for process in [*self.workers, self.master]:
