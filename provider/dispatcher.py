@@ -7,15 +7,16 @@ Mirrors Flink's Dispatcher under one leader session:
   `RecoveryInProgress` (503 with `Retry-After`), so no accepted job is reported unknown, run by
   a second JobMaster or run again meanwhile (Flink exposes the Dispatcher gateway only after
   recovery).
-- `submit` checks the graph's artifacts and persists the JobGraph before it answers; the same
+- `submit` checks the graph's limits and artifacts and persists the JobGraph before it answers; the same
   id with the same graph (fingerprint) is the same job, running or terminated, never a second
   run; another graph under a taken id is refused.
 - `cancel` persists the cancel with the job before it answers, so the next leader finishes it.
 - `repair` runs some vertices of an ended job again under the same id, from its archive entry
   (sparkdispatch.dispatcher_repair), persisted before it answers.
-- A job that reaches a globally terminal state, or whose JobMaster cannot start, goes archive
-  → dirty JobResult → cleanup (JobGraph, progress, results per `results.retention`), retried
-  with backoff until it succeeds → clean.
+- A job that reaches a globally terminal state, or whose JobMaster cannot start, or whose stored
+  state cannot be recovered, goes archive → dirty JobResult → cleanup (JobGraph, progress,
+  results per `results.retention`), retried with backoff until it succeeds → clean: its FAILED
+  JobResult makes it final, so no later leader retries it.
 
 All state lives on the master's loop.
 """
@@ -49,9 +50,9 @@ from sparkdispatch.errors import (
 from sparkdispatch.dispatcher_recovery import (
     JobRecovery,
     JobToCleanUp,
+    JobToFail,
     JobToResume,
     RecoveredJob,
-    UnreadableJob,
     result_without_run,
     terminated_status,
 )
@@ -66,7 +67,7 @@ from sparkdispatch.log_context import log_context
 from sparkdispatch.metric_events import EventCounts, JobEvents
 from sparkdispatch.repair import Repair, RepairAnswer, check_requested
 from sparkdispatch.results import ResultLayout, remove_job_results
-from sparkdispatch.settings import CleanupSettings
+from sparkdispatch.settings import CleanupSettings, JobLimits
 from sparkdispatch.snapshot import JobOverview, JobSnapshot
 
 log = logging.getLogger(__name__)
@@ -134,7 +135,7 @@ class _Job:
     """A job this Dispatcher answers for until its cleanup starts: reserved at submission (or
     recovered), run by its JobMaster once persisted, concluded once `result` is set."""
 
-    graph: JobGraph | None  # None: its stored graph could not be read
+    graph: JobGraph | None  # None: its stored graph could not be read, or may not run (over a limit)
     fingerprint: str | None
     # Resolves once the job is persisted (None), or to the status of the same job found
     # terminated before; concurrent submissions of the id wait for it.
@@ -183,14 +184,16 @@ class Dispatcher:
 
     `new_job_master(graph, recovered_progress)` builds the JobMaster of a job (under the same
     session); the Dispatcher only starts, watches, cancels and suspends it. `address` is this
-    master's REST address, named in `RecoveryInProgress` answers.
+    master's REST address, named in `RecoveryInProgress` answers. A graph over `limits` is refused at
+    submission and fails at recovery.
     """
 
     def __init__(self, *, session_id: str, address: str, jobgraph_store: JobGraphStore,
                  job_result_store: FileSystemJobResultStore, progress_store: ProgressStore, archive: JobArchive,
                  blob_store: BlobStore, new_job_master: JobMasterFactory, cleanup: CleanupSettings,
-                 events: JobEvents | None = None) -> None:
+                 events: JobEvents | None = None, limits: JobLimits = JobLimits()) -> None:
         self.session_id = session_id
+        self._limits = limits
         self._events = events if events is not None else EventCounts()
         self._address = address
         self._jobgraph_store = jobgraph_store
@@ -202,7 +205,8 @@ class Dispatcher:
         self._cleanup_settings = cleanup
         self._recovery = JobRecovery(session_id=session_id, jobgraph_store=jobgraph_store,
                                      job_result_store=job_result_store, progress_store=progress_store, archive=archive,
-                                     initial_backoff=cleanup.initial_backoff, max_backoff=cleanup.max_backoff)
+                                     initial_backoff=cleanup.initial_backoff, max_backoff=cleanup.max_backoff,
+                                     limits=limits)
         self._jobs: dict[str, _Job] = {}
         self._cleanups: dict[str, asyncio.Task[None]] = {}
         self._recovering = True
@@ -251,8 +255,8 @@ class Dispatcher:
                 if archived is not None:
                     await self._archive_quietly(archived)
                 self._start_cleanup(job_id, mark_clean=mark_clean)
-            case UnreadableJob(result=result):
-                job = self._jobs[result.job_id] = _Job(None, None, _persisted(), result=result)
+            case JobToFail(result=result, fingerprint=fingerprint):
+                job = self._jobs[result.job_id] = _Job(None, fingerprint, _persisted(), result=result)
                 job.watcher = asyncio.create_task(self._conclude(result.job_id, job, result),
                                                   name=f"job-{result.job_id}")
             case JobToResume(job_id=job_id, graph=graph, progress=progress, cancel=cancel, repairs=repairs):
@@ -263,8 +267,10 @@ class Dispatcher:
     # -- submission and cancellation -----------------------------------------------------------
 
     async def submit(self, graph: JobGraph) -> Submission:
-        """Accept `graph` (`created`), or answer for the same job submitted before."""
+        """Accept `graph` (`created`), or answer for the same job submitted before; `JobTooLarge` for
+        a graph over the limits, before anything is stored."""
         self._check_serving()
+        self._limits.check(graph)
         chosen_id = graph.job_id is not None
         job_id = graph.job_id or uuid.uuid4().hex
         graph = graph.with_job_id(job_id)
@@ -298,8 +304,8 @@ class Dispatcher:
         if terminated is not None:
             del self._jobs[job_id]
             return Submission(job_id, False, terminated)
-        log.info("job %s (%s) submitted with %d vertices [session %s]", job_id, graph.name,
-                 len(graph.vertices), self.session_id)
+        log.info("job %s (%s) submitted with %d vertices, %d subtasks [session %s]", job_id, graph.name,
+                 len(graph.vertices), graph.subtask_count, self.session_id)
         self._events.job_submitted()
         self._run(job_id, job, recovered=None)
         return Submission(job_id, True, job.status)
@@ -366,6 +372,7 @@ class Dispatcher:
                 raise RepairNotPossible(job_id, "its cleanup is not done yet; ask again shortly", running=True) from None
         plan = plan_repair(job_id, await self._archive.get(job_id), vertices,
                            results_deleted=self._cleanup_settings.delete_results, now_ms=int(time.time() * 1000))
+        self._limits.check(plan.graph)  # it ran under a higher limit
         await self._check_artifacts(plan.graph, repairing=job_id)
         if job_id in self._jobs:  # another repair or a resubmission took it meanwhile
             return await self.repair(job_id, vertices)

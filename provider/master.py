@@ -155,7 +155,8 @@ class Master:
                                 job_result_store=self.ha.job_result_store, progress_store=progress_store,
                                 archive=JobArchive(self.settings.archive, check=self.ha.check_leadership),
                                 blob_store=self.ha.blob_store, new_job_master=new_job_master,
-                                cleanup=self.settings.cleanup, events=self.metrics)
+                                cleanup=self.settings.cleanup, events=self.metrics,
+                                limits=self.settings.job_limits)
         self._leader = LeaderComponents(session_id, dispatcher, resource_manager, self.ha.blob_store,
                                         BlobCleaner(self.ha.blob_store, self.ha.jobgraph_store,
                                                     self.settings.blob_cleanup))

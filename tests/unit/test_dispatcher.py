@@ -18,6 +18,7 @@ from sparkdispatch.errors import (
     InvalidJobGraph,
     InvalidRequest,
     JobAlreadyTerminated,
+    JobTooLarge,
     LeadershipLost,
     RecoveryInProgress,
     RepairNotPossible,
@@ -29,7 +30,7 @@ from sparkdispatch.ha.job_result_store import JobResultEntry
 from sparkdispatch.jobgraph import ExecutionState, JobGraph, JobResult, JobStatus, VertexResult
 from sparkdispatch.repair import RepairAnswer
 from sparkdispatch.rest.views import flink_job_details, job_details, job_summary
-from sparkdispatch.settings import ArchiveSettings, CleanupSettings
+from sparkdispatch.settings import ArchiveSettings, CleanupSettings, JobLimits
 from sparkdispatch.snapshot import JobOverview, JobSnapshot
 from sparkdispatch.testing.contender import leading
 
@@ -113,13 +114,13 @@ async def ha(config: Configuration) -> Any:
 
 
 def make_dispatcher(config: Configuration, ha: HighAvailabilityServices, *,
-                    new_job_master: Any = None) -> Dispatcher:
+                    new_job_master: Any = None, limits: JobLimits = JobLimits()) -> Dispatcher:
     FakeJobMaster.created = []
     return Dispatcher(session_id=SESSION, address="http://master:8081", jobgraph_store=ha.jobgraph_store,
                       job_result_store=ha.job_result_store, progress_store=ha.progress_store,
                       archive=JobArchive(ArchiveSettings.from_config(config), check=ha.check_leadership),
                       blob_store=ha.blob_store, new_job_master=new_job_master or FakeJobMaster,
-                      cleanup=CleanupSettings.from_config(config))
+                      cleanup=CleanupSettings.from_config(config), limits=limits)
 
 
 async def dirty_ids(ha: HighAvailabilityServices) -> set[str]:
@@ -478,6 +479,65 @@ async def test_a_job_master_that_cannot_start_ends_the_job_failed(config: Config
         assert all(m.suspended for m in FakeJobMaster.created)  # what it took is given back
         assert await ha.jobgraph_store.job_ids() == set() and await dirty_ids(ha) == set()
         await dispatcher.stop()
+
+
+def wide(job_id: str | None = "a" * 32, parallelism: int = 3) -> JobGraph:
+    """Two vertices of `parallelism` subtasks each."""
+    return JobGraph.from_dict({"job_id": job_id, "name": "wide", "vertices": [
+        {"id": "left", "entrypoint": "m:f", "parallelism": parallelism},
+        {"id": "right", "entrypoint": "m:f", "parallelism": parallelism, "inputs": ["left"]}]})
+
+
+async def test_a_graph_over_the_subtask_limit_is_refused_naming_it_and_leaves_no_trace(
+        config: Configuration, ha: Any) -> None:
+    dispatcher = make_dispatcher(config, ha, limits=JobLimits(max_subtasks=5))
+    await dispatcher.start()
+    with pytest.raises(JobTooLarge) as refused:
+        await dispatcher.submit(wide())
+    error = refused.value
+    assert isinstance(error, InvalidJobGraph) and error.http_status == 400
+    assert (error.subtasks, error.limit, error.option) == (6, 5, "jobgraph.max-subtasks")
+    assert "6 subtasks" in error.message and "jobgraph.max-subtasks allows at most 5" in error.message
+    assert await ha.jobgraph_store.job_ids() == set() and not FakeJobMaster.created and not dispatcher._jobs
+    assert (await ha.progress_store.get("a" * 32)).finished == {} and await dirty_ids(ha) == set()
+    with pytest.raises(UnknownJob):
+        await dispatcher.job_snapshot("a" * 32)
+    assert (await dispatcher.submit(wide(parallelism=2))).created  # within the limit
+    await dispatcher.stop()
+
+
+async def test_a_stored_job_over_todays_limits_or_whose_job_master_fails_to_build_fails_alone(
+        config: Configuration, ha: Any) -> None:
+    good, too_large, unbuildable, misfiled = "b" * 32, "c" * 32, "d" * 32, "e" * 32
+    for stored in (graph(job_id=good), wide(too_large), graph(job_id=unbuildable)):
+        await ha.jobgraph_store.put(SESSION, stored)  # accepted under a higher limit
+    (ha.store_dir("jobgraphs") / f"{misfiled}.json").write_text(graph(job_id=good).to_json())
+
+    def build(graph: JobGraph, recovered: JobProgress | None) -> FakeJobMaster:
+        if graph.job_id == unbuildable:
+            raise MemoryError("no memory left for its subtasks")
+        return FakeJobMaster(graph, recovered)
+
+    dispatcher = make_dispatcher(config, ha, new_job_master=build, limits=JobLimits(max_subtasks=5))
+    await dispatcher.start()
+
+    assert [m.graph.job_id for m in FakeJobMaster.created] == [good] and FakeJobMaster.created[0].started
+    await until(lambda: not dispatcher._cleanups and set(dispatcher._jobs) == {good})
+    for job_id, cls, cause in ((too_large, "JobTooLarge", "jobgraph.max-subtasks allows at most 5"),
+                               (unbuildable, "MemoryError", "no memory left"),
+                               (misfiled, "StoreError", f"names job {good}")):
+        result = await dispatcher.job_result(job_id)
+        assert result is not None and result.status is JobStatus.FAILED, job_id
+        assert result.failure is not None and (result.failure.cls, cause in result.failure.message) == (cls, True)
+    assert await ha.jobgraph_store.job_ids() == {good}  # removed as any terminal job's
+    assert await dirty_ids(ha) == set()
+    # final: the same graph again is answered as the same, failed job; it does not run
+    assert await dispatcher.submit(graph(job_id=unbuildable)) == Submission(unbuildable, False, JobStatus.FAILED)
+    await dispatcher.stop()
+    later = make_dispatcher(config, ha)  # a later leader retries none of them
+    await later.start()
+    assert [m.graph.job_id for m in FakeJobMaster.created] == [good]
+    await later.stop()
 
 
 async def test_a_graph_naming_a_missing_artifact_is_refused_naming_the_key(config: Configuration, ha: Any) -> None:
