@@ -7,16 +7,17 @@ Mirrors Flink's Dispatcher under one leader session:
   `RecoveryInProgress` (503 with `Retry-After`), so no accepted job is reported unknown, run by
   a second JobMaster or run again meanwhile (Flink exposes the Dispatcher gateway only after
   recovery).
-- `submit` checks the graph's limits and artifacts and persists the JobGraph before it answers; the same
-  id with the same graph (fingerprint) is the same job, running or terminated, never a second
-  run; another graph under a taken id is refused.
+- `submit` checks the graph's limits and artifacts, persists the JobGraph and has its JobMaster
+  built (a large job's ExecutionGraph in a thread, so the loop keeps answering) before it
+  answers; the same id with the same graph (fingerprint) is the same job, running or
+  terminated, never a second run; another graph under a taken id is refused.
 - `cancel` persists the cancel with the job before it answers, so the next leader finishes it.
 - `repair` runs some vertices of an ended job again under the same id, from its archive entry
   (sparkdispatch.dispatcher_repair), persisted before it answers.
-- A job that reaches a globally terminal state, or whose JobMaster cannot start, or whose stored
-  state cannot be recovered, goes archive → dirty JobResult → cleanup (JobGraph, progress,
-  results per `results.retention`), retried with backoff until it succeeds → clean: its FAILED
-  JobResult makes it final, so no later leader retries it.
+- A job that reaches a globally terminal state, or whose JobMaster cannot be built or started,
+  or whose stored state cannot be recovered, goes archive → dirty JobResult → cleanup (JobGraph,
+  progress, results per `results.retention`), retried with backoff until it succeeds → clean:
+  its FAILED JobResult makes it final, so no later leader retries it.
 
 All state lives on the master's loop.
 """
@@ -137,8 +138,9 @@ class _Job:
 
     graph: JobGraph | None  # None: its stored graph could not be read, or may not run (over a limit)
     fingerprint: str | None
-    # Resolves once the job is persisted (None), or to the status of the same job found
-    # terminated before; concurrent submissions of the id wait for it.
+    # Resolves once the job is persisted and its JobMaster built, or its build failed and the job
+    # concluded (None), or to the status of the same job found terminated before; concurrent
+    # submissions and calls naming the id wait for it.
     accepted: asyncio.Future[JobStatus | None]
     job_master: JobMasterGateway | None = None
     watcher: asyncio.Task[None] | None = None
@@ -260,9 +262,9 @@ class Dispatcher:
                 job.watcher = asyncio.create_task(self._conclude(result.job_id, job, result),
                                                   name=f"job-{result.job_id}")
             case JobToResume(job_id=job_id, graph=graph, progress=progress, cancel=cancel, repairs=repairs):
-                job = self._jobs[job_id] = _Job(graph, graph.fingerprint(), _persisted(), cancel_recorded=cancel,
-                                                repairs=repairs)
-                self._run(job_id, job, recovered=progress)
+                job = self._jobs[job_id] = _Job(graph, graph.fingerprint(), asyncio.get_running_loop().create_future(),
+                                                cancel_recorded=cancel, repairs=repairs)
+                await self._run(job_id, job, recovered=progress)
 
     # -- submission and cancellation -----------------------------------------------------------
 
@@ -300,14 +302,14 @@ class Dispatcher:
             job.accepted.set_exception(exc)
             job.accepted.exception()  # retrieved: waiters re-raise it themselves
             raise
-        job.accepted.set_result(terminated)
         if terminated is not None:
+            job.accepted.set_result(terminated)
             del self._jobs[job_id]
             return Submission(job_id, False, terminated)
         log.info("job %s (%s) submitted with %d vertices, %d subtasks [session %s]", job_id, graph.name,
                  len(graph.vertices), graph.subtask_count, self.session_id)
         self._events.job_submitted()
-        self._run(job_id, job, recovered=None)
+        await self._run(job_id, job, recovered=None)
         return Submission(job_id, True, job.status)
 
     async def _check_artifacts(self, graph: JobGraph, *, repairing: str | None = None) -> None:
@@ -319,13 +321,7 @@ class Dispatcher:
         """Cancel a running job, persisting the cancel first; idempotent for a cancelled one;
         `JobAlreadyTerminated` for a job that ended otherwise."""
         self._check_serving()
-        job = self._jobs.get(job_id)
-        if job is not None and not job.accepted.done():
-            try:
-                await asyncio.shield(job.accepted)
-            except Exception:
-                raise UnknownJob(job_id) from None  # its submission failed
-            job = self._jobs.get(job_id)
+        job = await self._settled(job_id)  # None also when its submission failed: unknown
         status: JobStatus | None = None
         if job is not None and job.result is not None:
             status = job.result.status
@@ -352,11 +348,7 @@ class Dispatcher:
         (`POST /jobs/{job_id}/repair`); persisted before it answers. A job that runs a repair
         covering `vertices` answers with it; `RepairNotPossible` (`running`) while it runs otherwise."""
         self._check_serving()
-        job = self._jobs.get(job_id)
-        if job is not None and not job.accepted.done():
-            with contextlib.suppress(Exception):
-                await asyncio.shield(job.accepted)
-            job = self._jobs.get(job_id)
+        job = await self._settled(job_id)
         if job is not None:
             repair = job.running_repair
             if job.result is None and repair is not None and job.graph is not None \
@@ -387,11 +379,10 @@ class Dispatcher:
             job.accepted.set_exception(exc)
             job.accepted.exception()
             raise
-        job.accepted.set_result(None)
         repair = plan.repairs[-1]
         log.info("job %s: repair %d runs %s again (asked for %s) [session %s]", job_id, repair.number,
                  ", ".join(repair.vertices), ", ".join(repair.requested), self.session_id)
-        self._run(job_id, job, recovered=plan.progress)
+        await self._run(job_id, job, recovered=plan.progress)
         return RepairAnswer(job_id, repair, created=True)
 
     # -- queries ------------------------------------------------------------------------------
@@ -408,7 +399,7 @@ class Dispatcher:
     async def job_snapshot(self, job_id: str) -> JobSnapshot:
         """One job with its vertices and subtasks (`GET /jobs/{job_id}`); `UnknownJob` if unknown."""
         self._check_serving()
-        job = self._jobs.get(job_id)
+        job = await self._settled(job_id)
         if job is not None and (job.job_master is not None or job.result is not None):
             return await job.snapshot()
         archived = await self._archive.get(job_id)
@@ -440,7 +431,7 @@ class Dispatcher:
     async def vertex_result(self, job_id: str, vertex_id: str) -> tuple[JobStatus, VertexResult]:
         """The job's status and one vertex's outcome so far (`GET /jobs/{job_id}/vertices/{vertex_id}`)."""
         self._check_serving()
-        job = self._jobs.get(job_id)
+        job = await self._settled(job_id)
         vertex: VertexResult | None
         if job is not None and job.result is None and job.job_master is not None:
             status, vertex = job.job_master.status, job.job_master.vertex_result(vertex_id)
@@ -475,25 +466,54 @@ class Dispatcher:
 
     # -- running and terminating jobs ---------------------------------------------------------
 
-    def _run(self, job_id: str, job: _Job, *, recovered: JobProgress | None) -> None:
-        """Start the job's JobMaster; a recovered job whose cancel was accepted is cancelled instead."""
-        with log_context(job_id=job_id):  # the JobMaster's tasks and the watcher inherit it
-            assert job.graph is not None
-            job_master: JobMasterGateway | None = None
-            try:
-                job_master = self._new_job_master(job.graph, recovered)
-                if not job.cancel_recorded:
-                    job_master.start()
-            except Exception as exc:
-                log.error("the JobMaster of job %s cannot start, the job fails: %s [session %s]", job_id, exc,
-                          self.session_id, exc_info=exc)
-                if job_master is not None:
-                    self._release(job_id, job_master)
-                result = job.conclude(result_without_run(job_id, job.graph, Failure.from_exception(exc)))
-                job.watcher = asyncio.create_task(self._conclude(job_id, job, result), name=f"job-{job_id}")
-                return
-            job.job_master = job_master
-            job.watcher = asyncio.create_task(self._watch(job_id, job), name=f"job-{job_id}")
+    async def _settled(self, job_id: str) -> _Job | None:
+        """The job `job_id` answers for, once its submission (or repair) settled: persisted and its
+        JobMaster built, or refused (then None, unless another took the id meanwhile)."""
+        job = self._jobs.get(job_id)
+        if job is not None and not job.accepted.done():
+            with contextlib.suppress(Exception):
+                await asyncio.shield(job.accepted)
+            job = self._jobs.get(job_id)
+        return job
+
+    async def _run(self, job_id: str, job: _Job, *, recovered: JobProgress | None) -> None:
+        """Start the job's task, which builds its JobMaster and runs it to the job's end; return once
+        the JobMaster is built and started (or the job concluded because it cannot be)."""
+        with log_context(job_id=job_id):  # the JobMaster's tasks and the job's task inherit it
+            task = job.watcher = asyncio.create_task(self._drive(job_id, job, recovered), name=f"job-{job_id}")
+        # cancelled before it settled (this Dispatcher stopped): the job is stored for the next leader
+        task.add_done_callback(lambda _: None if job.accepted.done() else job.accepted.set_result(None))
+        await asyncio.shield(job.accepted)  # the job's task goes on if this caller is cancelled
+
+    async def _drive(self, job_id: str, job: _Job, recovered: JobProgress | None) -> None:
+        """The job's task: build and start its JobMaster (a recovered job whose cancel was accepted is
+        cancelled instead), settle `job.accepted`, then watch the job to its end; a job whose JobMaster
+        cannot be built or started fails with the cause."""
+        failure = await self._start(job_id, job, recovered)
+        if failure is not None:
+            job.conclude(result_without_run(job_id, job.graph, failure))
+        job.accepted.set_result(None)
+        if job.result is not None:
+            await self._conclude(job_id, job, job.result)
+        else:
+            await self._watch(job_id, job)
+
+    async def _start(self, job_id: str, job: _Job, recovered: JobProgress | None) -> Failure | None:
+        """Build and start the job's JobMaster; the failure if it cannot be."""
+        assert job.graph is not None
+        job_master: JobMasterGateway | None = None
+        try:
+            job_master = await self._new_job_master(job.graph, recovered)
+            if not job.cancel_recorded:
+                job_master.start()
+        except Exception as exc:
+            log.error("the JobMaster of job %s cannot be built or started, the job fails: %s [session %s]", job_id,
+                      exc, self.session_id, exc_info=exc)
+            if job_master is not None:
+                self._release(job_id, job_master)
+            return Failure.from_exception(exc)
+        job.job_master = job_master
+        return None
 
     @staticmethod
     def _release(job_id: str, job_master: JobMasterGateway) -> None:

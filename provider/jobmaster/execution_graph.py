@@ -229,6 +229,8 @@ class ExecutionGraph:
         self._status_times: dict[JobStatus, int] = {JobStatus.INITIALIZING: self.now_ms()}
         self.last_modification = self.now_ms()
         self.failure: Failure | None = None
+        # once `restore` ran: how many subtasks it restored, and the entries naming none it skipped
+        self.restored: tuple[int, tuple[SubtaskId, ...]] | None = None
         self._order = tuple(graph.topological_order())
         self._position = {vertex_id: position for position, vertex_id in enumerate(self._order)}
         self._vertices: dict[str, list[ExecutionVertex]] = {}
@@ -236,7 +238,7 @@ class ExecutionGraph:
         # reference cycle, which only a full collection frees (a long pause of the loop for a large
         # job); without it reference counting frees the graph the moment its job is dropped.
         listener = _through_weak_reference(self._consumability_changed)
-        execution_ids = _random_ids(sum(vertex.parallelism for vertex in graph.vertices))
+        execution_ids = _random_ids(graph.subtask_count)
         for vertex_id in self._order:
             vertex = graph.vertex(vertex_id)
             self._vertices[vertex_id] = [ExecutionVertex(vertex, i, listener, execution_id=next(execution_ids))
@@ -341,6 +343,7 @@ class ExecutionGraph:
         Entries naming no subtask of this graph are skipped and returned as not restored.
         """
         skipped: list[SubtaskId] = []
+        restored = 0
         for vertex_id, subtasks in progress.finished.items():
             for index, entry in subtasks.items():
                 subtask_id = SubtaskId(vertex_id, int(index))
@@ -356,6 +359,8 @@ class ExecutionGraph:
                 ev.deployed_attempts = 1
                 ev.progress_recorded = True
                 ev.recovered = True
+                restored += 1
+        self.restored = (restored, tuple(skipped))
         return skipped
 
     def inputs_consumable(self, ev: ExecutionVertex) -> bool:

@@ -113,13 +113,20 @@ async def ha(config: Configuration) -> Any:
     await services.close()
 
 
-def make_dispatcher(config: Configuration, ha: HighAvailabilityServices, *,
-                    new_job_master: Any = None, limits: JobLimits = JobLimits()) -> Dispatcher:
+def make_dispatcher(config: Configuration, ha: HighAvailabilityServices, *, new_job_master: Any = None,
+                    build: Any = None, limits: JobLimits = JobLimits()) -> Dispatcher:
+    """A Dispatcher whose JobMasters `new_job_master(graph, progress)` makes at once (FakeJobMaster by
+    default), or the coroutine function `build(graph, progress)`."""
     FakeJobMaster.created = []
+    make = new_job_master or FakeJobMaster
+
+    async def at_once(graph: JobGraph, recovered: JobProgress | None) -> Any:
+        return make(graph, recovered)
+
     return Dispatcher(session_id=SESSION, address="http://master:8081", jobgraph_store=ha.jobgraph_store,
                       job_result_store=ha.job_result_store, progress_store=ha.progress_store,
                       archive=JobArchive(ArchiveSettings.from_config(config), check=ha.check_leadership),
-                      blob_store=ha.blob_store, new_job_master=new_job_master or FakeJobMaster,
+                      blob_store=ha.blob_store, new_job_master=build or at_once,
                       cleanup=CleanupSettings.from_config(config), limits=limits)
 
 
@@ -537,6 +544,55 @@ async def test_a_stored_job_over_todays_limits_or_whose_job_master_fails_to_buil
     later = make_dispatcher(config, ha)  # a later leader retries none of them
     await later.start()
     assert [m.graph.job_id for m in FakeJobMaster.created] == [good]
+    await later.stop()
+
+
+class GatedBuild:
+    """A JobMaster factory whose builds wait for `release`, as a large job's ExecutionGraph takes a while."""
+
+    def __init__(self) -> None:
+        self.building = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def __call__(self, graph: JobGraph, recovered: JobProgress | None) -> FakeJobMaster:
+        self.building.set()
+        await self.release.wait()
+        return FakeJobMaster(graph, recovered)
+
+
+async def test_calls_naming_a_job_whose_job_master_is_built_wait_for_it(config: Configuration, ha: Any) -> None:
+    gate = GatedBuild()
+    dispatcher = make_dispatcher(config, ha, build=gate)
+    await dispatcher.start()
+    submission = asyncio.create_task(dispatcher.submit(graph()))
+    await gate.building.wait()
+    assert await ha.jobgraph_store.job_ids() == {"a" * 32}  # persisted before the build
+    waiting = [asyncio.create_task(call) for call in (
+        dispatcher.submit(graph()), dispatcher.job_snapshot("a" * 32), dispatcher.cancel("a" * 32))]
+    await asyncio.sleep(0.05)
+    assert not submission.done() and not any(task.done() for task in waiting)
+    assert dispatcher.job_counts() == {}  # answered meanwhile
+    gate.release.set()
+    assert await submission == Submission("a" * 32, True, JobStatus.RUNNING)
+    again, snapshot, _ = await asyncio.gather(*waiting)
+    assert again.created is False and snapshot.overview.job_id == "a" * 32
+    assert FakeJobMaster.created[0].cancelled  # the cancel reached the built JobMaster
+    await dispatcher.stop()
+
+
+async def test_a_dispatcher_stopped_during_a_build_answers_the_submission_and_keeps_the_job(
+        config: Configuration, ha: Any) -> None:
+    gate = GatedBuild()
+    dispatcher = make_dispatcher(config, ha, build=gate)
+    await dispatcher.start()
+    submission = asyncio.create_task(dispatcher.submit(graph()))
+    await gate.building.wait()
+    await dispatcher.stop()
+    assert await submission == Submission("a" * 32, True, JobStatus.INITIALIZING)  # stored: the next leader runs it
+    assert not FakeJobMaster.created and await ha.jobgraph_store.job_ids() == {"a" * 32}
+    later = make_dispatcher(config, ha)
+    await later.start()
+    assert [m.graph.job_id for m in FakeJobMaster.created] == ["a" * 32] and FakeJobMaster.created[0].started
     await later.stop()
 
 
