@@ -401,20 +401,26 @@ class ExecutionGraph:
         """Every subtask's result can be read."""
         return self._consumable_count == self._subtask_count
 
-    def take_schedulable(self, held_back: Container[SubtaskId]) -> list[ExecutionVertex]:
+    def take_schedulable(self, held_back: Container[SubtaskId], limit: int | None = None) -> list[ExecutionVertex]:
         """The CREATED subtasks whose inputs can all be read, but those in `held_back`, in
-        topological order; they are not offered again unless they get a new attempt.
+        topological order (at most `limit`: the first that became schedulable); they are not
+        offered again unless they get a new attempt.
 
-        Costs time in proportion to the subtasks that became schedulable since the last call
-        (and those still held back), not to the size of the graph.
+        Costs time in proportion to the subtasks taken (and those still held back), not to the
+        size of the graph.
         """
         taken: list[ExecutionVertex] = []
-        for subtask_id, ev in list(self._candidates.items()):
+        gone: list[SubtaskId] = []
+        for subtask_id, ev in self._candidates.items():
             if ev.state is not ExecutionState.CREATED:
-                del self._candidates[subtask_id]  # scheduled, restored or stopped meanwhile
+                gone.append(subtask_id)  # scheduled, restored or stopped meanwhile
             elif subtask_id not in held_back:
-                del self._candidates[subtask_id]
+                gone.append(subtask_id)
                 taken.append(ev)
+                if len(taken) == limit:
+                    break
+        for subtask_id in gone:
+            del self._candidates[subtask_id]
         taken.sort(key=lambda ev: (self._position[ev.id.vertex_id], ev.subtask_index))
         return taken
 

@@ -50,6 +50,10 @@ from sparkdispatch.snapshot import JobOverview, JobSnapshot
 
 log = logging.getLogger(__name__)
 
+#: Subtasks scheduled in one turn of the loop (about 2 ms on a 2-core machine); a job's first vertices
+#: may have tens of thousands, scheduled a slice at a time.
+SCHEDULE_SLICE = 1_000
+
 _LIVE = frozenset({ExecutionState.DEPLOYING, ExecutionState.INITIALIZING, ExecutionState.RUNNING,
                    ExecutionState.CANCELING})
 
@@ -103,6 +107,7 @@ class JobMaster:
                                                           grace_s=settings.deployment_grace)
         self._background: set[asyncio.Task[Any]] = set()
         self._restart_timers: set[asyncio.Task[Any]] = set()
+        self._more_to_schedule: asyncio.Handle | None = None  # the next slice of `_schedule`, if one is due
         self.result_future: asyncio.Future[JobResult] = asyncio.get_running_loop().create_future()
 
     # ------------------------------------------------------------------ public API
@@ -360,8 +365,12 @@ class JobMaster:
         """Schedule every subtask whose inputs are all readable; finish the job when all are done.
 
         The ExecutionGraph keeps track of which subtasks became schedulable, so this costs time
-        in proportion to them, not to the size of the graph.
+        in proportion to them, not to the size of the graph; more than `SCHEDULE_SLICE` of them
+        are scheduled a slice per turn of the loop, which answers other calls in between.
         """
+        if self._more_to_schedule is not None:
+            self._more_to_schedule.cancel()  # this call takes the next slice
+            self._more_to_schedule = None
         graph = self.execution_graph
         if graph.status is not JobStatus.RUNNING:
             return
@@ -370,11 +379,14 @@ class JobMaster:
             log.info("job %s (session %s) finished", self.job_id, self.job_master_id)
             self._terminate()
             return
-        for ev in graph.take_schedulable(held_back=self._held_back):
+        taken = graph.take_schedulable(held_back=self._held_back, limit=SCHEDULE_SLICE)
+        for ev in taken:
             ev.current.transition(ExecutionState.SCHEDULED)
             self._waiting[ev.id] = ev
         graph.touch()
         self._declare()
+        if len(taken) == SCHEDULE_SLICE:
+            self._more_to_schedule = asyncio.get_running_loop().call_soon(self._schedule)
 
     def _declare(self) -> None:
         """Tell the ResourceManager how many slots the job needs in all (held + waiting); 0 at the end."""
