@@ -55,6 +55,21 @@ def test_a_large_graph_is_built_without_collections_and_frozen_until_freed() -> 
     assert graphs.alive == 0 and gc.get_freeze_count() == 0
 
 
+def test_a_graph_of_a_size_known_only_once_made_is_kept_whatever_its_size() -> None:
+    graphs = LongLivedGraphs(min_subtasks=1_000_000)
+    collecting_during_build: list[bool] = []
+
+    def make() -> Graph:
+        collecting_during_build.append(gc.isenabled())
+        return Graph()
+
+    graph = graphs.keep(make)
+    assert collecting_during_build == [False] and gc.isenabled()
+    assert not tracked(graph) and graphs.alive == 1
+    del graph
+    assert graphs.alive == 0 and gc.get_freeze_count() == 0
+
+
 def test_the_heap_stays_frozen_until_the_last_large_graph_is_freed() -> None:
     graphs = LongLivedGraphs(min_subtasks=1)
     first = graphs.build(Graph, subtasks=1)
