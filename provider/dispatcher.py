@@ -489,6 +489,8 @@ class Dispatcher:
         """The job's task: build and start its JobMaster (a recovered job whose cancel was accepted is
         cancelled instead), settle `job.accepted`, then watch the job to its end; a job whose JobMaster
         cannot be built or started fails with the cause."""
+        if self._closed:
+            return  # persisted just as this Dispatcher stopped: the next leader runs it
         failure = await self._start(job_id, job, recovered)
         if failure is not None:
             job.conclude(result_without_run(job_id, job.graph, failure))

@@ -596,6 +596,27 @@ async def test_a_dispatcher_stopped_during_a_build_answers_the_submission_and_ke
     await later.stop()
 
 
+async def test_a_job_persisted_just_as_the_dispatcher_stops_gets_no_job_master_here(
+        config: Configuration, ha: Any, monkeypatch: Any) -> None:
+    dispatcher = make_dispatcher(config, ha)
+    await dispatcher.start()
+    persisting, release = asyncio.Event(), asyncio.Event()
+    real_put = ha.jobgraph_store.put
+
+    async def slow_put(session_id: str, graph: JobGraph) -> None:
+        persisting.set()
+        await release.wait()
+        await real_put(session_id, graph)
+
+    monkeypatch.setattr(ha.jobgraph_store, "put", slow_put)
+    submission = asyncio.create_task(dispatcher.submit(graph()))
+    await persisting.wait()
+    await dispatcher.stop()
+    release.set()
+    assert await submission == Submission("a" * 32, True, JobStatus.INITIALIZING)  # stored: the next leader runs it
+    assert not FakeJobMaster.created and await ha.jobgraph_store.job_ids() == {"a" * 32}
+
+
 async def test_a_graph_naming_a_missing_artifact_is_refused_naming_the_key(config: Configuration, ha: Any) -> None:
     key = await ha.blob_store.put(b"def f(ctx):\n    return None\n", "m.py")
     missing = "f" * 64
