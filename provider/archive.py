@@ -119,7 +119,7 @@ class JobArchive:
         except FileNotFoundError:
             return {}
         stored = {name[:-len(ENTRY_SUFFIX)] for name in names
-                  if name.endswith(ENTRY_SUFFIX) and JOB_ID_PATTERN.match(name[:-len(ENTRY_SUFFIX)])}
+                  if name.endswith(ENTRY_SUFFIX) and JOB_ID_PATTERN.fullmatch(name[:-len(ENTRY_SUFFIX)])}
         index: dict[str, JobOverview] = {}
         text = self._read_index()
         lines = text.splitlines()
@@ -198,7 +198,7 @@ class JobArchive:
         if job_id in self._cache:
             self._cache.move_to_end(job_id)
             return self._cache[job_id]
-        if not JOB_ID_PATTERN.match(job_id):
+        if not JOB_ID_PATTERN.fullmatch(job_id):
             return None
         path = self.directory / f"{job_id}{ENTRY_SUFFIX}"
         try:

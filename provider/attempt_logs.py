@@ -70,7 +70,7 @@ def read_attempt_log(results_dir: str, job_id: str, vertex_id: str, subtask: int
         return None
     directory = root / job_id / vertex_id / LOG_DIR
     try:
-        names = [m for name in sorted(p.name for p in directory.iterdir()) if (m := _NAME.match(name))]
+        names = [m for name in sorted(p.name for p in directory.iterdir()) if (m := _NAME.fullmatch(name))]
     except FileNotFoundError:
         return None
     found = [m for m in names if int(m.group(1)) == subtask and (attempt is None or int(m.group(2)) == attempt)]

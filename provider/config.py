@@ -243,7 +243,7 @@ def parse_duration(text: str | int | float) -> float:
         raise ValueError(f"{text!r} is not a duration")
     if isinstance(text, (int, float)):
         return float(text) / 1000.0
-    match = _NUMBER_WITH_UNIT.match(str(text))
+    match = _NUMBER_WITH_UNIT.fullmatch(str(text))
     if not match:
         raise ValueError(f"{text!r} is not a duration (write it as 500ms, 4s, 1min, 2h)")
     number, unit = float(match.group(1)), match.group(2).lower()
@@ -260,7 +260,7 @@ def parse_size(text: str | int) -> int:
         raise ValueError(f"{text!r} is not a size")
     if isinstance(text, int):
         return text
-    match = _NUMBER_WITH_UNIT.match(str(text))
+    match = _NUMBER_WITH_UNIT.fullmatch(str(text))
     if not match:
         raise ValueError(f"{text!r} is not a size (write it as 512kb, 10mb, 1gb)")
     number, unit = float(match.group(1)), match.group(2).lower() or "b"

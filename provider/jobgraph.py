@@ -20,6 +20,8 @@ from typing import Any, ClassVar, Generic, TypeAlias, TypeVar, overload
 from sparkdispatch.errors import IllegalStateTransition, InvalidJobGraph
 from sparkdispatch.schema import dump, dump_many, load, parse_json
 
+# Matched with `fullmatch` (schema.WholeMatch in schemas): `$` alone also matches before a final
+# newline; the anchors stay for the OpenAPI document, whose JSON Schema patterns are not anchored.
 JOB_ID_PATTERN = re.compile(r"^[0-9a-f]{32}$")
 VERTEX_ID_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 ENTRYPOINT_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")

@@ -35,7 +35,7 @@ from sparkdispatch.jobgraph import (
     cycle_message,
     order_vertices,
 )
-from sparkdispatch.schema import StrictSchema, drop_none, json_type
+from sparkdispatch.schema import StrictSchema, WholeMatch, drop_none, json_type
 
 
 def _positive(name: str) -> validate.Range:
@@ -176,9 +176,9 @@ class _ParamsField(fields.Dict):
 
 
 class JobVertexSchema(StrictSchema):
-    id = fields.String(required=True, validate=validate.Regexp(
+    id = fields.String(required=True, validate=WholeMatch(
         VERTEX_ID_PATTERN, error="must be 1-128 letters, digits, '_', '.' or '-', not starting with '.' or '-'"))
-    entrypoint = fields.String(required=True, validate=validate.Regexp(
+    entrypoint = fields.String(required=True, validate=WholeMatch(
         ENTRYPOINT_PATTERN, error="must be 'module.path:function', e.g. 'pipelines.sales:extract'"))
     parallelism = fields.Integer(load_default=1, strict=True, validate=validate.Range(
         min=1, max=MAX_PARALLELISM, error=f"parallelism must be between 1 and {MAX_PARALLELISM}"))
@@ -198,12 +198,12 @@ class JobVertexSchema(StrictSchema):
 
 
 class JobGraphSchema(StrictSchema):
-    job_id = fields.String(allow_none=True, load_default=None, validate=validate.Regexp(
+    job_id = fields.String(allow_none=True, load_default=None, validate=WholeMatch(
         JOB_ID_PATTERN, error="must be 32 lowercase hex characters"))
     name = fields.String(required=True, validate=validate.Length(min=1, max=200, error="must be 1-200 characters"))
     vertices = fields.List(fields.Nested(JobVertexSchema), required=True, validate=validate.Length(
         min=1, max=MAX_VERTICES, error=f"a job needs 1 to {MAX_VERTICES} vertices"))
-    artifacts = fields.List(fields.String(validate=validate.Regexp(
+    artifacts = fields.List(fields.String(validate=WholeMatch(
         BLOB_KEY_PATTERN, error="must be a blob key (64 hex characters) from POST /artifacts")), load_default=list)
     restart_strategy = RestartStrategyField(allow_none=True, load_default=None)
     config = _SparkConfField(load_default=dict)
@@ -280,7 +280,7 @@ class VertexResultSchema(StrictSchema):
 
 
 class JobResultSchema(StrictSchema):
-    job_id = fields.String(required=True, validate=validate.Regexp(JOB_ID_PATTERN))
+    job_id = fields.String(required=True, validate=WholeMatch(JOB_ID_PATTERN))
     name = fields.String(required=True)
     status = fields.Enum(JobStatus, required=True, validate=validate.OneOf(
         [s for s in JobStatus if s.is_globally_terminal], error="a JobResult's status is FINISHED, FAILED or CANCELED"))

@@ -27,7 +27,16 @@ from sparkdispatch.jobgraph import (
     Failure,
 )
 from sparkdispatch.jobgraph_schemas import FailureSchema
-from sparkdispatch.schema import ErrorFactory, FieldErrors, StrictSchema, drop_none, dump, flatten_errors, load
+from sparkdispatch.schema import (
+    ErrorFactory,
+    FieldErrors,
+    StrictSchema,
+    WholeMatch,
+    drop_none,
+    dump,
+    flatten_errors,
+    load,
+)
 
 # `GET /artifacts/{key}` names the artifact's file (`job.py`, `deps.zip`) in this header: a
 # TaskExecutor keeps the name, since it imports a `.py` and a `.zip` differently.
@@ -281,11 +290,11 @@ class SlotReportSchema(StrictSchema):
 
 
 class TaskDeploymentDescriptorSchema(StrictSchema):
-    job_id = fields.String(required=True, validate=validate.Regexp(JOB_ID_PATTERN))
+    job_id = fields.String(required=True, validate=WholeMatch(JOB_ID_PATTERN))
     job_master_id = fields.String(required=True)
     execution_id = fields.String(required=True)
-    vertex_id = fields.String(required=True, validate=validate.Regexp(VERTEX_ID_PATTERN))
-    entrypoint = fields.String(required=True, validate=validate.Regexp(ENTRYPOINT_PATTERN))
+    vertex_id = fields.String(required=True, validate=WholeMatch(VERTEX_ID_PATTERN))
+    entrypoint = fields.String(required=True, validate=WholeMatch(ENTRYPOINT_PATTERN))
     subtask_index = fields.Integer(required=True, strict=True, validate=validate.Range(min=0))
     parallelism = fields.Integer(required=True, strict=True, validate=validate.Range(min=1))
     attempt = fields.Integer(required=True, strict=True, validate=validate.Range(min=0))
@@ -296,7 +305,7 @@ class TaskDeploymentDescriptorSchema(StrictSchema):
     job_name = fields.String(load_default="")
     inputs = fields.Dict(keys=fields.String(), values=fields.List(fields.String()), load_default=dict)
     params = fields.Dict(keys=fields.String(), values=fields.Raw(allow_none=True), load_default=dict)
-    artifacts = fields.List(fields.String(validate=validate.Regexp(BLOB_KEY_PATTERN)), load_default=list)
+    artifacts = fields.List(fields.String(validate=WholeMatch(BLOB_KEY_PATTERN)), load_default=list)
     spark_conf = fields.Dict(keys=fields.String(), values=fields.String(), load_default=dict)
 
     @post_load
@@ -315,7 +324,7 @@ class TaskDeploymentDescriptorSchema(StrictSchema):
 
 
 class ExecutionStateUpdateSchema(StrictSchema):
-    job_id = fields.String(required=True, validate=validate.Regexp(JOB_ID_PATTERN))
+    job_id = fields.String(required=True, validate=WholeMatch(JOB_ID_PATTERN))
     job_master_id = fields.String(required=True)
     execution_id = fields.String(required=True)
     state = fields.Enum(ExecutionState, required=True)
@@ -334,7 +343,7 @@ class ExecutionStateUpdateSchema(StrictSchema):
 
 
 class TaskExecutorRegistrationSchema(StrictSchema):
-    task_executor_id = fields.String(required=True, validate=validate.Regexp(
+    task_executor_id = fields.String(required=True, validate=WholeMatch(
         TASK_EXECUTOR_ID_PATTERN, error="must be 1-200 letters, digits or '_.@:-', not starting with '.@:-'"))
     hostname = fields.String(required=True, validate=_non_empty("hostname"))
     queue = fields.String(required=True, validate=_non_empty("queue"))

@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
-from marshmallow import RAISE, Schema, ValidationError
+from marshmallow import RAISE, Schema, ValidationError, validate
 
 from sparkdispatch.errors import SparkDispatchError
 
@@ -26,6 +26,20 @@ class StrictSchema(Schema):
 
     class Meta:
         unknown = RAISE
+
+
+class WholeMatch(validate.Regexp):
+    """marshmallow's `Regexp`, matched against the whole value (`fullmatch`).
+
+    The id patterns keep their `^...$` anchors for the OpenAPI document (JSON Schema patterns are
+    not anchored), but Python's `$` also matches before a final newline: `re.match` would let
+    `"<id>\\n"` pass.
+    """
+
+    def __call__(self, value: Any) -> Any:
+        if self.regex.fullmatch(value) is None:
+            raise ValidationError(self._format_error(value))
+        return value
 
 
 def load(schema: Schema, data: object, result: type[T], error: ErrorFactory) -> T:

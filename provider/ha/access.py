@@ -23,7 +23,7 @@ CLUSTER_ID_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 def cluster_id(config: Configuration) -> str:
     """`high-availability.cluster-id`, checked to be one safe path segment (znode and directory)."""
     value: str = config["high-availability.cluster-id"]
-    if not CLUSTER_ID_PATTERN.match(value):
+    if not CLUSTER_ID_PATTERN.fullmatch(value):
         raise ConfigurationError(f"high-availability.cluster-id {value!r} must be 1-128 letters, digits, "
                                  "'_', '.' or '-', not starting with '.' or '-'")
     return value

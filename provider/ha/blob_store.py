@@ -36,7 +36,7 @@ _CHUNK = 1024 * 1024
 
 
 def _check_key(key: str) -> str:
-    if not isinstance(key, str) or not BLOB_KEY_PATTERN.match(key):
+    if not isinstance(key, str) or not BLOB_KEY_PATTERN.fullmatch(key):
         raise BlobNotFound(f"{key!r} is not a blob key (64 lowercase hex characters)")
     return key
 
@@ -140,7 +140,7 @@ class BlobStore(BlobReader):
         except FileNotFoundError:
             return removed
         for entry in entries:
-            blob = BLOB_KEY_PATTERN.match(entry.name) is not None
+            blob = BLOB_KEY_PATTERN.fullmatch(entry.name) is not None
             if (blob and entry.name in keep) or (not blob and ".tmp-" not in entry.name):
                 continue  # in use, or not ours
             try:

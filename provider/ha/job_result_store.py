@@ -139,7 +139,7 @@ class FileSystemJobResultStore:
                 return []
             return sorted(p.name[:-len(DIRTY_SUFFIX)] for p in self.directory.iterdir()
                           if p.name.endswith(DIRTY_SUFFIX) and not is_temp(p)
-                          and JOB_ID_PATTERN.match(p.name[:-len(DIRTY_SUFFIX)]))
+                          and JOB_ID_PATTERN.fullmatch(p.name[:-len(DIRTY_SUFFIX)]))
 
     async def get(self, job_id: str) -> JobResultEntry | None:
         """The job's entry, dirty or clean; None if there is none, `StoreError` if it cannot be read."""

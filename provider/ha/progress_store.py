@@ -112,7 +112,7 @@ class ProgressStore(Protocol):
 
 
 def _check_subtask(vertex_id: str, subtask_index: int, result_path: str | None, rows: int | None) -> None:
-    if not isinstance(vertex_id, str) or not VERTEX_ID_PATTERN.match(vertex_id):
+    if not isinstance(vertex_id, str) or not VERTEX_ID_PATTERN.fullmatch(vertex_id):
         raise StoreError(f"{vertex_id!r} is not a vertex id")
     if not isinstance(subtask_index, int) or subtask_index < 0:
         raise StoreError(f"subtask index must be a non-negative integer, got {subtask_index!r}")

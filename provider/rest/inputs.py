@@ -63,7 +63,7 @@ def query_int(request: web.Request, name: str) -> int | None:
 def checked_id(name: str, value: str) -> str:
     """`value`, if it is a well-formed id of kind `name` (a key of `PATH_IDS`); else `InvalidRequest`."""
     pattern, rule = PATH_IDS[name]
-    if not pattern.match(value):
+    if not pattern.fullmatch(value):
         shown = value if len(value) <= 64 else value[:61] + "..."
         raise InvalidRequest("request path", {name: [f"{rule}, got {shown!r}"]})
     return value

@@ -81,6 +81,34 @@ async def test_every_route_names_a_malformed_id(master: InProcessMaster, method:
         assert status == 400 and isinstance(error, InvalidRequest) and field in error.field_errors, text
 
 
+@pytest.mark.parametrize(("path", "field"), [
+    (f"/jobs/{'ab' * 16}%0A", "job_id"),
+    (f"/v1/jobs/{'ab' * 16}%0A/execution-result", "job_id"),
+    (f"/jobs/{'ab' * 16}/vertices/a%0A", "vertex_id"),
+])
+async def test_an_id_with_a_trailing_newline_is_refused(master: InProcessMaster, path: str, field: str) -> None:
+    status, text, headers = await call("GET", master.url + path)
+    error = error_from_body(status, text, header=headers.get("X-SparkDispatch-Error"))
+    assert status == 400 and isinstance(error, InvalidRequest) and field in error.field_errors, text
+
+
+@pytest.mark.parametrize(("changes", "field"), [
+    ({"job_id": "ab" * 16 + "\n"}, "job_id"),
+    ({"vertices": [{"id": "a\n", "entrypoint": "m:f"}]}, "vertices[0].id"),
+    ({"vertices": [{"id": "a", "entrypoint": "m:f\n"}]}, "vertices[0].entrypoint"),
+    ({"artifacts": ["cd" * 32 + "\n"]}, "artifacts[0]"),
+])
+async def test_a_graph_with_a_trailing_newline_in_an_id_is_refused(master: InProcessMaster, changes: dict[str, Any],
+                                                                   field: str) -> None:
+    status, text, _ = await call("POST", master.url + "/jobs", json=graph(**changes))
+    error = error_from_body(status, text)
+    assert status == 400 and isinstance(error, InvalidJobGraph) and field in error.field_errors, text
+    status, text, _ = await call("POST", master.url + "/taskexecutors", json={
+        "task_executor_id": "te-1\n", "hostname": "h", "slots": 1}, headers={SESSION_HEADER: master.session_id})
+    error = error_from_body(status, text)
+    assert status == 400 and isinstance(error, InvalidRequest) and "task_executor_id" in error.field_errors, text
+
+
 async def test_a_taskexecutor_call_without_its_session_is_malformed(master: InProcessMaster) -> None:
     status, text, _ = await call("POST", master.url + "/taskexecutors/te-1/heartbeat", json={})
     error = error_from_body(status, text)
