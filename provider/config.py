@@ -87,6 +87,15 @@ OPTIONS: tuple[Option, ...] = (
     Option("rest.ssl.client-key", "str", "", "The PEM private key file of `rest.ssl.client-certificate`."),
     Option("rest.execution-result.long-poll", "duration", 1.0, "How long `GET /jobs/{id}/execution-result` waits "
            "for a running job to end before it answers IN_PROGRESS.", minimum=0, default_doc="1s"),
+    Option("rest.allowed-hosts", "str", "", "Host names, comma-separated, that calls may name in their `Host` "
+           "header besides the master's own (loopback names, `rest.address`, `rest.bind-address`, this machine's "
+           "host name and FQDN, and any IP address): the names a reverse proxy or a DNS alias gives the master. "
+           "Another name is refused with 403 `HostRefused`, so a web page cannot reach the master through a name "
+           "of its own that resolves to it (DNS rebinding). `*` accepts any name."),
+    Option("rest.allowed-origins", "str", "", "Web origins, comma-separated (`https://airflow.example.com:8443`), "
+           "whose pages may change state on the master (POST, PUT, PATCH, DELETE) besides the master's own "
+           "pages. A call from any other page is refused with 403 `OriginRefused`; calls that send no `Origin` "
+           "(the CLI, TaskExecutors, Airflow, curl) are not concerned."),
     # Jobs
     Option("jobgraph.max-subtasks", "int", 100_000, "Most subtasks a job may have in all (the sum of its "
            "vertices' parallelism). A larger JobGraph is refused at submission with 400 `JobTooLarge`, and a stored "

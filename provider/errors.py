@@ -27,8 +27,11 @@
     │       ├── BlobTooLarge
     │       └── CorruptedBlob         the blob's content does not hash to its key
     ├── RequestTooLarge               a request body is over `rest.max-body-size`
+    ├── UnsupportedMediaType          a JSON body without `Content-Type: application/json`
     ├── Unauthorized                  a REST call lacks the configured token
     ├── CsrfRefused                   a call made with the web UI's session cookie lacks its CSRF token
+    ├── HostRefused                   a call's `Host` is none of the master's names (DNS rebinding)
+    ├── OriginRefused                 a state-changing call from another site's web page
     ├── RouteNotFound                 no REST resource at that path
     ├── MethodNotAllowed              the path does not take that HTTP method
     ├── InternalError                 the master failed on a bug; the body names the exception
@@ -369,6 +372,13 @@ class RequestTooLarge(SparkDispatchError):
     http_status = 413
 
 
+class UnsupportedMediaType(SparkDispatchError):
+    """A body the endpoint reads as JSON sent with another `Content-Type` (a browser's form or
+    `text/plain` request, which another site's page can send without asking)."""
+
+    http_status = 415
+
+
 class Unauthorized(SparkDispatchError):
     http_status = 401
 
@@ -376,6 +386,20 @@ class Unauthorized(SparkDispatchError):
 class CsrfRefused(SparkDispatchError):
     """A state-changing call authenticated by the web UI's session cookie without the session's
     `X-CSRF-Token`: it may come from another site's page."""
+
+    http_status = 403
+
+
+class HostRefused(SparkDispatchError):
+    """A call whose `Host` header names none of the master's own names (`rest.allowed-hosts`): a
+    web page of another site that made its name resolve to the master (DNS rebinding)."""
+
+    http_status = 403
+
+
+class OriginRefused(SparkDispatchError):
+    """A state-changing call sent by a web page of another origin than the master's own and those
+    of `rest.allowed-origins`."""
 
     http_status = 403
 
@@ -521,7 +545,8 @@ ERROR_TYPES: Mapping[str, type[SparkDispatchError]] = MappingProxyType({cls.__na
     SparkDispatchError, ConfigurationError, TlsError, InvalidJobGraph, JobTooLarge, InvalidRequest, IllegalStateTransition, UnknownJob,
     DuplicateJobSubmission, JobAlreadyTerminated, RepairNotPossible, FencingTokenMismatch, StaleExecution, NoLeader,
     SlotRequestTimeout, UnknownTaskExecutor, SlotProcessLost, StoreError, StoreUnavailable, JobResultEntryExists,
-    NoSuchJobResult, BlobError, BlobNotFound, BlobTooLarge, CorruptedBlob, RequestTooLarge, Unauthorized, CsrfRefused, RouteNotFound,
+    NoSuchJobResult, BlobError, BlobNotFound, BlobTooLarge, CorruptedBlob, RequestTooLarge,
+    UnsupportedMediaType, Unauthorized, CsrfRefused, HostRefused, OriginRefused, RouteNotFound,
     MethodNotAllowed, InternalError, EntrypointNotFound, MissingExtra, ConnectServerError, ServiceUnavailable, LeadershipLost, RecoveryInProgress,
 )})
 """The registry: class name (a body's `type`) → class."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,7 @@ from sparkdispatch.config import OPTIONS_BY_KEY, Configuration, restart_strategy
 from sparkdispatch.errors import ConfigurationError, JobTooLarge
 from sparkdispatch.jobgraph import JobGraph, RestartStrategy
 from sparkdispatch.tls import ClientTls, ServerTls
+from sparkdispatch.web_origin import WebOrigin
 
 log = logging.getLogger(__name__)
 
@@ -141,9 +143,37 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+ANY_HOST = "*"
+_HOST_NAME = re.compile(r"[a-z0-9_]([a-z0-9_.-]*[a-z0-9_])?")
+
+
+def allowed_host_names(text: str) -> frozenset[str]:
+    """`rest.allowed-hosts`: comma-separated host names without ports, or `*`; `ConfigurationError` otherwise."""
+    names = frozenset(name.strip().lower().rstrip(".") for name in text.split(",") if name.strip())
+    for name in names:
+        if name != ANY_HOST and not _HOST_NAME.fullmatch(name):
+            raise ConfigurationError(f"rest.allowed-hosts: {name!r} is not a host name; write names without a "
+                                     "scheme or port, separated by commas (`*` allows any)")
+    return names
+
+
+def allowed_origins(text: str) -> frozenset[WebOrigin]:
+    """`rest.allowed-origins`: comma-separated `scheme://host[:port]`; `ConfigurationError` otherwise."""
+    origins: set[WebOrigin] = set()
+    for entry in (item.strip() for item in text.split(",")):
+        if not entry:
+            continue
+        origin = WebOrigin.parse(entry)
+        if origin is None:
+            raise ConfigurationError(f"rest.allowed-origins: {entry!r} is not a web origin; write each as "
+                                     "http(s)://host[:port], without a path, separated by commas")
+        origins.add(origin)
+    return frozenset(origins)
+
+
 @dataclass(frozen=True)
 class RestSettings:
-    """The REST endpoint's address, limits, bearer token and TLS."""
+    """The REST endpoint's address, limits, bearer token, TLS and what it lets browsers do."""
 
     address: str  # advertised
     bind_address: str  # `rest.bind-address`, else `rest.address`
@@ -156,6 +186,8 @@ class RestSettings:
     allow_unauthenticated: bool = False  # without a token on a non-loopback address
     tls: ServerTls | None = None  # None: plain HTTP
     client_tls: ClientTls = ClientTls()  # how this master calls another (a standby asks the leader)
+    allowed_hosts: frozenset[str] = frozenset()  # Host names besides the master's own; ANY_HOST: any
+    allowed_origins: frozenset[WebOrigin] = frozenset()  # pages that may change state besides the master's own
 
     @property
     def scheme(self) -> str:
@@ -184,7 +216,9 @@ class RestSettings:
                    blob_max_size=config["blob.max-size"], auth_token=config.auth_token,
                    execution_result_long_poll=config["rest.execution-result.long-poll"],
                    results_dir=config.results_dir, allow_unauthenticated=config["rest.auth.allow-unauthenticated"],
-                   tls=ServerTls.from_config(config), client_tls=ClientTls.from_config(config))
+                   tls=ServerTls.from_config(config), client_tls=ClientTls.from_config(config),
+                   allowed_hosts=allowed_host_names(config["rest.allowed-hosts"]),
+                   allowed_origins=allowed_origins(config["rest.allowed-origins"]))
 
 
 @dataclass(frozen=True)

@@ -142,11 +142,14 @@ def _path_id(name: str) -> JSONSchema:
 
 
 # answers any call may get
-_ANY = {"401": _error("`rest.auth.token` is set and the call lacks it")}
+_ANY = {"401": _error("`rest.auth.token` is set and the call lacks it"),
+        "403": _error("the Host is none of the master's names (HostRefused, rest.allowed-hosts), or a call that "
+                      "changes state comes from a web page of another origin (OriginRefused, rest.allowed-origins)")}
 # answers of a call only the leader serves
 _LEADER = {**_ANY, "503": _error("this master does not lead (the body names the leader) or is recovering")}
 _BODY = {"400": _error("the body is not valid JSON or not valid for this call (the body names the field)"),
-         "413": _error("the body is larger than rest.max-body-size")}
+         "413": _error("the body is larger than rest.max-body-size"),
+         "415": _error("the body is not sent as application/json")}
 _ID = {"400": _error("an id in the path is malformed (the body names it)"),
        "404": _error("no such resource")}
 _SESSION = {"name": SESSION_HEADER, "in": "header", "required": True, "schema": STRING,
@@ -211,7 +214,8 @@ def openapi_document() -> dict[str, Any]:
             "properties": {"vertices": {"type": "array", "minItems": 1, "items": STRING}}}, "what to run again")},
         "responses": {"202": _json("RepairAnswer", "the repair is persisted and runs"),
                       "200": _json("RepairAnswer", "the job already runs a repair covering these vertices"),
-                      **{**_ID, "400": _error("a malformed job id or body, or a vertex the job does not have")},
+                      **{**_BODY, **_ID, "400": _error("a malformed job id or body, or a vertex the job does not "
+                                                       "have")},
                       "409": _error("the job runs (`running`: ask again once it ends), or it cannot be repaired "
                                     "(its graph or results are gone)"), **_LEADER}}})
     vertex_id = {"name": "vertex_id", "in": "path", "required": True, "schema": STRING}

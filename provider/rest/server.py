@@ -3,8 +3,10 @@
 One middleware turns every error into its REST body, `{"errors": [...], "type": "<ErrorClass>",
 ...fields}` (`SparkDispatchError.to_body`), with the class's HTTP status: sparkdispatch errors,
 aiohttp's own refusals (no route, wrong method, body too large) and, as `InternalError`, any
-other exception. It also checks the bearer token when `rest.auth.token` is set. A standby answers
-`/overview` itself and every other call with `503` naming the leader, so clients can follow it.
+other exception. Before a handler runs it checks what a browser page may do (browser_guard.py:
+`Host`, `Origin`), then the bearer token when `rest.auth.token` is set. Every answer carries the
+browser guard's security headers. A standby answers `/overview` itself and every other call
+with `503` naming the leader, so clients can follow it.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from sparkdispatch.metrics import LeaderGauges, MasterMetrics
 from sparkdispatch.protocol import ARTIFACT_NAME_HEADER
 from sparkdispatch.resourcemanager import ResourceManagerGateway
 from sparkdispatch.rest import views
+from sparkdispatch.rest.browser_guard import BrowserGuard, add_security_headers, machine_names
 from sparkdispatch.rest.inputs import path_id, query_int, read_job_graph, read_json, repair_vertices
 from sparkdispatch.rest.ui_auth import CSRF_KEY, UiSessions, add_login_routes
 from sparkdispatch.settings import RestSettings
@@ -138,15 +141,19 @@ def error_response(exc: SparkDispatchError, request: web.Request, *,
     return json_response(exc.to_body(), status=exc.http_status, headers=headers)
 
 
-def create_error_middleware(settings: RestSettings, sessions: UiSessions | None = None) -> Middleware:
-    """The middleware that answers every error as `error_response` does, and checks the token (or
-    the web UI's session, ui_auth.py) when `rest.auth.token` is set."""
+def create_error_middleware(settings: RestSettings, sessions: UiSessions | None = None,
+                            guard: BrowserGuard | None = None) -> Middleware:
+    """The middleware that answers every error as `error_response` does, refuses what `guard` refuses
+    (browser_guard.py), and checks the token (or the web UI's session, ui_auth.py) when
+    `rest.auth.token` is set."""
     if sessions is None and settings.auth_token:
         sessions = UiSessions(settings.auth_token)
 
     @web.middleware
     async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
+            if guard is not None:
+                guard.check(request)
             if sessions is not None and (caller := sessions.check(request)) is not None and caller.csrf:
                 request[CSRF_KEY] = caller.csrf
             return await handler(request)
@@ -390,8 +397,9 @@ def _auth_headers(settings: RestSettings) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
-def create_app(master: MasterView, settings: RestSettings) -> web.Application:
-    """The aiohttp application of the master: REST API, TaskExecutor calls, OpenAPI and web UI."""
+def create_app(master: MasterView, settings: RestSettings, guard: BrowserGuard) -> web.Application:
+    """The aiohttp application of the master: REST API, TaskExecutor calls, OpenAPI and web UI,
+    behind `guard` (the master's names and the origins allowed to change state)."""
     from sparkdispatch.rest.openapi import openapi_document
     from sparkdispatch.rest.taskexecutor_routes import add_task_executor_routes
     from sparkdispatch.rest.ui_routes import add_ui_routes
@@ -400,7 +408,8 @@ def create_app(master: MasterView, settings: RestSettings) -> web.Application:
     client_max_size = max(settings.max_body_size, settings.blob_max_size + (1 << 16))
     sessions = UiSessions(settings.auth_token) if settings.auth_token else None
     app = web.Application(client_max_size=client_max_size,
-                          middlewares=[create_error_middleware(settings, sessions)])
+                          middlewares=[create_error_middleware(settings, sessions, guard)])
+    app.on_response_prepare.append(add_security_headers)
     handlers = RestHandlers(master, settings)
     spec = openapi_document()
 
@@ -438,7 +447,8 @@ class RestServer:
         self.port = 0
 
     async def start(self) -> None:
-        app = create_app(self._master, self._settings)
+        guard = BrowserGuard.for_master(self._settings, await asyncio.to_thread(machine_names))
+        app = create_app(self._master, self._settings, guard)
         # aiohttp answers a longer request line or header itself, before the middleware, in plain
         # text: above its default of 8190 bytes, as a long query string of repeated parameters
         # reached it (schemathesis did), so that every answer a client can provoke is JSON
