@@ -96,6 +96,14 @@ OPTIONS: tuple[Option, ...] = (
            "whose pages may change state on the master (POST, PUT, PATCH, DELETE) besides the master's own "
            "pages. A call from any other page is refused with 403 `OriginRefused`; calls that send no `Origin` "
            "(the CLI, TaskExecutors, Airflow, curl) are not concerned."),
+    Option("rest.header-timeout", "duration", 20.0, "How long a client may take to send a request's line and "
+           "headers, counted from its first byte (or from the opening of the connection); then the connection "
+           "is closed.", minimum=0.01, default_doc="20s"),
+    Option("rest.body-timeout", "duration", 30.0, "How long the reading of a request body may wait for the next "
+           "bytes; then it is refused with 408 `RequestTimeout` and the connection closed. A body that keeps "
+           "coming is read whatever its length takes.", minimum=0.01, default_doc="30s"),
+    Option("rest.idle-timeout", "duration", 60.0, "How long a kept-alive connection may stay without a request "
+           "before the master closes it.", minimum=0.01, default_doc="1min"),
     # Jobs
     Option("jobgraph.max-subtasks", "int", 100_000, "Most subtasks a job may have in all (the sum of its "
            "vertices' parallelism). A larger JobGraph is refused at submission with 400 `JobTooLarge`, and a stored "

@@ -27,6 +27,7 @@
     │       ├── BlobTooLarge
     │       └── CorruptedBlob         the blob's content does not hash to its key
     ├── RequestTooLarge               a request body is over `rest.max-body-size`
+    ├── RequestTimeout                a request body stalled longer than `rest.body-timeout`
     ├── UnsupportedMediaType          a JSON body without `Content-Type: application/json`
     ├── Unauthorized                  a REST call lacks the configured token
     ├── CsrfRefused                   a call made with the web UI's session cookie lacks its CSRF token
@@ -372,6 +373,12 @@ class RequestTooLarge(SparkDispatchError):
     http_status = 413
 
 
+class RequestTimeout(SparkDispatchError):
+    """A request body that sent nothing for longer than `rest.body-timeout`; the connection is closed."""
+
+    http_status = 408
+
+
 class UnsupportedMediaType(SparkDispatchError):
     """A body the endpoint reads as JSON sent with another `Content-Type` (a browser's form or
     `text/plain` request, which another site's page can send without asking)."""
@@ -545,7 +552,7 @@ ERROR_TYPES: Mapping[str, type[SparkDispatchError]] = MappingProxyType({cls.__na
     SparkDispatchError, ConfigurationError, TlsError, InvalidJobGraph, JobTooLarge, InvalidRequest, IllegalStateTransition, UnknownJob,
     DuplicateJobSubmission, JobAlreadyTerminated, RepairNotPossible, FencingTokenMismatch, StaleExecution, NoLeader,
     SlotRequestTimeout, UnknownTaskExecutor, SlotProcessLost, StoreError, StoreUnavailable, JobResultEntryExists,
-    NoSuchJobResult, BlobError, BlobNotFound, BlobTooLarge, CorruptedBlob, RequestTooLarge,
+    NoSuchJobResult, BlobError, BlobNotFound, BlobTooLarge, CorruptedBlob, RequestTooLarge, RequestTimeout,
     UnsupportedMediaType, Unauthorized, CsrfRefused, HostRefused, OriginRefused, RouteNotFound,
     MethodNotAllowed, InternalError, EntrypointNotFound, MissingExtra, ConnectServerError, ServiceUnavailable, LeadershipLost, RecoveryInProgress,
 )})

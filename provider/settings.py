@@ -172,8 +172,23 @@ def allowed_origins(text: str) -> frozenset[WebOrigin]:
 
 
 @dataclass(frozen=True)
+class ConnectionTimeouts:
+    """How long the REST endpoint waits for a client (seconds): `rest.header-timeout`, `rest.body-timeout`
+    (a stall between two pieces of a body) and `rest.idle-timeout` (a kept-alive connection between requests)."""
+
+    header: float = 20.0
+    body: float = 30.0
+    idle: float = 60.0
+
+    @classmethod
+    def from_config(cls, config: Configuration) -> ConnectionTimeouts:
+        return cls(header=config["rest.header-timeout"], body=config["rest.body-timeout"],
+                   idle=config["rest.idle-timeout"])
+
+
+@dataclass(frozen=True)
 class RestSettings:
-    """The REST endpoint's address, limits, bearer token, TLS and what it lets browsers do."""
+    """The REST endpoint's address, limits, bearer token, TLS and what it lets browsers and slow clients do."""
 
     address: str  # advertised
     bind_address: str  # `rest.bind-address`, else `rest.address`
@@ -188,6 +203,7 @@ class RestSettings:
     client_tls: ClientTls = ClientTls()  # how this master calls another (a standby asks the leader)
     allowed_hosts: frozenset[str] = frozenset()  # Host names besides the master's own; ANY_HOST: any
     allowed_origins: frozenset[WebOrigin] = frozenset()  # pages that may change state besides the master's own
+    timeouts: ConnectionTimeouts = ConnectionTimeouts()
 
     @property
     def scheme(self) -> str:
@@ -218,7 +234,8 @@ class RestSettings:
                    results_dir=config.results_dir, allow_unauthenticated=config["rest.auth.allow-unauthenticated"],
                    tls=ServerTls.from_config(config), client_tls=ClientTls.from_config(config),
                    allowed_hosts=allowed_host_names(config["rest.allowed-hosts"]),
-                   allowed_origins=allowed_origins(config["rest.allowed-origins"]))
+                   allowed_origins=allowed_origins(config["rest.allowed-origins"]),
+                   timeouts=ConnectionTimeouts.from_config(config))
 
 
 @dataclass(frozen=True)

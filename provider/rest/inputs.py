@@ -4,10 +4,10 @@ An id from the path must match its pattern (a job id is 32 lowercase hex charact
 malformed id ever reaches a store or the file system (`GET /jobs/..%2F..%2Fx` is refused with
 `400` `InvalidRequest` naming `job_id`). A JSON body must come as `application/json` (`415`
 otherwise, unread: a page of another site can send a `text/plain` or form body without asking).
-A body is read in chunks and refused with `413` as soon as it passes the limit, before it is
-parsed; a large one is parsed (and a JobGraph validated) in a thread, so the master's loop keeps
-answering meanwhile; a large JobGraph is kept out of the garbage collector's walks while it lives
-(`LONG_LIVED_GRAPHS.keep`).
+A body is read in chunks, each within `rest.body-timeout` (connections.py), and refused with
+`413` as soon as it passes the limit, before it is parsed; a large one is parsed (and a JobGraph
+validated) in a thread, so the master's loop keeps answering meanwhile; a large JobGraph is kept
+out of the garbage collector's walks while it lives (`LONG_LIVED_GRAPHS.keep`).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from sparkdispatch.errors import InvalidRequest, RequestTooLarge, UnsupportedMed
 from sparkdispatch.jobgraph import JOB_ID_PATTERN, VERTEX_ID_PATTERN, JobGraph
 from sparkdispatch.jobmaster.long_lived import LONG_LIVED_GRAPHS
 from sparkdispatch.protocol import TASK_EXECUTOR_ID_PATTERN
+from sparkdispatch.rest.connections import read_within
 from sparkdispatch.schema import json_type, parse_json
 
 JSON_CONTENT_TYPE = "application/json"
@@ -75,12 +76,12 @@ def checked_id(name: str, value: str) -> str:
 
 async def read_body(request: web.Request, *, limit: int, what: str) -> bytes:
     """The request's body, refused with `RequestTooLarge` once it is over `limit` bytes (before it
-    is read, when `Content-Length` says so)."""
+    is read, when `Content-Length` says so), or with `RequestTimeout` when it stalls (`read_within`)."""
     declared = request.content_length
     if declared is not None and declared > limit:
         raise RequestTooLarge(f"the {what} is {declared} bytes; rest.max-body-size allows {limit}")
     body = bytearray()
-    async for chunk in request.content.iter_any():
+    while chunk := await read_within(request, request.content.readany(), what=what):
         body += chunk
         if len(body) > limit:
             raise RequestTooLarge(f"the {what} is larger than the {limit} bytes rest.max-body-size allows")

@@ -147,8 +147,9 @@ _ANY = {"401": _error("`rest.auth.token` is set and the call lacks it"),
                       "changes state comes from a web page of another origin (OriginRefused, rest.allowed-origins)")}
 # answers of a call only the leader serves
 _LEADER = {**_ANY, "503": _error("this master does not lead (the body names the leader) or is recovering")}
+_STALLED = {"408": _error("the body stopped coming for longer than rest.body-timeout")}
 _BODY = {"400": _error("the body is not valid JSON or not valid for this call (the body names the field)"),
-         "413": _error("the body is larger than rest.max-body-size"),
+         **_STALLED, "413": _error("the body is larger than rest.max-body-size"),
          "415": _error("the body is not sent as application/json")}
 _ID = {"400": _error("an id in the path is malformed (the body names it)"),
        "404": _error("no such resource")}
@@ -241,7 +242,7 @@ def openapi_document() -> dict[str, Any]:
             "properties": {"file": {"type": "string", "format": "binary"}}}}}},
         "responses": {"201": _json("Artifact", "stored under its key"),
                       "400": _error("not multipart, no `file` field, or not a .py or .zip"),
-                      "413": _error("larger than blob.max-size"), **_LEADER}}})
+                      **_STALLED, "413": _error("larger than blob.max-size"), **_LEADER}}})
     spec.path("/artifacts/{key}", parameters=[{"name": "key", "in": "path", "required": True, "schema": STRING}],
               operations={"get": {
                   "summary": "An artifact's bytes, checked against its key (TaskExecutors fetch a job's code here); "

@@ -5,8 +5,8 @@ One middleware turns every error into its REST body, `{"errors": [...], "type": 
 aiohttp's own refusals (no route, wrong method, body too large) and, as `InternalError`, any
 other exception. Before a handler runs it checks what a browser page may do (browser_guard.py:
 `Host`, `Origin`), then the bearer token when `rest.auth.token` is set. Every answer carries the
-browser guard's security headers. A standby answers `/overview` itself and every other call
-with `503` naming the leader, so clients can follow it.
+browser guard's security headers; connections.py bounds how long a client may take. A standby
+answers `/overview` itself and every other call with `503` naming the leader, so clients can follow it.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from sparkdispatch.errors import (
     InternalError,
     InvalidRequest,
     MethodNotAllowed,
+    RequestTimeout,
     RequestTooLarge,
     RouteNotFound,
     ServiceUnavailable,
@@ -46,6 +47,13 @@ from sparkdispatch.protocol import ARTIFACT_NAME_HEADER
 from sparkdispatch.resourcemanager import ResourceManagerGateway
 from sparkdispatch.rest import views
 from sparkdispatch.rest.browser_guard import BrowserGuard, add_security_headers, machine_names
+from sparkdispatch.rest.connections import (
+    BODY_TIMEOUT,
+    TimedTCPSite,
+    answer_and_close,
+    read_within,
+    track_requests,
+)
 from sparkdispatch.rest.inputs import path_id, query_int, read_job_graph, read_json, repair_vertices
 from sparkdispatch.rest.ui_auth import CSRF_KEY, UiSessions, add_login_routes
 from sparkdispatch.settings import RestSettings
@@ -158,6 +166,8 @@ def create_error_middleware(settings: RestSettings, sessions: UiSessions | None 
                 request[CSRF_KEY] = caller.csrf
             return await handler(request)
         except SparkDispatchError as exc:
+            if isinstance(exc, RequestTimeout):
+                return await answer_and_close(request, error_response(exc, request))
             return error_response(exc, request)
         except web.HTTPException as exc:
             if exc.status < 400:
@@ -340,16 +350,18 @@ class RestHandlers:
         return await artifact_response(self.master.leader_components().blob_store, request.match_info["key"])
 
     async def _read_artifact(self, request: web.Request) -> tuple[str, bytes] | None:
-        """The filename and content of the multipart field `file`; None without one."""
+        """The filename and content of the multipart field `file`; None without one. Each read waits
+        at most `rest.body-timeout` (`read_within`)."""
         limit = self.settings.blob_max_size
-        async for part in await request.multipart():
+        reader = await request.multipart()
+        while (part := await read_within(request, reader.next(), what="artifact upload")) is not None:
             if not isinstance(part, aiohttp.BodyPartReader) or part.name != "file":
                 continue
             filename = part.filename or ""
             if not filename.endswith(ARTIFACT_SUFFIXES):
                 raise BlobError(f"artifact {filename!r} must be a .py or .zip file")
             data = bytearray()
-            while chunk := await part.read_chunk(1 << 16):
+            while chunk := await read_within(request, part.read_chunk(1 << 16), what="artifact upload"):
                 data += chunk
                 if len(data) > limit:
                     raise RequestTooLarge(f"artifact {filename!r} is larger than blob.max-size ({limit} bytes)")
@@ -408,7 +420,8 @@ def create_app(master: MasterView, settings: RestSettings, guard: BrowserGuard) 
     client_max_size = max(settings.max_body_size, settings.blob_max_size + (1 << 16))
     sessions = UiSessions(settings.auth_token) if settings.auth_token else None
     app = web.Application(client_max_size=client_max_size,
-                          middlewares=[create_error_middleware(settings, sessions, guard)])
+                          middlewares=[track_requests, create_error_middleware(settings, sessions, guard)])
+    app[BODY_TIMEOUT] = settings.timeouts.body
     app.on_response_prepare.append(add_security_headers)
     handlers = RestHandlers(master, settings)
     spec = openapi_document()
@@ -449,16 +462,18 @@ class RestServer:
     async def start(self) -> None:
         guard = BrowserGuard.for_master(self._settings, await asyncio.to_thread(machine_names))
         app = create_app(self._master, self._settings, guard)
-        # aiohttp answers a longer request line or header itself, before the middleware, in plain
-        # text: above its default of 8190 bytes, as a long query string of repeated parameters
-        # reached it (schemathesis did), so that every answer a client can provoke is JSON
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, max_line_size=MAX_LINE_SIZE,
-                                     max_field_size=MAX_LINE_SIZE)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
         host = self._settings.bind_address
         tls = self._settings.tls
-        site = web.TCPSite(self._runner, host, self._settings.port, reuse_address=True,
-                           ssl_context=tls.context() if tls is not None else None)
+        timeouts = self._settings.timeouts
+        # aiohttp answers a longer request line or header itself, before the middleware, in plain
+        # text: above its default of 8190 bytes, as a long query string of repeated parameters
+        # reached it (schemathesis did), so that every answer a client can provoke is JSON
+        site = TimedTCPSite(self._runner, host, self._settings.port,
+                            ssl_context=tls.context() if tls is not None else None,
+                            header_timeout=timeouts.header, idle_timeout=timeouts.idle,
+                            max_line_size=MAX_LINE_SIZE, max_field_size=MAX_LINE_SIZE)
         await site.start()
         # the bound socket tells the real port when rest.port is 0
         self.port = int(self._runner.addresses[0][1])

@@ -65,6 +65,7 @@ EXAMPLES: list[SparkDispatchError] = [
     errors.BlobTooLarge("x.zip is 200 bytes; blob.max-size allows 100"),
     errors.CorruptedBlob("blob abc is corrupted"),
     errors.RequestTooLarge("the JobGraph is 2000 bytes; rest.max-body-size allows 1000"),
+    errors.RequestTimeout("the JobGraph sent nothing for 30 s (rest.body-timeout)"),
     errors.UnsupportedMediaType("POST /jobs: the JobGraph must be sent as application/json, not text/plain"),
     errors.Unauthorized("missing or wrong bearer token"),
     errors.CsrfRefused("POST /jobs with the web UI's session needs its X-CSRF-Token header"),
