@@ -104,6 +104,11 @@ OPTIONS: tuple[Option, ...] = (
            "coming is read whatever its length takes.", minimum=0.01, default_doc="30s"),
     Option("rest.idle-timeout", "duration", 60.0, "How long a kept-alive connection may stay without a request "
            "before the master closes it.", minimum=0.01, default_doc="1min"),
+    Option("rest.login.max-failures", "int", 5, "Failed logins at `/ui/login` one client address may make within "
+           "`rest.login.failure-window`; the next are refused with 429 `TooManyLoginAttempts` and `Retry-After` "
+           "until the oldest of them is that old.", minimum=1),
+    Option("rest.login.failure-window", "duration", 300.0, "The window of `rest.login.max-failures`.",
+           minimum=1.0, default_doc="5min"),
     # Jobs
     Option("jobgraph.max-subtasks", "int", 100_000, "Most subtasks a job may have in all (the sum of its "
            "vertices' parallelism). A larger JobGraph is refused at submission with 400 `JobTooLarge`, and a stored "

@@ -33,6 +33,7 @@
     ├── CsrfRefused                   a call made with the web UI's session cookie lacks its CSRF token
     ├── HostRefused                   a call's `Host` is none of the master's names (DNS rebinding)
     ├── OriginRefused                 a state-changing call from another site's web page
+    ├── TooManyLoginAttempts          too many failed logins from one address; retry after `retry_after` s
     ├── RouteNotFound                 no REST resource at that path
     ├── MethodNotAllowed              the path does not take that HTTP method
     ├── InternalError                 the master failed on a bug; the body names the exception
@@ -120,6 +121,13 @@ def _text(fields: Mapping[str, Any], name: str) -> str:
 
 def _optional_text(fields: Mapping[str, Any], name: str) -> str | None:
     return None if fields.get(name) is None else _text(fields, name)
+
+
+def _whole_seconds(fields: Mapping[str, Any], name: str) -> int:
+    value = fields[name]
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"{name} must be an integer")
+    return value
 
 
 class InvalidJobGraph(SparkDispatchError):
@@ -411,6 +419,27 @@ class OriginRefused(SparkDispatchError):
     http_status = 403
 
 
+class TooManyLoginAttempts(SparkDispatchError):
+    """Too many failed logins from one client address: the next is heard after `retry_after`
+    seconds (also its `Retry-After` header)."""
+
+    http_status = 429
+
+    def __init__(self, message: str, *, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+    def fields(self) -> JSONObject:
+        return {"retry_after": self.retry_after}
+
+    def http_headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after)}
+
+    @classmethod
+    def from_fields(cls, messages: Sequence[str], fields: Mapping[str, Any]) -> Self:
+        return cls(messages[0], retry_after=_whole_seconds(fields, "retry_after"))
+
+
 class RouteNotFound(SparkDispatchError):
     """No REST resource at the requested path (aiohttp's own 404)."""
 
@@ -542,10 +571,8 @@ class RecoveryInProgress(ServiceUnavailable):
 
     @classmethod
     def from_fields(cls, messages: Sequence[str], fields: Mapping[str, Any]) -> Self:
-        retry_after = fields["retry_after"]
-        if not isinstance(retry_after, int) or isinstance(retry_after, bool):
-            raise ValueError("retry_after must be an integer")
-        return cls(messages[0], leader=_optional_text(fields, "leader"), retry_after=retry_after)
+        return cls(messages[0], leader=_optional_text(fields, "leader"),
+                   retry_after=_whole_seconds(fields, "retry_after"))
 
 
 ERROR_TYPES: Mapping[str, type[SparkDispatchError]] = MappingProxyType({cls.__name__: cls for cls in (
@@ -553,7 +580,7 @@ ERROR_TYPES: Mapping[str, type[SparkDispatchError]] = MappingProxyType({cls.__na
     DuplicateJobSubmission, JobAlreadyTerminated, RepairNotPossible, FencingTokenMismatch, StaleExecution, NoLeader,
     SlotRequestTimeout, UnknownTaskExecutor, SlotProcessLost, StoreError, StoreUnavailable, JobResultEntryExists,
     NoSuchJobResult, BlobError, BlobNotFound, BlobTooLarge, CorruptedBlob, RequestTooLarge, RequestTimeout,
-    UnsupportedMediaType, Unauthorized, CsrfRefused, HostRefused, OriginRefused, RouteNotFound,
+    UnsupportedMediaType, Unauthorized, CsrfRefused, HostRefused, OriginRefused, TooManyLoginAttempts, RouteNotFound,
     MethodNotAllowed, InternalError, EntrypointNotFound, MissingExtra, ConnectServerError, ServiceUnavailable, LeadershipLost, RecoveryInProgress,
 )})
 """The registry: class name (a body's `type`) → class."""

@@ -187,6 +187,18 @@ class ConnectionTimeouts:
 
 
 @dataclass(frozen=True)
+class LoginLimits:
+    """`rest.login.*`: failed logins one client address may make within `window` seconds."""
+
+    max_failures: int = 5
+    window: float = 300.0
+
+    @classmethod
+    def from_config(cls, config: Configuration) -> LoginLimits:
+        return cls(max_failures=config["rest.login.max-failures"], window=config["rest.login.failure-window"])
+
+
+@dataclass(frozen=True)
 class RestSettings:
     """The REST endpoint's address, limits, bearer token, TLS and what it lets browsers and slow clients do."""
 
@@ -204,6 +216,7 @@ class RestSettings:
     allowed_hosts: frozenset[str] = frozenset()  # Host names besides the master's own; ANY_HOST: any
     allowed_origins: frozenset[WebOrigin] = frozenset()  # pages that may change state besides the master's own
     timeouts: ConnectionTimeouts = ConnectionTimeouts()
+    login_limits: LoginLimits = LoginLimits()
 
     @property
     def scheme(self) -> str:
@@ -235,7 +248,7 @@ class RestSettings:
                    tls=ServerTls.from_config(config), client_tls=ClientTls.from_config(config),
                    allowed_hosts=allowed_host_names(config["rest.allowed-hosts"]),
                    allowed_origins=allowed_origins(config["rest.allowed-origins"]),
-                   timeouts=ConnectionTimeouts.from_config(config))
+                   timeouts=ConnectionTimeouts.from_config(config), login_limits=LoginLimits.from_config(config))
 
 
 @dataclass(frozen=True)

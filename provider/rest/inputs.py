@@ -74,17 +74,18 @@ def checked_id(name: str, value: str) -> str:
     return value
 
 
-async def read_body(request: web.Request, *, limit: int, what: str) -> bytes:
+async def read_body(request: web.Request, *, limit: int, what: str, limit_name: str = "rest.max-body-size") -> bytes:
     """The request's body, refused with `RequestTooLarge` once it is over `limit` bytes (before it
-    is read, when `Content-Length` says so), or with `RequestTimeout` when it stalls (`read_within`)."""
+    is read, when `Content-Length` says so; `limit_name` names the limit), or with `RequestTimeout`
+    when it stalls (`read_within`)."""
     declared = request.content_length
     if declared is not None and declared > limit:
-        raise RequestTooLarge(f"the {what} is {declared} bytes; rest.max-body-size allows {limit}")
+        raise RequestTooLarge(f"the {what} is {declared} bytes; {limit_name} allows {limit}")
     body = bytearray()
     while chunk := await read_within(request, request.content.readany(), what=what):
         body += chunk
         if len(body) > limit:
-            raise RequestTooLarge(f"the {what} is larger than the {limit} bytes rest.max-body-size allows")
+            raise RequestTooLarge(f"the {what} is larger than the {limit} bytes {limit_name} allows")
     return bytes(body)
 
 

@@ -55,6 +55,7 @@ from sparkdispatch.rest.connections import (
     track_requests,
 )
 from sparkdispatch.rest.inputs import path_id, query_int, read_job_graph, read_json, repair_vertices
+from sparkdispatch.rest.login_throttle import LoginThrottle
 from sparkdispatch.rest.ui_auth import CSRF_KEY, UiSessions, add_login_routes
 from sparkdispatch.settings import RestSettings
 
@@ -446,7 +447,8 @@ def create_app(master: MasterView, settings: RestSettings, guard: BrowserGuard) 
     app.router.add_get("/metrics", metrics)
     add_task_executor_routes(app, master.leader_components, max_body_size=settings.max_body_size)
     add_ui_routes(app, RestUiView(master, handlers))
-    add_login_routes(app, sessions)
+    limits = settings.login_limits
+    add_login_routes(app, sessions, LoginThrottle(max_failures=limits.max_failures, window=limits.window))
     return app
 
 

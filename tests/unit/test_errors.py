@@ -71,6 +71,7 @@ EXAMPLES: list[SparkDispatchError] = [
     errors.CsrfRefused("POST /jobs with the web UI's session needs its X-CSRF-Token header"),
     errors.HostRefused("Host 'evil.example:8081' is none of this master's names (rest.allowed-hosts)"),
     errors.OriginRefused("POST /jobs from a page of 'http://evil.example' refused (rest.allowed-origins)"),
+    errors.TooManyLoginAttempts("5 failed logins from 10.0.0.7 within 5min", retry_after=240),
     errors.RouteNotFound("GET /nowhere: Not Found"),
     errors.MethodNotAllowed("PUT", "/jobs", ["POST", "GET"]),
     errors.InternalError("internal error: KeyError: 'x'"),
