@@ -17,10 +17,17 @@ import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
 
 from sparkdispatch.client import SparkDispatchClient
-from sparkdispatch.errors import RouteNotFound, UnknownJob
+from sparkdispatch.errors import HostRefused, RouteNotFound, UnknownJob, UnsupportedMediaType
 from sparkdispatch.jobgraph import ExecutionState, Failure, JobResult, JobStatus, VertexResult
 from sparkdispatch.operators import JobResultSensor, JobResultTrigger, SubmitJobGraphOperator
-from sparkdispatch.operators.jobs import attempt_job_id, clear_generation, cleared_job_id, result_summary, task_job_id
+from sparkdispatch.operators.jobs import (
+    attempt_job_id,
+    clear_generation,
+    cleared_job_id,
+    result_summary,
+    task_failure,
+    task_job_id,
+)
 from sparkdispatch.operators.lineage import dataset_name
 from sparkdispatch.protocol import TaskDeploymentDescriptor
 from sparkdispatch.testing.master import InProcessMaster, Script, TaskOutcome
@@ -440,6 +447,13 @@ def test_errors_no_retry_can_fix_fail_the_task_without_retries(cluster: Cluster)
     with pytest.raises(AirflowException) as failed:
         operator().execute(context(FakeTI(run_id="manual__2")))
     assert type(failed.value) is AirflowException
+
+
+def test_a_master_refusing_the_connections_host_name_or_body_fails_the_task_without_retries() -> None:
+    for refused in (HostRefused("GET /overview: the Host 'alias.example:8081' is none of this master's names"),
+                    UnsupportedMediaType("POST /jobs: the JobGraph must be sent with Content-Type: application/json")):
+        failure = task_failure(refused)
+        assert isinstance(failure, AirflowFailException) and "not retried" in str(failure), refused
 
 
 
