@@ -182,7 +182,7 @@ async def _login_form(request: web.Request) -> dict[str, str]:
         raise UnsupportedMediaType(f"POST {LOGIN_PATH} takes the login page's form ({FORM_CONTENT_TYPE}), "
                                    f"not {request.content_type}")
     body = await read_body(request, limit=LOGIN_MAX_BODY, what="login form",
-                           limit_name=f"the login page (at most {LOGIN_MAX_BODY} bytes)")
+                           limit_name="the login page")
     try:
         fields = parse_qs(body.decode(request.charset or "utf-8"), max_num_fields=10)
     except (UnicodeDecodeError, LookupError, ValueError):
