@@ -279,10 +279,10 @@ def latency_ms(seconds: Sequence[float]) -> dict[str, float | None]:
 def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
     rows = [[str(cell) for cell in row] for row in rows]
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
-    print("  ".join(h.ljust(w) for h, w in zip(headers, widths)))
+    print("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)))
     print("  ".join("-" * w for w in widths))
     for row in rows:
-        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)))
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)))
 
 
 # -- REST -----------------------------------------------------------------------------------------

@@ -227,7 +227,7 @@ def run_chains(submit: Callable[[dict[str, Any]], str], wait: Callable[[str], di
     per_task_ms = [w / length * 1000 for w in walls]
     floor_ms = {name: [f / length * 1000 for f in values] for name, values in floor_s.items()}
     reference = floor_ms[floors[0].name]
-    overhead_ms = [c - f for c, f in zip(per_task_ms, reference)]
+    overhead_ms = [c - f for c, f in zip(per_task_ms, reference, strict=True)]
     return {"chain_s": [round(w, 4) for w in walls], "server_duration_s": [round(s, 4) for s in servers],
             "floor_chain_s": {name: [round(f, 4) for f in values] for name, values in floor_s.items()},
             "per_task_ms": [round(p, 2) for p in per_task_ms], "per_task_ms_median": round(median(per_task_ms), 2),

@@ -273,7 +273,7 @@ def run() -> int:
     to_materialised = medians["cluster"] / medians["materialised"]
     to_chained = medians["cluster"] / medians["chained"]
     to_new_session = medians["cluster"] / medians["materialised_new_session"]
-    paired = [c / m for c, m in zip(samples["cluster"], samples["materialised"])]
+    paired = [c / m for c, m in zip(samples["cluster"], samples["materialised"], strict=True)]
     print()
     print(f"sales pipeline ({args.rows} rows, 5 vertices, 7 subtasks), medians of {args.runs} runs after "
           f"{args.warm_up} warm-up runs each")

@@ -138,8 +138,8 @@ OPTIONS: tuple[Option, ...] = (
            default_doc="25s"),
     Option("heartbeat.rpc-failure-threshold", "int", 2, "Consecutive failed calls (deployments, cancellations) "
            "after which a TaskExecutor counts as unreachable once it has also sent no heartbeat for half "
-           "`heartbeat.timeout`, at least two `heartbeat.interval`s (-1: never), as Flink's key. A TaskExecutor that heartbeats is alive: calls that "
-           "fail then are the broker's trouble, and are retried.", minimum=-1),
+           "`heartbeat.timeout`, at least two `heartbeat.interval`s (-1: never), as Flink's key. A TaskExecutor "
+           "that heartbeats is alive: calls that fail then are the broker's trouble, and are retried.", minimum=-1),
     Option("heartbeat.missing-execution-threshold", "int", 3, "Consecutive heartbeats of a TaskExecutor that may "
            "omit an execution its JobMaster deployed there before the execution fails over (a deployment lost on "
            "the way, a final state report lost). A deployment the TaskExecutor never listed gets "

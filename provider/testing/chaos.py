@@ -64,7 +64,7 @@ def plan_faults(settings: ChaosSettings) -> list[PlannedFault]:
     }
     return [PlannedFault(number=n, kind=kind, after_job=point, delay_s=round(rng.uniform(0.0, 2.0), 2),
                          target=rng.randrange(2), hold_s=round(holds[kind](), 2))
-            for n, (kind, point) in enumerate(zip(kinds, points), 1)]
+            for n, (kind, point) in enumerate(zip(kinds, points, strict=True), 1)]
 
 
 def plan_jobs(settings: ChaosSettings) -> list[JobSpec]:
@@ -287,7 +287,8 @@ class FaultInjector:
             time.sleep(fault.hold_s)
         finally:
             self._cluster.start_master(leader)
-        return f"SIGKILL master {leader} (leader); master {new_leader} leads after {took:.1f}s; master {leader} restarted"
+        return (f"SIGKILL master {leader} (leader); master {new_leader} leads after {took:.1f}s; "
+                f"master {leader} restarted")
 
     def _taskexecutor_kill(self, fault: PlannedFault) -> str:
         self._cluster.kill_task_executor(fault.target, signal.SIGKILL)
@@ -374,7 +375,8 @@ class FaultInjector:
                 if process is not None and process.poll() is not None:
                     log = cluster.log_dir / f"{kind}-{index}.log"
                     tail = log.read_text(errors="replace").splitlines()[-15:] if log.exists() else []
-                    crash = Crash(process=f"{kind}-{index}", exit_code=process.returncode, at=time.time(), log_tail=tail)
+                    crash = Crash(process=f"{kind}-{index}", exit_code=process.returncode, at=time.time(),
+                                  log_tail=tail)
                     self.crashes.append(crash)
                     self._echo(f"{crash.process} exited by itself with {crash.exit_code}; restarting it")
                     restart(index)

@@ -401,7 +401,8 @@ def judge_job(record: JobRecord, stored: StoredState, listing: dict[str, list[di
             problems.append(("lost", "no JobResult is stored and the leader does not list the job"))
         else:
             state = listed[0]["status"] if listed else "not listed"
-            problems.append(("hung", f"no JobResult answered within {settings.hang_after_s + settings.final_grace_s:.0f}s"
+            waited = settings.hang_after_s + settings.final_grace_s
+            problems.append(("hung", f"no JobResult answered within {waited:.0f}s"
                                      f" (GET /jobs: {state}; stored: {sorted(entries) or 'none'})"))
         return problems
     latency = record.latency_s or 0.0

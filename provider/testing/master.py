@@ -164,8 +164,8 @@ class ScriptedTaskExecutor:
         self.master.gateway.listen(self._on_gateway_call)
         return await self._client.register(
             self.master.url, self.master.session_id, task_executor_id=self.task_executor_id, hostname=self.hostname,
-            queue=f"sparkdispatch.te.{self.task_executor_id}", slots=self.slots, slot_report=SlotReport.free(self.slots),
-            spark_master="local[1]")
+            queue=f"sparkdispatch.te.{self.task_executor_id}", slots=self.slots,
+            slot_report=SlotReport.free(self.slots), spark_master="local[1]")
 
     async def end_job(self, job_id: str, outcome: TaskOutcome | Script = TaskOutcome()) -> None:
         """End the job's running tasks with `outcome`, and every later task of the job as well."""

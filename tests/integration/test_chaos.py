@@ -89,8 +89,9 @@ def finished_job() -> Case:
                        result=copy.deepcopy(result), result_at=1010.5)
     executions = [Execution(vertex, subtask, 0, f"{vertex}{subtask}", start=start, end=start + 0.5,
                             output={"rows": ROWS, "total": ROWS * (ROWS - 1)} if vertex == "summarize" else None)
-                  for vertex, subtask, start in [("produce", 0, 1001.0), ("produce", 1, 1001.0), ("transform", 0, 1003.0),
-                                                 ("transform", 1, 1003.0), ("summarize", 0, 1005.0)]]
+                  for vertex, subtask, start in [("produce", 0, 1001.0), ("produce", 1, 1001.0),
+                                                 ("transform", 0, 1003.0), ("transform", 1, 1003.0),
+                                                 ("summarize", 0, 1005.0)]]
     stored = StoredState(job_results={JOB: {"clean": copy.deepcopy(result)}}, archive={JOB: copy.deepcopy(result)})
     return Case(record, executions, stored, {JOB: [{"id": JOB, "status": "FINISHED"}]})
 

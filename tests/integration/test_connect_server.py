@@ -120,7 +120,7 @@ def test_stop_ends_the_whole_process_group_and_is_idempotent(server: ConnectServ
     assert processes_mentioning(server.work_dir) == []
     server.stop()
     with pytest.raises(ConnectServerError):
-        server.url
+        _ = server.url
 
 
 def test_a_bad_spark_master_fails_the_start_naming_the_log(tmp_path: Path) -> None:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import signal
 import time
+from functools import partial
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
@@ -42,7 +44,7 @@ class Timeline:
 
     def assert_no_overlap(self) -> None:
         intervals = self.intervals()
-        for (s1, e1, n1), (s2, e2, n2) in zip(intervals, intervals[1:]):
+        for (s1, e1, n1), (s2, _, n2) in itertools.pairwise(intervals):
             assert e1 <= s2, f"{n1} led {s1:.3f}-{e1:.3f} while {n2} led from {s2:.3f}"
 
 
@@ -102,6 +104,11 @@ async def contenders(config: Configuration, names: list[str],
             await contender.services.close()
 
 
+def another_leads(group: dict[str, Contender], former: Contender) -> bool:
+    """Exactly one contender of `group` leads, and it is not `former`."""
+    return len(current := leaders(group)) == 1 and current[0] is not former
+
+
 def leaders(group: dict[str, Contender]) -> list[Contender]:
     return [c for c in group.values() if c.session_id is not None]
 
@@ -132,8 +139,7 @@ async def test_graceful_stop_hands_over_and_intervals_never_overlap(zk_config: C
             seen_sessions.add(leader.session_id)
             stopped = time.monotonic()
             await leader.services.close()
-            await wait_until(lambda: len(leaders(group)) == 1 and leaders(group)[0] is not leader,
-                             what="a new leader")
+            await wait_until(partial(another_leads, group, leader), what="a new leader")
             print(f"graceful handover took {time.monotonic() - stopped:.3f}s")
     timeline.assert_no_overlap()
     assert len({session for c in group.values() for session in c.grants}) == 3  # fresh uuid per grant

@@ -8,6 +8,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -557,15 +558,15 @@ async def test_digest_acl_keeps_other_zookeeper_users_out(zk_config: Configurati
         jobgraph = f"{services.paths.jobgraphs}/{job}"
         for stranger in strangers:
             stranger.start()
-            for read in (lambda: stranger.get(jobgraph), lambda: stranger.get(services.paths.connection_info),
-                         lambda: stranger.get_children(services.paths.cluster),
-                         lambda: stranger.get_children(services.paths.latch)):
+            for read in (partial(stranger.get, jobgraph), partial(stranger.get, services.paths.connection_info),
+                         partial(stranger.get_children, services.paths.cluster),
+                         partial(stranger.get_children, services.paths.latch)):
                 with pytest.raises(NoAuthError):
                     read()
-            for write in (lambda: stranger.set(jobgraph, b"{}"), lambda: stranger.delete(jobgraph),
-                          lambda: stranger.create(f"{services.paths.jobgraphs}/{new_job_id()}", b"{}"),
-                          lambda: stranger.delete(services.paths.connection_info),
-                          lambda: stranger.create(f"{services.paths.latch}/x__lock__0000000000", b"")):
+            for write in (partial(stranger.set, jobgraph, b"{}"), partial(stranger.delete, jobgraph),
+                          partial(stranger.create, f"{services.paths.jobgraphs}/{new_job_id()}", b"{}"),
+                          partial(stranger.delete, services.paths.connection_info),
+                          partial(stranger.create, f"{services.paths.latch}/x__lock__0000000000", b"")):
                 with pytest.raises(NoAuthError):
                     write()
         assert await services.jobgraph_store.get(job) == graph(job)

@@ -14,7 +14,6 @@ import os
 import re
 import shutil
 import signal
-import textwrap
 import threading
 import time
 import uuid
@@ -228,8 +227,8 @@ def test_ctx_results_and_failures_of_one_job_in_its_slot_process(pool: SlotProce
     assert failed.state is ExecutionState.FAILED and failed.failure is not None
     assert (failed.failure.cls, failed.failure.message) == ("ValueError", "no sales on monday")
     assert 'raise ValueError("no sales on "' in failed.failure.traceback and "slot_tasks.py" in failed.failure.traceback
-    for entrypoint, cls in [("nowhere_module_x:task", "EntrypointNotFound"), ("slot_tasks:absent", "EntrypointNotFound"),
-                            ("slot_tasks:not_a_frame", "TypeError")]:
+    for entrypoint, cls in [("nowhere_module_x:task", "EntrypointNotFound"),
+                            ("slot_tasks:absent", "EntrypointNotFound"), ("slot_tasks:not_a_frame", "TypeError")]:
         end = run(pool, deployment(tmp_path, entrypoint, job_id=job_id, slot_index=1), [tasks])
         assert (end.state, end.failure.cls if end.failure else None) == (ExecutionState.FAILED, cls)
 

@@ -125,7 +125,8 @@ async def test_two_taskexecutors_run_a_pipeline_and_a_killed_one_vanishes(
 
         upstream = deployment(config, slot_on[tes[0].id], job_id, "extract", f"{module}:extract", key)
         await asyncio.to_thread(gateway.deploy, slot_on[tes[0].id], upstream, master.session_id)
-        await eventually(lambda: master.jobs.final(upstream.execution_id) is not None, "the upstream task", processes=tes)
+        await eventually(lambda: master.jobs.final(upstream.execution_id) is not None, "the upstream task",
+                         processes=tes)
         done = master.jobs.final(upstream.execution_id)
         assert done is not None and done.state is ExecutionState.FINISHED, done
         assert (done.rows, done.result_path, done.task_executor_id) == (10, upstream.result_path, tes[0].id)

@@ -176,7 +176,7 @@ async def test_a_standby_reads_the_leaders_overview_over_https(
                     break
                 assert time.monotonic() < deadline, overviews
                 await asyncio.sleep(0.2)
-            [leader] = [master for master, overview in zip(masters, overviews) if overview["is_leader"]]
+            [leader] = [master for master, overview in zip(masters, overviews, strict=True) if overview["is_leader"]]
             [standby] = [master for master in masters if master is not leader]
             async with SparkDispatchClient(addresses=[leader.address], tls=tls) as client:
                 # no TaskExecutor: the job waits for slots, running

@@ -152,7 +152,8 @@ def test_compose_refuses_to_start_without_the_token_and_puts_it_in_no_command_li
         compose: Path, services: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     result = run_compose(compose, "-f", str(COMPOSE_FILE), "config", "-q", variables={})
     assert result.returncode != 0
-    assert "required variable SPARKDISPATCH_AUTH_TOKEN is missing a value: set SPARKDISPATCH_AUTH_TOKEN" in result.stderr
+    assert ("required variable SPARKDISPATCH_AUTH_TOKEN is missing a value: set SPARKDISPATCH_AUTH_TOKEN"
+            in result.stderr)
     monkeypatch.setenv("SPARKDISPATCH_AUTH_TOKEN", "from-the-environment")
     for name in [*MASTERS, *TASK_EXECUTORS]:
         assert not any("token" in arg for arg in sparkdispatch_commands(services)[name]), name
@@ -356,7 +357,8 @@ def test_the_multi_host_topology_is_the_compose_deployment(services: dict[str, A
     assert topology == {name for name in services if name in (*ZOOKEEPERS, "redis", *MASTERS, *TASK_EXECUTORS)}
     assert topology == {*ZOOKEEPERS, "redis", *MASTERS, *TASK_EXECUTORS}
     commands = sparkdispatch_commands(services)
-    mounted = {host_file(services[name], "/etc/sparkdispatch/sparkdispatch.yaml") for name in (*MASTERS, *TASK_EXECUTORS)}
+    mounted = {host_file(services[name], "/etc/sparkdispatch/sparkdispatch.yaml")
+               for name in (*MASTERS, *TASK_EXECUTORS)}
     assert mounted == {hosts.COMPOSE_CONFIG}
     compose_file = "/etc/sparkdispatch/sparkdispatch.yaml"
     for name in MASTERS:

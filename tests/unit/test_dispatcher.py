@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +121,11 @@ def make_dispatcher(config: Configuration, ha: HighAvailabilityServices, *,
                       archive=JobArchive(ArchiveSettings.from_config(config), check=ha.check_leadership),
                       blob_store=ha.blob_store, new_job_master=new_job_master or FakeJobMaster,
                       cleanup=CleanupSettings.from_config(config))
+
+
+def settled(dispatcher: Dispatcher) -> bool:
+    """Whether the Dispatcher has no job left to run or clean up."""
+    return not dispatcher._jobs and not dispatcher._cleanups
 
 
 async def dirty_ids(ha: HighAvailabilityServices) -> set[str]:
@@ -307,7 +313,7 @@ async def test_while_it_recovers_every_call_answers_retry_after_and_no_job_start
     await first.start()
     await first.submit(finished)
     FakeJobMaster.created[0].finish()  # finished and cleaned up: only its archive entry is left
-    await until(lambda: not first._jobs and not first._cleanups)
+    await until(partial(settled, first))
     await first.stop()
     await ha.jobgraph_store.put(SESSION, running)
     entered, gate = asyncio.Event(), asyncio.Event()
@@ -374,7 +380,7 @@ async def test_a_cancel_in_flight_when_leadership_ends_is_finished_by_the_next_l
     second = make_dispatcher(config, ha)
     await second.start()
     [recovered] = FakeJobMaster.created
-    await until(lambda: not second._jobs and not second._cleanups)
+    await until(partial(settled, second))
     assert recovered.cancelled and not recovered.started  # cancelled, never run again
     result = await second.job_result("a" * 32)
     assert result is not None and result.status is JobStatus.CANCELED
@@ -470,7 +476,7 @@ async def test_a_job_master_that_cannot_start_ends_the_job_failed(config: Config
         await dispatcher.start()
         submission = await dispatcher.submit(graph(job_id=job_id))
         assert submission == Submission(job_id, True, JobStatus.FAILED)  # not a 500
-        await until(lambda: not dispatcher._jobs and not dispatcher._cleanups)  # no zombie job
+        await until(partial(settled, dispatcher))  # no zombie job
         result = await dispatcher.job_result(job_id)
         assert result is not None and result.status is JobStatus.FAILED
         assert result.failure is not None and result.failure.cls == cause
@@ -532,7 +538,7 @@ async def test_a_terminated_job_is_the_same_job_for_every_later_leader(config: C
     FakeJobMaster.created[0].finish(JobStatus.FAILED)
     # answered for with its status as soon as its result is out, before the archive has it
     assert await first.submit(graph()) == Submission("a" * 32, False, JobStatus.FAILED)
-    await until(lambda: not first._jobs and not first._cleanups)
+    await until(partial(settled, first))
     await first.stop()
 
     second = make_dispatcher(config, ha)
@@ -574,7 +580,7 @@ async def failed_at_b(dispatcher: Dispatcher) -> FakeJobMaster:
     job_master.done = {"a": {0: SubtaskProgress("/r/a/0", 3), 1: SubtaskProgress("/r/a/1", 4)},
                        "x": {0: SubtaskProgress(None, None)}}
     job_master.finish(JobStatus.FAILED)
-    await until(lambda: not dispatcher._jobs and not dispatcher._cleanups)
+    await until(partial(settled, dispatcher))
     return job_master
 
 
@@ -604,7 +610,7 @@ async def test_a_failed_job_is_repaired_under_its_id_reusing_the_other_results(c
         await dispatcher.repair(job_id, ["a"])
     assert refused.value.running and len(FakeJobMaster.created) == 2
     repairing.finish(JobStatus.FINISHED)
-    await until(lambda: not dispatcher._jobs and not dispatcher._cleanups)
+    await until(partial(settled, dispatcher))
     result = await dispatcher.job_result(job_id)
     assert result is not None and result.status is JobStatus.FINISHED
     archived = await dispatcher._archive.get(job_id)
@@ -669,7 +675,7 @@ async def test_a_repair_survives_a_failover_and_one_half_written_is_dropped(conf
     assert resumed.recovered_progress.repair == answer.repair and set(resumed.recovered_progress.finished) == {"a", "x"}
     assert [r.number for r in (await successor.job_snapshot(job_id)).repairs] == [1]
     resumed.finish(JobStatus.FAILED)
-    await until(lambda: not successor._jobs and not successor._cleanups)
+    await until(partial(settled, successor))
 
     async def lost(session_id: str, job_id: str) -> None:
         raise LeadershipLost("JobResult store")

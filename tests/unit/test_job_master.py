@@ -56,6 +56,7 @@ RESULTS = "/shared/results"
 DEFAULT_RESTART = restart_strategy_from_config(Configuration.from_mapping({}))  # for graphs that name none
 ARTIFACT = "f" * 64
 STEP_TIMEOUT_S = 10  # a hang fails the test instead of waiting for pytest's timeout
+THREE_RESTARTS = FixedDelayRestart(attempts=3, delay_s=0.0)
 
 
 @dataclass(frozen=True)
@@ -216,7 +217,7 @@ def graph_of(*vertices: JobVertex, restart: RestartStrategy | None = None) -> Jo
                     artifacts=(ARTIFACT,), config={"spark.sql.shuffle.partitions": "4"})
 
 
-def diamond(restart: RestartStrategy | None = FixedDelayRestart(attempts=3, delay_s=0.0)) -> JobGraph:
+def diamond(restart: RestartStrategy | None = THREE_RESTARTS) -> JobGraph:
     """extract (2) fans out to left (2) and right (2), which fan in to load (2)."""
     return graph_of(
         JobVertex("extract", "pipe:extract", 2, params={"n": 10}),
@@ -227,7 +228,7 @@ def diamond(restart: RestartStrategy | None = FixedDelayRestart(attempts=3, dela
     )
 
 
-def chain(restart: RestartStrategy | None = FixedDelayRestart(attempts=3, delay_s=0.0)) -> JobGraph:
+def chain(restart: RestartStrategy | None = THREE_RESTARTS) -> JobGraph:
     return graph_of(JobVertex("a", "pipe:a", 2), JobVertex("b", "pipe:b", 1, ("a",)), restart=restart)
 
 
@@ -358,7 +359,8 @@ async def test_fan_out_fan_in_runs_in_batch_order_and_finishes() -> None:
         if d.tdd.vertex_id == "left")
     assert len(h.gateway.deployments) == 8 and len(h.store.records) == 8
     assert h.rm.declarations[-1] == 0 and not h.rm.allocated and len(h.rm.released) == 8
-    assert job_details(h.jm.snapshot())["status"] == "FINISHED" and job_details(h.jm.snapshot())["end_time"] == result.end_time
+    details = job_details(h.jm.snapshot())
+    assert details["status"] == "FINISHED" and details["end_time"] == result.end_time
     overview = flink_job_details(h.jm.overview())
     assert overview["state"] == "FINISHED" and overview["tasks"]["finished"] == 8 and overview["tasks"]["total"] == 8
     await h.jm.join()
@@ -920,7 +922,7 @@ async def test_an_execution_fails_over_only_after_the_grace_and_heartbeats_in_a_
     h.jm.task_executor_heartbeat(te, [Report(JOB_ID, lost.tdd.execution_id, ExecutionState.DEPLOYING)] +
                                  (listing(other) if other_te == te else []))
     assert h.jm.execution_graph.subtask(lost.subtask).current.attempt == 0  # it arrived after all: listed
-    for heartbeat in range(2):
+    for _ in range(2):
         assert h.jm.execution_graph.subtask(lost.subtask).current.attempt == 0
         h.jm.task_executor_heartbeat(te, listing(other) if other_te == te else [])
     if isinstance(restart, NoRestart):

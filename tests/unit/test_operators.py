@@ -59,7 +59,8 @@ class Cluster:
     def posts(self) -> list[str]:
         """The job ids of every `POST /jobs` the master received, in order."""
         assert self.master.proxy is not None
-        return [json.loads(r.body)["job_id"] for r in self.master.proxy.requests if (r.method, r.path) == ("POST", "/jobs")]
+        return [json.loads(r.body)["job_id"] for r in self.master.proxy.requests
+                if (r.method, r.path) == ("POST", "/jobs")]
 
     def end_new_jobs(self, script: Script | None) -> None:
         """How the tasks of jobs not ended by `end` go on: `finish`, `fail_b`, or None (keep running)."""
@@ -310,7 +311,8 @@ def test_artifacts_are_uploaded_and_added_to_the_graph(cluster: Cluster, tmp_pat
 def test_a_graph_file_is_found_beside_the_dag_and_rendered(tmp_path: Path) -> None:
     (tmp_path / "graphs").mkdir()
     (tmp_path / "graphs" / "g.yaml").write_text(
-        "name: rows-{{ params.rows }}\nvertices:\n  - {id: a, entrypoint: 'm:f', params: {rows: '{{ params.rows }}'}}\n")
+        "name: rows-{{ params.rows }}\n"
+        "vertices:\n  - {id: a, entrypoint: 'm:f', params: {rows: '{{ params.rows }}'}}\n")
 
     class Dag:
         folder = str(tmp_path)
@@ -454,7 +456,8 @@ def sales_group(**vertex_kwargs: Any) -> tuple[Any, Any]:
     from sparkdispatch.operators import SparkDispatchJobGroup, SparkDispatchVertexOperator
 
     with DAG("sales_dag", schedule=None, start_date=datetime(2026, 1, 1)) as dag:
-        with SparkDispatchJobGroup(group_id="sales", job_name="sales-report", config={"spark.sql.shuffle.partitions": 4},
+        with SparkDispatchJobGroup(group_id="sales", job_name="sales-report",
+                                   config={"spark.sql.shuffle.partitions": 4},
                                    restart_strategy={"type": "fixed-delay", "attempts": 1, "delay_s": 0}) as group:
             a = SparkDispatchVertexOperator(task_id="a", entrypoint="pipelines.sales:generate",
                                             params={"run": "{{ ti.run_id }}"}, **vertex_kwargs)
@@ -628,7 +631,7 @@ def test_a_decorated_task_names_its_connection_outside_a_group_and_may_not_diffe
         with DAG("conn_dag_2", schedule=None, start_date=datetime(2026, 1, 1)):
             with SparkDispatchJobGroup(group_id="other"):
                 @task.sparkdispatch(conn_id="sparkdispatch_prod")
-                def inside(ctx: Any) -> Any:  # noqa: F811 - a second DAG's task of the same name
+                def inside(ctx: Any) -> Any:  # a second DAG's task of the same name
                     return ctx.spark.range(1)
 
                 inside()

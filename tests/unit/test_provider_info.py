@@ -11,9 +11,9 @@ from importlib import metadata, resources
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="sparkdispatch-airflow-home-"))
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 
-import jsonschema  # noqa: E402
+import jsonschema
 
-from sparkdispatch import get_provider_info  # noqa: E402
+from sparkdispatch import get_provider_info
 
 
 def airflow_schema(name: str) -> dict:

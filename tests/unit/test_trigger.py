@@ -13,16 +13,17 @@ from typing import Any
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="sparkdispatch-airflow-home-"))
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 
-import pytest  # noqa: E402
+import pytest
 
-from sparkdispatch.client import SparkDispatchClient  # noqa: E402
-from sparkdispatch.jobgraph import ExecutionState, Failure  # noqa: E402
-from sparkdispatch.operators import JobResultTrigger  # noqa: E402
-from sparkdispatch.testing.master import InProcessMaster, TaskOutcome, finish_every_task  # noqa: E402
-from sparkdispatch.testing.proxy import RecordingProxy  # noqa: E402
+from sparkdispatch.client import SparkDispatchClient
+from sparkdispatch.jobgraph import ExecutionState, Failure
+from sparkdispatch.operators import JobResultTrigger
+from sparkdispatch.testing.master import InProcessMaster, TaskOutcome, finish_every_task
+from sparkdispatch.testing.proxy import RecordingProxy
 
 JOB = "fedcba9876543210fedcba9876543210"
-GRAPH = {"job_id": JOB, "name": "j", "vertices": [{"id": "a", "entrypoint": "m:f"}], "restart_strategy": {"type": "none"}}
+GRAPH = {"job_id": JOB, "name": "j", "vertices": [{"id": "a", "entrypoint": "m:f"}],
+         "restart_strategy": {"type": "none"}}
 QUICK_POLLS = {"rest.execution-result.long-poll": "50ms"}
 
 

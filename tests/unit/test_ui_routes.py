@@ -58,7 +58,8 @@ class FakeView:
             raise self.standby_error
         return self.tms
 
-    async def attempt_log(self, job_id: str, vertex_id: str, subtask: int, attempt: int | None) -> dict[str, Any] | None:
+    async def attempt_log(self, job_id: str, vertex_id: str, subtask: int,
+                          attempt: int | None) -> dict[str, Any] | None:
         if job_id not in self.jobs_by_id:
             raise UnknownJob(job_id)
         text = self.logs.get((vertex_id, subtask, attempt))
@@ -79,7 +80,8 @@ def failed_job() -> dict[str, Any]:
     return {
         "id": JOB_ID, "name": "sales", "status": "FAILED", "start_time": 1_700_000_000_000,
         "end_time": 1_700_000_004_200,
-        "vertices": [vertex("extract", "FINISHED", []), vertex("clean", "FAILED", ["extract"], parallelism=2, attempt=2)],
+        "vertices": [vertex("extract", "FINISHED", []),
+                     vertex("clean", "FAILED", ["extract"], parallelism=2, attempt=2)],
         "result": {
             "job_id": JOB_ID, "name": "sales", "status": "FAILED", "start_time": 1_700_000_000_000,
             "end_time": 1_700_000_004_200, "duration_ms": 4200,
