@@ -136,13 +136,13 @@ class Leader:
         self._lock = threading.Lock()
 
     def url(self, *, deadline: float) -> str | None:
+        """The leader's address; None if no master leads before `deadline` (monotonic seconds)."""
         with self._lock:
-            while self._url is None and time.monotonic() < deadline:
-                index = self._cluster.leader_index()
-                if index is None:
-                    time.sleep(0.2)
-                else:
-                    self._url = self._cluster.master_url(index)
+            if self._url is None:
+                try:
+                    self._url = self._cluster.leader_url(max(0.0, deadline - time.monotonic()), watch=False)
+                except TimeoutError:
+                    pass
             return self._url
 
     def forget(self, url: str | None) -> None:
@@ -319,12 +319,8 @@ class FaultInjector:
         return f"ZooKeeper SIGSTOPped for {fault.hold_s:.1f}s"
 
     def _leader(self, deadline: float, *, exclude: int | None = None) -> int:
-        while time.monotonic() < deadline:
-            index = self._cluster.leader_index()
-            if index is not None and index != exclude:
-                return index
-            time.sleep(0.1)
-        raise TimeoutError("no master led")
+        return self._cluster.wait_for_leader(timeout=max(0.0, deadline - time.monotonic()), exclude=exclude,
+                                             watch=False)
 
     def heal(self, *, since: float) -> str | None:
         """Wait until a master leads, every master answers and every TaskExecutor has heartbeated the
