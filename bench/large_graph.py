@@ -39,17 +39,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from common import (
-    bench_main,
-    cpu_seconds,
-    load_average,
-    median,
-    percentile,
-    print_table,
-    scratch_dir,
-    stop_process,
-    write_results,
-)
+from harness.processes import cpu_seconds, stop_process
+from harness.reporting import load_average, median, percentile, print_table, write_results
+from harness.running import bench_main, scratch_dir
 
 GOAL_MS = 100.0
 POLLED = ("/overview", "/jobs/overview")

@@ -49,30 +49,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from common import (
-    BENCH_TASKS,
-    CLUSTER_START_TIMEOUT_S,
-    TASKS_DIR,
-    VENV_BIN,
-    BenchCluster,
-    ConnectClient,
-    PySpy,
-    Standalone,
-    add_run_options,
-    bench_env,
-    bench_main,
-    chain_graph,
-    cluster_config,
-    cpu_seconds,
-    load_average,
-    load_change,
-    median,
-    print_table,
-    save_results,
-    scratch_dir,
-    stop_process,
-    tree_cpu_seconds,
-)
+from harness.clusters import CLUSTER_START_TIMEOUT_S, BenchCluster, cluster_config
+from harness.connect_floor import ConnectClient
+from harness.graphs import chain_graph
+from harness.paths import BENCH_TASKS, TASKS_DIR, VENV_BIN
+from harness.processes import cpu_seconds, stop_process, tree_cpu_seconds
+from harness.profiling import PySpy
+from harness.reporting import load_average, load_change, median, print_table, save_results
+from harness.running import add_run_options, bench_env, bench_main, scratch_dir
+from harness.standalone import Standalone
 
 from sparkdispatch.config import Configuration
 from sparkdispatch.testing.services import RedisServer, ZooKeeperServer

@@ -43,27 +43,14 @@ from functools import reduce
 from pathlib import Path
 from typing import Any
 
-from common import (
-    CLUSTER_START_TIMEOUT_S,
-    DAGS_DIR,
-    ConnectClient,
-    Standalone,
-    add_pipeline_options,
-    add_run_options,
-    bench_main,
-    cpu_seconds,
-    descendants,
-    load_average,
-    load_change,
-    median,
-    pipelines_artifact,
-    print_table,
-    process_cmdline,
-    sales_graph,
-    save_results,
-    scratch_dir,
-    tree_cpu_seconds,
-)
+from harness.clusters import CLUSTER_START_TIMEOUT_S
+from harness.connect_floor import ConnectClient
+from harness.graphs import pipelines_artifact, sales_graph
+from harness.paths import DAGS_DIR
+from harness.processes import cpu_seconds, descendants, process_cmdline, tree_cpu_seconds
+from harness.reporting import load_average, load_change, median, print_table, save_results
+from harness.running import add_pipeline_options, add_run_options, bench_main, scratch_dir
+from harness.standalone import Standalone
 
 from sparkdispatch.config import Configuration
 from sparkdispatch.standalone import standalone_config
