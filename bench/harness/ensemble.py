@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,12 +14,15 @@ from harness.running import scratch_dir
 
 from sparkdispatch.testing.hosts import CLUSTER_TOKEN, MultiHostCluster
 from sparkdispatch.testing.http import http_json
+from sparkdispatch.testing.job_result import wait_for_result
+from sparkdispatch.testing.local_cluster import single_leader
 
 
 class Ensemble:
     """A started MultiHostCluster (sparkdispatch.testing.hosts) as a benchmark on the bridge sees it:
     blocking calls to its masters (index 0 and 1, on hosts master-1 and master-2), which one leads,
-    and a master cut off from the network (`cut`) and back (`heal`)."""
+    and a master cut off from the network (`cut`) and back (`heal`). A wait given it (`processes`) ends
+    when one of its processes exits."""
 
     def __init__(self, cluster: MultiHostCluster) -> None:
         self.cluster = cluster
@@ -75,13 +77,7 @@ class Ensemble:
 
     def wait_for_leader(self, *, timeout: float = 60.0) -> int:
         """The index of the one master that leads, once there is exactly one."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            self.alive()
-            if len(leaders := self.leaders()) == 1:
-                return leaders[0]
-            time.sleep(0.1)
-        raise TimeoutError(f"no single leader within {timeout:.0f}s; logs in {self.log_dir}")
+        return single_leader(self.leaders, timeout=timeout, processes=[self])
 
     def cut(self, index: int) -> None:
         assert self.cluster.network is not None
@@ -94,27 +90,19 @@ class Ensemble:
         self.cut_off.discard(index)
 
     def wait_for_result(self, job_id: str, *, timeout: float = 180.0) -> dict[str, Any]:
-        """Poll the masters not cut off (a standby answers 503) until the job's JobResult exists."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for index, master in enumerate(self.masters):
-                if index in self.cut_off:
-                    continue
-                try:
-                    status, body = master.request("GET", f"/jobs/{job_id}/execution-result", timeout=10)
-                except OSError:
-                    continue
-                if status == 200 and body["status"]["id"] == "COMPLETED":
-                    return dict(body["job_execution_result"])
-            time.sleep(0.1)
-        raise TimeoutError(f"job {job_id} did not finish within {timeout:.0f}s; logs in {self.log_dir}")
+        """The job's JobResult, asked of every master not cut off (a standby answers 503)."""
+        return wait_for_result(lambda: [self.master_url(index) for index in range(len(self.masters))
+                                        if index not in self.cut_off],
+                               job_id, token=CLUSTER_TOKEN, timeout=timeout)
 
-    def alive(self) -> bool:
-        """True, or RuntimeError with its log's tail if a process of the cluster exited."""
+    def exited(self) -> str | None:
         for name, process in self.cluster.processes.items():
             if process.poll() is not None:
-                raise RuntimeError(f"{name} exited with {process.returncode}:\n{self.cluster.log_tail(name)}")
-        return True
+                return f"{name} exited with {process.returncode}:\n{self.cluster.log_tail(name)}"
+        return None
+
+    def logs(self) -> str:
+        return f"logs in {self.log_dir}"
 
 
 @contextlib.contextmanager
@@ -135,7 +123,7 @@ def ensemble_cluster(work_dir: Path | None, prefix: str, *, task_executors: int,
             cluster.start()
             ensemble = Ensemble(cluster)
             leader = ensemble.masters[ensemble.wait_for_leader(timeout=CLUSTER_START_TIMEOUT_S)]
-            leader.wait_for_task_executors(task_executors, timeout=CLUSTER_START_TIMEOUT_S, alive=ensemble.alive)
+            leader.wait_for_task_executors(task_executors, timeout=CLUSTER_START_TIMEOUT_S, processes=[ensemble])
             yield ensemble
         finally:
             cluster.stop()

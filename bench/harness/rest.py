@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from sparkdispatch.testing.http import http_json, upload_artifact
+from sparkdispatch.testing.job_result import wait_for_result
+from sparkdispatch.testing.waiting import Watched, eventually_blocking
 
 
 class Rest:
-    """Blocking calls to one master's REST endpoint (JSON bodies), for masters not in a LocalCluster."""
+    """Blocking calls to one master's REST endpoint (JSON bodies)."""
 
     def __init__(self, base_url: str, *, token: str = "") -> None:
         self.base_url = base_url.rstrip("/")
@@ -27,14 +29,9 @@ class Rest:
         return str(body["job_id"])
 
     def wait_for_result(self, job_id: str, *, timeout: float = 300.0) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            status, body = self.request("GET", f"/jobs/{job_id}/execution-result", timeout=30)
-            if status == 200 and body["status"]["id"] == "COMPLETED":
-                return dict(body["job_execution_result"])
-            if status != 200:
-                raise RuntimeError(f"execution-result of {job_id} answered {status}: {body}")
-        raise TimeoutError(f"job {job_id} did not finish within {timeout:.0f}s")
+        """The job's JobResult; an answer other than 200 is a RuntimeError at once."""
+        return wait_for_result(lambda: [self.base_url], job_id, token=self.token, timeout=timeout, strict=True,
+                               request_timeout=30.0)
 
     def run_job(self, graph: dict[str, Any], *, timeout: float) -> tuple[float, float]:
         """Submit `graph` and wait for its result: (seconds from POST to the result, the master's duration of
@@ -49,16 +46,16 @@ class Rest:
     def upload_artifact(self, path: Path) -> str:
         return upload_artifact(self.base_url, path, token=self.token)
 
-    def wait_for_task_executors(self, count: int, *, timeout: float, alive: Callable[[], bool]) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not alive():
-                raise RuntimeError(f"the master at {self.base_url} exited")
-            try:
-                status, body = self.request("GET", "/overview", timeout=3)
-                if status == 200 and body.get("taskmanagers", 0) >= count:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.2)
-        raise TimeoutError(f"{count} TaskExecutor(s) did not register at {self.base_url} within {timeout:.0f}s")
+    def overview(self) -> dict[str, Any] | None:
+        """The master's `GET /overview`; None without an answer."""
+        try:
+            status, body = self.request("GET", "/overview", timeout=3)
+        except OSError:
+            return None
+        return dict(body) if status == 200 else None
+
+    def wait_for_task_executors(self, count: int, *, timeout: float, processes: Sequence[Watched]) -> None:
+        """Until the master lists `count` TaskExecutors; a wait that fails at once if one of `processes` ends."""
+        eventually_blocking(lambda: (overview := self.overview()) is not None and overview["taskmanagers"] >= count,
+                            f"{count} TaskExecutor(s) registered at {self.base_url}", timeout=timeout, interval=0.2,
+                            processes=processes)

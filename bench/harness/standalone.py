@@ -12,13 +12,15 @@ from harness.processes import child_pids, descendants, kill_pids, stop_process
 from harness.rest import Rest
 from harness.running import bench_env
 
+from sparkdispatch.testing.services import file_tail, free_port
 
 
 class Standalone:
     """`sparkdispatch standalone` as a child process: a free REST port, storage and logs under `storage`.
 
     `overrides` are `-D` keys; `start()` returns when every TaskExecutor registered. `stop()`
-    ends the standalone (which stops its TaskExecutors) and then whatever of theirs is left.
+    ends the standalone (which stops its TaskExecutors) and then whatever of theirs is left. A wait
+    given it (`processes`) ends when the standalone exits.
     """
 
     def __init__(self, storage: Path, *, slots: int, overrides: dict[str, Any] | None = None,
@@ -38,8 +40,6 @@ class Standalone:
 
     def launch(self) -> None:
         """Start the process and return at once (see `wait_until_ready`)."""
-        from sparkdispatch.testing.services import free_port
-
         self.port = free_port()
         self.rest = Rest(f"http://127.0.0.1:{self.port}")
         argv = [sys.executable, "-m", "sparkdispatch.cli", "--log-level", self.log_level,
@@ -53,9 +53,8 @@ class Standalone:
                                             env=bench_env(), start_new_session=True)
 
     def wait_until_ready(self, timeout: float, taskexecutors: int = 1) -> None:
-        process = self.process
-        assert process is not None
-        self.rest.wait_for_task_executors(taskexecutors, timeout=timeout, alive=lambda: process.poll() is None)
+        assert self.process is not None
+        self.rest.wait_for_task_executors(taskexecutors, timeout=timeout, processes=[self])
         self._task_executors = self.task_executor_pids()
 
     def start(self, timeout: float) -> float:
@@ -64,6 +63,15 @@ class Standalone:
         self.launch()
         self.wait_until_ready(timeout)
         return time.monotonic() - begin
+
+    def exited(self) -> str | None:
+        if self.process is None or self.process.poll() is None:
+            return None
+        return (f"the standalone at {self.rest.base_url} exited with {self.process.returncode}:\n"
+                f"{file_tail(self.log_dir / 'standalone.log', 40)}")
+
+    def logs(self) -> str:
+        return f"logs in {self.log_dir}"
 
     def task_executor_pids(self) -> list[int]:
         """The TaskExecutor processes: the standalone's children (Celery renames them `celeryd: ...`)."""
