@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import subprocess
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol, TypeVar, overload
@@ -34,6 +35,27 @@ class Watched(Protocol):
 
     def logs(self) -> str:
         """What a timed-out wait reports of it: its log's tail, or where its logs are."""
+
+
+class WatchedProcess:
+    """A child process a test started, as its waits watch it: `log()` gives what it wrote (its tail is
+    reported when it exits or a wait times out)."""
+
+    def __init__(self, name: str, process: subprocess.Popen[bytes], log: Callable[[], str]) -> None:
+        self.name = name
+        self.process = process
+        self.log = log
+
+    def exited(self) -> str | None:
+        if self.process.poll() is None:
+            return None
+        return f"{self.name} exited with {self.process.returncode}:\n{self._tail()}"
+
+    def logs(self) -> str:
+        return f"--- {self.name}\n{self._tail()}"
+
+    def _tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log().splitlines()[-lines:])
 
 
 class WaitTimedOut(TimeoutError, AssertionError):

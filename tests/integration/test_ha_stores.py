@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -45,6 +44,7 @@ from sparkdispatch.settings import ArchiveSettings
 from sparkdispatch.snapshot import JobSnapshot
 from sparkdispatch.testing.contender import RecordingContender, leading
 from sparkdispatch.testing.services import ZooKeeperServer
+from sparkdispatch.testing.waiting import eventually
 
 WAIT = 30.0
 
@@ -68,14 +68,6 @@ def result(job_id: str, status: JobStatus = JobStatus.FINISHED) -> JobResult:
 def archived(job_id: str, status: JobStatus) -> ArchivedJob:
     job = result(job_id, status)
     return ArchivedJob(job, JobSnapshot.from_result(job), fingerprint="fp")
-
-
-async def wait_until(predicate, timeout: float = WAIT, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 @pytest.fixture(params=["none", "zookeeper"])
@@ -399,7 +391,6 @@ async def test_a_removed_job_result_lets_a_repair_write_a_new_one(config: Config
         assert await store.get(job) == JobResultEntry(result(job), "fp")
 
 
-
 # ---------------------------------------------------------------------------- JobResult store contract
 
 
@@ -553,7 +544,7 @@ async def test_digest_acl_keeps_other_zookeeper_users_out(zk_config: Configurati
         services.election.confirm_leadership(session, "http://leader:8081")
         retrieval = services.create_retrieval()
         retrieval.start()
-        await wait_until(lambda: retrieval.current() is not None, what="leader info")
+        await eventually(lambda: retrieval.current() is not None, what="leader info")
         assert await services.jobgraph_store.get(job) == graph(job)
         jobgraph = f"{services.paths.jobgraphs}/{job}"
         for stranger in strangers:

@@ -14,6 +14,7 @@ from sparkdispatch.cli import main
 from sparkdispatch.jobgraph import ExecutionState, Failure
 from sparkdispatch.protocol import TaskDeploymentDescriptor
 from sparkdispatch.testing.master import InProcessMaster, TaskOutcome
+from sparkdispatch.testing.waiting import eventually
 
 
 def write_log_then_end(tdd: TaskDeploymentDescriptor) -> TaskOutcome | None:
@@ -99,12 +100,11 @@ def test_ctrl_c_while_waiting_asks_on_a_terminal_whether_to_cancel_the_job(
         async with SparkDispatchClient(addresses=[master.url]) as client:
             submitted = await client.submit({"name": "long", "vertices": [{"id": "forever", "entrypoint": "m:f"}]})
             await _offer_cancel(client, submitted.job_id)
-            for _ in range(200):
-                details = await client.job(submitted.job_id)
-                if details["status"] == status:
-                    break
-                await asyncio.sleep(0.02)
-            return str(details["status"])
+            async def reached() -> str | None:
+                current = str((await client.job(submitted.job_id))["status"])
+                return current if current == status else None
+
+            return await eventually(reached, f"the job to be {status}")
 
     assert asyncio.run(ctrl_c()) == status
     err = capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""The Dispatcher over the real standalone HA stores, with a small fake JobMaster."""
+"""The Dispatcher over the real standalone HA stores, with small fake JobMasters (`FakeJobMaster`)."""
 
 from __future__ import annotations
 
@@ -31,63 +31,11 @@ from sparkdispatch.jobgraph import ExecutionState, JobGraph, JobResult, JobStatu
 from sparkdispatch.repair import RepairAnswer
 from sparkdispatch.rest.views import flink_job_details, job_details, job_summary
 from sparkdispatch.settings import ArchiveSettings, CleanupSettings
-from sparkdispatch.snapshot import JobOverview, JobSnapshot
 from sparkdispatch.testing.contender import leading
+from sparkdispatch.testing.fake_job_master import FakeJobMaster
+from sparkdispatch.testing.waiting import eventually
 
 SESSION = "00000000-0000-0000-0000-000000000000"
-
-
-class FakeJobMaster:
-    """Runs nothing: the test ends the job by resolving `result_future`."""
-
-    created: list[FakeJobMaster] = []
-
-    def __init__(self, graph: JobGraph, recovered_progress: JobProgress | None) -> None:
-        self.graph = graph
-        self.recovered_progress = recovered_progress
-        self.result_future: asyncio.Future[JobResult] = asyncio.get_running_loop().create_future()
-        self.status = JobStatus.INITIALIZING
-        self.cancelled = False
-        self.suspended = False
-        self.started = False
-        self.done: dict[str, dict[int, SubtaskProgress]] = {}  # what `finished()` reports
-        FakeJobMaster.created.append(self)
-
-    def start(self) -> None:
-        self.started = True
-        self.status = JobStatus.RUNNING
-
-    def finish(self, status: JobStatus = JobStatus.FINISHED) -> None:
-        self.status = status
-        if status is JobStatus.FINISHED:
-            self.done = {v.id: {i: SubtaskProgress(f"/results/{v.id}/{i}", 1) for i in range(v.parallelism)}
-                         for v in self.graph.vertices}
-        assert self.graph.job_id is not None
-        self.result_future.set_result(JobResult(
-            job_id=self.graph.job_id, name=self.graph.name, status=status, start_time=1, end_time=5,
-            vertices={v.id: VertexResult(state=ExecutionState.FINISHED, attempts=1) for v in self.graph.vertices}))
-
-    async def cancel(self) -> None:
-        self.cancelled = True
-        self.finish(JobStatus.CANCELED)
-
-    def suspend(self) -> None:
-        self.suspended = True
-        self.status = JobStatus.SUSPENDED
-
-    def overview(self) -> JobOverview:
-        assert self.graph.job_id is not None
-        return JobOverview(job_id=self.graph.job_id, name=self.graph.name, status=self.status, start_time=1,
-                           end_time=None, duration_ms=0, last_modification=1)
-
-    def snapshot(self) -> JobSnapshot:
-        return JobSnapshot(self.overview())
-
-    async def snapshot_off_loop(self) -> JobSnapshot:
-        return self.snapshot()
-
-    def finished(self) -> dict[str, dict[int, SubtaskProgress]]:
-        return self.done
 
 
 def graph(name: str = "job", job_id: str | None = "a" * 32) -> JobGraph:
@@ -115,7 +63,7 @@ async def ha(config: Configuration) -> Any:
 
 def make_dispatcher(config: Configuration, ha: HighAvailabilityServices, *,
                     new_job_master: Any = None) -> Dispatcher:
-    FakeJobMaster.created = []
+    FakeJobMaster.reset()
     return Dispatcher(session_id=SESSION, address="http://master:8081", jobgraph_store=ha.jobgraph_store,
                       job_result_store=ha.job_result_store, progress_store=ha.progress_store,
                       archive=JobArchive(ArchiveSettings.from_config(config), check=ha.check_leadership),
@@ -130,12 +78,6 @@ def settled(dispatcher: Dispatcher) -> bool:
 
 async def dirty_ids(ha: HighAvailabilityServices) -> set[str]:
     return set(await ha.job_result_store.dirty_job_ids())
-
-
-async def until(predicate: Any, timeout: float = 10.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not predicate():
-            await asyncio.sleep(0.01)
 
 
 async def test_submission_is_persisted_and_idempotent(config: Configuration, ha: Any) -> None:
@@ -172,7 +114,7 @@ async def test_a_finished_job_is_archived_cleaned_and_never_run_again(config: Co
     await dispatcher.start()
     await dispatcher.submit(graph())
     FakeJobMaster.created[0].finish()
-    await until(lambda: "a" * 32 not in dispatcher._cleanups and not dispatcher._jobs)
+    await eventually(lambda: "a" * 32 not in dispatcher._cleanups and not dispatcher._jobs, "the job cleaned up")
     assert await ha.jobgraph_store.job_ids() == set()
     assert "a" * 32 not in await dirty_ids(ha)
     # the same graph again is the same job: answered with its status, never run again
@@ -195,7 +137,7 @@ async def test_cancel(config: Configuration, ha: Any) -> None:
     await dispatcher.submit(graph())
     await dispatcher.cancel("a" * 32)
     assert FakeJobMaster.created[0].cancelled
-    await until(lambda: not dispatcher._jobs)
+    await eventually(lambda: not dispatcher._jobs, "no job left")
     await dispatcher.cancel("a" * 32)  # idempotent for a cancelled job
     with pytest.raises(UnknownJob):
         await dispatcher.cancel("b" * 32)
@@ -229,7 +171,7 @@ async def test_recovery_cleans_dirty_jobs_and_resumes_the_rest(config: Configura
     await dispatcher.start()
     assert [m.graph.job_id for m in FakeJobMaster.created] == ["b" * 32]  # the finished job is not re-run
     assert FakeJobMaster.created[0].recovered_progress is not None
-    await until(lambda: "a" * 32 not in dispatcher._cleanups)
+    await eventually(lambda: "a" * 32 not in dispatcher._cleanups, "the job's cleanup")
     assert await ha.jobgraph_store.job_ids() == {"b" * 32}
     assert "a" * 32 not in await dirty_ids(ha)
     result = await dispatcher.job_result("a" * 32)
@@ -255,7 +197,8 @@ async def test_a_failing_cleanup_is_retried_until_it_succeeds(config: Configurat
 
     monkeypatch.setattr(ha.jobgraph_store, "remove", flaky_remove)
     FakeJobMaster.created[0].finish()
-    await until(lambda: failures["left"] == 0 and "a" * 32 not in dispatcher._cleanups)
+    await eventually(lambda: failures["left"] == 0 and "a" * 32 not in dispatcher._cleanups,
+                     "the cleanup after its failures")
     assert await ha.jobgraph_store.job_ids() == set()
     assert "a" * 32 not in await dirty_ids(ha)
     await dispatcher.stop()
@@ -294,7 +237,7 @@ async def test_running_and_archived_jobs_are_listed_newest_first(config: Configu
     await dispatcher.start()
     await dispatcher.submit(graph(job_id="a" * 32))
     FakeJobMaster.created[0].finish()  # archived, started at 1
-    await until(lambda: not dispatcher._jobs)
+    await eventually(lambda: not dispatcher._jobs, "no job left")
     await dispatcher.submit(graph(job_id="b" * 32))  # running, started at 1 too: the id breaks the tie
     assert [(o.job_id, o.status) for o in dispatcher.job_overviews()] == [
         ("b" * 32, JobStatus.RUNNING), ("a" * 32, JobStatus.FINISHED)]
@@ -313,7 +256,7 @@ async def test_while_it_recovers_every_call_answers_retry_after_and_no_job_start
     await first.start()
     await first.submit(finished)
     FakeJobMaster.created[0].finish()  # finished and cleaned up: only its archive entry is left
-    await until(partial(settled, first))
+    await eventually(partial(settled, first), "the first Dispatcher settled")
     await first.stop()
     await ha.jobgraph_store.put(SESSION, running)
     entered, gate = asyncio.Event(), asyncio.Event()
@@ -351,36 +294,24 @@ async def test_while_it_recovers_every_call_answers_retry_after_and_no_job_start
 # ---------------------------------------------------------------------------- cancel persisted (item 4)
 
 
-class SlowCancelJobMaster(FakeJobMaster):
-    """Its cancel takes until `gate` opens; a suspended job is then not cancelled (as the JobMaster's)."""
-
-    gate: asyncio.Event
-
-    async def cancel(self) -> None:
-        self.cancelled = True
-        await SlowCancelJobMaster.gate.wait()
-        if self.status is not JobStatus.SUSPENDED:
-            self.finish(JobStatus.CANCELED)
-
-
 async def test_a_cancel_in_flight_when_leadership_ends_is_finished_by_the_next_leader(
         config: Configuration, ha: Any) -> None:
-    SlowCancelJobMaster.gate = asyncio.Event()
-    first = make_dispatcher(config, ha, new_job_master=SlowCancelJobMaster)
+    first = make_dispatcher(config, ha)
+    gate = FakeJobMaster.cancel_gate = asyncio.Event()  # its cancel takes until the gate opens
     await first.start()
     await first.submit(graph())
     cancel = asyncio.create_task(first.cancel("a" * 32))
-    await until(lambda: FakeJobMaster.created[0].cancelled)
+    await eventually(lambda: FakeJobMaster.created[0].cancelled, "the cancel to reach the JobMaster")
     assert (await ha.progress_store.get("a" * 32)).cancel_requested  # persisted before the answer
     await first.stop()  # leadership lost while the cancel is in flight: the job is only suspended
-    SlowCancelJobMaster.gate.set()
+    gate.set()
     await cancel  # answered: 202
     assert FakeJobMaster.created[0].status is JobStatus.SUSPENDED
 
     second = make_dispatcher(config, ha)
     await second.start()
     [recovered] = FakeJobMaster.created
-    await until(partial(settled, second))
+    await eventually(partial(settled, second), "the second Dispatcher settled")
     assert recovered.cancelled and not recovered.started  # cancelled, never run again
     result = await second.job_result("a" * 32)
     assert result is not None and result.status is JobStatus.CANCELED
@@ -423,7 +354,7 @@ async def test_a_stored_job_that_cannot_be_read_fails_alone_and_the_others_recov
     await dispatcher.start()
 
     assert [m.graph.job_id for m in FakeJobMaster.created] == [good]
-    await until(lambda: not dispatcher._cleanups and set(dispatcher._jobs) == {good})
+    await eventually(lambda: not dispatcher._cleanups and set(dispatcher._jobs) == {good}, "only the good job left")
     for job_id, cause in ((broken, "not valid JSON"), (refused, "spark.executor.memory"),
                           (unreadable_result, "cannot be read")):
         result = await dispatcher.job_result(job_id)
@@ -476,7 +407,7 @@ async def test_a_job_master_that_cannot_start_ends_the_job_failed(config: Config
         await dispatcher.start()
         submission = await dispatcher.submit(graph(job_id=job_id))
         assert submission == Submission(job_id, True, JobStatus.FAILED)  # not a 500
-        await until(partial(settled, dispatcher))  # no zombie job
+        await eventually(partial(settled, dispatcher), "no zombie job")  # no zombie job
         result = await dispatcher.job_result(job_id)
         assert result is not None and result.status is JobStatus.FAILED
         assert result.failure is not None and result.failure.cls == cause
@@ -521,7 +452,7 @@ async def test_stop_waits_for_a_job_result_write_in_flight(config: Configuration
     FakeJobMaster.created[0].finish()
     assert await asyncio.to_thread(entered.wait, 10)
     stopping = asyncio.create_task(dispatcher.stop())
-    await asyncio.sleep(0.2)
+    await asyncio.sleep(0.2)  # room for a stop that does not wait, which must not come
     assert not stopping.done()  # the write in its thread is not left behind
     release.set()
     await stopping
@@ -538,7 +469,7 @@ async def test_a_terminated_job_is_the_same_job_for_every_later_leader(config: C
     FakeJobMaster.created[0].finish(JobStatus.FAILED)
     # answered for with its status as soon as its result is out, before the archive has it
     assert await first.submit(graph()) == Submission("a" * 32, False, JobStatus.FAILED)
-    await until(partial(settled, first))
+    await eventually(partial(settled, first), "the first Dispatcher settled")
     await first.stop()
 
     second = make_dispatcher(config, ha)
@@ -580,7 +511,7 @@ async def failed_at_b(dispatcher: Dispatcher) -> FakeJobMaster:
     job_master.done = {"a": {0: SubtaskProgress("/r/a/0", 3), 1: SubtaskProgress("/r/a/1", 4)},
                        "x": {0: SubtaskProgress(None, None)}}
     job_master.finish(JobStatus.FAILED)
-    await until(partial(settled, dispatcher))
+    await eventually(partial(settled, dispatcher), "the Dispatcher settled")
     return job_master
 
 
@@ -610,7 +541,7 @@ async def test_a_failed_job_is_repaired_under_its_id_reusing_the_other_results(c
         await dispatcher.repair(job_id, ["a"])
     assert refused.value.running and len(FakeJobMaster.created) == 2
     repairing.finish(JobStatus.FINISHED)
-    await until(partial(settled, dispatcher))
+    await eventually(partial(settled, dispatcher), "the Dispatcher settled")
     result = await dispatcher.job_result(job_id)
     assert result is not None and result.status is JobStatus.FINISHED
     archived = await dispatcher._archive.get(job_id)
@@ -675,7 +606,7 @@ async def test_a_repair_survives_a_failover_and_one_half_written_is_dropped(conf
     assert resumed.recovered_progress.repair == answer.repair and set(resumed.recovered_progress.finished) == {"a", "x"}
     assert [r.number for r in (await successor.job_snapshot(job_id)).repairs] == [1]
     resumed.finish(JobStatus.FAILED)
-    await until(partial(settled, successor))
+    await eventually(partial(settled, successor), "the successor settled")
 
     async def lost(session_id: str, job_id: str) -> None:
         raise LeadershipLost("JobResult store")
@@ -688,7 +619,7 @@ async def test_a_repair_survives_a_failover_and_one_half_written_is_dropped(conf
     assert await ha.jobgraph_store.job_ids() == {job_id}  # half written: graph and progress
     third = make_dispatcher(config, ha)
     await third.start()
-    await until(lambda: not third._cleanups)
+    await eventually(lambda: not third._cleanups, "the third Dispatcher's cleanups")
     assert FakeJobMaster.created == [] and await ha.jobgraph_store.job_ids() == set()
     assert (await ha.progress_store.get(job_id)).repair is None
     result = await third.job_result(job_id)

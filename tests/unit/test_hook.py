@@ -17,6 +17,7 @@ from sparkdispatch.hooks.sparkdispatch import client_settings
 from sparkdispatch.testing.master import InProcessMaster
 from sparkdispatch.testing.services import free_port
 from sparkdispatch.tls import ClientTls
+from sparkdispatch.testing.waiting import eventually
 
 JOB = "0123456789abcdef0123456789abcdef"
 OTHER = "fedcba9876543210fedcba9876543210"
@@ -89,8 +90,8 @@ async def live_master() -> AsyncIterator[InProcessMaster]:
         await master.add_task_executor("te-2", slots=2)
         async with SparkDispatchClient(addresses=[master.url]) as client:
             await client.submit({"job_id": JOB, "name": "held", "vertices": [{"id": "a", "entrypoint": "m:f"}]})
-        while not master.gateway.of_job(JOB):  # the task runs until the test ends
-            await asyncio.sleep(0.01)
+        # the task runs until the test ends
+        await eventually(lambda: master.gateway.of_job(JOB), "the job's task deployed")
         yield master
 
 

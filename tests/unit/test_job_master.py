@@ -13,7 +13,7 @@ import random
 import threading
 import uuid
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
 import pytest
@@ -49,6 +49,7 @@ from sparkdispatch.resourcemanager import ResourceManager
 from sparkdispatch.rest.views import flink_job_details, job_details
 from sparkdispatch.settings import JobMasterSettings, ResourceManagerSettings
 from sparkdispatch.snapshot import JobSnapshot
+from sparkdispatch.testing.waiting import eventually
 
 JOB_ID = "0123456789abcdef" * 2
 SESSION = "11111111-2222-3333-4444-555555555555"
@@ -567,7 +568,7 @@ async def test_consumers_wait_for_the_progress_record() -> None:
     for d in (a0, a1):  # answered at once, while the progress records wait
         h.jm.update_execution_state(h.update(d, ExecutionState.FINISHED, rows=1, result_path=d.tdd.result_path))
     assert h.jm.execution_graph.subtask(a0.subtask).state is ExecutionState.FINISHED
-    for _ in range(20):
+    for _ in range(20):  # turns of the loop, for anything that would schedule b
         await asyncio.sleep(0)
     b = h.jm.execution_graph.subtask(SubtaskId("b", 0))
     assert b.state is ExecutionState.CREATED and not h.store.records
@@ -691,7 +692,7 @@ async def test_a_deployment_is_sent_again_until_the_broker_takes_it_or_its_attem
     h = Harness(chain())
     h.gateway.broker_down = True
     h.jm.start()
-    await until(lambda: len(h.gateway.failed_tries) >= 6, "tries of both subtasks of a")
+    await eventually(lambda: len(h.gateway.failed_tries) >= 6, "tries of both subtasks of a")
     assert h.gateway.deployments == [] and h.jm.status is JobStatus.RUNNING
     assert {ev.state for ev in h.jm.execution_graph.subtasks("a")} == {ExecutionState.DEPLOYING}
     h.gateway.broker_down = False
@@ -702,11 +703,11 @@ async def test_a_deployment_is_sent_again_until_the_broker_takes_it_or_its_attem
     h.gateway.broker_down = True
     h.jm.update_execution_state(h.update(a1, ExecutionState.FINISHED, rows=1, result_path=a1.tdd.result_path))
     b = h.jm.execution_graph.subtask(SubtaskId("b", 0))
-    await until(lambda: b.current.execution_id in h.gateway.failed_tries, "b's first try")
+    await eventually(lambda: b.current.execution_id in h.gateway.failed_tries, "b's first try")
     await h.jm.cancel()  # its attempt ends: the tries stop
     tries = len(h.gateway.failed_tries)
     await h.jm.join()
-    await asyncio.sleep(0.3)
+    await asyncio.sleep(0.3)  # room for a few more tries' backoffs: no try must come
     assert len(h.gateway.failed_tries) == tries and h.jm.status is JobStatus.CANCELED
 
 
@@ -752,13 +753,6 @@ def register(rm: ResourceManager, task_executor_id: str, slots: int) -> None:
         spark_master="local[2]"))
 
 
-async def until(condition: Callable[[], bool], what: str) -> None:
-    async with asyncio.timeout(STEP_TIMEOUT_S):
-        while not condition():
-            await asyncio.sleep(0.005)
-    assert condition(), what
-
-
 async def test_failed_deployments_lose_a_task_executor_only_once_its_heartbeats_stop_too() -> None:
     rm = resource_manager(rpc_failure_threshold=2, **{"heartbeat.interval": "100ms", "heartbeat.timeout": "10s"})
     rm.start()
@@ -767,16 +761,16 @@ async def test_failed_deployments_lose_a_task_executor_only_once_its_heartbeats_
                 resource_manager=rm)
     h.gateway.broker_down = True
     h.jm.start()
-    loop = asyncio.get_running_loop()
-    alive_until = loop.time() + 1.0
-    while loop.time() < alive_until:  # te-1 heartbeats: its failed deployments are the broker's trouble
+
+    def heartbeating() -> bool:  # te-1 heartbeats: its failed deployments are the broker's trouble
         rm.heartbeat(SESSION, "te-1", SlotReport.free(1), [])
-        await asyncio.sleep(0.05)
-    assert len(h.gateway.failed_tries) >= 4
+        return len(h.gateway.failed_tries) >= 4
+
+    await eventually(heartbeating, "four failed tries while te-1 heartbeats", interval=0.05)
     assert rm.overview().taskmanagers == 1 and h.jm.status is JobStatus.RUNNING
     assert [ev.current.attempt for ev in h.jm.execution_graph.subtasks()] == [0]
     # te-1 falls silent: two intervals later it is unreachable; its attempt runs again elsewhere
-    await until(lambda: rm.overview().taskmanagers == 0, "te-1 lost after failed deployments and silence")
+    await eventually(lambda: rm.overview().taskmanagers == 0, "te-1 lost after failed deployments and silence")
     h.gateway.broker_down = False
     register(rm, "te-2", 1)
     d = await h.deployment()
@@ -821,17 +815,14 @@ async def test_failed_cancellations_in_a_row_lose_the_task_executor() -> None:
         await h.report(d, ExecutionState.RUNNING)
     assert rm.overview().taskmanagers == 1
     # the deployments' successes reach the ResourceManager from their threads: not after the failures
-    await until(lambda: not h.jm._background, "deployments sent")
+    await eventually(lambda: not h.jm._background, "deployments sent")
     h.gateway.fail_cancels = 2
     await h.jm.cancel()
     await h.jm.join()
     assert h.jm.status is JobStatus.CANCELED
     # the cancels' outcomes reach the ResourceManager from their threads, maybe after the job ended
-    deadline = asyncio.get_running_loop().time() + STEP_TIMEOUT_S
-    while rm.overview().taskmanagers != 0 and asyncio.get_running_loop().time() < deadline:
-        await asyncio.sleep(0.01)
+    await eventually(lambda: rm.overview().taskmanagers == 0, "te-1 lost after two failed cancellations")
     assert len(h.gateway.cancels) == 2
-    assert rm.overview().taskmanagers == 0
     rm.stop()
 
 
@@ -850,7 +841,7 @@ async def test_a_failed_slot_request_is_retried_under_the_restart_strategy() -> 
     h = Harness(chain(FixedDelayRestart(attempts=2, delay_s=0.0)), slots_each=0)
     h.jm.start()
     h.jm.slot_request_failed(SlotRequestTimeout("no slot for job within 300 s"))
-    await asyncio.sleep(0.01)
+    await asyncio.sleep(0.01)  # the restart's zero delay passes
     assert h.jm.status is JobStatus.RUNNING
     h.rm.free = [("te-9", 0)]  # a TaskExecutor joins
     h.rm._allocate()
@@ -918,7 +909,7 @@ async def test_an_execution_fails_over_only_after_the_grace_and_heartbeats_in_a_
     other_te = other.slot.task_executor_id
     for _ in range(4):  # within the grace the deployment is still on its way
         h.jm.task_executor_heartbeat(te, listing(other) if other_te == te else [])
-    await asyncio.sleep(0.5)
+    await asyncio.sleep(0.5)  # the grace passes
     h.jm.task_executor_heartbeat(te, [Report(JOB_ID, lost.tdd.execution_id, ExecutionState.DEPLOYING)] +
                                  (listing(other) if other_te == te else []))
     assert h.jm.execution_graph.subtask(lost.subtask).current.attempt == 0  # it arrived after all: listed
@@ -949,7 +940,7 @@ async def test_a_deployment_never_listed_fails_over_saying_it_was_lost_on_the_wa
     te = lost.slot.task_executor_id
     for _ in range(2):
         h.jm.task_executor_heartbeat(te, [])
-    await asyncio.sleep(0.2)
+    await asyncio.sleep(0.2)  # the grace passes
     assert h.jm.status is JobStatus.RUNNING  # past the grace, but only two heartbeats omitted it
     h.jm.task_executor_heartbeat(te, [])
     result = await asyncio.wait_for(h.jm.result_future, STEP_TIMEOUT_S)
