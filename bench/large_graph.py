@@ -212,7 +212,8 @@ def run_bench(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
         finished_at = None
         deadline = time.monotonic() + args.timeout
         target = "RUNNING" if args.no_run else "FINISHED"
-        state, tasks = None, {}
+        state: str | None = None
+        tasks: dict[str, Any] = {}
         while time.monotonic() < deadline:
             state, tasks = job_state(pollers["/jobs/overview"])
             if state == target and (args.no_run or tasks.get("finished") == len(graph["vertices"])):
@@ -286,8 +287,8 @@ def run() -> int:
     print(f"master's garbage collections after the POST: {collections['full']} full, the longest "
           f"{collections['longest_full_ms']:.1f} ms; the longest of any generation {collections['longest_ms']:.1f} ms")
     print(f"goal: /overview within {GOAL_MS:g} ms throughout: {'met' if report['goal_met'] else 'MISSED'}")
-    path = write_results(args.results_name, report)
-    print(f"wrote {path}")
+    written = write_results(args.results_name, report)
+    print(f"wrote {written}")
     return 0 if report["goal_met"] else 1
 
 

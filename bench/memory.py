@@ -103,7 +103,7 @@ def measure_running(standalone: Standalone, task_executor: int, graph: dict[str,
                     slots: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Samples while all `slots` subtasks run, and the job's result."""
     job_id = standalone.rest.submit(graph)
-    samples = []
+    samples: list[dict[str, Any]] = []
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         status, body = standalone.rest.request("GET", f"/jobs/{job_id}/execution-result", timeout=10)

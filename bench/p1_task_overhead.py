@@ -457,11 +457,11 @@ def run() -> int:
                                                            warm_up=args.warm_up, profile=args.profile)
                     else:
                         assert redis is not None
-                        with_zk = zookeeper is not None and kind == "redis-zookeeper"
+                        zk = zookeeper if kind == "redis-zookeeper" else None
                         results[kind] = measure_local_cluster(
-                            storage, broker_url=redis.url, zookeeper_hosts=zookeeper.hosts if with_zk else None,
+                            storage, broker_url=redis.url, zookeeper_hosts=zk.hosts if zk else None,
                             floors=floors, runs=args.runs, warm_up=args.warm_up, label=kind, profile=args.profile,
-                            zookeeper_pid=zookeeper.process.pid if with_zk and zookeeper.process else None)
+                            zookeeper_pid=zk.process.pid if zk and zk.process else None)
                 except (RuntimeError, TimeoutError) as exc:
                     # one cluster kind failing (a chain FAILED, a process died) is a finding; measure the rest
                     print(f"  {kind}: FAILED: {exc}", flush=True)

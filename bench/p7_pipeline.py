@@ -253,7 +253,7 @@ def run() -> int:
             standalone.stop()
     results["load_average_at_end"] = load_average()
     results["load_average_per_run"] = loads
-    cpu = {"cluster": cluster_cpu.medians() if cluster_cpu else {},
+    cpu = {"cluster": cluster_cpu.medians() if cluster_cpu is not None else {},
            **{name: meter.medians() for name, meter in floor_cpu.items()}}
 
     medians = {name: round(median(values), 3) for name, values in samples.items()}

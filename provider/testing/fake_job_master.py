@@ -13,6 +13,7 @@ from typing import ClassVar
 
 from sparkdispatch.ha import JobProgress, SubtaskProgress
 from sparkdispatch.jobgraph import ExecutionState, JobGraph, JobResult, JobStatus, VertexResult
+from sparkdispatch.protocol import ExecutionStateUpdate
 from sparkdispatch.snapshot import JobOverview, JobSnapshot
 
 
@@ -78,3 +79,11 @@ class FakeJobMaster:
 
     def finished(self) -> dict[str, dict[int, SubtaskProgress]]:
         return self.done
+
+    # what TaskExecutors' reports and a vertex's REST page reach: no Dispatcher test goes there
+
+    def update_execution_state(self, update: ExecutionStateUpdate) -> None:
+        raise AssertionError("a FakeJobMaster runs no task to report on")
+
+    def vertex_result(self, vertex_id: str) -> VertexResult | None:
+        raise AssertionError("a FakeJobMaster keeps no vertex results")

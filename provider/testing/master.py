@@ -26,7 +26,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, MutableSequence, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -83,7 +83,7 @@ class RecordingTaskExecutorGateway(TaskExecutorGateway):
     """The master's TaskExecutorGateway for tests: records deployments and cancels; thread-safe."""
 
     def __init__(self) -> None:
-        self.deployments: list[Deployment] = []
+        self.deployments: MutableSequence[Deployment] = []  # a benchmark keeps only the last ones
         self.cancels: list[tuple[str, str]] = []  # (TaskExecutor hostname, execution id)
         self.closed = False
         self._listeners: list[Callable[[Deployment | tuple[str, str]], None]] = []

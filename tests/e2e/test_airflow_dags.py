@@ -17,13 +17,16 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
 from sparkdispatch.testing.http import http_json
 from sparkdispatch.testing.services import free_port
 from sparkdispatch.testing.waiting import WatchedProcess, eventually_blocking
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
 
 pytestmark = pytest.mark.slow
 
@@ -144,6 +147,7 @@ def clear_and_run(dag: Any, run_id: str, task_ids: list[str] | None) -> Any:
     from airflow.utils.state import DagRunState
     from sqlalchemy import select
 
+    assert settings.Session is not None  # set up by Airflow's configuration
     session = settings.Session()
     try:
         scheduler_dag = DagSerialization.deserialize_dag(DagSerialization.serialize_dag(dag))
@@ -235,7 +239,7 @@ def _sales_operator(**kwargs: Any) -> Any:
 
     sys.path.insert(0, str(DAGS))
     try:
-        import example_pipeline
+        import example_pipeline  # type: ignore[import-not-found]  # dags/, on sys.path just here
     finally:
         sys.path.remove(str(DAGS))
     graph = json.loads(json.dumps(example_pipeline.SALES_REPORT).replace("{{ params.rows }}", str(ROWS)))
@@ -313,6 +317,7 @@ def test_marking_a_deferred_vertex_task_failed_cancels_its_job_through_a_real_tr
                                         params={"rows": "50000000"}, poll_interval=0.5)  # runs for minutes
     serialize(dag)
     before = jobs(cluster)
+    assert settings.Session is not None  # set up by Airflow's configuration
     session = settings.Session()
     triggerer: subprocess.Popen[bytes] | None = None
     log_path = tmp_path / "triggerer.log"
@@ -376,7 +381,7 @@ def test_decorated_functions_run_as_vertices_of_a_group_and_as_a_job_of_their_ow
                 print("total adds them up")
                 return ctx.inputs["numbers"].agg(F.sum("id").alias("total"))
 
-            numbers() >> total()
+            numbers() >> total()  # type: ignore[call-arg,misc]  # Airflow types a @task function's call as its own
 
         @task.sparkdispatch(poll_interval=0.5, deferrable=False)
         def alone(ctx: Any) -> Any:
@@ -388,8 +393,8 @@ def test_decorated_functions_run_as_vertices_of_a_group_and_as_a_job_of_their_ow
             print("alone_deferred says hi")
             return ctx.spark.range(5)
 
-        alone()
-        alone_deferred()
+        alone()  # type: ignore[call-arg,misc]
+        alone_deferred()  # type: ignore[call-arg,misc]
     serialize(dag)
     before = jobs(cluster)
     run = dag.test()
@@ -450,7 +455,7 @@ def test_a_failed_vertex_cleared_in_airflow_is_repaired_without_running_its_upst
                     marker.write(f"{ctx.attempt}\n")
                 return ctx.inputs["flaky"]
 
-            gen() >> flaky() >> after()
+            gen() >> flaky() >> after()  # type: ignore[call-arg,misc]
     serialize(dag)
     before = jobs(cluster)
     run = dag.test()
@@ -526,7 +531,7 @@ def test_the_sensor_fails_with_the_remote_traceback(cluster: str, airflow: dict[
                                 "vertices": [{"id": "explode", "entrypoint": "broken_tasks.tasks:explode"}]}).job_id
     sensor = JobResultSensor(task_id="wait", job_id=job_id, poke_interval=0.5, timeout=120, deferrable=False)
     with pytest.raises(AirflowFailException, match="ValueError: order 42 has no price"):
-        sensor.execute({"ti": _TI("sensor")})
+        sensor.execute(cast("Context", {"ti": _TI("sensor")}))
     assert "raise ValueError('order 42 has no price')" in capfd.readouterr().out
 
 

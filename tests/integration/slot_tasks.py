@@ -72,7 +72,7 @@ def session_facts(ctx: Any) -> Any:
     active = SparkSession.getActiveSession()
     return ctx.spark.createDataFrame(
         [(ctx.spark.session_id, ctx.spark.conf.get("spark.sql.shuffle.partitions"), views,
-          active is not None and active.session_id == ctx.spark.session_id, os.getpid())],
+          getattr(active, "session_id", None) == ctx.spark.session_id, os.getpid())],
         "session_id string, partitions string, views string, active boolean, pid long")
 
 

@@ -15,6 +15,7 @@ import signal
 import textwrap
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,9 +24,10 @@ from sparkdispatch.ha import create_ha_services
 from sparkdispatch.jobgraph import ExecutionState
 from sparkdispatch.protocol import TaskDeploymentDescriptor
 from sparkdispatch.resourcemanager.celery_gateway import CeleryTaskExecutorGateway
-from sparkdispatch.testing.local_cluster import TaskExecutorProcess, eventually
+from sparkdispatch.testing.local_cluster import TaskExecutorProcess
 from sparkdispatch.testing.master import MasterForTaskExecutors
 from sparkdispatch.testing.services import free_port
+from sparkdispatch.testing.waiting import eventually
 
 WAIT_S = 120.0  # a TaskExecutor starts a JVM on a shared 2-core machine
 FORMER_SESSION = "99999999-2222-3333-4444-555555555555"
@@ -60,7 +62,7 @@ async def test_a_deployment_carrying_a_stale_session_is_refused_and_its_function
         await eventually(lambda: len(master.jobs.slots) == 1, "an allocated slot", processes=[te], timeout=WAIT_S)
         slot = master.jobs.slots[0]
 
-        def tdd(marker: str, **fields: str) -> TaskDeploymentDescriptor:
+        def tdd(marker: str, **fields: Any) -> TaskDeploymentDescriptor:
             execution_id = uuid.uuid4().hex
             return TaskDeploymentDescriptor(
                 job_id=job_id, job_master_id=master.session_id, execution_id=execution_id, vertex_id="v",

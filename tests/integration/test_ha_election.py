@@ -113,7 +113,7 @@ async def test_exactly_one_of_several_contenders_leads(zk_config: Configuration,
         await eventually(lambda: len(leaders(group)) == 1, what="a leader")
         await asyncio.sleep(0.5)  # nobody else gets granted later
         [leader] = leaders(group)
-        assert len(timeline.events) == 1
+        assert len(timeline.events) == 1 and leader.session_id is not None
         retrieval = leader.services.create_retrieval()
         retrieval.start()
         info = retrieval.wait_for_leader(WAIT)
@@ -128,7 +128,7 @@ async def test_graceful_stop_hands_over_and_intervals_never_overlap(zk_config: C
         for _ in range(2):
             await eventually(lambda: len(leaders(group)) == 1, what="a leader")
             [leader] = leaders(group)
-            assert leader.session_id not in seen_sessions
+            assert leader.session_id is not None and leader.session_id not in seen_sessions
             seen_sessions.add(leader.session_id)
             stopped = time.monotonic()
             await leader.services.close()
@@ -142,15 +142,15 @@ async def test_stale_confirmation_is_ignored(zk_config: Configuration) -> None:
     timeline = Timeline()
     async with contenders(zk_config, ["a"], timeline) as group:
         contender = group["a"]
-        await eventually(lambda: contender.session_id is not None, what="a leader")
+        session_id = await eventually(lambda: contender.session_id, what="a leader")
         election = contender.services.election
         assert election.confirm_leadership("1e5ca1e0-0000-4000-8000-000000000000", "http://stale:1") is False
-        assert election.has_leadership(contender.session_id)
+        assert election.has_leadership(session_id)
         assert not election.has_leadership("1e5ca1e0-0000-4000-8000-000000000000")
         retrieval = contender.services.create_retrieval()
         retrieval.start()
         await eventually(lambda: retrieval.current() is not None, what="leader info")
-        assert retrieval.current() == LeaderInfo(contender.address, contender.session_id)
+        assert retrieval.current() == LeaderInfo(contender.address, session_id)
 
 
 async def test_deleted_or_changed_leader_info_is_rewritten(zk_config: Configuration,
@@ -270,10 +270,12 @@ async def test_sigkilled_leader_process_is_replaced(zk_config: Configuration) ->
             takeover = new_grant["t"] - killed_at
             session_timeout = zk_config["high-availability.zookeeper.session-timeout"]
             print(f"SIGKILL takeover: {takeover:.2f}s (session timeout {session_timeout:g}s)")
-            await eventually(lambda: retrieval.current() is not None
-                             and retrieval.current().session_id == new_grant["session_id"],
-                             what="retrieval of the new leader")
-            assert retrieval.current().address == f"http://{new_name}.example:8081"
+            def names_the_new_leader() -> LeaderInfo | None:
+                info = retrieval.current()
+                return info if info is not None and info.session_id == new_grant["session_id"] else None
+
+            info = await eventually(names_the_new_leader, what="retrieval of the new leader")
+            assert info.address == f"http://{new_name}.example:8081"
             # the survivor that was not granted stays a standby
             [standby] = [c for n, c in rest.items() if n != new_name]
             await asyncio.sleep(0.3)  # room for a second grant, which must not come

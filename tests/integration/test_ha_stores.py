@@ -72,9 +72,8 @@ def archived(job_id: str, status: JobStatus) -> ArchivedJob:
 
 @pytest.fixture(params=["none", "zookeeper"])
 def config(request: pytest.FixtureRequest, tmp_path: Path) -> Configuration:
-    if request.param == "none":
-        return request.getfixturevalue("standalone_config")
-    return request.getfixturevalue("zk_config")
+    config: Configuration = request.getfixturevalue("standalone_config" if request.param == "none" else "zk_config")
+    return config
 
 
 @asynccontextmanager

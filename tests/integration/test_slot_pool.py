@@ -140,7 +140,8 @@ def rows_of(end: AttemptState) -> list[dict[str, Any]]:
 def wait_for_marker(tmp_path: Path, name: str, timeout: float = WAIT_S) -> int:
     """The pid a task wrote into its marker file."""
     path = tmp_path / "markers" / name
-    return int(eventually_blocking(lambda: path.exists() and path.read_text(), f"the marker {name}", timeout=timeout))
+    return int(eventually_blocking(lambda: path.read_text() if path.exists() else None, f"the marker {name}",
+                                   timeout=timeout))
 
 
 def session_state(server: ConnectServer, session_id: str) -> str:

@@ -76,13 +76,13 @@ async def test_the_sales_pipeline_runs_on_a_spark_cluster_and_spark_recovers_a_l
             async def run(graph: dict[str, Any], *, kill_a_busy_worker: bool = False) -> dict[str, Any]:
                 job_id = (await client.submit(graph)).job_id
                 if kill_a_busy_worker:  # the worker of an executor that runs tasks of this job right now
-                    async def busy_worker() -> str | None:
+                    async def busy_worker() -> int | None:
                         executor = await asyncio.to_thread(busy_executor, ui_port)
                         return spark.worker_of_executor(executor) if executor is not None else None
 
                     spark.kill_worker(await eventually(busy_worker, "an executor running a task", timeout=WAIT_S))
                 result = await asyncio.wait_for(client.wait_for_result(job_id, poll_interval=0.3), WAIT_S)
-                assert result["status"] == "FINISHED", (result.get("failure"), te.log_tail() if te else "")
+                assert result["status"] == "FINISHED", (result.get("failure"), te.log_tail())
                 return result
 
             first = await run(sales_graph(key, rows=ROWS))

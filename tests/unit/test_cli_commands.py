@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,10 +33,10 @@ def write_log_then_end(tdd: TaskDeploymentDescriptor) -> TaskOutcome | None:
 
 
 @pytest.fixture
-def master() -> InProcessMaster:
+def master() -> Iterator[InProcessMaster]:
     with InProcessMaster() as running:
         running.run(running.add_task_executor(slots=3, script=write_log_then_end))
-        yield running  # type: ignore[misc]
+        yield running
 
 
 def cli(master: InProcessMaster, *args: str) -> list[str]:

@@ -94,7 +94,8 @@ def interpolate(value: Any) -> Any:
 def services_fixture() -> dict[str, Any]:
     document = yaml.safe_load(COMPOSE_FILE.read_text())  # resolves anchors and `<<` merges
     assert "version" not in document, "the Compose spec has no top-level `version:`"
-    return interpolate(document["services"])
+    services: dict[str, Any] = interpolate(document["services"])
+    return services
 
 
 def sparkdispatch_commands(services: dict[str, Any]) -> dict[str, list[str]]:
@@ -119,7 +120,7 @@ def host_file(service: dict[str, Any], container_path: str) -> Path:
     for volume in service.get("volumes", []):
         source, _, rest = volume.partition(":")
         if rest.split(":")[0] == container_path and source.startswith("./"):
-            return REPO / source
+            return REPO / str(source)
     raise AssertionError(f"nothing of this repository is mounted at {container_path}")
 
 
@@ -133,7 +134,7 @@ def named_volume_at(service: dict[str, Any], target: str) -> str | None:
     for volume in service.get("volumes", []):
         source, _, rest = volume.partition(":")
         if rest.split(":")[0] == target and not source.startswith(("./", "/")):
-            return source
+            return str(source)
     return None
 
 

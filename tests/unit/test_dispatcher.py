@@ -265,7 +265,8 @@ async def test_while_it_recovers_every_call_answers_retry_after_and_no_job_start
     async def slow_get(job_id: str) -> JobProgress:
         entered.set()
         await gate.wait()
-        return await real_get(job_id)
+        progress: JobProgress = await real_get(job_id)
+        return progress
 
     monkeypatch.setattr(ha.progress_store, "get", slow_get)
     dispatcher = make_dispatcher(config, ha)

@@ -120,6 +120,7 @@ def test_structured_fields_come_back_as_attributes() -> None:
     assert isinstance(invalid, errors.InvalidJobGraph) and invalid.field_errors == {"name": ["missing"]}
     stale = error_from_body(409, json.dumps(StaleExecution(JOB, "e1", "gone").to_body()))
     assert isinstance(stale, FencingTokenMismatch)  # the TaskExecutor treats both as a stale report
+    assert isinstance(stale, StaleExecution)
     assert (stale.job_id, stale.execution_id) == (JOB, "e1")
 
 

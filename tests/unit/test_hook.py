@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -23,12 +24,12 @@ JOB = "0123456789abcdef0123456789abcdef"
 OTHER = "fedcba9876543210fedcba9876543210"
 
 
-def set_connection(monkeypatch: pytest.MonkeyPatch, conn_id: str, value: dict | str) -> None:
+def set_connection(monkeypatch: pytest.MonkeyPatch, conn_id: str, value: dict[str, Any] | str) -> None:
     text = value if isinstance(value, str) else json.dumps(value)
     monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", text)
 
 
-def settings(conn_id: str = "sparkdispatch_default") -> dict:
+def settings(conn_id: str = "sparkdispatch_default") -> dict[str, Any]:
     return client_settings(SparkDispatchHook.get_connection(conn_id))
 
 

@@ -351,6 +351,7 @@ def test_a_busy_slot_refuses_a_second_task(tmp_path: Path) -> None:
     assert (report.slots[0].allocation_id, report.slots[0].job_id) == (first.allocation_id, JOB_ID)
     assert runner.slots.executions() == [{"job_id": JOB_ID, "execution_id": first.execution_id,
                                           "state": "DEPLOYING"}]
+    assert held is not None
     runner.slots.release(held)
     assert runner.slots.slot_report().slots[0].allocation_id is None
 

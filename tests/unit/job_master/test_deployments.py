@@ -48,7 +48,7 @@ async def test_a_deployment_is_sent_again_until_the_broker_takes_it_or_its_attem
     h.gateway.broker_down = True
     h.jm.start()
     await eventually(lambda: len(h.gateway.failed_tries) >= 6, "tries of both subtasks of a")
-    assert h.gateway.deployments == [] and h.jm.status is JobStatus.RUNNING
+    assert h.gateway.deployments == [] and h.jm.status.value == "RUNNING"
     assert {ev.state for ev in h.jm.execution_graph.subtasks("a")} == {ExecutionState.DEPLOYING}
     h.gateway.broker_down = False
     a0, a1 = await h.deployments(2)

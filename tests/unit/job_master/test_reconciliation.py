@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from dataclasses import dataclass
 
 import pytest
 
@@ -17,7 +16,7 @@ from sparkdispatch.jobgraph import (
     NoRestart,
     RestartStrategy,
 )
-from sparkdispatch.protocol import SlotReport
+from sparkdispatch.protocol import ExecutionReport, SlotReport
 from sparkdispatch.testing.job_master import (
     JOB_ID,
     SESSION,
@@ -31,13 +30,6 @@ from sparkdispatch.testing.job_master import (
 )
 
 
-@dataclass(frozen=True)
-class Report:
-    job_id: str
-    execution_id: str
-    state: ExecutionState
-
-
 async def test_a_heartbeat_listing_a_stale_execution_gets_it_cancelled() -> None:
     h = Harness(chain())
     h.jm.start()
@@ -47,10 +39,10 @@ async def test_a_heartbeat_listing_a_stale_execution_gets_it_cancelled() -> None
     await h.jm.join()
     cancels_before = list(h.gateway.cancels)
     h.jm.task_executor_heartbeat(a0.slot.task_executor_id, [
-        Report(JOB_ID, a0.tdd.execution_id, ExecutionState.RUNNING),  # the failed attempt still runs there
-        Report(JOB_ID, retry.tdd.execution_id, ExecutionState.RUNNING),
-        Report(JOB_ID, a1.tdd.execution_id, ExecutionState.DEPLOYING),
-        Report(JOB_ID, uuid.uuid4().hex, ExecutionState.FINISHED),
+        ExecutionReport(JOB_ID, a0.tdd.execution_id, ExecutionState.RUNNING),  # the failed attempt still runs there
+        ExecutionReport(JOB_ID, retry.tdd.execution_id, ExecutionState.RUNNING),
+        ExecutionReport(JOB_ID, a1.tdd.execution_id, ExecutionState.DEPLOYING),
+        ExecutionReport(JOB_ID, uuid.uuid4().hex, ExecutionState.FINISHED),
     ])
     await h.jm.join()
     assert h.gateway.cancels[len(cancels_before):] == [(a0.slot.hostname, a0.tdd.execution_id)]
@@ -65,15 +57,15 @@ async def test_a_heartbeat_of_a_task_executor_without_a_slot_of_the_job_gets_sta
     h.jm.start()
     await h.deployments(2)
     stale = uuid.uuid4().hex
-    h.jm.task_executor_heartbeat("te-9", [Report(JOB_ID, stale, ExecutionState.RUNNING)])
+    h.jm.task_executor_heartbeat("te-9", [ExecutionReport(JOB_ID, stale, ExecutionState.RUNNING)])
     await h.jm.join()
     assert h.gateway.cancels == [("celery@te-9", stale)]
     await h.jm.cancel()
     await h.jm.join()
 
 
-def listing(*deployments: Deployment, state: ExecutionState = ExecutionState.RUNNING) -> list[Report]:
-    return [Report(JOB_ID, d.tdd.execution_id, state) for d in deployments]
+def listing(*deployments: Deployment, state: ExecutionState = ExecutionState.RUNNING) -> list[ExecutionReport]:
+    return [ExecutionReport(JOB_ID, d.tdd.execution_id, state) for d in deployments]
 
 
 @pytest.mark.parametrize("restart", [NoRestart(), FixedDelayRestart(attempts=1, delay_s=0.0)])
@@ -90,7 +82,7 @@ async def test_an_execution_fails_over_only_after_the_grace_and_heartbeats_in_a_
     for _ in range(4):  # within the grace the deployment is still on its way
         h.jm.task_executor_heartbeat(te, listing(other) if other_te == te else [])
     await asyncio.sleep(0.5)  # the grace passes
-    h.jm.task_executor_heartbeat(te, [Report(JOB_ID, lost.tdd.execution_id, ExecutionState.DEPLOYING)] +
+    h.jm.task_executor_heartbeat(te, [ExecutionReport(JOB_ID, lost.tdd.execution_id, ExecutionState.DEPLOYING)] +
                                  (listing(other) if other_te == te else []))
     assert h.jm.execution_graph.subtask(lost.subtask).current.attempt == 0  # it arrived after all: listed
     for _ in range(2):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from typing import Any
 
 import pytest
 
@@ -202,7 +203,8 @@ async def test_random_failures_and_losses_keep_every_transition_legal(seed: int)
     lost = False
     while not h.jm.result_future.done():
         get = asyncio.ensure_future(h.gateway.queue.get())
-        done, _ = await asyncio.wait({get, h.jm.result_future}, timeout=STEP_TIMEOUT_S,
+        either: list[asyncio.Future[Any]] = [get, h.jm.result_future]
+        done, _ = await asyncio.wait(either, timeout=STEP_TIMEOUT_S,
                                      return_when=asyncio.FIRST_COMPLETED)
         assert done, "no progress"
         if get not in done:
