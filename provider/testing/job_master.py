@@ -288,19 +288,24 @@ class Harness:
         await self.report(d, ExecutionState.RUNNING)
         await self.report(d, ExecutionState.FAILED, failure=failure or boom(d))
 
+    async def next_deployment(self) -> Deployment | None:
+        """The next deployment, or None once the job has ended (an AssertionError if neither comes)."""
+        get = asyncio.ensure_future(self.gateway.queue.get())
+        either: list[asyncio.Future[Any]] = [get, self.jm.result_future]
+        done, _ = await asyncio.wait(either, timeout=STEP_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED)
+        assert done, "the job made no progress"
+        if get not in done:
+            get.cancel()
+            return None
+        return get.result()
+
     async def run_to_end(self, failures: dict[SubtaskId, int] | None = None) -> JobResult:
         """Play the TaskExecutor: finish every deployment, failing a subtask as often as `failures` says."""
         failures = dict(failures or {})
         while not self.jm.result_future.done():
-            get = asyncio.ensure_future(self.gateway.queue.get())
-            either: list[asyncio.Future[Any]] = [get, self.jm.result_future]
-            done, _ = await asyncio.wait(either, timeout=STEP_TIMEOUT_S,
-                                         return_when=asyncio.FIRST_COMPLETED)
-            assert done, "the job made no progress"
-            if get not in done:
-                get.cancel()
+            d = await self.next_deployment()
+            if d is None:
                 break
-            d = get.result()
             self.check_batch_order(d)
             if failures.get(d.subtask, 0) > 0:
                 failures[d.subtask] -= 1
