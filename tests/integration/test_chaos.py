@@ -120,7 +120,7 @@ def lose_everywhere(c: Case) -> None:
     (lambda c: c.listing[JOB].append({"id": JOB, "status": "FINISHED"}), "duplicated"),
     (lambda c: c.record.unknown_answers.append("12:00:00 from http://master"), "forgotten"),
     (lambda c: c.listing.clear(), "forgotten"),
-    (lose_everywhere, "lost"),
+    (lambda c: lose_everywhere(c), "lost"),
     (lambda c: c.stored.job_results.clear(), "lost"),
     (lambda c: setattr(c.record, "result", None), "hung"),
     (lambda c: setattr(c.record, "result_at", 1000.0 + ChaosSettings().hang_after_s + 1), "hung"),
