@@ -87,6 +87,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("rest.ssl.client-key", "str", "", "The PEM private key file of `rest.ssl.client-certificate`."),
     Option("rest.execution-result.long-poll", "duration", 1.0, "How long `GET /jobs/{id}/execution-result` waits "
            "for a running job to end before it answers IN_PROGRESS.", minimum=0, default_doc="1s"),
+    # Jobs
+    Option("jobgraph.max-subtasks", "int", 100_000, "Most subtasks a job may have in all (the sum of its "
+           "vertices' parallelism). A larger JobGraph is refused at submission with 400 `JobTooLarge`, and a stored "
+           "one (accepted under a higher limit) fails at recovery instead of running; the master builds each "
+           "subtask's state in memory (per 100,000: about 45 MB, and 0.5-2 s of a thread on a 2-core machine).",
+           minimum=1),
     # High availability
     Option("high-availability.mode", "choice", "none", "`none`: one master, always leader, stores on the local "
            "filesystem under `storage.dir`. `zookeeper`: leader election, retrieval and the JobGraph store on "

@@ -7,15 +7,17 @@ Mirrors Flink's Dispatcher under one leader session:
   `RecoveryInProgress` (503 with `Retry-After`), so no accepted job is reported unknown, run by
   a second JobMaster or run again meanwhile (Flink exposes the Dispatcher gateway only after
   recovery).
-- `submit` checks the graph's artifacts and persists the JobGraph before it answers; the same
-  id with the same graph (fingerprint) is the same job, running or terminated, never a second
-  run; another graph under a taken id is refused.
+- `submit` checks the graph's limits and artifacts, persists the JobGraph and has its JobMaster
+  built (a large job's ExecutionGraph in a thread, so the loop keeps answering) before it
+  answers; the same id with the same graph (fingerprint) is the same job, running or
+  terminated, never a second run; another graph under a taken id is refused.
 - `cancel` persists the cancel with the job before it answers, so the next leader finishes it.
 - `repair` runs some vertices of an ended job again under the same id, from its archive entry
   (sparkdispatch.dispatcher_repair), persisted before it answers.
-- A job that reaches a globally terminal state, or whose JobMaster cannot start, goes archive
-  → dirty JobResult → cleanup (JobGraph, progress, results per `results.retention`), retried
-  with backoff until it succeeds → clean.
+- A job that reaches a globally terminal state, or whose JobMaster cannot be built or started,
+  or whose stored state cannot be recovered, goes archive → dirty JobResult → cleanup (JobGraph,
+  progress, results per `results.retention`), retried with backoff until it succeeds → clean:
+  its FAILED JobResult makes it final, so no later leader retries it.
 
 All state lives on the master's loop.
 """
@@ -49,9 +51,9 @@ from sparkdispatch.errors import (
 from sparkdispatch.dispatcher_recovery import (
     JobRecovery,
     JobToCleanUp,
+    JobToFail,
     JobToResume,
     RecoveredJob,
-    UnreadableJob,
     result_without_run,
     terminated_status,
 )
@@ -66,7 +68,7 @@ from sparkdispatch.log_context import log_context
 from sparkdispatch.metric_events import EventCounts, JobEvents
 from sparkdispatch.repair import Repair, RepairAnswer, check_requested
 from sparkdispatch.results import ResultLayout, remove_job_results
-from sparkdispatch.settings import CleanupSettings
+from sparkdispatch.settings import CleanupSettings, JobLimits
 from sparkdispatch.snapshot import JobOverview, JobSnapshot
 
 log = logging.getLogger(__name__)
@@ -134,10 +136,11 @@ class _Job:
     """A job this Dispatcher answers for until its cleanup starts: reserved at submission (or
     recovered), run by its JobMaster once persisted, concluded once `result` is set."""
 
-    graph: JobGraph | None  # None: its stored graph could not be read
+    graph: JobGraph | None  # None: its stored graph could not be read, or may not run (over a limit)
     fingerprint: str | None
-    # Resolves once the job is persisted (None), or to the status of the same job found
-    # terminated before; concurrent submissions of the id wait for it.
+    # Resolves once the job is persisted and its JobMaster built, or its build failed and the job
+    # concluded (None), or to the status of the same job found terminated before; concurrent
+    # submissions and calls naming the id wait for it.
     accepted: asyncio.Future[JobStatus | None]
     job_master: JobMasterGateway | None = None
     watcher: asyncio.Task[None] | None = None
@@ -183,14 +186,16 @@ class Dispatcher:
 
     `new_job_master(graph, recovered_progress)` builds the JobMaster of a job (under the same
     session); the Dispatcher only starts, watches, cancels and suspends it. `address` is this
-    master's REST address, named in `RecoveryInProgress` answers.
+    master's REST address, named in `RecoveryInProgress` answers. A graph over `limits` is refused at
+    submission and fails at recovery.
     """
 
     def __init__(self, *, session_id: str, address: str, jobgraph_store: JobGraphStore,
                  job_result_store: FileSystemJobResultStore, progress_store: ProgressStore, archive: JobArchive,
                  blob_store: BlobStore, new_job_master: JobMasterFactory, cleanup: CleanupSettings,
-                 events: JobEvents | None = None) -> None:
+                 events: JobEvents | None = None, limits: JobLimits = JobLimits()) -> None:
         self.session_id = session_id
+        self._limits = limits
         self._events = events if events is not None else EventCounts()
         self._address = address
         self._jobgraph_store = jobgraph_store
@@ -202,7 +207,8 @@ class Dispatcher:
         self._cleanup_settings = cleanup
         self._recovery = JobRecovery(session_id=session_id, jobgraph_store=jobgraph_store,
                                      job_result_store=job_result_store, progress_store=progress_store, archive=archive,
-                                     initial_backoff=cleanup.initial_backoff, max_backoff=cleanup.max_backoff)
+                                     initial_backoff=cleanup.initial_backoff, max_backoff=cleanup.max_backoff,
+                                     limits=limits)
         self._jobs: dict[str, _Job] = {}
         self._cleanups: dict[str, asyncio.Task[None]] = {}
         self._recovering = True
@@ -251,20 +257,22 @@ class Dispatcher:
                 if archived is not None:
                     await self._archive_quietly(archived)
                 self._start_cleanup(job_id, mark_clean=mark_clean)
-            case UnreadableJob(result=result):
-                job = self._jobs[result.job_id] = _Job(None, None, _persisted(), result=result)
+            case JobToFail(result=result, fingerprint=fingerprint):
+                job = self._jobs[result.job_id] = _Job(None, fingerprint, _persisted(), result=result)
                 job.watcher = asyncio.create_task(self._conclude(result.job_id, job, result),
                                                   name=f"job-{result.job_id}")
             case JobToResume(job_id=job_id, graph=graph, progress=progress, cancel=cancel, repairs=repairs):
-                job = self._jobs[job_id] = _Job(graph, graph.fingerprint(), _persisted(), cancel_recorded=cancel,
-                                                repairs=repairs)
-                self._run(job_id, job, recovered=progress)
+                job = self._jobs[job_id] = _Job(graph, graph.fingerprint(), asyncio.get_running_loop().create_future(),
+                                                cancel_recorded=cancel, repairs=repairs)
+                await self._run(job_id, job, recovered=progress)
 
     # -- submission and cancellation -----------------------------------------------------------
 
     async def submit(self, graph: JobGraph) -> Submission:
-        """Accept `graph` (`created`), or answer for the same job submitted before."""
+        """Accept `graph` (`created`), or answer for the same job submitted before; `JobTooLarge` for
+        a graph over the limits, before anything is stored."""
         self._check_serving()
+        self._limits.check(graph)
         chosen_id = graph.job_id is not None
         job_id = graph.job_id or uuid.uuid4().hex
         graph = graph.with_job_id(job_id)
@@ -294,14 +302,14 @@ class Dispatcher:
             job.accepted.set_exception(exc)
             job.accepted.exception()  # retrieved: waiters re-raise it themselves
             raise
-        job.accepted.set_result(terminated)
         if terminated is not None:
+            job.accepted.set_result(terminated)
             del self._jobs[job_id]
             return Submission(job_id, False, terminated)
-        log.info("job %s (%s) submitted with %d vertices [session %s]", job_id, graph.name,
-                 len(graph.vertices), self.session_id)
+        log.info("job %s (%s) submitted with %d vertices, %d subtasks [session %s]", job_id, graph.name,
+                 len(graph.vertices), graph.subtask_count, self.session_id)
         self._events.job_submitted()
-        self._run(job_id, job, recovered=None)
+        await self._run(job_id, job, recovered=None)
         return Submission(job_id, True, job.status)
 
     async def _check_artifacts(self, graph: JobGraph, *, repairing: str | None = None) -> None:
@@ -313,13 +321,7 @@ class Dispatcher:
         """Cancel a running job, persisting the cancel first; idempotent for a cancelled one;
         `JobAlreadyTerminated` for a job that ended otherwise."""
         self._check_serving()
-        job = self._jobs.get(job_id)
-        if job is not None and not job.accepted.done():
-            try:
-                await asyncio.shield(job.accepted)
-            except Exception:  # noqa: BLE001 - however its submission failed, the job is unknown
-                raise UnknownJob(job_id) from None  # its submission failed
-            job = self._jobs.get(job_id)
+        job = await self._settled(job_id)  # None also when its submission failed: unknown
         status: JobStatus | None = None
         if job is not None and job.result is not None:
             status = job.result.status
@@ -346,11 +348,7 @@ class Dispatcher:
         (`POST /jobs/{job_id}/repair`); persisted before it answers. A job that runs a repair
         covering `vertices` answers with it; `RepairNotPossible` (`running`) while it runs otherwise."""
         self._check_serving()
-        job = self._jobs.get(job_id)
-        if job is not None and not job.accepted.done():
-            with contextlib.suppress(Exception):
-                await asyncio.shield(job.accepted)
-            job = self._jobs.get(job_id)
+        job = await self._settled(job_id)
         if job is not None:
             repair = job.running_repair
             if job.result is None and repair is not None and job.graph is not None \
@@ -367,6 +365,7 @@ class Dispatcher:
                                         running=True) from None
         plan = plan_repair(job_id, await self._archive.get(job_id), vertices,
                            results_deleted=self._cleanup_settings.delete_results, now_ms=int(time.time() * 1000))
+        self._limits.check(plan.graph)  # it ran under a higher limit
         await self._check_artifacts(plan.graph, repairing=job_id)
         if job_id in self._jobs:  # another repair or a resubmission took it meanwhile
             return await self.repair(job_id, vertices)
@@ -381,11 +380,10 @@ class Dispatcher:
             job.accepted.set_exception(exc)
             job.accepted.exception()
             raise
-        job.accepted.set_result(None)
         repair = plan.repairs[-1]
         log.info("job %s: repair %d runs %s again (asked for %s) [session %s]", job_id, repair.number,
                  ", ".join(repair.vertices), ", ".join(repair.requested), self.session_id)
-        self._run(job_id, job, recovered=plan.progress)
+        await self._run(job_id, job, recovered=plan.progress)
         return RepairAnswer(job_id, repair, created=True)
 
     # -- queries ------------------------------------------------------------------------------
@@ -402,7 +400,7 @@ class Dispatcher:
     async def job_snapshot(self, job_id: str) -> JobSnapshot:
         """One job with its vertices and subtasks (`GET /jobs/{job_id}`); `UnknownJob` if unknown."""
         self._check_serving()
-        job = self._jobs.get(job_id)
+        job = await self._settled(job_id)
         if job is not None and (job.job_master is not None or job.result is not None):
             return await job.snapshot()
         archived = await self._archive.get(job_id)
@@ -434,7 +432,7 @@ class Dispatcher:
     async def vertex_result(self, job_id: str, vertex_id: str) -> tuple[JobStatus, VertexResult]:
         """The job's status and one vertex's outcome so far (`GET /jobs/{job_id}/vertices/{vertex_id}`)."""
         self._check_serving()
-        job = self._jobs.get(job_id)
+        job = await self._settled(job_id)
         vertex: VertexResult | None
         if job is not None and job.result is None and job.job_master is not None:
             status, vertex = job.job_master.status, job.job_master.vertex_result(vertex_id)
@@ -469,25 +467,56 @@ class Dispatcher:
 
     # -- running and terminating jobs ---------------------------------------------------------
 
-    def _run(self, job_id: str, job: _Job, *, recovered: JobProgress | None) -> None:
-        """Start the job's JobMaster; a recovered job whose cancel was accepted is cancelled instead."""
-        with log_context(job_id=job_id):  # the JobMaster's tasks and the watcher inherit it
-            assert job.graph is not None
-            job_master: JobMasterGateway | None = None
-            try:
-                job_master = self._new_job_master(job.graph, recovered)
-                if not job.cancel_recorded:
-                    job_master.start()
-            except Exception as exc:
-                log.error("the JobMaster of job %s cannot start, the job fails: %s [session %s]", job_id, exc,
-                          self.session_id, exc_info=exc)
-                if job_master is not None:
-                    self._release(job_id, job_master)
-                result = job.conclude(result_without_run(job_id, job.graph, Failure.from_exception(exc)))
-                job.watcher = asyncio.create_task(self._conclude(job_id, job, result), name=f"job-{job_id}")
-                return
-            job.job_master = job_master
-            job.watcher = asyncio.create_task(self._watch(job_id, job), name=f"job-{job_id}")
+    async def _settled(self, job_id: str) -> _Job | None:
+        """The job `job_id` answers for, once its submission (or repair) settled: persisted and its
+        JobMaster built, or refused (then None, unless another took the id meanwhile)."""
+        job = self._jobs.get(job_id)
+        if job is not None and not job.accepted.done():
+            with contextlib.suppress(Exception):
+                await asyncio.shield(job.accepted)
+            job = self._jobs.get(job_id)
+        return job
+
+    async def _run(self, job_id: str, job: _Job, *, recovered: JobProgress | None) -> None:
+        """Start the job's task, which builds its JobMaster and runs it to the job's end; return once
+        the JobMaster is built and started (or the job concluded because it cannot be)."""
+        with log_context(job_id=job_id):  # the JobMaster's tasks and the job's task inherit it
+            task = job.watcher = asyncio.create_task(self._drive(job_id, job, recovered), name=f"job-{job_id}")
+        # cancelled before it settled (this Dispatcher stopped): the job is stored for the next leader
+        task.add_done_callback(lambda _: None if job.accepted.done() else job.accepted.set_result(None))
+        await asyncio.shield(job.accepted)  # the job's task goes on if this caller is cancelled
+
+    async def _drive(self, job_id: str, job: _Job, recovered: JobProgress | None) -> None:
+        """The job's task: build and start its JobMaster (a recovered job whose cancel was accepted is
+        cancelled instead), settle `job.accepted`, then watch the job to its end; a job whose JobMaster
+        cannot be built or started fails with the cause."""
+        if self._closed:
+            return  # persisted just as this Dispatcher stopped: the next leader runs it
+        failure = await self._start(job_id, job, recovered)
+        if failure is not None:
+            job.conclude(result_without_run(job_id, job.graph, failure))
+        job.accepted.set_result(None)
+        if job.result is not None:
+            await self._conclude(job_id, job, job.result)
+        else:
+            await self._watch(job_id, job)
+
+    async def _start(self, job_id: str, job: _Job, recovered: JobProgress | None) -> Failure | None:
+        """Build and start the job's JobMaster; the failure if it cannot be."""
+        assert job.graph is not None
+        job_master: JobMasterGateway | None = None
+        try:
+            job_master = await self._new_job_master(job.graph, recovered)
+            if not job.cancel_recorded:
+                job_master.start()
+        except Exception as exc:
+            log.error("the JobMaster of job %s cannot be built or started, the job fails: %s [session %s]", job_id,
+                      exc, self.session_id, exc_info=exc)
+            if job_master is not None:
+                self._release(job_id, job_master)
+            return Failure.from_exception(exc)
+        job.job_master = job_master
+        return None
 
     @staticmethod
     def _release(job_id: str, job_master: JobMasterGateway) -> None:

@@ -12,7 +12,10 @@ the next is read:
   a repair the archive has not seen (sparkdispatch.dispatcher_repair), which resumes;
 - every other stored JobGraph resumes from its progress, or is cancelled when a former leader
   accepted its cancel (unless every subtask finished before the cancel took effect);
-- a job whose stored state cannot be read fails alone, with a FAILED JobResult naming the cause.
+- a job whose stored state cannot be read, or whose graph is over today's limits (`JobLimits`:
+  accepted under a higher `jobgraph.max-subtasks`), fails alone with a FAILED JobResult naming
+  the cause: written as any other, it is final (no later leader retries the job), and the job's
+  JobGraph is removed in its cleanup.
 
 Reads ZooKeeper does not answer (`StoreUnavailable`) are retried with backoff until `stop`.
 """
@@ -27,12 +30,19 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from sparkdispatch.archive import ArchivedJob, JobArchive
-from sparkdispatch.errors import DuplicateJobSubmission, ServiceUnavailable, StoreUnavailable
+from sparkdispatch.errors import (
+    DuplicateJobSubmission,
+    JobTooLarge,
+    ServiceUnavailable,
+    StoreError,
+    StoreUnavailable,
+)
 from sparkdispatch.ha.job_result_store import FileSystemJobResultStore
 from sparkdispatch.ha.jobgraph_store import JobGraphStore
 from sparkdispatch.ha.progress_store import JobProgress, ProgressStore
 from sparkdispatch.jobgraph import ExecutionState, Failure, JobGraph, JobResult, JobStatus, VertexResult
 from sparkdispatch.repair import Repair
+from sparkdispatch.settings import JobLimits
 from sparkdispatch.snapshot import JobSnapshot
 
 log = logging.getLogger(__name__)
@@ -65,13 +75,15 @@ class JobToCleanUp:
 
 
 @dataclass(frozen=True)
-class UnreadableJob:
-    """A stored job whose state cannot be read: it ends with `result` (FAILED), concluded as any other."""
+class JobToFail:
+    """A stored job that cannot run (its state unreadable, its graph over a limit): it ends with `result`
+    (FAILED), concluded as any other; `fingerprint` is its graph's, when the graph could be read."""
 
     result: JobResult
+    fingerprint: str | None = None
 
 
-RecoveredJob = JobToResume | JobToCleanUp | UnreadableJob
+RecoveredJob = JobToResume | JobToCleanUp | JobToFail
 
 
 class JobRecovery:
@@ -79,8 +91,9 @@ class JobRecovery:
 
     def __init__(self, *, session_id: str, jobgraph_store: JobGraphStore, job_result_store: FileSystemJobResultStore,
                  progress_store: ProgressStore, archive: JobArchive, initial_backoff: float,
-                 max_backoff: float) -> None:
+                 max_backoff: float, limits: JobLimits = JobLimits()) -> None:
         self._session_id = session_id
+        self._limits = limits
         self._jobgraph_store = jobgraph_store
         self._job_result_store = job_result_store
         self._progress_store = progress_store
@@ -159,12 +172,14 @@ class JobRecovery:
             graph = await self._read(lambda: self._jobgraph_store.get(job_id))
             if graph is None:
                 return None
+            if graph.job_id != job_id:
+                raise StoreError(f"the JobGraph stored for job {job_id} names job {graph.job_id}")
             progress = await self._read(lambda: self._progress_store.get(job_id))
         except ServiceUnavailable:
             raise
         except Exception as exc:  # noqa: BLE001 - this job only: the others are recovered all the same
             log.error("job %s cannot be recovered, it fails: %s [session %s]", job_id, exc, self._session_id)
-            return UnreadableJob(result_without_run(job_id, None, _recovery_failure(job_id, exc)))
+            return JobToFail(result_without_run(job_id, None, _recovery_failure(job_id, exc)))
         repairs: tuple[Repair, ...] = ()
         if job_id in self._archive:
             archived = await _read_or_none(self._archive.get(job_id), f"archived job {job_id}")
@@ -174,6 +189,12 @@ class JobRecovery:
                 return leftovers
             repairs = (*done, progress.repair)
             log.info("job %s runs repair %d", job_id, progress.repair.number)
+        try:
+            self._limits.check(graph)
+        except JobTooLarge as exc:
+            log.error("job %s is over today's limits, it fails instead of running: %s [session %s]", job_id,
+                      exc.message, self._session_id)
+            return JobToFail(result_without_run(job_id, graph, _recovery_failure(job_id, exc)), graph.fingerprint())
         # a job whose every subtask finished before its cancel took effect finishes, as it did
         cancel = progress.cancel_requested and not _all_finished(graph, progress)
         log.info("recovering job %s (%s)%s [session %s]", job_id, graph.name,

@@ -5,6 +5,7 @@
     SparkDispatchError
     ├── ConfigurationError            a configuration key is unknown or its value is bad
     ├── InvalidJobGraph               a JobGraph failed validation (names the field)
+    │   └── JobTooLarge               a JobGraph over a limit on the whole job (`jobgraph.max-subtasks`)
     ├── InvalidRequest                a request body other than a JobGraph failed validation
     ├── IllegalStateTransition        a job or execution state change Flink's lifecycle forbids
     ├── UnknownJob                    no job with that id
@@ -136,6 +137,32 @@ class InvalidJobGraph(SparkDispatchError):
     @classmethod
     def from_fields(cls, messages: Sequence[str], fields: Mapping[str, Any]) -> Self:
         return cls(_field_errors(fields["field_errors"]))
+
+
+def _count(fields: Mapping[str, Any], name: str) -> int:
+    value = fields[name]
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"{name} must be an integer")
+    return value
+
+
+class JobTooLarge(InvalidJobGraph):
+    """A JobGraph whose every field is within its own limit, but whose whole is not: its `subtasks`
+    (the sum of its vertices' parallelism) are over `limit`, the value of the configuration `option`."""
+
+    def __init__(self, *, subtasks: int, limit: int, option: str) -> None:
+        self.subtasks = subtasks
+        self.limit = limit
+        self.option = option
+        super().__init__({"vertices": [f"the job has {subtasks} subtasks (the sum of its vertices' parallelism); "
+                                       f"{option} allows at most {limit}"]})
+
+    def fields(self) -> JSONObject:
+        return {**super().fields(), "subtasks": self.subtasks, "limit": self.limit, "option": self.option}
+
+    @classmethod
+    def from_fields(cls, messages: Sequence[str], fields: Mapping[str, Any]) -> Self:
+        return cls(subtasks=_count(fields, "subtasks"), limit=_count(fields, "limit"), option=_text(fields, "option"))
 
 
 class InvalidRequest(SparkDispatchError):
@@ -491,12 +518,12 @@ class RecoveryInProgress(ServiceUnavailable):
 
 
 ERROR_TYPES: Mapping[str, type[SparkDispatchError]] = MappingProxyType({cls.__name__: cls for cls in (
-    SparkDispatchError, ConfigurationError, TlsError, InvalidJobGraph, InvalidRequest, IllegalStateTransition,
-    UnknownJob, DuplicateJobSubmission, JobAlreadyTerminated, RepairNotPossible, FencingTokenMismatch, StaleExecution,
-    NoLeader, SlotRequestTimeout, UnknownTaskExecutor, SlotProcessLost, StoreError, StoreUnavailable,
-    JobResultEntryExists, NoSuchJobResult, BlobError, BlobNotFound, BlobTooLarge, CorruptedBlob, RequestTooLarge,
-    Unauthorized, CsrfRefused, RouteNotFound, MethodNotAllowed, InternalError, EntrypointNotFound, MissingExtra,
-    ConnectServerError, ServiceUnavailable, LeadershipLost, RecoveryInProgress,
+    SparkDispatchError, ConfigurationError, TlsError, InvalidJobGraph, JobTooLarge, InvalidRequest,
+    IllegalStateTransition, UnknownJob, DuplicateJobSubmission, JobAlreadyTerminated, RepairNotPossible,
+    FencingTokenMismatch, StaleExecution, NoLeader, SlotRequestTimeout, UnknownTaskExecutor, SlotProcessLost,
+    StoreError, StoreUnavailable, JobResultEntryExists, NoSuchJobResult, BlobError, BlobNotFound, BlobTooLarge,
+    CorruptedBlob, RequestTooLarge, Unauthorized, CsrfRefused, RouteNotFound, MethodNotAllowed, InternalError,
+    EntrypointNotFound, MissingExtra, ConnectServerError, ServiceUnavailable, LeadershipLost, RecoveryInProgress,
 )})
 """The registry: class name (a body's `type`) → class."""
 

@@ -268,6 +268,11 @@ class JobGraph:
     def to_dict(self) -> dict[str, Any]:
         return dump(_schemas.JOB_GRAPH, self)
 
+    @property
+    def subtask_count(self) -> int:
+        """The job's subtasks in all: the sum of its vertices' parallelism."""
+        return sum(vertex.parallelism for vertex in self.vertices)
+
     def to_json(self) -> str:
         """The canonical JSON form: `to_dict()` with sorted keys, compact."""
         return self._splice(dump(_schemas.JOB_GRAPH_HEAD, self))

@@ -25,7 +25,7 @@ from sparkdispatch.errors import ServiceUnavailable
 from sparkdispatch.ha import BlobStore, JobProgress, LeaderRetrieval, create_ha_services
 from sparkdispatch.ha.leader import LeaderInfo
 from sparkdispatch.jobgraph import JobGraph
-from sparkdispatch.jobmaster import JobMaster, JobMasterGateway, TaskExecutorGateway
+from sparkdispatch.jobmaster import JobMaster, JobMasterGateway, TaskExecutorGateway, build_execution_graph
 from sparkdispatch.metrics import MasterMetrics
 from sparkdispatch.resourcemanager import ResourceManager
 from sparkdispatch.rest.server import RestServer
@@ -146,16 +146,20 @@ class Master:
         progress_store = self.ha.progress_store
         job_master_settings = self.settings.job_master
 
-        def new_job_master(graph: JobGraph, recovered: JobProgress | None) -> JobMaster:
+        async def new_job_master(graph: JobGraph, recovered: JobProgress | None) -> JobMaster:
+            # built from immutable inputs in a thread, handed to the loop finished
+            execution_graph = await asyncio.to_thread(build_execution_graph, graph, recovered)
             return JobMaster(graph, session_id=session_id, resource_manager=resource_manager,
                              task_executor_gateway=gateway, progress_store=progress_store,
-                             settings=job_master_settings, recovered_progress=recovered, events=self.metrics)
+                             settings=job_master_settings, recovered_progress=recovered, events=self.metrics,
+                             execution_graph=execution_graph)
 
         dispatcher = Dispatcher(session_id=session_id, address=self.address, jobgraph_store=self.ha.jobgraph_store,
                                 job_result_store=self.ha.job_result_store, progress_store=progress_store,
                                 archive=JobArchive(self.settings.archive, check=self.ha.check_leadership),
                                 blob_store=self.ha.blob_store, new_job_master=new_job_master,
-                                cleanup=self.settings.cleanup, events=self.metrics)
+                                cleanup=self.settings.cleanup, events=self.metrics,
+                                limits=self.settings.job_limits)
         self._leader = LeaderComponents(session_id, dispatcher, resource_manager, self.ha.blob_store,
                                         BlobCleaner(self.ha.blob_store, self.ha.jobgraph_store,
                                                     self.settings.blob_cleanup))

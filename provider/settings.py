@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sparkdispatch.config import Configuration, restart_strategy_from_config
-from sparkdispatch.errors import ConfigurationError
-from sparkdispatch.jobgraph import RestartStrategy
+from sparkdispatch.config import OPTIONS_BY_KEY, Configuration, restart_strategy_from_config
+from sparkdispatch.errors import ConfigurationError, JobTooLarge
+from sparkdispatch.jobgraph import JobGraph, RestartStrategy
 from sparkdispatch.tls import ClientTls, ServerTls
 
 log = logging.getLogger(__name__)
@@ -65,6 +65,27 @@ class JobMasterSettings:
         return cls(results_dir=config.results_dir, restart_strategy=restart_strategy_from_config(config),
                    missing_execution_threshold=config["heartbeat.missing-execution-threshold"],
                    deployment_grace=config["heartbeat.timeout"])
+
+
+MAX_SUBTASKS_KEY = "jobgraph.max-subtasks"
+
+
+@dataclass(frozen=True)
+class JobLimits:
+    """Limits on a whole job, beyond those of each field of its JobGraph: `jobgraph.max-subtasks`."""
+
+    max_subtasks: int = OPTIONS_BY_KEY[MAX_SUBTASKS_KEY].default
+
+    def check(self, graph: JobGraph) -> JobGraph:
+        """`graph` if it is within the limits; `JobTooLarge` naming the limit otherwise."""
+        subtasks = graph.subtask_count
+        if subtasks > self.max_subtasks:
+            raise JobTooLarge(subtasks=subtasks, limit=self.max_subtasks, option=MAX_SUBTASKS_KEY)
+        return graph
+
+    @classmethod
+    def from_config(cls, config: Configuration) -> JobLimits:
+        return cls(max_subtasks=config[MAX_SUBTASKS_KEY])
 
 
 @dataclass(frozen=True)
@@ -209,10 +230,11 @@ class MasterSettings:
     cleanup: CleanupSettings
     archive: ArchiveSettings
     blob_cleanup: BlobCleanupSettings
+    job_limits: JobLimits
 
     @classmethod
     def from_config(cls, config: Configuration) -> MasterSettings:
-        return cls(rest=RestSettings.from_config(config),
+        return cls(rest=RestSettings.from_config(config), job_limits=JobLimits.from_config(config),
                    resource_manager=ResourceManagerSettings.from_config(config),
                    job_master=JobMasterSettings.from_config(config), cleanup=CleanupSettings.from_config(config),
                    archive=ArchiveSettings.from_config(config),

@@ -89,8 +89,10 @@ async def read_znode(result: IAsyncResult, what: str) -> Any:
 
 
 def _load_graph(data: bytes, origin: str) -> JobGraph:
+    """The graph, validated and prepared (`JobGraph.prepare`): called in a thread, as a large one takes
+    a second or more."""
     try:
-        return JobGraph.from_json(data)
+        return JobGraph.from_json(data).prepare()
     except InvalidJobGraph as exc:
         raise StoreError(f"the stored JobGraph {origin} cannot be read: {exc.message}") from None
 
@@ -113,11 +115,15 @@ class FileJobGraphStore:
 
     async def get(self, job_id: str) -> JobGraph | None:
         path = self._file(job_id)
-        try:
-            data = await asyncio.to_thread(path.read_bytes)
-        except FileNotFoundError:
-            return None
-        return _load_graph(data, str(path))
+
+        def read() -> JobGraph | None:
+            try:
+                data = path.read_bytes()
+            except FileNotFoundError:
+                return None
+            return _load_graph(data, str(path))
+
+        return await asyncio.to_thread(read)
 
     async def remove(self, session_id: str, job_id: str) -> None:
         path = self._file(job_id)

@@ -1,6 +1,7 @@
 """One JobMaster per job: ExecutionGraph, batch scheduling, restarts and region failover.
 
-`JobMaster` (job_master.py) drives an `ExecutionGraph` (execution_graph.py); `failover.py`
+`JobMaster` (job_master.py) drives an `ExecutionGraph` (execution_graph.py), which the master
+builds in a thread (`build_execution_graph`) before it makes the JobMaster on its loop; `failover.py`
 picks the subtasks a failure restarts and `restart.py` decides whether and when.
 `deployment.py` builds an attempt's descriptor and sends it until the broker takes it;
 `reconciler.py` finds deployed executions that vanished from their TaskExecutor's heartbeats.
@@ -11,6 +12,6 @@ are typed by their own packages' Protocols.
 """
 
 from sparkdispatch.jobmaster.gateways import JobMasterFactory, JobMasterGateway, TaskExecutorGateway
-from sparkdispatch.jobmaster.job_master import JobMaster
+from sparkdispatch.jobmaster.job_master import JobMaster, build_execution_graph
 
-__all__ = ["JobMaster", "JobMasterFactory", "JobMasterGateway", "TaskExecutorGateway"]
+__all__ = ["JobMaster", "JobMasterFactory", "JobMasterGateway", "TaskExecutorGateway", "build_execution_graph"]

@@ -69,8 +69,9 @@ class JobMasterGateway(Protocol):
         """`snapshot()` as of the call, built off the loop (a large job's takes tens of ms)."""
 
 
-JobMasterFactory: TypeAlias = Callable[[JobGraph, JobProgress | None], JobMasterGateway]
-"""A new JobMaster for a graph, with the progress a former leader recorded (None for a new job)."""
+JobMasterFactory: TypeAlias = Callable[[JobGraph, JobProgress | None], Awaitable[JobMasterGateway]]
+"""A new JobMaster for a graph, with the progress a former leader recorded (None for a new job); a
+large job's ExecutionGraph is built off the loop meanwhile, so the loop answers while it is."""
 
 
 class TaskExecutorGateway(Protocol):

@@ -4,7 +4,8 @@ An id from the path must match its pattern (a job id is 32 lowercase hex charact
 malformed id ever reaches a store or the file system (`GET /jobs/..%2F..%2Fx` is refused with
 `400` `InvalidRequest` naming `job_id`). A body is read in chunks and refused with `413` as soon
 as it passes the limit, before it is parsed; a large one is parsed (and a JobGraph validated)
-in a thread, so the master's loop keeps answering meanwhile.
+in a thread, so the master's loop keeps answering meanwhile; a large JobGraph is kept out of the
+garbage collector's walks while it lives (`LONG_LIVED_GRAPHS.keep`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from aiohttp import web
 
 from sparkdispatch.errors import InvalidRequest, RequestTooLarge
 from sparkdispatch.jobgraph import JOB_ID_PATTERN, VERTEX_ID_PATTERN, JobGraph
+from sparkdispatch.jobmaster.long_lived import LONG_LIVED_GRAPHS
 from sparkdispatch.protocol import TASK_EXECUTOR_ID_PATTERN
 from sparkdispatch.schema import json_type, parse_json
 
@@ -102,7 +104,7 @@ async def read_job_graph(request: web.Request, *, limit: int) -> JobGraph:
     """The JobGraph in the request's body, validated (and serialised for storage) off the loop when large."""
     body = await read_body(request, limit=limit, what="JobGraph")
     if len(body) > PARSE_IN_THREAD_ABOVE:
-        return await asyncio.to_thread(_job_graph, body)
+        return await asyncio.to_thread(LONG_LIVED_GRAPHS.keep, lambda: _job_graph(body))
     return _job_graph(body)
 
 

@@ -14,6 +14,7 @@ from sparkdispatch.archive import JobArchive
 from sparkdispatch.config import Configuration
 from sparkdispatch.dispatcher import Dispatcher
 from sparkdispatch.errors import LeadershipLost
+from sparkdispatch.ha import JobProgress
 from sparkdispatch.ha.services import ZooKeeperHaServices
 from sparkdispatch.jobgraph import JobGraph, JobStatus, JobVertex
 from sparkdispatch.settings import ArchiveSettings, CleanupSettings
@@ -32,10 +33,14 @@ def graph(job_id: str, *, vertices: int = 1) -> JobGraph:
 
 def dispatcher_of(services: ZooKeeperHaServices, session_id: str) -> Dispatcher:
     config = services.config
+
+    async def new_job_master(graph: JobGraph, recovered: JobProgress | None) -> FakeJobMaster:
+        return FakeJobMaster(graph, recovered)
+
     return Dispatcher(session_id=session_id, address="http://m:8081", jobgraph_store=services.jobgraph_store,
                       job_result_store=services.job_result_store, progress_store=services.progress_store,
                       archive=JobArchive(ArchiveSettings.from_config(config), check=services.check_leadership),
-                      blob_store=services.blob_store, new_job_master=FakeJobMaster,
+                      blob_store=services.blob_store, new_job_master=new_job_master,
                       cleanup=CleanupSettings.from_config(config))
 
 

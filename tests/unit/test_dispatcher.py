@@ -19,6 +19,7 @@ from sparkdispatch.errors import (
     InvalidJobGraph,
     InvalidRequest,
     JobAlreadyTerminated,
+    JobTooLarge,
     LeadershipLost,
     RecoveryInProgress,
     RepairNotPossible,
@@ -30,7 +31,7 @@ from sparkdispatch.ha.job_result_store import JobResultEntry
 from sparkdispatch.jobgraph import ExecutionState, JobGraph, JobResult, JobStatus, VertexResult
 from sparkdispatch.repair import RepairAnswer
 from sparkdispatch.rest.views import flink_job_details, job_details, job_summary
-from sparkdispatch.settings import ArchiveSettings, CleanupSettings
+from sparkdispatch.settings import ArchiveSettings, CleanupSettings, JobLimits
 from sparkdispatch.testing.contender import leading
 from sparkdispatch.testing.fake_job_master import FakeJobMaster
 from sparkdispatch.testing.waiting import eventually
@@ -61,14 +62,21 @@ async def ha(config: Configuration) -> Any:
     await services.close()
 
 
-def make_dispatcher(config: Configuration, ha: HighAvailabilityServices, *,
-                    new_job_master: Any = None) -> Dispatcher:
+def make_dispatcher(config: Configuration, ha: HighAvailabilityServices, *, new_job_master: Any = None,
+                    build: Any = None, limits: JobLimits = JobLimits()) -> Dispatcher:
+    """A Dispatcher whose JobMasters `new_job_master(graph, progress)` makes at once (FakeJobMaster by
+    default), or the coroutine function `build(graph, progress)`."""
     FakeJobMaster.reset()
+    make = new_job_master or FakeJobMaster
+
+    async def at_once(graph: JobGraph, recovered: JobProgress | None) -> Any:
+        return make(graph, recovered)
+
     return Dispatcher(session_id=SESSION, address="http://master:8081", jobgraph_store=ha.jobgraph_store,
                       job_result_store=ha.job_result_store, progress_store=ha.progress_store,
                       archive=JobArchive(ArchiveSettings.from_config(config), check=ha.check_leadership),
-                      blob_store=ha.blob_store, new_job_master=new_job_master or FakeJobMaster,
-                      cleanup=CleanupSettings.from_config(config))
+                      blob_store=ha.blob_store, new_job_master=build or at_once,
+                      cleanup=CleanupSettings.from_config(config), limits=limits)
 
 
 def settled(dispatcher: Dispatcher) -> bool:
@@ -416,6 +424,138 @@ async def test_a_job_master_that_cannot_start_ends_the_job_failed(config: Config
         assert all(m.suspended for m in FakeJobMaster.created)  # what it took is given back
         assert await ha.jobgraph_store.job_ids() == set() and await dirty_ids(ha) == set()
         await dispatcher.stop()
+
+
+def wide(job_id: str | None = "a" * 32, parallelism: int = 3) -> JobGraph:
+    """Two vertices of `parallelism` subtasks each."""
+    return JobGraph.from_dict({"job_id": job_id, "name": "wide", "vertices": [
+        {"id": "left", "entrypoint": "m:f", "parallelism": parallelism},
+        {"id": "right", "entrypoint": "m:f", "parallelism": parallelism, "inputs": ["left"]}]})
+
+
+async def test_a_graph_over_the_subtask_limit_is_refused_naming_it_and_leaves_no_trace(
+        config: Configuration, ha: Any) -> None:
+    dispatcher = make_dispatcher(config, ha, limits=JobLimits(max_subtasks=5))
+    await dispatcher.start()
+    with pytest.raises(JobTooLarge) as refused:
+        await dispatcher.submit(wide())
+    error = refused.value
+    assert isinstance(error, InvalidJobGraph) and error.http_status == 400
+    assert (error.subtasks, error.limit, error.option) == (6, 5, "jobgraph.max-subtasks")
+    assert "6 subtasks" in error.message and "jobgraph.max-subtasks allows at most 5" in error.message
+    assert await ha.jobgraph_store.job_ids() == set() and not FakeJobMaster.created and not dispatcher._jobs
+    assert (await ha.progress_store.get("a" * 32)).finished == {} and await dirty_ids(ha) == set()
+    with pytest.raises(UnknownJob):
+        await dispatcher.job_snapshot("a" * 32)
+    assert (await dispatcher.submit(wide(parallelism=2))).created  # within the limit
+    await dispatcher.stop()
+
+
+async def test_a_stored_job_over_todays_limits_or_whose_job_master_fails_to_build_fails_alone(
+        config: Configuration, ha: Any) -> None:
+    good, too_large, unbuildable, misfiled = "b" * 32, "c" * 32, "d" * 32, "e" * 32
+    for stored in (graph(job_id=good), wide(too_large), graph(job_id=unbuildable)):
+        await ha.jobgraph_store.put(SESSION, stored)  # accepted under a higher limit
+    (ha.store_dir("jobgraphs") / f"{misfiled}.json").write_text(graph(job_id=good).to_json())
+
+    def build(graph: JobGraph, recovered: JobProgress | None) -> FakeJobMaster:
+        if graph.job_id == unbuildable:
+            raise MemoryError("no memory left for its subtasks")
+        return FakeJobMaster(graph, recovered)
+
+    dispatcher = make_dispatcher(config, ha, new_job_master=build, limits=JobLimits(max_subtasks=5))
+    await dispatcher.start()
+
+    assert [m.graph.job_id for m in FakeJobMaster.created] == [good] and FakeJobMaster.created[0].started
+    await eventually(lambda: not dispatcher._cleanups and set(dispatcher._jobs) == {good}, "only the good job left")
+    for job_id, cls, cause in ((too_large, "JobTooLarge", "jobgraph.max-subtasks allows at most 5"),
+                               (unbuildable, "MemoryError", "no memory left"),
+                               (misfiled, "StoreError", f"names job {good}")):
+        result = await dispatcher.job_result(job_id)
+        assert result is not None and result.status is JobStatus.FAILED, job_id
+        assert result.failure is not None and (result.failure.cls, cause in result.failure.message) == (cls, True)
+    assert await ha.jobgraph_store.job_ids() == {good}  # removed as any terminal job's
+    assert await dirty_ids(ha) == set()
+    # final: the same graph again is answered as the same, failed job; it does not run
+    assert await dispatcher.submit(graph(job_id=unbuildable)) == Submission(unbuildable, False, JobStatus.FAILED)
+    await dispatcher.stop()
+    later = make_dispatcher(config, ha)  # a later leader retries none of them
+    await later.start()
+    assert [m.graph.job_id for m in FakeJobMaster.created] == [good]
+    await later.stop()
+
+
+class GatedBuild:
+    """A JobMaster factory whose builds wait for `release`, as a large job's ExecutionGraph takes a while."""
+
+    def __init__(self) -> None:
+        self.building = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def __call__(self, graph: JobGraph, recovered: JobProgress | None) -> FakeJobMaster:
+        self.building.set()
+        await self.release.wait()
+        return FakeJobMaster(graph, recovered)
+
+
+async def test_calls_naming_a_job_whose_job_master_is_built_wait_for_it(config: Configuration, ha: Any) -> None:
+    gate = GatedBuild()
+    dispatcher = make_dispatcher(config, ha, build=gate)
+    await dispatcher.start()
+    submission = asyncio.create_task(dispatcher.submit(graph()))
+    await gate.building.wait()
+    assert await ha.jobgraph_store.job_ids() == {"a" * 32}  # persisted before the build
+    resubmitted = asyncio.create_task(dispatcher.submit(graph()))
+    looked_at = asyncio.create_task(dispatcher.job_snapshot("a" * 32))
+    cancelled = asyncio.create_task(dispatcher.cancel("a" * 32))
+    waiting = [resubmitted, looked_at, cancelled]
+    await asyncio.sleep(0.05)
+    assert not submission.done() and not any(task.done() for task in waiting)
+    assert dispatcher.job_counts() == {}  # answered meanwhile
+    gate.release.set()
+    assert await submission == Submission("a" * 32, True, JobStatus.RUNNING)
+    await asyncio.gather(*waiting)
+    again, snapshot = resubmitted.result(), looked_at.result()
+    assert again.created is False and snapshot.overview.job_id == "a" * 32
+    assert FakeJobMaster.created[0].cancelled  # the cancel reached the built JobMaster
+    await dispatcher.stop()
+
+
+async def test_a_dispatcher_stopped_during_a_build_answers_the_submission_and_keeps_the_job(
+        config: Configuration, ha: Any) -> None:
+    gate = GatedBuild()
+    dispatcher = make_dispatcher(config, ha, build=gate)
+    await dispatcher.start()
+    submission = asyncio.create_task(dispatcher.submit(graph()))
+    await gate.building.wait()
+    await dispatcher.stop()
+    assert await submission == Submission("a" * 32, True, JobStatus.INITIALIZING)  # stored: the next leader runs it
+    assert not FakeJobMaster.created and await ha.jobgraph_store.job_ids() == {"a" * 32}
+    later = make_dispatcher(config, ha)
+    await later.start()
+    assert [m.graph.job_id for m in FakeJobMaster.created] == ["a" * 32] and FakeJobMaster.created[0].started
+    await later.stop()
+
+
+async def test_a_job_persisted_just_as_the_dispatcher_stops_gets_no_job_master_here(
+        config: Configuration, ha: Any, monkeypatch: Any) -> None:
+    dispatcher = make_dispatcher(config, ha)
+    await dispatcher.start()
+    persisting, release = asyncio.Event(), asyncio.Event()
+    real_put = ha.jobgraph_store.put
+
+    async def slow_put(session_id: str, graph: JobGraph) -> None:
+        persisting.set()
+        await release.wait()
+        await real_put(session_id, graph)
+
+    monkeypatch.setattr(ha.jobgraph_store, "put", slow_put)
+    submission = asyncio.create_task(dispatcher.submit(graph()))
+    await persisting.wait()
+    await dispatcher.stop()
+    release.set()
+    assert await submission == Submission("a" * 32, True, JobStatus.INITIALIZING)  # stored: the next leader runs it
+    assert not FakeJobMaster.created and await ha.jobgraph_store.job_ids() == {"a" * 32}
 
 
 async def test_a_graph_naming_a_missing_artifact_is_refused_naming_the_key(config: Configuration, ha: Any) -> None:

@@ -44,6 +44,7 @@ EXAMPLES: list[SparkDispatchError] = [
     errors.ConfigurationError("configuration key 'x' is unknown", details=["did you mean 'y'?"]),
     errors.TlsError("rest.ssl.key: '/etc/sparkdispatch/master.key' is not a file"),
     errors.InvalidJobGraph({"vertices[0].parallelism": ["must be at least 1"], "name": ["missing"]}),
+    errors.JobTooLarge(subtasks=100_000_000, limit=100_000, option="jobgraph.max-subtasks"),
     errors.InvalidRequest("TaskExecutor registration", {"slots": ["must be at least 1"], "queue": ["missing"]}),
     errors.IllegalStateTransition("a job cannot go from FINISHED to RUNNING"),
     errors.UnknownJob(JOB),

@@ -313,6 +313,29 @@ def scramble(graph: ExecutionGraph, rng: random.Random) -> None:
         execution.failure = rng.choice([None, Failure("ValueError", f"bad row {index}")])
 
 
+def test_the_overview_counts_each_subtask_by_its_current_attempt_without_walking_them() -> None:
+    rng = random.Random(7)
+    graph = ExecutionGraph(diamond(parallelism=3))
+    graph.restore(JobProgress(JOB_ID, {"source": {0: SubtaskProgress("/r/s0", 3)}}))
+
+    def walked() -> dict[ExecutionState, int]:
+        tasks = dict.fromkeys(ExecutionState, 0)
+        for ev in graph.subtasks():
+            tasks[ev.state] += 1
+        return tasks
+
+    assert graph.overview().tasks == walked()
+    for _ in range(30):
+        scramble(graph, rng)
+        for ev in graph.subtasks():
+            if ev.state.is_terminal and rng.random() < 0.5:
+                replaced = ev.current
+                graph.new_attempt(ev)
+                replaced.state = ExecutionState.CANCELED  # a superseded attempt counts no more
+        assert graph.overview().tasks == walked()
+    assert sum(graph.overview().tasks.values()) == graph.subtask_count
+
+
 def test_a_capture_builds_the_snapshot_of_its_moment_and_nothing_later() -> None:
     rng = random.Random(13)
     clock = Clock()
