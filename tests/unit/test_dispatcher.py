@@ -509,7 +509,7 @@ async def test_calls_naming_a_job_whose_job_master_is_built_wait_for_it(config: 
     looked_at = asyncio.create_task(dispatcher.job_snapshot("a" * 32))
     cancelled = asyncio.create_task(dispatcher.cancel("a" * 32))
     waiting = [resubmitted, looked_at, cancelled]
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0.05)  # room for an early answer, which must not come before the build
     assert not submission.done() and not any(task.done() for task in waiting)
     assert dispatcher.job_counts() == {}  # answered meanwhile
     gate.release.set()
