@@ -33,19 +33,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from common import (
-    BENCH_TASKS,
-    PySpy,
-    Rest,
-    bench_main,
-    cpu_seconds,
-    ensemble_cluster,
-    latency_ms,
-    load_average,
-    print_table,
-    save_results,
-    zookeeper_cluster,
-)
+from harness.clusters import zookeeper_cluster
+from harness.ensemble import ensemble_cluster
+from harness.paths import BENCH_TASKS
+from harness.processes import cpu_seconds
+from harness.profiling import PySpy
+from harness.reporting import latency_ms, load_average, print_table, save_results
+from harness.rest import Rest
+from harness.running import bench_main
 
 GOAL_JOBS_PER_S = 300.0
 WARMUP_JOBS = 50

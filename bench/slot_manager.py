@@ -53,7 +53,7 @@ class BenchJob:
         self.waiter: asyncio.Future[None] | None = None
         self.wanted = 0
 
-    def slots_allocated(self, slots: list[AllocatedSlot]) -> None:
+    def slots_allocated(self, slots: Sequence[AllocatedSlot]) -> None:
         self.slots.extend(slots)
         if self.waiter is not None and len(self.slots) >= self.wanted and not self.waiter.done():
             self.waiter.set_result(None)
@@ -61,7 +61,7 @@ class BenchJob:
     def slot_request_failed(self, error: SparkDispatchError) -> None:
         raise AssertionError(f"bench job {self.job_id}: {error}")
 
-    def task_executor_lost(self, task_executor_id: str, allocation_ids: list[str], reason: str) -> None:
+    def task_executor_lost(self, task_executor_id: str, allocation_ids: Sequence[str], reason: str) -> None:
         raise AssertionError(f"bench job {self.job_id} lost {task_executor_id}: {reason}")
 
     def task_executor_heartbeat(self, task_executor_id: str, executions: Sequence[ExecutionReport]) -> None:

@@ -153,7 +153,7 @@ class JobArchive:
         path = self.directory / f"{job_id}{ENTRY_SUFFIX}"
         try:
             return ArchivedJob.from_dict(json.loads(path.read_bytes()))
-        except Exception as exc:  # a damaged archive entry must not stop the master
+        except Exception as exc:  # noqa: BLE001 - a damaged archive entry must not stop the master
             log.warning("ignoring unreadable archived job %s: %s", path, exc)
             return None
 

@@ -43,7 +43,8 @@ def job_table(details: Mapping[str, Any], result: Mapping[str, Any] | None) -> s
                      str(attempts),
                      _or_dash(outcome.get("rows")), _or_dash(outcome.get("result_path"))))
     widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]) - 1)]
-    lines += ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1] for row in rows]
+    lines += ["  ".join(cell.ljust(width) for cell, width in zip(row[:-1], widths, strict=True)) + "  " + row[-1]
+              for row in rows]
     failure = (result or {}).get("failure")
     if failure:
         lines += ["", f"failure: {failure.get('class')}: {failure.get('message')}"]

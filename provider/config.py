@@ -113,7 +113,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("jobgraph.max-subtasks", "int", 100_000, "Most subtasks a job may have in all (the sum of its "
            "vertices' parallelism). A larger JobGraph is refused at submission with 400 `JobTooLarge`, and a stored "
            "one (accepted under a higher limit) fails at recovery instead of running; the master builds each "
-           "subtask's state in memory (per 100,000: about 45 MB, and 0.5-2 s of a thread on a 2-core machine).", minimum=1),
+           "subtask's state in memory (per 100,000: about 45 MB, and 0.5-2 s of a thread on a 2-core machine).",
+           minimum=1),
     # High availability
     Option("high-availability.mode", "choice", "none", "`none`: one master, always leader, stores on the local "
            "filesystem under `storage.dir`. `zookeeper`: leader election, retrieval and the JobGraph store on "
@@ -165,8 +166,8 @@ OPTIONS: tuple[Option, ...] = (
            default_doc="25s"),
     Option("heartbeat.rpc-failure-threshold", "int", 2, "Consecutive failed calls (deployments, cancellations) "
            "after which a TaskExecutor counts as unreachable once it has also sent no heartbeat for half "
-           "`heartbeat.timeout`, at least two `heartbeat.interval`s (-1: never), as Flink's key. A TaskExecutor that heartbeats is alive: calls that "
-           "fail then are the broker's trouble, and are retried.", minimum=-1),
+           "`heartbeat.timeout`, at least two `heartbeat.interval`s (-1: never), as Flink's key. A TaskExecutor "
+           "that heartbeats is alive: calls that fail then are the broker's trouble, and are retried.", minimum=-1),
     Option("heartbeat.missing-execution-threshold", "int", 3, "Consecutive heartbeats of a TaskExecutor that may "
            "omit an execution its JobMaster deployed there before the execution fails over (a deployment lost on "
            "the way, a final state report lost). A deployment the TaskExecutor never listed gets "

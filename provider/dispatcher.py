@@ -361,7 +361,8 @@ class Dispatcher:
             try:
                 await asyncio.wait_for(asyncio.shield(cleanup), CLEANUP_WAIT_S)
             except TimeoutError:
-                raise RepairNotPossible(job_id, "its cleanup is not done yet; ask again shortly", running=True) from None
+                raise RepairNotPossible(job_id, "its cleanup is not done yet; ask again shortly",
+                                        running=True) from None
         plan = plan_repair(job_id, await self._archive.get(job_id), vertices,
                            results_deleted=self._cleanup_settings.delete_results, now_ms=int(time.time() * 1000))
         self._limits.check(plan.graph)  # it ran under a higher limit
@@ -603,7 +604,7 @@ class Dispatcher:
                 return
             except LeadershipLost:
                 return
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - whatever failed, the cleanup is retried
                 # FLINK-26652: a failing cleanup never takes the master down; it is retried, and the
                 # dirty JobResult hands it to the next leader if this one goes away.
                 log.warning("cleanup of job %s failed (attempt %d), retrying in %.1fs: %s; check %s",

@@ -141,14 +141,14 @@ class JobRecovery:
             entry = await self._read(lambda: self._job_result_store.get(job_id))
         except ServiceUnavailable:
             raise
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - an unreadable JobResult fails its job alone
             log.error("the dirty JobResult of job %s cannot be read (%s); the job is not run again: it is "
                       "recorded as FAILED and cleaned up [session %s]", job_id, exc, self._session_id)
             if job_id in self._archive:
                 return JobToCleanUp(job_id, None, mark_clean=True)
             try:  # its graph, if still there, names the job and tells a resubmission apart
                 graph = await self._jobgraph_store.get(job_id)
-            except Exception:
+            except Exception:  # noqa: BLE001 - without its graph the job is only named less well
                 graph = None
             result = result_without_run(job_id, graph, _recovery_failure(job_id, exc))
             fingerprint = graph.fingerprint() if graph is not None else None
@@ -177,7 +177,7 @@ class JobRecovery:
             progress = await self._read(lambda: self._progress_store.get(job_id))
         except ServiceUnavailable:
             raise
-        except Exception as exc:  # this job only: the others are recovered all the same
+        except Exception as exc:  # noqa: BLE001 - this job only: the others are recovered all the same
             log.error("job %s cannot be recovered, it fails: %s [session %s]", job_id, exc, self._session_id)
             return JobToFail(result_without_run(job_id, None, _recovery_failure(job_id, exc)))
         repairs: tuple[Repair, ...] = ()
@@ -249,6 +249,6 @@ async def _read_or_none(read: Awaitable[T], what: str) -> T | None:
     """`read` awaited, or None if it fails (logged as `what` cannot be read)."""
     try:
         return await read
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - logged; the caller goes on without it
         log.warning("%s cannot be read: %s", what, exc)
         return None

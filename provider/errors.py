@@ -576,12 +576,13 @@ class RecoveryInProgress(ServiceUnavailable):
 
 
 ERROR_TYPES: Mapping[str, type[SparkDispatchError]] = MappingProxyType({cls.__name__: cls for cls in (
-    SparkDispatchError, ConfigurationError, TlsError, InvalidJobGraph, JobTooLarge, InvalidRequest, IllegalStateTransition, UnknownJob,
-    DuplicateJobSubmission, JobAlreadyTerminated, RepairNotPossible, FencingTokenMismatch, StaleExecution, NoLeader,
-    SlotRequestTimeout, UnknownTaskExecutor, SlotProcessLost, StoreError, StoreUnavailable, JobResultEntryExists,
-    NoSuchJobResult, BlobError, BlobNotFound, BlobTooLarge, CorruptedBlob, RequestTooLarge, RequestTimeout,
-    UnsupportedMediaType, Unauthorized, CsrfRefused, HostRefused, OriginRefused, TooManyLoginAttempts, RouteNotFound,
-    MethodNotAllowed, InternalError, EntrypointNotFound, MissingExtra, ConnectServerError, ServiceUnavailable, LeadershipLost, RecoveryInProgress,
+    SparkDispatchError, ConfigurationError, TlsError, InvalidJobGraph, JobTooLarge, InvalidRequest,
+    IllegalStateTransition, UnknownJob, DuplicateJobSubmission, JobAlreadyTerminated, RepairNotPossible,
+    FencingTokenMismatch, StaleExecution, NoLeader, SlotRequestTimeout, UnknownTaskExecutor, SlotProcessLost,
+    StoreError, StoreUnavailable, JobResultEntryExists, NoSuchJobResult, BlobError, BlobNotFound, BlobTooLarge,
+    CorruptedBlob, RequestTooLarge, RequestTimeout, UnsupportedMediaType, Unauthorized, CsrfRefused, HostRefused,
+    OriginRefused, TooManyLoginAttempts, RouteNotFound, MethodNotAllowed, InternalError, EntrypointNotFound,
+    MissingExtra, ConnectServerError, ServiceUnavailable, LeadershipLost, RecoveryInProgress,
 )})
 """The registry: class name (a body's `type`) → class."""
 

@@ -127,7 +127,7 @@ class Master:
                 await self._step_down()
                 if event:
                     self._lead(event)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - a leadership change that fails ends the master
                 await self._fail(exc)
                 return
 
@@ -168,7 +168,7 @@ class Master:
     async def _recover(self, leader: LeaderComponents) -> None:
         try:
             await leader.dispatcher.start()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a recovery that fails ends the master
             self._recovery = None  # this task ends here: the step down must not wait for it
             await self._fail(exc)
             return

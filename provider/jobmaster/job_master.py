@@ -427,7 +427,7 @@ class JobMaster:
         try:
             sent = await send_deployment(self._gateway, slot, tdd, self.job_master_id,
                                          wanted=lambda: self._deploying(ev, execution), outcome=outcome)
-        except Exception as exc:  # not the broker's trouble: this attempt fails
+        except Exception as exc:  # noqa: BLE001 - not the broker's trouble: this attempt fails
             if self._deploying(ev, execution):
                 log.warning("job %s (session %s): deploying %s to %s failed: %s", self.job_id, self.job_master_id,
                             ev.id, slot.task_executor_id, exc)
@@ -582,7 +582,7 @@ class JobMaster:
     async def _cancel_on(self, task_executor_id: str, hostname: str, execution_id: str) -> None:
         try:
             await asyncio.to_thread(self._gateway.cancel, hostname, execution_id)
-        except Exception as exc:  # the task may run on; its reports are refused as stale
+        except Exception as exc:  # noqa: BLE001 - the task may run on; its reports are refused as stale
             log.warning("job %s (session %s): cancelling %s on %s failed: %s", self.job_id,
                         self.job_master_id, execution_id, hostname, exc)
             self._call_resource_manager(self._resource_manager.record_rpc_failure, task_executor_id)

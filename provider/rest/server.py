@@ -245,7 +245,8 @@ class RestHandlers:
                     async with session.get(f"{leader}/overview") as answer:
                         if answer.status == 200:
                             remote = await answer.json()
-                            body.update({k: remote[k] for k in body if k not in ("is_leader", "leader") and k in remote})
+                            body.update({k: remote[k] for k in body
+                                         if k not in ("is_leader", "leader") and k in remote})
             except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
                 log.debug("the leader %s did not answer /overview: %s", leader, exc)
         return body

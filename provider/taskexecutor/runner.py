@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import queue
-import shutil
 import threading
 import time
 from collections import Counter, OrderedDict
@@ -337,7 +336,7 @@ class BackgroundReports:
             except SparkDispatchError as exc:
                 log.warning("job %s: the %s report of execution %s was not delivered: %s", update.job_id,
                             update.state.value, update.execution_id, exc)
-            except Exception:  # noqa: BLE001 - the reporting thread must survive any one report
+            except Exception:  # the reporting thread must survive any one report
                 log.exception("job %s: the %s report of execution %s failed", update.job_id, update.state.value,
                               update.execution_id)
             finally:

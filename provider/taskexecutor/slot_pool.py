@@ -211,7 +211,7 @@ class SlotProcessPool:
                     return state
                 try:
                     on_state(state)
-                except Exception:  # noqa: BLE001 - the attempt runs on; its end is still returned
+                except Exception:  # the attempt runs on; its end is still returned
                     log.exception("execution %s: handling its %s state failed", tdd.execution_id, state.state.value)
         finally:
             with self._lock:
@@ -382,7 +382,7 @@ class SlotProcessPool:
         child: _SlotChild | None = None
         try:
             child = self._spawn(require_warm=False)
-        except Exception:  # noqa: BLE001 - a task that finds no spare starts a process itself
+        except Exception:  # a task that finds no spare starts a process itself
             log.warning("could not start a spare slot process", exc_info=True)
         with self._changed:
             self._starting -= 1

@@ -526,8 +526,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s slot-process[%(process)d] "
                                                    "%(name)s: %(message)s")
     # the Connect client (pandas and pyarrow included): a spare pays this before any task
-    import pyspark.sql.connect.session  # noqa: F401
-    import pyspark.sql.functions  # noqa: F401
+    import pyspark.sql.connect.session
+    import pyspark.sql.functions
     import pyspark.sql.types  # noqa: F401
 
     channel = ControlChannel(socket.socket(fileno=args.control_fd))

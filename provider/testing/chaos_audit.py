@@ -41,6 +41,7 @@ from kazoo.exceptions import NoNodeError
 
 from sparkdispatch.testing.chaos_model import FAULT_KINDS, ChaosSettings, Crash, FaultRecord, JobRecord
 from sparkdispatch.testing.local_cluster import LocalCluster
+from sparkdispatch.testing.waiting import eventually_blocking
 
 CATEGORIES = ("lost", "duplicated", "hung", "failed", "wrong-result", "forgotten", "refused", "leftover",
               "crashed", "unhealed")
@@ -258,22 +259,17 @@ def slot_leftovers(cluster: LocalCluster, records: list[JobRecord]) -> list[Find
 
 def _leader_url(cluster: LocalCluster, timeout: float = 60.0) -> str:
     """The leader's REST address (`TimeoutError` if no master leads within `timeout`)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        index = cluster.leader_index()
-        if index is not None:
-            return cluster.master_url(index)
-        time.sleep(0.2)
-    raise TimeoutError(f"no master led within {timeout:.0f}s")
+    return cluster.leader_url(timeout, watch=False)
 
 
 def wait_for_cleanup(cluster: LocalCluster, records: list[JobRecord], *, timeout: float) -> None:
     """Wait until nothing is left behind (see `leftovers`), or `timeout` seconds."""
     zookeeper = _zookeeper(cluster)
     try:
-        deadline = time.monotonic() + timeout
-        while leftovers(cluster, records, StoredState.read(cluster, zookeeper)) and time.monotonic() < deadline:
-            time.sleep(0.5)
+        eventually_blocking(lambda: not leftovers(cluster, records, StoredState.read(cluster, zookeeper)),
+                            "nothing left behind", timeout=timeout, interval=0.5)
+    except TimeoutError:
+        pass  # what is left is what the audit reports
     finally:
         zookeeper.stop()
         zookeeper.close()
@@ -401,7 +397,8 @@ def judge_job(record: JobRecord, stored: StoredState, listing: dict[str, list[di
             problems.append(("lost", "no JobResult is stored and the leader does not list the job"))
         else:
             state = listed[0]["status"] if listed else "not listed"
-            problems.append(("hung", f"no JobResult answered within {settings.hang_after_s + settings.final_grace_s:.0f}s"
+            waited = settings.hang_after_s + settings.final_grace_s
+            problems.append(("hung", f"no JobResult answered within {waited:.0f}s"
                                      f" (GET /jobs: {state}; stored: {sorted(entries) or 'none'})"))
         return problems
     latency = record.latency_s or 0.0

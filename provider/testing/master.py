@@ -26,7 +26,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, MutableSequence, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -83,7 +83,7 @@ class RecordingTaskExecutorGateway(TaskExecutorGateway):
     """The master's TaskExecutorGateway for tests: records deployments and cancels; thread-safe."""
 
     def __init__(self) -> None:
-        self.deployments: list[Deployment] = []
+        self.deployments: MutableSequence[Deployment] = []  # a benchmark keeps only the last ones
         self.cancels: list[tuple[str, str]] = []  # (TaskExecutor hostname, execution id)
         self.closed = False
         self._listeners: list[Callable[[Deployment | tuple[str, str]], None]] = []
@@ -164,8 +164,8 @@ class ScriptedTaskExecutor:
         self.master.gateway.listen(self._on_gateway_call)
         return await self._client.register(
             self.master.url, self.master.session_id, task_executor_id=self.task_executor_id, hostname=self.hostname,
-            queue=f"sparkdispatch.te.{self.task_executor_id}", slots=self.slots, slot_report=SlotReport.free(self.slots),
-            spark_master="local[1]")
+            queue=f"sparkdispatch.te.{self.task_executor_id}", slots=self.slots,
+            slot_report=SlotReport.free(self.slots), spark_master="local[1]")
 
     async def end_job(self, job_id: str, outcome: TaskOutcome | Script = TaskOutcome()) -> None:
         """End the job's running tasks with `outcome`, and every later task of the job as well."""

@@ -135,7 +135,8 @@ async def statuses_seen_by(page: Any) -> dict[tuple[str, str], list[int]]:
     sent: dict[str, tuple[str, str]] = {}
     devtools = await page.context.new_cdp_session(page)
     devtools.on("Network.requestWillBeSent",
-                lambda event: sent.__setitem__(event["requestId"], (event["request"]["method"], event["request"]["url"])))
+                lambda event: sent.__setitem__(event["requestId"],
+                                               (event["request"]["method"], event["request"]["url"])))
     devtools.on("Network.responseReceivedExtraInfo",
                 lambda event: seen.setdefault(sent.get(event["requestId"], ("?", "?")), []).append(event["statusCode"]))
     await devtools.send("Network.enable")

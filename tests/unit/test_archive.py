@@ -37,7 +37,8 @@ def finished_job(job_id: str = JOB_ID, status: JobStatus = JobStatus.FINISHED) -
     overview = JobOverview(job_id=job_id, name="sales", status=status, start_time=1_000, end_time=4_000,
                            duration_ms=3_000, last_modification=3_900, tasks={ExecutionState.FINISHED: 2})
     snapshot = JobSnapshot(overview, (VertexSnapshot("only", ExecutionState.FINISHED, 2, subtasks=(
-        SubtaskSnapshot(0, ExecutionState.FINISHED, 0, "te-1"), SubtaskSnapshot(1, ExecutionState.FINISHED, 1, "te-2"))),))
+        SubtaskSnapshot(0, ExecutionState.FINISHED, 0, "te-1"),
+        SubtaskSnapshot(1, ExecutionState.FINISHED, 1, "te-2"))),))
     return ArchivedJob(result, snapshot, fingerprint="f1" * 32)
 
 

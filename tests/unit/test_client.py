@@ -42,6 +42,7 @@ from sparkdispatch.jobgraph import JobGraph, JobStatus
 from sparkdispatch.testing.master import InProcessMaster, finish_every_task
 from sparkdispatch.testing.proxy import RecordingProxy
 from sparkdispatch.testing.services import free_port
+from sparkdispatch.testing.waiting import eventually
 
 FAST = RetryPolicy(attempts=4, initial_backoff=0.01, max_backoff=0.05, failover_timeout=5.0)
 JOB = "0123456789abcdef0123456789abcdef"
@@ -68,17 +69,11 @@ async def ha_pair(zk_config: Configuration) -> AsyncIterator[tuple[InProcessMast
         await leader.start()
         await leader.wait_for_leadership()
         await standby.start()
-        await until(lambda: standby.master.leader_address() == leader.url, "the standby to know the leader")
+        await eventually(lambda: standby.master.leader_address() == leader.url, "the standby to know the leader")
         yield leader, standby
     finally:
         await standby.stop()
         await leader.stop()
-
-
-async def until(condition: Any, what: str, timeout: float = 20.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not condition():
-            await asyncio.sleep(0.01)
 
 
 def test_addresses_are_normalized() -> None:
@@ -245,7 +240,7 @@ async def test_no_leader_anywhere_is_a_clear_error(zk_config: Configuration) -> 
     async with InProcessMaster(overrides=zk_config.to_flat()) as lonely:
         await lonely.wait_for_leadership()
         await lonely.step_down()  # a standby now, and nobody else contends
-        await until(lambda: lonely.master.leader_address() is None, "the leader node to go")
+        await eventually(lambda: lonely.master.leader_address() is None, "the leader node to go")
         async with SparkDispatchClient(addresses=[lonely.url], retry=FAST) as client:
             with pytest.raises(NoLeader, match="standby"):
                 await client.jobs()
@@ -269,10 +264,10 @@ async def test_wait_for_result_keeps_waiting_through_a_failover(tmp_path: Path) 
         async with SparkDispatchClient(addresses=[first.url, successor.url], retry=FAST) as client:
             await client.submit({**GRAPH, "job_id": JOB})
             waiting = asyncio.create_task(client.wait_for_result(JOB, poll_interval=0.02))
-            await until(lambda: proxy_of(first).count("GET", f"/jobs/{JOB}/execution-result") >= 2,
-                        "the client to poll the leader")
+            await eventually(lambda: proxy_of(first).count("GET", f"/jobs/{JOB}/execution-result") >= 2,
+                             "the client to poll the leader")
             await first.stop()  # the leader dies; for a while nobody leads
-            await asyncio.sleep(0.3)
+            await asyncio.sleep(0.3)  # that while: the client must wait through it
             assert not waiting.done()
             await successor.start()  # a new master takes the stored job over
             await successor.add_task_executor(script=finish_every_task)

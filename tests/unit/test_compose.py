@@ -94,7 +94,8 @@ def interpolate(value: Any) -> Any:
 def services_fixture() -> dict[str, Any]:
     document = yaml.safe_load(COMPOSE_FILE.read_text())  # resolves anchors and `<<` merges
     assert "version" not in document, "the Compose spec has no top-level `version:`"
-    return interpolate(document["services"])
+    services: dict[str, Any] = interpolate(document["services"])
+    return services
 
 
 def sparkdispatch_commands(services: dict[str, Any]) -> dict[str, list[str]]:
@@ -119,7 +120,7 @@ def host_file(service: dict[str, Any], container_path: str) -> Path:
     for volume in service.get("volumes", []):
         source, _, rest = volume.partition(":")
         if rest.split(":")[0] == container_path and source.startswith("./"):
-            return REPO / source
+            return REPO / str(source)
     raise AssertionError(f"nothing of this repository is mounted at {container_path}")
 
 
@@ -133,7 +134,7 @@ def named_volume_at(service: dict[str, Any], target: str) -> str | None:
     for volume in service.get("volumes", []):
         source, _, rest = volume.partition(":")
         if rest.split(":")[0] == target and not source.startswith(("./", "/")):
-            return source
+            return str(source)
     return None
 
 
@@ -152,7 +153,8 @@ def test_compose_refuses_to_start_without_the_token_and_puts_it_in_no_command_li
         compose: Path, services: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     result = run_compose(compose, "-f", str(COMPOSE_FILE), "config", "-q", variables={})
     assert result.returncode != 0
-    assert "required variable SPARKDISPATCH_AUTH_TOKEN is missing a value: set SPARKDISPATCH_AUTH_TOKEN" in result.stderr
+    assert ("required variable SPARKDISPATCH_AUTH_TOKEN is missing a value: set SPARKDISPATCH_AUTH_TOKEN"
+            in result.stderr)
     monkeypatch.setenv("SPARKDISPATCH_AUTH_TOKEN", "from-the-environment")
     for name in [*MASTERS, *TASK_EXECUTORS]:
         assert not any("token" in arg for arg in sparkdispatch_commands(services)[name]), name
@@ -356,7 +358,8 @@ def test_the_multi_host_topology_is_the_compose_deployment(services: dict[str, A
     assert topology == {name for name in services if name in (*ZOOKEEPERS, "redis", *MASTERS, *TASK_EXECUTORS)}
     assert topology == {*ZOOKEEPERS, "redis", *MASTERS, *TASK_EXECUTORS}
     commands = sparkdispatch_commands(services)
-    mounted = {host_file(services[name], "/etc/sparkdispatch/sparkdispatch.yaml") for name in (*MASTERS, *TASK_EXECUTORS)}
+    mounted = {host_file(services[name], "/etc/sparkdispatch/sparkdispatch.yaml")
+               for name in (*MASTERS, *TASK_EXECUTORS)}
     assert mounted == {hosts.COMPOSE_CONFIG}
     compose_file = "/etc/sparkdispatch/sparkdispatch.yaml"
     for name in MASTERS:

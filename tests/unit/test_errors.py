@@ -33,6 +33,7 @@ from sparkdispatch.rest.server import create_error_middleware
 from sparkdispatch.settings import RestSettings
 from sparkdispatch.taskexecutor.master_client import SESSION_HEADER, MasterClient
 from sparkdispatch.testing.master import Deployment, InProcessMaster
+from sparkdispatch.testing.waiting import eventually
 
 JOB = "0123456789abcdef0123456789abcdef"
 SESSION = "6f1c8e5a-3b2d-4c7e-9a10-2b3c4d5e6f70"
@@ -125,6 +126,7 @@ def test_structured_fields_come_back_as_attributes() -> None:
     assert isinstance(invalid, errors.InvalidJobGraph) and invalid.field_errors == {"name": ["missing"]}
     stale = error_from_body(409, json.dumps(StaleExecution(JOB, "e1", "gone").to_body()))
     assert isinstance(stale, FencingTokenMismatch)  # the TaskExecutor treats both as a stale report
+    assert isinstance(stale, StaleExecution)
     assert (stale.job_id, stale.execution_id) == (JOB, "e1")
 
 
@@ -275,9 +277,5 @@ async def test_the_taskexecutor_client_raises_the_masters_own_classes(master: In
 
 
 async def _deployments(master: InProcessMaster, job_id: str, count: int) -> list[Deployment]:
-    for _ in range(500):
-        deployments = master.gateway.of_job(job_id)
-        if len(deployments) >= count:
-            return list(deployments)
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"{count} deployment(s) of {job_id} expected, saw {master.gateway.of_job(job_id)}")
+    await eventually(lambda: len(master.gateway.of_job(job_id)) >= count, f"{count} deployment(s) of {job_id}")
+    return list(master.gateway.of_job(job_id))

@@ -326,7 +326,7 @@ def test_job_result_round_trip_and_shape() -> None:
     result = JobResult.from_dict(body)
     assert result.duration_ms == 4200
     assert result.to_dict() == body
-    assert body["failure"]["class"] == "ValueError" and "bad row" in body["failure"]["traceback"]
+    assert failure.to_dict()["class"] == "ValueError" and "bad row" in failure.to_dict()["traceback"]
 
 
 def test_job_result_refuses_a_wrong_duration_and_a_running_status() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -38,7 +39,7 @@ class Job:
         self.heartbeats: list[tuple[str, list[ExecutionReport]]] = []
         self.changed = asyncio.Event()
 
-    def slots_allocated(self, slots: list[AllocatedSlot]) -> None:
+    def slots_allocated(self, slots: Sequence[AllocatedSlot]) -> None:
         self.slots.extend(slots)
         self.changed.set()
 
@@ -46,12 +47,12 @@ class Job:
         self.failures.append(error)
         self.changed.set()
 
-    def task_executor_lost(self, task_executor_id: str, allocation_ids: list[str], reason: str) -> None:
-        self.lost.append((task_executor_id, allocation_ids, reason))
+    def task_executor_lost(self, task_executor_id: str, allocation_ids: Sequence[str], reason: str) -> None:
+        self.lost.append((task_executor_id, list(allocation_ids), reason))
         self.changed.set()
 
-    def task_executor_heartbeat(self, task_executor_id: str, executions: list[ExecutionReport]) -> None:
-        self.heartbeats.append((task_executor_id, executions))
+    def task_executor_heartbeat(self, task_executor_id: str, executions: Sequence[ExecutionReport]) -> None:
+        self.heartbeats.append((task_executor_id, list(executions)))
 
     async def wait_for(self, predicate: Any) -> None:
         while not predicate():

@@ -114,7 +114,8 @@ async def test_long_polls_slow_steady_uploads_and_large_uploads_are_answered() -
             yield after
 
         content_type = f"multipart/form-data; boundary={BOUNDARY}"
-        async with http.post(master.url + "/artifacts", data=steady(), headers={"Content-Type": content_type}) as answer:
+        headers = {"Content-Type": content_type}
+        async with http.post(master.url + "/artifacts", data=steady(), headers=headers) as answer:
             assert answer.status == 201, await answer.text()
         large = aiohttp.FormData()
         large.add_field("file", b"# " + b"x" * (16 << 20) + b"\n", filename="large.py")

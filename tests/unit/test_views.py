@@ -20,7 +20,8 @@ def running() -> JobSnapshot:
                            tasks={ExecutionState.FINISHED: 1, ExecutionState.RUNNING: 1, ExecutionState.CREATED: 2})
     return JobSnapshot(overview, (
         VertexSnapshot("extract", ExecutionState.RUNNING, 2, subtasks=(
-            SubtaskSnapshot(0, ExecutionState.FINISHED, 0, "te-1"), SubtaskSnapshot(1, ExecutionState.RUNNING, 1, "te-2"))),
+            SubtaskSnapshot(0, ExecutionState.FINISHED, 0, "te-1"),
+            SubtaskSnapshot(1, ExecutionState.RUNNING, 1, "te-2"))),
         VertexSnapshot("clean", ExecutionState.CREATED, 2, inputs=("extract",), subtasks=(
             SubtaskSnapshot(0, ExecutionState.CREATED, 0), SubtaskSnapshot(1, ExecutionState.CREATED, 0))),
     ))
