@@ -53,7 +53,7 @@ from harness.running import add_pipeline_options, add_run_options, bench_main, s
 from harness.standalone import Standalone
 
 from sparkdispatch.config import Configuration
-from sparkdispatch.standalone import standalone_config
+from sparkdispatch.entrypoint.standalone import standalone_config
 
 GOAL_RATIO = 1.3
 JOB_TIMEOUT_S = 300.0
@@ -95,7 +95,7 @@ class PipelineFloors:
         """Every subtask's result written as a Parquet partition and read back by its consumers; seconds.
 
         `new_session`: in a session made for this run (its making timed too, its release not)."""
-        from sparkdispatch.results import write_partition
+        from sparkdispatch.storage.results import write_partition
         from sparkdispatch.taskexecutor.task_context import LazyInputs
 
         self.runs += 1
@@ -123,7 +123,7 @@ class PipelineFloors:
 
     def chained(self) -> float:
         """The upstream DataFrames passed on, one plan, only the last vertex's result written; seconds."""
-        from sparkdispatch.results import write_partition
+        from sparkdispatch.storage.results import write_partition
 
         self.runs += 1
         out = self.work_dir / f"results-{self.runs}"

@@ -35,7 +35,7 @@ from typing import Any
 
 from sparkdispatch.config import Configuration
 from sparkdispatch.errors import SparkDispatchError
-from sparkdispatch.protocol import ExecutionReport, SlotReport, SlotStatus, TaskExecutorRegistration
+from sparkdispatch.model.protocol import ExecutionReport, SlotReport, SlotStatus, TaskExecutorRegistration
 from sparkdispatch.resourcemanager import AllocatedSlot, ResourceManager
 from sparkdispatch.settings import ResourceManagerSettings
 

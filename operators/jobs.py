@@ -28,7 +28,8 @@ from sparkdispatch.errors import (
     Unauthorized,
     UnsupportedMediaType,
 )
-from sparkdispatch.jobgraph import Failure, JobResult, JobStatus
+from sparkdispatch.model.states import JobStatus
+from sparkdispatch.model.job_result import Failure, JobResult
 
 GRAPH_FILE_SUFFIXES = (".json", ".yaml", ".yml")
 

@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 
 from sparkdispatch.errors import ConfigurationError
-from sparkdispatch.jobgraph import (
+from sparkdispatch.model.restart import (
     ExponentialDelayRestart,
     FailureRateRestart,
     FixedDelayRestart,

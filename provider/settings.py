@@ -16,7 +16,8 @@ from pathlib import Path
 
 from sparkdispatch.config import OPTIONS_BY_KEY, Configuration, restart_strategy_from_config
 from sparkdispatch.errors import ConfigurationError, JobTooLarge
-from sparkdispatch.jobgraph import JobGraph, RestartStrategy
+from sparkdispatch.model.restart import RestartStrategy
+from sparkdispatch.model.job_graph import JobGraph
 from sparkdispatch.tls import ClientTls, ServerTls
 from sparkdispatch.web_origin import WebOrigin
 

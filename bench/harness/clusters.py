@@ -27,7 +27,7 @@ class BenchCluster(LocalCluster):
         self.log_level = log_level
 
     def start_master(self, index: int) -> None:
-        argv = [sys.executable, "-m", "sparkdispatch.cli", "--log-level", self.log_level,
+        argv = [sys.executable, "-m", "sparkdispatch.entrypoint.cli", "--log-level", self.log_level,
                 *self.config.to_overrides(), "-D", f"rest.port={self.master_ports[index]}", "master"]
         self.masters[index] = self._spawn(argv, f"master-{index}.log")
 

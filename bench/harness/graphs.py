@@ -23,7 +23,7 @@ def chain_graph(name: str, length: int, *, entrypoint: str, artifact: str,
 
 def pipelines_artifact(directory: Path) -> Path:
     """`dags/pipelines` zipped as the Airflow operator ships it (`pipelines.zip`), written into `directory`."""
-    from sparkdispatch.artifacts import read_artifact
+    from sparkdispatch.model.artifacts import read_artifact
 
     name, data = read_artifact(PIPELINES_DIR)
     path = directory / name

@@ -42,7 +42,7 @@ class Standalone:
         """Start the process and return at once (see `wait_until_ready`)."""
         self.port = free_port()
         self.rest = Rest(f"http://127.0.0.1:{self.port}")
-        argv = [sys.executable, "-m", "sparkdispatch.cli", "--log-level", self.log_level,
+        argv = [sys.executable, "-m", "sparkdispatch.entrypoint.cli", "--log-level", self.log_level,
                 "-D", f"rest.port={self.port}"]
         for key, value in self.overrides.items():
             argv += ["-D", f"{key}={value}"]

@@ -28,7 +28,7 @@ from sparkdispatch.errors import (
     RepairNotPossible,
 )
 from sparkdispatch.ha.files import fsync_dir
-from sparkdispatch.jobgraph import BLOB_KEY_PATTERN
+from sparkdispatch.model.job_graph import BLOB_KEY_PATTERN
 
 log = logging.getLogger(__name__)
 

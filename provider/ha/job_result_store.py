@@ -26,7 +26,8 @@ from pathlib import Path
 from sparkdispatch.errors import InvalidJobGraph, JobResultEntryExists, NoSuchJobResult, StoreError
 from sparkdispatch.ha.files import LeadershipCheck, finish_in_thread, fsync_dir, is_temp, link_to, write_temp
 from sparkdispatch.ha.jobgraph_store import check_job_id
-from sparkdispatch.jobgraph import JOB_ID_PATTERN, JobResult
+from sparkdispatch.model.job_graph import JOB_ID_PATTERN
+from sparkdispatch.model.job_result import JobResult
 
 log = logging.getLogger(__name__)
 

@@ -37,7 +37,7 @@ from sparkdispatch.errors import InvalidJobGraph, StoreError, StoreUnavailable
 from sparkdispatch.ha.files import finish_in_thread, is_temp, write_atomic
 from sparkdispatch.ha.leader import LeaderElection
 from sparkdispatch.ha.zookeeper import fenced_commit, kazoo_future
-from sparkdispatch.jobgraph import JOB_ID_PATTERN, JobGraph
+from sparkdispatch.model.job_graph import JOB_ID_PATTERN, JobGraph
 
 log = logging.getLogger(__name__)
 

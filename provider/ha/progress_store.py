@@ -1,5 +1,5 @@
 """Job progress stores: which subtasks of a job finished and where their results are, whether a
-cancel of the job was accepted, and the repair the job runs (`sparkdispatch.repair`).
+cancel of the job was accepted, and the repair the job runs (`sparkdispatch.model.repair`).
 
 A new leader resumes a batch job without re-running finished work (Flink's FLIP-383), and
 finishes a cancel a former leader answered. Written by the leader only, fenced like the
@@ -31,8 +31,8 @@ from sparkdispatch.ha.files import finish_in_thread, write_atomic
 from sparkdispatch.ha.jobgraph_store import check_job_id, read_znode
 from sparkdispatch.ha.leader import LeaderElection
 from sparkdispatch.ha.zookeeper import fenced_commit
-from sparkdispatch.jobgraph import VERTEX_ID_PATTERN
-from sparkdispatch.repair import Repair
+from sparkdispatch.model.job_graph import VERTEX_ID_PATTERN
+from sparkdispatch.model.repair import Repair
 
 log = logging.getLogger(__name__)
 

@@ -32,7 +32,9 @@ from sparkdispatch.errors import (
     UnknownJob,
 )
 from sparkdispatch.ha.progress_store import Finished, JobProgress, ProgressStore
-from sparkdispatch.jobgraph import ExecutionState, Failure, JobGraph, JobResult, JobStatus, VertexResult
+from sparkdispatch.model.states import ExecutionState, JobStatus
+from sparkdispatch.model.job_graph import JobGraph
+from sparkdispatch.model.job_result import Failure, JobResult, VertexResult
 from sparkdispatch.jobmaster.deployment import deployment_descriptor, send_deployment
 from sparkdispatch.jobmaster.execution_graph import Execution, ExecutionGraph, ExecutionVertex, SubtaskId
 from sparkdispatch.jobmaster.failover import tasks_to_restart, unreadable_inputs
@@ -41,12 +43,12 @@ from sparkdispatch.jobmaster.long_lived import LONG_LIVED_GRAPHS
 from sparkdispatch.jobmaster.reconciler import ExecutionDeploymentReconciler, MissingExecution
 from sparkdispatch.jobmaster.restart import RestartBackoffTimeStrategy, create_restart_strategy
 from sparkdispatch.log_context import log_context
-from sparkdispatch.metric_events import EventCounts, TaskEvents
-from sparkdispatch.protocol import ExecutionReport, ExecutionStateUpdate, TaskDeploymentDescriptor
+from sparkdispatch.metrics.events import EventCounts, TaskEvents
+from sparkdispatch.model.protocol import ExecutionReport, ExecutionStateUpdate, TaskDeploymentDescriptor
 from sparkdispatch.resourcemanager import AllocatedSlot, ResourceManagerGateway
-from sparkdispatch.results import ResultLayout
+from sparkdispatch.storage.results import ResultLayout
 from sparkdispatch.settings import JobMasterSettings
-from sparkdispatch.snapshot import JobOverview, JobSnapshot
+from sparkdispatch.model.snapshot import JobOverview, JobSnapshot
 
 log = logging.getLogger(__name__)
 

@@ -28,8 +28,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from sparkdispatch.errors import FencingTokenMismatch, LeadershipLost, UnknownTaskExecutor
-from sparkdispatch.heartbeat import Clock, HeartbeatMonitor
-from sparkdispatch.protocol import (
+from sparkdispatch.resourcemanager.heartbeat import Clock, HeartbeatMonitor
+from sparkdispatch.model.protocol import (
     ExecutionReport,
     RegistrationAck,
     SlotReport,

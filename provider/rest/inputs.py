@@ -19,11 +19,11 @@ from typing import Any
 from aiohttp import web
 
 from sparkdispatch.errors import InvalidRequest, RequestTooLarge, UnsupportedMediaType
-from sparkdispatch.jobgraph import JOB_ID_PATTERN, VERTEX_ID_PATTERN, JobGraph
+from sparkdispatch.model.job_graph import JOB_ID_PATTERN, VERTEX_ID_PATTERN, JobGraph
 from sparkdispatch.jobmaster.long_lived import LONG_LIVED_GRAPHS
-from sparkdispatch.protocol import TASK_EXECUTOR_ID_PATTERN
+from sparkdispatch.model.protocol import TASK_EXECUTOR_ID_PATTERN
 from sparkdispatch.rest.connections import read_within
-from sparkdispatch.schema import json_type, parse_json
+from sparkdispatch.model.schema import json_type, parse_json
 
 JSON_CONTENT_TYPE = "application/json"
 

@@ -16,16 +16,12 @@ from apispec.ext.marshmallow import MarshmallowPlugin
 from marshmallow import Schema
 
 from sparkdispatch import __version__
-from sparkdispatch.jobgraph import BLOB_KEY_PATTERN, JOB_ID_PATTERN, ExecutionState, JobStatus
-from sparkdispatch.jobgraph_schemas import (
-    RESTART_SCHEMAS,
-    FailureSchema,
-    JobGraphSchema,
-    JobResultSchema,
-    JobVertexSchema,
-    VertexResultSchema,
-)
-from sparkdispatch.protocol import (
+from sparkdispatch.model.states import ExecutionState, JobStatus
+from sparkdispatch.model.job_graph import BLOB_KEY_PATTERN, JOB_ID_PATTERN
+from sparkdispatch.model.restart import RESTART_SCHEMAS
+from sparkdispatch.model.job_graph import JobGraphSchema, JobVertexSchema
+from sparkdispatch.model.job_result import FailureSchema, JobResultSchema, VertexResultSchema
+from sparkdispatch.model.protocol import (
     ExecutionReportSchema,
     ExecutionStateUpdateSchema,
     HeartbeatPayloadSchema,

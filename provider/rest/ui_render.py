@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparkdispatch.errors import SparkDispatchError, UnknownJob
-from sparkdispatch.jobgraph import JobStatus
+from sparkdispatch.model.states import JobStatus
 
 RECENT_JOBS_SHOWN = 50
 # what the scripts stop polling at, handed to them on every page (`data-terminal-statuses`)

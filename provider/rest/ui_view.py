@@ -7,7 +7,7 @@ from typing import Any
 
 from sparkdispatch.rest import views
 from sparkdispatch.rest.inputs import checked_id
-from sparkdispatch.rest.server import MasterView, RestHandlers
+from sparkdispatch.rest.handlers import MasterView, RestHandlers
 
 
 class RestUiView:

@@ -31,10 +31,11 @@ from sparkdispatch.errors import (
     SparkDispatchError,
     UnknownJob,
 )
-from sparkdispatch.jobgraph import ExecutionState, Failure
+from sparkdispatch.model.states import ExecutionState
+from sparkdispatch.model.job_result import Failure
 from sparkdispatch.log_context import log_context
-from sparkdispatch.protocol import ExecutionStateUpdate, SlotReport, SlotStatus, TaskDeploymentDescriptor
-from sparkdispatch.results import remove_attempt_partition
+from sparkdispatch.model.protocol import ExecutionStateUpdate, SlotReport, SlotStatus, TaskDeploymentDescriptor
+from sparkdispatch.storage.results import remove_attempt_partition
 from sparkdispatch.taskexecutor.slot_protocol import AttemptState
 
 log = logging.getLogger(__name__)

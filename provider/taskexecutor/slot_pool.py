@@ -34,8 +34,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from sparkdispatch.errors import SlotProcessLost, SparkDispatchError
-from sparkdispatch.jobgraph import ExecutionState, Failure
-from sparkdispatch.protocol import TaskDeploymentDescriptor
+from sparkdispatch.model.states import ExecutionState
+from sparkdispatch.model.job_result import Failure
+from sparkdispatch.model.protocol import TaskDeploymentDescriptor
 from sparkdispatch.settings import SlotPoolSettings
 from sparkdispatch.taskexecutor.connect_server import release_session
 from sparkdispatch.taskexecutor.slot_protocol import (

@@ -43,10 +43,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sparkdispatch.attempt_logs import attempt_log_path
+from sparkdispatch.storage.attempt_logs import attempt_log_path
 from sparkdispatch.errors import ConfigurationError, EntrypointNotFound, IllegalStateTransition
-from sparkdispatch.jobgraph import ExecutionState, Failure
-from sparkdispatch.results import write_partition
+from sparkdispatch.model.states import ExecutionState
+from sparkdispatch.model.job_result import Failure
+from sparkdispatch.storage.results import write_partition
 from sparkdispatch.taskexecutor.attempt_failures import failure_of, session_gone
 from sparkdispatch.taskexecutor.driver_log import DriverLog, progress_handler
 from sparkdispatch.taskexecutor.slot_protocol import (

@@ -45,8 +45,9 @@ from sparkdispatch.errors import (
     UnknownTaskExecutor,
 )
 from sparkdispatch.ha.leader import LeaderInfo
-from sparkdispatch.jobgraph import ExecutionState, Failure
-from sparkdispatch.protocol import ExecutionStateUpdate, TaskDeploymentDescriptor
+from sparkdispatch.model.states import ExecutionState
+from sparkdispatch.model.job_result import Failure
+from sparkdispatch.model.protocol import ExecutionStateUpdate, TaskDeploymentDescriptor
 from sparkdispatch.taskexecutor.master_client import MasterClient
 from sparkdispatch.taskexecutor.periodic_step import PeriodicStep
 from sparkdispatch.taskexecutor.runner import SlotTable, TaskRunner, discard_result

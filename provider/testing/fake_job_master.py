@@ -12,9 +12,11 @@ import asyncio
 from typing import ClassVar
 
 from sparkdispatch.ha import JobProgress, SubtaskProgress
-from sparkdispatch.jobgraph import ExecutionState, JobGraph, JobResult, JobStatus, VertexResult
-from sparkdispatch.protocol import ExecutionStateUpdate
-from sparkdispatch.snapshot import JobOverview, JobSnapshot
+from sparkdispatch.model.states import ExecutionState, JobStatus
+from sparkdispatch.model.job_graph import JobGraph
+from sparkdispatch.model.job_result import JobResult, VertexResult
+from sparkdispatch.model.protocol import ExecutionStateUpdate
+from sparkdispatch.model.snapshot import JobOverview, JobSnapshot
 
 
 class FakeJobMaster:

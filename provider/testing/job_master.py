@@ -19,18 +19,13 @@ from sparkdispatch.config import Configuration, restart_strategy_from_config
 from sparkdispatch.errors import ServiceUnavailable
 from sparkdispatch.ha import JobProgress
 from sparkdispatch.ha.progress_store import Finished
-from sparkdispatch.jobgraph import (
-    ExecutionState,
-    Failure,
-    FixedDelayRestart,
-    JobGraph,
-    JobResult,
-    JobVertex,
-    RestartStrategy,
-)
+from sparkdispatch.model.states import ExecutionState
+from sparkdispatch.model.restart import FixedDelayRestart, RestartStrategy
+from sparkdispatch.model.job_graph import JobGraph, JobVertex
+from sparkdispatch.model.job_result import Failure, JobResult
 from sparkdispatch.jobmaster import JobMaster
 from sparkdispatch.jobmaster.execution_graph import SubtaskId
-from sparkdispatch.protocol import (
+from sparkdispatch.model.protocol import (
     ExecutionReport,
     ExecutionStateUpdate,
     RegistrationAck,
@@ -38,7 +33,7 @@ from sparkdispatch.protocol import (
     TaskDeploymentDescriptor,
     TaskExecutorRegistration,
 )
-from sparkdispatch.repair import Repair
+from sparkdispatch.model.repair import Repair
 from sparkdispatch.resourcemanager import AllocatedSlot, ResourceManager, ResourceOverview, SlotListener
 from sparkdispatch.settings import JobMasterSettings, ResourceManagerSettings
 

@@ -66,7 +66,7 @@ class LocalCluster:
             raise
 
     def start_master(self, index: int) -> None:
-        argv = [sys.executable, "-m", "sparkdispatch.cli", *self.config.to_overrides(),
+        argv = [sys.executable, "-m", "sparkdispatch.entrypoint.cli", *self.config.to_overrides(),
                 "-D", f"rest.port={self.master_ports[index]}", "master"]
         self.masters[index] = self._spawn(argv, f"master-{index}.log")
 

@@ -1,6 +1,6 @@
 """A real master inside the test process: `InProcessMaster`, with TaskExecutors played by the test.
 
-`InProcessMaster` runs `sparkdispatch.master.Master` itself, with `high-availability.mode: none`
+`InProcessMaster` runs `sparkdispatch.entrypoint.master.Master` itself, with `high-availability.mode: none`
 (unless `overrides` say otherwise), on a free loopback port and a temporary storage directory.
 Its deployments and cancellations go to a `RecordingTaskExecutorGateway` instead of Celery.
 A `ScriptedTaskExecutor` registers with the master through the TaskExecutor REST routes (with
@@ -40,11 +40,12 @@ from sparkdispatch.ha import STANDALONE_SESSION_ID, BlobReader
 from sparkdispatch.ha.access import cluster_dir
 from sparkdispatch.ha.election import ZooKeeperLeaderElection
 from sparkdispatch.ha.leader import StandaloneLeaderElection
-from sparkdispatch.jobgraph import ExecutionState, Failure
+from sparkdispatch.model.states import ExecutionState
+from sparkdispatch.model.job_result import Failure
 from sparkdispatch.jobmaster import TaskExecutorGateway
-from sparkdispatch.loop_thread import LoopThread
-from sparkdispatch.master import Master
-from sparkdispatch.protocol import (
+from sparkdispatch.client.loop_thread import LoopThread
+from sparkdispatch.entrypoint.master import Master
+from sparkdispatch.model.protocol import (
     ExecutionReport,
     ExecutionStateUpdate,
     RegistrationAck,
@@ -52,7 +53,7 @@ from sparkdispatch.protocol import (
     TaskDeploymentDescriptor,
 )
 from sparkdispatch.resourcemanager import AllocatedSlot, ResourceManager
-from sparkdispatch.rest.server import artifact_response
+from sparkdispatch.rest.responses import artifact_response
 from sparkdispatch.rest.taskexecutor_routes import LeaderForTaskExecutors, add_task_executor_routes
 from sparkdispatch.settings import ResourceManagerSettings
 from sparkdispatch.taskexecutor.master_client import AsyncMasterClient

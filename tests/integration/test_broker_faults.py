@@ -19,8 +19,8 @@ import pytest
 from sparkdispatch.client import SparkDispatchClient
 from sparkdispatch.config import Configuration
 from sparkdispatch.errors import ServiceUnavailable
-from sparkdispatch.master import Master
-from sparkdispatch.protocol import TaskDeploymentDescriptor
+from sparkdispatch.entrypoint.master import Master
+from sparkdispatch.model.protocol import TaskDeploymentDescriptor
 from sparkdispatch.resourcemanager import AllocatedSlot
 from sparkdispatch.resourcemanager.celery_gateway import CeleryTaskExecutorGateway
 from sparkdispatch.testing.local_cluster import TaskExecutorProcess, task_executors_registered

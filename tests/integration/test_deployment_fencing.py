@@ -21,8 +21,8 @@ import pytest
 
 from sparkdispatch.config import Configuration
 from sparkdispatch.ha import create_ha_services
-from sparkdispatch.jobgraph import ExecutionState
-from sparkdispatch.protocol import TaskDeploymentDescriptor
+from sparkdispatch.model.states import ExecutionState
+from sparkdispatch.model.protocol import TaskDeploymentDescriptor
 from sparkdispatch.resourcemanager.celery_gateway import CeleryTaskExecutorGateway
 from sparkdispatch.testing.local_cluster import TaskExecutorProcess
 from sparkdispatch.testing.master import MasterForTaskExecutors

@@ -10,13 +10,14 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
-from sparkdispatch.archive import JobArchive
+from sparkdispatch.dispatcher.archive import JobArchive
 from sparkdispatch.config import Configuration
-from sparkdispatch.dispatcher import Dispatcher
+from sparkdispatch.dispatcher.dispatcher import Dispatcher
 from sparkdispatch.errors import LeadershipLost
 from sparkdispatch.ha import JobProgress
 from sparkdispatch.ha.services import ZooKeeperHaServices
-from sparkdispatch.jobgraph import JobGraph, JobStatus, JobVertex
+from sparkdispatch.model.states import JobStatus
+from sparkdispatch.model.job_graph import JobGraph, JobVertex
 from sparkdispatch.settings import ArchiveSettings, CleanupSettings
 from sparkdispatch.testing.contender import RecordingContender, leading
 from sparkdispatch.testing.fake_job_master import FakeJobMaster

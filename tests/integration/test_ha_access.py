@@ -10,7 +10,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from sparkdispatch.client import RetryPolicy, SparkDispatchClient
-from sparkdispatch.client_leader import ZooKeeperTarget
+from sparkdispatch.client.leader import ZooKeeperTarget
 from sparkdispatch.config import Configuration
 from sparkdispatch.ha import ClosableLeaderRetrieval, LeaderInfo, create_leader_retrieval
 from sparkdispatch.testing.master import InProcessMaster

@@ -21,7 +21,7 @@ from kazoo.exceptions import (
     SessionExpiredError,
 )
 
-from sparkdispatch.archive import ArchivedJob, JobArchive
+from sparkdispatch.dispatcher.archive import ArchivedJob, JobArchive
 from sparkdispatch.config import Configuration
 from sparkdispatch.errors import (
     CorruptedBlob,
@@ -37,11 +37,13 @@ from sparkdispatch.ha.files import is_temp
 from sparkdispatch.ha.job_result_store import JobResultEntry
 from sparkdispatch.ha.jobgraph_store import ZooKeeperJobGraphStore, read_znode
 from sparkdispatch.ha.progress_store import ZooKeeperProgressStore
-from sparkdispatch.repair import Repair
+from sparkdispatch.model.repair import Repair
 from sparkdispatch.ha.services import ZooKeeperHaServices
-from sparkdispatch.jobgraph import ExecutionState, JobGraph, JobResult, JobStatus, JobVertex, VertexResult
+from sparkdispatch.model.states import ExecutionState, JobStatus
+from sparkdispatch.model.job_graph import JobGraph, JobVertex
+from sparkdispatch.model.job_result import JobResult, VertexResult
 from sparkdispatch.settings import ArchiveSettings
-from sparkdispatch.snapshot import JobSnapshot
+from sparkdispatch.model.snapshot import JobSnapshot
 from sparkdispatch.testing.contender import RecordingContender, leading
 from sparkdispatch.testing.services import ZooKeeperServer
 from sparkdispatch.testing.waiting import eventually

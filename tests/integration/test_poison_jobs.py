@@ -16,7 +16,7 @@ import pytest
 from sparkdispatch.config import Configuration
 from sparkdispatch.ha import HighAvailabilityServices, JobProgress, create_ha_services
 from sparkdispatch.ha.services import ZooKeeperHaServices
-from sparkdispatch.jobgraph import JobGraph
+from sparkdispatch.model.job_graph import JobGraph
 from sparkdispatch.jobmaster.long_lived import LONG_LIVED_GRAPHS
 from sparkdispatch.testing.contender import leading
 from sparkdispatch.testing.http import request_json

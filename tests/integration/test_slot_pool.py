@@ -25,10 +25,10 @@ import grpc  # type: ignore[import-untyped]
 import pyarrow.parquet as pq
 import pytest
 
-from sparkdispatch.attempt_logs import attempt_log_path
-from sparkdispatch.jobgraph import ExecutionState
-from sparkdispatch.protocol import TaskDeploymentDescriptor
-from sparkdispatch.results import ResultLayout
+from sparkdispatch.storage.attempt_logs import attempt_log_path
+from sparkdispatch.model.states import ExecutionState
+from sparkdispatch.model.protocol import TaskDeploymentDescriptor
+from sparkdispatch.storage.results import ResultLayout
 from sparkdispatch.settings import ConnectServerSettings, SlotPoolSettings
 from sparkdispatch.taskexecutor.connect_server import ConnectServer
 from sparkdispatch.taskexecutor.driver_log import PREFIX

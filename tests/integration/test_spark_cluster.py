@@ -17,7 +17,7 @@ import yaml
 
 from sparkdispatch.client import SparkDispatchClient
 from sparkdispatch.config import Configuration
-from sparkdispatch.master import Master
+from sparkdispatch.entrypoint.master import Master
 from sparkdispatch.testing.local_cluster import TaskExecutorProcess, task_executors_registered
 from sparkdispatch.testing.services import RedisServer, free_port
 from sparkdispatch.testing.spark_cluster import SparkStandaloneCluster

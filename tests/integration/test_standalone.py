@@ -48,7 +48,8 @@ def test_standalone_restarts_a_dead_taskexecutor_and_stops_everything_on_ctrl_c(
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     storage = tmp_path / "storage"
-    cli = [sys.executable, "-m", "sparkdispatch.cli", "-D", f"rest.port={port}", "-D", "heartbeat.interval=300ms",
+    cli = [sys.executable, "-m", "sparkdispatch.entrypoint.cli", "-D", f"rest.port={port}",
+           "-D", "heartbeat.interval=300ms",
            "-D", "heartbeat.timeout=3s", "standalone", "--storage", str(storage), "--slots", "1"]
     with open(tmp_path / "standalone.log", "wb") as out:
         process = subprocess.Popen(cli, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)

@@ -23,8 +23,8 @@ import pytest
 from sparkdispatch.config import Configuration
 from sparkdispatch.errors import FencingTokenMismatch
 from sparkdispatch.ha import STANDALONE_SESSION_ID, create_ha_services
-from sparkdispatch.jobgraph import ExecutionState
-from sparkdispatch.protocol import SlotReport, TaskDeploymentDescriptor
+from sparkdispatch.model.states import ExecutionState
+from sparkdispatch.model.protocol import SlotReport, TaskDeploymentDescriptor
 from sparkdispatch.resourcemanager import AllocatedSlot
 from sparkdispatch.resourcemanager.celery_gateway import CeleryTaskExecutorGateway
 from sparkdispatch.rest.taskexecutor_routes import SESSION_HEADER

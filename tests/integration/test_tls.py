@@ -15,11 +15,11 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from sparkdispatch.cli import main as cli_main
+from sparkdispatch.entrypoint.cli import main as cli_main
 from sparkdispatch.client import RetryPolicy, SparkDispatchClient
 from sparkdispatch.config import Configuration
 from sparkdispatch.errors import ServiceUnavailable
-from sparkdispatch.master import Master
+from sparkdispatch.entrypoint.master import Master
 from sparkdispatch.testing.certificates import IssuedCertificate, TestCertificateAuthority
 from sparkdispatch.testing.local_cluster import TaskExecutorProcess, task_executors_registered
 from sparkdispatch.testing.services import RedisServer, free_port

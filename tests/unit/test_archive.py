@@ -9,13 +9,14 @@ from typing import Any
 
 import pytest
 
-from sparkdispatch import archive as archive_module
-from sparkdispatch.archive import ArchivedJob, JobArchive
+from sparkdispatch.dispatcher import archive as archive_module
+from sparkdispatch.dispatcher.archive import ArchivedJob, JobArchive
 from sparkdispatch.errors import LeadershipLost
-from sparkdispatch.jobgraph import ExecutionState, JobResult, JobStatus, VertexResult
+from sparkdispatch.model.states import ExecutionState, JobStatus
+from sparkdispatch.model.job_result import JobResult, VertexResult
 from sparkdispatch.rest.views import flink_job_details, job_details, job_summary
 from sparkdispatch.settings import ArchiveSettings
-from sparkdispatch.snapshot import JobOverview, JobSnapshot, SubtaskSnapshot, VertexSnapshot
+from sparkdispatch.model.snapshot import JobOverview, JobSnapshot, SubtaskSnapshot, VertexSnapshot
 
 JOB_ID = "cd" * 16
 SESSION = "the-leader-session"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkdispatch.blob_cleanup import BlobCleaner
+from sparkdispatch.dispatcher.blob_cleanup import BlobCleaner
 from sparkdispatch.client import SparkDispatchClient
 from sparkdispatch.errors import BlobNotFound, RepairNotPossible
 from sparkdispatch.ha.blob_store import BlobStore

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from sparkdispatch.attempt_logs import attempt_log_path
-from sparkdispatch.cli import main
-from sparkdispatch.jobgraph import ExecutionState, Failure
-from sparkdispatch.protocol import TaskDeploymentDescriptor
+from sparkdispatch.storage.attempt_logs import attempt_log_path
+from sparkdispatch.entrypoint.cli import main
+from sparkdispatch.model.states import ExecutionState
+from sparkdispatch.model.job_result import Failure
+from sparkdispatch.model.protocol import TaskDeploymentDescriptor
 from sparkdispatch.testing.master import InProcessMaster, TaskOutcome
 from sparkdispatch.testing.waiting import eventually
 
@@ -91,7 +92,7 @@ def test_a_failed_jobs_status_names_its_failure(master: InProcessMaster, tmp_pat
 def test_ctrl_c_while_waiting_asks_on_a_terminal_whether_to_cancel_the_job(
         master: InProcessMaster, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
         terminal: bool, answer: str, status: str) -> None:
-    from sparkdispatch.cli import _offer_cancel
+    from sparkdispatch.entrypoint.cli import _offer_cancel
     from sparkdispatch.client import SparkDispatchClient
 
     monkeypatch.setattr("sys.stdin.isatty", lambda: terminal)

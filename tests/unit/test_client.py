@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 
-from sparkdispatch.artifacts import read_artifact
+from sparkdispatch.model.artifacts import read_artifact
 from sparkdispatch.client import RetryPolicy, SparkDispatchClient, SubmittedJob, SyncSparkDispatchClient
-from sparkdispatch.client_leader import ZooKeeperTarget, normalize_address, parse_addresses
+from sparkdispatch.client.leader import ZooKeeperTarget, normalize_address, parse_addresses
 from sparkdispatch.config import Configuration
 from sparkdispatch.errors import (
     BlobError,
@@ -38,7 +38,8 @@ from sparkdispatch.errors import (
     Unauthorized,
     UnknownJob,
 )
-from sparkdispatch.jobgraph import JobGraph, JobStatus
+from sparkdispatch.model.states import JobStatus
+from sparkdispatch.model.job_graph import JobGraph
 from sparkdispatch.testing.master import InProcessMaster, finish_every_task
 from sparkdispatch.testing.proxy import RecordingProxy
 from sparkdispatch.testing.services import free_port

@@ -25,13 +25,13 @@ import aiohttp
 import pytest
 import yaml
 
-from sparkdispatch.cli import _parser
-from sparkdispatch.client_leader import parse_addresses
+from sparkdispatch.entrypoint.cli import _parser
+from sparkdispatch.client.leader import parse_addresses
 from sparkdispatch.config import OPTIONS_BY_KEY, SPARK_PREFIX, Configuration, parse_overrides, read_yaml_file
 from sparkdispatch.errors import ConfigurationError
 from sparkdispatch.ha.leader import STANDALONE_SESSION_ID
-from sparkdispatch.master import Master
-from sparkdispatch.protocol import SlotReport, TaskExecutorRegistration
+from sparkdispatch.entrypoint.master import Master
+from sparkdispatch.model.protocol import SlotReport, TaskExecutorRegistration
 from sparkdispatch.settings import MasterSettings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -364,7 +364,7 @@ def test_the_multi_host_topology_is_the_compose_deployment(services: dict[str, A
     compose_file = "/etc/sparkdispatch/sparkdispatch.yaml"
     for name in MASTERS:
         expected = hosts.master_command(Path(compose_file), name)
-        assert ["sparkdispatch.cli", *commands[name]] == expected, name
+        assert ["sparkdispatch.entrypoint.cli", *commands[name]] == expected, name
     for name in TASK_EXECUTORS:
         expected = hosts.task_executor_command(Path(compose_file), name, name, "spark://spark-master:7077")
-        assert ["sparkdispatch.cli", *commands[name]] == expected, name
+        assert ["sparkdispatch.entrypoint.cli", *commands[name]] == expected, name

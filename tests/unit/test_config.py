@@ -16,7 +16,7 @@ from sparkdispatch.config import (
     parse_size,
 )
 from sparkdispatch.errors import ConfigurationError
-from sparkdispatch.jobgraph import FailureRateRestart
+from sparkdispatch.model.restart import FailureRateRestart
 from sparkdispatch.settings import MasterSettings
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
@@ -196,7 +196,7 @@ def test_a_master_without_a_token_listens_on_loopback_only_unless_allowed(
 
 
 def test_d_options_may_follow_the_command_as_flink_users_type_them() -> None:
-    from sparkdispatch.cli import _parser
+    from sparkdispatch.entrypoint.cli import _parser
 
     args = _parser().parse_args(["-D", "rest.port=8082", "master", "-D", "rest.address=m-2", "-D", "a.b=c"])
     assert (args.command, args.overrides, args.late_overrides) == ("master", ["rest.port=8082"],
@@ -207,7 +207,7 @@ def test_d_options_may_follow_the_command_as_flink_users_type_them() -> None:
 
 def test_the_master_command_refuses_a_network_address_without_a_token(capsys: pytest.CaptureFixture[str],
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    from sparkdispatch.cli import main
+    from sparkdispatch.entrypoint.cli import main
 
     monkeypatch.delenv("SPARKDISPATCH_AUTH_TOKEN", raising=False)
     assert main(["master", "-D", "rest.bind-address=0.0.0.0", "-D", "rest.port=0"]) == 2

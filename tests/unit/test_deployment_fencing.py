@@ -14,8 +14,8 @@ import pytest
 from sparkdispatch.config import Configuration
 from sparkdispatch.errors import FencingTokenMismatch, ServiceUnavailable, SparkDispatchError, UnknownTaskExecutor
 from sparkdispatch.ha.leader import LeaderInfo
-from sparkdispatch.jobgraph import ExecutionState
-from sparkdispatch.protocol import ExecutionStateUpdate, RegistrationAck, SlotReport, TaskDeploymentDescriptor
+from sparkdispatch.model.states import ExecutionState
+from sparkdispatch.model.protocol import ExecutionStateUpdate, RegistrationAck, SlotReport, TaskDeploymentDescriptor
 from sparkdispatch.taskexecutor.master_client import SESSION_HEADER, AsyncMasterClient, MasterClient
 from sparkdispatch.taskexecutor.runner import SlotTable
 from sparkdispatch.taskexecutor.worker import MasterConnection, TaskExecutorIdentity

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from sparkdispatch.archive import JobArchive
+from sparkdispatch.dispatcher.archive import JobArchive
 from sparkdispatch.config import Configuration
-from sparkdispatch.dispatcher import Dispatcher, Submission
+from sparkdispatch.dispatcher.dispatcher import Dispatcher, Submission
 from sparkdispatch.errors import (
     DuplicateJobSubmission,
     InvalidJobGraph,
@@ -28,8 +28,10 @@ from sparkdispatch.errors import (
 )
 from sparkdispatch.ha import HighAvailabilityServices, JobProgress, SubtaskProgress, create_ha_services
 from sparkdispatch.ha.job_result_store import JobResultEntry
-from sparkdispatch.jobgraph import ExecutionState, JobGraph, JobResult, JobStatus, VertexResult
-from sparkdispatch.repair import RepairAnswer
+from sparkdispatch.model.states import ExecutionState, JobStatus
+from sparkdispatch.model.job_graph import JobGraph
+from sparkdispatch.model.job_result import JobResult, VertexResult
+from sparkdispatch.model.repair import RepairAnswer
 from sparkdispatch.rest.views import flink_job_details, job_details, job_summary
 from sparkdispatch.settings import ArchiveSettings, CleanupSettings, JobLimits
 from sparkdispatch.testing.contender import leading

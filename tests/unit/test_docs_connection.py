@@ -22,7 +22,7 @@ from airflow.configuration import retrieve_configuration_description
 from airflow.models.connection import Connection as StoredConnection
 from airflow.sdk import Connection
 
-from sparkdispatch.client_leader import DEFAULT_PORT, ZooKeeperTarget
+from sparkdispatch.client.leader import DEFAULT_PORT, ZooKeeperTarget
 from sparkdispatch.errors import ConfigurationError, SparkDispatchError
 from sparkdispatch.hooks import SparkDispatchHook
 from sparkdispatch.hooks import sparkdispatch as hook_module

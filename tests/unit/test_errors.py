@@ -27,9 +27,9 @@ from sparkdispatch.errors import (
     UnknownTaskExecutor,
     error_from_body,
 )
-from sparkdispatch.jobgraph import ExecutionState
-from sparkdispatch.protocol import ExecutionStateUpdate, SlotReport
-from sparkdispatch.rest.server import create_error_middleware
+from sparkdispatch.model.states import ExecutionState
+from sparkdispatch.model.protocol import ExecutionStateUpdate, SlotReport
+from sparkdispatch.rest.responses import create_error_middleware
 from sparkdispatch.settings import RestSettings
 from sparkdispatch.taskexecutor.master_client import SESSION_HEADER, MasterClient
 from sparkdispatch.testing.master import Deployment, InProcessMaster

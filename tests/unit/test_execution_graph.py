@@ -11,12 +11,14 @@ import pytest
 
 from sparkdispatch.errors import IllegalStateTransition, InvalidJobGraph
 from sparkdispatch.ha import JobProgress, SubtaskProgress
-from sparkdispatch.jobgraph import ExecutionState, Failure, JobGraph, JobResult, JobStatus, JobVertex, VertexResult
+from sparkdispatch.model.states import ExecutionState, JobStatus
+from sparkdispatch.model.job_graph import JobGraph, JobVertex
+from sparkdispatch.model.job_result import Failure, JobResult, VertexResult
 from sparkdispatch.jobmaster.execution_graph import ExecutionGraph, ExecutionVertex, SubtaskId, aggregate_state
 from sparkdispatch.resourcemanager import AllocatedSlot
 from sparkdispatch.rest.views import flink_job_details, job_details
-from sparkdispatch.results import ResultLayout
-from sparkdispatch.snapshot import JobSnapshot, SubtaskSnapshot, VertexSnapshot
+from sparkdispatch.storage.results import ResultLayout
+from sparkdispatch.model.snapshot import JobSnapshot, SubtaskSnapshot, VertexSnapshot
 from sparkdispatch.testing.passes import CountingVertices
 
 JOB_ID = "ab" * 16

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from sparkdispatch.config import Configuration
-from sparkdispatch.heartbeat import HeartbeatMonitor
+from sparkdispatch.resourcemanager.heartbeat import HeartbeatMonitor
 from sparkdispatch.settings import HeartbeatSettings
 from sparkdispatch.testing.clock import ManualClock
 

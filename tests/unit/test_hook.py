@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from sparkdispatch.client import RetryPolicy, SparkDispatchClient
-from sparkdispatch.client_leader import ZooKeeperTarget
+from sparkdispatch.client.leader import ZooKeeperTarget
 from sparkdispatch.errors import ConfigurationError, DuplicateJobSubmission, InvalidJobGraph, UnknownJob
 from sparkdispatch.hooks import SparkDispatchHook
 from sparkdispatch.hooks.sparkdispatch import client_settings

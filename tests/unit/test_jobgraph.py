@@ -12,18 +12,10 @@ from hypothesis import strategies as st
 
 from sparkdispatch.config import Configuration, restart_strategy_from_config
 from sparkdispatch.errors import IllegalStateTransition, InvalidJobGraph
-from sparkdispatch.jobgraph import (
-    ExecutionState,
-    ExponentialDelayRestart,
-    Failure,
-    FailureRateRestart,
-    FixedDelayRestart,
-    JobGraph,
-    JobResult,
-    JobStatus,
-    JobVertex,
-    NoRestart,
-)
+from sparkdispatch.model.states import ExecutionState, JobStatus
+from sparkdispatch.model.restart import ExponentialDelayRestart, FailureRateRestart, FixedDelayRestart, NoRestart
+from sparkdispatch.model.job_graph import JobGraph, JobVertex
+from sparkdispatch.model.job_result import Failure, JobResult
 from sparkdispatch.testing.passes import CountingVertices
 
 

@@ -11,7 +11,7 @@ from aiohttp import web
 from sparkdispatch.config import Configuration
 from sparkdispatch.errors import ServiceUnavailable
 from sparkdispatch.ha.leader import LeaderInfo
-from sparkdispatch.protocol import SlotReport
+from sparkdispatch.model.protocol import SlotReport
 from sparkdispatch.taskexecutor.master_client import MasterClient
 from sparkdispatch.testing.waiting import eventually
 

@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from sparkdispatch.dispatcher import Dispatcher
+from sparkdispatch.dispatcher.dispatcher import Dispatcher
 from sparkdispatch.testing.master import InProcessMaster, finish_every_task
 from sparkdispatch.testing.waiting import eventually
 from sparkdispatch.testing.job_result import wait_for_result

@@ -7,8 +7,9 @@ from typing import Any
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from sparkdispatch.jobgraph import ExecutionState, Failure
-from sparkdispatch.protocol import TaskDeploymentDescriptor
+from sparkdispatch.model.states import ExecutionState
+from sparkdispatch.model.job_result import Failure
+from sparkdispatch.model.protocol import TaskDeploymentDescriptor
 from sparkdispatch.testing.master import InProcessMaster, TaskOutcome
 from sparkdispatch.testing.waiting import eventually
 

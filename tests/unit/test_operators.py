@@ -19,7 +19,8 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskD
 
 from sparkdispatch.client import SparkDispatchClient
 from sparkdispatch.errors import HostRefused, RouteNotFound, UnknownJob, UnsupportedMediaType
-from sparkdispatch.jobgraph import ExecutionState, Failure, JobResult, JobStatus, VertexResult
+from sparkdispatch.model.states import ExecutionState, JobStatus
+from sparkdispatch.model.job_result import Failure, JobResult, VertexResult
 from sparkdispatch.operators import JobResultSensor, JobResultTrigger, SubmitJobGraphOperator
 from sparkdispatch.operators.decorators import SparkDispatchFunctionOperator
 from sparkdispatch.operators.jobs import (
@@ -31,7 +32,7 @@ from sparkdispatch.operators.jobs import (
     task_job_id,
 )
 from sparkdispatch.operators.lineage import dataset_name
-from sparkdispatch.protocol import TaskDeploymentDescriptor
+from sparkdispatch.model.protocol import TaskDeploymentDescriptor
 from sparkdispatch.testing.master import InProcessMaster, Script, TaskOutcome
 from sparkdispatch.testing.waiting import eventually_blocking
 

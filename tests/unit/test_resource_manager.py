@@ -17,8 +17,14 @@ from sparkdispatch.errors import (
     SparkDispatchError,
     UnknownTaskExecutor,
 )
-from sparkdispatch.jobgraph import ExecutionState
-from sparkdispatch.protocol import ExecutionReport, RegistrationAck, SlotReport, SlotStatus, TaskExecutorRegistration
+from sparkdispatch.model.states import ExecutionState
+from sparkdispatch.model.protocol import (
+    ExecutionReport,
+    RegistrationAck,
+    SlotReport,
+    SlotStatus,
+    TaskExecutorRegistration,
+)
 from sparkdispatch.resourcemanager import AllocatedSlot, ResourceManager, ResourceOverview
 from sparkdispatch.settings import ResourceManagerSettings
 from sparkdispatch.testing.clock import ManualClock

@@ -13,13 +13,15 @@ from typing import Any
 import aiohttp
 import pytest
 
-from sparkdispatch.archive import ArchivedJob
+from sparkdispatch.dispatcher.archive import ArchivedJob
 from sparkdispatch.errors import BlobError, InvalidJobGraph, InvalidRequest, MethodNotAllowed, RequestTooLarge, \
     error_from_body
-from sparkdispatch.jobgraph import ExecutionState, JobGraph, JobResult, JobStatus, VertexResult
+from sparkdispatch.model.states import ExecutionState, JobStatus
+from sparkdispatch.model.job_graph import JobGraph
+from sparkdispatch.model.job_result import JobResult, VertexResult
 from sparkdispatch.rest import inputs
 from sparkdispatch.rest.taskexecutor_routes import SESSION_HEADER
-from sparkdispatch.snapshot import JobSnapshot
+from sparkdispatch.model.snapshot import JobSnapshot
 from sparkdispatch.testing.master import InProcessMaster
 
 PLANTED = "feed" * 8

@@ -7,12 +7,7 @@ import random
 import pytest
 
 from sparkdispatch.config import Configuration, restart_strategy_from_config
-from sparkdispatch.jobgraph import (
-    ExponentialDelayRestart,
-    FailureRateRestart,
-    FixedDelayRestart,
-    NoRestart,
-)
+from sparkdispatch.model.restart import ExponentialDelayRestart, FailureRateRestart, FixedDelayRestart, NoRestart
 from sparkdispatch.jobmaster.restart import (
     ExponentialDelayRestartStrategy,
     FailureRateRestartStrategy,

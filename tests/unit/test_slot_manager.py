@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sparkdispatch.errors import InvalidRequest, SlotRequestTimeout, SparkDispatchError
-from sparkdispatch.protocol import ExecutionReport, SlotReport, SlotStatus, TaskExecutorRegistration
+from sparkdispatch.model.protocol import ExecutionReport, SlotReport, SlotStatus, TaskExecutorRegistration
 from sparkdispatch.resourcemanager import AllocatedSlot, SlotManager
 from sparkdispatch.testing.clock import ManualClock
 

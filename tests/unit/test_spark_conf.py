@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 
 import pyspark
-from sparkdispatch.spark_conf import STATIC_SQL_CONFS, refusal
+from sparkdispatch.model.spark_conf import STATIC_SQL_CONFS, refusal
 from sparkdispatch.testing.master import InProcessMaster
 
 JARS = Path(pyspark.__file__).parent / "jars"

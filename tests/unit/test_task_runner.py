@@ -19,9 +19,10 @@ from typing import Any
 import pytest
 
 from sparkdispatch.errors import FencingTokenMismatch, ServiceUnavailable
-from sparkdispatch.jobgraph import ExecutionState, Failure
-from sparkdispatch.protocol import ExecutionStateUpdate, TaskDeploymentDescriptor
-from sparkdispatch.results import ResultLayout
+from sparkdispatch.model.states import ExecutionState
+from sparkdispatch.model.job_result import Failure
+from sparkdispatch.model.protocol import ExecutionStateUpdate, TaskDeploymentDescriptor
+from sparkdispatch.storage.results import ResultLayout
 from sparkdispatch.taskexecutor.runner import ArtifactCache, SlotTable, TaskRunner
 from sparkdispatch.taskexecutor.slot_protocol import AttemptState
 from sparkdispatch.testing.waiting import eventually_blocking

@@ -8,7 +8,7 @@ import pytest
 
 from sparkdispatch.config import Configuration
 from sparkdispatch.errors import ConfigurationError
-from sparkdispatch.master import Master
+from sparkdispatch.entrypoint.master import Master
 from sparkdispatch.settings import RestSettings
 from sparkdispatch.testing.certificates import IssuedCertificate, TestCertificateAuthority
 from sparkdispatch.errors import TlsError

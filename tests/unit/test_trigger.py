@@ -16,7 +16,8 @@ os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 import pytest
 
 from sparkdispatch.client import SparkDispatchClient
-from sparkdispatch.jobgraph import ExecutionState, Failure
+from sparkdispatch.model.states import ExecutionState
+from sparkdispatch.model.job_result import Failure
 from sparkdispatch.operators import JobResultTrigger
 from sparkdispatch.testing.master import InProcessMaster, TaskOutcome, finish_every_task
 from sparkdispatch.testing.proxy import RecordingProxy

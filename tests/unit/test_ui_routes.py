@@ -13,7 +13,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from sparkdispatch.errors import NoLeader, ServiceUnavailable, UnknownJob
-from sparkdispatch.jobgraph import JobStatus
+from sparkdispatch.model.states import JobStatus
 from sparkdispatch.rest.ui_render import format_duration, format_time, layout_graph
 from sparkdispatch.rest.ui_routes import add_ui_routes
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from sparkdispatch.jobgraph import ExecutionState, Failure, JobResult, JobStatus, VertexResult
-from sparkdispatch.repair import Repair
+from sparkdispatch.model.states import ExecutionState, JobStatus
+from sparkdispatch.model.job_result import Failure, JobResult, VertexResult
+from sparkdispatch.model.repair import Repair
 from sparkdispatch.rest.views import flink_job_details, job_details, job_summary
-from sparkdispatch.snapshot import JobOverview, JobSnapshot, SubtaskSnapshot, VertexSnapshot
+from sparkdispatch.model.snapshot import JobOverview, JobSnapshot, SubtaskSnapshot, VertexSnapshot
 
 JOB_ID = "ab" * 16
 FLINK_TASK_KEYS = {"created", "scheduled", "deploying", "running", "finished", "canceling", "canceled", "failed",

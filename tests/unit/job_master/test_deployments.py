@@ -6,15 +6,11 @@ from __future__ import annotations
 import asyncio
 
 
-from sparkdispatch.jobgraph import (
-    ExecutionState,
-    FixedDelayRestart,
-    JobStatus,
-    JobVertex,
-    NoRestart,
-)
+from sparkdispatch.model.states import ExecutionState, JobStatus
+from sparkdispatch.model.restart import FixedDelayRestart, NoRestart
+from sparkdispatch.model.job_graph import JobVertex
 from sparkdispatch.jobmaster.execution_graph import SubtaskId
-from sparkdispatch.protocol import SlotReport
+from sparkdispatch.model.protocol import SlotReport
 from sparkdispatch.testing.waiting import eventually
 from sparkdispatch.testing.job_master import (
     SESSION,

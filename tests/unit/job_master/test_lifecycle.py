@@ -18,16 +18,13 @@ from sparkdispatch.errors import (
     StaleExecution,
     UnknownJob,
 )
-from sparkdispatch.jobgraph import (
-    ExecutionState,
-    JobStatus,
-    NoRestart,
-)
+from sparkdispatch.model.states import ExecutionState, JobStatus
+from sparkdispatch.model.restart import NoRestart
 from sparkdispatch.jobmaster.execution_graph import SubtaskId
 from sparkdispatch.jobmaster.long_lived import LONG_LIVED_GRAPHS
-from sparkdispatch.protocol import ExecutionStateUpdate
+from sparkdispatch.model.protocol import ExecutionStateUpdate
 from sparkdispatch.rest.views import flink_job_details, job_details
-from sparkdispatch.snapshot import JobSnapshot
+from sparkdispatch.model.snapshot import JobSnapshot
 from sparkdispatch.testing.job_master import (
     JOB_ID,
     SESSION,

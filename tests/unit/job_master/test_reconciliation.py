@@ -8,15 +8,10 @@ import uuid
 
 import pytest
 
-from sparkdispatch.jobgraph import (
-    ExecutionState,
-    FixedDelayRestart,
-    JobStatus,
-    JobVertex,
-    NoRestart,
-    RestartStrategy,
-)
-from sparkdispatch.protocol import ExecutionReport, SlotReport
+from sparkdispatch.model.states import ExecutionState, JobStatus
+from sparkdispatch.model.restart import FixedDelayRestart, NoRestart, RestartStrategy
+from sparkdispatch.model.job_graph import JobVertex
+from sparkdispatch.model.protocol import ExecutionReport, SlotReport
 from sparkdispatch.testing.job_master import (
     JOB_ID,
     SESSION,

@@ -13,15 +13,9 @@ from sparkdispatch.errors import (
     SlotRequestTimeout,
     StaleExecution,
 )
-from sparkdispatch.jobgraph import (
-    ExecutionState,
-    ExponentialDelayRestart,
-    FailureRateRestart,
-    Failure,
-    FixedDelayRestart,
-    JobStatus,
-    NoRestart,
-)
+from sparkdispatch.model.states import ExecutionState, JobStatus
+from sparkdispatch.model.restart import ExponentialDelayRestart, FailureRateRestart, FixedDelayRestart, NoRestart
+from sparkdispatch.model.job_result import Failure
 from sparkdispatch.jobmaster.execution_graph import SubtaskId
 from sparkdispatch.testing.job_master import (
     STEP_TIMEOUT_S,

@@ -6,10 +6,7 @@ from __future__ import annotations
 import asyncio
 
 
-from sparkdispatch.jobgraph import (
-    ExecutionState,
-    JobStatus,
-)
+from sparkdispatch.model.states import ExecutionState, JobStatus
 from sparkdispatch.jobmaster.execution_graph import SubtaskId
 from sparkdispatch.rest.views import flink_job_details, job_details
 from sparkdispatch.ha import JobProgress, SubtaskProgress

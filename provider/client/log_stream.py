@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from sparkdispatch.errors import RouteNotFound, SparkDispatchError
 
 if TYPE_CHECKING:
-    from sparkdispatch.client import SparkDispatchClient
+    from sparkdispatch.client.rest_client import SparkDispatchClient
 
 log = logging.getLogger(__name__)
 

@@ -27,8 +27,8 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from sparkdispatch.artifacts import read_artifact
-from sparkdispatch.client_leader import ZooKeeperLeader, ZooKeeperTarget, normalize_address, parse_addresses
+from sparkdispatch.model.artifacts import read_artifact
+from sparkdispatch.client.leader import ZooKeeperLeader, ZooKeeperTarget, normalize_address, parse_addresses
 from sparkdispatch.config import Configuration
 from sparkdispatch.errors import (
     ConfigurationError,
@@ -38,9 +38,9 @@ from sparkdispatch.errors import (
     ERROR_HEADER,
     error_from_body,
 )
-from sparkdispatch.jobgraph import JobStatus
-from sparkdispatch.loop_thread import LoopThread
-from sparkdispatch.repair import RepairAnswer
+from sparkdispatch.model.states import JobStatus
+from sparkdispatch.client.loop_thread import LoopThread
+from sparkdispatch.model.repair import RepairAnswer
 from sparkdispatch.tls import ClientTls, handshake_failure, refusal_hint
 
 log = logging.getLogger(__name__)

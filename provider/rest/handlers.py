@@ -1,67 +1,45 @@
-"""The master's REST endpoint (aiohttp): the REST contract of docs/rest-api.md, under `/` and `/v1/`.
+"""The handlers of the public REST API (docs/rest-api.md), and what they need of the master process.
 
-One middleware turns every error into its REST body, `{"errors": [...], "type": "<ErrorClass>",
-...fields}` (`SparkDispatchError.to_body`), with the class's HTTP status: sparkdispatch errors,
-aiohttp's own refusals (no route, wrong method, body too large) and, as `InternalError`, any
-other exception. Before a handler runs it checks what a browser page may do (browser_guard.py:
-`Host`, `Origin`), then the bearer token when `rest.auth.token` is set. Every answer carries the
-browser guard's security headers; connections.py bounds how long a client may take. A standby
-answers `/overview` itself and every other call with `503` naming the leader, so clients can follow it.
+A standby answers `/overview` itself and every other call with `503` naming the leader (from
+`MasterView.leader_components`), so clients can follow it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from abc import abstractmethod
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 import aiohttp
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
-from aiohttp.typedefs import Middleware
 
-from sparkdispatch.dispatcher import DispatcherGateway
-from sparkdispatch.attempt_logs import read_attempt_log
+from sparkdispatch.dispatcher.dispatcher import DispatcherGateway
+from sparkdispatch.storage.attempt_logs import read_attempt_log
 from sparkdispatch.errors import (
-    ERROR_HEADER,
     BlobError,
-    InternalError,
     InvalidRequest,
-    MethodNotAllowed,
-    RequestTimeout,
     RequestTooLarge,
     RouteNotFound,
     ServiceUnavailable,
-    SparkDispatchError,
-    error_header,
 )
-from sparkdispatch.ha.blob_store import BlobReader, BlobStore
-from sparkdispatch.jobgraph import JobStatus
+from sparkdispatch.ha.blob_store import BlobStore
+from sparkdispatch.model.states import JobStatus
 from sparkdispatch.jobmaster import JobMasterGateway
-from sparkdispatch.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from sparkdispatch.metrics import LeaderGauges, MasterMetrics
-from sparkdispatch.protocol import ARTIFACT_NAME_HEADER
+from sparkdispatch.metrics.master import LeaderGauges, MasterMetrics
 from sparkdispatch.resourcemanager import ResourceManagerGateway
 from sparkdispatch.rest import views
-from sparkdispatch.rest.browser_guard import BrowserGuard, add_security_headers, machine_names
 from sparkdispatch.rest.connections import (
-    BODY_TIMEOUT,
-    TimedTCPSite,
-    answer_and_close,
     read_within,
-    track_requests,
 )
 from sparkdispatch.rest.inputs import path_id, query_int, read_job_graph, read_json, repair_vertices
-from sparkdispatch.rest.login_throttle import LoginThrottle
-from sparkdispatch.rest.ui_auth import CSRF_KEY, UiSessions, add_login_routes
 from sparkdispatch.settings import RestSettings
+from sparkdispatch.rest.responses import Handler, artifact_response, json_response, large_json_response, only
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 ARTIFACT_SUFFIXES = (".py", ".zip")
 
 
@@ -104,101 +82,12 @@ class MasterView(Protocol):
     def leader_address(self) -> str | None: ...
 
 
-#: Longest request line and header the HTTP layer reads (aiohttp's default: 8190 bytes).
-MAX_LINE_SIZE = 64 * 1024
-
-
 def leader_gauges(leader: LeaderView, job_counts: Mapping[str, int]) -> LeaderGauges:
     """The leader's TaskExecutors, slots and running jobs (`job_counts`: jobs by status)."""
     resources = leader.resource_manager.overview()
     running = sum(n for status, n in job_counts.items() if not JobStatus(status).is_terminal)
     return LeaderGauges(jobs_running=running, slots_total=resources.slots_total,
                         slots_available=resources.slots_available, taskexecutors=resources.taskmanagers)
-
-
-def json_response(body: Any, status: int = 200, *, headers: Mapping[str, str] | None = None) -> web.Response:
-    return web.json_response(body, status=status, headers=headers, dumps=_dumps)
-
-
-async def large_json_response(build: Callable[[], Any], *, large: bool) -> web.Response:
-    """`json_response(build())`; when `large`, the body is built and dumped in a thread (it must only
-    read immutable values), so the loop keeps answering meanwhile."""
-    if not large:
-        return json_response(build())
-    text = await asyncio.to_thread(lambda: _dumps(build()))
-    return web.Response(text=text, content_type="application/json")
-
-
-def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"))
-
-
-def error_response(exc: SparkDispatchError, request: web.Request, *,
-                   headers: Mapping[str, str] | None = None) -> web.Response:
-    """The one REST form of an error: its body (`to_body()`) with its class's HTTP status.
-
-    Under `/v1/`, Flink's REST version prefix, the body is Flink's own ErrorResponseBody,
-    `{"errors": [...]}` and nothing else: Flink's REST client (`flink cancel -m ...`) reads an
-    error body with any other field as a success. The rest of the body (type and
-    fields) then goes in the `X-SparkDispatch-Error` header; sparkdispatch's clients read both.
-    The error's own headers (`http_headers()`, e.g. `Retry-After`) go with either form.
-    """
-    headers = {**exc.http_headers(), **(headers or {})}
-    if request.path.startswith("/v1/"):
-        flink_headers = {**(headers or {}), ERROR_HEADER: error_header(exc)}
-        return json_response({"errors": exc.messages()}, status=exc.http_status, headers=flink_headers)
-    return json_response(exc.to_body(), status=exc.http_status, headers=headers)
-
-
-def create_error_middleware(settings: RestSettings, sessions: UiSessions | None = None,
-                            guard: BrowserGuard | None = None) -> Middleware:
-    """The middleware that answers every error as `error_response` does, refuses what `guard` refuses
-    (browser_guard.py), and checks the token (or the web UI's session, ui_auth.py) when
-    `rest.auth.token` is set."""
-    if sessions is None and settings.auth_token:
-        sessions = UiSessions(settings.auth_token)
-
-    @web.middleware
-    async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamResponse:
-        try:
-            if guard is not None:
-                guard.check(request)
-            if sessions is not None and (caller := sessions.check(request)) is not None and caller.csrf:
-                request[CSRF_KEY] = caller.csrf
-            return await handler(request)
-        except SparkDispatchError as exc:
-            if isinstance(exc, RequestTimeout):
-                return await answer_and_close(request, error_response(exc, request))
-            return error_response(exc, request)
-        except web.HTTPException as exc:
-            if exc.status < 400:
-                raise
-            # aiohttp's answer for 405 names the allowed methods in `Allow`; ours must too
-            allow = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
-            return error_response(_http_error(request, exc, settings), request, headers=allow)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.exception("internal error answering %s %s", request.method, request.path)
-            return error_response(InternalError(f"internal error: {type(exc).__name__}: {exc}"), request)
-
-    return errors_and_auth
-
-
-def _http_error(request: web.Request, exc: web.HTTPException, settings: RestSettings) -> SparkDispatchError:
-    """The sparkdispatch error for one of aiohttp's own refusals."""
-    if isinstance(exc, web.HTTPRequestEntityTooLarge):
-        return RequestTooLarge(f"request body is larger than the {settings.max_body_size} bytes allowed "
-                               "(rest.max-body-size)")
-    if isinstance(exc, web.HTTPMethodNotAllowed):
-        return MethodNotAllowed(request.method, request.path, exc.allowed_methods)
-    reason = exc.text if exc.text and not exc.text.startswith(str(exc.status)) else exc.reason
-    message = f"{request.method} {request.path}: {reason}"
-    if isinstance(exc, web.HTTPNotFound):
-        return RouteNotFound(message)
-    error = SparkDispatchError(message)
-    error.http_status = exc.status
-    return error
 
 
 class RestHandlers:
@@ -391,99 +280,8 @@ class RestHandlers:
         ]
 
 
-async def artifact_response(blobs: BlobReader, key: str) -> web.FileResponse:
-    """`GET /artifacts/{key}`: the blob's file, checked against its key, its name in a header."""
-    path = await asyncio.to_thread(blobs.path_blocking, key)
-    return web.FileResponse(path, headers={"Content-Type": "application/octet-stream", ARTIFACT_NAME_HEADER: path.name})
-
-
-def only(*methods: str) -> Handler:
-    """A handler for the other methods of a resource that takes only `methods`: 405 naming them."""
-
-    async def method_not_allowed(request: web.Request) -> web.StreamResponse:
-        raise web.HTTPMethodNotAllowed(request.method, methods)
-
-    return method_not_allowed
-
-
 def _auth_headers(settings: RestSettings) -> dict[str, str]:
     token = settings.auth_token
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
-def create_app(master: MasterView, settings: RestSettings, guard: BrowserGuard) -> web.Application:
-    """The aiohttp application of the master: REST API, TaskExecutor calls, OpenAPI and web UI,
-    behind `guard` (the master's names and the origins allowed to change state)."""
-    from sparkdispatch.rest.openapi import openapi_document
-    from sparkdispatch.rest.taskexecutor_routes import add_task_executor_routes
-    from sparkdispatch.rest.ui_routes import add_ui_routes
-    from sparkdispatch.rest.ui_view import RestUiView
-
-    client_max_size = max(settings.max_body_size, settings.blob_max_size + (1 << 16))
-    sessions = UiSessions(settings.auth_token) if settings.auth_token else None
-    app = web.Application(client_max_size=client_max_size,
-                          middlewares=[track_requests, create_error_middleware(settings, sessions, guard)])
-    app[BODY_TIMEOUT] = settings.timeouts.body
-    app.on_response_prepare.append(add_security_headers)
-    handlers = RestHandlers(master, settings)
-    spec = openapi_document()
-
-    async def openapi(request: web.Request) -> web.Response:
-        return json_response(spec)
-
-    async def metrics(request: web.Request) -> web.Response:
-        """Prometheus' text format (not in the OpenAPI document, which describes JSON answers)."""
-        try:
-            leader = master.leader_components()
-        except ServiceUnavailable:
-            gauges = None
-        else:
-            gauges = leader_gauges(leader, leader.dispatcher.job_counts())
-        return web.Response(body=master.metrics.exposition(gauges), headers={"Content-Type": METRICS_CONTENT_TYPE})
-
-    for prefix in ("", "/v1"):
-        for method, path, handler in handlers.routes():
-            app.router.add_route(method, prefix + path, handler)
-        app.router.add_get(prefix + "/openapi.json", openapi)
-    app.router.add_get("/metrics", metrics)
-    add_task_executor_routes(app, master.leader_components, max_body_size=settings.max_body_size)
-    add_ui_routes(app, RestUiView(master, handlers))
-    limits = settings.login_limits
-    add_login_routes(app, sessions, LoginThrottle(max_failures=limits.max_failures, window=limits.window))
-    return app
-
-
-class RestServer:
-    """Runs the application on `rest.bind-address:rest.port`; `port` is the bound one."""
-
-    def __init__(self, master: MasterView, settings: RestSettings) -> None:
-        self._master = master
-        self._settings = settings
-        self._runner: web.AppRunner | None = None
-        self.port = 0
-
-    async def start(self) -> None:
-        guard = BrowserGuard.for_master(self._settings, await asyncio.to_thread(machine_names))
-        app = create_app(self._master, self._settings, guard)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await self._runner.setup()
-        host = self._settings.bind_address
-        tls = self._settings.tls
-        timeouts = self._settings.timeouts
-        # aiohttp answers a longer request line or header itself, before the middleware, in plain
-        # text: above its default of 8190 bytes, as a long query string of repeated parameters
-        # reached it (schemathesis did), so that every answer a client can provoke is JSON
-        site = TimedTCPSite(self._runner, host, self._settings.port,
-                            ssl_context=tls.context() if tls is not None else None,
-                            header_timeout=timeouts.header, idle_timeout=timeouts.idle,
-                            max_line_size=MAX_LINE_SIZE, max_field_size=MAX_LINE_SIZE)
-        await site.start()
-        # the bound socket tells the real port when rest.port is 0
-        self.port = int(self._runner.addresses[0][1])
-        log.info("REST endpoint and web UI on %s://%s:%d%s", self._settings.scheme, host, self.port,
-                 " (client certificates required)" if tls is not None and tls.client_ca else "")
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None

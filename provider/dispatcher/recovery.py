@@ -9,7 +9,7 @@ the next is read:
   recorded as FAILED and cleaned up all the same;
 - a stored JobGraph of a job that already terminated (archived, or with a JobResult) only has its
   leftovers removed, unless it is an archived job's repair: no JobResult, and a progress naming
-  a repair the archive has not seen (sparkdispatch.dispatcher_repair), which resumes;
+  a repair the archive has not seen (sparkdispatch.dispatcher.repair), which resumes;
 - every other stored JobGraph resumes from its progress, or is cancelled when a former leader
   accepted its cancel (unless every subtask finished before the cancel took effect);
 - a job whose stored state cannot be read, or whose graph is over today's limits (`JobLimits`:
@@ -29,7 +29,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from sparkdispatch.archive import ArchivedJob, JobArchive
+from sparkdispatch.dispatcher.archive import ArchivedJob, JobArchive
 from sparkdispatch.errors import (
     DuplicateJobSubmission,
     JobTooLarge,
@@ -40,10 +40,12 @@ from sparkdispatch.errors import (
 from sparkdispatch.ha.job_result_store import FileSystemJobResultStore
 from sparkdispatch.ha.jobgraph_store import JobGraphStore
 from sparkdispatch.ha.progress_store import JobProgress, ProgressStore
-from sparkdispatch.jobgraph import ExecutionState, Failure, JobGraph, JobResult, JobStatus, VertexResult
-from sparkdispatch.repair import Repair
+from sparkdispatch.model.states import ExecutionState, JobStatus
+from sparkdispatch.model.job_graph import JobGraph
+from sparkdispatch.model.job_result import Failure, JobResult, VertexResult
+from sparkdispatch.model.repair import Repair
 from sparkdispatch.settings import JobLimits
-from sparkdispatch.snapshot import JobSnapshot
+from sparkdispatch.model.snapshot import JobSnapshot
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ Each archived job is one JSON file `<storage.dir>/archive/<cluster-id>/<job-id>.
 JobResult, its last snapshot and its graph's fingerprint, so every master of the cluster (and a
 new leader after a failover) answers for it, and knows a resubmission of the same graph; and,
 from format 4, its graph and its FINISHED subtasks, which a repair starts from
-(`sparkdispatch.repair`). Files of the first format (REST bodies instead of a snapshot) are
+(`sparkdispatch.model.repair`). Files of the first format (REST bodies instead of a snapshot) are
 converted as they are read; entries of the first two formats have no fingerprint, those before
 format 4 cannot be repaired.
 
@@ -31,9 +31,11 @@ from typing import Any
 from sparkdispatch.ha.files import LeadershipCheck, finish_in_thread, fsync_dir, write_atomic, write_temp
 from sparkdispatch.ha.jobgraph_store import check_job_id
 from sparkdispatch.ha.progress_store import Finished, finished_from_dict, finished_to_dict
-from sparkdispatch.jobgraph import JOB_ID_PATTERN, ExecutionState, JobGraph, JobResult
+from sparkdispatch.model.states import ExecutionState
+from sparkdispatch.model.job_graph import JOB_ID_PATTERN, JobGraph
+from sparkdispatch.model.job_result import JobResult
 from sparkdispatch.settings import ArchiveSettings
-from sparkdispatch.snapshot import JobOverview, JobSnapshot, SubtaskSnapshot, VertexSnapshot
+from sparkdispatch.model.snapshot import JobOverview, JobSnapshot, SubtaskSnapshot, VertexSnapshot
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from sparkdispatch.jobgraph import Failure
+from sparkdispatch.model.job_result import Failure
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

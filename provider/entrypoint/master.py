@@ -17,18 +17,18 @@ import logging
 import signal
 from dataclasses import dataclass
 
-from sparkdispatch.archive import JobArchive
-from sparkdispatch.blob_cleanup import BlobCleaner
+from sparkdispatch.dispatcher.archive import JobArchive
+from sparkdispatch.dispatcher.blob_cleanup import BlobCleaner
 from sparkdispatch.config import Configuration
-from sparkdispatch.dispatcher import Dispatcher
+from sparkdispatch.dispatcher.dispatcher import Dispatcher
 from sparkdispatch.errors import ServiceUnavailable
 from sparkdispatch.ha import BlobStore, JobProgress, LeaderRetrieval, create_ha_services
 from sparkdispatch.ha.leader import LeaderInfo
-from sparkdispatch.jobgraph import JobGraph
+from sparkdispatch.model.job_graph import JobGraph
 from sparkdispatch.jobmaster import JobMaster, JobMasterGateway, TaskExecutorGateway, build_execution_graph
-from sparkdispatch.metrics import MasterMetrics
+from sparkdispatch.metrics.master import MasterMetrics
 from sparkdispatch.resourcemanager import ResourceManager
-from sparkdispatch.rest.server import RestServer
+from sparkdispatch.rest.app import RestServer
 from sparkdispatch.settings import MasterSettings
 
 log = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 the writes that make the repair survive a failover.
 
 The writes go in an order a new leader's recovery reads safely at every step
-(`sparkdispatch.dispatcher_recovery`): the progress the repair keeps, with the repair record
+(`sparkdispatch.dispatcher.recovery`): the progress the repair keeps, with the repair record
 (`ProgressStore.start_repair`); the JobGraph; then the job's JobResult is removed. Until the last
 write the job is still terminated for a new leader (its JobResult), which removes the other two
 as leftovers; after it, the stored graph whose progress names a repair newer than the archive's
@@ -14,13 +14,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sparkdispatch.archive import ArchivedJob
+from sparkdispatch.dispatcher.archive import ArchivedJob
 from sparkdispatch.errors import RepairNotPossible, UnknownJob
 from sparkdispatch.ha.job_result_store import FileSystemJobResultStore
 from sparkdispatch.ha.jobgraph_store import JobGraphStore
 from sparkdispatch.ha.progress_store import JobProgress, ProgressStore
-from sparkdispatch.jobgraph import JobGraph
-from sparkdispatch.repair import Repair, check_requested, rerun_closure, vertices_to_run
+from sparkdispatch.model.job_graph import JobGraph
+from sparkdispatch.model.repair import Repair, check_requested, rerun_closure, vertices_to_run
 
 
 @dataclass(frozen=True)

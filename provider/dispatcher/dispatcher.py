@@ -3,7 +3,7 @@
 Mirrors Flink's Dispatcher under one leader session:
 
 - `start` recovers before the Dispatcher serves: it takes over every stored job `JobRecovery`
-  reads (sparkdispatch.dispatcher_recovery); until it is done every call answers
+  reads (sparkdispatch.dispatcher.recovery); until it is done every call answers
   `RecoveryInProgress` (503 with `Retry-After`), so no accepted job is reported unknown, run by
   a second JobMaster or run again meanwhile (Flink exposes the Dispatcher gateway only after
   recovery).
@@ -13,7 +13,7 @@ Mirrors Flink's Dispatcher under one leader session:
   terminated, never a second run; another graph under a taken id is refused.
 - `cancel` persists the cancel with the job before it answers, so the next leader finishes it.
 - `repair` runs some vertices of an ended job again under the same id, from its archive entry
-  (sparkdispatch.dispatcher_repair), persisted before it answers.
+  (sparkdispatch.dispatcher.repair), persisted before it answers.
 - A job that reaches a globally terminal state, or whose JobMaster cannot be built or started,
   or whose stored state cannot be recovered, goes archive → dirty JobResult → cleanup (JobGraph,
   progress, results per `results.retention`), retried with backoff until it succeeds → clean:
@@ -36,7 +36,7 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Protocol
 
-from sparkdispatch.archive import ArchivedJob, JobArchive
+from sparkdispatch.dispatcher.archive import ArchivedJob, JobArchive
 from sparkdispatch.errors import (
     DuplicateJobSubmission,
     JobAlreadyTerminated,
@@ -48,7 +48,7 @@ from sparkdispatch.errors import (
     ServiceUnavailable,
     UnknownJob,
 )
-from sparkdispatch.dispatcher_recovery import (
+from sparkdispatch.dispatcher.recovery import (
     JobRecovery,
     JobToCleanUp,
     JobToFail,
@@ -57,19 +57,21 @@ from sparkdispatch.dispatcher_recovery import (
     result_without_run,
     terminated_status,
 )
-from sparkdispatch.dispatcher_repair import persist_repair, plan_repair
+from sparkdispatch.dispatcher.repair import persist_repair, plan_repair
 from sparkdispatch.ha.blob_store import BlobStore, claim_artifacts
 from sparkdispatch.ha.job_result_store import FileSystemJobResultStore, JobResultEntry
 from sparkdispatch.ha.jobgraph_store import JobGraphStore
 from sparkdispatch.ha.progress_store import JobProgress, ProgressStore
-from sparkdispatch.jobgraph import Failure, JobGraph, JobResult, JobStatus, VertexResult
+from sparkdispatch.model.states import JobStatus
+from sparkdispatch.model.job_graph import JobGraph
+from sparkdispatch.model.job_result import Failure, JobResult, VertexResult
 from sparkdispatch.jobmaster.gateways import JobMasterFactory, JobMasterGateway
 from sparkdispatch.log_context import log_context
-from sparkdispatch.metric_events import EventCounts, JobEvents
-from sparkdispatch.repair import Repair, RepairAnswer, check_requested
-from sparkdispatch.results import ResultLayout, remove_job_results
+from sparkdispatch.metrics.events import EventCounts, JobEvents
+from sparkdispatch.model.repair import Repair, RepairAnswer, check_requested
+from sparkdispatch.storage.results import ResultLayout, remove_job_results
 from sparkdispatch.settings import CleanupSettings, JobLimits
-from sparkdispatch.snapshot import JobOverview, JobSnapshot
+from sparkdispatch.model.snapshot import JobOverview, JobSnapshot
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparkdispatch.errors import InvalidRequest
-from sparkdispatch.jobgraph import JobGraph, JobStatus
+from sparkdispatch.model.states import JobStatus
+from sparkdispatch.model.job_graph import JobGraph
 
 
 @dataclass(frozen=True)

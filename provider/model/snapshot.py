@@ -12,8 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparkdispatch.jobgraph import ExecutionState, JobResult, JobStatus
-from sparkdispatch.repair import Repair
+from sparkdispatch.model.states import ExecutionState, JobStatus
+from sparkdispatch.model.job_result import JobResult
+from sparkdispatch.model.repair import Repair
 
 
 @dataclass(frozen=True)

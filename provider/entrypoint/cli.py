@@ -21,12 +21,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sparkdispatch.cli_render import job_table, vertex_progress
+from sparkdispatch.entrypoint.cli_render import job_table, vertex_progress
 from sparkdispatch.config import Configuration, options_table
 from sparkdispatch.errors import MissingExtra, SparkDispatchError
-from sparkdispatch.jobgraph import JobResult, JobStatus
+from sparkdispatch.model.states import JobStatus
+from sparkdispatch.model.job_result import JobResult
 from sparkdispatch.log_context import configure_logging
-from sparkdispatch.log_stream import JobLogs, job_parallelism
+from sparkdispatch.client.log_stream import JobLogs, job_parallelism
 
 if TYPE_CHECKING:
     from sparkdispatch.client import SparkDispatchClient
@@ -131,14 +132,14 @@ def require_extra(command: str) -> None:
 def _serve(args: argparse.Namespace, config: Configuration) -> int:
     require_extra(args.command)
     if args.command == "master":
-        from sparkdispatch.master import run_master
+        from sparkdispatch.entrypoint.master import run_master
 
         return asyncio.run(run_master(config))
     if args.command == "taskexecutor":
         from sparkdispatch.taskexecutor.main import run_task_executor
 
         return run_task_executor(config)
-    from sparkdispatch.standalone import run_standalone
+    from sparkdispatch.entrypoint.standalone import run_standalone
 
     return asyncio.run(run_standalone(config, taskexecutors=args.taskexecutors, slots=args.slots,
                                       storage=args.storage))

@@ -18,16 +18,11 @@ from typing import Any
 from marshmallow import ValidationError, fields, post_dump, post_load, validate, validates_schema
 
 from sparkdispatch.errors import InvalidJobGraph, InvalidRequest
-from sparkdispatch.jobgraph import (
-    BLOB_KEY_PATTERN,
-    ENTRYPOINT_PATTERN,
-    JOB_ID_PATTERN,
-    VERTEX_ID_PATTERN,
-    ExecutionState,
-    Failure,
-)
-from sparkdispatch.jobgraph_schemas import FailureSchema
-from sparkdispatch.schema import (
+from sparkdispatch.model.states import ExecutionState
+from sparkdispatch.model.job_graph import BLOB_KEY_PATTERN, ENTRYPOINT_PATTERN, JOB_ID_PATTERN, VERTEX_ID_PATTERN
+from sparkdispatch.model.job_result import Failure
+from sparkdispatch.model.job_result import FailureSchema
+from sparkdispatch.model.schema import (
     ErrorFactory,
     FieldErrors,
     StrictSchema,

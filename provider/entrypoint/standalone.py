@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from sparkdispatch.config import Configuration
-from sparkdispatch.master import Master
+from sparkdispatch.entrypoint.master import Master
 
 log = logging.getLogger(__name__)
 
