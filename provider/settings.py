@@ -1,8 +1,9 @@
 """Typed settings of the master's and the TaskExecutor's components, read once from a `Configuration`.
 
 A component receives the values it needs, never the whole Configuration: the master reads
-`MasterSettings.from_config(config)` once and hands each part to its component. Configuration
-keys are read by name here (and by the HA services factory), nowhere else on the master side.
+`MasterSettings.from_config(config)` once and hands each part to its component. The options of
+`sparkdispatch.config.options` are read here (and by the HA services factory), nowhere else on the
+master side.
 """
 
 from __future__ import annotations
@@ -14,9 +15,30 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sparkdispatch.config import OPTIONS_BY_KEY, Configuration, restart_strategy_from_config
+from sparkdispatch.config import Configuration
+from sparkdispatch.config.options import (
+    BLOB_CLEANUP_INTERVAL, BLOB_MAX_SIZE, BLOB_RETENTION, CLEANUP_INITIAL_BACKOFF, CLEANUP_MAX_BACKOFF, HA_CLUSTER_ID,
+    HEARTBEAT_INTERVAL, HEARTBEAT_MISSING_EXECUTION_THRESHOLD, HEARTBEAT_RPC_FAILURE_THRESHOLD, HEARTBEAT_TIMEOUT,
+    JOBGRAPH_MAX_SUBTASKS, JOBSTORE_MAX_IN_MEMORY, RESOURCEMANAGER_TASKMANAGER_TIMEOUT,
+    RESTART_EXPONENTIAL_DELAY_ATTEMPTS, RESTART_EXPONENTIAL_DELAY_BACKOFF_MULTIPLIER,
+    RESTART_EXPONENTIAL_DELAY_INITIAL_BACKOFF, RESTART_EXPONENTIAL_DELAY_JITTER_FACTOR,
+    RESTART_EXPONENTIAL_DELAY_MAX_BACKOFF, RESTART_EXPONENTIAL_DELAY_RESET_BACKOFF_THRESHOLD,
+    RESTART_FAILURE_RATE_DELAY, RESTART_FAILURE_RATE_FAILURE_RATE_INTERVAL,
+    RESTART_FAILURE_RATE_MAX_FAILURES_PER_INTERVAL, RESTART_FIXED_DELAY_ATTEMPTS, RESTART_FIXED_DELAY_DELAY,
+    RESTART_TYPE, REST_ADDRESS, REST_ALLOWED_HOSTS, REST_ALLOWED_ORIGINS, REST_AUTH_ALLOW_UNAUTHENTICATED,
+    REST_BIND_ADDRESS, REST_BODY_TIMEOUT, REST_EXECUTION_RESULT_LONG_POLL, REST_HEADER_TIMEOUT, REST_IDLE_TIMEOUT,
+    REST_LOGIN_FAILURE_WINDOW, REST_LOGIN_MAX_FAILURES, REST_MAX_BODY_SIZE, REST_PORT, RESULTS_RETENTION,
+    SLOT_REQUEST_TIMEOUT, SPARK_MASTER, TASKEXECUTOR_CANCELLATION_TIMEOUT, TASKEXECUTOR_CONNECT_DRIVER_MEMORY,
+    TASKEXECUTOR_CONNECT_PORT, TASKEXECUTOR_CONNECT_START_TIMEOUT, TASKEXECUTOR_SLOT_PROCESS_SPARES,
+)
 from sparkdispatch.errors import ConfigurationError, JobTooLarge
-from sparkdispatch.model.restart import RestartStrategy
+from sparkdispatch.model.restart import (
+    ExponentialDelayRestart,
+    FailureRateRestart,
+    FixedDelayRestart,
+    NoRestart,
+    RestartStrategy,
+)
 from sparkdispatch.model.job_graph import JobGraph
 from sparkdispatch.tls import ClientTls, ServerTls
 from sparkdispatch.web_origin import WebOrigin
@@ -34,8 +56,8 @@ class HeartbeatSettings:
 
     @classmethod
     def from_config(cls, config: Configuration) -> HeartbeatSettings:
-        return cls(interval=config["heartbeat.interval"], timeout=config["heartbeat.timeout"],
-                   rpc_failure_threshold=config["heartbeat.rpc-failure-threshold"])
+        return cls(interval=config.get(HEARTBEAT_INTERVAL), timeout=config.get(HEARTBEAT_TIMEOUT),
+                   rpc_failure_threshold=config.get(HEARTBEAT_RPC_FAILURE_THRESHOLD))
 
 
 @dataclass(frozen=True)
@@ -49,8 +71,29 @@ class ResourceManagerSettings:
     @classmethod
     def from_config(cls, config: Configuration) -> ResourceManagerSettings:
         return cls(heartbeat=HeartbeatSettings.from_config(config),
-                   slot_request_timeout=config["slot.request.timeout"],
-                   task_executor_idle_timeout=config["resourcemanager.taskmanager-timeout"])
+                   slot_request_timeout=config.get(SLOT_REQUEST_TIMEOUT),
+                   task_executor_idle_timeout=config.get(RESOURCEMANAGER_TASKMANAGER_TIMEOUT))
+
+
+def restart_strategy_from_config(config: Configuration) -> RestartStrategy:
+    """The `restart-strategy.*` configuration as a strategy value."""
+    kind = config.get(RESTART_TYPE)
+    if kind == "fixed-delay":
+        return FixedDelayRestart(attempts=config.get(RESTART_FIXED_DELAY_ATTEMPTS),
+                                 delay_s=config.get(RESTART_FIXED_DELAY_DELAY))
+    if kind == "exponential-delay":
+        return ExponentialDelayRestart(
+            initial_backoff_s=config.get(RESTART_EXPONENTIAL_DELAY_INITIAL_BACKOFF),
+            max_backoff_s=config.get(RESTART_EXPONENTIAL_DELAY_MAX_BACKOFF),
+            backoff_multiplier=config.get(RESTART_EXPONENTIAL_DELAY_BACKOFF_MULTIPLIER),
+            reset_backoff_threshold_s=config.get(RESTART_EXPONENTIAL_DELAY_RESET_BACKOFF_THRESHOLD),
+            jitter_factor=config.get(RESTART_EXPONENTIAL_DELAY_JITTER_FACTOR),
+            attempts=config.get(RESTART_EXPONENTIAL_DELAY_ATTEMPTS))
+    if kind == "failure-rate":
+        return FailureRateRestart(max_failures_per_interval=config.get(RESTART_FAILURE_RATE_MAX_FAILURES_PER_INTERVAL),
+                                  failure_rate_interval_s=config.get(RESTART_FAILURE_RATE_FAILURE_RATE_INTERVAL),
+                                  delay_s=config.get(RESTART_FAILURE_RATE_DELAY))
+    return NoRestart()
 
 
 @dataclass(frozen=True)
@@ -66,29 +109,26 @@ class JobMasterSettings:
     @classmethod
     def from_config(cls, config: Configuration) -> JobMasterSettings:
         return cls(results_dir=config.results_dir, restart_strategy=restart_strategy_from_config(config),
-                   missing_execution_threshold=config["heartbeat.missing-execution-threshold"],
-                   deployment_grace=config["heartbeat.timeout"])
-
-
-MAX_SUBTASKS_KEY = "jobgraph.max-subtasks"
+                   missing_execution_threshold=config.get(HEARTBEAT_MISSING_EXECUTION_THRESHOLD),
+                   deployment_grace=config.get(HEARTBEAT_TIMEOUT))
 
 
 @dataclass(frozen=True)
 class JobLimits:
     """Limits on a whole job, beyond those of each field of its JobGraph: `jobgraph.max-subtasks`."""
 
-    max_subtasks: int = OPTIONS_BY_KEY[MAX_SUBTASKS_KEY].default
+    max_subtasks: int = JOBGRAPH_MAX_SUBTASKS.default
 
     def check(self, graph: JobGraph) -> JobGraph:
         """`graph` if it is within the limits; `JobTooLarge` naming the limit otherwise."""
         subtasks = graph.subtask_count
         if subtasks > self.max_subtasks:
-            raise JobTooLarge(subtasks=subtasks, limit=self.max_subtasks, option=MAX_SUBTASKS_KEY)
+            raise JobTooLarge(subtasks=subtasks, limit=self.max_subtasks, option=JOBGRAPH_MAX_SUBTASKS.key)
         return graph
 
     @classmethod
     def from_config(cls, config: Configuration) -> JobLimits:
-        return cls(max_subtasks=config[MAX_SUBTASKS_KEY])
+        return cls(max_subtasks=config.get(JOBGRAPH_MAX_SUBTASKS))
 
 
 @dataclass(frozen=True)
@@ -103,9 +143,9 @@ class CleanupSettings:
 
     @classmethod
     def from_config(cls, config: Configuration) -> CleanupSettings:
-        return cls(initial_backoff=config["cleanup-strategy.initial-backoff"],
-                   max_backoff=config["cleanup-strategy.max-backoff"],
-                   delete_results=config["results.retention"] == "delete",
+        return cls(initial_backoff=config.get(CLEANUP_INITIAL_BACKOFF),
+                   max_backoff=config.get(CLEANUP_MAX_BACKOFF),
+                   delete_results=config.get(RESULTS_RETENTION) == "delete",
                    results_dir=config.results_dir, storage_dir=config.storage_dir)
 
 
@@ -118,7 +158,7 @@ class BlobCleanupSettings:
 
     @classmethod
     def from_config(cls, config: Configuration) -> BlobCleanupSettings:
-        return cls(retention=config["blob.retention"], interval=config["blob.cleanup-interval"])
+        return cls(retention=config.get(BLOB_RETENTION), interval=config.get(BLOB_CLEANUP_INTERVAL))
 
 
 @dataclass(frozen=True)
@@ -130,8 +170,8 @@ class ArchiveSettings:
 
     @classmethod
     def from_config(cls, config: Configuration) -> ArchiveSettings:
-        return cls(directory=config.storage_dir / "archive" / config["high-availability.cluster-id"],
-                   capacity=config["jobstore.max-in-memory"])
+        return cls(directory=config.storage_dir / "archive" / config.get(HA_CLUSTER_ID),
+                   capacity=config.get(JOBSTORE_MAX_IN_MEMORY))
 
 
 def is_loopback(host: str) -> bool:
@@ -183,8 +223,8 @@ class ConnectionTimeouts:
 
     @classmethod
     def from_config(cls, config: Configuration) -> ConnectionTimeouts:
-        return cls(header=config["rest.header-timeout"], body=config["rest.body-timeout"],
-                   idle=config["rest.idle-timeout"])
+        return cls(header=config.get(REST_HEADER_TIMEOUT), body=config.get(REST_BODY_TIMEOUT),
+                   idle=config.get(REST_IDLE_TIMEOUT))
 
 
 @dataclass(frozen=True)
@@ -196,7 +236,7 @@ class LoginLimits:
 
     @classmethod
     def from_config(cls, config: Configuration) -> LoginLimits:
-        return cls(max_failures=config["rest.login.max-failures"], window=config["rest.login.failure-window"])
+        return cls(max_failures=config.get(REST_LOGIN_MAX_FAILURES), window=config.get(REST_LOGIN_FAILURE_WINDOW))
 
 
 @dataclass(frozen=True)
@@ -241,14 +281,15 @@ class RestSettings:
 
     @classmethod
     def from_config(cls, config: Configuration) -> RestSettings:
-        return cls(address=config["rest.address"], bind_address=config["rest.bind-address"] or config["rest.address"],
-                   port=config["rest.port"], max_body_size=config["rest.max-body-size"],
-                   blob_max_size=config["blob.max-size"], auth_token=config.auth_token,
-                   execution_result_long_poll=config["rest.execution-result.long-poll"],
-                   results_dir=config.results_dir, allow_unauthenticated=config["rest.auth.allow-unauthenticated"],
+        address = config.get(REST_ADDRESS)
+        return cls(address=address, bind_address=config.get(REST_BIND_ADDRESS) or address,
+                   port=config.get(REST_PORT), max_body_size=config.get(REST_MAX_BODY_SIZE),
+                   blob_max_size=config.get(BLOB_MAX_SIZE), auth_token=config.auth_token,
+                   execution_result_long_poll=config.get(REST_EXECUTION_RESULT_LONG_POLL),
+                   results_dir=config.results_dir, allow_unauthenticated=config.get(REST_AUTH_ALLOW_UNAUTHENTICATED),
                    tls=ServerTls.from_config(config), client_tls=ClientTls.from_config(config),
-                   allowed_hosts=allowed_host_names(config["rest.allowed-hosts"]),
-                   allowed_origins=allowed_origins(config["rest.allowed-origins"]),
+                   allowed_hosts=allowed_host_names(config.get(REST_ALLOWED_HOSTS)),
+                   allowed_origins=allowed_origins(config.get(REST_ALLOWED_ORIGINS)),
                    timeouts=ConnectionTimeouts.from_config(config), login_limits=LoginLimits.from_config(config))
 
 
@@ -264,9 +305,9 @@ class ConnectServerSettings:
 
     @classmethod
     def from_config(cls, config: Configuration) -> ConnectServerSettings:
-        return cls(spark_master=config["spark.master"], port=config["taskexecutor.connect.port"],
-                   start_timeout=config["taskexecutor.connect.start-timeout"],
-                   driver_memory=config["taskexecutor.connect.driver-memory"],
+        return cls(spark_master=config.get(SPARK_MASTER), port=config.get(TASKEXECUTOR_CONNECT_PORT),
+                   start_timeout=config.get(TASKEXECUTOR_CONNECT_START_TIMEOUT),
+                   driver_memory=config.get(TASKEXECUTOR_CONNECT_DRIVER_MEMORY),
                    spark_properties=config.spark_properties)
 
 
@@ -281,8 +322,8 @@ class SlotPoolSettings:
 
     @classmethod
     def from_config(cls, config: Configuration) -> SlotPoolSettings:
-        return cls(spares=config["taskexecutor.slot-process.spares"],
-                   cancellation_timeout=config["taskexecutor.cancellation.timeout"])
+        return cls(spares=config.get(TASKEXECUTOR_SLOT_PROCESS_SPARES),
+                   cancellation_timeout=config.get(TASKEXECUTOR_CANCELLATION_TIMEOUT))
 
 
 @dataclass(frozen=True)

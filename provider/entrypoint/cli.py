@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from sparkdispatch.entrypoint.cli_render import job_table, vertex_progress
 from sparkdispatch.config import Configuration, options_table
+from sparkdispatch.config.options import LOG_FORMAT
 from sparkdispatch.errors import MissingExtra, SparkDispatchError
 from sparkdispatch.model.states import JobStatus
 from sparkdispatch.model.job_result import JobResult
@@ -96,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = Configuration.load(args.config, [*args.overrides, *args.late_overrides])
         if args.command in ("standalone", "master", "taskexecutor"):
-            configure_logging(args.log_level, config["log.format"])
+            configure_logging(args.log_level, config.get(LOG_FORMAT))
             return _serve(args, config)
         return asyncio.run(_client_command(args, config))
     except SparkDispatchError as exc:
