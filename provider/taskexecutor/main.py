@@ -22,7 +22,7 @@ from sparkdispatch.config.options import (
 )
 from sparkdispatch.errors import ServiceUnavailable
 from sparkdispatch.ha import ClosableLeaderRetrieval, create_leader_retrieval
-from sparkdispatch.settings import ConnectServerSettings, SlotPoolSettings
+from sparkdispatch.taskexecutor.settings import ConnectServerSettings, SlotPoolSettings
 from sparkdispatch.taskexecutor.app import create_celery_app
 from sparkdispatch.taskexecutor.connect_server import ConnectServer
 from sparkdispatch.taskexecutor.master_client import MasterClient

@@ -35,7 +35,8 @@ from sparkdispatch.model.protocol import (
 )
 from sparkdispatch.model.repair import Repair
 from sparkdispatch.resourcemanager import AllocatedSlot, ResourceManager, ResourceOverview, SlotListener
-from sparkdispatch.settings import JobMasterSettings, ResourceManagerSettings, restart_strategy_from_config
+from sparkdispatch.jobmaster.settings import JobMasterSettings, restart_strategy_from_config
+from sparkdispatch.resourcemanager.settings import ResourceManagerSettings
 
 JOB_ID = "0123456789abcdef" * 2
 SESSION = "11111111-2222-3333-4444-555555555555"

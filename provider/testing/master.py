@@ -56,7 +56,7 @@ from sparkdispatch.model.protocol import (
 from sparkdispatch.resourcemanager import AllocatedSlot, ResourceManager
 from sparkdispatch.rest.responses import artifact_response
 from sparkdispatch.rest.taskexecutor_routes import LeaderForTaskExecutors, add_task_executor_routes
-from sparkdispatch.settings import ResourceManagerSettings
+from sparkdispatch.resourcemanager.settings import ResourceManagerSettings
 from sparkdispatch.taskexecutor.master_client import AsyncMasterClient
 from sparkdispatch.testing.proxy import RecordingProxy
 from sparkdispatch.testing.services import free_port

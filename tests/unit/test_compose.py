@@ -36,7 +36,7 @@ from sparkdispatch.errors import ConfigurationError
 from sparkdispatch.ha.leader import STANDALONE_SESSION_ID
 from sparkdispatch.entrypoint.master import Master
 from sparkdispatch.model.protocol import SlotReport, TaskExecutorRegistration
-from sparkdispatch.settings import MasterSettings
+from sparkdispatch.entrypoint.master import MasterSettings
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker-compose.yaml"

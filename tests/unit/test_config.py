@@ -17,7 +17,7 @@ from sparkdispatch.config import (
 from sparkdispatch.config.options import HA_MODE, HEARTBEAT_INTERVAL, OPTIONS, REST_PORT, TASKEXECUTOR_SLOTS
 from sparkdispatch.errors import ConfigurationError
 from sparkdispatch.model.restart import FailureRateRestart
-from sparkdispatch.settings import MasterSettings
+from sparkdispatch.entrypoint.master import MasterSettings
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
