@@ -18,7 +18,7 @@ from sparkdispatch.config.configuration import (
     parse_overrides,
     read_yaml_file,
 )
-from sparkdispatch.config.docs import options_table
+from sparkdispatch.config.docs import configuration_page
 from sparkdispatch.config.option import ConfigOption
 from sparkdispatch.config.units import format_duration, format_size, parse_duration, parse_size
 
@@ -28,9 +28,9 @@ __all__ = [
     "TOKEN_ENV_VAR",
     "ConfigOption",
     "Configuration",
+    "configuration_page",
     "format_duration",
     "format_size",
-    "options_table",
     "parse_duration",
     "parse_overrides",
     "parse_size",
