@@ -103,8 +103,9 @@ class Configuration:
             raise TypeError(f"a Configuration is read by a ConfigOption of sparkdispatch.config.options, "
                             f"not by {type(option).__name__} {option!r}")
         if OPTIONS_BY_KEY.get(option.key) is not option:
-            raise ConfigurationError(f"configuration option {option.key!r} is not declared in "
-                                     "sparkdispatch.config.options: declare it there to read it")
+            raise ConfigurationError(f"configuration option {option.key!r} is not one declared in "
+                                     "sparkdispatch.config.options: declare it there, once, and read it by that "
+                                     "declaration")
         return cast(T, self._values[option.key])
 
     def __eq__(self, other: object) -> bool:

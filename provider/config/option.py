@@ -104,8 +104,8 @@ class ConfigOption(Generic[T]):
             raise TypeError(f"configuration key {self.key!r} is not lower-case words joined by dots and dashes")
         default = self.default
         if type(default) is not self.type.python_type:
-            raise TypeError(f"configuration option {self.key!r}: its default {default!r} is not a "
-                            f"{self.type.python_type.__name__} ({self.type.name})")
+            raise TypeError(f"configuration option {self.key!r}: its default {default!r} is not of its type "
+                            f"({self.type.name}, a Python {self.type.python_type.__name__})")
         try:
             written = self.parse(self.format(default))
         except ValueError as exc:
@@ -195,6 +195,8 @@ class Section:
 
     def duration(self, key: str, default: timedelta, description: str, *, minimum: timedelta | None = None
                  ) -> ConfigOption[float]:
+        if not isinstance(default, timedelta) or not isinstance(minimum, (timedelta, type(None))):
+            raise TypeError(f"configuration option {key!r}: a duration's default and minimum are timedeltas")
         return self._add(ConfigOption(key, DURATION, default.total_seconds(), description,
                                       minimum=None if minimum is None else minimum.total_seconds()))
 
