@@ -398,6 +398,13 @@ class Unauthorized(SparkDispatchError):
     http_status = 401
 
 
+class Forbidden(SparkDispatchError):
+    """A caller the master knows asked for what its role may not do (a viewer submitting, a user
+    token on a TaskExecutor route, the cluster secret on a user's route)."""
+
+    http_status = 403
+
+
 class CsrfRefused(SparkDispatchError):
     """A state-changing call authenticated by the web UI's session cookie without the session's
     `X-CSRF-Token`: it may come from another site's page."""
@@ -580,9 +587,9 @@ ERROR_TYPES: Mapping[str, type[SparkDispatchError]] = MappingProxyType({cls.__na
     IllegalStateTransition, UnknownJob, DuplicateJobSubmission, JobAlreadyTerminated, RepairNotPossible,
     FencingTokenMismatch, StaleExecution, NoLeader, SlotRequestTimeout, UnknownTaskExecutor, SlotProcessLost,
     StoreError, StoreUnavailable, JobResultEntryExists, NoSuchJobResult, BlobError, BlobNotFound, BlobTooLarge,
-    CorruptedBlob, RequestTooLarge, RequestTimeout, UnsupportedMediaType, Unauthorized, CsrfRefused, HostRefused,
-    OriginRefused, TooManyLoginAttempts, RouteNotFound, MethodNotAllowed, InternalError, EntrypointNotFound,
-    MissingExtra, ConnectServerError, ServiceUnavailable, LeadershipLost, RecoveryInProgress,
+    CorruptedBlob, RequestTooLarge, RequestTimeout, UnsupportedMediaType, Unauthorized, Forbidden, CsrfRefused,
+    HostRefused, OriginRefused, TooManyLoginAttempts, RouteNotFound, MethodNotAllowed, InternalError,
+    EntrypointNotFound, MissingExtra, ConnectServerError, ServiceUnavailable, LeadershipLost, RecoveryInProgress,
 )})
 """The registry: class name (a body's `type`) → class."""
 

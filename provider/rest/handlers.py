@@ -36,6 +36,8 @@ from sparkdispatch.rest.connections import (
 )
 from sparkdispatch.rest.inputs import path_id, query_int, read_job_graph, read_json, repair_vertices
 from sparkdispatch.rest.settings import RestSettings
+from sparkdispatch.rest.access import Role
+from sparkdispatch.rest.gate import CALLER_KEY
 from sparkdispatch.rest.responses import Handler, artifact_response, json_response, large_json_response, only
 
 log = logging.getLogger(__name__)
@@ -219,7 +221,13 @@ class RestHandlers:
 
     async def taskmanagers(self, request: web.Request) -> web.Response:
         leader = self.master.leader_components()
-        return json_response({"taskmanagers": leader.resource_manager.task_executors()})
+        entries = leader.resource_manager.task_executors()
+        caller = request.get(CALLER_KEY)
+        if caller is not None and not caller.principal.role.permits(Role.SUBMITTER):
+            # a viewer sees what runs where, not the attempts' ids
+            for entry in entries:
+                entry["executions"] = [{**execution, "execution_id": None} for execution in entry["executions"]]
+        return json_response({"taskmanagers": entries})
 
     async def upload_artifact(self, request: web.Request) -> web.Response:
         leader = self.master.leader_components()
@@ -281,7 +289,8 @@ class RestHandlers:
 
 
 def _auth_headers(settings: RestSettings) -> dict[str, str]:
-    token = settings.auth_token
+    """A standby's credential towards the leader: a master is a member of the cluster."""
+    token = settings.cluster_secret or settings.auth_token
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 

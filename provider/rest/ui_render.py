@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparkdispatch.errors import SparkDispatchError, UnknownJob
+from sparkdispatch.rest.access import Principal
 from sparkdispatch.model.states import JobStatus
 
 RECENT_JOBS_SHOWN = 50
@@ -26,14 +27,18 @@ def _e(value: object) -> str:
 
 
 def render_page(*, title: str, root: str, page: str, overview: Mapping[str, Any] | None, body: str,
-                data: Mapping[str, str] | None = None, csrf: str | None = None) -> str:
+                data: Mapping[str, str] | None = None, csrf: str | None = None, user: Principal | None = None) -> str:
     """The layout around a page's ``body``; ``root`` is the relative path back to ``/ui/``.
 
     ``csrf``: the browser session's CSRF token (ui_auth.py), for the page's state-changing calls;
-    with it the page offers to log out."""
+    with it the page offers to log out. ``user``: who is logged in, named beside it."""
     attributes = "".join(f' data-{name}="{_e(value)}"' for name, value in (data or {}).items())
     session = f'<meta name="csrf-token" content="{_e(csrf)}">\n' if csrf else ""
     logout = f'<a class="logout" href="{root}logout">Log out</a>' if csrf else ""
+    if user is not None:
+        logout = (f'<span class="user" id="user">{_e(user.name)} <span class="role">{_e(user.role.value)}</span>'
+                  f'</span>{logout}')
+
     script = f'<script src="{root}static/{page}.js" defer></script>' if page != "error" else ""
     return f"""<!DOCTYPE html>
 <html lang="en">
@@ -253,11 +258,12 @@ def _render_slot(slot: Mapping[str, Any]) -> str:
 # Job -----------------------------------------------------------------------------------------
 
 
-def render_job(job: Mapping[str, Any]) -> str:
+def render_job(job: Mapping[str, Any], *, may_cancel: bool = True) -> str:
+    """The job page's body; `may_cancel` False (a viewer's page) leaves the cancel button out."""
     vertices = list(job.get("vertices") or [])
     result = job.get("result") or None
     cancel = ('<button id="cancel-job" type="button" class="danger">Cancel job</button>'
-              if str(job.get("status")) not in TERMINAL_JOB_STATUSES.split() else "")
+              if may_cancel and str(job.get("status")) not in TERMINAL_JOB_STATUSES.split() else "")
     header = (
         f'<section class="job-head"><h1 id="job-name">{_e(job.get("name") or job.get("id"))}</h1>{cancel}'
         f'<dl class="facts"><dt>Job id</dt><dd class="mono" id="job-id">{_e(job.get("id"))}</dd>'

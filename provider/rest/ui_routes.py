@@ -27,6 +27,7 @@ import asyncio
 import importlib.resources
 import logging
 from collections.abc import Mapping
+from functools import partial
 from typing import Any, Protocol
 
 from aiohttp import web
@@ -42,6 +43,8 @@ from sparkdispatch.rest.ui_render import (
     render_taskmanagers,
 )
 from sparkdispatch.rest.inputs import query_int
+from sparkdispatch.rest.access import Role
+from sparkdispatch.rest.gate import CALLER_KEY
 from sparkdispatch.rest.ui_auth import CSRF_KEY
 from sparkdispatch.rest.views import LARGE_JOB_VERTICES
 
@@ -141,7 +144,7 @@ class _UIPages:
             jobs, taskmanagers, unavailable = [], [], exc.message
         body = render_overview(overview, jobs, taskmanagers, unavailable=unavailable)
         return _html_response(render_page(title="Overview", root="./", page="overview",
-                                          overview=overview, body=body, csrf=request.get(CSRF_KEY)))
+                                          overview=overview, body=body, **_session(request)))
 
     async def job(self, request: web.Request) -> web.Response:
         job_id = request.match_info["job_id"]
@@ -153,11 +156,14 @@ class _UIPages:
             return _error_response(exc, root="../", overview=overview,
                                    elsewhere=leader_url(overview, f"/ui/jobs/{job_id}"))
         large = len(job.get("vertices", ())) > LARGE_JOB_VERTICES
-        body = await asyncio.to_thread(render_job, job) if large else render_job(job)
+        session = _session(request)
+        may_cancel = session["user"] is None or session["user"].role.permits(Role.SUBMITTER)
+        body = (await asyncio.to_thread(partial(render_job, job, may_cancel=may_cancel)) if large
+                else render_job(job, may_cancel=may_cancel))
         return _html_response(render_page(
             title=f"Job {job.get('name') or job_id}", root="../", page="job", overview=overview,
             body=body, data={"job-id": str(job.get("id", job_id)), "status": str(job.get("status", ""))},
-            csrf=request.get(CSRF_KEY)))
+            **_session(request)))
 
     async def attempt_log(self, request: web.Request) -> web.Response:
         job_id = request.match_info["job_id"]
@@ -175,7 +181,7 @@ class _UIPages:
                 "status": str((piece or {}).get("job_status", ""))}
         return _html_response(render_page(
             title=f"Log of {vertex_id}[{subtask}]", root="../../", page="log", overview=overview,
-            body=render_log_page(job_id, vertex_id, subtask, attempt, piece), data=data, csrf=request.get(CSRF_KEY)))
+            body=render_log_page(job_id, vertex_id, subtask, attempt, piece), data=data, **_session(request)))
 
     async def taskmanagers(self, request: web.Request) -> web.Response:
         view = self._view
@@ -186,7 +192,13 @@ class _UIPages:
             return _error_response(exc, root="./", overview=overview)
         return _html_response(render_page(title="TaskManagers", root="./", page="taskmanagers",
                                           overview=overview, body=render_taskmanagers(taskmanagers),
-                                          csrf=request.get(CSRF_KEY)))
+                                          **_session(request)))
+
+
+def _session(request: web.Request) -> dict[str, Any]:
+    """What a page shows of the browser's session: its CSRF token and the user logged in."""
+    caller = request.get(CALLER_KEY)
+    return {"csrf": request.get(CSRF_KEY), "user": caller.principal if caller is not None and caller.csrf else None}
 
 
 async def _overview_or_none(view: UIView) -> dict[str, Any] | None:
