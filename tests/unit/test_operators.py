@@ -78,6 +78,11 @@ class Cluster:
         return [json.loads(r.body)["job_id"] for r in self.master.proxy.requests
                 if (r.method, r.path) == ("POST", "/jobs")]
 
+    def requests_to(self, path: str) -> int:
+        """How many calls of `path` the master received."""
+        assert self.master.proxy is not None
+        return sum(1 for r in self.master.proxy.requests if r.path == path)
+
     def end_new_jobs(self, script: Script | None) -> None:
         """How the tasks of jobs not ended by `end` go on: `finish`, `fail_b`, or None (keep running)."""
         self.task_executor.script = script
@@ -263,7 +268,15 @@ def test_a_cleared_task_reattaches_to_its_job_that_still_runs(cluster: Cluster) 
     store = FakeStore()
     first = operator(retries=2, wait_for_completion=False).execute(context(FakeTI(max_tries=2), durable=False))
     store["sparkdispatch_job_id"] = first  # what the try whose worker died had stored
-    threading.Timer(0.2, cluster.end, args=(first,)).start()
+    # the job ends once the new try waits for its result (a timer bet on when that is, and lost on a loaded
+    # machine: the job then FINISHED before the try looked, which takes it for a job of before a clear)
+    waiting = f"/jobs/{first}/execution-result"
+
+    def end_once_waited_for() -> None:
+        eventually_blocking(lambda: cluster.requests_to(waiting), "the new try to wait for the job's result")
+        cluster.end(first)
+
+    threading.Thread(target=end_once_waited_for, daemon=True).start()
     assert operator(retries=2).execute(context(FakeTI(max_tries=1 + 2), store=store)) == first
     assert cluster.posts == [first]
 
