@@ -46,6 +46,7 @@ from sparkdispatch.errors import (
     RepairNotPossible,
     RouteNotFound,
     ServiceUnavailable,
+    StoreError,
     UnknownJob,
 )
 from sparkdispatch.dispatcher.recovery import (
@@ -567,21 +568,33 @@ class Dispatcher:
         """Write the dirty JobResult, retrying until it is stored; False if leadership ended first."""
         job_id = entry.result.job_id
         delay = self._cleanup_settings.initial_backoff
+        failures = 0
+        cause = ""
         while True:
             try:
                 await self._job_result_store.create_dirty(self.session_id, entry)
-                return True
             except JobResultEntryExists:
                 return True  # written before, by this leader or a former one
             except LeadershipLost:
                 log.info("JobResult of job %s not written: leadership session %s ended; the next leader "
                          "finishes the job", job_id, self.session_id)
                 return False
-            except Exception:
-                # Without its dirty entry a finished job could run again: keep trying.
-                log.exception("writing the JobResult of job %s failed; retrying in %.1fs", job_id, delay)
+            except Exception as exc:
+                # Without its dirty entry a finished job could run again: keep trying. A full disk
+                # fails every retry alike: its cause is logged once, and again only when it changes.
+                failures += 1
+                self._events.job_result_write_failed()
+                if str(exc) != cause:
+                    cause = str(exc)
+                    log.error("writing the JobResult of job %s failed; retrying every %.1fs up to %.1fs until it "
+                              "is written: %s", job_id, delay, self._cleanup_settings.max_backoff, cause,
+                              exc_info=None if isinstance(exc, StoreError) else exc)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self._cleanup_settings.max_backoff)
+            else:
+                if failures:
+                    log.info("JobResult of job %s written after %d failed attempt(s)", job_id, failures)
+                return True
 
     def _start_cleanup(self, job_id: str, *, mark_clean: bool = True) -> None:
         if job_id not in self._cleanups and not self._closed:
