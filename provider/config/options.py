@@ -197,6 +197,17 @@ JOBSTORE_MAX_IN_MEMORY: Final = _storage.integer(
     "jobstore.max-in-memory", 200,
     "Finished jobs kept in memory for queries; older ones are read from the archive on disk.",
     minimum=1)
+JOBSTORE_EXPIRATION_TIME: Final = _storage.duration(
+    "jobstore.expiration-time", timedelta(days=7),
+    "A finished job leaves the archive (in memory and on disk) this long after it ended; it can no longer be "
+    "queried or repaired then (Flink's key; its default is 1h). As long as `blob.retention`: an older job's code "
+    "may be gone anyway.",
+    minimum=timedelta(seconds=1))
+JOBSTORE_MAX_CAPACITY: Final = _storage.integer(
+    "jobstore.max-capacity", 10_000,
+    "The most finished jobs the archive keeps; beyond it the oldest (by end time) leave it first (Flink's key). "
+    "Each stays in memory as its overview, about 1 KiB.",
+    minimum=1)
 BLOB_MAX_SIZE: Final = _storage.size(
     "blob.max-size", 100 * MiB,
     "Largest user-code artifact accepted.",

@@ -216,6 +216,7 @@ class Dispatcher:
         self._cleanups: dict[str, asyncio.Task[None]] = {}
         self._recovering = True
         self._closed = False
+        self._expiry: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         """Recover: take over every stored job (clean up, resume, cancel or fail it); then serve."""
@@ -227,6 +228,7 @@ class Dispatcher:
                     finished += 1
                 await self._take_over(found)
         self._recovering = False
+        self._expiry = asyncio.create_task(self._expire_archive(), name="archive-expiry")
         log.info("recovered %d job(s) and %d finished one(s) to clean up in %.2fs; serving [session %s]",
                  len(self._jobs), finished, time.monotonic() - began, self.session_id)
 
@@ -234,6 +236,9 @@ class Dispatcher:
         """Leadership lost or shutdown: suspend every job; nothing is removed from the HA stores."""
         self._closed = True
         self._recovery.stop()
+        if self._expiry is not None:
+            self._expiry.cancel()
+            await asyncio.gather(self._expiry, return_exceptions=True)
         for task in self._cleanups.values():
             task.cancel()
         jobs = list(self._jobs.items())
@@ -563,6 +568,25 @@ class Dispatcher:
             log.info("job %s not archived: leadership session %s ended", archived.result.job_id, self.session_id)
         except Exception:  # as in Flink, archiving failures are only logged
             log.exception("archiving job %s failed", archived.result.job_id)
+            return
+        if self._archive.over_capacity:
+            await self._expire_archived_jobs()
+
+    async def _expire_archive(self) -> None:
+        """While this Dispatcher serves: archived jobs past `jobstore.expiration-time` leave the archive."""
+        while True:
+            await self._expire_archived_jobs()
+            await asyncio.sleep(self._archive.check_interval)
+
+    async def _expire_archived_jobs(self) -> None:
+        try:
+            # a job still held here (repaired, cleaning up) stays: its entry is read or rewritten soon
+            await self._archive.expire(self.session_id, int(time.time() * 1000),
+                                       keep=self._jobs.keys() | self._cleanups.keys())
+        except LeadershipLost:
+            pass  # the next leader expires them
+        except Exception as exc:  # noqa: BLE001 - the archive's disk: tried again at the next check
+            log.warning("expiring archived jobs failed; tried again in %.1fs: %s", self._archive.check_interval, exc)
 
     async def _write_dirty_result(self, entry: JobResultEntry) -> bool:
         """Write the dirty JobResult, retrying until it is stored; False if leadership ended first."""

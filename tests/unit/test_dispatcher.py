@@ -52,9 +52,11 @@ def graph(name: str = "job", job_id: str | None = "a" * 32) -> JobGraph:
 
 @pytest.fixture
 def config(tmp_path: Path) -> Configuration:
+    # FakeJobMaster's jobs end in 1970: not expired from the archive here
     return Configuration.from_mapping({"storage.dir": str(tmp_path / "storage"),
                                        "cleanup-strategy.initial-backoff": "10ms",
-                                       "cleanup-strategy.max-backoff": "20ms"})
+                                       "cleanup-strategy.max-backoff": "20ms",
+                                       "jobstore.expiration-time": "36500d"})
 
 
 @pytest.fixture
@@ -789,7 +791,7 @@ async def test_a_job_result_write_failing_on_a_full_disk_is_retried_logged_once_
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         real_fsync(fd)
 
-    monkeypatch.setattr(files.os, "fsync", full_disk)
+    monkeypatch.setattr(os, "fsync", full_disk)
     with caplog.at_level(logging.INFO, logger="sparkdispatch.dispatcher.dispatcher"):
         FakeJobMaster.created[0].finish()
         await eventually(lambda: settled(dispatcher), "the job written and cleaned up after the disk had room")

@@ -35,7 +35,7 @@ def failing_fsync(monkeypatch: Any, code: int) -> list[str]:
             raise OSError(code, os.strerror(code), path)
         real_fsync(fd)
 
-    monkeypatch.setattr(files.os, "fsync", fsync)
+    monkeypatch.setattr(os, "fsync", fsync)
     return failed
 
 
