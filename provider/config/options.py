@@ -282,6 +282,14 @@ TASKEXECUTOR_CANCELLATION_TIMEOUT: Final = _taskexecutors.duration(
     "How long a cancelled task may run on after its Spark operations were interrupted before its slot process is "
     "killed and replaced (Flink's `task.cancellation.timeout`).",
     minimum=timedelta(milliseconds=100))
+TASKEXECUTOR_ATTEMPT_LOG_MAX_SIZE: Final = _taskexecutors.size(
+    "taskexecutor.attempt-log.max-size", 4 * MiB,
+    "Cap of one attempt's log file (what its task printed or logged, with the Spark driver's lines about it). The "
+    "first three quarters are written as they come; of what follows only the last quarter is kept, written when "
+    "the attempt ends after a line saying how much was dropped, so a failing task's last lines stay. 4 MiB is "
+    "some 50,000 lines, and its tail is one read of the log route (1 MiB); a job of 1,000 subtasks then holds at "
+    "most 4 GiB of logs per attempt round beside its results.",
+    minimum=4 * KiB)
 TASKEXECUTOR_SLOT_PROCESS_SPARES: Final = _taskexecutors.integer(
     "taskexecutor.slot-process.spares", 1,
     "Slot processes a TaskExecutor keeps started and warm for the next slot that gets a task of other code (each "
