@@ -213,6 +213,17 @@ JOBSTORE_MAX_IN_MEMORY: Final = _storage.integer(
     "jobstore.max-in-memory", 200,
     "Finished jobs kept in memory for queries; older ones are read from the archive on disk.",
     minimum=1)
+JOBSTORE_EXPIRATION_TIME: Final = _storage.duration(
+    "jobstore.expiration-time", timedelta(days=7),
+    "A finished job leaves the archive (in memory and on disk) this long after it ended; it can no longer be "
+    "queried or repaired then (Flink's key; its default is 1h). As long as `blob.retention`: an older job's code "
+    "may be gone anyway.",
+    minimum=timedelta(seconds=1))
+JOBSTORE_MAX_CAPACITY: Final = _storage.integer(
+    "jobstore.max-capacity", 10_000,
+    "The most finished jobs the archive keeps; beyond it the oldest (by end time) leave it first (Flink's key). "
+    "Each stays in memory as its overview, about 1 KiB.",
+    minimum=1)
 BLOB_MAX_SIZE: Final = _storage.size(
     "blob.max-size", 100 * MiB,
     "Largest user-code artifact accepted.",
@@ -287,6 +298,14 @@ TASKEXECUTOR_CANCELLATION_TIMEOUT: Final = _taskexecutors.duration(
     "How long a cancelled task may run on after its Spark operations were interrupted before its slot process is "
     "killed and replaced (Flink's `task.cancellation.timeout`).",
     minimum=timedelta(milliseconds=100))
+TASKEXECUTOR_ATTEMPT_LOG_MAX_SIZE: Final = _taskexecutors.size(
+    "taskexecutor.attempt-log.max-size", 4 * MiB,
+    "Cap of one attempt's log file (what its task printed or logged, with the Spark driver's lines about it). The "
+    "first three quarters are written as they come; of what follows only the last quarter is kept, written when "
+    "the attempt ends after a line saying how much was dropped, so a failing task's last lines stay. 4 MiB is "
+    "some 50,000 lines, and its tail is one read of the log route (1 MiB); a job of 1,000 subtasks then holds at "
+    "most 4 GiB of logs per attempt round beside its results.",
+    minimum=4 * KiB)
 TASKEXECUTOR_SLOT_PROCESS_SPARES: Final = _taskexecutors.integer(
     "taskexecutor.slot-process.spares", 1,
     "Slot processes a TaskExecutor keeps started and warm for the next slot that gets a task of other code (each "

@@ -14,6 +14,12 @@ only when the index lacks its job (written before the index, or by a writer that
 the two). Writes are fenced: an entry is committed only after the writer's leadership is checked.
 The overview of every archived job stays in memory for listings; full entries are cached for the
 `jobstore.max-in-memory` most recent.
+
+Archived jobs expire (`expire`, which the leader runs after each put and periodically): a job
+ended more than `jobstore.expiration-time` ago, and the oldest beyond `jobstore.max-capacity`
+jobs, oldest end first, leave the memory and the disk (their entry file; the index is rewritten
+without them once most of its lines are stale). The JobResult store keeps its own entries by its
+own rule (`job-result-store.delete-on-commit`).
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import json
 import logging
 import os
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -96,6 +102,11 @@ def _snapshot_from_rest_bodies(result: JobResult, details: Mapping[str, Any],
     return JobSnapshot(overview, vertices)
 
 
+def _ended(overview: JobOverview) -> int:
+    """When an archived job ended (ms since the epoch)."""
+    return overview.end_time if overview.end_time is not None else overview.last_modification
+
+
 def _index_line(overview: JobOverview) -> bytes:
     return json.dumps(overview.to_dict(), sort_keys=True, separators=(",", ":")).encode() + b"\n"
 
@@ -107,13 +118,18 @@ class JobArchive:
         self.directory = settings.directory
         self._capacity = settings.capacity
         self._check = check
+        self._expiration_ms = settings.expiration * 1000
+        self._max_capacity = settings.max_capacity
         self._cache: OrderedDict[str, ArchivedJob] = OrderedDict()
         self._index: dict[str, JobOverview] = {}  # every archived job
+        self._index_lines = 0  # lines in the index file, stale ones included
+        self._writing = asyncio.Lock()  # an expiry's index rewrite never drops a put's line
 
     async def load(self) -> None:
         """Read the overviews of every archived job (at leadership start): the index, a listing
         of the directory, and the entries the index lacks (which are then added to it)."""
         self._index = await asyncio.to_thread(self._load_index)
+        self._index_lines = await asyncio.to_thread(lambda: self._read_index().count(b"\n"))
 
     def _load_index(self) -> dict[str, JobOverview]:
         try:
@@ -174,8 +190,10 @@ class JobArchive:
         # a large job's entry takes long to encode: off the loop
         temp = await asyncio.to_thread(lambda: write_temp(path, json.dumps(job.to_dict()).encode()))
         try:
-            await self._check(session_id, COMPONENT)
-            await finish_in_thread(self._commit, temp, path, job.snapshot.overview)
+            async with self._writing:
+                await self._check(session_id, COMPONENT)
+                await finish_in_thread(self._commit, temp, path, job.snapshot.overview)
+                self._index_lines += 1
         finally:
             temp.unlink(missing_ok=True)
         self._remember(job)
@@ -191,6 +209,51 @@ class JobArchive:
         self._cache.move_to_end(job.result.job_id)
         while len(self._cache) > self._capacity:
             self._cache.popitem(last=False)
+
+    @property
+    def over_capacity(self) -> bool:
+        """More jobs archived than `jobstore.max-capacity`."""
+        return len(self._index) > self._max_capacity
+
+    @property
+    def check_interval(self) -> float:
+        """How often (seconds) the leader looks for expired jobs: a tenth of the expiration, 0.1 s to 10 min."""
+        return min(max(self._expiration_ms / 10_000, 0.1), 600.0)
+
+    def expired(self, now_ms: int, *, keep: Collection[str] = ()) -> list[str]:
+        """The archived jobs to expire at `now_ms`, oldest end first: those ended more than
+        `jobstore.expiration-time` ago and the oldest beyond `jobstore.max-capacity`; never one of `keep`."""
+        by_age = sorted((o for o in self._index.values() if o.job_id not in keep), key=_ended)
+        beyond = max(0, len(self._index) - self._max_capacity)
+        return [o.job_id for rank, o in enumerate(by_age)
+                if rank < beyond or _ended(o) < now_ms - self._expiration_ms]
+
+    async def expire(self, session_id: str, now_ms: int, *, keep: Collection[str] = ()) -> list[str]:
+        """Remove the `expired` jobs from memory and disk; the ids removed. `LeadershipLost` unless
+        `session_id` leads (then nothing is removed)."""
+        job_ids = self.expired(now_ms, keep=keep)
+        if not job_ids:
+            return []
+        async with self._writing:
+            await self._check(session_id, COMPONENT)
+            for job_id in job_ids:
+                self._index.pop(job_id, None)
+                self._cache.pop(job_id, None)
+            remaining = dict(self._index)
+            compact = self._index_lines > 2 * len(remaining) + 100
+            await finish_in_thread(self._remove_entries, job_ids, remaining if compact else None)
+            if compact:
+                self._index_lines = len(remaining)
+        log.info("archive: %d finished job(s) expired (jobstore.expiration-time, jobstore.max-capacity), the "
+                 "oldest %s; %d kept", len(job_ids), job_ids[0], len(self._index))
+        return job_ids
+
+    def _remove_entries(self, job_ids: list[str], index: dict[str, JobOverview] | None) -> None:
+        for job_id in job_ids:
+            (self.directory / f"{job_id}{ENTRY_SUFFIX}").unlink(missing_ok=True)
+        if index is not None:
+            self._rewrite_index(index)  # the removed jobs' lines, and lines of replaced entries
+        fsync_dir(self.directory)
 
     def __contains__(self, job_id: str) -> bool:
         return job_id in self._index

@@ -46,6 +46,7 @@ from sparkdispatch.errors import (
     RepairNotPossible,
     RouteNotFound,
     ServiceUnavailable,
+    StoreError,
     UnknownJob,
 )
 from sparkdispatch.dispatcher.recovery import (
@@ -215,6 +216,7 @@ class Dispatcher:
         self._cleanups: dict[str, asyncio.Task[None]] = {}
         self._recovering = True
         self._closed = False
+        self._expiry: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         """Recover: take over every stored job (clean up, resume, cancel or fail it); then serve."""
@@ -226,6 +228,7 @@ class Dispatcher:
                     finished += 1
                 await self._take_over(found)
         self._recovering = False
+        self._expiry = asyncio.create_task(self._expire_archive(), name="archive-expiry")
         log.info("recovered %d job(s) and %d finished one(s) to clean up in %.2fs; serving [session %s]",
                  len(self._jobs), finished, time.monotonic() - began, self.session_id)
 
@@ -233,6 +236,9 @@ class Dispatcher:
         """Leadership lost or shutdown: suspend every job; nothing is removed from the HA stores."""
         self._closed = True
         self._recovery.stop()
+        if self._expiry is not None:
+            self._expiry.cancel()
+            await asyncio.gather(self._expiry, return_exceptions=True)
         for task in self._cleanups.values():
             task.cancel()
         jobs = list(self._jobs.items())
@@ -562,26 +568,57 @@ class Dispatcher:
             log.info("job %s not archived: leadership session %s ended", archived.result.job_id, self.session_id)
         except Exception:  # as in Flink, archiving failures are only logged
             log.exception("archiving job %s failed", archived.result.job_id)
+            return
+        if self._archive.over_capacity:
+            await self._expire_archived_jobs()
+
+    async def _expire_archive(self) -> None:
+        """While this Dispatcher serves: archived jobs past `jobstore.expiration-time` leave the archive."""
+        while True:
+            await self._expire_archived_jobs()
+            await asyncio.sleep(self._archive.check_interval)
+
+    async def _expire_archived_jobs(self) -> None:
+        try:
+            # a job still held here (repaired, cleaning up) stays: its entry is read or rewritten soon
+            await self._archive.expire(self.session_id, int(time.time() * 1000),
+                                       keep=self._jobs.keys() | self._cleanups.keys())
+        except LeadershipLost:
+            pass  # the next leader expires them
+        except Exception as exc:  # noqa: BLE001 - the archive's disk: tried again at the next check
+            log.warning("expiring archived jobs failed; tried again in %.1fs: %s", self._archive.check_interval, exc)
 
     async def _write_dirty_result(self, entry: JobResultEntry) -> bool:
         """Write the dirty JobResult, retrying until it is stored; False if leadership ended first."""
         job_id = entry.result.job_id
         delay = self._cleanup_settings.initial_backoff
+        failures = 0
+        cause = ""
         while True:
             try:
                 await self._job_result_store.create_dirty(self.session_id, entry)
-                return True
             except JobResultEntryExists:
                 return True  # written before, by this leader or a former one
             except LeadershipLost:
                 log.info("JobResult of job %s not written: leadership session %s ended; the next leader "
                          "finishes the job", job_id, self.session_id)
                 return False
-            except Exception:
-                # Without its dirty entry a finished job could run again: keep trying.
-                log.exception("writing the JobResult of job %s failed; retrying in %.1fs", job_id, delay)
+            except Exception as exc:
+                # Without its dirty entry a finished job could run again: keep trying. A full disk
+                # fails every retry alike: its cause is logged once, and again only when it changes.
+                failures += 1
+                self._events.job_result_write_failed()
+                if str(exc) != cause:
+                    cause = str(exc)
+                    log.error("writing the JobResult of job %s failed; retrying every %.1fs up to %.1fs until it "
+                              "is written: %s", job_id, delay, self._cleanup_settings.max_backoff, cause,
+                              exc_info=None if isinstance(exc, StoreError) else exc)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self._cleanup_settings.max_backoff)
+            else:
+                if failures:
+                    log.info("JobResult of job %s written after %d failed attempt(s)", job_id, failures)
+                return True
 
     def _start_cleanup(self, job_id: str, *, mark_clean: bool = True) -> None:
         if job_id not in self._cleanups and not self._closed:

@@ -9,7 +9,7 @@ from pathlib import Path
 from sparkdispatch.config import Configuration
 from sparkdispatch.config.options import (
     BLOB_CLEANUP_INTERVAL, BLOB_RETENTION, CLEANUP_INITIAL_BACKOFF, CLEANUP_MAX_BACKOFF, HA_CLUSTER_ID,
-    JOBGRAPH_MAX_SUBTASKS, JOBSTORE_MAX_IN_MEMORY, RESULTS_RETENTION,
+    JOBGRAPH_MAX_SUBTASKS, JOBSTORE_EXPIRATION_TIME, JOBSTORE_MAX_CAPACITY, JOBSTORE_MAX_IN_MEMORY, RESULTS_RETENTION,
 )
 from sparkdispatch.errors import JobTooLarge
 from sparkdispatch.model.job_graph import JobGraph
@@ -65,12 +65,16 @@ class BlobCleanupSettings:
 
 @dataclass(frozen=True)
 class ArchiveSettings:
-    """Where archived jobs live (`<storage.dir>/archive/<cluster-id>`) and how many stay in memory."""
+    """Where archived jobs live (`<storage.dir>/archive/<cluster-id>`), how many stay in memory whole,
+    and when they expire: `expiration` seconds after their end, or beyond `max_capacity` jobs."""
 
     directory: Path
     capacity: int
+    expiration: float = JOBSTORE_EXPIRATION_TIME.default
+    max_capacity: int = JOBSTORE_MAX_CAPACITY.default
 
     @classmethod
     def from_config(cls, config: Configuration) -> ArchiveSettings:
         return cls(directory=config.storage_dir / "archive" / config.get(HA_CLUSTER_ID),
-                   capacity=config.get(JOBSTORE_MAX_IN_MEMORY))
+                   capacity=config.get(JOBSTORE_MAX_IN_MEMORY), expiration=config.get(JOBSTORE_EXPIRATION_TIME),
+                   max_capacity=config.get(JOBSTORE_MAX_CAPACITY))

@@ -35,13 +35,18 @@ def fsync_dir(directory: Path) -> None:
 
 
 def write_temp(target: Path, data: bytes) -> Path:
-    """A durable temp file beside `target` holding `data`; commit it with `replace_with` or `link_to`."""
+    """A durable temp file beside `target` holding `data`; commit it with `replace_with` or `link_to`.
+    A write that fails (a full disk, an I/O error) removes what it wrote before it raises."""
     target.parent.mkdir(parents=True, exist_ok=True)
     temp = target.with_name(f"{target.name}{TEMP_MARK}{uuid.uuid4().hex}")
-    with open(temp, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
+    try:
+        with open(temp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
     return temp
 
 

@@ -64,15 +64,21 @@ class FileSystemJobResultStore:
 
     async def create_dirty(self, session_id: str, entry: JobResultEntry) -> None:
         """Record a globally terminal job; `JobResultEntryExists` if it has any entry already,
-        `LeadershipLost` unless `session_id` leads."""
+        `LeadershipLost` unless `session_id` leads, `StoreError` naming the file and the cause if it
+        cannot be written (no temp file is left then)."""
         result = entry.result
-        # a large job's result takes long to encode: off the loop
-        temp = await asyncio.to_thread(lambda: write_temp(self._dirty(result.job_id), _encode(entry)))
+        path = self._dirty(result.job_id)
         try:
-            await self._check(session_id, COMPONENT)
-            await finish_in_thread(self._link_dirty, result.job_id, temp)
-        finally:
-            temp.unlink(missing_ok=True)
+            # a large job's result takes long to encode: off the loop
+            temp = await asyncio.to_thread(lambda: write_temp(path, _encode(entry)))
+            try:
+                await self._check(session_id, COMPONENT)
+                await finish_in_thread(self._link_dirty, result.job_id, temp)
+            finally:
+                temp.unlink(missing_ok=True)
+        except OSError as exc:  # a full disk, an I/O error: nothing of this write is left behind
+            raise StoreError(f"the JobResult of job {result.job_id} cannot be written to {path}: "
+                             f"{exc.strerror or exc}") from exc
         log.info("stored dirty JobResult of job %s (%s)", result.job_id, result.status.value)
 
     def _link_dirty(self, job_id: str, temp: Path) -> None:

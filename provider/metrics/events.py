@@ -15,6 +15,9 @@ class JobEvents(Protocol):
     def job_finished(self, status: str) -> None:
         """A job reached the globally terminal `status`."""
 
+    def job_result_write_failed(self) -> None:
+        """A try to write a terminated job's JobResult failed (it is retried)."""
+
 
 class TaskEvents(Protocol):
     """What a JobMaster reports."""
@@ -38,6 +41,9 @@ class EventCounts:
 
     def job_finished(self, status: str) -> None:
         self.counts[f"job_finished:{status}"] += 1
+
+    def job_result_write_failed(self) -> None:
+        self.counts["job_result_write_failed"] += 1
 
     def task_deployed(self) -> None:
         self.counts["task_deployed"] += 1

@@ -69,6 +69,10 @@ class MasterMetrics:
         self._submitted = Counter("sparkdispatch_jobs_submitted", "Jobs accepted (new job ids).", registry=r)
         self._finished = Counter("sparkdispatch_jobs_finished", "Jobs that reached a globally terminal status.",
                                  ["status"], registry=r)
+        self._result_write_failures = Counter(
+            "sparkdispatch_job_result_write_failures",
+            "Failed tries to write a terminated job's JobResult (a full or failing disk under storage.dir); each is "
+            "retried, and the job's cleanup waits for it.", registry=r)
         self._deployments = Counter("sparkdispatch_task_deployments", "Task attempts deployed to a slot.", registry=r)
         self._failures = Counter("sparkdispatch_task_failures", "Task attempts that ended FAILED.", registry=r)
         self._durations = Histogram("sparkdispatch_task_duration_seconds",
@@ -89,6 +93,9 @@ class MasterMetrics:
 
     def job_finished(self, status: str) -> None:
         self._finished.labels(status=status).inc()
+
+    def job_result_write_failed(self) -> None:
+        self._result_write_failures.inc()
 
     def task_deployed(self) -> None:
         self._deployments.inc()

@@ -6,7 +6,9 @@ prints, Python logging and warnings of the task function land there, line by lin
     <results_dir>/<job_id>/<vertex_id>/_logs/<subtask_index>-<attempt>-<execution_id>.log
 
 beside the attempt's partition (`ResultLayout.attempt_path`). Spark's readers skip names that
-start with `_`, so reading a vertex's directory still reads only its partitions. The files live
+start with `_`, so reading a vertex's directory still reads only its partitions. Each file is
+capped at `taskexecutor.attempt-log.max-size`: past three quarters of it the rest is held back,
+and its last quarter written after a line saying how much was dropped (capped_log.py). The files live
 and go with the job's results (`results.retention`); the master serves them
 (`GET /jobs/{job_id}/vertices/{vertex_id}/log`). Only a local (or `file://`) results directory
 holds logs; with a remote one, tasks' output goes to the TaskExecutor's own stdout.

@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 
 from sparkdispatch.config import Configuration
 from sparkdispatch.config.options import (
-    SPARK_MASTER, TASKEXECUTOR_CANCELLATION_TIMEOUT, TASKEXECUTOR_CONNECT_DRIVER_MEMORY, TASKEXECUTOR_CONNECT_PORT,
-    TASKEXECUTOR_CONNECT_START_TIMEOUT, TASKEXECUTOR_SLOT_PROCESS_SPARES,
+    SPARK_MASTER, TASKEXECUTOR_ATTEMPT_LOG_MAX_SIZE, TASKEXECUTOR_CANCELLATION_TIMEOUT,
+    TASKEXECUTOR_CONNECT_DRIVER_MEMORY, TASKEXECUTOR_CONNECT_PORT, TASKEXECUTOR_CONNECT_START_TIMEOUT,
+    TASKEXECUTOR_SLOT_PROCESS_SPARES,
 )
 
 
@@ -33,14 +34,17 @@ class ConnectServerSettings:
 
 @dataclass(frozen=True)
 class SlotPoolSettings:
-    """A TaskExecutor's slot processes: warm spares, cancellation timeout, start and stop bounds (seconds)."""
+    """A TaskExecutor's slot processes: warm spares, cancellation timeout, start and stop bounds (seconds),
+    the cap of each attempt's log (bytes)."""
 
     spares: int = 1
     cancellation_timeout: float = 30.0
     start_timeout: float = 120.0  # a new slot process's imports and first action
     stop_grace: float = 10.0  # a retired slot process's session release, before it is killed
+    attempt_log_max_size: int = TASKEXECUTOR_ATTEMPT_LOG_MAX_SIZE.default
 
     @classmethod
     def from_config(cls, config: Configuration) -> SlotPoolSettings:
         return cls(spares=config.get(TASKEXECUTOR_SLOT_PROCESS_SPARES),
-                   cancellation_timeout=config.get(TASKEXECUTOR_CANCELLATION_TIMEOUT))
+                   cancellation_timeout=config.get(TASKEXECUTOR_CANCELLATION_TIMEOUT),
+                   attempt_log_max_size=config.get(TASKEXECUTOR_ATTEMPT_LOG_MAX_SIZE))

@@ -190,7 +190,8 @@ class SlotProcessPool:
                 attempt.child = child
                 try:
                     child.channel.send(RunRequest(tdd, self._connect_url, tuple(artifact_paths), self._driver_log,
-                                                  start_deadline() if start_deadline else None).to_message())
+                                                  start_deadline() if start_deadline else None,
+                                                  log_max_size=self._settings.attempt_log_max_size).to_message())
                 except OSError:
                     return self._lost(attempt, child)
             while True:

@@ -21,7 +21,8 @@ the TaskExecutor decides when tasks stop (a warm shutdown lets them finish).
 
 Each attempt runs alone in this process, so its stdout and stderr (inherited from the
 TaskExecutor) are pointed at the attempt's log file while it runs (attempt_logs.py), with the
-Spark driver's lines about the attempt (driver_log.py); between attempts they are the TaskExecutor's.
+Spark driver's lines about the attempt (driver_log.py), through a pipe whose reader caps the file
+(capped_log.py); between attempts they are the TaskExecutor's.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparkdispatch.storage.attempt_logs import attempt_log_path
+from sparkdispatch.storage.capped_log import CappedLog
 from sparkdispatch.errors import ConfigurationError, EntrypointNotFound, IllegalStateTransition
 from sparkdispatch.model.states import ExecutionState
 from sparkdispatch.model.job_result import Failure
@@ -78,6 +80,8 @@ log = logging.getLogger(__name__)
 #: How often a cancelled attempt's Spark operations are interrupted again while its function
 #: still runs, to catch operations it starts after the first interrupt.
 REINTERRUPT_S = 0.5
+#: How long an ended attempt waits for the rest of its output to reach its log.
+LOG_DRAIN_S = 5.0
 #: Told to the client of every session: a dead server fails an action after ~1.4 s instead of
 #: pyspark's default of retrying for 10 minutes.
 RETRY_MAX_RETRIES = 3
@@ -114,10 +118,11 @@ def new_session(connect_url: str) -> SparkSession:
 
 
 @contextlib.contextmanager
-def output_to(path: Path | None) -> Iterator[None]:
+def output_to(path: Path | None, *, max_size: int) -> Iterator[None]:
     """This process's stdout and stderr (file descriptors 1 and 2, so Python's prints, logging and
-    warnings, and what native code writes) appended to `path` meanwhile; nothing when None, or
-    when the file cannot be made (the attempt runs on, its output in the TaskExecutor's)."""
+    warnings, and what native code writes) appended to `path` meanwhile, through a pipe whose
+    reader caps the file at `max_size` (capped_log.py); nothing when None, or when the file cannot
+    be made (the attempt runs on, its output in the TaskExecutor's)."""
     if path is None:
         yield
         return
@@ -125,23 +130,29 @@ def output_to(path: Path | None) -> Iterator[None]:
     sys.stderr.flush()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        capped = CappedLog(open(path, "ab"), max_size=max_size)  # the pump thread closes it
     except OSError as exc:
         log.warning("the attempt's output stays here: its log file %s cannot be made: %s", path, exc)
         yield
         return
+    read_end, write_end = os.pipe()
+    pump = threading.Thread(target=capped.copy_from, args=(read_end,), daemon=True, name="attempt-log")
+    pump.start()
     saved = (os.dup(1), os.dup(2))
     try:
-        os.dup2(fd, 1)
-        os.dup2(fd, 2)
+        os.dup2(write_end, 1)
+        os.dup2(write_end, 2)
         yield
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
         os.dup2(saved[0], 1)
         os.dup2(saved[1], 2)
-        for descriptor in (fd, *saved):
+        for descriptor in (write_end, *saved):
             os.close(descriptor)
+        # the pipe ends once every copy of its write end is closed; a child process the task left
+        # running may hold one: its output then reaches the log after the attempt, and this waits no more
+        pump.join(LOG_DRAIN_S)
 
 
 def _write_output(text: str) -> None:
@@ -278,7 +289,8 @@ class SlotProcess:
                 request = RunRequest.from_message(message)
             except Exception as exc:  # noqa: BLE001 - the pool sends valid runs; say so if one is not
                 return self._failed(exc)
-            with output_to(attempt_log_path(request.tdd.result_path, request.tdd.attempt)):
+            with output_to(attempt_log_path(request.tdd.result_path, request.tdd.attempt),
+                           max_size=request.log_max_size):
                 self._driver_log.begin(Path(request.driver_log) if request.driver_log else None)
                 try:
                     return self._outcome(request, attempt)

@@ -26,6 +26,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from sparkdispatch.config.options import TASKEXECUTOR_ATTEMPT_LOG_MAX_SIZE
 from sparkdispatch.model.states import ExecutionState
 from sparkdispatch.model.job_result import Failure
 from sparkdispatch.model.protocol import TaskDeploymentDescriptor
@@ -98,11 +99,13 @@ class RunRequest:
     driver_log: str | None = None
     #: `time.monotonic()` (one clock for all processes) after which the function must not start
     start_before: float | None = None
+    #: the cap of the attempt's log file (`taskexecutor.attempt-log.max-size`)
+    log_max_size: int = TASKEXECUTOR_ATTEMPT_LOG_MAX_SIZE.default
 
     def to_message(self) -> Message:
         return {"type": RUN, "tdd": self.tdd.to_dict(), "connect_url": self.connect_url,
                 "artifact_paths": list(self.artifact_paths), "driver_log": self.driver_log,
-                "start_before": self.start_before}
+                "start_before": self.start_before, "log_max_size": self.log_max_size}
 
     @classmethod
     def from_message(cls, message: Message) -> RunRequest:
@@ -110,7 +113,8 @@ class RunRequest:
         return cls(tdd=TaskDeploymentDescriptor.from_dict(message["tdd"]), connect_url=str(message["connect_url"]),
                    artifact_paths=tuple(str(p) for p in message.get("artifact_paths", ())),
                    driver_log=str(driver_log) if driver_log else None,
-                   start_before=float(message["start_before"]) if message.get("start_before") is not None else None)
+                   start_before=float(message["start_before"]) if message.get("start_before") is not None else None,
+                   log_max_size=int(message.get("log_max_size", TASKEXECUTOR_ATTEMPT_LOG_MAX_SIZE.default)))
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,18 @@ def chatty(ctx: Any) -> None:
     sys.stderr.write("written to stderr\n")
 
 
+def very_chatty(ctx: Any) -> None:
+    """Prints `ctx.params["lines"]` numbered lines, some from a Spark action's result, then fails
+    saying its last words on stderr, as a task with a runaway print loop would."""
+    import sys
+
+    rows = ctx.spark.range(3).count()
+    for n in range(int(ctx.params["lines"])):
+        print(f"line {n:07d} of a chatty task ({rows} rows)")
+    sys.stderr.write("the task's last words\n")
+    raise RuntimeError("chatty to the end")
+
+
 def driver_messages(ctx: Any) -> None:
     """A window over all rows, which the driver warns about, then an operation long enough for the
     server to report its progress (every 100 ms here)."""

@@ -47,10 +47,12 @@ def dispatcher_of(services: ZooKeeperHaServices, session_id: str) -> Dispatcher:
 
 @pytest.fixture
 def zk_config(zk_config: Configuration) -> Configuration:
-    """The masters of this module (`zk_masters`): large graphs live in files, cleanups retry at once."""
+    """The masters of this module (`zk_masters`): large graphs live in files, cleanups retry at once,
+    and FakeJobMaster's jobs, which end in 1970, are not expired from the archive."""
     return zk_config.with_overrides({"high-availability.zookeeper.inline-limit": "1kb",
                                      "cleanup-strategy.initial-backoff": "20ms",
-                                     "cleanup-strategy.max-backoff": "100ms"})
+                                     "cleanup-strategy.max-backoff": "100ms",
+                                     "jobstore.expiration-time": "36500d"})
 
 
 @pytest.fixture(autouse=True)

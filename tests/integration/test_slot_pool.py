@@ -25,7 +25,7 @@ import grpc  # type: ignore[import-untyped]
 import pyarrow.parquet as pq
 import pytest
 
-from sparkdispatch.storage.attempt_logs import attempt_log_path
+from sparkdispatch.storage.attempt_logs import attempt_log_path, read_attempt_log
 from sparkdispatch.model.states import ExecutionState
 from sparkdispatch.model.protocol import TaskDeploymentDescriptor
 from sparkdispatch.storage.results import ResultLayout
@@ -253,6 +253,35 @@ def test_what_a_task_prints_or_logs_goes_to_its_attempts_log_file(pool: SlotProc
     for line in ("printed by subtask 1", "WARNING slot-process", "logged by the task", "written to stderr"):
         assert line in text, text
     assert "printed by subtask 1" not in capfd.readouterr().out  # not also in the TaskExecutor's output
+
+
+def test_a_chatty_attempts_log_is_capped_keeping_its_head_and_its_last_words(
+        connect_server: ConnectServer, tasks: str, tmp_path: Path) -> None:
+    cap = 64 << 10
+    pool = SlotProcessPool(SlotPoolSettings(spares=0, cancellation_timeout=CANCELLATION_TIMEOUT_S,
+                                            attempt_log_max_size=cap),
+                           connect_url=connect_server.url, driver_log=str(connect_server.log_path))
+    pool.start()
+    try:
+        tdd = deployment(tmp_path, "slot_tasks:very_chatty", job_id=new_job_id(), params={"lines": 200_000})
+        end = run(pool, tdd, [tasks])  # 7.8 MB of prints
+    finally:
+        pool.close()
+    assert end.state is ExecutionState.FAILED and end.failure is not None and "chatty to the end" in end.failure.message
+    path = attempt_log_path(tdd.result_path, tdd.attempt)
+    assert path is not None
+    text = path.read_text()
+    assert cap < len(text) < cap + 600
+    printed = [line for line in text.splitlines() if line.startswith("line ")]  # the driver's lines among them
+    assert printed[0] == "line 0000000 of a chatty task (3 rows)" and printed[-1].startswith("line 0199999 ")
+    assert "its last 16384 bytes follow" in text and "taskexecutor.attempt-log.max-size is 64kb" in text
+    dropped = re.search(r"\[sparkdispatch\] (\d+) bytes of this attempt's output were dropped", text)
+    assert dropped is not None and 7_700_000 < int(dropped[1]) < 7_800_000
+    assert "line 0199999 of a chatty task" in text and "the task's last words" in text
+    # what the log route reads, the UI and Airflow's live logs follow, from its first byte to its last
+    read = read_attempt_log(str(tmp_path / "results"), tdd.job_id, "v", 0, None)
+    assert read is not None and read.text == text
+    assert slot_processes() == set()
 
 
 def test_the_drivers_messages_about_an_attempt_go_to_its_log_file(pool: SlotProcessPool, tasks: str,

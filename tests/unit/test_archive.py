@@ -3,6 +3,7 @@ a new leader's load reading the index instead of every entry."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -169,3 +170,67 @@ async def test_a_writer_that_no_longer_leads_changes_nothing(tmp_path: Path) -> 
     assert entry is not None and entry.result.status is JobStatus.FINISHED
     assert sorted(p.name for p in (tmp_path / "archive").iterdir()) == [f"{JOB_ID}.json", "index.jsonl"]
     assert archive_module.FORMAT_VERSION == json.loads((tmp_path / "archive" / f"{JOB_ID}.json").read_text())["version"]
+
+
+def ended_at(job_id: str, end_ms: int) -> ArchivedJob:
+    """A finished job that ended at `end_ms`."""
+    job = finished_job(job_id)
+    overview = dataclasses.replace(job.snapshot.overview, end_time=end_ms)
+    return dataclasses.replace(job, result=dataclasses.replace(job.result, end_time=end_ms),
+                               snapshot=dataclasses.replace(job.snapshot, overview=overview))
+
+
+def expiring(tmp_path: Path, *, expiration_s: float = 3600.0, max_capacity: int = 100) -> JobArchive:
+    return JobArchive(ArchiveSettings(directory=tmp_path / "archive", capacity=2, expiration=expiration_s,
+                                      max_capacity=max_capacity), check=leading)
+
+
+def entry_files(tmp_path: Path) -> set[str]:
+    return {p.name.removesuffix(".json") for p in (tmp_path / "archive").iterdir() if p.name != "index.jsonl"}
+
+
+async def test_jobs_beyond_the_max_capacity_leave_memory_and_disk_oldest_end_first(tmp_path: Path) -> None:
+    jobs = expiring(tmp_path, max_capacity=2)
+    for job_id, end in (("a1" * 16, 3_000), ("a2" * 16, 1_000), ("a3" * 16, 2_000)):  # put in another order
+        await jobs.put(SESSION, ended_at(job_id, end))
+    assert jobs.over_capacity
+
+    assert await jobs.expire(SESSION, now_ms=5_000) == ["a2" * 16]
+
+    assert not jobs.over_capacity and "a2" * 16 not in jobs and await jobs.get("a2" * 16) is None
+    assert entry_files(tmp_path) == {"a1" * 16, "a3" * 16}
+    restarted = expiring(tmp_path, max_capacity=2)
+    await restarted.load()
+    assert {o.job_id for o in restarted.overviews()} == {"a1" * 16, "a3" * 16}
+    assert await restarted.expire(SESSION, now_ms=5_000) == []
+
+
+async def test_jobs_ended_longer_ago_than_the_expiration_leave_it_unless_kept(tmp_path: Path) -> None:
+    jobs = expiring(tmp_path, expiration_s=10)
+    for job_id, end in (("b1" * 16, 1_000), ("b2" * 16, 2_000), ("b3" * 16, 20_000)):
+        await jobs.put(SESSION, ended_at(job_id, end))
+
+    assert await jobs.expire(SESSION, now_ms=11_500, keep={"b2" * 16}) == ["b1" * 16]
+    assert await jobs.expire(SESSION, now_ms=29_000) == ["b2" * 16]  # 27 s after its end; b3 ended 9 s ago
+
+    assert [o.job_id for o in jobs.overviews()] == ["b3" * 16] and entry_files(tmp_path) == {"b3" * 16}
+    assert jobs.counts() == {"FINISHED": 1}
+
+
+async def test_a_writer_that_no_longer_leads_expires_nothing(tmp_path: Path) -> None:
+    await expiring(tmp_path, expiration_s=1).put(SESSION, ended_at("c1" * 16, 1_000))
+    deposed = expiring(tmp_path, expiration_s=1)
+    await deposed.load()
+    with pytest.raises(LeadershipLost):
+        await deposed.expire("a-former-session", now_ms=60_000)
+    assert "c1" * 16 in deposed and entry_files(tmp_path) == {"c1" * 16}
+
+
+async def test_the_index_loses_the_lines_of_expired_jobs_once_most_are_stale(tmp_path: Path) -> None:
+    jobs = expiring(tmp_path, max_capacity=1)
+    for n in range(120):
+        await jobs.put(SESSION, ended_at(f"{n:032x}", 1_000 + n))
+        await jobs.expire(SESSION, now_ms=2_000)
+    index = (tmp_path / "archive" / "index.jsonl").read_text().splitlines()
+    assert len(index) <= 2 * 1 + 100 + 1  # rewritten when it passed that, appended since
+    assert json.loads(index[-1])["job_id"] == f"{119:032x}" and entry_files(tmp_path) == {f"{119:032x}"}

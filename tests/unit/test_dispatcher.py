@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
+import logging
+import os
 import threading
 from functools import partial
 from pathlib import Path
@@ -26,6 +29,7 @@ from sparkdispatch.errors import (
     StoreUnavailable,
     UnknownJob,
 )
+from sparkdispatch.ha import files
 from sparkdispatch.ha import HighAvailabilityServices, JobProgress, SubtaskProgress, create_ha_services
 from sparkdispatch.ha.job_result_store import JobResultEntry
 from sparkdispatch.model.states import ExecutionState, JobStatus
@@ -48,9 +52,11 @@ def graph(name: str = "job", job_id: str | None = "a" * 32) -> JobGraph:
 
 @pytest.fixture
 def config(tmp_path: Path) -> Configuration:
+    # FakeJobMaster's jobs end in 1970: not expired from the archive here
     return Configuration.from_mapping({"storage.dir": str(tmp_path / "storage"),
                                        "cleanup-strategy.initial-backoff": "10ms",
-                                       "cleanup-strategy.max-backoff": "20ms"})
+                                       "cleanup-strategy.max-backoff": "20ms",
+                                       "jobstore.expiration-time": "36500d"})
 
 
 @pytest.fixture
@@ -769,3 +775,31 @@ async def test_a_repair_survives_a_failover_and_one_half_written_is_dropped(conf
     assert result is not None and result.status is JobStatus.FAILED
     assert (await third.repair(job_id, ["b"])).repair.number == 2
     await third.stop()
+
+
+async def test_a_job_result_write_failing_on_a_full_disk_is_retried_logged_once_and_counted(
+        config: Configuration, ha: Any, monkeypatch: Any, caplog: Any) -> None:
+    dispatcher = make_dispatcher(config, ha)
+    await dispatcher.start()
+    await dispatcher.submit(graph())
+    real_fsync = os.fsync
+    failures = {"left": 4}
+
+    def full_disk(fd: int) -> None:  # only the JobResult's temp file finds the disk full
+        if "_DIRTY.json.tmp-" in os.readlink(f"/proc/self/fd/{fd}") and failures["left"]:
+            failures["left"] -= 1
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", full_disk)
+    with caplog.at_level(logging.INFO, logger="sparkdispatch.dispatcher.dispatcher"):
+        FakeJobMaster.created[0].finish()
+        await eventually(lambda: settled(dispatcher), "the job written and cleaned up after the disk had room")
+    assert dispatcher._events.counts["job_result_write_failed"] == 4  # type: ignore[attr-defined]
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1, errors  # once for the burst, not once per retry
+    assert f"{ha.job_result_store.directory / ('a' * 32)}_DIRTY.json" in errors[0]
+    assert "No space left on device" in errors[0]
+    assert any("written after 4 failed attempt(s)" in r.getMessage() for r in caplog.records)
+    assert not [p for p in ha.job_result_store.directory.iterdir() if files.is_temp(p)]
+    await dispatcher.stop()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import os
 from typing import Any
 
 import aiohttp
@@ -86,3 +88,29 @@ async def test_metrics_count_submitted_finished_jobs_and_their_tasks_and_show_th
         assert standby["sparkdispatch_is_leader"] == 0
         assert "sparkdispatch_slots_total" not in standby  # a standby has no leader gauges
         assert standby["sparkdispatch_jobs_submitted_total"] == 2  # what it counted while it led
+
+
+async def test_a_job_result_write_failing_on_a_full_disk_is_counted_until_it_succeeds(monkeypatch: Any) -> None:
+    real_fsync = os.fsync
+    failures = {"left": 3}
+
+    def full_disk(fd: int) -> None:  # only the JobResult's temp file finds the disk full
+        if "_DIRTY.json.tmp-" in os.readlink(f"/proc/self/fd/{fd}") and failures["left"]:
+            failures["left"] -= 1
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", full_disk)
+    async with InProcessMaster(overrides={"rest.auth.token": TOKEN, "cleanup-strategy.initial-backoff": "10ms",
+                                          "cleanup-strategy.max-backoff": "20ms"}) as master:
+        await master.add_task_executor(script=lambda tdd: TaskOutcome(rows=1))
+        job_id = await submit(master.url, {"name": "ok", "vertices": [{"id": "a", "entrypoint": "m:f"}]})
+
+        async def cleaned_up() -> bool:
+            store = master.master.ha.job_result_store
+            return failures["left"] == 0 and not await store.dirty_job_ids() and await store.has_entry(job_id)
+
+        await eventually(cleaned_up, "the JobResult written once the disk had room, and the job cleaned up")
+        _, after = await scrape(master.url)
+        assert after["sparkdispatch_job_result_write_failures_total"] == 3
+        assert await status(master.url, job_id) == "FINISHED"

@@ -127,10 +127,10 @@ def test_an_attempts_output_goes_to_its_log_file_and_back(tmp_path: Path) -> Non
 import os, sys
 from pathlib import Path
 from sparkdispatch.taskexecutor.slot_process import output_to
-with output_to(Path({str(tmp_path / "logs" / "0-0-e.log")!r})):
+with output_to(Path({str(tmp_path / "logs" / "0-0-e.log")!r}), max_size=1 << 20):
     print("inside")
     os.write(2, b"native stderr\\n")
-with output_to(Path("/proc/cannot/be/made.log")):  # no log file: the output stays here
+with output_to(Path("/proc/cannot/be/made.log"), max_size=1 << 20):  # no log file: the output stays here
     print("kept here")
 print("after")
 """
