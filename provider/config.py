@@ -182,6 +182,17 @@ OPTIONS: tuple[Option, ...] = (
     Option("taskexecutor.connect.driver-memory", "size", 1 << 30, "Heap of a TaskExecutor's Spark Connect server "
            "(the Spark driver of all its slots); a `spark.driver.memory` property overrides it.",
            minimum=128 << 20, default_doc="1gb"),
+    Option("taskexecutor.connect.recycle.sessions", "int", 200, "A TaskExecutor replaces its Spark Connect server "
+           "by a new one once its slot processes made this many job sessions on it (each job makes one per slot "
+           "process it uses): Spark keeps part of every session that ran a Python UDF until its server stops. The "
+           "successor starts before the old server stops, which ends once its running tasks ended; no task fails "
+           "for it. 0: never for this reason.", minimum=0),
+    Option("taskexecutor.connect.recycle.thread-growth", "int", 1000, "The Spark Connect server is also replaced "
+           "once its JVM has this many threads more than right after its start. 0: never for this reason.",
+           minimum=0),
+    Option("taskexecutor.connect.recycle.open-file-growth", "int", 2000, "The Spark Connect server is also "
+           "replaced once its JVM has this many open files (descriptors) more than right after its start. 0: "
+           "never for this reason.", minimum=0),
     # Restart strategy
     Option("restart-strategy.type", "choice", "fixed-delay", "Restart strategy of jobs that name none. "
            "Flink's batch default is `none`; ours restarts, so a lost TaskExecutor does not fail a job.",

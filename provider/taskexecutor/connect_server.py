@@ -31,6 +31,7 @@ import grpc  # type: ignore[import-untyped]  # grpcio ships no type stubs
 
 from sparkdispatch.errors import ConnectServerError
 from sparkdispatch.settings import ConnectServerSettings
+from sparkdispatch.taskexecutor.process_usage import ProcessUsage
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +120,8 @@ class ConnectServer:
         self.log_path = self.work_dir / LOG_FILE_NAME
         self.ui_port: int | None = None  # the Spark UI's port while serving (None when it is disabled)
         self.starts = 0  # starts asked for; each one after the first is a restart
+        #: what the server held right after its latest start and warm-up (None if /proc could not tell)
+        self.warm_usage: ProcessUsage | None = None
         self._lock = threading.Lock()
         self._process: subprocess.Popen[bytes] | None = None
         self._address: str | None = None  # "127.0.0.1:<port>" while serving
@@ -131,6 +134,12 @@ class ConnectServer:
         if address is None:
             raise ConnectServerError("the Spark Connect server is not serving", log_file=str(self.log_path))
         return f"sc://{address}"
+
+    @property
+    def serving_url(self) -> str | None:
+        """`url`, or None while the server does not serve."""
+        address = self._address
+        return None if address is None else f"sc://{address}"
 
     @property
     def pid(self) -> int | None:
@@ -184,6 +193,7 @@ class ConnectServer:
             except BaseException:
                 self._terminate()
                 raise
+            self.warm_usage = ProcessUsage.of(self.pid) if self.pid is not None else None
             log.info("Spark Connect server ready at %s in %.1f s (warm-up %.1f s; pid %d, Spark UI port %s, log %s)",
                      self.url, time.monotonic() - started, time.monotonic() - serving, self.pid, self.ui_port,
                      self.log_path)

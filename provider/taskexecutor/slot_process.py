@@ -11,7 +11,9 @@ reuses its Python workers, each in a Connect session of its own (`session_id` of
 `spark_conf` set key by key, its artifacts added with `addArtifacts(..., pyfile=True)`), which the
 job's later tasks here reuse; the previous job's session is released when the next job comes.
 A session made ahead while the process is idle (`warm`) is taken by the next job, so a job's first
-task here does not pay a session's first calls.
+task here does not pay a session's first calls. Told of a `server` that replaces the current one,
+the process releases its sessions on the old server (after the attempt it runs, if any) and makes
+its later ones, the current job's next included, on the new one.
 
 A `cancel` interrupts the session's operations from the control thread at once and again every
 `REINTERRUPT_S` while the function runs; the attempt ends CANCELED whatever it raised. The
@@ -56,6 +58,7 @@ from sparkdispatch.taskexecutor.slot_protocol import (
     READY,
     RUN,
     SESSION,
+    SERVER,
     SESSION_USER,
     START_DEADLINE,
     STOP,
@@ -243,6 +246,8 @@ class SlotProcess:
                 self._channel.send(self.run_attempt(message).to_message())
             elif kind == WARM:
                 self._channel.send({"type": WARMED, "error": self.warm(str(message["connect_url"]))})
+            elif kind == SERVER:
+                self.move_to(str(message["connect_url"]))
             elif kind == STOP:
                 self._stop_session()
                 return 0
@@ -407,6 +412,20 @@ class SlotProcess:
         # the TaskExecutor releases it should it have to kill this process
         self._channel.send({"type": SESSION, "session_id": session.session_id})
         return session
+
+    def move_to(self, connect_url: str) -> None:
+        """Release this process's sessions on the server it leaves, now, while that server still
+        serves (it stops once no attempt runs there); later sessions are made at `connect_url`."""
+        if self._warming is not None:
+            self._warming.join()
+            self._warming = None
+        for session in [self._session, self._warm_session[2] if self._warm_session else None]:
+            if session is not None:
+                self._stop_quietly(session)
+        self._session = self._warm_session = None
+        self._connect_url = connect_url
+        self._warm_again_at = 0.0
+        log.info("moved to the Spark Connect server at %s", connect_url)
 
     def _forget_session_if_gone(self, exc: BaseException) -> None:
         """After the server lost the session (it restarted), the job's next task here makes a new one."""

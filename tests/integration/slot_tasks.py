@@ -130,9 +130,10 @@ def die(ctx: Any) -> None:
 
 
 def after_marker(ctx: Any) -> Any:
-    """Waits for `params["wait_for"]` in the marker dir, then returns three rows."""
+    """Waits for `params["wait_for"]` in the marker dir (up to `params["timeout_s"]`, default 60), then
+    returns three rows."""
     _mark(ctx, "waiting")
-    _wait_for(Path(ctx.params["marker_dir"]) / ctx.params["wait_for"])
+    _wait_for(Path(ctx.params["marker_dir"]) / ctx.params["wait_for"], float(ctx.params.get("timeout_s", 60.0)))
     return ctx.spark.range(3)
 
 

@@ -27,6 +27,7 @@ from sparkdispatch.jobgraph import ExecutionState
 from sparkdispatch.settings import ConnectServerSettings, SlotPoolSettings
 from sparkdispatch.taskexecutor.connect_server import ConnectServer
 from sparkdispatch.taskexecutor.driver_log import PREFIX
+from sparkdispatch.taskexecutor.server_recycling import ConnectServers
 from sparkdispatch.taskexecutor.server_watch import ConnectServerWatch
 from sparkdispatch.taskexecutor.slot_pool import SlotProcessPool
 from sparkdispatch.taskexecutor.slot_process import NOT_STARTED_LATE
@@ -81,6 +82,10 @@ def pool(connect_server: ConnectServer) -> Iterator[SlotProcessPool]:
 def tasks(tmp_path: Path) -> str:
     """slot_tasks.py as a local artifact."""
     return artifact(tmp_path, "slot_tasks.py", TASKS.read_bytes())
+
+
+def no_successor() -> ConnectServer:
+    raise AssertionError("this test replaces no server")
 
 
 # --------------------------------------------------------------------------------------------
@@ -346,7 +351,7 @@ def test_a_dead_connect_server_is_restarted_and_the_slot_processes_follow_it(
         assert time.monotonic() < deadline, "the killed server still runs"
         time.sleep(0.05)
 
-    ConnectServerWatch(connect_server, pool).check()
+    ConnectServerWatch(ConnectServers(connect_server, successor=no_successor), pool).check()
 
     assert connect_server.is_healthy()
     end = running.join()

@@ -1,0 +1,106 @@
+"""A TaskExecutor's Spark Connect server replaced by a successor under running attempts: real
+servers and slot processes, driven through `ServerRecycler` as the server watch drives it."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from sparkdispatch.jobgraph import ExecutionState
+from sparkdispatch.settings import ConnectServerSettings, SlotPoolSettings
+from sparkdispatch.taskexecutor.connect_server import ConnectServer
+from sparkdispatch.taskexecutor.server_recycling import ConnectServers, RecyclePolicy, ServerRecycler
+from sparkdispatch.taskexecutor.slot_pool import SlotProcessPool
+from sparkdispatch.testing.slot_attempts import (
+    Attempt,
+    artifact,
+    deployment,
+    gone,
+    new_job_id,
+    rows_of,
+    run,
+    session_state,
+    slot_processes,
+    wait_for_marker,
+)
+
+pytestmark = pytest.mark.slow
+
+TASKS = Path(__file__).with_name("slot_tasks.py")
+SETTINGS = ConnectServerSettings(spark_master="local[2]", port=0, start_timeout=240.0, driver_memory=768 << 20,
+                                 spark_properties={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"})
+
+
+@pytest.fixture
+def servers(tmp_path: Path, service_missing: Callable[[str], None]) -> Iterator[ConnectServers]:
+    if shutil.which("java") is None:
+        service_missing("Spark needs java on PATH")
+
+    def new_server() -> ConnectServer:
+        return ConnectServer(SETTINGS, work_dir=tmp_path / "te-work")
+
+    first = new_server()
+    first.start()
+    servers = ConnectServers(first, successor=new_server)
+    try:
+        yield servers
+    finally:
+        servers.stop()
+
+
+def test_a_recycled_server_hands_its_slot_processes_over_without_failing_an_attempt(
+        servers: ConnectServers, tmp_path: Path) -> None:
+    old = servers.current
+    old_url, old_pid = old.url, old.pid
+    assert old_pid is not None
+    pool = SlotProcessPool(SlotPoolSettings(spares=1, cancellation_timeout=2.0), connect_url=old_url,
+                           driver_log=str(old.log_path))
+    pool.start()
+    try:
+        tasks = artifact(tmp_path, "slot_tasks.py", TASKS.read_bytes())
+        job_id = new_job_id()
+        conf = {"spark.sql.shuffle.partitions": "3"}
+        [first] = rows_of(run(pool, deployment(tmp_path, "slot_tasks:session_facts", job_id=job_id,
+                                               spark_conf=conf), [tasks]))
+        busy = Attempt(pool, deployment(tmp_path, "slot_tasks:after_marker", job_id=job_id, slot_index=1,
+                                        params={"wait_for": "go", "timeout_s": 900}), [tasks])
+        wait_for_marker(tmp_path, "waiting")
+        assert pool.sessions_made(old_url) == 2
+
+        recycler = ServerRecycler(servers, pool, RecyclePolicy(sessions=2, thread_growth=0, open_file_growth=0))
+        recycler.check()
+
+        new = servers.current
+        assert new is not old and new.is_healthy() and new.url != old_url
+        assert servers.draining == (old, old_url)
+        recycler.check()
+        assert old.is_alive(), "the old server stopped while an attempt still ran on it"
+        # the job's next task in the idle process: same process, a new session on the new server,
+        # the job's configuration set again; its session on the old server was released
+        [second] = rows_of(run(pool, deployment(tmp_path, "slot_tasks:session_facts", job_id=job_id,
+                                                spark_conf=conf), [tasks]))
+        assert second["pid"] == first["pid"] and second["session_id"] != first["session_id"]
+        assert second["partitions"] == "3"
+        assert session_state(old, first["session_id"]) == "closed"
+        assert pool.sessions_made(new.url) == 1 and pool.attempts_on(old_url) == 1
+
+        (tmp_path / "markers" / "go").write_text("")
+        end = busy.join()
+        assert end.state is ExecutionState.FINISHED and len(rows_of(end)) == 3, end
+        recycler.check()
+        assert servers.draining is None and old.pid is None and gone(old_pid)
+        # the busy process moved over after its attempt: the next job's task there runs on the new server
+        [later] = rows_of(run(pool, deployment(tmp_path, "slot_tasks:session_facts", job_id=new_job_id(),
+                                               slot_index=1), [tasks]))
+        assert later["pid"] == busy_pid(tmp_path) and later["partitions"] == "2"
+        assert (servers.recycles, servers.starts) == (1, 1)
+    finally:
+        pool.close()
+    assert slot_processes() == set(), "slot processes left after close()"
+
+
+def busy_pid(tmp_path: Path) -> int:
+    return int((tmp_path / "markers" / "waiting").read_text())
