@@ -22,7 +22,8 @@ from sparkdispatch.errors import FencingTokenMismatch, ServiceUnavailable
 from sparkdispatch.jobgraph import ExecutionState, Failure
 from sparkdispatch.protocol import ExecutionStateUpdate, TaskDeploymentDescriptor
 from sparkdispatch.results import ResultLayout
-from sparkdispatch.taskexecutor.runner import ArtifactCache, SlotTable, TaskRunner
+from sparkdispatch.taskexecutor.artifact_cache import ArtifactCache
+from sparkdispatch.taskexecutor.runner import SlotTable, TaskRunner
 from sparkdispatch.taskexecutor.slot_protocol import AttemptState
 
 SESSION = "00000000-0000-0000-0000-000000000000"
