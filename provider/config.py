@@ -161,6 +161,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("taskexecutor.cancellation.timeout", "duration", 30.0, "How long a cancelled task may run on after its "
            "Spark operations were interrupted before its slot process is killed and replaced (Flink's "
            "`task.cancellation.timeout`).", minimum=0.1, default_doc="30s"),
+    Option("taskexecutor.artifact-cache.max-size", "size", 2 << 30, "Most a TaskExecutor's copies of user-code "
+           "artifacts take on its disk (`<storage.dir>/te-cache/<id>/`); beyond it the least recently used ones are "
+           "removed, never one a running task uses, and fetched again from the master when a task needs them.",
+           minimum=1, default_doc="2gb"),
     Option("taskexecutor.slot-process.spares", "int", 1, "Slot processes a TaskExecutor keeps started and warm "
            "for the next slot that gets a task of other code (each about 145 MB).", minimum=0),
     # Celery broker

@@ -100,7 +100,8 @@ def _serve(config: Configuration, identity: TaskExecutorIdentity, servers: Conne
                                       current_leader=retrieval.current)
         runner = TaskRunner(pool=pool, slots=slots, reporter=connection, task_executor_id=te_id,
                             artifacts=ArtifactCache(_artifact_fetcher(client, retrieval),
-                                                   config.storage_dir / "te-cache" / te_id),
+                                                   config.storage_dir / "te-cache" / te_id,
+                                                   max_size=config["taskexecutor.artifact-cache.max-size"]),
                             slot_release_timeout_s=pool_settings.cancellation_timeout + SLOT_RELEASE_MARGIN_S,
                             start_deadline=connection.start_deadline)
         runtime = TaskExecutor(config=config, identity=identity, slots=slots, runner=runner, connection=connection,

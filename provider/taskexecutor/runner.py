@@ -21,6 +21,7 @@ import threading
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -402,12 +403,14 @@ class TaskRunner:
         tdd = running.tdd
         if running.cancelled.is_set():
             return self._transition(running, ExecutionState.CANCELED)
-        try:
-            artifact_paths = self._artifacts.paths(tdd.artifacts) if self._artifacts is not None else []
-        except Exception as exc:  # noqa: BLE001 - a missing or bad artifact fails the attempt
-            return self._fail(running, Failure.from_exception(exc))
-        end = self._pool.run(tdd.slot_index, tdd, artifact_paths, lambda state: self._on_state(running, state),
-                             start_deadline=self._start_deadline)
+        with ExitStack() as artifacts_in_use:  # the cache keeps them while the attempt runs
+            try:
+                artifact_paths = artifacts_in_use.enter_context(self._artifacts.use(tdd.artifacts)) \
+                    if self._artifacts is not None else []
+            except Exception as exc:  # noqa: BLE001 - a missing or bad artifact fails the attempt
+                return self._fail(running, Failure.from_exception(exc))
+            end = self._pool.run(tdd.slot_index, tdd, artifact_paths, lambda state: self._on_state(running, state),
+                                 start_deadline=self._start_deadline)
         if running.cancelled.is_set() or end.state is ExecutionState.CANCELED:
             return self._transition(running, ExecutionState.CANCELED)
         if end.state is ExecutionState.FAILED:

@@ -149,7 +149,7 @@ class Blobs:
         return target
 
     def cache(self) -> ArtifactCache:
-        return ArtifactCache(self.fetch, self.root / "cache")
+        return ArtifactCache(self.fetch, self.root / "cache", max_size=1 << 20)
 
 
 def tdd_for(entrypoint: str, tmp_path: Path, *, artifacts: tuple[str, ...] = (), slot_index: int = 0,
