@@ -7,9 +7,9 @@ for the JVM's class loading and code generation nor the TaskExecutor process for
 client's imports (pandas, pyarrow). `stop()` ends the whole group, Spark's Python workers
 included. Whether and when to restart a dead server is the TaskExecutor's decision.
 
-The server is started under `setpriv --pdeathsig TERM`, so it stops when the thread that started
-it ends, also when the TaskExecutor is killed with SIGKILL: start it from the main thread (or
-another thread that lives as long as the TaskExecutor).
+The server (and its warm-up client) is started through `sparkdispatch.lifeline`, so it gets
+SIGTERM when the thread that started it ends, also when the TaskExecutor is killed with SIGKILL:
+start it from the main thread (or another thread that lives as long as the TaskExecutor).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from pathlib import Path
 import grpc  # type: ignore[import-untyped]  # grpcio ships no type stubs
 
 from sparkdispatch.errors import ConnectServerError
+from sparkdispatch.lifeline import tied_to_parent
 from sparkdispatch.settings import ConnectServerSettings
 from sparkdispatch.taskexecutor.process_usage import ProcessUsage
 
@@ -231,7 +232,7 @@ class ConnectServer:
                "SPARK_SUBMIT_OPTS": submit_opts}
         try:
             with open(self.log_path, "wb") as log_file:
-                self._process = subprocess.Popen(_tied_to_this_thread(argv), stdin=subprocess.DEVNULL,
+                self._process = subprocess.Popen(tied_to_parent(argv, signal.SIGTERM), stdin=subprocess.DEVNULL,
                                                  stdout=log_file, stderr=subprocess.STDOUT, env=env,
                                                  start_new_session=True)
         except OSError as exc:
@@ -279,7 +280,7 @@ class ConnectServer:
         directory = self.work_dir / "warm-up" / uuid.uuid4().hex
         argv = [sys.executable, "-m", WARM_UP_MODULE, self.url, str(directory)]
         try:
-            done = subprocess.run(_tied_to_this_thread(argv), stdin=subprocess.DEVNULL, capture_output=True,
+            done = subprocess.run(tied_to_parent(argv, signal.SIGTERM), stdin=subprocess.DEVNULL, capture_output=True,
                                   text=True, timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             raise self._failure(f"the Spark Connect server did not finish its warm-up within {budget:g} s") from None
@@ -316,16 +317,6 @@ def _spark_home(log_path: Path) -> Path:
     if spec is None or spec.origin is None:
         raise ConnectServerError(f"pyspark is not installed for {sys.executable}", log_file=str(log_path))
     return Path(spec.origin).parent
-
-
-def _tied_to_this_thread(argv: list[str]) -> list[str]:
-    """`argv` under `setpriv --pdeathsig TERM`: the child gets SIGTERM when the calling thread ends."""
-    setpriv = shutil.which("setpriv")
-    if setpriv is None:
-        log.warning("setpriv (util-linux) is not installed: a TaskExecutor killed with SIGKILL leaves its "
-                    "Spark Connect server running")
-        return argv
-    return [setpriv, "--pdeathsig", "TERM", *argv]
 
 
 def _signal_group(pgid: int, signum: signal.Signals) -> None:

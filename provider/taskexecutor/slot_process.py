@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 from sparkdispatch.attempt_logs import attempt_log_path
 from sparkdispatch.errors import ConfigurationError, EntrypointNotFound, IllegalStateTransition
 from sparkdispatch.jobgraph import ExecutionState, Failure
+from sparkdispatch.lifeline import die_with_parent
 from sparkdispatch.results import write_partition
 from sparkdispatch.taskexecutor.attempt_failures import failure_of, session_gone
 from sparkdispatch.taskexecutor.driver_log import DriverLog, progress_handler
@@ -85,7 +86,6 @@ REINTERRUPT_S = 0.5
 RETRY_MAX_RETRIES = 3
 RETRY_INITIAL_BACKOFF_MS = 100
 RETRY_MAX_BACKOFF_MS = 1000
-PR_SET_PDEATHSIG = 1
 #: A warmed session is handed to a job only this long: well inside the server's idle-session
 #: timeout (`spark.connect.session.manager.defaultSessionTimeout`, 1 h).
 WARM_SESSION_MAX_AGE_S = 600.0
@@ -518,16 +518,6 @@ def _leave_it_to_the_task_executor(signum: int, _: object) -> None:
     log.info("slot process ignores %s: its TaskExecutor stops it", signal.Signals(signum).name)
 
 
-def die_with_parent(parent_pid: int) -> None:
-    """Be killed with the TaskExecutor even when it cannot stop this process itself (Linux)."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent_pid:  # the parent died before the line above
-        os._exit(0)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sparkdispatch.taskexecutor.slot_process")
     parser.add_argument("--control-fd", type=int, required=True, help="this end of the control socketpair")
@@ -536,7 +526,7 @@ def main(argv: list[str] | None = None) -> int:
     # Before any user import: pyspark decides Connect or classic by this variable, and a @udf
     # run at import time before a session exists would otherwise make a classic UDF.
     os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
-    die_with_parent(args.parent_pid)
+    die_with_parent(args.parent_pid)  # killed with the TaskExecutor, even by SIGKILL
     # Not SIG_IGN, which processes the task starts would inherit.
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, _leave_it_to_the_task_executor)
