@@ -93,10 +93,6 @@ def server_properties(settings: ConnectServerSettings, *, work_dir: Path, port: 
         "spark.scheduler.allocation.file": str(work_dir / "fairscheduler.xml"),
         "spark.local.dir": str(work_dir / "local"),
         "spark.sql.warehouse.dir": str(work_dir / "warehouse"),
-        # Spark keeps one Python worker factory per Connect session that ran a Python UDF, for the
-        # server's life (SPARK-54055). With the daemon, each left a daemon process behind (2-3 per
-        # job of 2 slots, ~60 MB each); without it, its idle workers end after a minute.
-        "spark.python.use.daemon": "false",
     }
     properties.update(settings.spark_properties)
     ignored = sorted(key for key in (BIND_ADDRESS_KEY, BIND_PORT_KEY) if key in settings.spark_properties)

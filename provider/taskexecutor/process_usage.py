@@ -1,4 +1,4 @@
-"""What a process holds that a leak grows, read from /proc (Linux): threads and open files."""
+"""What a process holds that a leak grows, and its children, read from /proc (Linux)."""
 
 from __future__ import annotations
 
@@ -23,3 +23,18 @@ class ProcessUsage:
         except (OSError, StopIteration, ValueError):
             return None
         return cls(threads=threads, open_files=open_files)
+
+
+def child_pids(pid: int) -> list[int]:
+    """Direct children of `pid` (each of its threads lists the children it started); [] when it is gone."""
+    found: list[int] = []
+    try:
+        threads = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return found
+    for thread in threads:
+        try:
+            found += [int(child) for child in (thread / "children").read_text().split()]
+        except OSError:
+            continue
+    return found

@@ -104,6 +104,12 @@ class ConnectServers:
     def is_healthy(self, timeout: float = 2.0) -> bool:
         return self.current.is_healthy(timeout)
 
+    def pids(self) -> list[int]:
+        """Process ids of the servers that run: the current one, and the one draining."""
+        with self._lock:
+            servers = [self._current, *([self._draining[0]] if self._draining else [])]
+        return [pid for pid in (server.pid for server in servers) if pid is not None]
+
     def start_successor(self) -> ConnectServer:
         """A new server, started and warmed (or `ConnectServerError`); the current one serves meanwhile."""
         server = self._successor()

@@ -5,7 +5,8 @@ Every few seconds it checks that the current server process runs and answers
 `UNHEALTHY_CHECKS` checks in a row, is restarted, and the slot processes are replaced, since their
 sessions died with it: running attempts fail and their JobMasters restart them; the TaskExecutor
 stays registered. Then it does the next step of recycling a server that is due for it
-(server_recycling.py), which fails nothing.
+(server_recycling.py), which fails nothing, and ends the Python worker daemons of the sessions the
+slot processes released (python_workers.py).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 from sparkdispatch.errors import SparkDispatchError
 from sparkdispatch.taskexecutor.periodic_step import PeriodicStep
+from sparkdispatch.taskexecutor.python_workers import WorkerDaemonReaper
 from sparkdispatch.taskexecutor.server_recycling import ConnectServers, RecyclePolicy, ServerRecycler
 from sparkdispatch.taskexecutor.slot_pool import SlotProcessPool
 
@@ -53,8 +55,8 @@ class ConnectServerWatch:
 
 
 class ConnectServerWatchStep(PeriodicStep):
-    """Worker step: `ConnectServerWatch.check`, then `ServerRecycler.check`, every `CHECK_EVERY_S` on
-    the step's own thread.
+    """Worker step: `ConnectServerWatch.check`, `ServerRecycler.check` and `WorkerDaemonReaper.check`,
+    every `CHECK_EVERY_S` on the step's own thread.
 
     That thread lives as long as the worker: a server it restarts or starts as a successor dies
     with it, not before (`ConnectServer` ties the server to the thread that started it).
@@ -66,6 +68,7 @@ class ConnectServerWatchStep(PeriodicStep):
         super().__init__(w, **kwargs)
         self._watch: ConnectServerWatch | None = None
         self._recycler: ServerRecycler | None = None
+        self._reaper: WorkerDaemonReaper | None = None
 
     def start_ticking(self, w: Any) -> float:
         runtime = w.app.task_executor
@@ -73,13 +76,15 @@ class ConnectServerWatchStep(PeriodicStep):
             raise RuntimeError("ConnectServerWatchStep needs a TaskExecutor app")
         self._watch = ConnectServerWatch(runtime.servers, runtime.pool)
         self._recycler = ServerRecycler(runtime.servers, runtime.pool, RecyclePolicy.from_config(runtime.config))
+        self._reaper = WorkerDaemonReaper(runtime.servers.pids, runtime.pool.released_sessions)
         return CHECK_EVERY_S
 
     def tick(self) -> None:
-        assert self._watch is not None and self._recycler is not None
+        assert self._watch is not None and self._recycler is not None and self._reaper is not None
         try:
             self._watch.check()
         except SparkDispatchError:
             log.exception("restarting the Spark Connect server failed; trying again in %gs", CHECK_EVERY_S)
             return
         self._recycler.check()
+        self._reaper.check()

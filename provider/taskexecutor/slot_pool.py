@@ -42,6 +42,7 @@ from sparkdispatch.jobgraph import ExecutionState, Failure
 from sparkdispatch.protocol import TaskDeploymentDescriptor
 from sparkdispatch.settings import SlotPoolSettings
 from sparkdispatch.taskexecutor.connect_server import release_session
+from sparkdispatch.taskexecutor.python_workers import ReleasedSessions
 from sparkdispatch.taskexecutor.slot_protocol import (
     CANCEL,
     MAY_START,
@@ -85,14 +86,15 @@ class _SlotChild:
         self.channel = channel
         self.code: tuple[str, ...] | None = None  # the artifact files it runs
         self.connect_url: str | None = None  # the server it was last told of
-        self.session: tuple[str, str] | None = None  # its current job's Connect session and its server
+        self.session: _Session | None = None  # its current job's Connect session
 
-    def tell_server(self, connect_url: str) -> None:
+    def tell_server(self, connect_url: str, released: ReleasedSessions) -> None:
         """Move the process to the server at `connect_url` (it releases its sessions elsewhere); a
         process gone meanwhile is left to its run or its replacement."""
         if self.connect_url == connect_url:
             return
         self.connect_url = connect_url
+        self.forget_session(released)
         try:
             self.channel.send({"type": SERVER, "connect_url": connect_url})
         except OSError:
@@ -136,11 +138,26 @@ class _SlotChild:
             self.process.wait()
         self.channel.close()
 
+    def forget_session(self, released: ReleasedSessions) -> None:
+        """The process releases its job's session, or has gone: Spark's workers of it may go too."""
+        if self.session is not None:
+            released.add(self.session.server_session_id)
+            self.session = None
+
     def kill(self) -> None:
         if self.alive:
             self.process.kill()
         self.process.wait()
         self.channel.close()
+
+
+@dataclass(frozen=True)
+class _Session:
+    """A slot process's Connect session: its id, the server's own id of it, and the server's address."""
+
+    session_id: str
+    server_session_id: str | None
+    connect_url: str
 
 
 @dataclass
@@ -173,6 +190,8 @@ class SlotProcessPool:
         self._server_lost: set[_SlotChild] = set()
         self._attempts: dict[str, _Attempt] = {}
         self._sessions_made = 0  # job sessions made on the server at `_connect_url`
+        #: sessions the processes released, whose Python worker daemons may end (python_workers.py)
+        self.released_sessions = ReleasedSessions()
         self._closed = False
         #: slot processes that died under an attempt or were killed (the metrics' count)
         self.processes_lost = 0
@@ -218,7 +237,9 @@ class SlotProcessPool:
                 if message is None:
                     return self._lost(attempt, child)
                 if message["type"] == SESSION:
-                    child.session = (str(message["session_id"]), connect_url)
+                    child.forget_session(self.released_sessions)  # the process releases its last job's
+                    child.session = _Session(str(message["session_id"]), message.get("server_session_id"),
+                                             connect_url)
                     with self._lock:
                         if connect_url == self._connect_url:
                             self._sessions_made += 1
@@ -311,11 +332,12 @@ class SlotProcessPool:
     def _release_session_of(self, child: _SlotChild) -> None:
         """A process killed or dead under its attempt could not release its session: the operations
         it started would run on, and the session hold its state, until the server's session timeout."""
-        if child.session is None:
+        session = child.session
+        if session is None:
             return
-        session_id, connect_url = child.session
-        address = connect_url.removeprefix("sc://").split("/", 1)[0]
-        threading.Thread(target=release_session, args=(address, session_id, SESSION_USER), daemon=True,
+        child.forget_session(self.released_sessions)
+        address = session.connect_url.removeprefix("sc://").split("/", 1)[0]
+        threading.Thread(target=release_session, args=(address, session.session_id, SESSION_USER), daemon=True,
                          name=f"release-session-{child.pid}").start()
 
     def switch_server(self, connect_url: str) -> None:
@@ -325,7 +347,7 @@ class SlotProcessPool:
             self._connect_url = connect_url
             self._sessions_made = 0
             for child in [*self._bound.values(), *self._spares]:
-                child.tell_server(connect_url)
+                child.tell_server(connect_url, self.released_sessions)
         log.info("slot processes moved to the Spark Connect server at %s", connect_url)
 
     def attempts_on(self, connect_url: str) -> int:
@@ -379,7 +401,7 @@ class SlotProcessPool:
         child.code = code
         with self._lock:
             if not self._closed:
-                child.tell_server(self._connect_url)  # it may have been started for a server replaced since
+                child.tell_server(self._connect_url, self.released_sessions)  # started for a server replaced since?
                 self._bound[slot_index] = child
                 return child
         child.kill()
@@ -387,6 +409,7 @@ class SlotProcessPool:
 
     def _retire(self, child: _SlotChild) -> None:
         child.stop(self._settings.stop_grace)
+        child.forget_session(self.released_sessions)
         with self._lock:
             self._retiring.discard(child)
 
@@ -435,7 +458,7 @@ class SlotProcessPool:
         with self._changed:
             self._starting -= 1
             if child is not None and not self._closed:
-                child.tell_server(self._connect_url)  # it may have been started for a server replaced since
+                child.tell_server(self._connect_url, self.released_sessions)  # started for a server replaced since?
                 self._spares.append(child)
                 child = None
             self._changed.notify_all()

@@ -115,6 +115,19 @@ def new_session(connect_url: str) -> SparkSession:
     return session
 
 
+def server_session_id(session: SparkSession) -> str | None:
+    """The server's own id of a Connect session (Spark names its Python workers' daemon by it), which
+    the server tells in each answer: after one small call if the session has made none yet."""
+    client = session.client
+    if getattr(client, "_server_session_id", None) is None:
+        try:
+            session.version  # noqa: B018 - a call whose answer carries the id
+        except Exception as exc:  # noqa: BLE001 - only a daemon left for the server's life is at stake
+            log.warning("could not learn the server's id of session %s: %s", session.session_id, exc)
+    known = getattr(client, "_server_session_id", None)  # pyspark 4.x keeps it there
+    return str(known) if known else None
+
+
 @contextlib.contextmanager
 def output_to(path: Path | None) -> Iterator[None]:
     """This process's stdout and stderr (file descriptors 1 and 2, so Python's prints, logging and
@@ -410,7 +423,8 @@ class SlotProcess:
         session.registerProgressHandler(progress_handler(self._driver_log))
         self._session = session
         # the TaskExecutor releases it should it have to kill this process
-        self._channel.send({"type": SESSION, "session_id": session.session_id})
+        self._channel.send({"type": SESSION, "session_id": session.session_id,
+                            "server_session_id": server_session_id(session)})
         return session
 
     def move_to(self, connect_url: str) -> None:

@@ -137,6 +137,14 @@ def after_marker(ctx: Any) -> Any:
     return ctx.spark.range(3)
 
 
+def python_udf(ctx: Any) -> Any:
+    """Three rows through a Python UDF: Spark's Python workers (and their daemon) run for this session."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import LongType
+
+    return ctx.spark.range(3).select(F.udf(lambda value: value * 2, LongType())("id").alias("doubled"))
+
+
 def multiples_of_seven(ctx: Any) -> Any:
     return ctx.spark.range(0, int(ctx.params.get("below", 1000))).where("id % 7 = 0")
 

@@ -1,9 +1,11 @@
-"""A TaskExecutor's Spark Connect server replaced by a successor under running attempts: real
-servers and slot processes, driven through `ServerRecycler` as the server watch drives it."""
+"""A TaskExecutor's Spark Connect server replaced by a successor under running attempts, and the
+Python worker daemons of released sessions ended: real servers and slot processes, driven through
+`ServerRecycler` and `WorkerDaemonReaper` as the server watch drives them."""
 
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -12,6 +14,7 @@ import pytest
 from sparkdispatch.jobgraph import ExecutionState
 from sparkdispatch.settings import ConnectServerSettings, SlotPoolSettings
 from sparkdispatch.taskexecutor.connect_server import ConnectServer
+from sparkdispatch.taskexecutor.python_workers import WorkerDaemonReaper, worker_daemons
 from sparkdispatch.taskexecutor.server_recycling import ConnectServers, RecyclePolicy, ServerRecycler
 from sparkdispatch.taskexecutor.slot_pool import SlotProcessPool
 from sparkdispatch.testing.slot_attempts import (
@@ -104,3 +107,39 @@ def test_a_recycled_server_hands_its_slot_processes_over_without_failing_an_atte
 
 def busy_pid(tmp_path: Path) -> int:
     return int((tmp_path / "markers" / "waiting").read_text())
+
+
+def daemons_of(server: ConnectServer) -> set[str]:
+    """The sessions (server-side ids) whose Python worker daemon runs under the server."""
+    assert server.pid is not None
+    return {session for _, session in worker_daemons(server.pid)}
+
+
+def test_the_worker_daemon_of_a_released_session_ends_and_a_live_sessions_stays(
+        servers: ConnectServers, tmp_path: Path) -> None:
+    server = servers.current
+    pool = SlotProcessPool(SlotPoolSettings(spares=1, cancellation_timeout=2.0), connect_url=server.url,
+                           driver_log=str(server.log_path))
+    pool.start()
+    try:
+        tasks = artifact(tmp_path, "slot_tasks.py", TASKS.read_bytes())
+        reaper = WorkerDaemonReaper(servers.pids, pool.released_sessions)
+        first_job, second_job = new_job_id(), new_job_id()
+        assert rows_of(run(pool, deployment(tmp_path, "slot_tasks:python_udf", job_id=first_job), [tasks])) == [
+            {"doubled": 0}, {"doubled": 2}, {"doubled": 4}]
+        [first_session] = daemons_of(server)
+        assert reaper.check() == 0  # its session lives: the job may run another task here
+        rows_of(run(pool, deployment(tmp_path, "slot_tasks:python_udf", job_id=second_job), [tasks]))
+        assert pool.released_sessions.recent() == {first_session}
+        assert reaper.check() == 1
+        deadline = time.monotonic() + 60
+        while first_session in daemons_of(server):
+            assert time.monotonic() < deadline, "the released session's daemon did not end"
+            time.sleep(0.1)
+        [second_session] = daemons_of(server)
+        assert second_session != first_session
+        # the second job's session lives on: its next task runs its UDF with the daemon it has
+        rows_of(run(pool, deployment(tmp_path, "slot_tasks:python_udf", job_id=second_job), [tasks]))
+        assert daemons_of(server) == {second_session}
+    finally:
+        pool.close()

@@ -46,7 +46,7 @@ def test_server_properties_default_then_configured_then_the_loopback_binding(tmp
         "spark.ui.showConsoleProgress": "false", "spark.ui.port": "0", "spark.driver.memory": "1024m",
         "spark.scheduler.mode": "FAIR", "spark.scheduler.allocation.file": str(tmp_path / "fairscheduler.xml"),
         "spark.local.dir": str(tmp_path / "local"), "spark.sql.warehouse.dir": str(tmp_path / "warehouse"),
-        "spark.python.use.daemon": "false", "spark.connect.grpc.binding.address": "127.0.0.1", "spark.connect.grpc.binding.port": "0"}
+        "spark.connect.grpc.binding.address": "127.0.0.1", "spark.connect.grpc.binding.port": "0"}
     configured = server_properties(ConnectServerSettings.from_config(Configuration.from_mapping({
         "taskexecutor.connect.driver-memory": "1536mb", "spark.ui.enabled": "false",
         "spark.local.dir": "/fast/disk", "spark.connect.grpc.binding.address": "0.0.0.0",
