@@ -27,7 +27,8 @@ from sparkdispatch.config import Configuration
 from sparkdispatch.testing.hosts import CLUSTER_TOKEN, MultiHostCluster
 from sparkdispatch.testing.http import http_json, upload_artifact
 from sparkdispatch.testing.local_cluster import LocalCluster, process_tree
-from sparkdispatch.testing.services import RedisServer, ZooKeeperServer
+from sparkdispatch.testing.services import RedisServer, ZooKeeperServer, stop_process_group
+from sparkdispatch.testing.standalone_process import StandaloneProcess
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO / "bench" / "results"
@@ -163,42 +164,7 @@ def chain_graph(name: str, length: int, *, entrypoint: str, artifact: str,
 # -- processes I start outside LocalCluster -------------------------------------------------------
 
 
-def child_pids(pid: int) -> list[int]:
-    """Direct children of `pid`, from /proc (each of its threads lists the children it started)."""
-    children: list[int] = []
-    try:
-        threads = list(Path(f"/proc/{pid}/task").iterdir())
-    except OSError:
-        return children
-    for thread in threads:
-        try:
-            children += [int(child) for child in (thread / "children").read_text().split()]
-        except OSError:
-            continue
-    return children
-
-
-def stop_process(process: subprocess.Popen[Any], *, grace: float = 15.0) -> None:
-    """SIGTERM the process group of `process` (started with start_new_session), SIGKILL after `grace`."""
-    if process.poll() is not None:
-        return
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=10)
-    except ProcessLookupError:
-        pass
-
-
-def kill_pids(pids: Iterable[int]) -> None:
-    """SIGKILL the process groups led by these pids if they still run (stragglers of a killed parent)."""
-    for pid in pids:
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+stop_process = stop_process_group  # the benchmarks' name for it
 
 
 # -- statistics and results -----------------------------------------------------------------------
@@ -628,49 +594,22 @@ def memory_kib(pid: int) -> tuple[int, int]:
 # -- sparkdispatch standalone ---------------------------------------------------------------------
 
 
-class Standalone:
-    """`sparkdispatch standalone` as a child process: a free REST port, storage and logs under `storage`.
-
-    `overrides` are `-D` keys; `start()` returns when every TaskExecutor registered. `stop()`
-    ends the standalone (which stops its TaskExecutors) and then whatever of theirs is left.
-    """
+class Standalone(StandaloneProcess):
+    """`sparkdispatch standalone` as a child process with the benchmarks' environment (`bench_env`), and
+    its REST endpoint as `rest`. `start()` returns when every TaskExecutor registered."""
 
     def __init__(self, storage: Path, *, slots: int, overrides: dict[str, Any] | None = None,
                  log_level: str = "INFO") -> None:
-        self.storage = storage
-        self.slots = slots
-        self.port = 0
-        self.overrides = dict(overrides or {})
-        self.log_level = log_level
-        self.process: subprocess.Popen[bytes] | None = None
+        super().__init__(storage, slots=slots, overrides=overrides, env=bench_env(), log_level=log_level)
         self.rest = Rest("http://127.0.0.1:0")
-        self._task_executors: list[int] = []
-
-    @property
-    def log_dir(self) -> Path:
-        return self.storage / "log"
 
     def launch(self) -> None:
         """Start the process and return at once (see `wait_until_ready`)."""
-        from sparkdispatch.testing.services import free_port
-
-        self.port = free_port()
-        self.rest = Rest(f"http://127.0.0.1:{self.port}")
-        argv = [sys.executable, "-m", "sparkdispatch.cli", "--log-level", self.log_level,
-                "-D", f"rest.port={self.port}"]
-        for key, value in self.overrides.items():
-            argv += ["-D", f"{key}={value}"]
-        argv += ["standalone", "--storage", str(self.storage), "--slots", str(self.slots)]
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.log_dir / "standalone.log", "ab") as out:
-            self.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                            env=bench_env(), start_new_session=True)
+        super().launch()
+        self.rest = Rest(self.base_url)
 
     def wait_until_ready(self, timeout: float, taskexecutors: int = 1) -> None:
-        process = self.process
-        assert process is not None
-        self.rest.wait_for_task_executors(taskexecutors, timeout=timeout, alive=lambda: process.poll() is None)
-        self._task_executors = self.task_executor_pids()
+        self.wait_for_task_executors(taskexecutors, timeout=timeout)
 
     def start(self, timeout: float) -> float:
         """Launch and wait until the TaskExecutor registered; the seconds it took."""
@@ -678,19 +617,6 @@ class Standalone:
         self.launch()
         self.wait_until_ready(timeout)
         return time.monotonic() - begin
-
-    def task_executor_pids(self) -> list[int]:
-        """The TaskExecutor processes: the standalone's children (Celery renames them `celeryd: ...`)."""
-        if self.process is None:
-            return []
-        return child_pids(self.process.pid)
-
-    def stop(self) -> None:
-        # the TaskExecutors run in sessions of their own: take every group of their trees down too
-        groups = {pid for te in self._task_executors for pid in (te, *descendants(te))}
-        if self.process is not None:
-            stop_process(self.process, grace=30)
-        kill_pids(sorted(groups))
 
 
 # -- Spark Connect floors -------------------------------------------------------------------------

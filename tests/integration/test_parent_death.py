@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -18,7 +16,8 @@ import pytest
 
 from sparkdispatch.testing.http import http_json, upload_artifact
 from sparkdispatch.testing.local_cluster import ProcessId, process_tree
-from sparkdispatch.testing.services import free_port
+from sparkdispatch.testing.process_census import command_line
+from sparkdispatch.testing.standalone_process import StandaloneProcess
 
 pytestmark = pytest.mark.slow
 
@@ -90,71 +89,47 @@ def marker() -> Iterator[str]:
         kill_all(marked(marker))  # whatever a failed test left
 
 
-class Standalone:
+class Standalone(StandaloneProcess):
     def __init__(self, tmp_path: Path, marker: str) -> None:
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        env = {**os.environ, MARKER_VARIABLE: marker}
-        argv = [sys.executable, "-m", "sparkdispatch.cli", "-D", f"rest.port={self.port}",
-                "-D", "heartbeat.interval=500ms", "-D", "heartbeat.timeout=5s", "-D", "spark.master=local[1]",
-                "-D", "spark.ui.enabled=false", "-D", "taskexecutor.connect.start-timeout=6min", "standalone", "--storage", str(tmp_path / "storage"), "--slots", "1"]
-        with open(tmp_path / "standalone.log", "wb") as out:
-            self.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                            env=env, start_new_session=True)
+        super().__init__(tmp_path / "storage", slots=1, env={**os.environ, MARKER_VARIABLE: marker}, overrides={
+            "heartbeat.interval": "500ms", "heartbeat.timeout": "5s", "spark.master": "local[1]",
+            "spark.ui.enabled": "false", "taskexecutor.connect.start-timeout": "6min"})
         self.artifact = ""
         self.tasks = tmp_path / "orphan_tasks.py"
         self.tasks.write_text(TASKS)
 
-    def task_executors(self) -> int:
-        status, body = http_json("GET", self.base + "/overview", timeout=5)
-        return int(body["taskmanagers"]) if status == 200 else 0
-
-    def wait_for_task_executor(self) -> None:
-        def registered() -> bool:
-            assert self.process.poll() is None, "sparkdispatch standalone exited"
-            try:
-                return self.task_executors() == 1
-            except OSError:
-                return False
-
-        wait_until(registered, "a TaskExecutor to register")
-
-    def task_executor(self) -> int:
-        """The TaskExecutor process: the standalone's one child."""
-        [pid] = [int(child) for thread in Path(f"/proc/{self.process.pid}/task").iterdir()
-                 for child in (thread / "children").read_text().split()]
-        return pid
-
     def run_a_udf(self) -> None:
         """Submit a job whose task runs a sleeping Python UDF; return once a Python worker runs it."""
         if not self.artifact:
-            self.artifact = upload_artifact(self.base, self.tasks)
+            self.artifact = upload_artifact(self.base_url, self.tasks)
         graph = {"name": "orphans", "artifacts": [self.artifact],
                  "vertices": [{"id": "udf", "entrypoint": "orphan_tasks:udf_sleeps"}],
                  "restart_strategy": {"type": "fixed-delay", "attempts": 0, "delay_s": 0}}
-        status, body = http_json("POST", self.base + "/jobs", graph, timeout=30)
+        status, body = http_json("POST", self.base_url + "/jobs", graph, timeout=30)
         assert status == 202, body
-        wait_until(lambda: any("pyspark.worker" in command or "pyspark/worker" in command
-                               for command in self.tree().values()), "a Python worker to run the UDF")
+        wait_until(lambda: any("pyspark.worker" in command for command in self.tree().values()),
+                   "a Python worker to run the UDF")
+
+    def registrations(self) -> int:
+        """How often a TaskExecutor of this standalone registered (its processes share one log)."""
+        log = self.log_dir / "taskexecutor-0.log"
+        return log.read_text(errors="replace").count("registered as standalone-0") if log.exists() else 0
 
     def tree(self, root: int | None = None) -> dict[ProcessId, str]:
         """The processes under `root` (the standalone by default), with their command lines."""
-        found = {}
-        for pid, started in process_tree(root or self.process.pid):
-            try:
-                found[(pid, started)] = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-            except OSError:
-                continue
-        return found
+        assert self.process is not None
+        return {member: command_line(member[0]) for member in process_tree(root or self.process.pid)}
 
 
 def test_a_killed_taskexecutor_and_a_killed_standalone_leave_no_process_behind(tmp_path: Path,
                                                                                marker: str) -> None:
     standalone = Standalone(tmp_path, marker)
+    standalone.launch()
+    assert standalone.process is not None
     try:
-        standalone.wait_for_task_executor()
+        standalone.wait_for_task_executors(timeout=WAIT_S)
         standalone.run_a_udf()
-        task_executor = standalone.task_executor()
+        [task_executor] = standalone.task_executor_pids()
         its_tree = standalone.tree(task_executor)
         kinds = " ".join(its_tree.values())
         assert "SparkConnectServer" in kinds and "slot_process" in kinds and "pyspark" in kinds, its_tree
@@ -164,7 +139,8 @@ def test_a_killed_taskexecutor_and_a_killed_standalone_leave_no_process_behind(t
         wait_until(lambda: not set(its_tree) & set(marked(marker)), "the killed TaskExecutor's children to end",
                    GONE_WITHIN_S)
 
-        standalone.wait_for_task_executor()  # the standalone starts another
+        # the standalone starts another, under the same id: wait for its own registration
+        wait_until(lambda: standalone.registrations() == 2, "a new TaskExecutor to register")
         standalone.run_a_udf()
         everything = marked(marker)
         assert len(everything) >= 5, everything  # standalone, TaskExecutor, server, slot process, Python worker
@@ -180,6 +156,4 @@ def test_a_killed_taskexecutor_and_a_killed_standalone_leave_no_process_behind(t
             time.sleep(0.3)
         assert survivors() == {}, f"processes outlived sparkdispatch standalone: {survivors()}"
     finally:
-        if standalone.process.poll() is None:
-            standalone.process.kill()
-            standalone.process.wait(10)
+        standalone.stop()

@@ -2,42 +2,21 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
-import shutil
 from pathlib import Path
 
 import pytest
 
 from sparkdispatch.errors import SparkDispatchError
 from sparkdispatch.taskexecutor.artifact_cache import ArtifactCache
+from sparkdispatch.testing.blobs import LocalBlobs
 
 KIB = 1024
 
 
-class Blobs:
-    """The master's blobs, as `fetch` reads them; counts the fetches."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.files: dict[str, Path] = {}
-        self.fetched: list[str] = []
-
-    def put(self, filename: str, size: int) -> str:
-        data = (filename.encode() * size)[:size]
-        key = hashlib.sha256(data).hexdigest()
-        path = self.root / "blobs" / key / filename
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-        self.files[key] = path
-        return key
-
-    def fetch(self, key: str, directory: Path) -> Path:
-        self.fetched.append(key)
-        directory.mkdir(parents=True, exist_ok=True)
-        target = directory / self.files[key].name
-        shutil.copyfile(self.files[key], target)
-        return target
+class Blobs(LocalBlobs):
+    def put_sized(self, filename: str, size: int) -> str:
+        return self.put(filename, (filename.encode() * size)[:size])
 
 
 @pytest.fixture
@@ -46,7 +25,7 @@ def blobs(tmp_path: Path) -> Blobs:
 
 
 def test_a_blob_is_fetched_once_into_a_directory_of_its_own(blobs: Blobs, tmp_path: Path) -> None:
-    key = blobs.put("tasks.py", 10)
+    key = blobs.put_sized("tasks.py", 10)
     cache = ArtifactCache(blobs.fetch, tmp_path / "cache", max_size=KIB)
     with cache.use([key]) as first:
         pass
@@ -57,7 +36,7 @@ def test_a_blob_is_fetched_once_into_a_directory_of_its_own(blobs: Blobs, tmp_pa
 
 def test_beyond_the_bound_the_least_recently_used_blobs_go_and_come_back_when_used(blobs: Blobs,
                                                                                    tmp_path: Path) -> None:
-    a, b, c = (blobs.put(f"{name}.py", 400) for name in "abc")
+    a, b, c = (blobs.put_sized(f"{name}.py", 400) for name in "abc")
     cache = ArtifactCache(blobs.fetch, tmp_path / "cache", max_size=KIB)
     for key in (a, b, a, c):  # b is the least recently used when c comes
         with cache.use([key]):
@@ -70,7 +49,7 @@ def test_beyond_the_bound_the_least_recently_used_blobs_go_and_come_back_when_us
 
 
 def test_a_blob_a_running_attempt_uses_is_never_removed(blobs: Blobs, tmp_path: Path) -> None:
-    a, b, c = (blobs.put(f"{name}.zip", 600) for name in "abc")
+    a, b, c = (blobs.put_sized(f"{name}.zip", 600) for name in "abc")
     cache = ArtifactCache(blobs.fetch, tmp_path / "cache", max_size=KIB)
     with cache.use([a]) as [path_a]:
         with cache.use([b]):
@@ -85,7 +64,7 @@ def test_a_blob_a_running_attempt_uses_is_never_removed(blobs: Blobs, tmp_path: 
 
 
 def test_blobs_fetched_before_a_restart_are_used_and_bounded_oldest_first(blobs: Blobs, tmp_path: Path) -> None:
-    keys = [blobs.put(f"m{i}.py", 400) for i in range(3)]
+    keys = [blobs.put_sized(f"m{i}.py", 400) for i in range(3)]
     for age, key in zip((300, 200, 100), keys, strict=True):
         path = blobs.fetch(key, tmp_path / "cache" / key)
         os.utime(path, (path.stat().st_atime, path.stat().st_mtime - age))
@@ -100,7 +79,7 @@ def test_blobs_fetched_before_a_restart_are_used_and_bounded_oldest_first(blobs:
 
 
 def test_a_blob_that_is_not_python_code_is_refused(blobs: Blobs, tmp_path: Path) -> None:
-    key = blobs.put("data.csv", 10)
+    key = blobs.put_sized("data.csv", 10)
     cache = ArtifactCache(blobs.fetch, tmp_path / "cache", max_size=KIB)
     with pytest.raises(SparkDispatchError, match="neither a .py nor a .zip"):
         with cache.use([key]):
