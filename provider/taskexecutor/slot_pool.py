@@ -87,14 +87,19 @@ class _SlotChild:
         self.code: tuple[str, ...] | None = None  # the artifact files it runs
         self.connect_url: str | None = None  # the server it was last told of
         self.session: _Session | None = None  # its current job's Connect session
+        self.running = False  # an attempt runs in it (the pool's lock guards this and the next)
+        self.releases_after_attempt = False  # told to move while running: its session goes after the attempt
 
     def tell_server(self, connect_url: str, released: ReleasedSessions) -> None:
-        """Move the process to the server at `connect_url` (it releases its sessions elsewhere); a
-        process gone meanwhile is left to its run or its replacement."""
+        """Move the process to the server at `connect_url` (it releases its sessions elsewhere, after
+        the attempt it runs, if any); a process gone meanwhile is left to its run or its replacement."""
         if self.connect_url == connect_url:
             return
         self.connect_url = connect_url
-        self.forget_session(released)
+        if self.running:
+            self.releases_after_attempt = True
+        else:
+            self.forget_session(released)
         try:
             self.channel.send({"type": SERVER, "connect_url": connect_url})
         except OSError:
@@ -227,6 +232,7 @@ class SlotProcessPool:
                 attempt.child = child
                 with self._lock:
                     attempt.connect_url = connect_url = self._connect_url
+                    child.running = True
                 try:
                     child.channel.send(RunRequest(tdd, connect_url, tuple(artifact_paths), self._driver_log,
                                                   start_deadline() if start_deadline else None).to_message())
@@ -261,6 +267,11 @@ class SlotProcessPool:
         finally:
             with self._lock:
                 self._attempts.pop(tdd.execution_id, None)
+                if attempt.child is not None:
+                    attempt.child.running = False
+                    if attempt.child.releases_after_attempt:  # the process releases its session now
+                        attempt.child.releases_after_attempt = False
+                        attempt.child.forget_session(self.released_sessions)
             if attempt.kill_timer is not None:
                 attempt.kill_timer.cancel()
 

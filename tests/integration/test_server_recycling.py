@@ -68,13 +68,16 @@ def test_a_recycled_server_hands_its_slot_processes_over_without_failing_an_atte
         conf = {"spark.sql.shuffle.partitions": "3"}
         [first] = rows_of(run(pool, deployment(tmp_path, "slot_tasks:session_facts", job_id=job_id,
                                                spark_conf=conf), [tasks]))
-        busy = Attempt(pool, deployment(tmp_path, "slot_tasks:after_marker", job_id=job_id, slot_index=1,
+        busy = Attempt(pool, deployment(tmp_path, "slot_tasks:udf_after_marker", job_id=job_id, slot_index=1,
                                         params={"wait_for": "go", "timeout_s": 900}), [tasks])
-        wait_for_marker(tmp_path, "waiting")
+        busy_pid = wait_for_marker(tmp_path, "waiting")
+        wait_for_marker(tmp_path, "in-udf")  # its Python UDF runs, in a worker of the old server
         assert pool.sessions_made(old_url) == 2
 
         recycler = ServerRecycler(servers, pool, RecyclePolicy(sessions=2, thread_growth=0, open_file_growth=0))
+        reaper = WorkerDaemonReaper(servers.pids, pool.released_sessions)
         recycler.check()
+        reaper.check()  # as the server watch does next: the busy session's daemon is not the released ones'
 
         new = servers.current
         assert new is not old and new.is_healthy() and new.url != old_url
@@ -93,20 +96,17 @@ def test_a_recycled_server_hands_its_slot_processes_over_without_failing_an_atte
         (tmp_path / "markers" / "go").write_text("")
         end = busy.join()
         assert end.state is ExecutionState.FINISHED and len(rows_of(end)) == 3, end
+        assert reaper.check() >= 1  # now its session is released: its daemon goes
         recycler.check()
         assert servers.draining is None and old.pid is None and gone(old_pid)
         # the busy process moved over after its attempt: the next job's task there runs on the new server
         [later] = rows_of(run(pool, deployment(tmp_path, "slot_tasks:session_facts", job_id=new_job_id(),
                                                slot_index=1), [tasks]))
-        assert later["pid"] == busy_pid(tmp_path) and later["partitions"] == "2"
+        assert later["pid"] == busy_pid and later["partitions"] == "2"
         assert (servers.recycles, servers.starts) == (1, 1)
     finally:
         pool.close()
     assert slot_processes() == set(), "slot processes left after close()"
-
-
-def busy_pid(tmp_path: Path) -> int:
-    return int((tmp_path / "markers" / "waiting").read_text())
 
 
 def daemons_of(server: ConnectServer) -> set[str]:
