@@ -1,6 +1,6 @@
 """Large graph: a 10,000-vertex JobGraph accepted and scheduled while `/overview` keeps answering.
 
-    .venv/bin/python bench/large_graph.py [--layers 100] [--width 100] [--slots 16] [--no-run]
+    .venv/bin/python bench/large_graph.py [--layers 100] [--width 100] [--parallelism 1] [--slots 16] [--no-run]
 
 Starts a real master in a process of its own (sparkdispatch.testing.master.InProcessMaster: HA
 `none`, file stores with fsync, INFO logging to a file) with one scripted TaskExecutor that
@@ -8,8 +8,10 @@ registers, takes deployments and reports RUNNING and FINISHED over the master's 
 once, with no Celery and no Spark (the test double's record of deployments is bounded, as a real
 gateway keeps none). Two pollers (one keep-alive connection each) call
 `GET /overview` and `GET /jobs/overview` back to back from the start; then the graph is POSTed:
-`--layers` layers of `--width` vertices (10,000 by default), each vertex reading two of the layer
-before it. The job runs until FINISHED: every vertex is scheduled once its inputs are finished,
+`--layers` layers of `--width` vertices (10,000 by default) of `--parallelism` subtasks each, each
+vertex reading two of the layer before it (`--layers 100 --width 100 --parallelism 10`: 100,000
+subtasks, the default `jobgraph.max-subtasks`; `--layers 1 --width 10 --parallelism 10000`: as
+many, all schedulable at once). The job runs until FINISHED: every vertex is scheduled once its inputs are finished,
 deployed, reported and recorded, so the whole graph goes through the JobMaster's scheduling.
 With `--no-run` the tasks never end (acceptance and the first layer's scheduling only).
 
@@ -39,17 +41,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from common import (
-    bench_main,
-    cpu_seconds,
-    load_average,
-    median,
-    percentile,
-    print_table,
-    scratch_dir,
-    stop_process,
-    write_results,
-)
+from harness.processes import cpu_seconds, stop_process
+from harness.reporting import load_average, median, percentile, print_table, write_results
+from harness.running import bench_main, scratch_dir
 
 GOAL_MS = 100.0
 POLLED = ("/overview", "/jobs/overview")
@@ -59,13 +53,14 @@ GC_LOG = "gc.jsonl"  # the master's collections, in its work dir
 GC_LOGGED_FROM_MS = 5.0  # besides every full collection
 
 
-def layered_graph(layers: int, width: int) -> dict[str, Any]:
-    """`layers` x `width` vertices; vertex (l, i) reads (l-1, i) and (l-1, i+1 mod width)."""
+def layered_graph(layers: int, width: int, parallelism: int = 1) -> dict[str, Any]:
+    """`layers` x `width` vertices of `parallelism` subtasks; vertex (l, i) reads (l-1, i) and (l-1, i+1 mod width)."""
     vertices = []
     for layer in range(layers):
         for index in range(width):
             inputs = [] if layer == 0 else sorted({f"l{layer - 1}-{index}", f"l{layer - 1}-{(index + 1) % width}"})
-            vertices.append({"id": f"l{layer}-{index}", "entrypoint": "bench_tasks:noop", "inputs": inputs})
+            vertices.append({"id": f"l{layer}-{index}", "entrypoint": "bench_tasks:noop", "inputs": inputs,
+                             "parallelism": parallelism})
     return {"name": f"large-{layers}x{width}", "vertices": vertices,
             "restart_strategy": {"type": "fixed-delay", "attempts": 0, "delay_s": 0.0}}
 
@@ -197,7 +192,8 @@ def start_master(scratch: Path, args: argparse.Namespace) -> tuple[subprocess.Po
 
 
 def run_bench(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
-    graph = layered_graph(args.layers, args.width)
+    graph = layered_graph(args.layers, args.width, args.parallelism)
+    subtasks = len(graph["vertices"]) * args.parallelism
     body = json.dumps(graph).encode()
     process, url = start_master(scratch, args)
     try:
@@ -215,15 +211,16 @@ def run_bench(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
         accepted = time.perf_counter() - origin
         if answer.status != 202:
             raise RuntimeError(f"the graph was refused with {answer.status}: {reply}")
-        print(f"accepted job {reply['job_id']} ({len(graph['vertices'])} vertices, {len(body)} bytes) "
-              f"in {accepted - posted:.3f}s", flush=True)
+        print(f"accepted job {reply['job_id']} ({len(graph['vertices'])} vertices, {subtasks} subtasks, "
+              f"{len(body)} bytes) in {accepted - posted:.3f}s", flush=True)
         finished_at = None
         deadline = time.monotonic() + args.timeout
         target = "RUNNING" if args.no_run else "FINISHED"
-        state, tasks = None, {}
+        state: str | None = None
+        tasks: dict[str, Any] = {}
         while time.monotonic() < deadline:
             state, tasks = job_state(pollers["/jobs/overview"])
-            if state == target and (args.no_run or tasks.get("finished") == len(graph["vertices"])):
+            if state == target and (args.no_run or tasks.get("finished") == subtasks):
                 finished_at = time.perf_counter() - origin
                 break
             if state in ("FAILED", "CANCELED"):
@@ -243,7 +240,8 @@ def run_bench(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     if finished_at is None:
         raise TimeoutError(f"the job did not reach {target} within {args.timeout:.0f}s (last: {state} {tasks})")
     report: dict[str, Any] = {
-        "vertices": len(graph["vertices"]), "edges": sum(len(v["inputs"]) for v in graph["vertices"]),
+        "vertices": len(graph["vertices"]), "subtasks": subtasks,
+        "edges": sum(len(v["inputs"]) for v in graph["vertices"]),
         "body_bytes": len(body), "slots": args.slots, "tasks_run": not args.no_run,
         "accept_s": round(accepted - posted, 3), "until_done_s": round(finished_at - posted, 3),
         "master_cpu_s": round(cpu_used, 2), "goal_ms": GOAL_MS,
@@ -264,6 +262,7 @@ def run() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--layers", type=int, default=100)
     parser.add_argument("--width", type=int, default=100)
+    parser.add_argument("--parallelism", type=int, default=1, help="subtasks of each vertex")
     parser.add_argument("--slots", type=int, default=16, help="slots of the scripted TaskExecutor")
     parser.add_argument("--no-run", action="store_true", help="tasks never end: acceptance and first scheduling")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the job's end")
@@ -294,8 +293,8 @@ def run() -> int:
     print(f"master's garbage collections after the POST: {collections['full']} full, the longest "
           f"{collections['longest_full_ms']:.1f} ms; the longest of any generation {collections['longest_ms']:.1f} ms")
     print(f"goal: /overview within {GOAL_MS:g} ms throughout: {'met' if report['goal_met'] else 'MISSED'}")
-    path = write_results(args.results_name, report)
-    print(f"wrote {path}")
+    written = write_results(args.results_name, report)
+    print(f"wrote {written}")
     return 0 if report["goal_met"] else 1
 
 

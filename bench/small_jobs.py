@@ -20,19 +20,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import (
-    RESULTS_DIR,
-    Standalone,
-    add_run_options,
-    bench_main,
-    median,
-    percentile,
-    load_average,
-    load_change,
-    machine_info,
-    print_table,
-    scratch_dir,
-)
+from harness.paths import RESULTS_DIR
+from harness.reporting import load_average, load_change, machine_info, median, percentile, print_table
+from harness.running import add_run_options, bench_main, scratch_dir
+from harness.standalone import Standalone
 
 START_TIMEOUT_S = 600.0
 JOB_TIMEOUT_S = 300.0

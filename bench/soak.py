@@ -34,16 +34,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import (
-    Standalone,
-    add_run_options,
-    bench_main,
-    load_average,
-    load_change,
-    print_table,
-    save_results,
-    scratch_dir,
-)
+from harness.reporting import load_average, load_change, print_table, save_results
+from harness.running import add_run_options, bench_main, scratch_dir
+from harness.standalone import Standalone
 
 from sparkdispatch.testing.process_census import KINDS, METRICS, census
 from sparkdispatch.testing.soak_jobs import JobOutcome, SoakJobs

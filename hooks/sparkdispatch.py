@@ -21,7 +21,7 @@ from typing import Any
 from airflow.sdk import BaseHook, Connection
 
 from sparkdispatch.client import RetryPolicy, SparkDispatchClient, SyncSparkDispatchClient
-from sparkdispatch.client_leader import DEFAULT_PORT, ZooKeeperTarget, parse_addresses
+from sparkdispatch.client.leader import DEFAULT_PORT, ZooKeeperTarget, parse_addresses
 from sparkdispatch.errors import ConfigurationError, SparkDispatchError
 from sparkdispatch.tls import ClientTls
 

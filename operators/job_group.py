@@ -12,7 +12,7 @@ tasks of the group, each vertex's inputs being its upstream vertex tasks in the 
 submits it once per DAG run: it is a `SubmitJobGraphOperator` that does not wait, with the same
 job ids, so its retries re-attach to the job. Each vertex task then waits for its own vertex
 (deferred by default), streaming its subtasks' attempt logs into its own log as it waits
-(sparkdispatch.log_stream), and succeeds with it, returning `vertex_output(...)` as its XCom.
+(sparkdispatch.client.log_stream), and succeeds with it, returning `vertex_output(...)` as its XCom.
 
 A later try of a vertex task (an Airflow retry, or a clear of the failed task) whose vertex did
 not finish in the ended job asks the master to repair it (`POST /jobs/{id}/repair`): that vertex
@@ -35,8 +35,9 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from sparkdispatch.client import SyncSparkDispatchClient
 from sparkdispatch.errors import JobAlreadyTerminated, RepairNotPossible, SparkDispatchError
 from sparkdispatch.hooks.sparkdispatch import SparkDispatchHook
-from sparkdispatch.jobgraph import ExecutionState, VertexResult
-from sparkdispatch.log_stream import LogFollower
+from sparkdispatch.model.states import ExecutionState
+from sparkdispatch.model.job_result import VertexResult
+from sparkdispatch.client.log_stream import LogFollower
 from sparkdispatch.operators.jobs import NOT_RETRYABLE_FAILURES, default_deferrable, task_failure
 from sparkdispatch.operators.lineage import job_lineage
 from sparkdispatch.operators.links import SparkDispatchJobLink, push_job_link

@@ -42,7 +42,7 @@ def job_lineage(job_id: str | None, master: str | None, outputs: Iterable[Mappin
     `result_path` become output datasets."""
     from airflow.providers.openlineage.extractors import OperatorLineage
     from openlineage.client.event_v2 import Dataset
-    from openlineage.client.facet_v2 import RunFacet, external_query_run
+    from openlineage.client.facet_v2 import external_query_run
 
     datasets = []
     for output in outputs:

@@ -11,8 +11,8 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from sparkdispatch.errors import JobAlreadyTerminated, SparkDispatchError
 from sparkdispatch.hooks.sparkdispatch import SparkDispatchHook
-from sparkdispatch.jobgraph import ExecutionState, JobStatus
-from sparkdispatch.log_stream import JobLogs, LogFollower
+from sparkdispatch.model.states import ExecutionState, JobStatus
+from sparkdispatch.client.log_stream import JobLogs, LogFollower
 
 log = logging.getLogger(__name__)
 

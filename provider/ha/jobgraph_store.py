@@ -37,7 +37,7 @@ from sparkdispatch.errors import InvalidJobGraph, StoreError, StoreUnavailable
 from sparkdispatch.ha.files import finish_in_thread, is_temp, write_atomic
 from sparkdispatch.ha.leader import LeaderElection
 from sparkdispatch.ha.zookeeper import fenced_commit, kazoo_future
-from sparkdispatch.jobgraph import JOB_ID_PATTERN, JobGraph
+from sparkdispatch.model.job_graph import JOB_ID_PATTERN, JobGraph
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ class JobGraphStore(Protocol):
 
 
 def check_job_id(job_id: str) -> str:
-    if not isinstance(job_id, str) or not JOB_ID_PATTERN.match(job_id):
+    if not isinstance(job_id, str) or not JOB_ID_PATTERN.fullmatch(job_id):
         raise StoreError(f"{job_id!r} is not a job id (32 lowercase hex characters)")
     return job_id
 
@@ -89,8 +89,10 @@ async def read_znode(result: IAsyncResult, what: str) -> Any:
 
 
 def _load_graph(data: bytes, origin: str) -> JobGraph:
+    """The graph, validated and prepared (`JobGraph.prepare`): called in a thread, as a large one takes
+    a second or more."""
     try:
-        return JobGraph.from_json(data)
+        return JobGraph.from_json(data).prepare()
     except InvalidJobGraph as exc:
         raise StoreError(f"the stored JobGraph {origin} cannot be read: {exc.message}") from None
 
@@ -113,11 +115,15 @@ class FileJobGraphStore:
 
     async def get(self, job_id: str) -> JobGraph | None:
         path = self._file(job_id)
-        try:
-            data = await asyncio.to_thread(path.read_bytes)
-        except FileNotFoundError:
-            return None
-        return _load_graph(data, str(path))
+
+        def read() -> JobGraph | None:
+            try:
+                data = path.read_bytes()
+            except FileNotFoundError:
+                return None
+            return _load_graph(data, str(path))
+
+        return await asyncio.to_thread(read)
 
     async def remove(self, session_id: str, job_id: str) -> None:
         path = self._file(job_id)
@@ -130,7 +136,7 @@ class FileJobGraphStore:
             if not self.directory.is_dir():
                 return set()
             return {p.stem for p in self.directory.iterdir()
-                    if p.suffix == ".json" and not is_temp(p) and JOB_ID_PATTERN.match(p.stem)}
+                    if p.suffix == ".json" and not is_temp(p) and JOB_ID_PATTERN.fullmatch(p.stem)}
 
         return await asyncio.to_thread(scan)
 
@@ -270,4 +276,4 @@ class ZooKeeperJobGraphStore:
             children = await read_znode(self._client.get_children_async(self._path), self._path)
         except NoNodeError:
             return set()
-        return {c for c in children if JOB_ID_PATTERN.match(c)}
+        return {c for c in children if JOB_ID_PATTERN.fullmatch(c)}

@@ -18,18 +18,12 @@ from dataclasses import dataclass
 
 from sparkdispatch.errors import InvalidJobGraph
 from sparkdispatch.ha.progress_store import Finished, JobProgress, SubtaskProgress
-from sparkdispatch.jobgraph import (
-    ExecutionState,
-    Failure,
-    JobGraph,
-    JobResult,
-    JobStatus,
-    JobVertex,
-    VertexResult,
-)
+from sparkdispatch.model.states import ExecutionState, JobStatus
+from sparkdispatch.model.job_graph import JobGraph, JobVertex
+from sparkdispatch.model.job_result import Failure, JobResult, VertexResult
 from sparkdispatch.resourcemanager import AllocatedSlot
-from sparkdispatch.results import ResultLayout
-from sparkdispatch.snapshot import JobOverview, JobSnapshot, SubtaskSnapshot, VertexSnapshot
+from sparkdispatch.storage.results import ResultLayout
+from sparkdispatch.model.snapshot import JobOverview, JobSnapshot, SubtaskSnapshot, VertexSnapshot
 
 # The way an attempt normally goes; a report may skip steps of it (a fast task reports
 # FINISHED while its deployment is still being acknowledged), so reports walk along it.
@@ -48,21 +42,47 @@ class SubtaskId:
         return f"{self.vertex_id}[{self.subtask_index}]"
 
 
+StateTally = dict[ExecutionState, int]
+"""How many of a graph's current attempts are in each state."""
+
+
 class Execution:
-    """One attempt of one subtask (Flink's Execution)."""
+    """One attempt of one subtask (Flink's Execution); while it is its subtask's current attempt, its
+    state counts in its graph's `tally`."""
 
-    __slots__ = ("execution_id", "attempt", "state", "slot", "result_path", "rows", "failure", "deployed_at")
+    __slots__ = ("execution_id", "attempt", "_state", "tally", "slot", "result_path", "rows", "failure",
+                 "deployed_at")
 
-    def __init__(self, attempt: int, execution_id: str | None = None) -> None:
+    def __init__(self, attempt: int, execution_id: str | None = None, *, tally: StateTally | None = None) -> None:
         # 32 random hex digits, as a uuid4's, at a third of the cost
         self.execution_id = execution_id or secrets.token_hex(16)
         self.attempt = attempt
-        self.state = ExecutionState.CREATED
+        self._state = ExecutionState.CREATED
+        self.tally = tally
+        if tally is not None:
+            tally[ExecutionState.CREATED] += 1
         self.slot: AllocatedSlot | None = None
         self.result_path: str | None = None
         self.rows: int | None = None
         self.failure: Failure | None = None
         self.deployed_at = 0.0  # the JobMaster's clock when it was deployed
+
+    @property
+    def state(self) -> ExecutionState:
+        return self._state
+
+    @state.setter
+    def state(self, value: ExecutionState) -> None:
+        if self.tally is not None:
+            self.tally[self._state] -= 1
+            self.tally[value] += 1
+        self._state = value
+
+    def superseded(self) -> None:
+        """No longer its subtask's current attempt: its state counts no more."""
+        if self.tally is not None:
+            self.tally[self._state] -= 1
+            self.tally = None
 
     @property
     def task_executor_id(self) -> str | None:
@@ -140,11 +160,11 @@ class ExecutionVertex:
                  "_progress_recorded", "_consumable", "_listener")
 
     def __init__(self, vertex: JobVertex, subtask_index: int, listener: ConsumabilityListener | None = None,
-                 *, execution_id: str | None = None) -> None:
+                 *, execution_id: str | None = None, tally: StateTally | None = None) -> None:
         self.vertex = vertex
         self.subtask_index = subtask_index
         self.id = SubtaskId(vertex.id, subtask_index)
-        self.current = Execution(attempt=0, execution_id=execution_id)
+        self.current = Execution(attempt=0, execution_id=execution_id, tally=tally)
         self.deployed_attempts = 0
         self.recovered = False
         self._partition_lost = False
@@ -229,6 +249,8 @@ class ExecutionGraph:
         self._status_times: dict[JobStatus, int] = {JobStatus.INITIALIZING: self.now_ms()}
         self.last_modification = self.now_ms()
         self.failure: Failure | None = None
+        # once `restore` ran: how many subtasks it restored, and the entries naming none it skipped
+        self.restored: tuple[int, tuple[SubtaskId, ...]] | None = None
         self._order = tuple(graph.topological_order())
         self._position = {vertex_id: position for position, vertex_id in enumerate(self._order)}
         self._vertices: dict[str, list[ExecutionVertex]] = {}
@@ -236,10 +258,13 @@ class ExecutionGraph:
         # reference cycle, which only a full collection frees (a long pause of the loop for a large
         # job); without it reference counting frees the graph the moment its job is dropped.
         listener = _through_weak_reference(self._consumability_changed)
-        execution_ids = _random_ids(sum(vertex.parallelism for vertex in graph.vertices))
+        execution_ids = _random_ids(graph.subtask_count)
+        # kept as attempts change state, so an overview costs no walk over the subtasks
+        self._tally: StateTally = dict.fromkeys(ExecutionState, 0)
         for vertex_id in self._order:
             vertex = graph.vertex(vertex_id)
-            self._vertices[vertex_id] = [ExecutionVertex(vertex, i, listener, execution_id=next(execution_ids))
+            self._vertices[vertex_id] = [ExecutionVertex(vertex, i, listener, execution_id=next(execution_ids),
+                                                         tally=self._tally)
                                          for i in range(vertex.parallelism)]
         self._consumers = {vertex_id: graph.consumers(vertex_id) for vertex_id in self._order}
         self._by_execution: dict[str, ExecutionVertex] = {
@@ -325,7 +350,8 @@ class ExecutionGraph:
         if not ev.state.is_terminal:
             raise ValueError(f"subtask {ev.id} still runs attempt {ev.current.attempt} ({ev.state.value})")
         self._by_execution.pop(ev.current.execution_id, None)
-        ev.current = Execution(attempt=ev.current.attempt + 1)
+        ev.current.superseded()
+        ev.current = Execution(attempt=ev.current.attempt + 1, tally=self._tally)
         ev.partition_lost = False
         ev.progress_recorded = False
         ev.recovered = False
@@ -341,6 +367,7 @@ class ExecutionGraph:
         Entries naming no subtask of this graph are skipped and returned as not restored.
         """
         skipped: list[SubtaskId] = []
+        restored = 0
         for vertex_id, subtasks in progress.finished.items():
             for index, entry in subtasks.items():
                 subtask_id = SubtaskId(vertex_id, int(index))
@@ -356,6 +383,8 @@ class ExecutionGraph:
                 ev.deployed_attempts = 1
                 ev.progress_recorded = True
                 ev.recovered = True
+                restored += 1
+        self.restored = (restored, tuple(skipped))
         return skipped
 
     def inputs_consumable(self, ev: ExecutionVertex) -> bool:
@@ -366,20 +395,26 @@ class ExecutionGraph:
         """Every subtask's result can be read."""
         return self._consumable_count == self._subtask_count
 
-    def take_schedulable(self, held_back: Container[SubtaskId]) -> list[ExecutionVertex]:
+    def take_schedulable(self, held_back: Container[SubtaskId], limit: int | None = None) -> list[ExecutionVertex]:
         """The CREATED subtasks whose inputs can all be read, but those in `held_back`, in
-        topological order; they are not offered again unless they get a new attempt.
+        topological order (at most `limit`: the first that became schedulable); they are not
+        offered again unless they get a new attempt.
 
-        Costs time in proportion to the subtasks that became schedulable since the last call
-        (and those still held back), not to the size of the graph.
+        Costs time in proportion to the subtasks taken (and those still held back), not to the
+        size of the graph.
         """
         taken: list[ExecutionVertex] = []
-        for subtask_id, ev in list(self._candidates.items()):
+        gone: list[SubtaskId] = []
+        for subtask_id, ev in self._candidates.items():
             if ev.state is not ExecutionState.CREATED:
-                del self._candidates[subtask_id]  # scheduled, restored or stopped meanwhile
+                gone.append(subtask_id)  # scheduled, restored or stopped meanwhile
             elif subtask_id not in held_back:
-                del self._candidates[subtask_id]
+                gone.append(subtask_id)
                 taken.append(ev)
+                if len(taken) == limit:
+                    break
+        for subtask_id in gone:
+            del self._candidates[subtask_id]
         taken.sort(key=lambda ev: (self._position[ev.id.vertex_id], ev.subtask_index))
         return taken
 
@@ -467,13 +502,10 @@ class ExecutionGraph:
     def overview(self) -> JobOverview:
         """The job's status, times and subtasks per state, as of now."""
         end = self.end_time
-        tasks = dict.fromkeys(ExecutionState, 0)
-        for ev in self.subtasks():
-            tasks[ev.state] += 1
         duration = (end if end is not None else self.now_ms()) - self.start_time
         return JobOverview(job_id=self.job_id, name=self.name, status=self.status, start_time=self.start_time,
                            end_time=end, duration_ms=max(0, duration), last_modification=self.last_modification,
-                           tasks=tasks)
+                           tasks=dict(self._tally))
 
     def snapshot(self) -> JobSnapshot:
         """The overview and every vertex with its subtasks' current attempts, as of now."""

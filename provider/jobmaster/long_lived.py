@@ -1,4 +1,4 @@
-"""Large ExecutionGraphs kept out of the cyclic garbage collector's way (`gc.freeze`) while they live.
+"""Large graphs kept out of the cyclic garbage collector's way (`gc.freeze`) while they live.
 
 CPython's collector walks every tracked object in a full collection, and starts one whenever
 the objects that survived the younger generations grew by a quarter since the last. A
@@ -9,11 +9,13 @@ loop for 50-120 ms at a time on a loaded 2-core machine (bench/large_graph.py): 
 
 `LongLivedGraphs.build(make, subtasks=n)` builds a graph of `min_subtasks` subtasks or more with
 automatic collections paused (all it allocates stays alive), then freezes every object then
-alive: later collections walk only what is allocated after it. Whatever was cyclic garbage or
-becomes so among the frozen objects waits until the last graph so built is freed; then the heap
-is unfrozen and collected as before. So a graph built here must be in no reference cycle, nor
-its owner (the JobMaster): frozen, a cycle would never be freed. Smaller graphs are built as
-they are.
+alive: later collections walk only what is allocated after it. `keep(make)` does so whatever
+the size, for a graph whose size is known only once it is made: the JobGraph parsed from a large
+request body, whose parsing alone set off full collections of 60-100 ms on a loaded machine.
+Whatever was cyclic garbage or becomes so among the frozen objects waits until the last graph
+so built is freed; then the heap is unfrozen and collected as before. So a graph built here must
+be in no reference cycle, nor its owner (the JobMaster): frozen, a cycle would never be freed.
+Smaller graphs are built as they are.
 """
 
 from __future__ import annotations
@@ -53,6 +55,10 @@ class LongLivedGraphs:
         """`make()`; for `min_subtasks` subtasks or more, with collection paused, then frozen until it is freed."""
         if subtasks < self.min_subtasks:
             return make()
+        return self.keep(make)
+
+    def keep(self, make: Callable[[], G]) -> G:
+        """`make()` with collection paused, then frozen until it is freed, whatever its size."""
         with self._lock:
             if self._building == 0:
                 self._collecting = gc.isenabled()  # restored when the last build running ends
@@ -70,8 +76,8 @@ class LongLivedGraphs:
                     gc.enable()
         finalizer = weakref.finalize(graph, self._freed)
         finalizer.atexit = False
-        log.info("a graph of %d subtasks is built: the heap is frozen out of the garbage collector's walks "
-                 "until it is freed", subtasks)
+        log.info("a large %s is built: the heap is frozen out of the garbage collector's walks until it is "
+                 "freed", type(graph).__name__)
         return graph
 
     def _freed(self) -> None:

@@ -31,8 +31,8 @@ import grpc  # type: ignore[import-untyped]  # grpcio ships no type stubs
 
 from sparkdispatch.errors import ConnectServerError
 from sparkdispatch.lifeline import tied_to_parent
-from sparkdispatch.settings import ConnectServerSettings
 from sparkdispatch.taskexecutor.process_usage import ProcessUsage
+from sparkdispatch.taskexecutor.settings import ConnectServerSettings
 
 log = logging.getLogger(__name__)
 

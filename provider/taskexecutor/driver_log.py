@@ -115,7 +115,7 @@ class DriverLog:
     def _open(self) -> None:
         if self.path is not None and self._file is None:
             try:
-                self._file = open(self.path, "rb")  # noqa: SIM115 - closed by end() or the next begin()
+                self._file = open(self.path, "rb")
             except OSError:
                 self._file = None
 

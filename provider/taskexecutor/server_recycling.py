@@ -25,48 +25,17 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Protocol
 
-from sparkdispatch.config import Configuration
 from sparkdispatch.errors import ConnectServerError
 from sparkdispatch.taskexecutor.connect_server import ConnectServer
 from sparkdispatch.taskexecutor.process_usage import ProcessUsage
+from sparkdispatch.taskexecutor.settings import RecyclePolicy
 
 log = logging.getLogger(__name__)
 
 #: After a successor failed to start, the next try comes this much later.
 RETRY_AFTER_S = 60.0
-
-
-@dataclass(frozen=True)
-class RecyclePolicy:
-    """When a Connect server is replaced; 0 disables a bound."""
-
-    sessions: int = 200
-    thread_growth: int = 1000
-    open_file_growth: int = 2000
-
-    @classmethod
-    def from_config(cls, config: Configuration) -> RecyclePolicy:
-        return cls(sessions=config["taskexecutor.connect.recycle.sessions"],
-                   thread_growth=config["taskexecutor.connect.recycle.thread-growth"],
-                   open_file_growth=config["taskexecutor.connect.recycle.open-file-growth"])
-
-    def reason(self, *, sessions: int, usage: ProcessUsage | None, warm: ProcessUsage | None) -> str | None:
-        """Why a server with this many job sessions made and this usage (and `warm` after its
-        warm-up) is due for replacement; None when it is not."""
-        if self.sessions and sessions >= self.sessions:
-            return f"its slot processes made {sessions} job sessions on it (bound {self.sessions})"
-        if usage is None or warm is None:
-            return None
-        if self.thread_growth and usage.threads - warm.threads >= self.thread_growth:
-            return (f"its JVM has {usage.threads} threads, {usage.threads - warm.threads} more than after its "
-                    f"warm-up (bound {self.thread_growth})")
-        if self.open_file_growth and usage.open_files - warm.open_files >= self.open_file_growth:
-            return (f"its JVM has {usage.open_files} open files, {usage.open_files - warm.open_files} more than "
-                    f"after its warm-up (bound {self.open_file_growth})")
-        return None
 
 
 class ConnectServers:

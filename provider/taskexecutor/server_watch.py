@@ -17,7 +17,8 @@ from typing import Any
 from sparkdispatch.errors import SparkDispatchError
 from sparkdispatch.taskexecutor.periodic_step import PeriodicStep
 from sparkdispatch.taskexecutor.python_workers import WorkerDaemonReaper
-from sparkdispatch.taskexecutor.server_recycling import ConnectServers, RecyclePolicy, ServerRecycler
+from sparkdispatch.taskexecutor.server_recycling import ConnectServers, ServerRecycler
+from sparkdispatch.taskexecutor.settings import RecyclePolicy
 from sparkdispatch.taskexecutor.slot_pool import SlotProcessPool
 
 log = logging.getLogger(__name__)

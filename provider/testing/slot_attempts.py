@@ -14,14 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import grpc  # type: ignore[import-untyped]
-import pyarrow.parquet as pq  # type: ignore[import-untyped]  # pyarrow ships no type stubs
+import pyarrow.parquet as pq
 
-from sparkdispatch.jobgraph import ExecutionState
-from sparkdispatch.protocol import TaskDeploymentDescriptor
-from sparkdispatch.results import ResultLayout
+from sparkdispatch.model.protocol import TaskDeploymentDescriptor
+from sparkdispatch.model.states import ExecutionState
+from sparkdispatch.storage.results import ResultLayout
 from sparkdispatch.taskexecutor.connect_server import ConnectServer
 from sparkdispatch.taskexecutor.slot_pool import SlotProcessPool
 from sparkdispatch.taskexecutor.slot_protocol import SESSION_USER, AttemptState
+from sparkdispatch.testing.waiting import eventually_blocking
 
 WAIT_S = 120.0
 
@@ -87,11 +88,8 @@ def rows_of(end: AttemptState) -> list[dict[str, Any]]:
 def wait_for_marker(tmp_path: Path, name: str, timeout: float = WAIT_S) -> int:
     """The pid a task wrote into its marker file."""
     path = tmp_path / "markers" / name
-    deadline = time.monotonic() + timeout
-    while not path.exists() or not path.read_text():
-        assert time.monotonic() < deadline, f"no marker {name} within {timeout:g}s"
-        time.sleep(0.02)
-    return int(path.read_text())
+    return int(eventually_blocking(lambda: path.read_text() if path.exists() else None, f"the marker {name}",
+                                   timeout=timeout))
 
 
 def session_state(server: ConnectServer, session_id: str) -> str:

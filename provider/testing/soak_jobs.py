@@ -27,11 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from sparkdispatch.testing.http import http_json, upload_artifact
+from sparkdispatch.testing.waiting import eventually_blocking
 
 STABLE_VERSIONS = 4
 MODULE = "soak_tasks"
 JOB_TIMEOUT_S = 600.0
-POLL_S = 0.5  # between two looks at a job that is to be cancelled once it runs
+POLL_S = 0.5  # between two questions that the master answers at once
 CANCEL_AFTER_S = 3.0  # how long the Spark operation of a job to be cancelled runs first
 
 _SOURCE = '''"""A soak job's code, version {version}."""
@@ -144,29 +145,28 @@ class SoakJobs:
         if first["status"] != "FAILED":
             return {**first, "failure": f"{first['status']} before its repair, not FAILED"}
         fixed.write_text("")
-        deadline = time.monotonic() + JOB_TIMEOUT_S
-        while True:
+
+        def repair_taken() -> bool:
             status, body = self._call("POST", f"/jobs/{job_id}/repair", {"vertices": ["report"]})
-            if status in (200, 202):
-                break
-            # its result is in, its cleanup not yet done: the master says to ask again
-            if status != 409 or not body.get("running") or time.monotonic() > deadline:
+            # 409 running: its result is in, its cleanup not done yet; the master says to ask again
+            if status not in (200, 202) and not (status == 409 and body.get("running")):
                 raise RuntimeError(f"the repair of {job_id} was refused with {status}: {body}")
-            time.sleep(POLL_S)
+            return status in (200, 202)
+
+        eventually_blocking(repair_taken, f"the repair of job {job_id} to be taken", timeout=JOB_TIMEOUT_S,
+                            interval=POLL_S)
         return self._wait(job_id, after_end=first["end_time"])
 
     def _cancelled(self, index: int, artifact: str) -> dict[str, Any]:
         started = self.work_dir / "started" / f"soak-{index}"
         started.parent.mkdir(parents=True, exist_ok=True)
         graph = {"name": f"soak-{index}", "artifacts": [artifact],
-                 "vertices": [{"id": "endless", "entrypoint": f"{MODULE}:endless", "params": {"started": str(started)}}],
+                 "vertices": [{"id": "endless", "entrypoint": f"{MODULE}:endless",
+                               "params": {"started": str(started)}}],
                  "restart_strategy": {"type": "fixed-delay", "attempts": 0, "delay_s": 0.0}}
         job_id = self._submit(graph)
-        deadline = time.monotonic() + JOB_TIMEOUT_S
-        while not started.exists():
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"job {job_id} did not start its Spark operation within {JOB_TIMEOUT_S:g}s")
-            time.sleep(POLL_S)
+        eventually_blocking(started.exists, f"job {job_id} to start its Spark operation", timeout=JOB_TIMEOUT_S,
+                            interval=POLL_S)
         time.sleep(CANCEL_AFTER_S)
         status, body = self._call("PATCH", f"/jobs/{job_id}?mode=cancel")
         if status != 202:
@@ -181,17 +181,18 @@ class SoakJobs:
 
     def _wait(self, job_id: str, *, after_end: int | None = None) -> dict[str, Any]:
         """The job's result once it ended (after `after_end`, the end time of a result it had before)."""
-        deadline = time.monotonic() + JOB_TIMEOUT_S
-        while time.monotonic() < deadline:
+
+        def ended() -> dict[str, Any] | None:
             status, body = self._call("GET", f"/jobs/{job_id}/execution-result")  # a long poll
             if status != 200:
                 raise RuntimeError(f"execution-result of {job_id} answered {status}: {body}")
             result = body.get("job_execution_result")
+            # before a repair runs, its former result is still the answer
             if body["status"]["id"] == "COMPLETED" and (after_end is None or result["end_time"] > after_end):
                 return dict(result)
-            if body["status"]["id"] == "COMPLETED":
-                time.sleep(POLL_S)  # the repair is not running yet: its former result is still the answer
-        raise TimeoutError(f"job {job_id} did not end within {JOB_TIMEOUT_S:g}s")
+            return None
+
+        return eventually_blocking(ended, f"the end of job {job_id}", timeout=JOB_TIMEOUT_S, interval=POLL_S)
 
     def _call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         return http_json(method, self.base_url + path, body, timeout=60)

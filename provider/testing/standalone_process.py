@@ -1,7 +1,8 @@
 """`sparkdispatch standalone` as a child process: a free REST port, its storage and logs in one directory.
 
-`launch()` starts it and returns at once, `wait_for_task_executors()` until they registered,
-`stop()` ends it (SIGTERM to its process group, SIGKILL after a grace) and then whatever of its
+`launch()` starts it and returns at once, `wait_for_task_executors()` until they registered (a
+wait that fails at once, with its log's tail, if it exits: it is a `Watched` process), `stop()`
+ends it (SIGTERM to its process group, SIGKILL after a grace) and then whatever of its
 TaskExecutors' trees is left (they run in sessions of their own).
 """
 
@@ -11,14 +12,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from sparkdispatch.testing.http import http_json
 from sparkdispatch.taskexecutor.process_usage import child_pids
+from sparkdispatch.testing.http import http_json
 from sparkdispatch.testing.local_cluster import process_tree
-from sparkdispatch.testing.services import free_port, stop_process_group
+from sparkdispatch.testing.services import file_tail, free_port, stop_process_group
+from sparkdispatch.testing.waiting import eventually_blocking
 
 STOP_GRACE_S = 30.0
 
@@ -47,7 +48,7 @@ class StandaloneProcess:
 
     def launch(self) -> None:
         self.port = free_port()
-        argv = [sys.executable, "-m", "sparkdispatch.cli", "--log-level", self.log_level,
+        argv = [sys.executable, "-m", "sparkdispatch.entrypoint.cli", "--log-level", self.log_level,
                 "-D", f"rest.port={self.port}"]
         for key, value in self.overrides.items():
             argv += ["-D", f"{key}={value}"]
@@ -66,15 +67,20 @@ class StandaloneProcess:
         return int(body.get("taskmanagers", 0)) if status == 200 else 0
 
     def wait_for_task_executors(self, count: int = 1, *, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while self.task_executors_registered() < count:
-            if self.process is None or self.process.poll() is not None:
-                raise RuntimeError(f"sparkdispatch standalone exited; see {self.log_dir / 'standalone.log'}")
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{count} TaskExecutor(s) did not register within {timeout:g}s; "
-                                   f"see {self.log_dir}")
-            time.sleep(0.3)
+        eventually_blocking(lambda: self.task_executors_registered() >= count,
+                            f"{count} TaskExecutor(s) registered at {self.base_url}", timeout=timeout, interval=0.3,
+                            processes=[self])
         self._task_executors.update(self.task_executor_pids())
+
+    def exited(self) -> str | None:
+        """Why the standalone is gone, with its log's tail; None while it runs."""
+        if self.process is None or self.process.poll() is None:
+            return None
+        return (f"sparkdispatch standalone at {self.base_url} exited with {self.process.returncode}:\n"
+                f"{file_tail(self.log_dir / 'standalone.log', 40)}")
+
+    def logs(self) -> str:
+        return f"logs in {self.log_dir}"
 
     def task_executor_pids(self) -> list[int]:
         """The TaskExecutor processes: the standalone's children (Celery renames them `celeryd: ...`)."""

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from sparkdispatch.testing.http import http_json, upload_artifact
 from sparkdispatch.testing.local_cluster import ProcessId, process_tree
 from sparkdispatch.testing.process_census import command_line
 from sparkdispatch.testing.standalone_process import StandaloneProcess
+from sparkdispatch.testing.waiting import WaitTimedOut, eventually_blocking
 
 pytestmark = pytest.mark.slow
 
@@ -65,11 +65,8 @@ def marked(marker: str) -> dict[ProcessId, str]:
     return found
 
 
-def wait_until(predicate: object, what: str, timeout: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():  # type: ignore[operator]
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.3)
+def wait_until(predicate: Callable[[], bool], what: str, timeout: float = WAIT_S) -> None:
+    eventually_blocking(predicate, what, timeout=timeout, interval=0.3)
 
 
 def kill_all(processes: dict[ProcessId, str]) -> None:
@@ -151,9 +148,9 @@ def test_a_killed_taskexecutor_and_a_killed_standalone_leave_no_process_behind(t
         def survivors() -> dict[ProcessId, str]:
             return marked(marker)
 
-        deadline = time.monotonic() + GONE_WITHIN_S
-        while survivors() and time.monotonic() < deadline:
-            time.sleep(0.3)
-        assert survivors() == {}, f"processes outlived sparkdispatch standalone: {survivors()}"
+        try:
+            wait_until(lambda: not survivors(), "the standalone's processes to end", GONE_WITHIN_S)
+        except WaitTimedOut:
+            raise AssertionError(f"processes outlived sparkdispatch standalone: {survivors()}") from None
     finally:
         standalone.stop()

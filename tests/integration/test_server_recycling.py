@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from sparkdispatch.jobgraph import ExecutionState
-from sparkdispatch.settings import ConnectServerSettings, SlotPoolSettings
+from sparkdispatch.model.states import ExecutionState
 from sparkdispatch.taskexecutor.connect_server import ConnectServer
 from sparkdispatch.taskexecutor.python_workers import WorkerDaemonReaper, worker_daemons
-from sparkdispatch.taskexecutor.server_recycling import ConnectServers, RecyclePolicy, ServerRecycler
+from sparkdispatch.taskexecutor.server_recycling import ConnectServers, ServerRecycler
+from sparkdispatch.taskexecutor.settings import ConnectServerSettings, RecyclePolicy, SlotPoolSettings
 from sparkdispatch.taskexecutor.slot_pool import SlotProcessPool
 from sparkdispatch.testing.slot_attempts import (
     Attempt,

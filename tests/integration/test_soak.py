@@ -22,7 +22,6 @@ more allowed: Celery's own).
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 
 import pytest
@@ -30,6 +29,7 @@ import pytest
 from sparkdispatch.testing.process_census import PYTHON_WORKER, SERVER, SLOT, TASK_EXECUTOR, KindTotals, census
 from sparkdispatch.testing.soak_jobs import SoakJobs
 from sparkdispatch.testing.standalone_process import StandaloneProcess
+from sparkdispatch.testing.waiting import WaitTimedOut, eventually_blocking
 
 pytestmark = pytest.mark.slow
 
@@ -51,14 +51,20 @@ OVERRIDES = {"spark.master": "local[2]", "spark.ui.enabled": "false", "spark.sql
 def settled(standalone: StandaloneProcess) -> dict[str, KindTotals]:
     """The TaskExecutor's tree once it holds one server, no Python worker and every slot process."""
     assert standalone.process is not None
-    deadline = time.monotonic() + SETTLE_S
-    while True:
-        totals = census(standalone.process.pid)
+    root = standalone.process.pid
+
+    def settled_totals() -> dict[str, KindTotals] | None:
+        totals = census(root)
         if (totals[SERVER].processes, totals[SLOT].processes) == (1, SLOTS + SPARES) \
                 and totals[PYTHON_WORKER].processes <= SLOTS:
             return totals
-        assert time.monotonic() < deadline, f"the TaskExecutor did not settle: {describe(totals)}"
-        time.sleep(2.0)
+        return None
+
+    try:
+        return eventually_blocking(settled_totals, "the TaskExecutor to settle", timeout=SETTLE_S, interval=2.0,
+                                   processes=[standalone])
+    except WaitTimedOut:
+        raise AssertionError(f"the TaskExecutor did not settle: {describe(census(root))}") from None
 
 
 def describe(totals: dict[str, KindTotals]) -> dict[str, object]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -37,7 +37,15 @@ def test_a_small_graph_is_built_as_it_is() -> None:
     assert tracked(graph) and graphs.alive == 0 and gc.get_freeze_count() == 0
 
 
-def test_a_large_graph_is_built_without_collections_and_frozen_until_freed() -> None:
+# a graph of `min_subtasks` or more, and one of a size known only once it is made (`keep`): any size
+KEPT: dict[str, Callable[[LongLivedGraphs, Callable[[], Graph]], Graph]] = {
+    "large": lambda graphs, make: graphs.build(make, subtasks=1_000),
+    "kept whatever its size": lambda graphs, make: graphs.keep(make)}
+
+
+@pytest.mark.parametrize("keep", KEPT.values(), ids=KEPT.keys())
+def test_a_large_graph_is_built_without_collections_and_frozen_until_freed(
+        keep: Callable[[LongLivedGraphs, Callable[[], Graph]], Graph]) -> None:
     graphs = LongLivedGraphs(min_subtasks=1_000)
     collecting_during_build: list[bool] = []
 
@@ -45,7 +53,7 @@ def test_a_large_graph_is_built_without_collections_and_frozen_until_freed() -> 
         collecting_during_build.append(gc.isenabled())
         return Graph()
 
-    graph = graphs.build(make, subtasks=1_000)
+    graph = keep(graphs, make)
     assert collecting_during_build == [False] and gc.isenabled()
     assert not tracked(graph) and not tracked(graph.parts) and graphs.alive == 1
     assert gc.get_freeze_count() > 0

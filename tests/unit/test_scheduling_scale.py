@@ -1,4 +1,5 @@
-"""Scheduling cost grows with the work done, not with the size of the graph: A(300) -> B(300).
+"""Scheduling cost grows with the work done, not with the size of the graph: A(300) -> B(300); a
+large job is scheduled a slice per turn of the loop, its graph built in a thread as on the loop.
 
 The JobMaster runs on small fakes (slots handed over by the test, deployments and progress
 records that always succeed). Work is counted, not timed: every read of a subtask's state
@@ -8,17 +9,22 @@ consumer against all of its producers (~13.5 million reads here, ~8 s of loop CP
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Sequence
 
 import pytest
 
-from sparkdispatch.jobgraph import ExecutionState, JobGraph, JobStatus, JobVertex, NoRestart
-from sparkdispatch.jobmaster import JobMaster
-from sparkdispatch.jobmaster.execution_graph import ExecutionVertex
-from sparkdispatch.protocol import ExecutionStateUpdate, TaskDeploymentDescriptor
+from sparkdispatch.ha import JobProgress, SubtaskProgress
+from sparkdispatch.model.states import ExecutionState, JobStatus
+from sparkdispatch.model.restart import NoRestart
+from sparkdispatch.model.job_graph import JobGraph, JobVertex
+from sparkdispatch.jobmaster import JobMaster, build_execution_graph
+from sparkdispatch.jobmaster.execution_graph import ExecutionVertex, SubtaskId
+from sparkdispatch.jobmaster.job_master import SCHEDULE_SLICE
+from sparkdispatch.model.protocol import ExecutionStateUpdate, TaskDeploymentDescriptor
 from sparkdispatch.resourcemanager import AllocatedSlot
-from sparkdispatch.settings import JobMasterSettings
+from sparkdispatch.jobmaster.settings import JobMasterSettings
 
 JOB_ID = "5ca1ab1e" * 4
 SESSION = "session-1"
@@ -115,3 +121,50 @@ async def test_a_finished_subtask_costs_work_in_proportion_to_its_consumers(monk
     assert job_master.status is JobStatus.RUNNING
     # a few reads per subtask: each finish checks itself, the last one offers the consumers once
     assert reads.count <= 10 * subtasks, reads.count
+
+
+def job_master_of(graph: JobGraph, resource_manager: SlotsByHand, **kwargs: object) -> JobMaster:
+    return JobMaster(graph, session_id=SESSION, resource_manager=resource_manager,  # type: ignore[arg-type]
+                     task_executor_gateway=AcceptingGateway(),  # type: ignore[arg-type]
+                     progress_store=RecordingProgressStore(),  # type: ignore[arg-type]
+                     settings=JobMasterSettings(results_dir="/results/", restart_strategy=NoRestart()),
+                     **kwargs)  # type: ignore[arg-type]
+
+
+async def test_many_schedulable_subtasks_are_scheduled_a_slice_per_turn_of_the_loop() -> None:
+    sources = 2 * SCHEDULE_SLICE + SCHEDULE_SLICE // 2
+    graph = JobGraph(name="wide", job_id=JOB_ID, restart_strategy=NoRestart(), vertices=(
+        JobVertex("a", "m:a", sources), JobVertex("b", "m:b", 1, ("a",))))
+    resource_manager = SlotsByHand()
+    job_master = job_master_of(graph, resource_manager)
+
+    def scheduled() -> int:
+        return sum(1 for ev in job_master.execution_graph.subtasks("a") if ev.current.state is ExecutionState.SCHEDULED)
+
+    job_master.start()
+    assert scheduled() == SCHEDULE_SLICE and resource_manager.declared == [SCHEDULE_SLICE]
+    await asyncio.sleep(0)  # the loop turns: one more slice, and whatever else waited for it
+    assert scheduled() == 2 * SCHEDULE_SLICE
+    await asyncio.sleep(0)
+    assert scheduled() == sources and resource_manager.declared == [SCHEDULE_SLICE, 2 * SCHEDULE_SLICE, sources]
+    await asyncio.sleep(0)
+    assert resource_manager.declared[-1] == sources  # no slice after the last
+    job_master.suspend()
+
+
+async def test_a_graph_built_in_a_thread_runs_as_one_built_on_the_loop() -> None:
+    graph = JobGraph(name="chain", job_id=JOB_ID, restart_strategy=NoRestart(), vertices=(
+        JobVertex("a", "m:a", 3), JobVertex("b", "m:b", 2, ("a",))))
+    progress = JobProgress(JOB_ID, finished={"a": {0: SubtaskProgress("/r/a0", 1), 1: SubtaskProgress("/r/a1", 1)},
+                                             "gone": {0: SubtaskProgress(None, None)}})
+    built = await asyncio.to_thread(build_execution_graph, graph, progress)
+    for job_master in (job_master_of(graph, SlotsByHand(), recovered_progress=progress),
+                       job_master_of(graph, SlotsByHand(), recovered_progress=progress, execution_graph=built)):
+        job_master.start()
+        execution_graph = job_master.execution_graph
+        assert execution_graph.restored == (2, (SubtaskId("gone", 0),))
+        assert [ev.current.state for ev in execution_graph.subtasks()] == [
+            ExecutionState.FINISHED, ExecutionState.FINISHED, ExecutionState.SCHEDULED,
+            ExecutionState.CREATED, ExecutionState.CREATED]
+        job_master.suspend()
+    assert job_master.execution_graph is built

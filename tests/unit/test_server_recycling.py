@@ -6,7 +6,8 @@ import pytest
 
 from sparkdispatch.errors import ConnectServerError
 from sparkdispatch.taskexecutor.process_usage import ProcessUsage
-from sparkdispatch.taskexecutor.server_recycling import RETRY_AFTER_S, ConnectServers, RecyclePolicy, ServerRecycler
+from sparkdispatch.taskexecutor.server_recycling import RETRY_AFTER_S, ConnectServers, ServerRecycler
+from sparkdispatch.taskexecutor.settings import RecyclePolicy
 from sparkdispatch.testing.clock import ManualClock
 
 
@@ -80,6 +81,15 @@ class Cluster:
         self.recycler = ServerRecycler(self.servers, self.pool, policy, clock=self.clock,
                                        usage=lambda pid: self.usage.get(pid, ProcessUsage(200, 300)))
 
+    @property
+    def current(self) -> object:
+        """The current server (a FakeServer, which ConnectServers' types do not know)."""
+        return self.servers.current
+
+    @property
+    def draining(self) -> object:
+        return self.servers.draining
+
 
 def test_the_policy_names_the_bound_a_server_reached_and_zero_disables_one() -> None:
     policy = RecyclePolicy(sessions=10, thread_growth=100, open_file_growth=500)
@@ -97,22 +107,22 @@ def test_a_server_due_is_replaced_and_stopped_only_once_its_attempts_ended() -> 
     old_url = cluster.first.url
     cluster.pool.sessions = 2
     cluster.recycler.check()
-    assert cluster.made == [] and cluster.servers.current is cluster.first
+    assert cluster.made == [] and cluster.current is cluster.first
     cluster.pool.sessions = 3
     cluster.pool.running[old_url] = 1
     cluster.recycler.check()
     [successor] = cluster.made
-    assert cluster.servers.current is successor and cluster.pool.url == successor.url
-    assert cluster.servers.draining == (cluster.first, old_url) and cluster.first.running
+    assert cluster.current is successor and cluster.pool.url == successor.url
+    assert cluster.draining == (cluster.first, old_url) and cluster.first.running
     cluster.pool.sessions = 50  # the successor is not replaced while its predecessor drains
     cluster.recycler.check()
     assert cluster.made == [successor] and cluster.first.running
     cluster.pool.running[old_url] = 0
     cluster.recycler.check()
-    assert not cluster.first.running and cluster.servers.draining is None
+    assert not cluster.first.running and cluster.draining is None
     assert (cluster.servers.starts, cluster.servers.recycles) == (1, 1)  # a replacement is no restart
     cluster.recycler.check()  # 50 sessions on the successor: it is replaced in turn
-    assert len(cluster.made) == 2 and cluster.servers.current is cluster.made[1]
+    assert len(cluster.made) == 2 and cluster.current is cluster.made[1]
 
 
 def test_a_draining_server_that_died_is_given_up_at_once() -> None:
@@ -122,20 +132,20 @@ def test_a_draining_server_that_died_is_given_up_at_once() -> None:
     cluster.recycler.check()
     cluster.first.running = False  # died under its attempts: they fail on their own
     cluster.recycler.check()
-    assert cluster.servers.draining is None
+    assert cluster.draining is None
 
 
 def test_a_successor_that_cannot_start_leaves_the_server_serving_and_is_tried_again_later() -> None:
     cluster = Cluster(RecyclePolicy(sessions=1, thread_growth=0, open_file_growth=0), failing_successors=1)
     cluster.pool.sessions = 1
     cluster.recycler.check()
-    assert len(cluster.made) == 1 and cluster.servers.current is cluster.first and cluster.servers.draining is None
+    assert len(cluster.made) == 1 and cluster.current is cluster.first and cluster.draining is None
     cluster.clock.advance(RETRY_AFTER_S - 1)
     cluster.recycler.check()
     assert len(cluster.made) == 1
     cluster.clock.advance(1)
     cluster.recycler.check()
-    assert len(cluster.made) == 2 and cluster.servers.current is cluster.made[1]
+    assert len(cluster.made) == 2 and cluster.current is cluster.made[1]
 
 
 def test_growth_is_measured_against_the_servers_own_usage_after_its_warm_up() -> None:

@@ -1,0 +1,78 @@
+"""A TaskExecutor's settings, read once from a `Configuration`: its Spark Connect server, when it is
+replaced, and its slot processes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from sparkdispatch.config import Configuration
+from sparkdispatch.config.options import (
+    SPARK_MASTER, TASKEXECUTOR_CANCELLATION_TIMEOUT, TASKEXECUTOR_CONNECT_DRIVER_MEMORY, TASKEXECUTOR_CONNECT_PORT,
+    TASKEXECUTOR_CONNECT_RECYCLE_OPEN_FILE_GROWTH, TASKEXECUTOR_CONNECT_RECYCLE_SESSIONS,
+    TASKEXECUTOR_CONNECT_RECYCLE_THREAD_GROWTH, TASKEXECUTOR_CONNECT_START_TIMEOUT, TASKEXECUTOR_SLOT_PROCESS_SPARES,
+)
+from sparkdispatch.taskexecutor.process_usage import ProcessUsage
+
+
+@dataclass(frozen=True)
+class ConnectServerSettings:
+    """A TaskExecutor's Spark Connect server: its Spark master, loopback port, start timeout and heap."""
+
+    spark_master: str
+    port: int  # 0 picks a free port
+    start_timeout: float  # seconds, warm-up included
+    driver_memory: int  # bytes
+    spark_properties: Mapping[str, str] = field(repr=False)  # the other `spark.*` keys; may hold secrets
+
+    @classmethod
+    def from_config(cls, config: Configuration) -> ConnectServerSettings:
+        return cls(spark_master=config.get(SPARK_MASTER), port=config.get(TASKEXECUTOR_CONNECT_PORT),
+                   start_timeout=config.get(TASKEXECUTOR_CONNECT_START_TIMEOUT),
+                   driver_memory=config.get(TASKEXECUTOR_CONNECT_DRIVER_MEMORY),
+                   spark_properties=config.spark_properties)
+
+
+@dataclass(frozen=True)
+class RecyclePolicy:
+    """When a Connect server is replaced (`server_recycling`); 0 disables a bound."""
+
+    sessions: int = 200
+    thread_growth: int = 1000
+    open_file_growth: int = 2000
+
+    @classmethod
+    def from_config(cls, config: Configuration) -> RecyclePolicy:
+        return cls(sessions=config.get(TASKEXECUTOR_CONNECT_RECYCLE_SESSIONS),
+                   thread_growth=config.get(TASKEXECUTOR_CONNECT_RECYCLE_THREAD_GROWTH),
+                   open_file_growth=config.get(TASKEXECUTOR_CONNECT_RECYCLE_OPEN_FILE_GROWTH))
+
+    def reason(self, *, sessions: int, usage: ProcessUsage | None, warm: ProcessUsage | None) -> str | None:
+        """Why a server with this many job sessions made and this usage (and `warm` after its
+        warm-up) is due for replacement; None when it is not."""
+        if self.sessions and sessions >= self.sessions:
+            return f"its slot processes made {sessions} job sessions on it (bound {self.sessions})"
+        if usage is None or warm is None:
+            return None
+        if self.thread_growth and usage.threads - warm.threads >= self.thread_growth:
+            return (f"its JVM has {usage.threads} threads, {usage.threads - warm.threads} more than after its "
+                    f"warm-up (bound {self.thread_growth})")
+        if self.open_file_growth and usage.open_files - warm.open_files >= self.open_file_growth:
+            return (f"its JVM has {usage.open_files} open files, {usage.open_files - warm.open_files} more than "
+                    f"after its warm-up (bound {self.open_file_growth})")
+        return None
+
+
+@dataclass(frozen=True)
+class SlotPoolSettings:
+    """A TaskExecutor's slot processes: warm spares, cancellation timeout, start and stop bounds (seconds)."""
+
+    spares: int = 1
+    cancellation_timeout: float = 30.0
+    start_timeout: float = 120.0  # a new slot process's imports and first action
+    stop_grace: float = 10.0  # a retired slot process's session release, before it is killed
+
+    @classmethod
+    def from_config(cls, config: Configuration) -> SlotPoolSettings:
+        return cls(spares=config.get(TASKEXECUTOR_SLOT_PROCESS_SPARES),
+                   cancellation_timeout=config.get(TASKEXECUTOR_CANCELLATION_TIMEOUT))
