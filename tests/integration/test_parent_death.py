@@ -118,6 +118,7 @@ class Standalone(StandaloneProcess):
         return {member: command_line(member[0]) for member in process_tree(root or self.process.pid)}
 
 
+@pytest.mark.timeout(2 * WAIT_S + 4 * GONE_WITHIN_S)  # two TaskExecutors start, each within WAIT_S
 def test_a_killed_taskexecutor_and_a_killed_standalone_leave_no_process_behind(tmp_path: Path,
                                                                                marker: str) -> None:
     standalone = Standalone(tmp_path, marker)

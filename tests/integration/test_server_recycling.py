@@ -54,6 +54,7 @@ def servers(tmp_path: Path, service_missing: Callable[[str], None]) -> Iterator[
         servers.stop()
 
 
+@pytest.mark.timeout(900)  # a successor server starts and warms up (its start timeout: 240 s) amid the attempts
 def test_a_recycled_server_hands_its_slot_processes_over_without_failing_an_attempt(
         servers: ConnectServers, tmp_path: Path) -> None:
     old = servers.current
