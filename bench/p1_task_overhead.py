@@ -67,7 +67,7 @@ TASK_THREAD = "TaskRunner.run ("
 TASK_THREAD_PARTS = {
     "slot process (function, Spark action, result)": "SlotProcessPool.run (",
     "state reports over HTTP": "MasterConnection.report (",
-    "artifact paths": "ArtifactCache.paths (",
+    "artifact paths": "ArtifactCache.use (",
     "slot occupy / release": "SlotTable.",
 }
 GOAL_OVERHEAD_MS = 20.0

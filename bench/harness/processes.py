@@ -4,51 +4,14 @@ stopping the processes a benchmark starts outside a cluster."""
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 from sparkdispatch.testing.local_cluster import process_tree
+from sparkdispatch.testing.process_census import command_line
+from sparkdispatch.testing.services import stop_process_group
 
-
-def child_pids(pid: int) -> list[int]:
-    """Direct children of `pid`, from /proc (each of its threads lists the children it started)."""
-    children: list[int] = []
-    try:
-        threads = list(Path(f"/proc/{pid}/task").iterdir())
-    except OSError:
-        return children
-    for thread in threads:
-        try:
-            children += [int(child) for child in (thread / "children").read_text().split()]
-        except OSError:
-            continue
-    return children
-
-
-def stop_process(process: subprocess.Popen[Any], *, grace: float = 15.0) -> None:
-    """SIGTERM the process group of `process` (started with start_new_session), SIGKILL after `grace`."""
-    if process.poll() is not None:
-        return
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=10)
-    except ProcessLookupError:
-        pass
-
-
-def kill_pids(pids: Iterable[int]) -> None:
-    """SIGKILL the process groups led by these pids if they still run (stragglers of a killed parent)."""
-    for pid in pids:
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+stop_process = stop_process_group  # the benchmarks' name for it
+process_cmdline = command_line
 
 
 def cpu_seconds(pid: int) -> float:
@@ -68,14 +31,6 @@ def tree_cpu_seconds(pid: int) -> float:
         except OSError:
             continue  # gone meanwhile
     return total
-
-
-def process_cmdline(pid: int) -> str:
-    """The command line of `pid`, arguments joined by spaces ("" when it is gone)."""
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-    except OSError:
-        return ""
 
 
 def descendants(pid: int) -> list[int]:

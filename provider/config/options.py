@@ -306,6 +306,12 @@ TASKEXECUTOR_ATTEMPT_LOG_MAX_SIZE: Final = _taskexecutors.size(
     "some 50,000 lines, and its tail is one read of the log route (1 MiB); a job of 1,000 subtasks then holds at "
     "most 4 GiB of logs per attempt round beside its results.",
     minimum=4 * KiB)
+TASKEXECUTOR_ARTIFACT_CACHE_MAX_SIZE: Final = _taskexecutors.size(
+    "taskexecutor.artifact-cache.max-size", 2 * GiB,
+    "Most a TaskExecutor's copies of user-code artifacts take on its disk (`<storage.dir>/te-cache/<id>/`); beyond "
+    "it the least recently used ones are removed, never one a running task uses, and fetched again from the master "
+    "when a task needs them.",
+    minimum=1)
 TASKEXECUTOR_SLOT_PROCESS_SPARES: Final = _taskexecutors.integer(
     "taskexecutor.slot-process.spares", 1,
     "Slot processes a TaskExecutor keeps started and warm for the next slot that gets a task of other code (each "
@@ -350,6 +356,23 @@ TASKEXECUTOR_CONNECT_DRIVER_MEMORY: Final = _spark.size(
     "Heap of a TaskExecutor's Spark Connect server (the Spark driver of all its slots); a `spark.driver.memory` "
     "property overrides it.",
     minimum=128 * MiB)
+TASKEXECUTOR_CONNECT_RECYCLE_SESSIONS: Final = _spark.integer(
+    "taskexecutor.connect.recycle.sessions", 200,
+    "A TaskExecutor replaces its Spark Connect server by a new one once its slot processes made this many job "
+    "sessions on it (each job makes one per slot process it uses): Spark keeps part of every session that ran a "
+    "Python UDF until its server stops. The successor starts before the old server stops, which ends once its "
+    "running tasks ended; no task fails for it. 0: never for this reason.",
+    minimum=0)
+TASKEXECUTOR_CONNECT_RECYCLE_THREAD_GROWTH: Final = _spark.integer(
+    "taskexecutor.connect.recycle.thread-growth", 1000,
+    "The Spark Connect server is also replaced once its JVM has this many threads more than right after its "
+    "start. 0: never for this reason.",
+    minimum=0)
+TASKEXECUTOR_CONNECT_RECYCLE_OPEN_FILE_GROWTH: Final = _spark.integer(
+    "taskexecutor.connect.recycle.open-file-growth", 2000,
+    "The Spark Connect server is also replaced once its JVM has this many open files (descriptors) more than right "
+    "after its start. 0: never for this reason.",
+    minimum=0)
 
 _restart = Section("Restart strategy")
 

@@ -3,7 +3,8 @@
 As `airflow standalone` or Flink's `start-cluster.sh`: HA mode `none` (stores under
 `--storage`), Celery over kombu's `filesystem://` transport (no Redis), Spark `local[*]`. The
 master runs in this process; each TaskExecutor is a child process. Ctrl-C or SIGTERM stops
-them all.
+them all; killed with SIGKILL, it takes them along (`sparkdispatch.lifeline`: each TaskExecutor
+gets SIGKILL, and its Spark Connect server and slot processes follow it the same way).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 from sparkdispatch.config import Configuration
 from sparkdispatch.config.options import BROKER_URL, STORAGE_DIR, TASKEXECUTOR_SLOTS
 from sparkdispatch.entrypoint.master import Master
+from sparkdispatch.lifeline import tied_to_parent
 
 log = logging.getLogger(__name__)
 
@@ -84,9 +86,10 @@ class StandaloneCluster:
     def _spawn_task_executor(self, index: int) -> subprocess.Popen[bytes]:
         argv = [sys.executable, "-m", "sparkdispatch.taskexecutor", "--config", str(self._child_config),
                 "-D", f"taskexecutor.id=standalone-{index}"]
+        # from the event loop's thread, the main thread: the TaskExecutor dies when this process does
         with open(self._log_dir / f"taskexecutor-{index}.log", "ab") as out:
-            return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True)
+            return subprocess.Popen(tied_to_parent(argv), stdout=out, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
 
     async def wait_for_task_executors(self, timeout: float = 120.0) -> int:
         """Wait until every TaskExecutor registered; the number that did."""

@@ -7,9 +7,9 @@ for the JVM's class loading and code generation nor the TaskExecutor process for
 client's imports (pandas, pyarrow). `stop()` ends the whole group, Spark's Python workers
 included. Whether and when to restart a dead server is the TaskExecutor's decision.
 
-The server is started under `setpriv --pdeathsig TERM`, so it stops when the thread that started
-it ends, also when the TaskExecutor is killed with SIGKILL: start it from the main thread (or
-another thread that lives as long as the TaskExecutor).
+The server (and its warm-up client) is started through `sparkdispatch.lifeline`, so it gets
+SIGTERM when the thread that started it ends, also when the TaskExecutor is killed with SIGKILL:
+start it from the main thread (or another thread that lives as long as the TaskExecutor).
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ from pathlib import Path
 import grpc  # type: ignore[import-untyped]  # grpcio ships no type stubs
 
 from sparkdispatch.errors import ConnectServerError
+from sparkdispatch.lifeline import tied_to_parent
+from sparkdispatch.taskexecutor.process_usage import ProcessUsage
 from sparkdispatch.taskexecutor.settings import ConnectServerSettings
 
 log = logging.getLogger(__name__)
@@ -115,6 +117,8 @@ class ConnectServer:
         self.log_path = self.work_dir / LOG_FILE_NAME
         self.ui_port: int | None = None  # the Spark UI's port while serving (None when it is disabled)
         self.starts = 0  # starts asked for; each one after the first is a restart
+        #: what the server held right after its latest start and warm-up (None if /proc could not tell)
+        self.warm_usage: ProcessUsage | None = None
         self._lock = threading.Lock()
         self._process: subprocess.Popen[bytes] | None = None
         self._address: str | None = None  # "127.0.0.1:<port>" while serving
@@ -127,6 +131,12 @@ class ConnectServer:
         if address is None:
             raise ConnectServerError("the Spark Connect server is not serving", log_file=str(self.log_path))
         return f"sc://{address}"
+
+    @property
+    def serving_url(self) -> str | None:
+        """`url`, or None while the server does not serve."""
+        address = self._address
+        return None if address is None else f"sc://{address}"
 
     @property
     def pid(self) -> int | None:
@@ -180,6 +190,7 @@ class ConnectServer:
             except BaseException:
                 self._terminate()
                 raise
+            self.warm_usage = ProcessUsage.of(self.pid) if self.pid is not None else None
             log.info("Spark Connect server ready at %s in %.1f s (warm-up %.1f s; pid %d, Spark UI port %s, log %s)",
                      self.url, time.monotonic() - started, time.monotonic() - serving, self.pid, self.ui_port,
                      self.log_path)
@@ -217,7 +228,7 @@ class ConnectServer:
                "SPARK_SUBMIT_OPTS": submit_opts}
         try:
             with open(self.log_path, "wb") as log_file:
-                self._process = subprocess.Popen(_tied_to_this_thread(argv), stdin=subprocess.DEVNULL,
+                self._process = subprocess.Popen(tied_to_parent(argv, signal.SIGTERM), stdin=subprocess.DEVNULL,
                                                  stdout=log_file, stderr=subprocess.STDOUT, env=env,
                                                  start_new_session=True)
         except OSError as exc:
@@ -265,7 +276,7 @@ class ConnectServer:
         directory = self.work_dir / "warm-up" / uuid.uuid4().hex
         argv = [sys.executable, "-m", WARM_UP_MODULE, self.url, str(directory)]
         try:
-            done = subprocess.run(_tied_to_this_thread(argv), stdin=subprocess.DEVNULL, capture_output=True,
+            done = subprocess.run(tied_to_parent(argv, signal.SIGTERM), stdin=subprocess.DEVNULL, capture_output=True,
                                   text=True, timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             raise self._failure(f"the Spark Connect server did not finish its warm-up within {budget:g} s") from None
@@ -302,16 +313,6 @@ def _spark_home(log_path: Path) -> Path:
     if spec is None or spec.origin is None:
         raise ConnectServerError(f"pyspark is not installed for {sys.executable}", log_file=str(log_path))
     return Path(spec.origin).parent
-
-
-def _tied_to_this_thread(argv: list[str]) -> list[str]:
-    """`argv` under `setpriv --pdeathsig TERM`: the child gets SIGTERM when the calling thread ends."""
-    setpriv = shutil.which("setpriv")
-    if setpriv is None:
-        log.warning("setpriv (util-linux) is not installed: a TaskExecutor killed with SIGKILL leaves its "
-                    "Spark Connect server running")
-        return argv
-    return [setpriv, "--pdeathsig", "TERM", *argv]
 
 
 def _signal_group(pgid: int, signum: signal.Signals) -> None:

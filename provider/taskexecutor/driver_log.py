@@ -11,6 +11,9 @@ those stages ("... in stage 12.0 ..."; in local mode the executors' threads are 
 the lines below it that are no log line of their own (a stack trace) go with it, up to
 `MAX_CONTINUATION_LINES`. The server logs at WARN but for its own start lines.
 
+The log stays open from the attempt's start to its end, so the attempt reads its own server's log
+also when a newer server (a recycled one, server_recycling.py) takes over the file's name meanwhile.
+
 Lines are copied at each progress report and when the attempt ends, so a long operation's
 driver messages reach the attempt's log, and from there Airflow, while it runs. A progress
 report of an operation whose stages are still running (the server reports every
@@ -20,11 +23,12 @@ as a line of its stages' tasks, and the operation's end after it.
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 if TYPE_CHECKING:  # the slot process imports pyspark once it starts, not with this module
     from pyspark.sql.connect.shell.progress import ProgressHandler, StageInfo
@@ -55,6 +59,7 @@ class DriverLog:
         self._write = write
         self._lock = threading.Lock()
         self._active = False
+        self._file: IO[bytes] | None = None  # the log, open while an attempt runs
         self._offset = 0
         self._pending = b""
         self._operations: set[str] = set()
@@ -65,8 +70,10 @@ class DriverLog:
     def begin(self, log: Path | None) -> None:
         """Start an attempt whose driver logs to `log`: only lines logged from now on are its."""
         with self._lock:
+            self._close()
             self.path = log
             self._active = log is not None
+            self._open()
             self._offset = self._size()
             self._pending = b""
             self._operations.clear()
@@ -80,6 +87,7 @@ class DriverLog:
             if self._active:
                 self._copy()
             self._active = False
+            self._close()
 
     def __call__(self, stages: Iterable[StageInfo] | None, inflight_tasks: int, operation_id: str | None,
                  done: bool) -> None:
@@ -104,20 +112,34 @@ class DriverLog:
             del self._progress[operation_id]
             self._write(f"{PREFIX}operation {operation_id[:8]} ended\n")
 
+    def _open(self) -> None:
+        if self.path is not None and self._file is None:
+            try:
+                self._file = open(self.path, "rb")
+            except OSError:
+                self._file = None
+
+    def _close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
     def _size(self) -> int:
         try:
-            return self.path.stat().st_size if self.path is not None else 0
+            return os.fstat(self._file.fileno()).st_size if self._file is not None else 0
         except OSError:
             return 0
 
     def _copy(self) -> None:
         assert self.path is not None
-        if self._size() < self._offset:  # the server restarted: its new log starts over
+        self._open()  # a log that did not exist yet when the attempt began
+        if self._file is None:
+            return
+        if self._size() < self._offset:  # truncated: it starts over
             self._offset, self._pending = 0, b""
         try:
-            with open(self.path, "rb") as log:
-                log.seek(self._offset)
-                chunk = log.read(READ_CHUNK)
+            self._file.seek(self._offset)
+            chunk = self._file.read(READ_CHUNK)
         except OSError:
             return
         if not chunk:

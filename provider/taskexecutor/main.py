@@ -1,9 +1,10 @@
 """One TaskExecutor: a warm Spark Connect server, a Python process per slot, a Celery worker.
 
-The Celery worker (one thread per slot) does all talking to the master; each slot's tasks run
+The Celery worker (two threads per slot) does all talking to the master; each slot's tasks run
 in the slot's own process (`SlotProcessPool`) as clients of the TaskExecutor's Spark Connect
-server, the Spark driver of all its slots. Server and spare slot processes are started and
-warmed before the worker registers, and stopped after it: worker, slot processes, server.
+server, the Spark driver of all its slots, replaced by a successor now and then
+(server_recycling.py). Server and spare slot processes are started and warmed before the worker
+registers, and stopped after it: worker, slot processes, servers.
 """
 
 from __future__ import annotations
@@ -18,15 +19,18 @@ from pathlib import Path
 from sparkdispatch.broker.celery_app import queue_name
 from sparkdispatch.config import Configuration
 from sparkdispatch.config.options import (
-    SPARK_MASTER, TASKEXECUTOR_ID, TASKEXECUTOR_METRICS_BIND_ADDRESS, TASKEXECUTOR_METRICS_PORT, TASKEXECUTOR_SLOTS,
+    SPARK_MASTER, TASKEXECUTOR_ARTIFACT_CACHE_MAX_SIZE, TASKEXECUTOR_ID, TASKEXECUTOR_METRICS_BIND_ADDRESS,
+    TASKEXECUTOR_METRICS_PORT, TASKEXECUTOR_SLOTS,
 )
 from sparkdispatch.errors import ServiceUnavailable
 from sparkdispatch.ha import ClosableLeaderRetrieval, create_leader_retrieval
 from sparkdispatch.taskexecutor.settings import ConnectServerSettings, SlotPoolSettings
 from sparkdispatch.taskexecutor.app import create_celery_app
 from sparkdispatch.taskexecutor.connect_server import ConnectServer
+from sparkdispatch.taskexecutor.server_recycling import ConnectServers
 from sparkdispatch.taskexecutor.master_client import MasterClient
-from sparkdispatch.taskexecutor.runner import SLOT_RELEASE_MARGIN_S, ArtifactCache, SlotTable, TaskRunner
+from sparkdispatch.taskexecutor.artifact_cache import ArtifactCache
+from sparkdispatch.taskexecutor.runner import SLOT_RELEASE_MARGIN_S, SlotTable, TaskRunner
 from sparkdispatch.taskexecutor.server_watch import ConnectServerWatchStep
 from sparkdispatch.taskexecutor.slot_pool import SlotProcessPool
 from sparkdispatch.taskexecutor.worker import MasterConnection, MasterConnectionStep, TaskExecutorIdentity
@@ -43,7 +47,7 @@ class TaskExecutor:
     slots: SlotTable
     runner: TaskRunner
     connection: MasterConnection
-    server: ConnectServer
+    servers: ConnectServers
     pool: SlotProcessPool
 
 
@@ -67,20 +71,24 @@ def run_task_executor(config: Configuration, *, task_executor_id: str | None = N
              identity.spark_master)
     # Warm before registering: the ResourceManager sees slots only once they can run tasks at once.
     # The server is started from this thread: it is killed when the thread that started it ends.
-    server = ConnectServer(ConnectServerSettings.from_config(config), work_dir=config.storage_dir / "te-work" / te_id,
-                           app_name=f"sparkdispatch-{te_id}")
+    def new_server() -> ConnectServer:
+        return ConnectServer(ConnectServerSettings.from_config(config),
+                             work_dir=config.storage_dir / "te-work" / te_id, app_name=f"sparkdispatch-{te_id}")
+
+    server = new_server()
     server.start()
+    servers = ConnectServers(server, successor=new_server)
     pool_settings = SlotPoolSettings.from_config(config)
     pool = SlotProcessPool(pool_settings, connect_url=server.url, driver_log=str(server.log_path))
     try:
         pool.start()
-        return _serve(config, identity, server, pool, pool_settings, loglevel=loglevel)
+        return _serve(config, identity, servers, pool, pool_settings, loglevel=loglevel)
     finally:
         pool.close()
-        server.stop()
+        servers.stop()
 
 
-def _serve(config: Configuration, identity: TaskExecutorIdentity, server: ConnectServer, pool: SlotProcessPool,
+def _serve(config: Configuration, identity: TaskExecutorIdentity, servers: ConnectServers, pool: SlotProcessPool,
            pool_settings: SlotPoolSettings, *, loglevel: str) -> int:
     """Register and serve deployments until the worker stops; returns its exit code."""
     te_id = identity.task_executor_id
@@ -96,18 +104,19 @@ def _serve(config: Configuration, identity: TaskExecutorIdentity, server: Connec
                                       current_leader=retrieval.current)
         runner = TaskRunner(pool=pool, slots=slots, reporter=connection, task_executor_id=te_id,
                             artifacts=ArtifactCache(_artifact_fetcher(client, retrieval),
-                                                   config.storage_dir / "te-cache" / te_id),
+                                                   config.storage_dir / "te-cache" / te_id,
+                                                   max_size=config.get(TASKEXECUTOR_ARTIFACT_CACHE_MAX_SIZE)),
                             slot_release_timeout_s=pool_settings.cancellation_timeout + SLOT_RELEASE_MARGIN_S,
                             start_deadline=connection.start_deadline)
         runtime = TaskExecutor(config=config, identity=identity, slots=slots, runner=runner, connection=connection,
-                               server=server, pool=pool)
+                               servers=servers, pool=pool)
         if config.get(TASKEXECUTOR_METRICS_PORT):
             from sparkdispatch.taskexecutor.metrics import TaskExecutorParts, serve_metrics
 
             parts = TaskExecutorParts(
                 slots=slot_count, busy_slots=lambda: len(slots.running()), ended_attempts=runner.ended_counts,
-                slot_processes_lost=lambda: pool.processes_lost, connect_server_healthy=server.is_healthy,
-                connect_server_starts=lambda: server.starts)
+                slot_processes_lost=lambda: pool.processes_lost, connect_server_healthy=servers.is_healthy,
+                connect_server_starts=lambda: servers.starts, connect_server_recycles=lambda: servers.recycles)
             metrics_server, _ = serve_metrics(te_id, parts, port=config.get(TASKEXECUTOR_METRICS_PORT),
                                               address=config.get(TASKEXECUTOR_METRICS_BIND_ADDRESS))
             stop_metrics.append(metrics_server.shutdown)

@@ -2,8 +2,8 @@
 
 Read from the TaskExecutor's parts when scraped: its slots and how many run an attempt, the
 attempts that ended here by state, the slot processes that died or were killed under an
-attempt, and its Spark Connect server's health (a gRPC call, as the server watch makes) and
-restarts. Labelled with the TaskExecutor's id, as the master names it.
+attempt, and its Spark Connect server's health (a gRPC call, as the server watch makes),
+restarts and replacements by recycling. Labelled with the TaskExecutor's id, as the master names it.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ class TaskExecutorParts:
     slot_processes_lost: Callable[[], int]
     connect_server_healthy: Callable[[float], bool]
     connect_server_starts: Callable[[], int]
+    connect_server_recycles: Callable[[], int]
 
 
 class TaskExecutorCollector(Collector):
@@ -71,6 +72,8 @@ class TaskExecutorCollector(Collector):
                     1 if parts.connect_server_healthy(HEALTH_TIMEOUT_S) else 0)
         yield counter("connect_server_restarts", "Restarts of the Spark Connect server.",
                       max(0, parts.connect_server_starts() - 1))
+        yield counter("connect_server_recycles", "Spark Connect servers replaced by a successor once due "
+                      "(taskexecutor.connect.recycle.*).", parts.connect_server_recycles())
 
 
 def serve_metrics(task_executor_id: str, parts: TaskExecutorParts, *, port: int,

@@ -21,8 +21,8 @@ import threading
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Protocol
 
 from sparkdispatch.errors import (
@@ -36,6 +36,7 @@ from sparkdispatch.model.job_result import Failure
 from sparkdispatch.log_context import log_context
 from sparkdispatch.model.protocol import ExecutionStateUpdate, SlotReport, SlotStatus, TaskDeploymentDescriptor
 from sparkdispatch.storage.results import remove_attempt_partition
+from sparkdispatch.taskexecutor.artifact_cache import ArtifactCache
 from sparkdispatch.taskexecutor.slot_protocol import AttemptState
 
 log = logging.getLogger(__name__)
@@ -253,41 +254,7 @@ class SlotTable:
 
 
 # --------------------------------------------------------------------------------------------
-# Artifacts
-
-
-class ArtifactCache:
-    """User-code blobs fetched once per TaskExecutor into `cache_dir`: blob key → local file.
-
-    `fetch(key, directory)` downloads a blob into `directory` and gives its file (from the leader,
-    verified by its hash: `MasterClient.fetch_artifact`). Each blob has a directory of its own,
-    `<cache_dir>/<key>/<file name>`, so the directory of a `.py` blob holds that module alone: a
-    slot process puts it (or a `.zip` itself) on its own `sys.path`. A blob fetched before the
-    TaskExecutor restarted is used as it is.
-    """
-
-    def __init__(self, fetch: Callable[[str, Path], Path], cache_dir: Path) -> None:
-        self._fetch = fetch
-        self._cache_dir = cache_dir
-        self._lock = threading.Lock()
-        self._files: dict[str, str] = {}
-
-    def paths(self, keys: Sequence[str]) -> list[str]:
-        """The local files of `keys`, in order, fetched on first use."""
-        with self._lock:
-            for key in keys:
-                if key not in self._files:
-                    self._files[key] = self._install(key)
-            return [self._files[key] for key in keys]
-
-    def _install(self, key: str) -> str:
-        directory = self._cache_dir / key
-        fetched = [path for path in directory.iterdir() if path.is_file() and not path.name.startswith(".")] \
-            if directory.is_dir() else []
-        path = fetched[0] if len(fetched) == 1 else self._fetch(key, directory)
-        if path.suffix not in (".py", ".zip"):
-            raise SparkDispatchError(f"artifact {key} ({path.name}) is neither a .py nor a .zip file")
-        return str(path)
+# Results
 
 
 def discard_result(update: ExecutionStateUpdate) -> None:
@@ -437,12 +404,14 @@ class TaskRunner:
         tdd = running.tdd
         if running.cancelled.is_set():
             return self._transition(running, ExecutionState.CANCELED)
-        try:
-            artifact_paths = self._artifacts.paths(tdd.artifacts) if self._artifacts is not None else []
-        except Exception as exc:  # noqa: BLE001 - a missing or bad artifact fails the attempt
-            return self._fail(running, Failure.from_exception(exc))
-        end = self._pool.run(tdd.slot_index, tdd, artifact_paths, lambda state: self._on_state(running, state),
-                             start_deadline=self._start_deadline)
+        with ExitStack() as artifacts_in_use:  # the cache keeps them while the attempt runs
+            try:
+                artifact_paths = artifacts_in_use.enter_context(self._artifacts.use(tdd.artifacts)) \
+                    if self._artifacts is not None else []
+            except Exception as exc:  # noqa: BLE001 - a missing or bad artifact fails the attempt
+                return self._fail(running, Failure.from_exception(exc))
+            end = self._pool.run(tdd.slot_index, tdd, artifact_paths, lambda state: self._on_state(running, state),
+                                 start_deadline=self._start_deadline)
         if running.cancelled.is_set() or end.state is ExecutionState.CANCELED:
             return self._transition(running, ExecutionState.CANCELED)
         if end.state is ExecutionState.FAILED:

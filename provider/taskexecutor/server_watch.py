@@ -1,9 +1,12 @@
-"""The worker step that keeps the TaskExecutor's Spark Connect server alive.
+"""The worker step that keeps the TaskExecutor's Spark Connect server alive, and fresh.
 
-Every few seconds it checks that the server process runs and answers (`ConnectServer.is_healthy`,
-a few milliseconds). A dead server, or one that failed `UNHEALTHY_CHECKS` checks in a row, is
-restarted, and the slot processes are replaced, since their sessions died with it: running
-attempts fail and their JobMasters restart them; the TaskExecutor stays registered.
+Every few seconds it checks that the current server process runs and answers
+(`ConnectServer.is_healthy`, a few milliseconds). A dead server, or one that failed
+`UNHEALTHY_CHECKS` checks in a row, is restarted, and the slot processes are replaced, since their
+sessions died with it: running attempts fail and their JobMasters restart them; the TaskExecutor
+stays registered. Then it does the next step of recycling a server that is due for it
+(server_recycling.py), which fails nothing, and ends the Python worker daemons of the sessions the
+slot processes released (python_workers.py).
 """
 
 from __future__ import annotations
@@ -12,8 +15,10 @@ import logging
 from typing import Any
 
 from sparkdispatch.errors import SparkDispatchError
-from sparkdispatch.taskexecutor.connect_server import ConnectServer
 from sparkdispatch.taskexecutor.periodic_step import PeriodicStep
+from sparkdispatch.taskexecutor.python_workers import WorkerDaemonReaper
+from sparkdispatch.taskexecutor.server_recycling import ConnectServers, ServerRecycler
+from sparkdispatch.taskexecutor.settings import RecyclePolicy
 from sparkdispatch.taskexecutor.slot_pool import SlotProcessPool
 
 log = logging.getLogger(__name__)
@@ -26,14 +31,15 @@ UNHEALTHY_CHECKS = 3
 class ConnectServerWatch:
     """The check itself: restart a dead or unresponsive server and reconnect the slot processes."""
 
-    def __init__(self, server: ConnectServer, pool: SlotProcessPool) -> None:
-        self._server = server
+    def __init__(self, servers: ConnectServers, pool: SlotProcessPool) -> None:
+        self._servers = servers
         self._pool = pool
         self._misses = 0
 
     def check(self) -> None:
-        if self._server.is_alive():
-            if self._server.is_healthy():
+        server = self._servers.current
+        if server.is_alive():
+            if server.is_healthy():
                 self._misses = 0
                 return
             self._misses += 1
@@ -42,18 +48,19 @@ class ConnectServerWatch:
                 return
             log.warning("the Spark Connect server has not answered %d checks in a row; restarting it", self._misses)
         else:
-            log.warning("the Spark Connect server died (see %s); restarting it", self._server.log_path)
+            log.warning("the Spark Connect server died (see %s); restarting it", server.log_path)
         self._misses = 0
-        self._server.restart()
-        self._pool.reconnect(self._server.url)
-        log.info("the Spark Connect server serves again at %s", self._server.url)
+        server.restart()
+        self._pool.reconnect(server.url)
+        log.info("the Spark Connect server serves again at %s", server.url)
 
 
 class ConnectServerWatchStep(PeriodicStep):
-    """Worker step: `ConnectServerWatch.check` every `CHECK_EVERY_S` on the step's own thread.
+    """Worker step: `ConnectServerWatch.check`, `ServerRecycler.check` and `WorkerDaemonReaper.check`,
+    every `CHECK_EVERY_S` on the step's own thread.
 
-    That thread lives as long as the worker: a server it restarts dies with it, not before
-    (`ConnectServer` ties the server to the thread that started it).
+    That thread lives as long as the worker: a server it restarts or starts as a successor dies
+    with it, not before (`ConnectServer` ties the server to the thread that started it).
     """
 
     label = "sparkdispatch-connect-server-watch"
@@ -61,17 +68,24 @@ class ConnectServerWatchStep(PeriodicStep):
     def __init__(self, w: Any, **kwargs: Any) -> None:
         super().__init__(w, **kwargs)
         self._watch: ConnectServerWatch | None = None
+        self._recycler: ServerRecycler | None = None
+        self._reaper: WorkerDaemonReaper | None = None
 
     def start_ticking(self, w: Any) -> float:
         runtime = w.app.task_executor
         if runtime is None:
             raise RuntimeError("ConnectServerWatchStep needs a TaskExecutor app")
-        self._watch = ConnectServerWatch(runtime.server, runtime.pool)
+        self._watch = ConnectServerWatch(runtime.servers, runtime.pool)
+        self._recycler = ServerRecycler(runtime.servers, runtime.pool, RecyclePolicy.from_config(runtime.config))
+        self._reaper = WorkerDaemonReaper(runtime.servers.pids, runtime.pool.released_sessions)
         return CHECK_EVERY_S
 
     def tick(self) -> None:
-        assert self._watch is not None
+        assert self._watch is not None and self._recycler is not None and self._reaper is not None
         try:
             self._watch.check()
         except SparkDispatchError:
             log.exception("restarting the Spark Connect server failed; trying again in %gs", CHECK_EVERY_S)
+            return
+        self._recycler.check()
+        self._reaper.check()

@@ -1,5 +1,5 @@
-"""A TaskExecutor's settings, read once from a `Configuration`: its Spark Connect server and its slot
-processes."""
+"""A TaskExecutor's settings, read once from a `Configuration`: its Spark Connect server, when it is
+replaced, and its slot processes."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ from dataclasses import dataclass, field
 from sparkdispatch.config import Configuration
 from sparkdispatch.config.options import (
     SPARK_MASTER, TASKEXECUTOR_ATTEMPT_LOG_MAX_SIZE, TASKEXECUTOR_CANCELLATION_TIMEOUT,
-    TASKEXECUTOR_CONNECT_DRIVER_MEMORY, TASKEXECUTOR_CONNECT_PORT, TASKEXECUTOR_CONNECT_START_TIMEOUT,
-    TASKEXECUTOR_SLOT_PROCESS_SPARES,
+    TASKEXECUTOR_CONNECT_DRIVER_MEMORY, TASKEXECUTOR_CONNECT_PORT, TASKEXECUTOR_CONNECT_RECYCLE_OPEN_FILE_GROWTH,
+    TASKEXECUTOR_CONNECT_RECYCLE_SESSIONS, TASKEXECUTOR_CONNECT_RECYCLE_THREAD_GROWTH,
+    TASKEXECUTOR_CONNECT_START_TIMEOUT, TASKEXECUTOR_SLOT_PROCESS_SPARES,
 )
+from sparkdispatch.taskexecutor.process_usage import ProcessUsage
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,36 @@ class ConnectServerSettings:
                    start_timeout=config.get(TASKEXECUTOR_CONNECT_START_TIMEOUT),
                    driver_memory=config.get(TASKEXECUTOR_CONNECT_DRIVER_MEMORY),
                    spark_properties=config.spark_properties)
+
+
+@dataclass(frozen=True)
+class RecyclePolicy:
+    """When a Connect server is replaced (`server_recycling`); 0 disables a bound."""
+
+    sessions: int = 200
+    thread_growth: int = 1000
+    open_file_growth: int = 2000
+
+    @classmethod
+    def from_config(cls, config: Configuration) -> RecyclePolicy:
+        return cls(sessions=config.get(TASKEXECUTOR_CONNECT_RECYCLE_SESSIONS),
+                   thread_growth=config.get(TASKEXECUTOR_CONNECT_RECYCLE_THREAD_GROWTH),
+                   open_file_growth=config.get(TASKEXECUTOR_CONNECT_RECYCLE_OPEN_FILE_GROWTH))
+
+    def reason(self, *, sessions: int, usage: ProcessUsage | None, warm: ProcessUsage | None) -> str | None:
+        """Why a server with this many job sessions made and this usage (and `warm` after its
+        warm-up) is due for replacement; None when it is not."""
+        if self.sessions and sessions >= self.sessions:
+            return f"its slot processes made {sessions} job sessions on it (bound {self.sessions})"
+        if usage is None or warm is None:
+            return None
+        if self.thread_growth and usage.threads - warm.threads >= self.thread_growth:
+            return (f"its JVM has {usage.threads} threads, {usage.threads - warm.threads} more than after its "
+                    f"warm-up (bound {self.thread_growth})")
+        if self.open_file_growth and usage.open_files - warm.open_files >= self.open_file_growth:
+            return (f"its JVM has {usage.open_files} open files, {usage.open_files - warm.open_files} more than "
+                    f"after its warm-up (bound {self.open_file_growth})")
+        return None
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,10 @@ CANCELED, and the slot takes a spare next time. A process that dies under its at
 that attempt only (`SlotProcessLost`, saying how it died); the pool replaces it. The session of a
 process killed or dead under its attempt is interrupted and released on the server by the pool.
 
+`switch_server(url)` moves the pool to a successor of its Connect server (server_recycling.py):
+later attempts run there; each process releases its sessions on the old server, at once when
+idle, after its attempt when busy, so `attempts_on(old_url)` falls to 0 and the old server can stop.
+
 Every child is started by one long-lived thread (`PR_SET_PDEATHSIG` fires when the thread that
 started a process ends, not only the process), in the TaskExecutor's process group, with the
 TaskExecutor's stdout and stderr; `close()` stops them all.
@@ -39,11 +43,13 @@ from sparkdispatch.model.job_result import Failure
 from sparkdispatch.model.protocol import TaskDeploymentDescriptor
 from sparkdispatch.taskexecutor.settings import SlotPoolSettings
 from sparkdispatch.taskexecutor.connect_server import release_session
+from sparkdispatch.taskexecutor.python_workers import ReleasedSessions
 from sparkdispatch.taskexecutor.slot_protocol import (
     CANCEL,
     MAY_START,
     READY,
     SESSION,
+    SERVER,
     SESSION_USER,
     START_DEADLINE,
     STATE,
@@ -80,7 +86,25 @@ class _SlotChild:
         self.process = process
         self.channel = channel
         self.code: tuple[str, ...] | None = None  # the artifact files it runs
-        self.session_id: str | None = None  # its current job's Connect session, once it has one
+        self.connect_url: str | None = None  # the server it was last told of
+        self.session: _Session | None = None  # its current job's Connect session
+        self.running = False  # an attempt runs in it (the pool's lock guards this and the next)
+        self.releases_after_attempt = False  # told to move while running: its session goes after the attempt
+
+    def tell_server(self, connect_url: str, released: ReleasedSessions) -> None:
+        """Move the process to the server at `connect_url` (it releases its sessions elsewhere, after
+        the attempt it runs, if any); a process gone meanwhile is left to its run or its replacement."""
+        if self.connect_url == connect_url:
+            return
+        self.connect_url = connect_url
+        if self.running:
+            self.releases_after_attempt = True
+        else:
+            self.forget_session(released)
+        try:
+            self.channel.send({"type": SERVER, "connect_url": connect_url})
+        except OSError:
+            pass
 
     @property
     def pid(self) -> int:
@@ -120,6 +144,12 @@ class _SlotChild:
             self.process.wait()
         self.channel.close()
 
+    def forget_session(self, released: ReleasedSessions) -> None:
+        """The process releases its job's session, or has gone: Spark's workers of it may go too."""
+        if self.session is not None:
+            released.add(self.session.server_session_id)
+            self.session = None
+
     def kill(self) -> None:
         if self.alive:
             self.process.kill()
@@ -127,11 +157,21 @@ class _SlotChild:
         self.channel.close()
 
 
+@dataclass(frozen=True)
+class _Session:
+    """A slot process's Connect session: its id, the server's own id of it, and the server's address."""
+
+    session_id: str
+    server_session_id: str | None
+    connect_url: str
+
+
 @dataclass
 class _Attempt:
     execution_id: str
     slot_index: int
     child: _SlotChild | None = None
+    connect_url: str | None = None  # the server it runs on, once sent
     cancelled: bool = False
     killed: bool = False
     kill_timer: threading.Timer | None = None
@@ -155,6 +195,9 @@ class SlotProcessPool:
         #: attempt has said so (idle ones stay: a few objects per server restart)
         self._server_lost: set[_SlotChild] = set()
         self._attempts: dict[str, _Attempt] = {}
+        self._sessions_made = 0  # job sessions made on the server at `_connect_url`
+        #: sessions the processes released, whose Python worker daemons may end (python_workers.py)
+        self.released_sessions = ReleasedSessions()
         self._closed = False
         #: slot processes that died under an attempt or were killed (the metrics' count)
         self.processes_lost = 0
@@ -188,8 +231,11 @@ class SlotProcessPool:
                 if attempt.cancelled:
                     return AttemptState(ExecutionState.CANCELED)
                 attempt.child = child
+                with self._lock:
+                    attempt.connect_url = connect_url = self._connect_url
+                    child.running = True
                 try:
-                    child.channel.send(RunRequest(tdd, self._connect_url, tuple(artifact_paths), self._driver_log,
+                    child.channel.send(RunRequest(tdd, connect_url, tuple(artifact_paths), self._driver_log,
                                                   start_deadline() if start_deadline else None,
                                                   log_max_size=self._settings.attempt_log_max_size).to_message())
                 except OSError:
@@ -199,7 +245,12 @@ class SlotProcessPool:
                 if message is None:
                     return self._lost(attempt, child)
                 if message["type"] == SESSION:
-                    child.session_id = str(message["session_id"])
+                    child.forget_session(self.released_sessions)  # the process releases its last job's
+                    child.session = _Session(str(message["session_id"]), message.get("server_session_id"),
+                                             connect_url)
+                    with self._lock:
+                        if connect_url == self._connect_url:
+                            self._sessions_made += 1
                     continue
                 if message["type"] == MAY_START:  # its deadline passed while it set up: a fresh one, if any
                     child.channel.send({"type": START_DEADLINE,
@@ -218,6 +269,11 @@ class SlotProcessPool:
         finally:
             with self._lock:
                 self._attempts.pop(tdd.execution_id, None)
+                if attempt.child is not None:
+                    attempt.child.running = False
+                    if attempt.child.releases_after_attempt:  # the process releases its session now
+                        attempt.child.releases_after_attempt = False
+                        attempt.child.forget_session(self.released_sessions)
             if attempt.kill_timer is not None:
                 attempt.kill_timer.cancel()
 
@@ -289,11 +345,34 @@ class SlotProcessPool:
     def _release_session_of(self, child: _SlotChild) -> None:
         """A process killed or dead under its attempt could not release its session: the operations
         it started would run on, and the session hold its state, until the server's session timeout."""
-        if child.session_id is None:
+        session = child.session
+        if session is None:
             return
-        address = self._connect_url.removeprefix("sc://").split("/", 1)[0]
-        threading.Thread(target=release_session, args=(address, child.session_id, SESSION_USER), daemon=True,
+        child.forget_session(self.released_sessions)
+        address = session.connect_url.removeprefix("sc://").split("/", 1)[0]
+        threading.Thread(target=release_session, args=(address, session.session_id, SESSION_USER), daemon=True,
                          name=f"release-session-{child.pid}").start()
+
+    def switch_server(self, connect_url: str) -> None:
+        """Run later attempts on the Connect server at `connect_url`, a successor of the current one
+        that still serves: every process moves there, a busy one once its attempt ended."""
+        with self._lock:
+            self._connect_url = connect_url
+            self._sessions_made = 0
+            for child in [*self._bound.values(), *self._spares]:
+                child.tell_server(connect_url, self.released_sessions)
+        log.info("slot processes moved to the Spark Connect server at %s", connect_url)
+
+    def attempts_on(self, connect_url: str) -> int:
+        """Attempts running (or being sent) on the Connect server at `connect_url`."""
+        with self._lock:
+            return sum(1 for attempt in self._attempts.values() if attempt.connect_url == connect_url)
+
+    def sessions_made(self, connect_url: str) -> int:
+        """Job sessions the processes made on the server at `connect_url` since the pool moved to it
+        (0 for any other server)."""
+        with self._lock:
+            return self._sessions_made if connect_url == self._connect_url else 0
 
     def reconnect(self, connect_url: str) -> None:
         """The Connect server was restarted (its sessions are gone): replace every slot process.
@@ -303,6 +382,7 @@ class SlotProcessPool:
         """
         with self._changed:
             self._connect_url = connect_url
+            self._sessions_made = 0
             old = [*self._bound.values(), *self._spares]
             self._bound.clear()
             self._spares.clear()
@@ -334,6 +414,7 @@ class SlotProcessPool:
         child.code = code
         with self._lock:
             if not self._closed:
+                child.tell_server(self._connect_url, self.released_sessions)  # started for a server replaced since?
                 self._bound[slot_index] = child
                 return child
         child.kill()
@@ -341,6 +422,7 @@ class SlotProcessPool:
 
     def _retire(self, child: _SlotChild) -> None:
         child.stop(self._settings.stop_grace)
+        child.forget_session(self.released_sessions)
         with self._lock:
             self._retiring.discard(child)
 
@@ -389,6 +471,7 @@ class SlotProcessPool:
         with self._changed:
             self._starting -= 1
             if child is not None and not self._closed:
+                child.tell_server(self._connect_url, self.released_sessions)  # started for a server replaced since?
                 self._spares.append(child)
                 child = None
             self._changed.notify_all()
@@ -412,7 +495,8 @@ class SlotProcessPool:
         child = _SlotChild(process, ControlChannel(ours))
         try:
             self._expect(child, READY, started)
-            child.channel.send({"type": WARM, "connect_url": self._connect_url})
+            child.connect_url = self._connect_url
+            child.channel.send({"type": WARM, "connect_url": child.connect_url})
             warmed = self._expect(child, WARMED, started)
         except BaseException:
             child.kill()

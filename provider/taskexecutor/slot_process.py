@@ -11,7 +11,9 @@ reuses its Python workers, each in a Connect session of its own (`session_id` of
 `spark_conf` set key by key, its artifacts added with `addArtifacts(..., pyfile=True)`), which the
 job's later tasks here reuse; the previous job's session is released when the next job comes.
 A session made ahead while the process is idle (`warm`) is taken by the next job, so a job's first
-task here does not pay a session's first calls.
+task here does not pay a session's first calls. Told of a `server` that replaces the current one,
+the process releases its sessions on the old server (after the attempt it runs, if any) and makes
+its later ones, the current job's next included, on the new one.
 
 A `cancel` interrupts the session's operations from the control thread at once and again every
 `REINTERRUPT_S` while the function runs; the attempt ends CANCELED whatever it raised. The
@@ -47,8 +49,9 @@ from typing import TYPE_CHECKING, Any
 from sparkdispatch.storage.attempt_logs import attempt_log_path
 from sparkdispatch.storage.capped_log import CappedLog
 from sparkdispatch.errors import ConfigurationError, EntrypointNotFound, IllegalStateTransition
-from sparkdispatch.model.states import ExecutionState
+from sparkdispatch.lifeline import die_with_parent
 from sparkdispatch.model.job_result import Failure
+from sparkdispatch.model.states import ExecutionState
 from sparkdispatch.storage.results import write_partition
 from sparkdispatch.taskexecutor.attempt_failures import failure_of, session_gone
 from sparkdispatch.taskexecutor.driver_log import DriverLog, progress_handler
@@ -59,6 +62,7 @@ from sparkdispatch.taskexecutor.slot_protocol import (
     READY,
     RUN,
     SESSION,
+    SERVER,
     SESSION_USER,
     START_DEADLINE,
     STOP,
@@ -87,7 +91,6 @@ LOG_DRAIN_S = 5.0
 RETRY_MAX_RETRIES = 3
 RETRY_INITIAL_BACKOFF_MS = 100
 RETRY_MAX_BACKOFF_MS = 1000
-PR_SET_PDEATHSIG = 1
 #: A warmed session is handed to a job only this long: well inside the server's idle-session
 #: timeout (`spark.connect.session.manager.defaultSessionTimeout`, 1 h).
 WARM_SESSION_MAX_AGE_S = 600.0
@@ -115,6 +118,19 @@ def new_session(connect_url: str) -> SparkSession:
         max_retries=RETRY_MAX_RETRIES, initial_backoff=RETRY_INITIAL_BACKOFF_MS, backoff_multiplier=2.0,
         max_backoff=RETRY_MAX_BACKOFF_MS)])
     return session
+
+
+def server_session_id(session: SparkSession) -> str | None:
+    """The server's own id of a Connect session (Spark names its Python workers' daemon by it), which
+    the server tells in each answer: after one small call if the session has made none yet."""
+    client = session.client
+    if getattr(client, "_server_session_id", None) is None:
+        try:
+            session.version  # noqa: B018 - a call whose answer carries the id
+        except Exception as exc:  # noqa: BLE001 - only a daemon left for the server's life is at stake
+            log.warning("could not learn the server's id of session %s: %s", session.session_id, exc)
+    known = getattr(client, "_server_session_id", None)  # pyspark 4.x keeps it there
+    return str(known) if known else None
 
 
 @contextlib.contextmanager
@@ -255,6 +271,8 @@ class SlotProcess:
                 self._channel.send(self.run_attempt(message).to_message())
             elif kind == WARM:
                 self._channel.send({"type": WARMED, "error": self.warm(str(message["connect_url"]))})
+            elif kind == SERVER:
+                self.move_to(str(message["connect_url"]))
             elif kind == STOP:
                 self._stop_session()
                 return 0
@@ -418,8 +436,23 @@ class SlotProcess:
         session.registerProgressHandler(progress_handler(self._driver_log))
         self._session = session
         # the TaskExecutor releases it should it have to kill this process
-        self._channel.send({"type": SESSION, "session_id": session.session_id})
+        self._channel.send({"type": SESSION, "session_id": session.session_id,
+                            "server_session_id": server_session_id(session)})
         return session
+
+    def move_to(self, connect_url: str) -> None:
+        """Release this process's sessions on the server it leaves, now, while that server still
+        serves (it stops once no attempt runs there); later sessions are made at `connect_url`."""
+        if self._warming is not None:
+            self._warming.join()
+            self._warming = None
+        for session in [self._session, self._warm_session[2] if self._warm_session else None]:
+            if session is not None:
+                self._stop_quietly(session)
+        self._session = self._warm_session = None
+        self._connect_url = connect_url
+        self._warm_again_at = 0.0
+        log.info("moved to the Spark Connect server at %s", connect_url)
 
     def _forget_session_if_gone(self, exc: BaseException) -> None:
         """After the server lost the session (it restarted), the job's next task here makes a new one."""
@@ -512,16 +545,6 @@ def _leave_it_to_the_task_executor(signum: int, _: object) -> None:
     log.info("slot process ignores %s: its TaskExecutor stops it", signal.Signals(signum).name)
 
 
-def die_with_parent(parent_pid: int) -> None:
-    """Be killed with the TaskExecutor even when it cannot stop this process itself (Linux)."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent_pid:  # the parent died before the line above
-        os._exit(0)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sparkdispatch.taskexecutor.slot_process")
     parser.add_argument("--control-fd", type=int, required=True, help="this end of the control socketpair")
@@ -530,7 +553,7 @@ def main(argv: list[str] | None = None) -> int:
     # Before any user import: pyspark decides Connect or classic by this variable, and a @udf
     # run at import time before a session exists would otherwise make a classic UDF.
     os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
-    die_with_parent(args.parent_pid)
+    die_with_parent(args.parent_pid)  # killed with the TaskExecutor, even by SIGKILL
     # Not SIG_IGN, which processes the task starts would inherit.
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, _leave_it_to_the_task_executor)

@@ -5,6 +5,8 @@ The TaskExecutor (`SlotProcessPool`) sends
     {"type": "warm", "connect_url": ...}             run a throwaway session's first action
     {"type": "run", "tdd": {...}, "connect_url": ..., "artifact_paths": [...]}
     {"type": "cancel", "execution_id": ...}          interrupt the attempt's Spark operations
+    {"type": "server", "connect_url": ...}           later sessions on this server (one that replaces
+                                                     the current one): release those on the old one
     {"type": "stop"}                                 release the session and exit
 
 and the slot process answers
@@ -39,6 +41,7 @@ WARMED = "warmed"
 RUN = "run"
 CANCEL = "cancel"
 STOP = "stop"
+SERVER = "server"
 STATE = "state"
 SESSION = "session"
 #: slot process → TaskExecutor, when a run's `start_before` passed: is there a fresh one?

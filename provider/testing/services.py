@@ -17,6 +17,7 @@ import tempfile
 import time
 from abc import ABC, abstractmethod
 from pathlib import Path
+from typing import Any
 from types import TracebackType
 
 ZOOKEEPER_JARS = ("/usr/share/java/zookeeper.jar", "/usr/share/java/slf4j-simple.jar")
@@ -46,6 +47,20 @@ def kill_process_group(process: subprocess.Popen[bytes]) -> None:
         except ProcessLookupError:
             pass
     process.wait(timeout=30)
+
+
+def stop_process_group(process: subprocess.Popen[Any], *, grace: float = 15.0) -> None:
+    """SIGTERM the process group of `process` (started with start_new_session), SIGKILL after `grace`."""
+    if process.poll() is not None:
+        return
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+    except ProcessLookupError:
+        pass
 
 
 def wait_for_port(port: int, *, timeout: float, process: subprocess.Popen[bytes] | None = None) -> None:

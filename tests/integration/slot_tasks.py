@@ -140,10 +140,38 @@ def die(ctx: Any) -> None:
 
 
 def after_marker(ctx: Any) -> Any:
-    """Waits for `params["wait_for"]` in the marker dir, then returns three rows."""
+    """Waits for `params["wait_for"]` in the marker dir (up to `params["timeout_s"]`, default 60), then
+    returns three rows."""
     _mark(ctx, "waiting")
-    _wait_for(Path(ctx.params["marker_dir"]) / ctx.params["wait_for"])
+    _wait_for(Path(ctx.params["marker_dir"]) / ctx.params["wait_for"], float(ctx.params.get("timeout_s", 60.0)))
     return ctx.spark.range(3)
+
+
+def python_udf(ctx: Any) -> Any:
+    """Three rows through a Python UDF: Spark's Python workers (and their daemon) run for this session."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import LongType
+
+    return ctx.spark.range(3).select(F.udf(lambda value: value * 2, LongType())("id").alias("doubled"))
+
+
+def udf_after_marker(ctx: Any) -> Any:
+    """Marks `waiting`, then three rows through a Python UDF that marks `in-udf` (with its worker's pid) and waits for
+    `params["wait_for"]` in the marker dir (up to `params["timeout_s"]`, default 60)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import LongType
+
+    _mark(ctx, "waiting")
+    marker_dir = Path(ctx.params["marker_dir"])
+    wait_for, timeout_s = marker_dir / ctx.params["wait_for"], float(ctx.params.get("timeout_s", 60.0))
+
+    def waits(value: int) -> int:
+        marker_dir.mkdir(parents=True, exist_ok=True)
+        (marker_dir / "in-udf").write_text(str(os.getpid()))
+        _wait_for(wait_for, timeout_s)
+        return value
+
+    return ctx.spark.range(0, 3, 1, 1).select(F.udf(waits, LongType())("id").alias("id"))
 
 
 def multiples_of_seven(ctx: Any) -> Any:

@@ -111,3 +111,20 @@ def test_a_long_operations_progress_reports_are_lines_of_its_stages(tmp_path: Pa
     driver.end()
     assert out.text == (f"{PREFIX}operation 5f0c3a52: stage 31 2/2 done, stage 32 3/8; 2 tasks running, 3.0 MiB read\n"
                         f"{PREFIX}operation 5f0c3a52 ended\n")
+
+
+def test_an_attempt_reads_the_log_it_began_with_after_a_newer_server_takes_its_name(tmp_path: Path) -> None:
+    log = tmp_path / "connect-server.log"
+    log.write_text("")
+    out = Collected()
+    driver = DriverLog(out)
+    driver.begin(log)
+    log.replace(tmp_path / "connect-server.log.1")  # a recycled server's successor starts its own log
+    log.write_text(line(op_thread(THEIRS), "Job 1 finished: the new server's", "WARN")
+                   + line("task-result-getter-0", "Lost task 0.0 in stage 3.0 (TID 1): not ours", "WARN"))
+    with open(tmp_path / "connect-server.log.1", "a") as old_server:
+        old_server.write(line("task-result-getter-1", "Lost task 0.0 in stage 3.0 (TID 2): ours", "WARN"))
+    driver([stage(3)], 1, None, done=True)
+    driver.end()
+    assert out.text == f"{PREFIX}26/11/23 12:00:01 WARN DAGScheduler [task-result-getter-1]: " \
+                       "Lost task 0.0 in stage 3.0 (TID 2): ours\n"

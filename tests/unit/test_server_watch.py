@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from sparkdispatch.taskexecutor.server_recycling import ConnectServers
 from sparkdispatch.taskexecutor.server_watch import UNHEALTHY_CHECKS, ConnectServerWatch
 
 
@@ -35,7 +36,8 @@ class FakePool:
 
 def watch() -> tuple[ConnectServerWatch, FakeServer, FakePool]:
     server, pool = FakeServer(), FakePool()
-    return ConnectServerWatch(server, pool), server, pool  # type: ignore[arg-type]
+    servers = ConnectServers(server, successor=FakeServer)  # type: ignore[arg-type]
+    return ConnectServerWatch(servers, pool), server, pool  # type: ignore[arg-type]
 
 
 def test_a_healthy_server_is_left_alone() -> None:

@@ -6,8 +6,6 @@ Connect server in tests/integration/test_slot_pool.py.
 
 from __future__ import annotations
 
-import hashlib
-import shutil
 import threading
 import time
 import uuid
@@ -19,11 +17,13 @@ from typing import Any
 import pytest
 
 from sparkdispatch.errors import FencingTokenMismatch, ServiceUnavailable
-from sparkdispatch.model.states import ExecutionState
 from sparkdispatch.model.job_result import Failure
 from sparkdispatch.model.protocol import ExecutionStateUpdate, TaskDeploymentDescriptor
+from sparkdispatch.model.states import ExecutionState
 from sparkdispatch.storage.results import ResultLayout
-from sparkdispatch.taskexecutor.runner import ArtifactCache, SlotTable, TaskRunner
+from sparkdispatch.taskexecutor.artifact_cache import ArtifactCache
+from sparkdispatch.taskexecutor.runner import SlotTable, TaskRunner
+from sparkdispatch.testing.blobs import LocalBlobs
 from sparkdispatch.taskexecutor.slot_protocol import AttemptState
 from sparkdispatch.testing.waiting import eventually_blocking
 
@@ -126,31 +126,11 @@ class RecordingReporter:
             return [u for u in self.updates if u.execution_id == execution_id][-1]
 
 
-class Blobs:
+class Blobs(LocalBlobs):
     """User code as blobs: files in a folder, resolved by their sha256 key."""
 
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.files: dict[str, Path] = {}
-        self.resolved: list[str] = []
-
-    def put(self, filename: str, data: bytes) -> str:
-        key = hashlib.sha256(data).hexdigest()
-        path = self.root / "blobs" / key / filename
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-        self.files[key] = path
-        return key
-
-    def fetch(self, key: str, directory: Path) -> Path:
-        self.resolved.append(key)
-        directory.mkdir(parents=True, exist_ok=True)
-        target = directory / self.files[key].name
-        shutil.copyfile(self.files[key], target)
-        return target
-
     def cache(self) -> ArtifactCache:
-        return ArtifactCache(self.fetch, self.root / "cache")
+        return ArtifactCache(self.fetch, self.root / "cache", max_size=1 << 20)
 
 
 def tdd_for(entrypoint: str, tmp_path: Path, *, artifacts: tuple[str, ...] = (), slot_index: int = 0,
@@ -252,7 +232,7 @@ def test_py_and_zip_artifacts_are_copied_once_into_the_cache_and_handed_over_in_
     copies = [str(tmp_path / "cache" / zip_key / "code.zip"), str(tmp_path / "cache" / helper_key / "helper.py")]
     assert [paths for _, _, paths in pool.runs] == [copies, copies]
     assert all(Path(copy).is_file() for copy in copies)
-    assert blobs.resolved == [zip_key, helper_key]  # cached per TaskExecutor
+    assert blobs.fetched == [zip_key, helper_key]  # cached per TaskExecutor
 
 
 def test_an_artifact_that_is_neither_py_nor_zip_fails_the_attempt_before_it_runs(blobs: Blobs,

@@ -13,7 +13,7 @@ from sparkdispatch.testing.services import free_port
 def test_the_metrics_port_reports_slots_attempts_lost_processes_and_the_connect_server() -> None:
     parts = TaskExecutorParts(slots=4, busy_slots=lambda: 1, ended_attempts=lambda: {"FINISHED": 3, "FAILED": 1},
                               slot_processes_lost=lambda: 2, connect_server_healthy=lambda timeout: False,
-                              connect_server_starts=lambda: 2)
+                              connect_server_starts=lambda: 2, connect_server_recycles=lambda: 3)
     port = free_port()
     server, thread = serve_metrics("te-1", parts, port=port, address="127.0.0.1")
     try:
@@ -32,4 +32,5 @@ def test_the_metrics_port_reports_slots_attempts_lost_processes_and_the_connect_
     assert samples[("sparkdispatch_taskexecutor_slot_processes_lost_total", te)] == 2
     assert samples[("sparkdispatch_taskexecutor_connect_server_up", te)] == 0
     assert samples[("sparkdispatch_taskexecutor_connect_server_restarts_total", te)] == 1
+    assert samples[("sparkdispatch_taskexecutor_connect_server_recycles_total", te)] == 3
     assert not thread.is_alive()

@@ -1,0 +1,116 @@
+"""Small jobs: a one-vertex job from submit to FINISHED, with the last job's code and with new code.
+
+    .venv/bin/python bench/small_jobs.py [--runs 15] [--slots 2] [--label NAME] [-D key=value ...]
+                                         [--work-dir DIR] [--quick]
+
+Starts `sparkdispatch standalone` (one TaskExecutor, `--slots` slots, Spark `local[2]`) and runs
+pairs of jobs, one after the other: a job of one vertex (parallelism 1, `spark.range(10).count()`
+in the job's module) with the same artifact as the job before it, then one whose module is a new
+version (a new artifact, uploaded before the job is submitted: the upload is not counted). Timed
+from `POST /jobs` to the FINISHED JobResult (the master's long poll answers at once). Three pairs
+warm up first. `--label` names the run in the results (e.g. `before`, `after`): the figures of
+every label stay in bench/results/small_jobs.json, the last run of each label.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from harness.paths import RESULTS_DIR
+from harness.reporting import load_average, load_change, machine_info, median, percentile, print_table
+from harness.running import add_run_options, bench_main, scratch_dir
+from harness.standalone import Standalone
+
+START_TIMEOUT_S = 600.0
+JOB_TIMEOUT_S = 300.0
+WARM_UP_PAIRS = 3
+DEFAULTS = {"spark.master": "local[2]", "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
+            "rest.execution-result.long-poll": "5s", "taskexecutor.connect.start-timeout": "5min"}
+SOURCE = '''"""A small job's code, version {version}."""
+
+VERSION = {version}
+
+
+def count(ctx):
+    ctx.spark.range(10).count()
+'''
+
+
+def graph(artifact: str, index: int) -> dict[str, Any]:
+    return {"name": f"small-{index}", "artifacts": [artifact],
+            "vertices": [{"id": "count", "entrypoint": "small_job:count"}],
+            "restart_strategy": {"type": "fixed-delay", "attempts": 0, "delay_s": 0.0}}
+
+
+def upload(standalone: Standalone, directory: Path, version: int) -> str:
+    path = directory / str(version) / "small_job.py"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(SOURCE.format(version=version))
+    return standalone.rest.upload_artifact(path)
+
+
+def run() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=15, help="measured pairs (same code, new code)")
+    parser.add_argument("--slots", type=int, default=2, help="slots of the TaskExecutor")
+    parser.add_argument("--label", default="latest", help="name of this run in the results")
+    parser.add_argument("-D", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="configuration of the standalone cluster")
+    add_run_options(parser, quick="5 pairs")
+    args = parser.parse_args()
+    if args.quick:
+        args.runs = 5
+    overrides = {**DEFAULTS, **dict(item.split("=", 1) for item in args.overrides)}
+    report: dict[str, Any] = {"load_average_at_start": load_average(), "slots": args.slots, "runs": args.runs,
+                              "overrides": overrides, "quick": args.quick}
+    seconds: dict[str, list[float]] = {"same code": [], "new code": []}
+    with scratch_dir(args.work_dir, "sparkdispatch-small-jobs-") as scratch:
+        standalone = Standalone(Path(scratch) / "standalone", slots=args.slots, overrides=overrides)
+        try:
+            print(f"standalone: 1 TaskExecutor x {args.slots} slots", flush=True)
+            standalone.start(START_TIMEOUT_S)
+            code = Path(scratch) / "code"
+            artifact = upload(standalone, code, 0)
+            for index in range(WARM_UP_PAIRS + args.runs):
+                measured = index >= WARM_UP_PAIRS
+                for kind in ("same code", "new code"):
+                    if kind == "new code":
+                        artifact = upload(standalone, code, index + 1)
+                    wall, _ = standalone.rest.run_job(graph(artifact, index), timeout=JOB_TIMEOUT_S)
+                    if measured:
+                        seconds[kind].append(wall)
+                if measured:
+                    print(f"  pair {index - WARM_UP_PAIRS + 1}: same code {seconds['same code'][-1] * 1000:.0f} ms, "
+                          f"new code {seconds['new code'][-1] * 1000:.0f} ms", flush=True)
+        finally:
+            standalone.stop()
+    report["load_average_at_end"] = load_average()
+    figures = {kind: {"p50": median(values) * 1000, "p90": percentile(values, 90) * 1000,
+                      "min": min(values) * 1000, "max": max(values) * 1000} for kind, values in seconds.items()}
+    print()
+    print_table(["job", "median ms", "p90 ms", "min ms", "max ms"],
+                [[kind, *(f"{f[k]:.0f}" for k in ("p50", "p90", "min", "max"))] for kind, f in figures.items()])
+    print(load_change(report))
+    save(args.label, quick=args.quick, entry={**report, "figures_ms": figures,
+                                              "samples_s": {k: [round(v, 3) for v in vs] for k, vs in seconds.items()}})
+    return 0
+
+
+def save(label: str, *, quick: bool, entry: dict[str, Any]) -> None:
+    """Keep every label's last run in one file: `before` and `after` side by side."""
+    path = RESULTS_DIR / f"small_jobs{'.quick' if quick else ''}.json"
+    try:
+        runs = json.loads(path.read_text())["runs"]
+    except (OSError, ValueError, KeyError):
+        runs = {}
+    runs[label] = {**entry, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+    path.write_text(json.dumps({"machine": machine_info(), "runs": runs}, indent=2) + "\n")
+    print(f"wrote {path} ({label})")
+
+
+if __name__ == "__main__":
+    bench_main(run)
