@@ -31,6 +31,7 @@ import grpc  # type: ignore[import-untyped]  # grpcio ships no type stubs
 
 from sparkdispatch.errors import ConnectServerError
 from sparkdispatch.lifeline import tied_to_parent
+from sparkdispatch.taskexecutor.job_environment import job_environment
 from sparkdispatch.taskexecutor.process_usage import ProcessUsage
 from sparkdispatch.taskexecutor.settings import ConnectServerSettings
 
@@ -224,8 +225,8 @@ class ConnectServer:
             submit_opts = f"{submit_opts} -Dlog4j2.configurationFile={log4j.as_uri()}".strip()
         # Python workers must run this interpreter: it has pyarrow (4.3's Python UDFs use Arrow) and
         # cloudpickle needs the clients' Python version. SPARK_HOME: the jars of the installed client.
-        env = {**os.environ, "SPARK_HOME": str(home), "PYSPARK_PYTHON": sys.executable,
-               "SPARK_SUBMIT_OPTS": submit_opts}
+        env = job_environment({"SPARK_HOME": str(home), "PYSPARK_PYTHON": sys.executable,
+                               "SPARK_SUBMIT_OPTS": submit_opts})
         try:
             with open(self.log_path, "wb") as log_file:
                 self._process = subprocess.Popen(tied_to_parent(argv, signal.SIGTERM), stdin=subprocess.DEVNULL,

@@ -41,6 +41,7 @@ from sparkdispatch.errors import SlotProcessLost, SparkDispatchError
 from sparkdispatch.model.states import ExecutionState
 from sparkdispatch.model.job_result import Failure
 from sparkdispatch.model.protocol import TaskDeploymentDescriptor
+from sparkdispatch.taskexecutor.job_environment import job_environment
 from sparkdispatch.taskexecutor.settings import SlotPoolSettings
 from sparkdispatch.taskexecutor.connect_server import release_session
 from sparkdispatch.taskexecutor.python_workers import ReleasedSessions
@@ -486,7 +487,7 @@ class SlotProcessPool:
             process = subprocess.Popen(
                 [sys.executable, "-P", "-m", SLOT_PROCESS_MODULE, "--control-fd", str(theirs.fileno()),
                  "--parent-pid", str(os.getpid())],
-                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
+                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, env=job_environment())
         except OSError as exc:
             ours.close()
             raise SlotProcessLost(f"could not start a slot process: {exc}") from exc
