@@ -198,20 +198,18 @@ class Authenticator:
 
     def token_of(self, name: str) -> str | None:
         """The current token of the named user (`rest-auth-token` for `rest.auth.token`); None when it is gone."""
-        if name == LEGACY_TOKEN_NAME and self._legacy:
-            return self._legacy
-        for named in self._file.tokens() if self._file is not None else ():
-            if named.name == name:
-                return named.token
-        return None
+        user = self._user(name)
+        return user.token if user is not None else None
 
     def role_of(self, name: str) -> Role | None:
+        user = self._user(name)
+        return user.role if user is not None else None
+
+    def _user(self, name: str) -> NamedToken | None:
         if name == LEGACY_TOKEN_NAME and self._legacy:
-            return Role.ADMIN
-        for named in self._file.tokens() if self._file is not None else ():
-            if named.name == name:
-                return named.role
-        return None
+            return NamedToken(LEGACY_TOKEN_NAME, Role.ADMIN, self._legacy)
+        return next((named for named in (self._file.tokens() if self._file is not None else ()) if named.name == name),
+                    None)
 
 
 def _same(offered: str, expected: str) -> bool:
