@@ -7,6 +7,7 @@
     ├── InvalidJobGraph               a JobGraph failed validation (names the field)
     │   └── JobTooLarge               a JobGraph over a limit on the whole job (`jobgraph.max-subtasks`)
     ├── InvalidRequest                a request body other than a JobGraph failed validation
+    │   └── InvalidShape              an answer or a stored record does not fit its declared shape (names the field)
     ├── IllegalStateTransition        a job or execution state change Flink's lifecycle forbids
     ├── UnknownJob                    no job with that id
     ├── DuplicateJobSubmission        the job id is taken (running with another graph, or terminated)
@@ -226,6 +227,14 @@ class InvalidRequest(SparkDispatchError):
 
     def messages(self) -> list[str]:
         return self.details
+
+
+class InvalidShape(InvalidRequest):
+    """A JSON form this side read (a master's answer, a stored record) that does not fit its
+    declared shape `what` (`sparkdispatch.model.codec`); `field_errors` names each field. Refused
+    as a request body is, but the fault is the sender's: a master that raised one answers 500."""
+
+    http_status = 500
 
 
 class IllegalStateTransition(SparkDispatchError):

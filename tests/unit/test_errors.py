@@ -46,6 +46,7 @@ EXAMPLES: list[SparkDispatchError] = [
     errors.InvalidJobGraph({"vertices[0].parallelism": ["must be at least 1"], "name": ["missing"]}),
     errors.JobTooLarge(subtasks=100_000_000, limit=100_000, option="jobgraph.max-subtasks"),
     errors.InvalidRequest("TaskExecutor registration", {"slots": ["must be at least 1"], "queue": ["missing"]}),
+    errors.InvalidShape("JobDetails", {"vertices[0].state": ["must be one of: CREATED, RUNNING"]}),
     errors.IllegalStateTransition("a job cannot go from FINISHED to RUNNING"),
     errors.UnknownJob(JOB),
     errors.DuplicateJobSubmission(JOB, "a job with this id runs with another graph"),
