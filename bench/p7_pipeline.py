@@ -53,6 +53,7 @@ from harness.running import add_pipeline_options, add_run_options, bench_main, s
 from harness.standalone import Standalone
 
 from sparkdispatch.config import Configuration
+from sparkdispatch.config.options import SPARK_MASTER
 from sparkdispatch.entrypoint.standalone import standalone_config
 
 GOAL_RATIO = 1.3
@@ -208,7 +209,7 @@ def run() -> int:
         cluster_cpu: CpuMeter | None = None
         floor_cpu: dict[str, CpuMeter] = {}
         try:
-            print(f"standalone: 1 TaskExecutor x {args.slots} slots, Spark {config['spark.master']}", flush=True)
+            print(f"standalone: 1 TaskExecutor x {args.slots} slots, Spark {config.get(SPARK_MASTER)}", flush=True)
             up_s = standalone.start(CLUSTER_START_TIMEOUT_S)
             print(f"  up in {up_s:.1f}s (logs {standalone.log_dir})", flush=True)
             graph = sales_graph(standalone.rest.upload_artifact(artifact_file), rows=args.rows)

@@ -37,7 +37,7 @@ from sparkdispatch.config import Configuration
 from sparkdispatch.errors import SparkDispatchError
 from sparkdispatch.model.protocol import ExecutionReport, SlotReport, SlotStatus, TaskExecutorRegistration
 from sparkdispatch.resourcemanager import AllocatedSlot, ResourceManager
-from sparkdispatch.settings import ResourceManagerSettings
+from sparkdispatch.resourcemanager.settings import ResourceManagerSettings
 
 SESSION = "00000000-0000-0000-0000-000000000000"
 GOAL_PER_S = 100_000

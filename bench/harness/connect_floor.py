@@ -28,7 +28,7 @@ class ConnectClient:
         self.spark: Any = None
 
     def start(self) -> None:
-        from sparkdispatch.settings import ConnectServerSettings
+        from sparkdispatch.taskexecutor.settings import ConnectServerSettings
         from sparkdispatch.taskexecutor.connect_server import ConnectServer
 
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # as bench_env() gives the clusters' processes

@@ -30,6 +30,7 @@ import aiohttp
 from sparkdispatch.model.artifacts import read_artifact
 from sparkdispatch.client.leader import ZooKeeperLeader, ZooKeeperTarget, normalize_address, parse_addresses
 from sparkdispatch.config import Configuration
+from sparkdispatch.config.options import HA_CLUSTER_ID, HA_MODE, HA_ZOOKEEPER_PATH_ROOT, HA_ZOOKEEPER_QUORUM
 from sparkdispatch.errors import (
     ConfigurationError,
     NoLeader,
@@ -117,10 +118,10 @@ class SparkDispatchClient:
     def from_config(cls, config: Configuration, **kwargs: Any) -> SparkDispatchClient:
         """A client of the cluster `config` describes: `rest.address:rest.port`, or ZooKeeper in HA mode."""
         token = kwargs.pop("token", None) or config.auth_token or None
-        if config["high-availability.mode"] == "zookeeper":
-            target = ZooKeeperTarget(quorum=config["high-availability.zookeeper.quorum"],
-                                     cluster_id=config["high-availability.cluster-id"],
-                                     root=config["high-availability.zookeeper.path.root"])
+        if config.get(HA_MODE) == "zookeeper":
+            target = ZooKeeperTarget(quorum=config.get(HA_ZOOKEEPER_QUORUM),
+                                     cluster_id=config.get(HA_CLUSTER_ID),
+                                     root=config.get(HA_ZOOKEEPER_PATH_ROOT))
             return cls(zookeeper=target, token=token, ha_config=config, tls=ClientTls.from_config(config), **kwargs)
         return cls(addresses=[config.rest_url], token=token, tls=ClientTls.from_config(config), **kwargs)
 

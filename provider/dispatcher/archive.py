@@ -34,7 +34,7 @@ from sparkdispatch.ha.progress_store import Finished, finished_from_dict, finish
 from sparkdispatch.model.states import ExecutionState
 from sparkdispatch.model.job_graph import JOB_ID_PATTERN, JobGraph
 from sparkdispatch.model.job_result import JobResult
-from sparkdispatch.settings import ArchiveSettings
+from sparkdispatch.dispatcher.settings import ArchiveSettings
 from sparkdispatch.model.snapshot import JobOverview, JobSnapshot, SubtaskSnapshot, VertexSnapshot
 
 log = logging.getLogger(__name__)

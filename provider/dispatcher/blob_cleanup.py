@@ -15,7 +15,7 @@ import logging
 from sparkdispatch.errors import SparkDispatchError
 from sparkdispatch.ha.blob_store import BlobStore
 from sparkdispatch.ha.jobgraph_store import JobGraphStore
-from sparkdispatch.settings import BlobCleanupSettings
+from sparkdispatch.dispatcher.settings import BlobCleanupSettings
 
 log = logging.getLogger(__name__)
 

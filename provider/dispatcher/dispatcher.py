@@ -70,7 +70,7 @@ from sparkdispatch.log_context import log_context
 from sparkdispatch.metrics.events import EventCounts, JobEvents
 from sparkdispatch.model.repair import Repair, RepairAnswer, check_requested
 from sparkdispatch.storage.results import ResultLayout, remove_job_results
-from sparkdispatch.settings import CleanupSettings, JobLimits
+from sparkdispatch.dispatcher.settings import CleanupSettings, JobLimits
 from sparkdispatch.model.snapshot import JobOverview, JobSnapshot
 
 log = logging.getLogger(__name__)

@@ -44,7 +44,7 @@ from sparkdispatch.model.states import ExecutionState, JobStatus
 from sparkdispatch.model.job_graph import JobGraph
 from sparkdispatch.model.job_result import Failure, JobResult, VertexResult
 from sparkdispatch.model.repair import Repair
-from sparkdispatch.settings import JobLimits
+from sparkdispatch.dispatcher.settings import JobLimits
 from sparkdispatch.model.snapshot import JobSnapshot
 
 log = logging.getLogger(__name__)

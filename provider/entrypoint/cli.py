@@ -6,7 +6,7 @@ Server commands: `standalone`, `master`, `taskexecutor`. Client commands (agains
 found as the Airflow hook finds it): `run GRAPH.json [--wait] [--artifact FILE]` (with `--wait`,
 each vertex's progress; Ctrl-C asks whether to cancel the job), `list`, `status ID [--json]`,
 `logs ID [VERTEX] [--follow]`, `cancel ID`, `repair ID VERTEX...`, `overview`. `config-docs`
-prints the table of configuration keys.
+prints the configuration keys' page (docs/configuration.md).
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparkdispatch.entrypoint.cli_render import job_table, vertex_progress
-from sparkdispatch.config import Configuration, options_table
+from sparkdispatch.config import Configuration, configuration_page
+from sparkdispatch.config.options import LOG_FORMAT
 from sparkdispatch.errors import MissingExtra, SparkDispatchError
 from sparkdispatch.model.states import JobStatus
 from sparkdispatch.model.job_result import JobResult
@@ -73,7 +74,7 @@ def _parser() -> argparse.ArgumentParser:
     repair.add_argument("job_id")
     repair.add_argument("vertices", nargs="+", metavar="VERTEX")
     commands.add_parser("overview", help="the cluster overview")
-    commands.add_parser("config-docs", help="print the table of configuration keys")
+    commands.add_parser("config-docs", help="print the page of configuration keys (docs/configuration.md)")
     return parser
 
 
@@ -91,12 +92,12 @@ def _with_parents(*parents: argparse.ArgumentParser) -> type[argparse.ArgumentPa
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "config-docs":
-        print(options_table(), end="")
+        print(configuration_page(), end="")
         return 0
     try:
         config = Configuration.load(args.config, [*args.overrides, *args.late_overrides])
         if args.command in ("standalone", "master", "taskexecutor"):
-            configure_logging(args.log_level, config["log.format"])
+            configure_logging(args.log_level, config.get(LOG_FORMAT))
             return _serve(args, config)
         return asyncio.run(_client_command(args, config))
     except SparkDispatchError as exc:

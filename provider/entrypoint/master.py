@@ -28,10 +28,34 @@ from sparkdispatch.model.job_graph import JobGraph
 from sparkdispatch.jobmaster import JobMaster, JobMasterGateway, TaskExecutorGateway, build_execution_graph
 from sparkdispatch.metrics.master import MasterMetrics
 from sparkdispatch.resourcemanager import ResourceManager
+from sparkdispatch.dispatcher.settings import ArchiveSettings, BlobCleanupSettings, CleanupSettings, JobLimits
+from sparkdispatch.jobmaster.settings import JobMasterSettings
+from sparkdispatch.resourcemanager.settings import ResourceManagerSettings
 from sparkdispatch.rest.app import RestServer
-from sparkdispatch.settings import MasterSettings
+from sparkdispatch.rest.settings import RestSettings
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class MasterSettings:
+    """Every master component's settings, read from one Configuration."""
+
+    rest: RestSettings
+    resource_manager: ResourceManagerSettings
+    job_master: JobMasterSettings
+    cleanup: CleanupSettings
+    archive: ArchiveSettings
+    blob_cleanup: BlobCleanupSettings
+    job_limits: JobLimits
+
+    @classmethod
+    def from_config(cls, config: Configuration) -> MasterSettings:
+        return cls(rest=RestSettings.from_config(config), job_limits=JobLimits.from_config(config),
+                   resource_manager=ResourceManagerSettings.from_config(config),
+                   job_master=JobMasterSettings.from_config(config), cleanup=CleanupSettings.from_config(config),
+                   archive=ArchiveSettings.from_config(config),
+                   blob_cleanup=BlobCleanupSettings.from_config(config))
 
 
 @dataclass(frozen=True)

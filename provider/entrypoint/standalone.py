@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from sparkdispatch.config import Configuration
+from sparkdispatch.config.options import BROKER_URL, STORAGE_DIR, TASKEXECUTOR_SLOTS
 from sparkdispatch.entrypoint.master import Master
 
 log = logging.getLogger(__name__)
@@ -28,9 +29,9 @@ RESTART_BACKOFF_S = (1.0, 30.0)  # first and longest pause before a dead TaskExe
 
 def standalone_config(config: Configuration, *, slots: int | None = None, storage: str | None = None) -> Configuration:
     """`config` with the embedded defaults of standalone mode on top."""
-    storage_dir = Path(os.path.expanduser(storage or config["storage.dir"])).resolve()
+    storage_dir = Path(os.path.expanduser(storage or config.get(STORAGE_DIR))).resolve()
     overrides: dict[str, object] = {"high-availability.mode": "none", "storage.dir": str(storage_dir)}
-    if config["broker.url"] == Configuration.from_mapping({})["broker.url"]:
+    if config.get(BROKER_URL) == BROKER_URL.default:
         overrides["broker.url"] = "filesystem://"
     if slots is not None:
         overrides["taskexecutor.slots"] = slots
@@ -136,7 +137,7 @@ async def run_standalone(config: Configuration, *, taskexecutors: int = 1, slots
         address = cluster.master.address
         print(f"sparkdispatch standalone: REST {address}  web UI {address}/ui/", flush=True)
         print(f"  storage {cluster.config.storage_dir}; starting {taskexecutors} TaskExecutor(s) "
-              f"with {cluster.config['taskexecutor.slots']} slot(s) each", flush=True)
+              f"with {cluster.config.get(TASKEXECUTOR_SLOTS)} slot(s) each", flush=True)
         waiter = asyncio.create_task(cluster.wait_for_task_executors())
         done, _ = await asyncio.wait({waiter, asyncio.create_task(stop.wait())}, return_when=asyncio.FIRST_COMPLETED)
         if waiter in done:

@@ -148,9 +148,17 @@ class BlobStore(BlobReader):
                     continue
             except FileNotFoundError:
                 continue
-            shutil.rmtree(entry, ignore_errors=True)
             if blob:
+                # renamed away first, in one step: a reader finds the whole blob or none, never a
+                # directory half emptied (which it would call corrupted)
+                doomed = entry.with_name(f"{entry.name}.tmp-removed-{uuid.uuid4().hex}")
+                try:
+                    os.rename(entry, doomed)
+                except FileNotFoundError:
+                    continue
                 removed.append(entry.name)
+                entry = doomed
+            shutil.rmtree(entry, ignore_errors=True)
         if removed:
             fsync_dir(self.directory)
             log.info("removed %d blob(s) unused for over %ds: %s", len(removed), retention_s, ", ".join(removed))

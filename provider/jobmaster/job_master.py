@@ -47,7 +47,7 @@ from sparkdispatch.metrics.events import EventCounts, TaskEvents
 from sparkdispatch.model.protocol import ExecutionReport, ExecutionStateUpdate, TaskDeploymentDescriptor
 from sparkdispatch.resourcemanager import AllocatedSlot, ResourceManagerGateway
 from sparkdispatch.storage.results import ResultLayout
-from sparkdispatch.settings import JobMasterSettings
+from sparkdispatch.jobmaster.settings import JobMasterSettings
 from sparkdispatch.model.snapshot import JobOverview, JobSnapshot
 
 log = logging.getLogger(__name__)

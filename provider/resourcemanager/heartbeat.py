@@ -26,7 +26,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar
 
-from sparkdispatch.settings import HeartbeatSettings
+from sparkdispatch.resourcemanager.settings import HeartbeatSettings
 
 log = logging.getLogger(__name__)
 

@@ -39,7 +39,7 @@ from sparkdispatch.model.protocol import (
 )
 from sparkdispatch.resourcemanager.messages import ResourceOverview
 from sparkdispatch.resourcemanager.slot_manager import SlotListener, SlotManager
-from sparkdispatch.settings import ResourceManagerSettings
+from sparkdispatch.resourcemanager.settings import ResourceManagerSettings
 
 log = logging.getLogger(__name__)
 

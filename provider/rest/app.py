@@ -24,7 +24,7 @@ from sparkdispatch.rest.connections import (
 )
 from sparkdispatch.rest.login_throttle import LoginThrottle
 from sparkdispatch.rest.ui_auth import UiSessions, add_login_routes
-from sparkdispatch.settings import RestSettings
+from sparkdispatch.rest.settings import RestSettings
 from sparkdispatch.rest.handlers import MasterView, RestHandlers, leader_gauges
 from sparkdispatch.rest.responses import create_error_middleware, json_response
 

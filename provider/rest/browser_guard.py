@@ -29,7 +29,7 @@ from types import MappingProxyType
 from aiohttp import web
 
 from sparkdispatch.errors import HostRefused, OriginRefused
-from sparkdispatch.settings import ANY_HOST, RestSettings
+from sparkdispatch.rest.settings import ANY_HOST, RestSettings
 from sparkdispatch.web_origin import WebOrigin
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})

@@ -35,7 +35,7 @@ from sparkdispatch.rest.connections import (
     read_within,
 )
 from sparkdispatch.rest.inputs import path_id, query_int, read_job_graph, read_json, repair_vertices
-from sparkdispatch.settings import RestSettings
+from sparkdispatch.rest.settings import RestSettings
 from sparkdispatch.rest.responses import Handler, artifact_response, json_response, large_json_response, only
 
 log = logging.getLogger(__name__)

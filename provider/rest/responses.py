@@ -36,7 +36,7 @@ from sparkdispatch.rest.connections import (
     answer_and_close,
 )
 from sparkdispatch.rest.ui_auth import CSRF_KEY, UiSessions
-from sparkdispatch.settings import RestSettings
+from sparkdispatch.rest.settings import RestSettings
 
 log = logging.getLogger(__name__)
 

@@ -37,7 +37,7 @@ from sparkdispatch.errors import SlotProcessLost, SparkDispatchError
 from sparkdispatch.model.states import ExecutionState
 from sparkdispatch.model.job_result import Failure
 from sparkdispatch.model.protocol import TaskDeploymentDescriptor
-from sparkdispatch.settings import SlotPoolSettings
+from sparkdispatch.taskexecutor.settings import SlotPoolSettings
 from sparkdispatch.taskexecutor.connect_server import release_session
 from sparkdispatch.taskexecutor.slot_protocol import (
     CANCEL,

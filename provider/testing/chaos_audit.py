@@ -42,6 +42,7 @@ from kazoo.exceptions import NoNodeError
 from sparkdispatch.testing.chaos_model import FAULT_KINDS, ChaosSettings, Crash, FaultRecord, JobRecord
 from sparkdispatch.testing.local_cluster import LocalCluster
 from sparkdispatch.testing.waiting import eventually_blocking
+from sparkdispatch.config.options import HA_CLUSTER_ID, HA_ZOOKEEPER_PATH_ROOT, HA_ZOOKEEPER_QUORUM
 
 CATEGORIES = ("lost", "duplicated", "hung", "failed", "wrong-result", "forgotten", "refused", "leftover",
               "crashed", "unhealed")
@@ -164,10 +165,10 @@ class StoredState:
     @classmethod
     def read(cls, cluster: LocalCluster, zookeeper: KazooClient) -> StoredState:
         config = cluster.config
-        cluster_id = config["high-availability.cluster-id"]
+        cluster_id = config.get(HA_CLUSTER_ID)
         storage = config.storage_dir
         state = cls(results_dir=config.results_dir,
-                    zk_root="/" + config["high-availability.zookeeper.path.root"].strip("/") + f"/{cluster_id}")
+                    zk_root="/" + config.get(HA_ZOOKEEPER_PATH_ROOT).strip("/") + f"/{cluster_id}")
         for path in _files(storage / "job-result-store" / cluster_id):
             dirty = path.name.endswith("_DIRTY.json")
             job_id = path.name.removesuffix("_DIRTY.json" if dirty else ".json")
@@ -201,7 +202,7 @@ def _children(zookeeper: KazooClient, path: str) -> list[str]:
 
 
 def _zookeeper(cluster: LocalCluster) -> KazooClient:
-    client = KazooClient(hosts=cluster.config["high-availability.zookeeper.quorum"], timeout=10)
+    client = KazooClient(hosts=cluster.config.get(HA_ZOOKEEPER_QUORUM), timeout=10)
     client.start(timeout=30)
     return client
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparkdispatch.config import Configuration, restart_strategy_from_config
+from sparkdispatch.config import Configuration
 from sparkdispatch.errors import ServiceUnavailable
 from sparkdispatch.ha import JobProgress
 from sparkdispatch.ha.progress_store import Finished
@@ -35,7 +35,8 @@ from sparkdispatch.model.protocol import (
 )
 from sparkdispatch.model.repair import Repair
 from sparkdispatch.resourcemanager import AllocatedSlot, ResourceManager, ResourceOverview, SlotListener
-from sparkdispatch.settings import JobMasterSettings, ResourceManagerSettings
+from sparkdispatch.jobmaster.settings import JobMasterSettings, restart_strategy_from_config
+from sparkdispatch.resourcemanager.settings import ResourceManagerSettings
 
 JOB_ID = "0123456789abcdef" * 2
 SESSION = "11111111-2222-3333-4444-555555555555"

@@ -24,6 +24,7 @@ from typing import Any
 
 from sparkdispatch.client import SparkDispatchClient
 from sparkdispatch.config import Configuration
+from sparkdispatch.config.options import HA_MODE, REST_ADDRESS
 from sparkdispatch.errors import SparkDispatchError
 from sparkdispatch.testing.http import http_json, upload_artifact
 from sparkdispatch.testing.job_result import wait_for_result
@@ -36,13 +37,13 @@ class LocalCluster:
 
     def __init__(self, config: Configuration, *, masters: int = 1, taskexecutors: int = 1,
                  log_dir: Path | None = None) -> None:
-        if masters > 1 and config["high-availability.mode"] != "zookeeper":
+        if masters > 1 and config.get(HA_MODE) != "zookeeper":
             raise ValueError("several masters need high-availability.mode: zookeeper")
         self.config = config
         self.log_dir = log_dir or config.storage_dir / "log"
         self.name = uuid.uuid4().hex[:6]  # TaskExecutor ids (and so their queues) are this cluster's own
         self.master_ports = [free_port() for _ in range(masters)]
-        if config["high-availability.mode"] == "none":
+        if config.get(HA_MODE) == "none":
             # TaskExecutors find a master without HA at rest.address:rest.port
             self.config = config.with_overrides({"rest.port": self.master_ports[0]})
         self.masters: list[subprocess.Popen[bytes] | None] = [None] * masters
@@ -166,7 +167,7 @@ class LocalCluster:
     # -- REST ---------------------------------------------------------------------------------
 
     def master_url(self, index: int) -> str:
-        return f"http://{self.config['rest.address']}:{self.master_ports[index]}"
+        return f"http://{self.config.get(REST_ADDRESS)}:{self.master_ports[index]}"
 
     def request(self, method: str, url: str, body: Any = None, *, timeout: float = 30.0) -> tuple[int, Any]:
         """One HTTP call; (status, decoded JSON body or None)."""

@@ -35,6 +35,7 @@ from typing import Any, TypeVar, cast
 from aiohttp import web
 
 from sparkdispatch.config import Configuration
+from sparkdispatch.config.options import HA_MODE, REST_PORT
 from sparkdispatch.errors import SparkDispatchError
 from sparkdispatch.ha import STANDALONE_SESSION_ID, BlobReader
 from sparkdispatch.ha.access import cluster_dir
@@ -55,7 +56,7 @@ from sparkdispatch.model.protocol import (
 from sparkdispatch.resourcemanager import AllocatedSlot, ResourceManager
 from sparkdispatch.rest.responses import artifact_response
 from sparkdispatch.rest.taskexecutor_routes import LeaderForTaskExecutors, add_task_executor_routes
-from sparkdispatch.settings import ResourceManagerSettings
+from sparkdispatch.resourcemanager.settings import ResourceManagerSettings
 from sparkdispatch.taskexecutor.master_client import AsyncMasterClient
 from sparkdispatch.testing.proxy import RecordingProxy
 from sparkdispatch.testing.services import free_port
@@ -273,7 +274,7 @@ class InProcessMaster:
         """Start the master; with HA mode `none`, return once it leads and has recovered its jobs."""
         self._master = Master(self.config, task_executor_gateway=self.gateway)
         await self._master.start()
-        if self.config["high-availability.mode"] == "none":
+        if self.config.get(HA_MODE) == "none":
             await self.wait_for_leadership(timeout=timeout)
         if self.proxy is not None:
             await self.proxy.start()
@@ -419,7 +420,7 @@ class MasterForTaskExecutors:
         app.router.add_get("/artifacts/{key}", artifact)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", self.config["rest.port"]).start()
+        await web.TCPSite(self._runner, "127.0.0.1", self.config.get(REST_PORT)).start()
 
     async def stop(self) -> None:
         if self._runner is not None:

@@ -26,6 +26,7 @@ from aiohttp import web
 from sparkdispatch.testing.http import request_json
 from sparkdispatch.testing.master import InProcessMaster
 from sparkdispatch.testing.services import free_port
+from sparkdispatch.testing.waiting import eventually
 
 pytestmark = pytest.mark.slow
 
@@ -128,25 +129,36 @@ def missing(reason: str) -> NoReturn:
     pytest.skip(reason)  # only outside CI: under CI the line above failed the test
 
 
-async def statuses_seen_by(page: Any) -> dict[tuple[str, str], list[int]]:
+class StatusesSeen:
     """(method, URL) → the HTTP statuses the browser got, including answers it then hid from the
-    page (a `no-cors` fetch's, blocked by `Cross-Origin-Resource-Policy`), read from DevTools."""
-    seen: dict[tuple[str, str], list[int]] = {}
-    sent: dict[str, tuple[str, str]] = {}
-    devtools = await page.context.new_cdp_session(page)
-    devtools.on("Network.requestWillBeSent",
-                lambda event: sent.__setitem__(event["requestId"],
-                                               (event["request"]["method"], event["request"]["url"])))
-    devtools.on("Network.responseReceivedExtraInfo",
-                lambda event: seen.setdefault(sent.get(event["requestId"], ("?", "?")), []).append(event["statusCode"]))
-    await devtools.send("Network.enable")
-    return seen
+    page (a `no-cors` fetch's, blocked by `Cross-Origin-Resource-Policy`), read from DevTools.
+
+    The two events are joined by request id when read: DevTools may send a response's
+    `responseReceivedExtraInfo` before the `requestWillBeSent` of its request."""
+
+    def __init__(self) -> None:
+        self.sent: dict[str, tuple[str, str]] = {}
+        self.statuses: dict[str, list[int]] = {}
+
+    async def watch(self, page: Any) -> None:
+        devtools = await page.context.new_cdp_session(page)
+        devtools.on("Network.requestWillBeSent",
+                    lambda event: self.sent.__setitem__(event["requestId"],
+                                                        (event["request"]["method"], event["request"]["url"])))
+        devtools.on("Network.responseReceivedExtraInfo",
+                    lambda event: self.statuses.setdefault(event["requestId"], []).append(event["statusCode"]))
+        await devtools.send("Network.enable")
+
+    def __getitem__(self, request: tuple[str, str]) -> list[int]:
+        return [status for request_id, statuses in self.statuses.items() if self.sent.get(request_id) == request
+                for status in statuses]
 
 
 async def test_a_page_of_another_site_cannot_submit_a_job_or_upload_code(
         master: InProcessMaster, control: InProcessMaster, evil_site: str, browser_page: Any) -> None:
     page = browser_page
-    statuses = await statuses_seen_by(page)
+    statuses = StatusesSeen()
+    await statuses.watch(page)
     uploads = {}
     for target in (master, control):
         await page.goto(evil_site)
@@ -161,7 +173,7 @@ async def test_a_page_of_another_site_cannot_submit_a_job_or_upload_code(
         uploads[target.url] = (answer.status, await page.content())
 
     # the default master refused both for the page's origin, and stored nothing
-    assert statuses[("POST", f"{master.url}/jobs")] == [403]
+    assert await eventually(lambda: statuses[("POST", f"{master.url}/jobs")], "its status of POST /jobs") == [403]
     status, page_text = uploads[master.url]
     assert status == 403 and "OriginRefused" in page_text and "rest.allowed-origins" in page_text
     assert await stored(master) == ([], [])
@@ -169,7 +181,7 @@ async def test_a_page_of_another_site_cannot_submit_a_job_or_upload_code(
     assert status == 404
     # a master that allows the page's origin gets the same requests: the upload is stored, and the job is
     # refused still, as text/plain is no JSON body (415): a page cannot send one without a preflight
-    assert statuses[("POST", f"{control.url}/jobs")] == [415]
+    assert await eventually(lambda: statuses[("POST", f"{control.url}/jobs")], "its status of POST /jobs") == [415]
     assert uploads[control.url][0] == 201
     jobs, blobs = await stored(control)
     assert jobs == [] and len(blobs) == 1

@@ -19,7 +19,7 @@ import pytest
 
 from sparkdispatch.config import Configuration
 from sparkdispatch.errors import ConnectServerError
-from sparkdispatch.settings import ConnectServerSettings
+from sparkdispatch.taskexecutor.settings import ConnectServerSettings
 from sparkdispatch.taskexecutor.connect_server import LOG_FILE_NAME, ConnectServer
 from sparkdispatch.testing.waiting import eventually_blocking
 

@@ -18,7 +18,7 @@ from sparkdispatch.ha import JobProgress
 from sparkdispatch.ha.services import ZooKeeperHaServices
 from sparkdispatch.model.states import JobStatus
 from sparkdispatch.model.job_graph import JobGraph, JobVertex
-from sparkdispatch.settings import ArchiveSettings, CleanupSettings
+from sparkdispatch.dispatcher.settings import ArchiveSettings, CleanupSettings
 from sparkdispatch.testing.contender import RecordingContender, leading
 from sparkdispatch.testing.fake_job_master import FakeJobMaster
 from sparkdispatch.testing.waiting import eventually

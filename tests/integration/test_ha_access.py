@@ -12,6 +12,7 @@ from kazoo.exceptions import NoNodeError
 from sparkdispatch.client import RetryPolicy, SparkDispatchClient
 from sparkdispatch.client.leader import ZooKeeperTarget
 from sparkdispatch.config import Configuration
+from sparkdispatch.config.options import HA_CLUSTER_ID, HA_ZOOKEEPER_QUORUM
 from sparkdispatch.ha import ClosableLeaderRetrieval, LeaderInfo, create_leader_retrieval
 from sparkdispatch.testing.master import InProcessMaster
 from sparkdispatch.testing.services import ZooKeeperServer
@@ -53,8 +54,8 @@ def follows(retrieval: ClosableLeaderRetrieval, master: InProcessMaster) -> bool
 
 async def test_followers_create_no_znode_and_follow_the_leader(zk_config: Configuration, zk: KazooClient,
                                                                zk_root: str) -> None:
-    target = ZooKeeperTarget(quorum=zk_config["high-availability.zookeeper.quorum"],
-                             cluster_id=zk_config["high-availability.cluster-id"], root=zk_root)
+    target = ZooKeeperTarget(quorum=zk_config.get(HA_ZOOKEEPER_QUORUM),
+                             cluster_id=zk_config.get(HA_CLUSTER_ID), root=zk_root)
     task_executor_side = create_leader_retrieval(zk_config)
     first = InProcessMaster(overrides=zk_config.to_flat())
     second = InProcessMaster(overrides=zk_config.to_flat())

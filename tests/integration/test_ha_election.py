@@ -16,6 +16,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from sparkdispatch.config import Configuration
+from sparkdispatch.config.options import HA_ZOOKEEPER_SESSION_TIMEOUT
 from sparkdispatch.ha import LeaderInfo, create_ha_services
 from sparkdispatch.ha.services import ZooKeeperHaServices
 from sparkdispatch.testing.contender import ContenderProcess, first_grant
@@ -268,7 +269,7 @@ async def test_sigkilled_leader_process_is_replaced(zk_config: Configuration) ->
             rest = {n: c for n, c in children.items() if n != leader_name}
             new_name, new_grant = await asyncio.to_thread(granted_first, rest)
             takeover = new_grant["t"] - killed_at
-            session_timeout = zk_config["high-availability.zookeeper.session-timeout"]
+            session_timeout = zk_config.get(HA_ZOOKEEPER_SESSION_TIMEOUT)
             print(f"SIGKILL takeover: {takeover:.2f}s (session timeout {session_timeout:g}s)")
             def names_the_new_leader() -> LeaderInfo | None:
                 info = retrieval.current()

@@ -42,7 +42,7 @@ from sparkdispatch.ha.services import ZooKeeperHaServices
 from sparkdispatch.model.states import ExecutionState, JobStatus
 from sparkdispatch.model.job_graph import JobGraph, JobVertex
 from sparkdispatch.model.job_result import JobResult, VertexResult
-from sparkdispatch.settings import ArchiveSettings
+from sparkdispatch.dispatcher.settings import ArchiveSettings
 from sparkdispatch.model.snapshot import JobSnapshot
 from sparkdispatch.testing.contender import RecordingContender, leading
 from sparkdispatch.testing.services import ZooKeeperServer

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from sparkdispatch.config import Configuration
+from sparkdispatch.config.options import HA_CLUSTER_ID, HA_ZOOKEEPER_PATH_ROOT, HA_ZOOKEEPER_QUORUM
 from sparkdispatch.testing.local_cluster import LocalCluster
 from sparkdispatch.testing.services import RedisServer, ZooKeeperServer
 from sparkdispatch.testing.waiting import eventually_blocking
@@ -278,9 +279,9 @@ def test_a_job_whose_cleanup_fails_is_cleaned_by_the_next_leader_and_not_rerun(
     from kazoo.security import OPEN_ACL_UNSAFE, make_acl
 
     cluster.wait_for_task_executors(2)
-    jobgraphs = f"{cluster.config['high-availability.zookeeper.path.root']}/" \
-                f"{cluster.config['high-availability.cluster-id']}/jobgraphs"
-    zk = KazooClient(hosts=cluster.config["high-availability.zookeeper.quorum"])
+    jobgraphs = f"{cluster.config.get(HA_ZOOKEEPER_PATH_ROOT)}/" \
+                f"{cluster.config.get(HA_CLUSTER_ID)}/jobgraphs"
+    zk = KazooClient(hosts=cluster.config.get(HA_ZOOKEEPER_QUORUM))
     zk.start()
     try:
         # no one may delete JobGraphs: the leader's cleanup fails and keeps retrying
@@ -289,7 +290,7 @@ def test_a_job_whose_cleanup_fails_is_cleaned_by_the_next_leader_and_not_rerun(
         job_id = cluster.submit(job("cleanup", [vertex("numbers", "numbers", rows=5, log_dir=str(tmp_path))],
                                     tasks_key))
         assert cluster.wait_for_result(job_id)["status"] == "FINISHED"
-        dirty = cluster.config.storage_dir / "job-result-store" / cluster.config["high-availability.cluster-id"] \
+        dirty = cluster.config.storage_dir / "job-result-store" / cluster.config.get(HA_CLUSTER_ID) \
             / f"{job_id}_DIRTY.json"
         time.sleep(1.0)  # room for a cleanup, which cannot succeed
         assert dirty.exists() and zk.exists(f"{jobgraphs}/{job_id}")

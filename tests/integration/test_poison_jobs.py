@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from sparkdispatch.config import Configuration
+from sparkdispatch.config.options import HA_MODE
 from sparkdispatch.ha import HighAvailabilityServices, JobProgress, create_ha_services
 from sparkdispatch.ha.services import ZooKeeperHaServices
 from sparkdispatch.model.job_graph import JobGraph
@@ -134,7 +135,7 @@ async def test_stored_jobs_that_cannot_be_read_or_run_fail_alone_finally_and_the
                    for job_id in (GOOD, TOO_LARGE, CORRUPT, WRONG_SCHEMA, MISFILED)}
         assert results[GOOD]["status"] == "FINISHED"
         expected = {TOO_LARGE: ("JobTooLarge", "has 100000000 subtasks"),
-                    CORRUPT: ("StoreError", "cannot be read" if ha_config["high-availability.mode"] == "none"
+                    CORRUPT: ("StoreError", "cannot be read" if ha_config.get(HA_MODE) == "none"
                               else "holds no JobGraph record"),
                     WRONG_SCHEMA: ("StoreError", "vertices[0].parallelism: Not a valid integer"),
                     MISFILED: ("StoreError", f"names job {GOOD}")}

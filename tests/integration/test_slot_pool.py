@@ -29,7 +29,7 @@ from sparkdispatch.storage.attempt_logs import attempt_log_path
 from sparkdispatch.model.states import ExecutionState
 from sparkdispatch.model.protocol import TaskDeploymentDescriptor
 from sparkdispatch.storage.results import ResultLayout
-from sparkdispatch.settings import ConnectServerSettings, SlotPoolSettings
+from sparkdispatch.taskexecutor.settings import ConnectServerSettings, SlotPoolSettings
 from sparkdispatch.taskexecutor.connect_server import ConnectServer
 from sparkdispatch.taskexecutor.driver_log import PREFIX
 from sparkdispatch.taskexecutor.slot_pool import SlotProcessPool

@@ -15,7 +15,7 @@ from sparkdispatch.errors import LeadershipLost
 from sparkdispatch.model.states import ExecutionState, JobStatus
 from sparkdispatch.model.job_result import JobResult, VertexResult
 from sparkdispatch.rest.views import flink_job_details, job_details, job_summary
-from sparkdispatch.settings import ArchiveSettings
+from sparkdispatch.dispatcher.settings import ArchiveSettings
 from sparkdispatch.model.snapshot import JobOverview, JobSnapshot, SubtaskSnapshot, VertexSnapshot
 
 JOB_ID = "cd" * 16

@@ -23,7 +23,7 @@ from sparkdispatch.errors import (
 )
 from sparkdispatch.rest.browser_guard import SECURITY_HEADERS, BrowserGuard, machine_names
 from sparkdispatch.rest.taskexecutor_routes import SESSION_HEADER
-from sparkdispatch.settings import RestSettings
+from sparkdispatch.rest.settings import RestSettings
 from sparkdispatch.testing.master import InProcessMaster
 from sparkdispatch.web_origin import WebOrigin
 

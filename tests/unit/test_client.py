@@ -26,6 +26,7 @@ from sparkdispatch.model.artifacts import read_artifact
 from sparkdispatch.client import RetryPolicy, SparkDispatchClient, SubmittedJob, SyncSparkDispatchClient
 from sparkdispatch.client.leader import ZooKeeperTarget, normalize_address, parse_addresses
 from sparkdispatch.config import Configuration
+from sparkdispatch.config.options import HA_CLUSTER_ID, HA_ZOOKEEPER_PATH_ROOT, HA_ZOOKEEPER_QUORUM
 from sparkdispatch.errors import (
     BlobError,
     DuplicateJobSubmission,
@@ -284,9 +285,9 @@ async def test_zookeeper_retrieval_finds_and_follows_the_leader(
         ha_pair: tuple[InProcessMaster, InProcessMaster], zk_config: Configuration) -> None:
     """Against a real ZooKeeper: the leader node names the master; a new leader is followed."""
     first, second = ha_pair
-    target = ZooKeeperTarget(quorum=zk_config["high-availability.zookeeper.quorum"],
-                             cluster_id=zk_config["high-availability.cluster-id"],
-                             root=zk_config["high-availability.zookeeper.path.root"])
+    target = ZooKeeperTarget(quorum=zk_config.get(HA_ZOOKEEPER_QUORUM),
+                             cluster_id=zk_config.get(HA_CLUSTER_ID),
+                             root=zk_config.get(HA_ZOOKEEPER_PATH_ROOT))
     patient = RetryPolicy(attempts=40, initial_backoff=0.05, max_backoff=0.2)
     async with SparkDispatchClient(zookeeper=target, retry=patient) as client:
         assert await client.jobs() == []

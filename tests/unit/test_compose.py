@@ -27,12 +27,16 @@ import yaml
 
 from sparkdispatch.entrypoint.cli import _parser
 from sparkdispatch.client.leader import parse_addresses
-from sparkdispatch.config import OPTIONS_BY_KEY, SPARK_PREFIX, Configuration, parse_overrides, read_yaml_file
+from sparkdispatch.config import SPARK_PREFIX, Configuration, parse_overrides, read_yaml_file
+from sparkdispatch.config.options import (
+    BROKER_URL, HA_MODE, HA_ZOOKEEPER_QUORUM, OPTIONS_BY_KEY, REST_ADDRESS, REST_BIND_ADDRESS, REST_PORT, SPARK_MASTER,
+    TASKEXECUTOR_ID,
+)
 from sparkdispatch.errors import ConfigurationError
 from sparkdispatch.ha.leader import STANDALONE_SESSION_ID
 from sparkdispatch.entrypoint.master import Master
 from sparkdispatch.model.protocol import SlotReport, TaskExecutorRegistration
-from sparkdispatch.settings import MasterSettings
+from sparkdispatch.entrypoint.master import MasterSettings
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker-compose.yaml"
@@ -205,20 +209,20 @@ def test_every_override_and_config_key_is_a_real_key(services: dict[str, Any]) -
 def test_masters_are_ha_peers_that_advertise_their_own_service_name(services: dict[str, Any]) -> None:
     for name in MASTERS:
         config = service_config(name, services[name])
-        assert config["high-availability.mode"] == "zookeeper"
-        assert config["rest.address"] == name == services[name]["hostname"]
-        assert config["rest.bind-address"] == "0.0.0.0"
-        quorum_hosts = {entry.rsplit(":", 1)[0] for entry in config["high-availability.zookeeper.quorum"].split(",")}
+        assert config.get(HA_MODE) == "zookeeper"
+        assert config.get(REST_ADDRESS) == name == services[name]["hostname"]
+        assert config.get(REST_BIND_ADDRESS) == "0.0.0.0"
+        quorum_hosts = {entry.rsplit(":", 1)[0] for entry in config.get(HA_ZOOKEEPER_QUORUM).split(",")}
         assert quorum_hosts == set(ZOOKEEPERS)
-        assert config["broker.url"].startswith("redis://redis:")
-        assert config["rest.port"] == 8081
+        assert config.get(BROKER_URL).startswith("redis://redis:")
+        assert config.get(REST_PORT) == 8081
 
 
 def test_task_executors_use_the_spark_cluster_under_their_own_identity(services: dict[str, Any]) -> None:
     for name in TASK_EXECUTORS:
         config = service_config(name, services[name])
-        assert config["spark.master"] == "spark://spark-master:7077"
-        assert config["taskexecutor.id"] == name == services[name]["hostname"]
+        assert config.get(SPARK_MASTER) == "spark://spark-master:7077"
+        assert config.get(TASKEXECUTOR_ID) == name == services[name]["hostname"]
         # executors on spark-worker connect back to this container's driver
         assert config.spark_properties["spark.driver.host"] == name
         assert int(config.spark_properties["spark.cores.max"]) * len(TASK_EXECUTORS) <= \

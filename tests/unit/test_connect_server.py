@@ -8,7 +8,7 @@ import pytest
 
 from sparkdispatch.config import Configuration
 from sparkdispatch.errors import ConfigurationError, ConnectServerError
-from sparkdispatch.settings import ConnectServerSettings
+from sparkdispatch.taskexecutor.settings import ConnectServerSettings
 from sparkdispatch.taskexecutor import connect_server
 from sparkdispatch.taskexecutor.connect_server import ConnectServer, server_properties
 

@@ -33,7 +33,7 @@ from sparkdispatch.model.job_graph import JobGraph
 from sparkdispatch.model.job_result import JobResult, VertexResult
 from sparkdispatch.model.repair import RepairAnswer
 from sparkdispatch.rest.views import flink_job_details, job_details, job_summary
-from sparkdispatch.settings import ArchiveSettings, CleanupSettings, JobLimits
+from sparkdispatch.dispatcher.settings import ArchiveSettings, CleanupSettings, JobLimits
 from sparkdispatch.testing.contender import leading
 from sparkdispatch.testing.fake_job_master import FakeJobMaster
 from sparkdispatch.testing.waiting import eventually

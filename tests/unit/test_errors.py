@@ -30,7 +30,7 @@ from sparkdispatch.errors import (
 from sparkdispatch.model.states import ExecutionState
 from sparkdispatch.model.protocol import ExecutionStateUpdate, SlotReport
 from sparkdispatch.rest.responses import create_error_middleware
-from sparkdispatch.settings import RestSettings
+from sparkdispatch.rest.settings import RestSettings
 from sparkdispatch.taskexecutor.master_client import SESSION_HEADER, MasterClient
 from sparkdispatch.testing.master import Deployment, InProcessMaster
 from sparkdispatch.testing.waiting import eventually

@@ -8,7 +8,7 @@ import pytest
 
 from sparkdispatch.config import Configuration
 from sparkdispatch.resourcemanager.heartbeat import HeartbeatMonitor
-from sparkdispatch.settings import HeartbeatSettings
+from sparkdispatch.resourcemanager.settings import HeartbeatSettings
 from sparkdispatch.testing.clock import ManualClock
 
 

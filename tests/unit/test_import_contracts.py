@@ -29,9 +29,9 @@ def test_every_import_contract_is_kept() -> None:
 
 
 def test_every_module_of_the_package_root_stands_in_a_layer() -> None:
-    config = configparser.ConfigParser()
-    config.read(REPO / "setup.cfg")
-    layers = config["importlinter:contract:layers"]["layers"].split()
+    setup_cfg = configparser.ConfigParser()
+    setup_cfg.read(REPO / "setup.cfg")
+    layers = setup_cfg["importlinter:contract:layers"]["layers"].split()
     named = {name for layer in layers for name in layer.split("|") if name}
     children = {info.name for info in pkgutil.iter_modules(sparkdispatch.__path__)}
     assert children - named == set(), "add these to a layer of [importlinter:contract:layers] in setup.cfg"

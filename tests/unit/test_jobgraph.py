@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sparkdispatch.config import Configuration, restart_strategy_from_config
+from sparkdispatch.config import Configuration
+from sparkdispatch.jobmaster.settings import restart_strategy_from_config
 from sparkdispatch.errors import IllegalStateTransition, InvalidJobGraph
 from sparkdispatch.model.states import ExecutionState, JobStatus
 from sparkdispatch.model.restart import ExponentialDelayRestart, FailureRateRestart, FixedDelayRestart, NoRestart

@@ -28,9 +28,9 @@ BUILD_INPUTS = ("setup.py", "setup.cfg", "pyproject.toml", "README.md")
 
 
 def _mapped_folders() -> dict[str, str]:
-    config = configparser.ConfigParser()
-    config.read(REPO / "setup.cfg", encoding="utf-8")
-    lines = config["options"]["package_dir"].strip().splitlines()
+    setup_cfg = configparser.ConfigParser()
+    setup_cfg.read(REPO / "setup.cfg", encoding="utf-8")
+    lines = setup_cfg["options"]["package_dir"].strip().splitlines()
     return {name.strip(): folder.strip() for name, folder in (line.split("=", 1) for line in lines)}
 
 

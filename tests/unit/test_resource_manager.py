@@ -26,7 +26,7 @@ from sparkdispatch.model.protocol import (
     TaskExecutorRegistration,
 )
 from sparkdispatch.resourcemanager import AllocatedSlot, ResourceManager, ResourceOverview
-from sparkdispatch.settings import ResourceManagerSettings
+from sparkdispatch.resourcemanager.settings import ResourceManagerSettings
 from sparkdispatch.testing.clock import ManualClock
 
 SESSION = "11111111-2222-3333-4444-555555555555"

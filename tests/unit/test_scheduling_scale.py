@@ -24,7 +24,7 @@ from sparkdispatch.jobmaster.execution_graph import ExecutionVertex, SubtaskId
 from sparkdispatch.jobmaster.job_master import SCHEDULE_SLICE
 from sparkdispatch.model.protocol import ExecutionStateUpdate, TaskDeploymentDescriptor
 from sparkdispatch.resourcemanager import AllocatedSlot
-from sparkdispatch.settings import JobMasterSettings
+from sparkdispatch.jobmaster.settings import JobMasterSettings
 
 JOB_ID = "5ca1ab1e" * 4
 SESSION = "session-1"
