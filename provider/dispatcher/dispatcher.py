@@ -355,7 +355,7 @@ class Dispatcher:
             repair = job.running_repair
             if job.result is None and repair is not None and job.graph is not None \
                     and repair.covers(check_requested(job.graph, vertices)):
-                return RepairAnswer(job_id, repair, created=False)
+                return RepairAnswer(job_id, created=False, repair=repair)
             raise RepairNotPossible(job_id, f"it has not ended yet ({job.status.value}); ask again once it has",
                                     running=True)
         cleanup = self._cleanups.get(job_id)
@@ -386,7 +386,7 @@ class Dispatcher:
         log.info("job %s: repair %d runs %s again (asked for %s) [session %s]", job_id, repair.number,
                  ", ".join(repair.vertices), ", ".join(repair.requested), self.session_id)
         await self._run(job_id, job, recovered=plan.progress)
-        return RepairAnswer(job_id, repair, created=True)
+        return RepairAnswer(job_id, created=True, repair=repair)
 
     # -- queries ------------------------------------------------------------------------------
 

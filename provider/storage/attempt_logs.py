@@ -17,7 +17,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 LOG_DIR = "_logs"
 #: The most a single read returns.
@@ -43,7 +42,7 @@ def attempt_log_path(result_path: str, attempt: int) -> Path | None:
 
 
 @dataclass(frozen=True)
-class AttemptLog:
+class LogPiece:
     """A piece of one attempt's log: the bytes from `offset` to `next_offset`, as text."""
 
     subtask: int
@@ -52,13 +51,9 @@ class AttemptLog:
     next_offset: int
     text: str
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"subtask": self.subtask, "attempt": self.attempt, "offset": self.offset,
-                "next_offset": self.next_offset, "text": self.text}
-
 
 def read_attempt_log(results_dir: str, job_id: str, vertex_id: str, subtask: int, attempt: int | None,
-                     offset: int = 0, limit: int = MAX_READ_BYTES) -> AttemptLog | None:
+                     offset: int = 0, limit: int = MAX_READ_BYTES) -> LogPiece | None:
     """The log of `subtask`'s `attempt` (its latest attempt when None) from byte `offset`; None
     when there is none (yet, or the results directory is remote). Blocking.
 
@@ -80,5 +75,5 @@ def read_attempt_log(results_dir: str, job_id: str, vertex_id: str, subtask: int
     with open(directory / match.group(0), "rb") as file:
         file.seek(offset)
         data = file.read(min(limit, MAX_READ_BYTES))
-    return AttemptLog(subtask=subtask, attempt=int(match.group(2)), offset=offset, next_offset=offset + len(data),
+    return LogPiece(subtask=subtask, attempt=int(match.group(2)), offset=offset, next_offset=offset + len(data),
                       text=data.decode("utf-8", errors="replace"))

@@ -1,4 +1,4 @@
-"""Shapes: a frozen dataclass's JSON form, its parser and its schema, all from one declaration."""
+"""Shapes: a frozen dataclass's JSON form, its parser and its OpenAPI schema, all from one declaration."""
 
 from __future__ import annotations
 
@@ -12,7 +12,32 @@ import pytest
 from sparkdispatch.errors import InvalidShape
 from sparkdispatch.model.codec import Shape, schema_of, wire
 from sparkdispatch.model.job_result import Failure, JobResult, VertexResult
+from sparkdispatch.model.protocol import ExecutionReport
+from sparkdispatch.model.repair import Repair, RepairAnswer
+from sparkdispatch.model.rest_shapes import (
+    ANSWERS,
+    Artifact,
+    AttemptLog,
+    Empty,
+    ExecutionResult,
+    FlinkJobDetails,
+    FlinkJobList,
+    FlinkTaskCounts,
+    JobDetails,
+    JobList,
+    JobSummary,
+    Overview,
+    SubtaskDetails,
+    Submitted,
+    TaskManager,
+    TaskManagerList,
+    TaskManagerSlot,
+    Unregistered,
+    VertexDetails,
+    VertexOutcome,
+)
 from sparkdispatch.model.states import ExecutionState, JobStatus
+from sparkdispatch.rest.openapi import openapi_document
 
 JOB_ID = "ab" * 16
 
@@ -112,3 +137,53 @@ def test_a_field_without_a_json_form_is_refused_when_the_shape_is_first_used() -
         Unsure(1).to_dict()
     with pytest.raises(TypeError, match="Omitted.value: a field left out while None defaults to None"):
         schema_of(Omitted)
+
+
+def answers() -> list[Shape]:
+    """One example of every answer of the REST API, every optional part present once."""
+    result = JobResult(JOB_ID, "sales", JobStatus.FINISHED, 1_000, 4_000,
+                       {"a": VertexResult(ExecutionState.FINISHED, 1, rows=5, result_path="/r/a", partitions=("p",))})
+    repair = Repair(1, ("a",), ("a", "b"), 2_000, JobStatus.FINISHED)
+    return [
+        Overview(True, "http://m:8081", 1, 4, 3, 1, 2, 0, 0),
+        JobList((JobSummary(JOB_ID, "sales", JobStatus.RUNNING, 1_000, None, None),)),
+        FlinkJobList((FlinkJobDetails(JOB_ID, "sales", JobStatus.RUNNING, 1_000, -1, 20, 1_020, 0,
+                                      FlinkTaskCounts.of({ExecutionState.RUNNING: 2})),)),
+        JobDetails(JOB_ID, "sales", JobStatus.FINISHED, 1_000, 4_000, (
+            VertexDetails("a", ExecutionState.FINISHED, 2, (), (SubtaskDetails(0, ExecutionState.FINISHED, 0, "te"),)),
+            VertexDetails("b", ExecutionState.FINISHED, None, ("a",), (), attempts=1)), (repair,)),
+        RepairAnswer(JOB_ID, True, Repair(2, ("b",), ("b",), 3_000)),
+        AttemptLog(JOB_ID, JobStatus.RUNNING, "a", ExecutionState.RUNNING, 0, 1, 0, 6, "hello\n"),
+        VertexOutcome(JOB_ID, JobStatus.RUNNING, "a", VertexResult(ExecutionState.RUNNING, 1)),
+        ExecutionResult.of(None), ExecutionResult.of(result),
+        TaskManagerList((TaskManager("te", "te@h", "q", "local[1]", 1, 2, 1, (
+            TaskManagerSlot(0, "al", JOB_ID), TaskManagerSlot(1, None, None)), None, False, 5,
+            (ExecutionReport(JOB_ID, "e1", ExecutionState.RUNNING),)),)),
+        Submitted(JOB_ID, f"/jobs/{JOB_ID}", JobStatus.INITIALIZING), Artifact("ab" * 32, "job.py"),
+        Unregistered(True), Empty(),
+    ]
+
+
+@pytest.mark.parametrize("answer", answers(), ids=lambda answer: type(answer).__name__)
+def test_every_answer_writes_what_its_schema_writes_and_parses_back(answer: Shape) -> None:
+    body = answer.to_dict()
+    assert schema_of(type(answer))().dump(answer) == body  # the fast writer and the schema agree
+    assert type(answer).from_dict(body) == answer
+
+
+def test_every_answer_is_listed_and_the_openapi_document_describes_it_by_its_declaration() -> None:
+    assert {type(answer) for answer in answers()} == set(ANSWERS)
+    schemas = openapi_document()["components"]["schemas"]
+    for answer in answers():
+        described = schemas[type(answer).__name__]
+        body = answer.to_dict()
+        assert list(described["properties"]) == list(body) or type(answer) is ExecutionResult, type(answer)
+        assert described["additionalProperties"] is False
+    details = schemas["VertexDetails"]
+    assert "attempts" not in details["required"] and "parallelism" in details["required"]
+    assert details["properties"]["parallelism"]["nullable"] is True
+    assert schemas["FlinkJobDetails"]["properties"]["end-time"]["description"] == "-1 while the job runs"
+    assert schemas["Submitted"]["properties"]["job_id"]["pattern"] == "^[0-9a-f]{32}$"
+    assert schemas["ResultStatus"]["properties"]["id"]["enum"] == ["IN_PROGRESS", "COMPLETED"]
+    executions = schemas["TaskManager"]["properties"]["executions"]
+    assert executions["items"] == {"$ref": "#/components/schemas/ExecutionReport"}  # the protocol's own schema

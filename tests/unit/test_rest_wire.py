@@ -46,13 +46,13 @@ def snapshot() -> JobSnapshot:
 
 def test_the_views_answer_byte_for_byte() -> None:
     job = snapshot()
-    assert compact(views.job_summary(job.overview)) == (
+    assert compact(views.job_summary(job.overview).to_dict()) == (
         f'{{"id":"{JOB_ID}","name":"sales","status":"RUNNING","start_time":1000,"end_time":null,"duration_ms":null}}')
-    assert compact(views.flink_job_details(job.overview)) == (
+    assert compact(views.flink_job_details(job.overview).to_dict()) == (
         f'{{"jid":"{JOB_ID}","name":"sales","state":"RUNNING","start-time":1000,"end-time":-1,"duration":2500,'
         '"last-modification":3000,"pending-operators":0,"tasks":{"created":0,"scheduled":0,"deploying":0,'
         '"initializing":0,"running":1,"finished":1,"canceling":0,"canceled":0,"failed":0,"reconciling":0,"total":2}}')
-    assert compact(views.job_details(job)) == (
+    assert compact(views.job_details(job).to_dict()) == (
         f'{{"id":"{JOB_ID}","name":"sales","status":"RUNNING","start_time":1000,"end_time":null,"vertices":['
         '{"id":"extract","state":"RUNNING","parallelism":2,"inputs":[],"subtasks":['
         '{"index":0,"state":"FINISHED","attempt":0,"taskmanager":"te-1"},'
@@ -61,7 +61,7 @@ def test_the_views_answer_byte_for_byte() -> None:
         '{"number":1,"requested":["extract"],"vertices":["extract"],"requested_at":5000,"status":"FAILED"},'
         '{"number":2,"requested":["extract"],"vertices":["extract"],"requested_at":6000,"status":null}]}')
     vertex = VertexResult(ExecutionState.FAILED, 3, failure=Failure("ValueError", "bad row", "Traceback"))
-    assert compact(views.vertex_result(JOB_ID, JobStatus.FAILED, "clean", vertex)) == (
+    assert compact(views.vertex_result(JOB_ID, JobStatus.FAILED, "clean", vertex).to_dict()) == (
         f'{{"job_id":"{JOB_ID}","job_status":"FAILED","vertex":"clean","result":{{"state":"FAILED","attempts":3,'
         '"failure":{"class":"ValueError","message":"bad row","traceback":"Traceback"}}}')
     finished = VertexResult(ExecutionState.FINISHED, 1, rows=5, result_path="/r/a", partitions=("/r/a/0",))
