@@ -124,5 +124,5 @@ class SparkDispatchHook(BaseHook):
             return False, f"cannot reach the sparkdispatch leader: {exc}"
         finally:
             client.close()
-        return True, (f"leader {leader}, {overview.get('taskmanagers', 0)} TaskExecutors, "
-                      f"{overview.get('slots_total', 0)} slots ({overview.get('slots_available', 0)} free)")
+        return True, (f"leader {leader}, {overview.taskmanagers} TaskExecutors, "
+                      f"{overview.slots_total} slots ({overview.slots_available} free)")

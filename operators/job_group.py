@@ -35,8 +35,8 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from sparkdispatch.client import SyncSparkDispatchClient
 from sparkdispatch.errors import JobAlreadyTerminated, RepairNotPossible, SparkDispatchError
 from sparkdispatch.hooks.sparkdispatch import SparkDispatchHook
+from sparkdispatch.model.rest_shapes import AttemptLog, VertexOutcome
 from sparkdispatch.model.states import ExecutionState
-from sparkdispatch.model.job_result import VertexResult
 from sparkdispatch.client.log_stream import LogFollower
 from sparkdispatch.operators.jobs import NOT_RETRYABLE_FAILURES, default_deferrable, task_failure
 from sparkdispatch.operators.lineage import job_lineage
@@ -53,12 +53,12 @@ LAUNCH_TASK_ID = "launch"
 REPAIR_WAIT_S = 60.0  # how long a repair is asked for again while the job just ended is archived
 
 
-def vertex_output(body: Mapping[str, Any]) -> dict[str, Any]:
+def vertex_output(outcome: VertexOutcome) -> dict[str, Any]:
     """A vertex task's XCom, from the master's `GET /jobs/{id}/vertices/{vertex}` answer."""
-    result = body["result"]
-    return {"job_id": body["job_id"], "vertex": body["vertex"], "state": result["state"],
-            "rows": result.get("rows"), "result_path": result.get("result_path"),
-            "partitions": list(result.get("partitions", [])), "attempts": result["attempts"]}
+    result = outcome.result
+    return {"job_id": outcome.job_id, "vertex": outcome.vertex, "state": result.state.value,
+            "rows": result.rows, "result_path": result.result_path,
+            "partitions": list(result.partitions), "attempts": result.attempts}
 
 
 class SparkDispatchVertexOperator(BaseOperator):
@@ -126,7 +126,7 @@ class SparkDispatchVertexOperator(BaseOperator):
             push_job_link(context, self._job_url)
             follower = LogFollower(self.vertex_id, self.parallelism)
 
-            def fetch(subtask: int, attempt: int | None, offset: int) -> dict[str, Any]:
+            def fetch(subtask: int, attempt: int | None, offset: int) -> AttemptLog:
                 return client.vertex_log(job_id, self.vertex_id, subtask=subtask, attempt=attempt, offset=offset)
 
             body = self._repaired_if_due(context, client, client.vertex(job_id, self.vertex_id))
@@ -154,19 +154,19 @@ class SparkDispatchVertexOperator(BaseOperator):
         if event.get("status") != "concluded":
             raise AirflowException(f"waiting for vertex {self.vertex_id} of job {event.get('job_id')} failed: "
                                    f"{event.get('message')}")
-        return self._outcome(event["body"])
+        return self._outcome(VertexOutcome.from_dict(event["body"]))
 
-    def _repair_due(self, context: Context, body: Mapping[str, Any]) -> bool:
+    def _repair_due(self, context: Context, body: VertexOutcome) -> bool:
         """Whether this try repairs the vertex: a later try, and the job ended without it FINISHED."""
         return context["ti"].try_number > 1 and vertex_concluded(body) \
-            and body["result"]["state"] != ExecutionState.FINISHED.value
+            and body.result.state is not ExecutionState.FINISHED
 
     def _repaired_if_due(self, context: Context, client: SyncSparkDispatchClient,
-                         body: dict[str, Any]) -> dict[str, Any]:
+                         body: VertexOutcome) -> VertexOutcome:
         """`body`, or, when a repair is due, the vertex's state once the master accepted the repair
         (the job then runs again); asked once per try. A job that is still concluding is asked again
         for up to `REPAIR_WAIT_S`."""
-        job_id = body["job_id"]
+        job_id = body.job_id
         deadline = time.monotonic() + REPAIR_WAIT_S
         while self._repair_due(context, body):
             try:
@@ -225,15 +225,15 @@ class SparkDispatchVertexOperator(BaseOperator):
     def get_openlineage_facets_on_failure(self, task_instance: object) -> Lineage:
         return job_lineage(self.job_id, self._job_url, [])
 
-    def _outcome(self, body: Mapping[str, Any]) -> dict[str, Any]:
+    def _outcome(self, body: VertexOutcome) -> dict[str, Any]:
         output = self._vertex_outcome = vertex_output(body)
         self.job_id = output["job_id"]
         if output["state"] == ExecutionState.FINISHED.value:
             self.log.info("vertex %s of job %s FINISHED: %s rows in %s (%d attempt(s))", self.vertex_id,
                           output["job_id"], output["rows"], output["result_path"], output["attempts"])
             return output
-        failure = VertexResult.from_dict(body["result"]).failure
-        cause = f"{failure.cls}: {failure.message}" if failure else f"the job ended {body['job_status']}"
+        failure = body.result.failure
+        cause = f"{failure.cls}: {failure.message}" if failure else f"the job ended {body.job_status.value}"
         if failure is not None and failure.traceback:
             self.log.error("remote traceback of vertex %s:\n%s", self.vertex_id, failure.traceback)
         message = f"vertex {self.vertex_id} of sparkdispatch job {output['job_id']} ended {output['state']}: {cause}"

@@ -146,12 +146,11 @@ class ResultLog(Protocol):
         """Log a failure and its remote traceback (%-style arguments, as `logging`)."""
 
 
-def report_result(result: Mapping[str, Any], log: ResultLog) -> str | None:
-    """Log a JobResult (its JSON form) with its summary, and the remote traceback of a failure.
+def report_result(job_result: JobResult, log: ResultLog) -> str | None:
+    """Log a JobResult with its summary, and the remote traceback of a failure.
 
     Returns None for a FINISHED job, else the message the task should fail with.
     """
-    job_result = JobResult.from_dict(result)
     if job_result.status is JobStatus.FINISHED:
         log.info("%s", result_summary(job_result))
         return None
@@ -179,14 +178,13 @@ def task_failure(exc: SparkDispatchError) -> AirflowException:
     return AirflowException(str(exc))
 
 
-def result_failure_is_final(result: Mapping[str, Any]) -> bool:
+def result_failure_is_final(result: JobResult) -> bool:
     """Whether a failed JobResult's cause is one no retry fixes (an entrypoint that does not exist)."""
-    return any(failure.cls in NOT_RETRYABLE_FAILURES for failure in _failures(JobResult.from_dict(result)))
+    return any(failure.cls in NOT_RETRYABLE_FAILURES for failure in _failures(result))
 
 
-def vertex_outputs(result: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+def vertex_outputs(job_result: JobResult) -> dict[str, dict[str, Any]]:
     """Per vertex of a JobResult: its state, rows, result path, partitions and attempts (an XCom value)."""
-    job_result = JobResult.from_dict(result)
     return {vertex_id: {"state": v.state.value, "rows": v.rows, "result_path": v.result_path,
                         "partitions": list(v.partitions), "attempts": v.attempts}
             for vertex_id, v in job_result.vertices.items()}

@@ -12,6 +12,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from sparkdispatch.hooks.sparkdispatch import SparkDispatchHook
 from sparkdispatch.errors import SparkDispatchError
+from sparkdispatch.model.job_result import JobResult
 from sparkdispatch.operators.jobs import default_deferrable, report_result, task_failure
 from sparkdispatch.operators.links import SparkDispatchJobLink, push_job_link
 from sparkdispatch.operators.triggers import JobResultTrigger
@@ -83,10 +84,11 @@ class JobResultSensor(BaseSensorOperator):
         """Resume after the trigger fired (soft_fail is applied by the base class)."""
         if event.get("status") != "terminal":
             raise AirflowException(f"waiting for sparkdispatch job {self.job_id} failed: {event.get('message')}")
-        return self._checked(event["result"])
+        return self._checked(JobResult.from_dict(event["result"]))
 
-    def _checked(self, result: Mapping[str, Any]) -> Mapping[str, Any]:
+    def _checked(self, result: JobResult) -> Mapping[str, Any]:
+        """The JobResult's JSON form (the XCom) when it FINISHED; else the task fails."""
         message = report_result(result, self.log)
         if message is not None:
             raise AirflowFailException(message)
-        return result
+        return result.to_dict()

@@ -14,6 +14,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from sparkdispatch.client import SyncSparkDispatchClient
 from sparkdispatch.errors import JobAlreadyTerminated, SparkDispatchError, UnknownJob
 from sparkdispatch.hooks.sparkdispatch import SparkDispatchHook
+from sparkdispatch.model.job_result import JobResult
 from sparkdispatch.model.states import JobStatus
 from sparkdispatch.client.log_stream import JobLogs, vertex_parallelism
 from sparkdispatch.operators.jobs import (
@@ -133,7 +134,7 @@ class SubmitJobGraphOperator(ResumableJobMixin, BaseOperator):
         self.job_id = event.get("job_id")
         if event.get("status") != "terminal":
             raise AirflowException(f"waiting for sparkdispatch job {self.job_id} failed: {event.get('message')}")
-        self._check_result(event["result"], context)
+        self._check_result(JobResult.from_dict(event["result"]), context)
         job_id: str = event["job_id"]
         return job_id
 
@@ -226,7 +227,7 @@ class SubmitJobGraphOperator(ResumableJobMixin, BaseOperator):
     def _status(self, job_id: str) -> JobStatus | None:
         """The job's status; None when the master knows no such job."""
         try:
-            return JobStatus(self.hook.get_conn().job(job_id)["status"])
+            return self.hook.get_conn().job(job_id).status
         except UnknownJob:
             return None
 
@@ -247,7 +248,7 @@ class SubmitJobGraphOperator(ResumableJobMixin, BaseOperator):
                    method_name="execute_complete",
                    timeout=self.execution_timeout if isinstance(self.execution_timeout, timedelta) else None)
 
-    def _check_result(self, result: Mapping[str, Any], context: Context) -> None:
+    def _check_result(self, result: JobResult, context: Context) -> None:
         outputs = vertex_outputs(result)
         self._vertex_outcomes = list(outputs.values())
         context["ti"].xcom_push(key=VERTICES_XCOM_KEY, value=outputs)

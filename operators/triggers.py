@@ -11,7 +11,8 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from sparkdispatch.errors import JobAlreadyTerminated, SparkDispatchError
 from sparkdispatch.hooks.sparkdispatch import SparkDispatchHook
-from sparkdispatch.model.states import ExecutionState, JobStatus
+from sparkdispatch.model.rest_shapes import AttemptLog, VertexOutcome
+from sparkdispatch.model.states import ExecutionState
 from sparkdispatch.client.log_stream import JobLogs, LogFollower
 
 log = logging.getLogger(__name__)
@@ -56,7 +57,7 @@ class JobResultTrigger(BaseTrigger):
         except SparkDispatchError as exc:
             yield TriggerEvent({"status": "error", "job_id": self.job_id, "message": str(exc)})
             return
-        yield TriggerEvent({"status": "terminal", "job_id": self.job_id, "result": result})
+        yield TriggerEvent({"status": "terminal", "job_id": self.job_id, "result": result.to_dict()})
 
     async def on_kill(self) -> None:
         if self.cancel_on_kill:
@@ -76,11 +77,10 @@ async def cancel_quietly(conn_id: str, job_id: str) -> None:
         log.warning("job %s: could not cancel it: %s", job_id, exc)
 
 
-def vertex_concluded(body: Mapping[str, Any]) -> bool:
+def vertex_concluded(outcome: VertexOutcome) -> bool:
     """Whether a `GET /jobs/{id}/vertices/{vertex}` answer is final: the vertex FINISHED, or its
     job ended (a vertex that failed while the job runs may still be restarted)."""
-    return (body["result"]["state"] == ExecutionState.FINISHED.value
-            or JobStatus(body["job_status"]).is_globally_terminal)
+    return outcome.result.state is ExecutionState.FINISHED or outcome.job_status.is_globally_terminal
 
 
 class VertexTrigger(BaseTrigger):
@@ -114,7 +114,7 @@ class VertexTrigger(BaseTrigger):
             async with await SparkDispatchHook(self.conn_id).aget_client() as client:
                 follower = LogFollower(self.vertex_id, self.parallelism)
 
-                def fetch(subtask: int, attempt: int | None, offset: int) -> Awaitable[dict[str, Any]]:
+                def fetch(subtask: int, attempt: int | None, offset: int) -> Awaitable[AttemptLog]:
                     return client.vertex_log(self.job_id, self.vertex_id, subtask=subtask, attempt=attempt,
                                              offset=offset)
 
@@ -127,7 +127,7 @@ class VertexTrigger(BaseTrigger):
         except SparkDispatchError as exc:
             yield TriggerEvent({"status": "error", "job_id": self.job_id, "message": str(exc)})
             return
-        yield TriggerEvent({"status": "concluded", "job_id": self.job_id, "body": body})
+        yield TriggerEvent({"status": "concluded", "job_id": self.job_id, "body": body.to_dict()})
 
     async def on_kill(self) -> None:
         if self.cancel_on_kill:

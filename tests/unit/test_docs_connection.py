@@ -27,6 +27,7 @@ from sparkdispatch.errors import ConfigurationError, SparkDispatchError
 from sparkdispatch.hooks import SparkDispatchHook
 from sparkdispatch.hooks import sparkdispatch as hook_module
 from sparkdispatch.hooks.sparkdispatch import client_settings
+from sparkdispatch.model.rest_shapes import Overview
 from sparkdispatch.operators import (
     JobResultSensor,
     SparkDispatchJobGroup,
@@ -214,10 +215,11 @@ class _FakeClient:
     def __init__(self, client: object) -> None:
         self.leader_address = "http://master-2:8081"
 
-    def overview(self) -> dict[str, Any]:
+    def overview(self) -> Overview:
         if self.failure is not None:
             raise self.failure
-        return {"taskmanagers": 3, "slots_total": 12, "slots_available": 9}
+        return Overview(is_leader=True, leader=self.leader_address, taskmanagers=3, slots_total=12, slots_available=9,
+                        jobs_running=0, jobs_finished=0, jobs_failed=0, jobs_cancelled=0)
 
     def close(self) -> None:
         pass

@@ -33,6 +33,7 @@ from sparkdispatch.operators.jobs import (
 )
 from sparkdispatch.operators.lineage import dataset_name
 from sparkdispatch.model.protocol import TaskDeploymentDescriptor
+from sparkdispatch.model.rest_shapes import JobDetails, JobSummary, VertexOutcome
 from sparkdispatch.testing.master import InProcessMaster, Script, TaskOutcome
 from sparkdispatch.testing.waiting import eventually_blocking
 
@@ -89,15 +90,17 @@ class Cluster:
         self.master.run(self._ask(lambda client: client.cancel(job_id)))
 
     def status(self, job_id: str) -> str:
-        return str(self.master.run(self._ask(lambda client: client.job(job_id)))["status"])
+        details: JobDetails = self.master.run(self._ask(lambda client: client.job(job_id)))
+        return details.status.value
 
     def job_ids(self) -> list[str]:
-        return [job["id"] for job in self.master.run(self._ask(lambda client: client.jobs()))]
+        jobs: list[JobSummary] = self.master.run(self._ask(lambda client: client.jobs()))
+        return [job.id for job in jobs]
 
-    def result(self, job_id: str) -> dict[str, Any]:
-        result = self.master.run(self._ask(lambda client: client.execution_result(job_id)))
+    def result(self, job_id: str) -> JobResult:
+        result: JobResult | None = self.master.run(self._ask(lambda client: client.execution_result(job_id)))
         assert result is not None, f"job {job_id} has no JobResult yet"
-        return dict(result)
+        return result
 
     def wait_for_status(self, job_id: str, status: str) -> None:
         for _ in range(1000):
@@ -324,7 +327,7 @@ def test_deferrable_submits_then_defers_to_the_trigger(cluster: Cluster) -> None
     assert store_of(ctx)["sparkdispatch_job_id"] == job_id
     cluster.end(job_id)
     cluster.wait_for_status(job_id, "FINISHED")
-    event = {"status": "terminal", "job_id": job_id, "result": cluster.result(job_id)}
+    event = {"status": "terminal", "job_id": job_id, "result": cluster.result(job_id).to_dict()}
     assert op.execute_complete(ctx, event) == job_id
     with pytest.raises(AirflowException, match="master is gone"):
         op.execute_complete(ctx, {"status": "error", "job_id": job_id, "message": "master is gone"})
@@ -382,7 +385,7 @@ def test_the_sensor_fails_with_the_remote_cause(cluster: Cluster, capfd: pytest.
     assert TRACEBACK.splitlines()[1] in capfd.readouterr().out
     with pytest.raises(AirflowFailException, match="bad row 7"):  # deferred: the same, no retries
         sensor.execute_complete(context(), {"status": "terminal", "job_id": job_id,
-                                            "result": cluster.result(job_id)})
+                                            "result": cluster.result(job_id).to_dict()})
 
 
 def test_the_sensor_soft_fail_skips_on_a_failed_job(cluster: Cluster) -> None:
@@ -430,8 +433,8 @@ def test_openlineage_names_the_job_and_each_finished_vertexs_results_as_outputs(
     submit = operator()
     job_id = submit.execute(context())
     lineage = submit.get_openlineage_facets_on_complete(None)
-    result = cluster.result(job_id)["vertices"]
-    assert lineage.outputs == [Dataset(namespace="file", name=result[v]["result_path"]) for v in ("a", "b")]
+    result = cluster.result(job_id).vertices
+    assert lineage.outputs == [Dataset(namespace="file", name=str(result[v].result_path)) for v in ("a", "b")]
     facet = lineage.run_facets["externalQuery"]
     assert isinstance(facet, external_query_run.ExternalQueryRunFacet)
     assert facet.externalQueryId == job_id and facet.source == f"{cluster.url}/ui/jobs/{job_id}"
@@ -540,9 +543,9 @@ def test_the_launch_submits_the_groups_graph_once_and_each_vertex_task_follows_i
     launch_ti.task_id = "sales.launch"
     job_id = launch.execute(context(launch_ti))
     assert launch.execute(context(launch_ti)) == job_id and cluster.posts == [job_id]  # a retry re-attaches
-    details = cluster.master.run(cluster._ask(lambda client: client.job(job_id)))
-    assert details["name"] == "sales-report"
-    assert {v["id"]: (v["parallelism"], v["inputs"]) for v in details["vertices"]} == {
+    details: JobDetails = cluster.master.run(cluster._ask(lambda client: client.job(job_id)))
+    assert details.name == "sales-report"
+    assert {v.id: (v.parallelism, list(v.inputs)) for v in details.vertices} == {
         "a": (1, []), "b": (2, ["a"]), "c": (1, ["a"])}
     # vertex a's task carries its params, rendered by the launch task
     deployments = eventually_blocking(lambda: cluster.master.gateway.of_job(job_id), "vertex a's task")
@@ -588,16 +591,16 @@ def test_a_vertex_task_fails_with_its_vertexs_failure_and_its_retry_repairs_that
     again = [d.tdd.vertex_id for d in cluster.master.gateway.of_job(job_id)][len(before):]
     assert "b" in again and "a" not in again  # a's result is reused
     details = cluster.master.run(cluster._ask(lambda client: client.job(job_id)))
-    assert details["status"] == "FINISHED" and [r["requested"] for r in details["repairs"]] == [["b"]]
+    assert details.status == "FINISHED" and [list(r.requested) for r in details.repairs] == [["b"]]
     assert dag.task_dict["sales.b"].execute(context(ti)) == output  # finished: a clear does not run it again
 
 
 def test_the_vertex_endpoint_answers_a_running_and_an_unknown_vertex(cluster: Cluster) -> None:
     job_id = operator(wait_for_completion=False).execute(context())
-    body = cluster.master.run(cluster._ask(lambda client: client.vertex(job_id, "a")))
-    assert (body["job_id"], body["vertex"], body["job_status"]) == (job_id, "a", "RUNNING")
-    assert body["result"]["attempts"] == 1 and body["result"]["state"] in ("DEPLOYING", "INITIALIZING", "RUNNING",
-                                                                          "SCHEDULED", "CREATED")
+    body: VertexOutcome = cluster.master.run(cluster._ask(lambda client: client.vertex(job_id, "a")))
+    assert (body.job_id, body.vertex, body.job_status) == (job_id, "a", "RUNNING")
+    assert body.result.attempts == 1 and body.result.state in ("DEPLOYING", "INITIALIZING", "RUNNING",
+                                                               "SCHEDULED", "CREATED")
     with pytest.raises(RouteNotFound, match=f"job {job_id} has no vertex 'nope'"):
         cluster.master.run(cluster._ask(lambda client: client.vertex(job_id, "nope")))
 

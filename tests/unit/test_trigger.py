@@ -80,8 +80,8 @@ async def test_run_yields_exactly_one_event_with_the_job_result(master: InProces
     (event,) = await asyncio.wait_for(waiting, 10)
     async with SparkDispatchClient(addresses=[master.url]) as client:
         result = await client.execution_result(JOB)
-    assert result is not None and result["status"] == "FAILED"
-    assert event.payload == {"status": "terminal", "job_id": JOB, "result": result}
+    assert result is not None and result.status == "FAILED"
+    assert event.payload == {"status": "terminal", "job_id": JOB, "result": result.to_dict()}
 
 
 async def test_an_unknown_job_gives_one_error_event(master: InProcessMaster) -> None:
@@ -116,4 +116,4 @@ async def test_on_kill_cancels_the_job_unless_told_not_to(master: InProcessMaste
     await JobResultTrigger(job_id=JOB, conn_id="sd_trigger").on_kill()
     assert proxy_of(master).count("PATCH", f"/jobs/{JOB}") == 1
     async with SparkDispatchClient(addresses=[master.url]) as client:
-        assert (await client.job(JOB))["status"] == "CANCELED"
+        assert (await client.job(JOB)).status == "CANCELED"
