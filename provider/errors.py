@@ -406,6 +406,13 @@ class Unauthorized(SparkDispatchError):
     http_status = 401
 
 
+class Forbidden(SparkDispatchError):
+    """A caller the master knows asked for what its role may not do (a viewer submitting, a user
+    token on a TaskExecutor route, the cluster secret on a user's route)."""
+
+    http_status = 403
+
+
 class CsrfRefused(SparkDispatchError):
     """A state-changing call authenticated by the web UI's session cookie without the session's
     `X-CSRF-Token`: it may come from another site's page."""

@@ -11,6 +11,7 @@
 """
 
 from sparkdispatch.config.configuration import (
+    CLUSTER_SECRET_ENV_VAR,
     CONFIG_ENV_VAR,
     SPARK_PREFIX,
     TOKEN_ENV_VAR,
@@ -23,6 +24,7 @@ from sparkdispatch.config.option import ConfigOption
 from sparkdispatch.config.units import format_duration, format_size, parse_duration, parse_size
 
 __all__ = [
+    "CLUSTER_SECRET_ENV_VAR",
     "CONFIG_ENV_VAR",
     "SPARK_PREFIX",
     "TOKEN_ENV_VAR",

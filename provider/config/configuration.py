@@ -21,6 +21,8 @@ import yaml
 
 from sparkdispatch.config.option import ConfigOption
 from sparkdispatch.config.options import (
+    CLUSTER_SECRET,
+    CLUSTER_SECRET_FILE,
     OPTIONS,
     OPTIONS_BY_KEY,
     REST_ADDRESS,
@@ -38,6 +40,9 @@ T = TypeVar("T")
 
 CONFIG_ENV_VAR = "SPARKDISPATCH_CONF"
 TOKEN_ENV_VAR = "SPARKDISPATCH_AUTH_TOKEN"
+CLUSTER_SECRET_ENV_VAR = "SPARKDISPATCH_CLUSTER_SECRET"
+#: Keys whose values are secrets: kept out of `repr` and of a child's command line.
+SECRET_KEYS = frozenset({REST_AUTH_TOKEN.key, CLUSTER_SECRET.key})
 SPARK_PREFIX = SPARK_PROPERTIES.prefix
 
 
@@ -114,25 +119,39 @@ class Configuration:
         return self._values == other._values and self._spark == other._spark
 
     def __repr__(self) -> str:
-        changed = {k: v for k, v in self.to_flat().items() if k != REST_AUTH_TOKEN.key}
+        changed = {k: v for k, v in self.to_flat().items() if k not in SECRET_KEYS}
         return f"Configuration({changed})"
 
     @property
     def auth_token(self) -> str:
         """The REST token: `rest.auth.token`, else `rest.auth.token-file`'s content, else
         `$SPARKDISPATCH_AUTH_TOKEN`; empty for none. `ConfigurationError` if the file cannot be read."""
-        if token := self.get(REST_AUTH_TOKEN):
-            return token
-        if path := self.get(REST_AUTH_TOKEN_FILE):
+        return self._secret(REST_AUTH_TOKEN, REST_AUTH_TOKEN_FILE, TOKEN_ENV_VAR, "token")
+
+    @property
+    def cluster_secret(self) -> str:
+        """The TaskExecutors' credential: `cluster.secret`, else `cluster.secret-file`'s content, else
+        `$SPARKDISPATCH_CLUSTER_SECRET`; empty for none. `ConfigurationError` if the file cannot be read."""
+        return self._secret(CLUSTER_SECRET, CLUSTER_SECRET_FILE, CLUSTER_SECRET_ENV_VAR, "secret")
+
+    @property
+    def task_executor_credential(self) -> str:
+        """What a TaskExecutor sends as its bearer token: the cluster secret, else the REST token."""
+        return self.cluster_secret or self.auth_token
+
+    def _secret(self, option: ConfigOption[str], file_option: ConfigOption[str], env_var: str, what: str) -> str:
+        if value := self.get(option):
+            return value
+        if path := self.get(file_option):
             try:
-                token = Path(os.path.expanduser(path)).read_text().strip()
+                value = Path(os.path.expanduser(path)).read_text().strip()
             except OSError as exc:
-                raise ConfigurationError(f"rest.auth.token-file {path!r} cannot be read: {exc.strerror or exc}") \
+                raise ConfigurationError(f"{file_option.key} {path!r} cannot be read: {exc.strerror or exc}") \
                     from None
-            if not token:
-                raise ConfigurationError(f"rest.auth.token-file {path!r} is empty: write the token in it")
-            return token
-        return os.environ.get(TOKEN_ENV_VAR, "").strip()
+            if not value:
+                raise ConfigurationError(f"{file_option.key} {path!r} is empty: write the {what} in it")
+            return value
+        return os.environ.get(env_var, "").strip()
 
     @property
     def spark_properties(self) -> Mapping[str, str]:
@@ -166,8 +185,19 @@ class Configuration:
         flat.update(self._spark)
         return flat
 
+    def write_file(self, path: Path) -> None:
+        """Write `to_flat()` as a YAML file only its owner may read (0600): how a child process gets
+        a configuration that holds secrets, which a command line would show to every user."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        text = yaml.safe_dump(self.to_flat(), default_flow_style=False, sort_keys=True)
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "w") as out:
+            os.fchmod(out.fileno(), 0o600)  # an older file of the same name may have had other bits
+            out.write(text)
+
     def to_overrides(self) -> list[str]:
-        """`-D` arguments that rebuild this configuration in a child process."""
+        """`-D` arguments that rebuild this configuration in a child process (secrets included: a
+        child of a configuration with secrets gets `write_file`'s file instead)."""
         args: list[str] = []
         for key, value in self.to_flat().items():
             args += ["-D", f"{key}={value}"]

@@ -59,6 +59,22 @@ REST_AUTH_TOKEN_FILE: Final = _rest.string(
     "rest.auth.token-file", "",
     "A file holding the token (surrounding whitespace ignored), read when `rest.auth.token` is empty: the token "
     "then appears in no command line.")
+REST_AUTH_TOKENS_FILE: Final = _rest.string(
+    "rest.auth.tokens-file", "",
+    "A file of named user tokens, each with a role: a line `<name> <role> <token>` (`#` starts a comment), role "
+    "`viewer` (reads), `submitter` (also submits, cancels and repairs jobs and uploads artifacts) or `admin` "
+    "(everything a user may do). Read again when it changes, so a token is revoked by removing its line; "
+    "`rest.auth.token`, when set too, is an `admin` token named `rest-auth-token`.")
+CLUSTER_SECRET: Final = _rest.string(
+    "cluster.secret", "",
+    "The TaskExecutors' credential: only a caller sending it as its bearer token reaches the TaskExecutor routes "
+    "(registration, heartbeats, task states), and it reaches nothing else but artifact downloads. Empty: "
+    "`cluster.secret-file`'s content, else the `SPARKDISPATCH_CLUSTER_SECRET` environment variable, else the "
+    "TaskExecutors use `rest.auth.token` (users' `rest.auth.tokens-file` tokens never reach those routes). "
+    "`sparkdispatch standalone` makes one of its own.")
+CLUSTER_SECRET_FILE: Final = _rest.string(
+    "cluster.secret-file", "",
+    "A file holding `cluster.secret` (surrounding whitespace ignored), read when `cluster.secret` is empty.")
 REST_AUTH_ALLOW_UNAUTHENTICATED: Final = _rest.boolean(
     "rest.auth.allow-unauthenticated", False,
     "Let a master without a token listen on an address other than loopback. Off, such a master refuses to start: "

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -47,14 +48,20 @@ class StandaloneCluster:
         self.master: Master | None = None
         self.processes: list[subprocess.Popen[bytes]] = []
         self._log_dir = config.storage_dir / "log"
+        # the TaskExecutors' configuration, secrets included, in a file of mode 0600: not on their command lines
+        self._child_config = config.storage_dir / "standalone" / "taskexecutor.yaml"
         self._supervisor: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         self.config.storage_dir.mkdir(parents=True, exist_ok=True)
+        if not self.config.cluster_secret:
+            # the TaskExecutors' own credential: no user's token, or none at all, lets a caller act as one
+            self.config = self.config.with_overrides({"cluster.secret": secrets.token_urlsafe(32)})
         self.master = Master(self.config)
         await self.master.start()
         # TaskExecutors find the master at rest.address:rest.port, so pass the bound port on
         self.config = self.config.with_overrides({"rest.port": self.master.rest.port})
+        self.config.write_file(self._child_config)
         self._log_dir.mkdir(exist_ok=True)
         for index in range(self.taskexecutor_count):
             self.processes.append(self._spawn_task_executor(index))
@@ -75,7 +82,7 @@ class StandaloneCluster:
                 self.processes[index] = self._spawn_task_executor(index)
 
     def _spawn_task_executor(self, index: int) -> subprocess.Popen[bytes]:
-        argv = [sys.executable, "-m", "sparkdispatch.taskexecutor", *self.config.to_overrides(),
+        argv = [sys.executable, "-m", "sparkdispatch.taskexecutor", "--config", str(self._child_config),
                 "-D", f"taskexecutor.id=standalone-{index}"]
         with open(self._log_dir / f"taskexecutor-{index}.log", "ab") as out:
             return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

@@ -26,6 +26,7 @@ from typing import Any
 from sparkdispatch.errors import (
     FencingTokenMismatch,
     IllegalStateTransition,
+    InvalidRequest,
     JobAlreadyTerminated,
     LeadershipLost,
     StaleExecution,
@@ -156,6 +157,7 @@ class JobMaster:
         ev = self.execution_graph.by_execution_id(update.execution_id)
         if ev is None:
             raise StaleExecution(self.job_id, update.execution_id, "it is not a current attempt of this job")
+        self._check_result_path(ev, update)
         self._deployments.acknowledged(update.execution_id)
         execution = ev.current
         if update.state is execution.state:
@@ -182,6 +184,16 @@ class JobMaster:
             self._on_failed(ev, execution, Failure(
                 "TaskCanceled", f"attempt {execution.attempt} of {ev.id} was cancelled on its TaskExecutor "
                                 "without the JobMaster asking"))
+
+    def _check_result_path(self, ev: ExecutionVertex, update: ExecutionStateUpdate) -> None:
+        """A FINISHED report names the partition this master assigned the attempt, or none: a result
+        elsewhere (another job's data) is refused, and the report changes nothing."""
+        if update.state is not ExecutionState.FINISHED or update.result_path is None:
+            return
+        assigned = self._results.attempt_path(self.job_id, ev.vertex.id, ev.subtask_index, update.execution_id)
+        if update.result_path != assigned:
+            raise InvalidRequest(f"state of attempt {update.execution_id} of {ev.id}", {"result_path": [
+                f"{update.result_path!r} is not where this master asked the attempt to write: {assigned!r}"]})
 
     async def cancel(self) -> None:
         """Stop the job: running tasks are cancelled on their TaskExecutors, slots released, CANCELED.

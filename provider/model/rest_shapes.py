@@ -5,14 +5,13 @@ generated from them (`sparkdispatch.rest.openapi`), and the client parses the an
 (`sparkdispatch.client`), which the CLI, the web UI and the Airflow operators then read. Their
 JSON forms are the contract: names with dashes where Flink's are (`/jobs/overview`), `null` where a
 value is absent, `attempts` of a vertex only when known. A repair (`model.repair.Repair`), a
-JobResult and a vertex's result (`model.job_result`) and a heartbeat's execution
-(`model.protocol.ExecutionReport`) appear in them as the model declares them.
+JobResult and a vertex's result (`model.job_result`) appear in them as the model declares them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from sparkdispatch.model.codec import Shape, wire
@@ -207,6 +206,21 @@ class TaskManagerSlot(Shape):
 
 
 @dataclass(frozen=True)
+class TaskManagerExecution(Shape):
+    """An execution a TaskExecutor's last heartbeat listed (`model.protocol.ExecutionReport`); its
+    `execution_id` is None in a viewer's answer, which shows what runs where, not the attempts' ids."""
+
+    job_id: str
+    execution_id: str | None
+    state: ExecutionState
+
+    @classmethod
+    def of(cls, report: ExecutionReport) -> TaskManagerExecution:
+        """The entry of a heartbeat's execution."""
+        return cls(job_id=report.job_id, execution_id=report.execution_id, state=report.state)
+
+
+@dataclass(frozen=True)
 class TaskManager(Shape):
     """An entry of `GET /taskmanagers`: a TaskExecutor, its slots, since when it is idle (epoch ms;
     `idle` once for longer than `resourcemanager.taskexecutor.idle-timeout`), its last heartbeat
@@ -223,7 +237,11 @@ class TaskManager(Shape):
     idle_since: int | None
     idle: bool
     last_heartbeat: int | None
-    executions: tuple[ExecutionReport, ...]
+    executions: tuple[TaskManagerExecution, ...]
+
+    def without_execution_ids(self) -> TaskManager:
+        """This entry as a viewer sees it: each execution without its id."""
+        return replace(self, executions=tuple(replace(e, execution_id=None) for e in self.executions))
 
 
 @dataclass(frozen=True)

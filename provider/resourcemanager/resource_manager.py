@@ -38,7 +38,7 @@ from sparkdispatch.model.protocol import (
     as_execution_reports,
     as_slot_report,
 )
-from sparkdispatch.model.rest_shapes import TaskManager
+from sparkdispatch.model.rest_shapes import TaskManager, TaskManagerExecution
 from sparkdispatch.resourcemanager.messages import ResourceOverview
 from sparkdispatch.resourcemanager.slot_manager import SlotListener, SlotManager
 from sparkdispatch.resourcemanager.settings import ResourceManagerSettings
@@ -220,7 +220,8 @@ class ResourceManager:
         """The `GET /taskmanagers` entries: slots, allocations, idleness, last heartbeat (epoch ms)
         and the executions of the last heartbeat."""
         return [dataclasses.replace(entry, last_heartbeat=self._heartbeats.last_heartbeat_ms(entry.id),
-                                    executions=self._heartbeats.payload(entry.id) or ())
+                                    executions=tuple(TaskManagerExecution.of(report)
+                                                     for report in self._heartbeats.payload(entry.id) or ()))
                 for entry in self._slots.describe_all()]
 
     # ---------------------------------------------------------------- HeartbeatListener

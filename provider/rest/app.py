@@ -23,10 +23,10 @@ from sparkdispatch.rest.connections import (
     track_requests,
 )
 from sparkdispatch.rest.login_throttle import LoginThrottle
-from sparkdispatch.rest.ui_auth import UiSessions, add_login_routes
+from sparkdispatch.rest.ui_auth import add_login_routes
 from sparkdispatch.rest.settings import RestSettings
 from sparkdispatch.rest.handlers import MasterView, RestHandlers, leader_gauges
-from sparkdispatch.rest.responses import create_error_middleware, json_response
+from sparkdispatch.rest.responses import create_error_middleware, gate_of, json_response
 
 log = logging.getLogger(__name__)
 
@@ -43,9 +43,9 @@ def create_app(master: MasterView, settings: RestSettings, guard: BrowserGuard) 
     from sparkdispatch.rest.ui_view import RestUiView
 
     client_max_size = max(settings.max_body_size, settings.blob_max_size + (1 << 16))
-    sessions = UiSessions(settings.auth_token) if settings.auth_token else None
+    gate, sessions = gate_of(settings)
     app = web.Application(client_max_size=client_max_size,
-                          middlewares=[track_requests, create_error_middleware(settings, sessions, guard)])
+                          middlewares=[track_requests, create_error_middleware(settings, gate, guard)])
     app[BODY_TIMEOUT] = settings.timeouts.body
     app.on_response_prepare.append(add_security_headers)
     handlers = RestHandlers(master, settings)

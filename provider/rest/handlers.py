@@ -49,6 +49,8 @@ from sparkdispatch.rest.connections import (
 )
 from sparkdispatch.rest.inputs import path_id, query_int, read_job_graph, read_json, repair_vertices
 from sparkdispatch.rest.settings import RestSettings
+from sparkdispatch.rest.access import Role
+from sparkdispatch.rest.gate import CALLER_KEY
 from sparkdispatch.rest.responses import Handler, artifact_response, large_json_response, only, shape_response
 
 log = logging.getLogger(__name__)
@@ -229,7 +231,12 @@ class RestHandlers:
 
     async def taskmanagers(self, request: web.Request) -> web.Response:
         leader = self.master.leader_components()
-        return shape_response(TaskManagerList(tuple(leader.resource_manager.task_executors())))
+        entries = leader.resource_manager.task_executors()
+        caller = request.get(CALLER_KEY)
+        if caller is not None and not caller.principal.role.permits(Role.SUBMITTER):
+            # a viewer sees what runs where, not the attempts' ids
+            entries = [entry.without_execution_ids() for entry in entries]
+        return shape_response(TaskManagerList(tuple(entries)))
 
     async def upload_artifact(self, request: web.Request) -> web.Response:
         leader = self.master.leader_components()
@@ -291,7 +298,8 @@ class RestHandlers:
 
 
 def _auth_headers(settings: RestSettings) -> dict[str, str]:
-    token = settings.auth_token
+    """A standby's credential towards the leader: a master is a member of the cluster."""
+    token = settings.cluster_secret or settings.auth_token
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 

@@ -5,7 +5,7 @@ The middleware answers every error with its REST body, `{"errors": [...], "type"
 ...fields}` (`SparkDispatchError.to_body`), and the class's HTTP status: sparkdispatch errors,
 aiohttp's own refusals (no route, wrong method, body too large) and, as `InternalError`, any
 other exception. Before a handler runs it checks what a browser page may do (browser_guard.py:
-`Host`, `Origin`), then the bearer token when `rest.auth.token` is set.
+`Host`, `Origin`), then who calls and whether they may (gate.py).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from sparkdispatch.rest.browser_guard import BrowserGuard
 from sparkdispatch.rest.connections import (
     answer_and_close,
 )
+from sparkdispatch.rest.gate import CALLER_KEY, Gate
 from sparkdispatch.rest.ui_auth import CSRF_KEY, UiSessions
 from sparkdispatch.rest.settings import RestSettings
 
@@ -83,21 +84,23 @@ def error_response(exc: SparkDispatchError, request: web.Request, *,
     return json_response(exc.to_body(), status=exc.http_status, headers=headers)
 
 
-def create_error_middleware(settings: RestSettings, sessions: UiSessions | None = None,
+def create_error_middleware(settings: RestSettings, gate: Gate | None = None,
                             guard: BrowserGuard | None = None) -> Middleware:
     """The middleware that answers every error as `error_response` does, refuses what `guard` refuses
-    (browser_guard.py), and checks the token (or the web UI's session, ui_auth.py) when
-    `rest.auth.token` is set."""
-    if sessions is None and settings.auth_token:
-        sessions = UiSessions(settings.auth_token)
+    (browser_guard.py), and lets a call through only when `gate` does (gate.py: tokens, the web UI's
+    session, the cluster secret, roles); `gate` defaults to the one `settings` describe."""
+    if gate is None:
+        gate = gate_of(settings)[0]
 
     @web.middleware
     async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
             if guard is not None:
                 guard.check(request)
-            if sessions is not None and (caller := sessions.check(request)) is not None and caller.csrf:
-                request[CSRF_KEY] = caller.csrf
+            if (caller := gate.check(request)) is not None:
+                request[CALLER_KEY] = caller
+                if caller.csrf:
+                    request[CSRF_KEY] = caller.csrf
             return await handler(request)
         except SparkDispatchError as exc:
             if isinstance(exc, RequestTimeout):
@@ -116,6 +119,13 @@ def create_error_middleware(settings: RestSettings, sessions: UiSessions | None 
             return error_response(InternalError(f"internal error: {type(exc).__name__}: {exc}"), request)
 
     return errors_and_auth
+
+
+def gate_of(settings: RestSettings) -> tuple[Gate, UiSessions | None]:
+    """The gate `settings` describe, and the web UI's sessions when users need a token."""
+    users = settings.authenticator()
+    sessions = UiSessions(users) if users.users_authenticate else None
+    return Gate(users, sessions), sessions
 
 
 def _http_error(request: web.Request, exc: web.HTTPException, settings: RestSettings) -> SparkDispatchError:

@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import os
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from sparkdispatch.config import Configuration
 from sparkdispatch.config.options import (
     BLOB_MAX_SIZE, REST_ADDRESS, REST_ALLOWED_HOSTS, REST_ALLOWED_ORIGINS, REST_AUTH_ALLOW_UNAUTHENTICATED,
+    REST_AUTH_TOKENS_FILE,
     REST_BIND_ADDRESS, REST_BODY_TIMEOUT, REST_EXECUTION_RESULT_LONG_POLL, REST_HEADER_TIMEOUT, REST_IDLE_TIMEOUT,
     REST_LOGIN_FAILURE_WINDOW, REST_LOGIN_MAX_FAILURES, REST_MAX_BODY_SIZE, REST_PORT,
 )
 from sparkdispatch.errors import ConfigurationError
+from sparkdispatch.rest.access import Authenticator, TokensFile
 from sparkdispatch.tls import ClientTls, ServerTls
 from sparkdispatch.web_origin import WebOrigin
 
@@ -105,6 +109,17 @@ class RestSettings:
     allowed_origins: frozenset[WebOrigin] = frozenset()  # pages that may change state besides the master's own
     timeouts: ConnectionTimeouts = ConnectionTimeouts()
     login_limits: LoginLimits = LoginLimits()
+    tokens_file: str = ""  # `rest.auth.tokens-file`: named user tokens with roles
+    cluster_secret: str = field(default="", repr=False)  # the TaskExecutors' credential
+
+    @property
+    def users_authenticate(self) -> bool:
+        return bool(self.auth_token or self.tokens_file)
+
+    def authenticator(self) -> Authenticator:
+        """Who the master knows: `ConfigurationError` for a tokens file it cannot read."""
+        tokens = TokensFile(Path(os.path.expanduser(self.tokens_file))) if self.tokens_file else None
+        return Authenticator(legacy_token=self.auth_token, tokens_file=tokens, cluster_secret=self.cluster_secret)
 
     @property
     def scheme(self) -> str:
@@ -115,14 +130,15 @@ class RestSettings:
         allowed; a warning when its token would cross a network in clear text."""
         if is_loopback(self.bind_address):
             return
-        if self.auth_token and self.tls is None:
+        if self.users_authenticate and self.tls is None:
             log.warning("the master serves %s:%d over plain HTTP: its token crosses the network in clear text; "
                         "serve HTTPS (rest.ssl.enabled) where the network is not trusted", self.bind_address, self.port)
-        if self.auth_token or self.allow_unauthenticated:
+        if self.users_authenticate or self.allow_unauthenticated:
             return
         raise ConfigurationError(
             f"the master would listen on {self.bind_address}:{self.port} without a token, so whoever reaches that "
-            "port could run code on the TaskExecutors: set a token (rest.auth.token-file, the "
+            "port could run code on the TaskExecutors: set users' tokens (rest.auth.tokens-file) or a token "
+            "(rest.auth.token-file, the "
             "SPARKDISPATCH_AUTH_TOKEN environment variable, or rest.auth.token), or bind to loopback "
             "(rest.bind-address: 127.0.0.1), or accept the risk with rest.auth.allow-unauthenticated: true")
 
@@ -137,4 +153,5 @@ class RestSettings:
                    tls=ServerTls.from_config(config), client_tls=ClientTls.from_config(config),
                    allowed_hosts=allowed_host_names(config.get(REST_ALLOWED_HOSTS)),
                    allowed_origins=allowed_origins(config.get(REST_ALLOWED_ORIGINS)),
-                   timeouts=ConnectionTimeouts.from_config(config), login_limits=LoginLimits.from_config(config))
+                   timeouts=ConnectionTimeouts.from_config(config), login_limits=LoginLimits.from_config(config),
+                   tokens_file=config.get(REST_AUTH_TOKENS_FILE), cluster_secret=config.cluster_secret)

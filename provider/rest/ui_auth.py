@@ -1,25 +1,24 @@
-"""Who may call the master: the bearer token, or the web UI's browser session, with CSRF checks.
+"""The web UI's browser sessions, with CSRF checks, and the login and logout pages.
 
-With `rest.auth.token` set, a call needs `Authorization: Bearer <token>`, or the session cookie
-the login page gives a browser:
+When users need a token (`rest.auth.tokens-file` or `rest.auth.token`; gate.py checks every call),
+a browser proves itself with the session cookie the login page gives it:
 
-- `GET /ui/login` shows a form; `POST /ui/login` (field `token`) checks the token and sets
-  `sparkdispatch_session` = `<expires>.<nonce>.<signature>` (HMAC-SHA256 under a key derived
-  from the token; HttpOnly, SameSite=Strict, Secure over https), then sends the browser on to
-  `next`, a path under `/ui/`. Every master with the same token accepts the cookie, so a
-  failover keeps the browser logged in; changing the token logs every browser out.
+- `GET /ui/login` shows a form; `POST /ui/login` (field `token`, a user's token) sets
+  `sparkdispatch_session` = `<expires>.<nonce>.<user>.<signature>` (HMAC-SHA256 under a key
+  derived from that user's token; HttpOnly, SameSite=Strict, Secure over https), then sends the
+  browser on to `next`, a path under `/ui/`. Every master with the same tokens accepts the
+  cookie, so a failover keeps the browser logged in; changing or removing the user's token logs
+  its browsers out. The session has the user's role; the pages name the user.
 - A call the cookie authenticates that changes state (any method but GET, HEAD and OPTIONS)
   must also send `X-CSRF-Token`, the session's CSRF token, which each page carries (`<meta
   name="csrf-token">`); without it: 403 `CsrfRefused`.
 - `GET /ui/logout` clears the cookie, revokes its session on this master (the same cookie sent
   again is no session), and shows the login page again. Revocations live in the master's memory
   until the session would have expired: another master, or this one restarted, still accepts a
-  revoked cookie until then (changing the token revokes every session everywhere).
+  revoked cookie until then (changing the user's token revokes its sessions everywhere).
 - `POST /ui/login` reads at most `LOGIN_MAX_BODY` bytes of a form (`application/x-www-form-urlencoded`);
   a client address that failed `rest.login.max-failures` times within `rest.login.failure-window` is
   refused with 429 `TooManyLoginAttempts` and `Retry-After`, its guess unheard (login_throttle.py).
-- A page asked for without credentials sends the browser to the login page; any other call gets
-  401. The login page and the static files need no credentials.
 """
 
 from __future__ import annotations
@@ -36,7 +35,8 @@ from urllib.parse import parse_qs, quote
 
 from aiohttp import web
 
-from sparkdispatch.errors import CsrfRefused, TooManyLoginAttempts, Unauthorized, UnsupportedMediaType
+from sparkdispatch.errors import CsrfRefused, TooManyLoginAttempts, UnsupportedMediaType
+from sparkdispatch.rest.access import Authenticator, Principal, Role
 from sparkdispatch.rest.inputs import read_body
 from sparkdispatch.rest.login_throttle import LoginThrottle
 
@@ -61,35 +61,44 @@ class Credentials(Enum):
 
 @dataclass(frozen=True)
 class Caller:
-    """How a request proved itself; `csrf` is its session's CSRF token (empty for the bearer token)."""
+    """How a request proved itself and who made it; `csrf` is its session's CSRF token (empty for a
+    bearer token)."""
 
     credentials: Credentials
+    principal: Principal
     csrf: str = ""
 
 
 class UiSessions:
-    """Issues and checks the web UI's session cookies and their CSRF tokens for one token."""
+    """Issues and checks the web UI's session cookies and their CSRF tokens.
 
-    def __init__(self, token: str, *, lifetime_s: float = SESSION_LIFETIME_S,
+    A cookie is `<expires>.<nonce>.<name>.<signature>`, signed under a key derived from the named
+    user's token: every master with the same tokens accepts it, and removing or changing a token
+    (in `rest.auth.tokens-file`) ends its sessions."""
+
+    def __init__(self, users: Authenticator, *, lifetime_s: float = SESSION_LIFETIME_S,
                  clock: Callable[[], float] = time.time) -> None:
-        self._token = token
-        self._key = hmac.new(token.encode(), b"sparkdispatch web UI session", hashlib.sha256).digest()
+        self._users = users
         self._lifetime_s = lifetime_s
         self._clock = clock
         self._revoked: dict[str, int] = {}  # nonce of a logged-out session -> its expiry
 
-    def token_matches(self, offered: str) -> bool:
-        return hmac.compare_digest(offered.encode(), self._token.encode())
+    def user_of_token(self, offered: str) -> Principal | None:
+        """The user whose token `offered` is; None for a wrong one and for the cluster secret."""
+        principal = self._users.principal(offered)
+        return principal if principal is not None and principal.role is not Role.CLUSTER else None
 
-    def issue(self) -> str:
-        """A new session cookie's value."""
-        claim = f"{int(self._clock() + self._lifetime_s)}.{secrets.token_urlsafe(16)}"
-        return f"{claim}.{self._sign('session', claim)}"
+    def issue(self, user: Principal) -> str:
+        """A new session cookie's value for `user`."""
+        claim = f"{int(self._clock() + self._lifetime_s)}.{secrets.token_urlsafe(16)}.{user.name}"
+        token = self._users.token_of(user.name)
+        assert token is not None, f"{user.name} has no token"
+        return f"{claim}.{_sign(token, 'session', claim)}"
 
     def csrf_of(self, cookie: str) -> str | None:
         """The CSRF token of a valid, unexpired, unrevoked session cookie; None for any other value."""
         session = self._session_of(cookie)
-        return None if session is None or session[1] in self._revoked else self._sign("csrf", session[1])
+        return None if session is None else session.csrf
 
     def revoke(self, cookie: str) -> bool:
         """End the session of `cookie` on this master; whether it was a live session."""
@@ -98,43 +107,61 @@ class UiSessions:
             return False
         now = self._clock()
         self._revoked = {nonce: expires for nonce, expires in self._revoked.items() if expires >= now}
-        self._revoked[session[1]] = session[0]
+        self._revoked[session.nonce] = session.expires
         return True
 
-    def _session_of(self, cookie: str) -> tuple[int, str] | None:
-        """(expiry, nonce) of a well-signed, unexpired session cookie."""
+    def _session_of(self, cookie: str) -> _Session | None:
+        """The session of a well-signed, unexpired, unrevoked cookie whose user still has its token."""
         claim, _, signature = cookie.rpartition(".")
-        expires, _, nonce = claim.partition(".")
-        if not (expires.isascii() and expires.isdigit() and nonce
-                and hmac.compare_digest(signature, self._sign("session", claim))):
+        expires, _, rest = claim.partition(".")
+        nonce, _, name = rest.partition(".")
+        if not (expires.isascii() and expires.isdigit() and nonce and name) or nonce in self._revoked:
+            return None
+        token, role = self._users.token_of(name), self._users.role_of(name)
+        if token is None or role is None or not hmac.compare_digest(signature, _sign(token, "session", claim)):
             return None
         if int(expires) < self._clock():
             return None
-        return int(expires), nonce
-
-    def _sign(self, purpose: str, value: str) -> str:
-        return hmac.new(self._key, f"{purpose}:{value}".encode(), hashlib.sha256).hexdigest()
+        return _Session(int(expires), nonce, Principal(name, role), _sign(token, "csrf", nonce))
 
     # -- the middleware's check --------------------------------------------------------------
 
     def check(self, request: web.Request) -> Caller | None:
-        """Who made `request`; None for a public path. Raises `Unauthorized`, `CsrfRefused`, or
-        sends a browser's page request to the login page."""
-        header = request.headers.get("Authorization", "")
-        if header.startswith("Bearer ") and self.token_matches(header[7:]):
-            return Caller(Credentials.BEARER)
-        csrf = self.csrf_of(request.cookies.get(SESSION_COOKIE, ""))
-        if csrf is not None:
-            if request.method not in _SAFE_METHODS and not hmac.compare_digest(
-                    request.headers.get(CSRF_HEADER, ""), csrf):
-                raise CsrfRefused(f"{request.method} {request.path} with the web UI's session needs its "
-                                  f"{CSRF_HEADER} header (the page's csrf-token)")
-            return Caller(Credentials.SESSION, csrf)
-        if request.path.startswith(_PUBLIC_PREFIXES):
+        """The user who made `request` by its session cookie; None without one (public paths, and
+        bearer tokens, are the middleware's). Raises `CsrfRefused`."""
+        session = self._session_of(request.cookies.get(SESSION_COOKIE, ""))
+        if session is None:
             return None
-        if request.method == "GET" and (request.path == "/ui" or request.path.startswith("/ui/")):
-            raise web.HTTPSeeOther(f"{LOGIN_PATH}?next={quote(request.path_qs, safe='')}")
-        raise Unauthorized("missing or wrong bearer token: send `Authorization: Bearer <rest.auth.token>`")
+        if request.method not in _SAFE_METHODS and not hmac.compare_digest(
+                request.headers.get(CSRF_HEADER, ""), session.csrf):
+            raise CsrfRefused(f"{request.method} {request.path} with the web UI's session needs its "
+                              f"{CSRF_HEADER} header (the page's csrf-token)")
+        return Caller(Credentials.SESSION, session.user, session.csrf)
+
+
+@dataclass(frozen=True)
+class _Session:
+    expires: int
+    nonce: str
+    user: Principal
+    csrf: str
+
+
+def _sign(token: str, purpose: str, value: str) -> str:
+    key = hmac.new(token.encode(), b"sparkdispatch web UI session", hashlib.sha256).digest()
+    return hmac.new(key, f"{purpose}:{value}".encode(), hashlib.sha256).hexdigest()
+
+
+def is_public(request: web.Request) -> bool:
+    """The login page and the static files need no credentials."""
+    return request.path.startswith(_PUBLIC_PREFIXES)
+
+
+def to_login_page(request: web.Request) -> web.HTTPSeeOther | None:
+    """Where a browser's page request without credentials goes: the login page; None for other calls."""
+    if request.method == "GET" and (request.path == "/ui" or request.path.startswith("/ui/")):
+        return web.HTTPSeeOther(f"{LOGIN_PATH}?next={quote(request.path_qs, safe='')}")
+    return None
 
 
 def add_login_routes(app: web.Application, sessions: UiSessions | None, throttle: LoginThrottle) -> None:
@@ -155,12 +182,13 @@ def add_login_routes(app: web.Application, sessions: UiSessions | None, throttle
                 f"(rest.login.max-failures, rest.login.failure-window): try again in {wait} s", retry_after=wait)
         form = await _login_form(request)
         target = _next_path(form.get("next", ""))
-        if not sessions.token_matches(form.get("token", "")):
+        user = sessions.user_of_token(form.get("token", ""))
+        if user is None:
             throttle.failed(client)
-            return _login_response(target, error="That is not the master's token.", status=401)
+            return _login_response(target, error="That is no token of this master's users.", status=401)
         throttle.succeeded(client)
         response = web.HTTPSeeOther(target)
-        response.set_cookie(SESSION_COOKIE, sessions.issue(), max_age=SESSION_LIFETIME_S, path="/", httponly=True,
+        response.set_cookie(SESSION_COOKIE, sessions.issue(user), max_age=SESSION_LIFETIME_S, path="/", httponly=True,
                             samesite="Strict", secure=request.secure)
         raise response
 
@@ -211,7 +239,7 @@ def _login_response(target: str, *, error: str, status: int = 200) -> web.Respon
 <main>
 <section class="panel login">
 <h1>Log in</h1>
-<p>This master asks for its token (<code>rest.auth.token</code>).</p>
+<p>This master asks for a user's token (<code>rest.auth.tokens-file</code> or <code>rest.auth.token</code>).</p>
 {message}
 <form method="post" action="{LOGIN_PATH}">
 <input type="hidden" name="next" value="{html.escape(target)}">

@@ -26,6 +26,7 @@ from sparkdispatch.model.rest_shapes import (
     VertexDetails,
 )
 from sparkdispatch.model.states import JobStatus
+from sparkdispatch.rest.access import Principal
 
 RECENT_JOBS_SHOWN = 50
 # what the scripts stop polling at, handed to them on every page (`data-terminal-statuses`)
@@ -45,14 +46,18 @@ def _e(value: object) -> str:
 
 
 def render_page(*, title: str, root: str, page: str, overview: Overview | None, body: str,
-                data: Mapping[str, str] | None = None, csrf: str | None = None) -> str:
+                data: Mapping[str, str] | None = None, csrf: str | None = None, user: Principal | None = None) -> str:
     """The layout around a page's ``body``; ``root`` is the relative path back to ``/ui/``.
 
     ``csrf``: the browser session's CSRF token (ui_auth.py), for the page's state-changing calls;
-    with it the page offers to log out."""
+    with it the page offers to log out. ``user``: who is logged in, named beside it."""
     attributes = "".join(f' data-{name}="{_e(value)}"' for name, value in (data or {}).items())
     session = f'<meta name="csrf-token" content="{_e(csrf)}">\n' if csrf else ""
     logout = f'<a class="logout" href="{root}logout">Log out</a>' if csrf else ""
+    if user is not None:
+        logout = (f'<span class="user" id="user">{_e(user.name)} <span class="role">{_e(user.role.value)}</span>'
+                  f'</span>{logout}')
+
     script = f'<script src="{root}static/{page}.js" defer></script>' if page != "error" else ""
     return f"""<!DOCTYPE html>
 <html lang="en">
@@ -272,11 +277,12 @@ def _render_slot(slot: TaskManagerSlot) -> str:
 # Job -----------------------------------------------------------------------------------------
 
 
-def render_job(page: JobPage) -> str:
+def render_job(page: JobPage, *, may_cancel: bool = True) -> str:
+    """The job page's body; `may_cancel` False (a viewer's page) leaves the cancel button out."""
     job, result = page.details, page.result
     vertices = job.vertices
     cancel = ('<button id="cancel-job" type="button" class="danger">Cancel job</button>'
-              if not job.status.is_terminal else "")
+              if may_cancel and not job.status.is_terminal else "")
     header = (
         f'<section class="job-head"><h1 id="job-name">{_e(job.name or job.id)}</h1>{cancel}'
         f'<dl class="facts"><dt>Job id</dt><dd class="mono" id="job-id">{_e(job.id)}</dd>'

@@ -26,7 +26,8 @@ from __future__ import annotations
 import asyncio
 import importlib.resources
 import logging
-from typing import Protocol
+from functools import partial
+from typing import Any, Protocol
 
 from aiohttp import web
 
@@ -43,6 +44,8 @@ from sparkdispatch.rest.ui_render import (
     render_taskmanagers,
 )
 from sparkdispatch.rest.inputs import query_int
+from sparkdispatch.rest.access import Role
+from sparkdispatch.rest.gate import CALLER_KEY
 from sparkdispatch.rest.ui_auth import CSRF_KEY
 from sparkdispatch.rest.views import LARGE_JOB_VERTICES
 
@@ -141,7 +144,7 @@ class _UIPages:
             jobs, taskmanagers, unavailable = [], [], exc.message
         body = render_overview(overview, jobs, taskmanagers, unavailable=unavailable)
         return _html_response(render_page(title="Overview", root="./", page="overview",
-                                          overview=overview, body=body, csrf=request.get(CSRF_KEY)))
+                                          overview=overview, body=body, **_session(request)))
 
     async def job(self, request: web.Request) -> web.Response:
         job_id = request.match_info["job_id"]
@@ -154,11 +157,13 @@ class _UIPages:
                                    elsewhere=leader_url(overview, f"/ui/jobs/{job_id}"))
         details = job.details
         large = len(details.vertices) > LARGE_JOB_VERTICES
-        body = await asyncio.to_thread(render_job, job) if large else render_job(job)
+        session = _session(request)
+        may_cancel = session["user"] is None or session["user"].role.permits(Role.SUBMITTER)
+        body = (await asyncio.to_thread(partial(render_job, job, may_cancel=may_cancel)) if large
+                else render_job(job, may_cancel=may_cancel))
         return _html_response(render_page(
             title=f"Job {details.name or job_id}", root="../", page="job", overview=overview,
-            body=body, data={"job-id": details.id, "status": details.status.value},
-            csrf=request.get(CSRF_KEY)))
+            body=body, data={"job-id": details.id, "status": details.status.value}, **session))
 
     async def attempt_log(self, request: web.Request) -> web.Response:
         job_id = request.match_info["job_id"]
@@ -176,7 +181,7 @@ class _UIPages:
                 "status": piece.job_status.value if piece is not None else ""}
         return _html_response(render_page(
             title=f"Log of {vertex_id}[{subtask}]", root="../../", page="log", overview=overview,
-            body=render_log_page(job_id, vertex_id, subtask, attempt, piece), data=data, csrf=request.get(CSRF_KEY)))
+            body=render_log_page(job_id, vertex_id, subtask, attempt, piece), data=data, **_session(request)))
 
     async def taskmanagers(self, request: web.Request) -> web.Response:
         view = self._view
@@ -187,7 +192,13 @@ class _UIPages:
             return _error_response(exc, root="./", overview=overview)
         return _html_response(render_page(title="TaskManagers", root="./", page="taskmanagers",
                                           overview=overview, body=render_taskmanagers(taskmanagers),
-                                          csrf=request.get(CSRF_KEY)))
+                                          **_session(request)))
+
+
+def _session(request: web.Request) -> dict[str, Any]:
+    """What a page shows of the browser's session: its CSRF token and the user logged in."""
+    caller = request.get(CALLER_KEY)
+    return {"csrf": request.get(CSRF_KEY), "user": caller.principal if caller is not None and caller.csrf else None}
 
 
 async def _overview_or_none(view: UIView) -> Overview | None:

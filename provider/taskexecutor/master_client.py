@@ -167,7 +167,7 @@ class MasterClient:
     """`AsyncMasterClient` for synchronous callers: its calls may come from any thread."""
 
     def __init__(self, config: Configuration, *, timeout: float = 5.0) -> None:
-        self.async_client = AsyncMasterClient(token=config.auth_token, timeout=timeout,
+        self.async_client = AsyncMasterClient(token=config.task_executor_credential, timeout=timeout,
                                               tls=ClientTls.from_config(config))
         self._loop = LoopThread("sparkdispatch-master-client")
 

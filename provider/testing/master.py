@@ -157,7 +157,7 @@ class ScriptedTaskExecutor:
         self.refused: list[SparkDispatchError] = []
         self._job_scripts: dict[str, Script] = {}
         self._running: dict[str, Deployment] = {}  # execution id → its deployment, until it ends
-        self._client = AsyncMasterClient(token=master.config.auth_token)
+        self._client = AsyncMasterClient(token=master.config.task_executor_credential)
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -199,9 +199,11 @@ class ScriptedTaskExecutor:
 
     async def _run(self, deployment: Deployment) -> None:
         tdd = deployment.tdd
-        self._running[tdd.execution_id] = deployment
         if not await self._report(deployment, TaskOutcome(ExecutionState.RUNNING)):
             return
+        # running only once the master has it as RUNNING: an `end_job` meanwhile would send its end
+        # beside the RUNNING report, and the master could get the two in either order
+        self._running[tdd.execution_id] = deployment
         script = self._job_scripts.get(tdd.job_id, self.script)
         outcome = script(tdd) if script is not None else None
         if outcome is not None:

@@ -199,8 +199,9 @@ async def test_deposed_leader_cannot_write_and_the_new_leader_removes_its_jobs(
     await first.progress_store.record_subtask(old_session, job, "v0", 0, "/r/v0/0", 5)
     second_contender = RecordingContender()
     second.election.start(second_contender)
-    # A glitch deposes the first leader: its latch node is gone (as after a session expiry).
-    [latch] = zk_admin.get_children(first.paths.latch)
+    # A glitch deposes the first leader: its latch node is gone (as after a session expiry). The
+    # second contender's node may be there already: the leader's is the lowest sequence number.
+    latch = min(zk_admin.get_children(first.paths.latch), key=lambda name: name[-10:])
     zk_admin.delete(f"{first.paths.latch}/{latch}")
     await asyncio.wait_for(second_contender.granted.wait(), WAIT)
     new_session = second_contender.session_id

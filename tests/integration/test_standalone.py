@@ -35,10 +35,14 @@ def processes_mentioning(text: str) -> list[int]:
     return pids
 
 
+TOKEN = "standalone-users-token-0123456789"
+SPARK_SECRET = "s3a-secret-key-0123456789"
+
+
 def serving(base: str, **counts: int) -> bool:
     """Whether the master at `base` answers `/overview` with these counts (`taskmanagers=1`, ...)."""
     try:
-        status, body = http_json("GET", base + "/overview", timeout=5)
+        status, body = http_json("GET", base + "/overview", timeout=5, token=TOKEN)
     except OSError:
         return False
     return status == 200 and all(body[key] == value for key, value in counts.items())
@@ -48,14 +52,27 @@ def test_standalone_restarts_a_dead_taskexecutor_and_stops_everything_on_ctrl_c(
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     storage = tmp_path / "storage"
-    cli = [sys.executable, "-m", "sparkdispatch.entrypoint.cli", "-D", f"rest.port={port}",
-           "-D", "heartbeat.interval=300ms",
+    (tmp_path / "conf.yaml").write_text(f"spark.hadoop.fs.s3a.secret.key: {SPARK_SECRET}\n")
+    cli = [sys.executable, "-m", "sparkdispatch.entrypoint.cli", "--config", str(tmp_path / "conf.yaml"),
+           "-D", f"rest.port={port}", "-D", "heartbeat.interval=300ms",
            "-D", "heartbeat.timeout=3s", "standalone", "--storage", str(storage), "--slots", "1"]
     with open(tmp_path / "standalone.log", "wb") as out:
-        process = subprocess.Popen(cli, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        process = subprocess.Popen(cli, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                   env={**os.environ, "SPARKDISPATCH_AUTH_TOKEN": TOKEN})
     try:
         eventually_blocking(lambda: serving(base, taskmanagers=1), "the TaskExecutor to register", timeout=START_S,
                             interval=0.3)
+        # the TaskExecutors got the token, the Spark secret and the cluster secret by a file only they may read
+        assert processes_mentioning(TOKEN) == [] and processes_mentioning(SPARK_SECRET) == []
+        child_config = storage / "standalone" / "taskexecutor.yaml"
+        assert child_config.stat().st_mode & 0o777 == 0o600 and SPARK_SECRET in child_config.read_text()
+        assert "cluster.secret" in child_config.read_text()
+        [cluster_secret] = [line.split(":", 1)[1].strip() for line in child_config.read_text().splitlines()
+                            if line.startswith("cluster.secret:")]
+        assert processes_mentioning(cluster_secret) == []
+        # users' tokens do not reach the TaskExecutors' routes
+        status, _ = http_json("POST", base + "/taskexecutors", {}, token=TOKEN)
+        assert status == 401
         # Celery retitles the worker process; its -D arguments stay in the title
         # (and this cluster's storage: a standalone cluster elsewhere on the machine has the same id)
         [worker] = [p for p in processes_mentioning("taskexecutor.id=standalone-0")

@@ -12,7 +12,6 @@ import pytest
 from sparkdispatch.errors import InvalidShape
 from sparkdispatch.model.codec import Shape, schema_of, wire
 from sparkdispatch.model.job_result import Failure, JobResult, VertexResult
-from sparkdispatch.model.protocol import ExecutionReport
 from sparkdispatch.model.repair import Repair, RepairAnswer
 from sparkdispatch.model.rest_shapes import (
     ANSWERS,
@@ -30,6 +29,7 @@ from sparkdispatch.model.rest_shapes import (
     SubtaskDetails,
     Submitted,
     TaskManager,
+    TaskManagerExecution,
     TaskManagerList,
     TaskManagerSlot,
     Unregistered,
@@ -158,7 +158,7 @@ def answers() -> list[Shape]:
         ExecutionResult.of(None), ExecutionResult.of(result),
         TaskManagerList((TaskManager("te", "te@h", "q", "local[1]", 1, 2, 1, (
             TaskManagerSlot(0, "al", JOB_ID), TaskManagerSlot(1, None, None)), None, False, 5,
-            (ExecutionReport(JOB_ID, "e1", ExecutionState.RUNNING),)),)),
+            (TaskManagerExecution(JOB_ID, "e1", ExecutionState.RUNNING),)),)),
         Submitted(JOB_ID, f"/jobs/{JOB_ID}", JobStatus.INITIALIZING), Artifact("ab" * 32, "job.py"),
         Unregistered(True), Empty(),
     ]
@@ -186,4 +186,5 @@ def test_every_answer_is_listed_and_the_openapi_document_describes_it_by_its_dec
     assert schemas["Submitted"]["properties"]["job_id"]["pattern"] == "^[0-9a-f]{32}$"
     assert schemas["ResultStatus"]["properties"]["id"]["enum"] == ["IN_PROGRESS", "COMPLETED"]
     executions = schemas["TaskManager"]["properties"]["executions"]
-    assert executions["items"] == {"$ref": "#/components/schemas/ExecutionReport"}  # the protocol's own schema
+    assert executions["items"] == {"$ref": "#/components/schemas/TaskManagerExecution"}
+    assert schemas["TaskManagerExecution"]["properties"]["execution_id"]["nullable"] is True  # a viewer's answer

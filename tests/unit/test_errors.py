@@ -70,6 +70,7 @@ EXAMPLES: list[SparkDispatchError] = [
     errors.RequestTimeout("the JobGraph sent nothing for 30 s (rest.body-timeout)"),
     errors.UnsupportedMediaType("POST /jobs: the JobGraph must be sent as application/json, not text/plain"),
     errors.Unauthorized("missing or wrong bearer token"),
+    errors.Forbidden("POST /jobs needs the role submitter; grafana is a viewer (rest.auth.tokens-file)"),
     errors.CsrfRefused("POST /jobs with the web UI's session needs its X-CSRF-Token header"),
     errors.HostRefused("Host 'evil.example:8081' is none of this master's names (rest.allowed-hosts)"),
     errors.OriginRefused("POST /jobs from a page of 'http://evil.example' refused (rest.allowed-origins)"),

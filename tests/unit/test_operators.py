@@ -429,7 +429,7 @@ def test_openlineage_names_the_job_and_each_finished_vertexs_results_as_outputs(
     from openlineage.client.event_v2 import Dataset
     from openlineage.client.facet_v2 import external_query_run
 
-    cluster.end_new_jobs(lambda tdd: TaskOutcome(rows=1, result_path=f"/r/{tdd.vertex_id}/{tdd.subtask_index}"))
+    cluster.end_new_jobs(lambda tdd: TaskOutcome(rows=1, result_path=tdd.result_path))
     submit = operator()
     job_id = submit.execute(context())
     lineage = submit.get_openlineage_facets_on_complete(None)

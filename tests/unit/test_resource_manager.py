@@ -25,7 +25,7 @@ from sparkdispatch.model.protocol import (
     SlotStatus,
     TaskExecutorRegistration,
 )
-from sparkdispatch.model.rest_shapes import TaskManagerSlot
+from sparkdispatch.model.rest_shapes import TaskManagerExecution, TaskManagerSlot
 from sparkdispatch.resourcemanager import AllocatedSlot, ResourceManager, ResourceOverview
 from sparkdispatch.resourcemanager.settings import ResourceManagerSettings
 from sparkdispatch.testing.clock import ManualClock
@@ -283,7 +283,7 @@ async def test_heartbeats_reconcile_slots_and_reach_the_jobs(rm: ResourceManager
     assert rm.overview().slots_available == 1  # the old task ended
     assert a.heartbeats == [("te-1", [ExecutionReport(JOB_A, "e1", ExecutionState.RUNNING)])]
     entry = rm.task_executors()[0]
-    assert entry.executions == (ExecutionReport(job_id=JOB_A, execution_id="e1", state=ExecutionState.RUNNING),)
+    assert entry.executions == (TaskManagerExecution(job_id=JOB_A, execution_id="e1", state=ExecutionState.RUNNING),)
     with pytest.raises(InvalidRequest, match="executions"):
         rm.heartbeat(SESSION, "te-1", SlotReport.free(2), [{"job_id": JOB_A}])
 

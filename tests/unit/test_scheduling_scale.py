@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import pytest
 
 from sparkdispatch.ha import JobProgress, SubtaskProgress
+from sparkdispatch.storage.results import ResultLayout
 from sparkdispatch.model.states import ExecutionState, JobStatus
 from sparkdispatch.model.restart import NoRestart
 from sparkdispatch.model.job_graph import JobGraph, JobVertex
@@ -113,7 +114,8 @@ async def test_a_finished_subtask_costs_work_in_proportion_to_its_consumers(monk
     for ev in producers:
         job_master.update_execution_state(ExecutionStateUpdate(
             job_id=JOB_ID, job_master_id=SESSION, execution_id=ev.current.execution_id,
-            state=ExecutionState.FINISHED, task_executor_id="te-1", rows=1, result_path=f"/results/a/{ev.id}"))
+            state=ExecutionState.FINISHED, task_executor_id="te-1", rows=1,
+            result_path=ResultLayout("/results/").attempt_path(JOB_ID, "a", ev.subtask_index, ev.current.execution_id)))
     await job_master.join()
 
     assert store.records == PARALLELISM

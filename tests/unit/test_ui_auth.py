@@ -11,11 +11,13 @@ import aiohttp
 import pytest
 
 from sparkdispatch.errors import TooManyLoginAttempts, error_from_body
+from sparkdispatch.rest.access import LEGACY_TOKEN_NAME, Authenticator, Principal, Role
 from sparkdispatch.rest.login_throttle import LoginThrottle
 from sparkdispatch.rest.ui_auth import CSRF_HEADER, SESSION_COOKIE, UiSessions
 from sparkdispatch.testing.master import InProcessMaster
 
 TOKEN = "ui-test-token"
+ADMIN = Principal(LEGACY_TOKEN_NAME, Role.ADMIN)
 
 
 async def call(method: str, url: str, *, cookie: str | None = None, **kwargs: Any) -> tuple[int, str, Any]:
@@ -40,7 +42,7 @@ async def test_a_browser_logs_in_sees_pages_and_needs_the_csrf_token_to_change_s
         assert (await call("GET", f"{url}/ui/static/ui.css"))[0] == 200  # the login page's stylesheet
 
         status, page, _ = await call("POST", f"{url}/ui/login", data={"token": "wrong", "next": "/ui/"})
-        assert status == 401 and "That is not the master&#x27;s token." in page
+        assert status == 401 and "That is no token of this master&#x27;s users." in page
         status, _, answer = await call("POST", f"{url}/ui/login", data={"token": TOKEN, "next": "https://evil/"})
         assert status == 303 and answer.headers["Location"] == "/ui/"  # never another site
         morsel = answer.cookies[SESSION_COOKIE]
@@ -73,14 +75,18 @@ async def test_a_browser_logs_in_sees_pages_and_needs_the_csrf_token_to_change_s
         assert (await call("GET", f"{url}/ui/", cookie=cookie[:-1] + ("0" if cookie[-1] != "0" else "1")))[0] == 303
 
 
+def sessions_of(token: str, **kwargs: Any) -> UiSessions:
+    return UiSessions(Authenticator(legacy_token=token), **kwargs)
+
+
 def test_sessions_expire_and_belong_to_their_token() -> None:
     now = [1_000_000.0]
-    sessions = UiSessions(TOKEN, lifetime_s=60, clock=lambda: now[0])
-    cookie = sessions.issue()
+    sessions = sessions_of(TOKEN, lifetime_s=60, clock=lambda: now[0])
+    cookie = sessions.issue(ADMIN)
     csrf = sessions.csrf_of(cookie)
-    assert csrf is not None and csrf == UiSessions(TOKEN, clock=lambda: now[0]).csrf_of(cookie)  # any master
-    assert UiSessions("another-token", clock=lambda: now[0]).csrf_of(cookie) is None
-    assert sessions.csrf_of(sessions.issue()) != csrf  # a CSRF token per session
+    assert csrf is not None and csrf == sessions_of(TOKEN, clock=lambda: now[0]).csrf_of(cookie)  # any master
+    assert sessions_of("another-token", clock=lambda: now[0]).csrf_of(cookie) is None
+    assert sessions.csrf_of(sessions.issue(ADMIN)) != csrf  # a CSRF token per session
     now[0] += 61
     assert sessions.csrf_of(cookie) is None
     for garbage in ("", "x", "1.2.3", "..", f"{cookie}x"):
@@ -172,8 +178,8 @@ async def test_a_logged_out_session_cookie_no_longer_works_when_replayed() -> No
 
 def test_only_a_live_session_is_revoked_and_only_its_own() -> None:
     now = [1_000_000.0]
-    sessions = UiSessions(TOKEN, lifetime_s=60, clock=lambda: now[0])
-    cookie, other = sessions.issue(), sessions.issue()
+    sessions = sessions_of(TOKEN, lifetime_s=60, clock=lambda: now[0])
+    cookie, other = sessions.issue(ADMIN), sessions.issue(ADMIN)
     assert sessions.revoke(cookie) and sessions.csrf_of(cookie) is None and sessions.csrf_of(other) is not None
     assert not sessions.revoke("garbage") and not sessions.revoke(other[:-1] + ("0" if other[-1] != "0" else "1"))
     now[0] += 61
