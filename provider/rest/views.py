@@ -5,8 +5,10 @@ Each function answers one entry of the REST contract (docs/rest-api.md); times a
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from sparkdispatch.attempt_logs import LogSize
 from sparkdispatch.jobgraph import ExecutionState, JobStatus, VertexResult
 from sparkdispatch.snapshot import JobOverview, JobSnapshot, VertexSnapshot
 
@@ -51,6 +53,16 @@ def vertex_result(job_id: str, job_status: JobStatus, vertex_id: str, vertex: Ve
     """The body of `GET /jobs/{job_id}/vertices/{vertex_id}`: the job's status and the vertex's
     outcome so far (a VertexResult: `rows`, `result_path` and `partitions` count its finished subtasks)."""
     return {"job_id": job_id, "job_status": job_status.value, "vertex": vertex_id, "result": vertex.to_dict()}
+
+
+def job_progress(job_id: str, job_status: JobStatus, vertices: Mapping[str, VertexResult],
+                 logs: Mapping[str, Sequence[LogSize]]) -> dict[str, Any]:
+    """The body of `GET /jobs/{job_id}/progress`: the job's status, and per vertex its outcome so
+    far and the size of each subtask's latest attempt log (so a follower reads only what grew)."""
+    return {"job_id": job_id, "job_status": job_status.value,
+            "vertices": [{"vertex": vertex_id, "result": result.to_dict(),
+                          "logs": [size.to_dict() for size in logs.get(vertex_id, ())]}
+                         for vertex_id, result in vertices.items()]}
 
 
 def _vertex(vertex: VertexSnapshot) -> dict[str, Any]:
