@@ -20,6 +20,7 @@ import warnings
 from typing import Any
 
 from airflow.exceptions import AirflowProviderDeprecationWarning
+from asgiref.sync import sync_to_async
 from airflow.sdk import Connection
 
 from sparkdispatch.hooks.airflow_compat import BaseHook
@@ -105,7 +106,12 @@ class SparkDispatchHook(BaseHook):
 
     async def aget_client(self) -> SparkDispatchClient:
         """A new async client of this connection; the caller closes it (`async with`)."""
-        settings = client_settings(await self.aget_connection(self.sparkdispatch_conn_id))
+        aget_connection = getattr(self, "aget_connection", None)  # Airflow 3.0 has only the blocking call
+        if aget_connection is not None:
+            conn = await aget_connection(self.sparkdispatch_conn_id)
+        else:
+            conn = await sync_to_async(self.get_connection)(self.sparkdispatch_conn_id)
+        settings = client_settings(conn)
         return self._make_client(settings)
 
     def _make_client(self, settings: dict[str, Any]) -> SparkDispatchClient:

@@ -1,0 +1,40 @@
+"""Parse the example DAGs and run each with `dag.test()` under the Airflow of the Python running this.
+
+    <venv>/bin/python tests/e2e/airflow_dag_runner.py DAGS_FOLDER DAG_ID... > result.json
+
+Run by tests/e2e/test_airflow_dags.py under the oldest supported Airflow (`.venv-airflow30`), with
+`AIRFLOW_HOME` and the `sparkdispatch_default` connection in its environment. Prints one JSON
+object: Airflow's version, the DagBag's import errors, and per DAG run its state and its tasks'.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+
+def main() -> int:
+    folder, dag_ids = sys.argv[1], sys.argv[2:]
+    import airflow
+
+    subprocess.run([str(Path(sys.executable).parent / "airflow"), "db", "migrate"], check=True, capture_output=True)
+    try:
+        from airflow.dag_processing.dagbag import DagBag  # Airflow 3.1 on
+    except ImportError:
+        from airflow.models.dagbag import DagBag
+
+    bag = DagBag(dag_folder=folder, include_examples=False)
+    runs = {}
+    for dag_id in dag_ids:
+        run = bag.dags[dag_id].test(run_conf={"rows": 3000})
+        runs[dag_id] = {"state": str(run.state),
+                        "tasks": {ti.task_id: str(ti.state) for ti in run.get_task_instances()}}
+    print(json.dumps({"airflow": airflow.__version__, "import_errors": {k: str(v) for k, v in bag.import_errors.items()},
+                      "dags": sorted(bag.dags), "runs": runs}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
