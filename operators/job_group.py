@@ -42,7 +42,7 @@ from sparkdispatch.operators.lineage import job_lineage
 from sparkdispatch.operators.links import SparkDispatchJobLink, push_job_link
 from sparkdispatch.operators.submit import TRIGGER_FAIL, SparkDispatchSubmitJobOperator
 from sparkdispatch.operators.deprecation import renamed_argument, warn_renamed
-from sparkdispatch.operators.job_watch import follow_vertex, vertex_concluded
+from sparkdispatch.operators.job_watch import follow_vertex, read_progress, vertex_concluded
 from sparkdispatch.operators.run_state import TaskInstanceRef, stopped_by_run_timeout
 from sparkdispatch.operators.triggers import SparkDispatchVertexTrigger
 
@@ -253,9 +253,30 @@ class SparkDispatchVertexOperator(BaseOperator):
             self.log.warning("job %s: could not cancel it: %s", self.job_id, exc)
 
     def get_openlineage_facets_on_complete(self, task_instance: object) -> Lineage:
-        """OpenLineage (with Airflow's OpenLineage provider): the job, and the vertex's result
-        directory as an output dataset."""
-        return job_lineage(self.job_id, self._job_url, [self._vertex_outcome] if self._vertex_outcome else [])
+        """OpenLineage (with Airflow's OpenLineage provider): the job, the vertex's result directory
+        as an output dataset and the result directories of the vertices it read as inputs."""
+        return job_lineage(self.job_id, self._job_url, [self._vertex_outcome] if self._vertex_outcome else [],
+                           inputs=self._input_outcomes())
+
+    def input_vertex_ids(self) -> list[str]:
+        """The vertices this one reads: its upstream vertex tasks in its group."""
+        return sorted(task.vertex_id for task in self.upstream_list
+                      if isinstance(task, SparkDispatchVertexOperator) and task.task_group is self.task_group)
+
+    def _input_outcomes(self) -> list[dict[str, Any]]:
+        """The outputs of the vertices this one read, as the master tells them now (none when it cannot)."""
+        names = self.input_vertex_ids()
+        if not (names and self.job_id):
+            return []
+        try:
+            progress = read_progress(self.hook.get_conn().job_progress(self.job_id))
+        except SparkDispatchError as exc:
+            self.log.info("job %s: the inputs of vertex %s are left out of its lineage: %s", self.job_id,
+                          self.vertex_id, exc)
+            return []
+        finally:
+            self.hook.close()
+        return [vertex_output(progress[name].body) for name in names if name in progress]
 
     def get_openlineage_facets_on_failure(self, task_instance: object) -> Lineage:
         return job_lineage(self.job_id, self._job_url, [])
@@ -294,12 +315,9 @@ class _LaunchJobGraphOperator(SparkDispatchSubmitJobOperator):
 
     def load_graph(self, context: Context) -> dict[str, Any]:
         vertices = self.group.vertex_operators()
-        by_task_id = {v.task_id: v for v in vertices}
         graph: dict[str, Any] = {
             "name": self.group.job_name,
-            "vertices": [v.vertex_spec(context, sorted(by_task_id[t].vertex_id for t in v.upstream_task_ids
-                                                       if t in by_task_id))
-                         for v in vertices]}
+            "vertices": [v.vertex_spec(context, v.input_vertex_ids()) for v in vertices]}
         if self.group.restart_strategy is not None:
             graph["restart_strategy"] = dict(self.group.restart_strategy)
         if self.group.config:

@@ -813,3 +813,43 @@ def test_a_decorated_task_maps_outside_a_group_and_is_refused_mapped_in_one() ->
                     return ctx.spark.range(rows)
 
                 sized.expand(rows=[1, 2])
+
+
+# -- OpenLineage of a vertex task -------------------------------------------------------------------
+
+def test_a_vertex_tasks_lineage_names_the_vertices_it_read_as_inputs_and_its_result_as_output(
+        cluster: Cluster) -> None:
+    """The datasets and facets make a RunEvent of openlineage-python's model (generated from the
+    OpenLineage JSON schema), which serializes with every facet's schema URL."""
+    import uuid
+    from datetime import datetime, timezone
+
+    from openlineage.client.event_v2 import Dataset, Job, Run, RunEvent, RunState
+    from openlineage.client.facet_v2 import parent_run
+    from openlineage.client.serde import Serde
+
+    dag, group = sales_group(deferrable=False, poll_interval=0.02)
+    launch_ti = FakeTI()
+    launch_ti.task_id = "sales.launch"
+    job_id = dag.task_dict["sales.launch"].execute(context(launch_ti))
+    cluster.end(job_id, lambda tdd: TaskOutcome(rows=1, result_path=f"/r/{job_id}/{tdd.vertex_id}/{tdd.subtask_index}"))
+    ti = FakeTI()
+    ti.task_id = "sales.b"
+    ti.others[("sales.launch", "return_value")] = job_id
+    b = dag.task_dict["sales.b"]
+    b.execute(context(ti))
+    lineage = b.get_openlineage_facets_on_complete(None)
+    result = cluster.result(job_id)["vertices"]
+    assert lineage.inputs == [Dataset(namespace="file", name=result["a"]["result_path"])]
+    assert lineage.outputs == [Dataset(namespace="file", name=result["b"]["result_path"])]
+    parent = parent_run.ParentRunFacet(run=parent_run.Run(runId=str(uuid.uuid4())),
+                                       job=parent_run.Job(namespace="airflow", name="sales_dag.sales.b"))
+    event = RunEvent(eventType=RunState.COMPLETE, eventTime=datetime.now(timezone.utc).isoformat(),
+                     run=Run(runId=str(uuid.uuid4()), facets={**lineage.run_facets, "parent": parent}),
+                     job=Job(namespace="airflow", name="sales_dag.sales.b"), producer="https://example.org/sparkdispatch",
+                     inputs=lineage.inputs, outputs=lineage.outputs)
+    body = json.loads(Serde.to_json(event))
+    assert body["schemaURL"].startswith("https://openlineage.io/spec/") and body["eventType"] == "COMPLETE"
+    assert all(facet["_schemaURL"].startswith("https://openlineage.io/spec/facets/")
+               for facet in body["run"]["facets"].values())
+    assert [d["name"] for d in body["inputs"]] == [result["a"]["result_path"]]
