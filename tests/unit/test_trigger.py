@@ -16,6 +16,7 @@ os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 import pytest  # noqa: E402
 
 from sparkdispatch.client import SparkDispatchClient  # noqa: E402
+from sparkdispatch.errors import UnknownJob  # noqa: E402
 from sparkdispatch.jobgraph import ExecutionState, Failure  # noqa: E402
 from sparkdispatch.operators import SparkDispatchJobTrigger  # noqa: E402
 from sparkdispatch.testing.master import InProcessMaster, TaskOutcome, finish_every_task  # noqa: E402
@@ -89,25 +90,34 @@ async def test_an_unknown_job_gives_one_error_event(master: InProcessMaster) -> 
     assert event.payload["status"] == "error" and "no job with id" in event.payload["message"]
 
 
-async def test_the_trigger_keeps_waiting_while_the_leader_changes(master: InProcessMaster,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    # the successor takes the stored job over once the master is gone
+async def failover_events(master: InProcessMaster, monkeypatch: pytest.MonkeyPatch, trigger_of: Any,
+                          polls: str) -> Any:
+    """The one event of the trigger `trigger_of(conn_id)` makes, waiting while `master` stops (after
+    two `GET polls` of the trigger) and, half a second later, a successor takes the stored job over
+    and finishes its tasks."""
     successor = InProcessMaster(storage_dir=master.config.storage_dir, overrides=QUICK_POLLS, record_requests=True)
     monkeypatch.setenv("AIRFLOW_CONN_SD_HA", json.dumps(
         {"conn_type": "sparkdispatch", "host": f"127.0.0.1:{master.port},127.0.0.1:{successor.port}"}))
     try:
-        waiting = asyncio.create_task(events_of(SparkDispatchJobTrigger(job_id=JOB, sparkdispatch_conn_id="sd_ha", poll_interval=0.05)))
-        while result_polls(master) < 2:
+        waiting = asyncio.create_task(events_of(trigger_of("sd_ha")))
+        while proxy_of(master).count("GET", polls) < 2:
             await asyncio.sleep(0.01)
         await master.stop()  # the leader is gone and nobody leads for a moment
         await asyncio.sleep(0.5)
         assert not waiting.done()
         await successor.start()
         await successor.add_task_executor(script=finish_every_task)
-        (event,) = await asyncio.wait_for(waiting, 30)
-        assert event.payload["status"] == "terminal" and event.payload["result"]["status"] == "FINISHED"
+        (event,) = await asyncio.wait_for(waiting, 60)
+        return event
     finally:
         await successor.stop()
+
+
+async def test_the_trigger_keeps_waiting_while_the_leader_changes(master: InProcessMaster,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    event = await failover_events(master, monkeypatch, lambda conn_id: SparkDispatchJobTrigger(
+        job_id=JOB, sparkdispatch_conn_id=conn_id, poll_interval=0.05), f"/jobs/{JOB}/execution-result")
+    assert event.payload["status"] == "terminal" and event.payload["result"]["status"] == "FINISHED"
 
 
 async def test_on_kill_cancels_the_job_unless_told_not_to(master: InProcessMaster) -> None:
@@ -197,25 +207,10 @@ async def test_a_vertex_trigger_waits_out_a_failover(master: InProcessMaster, mo
     from sparkdispatch.operators import SparkDispatchVertexTrigger
 
     await start_group(master)
-    successor = InProcessMaster(storage_dir=master.config.storage_dir, overrides=QUICK_POLLS, record_requests=True)
-    monkeypatch.setenv("AIRFLOW_CONN_SD_HA", json.dumps(
-        {"conn_type": "sparkdispatch", "host": f"127.0.0.1:{master.port},127.0.0.1:{successor.port}"}))
-    try:
-        trigger = SparkDispatchVertexTrigger(job_id=GROUP_JOB, vertex_id="b", sparkdispatch_conn_id="sd_ha",
-                                             poll_interval=0.05)
-        waiting = asyncio.create_task(events_of(trigger))
-        while proxy_of(master).count("GET", f"/jobs/{GROUP_JOB}/progress") < 2:
-            await asyncio.sleep(0.01)
-        await master.stop()  # the leader is gone and nobody leads for a moment
-        await asyncio.sleep(0.5)
-        assert not waiting.done()
-        await successor.start()
-        await successor.add_task_executor(script=finish_every_task)
-        (event,) = await asyncio.wait_for(waiting, 60)
-        assert event.payload["status"] == "concluded"
-        assert event.payload["body"]["result"]["state"] == "FINISHED"
-    finally:
-        await successor.stop()
+    event = await failover_events(master, monkeypatch, lambda conn_id: SparkDispatchVertexTrigger(
+        job_id=GROUP_JOB, vertex_id="b", sparkdispatch_conn_id=conn_id, poll_interval=0.05),
+        f"/jobs/{GROUP_JOB}/progress")
+    assert event.payload["status"] == "concluded" and event.payload["body"]["result"]["state"] == "FINISHED"
 
 
 async def test_a_vertex_trigger_killed_leaves_its_job_running_unless_its_run_timed_out(
@@ -249,3 +244,19 @@ async def test_a_vertex_trigger_with_cancel_on_kill_cancels_its_job(master: InPr
     await start_group(master)
     await vertex_triggers(cancel_on_kill=True)[0].on_kill()
     assert proxy_of(master).count("PATCH", f"/jobs/{GROUP_JOB}") == 1
+
+
+async def test_the_progress_endpoint_answers_every_vertex_and_its_log_lengths_in_one_call(
+        master: InProcessMaster) -> None:
+    await start_group(master)
+    write_attempt_log(master, "c", "twelve bytes")
+    async with SparkDispatchClient(addresses=[master.url]) as client:
+        answer = await client.job_progress(GROUP_JOB)
+        assert answer["job_id"] == GROUP_JOB and answer["job_status"] == "RUNNING"
+        assert [v["vertex"] for v in answer["vertices"]] == ["a", "b", "c"]  # the graph's order
+        assert [v["logs"] for v in answer["vertices"]] == [[], [], [{"subtask": 0, "attempt": 0, "size": 12}]]
+        assert all(v["result"]["state"] in ("DEPLOYING", "RUNNING") for v in answer["vertices"])
+        _, spec = await client._request("GET", "/openapi.json")
+        assert set(spec["components"]["schemas"]["JobProgress"]["properties"]) == set(answer)
+        with pytest.raises(UnknownJob, match="no job with id"):
+            await client.job_progress("0" * 32)
