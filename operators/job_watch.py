@@ -118,7 +118,8 @@ class VertexWatch:
             if not isinstance(event, str):
                 return
 
-    def _put(self, event: WatchEvent) -> None:
+    def put(self, event: WatchEvent) -> None:
+        """Hand the watch's trigger `event` (nothing after its conclusion or failure)."""
         if not self.done:
             self._events.put_nowait(event)
             self.done = not isinstance(event, str)
@@ -151,13 +152,21 @@ class JobWatcher:
         return True
 
     async def _run(self) -> None:
+        try:
+            await self._poll()
+        except Exception as exc:  # a bug here must not leave the triggers waiting forever
+            log.exception("job %s: its watcher failed", self.job_id)
+            for watch in self.watches:
+                watch.put(WatchFailed(f"the watcher of job {self.job_id} failed: {exc!r}"))
+
+    async def _poll(self) -> None:
         while live := [w for w in self.watches if not w.done]:
             try:
                 progress = read_progress(await self.client.patiently(lambda: self.client.job_progress(self.job_id),
                                                                      f"job {self.job_id}"))
             except SparkDispatchError as exc:
                 for watch in live:
-                    watch._put(WatchFailed(str(exc)))
+                    watch.put(WatchFailed(str(exc)))
                 return
             for watch in live:
                 await self._update(watch, progress.get(watch.vertex_id))
@@ -165,7 +174,7 @@ class JobWatcher:
 
     async def _update(self, watch: VertexWatch, vertex: VertexProgress | None) -> None:
         if vertex is None:
-            watch._put(WatchFailed(f"job {self.job_id} has no vertex {watch.vertex_id!r}"))
+            watch.put(WatchFailed(f"job {self.job_id} has no vertex {watch.vertex_id!r}"))
             return
         grown = [s.subtask for s in vertex.logs if watch.follower.behind(s.subtask, s.attempt, s.size)]
         if grown:
@@ -174,9 +183,9 @@ class JobWatcher:
                                               offset=offset)
 
             for line in await watch.follower.apoll(fetch, grown):
-                watch._put(line)
+                watch.put(line)
         if vertex.concluded:
-            watch._put(Concluded(vertex.body))
+            watch.put(Concluded(vertex.body))
 
 
 # -- the per-loop registries -------------------------------------------------------------------

@@ -260,3 +260,21 @@ async def test_the_progress_endpoint_answers_every_vertex_and_its_log_lengths_in
         assert set(spec["components"]["schemas"]["JobProgress"]["properties"]) == set(answer)
         with pytest.raises(UnknownJob, match="no job with id"):
             await client.job_progress("0" * 32)
+
+
+async def test_a_watcher_that_cannot_read_an_answer_fails_its_watches_instead_of_leaving_them_waiting() -> None:
+    from sparkdispatch.operators.job_watch import JobWatcher, VertexWatch, WatchFailed
+
+    class MalformedAnswers:  # a fake client: the master's answer lacks every field
+        async def patiently(self, call: Any, what: str) -> dict[str, Any]:
+            return {}
+
+        def job_progress(self, job_id: str) -> Any:
+            return None
+
+    watcher = JobWatcher(MalformedAnswers(), GROUP_JOB)  # type: ignore[arg-type]
+    watch = VertexWatch("a", 1, 0.01)
+    watcher.add(watch)
+    events = [event async for event in watch.events()]
+    assert len(events) == 1 and isinstance(events[0], WatchFailed) and "KeyError" in events[0].message
+    assert await watcher.remove(watch)
