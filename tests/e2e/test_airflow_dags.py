@@ -325,27 +325,30 @@ def test_an_execution_timeout_cancels_the_running_job(cluster: str, airflow: dic
     assert list(new.values()) == ["CANCELED"], new
 
 
-def test_marking_a_deferred_vertex_task_failed_leaves_its_job_running_through_a_real_triggerer(
+def test_a_deferred_vertex_task_marked_failed_leaves_its_job_running_and_a_run_timeout_cancels_it(
         cluster: str, airflow: dict[str, Any], tmp_path: Path) -> None:
-    """A real `airflow triggerer` runs the deferred vertex task's trigger. Marking the task failed as
-    the UI does (`set_task_instance_state`) makes the triggerer cancel the trigger "by user action"
-    and call its `on_kill`, which asks Airflow why (the task instance is FAILED, not SKIPPED by a
-    DAG-run timeout) and leaves the job running for the group's other vertex tasks."""
+    """A real `airflow triggerer` runs the triggers of two deferred vertex tasks of one job. Marking one
+    failed as the UI does (`set_task_instance_state`) makes the triggerer cancel its trigger "by user
+    action" and call its `on_kill`, which asks Airflow why (the task instance is FAILED) and leaves
+    the job running for the other. Then the DAG run times out as the scheduler times it out (the run
+    FAILED, its unfinished task SKIPPED, in one transaction): the other trigger's `on_kill` finds its
+    task SKIPPED and cancels the job."""
     from datetime import datetime
 
     from airflow import settings
     from airflow.models.dagrun import get_or_create_dagrun
     from airflow.sdk import DAG, timezone
     from airflow.serialization.serialized_objects import DagSerialization
-    from airflow.utils.state import TaskInstanceState
+    from airflow.utils.state import DagRunState, TaskInstanceState
     from airflow.utils.types import DagRunTriggeredByType
 
     from sparkdispatch.operators import SparkDispatchJobGroup, SparkDispatchVertexOperator
 
     with DAG(f"e2e_triggerer_{time.time_ns()}", schedule=None, start_date=datetime(2026, 1, 1)) as dag:
         with SparkDispatchJobGroup(group_id="slow", artifacts=[str(DAGS / "pipelines")]):
-            SparkDispatchVertexOperator(task_id="generate", entrypoint="pipelines.sales:generate", deferrable=True,
-                                        vertex_params={"rows": "50000000"}, poll_interval=0.5)  # runs for minutes
+            for name in ("generate", "other"):  # each runs for minutes
+                SparkDispatchVertexOperator(task_id=name, entrypoint="pipelines.sales:generate", deferrable=True,
+                                            vertex_params={"rows": "50000000"}, poll_interval=0.5)
     serialize(dag)
     before = jobs(cluster)
     session = settings.Session()
@@ -359,15 +362,17 @@ def test_marking_a_deferred_vertex_task_failed_leaves_its_job_running_through_a_
             conf=None, triggered_by=DagRunTriggeredByType.TEST, triggering_user_name="e2e", start_date=now,
             session=session)
         drive(dag, run, session, until_deferred="slow.generate")  # the launch task ran; generate deferred
+        drive(dag, run, session, until_deferred="slow.other")
         [job_id] = [job_id for job_id in jobs(cluster) if job_id not in before]
         with open(log_path, "wb") as log:
             triggerer = subprocess.Popen(
                 [str(Path(sys.executable).parent / "airflow"), "triggerer", "--skip-serve-logs"],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                 env=os.environ.copy())
-        started = re.compile(r"trigger \S+/slow\.generate/\S+ \(ID \d+\) starting")
-        wait_for(lambda: started.search(trigger_logs(log_path)) is not None, 120,
-                 lambda: f"the triggerer did not start the trigger:\n{trigger_logs(log_path)[-3000:]}")
+        for name in ("generate", "other"):
+            started = re.compile(rf"trigger \S+/slow\.{name}/\S+ \(ID \d+\) starting")
+            wait_for(lambda: started.search(trigger_logs(log_path)) is not None, 120,
+                     lambda: f"the triggerer did not start the trigger:\n{trigger_logs(log_path)[-3000:]}")
         assert jobs(cluster)[job_id] == "RUNNING"
         scheduler_dag.set_task_instance_state(task_id="slow.generate", run_id=run.run_id,
                                               state=TaskInstanceState.FAILED, session=session)  # "Mark as failed"
@@ -376,11 +381,20 @@ def test_marking_a_deferred_vertex_task_failed_leaves_its_job_running_through_a_
                  lambda: f"on_kill did not run:\n{trigger_logs(log_path)[-3000:]}")
         assert "invoking on_kill" in trigger_logs(log_path)
         assert jobs(cluster)[job_id] == "RUNNING"
-        http_json("PATCH", f"{cluster}/jobs/{job_id}?mode=cancel", timeout=10)  # it runs for minutes
+        # the DAG run's timeout, as SchedulerJobRunner applies it
+        run.set_state(DagRunState.FAILED)
+        other = run.get_task_instance("slow.other", session=session)
+        other.state = TaskInstanceState.SKIPPED
+        session.merge(other)
+        session.commit()
+        wait_for(lambda: jobs(cluster)[job_id] == "CANCELED", 90,
+                 lambda: f"job {job_id} is {jobs(cluster)[job_id]}:\n{trigger_logs(log_path)[-3000:]}")
     finally:
         session.close()
         if triggerer is not None:
             stop_process_group(triggerer, grace_s=30)
+        if job_id_of := [j for j, status in jobs(cluster).items() if j not in before and status == "RUNNING"]:
+            http_json("PATCH", f"{cluster}/jobs/{job_id_of[0]}?mode=cancel", timeout=10)  # it runs for minutes
 
 
 def trigger_logs(triggerer_log: Path) -> str:
