@@ -429,13 +429,13 @@ def test_decorated_functions_run_as_vertices_of_a_group_and_as_a_job_of_their_ow
                 return ctx.spark.range(int(ctx.params["n"])).where(f"id % {ctx.parallelism} = {ctx.subtask_index}")
 
             @task.sparkdispatch(poll_interval=0.5, deferrable=True)  # waits in the (inline) triggerer
-            def total(ctx: Any) -> Any:
+            def total(ctx: Any, numbers: Any, column: str) -> Any:
                 from pyspark.sql import functions as F
 
                 print("total adds them up")
-                return ctx.inputs["numbers"].agg(F.sum("id").alias("total"))
+                return numbers.agg(F.sum(column).alias("total"))
 
-            numbers() >> total()
+            total(numbers(), "id")  # TaskFlow: numbers' output is total's input DataFrame
 
         @task.sparkdispatch(poll_interval=0.5, deferrable=False)
         def alone(ctx: Any) -> Any:
@@ -471,6 +471,29 @@ def test_decorated_functions_run_as_vertices_of_a_group_and_as_a_job_of_their_ow
     # the driver's progress report of a slow operation may follow (on a loaded machine)
     printed = [line for line in piece["text"].splitlines() if not line.startswith("[spark driver] ")]
     assert status == 200 and printed == ["numbers says hello from subtask 1"], piece
+
+
+def test_a_decorated_task_mapped_outside_a_group_runs_one_job_per_map_index(cluster: str,
+                                                                           airflow: dict[str, Any]) -> None:
+    from datetime import datetime
+
+    from airflow.sdk import DAG, task
+
+    with DAG(f"e2e_mapped_{time.time_ns()}", schedule=None, start_date=datetime(2026, 1, 1)) as dag:
+        @task.sparkdispatch(poll_interval=0.5)
+        def sized(ctx: Any, rows: int) -> Any:
+            return ctx.spark.range(rows)
+
+        sized.expand(rows=[2, 3])
+    serialize(dag)
+    before = jobs(cluster)
+    run = dag.test()
+    assert "success" in str(run.state).lower(), run.state
+    new = {job_id: status for job_id, status in jobs(cluster).items() if job_id not in before}
+    assert sorted(new.values()) == ["FINISHED"] * 2, new
+    rows = sorted(http_json("GET", f"{cluster}/jobs/{job_id}/execution-result", timeout=10)[1]
+                  ["job_execution_result"]["vertices"]["sized"]["rows"] for job_id in new)
+    assert rows == [2, 3]
 
 
 def test_a_failed_vertex_cleared_in_airflow_is_repaired_without_running_its_upstream_again(
