@@ -108,9 +108,11 @@ class SparkDispatchVertexOperator(BaseOperator):
     def __new__(cls, *args: Any, **kwargs: Any) -> Self:
         # Airflow merges an operator's `params` with its DAG's and default_args' before __init__
         # sees them: only here is a `params=` given to this task, the deprecated name, told apart.
+        # A mapped task's unmapping passes Airflow's merged `params` always: no user's argument.
         instance = super().__new__(cls)
         given = kwargs.get("params")
-        deprecated = dict(given) if isinstance(given, Mapping) and "vertex_params" not in kwargs else None
+        deprecated = (dict(given) if isinstance(given, Mapping) and "vertex_params" not in kwargs
+                      and not kwargs.get("_airflow_from_mapped") else None)
         object.__setattr__(instance, "_deprecated_params", deprecated)  # BaseOperator's own needs __init__ first
         return instance
 

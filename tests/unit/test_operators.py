@@ -716,6 +716,27 @@ def test_vertex_params_are_the_vertexs_and_airflows_params_stay_airflows() -> No
     assert set(mine.vertex_params) == {"me", "rows"}  # nothing of default_args' or the DAG's params
 
 
+def test_a_mapped_decorated_task_unmapped_by_airflow_does_not_warn_of_params() -> None:
+    """Airflow's unmapping passes its merged `params` to every mapped task: that is no `params=` of
+    the user's, so it neither warns nor becomes vertex params."""
+    import warnings
+    from datetime import datetime
+
+    from airflow.sdk import DAG, task
+
+    with DAG("mapped_params_dag", schedule=None, start_date=datetime(2026, 1, 1), params={"rows": 5}) as dag:
+        @task.sparkdispatch(parallelism=2)
+        def sized(ctx: Any, rows: int) -> Any:
+            return ctx.spark.range(rows)
+
+        sized.expand(rows=[2, 3])
+    mapped = dag.task_dict["sized"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        unmapped = mapped.unmap({"op_kwargs": {"rows": 2}})  # type: ignore[union-attr]
+    assert unmapped.vertex_params == {}  # type: ignore[attr-defined]
+
+
 def test_vertex_tasks_defer_by_default_and_the_setting_still_decides(monkeypatch: pytest.MonkeyPatch) -> None:
     from sparkdispatch.operators import SparkDispatchVertexOperator
 
