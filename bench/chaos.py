@@ -22,7 +22,9 @@ import argparse
 import random
 from pathlib import Path
 
-from common import TASKS_DIR, bench_main, load_average, print_table, scratch_dir, write_results
+from harness.paths import TASKS_DIR
+from harness.reporting import load_average, print_table, write_results
+from harness.running import bench_main, scratch_dir
 
 from sparkdispatch.testing.chaos import ChaosRun
 from sparkdispatch.testing.chaos_model import ChaosSettings

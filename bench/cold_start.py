@@ -26,20 +26,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import (
-    Standalone,
-    add_pipeline_options,
-    add_run_options,
-    bench_main,
-    load_average,
-    load_change,
-    median,
-    pipelines_artifact,
-    print_table,
-    sales_graph,
-    save_results,
-    scratch_dir,
-)
+from harness.graphs import pipelines_artifact, sales_graph
+from harness.reporting import load_average, load_change, median, print_table, save_results
+from harness.running import add_pipeline_options, add_run_options, bench_main, scratch_dir
+from harness.standalone import Standalone
 
 GOAL_RATIO = 2.0
 START_TIMEOUT_S = 300.0

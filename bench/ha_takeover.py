@@ -46,7 +46,7 @@ def one_round(zookeeper: ZooKeeperServer, storage: Path, session_timeout: str, s
         stopped_at = time.monotonic()
         os.kill(leader.process.pid, sig)
         _, granted = first_grant(standby, GRANT_TIMEOUT_S)
-        return granted["t"] - stopped_at
+        return float(granted["t"]) - stopped_at
     finally:
         for contender in contenders:
             contender.kill()

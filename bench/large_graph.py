@@ -41,17 +41,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from common import (
-    bench_main,
-    cpu_seconds,
-    load_average,
-    median,
-    percentile,
-    print_table,
-    scratch_dir,
-    stop_process,
-    write_results,
-)
+from harness.processes import cpu_seconds, stop_process
+from harness.reporting import load_average, median, percentile, print_table, write_results
+from harness.running import bench_main, scratch_dir
 
 GOAL_MS = 100.0
 POLLED = ("/overview", "/jobs/overview")
@@ -219,12 +211,13 @@ def run_bench(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
         accepted = time.perf_counter() - origin
         if answer.status != 202:
             raise RuntimeError(f"the graph was refused with {answer.status}: {reply}")
-        print(f"accepted job {reply['job_id']} ({len(graph['vertices'])} vertices, {subtasks} subtasks, {len(body)} bytes) "
-              f"in {accepted - posted:.3f}s", flush=True)
+        print(f"accepted job {reply['job_id']} ({len(graph['vertices'])} vertices, {subtasks} subtasks, "
+              f"{len(body)} bytes) in {accepted - posted:.3f}s", flush=True)
         finished_at = None
         deadline = time.monotonic() + args.timeout
         target = "RUNNING" if args.no_run else "FINISHED"
-        state, tasks = None, {}
+        state: str | None = None
+        tasks: dict[str, Any] = {}
         while time.monotonic() < deadline:
             state, tasks = job_state(pollers["/jobs/overview"])
             if state == target and (args.no_run or tasks.get("finished") == subtasks):
@@ -300,8 +293,8 @@ def run() -> int:
     print(f"master's garbage collections after the POST: {collections['full']} full, the longest "
           f"{collections['longest_full_ms']:.1f} ms; the longest of any generation {collections['longest_ms']:.1f} ms")
     print(f"goal: /overview within {GOAL_MS:g} ms throughout: {'met' if report['goal_met'] else 'MISSED'}")
-    path = write_results(args.results_name, report)
-    print(f"wrote {path}")
+    written = write_results(args.results_name, report)
+    print(f"wrote {written}")
     return 0 if report["goal_met"] else 1
 
 

@@ -24,20 +24,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import (
-    BENCH_TASKS,
-    Standalone,
-    add_run_options,
-    bench_main,
-    descendants,
-    load_average,
-    load_change,
-    memory_kib,
-    print_table,
-    process_cmdline,
-    save_results,
-    scratch_dir,
-)
+from harness.paths import BENCH_TASKS
+from harness.processes import descendants, memory_kib, process_cmdline
+from harness.reporting import load_average, load_change, print_table, save_results
+from harness.running import add_run_options, bench_main, scratch_dir
+from harness.standalone import Standalone
 
 START_TIMEOUT_S = 300.0
 SETTLE_S = 5.0
@@ -112,7 +103,7 @@ def measure_running(standalone: Standalone, task_executor: int, graph: dict[str,
                     slots: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Samples while all `slots` subtasks run, and the job's result."""
     job_id = standalone.rest.submit(graph)
-    samples = []
+    samples: list[dict[str, Any]] = []
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         status, body = standalone.rest.request("GET", f"/jobs/{job_id}/execution-result", timeout=10)

@@ -49,30 +49,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from common import (
-    BENCH_TASKS,
-    CLUSTER_START_TIMEOUT_S,
-    TASKS_DIR,
-    VENV_BIN,
-    BenchCluster,
-    ConnectClient,
-    PySpy,
-    Standalone,
-    add_run_options,
-    bench_env,
-    bench_main,
-    chain_graph,
-    cluster_config,
-    cpu_seconds,
-    load_average,
-    load_change,
-    median,
-    print_table,
-    save_results,
-    scratch_dir,
-    stop_process,
-    tree_cpu_seconds,
-)
+from harness.clusters import CLUSTER_START_TIMEOUT_S, BenchCluster, cluster_config
+from harness.connect_floor import ConnectClient
+from harness.graphs import chain_graph
+from harness.paths import BENCH_TASKS, TASKS_DIR, VENV_BIN
+from harness.processes import cpu_seconds, stop_process, tree_cpu_seconds
+from harness.profiling import PySpy
+from harness.reporting import load_average, load_change, median, print_table, save_results
+from harness.running import add_run_options, bench_env, bench_main, scratch_dir
+from harness.standalone import Standalone
 
 from sparkdispatch.config import Configuration
 from sparkdispatch.testing.services import RedisServer, ZooKeeperServer
@@ -227,7 +212,7 @@ def run_chains(submit: Callable[[dict[str, Any]], str], wait: Callable[[str], di
     per_task_ms = [w / length * 1000 for w in walls]
     floor_ms = {name: [f / length * 1000 for f in values] for name, values in floor_s.items()}
     reference = floor_ms[floors[0].name]
-    overhead_ms = [c - f for c, f in zip(per_task_ms, reference)]
+    overhead_ms = [c - f for c, f in zip(per_task_ms, reference, strict=True)]
     return {"chain_s": [round(w, 4) for w in walls], "server_duration_s": [round(s, 4) for s in servers],
             "floor_chain_s": {name: [round(f, 4) for f in values] for name, values in floor_s.items()},
             "per_task_ms": [round(p, 2) for p in per_task_ms], "per_task_ms_median": round(median(per_task_ms), 2),
@@ -472,11 +457,11 @@ def run() -> int:
                                                            warm_up=args.warm_up, profile=args.profile)
                     else:
                         assert redis is not None
-                        with_zk = zookeeper is not None and kind == "redis-zookeeper"
+                        zk = zookeeper if kind == "redis-zookeeper" else None
                         results[kind] = measure_local_cluster(
-                            storage, broker_url=redis.url, zookeeper_hosts=zookeeper.hosts if with_zk else None,
+                            storage, broker_url=redis.url, zookeeper_hosts=zk.hosts if zk else None,
                             floors=floors, runs=args.runs, warm_up=args.warm_up, label=kind, profile=args.profile,
-                            zookeeper_pid=zookeeper.process.pid if with_zk and zookeeper.process else None)
+                            zookeeper_pid=zk.process.pid if zk and zk.process else None)
                 except (RuntimeError, TimeoutError) as exc:
                     # one cluster kind failing (a chain FAILED, a process died) is a finding; measure the rest
                     print(f"  {kind}: FAILED: {exc}", flush=True)

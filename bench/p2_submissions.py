@@ -33,19 +33,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from common import (
-    BENCH_TASKS,
-    PySpy,
-    Rest,
-    bench_main,
-    cpu_seconds,
-    ensemble_cluster,
-    latency_ms,
-    load_average,
-    print_table,
-    save_results,
-    zookeeper_cluster,
-)
+from harness.clusters import zookeeper_cluster
+from harness.ensemble import ensemble_cluster
+from harness.paths import BENCH_TASKS
+from harness.processes import cpu_seconds
+from harness.profiling import PySpy
+from harness.reporting import latency_ms, load_average, print_table, save_results
+from harness.rest import Rest
+from harness.running import bench_main
+from sparkdispatch.config.options import HA_CLUSTER_ID, HA_ZOOKEEPER_PATH_ROOT
 
 GOAL_JOBS_PER_S = 300.0
 WARMUP_JOBS = 50
@@ -152,7 +148,7 @@ def single_host(args: argparse.Namespace) -> Iterator[Target]:
                 "bench_client": os.getpid()}
         pids.update({f"taskexecutor-{i}": cluster.pid("taskexecutor", i) for i in range(args.taskexecutors)})
         yield Target(Rest(url, token=config.auth_token), f"master {url} (ZooKeeper HA)", pids, zookeeper.hosts,
-                     config["high-availability.zookeeper.path.root"], config["high-availability.cluster-id"],
+                     config.get(HA_ZOOKEEPER_PATH_ROOT), config.get(HA_CLUSTER_ID),
                      config.storage_dir)
 
 

@@ -36,19 +36,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
-from common import (
-    BENCH_TASKS,
-    BenchCluster,
-    Ensemble,
-    bench_main,
-    chain_graph,
-    ensemble_cluster,
-    load_average,
-    median,
-    print_table,
-    save_results,
-    zookeeper_cluster,
-)
+from harness.clusters import BenchCluster, zookeeper_cluster
+from harness.ensemble import Ensemble, ensemble_cluster
+from harness.graphs import chain_graph
+from harness.paths import BENCH_TASKS
+from harness.reporting import load_average, median, print_table, save_results
+from harness.running import bench_main
 
 from sparkdispatch.config import parse_duration
 

@@ -43,30 +43,18 @@ from functools import reduce
 from pathlib import Path
 from typing import Any
 
-from common import (
-    CLUSTER_START_TIMEOUT_S,
-    DAGS_DIR,
-    ConnectClient,
-    Standalone,
-    add_pipeline_options,
-    add_run_options,
-    bench_main,
-    cpu_seconds,
-    descendants,
-    load_average,
-    load_change,
-    median,
-    pipelines_artifact,
-    print_table,
-    process_cmdline,
-    sales_graph,
-    save_results,
-    scratch_dir,
-    tree_cpu_seconds,
-)
+from harness.clusters import CLUSTER_START_TIMEOUT_S
+from harness.connect_floor import ConnectClient
+from harness.graphs import pipelines_artifact, sales_graph
+from harness.paths import DAGS_DIR
+from harness.processes import cpu_seconds, descendants, process_cmdline, tree_cpu_seconds
+from harness.reporting import load_average, load_change, median, print_table, save_results
+from harness.running import add_pipeline_options, add_run_options, bench_main, scratch_dir
+from harness.standalone import Standalone
 
 from sparkdispatch.config import Configuration
-from sparkdispatch.standalone import standalone_config
+from sparkdispatch.config.options import SPARK_MASTER
+from sparkdispatch.entrypoint.standalone import standalone_config
 
 GOAL_RATIO = 1.3
 JOB_TIMEOUT_S = 300.0
@@ -108,7 +96,7 @@ class PipelineFloors:
         """Every subtask's result written as a Parquet partition and read back by its consumers; seconds.
 
         `new_session`: in a session made for this run (its making timed too, its release not)."""
-        from sparkdispatch.results import write_partition
+        from sparkdispatch.storage.results import write_partition
         from sparkdispatch.taskexecutor.task_context import LazyInputs
 
         self.runs += 1
@@ -136,7 +124,7 @@ class PipelineFloors:
 
     def chained(self) -> float:
         """The upstream DataFrames passed on, one plan, only the last vertex's result written; seconds."""
-        from sparkdispatch.results import write_partition
+        from sparkdispatch.storage.results import write_partition
 
         self.runs += 1
         out = self.work_dir / f"results-{self.runs}"
@@ -221,7 +209,7 @@ def run() -> int:
         cluster_cpu: CpuMeter | None = None
         floor_cpu: dict[str, CpuMeter] = {}
         try:
-            print(f"standalone: 1 TaskExecutor x {args.slots} slots, Spark {config['spark.master']}", flush=True)
+            print(f"standalone: 1 TaskExecutor x {args.slots} slots, Spark {config.get(SPARK_MASTER)}", flush=True)
             up_s = standalone.start(CLUSTER_START_TIMEOUT_S)
             print(f"  up in {up_s:.1f}s (logs {standalone.log_dir})", flush=True)
             graph = sales_graph(standalone.rest.upload_artifact(artifact_file), rows=args.rows)
@@ -266,14 +254,14 @@ def run() -> int:
             standalone.stop()
     results["load_average_at_end"] = load_average()
     results["load_average_per_run"] = loads
-    cpu = {"cluster": cluster_cpu.medians() if cluster_cpu else {},
+    cpu = {"cluster": cluster_cpu.medians() if cluster_cpu is not None else {},
            **{name: meter.medians() for name, meter in floor_cpu.items()}}
 
     medians = {name: round(median(values), 3) for name, values in samples.items()}
     to_materialised = medians["cluster"] / medians["materialised"]
     to_chained = medians["cluster"] / medians["chained"]
     to_new_session = medians["cluster"] / medians["materialised_new_session"]
-    paired = [c / m for c, m in zip(samples["cluster"], samples["materialised"])]
+    paired = [c / m for c, m in zip(samples["cluster"], samples["materialised"], strict=True)]
     print()
     print(f"sales pipeline ({args.rows} rows, 5 vertices, 7 subtasks), medians of {args.runs} runs after "
           f"{args.warm_up} warm-up runs each")

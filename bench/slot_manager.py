@@ -35,9 +35,9 @@ from typing import Any
 
 from sparkdispatch.config import Configuration
 from sparkdispatch.errors import SparkDispatchError
-from sparkdispatch.protocol import ExecutionReport, SlotReport, SlotStatus, TaskExecutorRegistration
+from sparkdispatch.model.protocol import ExecutionReport, SlotReport, SlotStatus, TaskExecutorRegistration
 from sparkdispatch.resourcemanager import AllocatedSlot, ResourceManager
-from sparkdispatch.settings import ResourceManagerSettings
+from sparkdispatch.resourcemanager.settings import ResourceManagerSettings
 
 SESSION = "00000000-0000-0000-0000-000000000000"
 GOAL_PER_S = 100_000
@@ -53,7 +53,7 @@ class BenchJob:
         self.waiter: asyncio.Future[None] | None = None
         self.wanted = 0
 
-    def slots_allocated(self, slots: list[AllocatedSlot]) -> None:
+    def slots_allocated(self, slots: Sequence[AllocatedSlot]) -> None:
         self.slots.extend(slots)
         if self.waiter is not None and len(self.slots) >= self.wanted and not self.waiter.done():
             self.waiter.set_result(None)
@@ -61,7 +61,7 @@ class BenchJob:
     def slot_request_failed(self, error: SparkDispatchError) -> None:
         raise AssertionError(f"bench job {self.job_id}: {error}")
 
-    def task_executor_lost(self, task_executor_id: str, allocation_ids: list[str], reason: str) -> None:
+    def task_executor_lost(self, task_executor_id: str, allocation_ids: Sequence[str], reason: str) -> None:
         raise AssertionError(f"bench job {self.job_id} lost {task_executor_id}: {reason}")
 
     def task_executor_heartbeat(self, task_executor_id: str, executions: Sequence[ExecutionReport]) -> None:

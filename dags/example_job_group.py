@@ -2,9 +2,9 @@
 
 `SparkDispatchJobGroup` adds a `sales.launch` task that submits the whole graph once per DAG
 run; each `SparkDispatchVertexOperator` task then waits for its own vertex (deferred to the
-triggerer, where the five share one poll of the job) and succeeds or fails with it, so the grid shows every step of the pipeline. A task
-after the group reads the report vertex's result from its XCom. Needs a `sparkdispatch_default`
-connection, as example_pipeline.py does.
+triggerer, where the five share one poll of the job) and succeeds or fails with it, so the grid
+shows every step of the pipeline. A task after the group reads the report vertex's result from its
+XCom. Needs a `sparkdispatch_default` connection, as example_pipeline.py does.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from airflow.sdk import Connection
 
 from sparkdispatch.hooks.airflow_compat import BaseHook
 from sparkdispatch.client import RetryPolicy, SparkDispatchClient, SyncSparkDispatchClient
-from sparkdispatch.client_leader import DEFAULT_PORT, ZooKeeperTarget, parse_addresses
+from sparkdispatch.client.leader import DEFAULT_PORT, ZooKeeperTarget, parse_addresses
 from sparkdispatch.errors import ConfigurationError, SparkDispatchError
 from sparkdispatch.tls import ClientTls
 

@@ -12,7 +12,7 @@ tasks of the group, each vertex's inputs being its upstream vertex tasks in the 
 submits it once per DAG run: it is a `SparkDispatchSubmitJobOperator` that does not wait, with the same
 job ids, so its retries re-attach to the job. Each vertex task then waits for its own vertex
 (deferred by default), streaming its subtasks' attempt logs into its own log as it waits
-(sparkdispatch.log_stream), and succeeds with it, returning `vertex_output(...)` as its XCom.
+(sparkdispatch.client.log_stream), and succeeds with it, returning `vertex_output(...)` as its XCom.
 
 A later try of a vertex task (an Airflow retry, or a clear of the failed task) whose vertex did
 not finish in the ended job asks the master to repair it (`POST /jobs/{id}/repair`): that vertex
@@ -36,7 +36,8 @@ from sparkdispatch.hooks.airflow_compat import AirflowException, AirflowFailExce
 from sparkdispatch.client import SyncSparkDispatchClient
 from sparkdispatch.errors import JobAlreadyTerminated, RepairNotPossible, SparkDispatchError
 from sparkdispatch.hooks.sparkdispatch import SparkDispatchHook
-from sparkdispatch.jobgraph import ExecutionState, VertexResult
+from sparkdispatch.model.states import ExecutionState
+from sparkdispatch.model.job_result import VertexResult
 from sparkdispatch.operators.jobs import NOT_RETRYABLE_FAILURES, default_deferrable, own_context, task_failure
 from sparkdispatch.operators.lineage import job_lineage
 from sparkdispatch.operators.links import SparkDispatchJobLink, push_job_link
@@ -232,7 +233,8 @@ class SparkDispatchVertexOperator(BaseOperator):
 
     def _launched_job_id(self, context: Context) -> str:
         ti = context["ti"]
-        self._ti_ref = TaskInstanceRef(ti.dag_id, ti.run_id, ti.task_id, ti.map_index if ti.map_index is not None else -1)
+        map_index = ti.map_index if ti.map_index is not None else -1
+        self._ti_ref = TaskInstanceRef(ti.dag_id, ti.run_id, ti.task_id, map_index)
         job_id = ti.xcom_pull(task_ids=self.launch_task_id, map_indexes=ti.map_index)
         if not job_id:
             raise AirflowException(f"{self.task_id}: the group's {self.launch_task_id} task pushed no job id")
@@ -381,8 +383,9 @@ class SparkDispatchJobGroup(TaskGroup):
                              f"tasks; move {names} out of it")
         if not vertices:
             raise ValueError(f"SparkDispatchJobGroup {self.group_id!r} has no SparkDispatchVertexOperator")
-        self.launch = _LaunchJobGraphOperator(task_id=LAUNCH_TASK_ID, task_group=self, group=self, artifacts=self.artifacts,
-                                              sparkdispatch_conn_id=self.sparkdispatch_conn_id)
+        self.launch = _LaunchJobGraphOperator(
+            task_id=LAUNCH_TASK_ID, task_group=self, group=self, artifacts=self.artifacts,
+            sparkdispatch_conn_id=self.sparkdispatch_conn_id)
         for vertex in vertices:
             if vertex.own_conn_id not in (None, self.sparkdispatch_conn_id):
                 raise ValueError(f"task {vertex.task_id!r} names connection {vertex.own_conn_id!r}, but the vertices "

@@ -29,8 +29,8 @@ from typing import Any
 from sparkdispatch.client import SparkDispatchClient
 from sparkdispatch.errors import SparkDispatchError
 from sparkdispatch.hooks.sparkdispatch import SparkDispatchHook
-from sparkdispatch.jobgraph import ExecutionState, JobStatus
-from sparkdispatch.log_stream import LogFollower
+from sparkdispatch.model.states import ExecutionState, JobStatus
+from sparkdispatch.client.log_stream import LogFollower
 
 log = logging.getLogger(__name__)
 

@@ -19,13 +19,17 @@ from sparkdispatch.errors import (
     ConfigurationError,
     CorruptedBlob,
     EntrypointNotFound,
+    HostRefused,
     InvalidJobGraph,
     InvalidRequest,
+    OriginRefused,
     RepairNotPossible,
     SparkDispatchError,
     Unauthorized,
+    UnsupportedMediaType,
 )
-from sparkdispatch.jobgraph import Failure, JobResult, JobStatus
+from sparkdispatch.model.states import JobStatus
+from sparkdispatch.model.job_result import Failure, JobResult
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -165,7 +169,8 @@ def report_result(result: Mapping[str, Any], log: ResultLog) -> str | None:
 VERTICES_XCOM_KEY = "vertices"
 #: Errors of the master that a retry of the task cannot fix: the task fails without retries.
 NOT_RETRYABLE: tuple[type[SparkDispatchError], ...] = (
-    InvalidJobGraph, InvalidRequest, Unauthorized, ConfigurationError, BlobTooLarge, CorruptedBlob)
+    InvalidJobGraph, InvalidRequest, Unauthorized, ConfigurationError, BlobTooLarge, CorruptedBlob,
+    HostRefused, OriginRefused, UnsupportedMediaType)
 #: Failure classes of a job's task that no retry fixes: its entrypoint does not exist.
 NOT_RETRYABLE_FAILURES = frozenset({EntrypointNotFound.__name__})
 

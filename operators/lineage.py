@@ -43,7 +43,7 @@ def job_lineage(job_id: str | None, master: str | None, outputs: Iterable[Mappin
     `inputs` are vertex outputs (`vertex_outputs`, a vertex task's XCom): those FINISHED with a
     `result_path` become output and input datasets."""
     from airflow.providers.openlineage.extractors import OperatorLineage
-    from openlineage.client.facet_v2 import RunFacet, external_query_run
+    from openlineage.client.facet_v2 import external_query_run
 
     run_facets: dict[str, RunFacet] = {}
     if job_id:

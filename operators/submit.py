@@ -14,8 +14,8 @@ from sparkdispatch.hooks.airflow_compat import AirflowException, AirflowFailExce
 from sparkdispatch.client import SyncSparkDispatchClient
 from sparkdispatch.errors import JobAlreadyTerminated, SparkDispatchError, UnknownJob
 from sparkdispatch.hooks.sparkdispatch import SparkDispatchHook
-from sparkdispatch.jobgraph import JobStatus
-from sparkdispatch.log_stream import JobLogs, vertex_parallelism
+from sparkdispatch.model.states import JobStatus
+from sparkdispatch.client.log_stream import JobLogs, vertex_parallelism
 from sparkdispatch.operators.deprecation import renamed_argument, warn_renamed
 from sparkdispatch.operators.jobs import (
     VERTICES_XCOM_KEY,

@@ -16,7 +16,7 @@ from asgiref.sync import sync_to_async
 
 from sparkdispatch.errors import JobAlreadyTerminated, SparkDispatchError
 from sparkdispatch.hooks.sparkdispatch import SparkDispatchHook
-from sparkdispatch.log_stream import JobLogs
+from sparkdispatch.client.log_stream import JobLogs
 from sparkdispatch.operators.deprecation import renamed_argument, warn_renamed
 from sparkdispatch.operators.job_watch import follow_vertex, shared_client, vertex_concluded
 from sparkdispatch.operators.run_state import TaskInstanceRef, stopped_by_run_timeout

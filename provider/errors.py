@@ -27,8 +27,13 @@
     │       ├── BlobTooLarge
     │       └── CorruptedBlob         the blob's content does not hash to its key
     ├── RequestTooLarge               a request body is over `rest.max-body-size`
+    ├── RequestTimeout                a request body stalled longer than `rest.body-timeout`
+    ├── UnsupportedMediaType          a JSON body without `Content-Type: application/json`
     ├── Unauthorized                  a REST call lacks the configured token
     ├── CsrfRefused                   a call made with the web UI's session cookie lacks its CSRF token
+    ├── HostRefused                   a call's `Host` is none of the master's names (DNS rebinding)
+    ├── OriginRefused                 a state-changing call from another site's web page
+    ├── TooManyLoginAttempts          too many failed logins from one address; retry after `retry_after` s
     ├── RouteNotFound                 no REST resource at that path
     ├── MethodNotAllowed              the path does not take that HTTP method
     ├── InternalError                 the master failed on a bug; the body names the exception
@@ -116,6 +121,13 @@ def _text(fields: Mapping[str, Any], name: str) -> str:
 
 def _optional_text(fields: Mapping[str, Any], name: str) -> str | None:
     return None if fields.get(name) is None else _text(fields, name)
+
+
+def _whole_seconds(fields: Mapping[str, Any], name: str) -> int:
+    value = fields[name]
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"{name} must be an integer")
+    return value
 
 
 class InvalidJobGraph(SparkDispatchError):
@@ -369,6 +381,19 @@ class RequestTooLarge(SparkDispatchError):
     http_status = 413
 
 
+class RequestTimeout(SparkDispatchError):
+    """A request body that sent nothing for longer than `rest.body-timeout`; the connection is closed."""
+
+    http_status = 408
+
+
+class UnsupportedMediaType(SparkDispatchError):
+    """A body the endpoint reads as JSON sent with another `Content-Type` (a browser's form or
+    `text/plain` request, which another site's page can send without asking)."""
+
+    http_status = 415
+
+
 class Unauthorized(SparkDispatchError):
     http_status = 401
 
@@ -378,6 +403,41 @@ class CsrfRefused(SparkDispatchError):
     `X-CSRF-Token`: it may come from another site's page."""
 
     http_status = 403
+
+
+class HostRefused(SparkDispatchError):
+    """A call whose `Host` header names none of the master's own names (`rest.allowed-hosts`): a
+    web page of another site that made its name resolve to the master (DNS rebinding)."""
+
+    http_status = 403
+
+
+class OriginRefused(SparkDispatchError):
+    """A state-changing call sent by a web page of another origin than the master's own and those
+    of `rest.allowed-origins`."""
+
+    http_status = 403
+
+
+class TooManyLoginAttempts(SparkDispatchError):
+    """Too many failed logins from one client address: the next is heard after `retry_after`
+    seconds (also its `Retry-After` header)."""
+
+    http_status = 429
+
+    def __init__(self, message: str, *, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+    def fields(self) -> JSONObject:
+        return {"retry_after": self.retry_after}
+
+    def http_headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after)}
+
+    @classmethod
+    def from_fields(cls, messages: Sequence[str], fields: Mapping[str, Any]) -> Self:
+        return cls(messages[0], retry_after=_whole_seconds(fields, "retry_after"))
 
 
 class RouteNotFound(SparkDispatchError):
@@ -511,18 +571,18 @@ class RecoveryInProgress(ServiceUnavailable):
 
     @classmethod
     def from_fields(cls, messages: Sequence[str], fields: Mapping[str, Any]) -> Self:
-        retry_after = fields["retry_after"]
-        if not isinstance(retry_after, int) or isinstance(retry_after, bool):
-            raise ValueError("retry_after must be an integer")
-        return cls(messages[0], leader=_optional_text(fields, "leader"), retry_after=retry_after)
+        return cls(messages[0], leader=_optional_text(fields, "leader"),
+                   retry_after=_whole_seconds(fields, "retry_after"))
 
 
 ERROR_TYPES: Mapping[str, type[SparkDispatchError]] = MappingProxyType({cls.__name__: cls for cls in (
-    SparkDispatchError, ConfigurationError, TlsError, InvalidJobGraph, JobTooLarge, InvalidRequest, IllegalStateTransition, UnknownJob,
-    DuplicateJobSubmission, JobAlreadyTerminated, RepairNotPossible, FencingTokenMismatch, StaleExecution, NoLeader,
-    SlotRequestTimeout, UnknownTaskExecutor, SlotProcessLost, StoreError, StoreUnavailable, JobResultEntryExists,
-    NoSuchJobResult, BlobError, BlobNotFound, BlobTooLarge, CorruptedBlob, RequestTooLarge, Unauthorized, CsrfRefused, RouteNotFound,
-    MethodNotAllowed, InternalError, EntrypointNotFound, MissingExtra, ConnectServerError, ServiceUnavailable, LeadershipLost, RecoveryInProgress,
+    SparkDispatchError, ConfigurationError, TlsError, InvalidJobGraph, JobTooLarge, InvalidRequest,
+    IllegalStateTransition, UnknownJob, DuplicateJobSubmission, JobAlreadyTerminated, RepairNotPossible,
+    FencingTokenMismatch, StaleExecution, NoLeader, SlotRequestTimeout, UnknownTaskExecutor, SlotProcessLost,
+    StoreError, StoreUnavailable, JobResultEntryExists, NoSuchJobResult, BlobError, BlobNotFound, BlobTooLarge,
+    CorruptedBlob, RequestTooLarge, RequestTimeout, UnsupportedMediaType, Unauthorized, CsrfRefused, HostRefused,
+    OriginRefused, TooManyLoginAttempts, RouteNotFound, MethodNotAllowed, InternalError, EntrypointNotFound,
+    MissingExtra, ConnectServerError, ServiceUnavailable, LeadershipLost, RecoveryInProgress,
 )})
 """The registry: class name (a body's `type`) → class."""
 

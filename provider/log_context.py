@@ -15,7 +15,7 @@ import json
 import logging
 import sys
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 
 #: The fields, in the order the text format shows them.
 FIELDS = ("job_id", "vertex", "subtask", "attempt")
@@ -76,7 +76,7 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, object] = {
-            "time": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds"),
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname, "logger": record.name, "message": record.getMessage(),
             **_fields(record), "process": record.process, "thread": record.threadName}
         if record.exc_info:

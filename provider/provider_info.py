@@ -34,7 +34,8 @@ def get_provider_info() -> dict[str, Any]:
         ],
         "hooks": [{"integration-name": INTEGRATION, "python-modules": ["sparkdispatch.hooks.sparkdispatch"]}],
         "operators": [{"integration-name": INTEGRATION, "python-modules": [
-            "sparkdispatch.operators.submit", "sparkdispatch.operators.job_group", "sparkdispatch.operators.decorators"]}],
+            "sparkdispatch.operators.submit", "sparkdispatch.operators.job_group",
+            "sparkdispatch.operators.decorators"]}],
         "sensors": [{"integration-name": INTEGRATION, "python-modules": ["sparkdispatch.operators.sensors"]}],
         "triggers": [{"integration-name": INTEGRATION, "python-modules": ["sparkdispatch.operators.triggers"]}],
         "extra-links": ["sparkdispatch.operators.links.SparkDispatchJobLink"],

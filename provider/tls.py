@@ -15,6 +15,10 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from sparkdispatch.config import Configuration
+from sparkdispatch.config.options import (
+    REST_SSL_CA_FILE, REST_SSL_CERTIFICATE, REST_SSL_CLIENT_CA, REST_SSL_CLIENT_CERTIFICATE, REST_SSL_CLIENT_KEY,
+    REST_SSL_ENABLED, REST_SSL_KEY,
+)
 from sparkdispatch.errors import TlsError
 
 
@@ -65,9 +69,9 @@ class ServerTls:
     @classmethod
     def from_config(cls, config: Configuration) -> ServerTls | None:
         """`rest.ssl.*` of a master; None when it serves plain HTTP (`rest.ssl.enabled: false`)."""
-        certificate, key, client_ca = (config["rest.ssl.certificate"], config["rest.ssl.key"],
-                                       config["rest.ssl.client-ca"])
-        if not config["rest.ssl.enabled"]:
+        certificate, key, client_ca = (config.get(REST_SSL_CERTIFICATE), config.get(REST_SSL_KEY),
+                                       config.get(REST_SSL_CLIENT_CA))
+        if not config.get(REST_SSL_ENABLED):
             given = [name for name, value in (("rest.ssl.certificate", certificate), ("rest.ssl.key", key),
                                               ("rest.ssl.client-ca", client_ca)) if value]
             if given:
@@ -108,8 +112,8 @@ class ClientTls:
     @classmethod
     def from_config(cls, config: Configuration) -> ClientTls:
         """`rest.ssl.ca-file`, `rest.ssl.client-certificate` and `rest.ssl.client-key`."""
-        return cls(ca_file=config["rest.ssl.ca-file"], certificate=config["rest.ssl.client-certificate"],
-                   key=config["rest.ssl.client-key"],
+        return cls(ca_file=config.get(REST_SSL_CA_FILE), certificate=config.get(REST_SSL_CLIENT_CERTIFICATE),
+                   key=config.get(REST_SSL_CLIENT_KEY),
                    labels=("rest.ssl.ca-file", "rest.ssl.client-certificate", "rest.ssl.client-key"))
 
 

@@ -20,7 +20,8 @@ from pathlib import Path
 
 from sparkdispatch.client import RetryPolicy, SyncSparkDispatchClient
 from sparkdispatch.errors import SparkDispatchError
-from sparkdispatch.jobgraph import JobResult, JobStatus
+from sparkdispatch.model.states import JobStatus
+from sparkdispatch.model.job_result import JobResult
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

@@ -29,6 +29,7 @@ from kombu import Connection
 
 from sparkdispatch.broker.filesystem_transport import TRANSPORT as ATOMIC_FILESYSTEM_TRANSPORT
 from sparkdispatch.config import Configuration
+from sparkdispatch.config.options import BROKER_POLLING_INTERVAL, BROKER_TIMEOUT, BROKER_URL
 
 log = logging.getLogger(__name__)
 
@@ -88,8 +89,8 @@ class BoundedAMQP(AMQP):
 def configure_celery_app(app: Celery, config: Configuration) -> None:
     """Point `app` (created with `APP_NAME`, not used yet) at the configured broker with the settings
     both sides share."""
-    url = config["broker.url"]
-    timeout = config["broker.timeout"]
+    url = config.get(BROKER_URL)
+    timeout = config.get(BROKER_TIMEOUT)
     app.amqp_cls = f"{__name__}:BoundedAMQP"  # read when the app first connects
     app.conf.update(
         broker_url=url,
@@ -117,19 +118,19 @@ def configure_celery_app(app: Celery, config: Configuration) -> None:
 
 
 def _transport_options(config: Configuration) -> dict[str, Any]:
-    url = config["broker.url"]
+    url = config.get(BROKER_URL)
     if url.startswith("filesystem://"):
         folders = broker_folders(config)
         return {"data_folder_in": str(folders["queue"]), "data_folder_out": str(folders["queue"]),
                 "processed_folder": str(folders["processed"]), "store_processed": False,
-                "control_folder": str(folders["control"]), "polling_interval": config["broker.polling-interval"]}
+                "control_folder": str(folders["control"]), "polling_interval": config.get(BROKER_POLLING_INTERVAL)}
     if url.startswith(("redis://", "rediss://", "redis+socket://")):
         # Deployments are acknowledged early, so the visibility timeout only matters for
         # messages prefetched by a worker that died before starting them. Every socket operation
         # ends within `broker.timeout` (redis-py waits forever otherwise). A consumer's BRPOP
         # left without a reply (its packets were lost in a network partition, and TCP's
         # retransmissions have backed off to seconds apart) is given up a few seconds late, not 51.
-        timeout = config["broker.timeout"]
+        timeout = config.get(BROKER_TIMEOUT)
         return {"visibility_timeout": 3600, "socket_timeout": timeout, "socket_connect_timeout": timeout,
                 "socket_keepalive": True, "health_check_interval": REDIS_HEALTH_CHECK_S}
     return {}
@@ -138,7 +139,7 @@ def _transport_options(config: Configuration) -> dict[str, Any]:
 def remove_stale_pidbox_messages(config: Configuration, *, max_age_s: float = PIDBOX_MESSAGE_MAX_AGE_S,
                                  now: float | None = None) -> int:
     """Delete old remote-control message files of the `filesystem://` broker; returns how many."""
-    if not config["broker.url"].startswith("filesystem://"):
+    if not config.get(BROKER_URL).startswith("filesystem://"):
         return 0
     folder = broker_folders(config)["queue"]
     limit = (time.time() if now is None else now) - max_age_s

@@ -14,7 +14,6 @@ poll every `FAST_POLLING_INTERVAL_S` for a while, so that deployment waits ~1 ms
 from __future__ import annotations
 
 import os
-import socket
 import threading
 import uuid
 from collections.abc import Callable
@@ -88,7 +87,7 @@ class Transport(filesystem.Transport):
                 return
             except Empty:
                 if timeout is not None and monotonic() - started >= timeout:
-                    raise socket.timeout() from None
+                    raise TimeoutError() from None
                 _pace.wake.wait(_pace.interval(self.polling_interval or FAST_POLLING_INTERVAL_S))
                 _pace.wake.clear()
 

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 from sparkdispatch.config import Configuration
+from sparkdispatch.config.options import HA_CLUSTER_ID, HA_MODE
 from sparkdispatch.errors import ConfigurationError
 from sparkdispatch.ha.leader import ClosableLeaderRetrieval, StandaloneLeaderRetrieval
 from sparkdispatch.ha.retrieval import OwnClientLeaderRetrieval
@@ -22,8 +23,8 @@ CLUSTER_ID_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 
 def cluster_id(config: Configuration) -> str:
     """`high-availability.cluster-id`, checked to be one safe path segment (znode and directory)."""
-    value: str = config["high-availability.cluster-id"]
-    if not CLUSTER_ID_PATTERN.match(value):
+    value: str = config.get(HA_CLUSTER_ID)
+    if not CLUSTER_ID_PATTERN.fullmatch(value):
         raise ConfigurationError(f"high-availability.cluster-id {value!r} must be 1-128 letters, digits, "
                                  "'_', '.' or '-', not starting with '.' or '-'")
     return value
@@ -37,7 +38,7 @@ def cluster_dir(config: Configuration, kind: str) -> Path:
 def create_leader_retrieval(config: Configuration) -> ClosableLeaderRetrieval:
     """Leader retrieval of the configured mode; `start()` it (this connects to ZooKeeper, and
     raises `ServiceUnavailable` if it cannot), `close()` it at the end."""
-    if config["high-availability.mode"] == "zookeeper":
+    if config.get(HA_MODE) == "zookeeper":
         cluster_id(config)
         return OwnClientLeaderRetrieval(config)
     return StandaloneLeaderRetrieval(config.rest_url)

@@ -28,7 +28,7 @@ from sparkdispatch.errors import (
     RepairNotPossible,
 )
 from sparkdispatch.ha.files import fsync_dir
-from sparkdispatch.jobgraph import BLOB_KEY_PATTERN
+from sparkdispatch.model.job_graph import BLOB_KEY_PATTERN
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ _CHUNK = 1024 * 1024
 
 
 def _check_key(key: str) -> str:
-    if not isinstance(key, str) or not BLOB_KEY_PATTERN.match(key):
+    if not isinstance(key, str) or not BLOB_KEY_PATTERN.fullmatch(key):
         raise BlobNotFound(f"{key!r} is not a blob key (64 lowercase hex characters)")
     return key
 
@@ -140,7 +140,7 @@ class BlobStore(BlobReader):
         except FileNotFoundError:
             return removed
         for entry in entries:
-            blob = BLOB_KEY_PATTERN.match(entry.name) is not None
+            blob = BLOB_KEY_PATTERN.fullmatch(entry.name) is not None
             if (blob and entry.name in keep) or (not blob and ".tmp-" not in entry.name):
                 continue  # in use, or not ours
             try:
@@ -148,9 +148,17 @@ class BlobStore(BlobReader):
                     continue
             except FileNotFoundError:
                 continue
-            shutil.rmtree(entry, ignore_errors=True)
             if blob:
+                # renamed away first, in one step: a reader finds the whole blob or none, never a
+                # directory half emptied (which it would call corrupted)
+                doomed = entry.with_name(f"{entry.name}.tmp-removed-{uuid.uuid4().hex}")
+                try:
+                    os.rename(entry, doomed)
+                except FileNotFoundError:
+                    continue
                 removed.append(entry.name)
+                entry = doomed
+            shutil.rmtree(entry, ignore_errors=True)
         if removed:
             fsync_dir(self.directory)
             log.info("removed %d blob(s) unused for over %ds: %s", len(removed), retention_s, ", ".join(removed))

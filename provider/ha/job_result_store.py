@@ -26,7 +26,8 @@ from pathlib import Path
 from sparkdispatch.errors import InvalidJobGraph, JobResultEntryExists, NoSuchJobResult, StoreError
 from sparkdispatch.ha.files import LeadershipCheck, finish_in_thread, fsync_dir, is_temp, link_to, write_temp
 from sparkdispatch.ha.jobgraph_store import check_job_id
-from sparkdispatch.jobgraph import JOB_ID_PATTERN, JobResult
+from sparkdispatch.model.job_graph import JOB_ID_PATTERN
+from sparkdispatch.model.job_result import JobResult
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +140,7 @@ class FileSystemJobResultStore:
                 return []
             return sorted(p.name[:-len(DIRTY_SUFFIX)] for p in self.directory.iterdir()
                           if p.name.endswith(DIRTY_SUFFIX) and not is_temp(p)
-                          and JOB_ID_PATTERN.match(p.name[:-len(DIRTY_SUFFIX)]))
+                          and JOB_ID_PATTERN.fullmatch(p.name[:-len(DIRTY_SUFFIX)]))
 
     async def get(self, job_id: str) -> JobResultEntry | None:
         """The job's entry, dirty or clean; None if there is none, `StoreError` if it cannot be read."""

@@ -37,7 +37,7 @@ from sparkdispatch.errors import InvalidJobGraph, StoreError, StoreUnavailable
 from sparkdispatch.ha.files import finish_in_thread, is_temp, write_atomic
 from sparkdispatch.ha.leader import LeaderElection
 from sparkdispatch.ha.zookeeper import fenced_commit, kazoo_future
-from sparkdispatch.jobgraph import JOB_ID_PATTERN, JobGraph
+from sparkdispatch.model.job_graph import JOB_ID_PATTERN, JobGraph
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ class JobGraphStore(Protocol):
 
 
 def check_job_id(job_id: str) -> str:
-    if not isinstance(job_id, str) or not JOB_ID_PATTERN.match(job_id):
+    if not isinstance(job_id, str) or not JOB_ID_PATTERN.fullmatch(job_id):
         raise StoreError(f"{job_id!r} is not a job id (32 lowercase hex characters)")
     return job_id
 
@@ -136,7 +136,7 @@ class FileJobGraphStore:
             if not self.directory.is_dir():
                 return set()
             return {p.stem for p in self.directory.iterdir()
-                    if p.suffix == ".json" and not is_temp(p) and JOB_ID_PATTERN.match(p.stem)}
+                    if p.suffix == ".json" and not is_temp(p) and JOB_ID_PATTERN.fullmatch(p.stem)}
 
         return await asyncio.to_thread(scan)
 
@@ -276,4 +276,4 @@ class ZooKeeperJobGraphStore:
             children = await read_znode(self._client.get_children_async(self._path), self._path)
         except NoNodeError:
             return set()
-        return {c for c in children if JOB_ID_PATTERN.match(c)}
+        return {c for c in children if JOB_ID_PATTERN.fullmatch(c)}

@@ -1,5 +1,5 @@
 """Job progress stores: which subtasks of a job finished and where their results are, whether a
-cancel of the job was accepted, and the repair the job runs (`sparkdispatch.repair`).
+cancel of the job was accepted, and the repair the job runs (`sparkdispatch.model.repair`).
 
 A new leader resumes a batch job without re-running finished work (Flink's FLIP-383), and
 finishes a cancel a former leader answered. Written by the leader only, fenced like the
@@ -31,8 +31,8 @@ from sparkdispatch.ha.files import finish_in_thread, write_atomic
 from sparkdispatch.ha.jobgraph_store import check_job_id, read_znode
 from sparkdispatch.ha.leader import LeaderElection
 from sparkdispatch.ha.zookeeper import fenced_commit
-from sparkdispatch.jobgraph import VERTEX_ID_PATTERN
-from sparkdispatch.repair import Repair
+from sparkdispatch.model.job_graph import VERTEX_ID_PATTERN
+from sparkdispatch.model.repair import Repair
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ class ProgressStore(Protocol):
 
 
 def _check_subtask(vertex_id: str, subtask_index: int, result_path: str | None, rows: int | None) -> None:
-    if not isinstance(vertex_id, str) or not VERTEX_ID_PATTERN.match(vertex_id):
+    if not isinstance(vertex_id, str) or not VERTEX_ID_PATTERN.fullmatch(vertex_id):
         raise StoreError(f"{vertex_id!r} is not a vertex id")
     if not isinstance(subtask_index, int) or subtask_index < 0:
         raise StoreError(f"subtask index must be a non-negative integer, got {subtask_index!r}")

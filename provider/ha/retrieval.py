@@ -20,6 +20,7 @@ from kazoo.client import KazooClient
 from kazoo.protocol.states import KazooState, WatchedEvent, ZnodeStat
 
 from sparkdispatch.config import Configuration
+from sparkdispatch.config.options import HA_ZOOKEEPER_TOLERATE_SUSPENDED_CONNECTIONS
 from sparkdispatch.errors import NoLeader
 from sparkdispatch.ha.leader import LeaderInfo, LeaderListener
 from sparkdispatch.ha.zookeeper import ZooKeeperPaths, create_client, start_client
@@ -122,7 +123,7 @@ class OwnClientLeaderRetrieval:
         self._client = create_client(config)
         self._retrieval = ZooKeeperLeaderRetrieval(
             self._client, ZooKeeperPaths.from_config(config).connection_info,
-            tolerate_suspended=config["high-availability.zookeeper.tolerate-suspended-connections"])
+            tolerate_suspended=config.get(HA_ZOOKEEPER_TOLERATE_SUSPENDED_CONNECTIONS))
 
     def start(self, listener: LeaderListener | None = None) -> None:
         """Connect (`ServiceUnavailable` if ZooKeeper does not answer in time) and follow the leader."""

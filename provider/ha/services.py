@@ -18,6 +18,10 @@ from pathlib import Path
 from kazoo.client import KazooClient
 
 from sparkdispatch.config import Configuration
+from sparkdispatch.config.options import (
+    BLOB_MAX_SIZE, HA_MODE, HA_ZOOKEEPER_INLINE_LIMIT, HA_ZOOKEEPER_QUORUM, HA_ZOOKEEPER_SESSION_TIMEOUT,
+    HA_ZOOKEEPER_TOLERATE_SUSPENDED_CONNECTIONS, JOB_RESULT_STORE_DELETE_ON_COMMIT,
+)
 from sparkdispatch.ha.access import cluster_dir, cluster_id
 from sparkdispatch.ha.blob_store import BlobStore
 from sparkdispatch.ha.election import ZooKeeperLeaderElection
@@ -48,9 +52,9 @@ class HighAvailabilityServices(ABC):
         self.config = config
         self.cluster_id = cluster_id(config)
         self.job_result_store = FileSystemJobResultStore(
-            self.store_dir("job-result-store"), delete_on_commit=config["job-result-store.delete-on-commit"],
+            self.store_dir("job-result-store"), delete_on_commit=config.get(JOB_RESULT_STORE_DELETE_ON_COMMIT),
             check=self.check_leadership)
-        self.blob_store = BlobStore(self.store_dir("blobs"), max_size=config["blob.max-size"])
+        self.blob_store = BlobStore(self.store_dir("blobs"), max_size=config.get(BLOB_MAX_SIZE))
 
     def store_dir(self, kind: str) -> Path:
         """`<storage.dir>/<kind>/<cluster-id>`."""
@@ -107,15 +111,15 @@ class ZooKeeperHaServices(HighAvailabilityServices):
         super().__init__(config)
         self.paths = ZooKeeperPaths.from_config(config)
         self.client = client if client is not None else create_client(config)
-        self._tolerate = config["high-availability.zookeeper.tolerate-suspended-connections"]
+        self._tolerate = config.get(HA_ZOOKEEPER_TOLERATE_SUSPENDED_CONNECTIONS)
         self.election: ZooKeeperLeaderElection = ZooKeeperLeaderElection(
             self.client, self.paths, identifier=f"{socket.gethostname()}:{os.getpid()}",
             tolerate_suspended=self._tolerate)
-        write_timeout = config["high-availability.zookeeper.session-timeout"]
+        write_timeout = config.get(HA_ZOOKEEPER_SESSION_TIMEOUT)
         self._write_timeout = write_timeout
         self.jobgraph_store = ZooKeeperJobGraphStore(
             self.client, self.paths.jobgraphs, self.election, files=self.store_dir("jobgraphs"),
-            inline_limit=config["high-availability.zookeeper.inline-limit"], write_timeout=write_timeout)
+            inline_limit=config.get(HA_ZOOKEEPER_INLINE_LIMIT), write_timeout=write_timeout)
         self.progress_store = ZooKeeperProgressStore(self.client, self.paths.progress, self.election,
                                                      write_timeout=write_timeout)
         self._retrievals: list[ZooKeeperLeaderRetrieval] = []
@@ -124,7 +128,7 @@ class ZooKeeperHaServices(HighAvailabilityServices):
     async def start(self) -> None:
         await asyncio.to_thread(start_client, self.client, self.config)
         await asyncio.to_thread(ensure_cluster_paths, self.client, self.paths)
-        log.info("connected to ZooKeeper at %s, cluster %s under %s", self.config["high-availability.zookeeper.quorum"],
+        log.info("connected to ZooKeeper at %s, cluster %s under %s", self.config.get(HA_ZOOKEEPER_QUORUM),
                  self.cluster_id, self.paths.cluster)
 
     async def check_leadership(self, session_id: str, component: str) -> None:
@@ -151,6 +155,6 @@ class ZooKeeperHaServices(HighAvailabilityServices):
 
 def create_ha_services(config: Configuration) -> HighAvailabilityServices:
     """The HA services `high-availability.mode` names; `await services.start()` before use."""
-    if config["high-availability.mode"] == "zookeeper":
+    if config.get(HA_MODE) == "zookeeper":
         return ZooKeeperHaServices(config)
     return EmbeddedHaServices(config)

@@ -34,6 +34,10 @@ from kazoo.interfaces import IAsyncResult
 from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl
 
 from sparkdispatch.config import Configuration
+from sparkdispatch.config.options import (
+    HA_CLUSTER_ID, HA_ZOOKEEPER_AUTH, HA_ZOOKEEPER_CONNECTION_TIMEOUT, HA_ZOOKEEPER_PATH_ROOT, HA_ZOOKEEPER_QUORUM,
+    HA_ZOOKEEPER_SESSION_TIMEOUT,
+)
 from sparkdispatch.errors import ConfigurationError, LeadershipLost, ServiceUnavailable, StoreError
 
 log = logging.getLogger(__name__)
@@ -48,11 +52,11 @@ class ZooKeeperPaths:
 
     @classmethod
     def from_config(cls, config: Configuration) -> ZooKeeperPaths:
-        root = "/" + config["high-availability.zookeeper.path.root"].strip("/")
+        root = "/" + config.get(HA_ZOOKEEPER_PATH_ROOT).strip("/")
         if root == "/":
             raise ConfigurationError("high-availability.zookeeper.path.root must name a znode below '/', "
                                      "e.g. /sparkdispatch")
-        return cls(root=root, cluster=f"{root}/{config['high-availability.cluster-id']}")
+        return cls(root=root, cluster=f"{root}/{config.get(HA_CLUSTER_ID)}")
 
     @property
     def leader(self) -> str:
@@ -92,15 +96,15 @@ def create_client(config: Configuration) -> KazooClient:
     With `high-availability.zookeeper.auth` it authenticates by digest and creates every node
     with a digest ACL for that identity only.
     """
-    auth = parse_auth(config["high-availability.zookeeper.auth"])
+    auth = parse_auth(config.get(HA_ZOOKEEPER_AUTH))
     kwargs: dict[str, Any] = {}
     if auth is not None:
         user, password = auth
         kwargs["auth_data"] = [("digest", f"{user}:{password}")]
         kwargs["default_acl"] = [make_digest_acl(user, password, all=True)]
     return KazooClient(
-        hosts=config["high-availability.zookeeper.quorum"],
-        timeout=config["high-availability.zookeeper.session-timeout"],
+        hosts=config.get(HA_ZOOKEEPER_QUORUM),
+        timeout=config.get(HA_ZOOKEEPER_SESSION_TIMEOUT),
         # Reconnect quickly: kazoo's default backoff grows to an hour.
         connection_retry={"max_tries": -1, "delay": 0.05, "backoff": 1.5, "max_delay": 0.5},
         command_retry={"max_tries": 3, "delay": 0.05, "backoff": 2, "max_delay": 0.5},
@@ -111,12 +115,12 @@ def create_client(config: Configuration) -> KazooClient:
 def start_client(client: KazooClient, config: Configuration) -> None:
     """Connect `client` (blocking), within `high-availability.zookeeper.connection-timeout`;
     `ServiceUnavailable` (and the client stopped) if ZooKeeper does not answer in time."""
-    timeout = config["high-availability.zookeeper.connection-timeout"]
+    timeout = config.get(HA_ZOOKEEPER_CONNECTION_TIMEOUT)
     try:
         client.start(timeout)
     except KazooTimeoutError:
         client.stop()
-        raise ServiceUnavailable(f"cannot connect to ZooKeeper at {config['high-availability.zookeeper.quorum']} "
+        raise ServiceUnavailable(f"cannot connect to ZooKeeper at {config.get(HA_ZOOKEEPER_QUORUM)} "
                                  f"within {timeout:g}s; check high-availability.zookeeper.quorum and that "
                                  "ZooKeeper runs") from None
 

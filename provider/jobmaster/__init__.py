@@ -6,6 +6,8 @@ picks the subtasks a failure restarts and `restart.py` decides whether and when.
 `deployment.py` builds an attempt's descriptor and sends it until the broker takes it;
 `reconciler.py` finds deployed executions that vanished from their TaskExecutor's heartbeats.
 `long_lived.py` keeps a large ExecutionGraph out of the garbage collector's walks while it lives.
+`settings.py` holds what a JobMaster reads from the configuration (results directory, the
+restart strategy of jobs that name none, the heartbeat thresholds).
 `gateways.py` holds the JobMaster's public Protocol (`JobMasterGateway`) and the
 `TaskExecutorGateway` it deploys through; the ResourceManager and the ProgressStore it calls
 are typed by their own packages' Protocols.

@@ -17,9 +17,9 @@ from collections.abc import Callable
 from sparkdispatch.errors import ServiceUnavailable
 from sparkdispatch.jobmaster.execution_graph import ExecutionGraph, ExecutionVertex
 from sparkdispatch.jobmaster.gateways import TaskExecutorGateway
-from sparkdispatch.protocol import TaskDeploymentDescriptor
+from sparkdispatch.model.protocol import TaskDeploymentDescriptor
 from sparkdispatch.resourcemanager import AllocatedSlot
-from sparkdispatch.results import ResultLayout
+from sparkdispatch.storage.results import ResultLayout
 
 log = logging.getLogger(__name__)
 

@@ -18,18 +18,12 @@ from dataclasses import dataclass
 
 from sparkdispatch.errors import InvalidJobGraph
 from sparkdispatch.ha.progress_store import Finished, JobProgress, SubtaskProgress
-from sparkdispatch.jobgraph import (
-    ExecutionState,
-    Failure,
-    JobGraph,
-    JobResult,
-    JobStatus,
-    JobVertex,
-    VertexResult,
-)
+from sparkdispatch.model.states import ExecutionState, JobStatus
+from sparkdispatch.model.job_graph import JobGraph, JobVertex
+from sparkdispatch.model.job_result import Failure, JobResult, VertexResult
 from sparkdispatch.resourcemanager import AllocatedSlot
-from sparkdispatch.results import ResultLayout
-from sparkdispatch.snapshot import JobOverview, JobSnapshot, SubtaskSnapshot, VertexSnapshot
+from sparkdispatch.storage.results import ResultLayout
+from sparkdispatch.model.snapshot import JobOverview, JobSnapshot, SubtaskSnapshot, VertexSnapshot
 
 # The way an attempt normally goes; a report may skip steps of it (a fast task reports
 # FINISHED while its deployment is still being acknowledged), so reports walk along it.

@@ -17,9 +17,10 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 
-from sparkdispatch.jobgraph import ExecutionState, Failure
+from sparkdispatch.model.states import ExecutionState
+from sparkdispatch.model.job_result import Failure
 from sparkdispatch.jobmaster.execution_graph import ExecutionGraph, ExecutionVertex, SubtaskId
-from sparkdispatch.results import unreadable_partitions
+from sparkdispatch.storage.results import unreadable_partitions
 
 
 def tasks_to_restart(graph: ExecutionGraph, failed: Iterable[SubtaskId]) -> list[SubtaskId]:
@@ -50,7 +51,7 @@ def _partition_lost(producer: ExecutionVertex) -> bool:
 def unreadable_inputs(graph: ExecutionGraph, consumer: ExecutionVertex, failure: Failure) -> list[SubtaskId]:
     """Finished producers whose partitions `consumer`'s failure says it could not read.
 
-    Which failures blame which partition is `sparkdispatch.results.unreadable_partitions`'s call.
+    Which failures blame which partition is `sparkdispatch.storage.results.unreadable_partitions`'s call.
     """
     finished = {producer.id: producer.current.result_path
                 for producer_vertex in consumer.vertex.inputs

@@ -13,10 +13,12 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeAlias
 
 from sparkdispatch.ha.progress_store import Finished, JobProgress
-from sparkdispatch.jobgraph import JobGraph, JobResult, JobStatus, VertexResult
-from sparkdispatch.protocol import ExecutionStateUpdate, TaskDeploymentDescriptor
+from sparkdispatch.model.states import JobStatus
+from sparkdispatch.model.job_graph import JobGraph
+from sparkdispatch.model.job_result import JobResult, VertexResult
+from sparkdispatch.model.protocol import ExecutionStateUpdate, TaskDeploymentDescriptor
 from sparkdispatch.resourcemanager import AllocatedSlot
-from sparkdispatch.snapshot import JobOverview, JobSnapshot
+from sparkdispatch.model.snapshot import JobOverview, JobSnapshot
 
 
 class JobMasterGateway(Protocol):

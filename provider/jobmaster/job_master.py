@@ -32,7 +32,9 @@ from sparkdispatch.errors import (
     UnknownJob,
 )
 from sparkdispatch.ha.progress_store import Finished, JobProgress, ProgressStore
-from sparkdispatch.jobgraph import ExecutionState, Failure, JobGraph, JobResult, JobStatus, VertexResult
+from sparkdispatch.model.states import ExecutionState, JobStatus
+from sparkdispatch.model.job_graph import JobGraph
+from sparkdispatch.model.job_result import Failure, JobResult, VertexResult
 from sparkdispatch.jobmaster.deployment import deployment_descriptor, send_deployment
 from sparkdispatch.jobmaster.execution_graph import Execution, ExecutionGraph, ExecutionVertex, SubtaskId
 from sparkdispatch.jobmaster.failover import tasks_to_restart, unreadable_inputs
@@ -41,12 +43,12 @@ from sparkdispatch.jobmaster.long_lived import LONG_LIVED_GRAPHS
 from sparkdispatch.jobmaster.reconciler import ExecutionDeploymentReconciler, MissingExecution
 from sparkdispatch.jobmaster.restart import RestartBackoffTimeStrategy, create_restart_strategy
 from sparkdispatch.log_context import log_context
-from sparkdispatch.metric_events import EventCounts, TaskEvents
-from sparkdispatch.protocol import ExecutionReport, ExecutionStateUpdate, TaskDeploymentDescriptor
+from sparkdispatch.metrics.events import EventCounts, TaskEvents
+from sparkdispatch.model.protocol import ExecutionReport, ExecutionStateUpdate, TaskDeploymentDescriptor
 from sparkdispatch.resourcemanager import AllocatedSlot, ResourceManagerGateway
-from sparkdispatch.results import ResultLayout
-from sparkdispatch.settings import JobMasterSettings
-from sparkdispatch.snapshot import JobOverview, JobSnapshot
+from sparkdispatch.storage.results import ResultLayout
+from sparkdispatch.jobmaster.settings import JobMasterSettings
+from sparkdispatch.model.snapshot import JobOverview, JobSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -427,7 +429,7 @@ class JobMaster:
         try:
             sent = await send_deployment(self._gateway, slot, tdd, self.job_master_id,
                                          wanted=lambda: self._deploying(ev, execution), outcome=outcome)
-        except Exception as exc:  # not the broker's trouble: this attempt fails
+        except Exception as exc:  # noqa: BLE001 - not the broker's trouble: this attempt fails
             if self._deploying(ev, execution):
                 log.warning("job %s (session %s): deploying %s to %s failed: %s", self.job_id, self.job_master_id,
                             ev.id, slot.task_executor_id, exc)
@@ -582,7 +584,7 @@ class JobMaster:
     async def _cancel_on(self, task_executor_id: str, hostname: str, execution_id: str) -> None:
         try:
             await asyncio.to_thread(self._gateway.cancel, hostname, execution_id)
-        except Exception as exc:  # the task may run on; its reports are refused as stale
+        except Exception as exc:  # noqa: BLE001 - the task may run on; its reports are refused as stale
             log.warning("job %s (session %s): cancelling %s on %s failed: %s", self.job_id,
                         self.job_master_id, execution_id, hostname, exc)
             self._call_resource_manager(self._resource_manager.record_rpc_failure, task_executor_id)

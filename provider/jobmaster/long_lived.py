@@ -11,11 +11,11 @@ loop for 50-120 ms at a time on a loaded 2-core machine (bench/large_graph.py): 
 automatic collections paused (all it allocates stays alive), then freezes every object then
 alive: later collections walk only what is allocated after it. `keep(make)` does so whatever
 the size, for a graph whose size is known only once it is made: the JobGraph parsed from a large
-request body, whose parsing alone set off full collections of 60-100 ms on a loaded machine. Whatever was cyclic garbage or
-becomes so among the frozen objects waits until the last graph so built is freed; then the heap
-is unfrozen and collected as before. So a graph built here must be in no reference cycle, nor
-its owner (the JobMaster): frozen, a cycle would never be freed. Smaller graphs are built as
-they are.
+request body, whose parsing alone set off full collections of 60-100 ms on a loaded machine.
+Whatever was cyclic garbage or becomes so among the frozen objects waits until the last graph
+so built is freed; then the heap is unfrozen and collected as before. So a graph built here must
+be in no reference cycle, nor its owner (the JobMaster): frozen, a cycle would never be freed.
+Smaller graphs are built as they are.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
-from sparkdispatch.jobgraph import (
+from sparkdispatch.model.restart import (
     ExponentialDelayRestart,
     FailureRateRestart,
     FixedDelayRestart,

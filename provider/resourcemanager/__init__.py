@@ -1,4 +1,7 @@
-"""The ResourceManager and its SlotManager; `ResourceManagerGateway` is what other components call."""
+"""The ResourceManager and its SlotManager; `ResourceManagerGateway` is what other components call.
+
+`settings` holds what they read from the configuration: heartbeats and the SlotManager's timeouts.
+"""
 
 from sparkdispatch.resourcemanager.messages import AllocatedSlot, ResourceOverview
 from sparkdispatch.resourcemanager.resource_manager import ResourceManager, ResourceManagerGateway

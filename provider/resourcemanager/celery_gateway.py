@@ -23,7 +23,7 @@ from sparkdispatch.broker.celery_app import (
 )
 from sparkdispatch.config import Configuration
 from sparkdispatch.errors import ServiceUnavailable
-from sparkdispatch.protocol import TaskDeploymentDescriptor
+from sparkdispatch.model.protocol import TaskDeploymentDescriptor
 
 log = logging.getLogger(__name__)
 

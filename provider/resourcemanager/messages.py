@@ -1,7 +1,7 @@
 """What the ResourceManager hands out: slots allocated to jobs, and the slot counts of `/overview`.
 
 The messages a TaskExecutor exchanges with the ResourceManager (registration, heartbeats) are
-in `sparkdispatch.protocol`.
+in `sparkdispatch.model.protocol`.
 """
 
 from __future__ import annotations

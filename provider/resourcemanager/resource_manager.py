@@ -28,8 +28,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from sparkdispatch.errors import FencingTokenMismatch, LeadershipLost, UnknownTaskExecutor
-from sparkdispatch.heartbeat import Clock, HeartbeatMonitor
-from sparkdispatch.protocol import (
+from sparkdispatch.resourcemanager.heartbeat import Clock, HeartbeatMonitor
+from sparkdispatch.model.protocol import (
     ExecutionReport,
     RegistrationAck,
     SlotReport,
@@ -39,7 +39,7 @@ from sparkdispatch.protocol import (
 )
 from sparkdispatch.resourcemanager.messages import ResourceOverview
 from sparkdispatch.resourcemanager.slot_manager import SlotListener, SlotManager
-from sparkdispatch.settings import ResourceManagerSettings
+from sparkdispatch.resourcemanager.settings import ResourceManagerSettings
 
 log = logging.getLogger(__name__)
 

@@ -50,8 +50,8 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple, Protocol
 
 from sparkdispatch.errors import InvalidRequest, SlotRequestTimeout, SparkDispatchError
-from sparkdispatch.heartbeat import Clock
-from sparkdispatch.protocol import ExecutionReport, SlotReport, TaskExecutorRegistration
+from sparkdispatch.resourcemanager.heartbeat import Clock
+from sparkdispatch.model.protocol import ExecutionReport, SlotReport, TaskExecutorRegistration
 from sparkdispatch.resourcemanager.messages import AllocatedSlot
 
 log = logging.getLogger(__name__)

@@ -2,10 +2,12 @@
 
 An id from the path must match its pattern (a job id is 32 lowercase hex characters), so no
 malformed id ever reaches a store or the file system (`GET /jobs/..%2F..%2Fx` is refused with
-`400` `InvalidRequest` naming `job_id`). A body is read in chunks and refused with `413` as soon
-as it passes the limit, before it is parsed; a large one is parsed (and a JobGraph validated)
-in a thread, so the master's loop keeps answering meanwhile; a large JobGraph is kept out of the
-garbage collector's walks while it lives (`LONG_LIVED_GRAPHS.keep`).
+`400` `InvalidRequest` naming `job_id`). A JSON body must come as `application/json` (`415`
+otherwise, unread: a page of another site can send a `text/plain` or form body without asking).
+A body is read in chunks, each within `rest.body-timeout` (connections.py), and refused with
+`413` as soon as it passes the limit, before it is parsed; a large one is parsed (and a JobGraph
+validated) in a thread, so the master's loop keeps answering meanwhile; a large JobGraph is kept
+out of the garbage collector's walks while it lives (`LONG_LIVED_GRAPHS.keep`).
 """
 
 from __future__ import annotations
@@ -16,11 +18,14 @@ from typing import Any
 
 from aiohttp import web
 
-from sparkdispatch.errors import InvalidRequest, RequestTooLarge
-from sparkdispatch.jobgraph import JOB_ID_PATTERN, VERTEX_ID_PATTERN, JobGraph
+from sparkdispatch.errors import InvalidRequest, RequestTooLarge, UnsupportedMediaType
+from sparkdispatch.model.job_graph import JOB_ID_PATTERN, VERTEX_ID_PATTERN, JobGraph
 from sparkdispatch.jobmaster.long_lived import LONG_LIVED_GRAPHS
-from sparkdispatch.protocol import TASK_EXECUTOR_ID_PATTERN
-from sparkdispatch.schema import json_type, parse_json
+from sparkdispatch.model.protocol import TASK_EXECUTOR_ID_PATTERN
+from sparkdispatch.rest.connections import read_within
+from sparkdispatch.model.schema import json_type, parse_json
+
+JSON_CONTENT_TYPE = "application/json"
 
 # an execution id is the master's own 32 hex digits; a TaskExecutor's report of an unknown one is
 # answered as stale (409), so anything id-like passes here
@@ -63,28 +68,40 @@ def query_int(request: web.Request, name: str) -> int | None:
 def checked_id(name: str, value: str) -> str:
     """`value`, if it is a well-formed id of kind `name` (a key of `PATH_IDS`); else `InvalidRequest`."""
     pattern, rule = PATH_IDS[name]
-    if not pattern.match(value):
+    if not pattern.fullmatch(value):
         shown = value if len(value) <= 64 else value[:61] + "..."
         raise InvalidRequest("request path", {name: [f"{rule}, got {shown!r}"]})
     return value
 
 
-async def read_body(request: web.Request, *, limit: int, what: str) -> bytes:
+async def read_body(request: web.Request, *, limit: int, what: str, limit_name: str = "rest.max-body-size") -> bytes:
     """The request's body, refused with `RequestTooLarge` once it is over `limit` bytes (before it
-    is read, when `Content-Length` says so)."""
+    is read, when `Content-Length` says so; `limit_name` names the limit), or with `RequestTimeout`
+    when it stalls (`read_within`)."""
     declared = request.content_length
     if declared is not None and declared > limit:
-        raise RequestTooLarge(f"the {what} is {declared} bytes; rest.max-body-size allows {limit}")
+        raise RequestTooLarge(f"the {what} is {declared} bytes; {limit_name} allows {limit}")
     body = bytearray()
-    async for chunk in request.content.iter_any():
+    while chunk := await read_within(request, request.content.readany(), what=what):
         body += chunk
         if len(body) > limit:
-            raise RequestTooLarge(f"the {what} is larger than the {limit} bytes rest.max-body-size allows")
+            raise RequestTooLarge(f"the {what} is larger than the {limit} bytes {limit_name} allows")
     return bytes(body)
 
 
+def require_json(request: web.Request, what: str) -> None:
+    """`UnsupportedMediaType` unless the request's body is declared `application/json`."""
+    if request.content_type != JSON_CONTENT_TYPE:
+        sent = request.headers.get("Content-Type")
+        instead = f", not {sent!r}" if sent else ""
+        raise UnsupportedMediaType(f"{request.method} {request.path}: the {what} must be sent with "
+                                   f"Content-Type: {JSON_CONTENT_TYPE}{instead}")
+
+
 async def read_json(request: web.Request, *, limit: int, what: str) -> Any:
-    """The request's JSON body (None when empty), read as `read_body` does; `InvalidRequest` if it is not JSON."""
+    """The request's JSON body (None when empty), read as `read_body` does; `UnsupportedMediaType`
+    if it is not declared JSON, `InvalidRequest` if it is not JSON."""
+    require_json(request, what)
     body = await read_body(request, limit=limit, what=what)
     if not body:
         return None
@@ -102,6 +119,7 @@ def _parse_json(body: bytes, what: str) -> Any:
 
 async def read_job_graph(request: web.Request, *, limit: int) -> JobGraph:
     """The JobGraph in the request's body, validated (and serialised for storage) off the loop when large."""
+    require_json(request, "JobGraph")
     body = await read_body(request, limit=limit, what="JobGraph")
     if len(body) > PARSE_IN_THREAD_ABOVE:
         return await asyncio.to_thread(LONG_LIVED_GRAPHS.keep, lambda: _job_graph(body))

@@ -16,16 +16,12 @@ from apispec.ext.marshmallow import MarshmallowPlugin
 from marshmallow import Schema
 
 from sparkdispatch import __version__
-from sparkdispatch.jobgraph import BLOB_KEY_PATTERN, JOB_ID_PATTERN, ExecutionState, JobStatus
-from sparkdispatch.jobgraph_schemas import (
-    RESTART_SCHEMAS,
-    FailureSchema,
-    JobGraphSchema,
-    JobResultSchema,
-    JobVertexSchema,
-    VertexResultSchema,
-)
-from sparkdispatch.protocol import (
+from sparkdispatch.model.states import ExecutionState, JobStatus
+from sparkdispatch.model.job_graph import BLOB_KEY_PATTERN, JOB_ID_PATTERN
+from sparkdispatch.model.restart import RESTART_SCHEMAS
+from sparkdispatch.model.job_graph import JobGraphSchema, JobVertexSchema
+from sparkdispatch.model.job_result import FailureSchema, JobResultSchema, VertexResultSchema
+from sparkdispatch.model.protocol import (
     ExecutionReportSchema,
     ExecutionStateUpdateSchema,
     HeartbeatPayloadSchema,
@@ -147,11 +143,15 @@ def _path_id(name: str) -> JSONSchema:
 
 
 # answers any call may get
-_ANY = {"401": _error("`rest.auth.token` is set and the call lacks it")}
+_ANY = {"401": _error("`rest.auth.token` is set and the call lacks it"),
+        "403": _error("the Host is none of the master's names (HostRefused, rest.allowed-hosts), or a call that "
+                      "changes state comes from a web page of another origin (OriginRefused, rest.allowed-origins)")}
 # answers of a call only the leader serves
 _LEADER = {**_ANY, "503": _error("this master does not lead (the body names the leader) or is recovering")}
+_STALLED = {"408": _error("the body stopped coming for longer than rest.body-timeout")}
 _BODY = {"400": _error("the body is not valid JSON or not valid for this call (the body names the field)"),
-         "413": _error("the body is larger than rest.max-body-size")}
+         **_STALLED, "413": _error("the body is larger than rest.max-body-size"),
+         "415": _error("the body is not sent as application/json")}
 _ID = {"400": _error("an id in the path is malformed (the body names it)"),
        "404": _error("no such resource")}
 _SESSION = {"name": SESSION_HEADER, "in": "header", "required": True, "schema": STRING,
@@ -220,7 +220,8 @@ def openapi_document() -> dict[str, Any]:
             "properties": {"vertices": {"type": "array", "minItems": 1, "items": STRING}}}, "what to run again")},
         "responses": {"202": _json("RepairAnswer", "the repair is persisted and runs"),
                       "200": _json("RepairAnswer", "the job already runs a repair covering these vertices"),
-                      **{**_ID, "400": _error("a malformed job id or body, or a vertex the job does not have")},
+                      **{**_BODY, **_ID, "400": _error("a malformed job id or body, or a vertex the job does not "
+                                                       "have")},
                       "409": _error("the job runs (`running`: ask again once it ends), or it cannot be repaired "
                                     "(its graph or results are gone)"), **_LEADER}}})
     vertex_id = {"name": "vertex_id", "in": "path", "required": True, "schema": STRING}
@@ -246,7 +247,7 @@ def openapi_document() -> dict[str, Any]:
             "properties": {"file": {"type": "string", "format": "binary"}}}}}},
         "responses": {"201": _json("Artifact", "stored under its key"),
                       "400": _error("not multipart, no `file` field, or not a .py or .zip"),
-                      "413": _error("larger than blob.max-size"), **_LEADER}}})
+                      **_STALLED, "413": _error("larger than blob.max-size"), **_LEADER}}})
     spec.path("/artifacts/{key}", parameters=[{"name": "key", "in": "path", "required": True, "schema": STRING}],
               operations={"get": {
                   "summary": "An artifact's bytes, checked against its key (TaskExecutors fetch a job's code here); "

@@ -18,10 +18,10 @@ from aiohttp import web
 from sparkdispatch.errors import FencingTokenMismatch, InvalidRequest, SparkDispatchError
 from sparkdispatch.jobmaster import JobMasterGateway
 from sparkdispatch.log_context import log_context
-from sparkdispatch.protocol import ExecutionStateUpdate, HeartbeatPayload, TaskExecutorRegistration
+from sparkdispatch.model.protocol import ExecutionStateUpdate, HeartbeatPayload, TaskExecutorRegistration
 from sparkdispatch.resourcemanager import ResourceManagerGateway
 from sparkdispatch.rest.inputs import path_id, read_json
-from sparkdispatch.rest.server import error_response
+from sparkdispatch.rest.responses import error_response
 
 log = logging.getLogger(__name__)
 

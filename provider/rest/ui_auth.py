@@ -11,7 +11,13 @@ the login page gives a browser:
 - A call the cookie authenticates that changes state (any method but GET, HEAD and OPTIONS)
   must also send `X-CSRF-Token`, the session's CSRF token, which each page carries (`<meta
   name="csrf-token">`); without it: 403 `CsrfRefused`.
-- `GET /ui/logout` clears the cookie and shows the login page again.
+- `GET /ui/logout` clears the cookie, revokes its session on this master (the same cookie sent
+  again is no session), and shows the login page again. Revocations live in the master's memory
+  until the session would have expired: another master, or this one restarted, still accepts a
+  revoked cookie until then (changing the token revokes every session everywhere).
+- `POST /ui/login` reads at most `LOGIN_MAX_BODY` bytes of a form (`application/x-www-form-urlencoded`);
+  a client address that failed `rest.login.max-failures` times within `rest.login.failure-window` is
+  refused with 429 `TooManyLoginAttempts` and `Retry-After`, its guess unheard (login_throttle.py).
 - A page asked for without credentials sends the browser to the login page; any other call gets
   401. The login page and the static files need no credentials.
 """
@@ -26,11 +32,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from urllib.parse import quote
+from urllib.parse import parse_qs, quote
 
 from aiohttp import web
 
-from sparkdispatch.errors import CsrfRefused, Unauthorized
+from sparkdispatch.errors import CsrfRefused, TooManyLoginAttempts, Unauthorized, UnsupportedMediaType
+from sparkdispatch.rest.inputs import read_body
+from sparkdispatch.rest.login_throttle import LoginThrottle
 
 SESSION_COOKIE = "sparkdispatch_session"
 CSRF_HEADER = "X-CSRF-Token"
@@ -39,6 +47,9 @@ CSRF_KEY = web.RequestKey("sparkdispatch_csrf", str)
 SESSION_LIFETIME_S = 12 * 3600
 LOGIN_PATH = "/ui/login"
 LOGOUT_PATH = "/ui/logout"
+#: The largest login form read: a token and a path back fit many times over.
+LOGIN_MAX_BODY = 4096
+FORM_CONTENT_TYPE = "application/x-www-form-urlencoded"
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 _PUBLIC_PREFIXES = (LOGIN_PATH, "/ui/static/")
 
@@ -65,6 +76,7 @@ class UiSessions:
         self._key = hmac.new(token.encode(), b"sparkdispatch web UI session", hashlib.sha256).digest()
         self._lifetime_s = lifetime_s
         self._clock = clock
+        self._revoked: dict[str, int] = {}  # nonce of a logged-out session -> its expiry
 
     def token_matches(self, offered: str) -> bool:
         return hmac.compare_digest(offered.encode(), self._token.encode())
@@ -75,14 +87,30 @@ class UiSessions:
         return f"{claim}.{self._sign('session', claim)}"
 
     def csrf_of(self, cookie: str) -> str | None:
-        """The CSRF token of a valid, unexpired session cookie; None for any other value."""
+        """The CSRF token of a valid, unexpired, unrevoked session cookie; None for any other value."""
+        session = self._session_of(cookie)
+        return None if session is None or session[1] in self._revoked else self._sign("csrf", session[1])
+
+    def revoke(self, cookie: str) -> bool:
+        """End the session of `cookie` on this master; whether it was a live session."""
+        session = self._session_of(cookie)
+        if session is None:
+            return False
+        now = self._clock()
+        self._revoked = {nonce: expires for nonce, expires in self._revoked.items() if expires >= now}
+        self._revoked[session[1]] = session[0]
+        return True
+
+    def _session_of(self, cookie: str) -> tuple[int, str] | None:
+        """(expiry, nonce) of a well-signed, unexpired session cookie."""
         claim, _, signature = cookie.rpartition(".")
         expires, _, nonce = claim.partition(".")
-        if not (expires.isdigit() and nonce and hmac.compare_digest(signature, self._sign("session", claim))):
+        if not (expires.isascii() and expires.isdigit() and nonce
+                and hmac.compare_digest(signature, self._sign("session", claim))):
             return None
         if int(expires) < self._clock():
             return None
-        return self._sign("csrf", nonce)
+        return int(expires), nonce
 
     def _sign(self, purpose: str, value: str) -> str:
         return hmac.new(self._key, f"{purpose}:{value}".encode(), hashlib.sha256).hexdigest()
@@ -109,7 +137,7 @@ class UiSessions:
         raise Unauthorized("missing or wrong bearer token: send `Authorization: Bearer <rest.auth.token>`")
 
 
-def add_login_routes(app: web.Application, sessions: UiSessions | None) -> None:
+def add_login_routes(app: web.Application, sessions: UiSessions | None, throttle: LoginThrottle) -> None:
     """`/ui/login` and `/ui/logout`; without a token (`sessions` None) both lead to the UI."""
 
     async def login_page(request: web.Request) -> web.Response:
@@ -120,16 +148,25 @@ def add_login_routes(app: web.Application, sessions: UiSessions | None) -> None:
     async def login(request: web.Request) -> web.Response:
         if sessions is None:
             raise web.HTTPSeeOther("/ui/")
-        form = await request.post()
-        target = _next_path(str(form.get("next", "")))
-        if not sessions.token_matches(str(form.get("token", ""))):
+        client = request.remote or "unknown"
+        if (wait := throttle.retry_after_seconds(client)) is not None:
+            raise TooManyLoginAttempts(
+                f"{throttle.max_failures} failed logins from {client} within {throttle.window:g} s "
+                f"(rest.login.max-failures, rest.login.failure-window): try again in {wait} s", retry_after=wait)
+        form = await _login_form(request)
+        target = _next_path(form.get("next", ""))
+        if not sessions.token_matches(form.get("token", "")):
+            throttle.failed(client)
             return _login_response(target, error="That is not the master's token.", status=401)
+        throttle.succeeded(client)
         response = web.HTTPSeeOther(target)
         response.set_cookie(SESSION_COOKIE, sessions.issue(), max_age=SESSION_LIFETIME_S, path="/", httponly=True,
                             samesite="Strict", secure=request.secure)
         raise response
 
     async def logout(request: web.Request) -> web.Response:
+        if sessions is not None:
+            sessions.revoke(request.cookies.get(SESSION_COOKIE, ""))
         response = web.HTTPSeeOther(LOGIN_PATH)
         response.del_cookie(SESSION_COOKIE, path="/")
         raise response
@@ -137,6 +174,20 @@ def add_login_routes(app: web.Application, sessions: UiSessions | None) -> None:
     app.router.add_get(LOGIN_PATH, login_page)
     app.router.add_post(LOGIN_PATH, login)
     app.router.add_get(LOGOUT_PATH, logout)
+
+
+async def _login_form(request: web.Request) -> dict[str, str]:
+    """The login form's fields (the first value of each), from a body of at most `LOGIN_MAX_BODY` bytes."""
+    if request.content_type != FORM_CONTENT_TYPE:
+        raise UnsupportedMediaType(f"POST {LOGIN_PATH} takes the login page's form ({FORM_CONTENT_TYPE}), "
+                                   f"not {request.content_type}")
+    body = await read_body(request, limit=LOGIN_MAX_BODY, what="login form",
+                           limit_name="the login page")
+    try:
+        fields = parse_qs(body.decode(request.charset or "utf-8"), max_num_fields=10)
+    except (UnicodeDecodeError, LookupError, ValueError):
+        fields = {}
+    return {name: values[0] for name, values in fields.items()}
 
 
 def _next_path(asked: str | None) -> str:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparkdispatch.errors import SparkDispatchError, UnknownJob
-from sparkdispatch.jobgraph import JobStatus
+from sparkdispatch.model.states import JobStatus
 
 RECENT_JOBS_SHOWN = 50
 # what the scripts stop polling at, handed to them on every page (`data-terminal-statuses`)
@@ -266,7 +266,8 @@ def render_job(job: Mapping[str, Any]) -> str:
         f'<dt>End (UTC)</dt><dd id="job-end">{format_time(job.get("end_time"))}</dd>'
         f'<dt>Duration</dt><dd id="job-duration">{format_duration(_job_duration(job))}</dd></dl></section>'
     )
-    graph = f'<section class="panel"><h2>Graph</h2><div class="graph">{render_graph_svg(vertices, result)}</div></section>'
+    graph = (f'<section class="panel"><h2>Graph</h2><div class="graph">{render_graph_svg(vertices, result)}</div>'
+             "</section>")
     vertex_table = f'<section class="panel"><h2>Vertices</h2>{render_vertex_table(vertices, result)}</section>'
     subtasks = f'<section class="panel"><h2>Subtasks</h2>{render_subtask_table(vertices, job.get("id"))}</section>'
     failures = f'<div id="job-failures">{render_failures(result)}</div>'
@@ -299,7 +300,8 @@ def log_link(job_id: object, vertex_id: object, subtask: Mapping[str, Any]) -> s
     return f'<a href="{_e(job_id)}/log?{_e(query)}">log</a>'
 
 
-def render_log_page(job_id: str, vertex_id: str, subtask: int, attempt: int | None, piece: Mapping[str, Any] | None) -> str:
+def render_log_page(job_id: str, vertex_id: str, subtask: int, attempt: int | None,
+                    piece: Mapping[str, Any] | None) -> str:
     """One attempt's log; `piece` is the log endpoint's answer (None: no log yet). The page's
     script follows the log from `next_offset` while the job runs."""
     shown = attempt + 1 if attempt is not None else "latest"

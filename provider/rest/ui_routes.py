@@ -71,7 +71,8 @@ class UIView(Protocol):
         Raises :class:`~sparkdispatch.errors.UnknownJob` for an id no job has.
         """
 
-    async def attempt_log(self, job_id: str, vertex_id: str, subtask: int, attempt: int | None) -> dict[str, Any] | None:
+    async def attempt_log(self, job_id: str, vertex_id: str, subtask: int,
+                          attempt: int | None) -> dict[str, Any] | None:
         """The ``GET /jobs/{id}/vertices/{vertex}/log`` body from offset 0; None while there is no log."""
 
     async def taskmanagers(self) -> list[dict[str, Any]]:

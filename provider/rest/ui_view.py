@@ -7,7 +7,7 @@ from typing import Any
 
 from sparkdispatch.rest import views
 from sparkdispatch.rest.inputs import checked_id
-from sparkdispatch.rest.server import MasterView, RestHandlers
+from sparkdispatch.rest.handlers import MasterView, RestHandlers
 
 
 class RestUiView:
@@ -39,7 +39,8 @@ class RestUiView:
             return await asyncio.to_thread(details)
         return details()
 
-    async def attempt_log(self, job_id: str, vertex_id: str, subtask: int, attempt: int | None) -> dict[str, Any] | None:
+    async def attempt_log(self, job_id: str, vertex_id: str, subtask: int,
+                          attempt: int | None) -> dict[str, Any] | None:
         checked_id("job_id", job_id)
         checked_id("vertex_id", vertex_id)
         return await self._handlers.attempt_log_body(job_id, vertex_id, subtask, attempt, 0)

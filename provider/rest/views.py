@@ -8,9 +8,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sparkdispatch.attempt_logs import LogSize
-from sparkdispatch.jobgraph import ExecutionState, JobStatus, VertexResult
-from sparkdispatch.snapshot import JobOverview, JobSnapshot, VertexSnapshot
+from sparkdispatch.storage.attempt_logs import LogSize
+from sparkdispatch.model.states import ExecutionState, JobStatus
+from sparkdispatch.model.job_result import VertexResult
+from sparkdispatch.model.snapshot import JobOverview, JobSnapshot, VertexSnapshot
 
 #: A job of more vertices is shaped, dumped and rendered in a thread: tens of ms that must not stall the loop.
 LARGE_JOB_VERTICES = 100

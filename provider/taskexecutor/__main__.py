@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from sparkdispatch.config import Configuration, parse_overrides
+from sparkdispatch.config.options import LOG_FORMAT
 from sparkdispatch.errors import ConfigurationError
 from sparkdispatch.log_context import configure_logging
 
@@ -24,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigurationError as exc:
         print(f"error: {'; '.join(exc.messages())}", file=sys.stderr)
         return 2
-    configure_logging(args.log_level, config["log.format"])
+    configure_logging(args.log_level, config.get(LOG_FORMAT))
     from sparkdispatch.taskexecutor.main import run_task_executor
 
     return run_task_executor(config, task_executor_id=args.task_executor_id, loglevel=args.log_level.upper())

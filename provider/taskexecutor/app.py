@@ -13,8 +13,8 @@ from celery.worker.control import control_command
 
 from sparkdispatch.broker.celery_app import APP_NAME, CANCEL_COMMAND, DEPLOY_TASK, configure_celery_app
 from sparkdispatch.config import Configuration
-from sparkdispatch.jobgraph import ExecutionState
-from sparkdispatch.protocol import TaskDeploymentDescriptor
+from sparkdispatch.model.states import ExecutionState
+from sparkdispatch.model.protocol import TaskDeploymentDescriptor
 
 if TYPE_CHECKING:
     from sparkdispatch.taskexecutor.main import TaskExecutor

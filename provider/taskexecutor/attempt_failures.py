@@ -8,7 +8,7 @@ gone on the server, so the job's next task makes a new one.
 
 from __future__ import annotations
 
-from sparkdispatch.jobgraph import Failure
+from sparkdispatch.model.job_result import Failure
 
 RDD_UNAVAILABLE = ("ctx.spark is a Spark Connect session: the RDD API (spark.sparkContext, DataFrame.rdd, "
                    "_jsc, _jvm) is not available to task functions; use the DataFrame API")

@@ -30,7 +30,7 @@ from pathlib import Path
 import grpc  # type: ignore[import-untyped]  # grpcio ships no type stubs
 
 from sparkdispatch.errors import ConnectServerError
-from sparkdispatch.settings import ConnectServerSettings
+from sparkdispatch.taskexecutor.settings import ConnectServerSettings
 
 log = logging.getLogger(__name__)
 

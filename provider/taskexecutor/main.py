@@ -17,9 +17,12 @@ from pathlib import Path
 
 from sparkdispatch.broker.celery_app import queue_name
 from sparkdispatch.config import Configuration
+from sparkdispatch.config.options import (
+    SPARK_MASTER, TASKEXECUTOR_ID, TASKEXECUTOR_METRICS_BIND_ADDRESS, TASKEXECUTOR_METRICS_PORT, TASKEXECUTOR_SLOTS,
+)
 from sparkdispatch.errors import ServiceUnavailable
 from sparkdispatch.ha import ClosableLeaderRetrieval, create_leader_retrieval
-from sparkdispatch.settings import ConnectServerSettings, SlotPoolSettings
+from sparkdispatch.taskexecutor.settings import ConnectServerSettings, SlotPoolSettings
 from sparkdispatch.taskexecutor.app import create_celery_app
 from sparkdispatch.taskexecutor.connect_server import ConnectServer
 from sparkdispatch.taskexecutor.master_client import MasterClient
@@ -46,7 +49,7 @@ class TaskExecutor:
 
 def default_task_executor_id(config: Configuration) -> str:
     """`taskexecutor.id`, else `<hostname>-<random>`."""
-    return config["taskexecutor.id"] or f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
+    return config.get(TASKEXECUTOR_ID) or f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
 
 
 def run_task_executor(config: Configuration, *, task_executor_id: str | None = None,
@@ -58,8 +61,8 @@ def run_task_executor(config: Configuration, *, task_executor_id: str | None = N
     """
     te_id = task_executor_id or default_task_executor_id(config)
     identity = TaskExecutorIdentity(task_executor_id=te_id, hostname=f"{te_id}@{socket.gethostname()}",
-                                    queue=queue_name(te_id), spark_master=config["spark.master"])
-    slot_count = config["taskexecutor.slots"]
+                                    queue=queue_name(te_id), spark_master=config.get(SPARK_MASTER))
+    slot_count = config.get(TASKEXECUTOR_SLOTS)
     log.info("TaskExecutor %s starting: %d slots, queue %s, Spark %s", te_id, slot_count, identity.queue,
              identity.spark_master)
     # Warm before registering: the ResourceManager sees slots only once they can run tasks at once.
@@ -81,7 +84,7 @@ def _serve(config: Configuration, identity: TaskExecutorIdentity, server: Connec
            pool_settings: SlotPoolSettings, *, loglevel: str) -> int:
     """Register and serve deployments until the worker stops; returns its exit code."""
     te_id = identity.task_executor_id
-    slot_count = config["taskexecutor.slots"]
+    slot_count = config.get(TASKEXECUTOR_SLOTS)
     # Only what a TaskExecutor needs of HA: it follows the leader and reads blobs, creating nothing.
     retrieval = create_leader_retrieval(config)
     client = MasterClient(config)
@@ -98,15 +101,15 @@ def _serve(config: Configuration, identity: TaskExecutorIdentity, server: Connec
                             start_deadline=connection.start_deadline)
         runtime = TaskExecutor(config=config, identity=identity, slots=slots, runner=runner, connection=connection,
                                server=server, pool=pool)
-        if config["taskexecutor.metrics.port"]:
+        if config.get(TASKEXECUTOR_METRICS_PORT):
             from sparkdispatch.taskexecutor.metrics import TaskExecutorParts, serve_metrics
 
             parts = TaskExecutorParts(
                 slots=slot_count, busy_slots=lambda: len(slots.running()), ended_attempts=runner.ended_counts,
                 slot_processes_lost=lambda: pool.processes_lost, connect_server_healthy=server.is_healthy,
                 connect_server_starts=lambda: server.starts)
-            metrics_server, _ = serve_metrics(te_id, parts, port=config["taskexecutor.metrics.port"],
-                                              address=config["taskexecutor.metrics.bind-address"])
+            metrics_server, _ = serve_metrics(te_id, parts, port=config.get(TASKEXECUTOR_METRICS_PORT),
+                                              address=config.get(TASKEXECUTOR_METRICS_BIND_ADDRESS))
             stop_metrics.append(metrics_server.shutdown)
         app = create_celery_app(config, task_executor=runtime)
         app.steps["worker"].add(MasterConnectionStep)

@@ -23,8 +23,8 @@ import aiohttp
 from sparkdispatch.config import Configuration
 from sparkdispatch.errors import ERROR_HEADER, CorruptedBlob, ServiceUnavailable, SparkDispatchError, error_from_body
 from sparkdispatch.ha.leader import LeaderInfo
-from sparkdispatch.loop_thread import LoopThread
-from sparkdispatch.protocol import ARTIFACT_NAME_HEADER, ExecutionStateUpdate, RegistrationAck, SlotReport
+from sparkdispatch.client.loop_thread import LoopThread
+from sparkdispatch.model.protocol import ARTIFACT_NAME_HEADER, ExecutionStateUpdate, RegistrationAck, SlotReport
 from sparkdispatch.tls import ClientTls, handshake_failure, refusal_hint
 
 log = logging.getLogger(__name__)

@@ -53,7 +53,7 @@ class PeriodicStep(bootsteps.StartStopStep, metaclass=_AbstractStepType):
         while not self._stopped.is_set():
             try:
                 self.tick()
-            except Exception:  # noqa: BLE001 - the ticking must survive any one failure
+            except Exception:  # the ticking must survive any one failure
                 log.exception("%s: periodic work failed", self.label)
             # a tick that overran its interval is followed at once, never by a burst of catch-ups
             due = max(due + interval, time.monotonic())

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import queue
-import shutil
 import threading
 import time
 from collections import Counter, OrderedDict
@@ -32,10 +31,11 @@ from sparkdispatch.errors import (
     SparkDispatchError,
     UnknownJob,
 )
-from sparkdispatch.jobgraph import ExecutionState, Failure
+from sparkdispatch.model.states import ExecutionState
+from sparkdispatch.model.job_result import Failure
 from sparkdispatch.log_context import log_context
-from sparkdispatch.protocol import ExecutionStateUpdate, SlotReport, SlotStatus, TaskDeploymentDescriptor
-from sparkdispatch.results import remove_attempt_partition
+from sparkdispatch.model.protocol import ExecutionStateUpdate, SlotReport, SlotStatus, TaskDeploymentDescriptor
+from sparkdispatch.storage.results import remove_attempt_partition
 from sparkdispatch.taskexecutor.slot_protocol import AttemptState
 
 log = logging.getLogger(__name__)
@@ -337,7 +337,7 @@ class BackgroundReports:
             except SparkDispatchError as exc:
                 log.warning("job %s: the %s report of execution %s was not delivered: %s", update.job_id,
                             update.state.value, update.execution_id, exc)
-            except Exception:  # noqa: BLE001 - the reporting thread must survive any one report
+            except Exception:  # the reporting thread must survive any one report
                 log.exception("job %s: the %s report of execution %s failed", update.job_id, update.state.value,
                               update.execution_id)
             finally:

@@ -34,9 +34,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from sparkdispatch.errors import SlotProcessLost, SparkDispatchError
-from sparkdispatch.jobgraph import ExecutionState, Failure
-from sparkdispatch.protocol import TaskDeploymentDescriptor
-from sparkdispatch.settings import SlotPoolSettings
+from sparkdispatch.model.states import ExecutionState
+from sparkdispatch.model.job_result import Failure
+from sparkdispatch.model.protocol import TaskDeploymentDescriptor
+from sparkdispatch.taskexecutor.settings import SlotPoolSettings
 from sparkdispatch.taskexecutor.connect_server import release_session
 from sparkdispatch.taskexecutor.slot_protocol import (
     CANCEL,
@@ -211,7 +212,7 @@ class SlotProcessPool:
                     return state
                 try:
                     on_state(state)
-                except Exception:  # noqa: BLE001 - the attempt runs on; its end is still returned
+                except Exception:  # the attempt runs on; its end is still returned
                     log.exception("execution %s: handling its %s state failed", tdd.execution_id, state.state.value)
         finally:
             with self._lock:
@@ -382,7 +383,7 @@ class SlotProcessPool:
         child: _SlotChild | None = None
         try:
             child = self._spawn(require_warm=False)
-        except Exception:  # noqa: BLE001 - a task that finds no spare starts a process itself
+        except Exception:  # a task that finds no spare starts a process itself
             log.warning("could not start a spare slot process", exc_info=True)
         with self._changed:
             self._starting -= 1

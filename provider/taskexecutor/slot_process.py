@@ -43,10 +43,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sparkdispatch.attempt_logs import attempt_log_path
+from sparkdispatch.storage.attempt_logs import attempt_log_path
 from sparkdispatch.errors import ConfigurationError, EntrypointNotFound, IllegalStateTransition
-from sparkdispatch.jobgraph import ExecutionState, Failure
-from sparkdispatch.results import write_partition
+from sparkdispatch.model.states import ExecutionState
+from sparkdispatch.model.job_result import Failure
+from sparkdispatch.storage.results import write_partition
 from sparkdispatch.taskexecutor.attempt_failures import failure_of, session_gone
 from sparkdispatch.taskexecutor.driver_log import DriverLog, progress_handler
 from sparkdispatch.taskexecutor.slot_protocol import (
@@ -526,8 +527,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s slot-process[%(process)d] "
                                                    "%(name)s: %(message)s")
     # the Connect client (pandas and pyarrow included): a spare pays this before any task
-    import pyspark.sql.connect.session  # noqa: F401
-    import pyspark.sql.functions  # noqa: F401
+    import pyspark.sql.connect.session
+    import pyspark.sql.functions
     import pyspark.sql.types  # noqa: F401
 
     channel = ControlChannel(socket.socket(fileno=args.control_fd))

@@ -26,8 +26,9 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from sparkdispatch.jobgraph import ExecutionState, Failure
-from sparkdispatch.protocol import TaskDeploymentDescriptor
+from sparkdispatch.model.states import ExecutionState
+from sparkdispatch.model.job_result import Failure
+from sparkdispatch.model.protocol import TaskDeploymentDescriptor
 
 Message = dict[str, Any]
 

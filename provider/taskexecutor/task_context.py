@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from sparkdispatch.results import read_partitions
+from sparkdispatch.storage.results import read_partitions
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

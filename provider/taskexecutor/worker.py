@@ -37,6 +37,7 @@ from celery.signals import task_postrun, task_received, worker_ready, worker_shu
 from sparkdispatch.broker.celery_app import DEPLOY_TASK, remove_stale_pidbox_messages
 from sparkdispatch.broker.filesystem_transport import expect_message
 from sparkdispatch.config import Configuration
+from sparkdispatch.config.options import HEARTBEAT_INTERVAL, HEARTBEAT_TIMEOUT, TASKEXECUTOR_REGISTRATION_MAX_BACKOFF
 from sparkdispatch.errors import (
     FencingTokenMismatch,
     ServiceUnavailable,
@@ -45,8 +46,9 @@ from sparkdispatch.errors import (
     UnknownTaskExecutor,
 )
 from sparkdispatch.ha.leader import LeaderInfo
-from sparkdispatch.jobgraph import ExecutionState, Failure
-from sparkdispatch.protocol import ExecutionStateUpdate, TaskDeploymentDescriptor
+from sparkdispatch.model.states import ExecutionState
+from sparkdispatch.model.job_result import Failure
+from sparkdispatch.model.protocol import ExecutionStateUpdate, TaskDeploymentDescriptor
 from sparkdispatch.taskexecutor.master_client import MasterClient
 from sparkdispatch.taskexecutor.periodic_step import PeriodicStep
 from sparkdispatch.taskexecutor.runner import SlotTable, TaskRunner, discard_result
@@ -101,9 +103,9 @@ class MasterConnection:
         self._registration_id: str | None = None
         # the registrations whose allocations are valid: the current one and those it continued
         self._admitted: frozenset[str] = frozenset()
-        self._interval: float = config["heartbeat.interval"]
-        self._timeout: float = config["heartbeat.timeout"]
-        self._max_backoff: float = config["taskexecutor.registration.max-backoff"]
+        self._interval: float = config.get(HEARTBEAT_INTERVAL)
+        self._timeout: float = config.get(HEARTBEAT_TIMEOUT)
+        self._max_backoff: float = config.get(TASKEXECUTOR_REGISTRATION_MAX_BACKOFF)
         self._backoff = INITIAL_REGISTRATION_BACKOFF_S
         self._next_registration = 0.0
         self._last_heartbeat_sent = 0.0

@@ -44,7 +44,7 @@ class TestCertificateAuthority:
         directory.mkdir(parents=True, exist_ok=True)
         self.directory = directory
         self._key = ec.generate_private_key(ec.SECP256R1())
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.UTC)
         self._certificate = (
             x509.CertificateBuilder().subject_name(_name(name)).issuer_name(_name(name))
             .public_key(self._key.public_key()).serial_number(x509.random_serial_number())
@@ -61,7 +61,7 @@ class TestCertificateAuthority:
     def issue(self, name: str, *, hosts: tuple[str, ...] = (), client: bool = False) -> IssuedCertificate:
         """A certificate for a server answering as `hosts` (DNS names or IP addresses), or a client's."""
         key = ec.generate_private_key(ec.SECP256R1())
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.UTC)
         builder = (
             x509.CertificateBuilder().subject_name(_name(name)).issuer_name(self._certificate.subject)
             .public_key(key.public_key()).serial_number(x509.random_serial_number())

@@ -64,7 +64,7 @@ def plan_faults(settings: ChaosSettings) -> list[PlannedFault]:
     }
     return [PlannedFault(number=n, kind=kind, after_job=point, delay_s=round(rng.uniform(0.0, 2.0), 2),
                          target=rng.randrange(2), hold_s=round(holds[kind](), 2))
-            for n, (kind, point) in enumerate(zip(kinds, points), 1)]
+            for n, (kind, point) in enumerate(zip(kinds, points, strict=True), 1)]
 
 
 def plan_jobs(settings: ChaosSettings) -> list[JobSpec]:
@@ -136,13 +136,13 @@ class Leader:
         self._lock = threading.Lock()
 
     def url(self, *, deadline: float) -> str | None:
+        """The leader's address; None if no master leads before `deadline` (monotonic seconds)."""
         with self._lock:
-            while self._url is None and time.monotonic() < deadline:
-                index = self._cluster.leader_index()
-                if index is None:
-                    time.sleep(0.2)
-                else:
-                    self._url = self._cluster.master_url(index)
+            if self._url is None:
+                try:
+                    self._url = self._cluster.leader_url(max(0.0, deadline - time.monotonic()), watch=False)
+                except TimeoutError:
+                    pass
             return self._url
 
     def forget(self, url: str | None) -> None:
@@ -287,7 +287,8 @@ class FaultInjector:
             time.sleep(fault.hold_s)
         finally:
             self._cluster.start_master(leader)
-        return f"SIGKILL master {leader} (leader); master {new_leader} leads after {took:.1f}s; master {leader} restarted"
+        return (f"SIGKILL master {leader} (leader); master {new_leader} leads after {took:.1f}s; "
+                f"master {leader} restarted")
 
     def _taskexecutor_kill(self, fault: PlannedFault) -> str:
         self._cluster.kill_task_executor(fault.target, signal.SIGKILL)
@@ -318,12 +319,8 @@ class FaultInjector:
         return f"ZooKeeper SIGSTOPped for {fault.hold_s:.1f}s"
 
     def _leader(self, deadline: float, *, exclude: int | None = None) -> int:
-        while time.monotonic() < deadline:
-            index = self._cluster.leader_index()
-            if index is not None and index != exclude:
-                return index
-            time.sleep(0.1)
-        raise TimeoutError("no master led")
+        return self._cluster.wait_for_leader(timeout=max(0.0, deadline - time.monotonic()), exclude=exclude,
+                                             watch=False)
 
     def heal(self, *, since: float) -> str | None:
         """Wait until a master leads, every master answers and every TaskExecutor has heartbeated the
@@ -374,7 +371,8 @@ class FaultInjector:
                 if process is not None and process.poll() is not None:
                     log = cluster.log_dir / f"{kind}-{index}.log"
                     tail = log.read_text(errors="replace").splitlines()[-15:] if log.exists() else []
-                    crash = Crash(process=f"{kind}-{index}", exit_code=process.returncode, at=time.time(), log_tail=tail)
+                    crash = Crash(process=f"{kind}-{index}", exit_code=process.returncode, at=time.time(),
+                                  log_tail=tail)
                     self.crashes.append(crash)
                     self._echo(f"{crash.process} exited by itself with {crash.exit_code}; restarting it")
                     restart(index)

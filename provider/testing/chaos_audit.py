@@ -41,6 +41,8 @@ from kazoo.exceptions import NoNodeError
 
 from sparkdispatch.testing.chaos_model import FAULT_KINDS, ChaosSettings, Crash, FaultRecord, JobRecord
 from sparkdispatch.testing.local_cluster import LocalCluster
+from sparkdispatch.testing.waiting import eventually_blocking
+from sparkdispatch.config.options import HA_CLUSTER_ID, HA_ZOOKEEPER_PATH_ROOT, HA_ZOOKEEPER_QUORUM
 
 CATEGORIES = ("lost", "duplicated", "hung", "failed", "wrong-result", "forgotten", "refused", "leftover",
               "crashed", "unhealed")
@@ -163,10 +165,10 @@ class StoredState:
     @classmethod
     def read(cls, cluster: LocalCluster, zookeeper: KazooClient) -> StoredState:
         config = cluster.config
-        cluster_id = config["high-availability.cluster-id"]
+        cluster_id = config.get(HA_CLUSTER_ID)
         storage = config.storage_dir
         state = cls(results_dir=config.results_dir,
-                    zk_root="/" + config["high-availability.zookeeper.path.root"].strip("/") + f"/{cluster_id}")
+                    zk_root="/" + config.get(HA_ZOOKEEPER_PATH_ROOT).strip("/") + f"/{cluster_id}")
         for path in _files(storage / "job-result-store" / cluster_id):
             dirty = path.name.endswith("_DIRTY.json")
             job_id = path.name.removesuffix("_DIRTY.json" if dirty else ".json")
@@ -200,7 +202,7 @@ def _children(zookeeper: KazooClient, path: str) -> list[str]:
 
 
 def _zookeeper(cluster: LocalCluster) -> KazooClient:
-    client = KazooClient(hosts=cluster.config["high-availability.zookeeper.quorum"], timeout=10)
+    client = KazooClient(hosts=cluster.config.get(HA_ZOOKEEPER_QUORUM), timeout=10)
     client.start(timeout=30)
     return client
 
@@ -258,22 +260,17 @@ def slot_leftovers(cluster: LocalCluster, records: list[JobRecord]) -> list[Find
 
 def _leader_url(cluster: LocalCluster, timeout: float = 60.0) -> str:
     """The leader's REST address (`TimeoutError` if no master leads within `timeout`)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        index = cluster.leader_index()
-        if index is not None:
-            return cluster.master_url(index)
-        time.sleep(0.2)
-    raise TimeoutError(f"no master led within {timeout:.0f}s")
+    return cluster.leader_url(timeout, watch=False)
 
 
 def wait_for_cleanup(cluster: LocalCluster, records: list[JobRecord], *, timeout: float) -> None:
     """Wait until nothing is left behind (see `leftovers`), or `timeout` seconds."""
     zookeeper = _zookeeper(cluster)
     try:
-        deadline = time.monotonic() + timeout
-        while leftovers(cluster, records, StoredState.read(cluster, zookeeper)) and time.monotonic() < deadline:
-            time.sleep(0.5)
+        eventually_blocking(lambda: not leftovers(cluster, records, StoredState.read(cluster, zookeeper)),
+                            "nothing left behind", timeout=timeout, interval=0.5)
+    except TimeoutError:
+        pass  # what is left is what the audit reports
     finally:
         zookeeper.stop()
         zookeeper.close()
@@ -401,7 +398,8 @@ def judge_job(record: JobRecord, stored: StoredState, listing: dict[str, list[di
             problems.append(("lost", "no JobResult is stored and the leader does not list the job"))
         else:
             state = listed[0]["status"] if listed else "not listed"
-            problems.append(("hung", f"no JobResult answered within {settings.hang_after_s + settings.final_grace_s:.0f}s"
+            waited = settings.hang_after_s + settings.final_grace_s
+            problems.append(("hung", f"no JobResult answered within {waited:.0f}s"
                                      f" (GET /jobs: {state}; stored: {sorted(entries) or 'none'})"))
         return problems
     latency = record.latency_s or 0.0

@@ -51,13 +51,13 @@ def _ip(*args: str) -> None:
 
 
 def master_command(config_file: Path, address: str) -> list[str]:
-    """docker-compose.yaml's master command (`sparkdispatch` run as `python -m sparkdispatch.cli`)."""
-    return ["sparkdispatch.cli", "--config", str(config_file), "-D", f"rest.address={address}", "master"]
+    """docker-compose.yaml's master command (`sparkdispatch` run as `python -m sparkdispatch.entrypoint.cli`)."""
+    return ["sparkdispatch.entrypoint.cli", "--config", str(config_file), "-D", f"rest.address={address}", "master"]
 
 
 def task_executor_command(config_file: Path, name: str, address: str, spark_master: str) -> list[str]:
     """docker-compose.yaml's TaskExecutor command."""
-    return ["sparkdispatch.cli", "--config", str(config_file), "-D", f"taskexecutor.id={name}",
+    return ["sparkdispatch.entrypoint.cli", "--config", str(config_file), "-D", f"taskexecutor.id={name}",
             "-D", f"spark.master={spark_master}", "-D", f"spark.driver.host={address}", "taskexecutor"]
 
 

@@ -1,7 +1,7 @@
 """Raw JSON HTTP calls to a master for tests and benchmarks that check status codes themselves.
 
 Callers that want the API (leader following, retries, errors raised as their classes) use
-`sparkdispatch.client`; these helpers give back the answer as it came, `(status, body)`, on the
+`sparkdispatch.client.rest_client`; these helpers give back the answer as it came, `(status, body)`, on the
 same aiohttp stack. A connection that fails or breaks raises `ConnectionError` (an `OSError`),
 a timeout `TimeoutError`.
 """
@@ -15,7 +15,7 @@ from typing import Any
 
 import aiohttp
 
-from sparkdispatch.loop_thread import LoopThread
+from sparkdispatch.client.loop_thread import LoopThread
 
 
 async def request_json(method: str, url: str, body: Any = None, *, token: str = "",

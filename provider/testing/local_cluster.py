@@ -6,28 +6,30 @@ pauses and restarts processes for failover tests, and stops everything it starte
 TaskExecutor's Spark Connect server and slot processes too).
 
 `TaskExecutorProcess` is one TaskExecutor process alone, for tests that play the master
-themselves; `eventually` waits on the test's loop and fails at once if such a process exits.
+themselves. Both are `Watched` processes: a wait (`sparkdispatch.testing.waiting`) given them
+fails at once when one of their processes exits.
 """
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import os
 import signal
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from sparkdispatch.client import SparkDispatchClient
 from sparkdispatch.config import Configuration
+from sparkdispatch.config.options import HA_MODE, REST_ADDRESS
 from sparkdispatch.errors import SparkDispatchError
 from sparkdispatch.testing.http import http_json, upload_artifact
+from sparkdispatch.testing.job_result import wait_for_result
 from sparkdispatch.testing.services import file_tail, free_port, kill_process_group
+from sparkdispatch.testing.waiting import Watched, eventually, eventually_blocking
 
 
 class LocalCluster:
@@ -35,13 +37,13 @@ class LocalCluster:
 
     def __init__(self, config: Configuration, *, masters: int = 1, taskexecutors: int = 1,
                  log_dir: Path | None = None) -> None:
-        if masters > 1 and config["high-availability.mode"] != "zookeeper":
+        if masters > 1 and config.get(HA_MODE) != "zookeeper":
             raise ValueError("several masters need high-availability.mode: zookeeper")
         self.config = config
         self.log_dir = log_dir or config.storage_dir / "log"
         self.name = uuid.uuid4().hex[:6]  # TaskExecutor ids (and so their queues) are this cluster's own
         self.master_ports = [free_port() for _ in range(masters)]
-        if config["high-availability.mode"] == "none":
+        if config.get(HA_MODE) == "none":
             # TaskExecutors find a master without HA at rest.address:rest.port
             self.config = config.with_overrides({"rest.port": self.master_ports[0]})
         self.masters: list[subprocess.Popen[bytes] | None] = [None] * masters
@@ -65,7 +67,7 @@ class LocalCluster:
             raise
 
     def start_master(self, index: int) -> None:
-        argv = [sys.executable, "-m", "sparkdispatch.cli", *self.config.to_overrides(),
+        argv = [sys.executable, "-m", "sparkdispatch.entrypoint.cli", *self.config.to_overrides(),
                 "-D", f"rest.port={self.master_ports[index]}", "master"]
         self.masters[index] = self._spawn(argv, f"master-{index}.log")
 
@@ -165,58 +167,58 @@ class LocalCluster:
     # -- REST ---------------------------------------------------------------------------------
 
     def master_url(self, index: int) -> str:
-        return f"http://{self.config['rest.address']}:{self.master_ports[index]}"
+        return f"http://{self.config.get(REST_ADDRESS)}:{self.master_ports[index]}"
 
     def request(self, method: str, url: str, body: Any = None, *, timeout: float = 30.0) -> tuple[int, Any]:
         """One HTTP call; (status, decoded JSON body or None)."""
         return http_json(method, url, body, token=self.config.auth_token, timeout=timeout)
 
+    def overview(self, index: int) -> dict[str, Any] | None:
+        """Master `index`'s own `GET /overview`; None when it is not running or does not answer."""
+        process = self.masters[index]
+        if process is None or process.poll() is not None:
+            return None
+        try:
+            status, body = self.request("GET", self.master_url(index) + "/overview", timeout=3)
+        except OSError:
+            return None
+        return dict(body) if status == 200 else None
+
+    def leaders(self) -> list[int]:
+        """The masters whose `/overview` says they lead (two while a deposed leader has not noticed yet)."""
+        return [index for index in range(len(self.masters))
+                if (overview := self.overview(index)) is not None and overview.get("is_leader")]
+
     def leader_index(self) -> int | None:
-        for index, process in enumerate(self.masters):
-            if process is None or process.poll() is not None:
-                continue
-            try:
-                status, body = self.request("GET", self.master_url(index) + "/overview", timeout=3)
-            except OSError:
-                continue
-            if status == 200 and body.get("is_leader"):
-                return index
-        return None
+        return next(iter(self.leaders()), None)
 
-    def wait_for_leader(self, *, timeout: float = 60.0, exclude: int | None = None) -> int:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            self._check_alive()
-            index = self.leader_index()
-            if index is not None and index != exclude:
-                return index
-            time.sleep(0.1)
-        raise TimeoutError(f"no master became leader within {timeout:.0f}s; logs in {self.log_dir}")
+    def wait_for_leader(self, *, timeout: float = 60.0, exclude: int | None = None, watch: bool = True) -> int:
+        """The index of the one master that leads, once exactly one does (and it is not `exclude`); with
+        `watch`, a process of the cluster that exits meanwhile ends the wait (`WatchedProcessExited`)."""
+        return single_leader(self.leaders, exclude=exclude, timeout=timeout, processes=[self] if watch else [])
 
-    def leader_url(self, timeout: float = 60.0) -> str:
-        return self.master_url(self.wait_for_leader(timeout=timeout))
+    def leader_url(self, timeout: float = 60.0, *, watch: bool = True) -> str:
+        return self.master_url(self.wait_for_leader(timeout=timeout, watch=watch))
 
     def wait_for_task_executors(self, count: int, *, timeout: float = 120.0) -> None:
-        deadline = time.monotonic() + timeout
-        seen = 0
-        while time.monotonic() < deadline:
-            self._check_alive()
-            try:
-                status, body = self.request("GET", self.leader_url(timeout=10) + "/overview", timeout=3)
-                seen = body.get("taskmanagers", 0) if status == 200 else 0
-            except (OSError, TimeoutError):
-                seen = 0
-            if seen >= count:
-                return
-            time.sleep(0.2)
-        raise TimeoutError(f"{seen} of {count} TaskExecutors registered within {timeout:.0f}s; logs in {self.log_dir}")
+        def registered() -> bool:
+            leaders = self.leaders()
+            overview = self.overview(leaders[0]) if len(leaders) == 1 else None
+            return overview is not None and overview.get("taskmanagers", 0) >= count
 
-    def _check_alive(self) -> None:
+        eventually_blocking(registered, f"{count} registered TaskExecutor(s)", timeout=timeout, interval=0.2,
+                            processes=[self])
+
+    def exited(self) -> str | None:
         for name, processes in (("master", self.masters), ("taskexecutor", self.taskexecutors)):
             for index, process in enumerate(processes):
                 if process is not None and process.poll() is not None:
                     tail = file_tail(self.log_dir / f"{name}-{index}.log", 40)
-                    raise RuntimeError(f"{name} {index} exited with {process.returncode}:\n{tail}")
+                    return f"{name} {index} exited with {process.returncode}:\n{tail}"
+        return None
+
+    def logs(self) -> str:
+        return f"logs in {self.log_dir}"
 
     def submit(self, graph: dict[str, Any]) -> str:
         status, body = self.request("POST", self.leader_url() + "/jobs", graph)
@@ -225,18 +227,9 @@ class LocalCluster:
         return str(body["job_id"])
 
     def wait_for_result(self, job_id: str, *, timeout: float = 180.0) -> dict[str, Any]:
-        """Poll the leader (following failovers) until the job's JobResult exists."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                status, body = self.request("GET", f"{self.leader_url()}/jobs/{job_id}/execution-result", timeout=10)
-            except (OSError, TimeoutError):
-                time.sleep(0.2)
-                continue
-            if status == 200 and body["status"]["id"] == "COMPLETED":
-                return dict(body["job_execution_result"])
-            time.sleep(0.1)
-        raise TimeoutError(f"job {job_id} did not finish within {timeout:.0f}s; logs in {self.log_dir}")
+        """The job's JobResult, asked of whichever master leads (following failovers)."""
+        return wait_for_result(lambda: [self.master_url(index) for index in self.leaders()], job_id,
+                               token=self.config.auth_token, timeout=timeout)
 
     def upload_artifact(self, path: Path) -> str:
         return upload_artifact(self.leader_url(), path, token=self.config.auth_token)
@@ -262,20 +255,26 @@ class TaskExecutorProcess:
     def log_tail(self, lines: int = 40) -> str:
         return file_tail(self.log, lines)
 
+    def exited(self) -> str | None:
+        if self.process.poll() is None:
+            return None
+        return f"TaskExecutor {self.id} exited with {self.process.returncode}:\n{self.log_tail()}"
 
-async def eventually(predicate: Callable[[], bool | Awaitable[bool]], what: str, *,
-                     processes: Sequence[TaskExecutorProcess] = (), timeout: float) -> None:
-    """Wait until `predicate()` (or what it returns, awaited); an AssertionError with the logs' tails if
-    one of `processes` exits first or `timeout` seconds pass."""
-    deadline = time.monotonic() + timeout
-    while not await _holds(predicate):
-        for te in processes:
-            if te.process.poll() is not None:
-                raise AssertionError(f"TaskExecutor {te.id} exited with {te.process.returncode}:\n{te.log_tail()}")
-        if time.monotonic() > deadline:
-            logs = "\n".join(f"--- {te.id}\n{te.log_tail()}" for te in processes)
-            raise AssertionError(f"timed out waiting for {what}\n{logs}")
-        await asyncio.sleep(0.05)
+    def logs(self) -> str:
+        return f"--- {self.id}\n{self.log_tail()}"
+
+
+def single_leader(leaders: Callable[[], Sequence[int]], *, exclude: int | None = None, timeout: float,
+                  processes: Sequence[Watched] = ()) -> int:
+    """The index `leaders()` names once it names exactly one, other than `exclude`: the one leader wait
+    of local clusters and the multi-host ensemble's benchmarks."""
+    def one() -> list[int]:
+        current = leaders()
+        return list(current) if len(current) == 1 and current[0] != exclude else []
+
+    what = "one master to lead" + (f" other than master {exclude}" if exclude is not None else "")
+    [index] = eventually_blocking(one, what, timeout=timeout, interval=0.1, processes=processes)
+    return index
 
 
 async def task_executors_registered(client: SparkDispatchClient, count: int, *,
@@ -287,12 +286,8 @@ async def task_executors_registered(client: SparkDispatchClient, count: int, *,
         except SparkDispatchError:  # no leader yet
             return False
 
-    await eventually(registered, f"{count} registered TaskExecutor(s)", processes=processes, timeout=timeout)
-
-
-async def _holds(predicate: Callable[[], bool | Awaitable[bool]]) -> bool:
-    answer = predicate()
-    return await answer if inspect.isawaitable(answer) else answer
+    await eventually(registered, f"{count} registered TaskExecutor(s)", processes=processes, timeout=timeout,
+                     interval=0.05)
 
 
 ProcessId = tuple[int, int]  # (pid, start time in clock ticks): a pid the kernel reused is another process

@@ -1,6 +1,6 @@
 """A real master inside the test process: `InProcessMaster`, with TaskExecutors played by the test.
 
-`InProcessMaster` runs `sparkdispatch.master.Master` itself, with `high-availability.mode: none`
+`InProcessMaster` runs `sparkdispatch.entrypoint.master.Master` itself, with `high-availability.mode: none`
 (unless `overrides` say otherwise), on a free loopback port and a temporary storage directory.
 Its deployments and cancellations go to a `RecordingTaskExecutorGateway` instead of Celery.
 A `ScriptedTaskExecutor` registers with the master through the TaskExecutor REST routes (with
@@ -26,7 +26,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, MutableSequence, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -35,16 +35,18 @@ from typing import Any, TypeVar, cast
 from aiohttp import web
 
 from sparkdispatch.config import Configuration
+from sparkdispatch.config.options import HA_MODE, REST_PORT
 from sparkdispatch.errors import SparkDispatchError
 from sparkdispatch.ha import STANDALONE_SESSION_ID, BlobReader
 from sparkdispatch.ha.access import cluster_dir
 from sparkdispatch.ha.election import ZooKeeperLeaderElection
 from sparkdispatch.ha.leader import StandaloneLeaderElection
-from sparkdispatch.jobgraph import ExecutionState, Failure
+from sparkdispatch.model.states import ExecutionState
+from sparkdispatch.model.job_result import Failure
 from sparkdispatch.jobmaster import TaskExecutorGateway
-from sparkdispatch.loop_thread import LoopThread
-from sparkdispatch.master import Master
-from sparkdispatch.protocol import (
+from sparkdispatch.client.loop_thread import LoopThread
+from sparkdispatch.entrypoint.master import Master
+from sparkdispatch.model.protocol import (
     ExecutionReport,
     ExecutionStateUpdate,
     RegistrationAck,
@@ -52,9 +54,9 @@ from sparkdispatch.protocol import (
     TaskDeploymentDescriptor,
 )
 from sparkdispatch.resourcemanager import AllocatedSlot, ResourceManager
-from sparkdispatch.rest.server import artifact_response
+from sparkdispatch.rest.responses import artifact_response
 from sparkdispatch.rest.taskexecutor_routes import LeaderForTaskExecutors, add_task_executor_routes
-from sparkdispatch.settings import ResourceManagerSettings
+from sparkdispatch.resourcemanager.settings import ResourceManagerSettings
 from sparkdispatch.taskexecutor.master_client import AsyncMasterClient
 from sparkdispatch.testing.proxy import RecordingProxy
 from sparkdispatch.testing.services import free_port
@@ -83,7 +85,7 @@ class RecordingTaskExecutorGateway(TaskExecutorGateway):
     """The master's TaskExecutorGateway for tests: records deployments and cancels; thread-safe."""
 
     def __init__(self) -> None:
-        self.deployments: list[Deployment] = []
+        self.deployments: MutableSequence[Deployment] = []  # a benchmark keeps only the last ones
         self.cancels: list[tuple[str, str]] = []  # (TaskExecutor hostname, execution id)
         self.closed = False
         self._listeners: list[Callable[[Deployment | tuple[str, str]], None]] = []
@@ -164,8 +166,8 @@ class ScriptedTaskExecutor:
         self.master.gateway.listen(self._on_gateway_call)
         return await self._client.register(
             self.master.url, self.master.session_id, task_executor_id=self.task_executor_id, hostname=self.hostname,
-            queue=f"sparkdispatch.te.{self.task_executor_id}", slots=self.slots, slot_report=SlotReport.free(self.slots),
-            spark_master="local[1]")
+            queue=f"sparkdispatch.te.{self.task_executor_id}", slots=self.slots,
+            slot_report=SlotReport.free(self.slots), spark_master="local[1]")
 
     async def end_job(self, job_id: str, outcome: TaskOutcome | Script = TaskOutcome()) -> None:
         """End the job's running tasks with `outcome`, and every later task of the job as well."""
@@ -272,7 +274,7 @@ class InProcessMaster:
         """Start the master; with HA mode `none`, return once it leads and has recovered its jobs."""
         self._master = Master(self.config, task_executor_gateway=self.gateway)
         await self._master.start()
-        if self.config["high-availability.mode"] == "none":
+        if self.config.get(HA_MODE) == "none":
             await self.wait_for_leadership(timeout=timeout)
         if self.proxy is not None:
             await self.proxy.start()
@@ -418,7 +420,7 @@ class MasterForTaskExecutors:
         app.router.add_get("/artifacts/{key}", artifact)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", self.config["rest.port"]).start()
+        await web.TCPSite(self._runner, "127.0.0.1", self.config.get(REST_PORT)).start()
 
     async def stop(self) -> None:
         if self._runner is not None:

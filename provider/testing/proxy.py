@@ -8,7 +8,6 @@ page, a 429, a redirect); every other call gets the master's own answer.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -99,5 +98,5 @@ class RecordingProxy:
                 payload = await upstream.read()
                 forwarded = {k: v for k, v in upstream.headers.items() if k.lower() not in _NOT_FORWARDED}
                 return web.Response(status=upstream.status, body=payload, headers=forwarded)
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError) as exc:
             return web.Response(status=502, text=f"proxy: the master at {self.target} did not answer: {exc}")

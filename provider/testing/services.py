@@ -175,7 +175,7 @@ class ZooKeeperServer(_ChildServer):
                      str(self.workdir / "zoo.cfg")], "zookeeper.log")
         try:
             wait_for_port(self.port, timeout=self.start_timeout, process=self.process)
-        except Exception:
+        except Exception:  # noqa: BLE001 - raised again with the log's tail
             tail = self.log_tail()
             self.stop()
             raise RuntimeError(f"ZooKeeper did not start:\n{tail}") from None
@@ -208,7 +208,7 @@ class RedisServer(_ChildServer):
                      "--appendonly", "no", "--dir", str(self.workdir), "--daemonize", "no"], "redis.log")
         try:
             wait_for_port(self.port, timeout=self.start_timeout, process=self.process)
-        except Exception:
+        except Exception:  # noqa: BLE001 - raised again with the log's tail
             tail = self.log_tail()
             self.stop()
             raise RuntimeError(f"Redis did not start:\n{tail}") from None

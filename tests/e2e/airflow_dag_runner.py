@@ -13,6 +13,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 
 def main() -> int:
@@ -20,20 +21,25 @@ def main() -> int:
     import airflow
 
     subprocess.run([str(Path(sys.executable).parent / "airflow"), "db", "migrate"], check=True, capture_output=True)
-    try:
-        from airflow.dag_processing.dagbag import DagBag  # Airflow 3.1 on
-    except ImportError:
-        from airflow.models.dagbag import DagBag
-
-    bag = DagBag(dag_folder=folder, include_examples=False)
+    bag = dag_bag_class()(dag_folder=folder)  # no examples: the caller sets AIRFLOW__CORE__LOAD_EXAMPLES=False
     runs = {}
     for dag_id in dag_ids:
         run = bag.dags[dag_id].test(run_conf={"rows": 3000})
         runs[dag_id] = {"state": str(run.state),
                         "tasks": {ti.task_id: str(ti.state) for ti in run.get_task_instances()}}
-    print(json.dumps({"airflow": airflow.__version__, "import_errors": {k: str(v) for k, v in bag.import_errors.items()},
+    import_errors = {k: str(v) for k, v in bag.import_errors.items()}
+    print(json.dumps({"airflow": airflow.__version__, "import_errors": import_errors,
                       "dags": sorted(bag.dags), "runs": runs}))
     return 0
+
+
+def dag_bag_class() -> Any:
+    """Airflow's DagBag: in airflow.dag_processing from 3.1 on, in airflow.models before."""
+    try:
+        from airflow.dag_processing.dagbag import DagBag
+    except ImportError:
+        from airflow.models.dagbag import DagBag  # type: ignore[no-redef,attr-defined,unused-ignore]
+    return DagBag
 
 
 if __name__ == "__main__":

@@ -15,14 +15,18 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
 from sparkdispatch.testing.http import http_json
 from sparkdispatch.testing.services import free_port
+from sparkdispatch.testing.waiting import WatchedProcess, eventually_blocking
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
 
 pytestmark = pytest.mark.slow
 
@@ -53,20 +57,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
     try:
-        deadline = time.monotonic() + CLUSTER_START_TIMEOUT_S
-        while True:
-            if process.poll() is not None:
-                pytest.fail(f"sparkdispatch standalone exited with {process.returncode}:\n{log_path.read_text()}")
-            try:
-                status, overview = http_json("GET", f"{url}/overview", timeout=2)
-                if status == 200 and overview.get("slots_total", 0) >= 3:
-                    break
-            except (OSError, TimeoutError):
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"the standalone cluster had no slots after {CLUSTER_START_TIMEOUT_S}s:\n"
-                            f"{log_path.read_text()[-5000:]}")
-            time.sleep(0.5)
+        eventually_blocking(lambda: answers(f"{url}/overview", lambda overview: overview.get("slots_total", 0) >= 3),
+                            "the standalone cluster's 3 slots", timeout=CLUSTER_START_TIMEOUT_S, interval=0.5,
+                            processes=[WatchedProcess("sparkdispatch standalone", process, log_path.read_text)])
         yield url
     finally:
         if process.poll() is None:
@@ -111,6 +104,15 @@ def airflow(cluster: str, lineage_file: Path) -> Iterator[dict[str, Any]]:
         os.environ.pop("AIRFLOW__OPENLINEAGE__TRANSPORT", None)
 
 
+def answers(url: str, check: Callable[[Any], bool] = lambda body: True) -> bool:
+    """Whether `GET url` answers 200 with a body that passes `check`."""
+    try:
+        status, body = http_json("GET", url, timeout=2)
+    except (OSError, ValueError):
+        return False
+    return status == 200 and check(body)
+
+
 def jobs(cluster: str) -> dict[str, str]:
     return {job["id"]: job["status"] for job in http_json("GET", f"{cluster}/jobs", timeout=10)[1]["jobs"]}
 
@@ -145,6 +147,7 @@ def clear_and_run(dag: Any, run_id: str, task_ids: list[str] | None) -> Any:
     from airflow.utils.state import DagRunState
     from sqlalchemy import select
 
+    assert settings.Session is not None  # set up by Airflow's configuration
     session = settings.Session()
     try:
         scheduler_dag = DagSerialization.deserialize_dag(DagSerialization.serialize_dag(dag))
@@ -268,7 +271,7 @@ def _sales_operator(**kwargs: Any) -> Any:
 
     sys.path.insert(0, str(DAGS))
     try:
-        import example_pipeline
+        import example_pipeline  # type: ignore[import-not-found]  # dags/, on sys.path just here
     finally:
         sys.path.remove(str(DAGS))
     graph = json.loads(json.dumps(example_pipeline.SALES_REPORT).replace("{{ params.rows }}", str(ROWS)))
@@ -299,9 +302,8 @@ def test_killing_a_running_operator_cancels_its_job(cluster: str, airflow: dict[
 
     thread = threading.Thread(target=execute)
     thread.start()
-    deadline = time.monotonic() + 60
-    while (op.job_id is None or jobs(cluster).get(op.job_id) != "RUNNING") and time.monotonic() < deadline:
-        time.sleep(0.2)
+    eventually_blocking(lambda: op.job_id is not None and jobs(cluster).get(op.job_id) == "RUNNING", "the job to run",
+                        timeout=60, interval=0.2)
     op.on_kill()
     thread.join(120)
     assert jobs(cluster)[op.job_id] == "CANCELED"
@@ -351,6 +353,7 @@ def test_a_deferred_vertex_task_marked_failed_leaves_its_job_running_and_a_run_t
                                             vertex_params={"rows": "50000000"}, poll_interval=0.5)
     serialize(dag)
     before = jobs(cluster)
+    assert settings.Session is not None  # set up by Airflow's configuration
     session = settings.Session()
     triggerer: subprocess.Popen[bytes] | None = None
     log_path = tmp_path / "triggerer.log"
@@ -369,26 +372,27 @@ def test_a_deferred_vertex_task_marked_failed_leaves_its_job_running_and_a_run_t
                 [str(Path(sys.executable).parent / "airflow"), "triggerer", "--skip-serve-logs"],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                 env=os.environ.copy())
-        for name in ("generate", "other"):
-            started = re.compile(rf"trigger \S+/slow\.{name}/\S+ \(ID \d+\) starting")
-            wait_for(lambda: started.search(trigger_logs(log_path)) is not None, 120,
-                     lambda: f"the triggerer did not start the trigger:\n{trigger_logs(log_path)[-3000:]}")
+        watched = WatchedProcess("the triggerer", triggerer, lambda: trigger_logs(log_path))
+        started = re.compile(r"trigger \S+/slow\.(generate|other)/\S+ \(ID \d+\) starting")
+        eventually_blocking(lambda: {m[1] for m in started.finditer(trigger_logs(log_path))} == {"generate", "other"},
+                            "the triggerer to start both triggers", timeout=120, interval=0.5, processes=[watched])
         assert jobs(cluster)[job_id] == "RUNNING"
         scheduler_dag.set_task_instance_state(task_id="slow.generate", run_id=run.run_id,
                                               state=TaskInstanceState.FAILED, session=session)  # "Mark as failed"
         session.commit()
-        wait_for(lambda: "the job runs on" in trigger_logs(log_path), 90,
-                 lambda: f"on_kill did not run:\n{trigger_logs(log_path)[-3000:]}")
+        eventually_blocking(lambda: "the job runs on" in trigger_logs(log_path), "the marked task's on_kill",
+                            timeout=90, interval=0.5, processes=[watched])
         assert "invoking on_kill" in trigger_logs(log_path)
         assert jobs(cluster)[job_id] == "RUNNING"
         # the DAG run's timeout, as SchedulerJobRunner applies it
         run.set_state(DagRunState.FAILED)
         other = run.get_task_instance("slow.other", session=session)
+        assert other is not None
         other.state = TaskInstanceState.SKIPPED
         session.merge(other)
         session.commit()
-        wait_for(lambda: jobs(cluster)[job_id] == "CANCELED", 90,
-                 lambda: f"job {job_id} is {jobs(cluster)[job_id]}:\n{trigger_logs(log_path)[-3000:]}")
+        eventually_blocking(lambda: jobs(cluster)[job_id] == "CANCELED", f"job {job_id} to be CANCELED", timeout=90,
+                            interval=0.5, processes=[watched])
     finally:
         session.close()
         if triggerer is not None:
@@ -401,15 +405,6 @@ def trigger_logs(triggerer_log: Path) -> str:
     """The triggerer's own output and the trigger logs it wrote beside the task logs."""
     files = [triggerer_log, *sorted(Path(os.environ["AIRFLOW_HOME"], "logs").rglob("*.trigger.*"))]
     return "\n".join(path.read_text(errors="replace") for path in files if path.exists())
-
-
-def wait_for(condition: Any, timeout_s: float, problem: Any) -> None:
-    """Poll `condition()` every half second; fail with `problem()` after `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(problem())
-        time.sleep(0.5)
 
 
 def test_decorated_functions_run_as_vertices_of_a_group_and_as_a_job_of_their_own(
@@ -435,7 +430,7 @@ def test_decorated_functions_run_as_vertices_of_a_group_and_as_a_job_of_their_ow
                 print("total adds them up")
                 return numbers.agg(F.sum(column).alias("total"))
 
-            total(numbers(), "id")  # TaskFlow: numbers' output is total's input DataFrame
+            total(numbers(), "id")  # type: ignore[call-arg,misc]  # TaskFlow: numbers' output is total's input DataFrame
 
         @task.sparkdispatch(poll_interval=0.5, deferrable=False)
         def alone(ctx: Any) -> Any:
@@ -447,8 +442,8 @@ def test_decorated_functions_run_as_vertices_of_a_group_and_as_a_job_of_their_ow
             print("alone_deferred says hi")
             return ctx.spark.range(5)
 
-        alone()
-        alone_deferred()
+        alone()  # type: ignore[call-arg,misc]
+        alone_deferred()  # type: ignore[call-arg,misc]
     serialize(dag)
     before = jobs(cluster)
     run = dag.test()
@@ -532,7 +527,7 @@ def test_a_failed_vertex_cleared_in_airflow_is_repaired_without_running_its_upst
                     marker.write(f"{ctx.attempt}\n")
                 return ctx.inputs["flaky"]
 
-            gen() >> flaky() >> after()
+            gen() >> flaky() >> after()  # type: ignore[call-arg,misc]
     serialize(dag)
     before = jobs(cluster)
     run = dag.test()
@@ -564,14 +559,20 @@ def test_a_failed_vertex_cleared_in_airflow_is_repaired_without_running_its_upst
 
 
 def lineage_events(path: Path, dag_id: str, timeout: float = 30.0) -> list[dict[str, Any]]:
-    """The OpenLineage events of `dag_id`'s tasks in `path` (written from forked processes: waited for)."""
-    deadline = time.monotonic() + timeout
-    while True:
+    """The OpenLineage events of `dag_id`'s tasks in `path` (written from forked processes: waited for until
+    three tasks completed, or `timeout`: the test says what is missing)."""
+    def events() -> list[dict[str, Any]]:
         lines = path.read_text().splitlines() if path.exists() else []
-        events = [json.loads(line) for line in lines if dag_id in line]
-        if sum(e["eventType"] == "COMPLETE" for e in events) >= 3 or time.monotonic() > deadline:
-            return events
-        time.sleep(0.5)
+        return [json.loads(line) for line in lines if dag_id in line]
+
+    def three_complete() -> list[dict[str, Any]] | None:
+        found = events()
+        return found if sum(e["eventType"] == "COMPLETE" for e in found) >= 3 else None
+
+    try:
+        return eventually_blocking(three_complete, "three completed tasks' events", timeout=timeout, interval=0.5)
+    except TimeoutError:
+        return events()
 
 
 def test_the_mapped_example_runs_a_job_per_input(cluster: str, airflow: dict[str, Any]) -> None:
@@ -602,7 +603,7 @@ def test_the_sensor_fails_with_the_remote_traceback(cluster: str, airflow: dict[
                                 "vertices": [{"id": "explode", "entrypoint": "broken_tasks.tasks:explode"}]}).job_id
     sensor = SparkDispatchJobSensor(task_id="wait", job_id=job_id, poke_interval=0.5, timeout=120, deferrable=False)
     with pytest.raises(AirflowFailException, match="ValueError: order 42 has no price"):
-        sensor.execute({"ti": _TI("sensor")})
+        sensor.execute(cast("Context", {"ti": _TI("sensor")}))
     assert "raise ValueError('order 42 has no price')" in capfd.readouterr().out
 
 
@@ -632,16 +633,9 @@ def test_airflows_grid_shows_one_task_per_vertex_of_the_group(cluster: str, airf
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             env={**os.environ, "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True"})
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if http_json("GET", f"http://127.0.0.1:{port}/api/v2/monitor/health", timeout=2)[0] == 200:
-                    break
-            except (OSError, TimeoutError, ValueError):
-                pass
-            if server.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"Airflow's api-server did not start:\n{log_path.read_text()[-3000:]}")
-            time.sleep(0.5)
+        eventually_blocking(lambda: answers(f"http://127.0.0.1:{port}/api/v2/monitor/health"),
+                            "Airflow's api-server to answer", timeout=120, interval=0.5,
+                            processes=[WatchedProcess("Airflow's api-server", server, log_path.read_text)])
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
             try:

@@ -27,6 +27,7 @@ from sparkdispatch.config import Configuration
 from sparkdispatch.testing.http import http_json
 from sparkdispatch.testing.local_cluster import LocalCluster
 from sparkdispatch.testing.services import free_port
+from sparkdispatch.testing.waiting import WatchedProcess, eventually_blocking
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
@@ -36,15 +37,6 @@ DAG_ID = "sparkdispatch_sales_job_group"
 ROWS = 15_000_000  # enough for the clear and the master's 30 s away to fall mid-run
 MASTER_AWAY_S = 30.0
 WAIT_S = 600.0  # an upper bound for anything to happen; no timing is asserted
-
-
-def wait_for(condition: Any, timeout_s: float, problem: Any, every_s: float = 1.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while not (value := condition()):
-        if time.monotonic() > deadline:
-            pytest.fail(problem())
-        time.sleep(every_s)
-    return value
 
 
 @pytest.fixture(scope="module")
@@ -81,6 +73,7 @@ class Airflow:
                     "AIRFLOW_CONN_SPARKDISPATCH_DEFAULT": json.dumps(
                         {"conn_type": "sparkdispatch", "host": "127.0.0.1", "port": master_port})}
         self.process: subprocess.Popen[bytes] | None = None
+        self.watched: list[WatchedProcess] = []  # what a wait watches: the standalone, once started
         self.token = ""
 
     def start(self) -> None:
@@ -88,13 +81,12 @@ class Airflow:
             self.process = subprocess.Popen([str(Path(sys.executable).parent / "airflow"), "standalone"],
                                             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                             env=self.env, start_new_session=True)
-        wait_for(self._healthy, WAIT_S, lambda: f"Airflow did not start:\n{self.log_tail()}")
+        self.watched = [WatchedProcess("airflow standalone", self.process, self.log_tail)]
+        eventually_blocking(self._healthy, "Airflow's components to be healthy", timeout=WAIT_S, interval=1.0,
+                            processes=self.watched)
         self.token = http_json("GET", f"{self.url}/auth/token", timeout=30)[1]["access_token"]
 
     def _healthy(self) -> bool:
-        assert self.process is not None
-        if self.process.poll() is not None:
-            pytest.fail(f"airflow standalone exited with {self.process.returncode}:\n{self.log_tail()}")
         try:
             status, health = http_json("GET", f"{self.url}/api/v2/monitor/health", timeout=5)
         except (OSError, TimeoutError, ValueError):
@@ -145,23 +137,27 @@ def jobs(cluster: LocalCluster) -> dict[str, str]:
 
 def test_the_example_group_runs_through_a_clear_and_a_master_away_for_30s(sparkdispatch: LocalCluster,
                                                                          airflow: Airflow) -> None:
-    wait_for(lambda: http_json("GET", f"{airflow.url}/api/v2/dags/{DAG_ID}", token=airflow.token, timeout=30)[0] == 200,
-             WAIT_S, lambda: f"the DAG processor did not parse {DAG_ID}:\n{airflow.log_tail()}", every_s=2.0)
+    eventually_blocking(
+        lambda: http_json("GET", f"{airflow.url}/api/v2/dags/{DAG_ID}", token=airflow.token, timeout=30)[0] == 200,
+        f"the DAG processor to parse {DAG_ID}", timeout=WAIT_S, interval=2.0, processes=airflow.watched)
     airflow.api("PATCH", f"/dags/{DAG_ID}", {"is_paused": False})
-    run_id = airflow.api("POST", f"/dags/{DAG_ID}/dagRuns", {"logical_date": None, "conf": {"rows": ROWS}})["dag_run_id"]
+    run = airflow.api("POST", f"/dags/{DAG_ID}/dagRuns", {"logical_date": None, "conf": {"rows": ROWS}})
+    run_id = run["dag_run_id"]
 
     # a vertex task deferred while its vertex runs, its trigger running in the triggerer: clear it, as
     # the grid's "Clear" does
-    wait_for(lambda: airflow.task_states(run_id).get("sales.generate") == "deferred", WAIT_S,
-             lambda: f"sales.generate never deferred: {airflow.task_states(run_id)}\n{airflow.log_tail()}")
-    wait_for(lambda: _trigger_log_says(airflow, "SparkDispatchVertexTrigger", "task_id=sales.generate/attempt=1"),
-             WAIT_S, lambda: f"the triggerer did not start sales.generate's trigger:\n{airflow.log_tail()}")
+    eventually_blocking(lambda: airflow.task_states(run_id).get("sales.generate") == "deferred",
+                        "sales.generate to defer", timeout=WAIT_S, interval=1.0, processes=airflow.watched)
+    eventually_blocking(
+        lambda: _trigger_log_says(airflow, "SparkDispatchVertexTrigger", "task_id=sales.generate/attempt=1"),
+        "the triggerer to start sales.generate's trigger", timeout=WAIT_S, interval=1.0, processes=airflow.watched)
     [job_id] = list(jobs(sparkdispatch))
     airflow.api("POST", f"/dags/{DAG_ID}/clearTaskInstances", {
         "dry_run": False, "dag_run_id": run_id, "task_ids": ["sales.generate"], "only_failed": False,
         "reset_dag_runs": False, "include_downstream": False, "include_upstream": False})
-    wait_for(lambda: _trigger_log_says(airflow, "the job runs on", "task_id=sales.generate/attempt=1"),
-             WAIT_S, lambda: f"the cleared task's trigger did not stop:\n{airflow.log_tail()}")
+    eventually_blocking(lambda: _trigger_log_says(airflow, "the job runs on", "task_id=sales.generate/attempt=1"),
+                        "the cleared task's trigger to stop, leaving the job", timeout=WAIT_S, interval=1.0,
+                        processes=airflow.watched)
     assert jobs(sparkdispatch)[job_id] == "RUNNING"
 
     # the master away for 30 s mid-run, then back on its storage
@@ -174,8 +170,7 @@ def test_the_example_group_runs_through_a_clear_and_a_master_away_for_30s(sparkd
         state = airflow.api("GET", f"/dags/{DAG_ID}/dagRuns/{run_id}")["state"]
         return state if state in ("success", "failed") else None
 
-    state = wait_for(ended, 1200, lambda: f"the run did not end: {airflow.task_states(run_id)}\n{airflow.log_tail()}",
-                     every_s=3.0)
+    state = eventually_blocking(ended, "the DAG run to end", timeout=1200, interval=3.0, processes=airflow.watched)
     states = airflow.task_states(run_id)
     assert state == "success" and set(states.values()) == {"success"}, states
     assert set(states) == {"sales.launch", "sales.generate", "sales.clean", "sales.revenue_by_region",

@@ -78,7 +78,7 @@ def sales_result() -> dict[str, Any]:
 
 @dataclass
 class ScriptedView:
-    """The four reads the UI needs, answered from dicts the test sets (the UIView protocol)."""
+    """The reads the UI needs, answered from dicts the test sets (the UIView protocol)."""
 
     jobs_by_id: dict[str, dict[str, Any]] = field(default_factory=dict)
     results: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -115,6 +115,10 @@ class ScriptedView:
 
     async def taskmanagers(self) -> list[dict[str, Any]]:
         return copy.deepcopy(self.tms)
+
+    async def attempt_log(self, job_id: str, vertex_id: str, subtask: int,
+                          attempt: int | None) -> dict[str, Any] | None:
+        return None  # no attempt of a scripted job wrote a log
 
 
 def taskmanager(te_id: str, *, busy_with: str | None) -> dict[str, Any]:
@@ -234,10 +238,11 @@ async def screenshot(page: Any, name: str) -> None:
 
 async def vertex_states(page: Any) -> dict[str, str]:
     """What the graph shows: each vertex box's id -> its state text."""
-    return await page.eval_on_selector_all(
+    states: dict[str, str] = await page.eval_on_selector_all(
         "#job-graph g.vertex",
         "boxes => Object.fromEntries(boxes.map(b => [b.dataset.vertex, b.querySelector('.v-state').textContent]))",
     )
+    return states
 
 
 # --------------------------------------------------------------------------------------------

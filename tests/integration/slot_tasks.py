@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sparkdispatch.testing.waiting import eventually_blocking
+
 
 def _mark(ctx: Any, name: str) -> None:
     marker_dir = Path(ctx.params["marker_dir"])
@@ -22,11 +24,7 @@ def _mark(ctx: Any, name: str) -> None:
 
 
 def _wait_for(path: Path, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not path.exists():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{path} did not appear within {timeout_s:g}s")
-        time.sleep(0.05)
+    eventually_blocking(path.exists, f"{path} to appear", timeout=timeout_s, interval=0.05)
 
 
 def context(ctx: Any) -> Any:
@@ -74,7 +72,7 @@ def session_facts(ctx: Any) -> Any:
     active = SparkSession.getActiveSession()
     return ctx.spark.createDataFrame(
         [(ctx.spark.session_id, ctx.spark.conf.get("spark.sql.shuffle.partitions"), views,
-          active is not None and active.session_id == ctx.spark.session_id, os.getpid())],
+          getattr(active, "session_id", None) == ctx.spark.session_id, os.getpid())],
         "session_id string, partitions string, views string, active boolean, pid long")
 
 

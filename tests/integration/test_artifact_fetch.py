@@ -15,8 +15,8 @@ import pytest
 from sparkdispatch.client import SparkDispatchClient
 from sparkdispatch.config import Configuration
 from sparkdispatch.errors import CorruptedBlob, Unauthorized
-from sparkdispatch.master import Master
-from sparkdispatch.protocol import ARTIFACT_NAME_HEADER
+from sparkdispatch.entrypoint.master import Master
+from sparkdispatch.model.protocol import ARTIFACT_NAME_HEADER
 from sparkdispatch.taskexecutor.master_client import AsyncMasterClient
 from sparkdispatch.testing.local_cluster import TaskExecutorProcess, task_executors_registered
 from sparkdispatch.testing.services import RedisServer, free_port

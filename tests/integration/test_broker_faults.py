@@ -11,7 +11,6 @@ import asyncio
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +19,13 @@ import pytest
 from sparkdispatch.client import SparkDispatchClient
 from sparkdispatch.config import Configuration
 from sparkdispatch.errors import ServiceUnavailable
-from sparkdispatch.master import Master
-from sparkdispatch.protocol import TaskDeploymentDescriptor
+from sparkdispatch.entrypoint.master import Master
+from sparkdispatch.model.protocol import TaskDeploymentDescriptor
 from sparkdispatch.resourcemanager import AllocatedSlot
 from sparkdispatch.resourcemanager.celery_gateway import CeleryTaskExecutorGateway
-from sparkdispatch.testing.local_cluster import TaskExecutorProcess
+from sparkdispatch.testing.local_cluster import TaskExecutorProcess, task_executors_registered
 from sparkdispatch.testing.services import RedisServer, free_port
+from sparkdispatch.testing.waiting import eventually
 
 pytestmark = pytest.mark.slow
 
@@ -61,22 +61,6 @@ def master_config(tmp_path: Path, broker_url: str, **extra: str) -> Configuratio
         "taskexecutor.registration.max-backoff": "500ms", **extra})
 
 
-async def eventually(predicate: Callable[[], Awaitable[bool]], what: str, te: TaskExecutorProcess,
-                     timeout: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout
-    while not await predicate():
-        assert te.process.poll() is None, f"the TaskExecutor exited:\n{te.log_tail()}"
-        assert time.monotonic() < deadline, f"timed out waiting for {what}:\n{te.log_tail()}"
-        await asyncio.sleep(0.1)
-
-
-async def registered(client: SparkDispatchClient) -> bool:
-    try:
-        return bool((await client.overview())["taskmanagers"] == 1)
-    except Exception:  # noqa: BLE001 - not up yet
-        return False
-
-
 def graph(name: str, key: str, log_dir: Path, *, sleep_s: float, restart: dict[str, Any]) -> dict[str, Any]:
     """numbers (10 rows, after `sleep_s`) → double."""
     return {"name": name, "artifacts": [key], "restart_strategy": restart,
@@ -96,7 +80,7 @@ async def test_a_deployment_lost_on_the_way_fails_over_and_the_job_finishes(
     te = TaskExecutorProcess(config, tmp_path)
     try:
         async with SparkDispatchClient(addresses=[master.address]) as client:
-            await eventually(lambda: registered(client), "the registration", te)
+            await task_executors_registered(client, 1, processes=[te], timeout=WAIT_S)
             key = await client.upload_artifact(TASKS)
             job_id = (await client.submit(graph("dropped", key, tmp_path, sleep_s=0, restart={
                 "type": "fixed-delay", "attempts": 1, "delay_s": 0.1}))).job_id
@@ -126,20 +110,18 @@ async def test_a_redis_restart_while_a_job_deploys_costs_no_restart_and_no_task_
     te = TaskExecutorProcess(config, tmp_path)
     try:
         async with SparkDispatchClient(addresses=[master.address]) as client:
-            await eventually(lambda: registered(client), "the registration", te)
+            await task_executors_registered(client, 1, processes=[te], timeout=WAIT_S)
             [before] = await client.taskmanagers()
             key = await client.upload_artifact(TASKS)
             # under no restart: any failure would fail the job
             job_id = (await client.submit(graph("redis-restart", key, tmp_path, sleep_s=2,
                                                 restart={"type": "none"}))).job_id
-            deadline = time.monotonic() + WAIT_S
-            while not list(tmp_path.glob("numbers.*.run.*")):
-                assert time.monotonic() < deadline, te.log_tail()
-                await asyncio.sleep(0.05)
+            await eventually(lambda: list(tmp_path.glob("numbers.*.run.*")), "`numbers` to run", processes=[te],
+                             timeout=WAIT_S)
             # Redis dies while `numbers` runs: `double` is deployed while it is down
             port = redis.port
             redis.stop()
-            await asyncio.sleep(5.0)
+            await asyncio.sleep(5.0)  # the outage itself: longer than broker.timeout, shorter than heartbeat.timeout
             redis = RedisServer(port=port)
             redis.start()
             restarted = time.monotonic()

@@ -89,8 +89,9 @@ def finished_job() -> Case:
                        result=copy.deepcopy(result), result_at=1010.5)
     executions = [Execution(vertex, subtask, 0, f"{vertex}{subtask}", start=start, end=start + 0.5,
                             output={"rows": ROWS, "total": ROWS * (ROWS - 1)} if vertex == "summarize" else None)
-                  for vertex, subtask, start in [("produce", 0, 1001.0), ("produce", 1, 1001.0), ("transform", 0, 1003.0),
-                                                 ("transform", 1, 1003.0), ("summarize", 0, 1005.0)]]
+                  for vertex, subtask, start in [("produce", 0, 1001.0), ("produce", 1, 1001.0),
+                                                 ("transform", 0, 1003.0), ("transform", 1, 1003.0),
+                                                 ("summarize", 0, 1005.0)]]
     stored = StoredState(job_results={JOB: {"clean": copy.deepcopy(result)}}, archive={JOB: copy.deepcopy(result)})
     return Case(record, executions, stored, {JOB: [{"id": JOB, "status": "FINISHED"}]})
 
@@ -103,6 +104,13 @@ def late(vertex: str, subtask: int, start: float) -> Execution:
     return Execution(vertex, subtask, 1, "late", start=start, end=start + 0.5, output=None)
 
 
+def lose_everywhere(c: Case) -> None:
+    """No JobResult anywhere: not answered, not stored, not listed."""
+    c.record.result = None
+    c.stored.job_results.clear()
+    c.listing.clear()
+
+
 @pytest.mark.parametrize(("break_it", "category"), [
     (lambda c: c.executions.append(late("summarize", 0, 1010.2)), "duplicated"),  # after the JobResult's end
     (lambda c: c.executions.append(late("produce", 1, 1003.5)), "duplicated"),  # after transform started
@@ -112,7 +120,7 @@ def late(vertex: str, subtask: int, start: float) -> Execution:
     (lambda c: c.listing[JOB].append({"id": JOB, "status": "FINISHED"}), "duplicated"),
     (lambda c: c.record.unknown_answers.append("12:00:00 from http://master"), "forgotten"),
     (lambda c: c.listing.clear(), "forgotten"),
-    (lambda c: (setattr(c.record, "result", None), c.stored.job_results.clear(), c.listing.clear()), "lost"),
+    (lambda c: lose_everywhere(c), "lost"),
     (lambda c: c.stored.job_results.clear(), "lost"),
     (lambda c: setattr(c.record, "result", None), "hung"),
     (lambda c: setattr(c.record, "result_at", 1000.0 + ChaosSettings().hang_after_s + 1), "hung"),

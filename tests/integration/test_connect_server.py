@@ -19,8 +19,9 @@ import pytest
 
 from sparkdispatch.config import Configuration
 from sparkdispatch.errors import ConnectServerError
-from sparkdispatch.settings import ConnectServerSettings
+from sparkdispatch.taskexecutor.settings import ConnectServerSettings
 from sparkdispatch.taskexecutor.connect_server import LOG_FILE_NAME, ConnectServer
+from sparkdispatch.testing.waiting import eventually_blocking
 
 pytestmark = pytest.mark.slow
 
@@ -101,10 +102,8 @@ def test_a_dead_server_is_unhealthy_and_a_restart_brings_it_back_on_its_port(ser
     assert server.pid is not None
     url = server.url
     os.kill(server.pid, signal.SIGKILL)  # the JVM dies (out of memory, a crash)
-    deadline = time.monotonic() + 10
-    while server.is_alive() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not server.is_alive() and not server.is_healthy()
+    eventually_blocking(lambda: not server.is_alive(), "the server to be dead", timeout=10)
+    assert not server.is_healthy()
     server.restart()
     assert server.url == url and server.is_healthy()
     assert (server.log_path.parent / (LOG_FILE_NAME + ".1")).exists()  # the dead server's log is kept
@@ -120,7 +119,7 @@ def test_stop_ends_the_whole_process_group_and_is_idempotent(server: ConnectServ
     assert processes_mentioning(server.work_dir) == []
     server.stop()
     with pytest.raises(ConnectServerError):
-        server.url
+        _ = server.url
 
 
 def test_a_bad_spark_master_fails_the_start_naming_the_log(tmp_path: Path) -> None:

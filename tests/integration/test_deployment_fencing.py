@@ -13,21 +13,21 @@ import asyncio
 import dataclasses
 import signal
 import textwrap
-import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from sparkdispatch.config import Configuration
 from sparkdispatch.ha import create_ha_services
-from sparkdispatch.jobgraph import ExecutionState
-from sparkdispatch.protocol import TaskDeploymentDescriptor
+from sparkdispatch.model.states import ExecutionState
+from sparkdispatch.model.protocol import TaskDeploymentDescriptor
 from sparkdispatch.resourcemanager.celery_gateway import CeleryTaskExecutorGateway
-from sparkdispatch.testing.local_cluster import TaskExecutorProcess, eventually
+from sparkdispatch.testing.local_cluster import TaskExecutorProcess
 from sparkdispatch.testing.master import MasterForTaskExecutors
 from sparkdispatch.testing.services import free_port
+from sparkdispatch.testing.waiting import eventually
 
 WAIT_S = 120.0  # a TaskExecutor starts a JVM on a shared 2-core machine
 FORMER_SESSION = "99999999-2222-3333-4444-555555555555"
@@ -55,17 +55,14 @@ async def test_a_deployment_carrying_a_stale_session_is_refused_and_its_function
     gateway = CeleryTaskExecutorGateway(config)
     rm = master.resource_manager
 
-    async def until(predicate: Callable[[], bool], what: str) -> None:
-        await eventually(predicate, what, processes=[te], timeout=WAIT_S)
-
     try:
-        await until(lambda: rm.overview().taskmanagers == 1, "the registration")
+        await eventually(lambda: rm.overview().taskmanagers == 1, "the registration", processes=[te], timeout=WAIT_S)
         job_id = uuid.uuid4().hex
         rm.declare_requirements(job_id, 1, master.jobs)
-        await until(lambda: len(master.jobs.slots) == 1, "an allocated slot")
+        await eventually(lambda: len(master.jobs.slots) == 1, "an allocated slot", processes=[te], timeout=WAIT_S)
         slot = master.jobs.slots[0]
 
-        def tdd(marker: str, **fields: str) -> TaskDeploymentDescriptor:
+        def tdd(marker: str, **fields: Any) -> TaskDeploymentDescriptor:
             execution_id = uuid.uuid4().hex
             return TaskDeploymentDescriptor(
                 job_id=job_id, job_master_id=master.session_id, execution_id=execution_id, vertex_id="v",
@@ -77,7 +74,8 @@ async def test_a_deployment_carrying_a_stale_session_is_refused_and_its_function
         # a slot allocated to an earlier registration (e.g. queued before this process registered)
         old_registration = dataclasses.replace(tdd("old-registration"), registration_id=uuid.uuid4().hex)
         await asyncio.to_thread(gateway.deploy, slot, old_registration, master.session_id)
-        await until(lambda: master.jobs.final(old_registration.execution_id) is not None, "the refusal")
+        await eventually(lambda: master.jobs.final(old_registration.execution_id) is not None, "the refusal",
+                         processes=[te], timeout=WAIT_S)
         refused = master.jobs.final(old_registration.execution_id)
         assert refused is not None and refused.state is ExecutionState.FAILED and refused.failure is not None
         assert refused.failure.cls == "DeploymentRefused" and "registration" in refused.failure.message
@@ -85,13 +83,14 @@ async def test_a_deployment_carrying_a_stale_session_is_refused_and_its_function
         # a former leader's deployment: refused; its report is fenced out as well
         former = dataclasses.replace(tdd("former-session"), job_master_id=FORMER_SESSION)
         await asyncio.to_thread(gateway.deploy, slot, former, FORMER_SESSION)
-        await until(lambda: f"refusing execution {former.execution_id}" in te.log.read_text(errors="replace"),
-                         "the former leader's deployment to be refused")
+        await eventually(lambda: f"refusing execution {former.execution_id}" in te.log.read_text(errors="replace"),
+                         "the former leader's deployment to be refused", processes=[te], timeout=WAIT_S)
 
         # the current one runs in the same slot: the function does run when admitted
         current = tdd("current")
         await asyncio.to_thread(gateway.deploy, slot, current, master.session_id)
-        await until(lambda: master.jobs.final(current.execution_id) is not None, "the current task")
+        await eventually(lambda: master.jobs.final(current.execution_id) is not None, "the current task",
+                         processes=[te], timeout=WAIT_S)
         done = master.jobs.final(current.execution_id)
         assert done is not None and done.state is ExecutionState.FINISHED, done
         assert sorted(p.name for p in markers.iterdir()) == ["current"]
@@ -99,9 +98,8 @@ async def test_a_deployment_carrying_a_stale_session_is_refused_and_its_function
 
         # stopping unregisters at once, far within the heartbeat timeout
         te.process.send_signal(signal.SIGTERM)
-        stopped = time.monotonic()
-        while rm.overview().taskmanagers and time.monotonic() - stopped < 1.0:
-            await asyncio.sleep(0.02)
+        # (the wait ends well before heartbeat.timeout, 20 s, could drop it)
+        await eventually(lambda: not rm.overview().taskmanagers, "the TaskExecutor to unregister", timeout=10)
         assert rm.task_executors() == [], te.log_tail()
         assert master.jobs.lost == [(te.id, [slot.allocation_id], "it stopped and unregistered")]
     finally:

@@ -6,7 +6,6 @@ import os
 import re
 import shutil
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ import pytest
 
 from sparkdispatch.config import Configuration
 from sparkdispatch.testing.local_cluster import LocalCluster
+from sparkdispatch.testing.waiting import eventually_blocking
 
 pytestmark = pytest.mark.slow
 
@@ -49,10 +49,8 @@ def test_flink_list_and_cancel(master: LocalCluster) -> None:
 
     cancelled = flink("cancel", "-m", target, "-Drest.retry.max-attempts=0", job_id)
     assert cancelled.returncode == 0, cancelled.stdout + cancelled.stderr
-    deadline = time.monotonic() + 30
-    while master.request("GET", f"{master.leader_url()}/jobs/{job_id}")[1]["status"] != "CANCELED":
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+    eventually_blocking(lambda: master.request("GET", f"{master.leader_url()}/jobs/{job_id}")[1]["status"]
+                        == "CANCELED", "the job CANCELED", interval=0.1)
     listed = flink("list", "-a", "-m", target, "-Drest.retry.max-attempts=0")
     assert re.search(rf"{job_id} : seen-by-flink \(CANCELED\)", listed.stdout), listed.stdout
 

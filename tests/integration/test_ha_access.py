@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from sparkdispatch.client import RetryPolicy, SparkDispatchClient
-from sparkdispatch.client_leader import ZooKeeperTarget
+from sparkdispatch.client.leader import ZooKeeperTarget
 from sparkdispatch.config import Configuration
+from sparkdispatch.config.options import HA_CLUSTER_ID, HA_ZOOKEEPER_QUORUM
 from sparkdispatch.ha import ClosableLeaderRetrieval, LeaderInfo, create_leader_retrieval
 from sparkdispatch.testing.master import InProcessMaster
 from sparkdispatch.testing.services import ZooKeeperServer
+from sparkdispatch.testing.waiting import eventually
 
 WAIT_S = 30.0  # an upper bound for anything to happen; no timing is asserted
 PATIENT = RetryPolicy(attempts=60, initial_backoff=0.05, max_backoff=0.5)
@@ -44,15 +46,6 @@ def tree(zk: KazooClient, path: str) -> set[str]:
     return nodes
 
 
-async def until(condition: Callable[[], bool], what: str) -> None:
-    try:
-        async with asyncio.timeout(WAIT_S):
-            while not condition():
-                await asyncio.sleep(0.02)
-    except TimeoutError:
-        raise AssertionError(f"timed out waiting for {what}") from None
-
-
 def follows(retrieval: ClosableLeaderRetrieval, master: InProcessMaster) -> bool:
     """Whether `retrieval` names `master`, and `master` leads, under the session it leads."""
     info = retrieval.current()
@@ -61,8 +54,8 @@ def follows(retrieval: ClosableLeaderRetrieval, master: InProcessMaster) -> bool
 
 async def test_followers_create_no_znode_and_follow_the_leader(zk_config: Configuration, zk: KazooClient,
                                                                zk_root: str) -> None:
-    target = ZooKeeperTarget(quorum=zk_config["high-availability.zookeeper.quorum"],
-                             cluster_id=zk_config["high-availability.cluster-id"], root=zk_root)
+    target = ZooKeeperTarget(quorum=zk_config.get(HA_ZOOKEEPER_QUORUM),
+                             cluster_id=zk_config.get(HA_CLUSTER_ID), root=zk_root)
     task_executor_side = create_leader_retrieval(zk_config)
     first = InProcessMaster(overrides=zk_config.to_flat())
     second = InProcessMaster(overrides=zk_config.to_flat())
@@ -71,16 +64,16 @@ async def test_followers_create_no_znode_and_follow_the_leader(zk_config: Config
             # No master yet: both watch a leader node whose parents do not exist, and create none.
             await asyncio.to_thread(task_executor_side.start)
             finding = asyncio.create_task(client.leader())
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(0.5)  # room for a leader found or a znode made, which must not come
             assert not finding.done() and task_executor_side.current() is None
             assert await asyncio.to_thread(tree, zk, zk_root) == set()
 
             await first.start()
             await first.wait_for_leadership()
             assert await asyncio.wait_for(finding, WAIT_S) == first.url
-            await until(lambda: follows(task_executor_side, first), "the TaskExecutor side to see the leader")
+            await eventually(lambda: follows(task_executor_side, first), "the TaskExecutor side to see the leader")
             await second.start()
-            await until(lambda: second.master.leader_address() == first.url, "the standby to know the leader")
+            await eventually(lambda: second.master.leader_address() == first.url, "the standby to know the leader")
 
             # Followers that come while the masters run leave the masters' tree as it is.
             before = await asyncio.to_thread(tree, zk, zk_root)
@@ -96,7 +89,8 @@ async def test_followers_create_no_znode_and_follow_the_leader(zk_config: Config
 
             # The leader goes: both follow the standby that takes over.
             await first.stop()
-            await until(lambda: follows(task_executor_side, second), "the TaskExecutor side to follow the new leader")
+            await eventually(lambda: follows(task_executor_side, second),
+                             "the TaskExecutor side to follow the new leader")
             assert await client.jobs() == [] and client.leader_address == second.url
     finally:
         task_executor_side.close()

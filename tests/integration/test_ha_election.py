@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import signal
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from functools import partial
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
@@ -14,10 +16,12 @@ import pytest
 from kazoo.client import KazooClient
 
 from sparkdispatch.config import Configuration
+from sparkdispatch.config.options import HA_ZOOKEEPER_SESSION_TIMEOUT
 from sparkdispatch.ha import LeaderInfo, create_ha_services
 from sparkdispatch.ha.services import ZooKeeperHaServices
 from sparkdispatch.testing.contender import ContenderProcess, first_grant
 from sparkdispatch.testing.services import ZooKeeperServer
+from sparkdispatch.testing.waiting import eventually
 
 WAIT = 30.0  # generous upper bound for anything to happen; no timing is asserted
 
@@ -42,7 +46,7 @@ class Timeline:
 
     def assert_no_overlap(self) -> None:
         intervals = self.intervals()
-        for (s1, e1, n1), (s2, e2, n2) in zip(intervals, intervals[1:]):
+        for (s1, e1, n1), (s2, _, n2) in itertools.pairwise(intervals):
             assert e1 <= s2, f"{n1} led {s1:.3f}-{e1:.3f} while {n2} led from {s2:.3f}"
 
 
@@ -76,14 +80,6 @@ class Contender:
         self.changed.set()
 
 
-async def wait_until(predicate: Callable[[], bool], timeout: float = WAIT, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.02)
-
-
 @asynccontextmanager
 async def contenders(config: Configuration, names: list[str],
                      timeline: Timeline) -> AsyncIterator[dict[str, Contender]]:
@@ -102,6 +98,11 @@ async def contenders(config: Configuration, names: list[str],
             await contender.services.close()
 
 
+def another_leads(group: dict[str, Contender], former: Contender) -> bool:
+    """Exactly one contender of `group` leads, and it is not `former`."""
+    return len(current := leaders(group)) == 1 and current[0] is not former
+
+
 def leaders(group: dict[str, Contender]) -> list[Contender]:
     return [c for c in group.values() if c.session_id is not None]
 
@@ -110,10 +111,10 @@ def leaders(group: dict[str, Contender]) -> list[Contender]:
 async def test_exactly_one_of_several_contenders_leads(zk_config: Configuration, count: int) -> None:
     timeline = Timeline()
     async with contenders(zk_config, [f"c{i}" for i in range(count)], timeline) as group:
-        await wait_until(lambda: len(leaders(group)) == 1, what="a leader")
+        await eventually(lambda: len(leaders(group)) == 1, what="a leader")
         await asyncio.sleep(0.5)  # nobody else gets granted later
         [leader] = leaders(group)
-        assert len(timeline.events) == 1
+        assert len(timeline.events) == 1 and leader.session_id is not None
         retrieval = leader.services.create_retrieval()
         retrieval.start()
         info = retrieval.wait_for_leader(WAIT)
@@ -126,14 +127,13 @@ async def test_graceful_stop_hands_over_and_intervals_never_overlap(zk_config: C
     async with contenders(zk_config, ["a", "b", "c"], timeline) as group:
         seen_sessions: set[str] = set()
         for _ in range(2):
-            await wait_until(lambda: len(leaders(group)) == 1, what="a leader")
+            await eventually(lambda: len(leaders(group)) == 1, what="a leader")
             [leader] = leaders(group)
-            assert leader.session_id not in seen_sessions
+            assert leader.session_id is not None and leader.session_id not in seen_sessions
             seen_sessions.add(leader.session_id)
             stopped = time.monotonic()
             await leader.services.close()
-            await wait_until(lambda: len(leaders(group)) == 1 and leaders(group)[0] is not leader,
-                             what="a new leader")
+            await eventually(partial(another_leads, group, leader), what="a new leader")
             print(f"graceful handover took {time.monotonic() - stopped:.3f}s")
     timeline.assert_no_overlap()
     assert len({session for c in group.values() for session in c.grants}) == 3  # fresh uuid per grant
@@ -143,15 +143,15 @@ async def test_stale_confirmation_is_ignored(zk_config: Configuration) -> None:
     timeline = Timeline()
     async with contenders(zk_config, ["a"], timeline) as group:
         contender = group["a"]
-        await wait_until(lambda: contender.session_id is not None, what="a leader")
+        session_id = await eventually(lambda: contender.session_id, what="a leader")
         election = contender.services.election
         assert election.confirm_leadership("1e5ca1e0-0000-4000-8000-000000000000", "http://stale:1") is False
-        assert election.has_leadership(contender.session_id)
+        assert election.has_leadership(session_id)
         assert not election.has_leadership("1e5ca1e0-0000-4000-8000-000000000000")
         retrieval = contender.services.create_retrieval()
         retrieval.start()
-        await wait_until(lambda: retrieval.current() is not None, what="leader info")
-        assert retrieval.current() == LeaderInfo(contender.address, contender.session_id)
+        await eventually(lambda: retrieval.current() is not None, what="leader info")
+        assert retrieval.current() == LeaderInfo(contender.address, session_id)
 
 
 async def test_deleted_or_changed_leader_info_is_rewritten(zk_config: Configuration,
@@ -162,7 +162,7 @@ async def test_deleted_or_changed_leader_info_is_rewritten(zk_config: Configurat
         services = contender.services
         retrieval = services.create_retrieval()
         retrieval.start()
-        await wait_until(lambda: retrieval.current() is not None, what="leader info")
+        await eventually(lambda: retrieval.current() is not None, what="leader info")
         expected = LeaderInfo(contender.address, contender.session_id or "")
         assert retrieval.current() == expected
         intruder = KazooClient(hosts=zookeeper_server.hosts, timeout=4.0)
@@ -175,12 +175,12 @@ async def test_deleted_or_changed_leader_info_is_rewritten(zk_config: Configurat
         try:
             before = intruder.exists(path)
             intruder.delete(path)
-            await wait_until(lambda: (s := intruder.exists(path)) is not None and s.czxid != before.czxid,
+            await eventually(lambda: (s := intruder.exists(path)) is not None and s.czxid != before.czxid,
                              what="the deleted info to be written again")
             assert stored() == expected
             intruder.set(path, b'{"address": "http://evil:1", "session_id": "x"}')
-            await wait_until(lambda: stored() == expected, what="the changed info to be rewritten")
-            await wait_until(lambda: retrieval.current() == expected, what="retrieval of the rewritten info")
+            await eventually(lambda: stored() == expected, what="the changed info to be rewritten")
+            await eventually(lambda: retrieval.current() == expected, what="retrieval of the rewritten info")
         finally:
             intruder.stop()
             intruder.close()
@@ -191,22 +191,22 @@ async def test_paused_zookeeper_revokes_then_a_leader_returns(zk_config: Configu
                                                               zookeeper_server: ZooKeeperServer) -> None:
     timeline = Timeline()
     async with contenders(zk_config, ["a", "b"], timeline) as group:
-        await wait_until(lambda: len(leaders(group)) == 1, what="a leader")
+        await eventually(lambda: len(leaders(group)) == 1, what="a leader")
         [first] = leaders(group)
         retrieval = first.services.create_retrieval()
         retrieval.start()
-        await wait_until(lambda: retrieval.current() is not None, what="leader info")
+        await eventually(lambda: retrieval.current() is not None, what="leader info")
         zookeeper_server.pause()
         try:
             paused = time.monotonic()
-            await wait_until(lambda: not leaders(group) and retrieval.current() is None, timeout=15,
+            await eventually(lambda: not leaders(group) and retrieval.current() is None, timeout=15,
                              what="revocation while ZooKeeper is paused")
             print(f"leader revoked {time.monotonic() - paused:.2f}s after the pause")
         finally:
             zookeeper_server.resume()
-        await wait_until(lambda: len(leaders(group)) == 1, what="a leader after resume")
+        await eventually(lambda: len(leaders(group)) == 1, what="a leader after resume")
         [leader] = leaders(group)
-        await wait_until(lambda: retrieval.current() == LeaderInfo(leader.address, leader.session_id or ""),
+        await eventually(lambda: retrieval.current() == LeaderInfo(leader.address, leader.session_id or ""),
                          what="retrievers to see the new leader")
         assert leader.session_id != first.grants[0]
     timeline.assert_no_overlap()
@@ -218,16 +218,16 @@ async def test_tolerated_suspension_keeps_leadership(zk_config: Configuration,
     timeline = Timeline()
     async with contenders(config, ["a"], timeline) as group:
         contender = group["a"]
-        await wait_until(lambda: contender.session_id is not None, what="a leader")
+        await eventually(lambda: contender.session_id is not None, what="a leader")
         session = contender.session_id
         states: list[str] = []
         contender.services.client.add_listener(states.append)
         zookeeper_server.pause()
         try:
-            await wait_until(lambda: "SUSPENDED" in states, timeout=15, what="a suspended connection")
+            await eventually(lambda: "SUSPENDED" in states, timeout=15, what="a suspended connection")
         finally:
             zookeeper_server.resume()
-        await wait_until(lambda: states[-1] == "CONNECTED", what="the reconnect")
+        await eventually(lambda: states[-1] == "CONNECTED", what="the reconnect")
         assert contender.session_id == session
         assert contender.grants == [session]
 
@@ -269,15 +269,17 @@ async def test_sigkilled_leader_process_is_replaced(zk_config: Configuration) ->
             rest = {n: c for n, c in children.items() if n != leader_name}
             new_name, new_grant = await asyncio.to_thread(granted_first, rest)
             takeover = new_grant["t"] - killed_at
-            session_timeout = zk_config["high-availability.zookeeper.session-timeout"]
+            session_timeout = zk_config.get(HA_ZOOKEEPER_SESSION_TIMEOUT)
             print(f"SIGKILL takeover: {takeover:.2f}s (session timeout {session_timeout:g}s)")
-            await wait_until(lambda: retrieval.current() is not None
-                             and retrieval.current().session_id == new_grant["session_id"],
-                             what="retrieval of the new leader")
-            assert retrieval.current().address == f"http://{new_name}.example:8081"
+            def names_the_new_leader() -> LeaderInfo | None:
+                info = retrieval.current()
+                return info if info is not None and info.session_id == new_grant["session_id"] else None
+
+            info = await eventually(names_the_new_leader, what="retrieval of the new leader")
+            assert info.address == f"http://{new_name}.example:8081"
             # the survivor that was not granted stays a standby
             [standby] = [c for n, c in rest.items() if n != new_name]
-            await asyncio.sleep(0.3)
+            await asyncio.sleep(0.3)  # room for a second grant, which must not come
             assert all(e["event"] != "granted" for e in list(standby.events.queue))
         finally:
             await observer.close()

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -21,7 +21,7 @@ from kazoo.exceptions import (
     SessionExpiredError,
 )
 
-from sparkdispatch.archive import ArchivedJob, JobArchive
+from sparkdispatch.dispatcher.archive import ArchivedJob, JobArchive
 from sparkdispatch.config import Configuration
 from sparkdispatch.errors import (
     CorruptedBlob,
@@ -37,13 +37,16 @@ from sparkdispatch.ha.files import is_temp
 from sparkdispatch.ha.job_result_store import JobResultEntry
 from sparkdispatch.ha.jobgraph_store import ZooKeeperJobGraphStore, read_znode
 from sparkdispatch.ha.progress_store import ZooKeeperProgressStore
-from sparkdispatch.repair import Repair
+from sparkdispatch.model.repair import Repair
 from sparkdispatch.ha.services import ZooKeeperHaServices
-from sparkdispatch.jobgraph import ExecutionState, JobGraph, JobResult, JobStatus, JobVertex, VertexResult
-from sparkdispatch.settings import ArchiveSettings
-from sparkdispatch.snapshot import JobSnapshot
+from sparkdispatch.model.states import ExecutionState, JobStatus
+from sparkdispatch.model.job_graph import JobGraph, JobVertex
+from sparkdispatch.model.job_result import JobResult, VertexResult
+from sparkdispatch.dispatcher.settings import ArchiveSettings
+from sparkdispatch.model.snapshot import JobSnapshot
 from sparkdispatch.testing.contender import RecordingContender, leading
 from sparkdispatch.testing.services import ZooKeeperServer
+from sparkdispatch.testing.waiting import eventually
 
 WAIT = 30.0
 
@@ -69,19 +72,10 @@ def archived(job_id: str, status: JobStatus) -> ArchivedJob:
     return ArchivedJob(job, JobSnapshot.from_result(job), fingerprint="fp")
 
 
-async def wait_until(predicate, timeout: float = WAIT, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
-
-
 @pytest.fixture(params=["none", "zookeeper"])
 def config(request: pytest.FixtureRequest, tmp_path: Path) -> Configuration:
-    if request.param == "none":
-        return request.getfixturevalue("standalone_config")
-    return request.getfixturevalue("zk_config")
+    config: Configuration = request.getfixturevalue("standalone_config" if request.param == "none" else "zk_config")
+    return config
 
 
 @asynccontextmanager
@@ -398,7 +392,6 @@ async def test_a_removed_job_result_lets_a_repair_write_a_new_one(config: Config
         assert await store.get(job) == JobResultEntry(result(job), "fp")
 
 
-
 # ---------------------------------------------------------------------------- JobResult store contract
 
 
@@ -552,20 +545,20 @@ async def test_digest_acl_keeps_other_zookeeper_users_out(zk_config: Configurati
         services.election.confirm_leadership(session, "http://leader:8081")
         retrieval = services.create_retrieval()
         retrieval.start()
-        await wait_until(lambda: retrieval.current() is not None, what="leader info")
+        await eventually(lambda: retrieval.current() is not None, what="leader info")
         assert await services.jobgraph_store.get(job) == graph(job)
         jobgraph = f"{services.paths.jobgraphs}/{job}"
         for stranger in strangers:
             stranger.start()
-            for read in (lambda: stranger.get(jobgraph), lambda: stranger.get(services.paths.connection_info),
-                         lambda: stranger.get_children(services.paths.cluster),
-                         lambda: stranger.get_children(services.paths.latch)):
+            for read in (partial(stranger.get, jobgraph), partial(stranger.get, services.paths.connection_info),
+                         partial(stranger.get_children, services.paths.cluster),
+                         partial(stranger.get_children, services.paths.latch)):
                 with pytest.raises(NoAuthError):
                     read()
-            for write in (lambda: stranger.set(jobgraph, b"{}"), lambda: stranger.delete(jobgraph),
-                          lambda: stranger.create(f"{services.paths.jobgraphs}/{new_job_id()}", b"{}"),
-                          lambda: stranger.delete(services.paths.connection_info),
-                          lambda: stranger.create(f"{services.paths.latch}/x__lock__0000000000", b"")):
+            for write in (partial(stranger.set, jobgraph, b"{}"), partial(stranger.delete, jobgraph),
+                          partial(stranger.create, f"{services.paths.jobgraphs}/{new_job_id()}", b"{}"),
+                          partial(stranger.delete, services.paths.connection_info),
+                          partial(stranger.create, f"{services.paths.latch}/x__lock__0000000000", b"")):
                 with pytest.raises(NoAuthError):
                     write()
         assert await services.jobgraph_store.get(job) == graph(job)

@@ -14,8 +14,10 @@ from typing import Any
 import pytest
 
 from sparkdispatch.config import Configuration
+from sparkdispatch.config.options import HA_CLUSTER_ID, HA_ZOOKEEPER_PATH_ROOT, HA_ZOOKEEPER_QUORUM
 from sparkdispatch.testing.local_cluster import LocalCluster
 from sparkdispatch.testing.services import RedisServer, ZooKeeperServer
+from sparkdispatch.testing.waiting import eventually_blocking
 
 pytestmark = pytest.mark.slow
 
@@ -72,10 +74,8 @@ def runs(log_dir: Path, vertex_id: str, what: str = "run") -> list[str]:
 
 def wait_for_run(log_dir: Path, vertex_id: str, what: str = "run", timeout: float = 120.0) -> None:
     """Wait until a subtask of `vertex_id` left its `what` marker."""
-    deadline = time.monotonic() + timeout
-    while not runs(log_dir, vertex_id, what):
-        assert time.monotonic() < deadline, f"{vertex_id} never reached {what!r}"
-        time.sleep(0.1)
+    eventually_blocking(lambda: runs(log_dir, vertex_id, what), f"{vertex_id} to reach {what!r}", timeout=timeout,
+                        interval=0.1)
 
 
 def test_fan_out_fan_in_graph_produces_the_expected_rows(cluster: LocalCluster, tasks_key: str,
@@ -126,18 +126,16 @@ def test_cancel_stops_running_spark_work_and_frees_the_slots(cluster: LocalClust
                                                              tmp_path: Path) -> None:
     job_id = cluster.submit(job("endless", [vertex("spin", "endless_spark", log_dir=str(tmp_path))], tasks_key))
     wait_for_run(tmp_path, "spin", "start")
-    time.sleep(1.0)  # let its Spark job get going
+    time.sleep(1.0)  # the scenario: its Spark job gets going (cancelled before, it stops all the same)
     status, _ = cluster.request("PATCH", f"{cluster.leader_url()}/jobs/{job_id}?mode=cancel", {})
     assert status == 202
     result = cluster.wait_for_result(job_id, timeout=60)
     assert result["status"] == "CANCELED"
-    deadline = time.monotonic() + 30
-    while True:
+    def slots_free() -> bool:
         overview = cluster.request("GET", cluster.leader_url() + "/overview")[1]
-        if overview["slots_available"] == overview["slots_total"]:
-            break
-        assert time.monotonic() < deadline, overview
-        time.sleep(0.2)
+        return bool(overview["slots_available"] == overview["slots_total"])
+
+    eventually_blocking(slots_free, "every slot free", interval=0.2)
     assert runs(tmp_path, "spin", "end") == []  # the Spark job was stopped, not left to finish
     status, body = cluster.request("PATCH", f"{cluster.leader_url()}/jobs/{job_id}?mode=cancel", {})
     assert status == 202, body  # cancelling a cancelled job is idempotent
@@ -281,9 +279,9 @@ def test_a_job_whose_cleanup_fails_is_cleaned_by_the_next_leader_and_not_rerun(
     from kazoo.security import OPEN_ACL_UNSAFE, make_acl
 
     cluster.wait_for_task_executors(2)
-    jobgraphs = f"{cluster.config['high-availability.zookeeper.path.root']}/" \
-                f"{cluster.config['high-availability.cluster-id']}/jobgraphs"
-    zk = KazooClient(hosts=cluster.config["high-availability.zookeeper.quorum"])
+    jobgraphs = f"{cluster.config.get(HA_ZOOKEEPER_PATH_ROOT)}/" \
+                f"{cluster.config.get(HA_CLUSTER_ID)}/jobgraphs"
+    zk = KazooClient(hosts=cluster.config.get(HA_ZOOKEEPER_QUORUM))
     zk.start()
     try:
         # no one may delete JobGraphs: the leader's cleanup fails and keeps retrying
@@ -292,20 +290,18 @@ def test_a_job_whose_cleanup_fails_is_cleaned_by_the_next_leader_and_not_rerun(
         job_id = cluster.submit(job("cleanup", [vertex("numbers", "numbers", rows=5, log_dir=str(tmp_path))],
                                     tasks_key))
         assert cluster.wait_for_result(job_id)["status"] == "FINISHED"
-        dirty = cluster.config.storage_dir / "job-result-store" / cluster.config["high-availability.cluster-id"] \
+        dirty = cluster.config.storage_dir / "job-result-store" / cluster.config.get(HA_CLUSTER_ID) \
             / f"{job_id}_DIRTY.json"
-        time.sleep(1.0)
+        time.sleep(1.0)  # room for a cleanup, which cannot succeed
         assert dirty.exists() and zk.exists(f"{jobgraphs}/{job_id}")
         old_leader = cluster.wait_for_leader()
         cluster.kill_master(old_leader, signal.SIGKILL)
         cluster.wait_for_leader(exclude=old_leader, timeout=30)
-        time.sleep(1.0)
+        time.sleep(1.0)  # as above, for the new leader
         assert dirty.exists()  # the new leader cannot clean up either, and does not re-run the job
         zk.set_acls(jobgraphs, OPEN_ACL_UNSAFE)
-        deadline = time.monotonic() + 30
-        while dirty.exists() or zk.exists(f"{jobgraphs}/{job_id}"):
-            assert time.monotonic() < deadline, "the new leader never finished the cleanup"
-            time.sleep(0.2)
+        eventually_blocking(lambda: not dirty.exists() and not zk.exists(f"{jobgraphs}/{job_id}"),
+                            "the new leader to finish the cleanup", interval=0.2)
         assert len(runs(tmp_path, "numbers")) == 1
         status, body = cluster.request("GET", f"{cluster.leader_url()}/jobs/{job_id}/execution-result")
         assert status == 200 and body["job_execution_result"]["status"] == "FINISHED"

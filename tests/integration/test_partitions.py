@@ -22,6 +22,7 @@ import pytest
 
 from sparkdispatch.client import RetryPolicy, SparkDispatchClient
 from sparkdispatch.testing.hosts import CLUSTER_TOKEN, ZOOKEEPER_PORT, MultiHostCluster, available
+from sparkdispatch.testing.waiting import eventually
 
 pytestmark = pytest.mark.slow
 
@@ -73,15 +74,6 @@ async def leaders(cluster: MultiHostCluster, among: list[str] | None = None) -> 
             if overview and overview["is_leader"]]
 
 
-async def wait_for(what: str, predicate: Any, timeout: float = WAIT_S) -> float:
-    """Seconds until `await predicate()` is true (polled every 50 ms)."""
-    started = time.monotonic()
-    while not await predicate():
-        assert time.monotonic() - started < timeout, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
-    return time.monotonic() - started
-
-
 async def run_job(client: SparkDispatchClient, key: str, log_dir: Path, name: str, *, sleep_s: float = 0.0,
                   while_running: Any = None) -> dict[str, Any]:
     job_id = (await client.submit({
@@ -91,7 +83,7 @@ async def run_job(client: SparkDispatchClient, key: str, log_dir: Path, name: st
                      {"id": "double", "entrypoint": "job_tasks:double", "parallelism": 1, "inputs": ["numbers"],
                       "params": {"log_dir": str(log_dir)}}]})).job_id
     if while_running is not None:
-        await wait_for(f"{name} to run", lambda: _started(log_dir))
+        await eventually(lambda: _started(log_dir), f"{name} to run", timeout=WAIT_S, interval=0.05)
         await while_running()
     result = await asyncio.wait_for(client.wait_for_result(job_id, poll_interval=0.3), WAIT_S)
     assert result["status"] == "FINISHED", result.get("failure")
@@ -109,7 +101,7 @@ def successful_runs(log_dir: Path, vertex: str, subtask: int) -> int:
 
 async def test_partitions_of_masters_zookeeper_and_task_executors(
         cluster: MultiHostCluster, client: SparkDispatchClient, tmp_path: Path) -> None:
-    await wait_for("two registered TaskExecutors", lambda: _task_executors(client, 2))
+    await eventually(lambda: _task_executors(client, 2), "two registered TaskExecutors", timeout=WAIT_S, interval=0.05)
     key = await client.upload_artifact(TASKS)
     await run_job(client, key, tmp_path / "warm", "warm-up")
 
@@ -123,13 +115,15 @@ async def test_partitions_of_masters_zookeeper_and_task_executors(
 
     async def cut_the_leader() -> None:
         network.cut(leader_host.name)
-        took.append(await wait_for("a new leader", lambda: _other_leads(cluster, leader)))
+        cut = time.monotonic()
+        await eventually(lambda: _other_leads(cluster, leader), "a new leader", timeout=WAIT_S, interval=0.05)
+        took.append(time.monotonic() - cut)
 
     await run_job(client, key, tmp_path / "leader-cut", "leader-cut", sleep_s=2.0, while_running=cut_the_leader)
     print(f"leader cut off: the standby led after {took[0]:.2f}s (session timeout {SESSION_TIMEOUT_S}s)")
     assert took[0] <= SESSION_TIMEOUT_S + 1.0
     network.heal(leader_host.name)
-    await asyncio.sleep(SESSION_TIMEOUT_S)
+    await asyncio.sleep(SESSION_TIMEOUT_S)  # what must not happen (the returned master leading) has had its chance
     current = await leaders(cluster)
     assert len(current) == 1 and current[0] != leader, current  # the returned master does not lead again
 
@@ -150,13 +144,14 @@ async def test_partitions_of_masters_zookeeper_and_task_executors(
     #    fails over; back while its stale task still runs, it registers again and the task is cancelled
     async def drop_a_task_executor() -> None:
         network.drop("taskexecutor-1")
-        await wait_for("the TaskExecutor lost", lambda: _task_executors(client, 1))
+        await eventually(lambda: _task_executors(client, 1), "the TaskExecutor lost", timeout=WAIT_S, interval=0.05)
         network.heal("taskexecutor-1")
 
     result = await run_job(client, key, tmp_path / "te-drop", "taskexecutor-dropped", sleep_s=8.0,
                            while_running=drop_a_task_executor)
     assert result["vertices"]["numbers"]["attempts"] == 2
-    await wait_for("both TaskExecutors registered again", lambda: _task_executors(client, 2))
+    await eventually(lambda: _task_executors(client, 2), "both TaskExecutors registered again", timeout=WAIT_S,
+                     interval=0.05)
     stale = [line for name in ("master-1", "master-2") for line in cluster.log_lines(name)
              if "still runs stale execution" in line and result["job_id"] in line]
     assert stale and "taskexecutor-1" in stale[0], stale
@@ -172,11 +167,12 @@ async def test_partitions_of_masters_zookeeper_and_task_executors(
     await run_job(client, key, tmp_path / "te-drop-long", "taskexecutor-dropped-long", sleep_s=3.0,
                   while_running=drop_until_the_end)
     network.heal("taskexecutor-1")
-    await wait_for("both TaskExecutors registered again", lambda: _task_executors(client, 2))
+    await eventually(lambda: _task_executors(client, 2), "both TaskExecutors registered again", timeout=WAIT_S,
+                     interval=0.05)
 
     async def separate_the_broker() -> None:
         network.separate("redis", ["master-1", "master-2"])
-        await asyncio.sleep(2.5)
+        await asyncio.sleep(2.5)  # the partition itself: shorter than the heartbeat timeout
         network.heal("redis")
 
     result = await run_job(client, key, tmp_path / "broker-cut", "broker-cut", sleep_s=1.0,
@@ -187,10 +183,10 @@ async def test_partitions_of_masters_zookeeper_and_task_executors(
     # 5. the ZooKeeper majority cut off: no master leads; nothing is lost; work resumes afterwards
     network.cut("zookeeper-1")
     network.cut("zookeeper-2")
-    await wait_for("no leader", lambda: _no_leader(cluster), timeout=SESSION_TIMEOUT_S * 4)
+    await eventually(lambda: _no_leader(cluster), "no leader", timeout=SESSION_TIMEOUT_S * 4, interval=0.05)
     network.heal("zookeeper-1")
     network.heal("zookeeper-2")
-    await wait_for("a leader again", lambda: _one_leader(cluster))
+    await eventually(lambda: _one_leader(cluster), "a leader again", timeout=WAIT_S, interval=0.05)
     await run_job(client, key, tmp_path / "after-quorum", "after-quorum")
     jobs = await client.jobs()
     assert sorted(job["name"] for job in jobs if job["status"] == "FINISHED") == sorted(

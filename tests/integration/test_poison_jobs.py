@@ -8,19 +8,21 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pytest
 
 from sparkdispatch.config import Configuration
+from sparkdispatch.config.options import HA_MODE
 from sparkdispatch.ha import HighAvailabilityServices, JobProgress, create_ha_services
 from sparkdispatch.ha.services import ZooKeeperHaServices
-from sparkdispatch.jobgraph import JobGraph
+from sparkdispatch.model.job_graph import JobGraph
 from sparkdispatch.jobmaster.long_lived import LONG_LIVED_GRAPHS
 from sparkdispatch.testing.contender import leading
 from sparkdispatch.testing.http import request_json
 from sparkdispatch.testing.master import InProcessMaster, finish_every_task
+from sparkdispatch.testing.waiting import eventually
 
 WAIT = 60.0
 GOOD, TOO_LARGE, CORRUPT, WRONG_SCHEMA, MISFILED = "a" * 32, "b" * 32, "c" * 32, "d" * 32, "e" * 32
@@ -38,15 +40,6 @@ def good_graph() -> JobGraph:
     return JobGraph.from_dict({"job_id": GOOD, "name": "good", "vertices": [
         {"id": "extract", "entrypoint": "tasks:noop", "parallelism": 2},
         {"id": "load", "entrypoint": "tasks:noop", "inputs": ["extract"]}]})
-
-
-async def until(predicate: Callable[[], Any], what: str, timeout: float = WAIT) -> Any:
-    """Wait until `await predicate()` is truthy; returns it."""
-    async with asyncio.timeout(timeout):
-        while not (value := await predicate()):
-            await asyncio.sleep(0.05)
-    assert value, what
-    return value
 
 
 async def test_the_graph_of_the_report_is_refused_with_400_naming_the_limit_and_nothing_is_stored() -> None:
@@ -69,7 +62,7 @@ async def test_the_graph_of_the_report_is_refused_with_400_naming_the_limit_and_
         # the master serves on
         status, accepted = await request_json("POST", f"{master.url}/jobs", good_graph().to_dict())
         assert status == 202
-        result = await until(lambda: finished(master.url, GOOD), "the good job ends")
+        result = await eventually(lambda: finished(master.url, GOOD), "the good job ends", timeout=WAIT, interval=0.05)
         assert result["status"] == "FINISHED"
 
 
@@ -131,16 +124,18 @@ async def test_stored_jobs_that_cannot_be_read_or_run_fail_alone_finally_and_the
     starting = asyncio.create_task(master.start())
     try:
         # /overview answers while the master recovers (it parses and refuses the 10^8-subtask graph meanwhile)
-        await until(lambda: overview_of(master.url), "/overview answers during recovery")
+        await eventually(lambda: overview_of(master.url), "/overview answers during recovery", timeout=WAIT,
+                         interval=0.05)
         await starting
         await master.wait_for_leadership(timeout=WAIT)
         await master.add_task_executor(script=finish_every_task)
 
-        results = {job_id: await until(lambda job_id=job_id: finished(master.url, job_id), f"job {job_id} ends")
+        results = {job_id: await eventually(partial(finished, master.url, job_id), f"job {job_id} ends", timeout=WAIT,
+                                            interval=0.05)
                    for job_id in (GOOD, TOO_LARGE, CORRUPT, WRONG_SCHEMA, MISFILED)}
         assert results[GOOD]["status"] == "FINISHED"
         expected = {TOO_LARGE: ("JobTooLarge", "has 100000000 subtasks"),
-                    CORRUPT: ("StoreError", "cannot be read" if ha_config["high-availability.mode"] == "none"
+                    CORRUPT: ("StoreError", "cannot be read" if ha_config.get(HA_MODE) == "none"
                               else "holds no JobGraph record"),
                     WRONG_SCHEMA: ("StoreError", "vertices[0].parallelism: Not a valid integer"),
                     MISFILED: ("StoreError", f"names job {GOOD}")}
@@ -153,8 +148,9 @@ async def test_stored_jobs_that_cannot_be_read_or_run_fail_alone_finally_and_the
         assert "jobgraph.max-subtasks allows at most 100000" in results[TOO_LARGE]["failure"]["message"]
         # terminal as any failed job: its JobGraph removed, its JobResult written and cleaned up
         store = master.master.ha.jobgraph_store
-        await until(lambda: empty(store.job_ids()), "every JobGraph removed")
-        await until(lambda: empty(master.master.ha.job_result_store.dirty_job_ids()), "every JobResult clean")
+        await eventually(lambda: empty(store.job_ids()), "every JobGraph removed", timeout=WAIT, interval=0.05)
+        await eventually(lambda: empty(master.master.ha.job_result_store.dirty_job_ids()), "every JobResult clean",
+                         timeout=WAIT, interval=0.05)
         overview = await overview_of(master.url)
         assert overview is not None and (overview["jobs_finished"], overview["jobs_failed"]) == (1, 4)
     finally:

@@ -14,7 +14,6 @@ import os
 import re
 import shutil
 import signal
-import textwrap
 import threading
 import time
 import uuid
@@ -26,17 +25,18 @@ import grpc  # type: ignore[import-untyped]
 import pyarrow.parquet as pq
 import pytest
 
-from sparkdispatch.attempt_logs import attempt_log_path
-from sparkdispatch.jobgraph import ExecutionState
-from sparkdispatch.protocol import TaskDeploymentDescriptor
-from sparkdispatch.results import ResultLayout
-from sparkdispatch.settings import ConnectServerSettings, SlotPoolSettings
+from sparkdispatch.storage.attempt_logs import attempt_log_path
+from sparkdispatch.model.states import ExecutionState
+from sparkdispatch.model.protocol import TaskDeploymentDescriptor
+from sparkdispatch.storage.results import ResultLayout
+from sparkdispatch.taskexecutor.settings import ConnectServerSettings, SlotPoolSettings
 from sparkdispatch.taskexecutor.connect_server import ConnectServer
 from sparkdispatch.taskexecutor.driver_log import PREFIX
 from sparkdispatch.taskexecutor.slot_pool import SlotProcessPool
 from sparkdispatch.taskexecutor.server_watch import ConnectServerWatch
 from sparkdispatch.taskexecutor.slot_process import NOT_STARTED_LATE
 from sparkdispatch.taskexecutor.slot_protocol import SESSION_USER, AttemptState
+from sparkdispatch.testing.waiting import eventually_blocking
 
 pytestmark = pytest.mark.slow
 
@@ -140,11 +140,8 @@ def rows_of(end: AttemptState) -> list[dict[str, Any]]:
 def wait_for_marker(tmp_path: Path, name: str, timeout: float = WAIT_S) -> int:
     """The pid a task wrote into its marker file."""
     path = tmp_path / "markers" / name
-    deadline = time.monotonic() + timeout
-    while not path.exists() or not path.read_text():
-        assert time.monotonic() < deadline, f"no marker {name} within {timeout:g}s"
-        time.sleep(0.02)
-    return int(path.read_text())
+    return int(eventually_blocking(lambda: path.read_text() if path.exists() else None, f"the marker {name}",
+                                   timeout=timeout))
 
 
 def session_state(server: ConnectServer, session_id: str) -> str:
@@ -228,8 +225,8 @@ def test_ctx_results_and_failures_of_one_job_in_its_slot_process(pool: SlotProce
     assert failed.state is ExecutionState.FAILED and failed.failure is not None
     assert (failed.failure.cls, failed.failure.message) == ("ValueError", "no sales on monday")
     assert 'raise ValueError("no sales on "' in failed.failure.traceback and "slot_tasks.py" in failed.failure.traceback
-    for entrypoint, cls in [("nowhere_module_x:task", "EntrypointNotFound"), ("slot_tasks:absent", "EntrypointNotFound"),
-                            ("slot_tasks:not_a_frame", "TypeError")]:
+    for entrypoint, cls in [("nowhere_module_x:task", "EntrypointNotFound"),
+                            ("slot_tasks:absent", "EntrypointNotFound"), ("slot_tasks:not_a_frame", "TypeError")]:
         end = run(pool, deployment(tmp_path, entrypoint, job_id=job_id, slot_index=1), [tasks])
         assert (end.state, end.failure.cls if end.failure else None) == (ExecutionState.FAILED, cls)
 
@@ -343,10 +340,9 @@ def test_a_later_job_of_the_same_code_runs_in_the_same_process_in_a_session_of_i
     assert second["session_id"] != first["session_id"]
     assert [(r["partitions"], r["views"], r["active"]) for r in (first, second)] == [
         ("3", "first_jobs_view", True), ("2", "", True)]  # the second job sees none of the first's settings or views
-    deadline = time.monotonic() + 30
-    while session_state(connect_server, first["session_id"]) == "open":  # released once the next job came
-        assert time.monotonic() < deadline, "the first job's session is still open on the server"
-        time.sleep(0.2)
+    # released once the next job came
+    eventually_blocking(lambda: session_state(connect_server, first["session_id"]) != "open",
+                        "the first job's session to be released on the server", interval=0.2)
 
 
 def test_two_concurrent_jobs_run_their_own_module_version_and_shuffle_partitions(
@@ -407,10 +403,8 @@ def test_a_task_that_swallows_cancellation_is_killed_after_the_timeout_and_its_s
     assert CANCELLATION_TIMEOUT_S <= stubborn.ended_at - cancelled_at < CANCELLATION_TIMEOUT_S + 3.0
     assert gone(process)
     # its session was released on the server, not left until the server's session timeout
-    deadline = time.monotonic() + 30
-    while session_state(connect_server, session_id) == "open":
-        assert time.monotonic() < deadline, f"session {session_id} of the killed process is still open"
-        time.sleep(0.1)
+    eventually_blocking(lambda: session_state(connect_server, session_id) != "open",
+                        f"session {session_id} of the killed process to be released", interval=0.1)
     assert session_state(connect_server, session_id) == "closed"
 
     [row] = rows_of(run(pool, deployment(tmp_path, "slot_tasks:context", job_id=new_job_id()), [tasks]))
@@ -449,10 +443,7 @@ def test_a_dead_connect_server_is_restarted_and_the_slot_processes_follow_it(
     wait_for_marker(tmp_path, "spark-started")
     assert connect_server.pid is not None
     os.killpg(connect_server.pid, signal.SIGKILL)  # the server and everything it started, as a crash would
-    deadline = time.monotonic() + 10
-    while connect_server.is_alive():
-        assert time.monotonic() < deadline, "the killed server still runs"
-        time.sleep(0.05)
+    eventually_blocking(lambda: not connect_server.is_alive(), "the killed server to end", timeout=10)
 
     ConnectServerWatch(connect_server, pool).check()
 

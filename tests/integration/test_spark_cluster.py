@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -18,10 +17,11 @@ import yaml
 
 from sparkdispatch.client import SparkDispatchClient
 from sparkdispatch.config import Configuration
-from sparkdispatch.master import Master
+from sparkdispatch.entrypoint.master import Master
 from sparkdispatch.testing.local_cluster import TaskExecutorProcess, task_executors_registered
 from sparkdispatch.testing.services import RedisServer, free_port
 from sparkdispatch.testing.spark_cluster import SparkStandaloneCluster
+from sparkdispatch.testing.waiting import eventually
 
 pytestmark = pytest.mark.slow
 
@@ -76,14 +76,13 @@ async def test_the_sales_pipeline_runs_on_a_spark_cluster_and_spark_recovers_a_l
             async def run(graph: dict[str, Any], *, kill_a_busy_worker: bool = False) -> dict[str, Any]:
                 job_id = (await client.submit(graph)).job_id
                 if kill_a_busy_worker:  # the worker of an executor that runs tasks of this job right now
-                    deadline = time.monotonic() + WAIT_S
-                    while (executor := await asyncio.to_thread(busy_executor, ui_port)) is None \
-                            or (worker := spark.worker_of_executor(executor)) is None:
-                        assert time.monotonic() < deadline, "no executor ever ran a task"
-                        await asyncio.sleep(0.02)
-                    spark.kill_worker(worker)
+                    async def busy_worker() -> int | None:
+                        executor = await asyncio.to_thread(busy_executor, ui_port)
+                        return spark.worker_of_executor(executor) if executor is not None else None
+
+                    spark.kill_worker(await eventually(busy_worker, "an executor running a task", timeout=WAIT_S))
                 result = await asyncio.wait_for(client.wait_for_result(job_id, poll_interval=0.3), WAIT_S)
-                assert result["status"] == "FINISHED", (result.get("failure"), te.log_tail() if te else "")
+                assert result["status"] == "FINISHED", (result.get("failure"), te.log_tail())
                 return result
 
             first = await run(sales_graph(key, rows=ROWS))

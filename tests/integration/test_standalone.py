@@ -7,15 +7,16 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from sparkdispatch.testing.http import http_json
 from sparkdispatch.testing.services import free_port
+from sparkdispatch.testing.waiting import eventually_blocking
 
 pytestmark = pytest.mark.slow
+START_S = 180.0  # a TaskExecutor starts a JVM on a shared 2-core machine
 
 
 def processes_mentioning(text: str) -> list[int]:
@@ -34,50 +35,44 @@ def processes_mentioning(text: str) -> list[int]:
     return pids
 
 
-def overview(base: str) -> dict[str, int]:
-    status, body = http_json("GET", base + "/overview", timeout=5)
-    if status != 200:
-        raise ConnectionError(f"GET {base}/overview answered {status}: {body}")
-    return dict(body)
-
-
-def wait_for(predicate: object, what: str, timeout: float = 180.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if predicate():  # type: ignore[operator]
-                return
-        except OSError:
-            pass
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
+def serving(base: str, **counts: int) -> bool:
+    """Whether the master at `base` answers `/overview` with these counts (`taskmanagers=1`, ...)."""
+    try:
+        status, body = http_json("GET", base + "/overview", timeout=5)
+    except OSError:
+        return False
+    return status == 200 and all(body[key] == value for key, value in counts.items())
 
 
 def test_standalone_restarts_a_dead_taskexecutor_and_stops_everything_on_ctrl_c(tmp_path: Path) -> None:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     storage = tmp_path / "storage"
-    cli = [sys.executable, "-m", "sparkdispatch.cli", "-D", f"rest.port={port}", "-D", "heartbeat.interval=300ms",
+    cli = [sys.executable, "-m", "sparkdispatch.entrypoint.cli", "-D", f"rest.port={port}",
+           "-D", "heartbeat.interval=300ms",
            "-D", "heartbeat.timeout=3s", "standalone", "--storage", str(storage), "--slots", "1"]
     with open(tmp_path / "standalone.log", "wb") as out:
         process = subprocess.Popen(cli, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        wait_for(lambda: overview(base)["taskmanagers"] == 1, "the TaskExecutor to register")
+        eventually_blocking(lambda: serving(base, taskmanagers=1), "the TaskExecutor to register", timeout=START_S,
+                            interval=0.3)
         # Celery retitles the worker process; its -D arguments stay in the title
         # (and this cluster's storage: a standalone cluster elsewhere on the machine has the same id)
         [worker] = [p for p in processes_mentioning("taskexecutor.id=standalone-0")
                     if p in processes_mentioning(str(storage))]
         os.killpg(worker, signal.SIGKILL)  # the worker and its Spark JVM, as if its host died
-        wait_for(lambda: worker not in processes_mentioning(str(storage)), "the worker to die", 30)
-        wait_for(lambda: [p for p in processes_mentioning("taskexecutor.id=standalone-0")
-                          if p != worker and p in processes_mentioning(str(storage))],
-                 "a new TaskExecutor process")
-        wait_for(lambda: overview(base)["taskmanagers"] == 1 and overview(base)["slots_available"] == 1,
-                 "the new TaskExecutor to register")
+        eventually_blocking(lambda: worker not in processes_mentioning(str(storage)), "the worker to die",
+                            interval=0.3)
+        eventually_blocking(lambda: [p for p in processes_mentioning("taskexecutor.id=standalone-0")
+                                     if p != worker and p in processes_mentioning(str(storage))],
+                            "a new TaskExecutor process", timeout=START_S, interval=0.3)
+        eventually_blocking(lambda: serving(base, taskmanagers=1, slots_available=1),
+                            "the new TaskExecutor to register", timeout=START_S, interval=0.3)
 
         process.send_signal(signal.SIGINT)
         assert process.wait(timeout=60) == 0
-        wait_for(lambda: processes_mentioning(str(storage)) == [], "every started process to end", 30)
+        eventually_blocking(lambda: processes_mentioning(str(storage)) == [], "every started process to end",
+                            interval=0.3)
         assert "stopping" in (tmp_path / "standalone.log").read_text()
     finally:
         if process.poll() is None:

@@ -14,7 +14,6 @@ import textwrap
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,23 +23,18 @@ import pytest
 from sparkdispatch.config import Configuration
 from sparkdispatch.errors import FencingTokenMismatch
 from sparkdispatch.ha import STANDALONE_SESSION_ID, create_ha_services
-from sparkdispatch.jobgraph import ExecutionState
-from sparkdispatch.protocol import SlotReport, TaskDeploymentDescriptor
+from sparkdispatch.model.states import ExecutionState
+from sparkdispatch.model.protocol import SlotReport, TaskDeploymentDescriptor
 from sparkdispatch.resourcemanager import AllocatedSlot
 from sparkdispatch.resourcemanager.celery_gateway import CeleryTaskExecutorGateway
 from sparkdispatch.rest.taskexecutor_routes import SESSION_HEADER
 from sparkdispatch.taskexecutor.master_client import MasterClient
-from sparkdispatch.testing import local_cluster
 from sparkdispatch.testing.local_cluster import TaskExecutorProcess
 from sparkdispatch.testing.master import MasterForTaskExecutors
 from sparkdispatch.testing.services import RedisServer, free_port
+from sparkdispatch.testing.waiting import eventually
 
 WAIT_S = 90.0  # generous: TaskExecutors start a JVM each on a 2-core machine
-
-
-async def eventually(predicate: Callable[[], bool], what: str, *, processes: Sequence[TaskExecutorProcess] = (),
-                     timeout: float = WAIT_S) -> None:
-    await local_cluster.eventually(predicate, what, processes=processes, timeout=timeout)
 
 
 def cluster_config(tmp_path: Path, broker_url: str, **extra: str) -> Configuration:
@@ -105,7 +99,7 @@ async def test_two_taskexecutors_run_a_pipeline_and_a_killed_one_vanishes(
     gateway = CeleryTaskExecutorGateway(config)
     try:
         rm = master.resource_manager
-        await eventually(lambda: rm.overview().taskmanagers == 2, "two registrations", processes=tes)
+        await eventually(lambda: rm.overview().taskmanagers == 2, "two registrations", processes=tes, timeout=WAIT_S)
         assert (rm.overview().slots_total, rm.overview().slots_available) == (4, 4)
         assert {e["id"] for e in rm.task_executors()} == {te.id for te in tes}
         for te in tes:  # the Celery worker answers on its nodename (silence would raise)
@@ -113,7 +107,7 @@ async def test_two_taskexecutors_run_a_pipeline_and_a_killed_one_vanishes(
 
         job_id = uuid.uuid4().hex
         rm.declare_requirements(job_id, 4, master.jobs)
-        await eventually(lambda: len(master.jobs.slots) == 4, "four allocated slots")
+        await eventually(lambda: len(master.jobs.slots) == 4, "four allocated slots", timeout=WAIT_S)
         slot_on = {te.id: next(s for s in master.jobs.slots if s.task_executor_id == te.id) for te in tes}
         module, key = user_code(config, """
             def extract(ctx):
@@ -125,7 +119,8 @@ async def test_two_taskexecutors_run_a_pipeline_and_a_killed_one_vanishes(
 
         upstream = deployment(config, slot_on[tes[0].id], job_id, "extract", f"{module}:extract", key)
         await asyncio.to_thread(gateway.deploy, slot_on[tes[0].id], upstream, master.session_id)
-        await eventually(lambda: master.jobs.final(upstream.execution_id) is not None, "the upstream task", processes=tes)
+        await eventually(lambda: master.jobs.final(upstream.execution_id) is not None, "the upstream task",
+                         processes=tes, timeout=WAIT_S)
         done = master.jobs.final(upstream.execution_id)
         assert done is not None and done.state is ExecutionState.FINISHED, done
         assert (done.rows, done.result_path, done.task_executor_id) == (10, upstream.result_path, tes[0].id)
@@ -137,7 +132,7 @@ async def test_two_taskexecutors_run_a_pipeline_and_a_killed_one_vanishes(
                                 inputs={"extract": (upstream.result_path,)})
         await asyncio.to_thread(gateway.deploy, slot_on[tes[1].id], downstream, master.session_id)
         await eventually(lambda: master.jobs.final(downstream.execution_id) is not None, "the downstream task",
-                         processes=tes)
+                         processes=tes, timeout=WAIT_S)
         done = master.jobs.final(downstream.execution_id)
         assert done is not None and done.state is ExecutionState.FINISHED, done
         assert (done.rows, done.task_executor_id) == (5, tes[1].id)
@@ -146,7 +141,7 @@ async def test_two_taskexecutors_run_a_pipeline_and_a_killed_one_vanishes(
         victim, survivor = tes
         victim.kill()
         await eventually(lambda: rm.overview().taskmanagers == 1, "the killed TaskExecutor to be dropped",
-                         processes=[survivor])
+                         processes=[survivor], timeout=WAIT_S)
         assert (rm.overview().slots_total, [e["id"] for e in rm.task_executors()]) == (2, [survivor.id])
         [(lost_id, allocations, reason)] = master.jobs.lost
         assert lost_id == victim.id and set(allocations) == {s.allocation_id for s in master.jobs.slots
@@ -202,10 +197,10 @@ async def test_cancelling_one_slots_task_leaves_the_other_slot_running(tmp_path:
     gateway = CeleryTaskExecutorGateway(config)
     try:
         rm = master.resource_manager
-        await eventually(lambda: rm.overview().taskmanagers == 1, "the registration", processes=[te])
+        await eventually(lambda: rm.overview().taskmanagers == 1, "the registration", processes=[te], timeout=WAIT_S)
         job_id = uuid.uuid4().hex
         rm.declare_requirements(job_id, 2, master.jobs)
-        await eventually(lambda: len(master.jobs.slots) == 2, "two allocated slots")
+        await eventually(lambda: len(master.jobs.slots) == 2, "two allocated slots", timeout=WAIT_S)
         module, key = user_code(config, """
             import time
 
@@ -233,13 +228,13 @@ async def test_cancelling_one_slots_task_leaves_the_other_slot_running(tmp_path:
         short_tdd = deployment(config, second, job_id, "short", f"{module}:short_task", key)
         await asyncio.to_thread(gateway.deploy, first, long_tdd, master.session_id)
         await eventually(lambda: ExecutionState.RUNNING in master.jobs.states(long_tdd.execution_id),
-                         "the long task to run", processes=[te])
+                         "the long task to run", processes=[te], timeout=WAIT_S)
         await asyncio.to_thread(gateway.deploy, second, short_tdd, master.session_id)
         await eventually(lambda: ExecutionState.RUNNING in master.jobs.states(short_tdd.execution_id),
-                         "the short task to run", processes=[te])
+                         "the short task to run", processes=[te], timeout=WAIT_S)
         # the heartbeat shows both slots busy with this job
         await eventually(lambda: rm.overview().slots_available == 0 and len(rm.task_executors()[0]["executions"]) == 2,
-                         "both executions in a heartbeat", processes=[te])
+                         "both executions in a heartbeat", processes=[te], timeout=WAIT_S)
         busy = await scrape(metrics_port)
         assert (busy["sparkdispatch_taskexecutor_slots"], busy["sparkdispatch_taskexecutor_slots_busy"],
                 busy["sparkdispatch_taskexecutor_connect_server_up"]) == (2, 2, 1), busy
@@ -247,15 +242,15 @@ async def test_cancelling_one_slots_task_leaves_the_other_slot_running(tmp_path:
         assert await asyncio.to_thread(gateway.cancel, first.hostname, long_tdd.execution_id)
 
         await eventually(lambda: master.jobs.final(long_tdd.execution_id) is not None, "the cancellation",
-                         processes=[te])
+                         processes=[te], timeout=WAIT_S)
         await eventually(lambda: master.jobs.final(short_tdd.execution_id) is not None, "the short task",
-                         processes=[te])
+                         processes=[te], timeout=WAIT_S)
         assert master.jobs.final(long_tdd.execution_id).state is ExecutionState.CANCELED  # type: ignore[union-attr]
         short_done = master.jobs.final(short_tdd.execution_id)
         assert short_done is not None and (short_done.state, short_done.rows) == (ExecutionState.FINISHED, 4)
         assert not await asyncio.to_thread(gateway.cancel, first.hostname, long_tdd.execution_id)
         await eventually(lambda: rm.task_executors()[0]["executions"] == [], "both slots free in a heartbeat",
-                         processes=[te])
+                         processes=[te], timeout=WAIT_S)
         after = await scrape(metrics_port)
         assert after["sparkdispatch_taskexecutor_slots_busy"] == 0
         assert (after["sparkdispatch_taskexecutor_attempts_total{state=CANCELED}"],
@@ -275,10 +270,10 @@ async def test_a_taskexecutor_survives_its_resource_manager_restarting(
     gateway = CeleryTaskExecutorGateway(config)
     try:
         await eventually(lambda: master.resource_manager.overview().taskmanagers == 1, "the registration",
-                         processes=[te])
+                         processes=[te], timeout=WAIT_S)
         job_id = uuid.uuid4().hex
         master.resource_manager.declare_requirements(job_id, 1, master.jobs)
-        await eventually(lambda: len(master.jobs.slots) == 1, "an allocated slot")
+        await eventually(lambda: len(master.jobs.slots) == 1, "an allocated slot", timeout=WAIT_S)
         module, key = user_code(config, """
             import time
             def task(ctx):
@@ -289,20 +284,21 @@ async def test_a_taskexecutor_survives_its_resource_manager_restarting(
         tdd = deployment(config, slot, job_id, "v", f"{module}:task", key)
         await asyncio.to_thread(gateway.deploy, slot, tdd, master.session_id)
         await eventually(lambda: ExecutionState.RUNNING in master.jobs.states(tdd.execution_id), "the task to run",
-                         processes=[te])
+                         processes=[te], timeout=WAIT_S)
         old_rm_id = master.resource_manager.resource_manager_id
 
         await master.restart_resource_manager()
 
         # the running task goes on and reports to the (same) JobMaster; the new RM learns the TaskExecutor
         await eventually(lambda: master.resource_manager.overview().taskmanagers == 1, "the re-registration",
-                         processes=[te])
+                         processes=[te], timeout=WAIT_S)
         assert master.resource_manager.resource_manager_id != old_rm_id
-        await eventually(lambda: master.jobs.final(tdd.execution_id) is not None, "the task to finish", processes=[te])
+        await eventually(lambda: master.jobs.final(tdd.execution_id) is not None, "the task to finish",
+                         processes=[te], timeout=WAIT_S)
         done = master.jobs.final(tdd.execution_id)
         assert done is not None and (done.state, done.rows) == (ExecutionState.FINISHED, 6)
         await eventually(lambda: master.resource_manager.overview().slots_available == 2, "free slots",
-                         processes=[te])
+                         processes=[te], timeout=WAIT_S)
     finally:
         te.kill()
         gateway.close()
@@ -363,7 +359,7 @@ async def two_elected_masters(config: Configuration) -> tuple[ElectedMaster, Ele
     first = ElectedMaster(config.with_overrides({"rest.port": str(free_port())}))
     second = ElectedMaster(config.with_overrides({"rest.port": str(free_port())}))
     await first.start()
-    await eventually(lambda: first.master is not None, "the first master to lead")
+    await eventually(lambda: first.master is not None, "the first master to lead", timeout=WAIT_S)
     await second.start()
     return first, second
 
@@ -375,11 +371,13 @@ async def test_a_taskexecutor_follows_the_leader_to_a_new_master(
     first, second = await two_elected_masters(base)
     te = TaskExecutorProcess(base, tmp_path, task_executor_id=f"te-zk-{uuid.uuid4().hex[:6]}")
     try:
-        await eventually(lambda: first.registered() == 1, "the registration with the first leader", processes=[te])
+        await eventually(lambda: first.registered() == 1, "the registration with the first leader",
+                         processes=[te], timeout=WAIT_S)
 
         await first.close()  # leadership passes to the second master, under a new session id
 
-        await eventually(lambda: second.registered() == 1, "the registration with the new leader", processes=[te])
+        await eventually(lambda: second.registered() == 1, "the registration with the new leader",
+                         processes=[te], timeout=WAIT_S)
         assert second.master is not None and second.master.session_id != STANDALONE_SESSION_ID
     finally:
         te.kill()
@@ -405,7 +403,7 @@ async def test_a_new_leader_gets_the_former_leaders_slots_at_once_and_its_tasks_
         assert former is not None
         job_id = uuid.uuid4().hex
         former.resource_manager.declare_requirements(job_id, 1, former.jobs)
-        await eventually(lambda: len(former.jobs.slots) == 1, "a slot from the first leader")
+        await eventually(lambda: len(former.jobs.slots) == 1, "a slot from the first leader", timeout=WAIT_S)
         module, key = user_code(base, f"""
             import time
             from pathlib import Path
@@ -422,18 +420,19 @@ async def test_a_new_leader_gets_the_former_leaders_slots_at_once_and_its_tasks_
         old = deployment(base, slot, job_id, "forever", f"{module}:forever", key)
         await asyncio.to_thread(gateway.deploy, slot, old, former.session_id)
         await eventually(lambda: ExecutionState.RUNNING in former.jobs.states(old.execution_id),
-                         "the first leader's task to run", processes=[te])
+                         "the first leader's task to run", processes=[te], timeout=WAIT_S)
 
         await first.close()  # leadership passes to the second master, under a new session
 
-        await eventually(lambda: second.registered() == 1, "the registration with the new leader", processes=[te])
+        await eventually(lambda: second.registered() == 1, "the registration with the new leader",
+                         processes=[te], timeout=WAIT_S)
         leader = second.master
         assert leader is not None and leader.session_id != former.session_id
         # the former leader's task holds no slot for the new leader: both are free at once
         assert leader.resource_manager.overview().slots_available == 2
         recovered = uuid.uuid4().hex
         leader.resource_manager.declare_requirements(recovered, 2, leader.jobs)
-        await eventually(lambda: len(leader.jobs.slots) == 2, "both slots for the recovered job")
+        await eventually(lambda: len(leader.jobs.slots) == 2, "both slots for the recovered job", timeout=WAIT_S)
         same_slot = next(s for s in leader.jobs.slots if s.slot_index == slot.slot_index)
         new = deployment(base, same_slot, recovered, "quick", f"{module}:quick", key)
         started = time.monotonic()
@@ -454,7 +453,7 @@ async def test_a_new_leader_gets_the_former_leaders_slots_at_once_and_its_tasks_
         assert time.monotonic() - started < 15
         # and the former leader's task no longer runs
         last = beats.read_text()
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(0.5)  # ten of its beats, were it still running
         assert beats.read_text() == last
         assert f"execution {old.execution_id} was deployed under the former leader session" in \
             te.log.read_text(errors="replace")

@@ -9,21 +9,23 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 from pathlib import Path
 
 import aiohttp
 import pytest
 
-from sparkdispatch.cli import main as cli_main
+from sparkdispatch.entrypoint.cli import main as cli_main
 from sparkdispatch.client import RetryPolicy, SparkDispatchClient
 from sparkdispatch.config import Configuration
 from sparkdispatch.errors import ServiceUnavailable
-from sparkdispatch.master import Master
+from sparkdispatch.entrypoint.master import Master
 from sparkdispatch.testing.certificates import IssuedCertificate, TestCertificateAuthority
 from sparkdispatch.testing.local_cluster import TaskExecutorProcess, task_executors_registered
 from sparkdispatch.testing.services import RedisServer, free_port
 from sparkdispatch.errors import TlsError
 from sparkdispatch.tls import ClientTls
+from sparkdispatch.testing.waiting import eventually
 
 TASKS = Path(__file__).with_name("job_tasks.py")
 WAIT_S = 120.0
@@ -140,7 +142,7 @@ async def test_the_cli_and_the_airflow_hook_verify_the_master_against_the_config
 
 async def test_ui_session_cookies_of_an_https_master_are_secure(
         tmp_path: Path, server_cert: IssuedCertificate, authority: TestCertificateAuthority) -> None:
-    master = Master(tls_config(tmp_path, server_cert, authority, **{"rest.auth.token": "t0ken"}))
+    master = Master(tls_config(tmp_path, server_cert, authority).with_overrides({"rest.auth.token": "t0ken"}))
     await master.start()
     try:
         connector = aiohttp.TCPConnector(ssl=ClientTls(ca_file=str(authority.ca_file)).context())
@@ -165,18 +167,16 @@ async def test_a_standby_reads_the_leaders_overview_over_https(
     try:
         tls = ClientTls(ca_file=str(authority.ca_file), certificate=str(client_cert.certificate),
                         key=str(client_cert.key))
-        deadline = time.monotonic() + 30
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=tls.context())) as session:
-            while True:
+            async def one_leader() -> list[Any] | None:
                 overviews = []
                 for master in masters:
                     async with session.get(f"{master.address}/overview") as answer:
                         overviews.append(await answer.json())
-                if sum(1 for overview in overviews if overview["is_leader"]) == 1:
-                    break
-                assert time.monotonic() < deadline, overviews
-                await asyncio.sleep(0.2)
-            [leader] = [master for master, overview in zip(masters, overviews) if overview["is_leader"]]
+                leaders = [master for master, overview in zip(masters, overviews, strict=True) if overview["is_leader"]]
+                return leaders if len(leaders) == 1 else None
+
+            [leader] = await eventually(one_leader, "one master leading", interval=0.2)
             [standby] = [master for master in masters if master is not leader]
             async with SparkDispatchClient(addresses=[leader.address], tls=tls) as client:
                 # no TaskExecutor: the job waits for slots, running

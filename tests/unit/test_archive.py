@@ -9,13 +9,14 @@ from typing import Any
 
 import pytest
 
-from sparkdispatch import archive as archive_module
-from sparkdispatch.archive import ArchivedJob, JobArchive
+from sparkdispatch.dispatcher import archive as archive_module
+from sparkdispatch.dispatcher.archive import ArchivedJob, JobArchive
 from sparkdispatch.errors import LeadershipLost
-from sparkdispatch.jobgraph import ExecutionState, JobResult, JobStatus, VertexResult
+from sparkdispatch.model.states import ExecutionState, JobStatus
+from sparkdispatch.model.job_result import JobResult, VertexResult
 from sparkdispatch.rest.views import flink_job_details, job_details, job_summary
-from sparkdispatch.settings import ArchiveSettings
-from sparkdispatch.snapshot import JobOverview, JobSnapshot, SubtaskSnapshot, VertexSnapshot
+from sparkdispatch.dispatcher.settings import ArchiveSettings
+from sparkdispatch.model.snapshot import JobOverview, JobSnapshot, SubtaskSnapshot, VertexSnapshot
 
 JOB_ID = "cd" * 16
 SESSION = "the-leader-session"
@@ -37,7 +38,8 @@ def finished_job(job_id: str = JOB_ID, status: JobStatus = JobStatus.FINISHED) -
     overview = JobOverview(job_id=job_id, name="sales", status=status, start_time=1_000, end_time=4_000,
                            duration_ms=3_000, last_modification=3_900, tasks={ExecutionState.FINISHED: 2})
     snapshot = JobSnapshot(overview, (VertexSnapshot("only", ExecutionState.FINISHED, 2, subtasks=(
-        SubtaskSnapshot(0, ExecutionState.FINISHED, 0, "te-1"), SubtaskSnapshot(1, ExecutionState.FINISHED, 1, "te-2"))),))
+        SubtaskSnapshot(0, ExecutionState.FINISHED, 0, "te-1"),
+        SubtaskSnapshot(1, ExecutionState.FINISHED, 1, "te-2"))),))
     return ArchivedJob(result, snapshot, fingerprint="f1" * 32)
 
 

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from sparkdispatch.attempt_logs import attempt_log_path, read_attempt_log
+from sparkdispatch.storage.attempt_logs import attempt_log_path, read_attempt_log
 from sparkdispatch.errors import RouteNotFound
-from sparkdispatch.log_stream import LogFollower
-from sparkdispatch.results import ResultLayout
+from sparkdispatch.client.log_stream import LogFollower
+from sparkdispatch.storage.results import ResultLayout
 
 JOB = "0123456789abcdef0123456789abcdef"
 

@@ -12,10 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from sparkdispatch.dispatcher.blob_cleanup import BlobCleaner
 from sparkdispatch.client import SparkDispatchClient
 from sparkdispatch.errors import BlobNotFound, RepairNotPossible
 from sparkdispatch.ha.blob_store import BlobStore
 from sparkdispatch.testing.master import InProcessMaster, TaskOutcome
+from sparkdispatch.testing.waiting import eventually
 
 RETENTION = {"blob.retention": "1s", "blob.cleanup-interval": "100ms"}
 
@@ -39,22 +41,33 @@ async def stored(master: InProcessMaster, key: str) -> bool:
     return True
 
 
-async def wait_until_removed(master: InProcessMaster, key: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while await stored(master, key):
-        assert time.monotonic() < deadline, f"blob {key} was never removed"
-        await asyncio.sleep(0.1)
+async def wait_until_removed(master: InProcessMaster, key: str) -> None:
+    async def removed() -> bool:
+        return not await stored(master, key)
+
+    await eventually(removed, f"blob {key} to be removed", interval=0.1)
 
 
-async def test_an_unused_artifact_goes_and_one_a_waiting_job_names_stays(tmp_path: Path) -> None:
+async def test_an_unused_artifact_goes_and_one_a_waiting_job_names_stays(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rounds: list[float] = []  # when each cleanup round began (monotonic)
+    sweep = BlobCleaner.sweep
+
+    async def counted(self: BlobCleaner) -> list[str]:
+        rounds.append(time.monotonic())
+        return await sweep(self)
+
+    monkeypatch.setattr(BlobCleaner, "sweep", counted)
     async with InProcessMaster(overrides=RETENTION) as master, \
             SparkDispatchClient(addresses=[master.url]) as client:
         unused = await client.upload_artifact(code(tmp_path, "unused.py"))
         named = await client.upload_artifact(code(tmp_path, "named.py"))
         # no TaskExecutor: the job waits for slots, its JobGraph stored
         job_id = (await client.submit(graph(named))).job_id
+        past_retention = time.monotonic() + 1.0  # its last use: the submission
         await wait_until_removed(master, unused)
-        await asyncio.sleep(1.5)  # past the retention, several rounds
+        await eventually(lambda: sum(began > past_retention for began in rounds) >= 2,
+                         "two cleanup rounds past the retention of the named artifact")
         assert await stored(master, named)
         await client.cancel(job_id)
         await asyncio.wait_for(client.wait_for_result(job_id, poll_interval=0.1), 30)

@@ -43,6 +43,7 @@ def test_both_sides_connect_with_the_bounded_connection_and_health_checks() -> N
     connection = app.connection_for_read()
     try:
         assert isinstance(connection, BoundedConnection)
+        assert connection.transport_options is not None
         assert connection.transport_options["health_check_interval"] == REDIS_HEALTH_CHECK_S
     finally:
         connection.release()

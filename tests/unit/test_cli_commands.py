@@ -5,15 +5,18 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from sparkdispatch.attempt_logs import attempt_log_path
-from sparkdispatch.cli import main
-from sparkdispatch.jobgraph import ExecutionState, Failure
-from sparkdispatch.protocol import TaskDeploymentDescriptor
+from sparkdispatch.storage.attempt_logs import attempt_log_path
+from sparkdispatch.entrypoint.cli import main
+from sparkdispatch.model.states import ExecutionState
+from sparkdispatch.model.job_result import Failure
+from sparkdispatch.model.protocol import TaskDeploymentDescriptor
 from sparkdispatch.testing.master import InProcessMaster, TaskOutcome
+from sparkdispatch.testing.waiting import eventually
 
 
 def write_log_then_end(tdd: TaskDeploymentDescriptor) -> TaskOutcome | None:
@@ -31,10 +34,10 @@ def write_log_then_end(tdd: TaskDeploymentDescriptor) -> TaskOutcome | None:
 
 
 @pytest.fixture
-def master() -> InProcessMaster:
+def master() -> Iterator[InProcessMaster]:
     with InProcessMaster() as running:
         running.run(running.add_task_executor(slots=3, script=write_log_then_end))
-        yield running  # type: ignore[misc]
+        yield running
 
 
 def cli(master: InProcessMaster, *args: str) -> list[str]:
@@ -89,7 +92,7 @@ def test_a_failed_jobs_status_names_its_failure(master: InProcessMaster, tmp_pat
 def test_ctrl_c_while_waiting_asks_on_a_terminal_whether_to_cancel_the_job(
         master: InProcessMaster, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
         terminal: bool, answer: str, status: str) -> None:
-    from sparkdispatch.cli import _offer_cancel
+    from sparkdispatch.entrypoint.cli import _offer_cancel
     from sparkdispatch.client import SparkDispatchClient
 
     monkeypatch.setattr("sys.stdin.isatty", lambda: terminal)
@@ -99,12 +102,11 @@ def test_ctrl_c_while_waiting_asks_on_a_terminal_whether_to_cancel_the_job(
         async with SparkDispatchClient(addresses=[master.url]) as client:
             submitted = await client.submit({"name": "long", "vertices": [{"id": "forever", "entrypoint": "m:f"}]})
             await _offer_cancel(client, submitted.job_id)
-            for _ in range(200):
-                details = await client.job(submitted.job_id)
-                if details["status"] == status:
-                    break
-                await asyncio.sleep(0.02)
-            return str(details["status"])
+            async def reached() -> str | None:
+                current = str((await client.job(submitted.job_id))["status"])
+                return current if current == status else None
+
+            return await eventually(reached, f"the job to be {status}")
 
     assert asyncio.run(ctrl_c()) == status
     err = capsys.readouterr().err

@@ -22,10 +22,11 @@ from typing import Any
 
 import pytest
 
-from sparkdispatch.artifacts import read_artifact
+from sparkdispatch.model.artifacts import read_artifact
 from sparkdispatch.client import RetryPolicy, SparkDispatchClient, SubmittedJob, SyncSparkDispatchClient
-from sparkdispatch.client_leader import ZooKeeperTarget, normalize_address, parse_addresses
+from sparkdispatch.client.leader import ZooKeeperTarget, normalize_address, parse_addresses
 from sparkdispatch.config import Configuration
+from sparkdispatch.config.options import HA_CLUSTER_ID, HA_ZOOKEEPER_PATH_ROOT, HA_ZOOKEEPER_QUORUM
 from sparkdispatch.errors import (
     BlobError,
     DuplicateJobSubmission,
@@ -38,10 +39,12 @@ from sparkdispatch.errors import (
     Unauthorized,
     UnknownJob,
 )
-from sparkdispatch.jobgraph import JobGraph, JobStatus
+from sparkdispatch.model.states import JobStatus
+from sparkdispatch.model.job_graph import JobGraph
 from sparkdispatch.testing.master import InProcessMaster, finish_every_task
 from sparkdispatch.testing.proxy import RecordingProxy
 from sparkdispatch.testing.services import free_port
+from sparkdispatch.testing.waiting import eventually
 
 FAST = RetryPolicy(attempts=4, initial_backoff=0.01, max_backoff=0.05, failover_timeout=5.0)
 JOB = "0123456789abcdef0123456789abcdef"
@@ -68,17 +71,11 @@ async def ha_pair(zk_config: Configuration) -> AsyncIterator[tuple[InProcessMast
         await leader.start()
         await leader.wait_for_leadership()
         await standby.start()
-        await until(lambda: standby.master.leader_address() == leader.url, "the standby to know the leader")
+        await eventually(lambda: standby.master.leader_address() == leader.url, "the standby to know the leader")
         yield leader, standby
     finally:
         await standby.stop()
         await leader.stop()
-
-
-async def until(condition: Any, what: str, timeout: float = 20.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not condition():
-            await asyncio.sleep(0.01)
 
 
 def test_addresses_are_normalized() -> None:
@@ -245,7 +242,7 @@ async def test_no_leader_anywhere_is_a_clear_error(zk_config: Configuration) -> 
     async with InProcessMaster(overrides=zk_config.to_flat()) as lonely:
         await lonely.wait_for_leadership()
         await lonely.step_down()  # a standby now, and nobody else contends
-        await until(lambda: lonely.master.leader_address() is None, "the leader node to go")
+        await eventually(lambda: lonely.master.leader_address() is None, "the leader node to go")
         async with SparkDispatchClient(addresses=[lonely.url], retry=FAST) as client:
             with pytest.raises(NoLeader, match="standby"):
                 await client.jobs()
@@ -269,10 +266,10 @@ async def test_wait_for_result_keeps_waiting_through_a_failover(tmp_path: Path) 
         async with SparkDispatchClient(addresses=[first.url, successor.url], retry=FAST) as client:
             await client.submit({**GRAPH, "job_id": JOB})
             waiting = asyncio.create_task(client.wait_for_result(JOB, poll_interval=0.02))
-            await until(lambda: proxy_of(first).count("GET", f"/jobs/{JOB}/execution-result") >= 2,
-                        "the client to poll the leader")
+            await eventually(lambda: proxy_of(first).count("GET", f"/jobs/{JOB}/execution-result") >= 2,
+                             "the client to poll the leader")
             await first.stop()  # the leader dies; for a while nobody leads
-            await asyncio.sleep(0.3)
+            await asyncio.sleep(0.3)  # that while: the client must wait through it
             assert not waiting.done()
             await successor.start()  # a new master takes the stored job over
             await successor.add_task_executor(script=finish_every_task)
@@ -288,9 +285,9 @@ async def test_zookeeper_retrieval_finds_and_follows_the_leader(
         ha_pair: tuple[InProcessMaster, InProcessMaster], zk_config: Configuration) -> None:
     """Against a real ZooKeeper: the leader node names the master; a new leader is followed."""
     first, second = ha_pair
-    target = ZooKeeperTarget(quorum=zk_config["high-availability.zookeeper.quorum"],
-                             cluster_id=zk_config["high-availability.cluster-id"],
-                             root=zk_config["high-availability.zookeeper.path.root"])
+    target = ZooKeeperTarget(quorum=zk_config.get(HA_ZOOKEEPER_QUORUM),
+                             cluster_id=zk_config.get(HA_CLUSTER_ID),
+                             root=zk_config.get(HA_ZOOKEEPER_PATH_ROOT))
     patient = RetryPolicy(attempts=40, initial_backoff=0.05, max_backoff=0.2)
     async with SparkDispatchClient(zookeeper=target, retry=patient) as client:
         assert await client.jobs() == []

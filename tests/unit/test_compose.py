@@ -25,14 +25,18 @@ import aiohttp
 import pytest
 import yaml
 
-from sparkdispatch.cli import _parser
-from sparkdispatch.client_leader import parse_addresses
-from sparkdispatch.config import OPTIONS_BY_KEY, SPARK_PREFIX, Configuration, parse_overrides, read_yaml_file
+from sparkdispatch.entrypoint.cli import _parser
+from sparkdispatch.client.leader import parse_addresses
+from sparkdispatch.config import SPARK_PREFIX, Configuration, parse_overrides, read_yaml_file
+from sparkdispatch.config.options import (
+    BROKER_URL, HA_MODE, HA_ZOOKEEPER_QUORUM, OPTIONS_BY_KEY, REST_ADDRESS, REST_BIND_ADDRESS, REST_PORT, SPARK_MASTER,
+    TASKEXECUTOR_ID,
+)
 from sparkdispatch.errors import ConfigurationError
 from sparkdispatch.ha.leader import STANDALONE_SESSION_ID
-from sparkdispatch.master import Master
-from sparkdispatch.protocol import SlotReport, TaskExecutorRegistration
-from sparkdispatch.settings import MasterSettings
+from sparkdispatch.entrypoint.master import Master
+from sparkdispatch.model.protocol import SlotReport, TaskExecutorRegistration
+from sparkdispatch.entrypoint.master import MasterSettings
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker-compose.yaml"
@@ -94,7 +98,8 @@ def interpolate(value: Any) -> Any:
 def services_fixture() -> dict[str, Any]:
     document = yaml.safe_load(COMPOSE_FILE.read_text())  # resolves anchors and `<<` merges
     assert "version" not in document, "the Compose spec has no top-level `version:`"
-    return interpolate(document["services"])
+    services: dict[str, Any] = interpolate(document["services"])
+    return services
 
 
 def sparkdispatch_commands(services: dict[str, Any]) -> dict[str, list[str]]:
@@ -119,7 +124,7 @@ def host_file(service: dict[str, Any], container_path: str) -> Path:
     for volume in service.get("volumes", []):
         source, _, rest = volume.partition(":")
         if rest.split(":")[0] == container_path and source.startswith("./"):
-            return REPO / source
+            return REPO / str(source)
     raise AssertionError(f"nothing of this repository is mounted at {container_path}")
 
 
@@ -133,7 +138,7 @@ def named_volume_at(service: dict[str, Any], target: str) -> str | None:
     for volume in service.get("volumes", []):
         source, _, rest = volume.partition(":")
         if rest.split(":")[0] == target and not source.startswith(("./", "/")):
-            return source
+            return str(source)
     return None
 
 
@@ -152,7 +157,8 @@ def test_compose_refuses_to_start_without_the_token_and_puts_it_in_no_command_li
         compose: Path, services: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     result = run_compose(compose, "-f", str(COMPOSE_FILE), "config", "-q", variables={})
     assert result.returncode != 0
-    assert "required variable SPARKDISPATCH_AUTH_TOKEN is missing a value: set SPARKDISPATCH_AUTH_TOKEN" in result.stderr
+    assert ("required variable SPARKDISPATCH_AUTH_TOKEN is missing a value: set SPARKDISPATCH_AUTH_TOKEN"
+            in result.stderr)
     monkeypatch.setenv("SPARKDISPATCH_AUTH_TOKEN", "from-the-environment")
     for name in [*MASTERS, *TASK_EXECUTORS]:
         assert not any("token" in arg for arg in sparkdispatch_commands(services)[name]), name
@@ -203,20 +209,20 @@ def test_every_override_and_config_key_is_a_real_key(services: dict[str, Any]) -
 def test_masters_are_ha_peers_that_advertise_their_own_service_name(services: dict[str, Any]) -> None:
     for name in MASTERS:
         config = service_config(name, services[name])
-        assert config["high-availability.mode"] == "zookeeper"
-        assert config["rest.address"] == name == services[name]["hostname"]
-        assert config["rest.bind-address"] == "0.0.0.0"
-        quorum_hosts = {entry.rsplit(":", 1)[0] for entry in config["high-availability.zookeeper.quorum"].split(",")}
+        assert config.get(HA_MODE) == "zookeeper"
+        assert config.get(REST_ADDRESS) == name == services[name]["hostname"]
+        assert config.get(REST_BIND_ADDRESS) == "0.0.0.0"
+        quorum_hosts = {entry.rsplit(":", 1)[0] for entry in config.get(HA_ZOOKEEPER_QUORUM).split(",")}
         assert quorum_hosts == set(ZOOKEEPERS)
-        assert config["broker.url"].startswith("redis://redis:")
-        assert config["rest.port"] == 8081
+        assert config.get(BROKER_URL).startswith("redis://redis:")
+        assert config.get(REST_PORT) == 8081
 
 
 def test_task_executors_use_the_spark_cluster_under_their_own_identity(services: dict[str, Any]) -> None:
     for name in TASK_EXECUTORS:
         config = service_config(name, services[name])
-        assert config["spark.master"] == "spark://spark-master:7077"
-        assert config["taskexecutor.id"] == name == services[name]["hostname"]
+        assert config.get(SPARK_MASTER) == "spark://spark-master:7077"
+        assert config.get(TASKEXECUTOR_ID) == name == services[name]["hostname"]
         # executors on spark-worker connect back to this container's driver
         assert config.spark_properties["spark.driver.host"] == name
         assert int(config.spark_properties["spark.cores.max"]) * len(TASK_EXECUTORS) <= \
@@ -356,12 +362,13 @@ def test_the_multi_host_topology_is_the_compose_deployment(services: dict[str, A
     assert topology == {name for name in services if name in (*ZOOKEEPERS, "redis", *MASTERS, *TASK_EXECUTORS)}
     assert topology == {*ZOOKEEPERS, "redis", *MASTERS, *TASK_EXECUTORS}
     commands = sparkdispatch_commands(services)
-    mounted = {host_file(services[name], "/etc/sparkdispatch/sparkdispatch.yaml") for name in (*MASTERS, *TASK_EXECUTORS)}
+    mounted = {host_file(services[name], "/etc/sparkdispatch/sparkdispatch.yaml")
+               for name in (*MASTERS, *TASK_EXECUTORS)}
     assert mounted == {hosts.COMPOSE_CONFIG}
     compose_file = "/etc/sparkdispatch/sparkdispatch.yaml"
     for name in MASTERS:
         expected = hosts.master_command(Path(compose_file), name)
-        assert ["sparkdispatch.cli", *commands[name]] == expected, name
+        assert ["sparkdispatch.entrypoint.cli", *commands[name]] == expected, name
     for name in TASK_EXECUTORS:
         expected = hosts.task_executor_command(Path(compose_file), name, name, "spark://spark-master:7077")
-        assert ["sparkdispatch.cli", *commands[name]] == expected, name
+        assert ["sparkdispatch.entrypoint.cli", *commands[name]] == expected, name

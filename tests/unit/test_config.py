@@ -8,19 +8,15 @@ from pathlib import Path
 import pytest
 
 from sparkdispatch.config import (
-    OPTIONS,
     Configuration,
     format_duration,
-    options_table,
     parse_duration,
     parse_size,
 )
+from sparkdispatch.config.options import HA_MODE, HEARTBEAT_INTERVAL, OPTIONS, REST_PORT, TASKEXECUTOR_SLOTS
 from sparkdispatch.errors import ConfigurationError
-from sparkdispatch.jobgraph import FailureRateRestart
-from sparkdispatch.settings import MasterSettings
-
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
-
+from sparkdispatch.model.restart import FailureRateRestart
+from sparkdispatch.entrypoint.master import MasterSettings
 
 @pytest.mark.parametrize(("text", "seconds"), [
     ("500ms", 0.5), ("4s", 4.0), ("1min", 60.0), ("2 h", 7200.0), ("1d", 86400.0), ("250", 0.25), (1500, 1.5),
@@ -52,8 +48,8 @@ def test_sizes() -> None:
 def test_defaults_fill_every_key() -> None:
     config = Configuration.from_mapping({})
     for option in OPTIONS:
-        assert config[option.key] == option.default
-    assert config["high-availability.mode"] == "none"
+        assert config.get(option) == option.default
+    assert config.get(HA_MODE) == "none"
     assert config.to_flat() == {}
 
 
@@ -61,16 +57,16 @@ def test_yaml_file_then_overrides(tmp_path: Path) -> None:
     path = tmp_path / "sparkdispatch.yaml"
     path.write_text("rest.port: 9000\nheartbeat.interval: 2s\nspark.sql.shuffle.partitions: 8\n")
     config = Configuration.load(path, ["rest.port=9100", "high-availability.mode=zookeeper"])
-    assert config["rest.port"] == 9100
-    assert config["heartbeat.interval"] == 2.0
-    assert config["high-availability.mode"] == "zookeeper"
+    assert config.get(REST_PORT) == 9100
+    assert config.get(HEARTBEAT_INTERVAL) == 2.0
+    assert config.get(HA_MODE) == "zookeeper"
     assert config.spark_properties == {"spark.sql.shuffle.partitions": "8"}
 
 
 def test_environment_names_the_file(tmp_path: Path) -> None:
     path = tmp_path / "conf.yaml"
     path.write_text("taskexecutor.slots: 3\n")
-    assert Configuration.load(environ={"SPARKDISPATCH_CONF": str(path)})["taskexecutor.slots"] == 3
+    assert Configuration.load(environ={"SPARKDISPATCH_CONF": str(path)}).get(TASKEXECUTOR_SLOTS) == 3
 
 
 def test_unknown_key_is_named_with_a_suggestion() -> None:
@@ -121,18 +117,15 @@ def test_overrides_rebuild_the_same_configuration() -> None:
                                          "high-availability.zookeeper.tolerate-suspended-connections": True})
     args = config.to_overrides()
     rebuilt = Configuration.load(overrides=[a for a in args if a != "-D"])
-    assert dict(rebuilt) == dict(config)
+    assert rebuilt == config and rebuilt.to_flat() == config.to_flat()
 
 
 def test_configuration_is_frozen() -> None:
     config = Configuration.from_mapping({})
+    with pytest.raises(AttributeError):
+        config.port = 1  # type: ignore[attr-defined]
     with pytest.raises(TypeError):
-        config["rest.port"] = 1  # type: ignore[index]
-
-
-def test_docs_table_is_current() -> None:
-    """docs/configuration.md holds the generated table; regenerate it with `sparkdispatch config-docs`."""
-    assert options_table() in DOCS.read_text()
+        config.spark_properties["spark.x"] = "y"  # type: ignore[index]
 
 
 def test_master_settings_carry_typed_values(tmp_path: Path) -> None:
@@ -196,7 +189,7 @@ def test_a_master_without_a_token_listens_on_loopback_only_unless_allowed(
 
 
 def test_d_options_may_follow_the_command_as_flink_users_type_them() -> None:
-    from sparkdispatch.cli import _parser
+    from sparkdispatch.entrypoint.cli import _parser
 
     args = _parser().parse_args(["-D", "rest.port=8082", "master", "-D", "rest.address=m-2", "-D", "a.b=c"])
     assert (args.command, args.overrides, args.late_overrides) == ("master", ["rest.port=8082"],
@@ -207,7 +200,7 @@ def test_d_options_may_follow_the_command_as_flink_users_type_them() -> None:
 
 def test_the_master_command_refuses_a_network_address_without_a_token(capsys: pytest.CaptureFixture[str],
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    from sparkdispatch.cli import main
+    from sparkdispatch.entrypoint.cli import main
 
     monkeypatch.delenv("SPARKDISPATCH_AUTH_TOKEN", raising=False)
     assert main(["master", "-D", "rest.bind-address=0.0.0.0", "-D", "rest.port=0"]) == 2

@@ -8,7 +8,7 @@ import pytest
 
 from sparkdispatch.config import Configuration
 from sparkdispatch.errors import ConfigurationError, ConnectServerError
-from sparkdispatch.settings import ConnectServerSettings
+from sparkdispatch.taskexecutor.settings import ConnectServerSettings
 from sparkdispatch.taskexecutor import connect_server
 from sparkdispatch.taskexecutor.connect_server import ConnectServer, server_properties
 
@@ -73,7 +73,7 @@ def test_a_server_never_started_is_not_alive_nor_healthy_and_stops_quietly(tmp_p
     server = ConnectServer(ConnectServerSettings.from_config(Configuration.from_mapping({})), work_dir=tmp_path)
     assert (server.is_alive(), server.is_healthy(), server.pid) == (False, False, None)
     with pytest.raises(ConnectServerError, match="not serving") as raised:
-        server.url
+        _ = server.url
     assert raised.value.log_file == str(tmp_path / connect_server.LOG_FILE_NAME)
     server.stop()
     server.stop()

@@ -14,8 +14,8 @@ import pytest
 from sparkdispatch.config import Configuration
 from sparkdispatch.errors import FencingTokenMismatch, ServiceUnavailable, SparkDispatchError, UnknownTaskExecutor
 from sparkdispatch.ha.leader import LeaderInfo
-from sparkdispatch.jobgraph import ExecutionState
-from sparkdispatch.protocol import ExecutionStateUpdate, RegistrationAck, SlotReport, TaskDeploymentDescriptor
+from sparkdispatch.model.states import ExecutionState
+from sparkdispatch.model.protocol import ExecutionStateUpdate, RegistrationAck, SlotReport, TaskDeploymentDescriptor
 from sparkdispatch.taskexecutor.master_client import SESSION_HEADER, AsyncMasterClient, MasterClient
 from sparkdispatch.taskexecutor.runner import SlotTable
 from sparkdispatch.taskexecutor.worker import MasterConnection, TaskExecutorIdentity
@@ -194,7 +194,11 @@ def test_after_a_long_silence_a_deployment_waits_for_an_answered_heartbeat(
 
     clock.now += 10
     client.gave_up = True  # meanwhile the master found it lost and failed its tasks over
-    threading.Timer(0.2, lambda: (connection.tick(), connection.tick())).start()  # heartbeat refused; registers anew
+    def tick_twice() -> None:  # the heartbeat refused; it registers anew
+        connection.tick()
+        connection.tick()
+
+    threading.Timer(0.2, tick_twice).start()
     refusal = connection.admits(deployment("reg-1"), LEADER.session_id, wait_s=10)
     assert refusal is not None and "not to the current one, reg-2" in refusal
     assert client.registrations == [None, "reg-1"]

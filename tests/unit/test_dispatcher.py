@@ -1,18 +1,19 @@
-"""The Dispatcher over the real standalone HA stores, with a small fake JobMaster."""
+"""The Dispatcher over the real standalone HA stores, with small fake JobMasters (`FakeJobMaster`)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import threading
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from sparkdispatch.archive import JobArchive
+from sparkdispatch.dispatcher.archive import JobArchive
 from sparkdispatch.config import Configuration
-from sparkdispatch.dispatcher import Dispatcher, Submission
+from sparkdispatch.dispatcher.dispatcher import Dispatcher, Submission
 from sparkdispatch.errors import (
     DuplicateJobSubmission,
     InvalidJobGraph,
@@ -27,67 +28,17 @@ from sparkdispatch.errors import (
 )
 from sparkdispatch.ha import HighAvailabilityServices, JobProgress, SubtaskProgress, create_ha_services
 from sparkdispatch.ha.job_result_store import JobResultEntry
-from sparkdispatch.jobgraph import ExecutionState, JobGraph, JobResult, JobStatus, VertexResult
-from sparkdispatch.repair import RepairAnswer
+from sparkdispatch.model.states import ExecutionState, JobStatus
+from sparkdispatch.model.job_graph import JobGraph
+from sparkdispatch.model.job_result import JobResult, VertexResult
+from sparkdispatch.model.repair import RepairAnswer
 from sparkdispatch.rest.views import flink_job_details, job_details, job_summary
-from sparkdispatch.settings import ArchiveSettings, CleanupSettings, JobLimits
-from sparkdispatch.snapshot import JobOverview, JobSnapshot
+from sparkdispatch.dispatcher.settings import ArchiveSettings, CleanupSettings, JobLimits
 from sparkdispatch.testing.contender import leading
+from sparkdispatch.testing.fake_job_master import FakeJobMaster
+from sparkdispatch.testing.waiting import eventually
 
 SESSION = "00000000-0000-0000-0000-000000000000"
-
-
-class FakeJobMaster:
-    """Runs nothing: the test ends the job by resolving `result_future`."""
-
-    created: list[FakeJobMaster] = []
-
-    def __init__(self, graph: JobGraph, recovered_progress: JobProgress | None) -> None:
-        self.graph = graph
-        self.recovered_progress = recovered_progress
-        self.result_future: asyncio.Future[JobResult] = asyncio.get_running_loop().create_future()
-        self.status = JobStatus.INITIALIZING
-        self.cancelled = False
-        self.suspended = False
-        self.started = False
-        self.done: dict[str, dict[int, SubtaskProgress]] = {}  # what `finished()` reports
-        FakeJobMaster.created.append(self)
-
-    def start(self) -> None:
-        self.started = True
-        self.status = JobStatus.RUNNING
-
-    def finish(self, status: JobStatus = JobStatus.FINISHED) -> None:
-        self.status = status
-        if status is JobStatus.FINISHED:
-            self.done = {v.id: {i: SubtaskProgress(f"/results/{v.id}/{i}", 1) for i in range(v.parallelism)}
-                         for v in self.graph.vertices}
-        assert self.graph.job_id is not None
-        self.result_future.set_result(JobResult(
-            job_id=self.graph.job_id, name=self.graph.name, status=status, start_time=1, end_time=5,
-            vertices={v.id: VertexResult(state=ExecutionState.FINISHED, attempts=1) for v in self.graph.vertices}))
-
-    async def cancel(self) -> None:
-        self.cancelled = True
-        self.finish(JobStatus.CANCELED)
-
-    def suspend(self) -> None:
-        self.suspended = True
-        self.status = JobStatus.SUSPENDED
-
-    def overview(self) -> JobOverview:
-        assert self.graph.job_id is not None
-        return JobOverview(job_id=self.graph.job_id, name=self.graph.name, status=self.status, start_time=1,
-                           end_time=None, duration_ms=0, last_modification=1)
-
-    def snapshot(self) -> JobSnapshot:
-        return JobSnapshot(self.overview())
-
-    async def snapshot_off_loop(self) -> JobSnapshot:
-        return self.snapshot()
-
-    def finished(self) -> dict[str, dict[int, SubtaskProgress]]:
-        return self.done
 
 
 def graph(name: str = "job", job_id: str | None = "a" * 32) -> JobGraph:
@@ -117,7 +68,7 @@ def make_dispatcher(config: Configuration, ha: HighAvailabilityServices, *, new_
                     build: Any = None, limits: JobLimits = JobLimits()) -> Dispatcher:
     """A Dispatcher whose JobMasters `new_job_master(graph, progress)` makes at once (FakeJobMaster by
     default), or the coroutine function `build(graph, progress)`."""
-    FakeJobMaster.created = []
+    FakeJobMaster.reset()
     make = new_job_master or FakeJobMaster
 
     async def at_once(graph: JobGraph, recovered: JobProgress | None) -> Any:
@@ -130,14 +81,13 @@ def make_dispatcher(config: Configuration, ha: HighAvailabilityServices, *, new_
                       cleanup=CleanupSettings.from_config(config), limits=limits)
 
 
+def settled(dispatcher: Dispatcher) -> bool:
+    """Whether the Dispatcher has no job left to run or clean up."""
+    return not dispatcher._jobs and not dispatcher._cleanups
+
+
 async def dirty_ids(ha: HighAvailabilityServices) -> set[str]:
     return set(await ha.job_result_store.dirty_job_ids())
-
-
-async def until(predicate: Any, timeout: float = 10.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not predicate():
-            await asyncio.sleep(0.01)
 
 
 async def test_submission_is_persisted_and_idempotent(config: Configuration, ha: Any) -> None:
@@ -174,7 +124,7 @@ async def test_a_finished_job_is_archived_cleaned_and_never_run_again(config: Co
     await dispatcher.start()
     await dispatcher.submit(graph())
     FakeJobMaster.created[0].finish()
-    await until(lambda: "a" * 32 not in dispatcher._cleanups and not dispatcher._jobs)
+    await eventually(lambda: "a" * 32 not in dispatcher._cleanups and not dispatcher._jobs, "the job cleaned up")
     assert await ha.jobgraph_store.job_ids() == set()
     assert "a" * 32 not in await dirty_ids(ha)
     # the same graph again is the same job: answered with its status, never run again
@@ -197,7 +147,7 @@ async def test_cancel(config: Configuration, ha: Any) -> None:
     await dispatcher.submit(graph())
     await dispatcher.cancel("a" * 32)
     assert FakeJobMaster.created[0].cancelled
-    await until(lambda: not dispatcher._jobs)
+    await eventually(lambda: not dispatcher._jobs, "no job left")
     await dispatcher.cancel("a" * 32)  # idempotent for a cancelled job
     with pytest.raises(UnknownJob):
         await dispatcher.cancel("b" * 32)
@@ -231,7 +181,7 @@ async def test_recovery_cleans_dirty_jobs_and_resumes_the_rest(config: Configura
     await dispatcher.start()
     assert [m.graph.job_id for m in FakeJobMaster.created] == ["b" * 32]  # the finished job is not re-run
     assert FakeJobMaster.created[0].recovered_progress is not None
-    await until(lambda: "a" * 32 not in dispatcher._cleanups)
+    await eventually(lambda: "a" * 32 not in dispatcher._cleanups, "the job's cleanup")
     assert await ha.jobgraph_store.job_ids() == {"b" * 32}
     assert "a" * 32 not in await dirty_ids(ha)
     result = await dispatcher.job_result("a" * 32)
@@ -257,7 +207,8 @@ async def test_a_failing_cleanup_is_retried_until_it_succeeds(config: Configurat
 
     monkeypatch.setattr(ha.jobgraph_store, "remove", flaky_remove)
     FakeJobMaster.created[0].finish()
-    await until(lambda: failures["left"] == 0 and "a" * 32 not in dispatcher._cleanups)
+    await eventually(lambda: failures["left"] == 0 and "a" * 32 not in dispatcher._cleanups,
+                     "the cleanup after its failures")
     assert await ha.jobgraph_store.job_ids() == set()
     assert "a" * 32 not in await dirty_ids(ha)
     await dispatcher.stop()
@@ -296,7 +247,7 @@ async def test_running_and_archived_jobs_are_listed_newest_first(config: Configu
     await dispatcher.start()
     await dispatcher.submit(graph(job_id="a" * 32))
     FakeJobMaster.created[0].finish()  # archived, started at 1
-    await until(lambda: not dispatcher._jobs)
+    await eventually(lambda: not dispatcher._jobs, "no job left")
     await dispatcher.submit(graph(job_id="b" * 32))  # running, started at 1 too: the id breaks the tie
     assert [(o.job_id, o.status) for o in dispatcher.job_overviews()] == [
         ("b" * 32, JobStatus.RUNNING), ("a" * 32, JobStatus.FINISHED)]
@@ -315,7 +266,7 @@ async def test_while_it_recovers_every_call_answers_retry_after_and_no_job_start
     await first.start()
     await first.submit(finished)
     FakeJobMaster.created[0].finish()  # finished and cleaned up: only its archive entry is left
-    await until(lambda: not first._jobs and not first._cleanups)
+    await eventually(partial(settled, first), "the first Dispatcher settled")
     await first.stop()
     await ha.jobgraph_store.put(SESSION, running)
     entered, gate = asyncio.Event(), asyncio.Event()
@@ -324,7 +275,8 @@ async def test_while_it_recovers_every_call_answers_retry_after_and_no_job_start
     async def slow_get(job_id: str) -> JobProgress:
         entered.set()
         await gate.wait()
-        return await real_get(job_id)
+        progress: JobProgress = await real_get(job_id)
+        return progress
 
     monkeypatch.setattr(ha.progress_store, "get", slow_get)
     dispatcher = make_dispatcher(config, ha)
@@ -353,36 +305,24 @@ async def test_while_it_recovers_every_call_answers_retry_after_and_no_job_start
 # ---------------------------------------------------------------------------- cancel persisted (item 4)
 
 
-class SlowCancelJobMaster(FakeJobMaster):
-    """Its cancel takes until `gate` opens; a suspended job is then not cancelled (as the JobMaster's)."""
-
-    gate: asyncio.Event
-
-    async def cancel(self) -> None:
-        self.cancelled = True
-        await SlowCancelJobMaster.gate.wait()
-        if self.status is not JobStatus.SUSPENDED:
-            self.finish(JobStatus.CANCELED)
-
-
 async def test_a_cancel_in_flight_when_leadership_ends_is_finished_by_the_next_leader(
         config: Configuration, ha: Any) -> None:
-    SlowCancelJobMaster.gate = asyncio.Event()
-    first = make_dispatcher(config, ha, new_job_master=SlowCancelJobMaster)
+    first = make_dispatcher(config, ha)
+    gate = FakeJobMaster.cancel_gate = asyncio.Event()  # its cancel takes until the gate opens
     await first.start()
     await first.submit(graph())
     cancel = asyncio.create_task(first.cancel("a" * 32))
-    await until(lambda: FakeJobMaster.created[0].cancelled)
+    await eventually(lambda: FakeJobMaster.created[0].cancelled, "the cancel to reach the JobMaster")
     assert (await ha.progress_store.get("a" * 32)).cancel_requested  # persisted before the answer
     await first.stop()  # leadership lost while the cancel is in flight: the job is only suspended
-    SlowCancelJobMaster.gate.set()
+    gate.set()
     await cancel  # answered: 202
     assert FakeJobMaster.created[0].status is JobStatus.SUSPENDED
 
     second = make_dispatcher(config, ha)
     await second.start()
     [recovered] = FakeJobMaster.created
-    await until(lambda: not second._jobs and not second._cleanups)
+    await eventually(partial(settled, second), "the second Dispatcher settled")
     assert recovered.cancelled and not recovered.started  # cancelled, never run again
     result = await second.job_result("a" * 32)
     assert result is not None and result.status is JobStatus.CANCELED
@@ -425,7 +365,7 @@ async def test_a_stored_job_that_cannot_be_read_fails_alone_and_the_others_recov
     await dispatcher.start()
 
     assert [m.graph.job_id for m in FakeJobMaster.created] == [good]
-    await until(lambda: not dispatcher._cleanups and set(dispatcher._jobs) == {good})
+    await eventually(lambda: not dispatcher._cleanups and set(dispatcher._jobs) == {good}, "only the good job left")
     for job_id, cause in ((broken, "not valid JSON"), (refused, "spark.executor.memory"),
                           (unreadable_result, "cannot be read")):
         result = await dispatcher.job_result(job_id)
@@ -478,7 +418,7 @@ async def test_a_job_master_that_cannot_start_ends_the_job_failed(config: Config
         await dispatcher.start()
         submission = await dispatcher.submit(graph(job_id=job_id))
         assert submission == Submission(job_id, True, JobStatus.FAILED)  # not a 500
-        await until(lambda: not dispatcher._jobs and not dispatcher._cleanups)  # no zombie job
+        await eventually(partial(settled, dispatcher), "no zombie job")  # no zombie job
         result = await dispatcher.job_result(job_id)
         assert result is not None and result.status is JobStatus.FAILED
         assert result.failure is not None and result.failure.cls == cause
@@ -529,7 +469,7 @@ async def test_a_stored_job_over_todays_limits_or_whose_job_master_fails_to_buil
     await dispatcher.start()
 
     assert [m.graph.job_id for m in FakeJobMaster.created] == [good] and FakeJobMaster.created[0].started
-    await until(lambda: not dispatcher._cleanups and set(dispatcher._jobs) == {good})
+    await eventually(lambda: not dispatcher._cleanups and set(dispatcher._jobs) == {good}, "only the good job left")
     for job_id, cls, cause in ((too_large, "JobTooLarge", "jobgraph.max-subtasks allows at most 5"),
                                (unbuildable, "MemoryError", "no memory left"),
                                (misfiled, "StoreError", f"names job {good}")):
@@ -567,14 +507,17 @@ async def test_calls_naming_a_job_whose_job_master_is_built_wait_for_it(config: 
     submission = asyncio.create_task(dispatcher.submit(graph()))
     await gate.building.wait()
     assert await ha.jobgraph_store.job_ids() == {"a" * 32}  # persisted before the build
-    waiting = [asyncio.create_task(call) for call in (
-        dispatcher.submit(graph()), dispatcher.job_snapshot("a" * 32), dispatcher.cancel("a" * 32))]
-    await asyncio.sleep(0.05)
+    resubmitted = asyncio.create_task(dispatcher.submit(graph()))
+    looked_at = asyncio.create_task(dispatcher.job_snapshot("a" * 32))
+    cancelled = asyncio.create_task(dispatcher.cancel("a" * 32))
+    waiting = [resubmitted, looked_at, cancelled]
+    await asyncio.sleep(0.05)  # room for an early answer, which must not come before the build
     assert not submission.done() and not any(task.done() for task in waiting)
     assert dispatcher.job_counts() == {}  # answered meanwhile
     gate.release.set()
     assert await submission == Submission("a" * 32, True, JobStatus.RUNNING)
-    again, snapshot, _ = await asyncio.gather(*waiting)
+    await asyncio.gather(*waiting)
+    again, snapshot = resubmitted.result(), looked_at.result()
     assert again.created is False and snapshot.overview.job_id == "a" * 32
     assert FakeJobMaster.created[0].cancelled  # the cancel reached the built JobMaster
     await dispatcher.stop()
@@ -652,7 +595,7 @@ async def test_stop_waits_for_a_job_result_write_in_flight(config: Configuration
     FakeJobMaster.created[0].finish()
     assert await asyncio.to_thread(entered.wait, 10)
     stopping = asyncio.create_task(dispatcher.stop())
-    await asyncio.sleep(0.2)
+    await asyncio.sleep(0.2)  # room for a stop that does not wait, which must not come
     assert not stopping.done()  # the write in its thread is not left behind
     release.set()
     await stopping
@@ -669,7 +612,7 @@ async def test_a_terminated_job_is_the_same_job_for_every_later_leader(config: C
     FakeJobMaster.created[0].finish(JobStatus.FAILED)
     # answered for with its status as soon as its result is out, before the archive has it
     assert await first.submit(graph()) == Submission("a" * 32, False, JobStatus.FAILED)
-    await until(lambda: not first._jobs and not first._cleanups)
+    await eventually(partial(settled, first), "the first Dispatcher settled")
     await first.stop()
 
     second = make_dispatcher(config, ha)
@@ -711,7 +654,7 @@ async def failed_at_b(dispatcher: Dispatcher) -> FakeJobMaster:
     job_master.done = {"a": {0: SubtaskProgress("/r/a/0", 3), 1: SubtaskProgress("/r/a/1", 4)},
                        "x": {0: SubtaskProgress(None, None)}}
     job_master.finish(JobStatus.FAILED)
-    await until(lambda: not dispatcher._jobs and not dispatcher._cleanups)
+    await eventually(partial(settled, dispatcher), "the Dispatcher settled")
     return job_master
 
 
@@ -741,7 +684,7 @@ async def test_a_failed_job_is_repaired_under_its_id_reusing_the_other_results(c
         await dispatcher.repair(job_id, ["a"])
     assert refused.value.running and len(FakeJobMaster.created) == 2
     repairing.finish(JobStatus.FINISHED)
-    await until(lambda: not dispatcher._jobs and not dispatcher._cleanups)
+    await eventually(partial(settled, dispatcher), "the Dispatcher settled")
     result = await dispatcher.job_result(job_id)
     assert result is not None and result.status is JobStatus.FINISHED
     archived = await dispatcher._archive.get(job_id)
@@ -806,7 +749,7 @@ async def test_a_repair_survives_a_failover_and_one_half_written_is_dropped(conf
     assert resumed.recovered_progress.repair == answer.repair and set(resumed.recovered_progress.finished) == {"a", "x"}
     assert [r.number for r in (await successor.job_snapshot(job_id)).repairs] == [1]
     resumed.finish(JobStatus.FAILED)
-    await until(lambda: not successor._jobs and not successor._cleanups)
+    await eventually(partial(settled, successor), "the successor settled")
 
     async def lost(session_id: str, job_id: str) -> None:
         raise LeadershipLost("JobResult store")
@@ -819,7 +762,7 @@ async def test_a_repair_survives_a_failover_and_one_half_written_is_dropped(conf
     assert await ha.jobgraph_store.job_ids() == {job_id}  # half written: graph and progress
     third = make_dispatcher(config, ha)
     await third.start()
-    await until(lambda: not third._cleanups)
+    await eventually(lambda: not third._cleanups, "the third Dispatcher's cleanups")
     assert FakeJobMaster.created == [] and await ha.jobgraph_store.job_ids() == set()
     assert (await ha.progress_store.get(job_id)).repair is None
     result = await third.job_result(job_id)

@@ -27,12 +27,13 @@ from sparkdispatch.errors import (
     UnknownTaskExecutor,
     error_from_body,
 )
-from sparkdispatch.jobgraph import ExecutionState
-from sparkdispatch.protocol import ExecutionStateUpdate, SlotReport
-from sparkdispatch.rest.server import create_error_middleware
-from sparkdispatch.settings import RestSettings
+from sparkdispatch.model.states import ExecutionState
+from sparkdispatch.model.protocol import ExecutionStateUpdate, SlotReport
+from sparkdispatch.rest.responses import create_error_middleware
+from sparkdispatch.rest.settings import RestSettings
 from sparkdispatch.taskexecutor.master_client import SESSION_HEADER, MasterClient
 from sparkdispatch.testing.master import Deployment, InProcessMaster
+from sparkdispatch.testing.waiting import eventually
 
 JOB = "0123456789abcdef0123456789abcdef"
 SESSION = "6f1c8e5a-3b2d-4c7e-9a10-2b3c4d5e6f70"
@@ -65,8 +66,13 @@ EXAMPLES: list[SparkDispatchError] = [
     errors.BlobTooLarge("x.zip is 200 bytes; blob.max-size allows 100"),
     errors.CorruptedBlob("blob abc is corrupted"),
     errors.RequestTooLarge("the JobGraph is 2000 bytes; rest.max-body-size allows 1000"),
+    errors.RequestTimeout("the JobGraph sent nothing for 30 s (rest.body-timeout)"),
+    errors.UnsupportedMediaType("POST /jobs: the JobGraph must be sent as application/json, not text/plain"),
     errors.Unauthorized("missing or wrong bearer token"),
     errors.CsrfRefused("POST /jobs with the web UI's session needs its X-CSRF-Token header"),
+    errors.HostRefused("Host 'evil.example:8081' is none of this master's names (rest.allowed-hosts)"),
+    errors.OriginRefused("POST /jobs from a page of 'http://evil.example' refused (rest.allowed-origins)"),
+    errors.TooManyLoginAttempts("5 failed logins from 10.0.0.7 within 5min", retry_after=240),
     errors.RouteNotFound("GET /nowhere: Not Found"),
     errors.MethodNotAllowed("PUT", "/jobs", ["POST", "GET"]),
     errors.InternalError("internal error: KeyError: 'x'"),
@@ -120,6 +126,7 @@ def test_structured_fields_come_back_as_attributes() -> None:
     assert isinstance(invalid, errors.InvalidJobGraph) and invalid.field_errors == {"name": ["missing"]}
     stale = error_from_body(409, json.dumps(StaleExecution(JOB, "e1", "gone").to_body()))
     assert isinstance(stale, FencingTokenMismatch)  # the TaskExecutor treats both as a stale report
+    assert isinstance(stale, StaleExecution)
     assert (stale.job_id, stale.execution_id) == (JOB, "e1")
 
 
@@ -270,9 +277,5 @@ async def test_the_taskexecutor_client_raises_the_masters_own_classes(master: In
 
 
 async def _deployments(master: InProcessMaster, job_id: str, count: int) -> list[Deployment]:
-    for _ in range(500):
-        deployments = master.gateway.of_job(job_id)
-        if len(deployments) >= count:
-            return list(deployments)
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"{count} deployment(s) of {job_id} expected, saw {master.gateway.of_job(job_id)}")
+    await eventually(lambda: len(master.gateway.of_job(job_id)) >= count, f"{count} deployment(s) of {job_id}")
+    return list(master.gateway.of_job(job_id))

@@ -6,17 +6,19 @@ import gc
 import random
 import re
 import weakref
-from dataclasses import dataclass, field
 
 import pytest
 
 from sparkdispatch.errors import IllegalStateTransition, InvalidJobGraph
-from sparkdispatch.jobgraph import ExecutionState, Failure, JobGraph, JobResult, JobStatus, JobVertex, VertexResult
+from sparkdispatch.ha import JobProgress, SubtaskProgress
+from sparkdispatch.model.states import ExecutionState, JobStatus
+from sparkdispatch.model.job_graph import JobGraph, JobVertex
+from sparkdispatch.model.job_result import Failure, JobResult, VertexResult
 from sparkdispatch.jobmaster.execution_graph import ExecutionGraph, ExecutionVertex, SubtaskId, aggregate_state
 from sparkdispatch.resourcemanager import AllocatedSlot
 from sparkdispatch.rest.views import flink_job_details, job_details
-from sparkdispatch.results import ResultLayout
-from sparkdispatch.snapshot import JobSnapshot, SubtaskSnapshot, VertexSnapshot
+from sparkdispatch.storage.results import ResultLayout
+from sparkdispatch.model.snapshot import JobSnapshot, SubtaskSnapshot, VertexSnapshot
 from sparkdispatch.testing.passes import CountingVertices
 
 JOB_ID = "ab" * 16
@@ -156,7 +158,7 @@ def test_a_lost_partition_or_a_new_attempt_holds_its_consumers_back_again() -> N
 
 def test_restored_subtasks_count_as_finished_and_offer_their_consumers() -> None:
     graph = ExecutionGraph(diamond())
-    graph.restore(Progress({"source": {0: Entry("/r/s0", 3), 1: Entry("/r/s1", 3)}}))
+    graph.restore(JobProgress(JOB_ID, {"source": {0: SubtaskProgress("/r/s0", 3), 1: SubtaskProgress("/r/s1", 3)}}))
     assert sorted(ids(graph.take_schedulable(held_back=()))) == ["left[0]", "left[1]", "right[0]", "right[1]"]
 
 
@@ -170,21 +172,12 @@ def test_the_graph_is_built_in_a_few_passes_over_the_job_graph() -> None:
     assert CountingVertices.yielded <= 5 * count
 
 
-@dataclass
-class Progress:
-    finished: dict[str, dict[int, object]] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Entry:
-    result_path: str | None
-    rows: int | None
-
-
 def test_restore_marks_recovered_subtasks_finished_via_reconciling() -> None:
     graph = ExecutionGraph(diamond())
-    skipped = graph.restore(Progress({"source": {0: Entry("/r/s0", 3), 1: Entry(None, None)},
-                                      "ghost": {0: Entry("/x", 1)}, "left": {5: Entry("/y", 1)}}))
+    skipped = graph.restore(JobProgress(JOB_ID, {"source": {0: SubtaskProgress("/r/s0", 3),
+                                                            1: SubtaskProgress(None, None)},
+                                                 "ghost": {0: SubtaskProgress("/x", 1)},
+                                                 "left": {5: SubtaskProgress("/y", 1)}}))
     assert set(skipped) == {SubtaskId("ghost", 0), SubtaskId("left", 5)}
     s0, s1 = graph.subtasks("source")
     assert s0.state is ExecutionState.FINISHED and s0.current.rows == 3 and s0.current.result_path == "/r/s0"
@@ -325,7 +318,7 @@ def scramble(graph: ExecutionGraph, rng: random.Random) -> None:
 def test_the_overview_counts_each_subtask_by_its_current_attempt_without_walking_them() -> None:
     rng = random.Random(7)
     graph = ExecutionGraph(diamond(parallelism=3))
-    graph.restore(Progress({"source": {0: Entry("/r/s0", 3)}}))
+    graph.restore(JobProgress(JOB_ID, {"source": {0: SubtaskProgress("/r/s0", 3)}}))
 
     def walked() -> dict[ExecutionState, int]:
         tasks = dict.fromkeys(ExecutionState, 0)

@@ -26,7 +26,9 @@ def test_a_message_being_written_is_invisible_then_whole(tmp_path: Path, monkeyp
     seen_mid_write: list[Any] = []
     renamed: list[str] = []
     with app.connection() as producer, app.connection() as consumer:
-        consumer_channel = consumer.default_channel
+        consumer_channel, producer_channel = consumer.default_channel, producer.default_channel
+        assert isinstance(consumer_channel, filesystem_transport.Channel)
+        assert isinstance(producer_channel, filesystem_transport.Channel)
         real_replace = os.replace
 
         def replace_after_a_look(src: str, dst: str) -> None:
@@ -37,8 +39,8 @@ def test_a_message_being_written_is_invisible_then_whole(tmp_path: Path, monkeyp
             renamed.append(dst)
             real_replace(src, dst)
 
-        monkeypatch.setattr(filesystem_transport.os, "replace", replace_after_a_look)
-        producer.default_channel._put("jobs", body)
+        monkeypatch.setattr(os, "replace", replace_after_a_look)
+        producer_channel._put("jobs", body)
         assert seen_mid_write == [] and len(renamed) == 1
         assert consumer_channel._get("jobs") == body
         with pytest.raises(Empty):

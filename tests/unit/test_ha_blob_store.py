@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import shutil
 from pathlib import Path
 
 import pytest
@@ -73,3 +74,24 @@ async def test_a_follower_reads_the_clusters_blobs_and_checks_them(standalone_co
     with pytest.raises(BlobNotFound):
         reader.path_blocking("0" * 64)
     await services.close()
+
+
+async def test_a_read_during_a_sweep_finds_the_whole_blob_or_none(
+        blobs: BlobStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    key = await blobs.put(b"def run(ctx):\n    return 3\n", "job.py")
+    seen: list[type[Exception]] = []
+    real_rmtree = shutil.rmtree
+
+    def rmtree_halfway(path: Path, ignore_errors: bool = False) -> None:
+        for child in Path(path).iterdir():  # the removal is half done: its file is gone
+            child.unlink()
+        try:
+            blobs.path_blocking(key)
+        except (BlobNotFound, CorruptedBlob) as exc:
+            seen.append(type(exc))
+        real_rmtree(path, ignore_errors=ignore_errors)
+
+    monkeypatch.setattr("sparkdispatch.ha.blob_store.shutil.rmtree", rmtree_halfway)
+    assert blobs.sweep_blocking(retention_s=-1, keep=()) == [key]
+    assert seen == [BlobNotFound]
+    assert stored(blobs) == set()

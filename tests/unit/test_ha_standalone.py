@@ -37,7 +37,7 @@ async def test_standalone_election_grants_the_fixed_session_on_the_loop() -> Non
     contender = Recorder()
     election.start(contender)
     assert contender.calls == []  # granted on the loop, not inside start()
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # one turn of the loop
     assert contender.calls == [("grant", STANDALONE_SESSION_ID)]
     assert election.has_leadership(STANDALONE_SESSION_ID)
     assert election.fence(STANDALONE_SESSION_ID, "JobGraph store") == STANDALONE_SESSION_ID

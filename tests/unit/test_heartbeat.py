@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from sparkdispatch.config import Configuration
-from sparkdispatch.heartbeat import HeartbeatMonitor
-from sparkdispatch.settings import HeartbeatSettings
+from sparkdispatch.resourcemanager.heartbeat import HeartbeatMonitor
+from sparkdispatch.resourcemanager.settings import HeartbeatSettings
 from sparkdispatch.testing.clock import ManualClock
 
 
@@ -32,7 +34,7 @@ def listener() -> RecordingListener:
     return RecordingListener()
 
 
-def make_monitor(listener: RecordingListener, clock: ManualClock, *, threshold: int = 2) -> HeartbeatMonitor:
+def make_monitor(listener: RecordingListener, clock: ManualClock, *, threshold: int = 2) -> HeartbeatMonitor[object]:
     return HeartbeatMonitor(listener, timeout=10.0, rpc_failure_threshold=threshold, clock=clock)
 
 
@@ -149,7 +151,7 @@ def test_a_failing_listener_does_not_stop_other_timeouts(clock: ManualClock) -> 
 @pytest.mark.parametrize("kwargs", [{"timeout": 0}, {"timeout": 1, "rpc_failure_threshold": 0},
                                     {"timeout": 1, "rpc_failure_threshold": -2},
                                     {"timeout": 1, "unreachable_silence": -1}])
-def test_bad_settings_are_refused(kwargs: dict[str, float], listener: RecordingListener) -> None:
+def test_bad_settings_are_refused(kwargs: dict[str, Any], listener: RecordingListener) -> None:
     with pytest.raises(ValueError):
         HeartbeatMonitor(listener, **kwargs)
 

@@ -6,28 +6,30 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
 from sparkdispatch.client import RetryPolicy, SparkDispatchClient
-from sparkdispatch.client_leader import ZooKeeperTarget
+from sparkdispatch.client.leader import ZooKeeperTarget
 from sparkdispatch.errors import ConfigurationError, DuplicateJobSubmission, InvalidJobGraph, UnknownJob
 from sparkdispatch.hooks import SparkDispatchHook
 from sparkdispatch.hooks.sparkdispatch import client_settings
 from sparkdispatch.testing.master import InProcessMaster
 from sparkdispatch.testing.services import free_port
 from sparkdispatch.tls import ClientTls
+from sparkdispatch.testing.waiting import eventually
 
 JOB = "0123456789abcdef0123456789abcdef"
 OTHER = "fedcba9876543210fedcba9876543210"
 
 
-def set_connection(monkeypatch: pytest.MonkeyPatch, conn_id: str, value: dict | str) -> None:
+def set_connection(monkeypatch: pytest.MonkeyPatch, conn_id: str, value: dict[str, Any] | str) -> None:
     text = value if isinstance(value, str) else json.dumps(value)
     monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", text)
 
 
-def settings(conn_id: str = "sparkdispatch_default") -> dict:
+def settings(conn_id: str = "sparkdispatch_default") -> dict[str, Any]:
     return client_settings(SparkDispatchHook.get_connection(conn_id))
 
 
@@ -89,8 +91,8 @@ async def live_master() -> AsyncIterator[InProcessMaster]:
         await master.add_task_executor("te-2", slots=2)
         async with SparkDispatchClient(addresses=[master.url]) as client:
             await client.submit({"job_id": JOB, "name": "held", "vertices": [{"id": "a", "entrypoint": "m:f"}]})
-        while not master.gateway.of_job(JOB):  # the task runs until the test ends
-            await asyncio.sleep(0.01)
+        # the task runs until the test ends
+        await eventually(lambda: master.gateway.of_job(JOB), "the job's task deployed")
         yield master
 
 

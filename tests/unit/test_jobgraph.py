@@ -10,20 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sparkdispatch.config import Configuration, restart_strategy_from_config
+from sparkdispatch.config import Configuration
+from sparkdispatch.jobmaster.settings import restart_strategy_from_config
 from sparkdispatch.errors import IllegalStateTransition, InvalidJobGraph
-from sparkdispatch.jobgraph import (
-    ExecutionState,
-    ExponentialDelayRestart,
-    Failure,
-    FailureRateRestart,
-    FixedDelayRestart,
-    JobGraph,
-    JobResult,
-    JobStatus,
-    JobVertex,
-    NoRestart,
-)
+from sparkdispatch.model.states import ExecutionState, JobStatus
+from sparkdispatch.model.restart import ExponentialDelayRestart, FailureRateRestart, FixedDelayRestart, NoRestart
+from sparkdispatch.model.job_graph import JobGraph, JobVertex
+from sparkdispatch.model.job_result import Failure, JobResult
 from sparkdispatch.testing.passes import CountingVertices
 
 
@@ -326,7 +319,7 @@ def test_job_result_round_trip_and_shape() -> None:
     result = JobResult.from_dict(body)
     assert result.duration_ms == 4200
     assert result.to_dict() == body
-    assert body["failure"]["class"] == "ValueError" and "bad row" in body["failure"]["traceback"]
+    assert failure.to_dict()["class"] == "ValueError" and "bad row" in failure.to_dict()["traceback"]
 
 
 def test_job_result_refuses_a_wrong_duration_and_a_running_status() -> None:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import io
 import json
 import logging
 import threading
+from typing import Any
 from collections.abc import Iterator
 
 import aiohttp
@@ -14,6 +14,7 @@ import pytest
 
 from sparkdispatch.log_context import ContextFilter, JsonFormatter, TextFormatter, current, log_context
 from sparkdispatch.testing.master import InProcessMaster
+from sparkdispatch.testing.waiting import eventually
 
 
 @pytest.fixture
@@ -79,12 +80,12 @@ async def test_a_real_masters_deployment_line_names_its_job_vertex_subtask_and_a
         graph = {"name": "g", "vertices": [{"id": "clean", "entrypoint": "m:f", "parallelism": 2}]}
         async with aiohttp.ClientSession() as http, http.post(master.url + "/jobs", json=graph) as answer:
             job_id = (await answer.json())["job_id"]
-        for _ in range(500):
-            entries = [json.loads(line) for line in lines.getvalue().splitlines()]
-            deploying = [e for e in entries if "deploying" in e["message"]]
-            if len(deploying) == 2:
-                break
-            await asyncio.sleep(0.01)
+        def logged() -> list[dict[str, Any]]:
+            return [json.loads(line) for line in lines.getvalue().splitlines()]
+
+        await eventually(lambda: sum("deploying" in e["message"] for e in logged()) == 2, "two deployment lines")
+        entries = logged()
+        deploying = [e for e in entries if "deploying" in e["message"]]
     assert {(e["job_id"], e["vertex"], e["subtask"], e["attempt"]) for e in deploying} == {
         (job_id, "clean", 0, 0), (job_id, "clean", 1, 0)}
     running = [e for e in entries if e["logger"].startswith("sparkdispatch.jobmaster") and "job_id" in e]

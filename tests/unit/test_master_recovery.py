@@ -7,15 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
-from sparkdispatch.dispatcher import Dispatcher
+from sparkdispatch.dispatcher.dispatcher import Dispatcher
 from sparkdispatch.testing.master import InProcessMaster, finish_every_task
+from sparkdispatch.testing.waiting import eventually
+from sparkdispatch.testing.job_result import wait_for_result
 
 JOB = "ab" * 16
 GRAPH: dict[str, Any] = {"name": "sales", "job_id": JOB, "vertices": [{"id": "extract", "entrypoint": "m:f"}]}
@@ -29,20 +31,9 @@ async def call(method: str, url: str, body: Any = None) -> tuple[int, Any, Mappi
             return answer.status, json.loads(text) if text else None, dict(answer.headers)
 
 
-async def until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not predicate():
-            await asyncio.sleep(0.01)
-
-
 async def result_of(master: InProcessMaster, job_id: str) -> dict[str, Any]:
-    async with asyncio.timeout(10):
-        while True:
-            status, body, _ = await call("GET", f"{master.url}/jobs/{job_id}/execution-result")
-            assert status == 200, body
-            if body["status"]["id"] == "COMPLETED":
-                return dict(body["job_execution_result"])
-            await asyncio.sleep(0.02)
+    """The JobResult; every answer on the way is a 200 (the master serves the job all along)."""
+    return await asyncio.to_thread(wait_for_result, lambda: [master.url], job_id, timeout=30, strict=True)
 
 
 async def test_a_new_leader_answers_503_with_retry_after_until_it_has_recovered(
@@ -79,8 +70,8 @@ async def test_a_new_leader_answers_503_with_retry_after_until_it_has_recovered(
         assert status == 200 and details["status"] == "RUNNING"
         status, answer, _ = await call("POST", master.url + "/jobs", GRAPH)
         assert status == 200 and answer == {"job_id": JOB, "jobUrl": f"/jobs/{JOB}", "status": "RUNNING"}
-        await until(lambda: len(master.gateway.of_job(JOB)) == 1)
-        await asyncio.sleep(0.2)
+        await eventually(lambda: len(master.gateway.of_job(JOB)) == 1, "one deployment of the job")
+        await asyncio.sleep(0.2)  # room for a second deployment, which must not come
         assert len(master.gateway.of_job(JOB)) == 1  # one JobMaster ran it, once
     finally:
         gate.set()

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from sparkdispatch.jobgraph import ExecutionState, Failure
-from sparkdispatch.protocol import TaskDeploymentDescriptor
+from sparkdispatch.model.states import ExecutionState
+from sparkdispatch.model.job_result import Failure
+from sparkdispatch.model.protocol import TaskDeploymentDescriptor
 from sparkdispatch.testing.master import InProcessMaster, TaskOutcome
+from sparkdispatch.testing.waiting import eventually
 
 TOKEN = "metrics-test-token"
 
@@ -64,10 +65,10 @@ async def test_metrics_count_submitted_finished_jobs_and_their_tasks_and_show_th
             {"id": "a", "entrypoint": "m:f", "parallelism": 2}]})
         failed = await submit(master.url, {"name": "bad", "restart_strategy": {"type": "none"}, "vertices": [
             {"id": "b", "entrypoint": "m:f"}]})
-        for _ in range(500):
-            if {await status(master.url, finished), await status(master.url, failed)} == {"FINISHED", "FAILED"}:
-                break
-            await asyncio.sleep(0.02)
+        async def both_ended() -> bool:
+            return {await status(master.url, finished), await status(master.url, failed)} == {"FINISHED", "FAILED"}
+
+        await eventually(both_ended, "one job FINISHED and one FAILED")
         _, after = await scrape(master.url)
         assert after["sparkdispatch_jobs_submitted_total"] == 2
         assert after["sparkdispatch_jobs_finished_total{status=FINISHED}"] == 1

@@ -11,19 +11,36 @@ import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import pytest
+from airflow.sdk import DAG, BaseOperator
+from airflow.sdk.definitions.xcom_arg import PlainXComArg
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
 
 from sparkdispatch.client import SparkDispatchClient
-from sparkdispatch.errors import RouteNotFound, UnknownJob
-from sparkdispatch.jobgraph import ExecutionState, Failure, JobResult, JobStatus, VertexResult
+from sparkdispatch.errors import HostRefused, RouteNotFound, UnknownJob, UnsupportedMediaType
+from sparkdispatch.model.states import ExecutionState, JobStatus
+from sparkdispatch.model.job_result import Failure, JobResult, VertexResult
 from sparkdispatch.operators import SparkDispatchJobSensor, SparkDispatchJobTrigger, SparkDispatchSubmitJobOperator
-from sparkdispatch.operators.jobs import attempt_job_id, clear_generation, cleared_job_id, result_summary, task_job_id
+from sparkdispatch.operators.decorators import SparkDispatchFunctionOperator
+from sparkdispatch.operators.jobs import (
+    attempt_job_id,
+    clear_generation,
+    cleared_job_id,
+    result_summary,
+    task_failure,
+    task_job_id,
+)
 from sparkdispatch.operators.lineage import dataset_name
-from sparkdispatch.protocol import TaskDeploymentDescriptor
+from sparkdispatch.model.protocol import TaskDeploymentDescriptor
 from sparkdispatch.testing.master import InProcessMaster, Script, TaskOutcome
+from sparkdispatch.testing.waiting import eventually_blocking
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+T = TypeVar("T")
 
 # one restart: a vertex that keeps failing ends FAILED after 2 attempts
 GRAPH = {"name": "sales", "vertices": [{"id": "a", "entrypoint": "pipelines.sales:generate"},
@@ -59,7 +76,8 @@ class Cluster:
     def posts(self) -> list[str]:
         """The job ids of every `POST /jobs` the master received, in order."""
         assert self.master.proxy is not None
-        return [json.loads(r.body)["job_id"] for r in self.master.proxy.requests if (r.method, r.path) == ("POST", "/jobs")]
+        return [json.loads(r.body)["job_id"] for r in self.master.proxy.requests
+                if (r.method, r.path) == ("POST", "/jobs")]
 
     def end_new_jobs(self, script: Script | None) -> None:
         """How the tasks of jobs not ended by `end` go on: `finish`, `fail_b`, or None (keep running)."""
@@ -111,7 +129,7 @@ class FakeTI:
         return self.xcom.get(key) if task_ids == self.task_id else self.others.get((task_ids, key))
 
 
-class FakeStore(dict):
+class FakeStore(dict[str, Any]):
     def set(self, key: str, value: Any) -> None:
         self[key] = value
 
@@ -124,8 +142,32 @@ def cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
         yield Cluster(master)
 
 
-def context(ti: FakeTI | None = None, **extra: Any) -> dict[str, Any]:
-    return {"ti": ti or FakeTI(), "task_state_store": FakeStore(), **extra}
+def context(ti: FakeTI | None = None, *, store: FakeStore | None = None, durable: bool = True,
+            **extra: Any) -> Context:
+    """What Airflow hands a task's run: its task instance, (`durable`) its task state store, and `extra`."""
+    values: dict[str, Any] = {"ti": ti or FakeTI(), **extra}
+    if durable:
+        values["task_state_store"] = store if store is not None else FakeStore()
+    return cast("Context", values)
+
+
+def ti_of(ctx: Context) -> FakeTI:
+    ti = ctx["ti"]
+    assert isinstance(ti, FakeTI)
+    return ti
+
+
+def store_of(ctx: Context) -> FakeStore:
+    store = ctx["task_state_store"]
+    assert isinstance(store, FakeStore)
+    return store
+
+
+def task_of(dag: DAG, task_id: str, kind: type[T]) -> T:
+    """The DAG's task `task_id`, which is a `kind`."""
+    task = dag.task_dict[task_id]
+    assert isinstance(task, kind), task
+    return task
 
 
 def operator(**kwargs: Any) -> SparkDispatchSubmitJobOperator:
@@ -160,8 +202,8 @@ def test_blocking_run_submits_once_links_the_job_and_returns_its_id(cluster: Clu
     job_id = operator().execute(ctx)
     assert job_id == task_job_id("sales_dag", "manual__1", "submit", -1)
     assert cluster.posts == [job_id] and cluster.status(job_id) == "FINISHED"
-    assert ctx["ti"].xcom["sparkdispatch_job_url"] == f"{cluster.url}/ui/jobs/{job_id}"
-    assert ctx["task_state_store"]["sparkdispatch_job_id"] == job_id
+    assert ti_of(ctx).xcom["sparkdispatch_job_url"] == f"{cluster.url}/ui/jobs/{job_id}"
+    assert store_of(ctx)["sparkdispatch_job_id"] == job_id
 
 
 def test_a_retry_reattaches_to_the_running_job_instead_of_submitting_again(cluster: Cluster) -> None:
@@ -204,10 +246,7 @@ def test_a_cleared_task_runs_its_job_again_and_a_retry_after_the_clear_reattache
     store = FakeStore()  # Airflow's task state store keeps the job id across retries and clears
 
     def a_try(max_tries: int) -> str:
-        ctx: dict[str, Any] = {"ti": FakeTI(max_tries=max_tries)}
-        if durable:
-            ctx["task_state_store"] = store
-        return operator(retries=2).execute(ctx)
+        return operator(retries=2).execute(context(FakeTI(max_tries=max_tries), store=store, durable=durable))
 
     first = a_try(2)  # try 1
     assert a_try(2) == first and cluster.posts == [first]  # try 2, a retry: the FINISHED job, not a second run
@@ -223,10 +262,10 @@ def test_a_cleared_task_runs_its_job_again_and_a_retry_after_the_clear_reattache
 def test_a_cleared_task_reattaches_to_its_job_that_still_runs(cluster: Cluster) -> None:
     """A job of the task instance still running at the clear (its worker died) is not run twice."""
     store = FakeStore()
-    first = operator(retries=2, wait_for_completion=False).execute({"ti": FakeTI(max_tries=2)})
+    first = operator(retries=2, wait_for_completion=False).execute(context(FakeTI(max_tries=2), durable=False))
     store["sparkdispatch_job_id"] = first  # what the try whose worker died had stored
     threading.Timer(0.2, cluster.end, args=(first,)).start()
-    assert operator(retries=2).execute({"ti": FakeTI(max_tries=1 + 2), "task_state_store": store}) == first
+    assert operator(retries=2).execute(context(FakeTI(max_tries=1 + 2), store=store)) == first
     assert cluster.posts == [first]
 
 
@@ -283,7 +322,7 @@ def test_deferrable_submits_then_defers_to_the_trigger(cluster: Cluster) -> None
     trigger = deferred.value.trigger
     assert isinstance(trigger, SparkDispatchJobTrigger) and trigger.job_id == job_id and trigger.cancel_on_kill
     assert deferred.value.method_name == "execute_complete"
-    assert ctx["task_state_store"]["sparkdispatch_job_id"] == job_id
+    assert store_of(ctx)["sparkdispatch_job_id"] == job_id
     cluster.end(job_id)
     cluster.wait_for_status(job_id, "FINISHED")
     event = {"status": "terminal", "job_id": job_id, "result": cluster.result(job_id)}
@@ -299,18 +338,16 @@ def test_artifacts_are_uploaded_and_added_to_the_graph(cluster: Cluster, tmp_pat
     (package / "sales.py").write_text("def generate(ctx):\n    return None\n")
     job_id = operator(artifacts=[str(package)], wait_for_completion=False).execute(context())
     (key,) = [p.name for p in cluster.master.master.ha.blob_store.directory.iterdir()]
-    for _ in range(1000):  # the job's first task carries the graph's artifacts to its TaskExecutor
-        deployments = cluster.master.gateway.of_job(job_id)
-        if deployments:
-            break
-        threading.Event().wait(0.01)
+    # the job's first task carries the graph's artifacts to its TaskExecutor
+    deployments = eventually_blocking(lambda: cluster.master.gateway.of_job(job_id), "the job's first task")
     assert deployments[0].tdd.artifacts == (key,)
 
 
 def test_a_graph_file_is_found_beside_the_dag_and_rendered(tmp_path: Path) -> None:
     (tmp_path / "graphs").mkdir()
     (tmp_path / "graphs" / "g.yaml").write_text(
-        "name: rows-{{ params.rows }}\nvertices:\n  - {id: a, entrypoint: 'm:f', params: {rows: '{{ params.rows }}'}}\n")
+        "name: rows-{{ params.rows }}\n"
+        "vertices:\n  - {id: a, entrypoint: 'm:f', params: {rows: '{{ params.rows }}'}}\n")
 
     class Dag:
         folder = str(tmp_path)
@@ -328,11 +365,11 @@ def test_the_sensor_pokes_until_the_job_ends(cluster: Cluster) -> None:
     sensor = SparkDispatchJobSensor(task_id="wait", job_id=job_id, deferrable=False)
     ctx = context()
     assert not sensor.poke(ctx)
-    assert ctx["ti"].xcom["sparkdispatch_job_url"].endswith(f"/ui/jobs/{job_id}")
+    assert ti_of(ctx).xcom["sparkdispatch_job_url"].endswith(f"/ui/jobs/{job_id}")
     cluster.end(job_id)
     cluster.wait_for_status(job_id, "FINISHED")
     done = sensor.poke(ctx)
-    assert done.is_done and done.xcom_value["status"] == "FINISHED"
+    assert done.is_done and done.xcom_value is not None and done.xcom_value["status"] == "FINISHED"
 
 
 def test_the_sensor_fails_with_the_remote_cause(cluster: Cluster, capfd: pytest.CaptureFixture[str]) -> None:
@@ -377,7 +414,7 @@ def test_the_job_id_and_every_vertexs_output_are_pushed_as_xcoms(cluster: Cluste
     ctx = context()
     cluster.end_new_jobs(finish)
     job_id = operator().execute(ctx)
-    xcom = ctx["ti"].xcom
+    xcom = ti_of(ctx).xcom
     assert xcom["sparkdispatch_job_id"] == job_id
     assert set(xcom["vertices"]) == {"a", "b"}
     for vertex in ("a", "b"):
@@ -388,6 +425,7 @@ def test_the_job_id_and_every_vertexs_output_are_pushed_as_xcoms(cluster: Cluste
 
 def test_openlineage_names_the_job_and_each_finished_vertexs_results_as_outputs(cluster: Cluster) -> None:
     from openlineage.client.event_v2 import Dataset
+    from openlineage.client.facet_v2 import external_query_run
 
     cluster.end_new_jobs(lambda tdd: TaskOutcome(rows=1, result_path=f"/r/{tdd.vertex_id}/{tdd.subtask_index}"))
     submit = operator()
@@ -396,6 +434,7 @@ def test_openlineage_names_the_job_and_each_finished_vertexs_results_as_outputs(
     result = cluster.result(job_id)["vertices"]
     assert lineage.outputs == [Dataset(namespace="file", name=result[v]["result_path"]) for v in ("a", "b")]
     facet = lineage.run_facets["externalQuery"]
+    assert isinstance(facet, external_query_run.ExternalQueryRunFacet)
     assert facet.externalQueryId == job_id and facet.source == f"{cluster.url}/ui/jobs/{job_id}"
     assert not lineage.inputs
 
@@ -442,6 +481,13 @@ def test_errors_no_retry_can_fix_fail_the_task_without_retries(cluster: Cluster)
     assert type(failed.value) is AirflowException
 
 
+def test_a_master_refusing_the_connections_host_name_or_body_fails_the_task_without_retries() -> None:
+    for refused in (HostRefused("GET /overview: the Host 'alias.example:8081' is none of this master's names"),
+                    UnsupportedMediaType("POST /jobs: the JobGraph must be sent with Content-Type: application/json")):
+        failure = task_failure(refused)
+        assert isinstance(failure, AirflowFailException) and "not retried" in str(failure), refused
+
+
 
 # -- SparkDispatchJobGroup and its vertex tasks ---------------------------------------------------
 
@@ -454,7 +500,8 @@ def sales_group(**vertex_kwargs: Any) -> tuple[Any, Any]:
     from sparkdispatch.operators import SparkDispatchJobGroup, SparkDispatchVertexOperator
 
     with DAG("sales_dag", schedule=None, start_date=datetime(2026, 1, 1)) as dag:
-        with SparkDispatchJobGroup(group_id="sales", job_name="sales-report", config={"spark.sql.shuffle.partitions": 4},
+        with SparkDispatchJobGroup(group_id="sales", job_name="sales-report",
+                                   config={"spark.sql.shuffle.partitions": 4},
                                    restart_strategy={"type": "fixed-delay", "attempts": 1, "delay_s": 0}) as group:
             a = SparkDispatchVertexOperator(task_id="a", entrypoint="pipelines.sales:generate",
                                             vertex_params={"run": "{{ ti.run_id }}"}, **vertex_kwargs)
@@ -498,11 +545,8 @@ def test_the_launch_submits_the_groups_graph_once_and_each_vertex_task_follows_i
     assert details["name"] == "sales-report"
     assert {v["id"]: (v["parallelism"], v["inputs"]) for v in details["vertices"]} == {
         "a": (1, []), "b": (2, ["a"]), "c": (1, ["a"])}
-    for _ in range(1000):  # vertex a's task carries its params, rendered by the launch task
-        deployments = cluster.master.gateway.of_job(job_id)
-        if deployments:
-            break
-        threading.Event().wait(0.01)
+    # vertex a's task carries its params, rendered by the launch task
+    deployments = eventually_blocking(lambda: cluster.master.gateway.of_job(job_id), "vertex a's task")
     assert [(d.tdd.vertex_id, dict(d.tdd.params)) for d in deployments] == [("a", {"run": "manual__1"})]
 
     def vertex_ti(vertex: str) -> FakeTI:
@@ -522,7 +566,7 @@ def test_a_vertex_task_fails_with_its_vertexs_failure_and_its_retry_repairs_that
     dag, group = sales_group(deferrable=False, poll_interval=0.02)
     launch_ti = FakeTI()
     launch_ti.task_id = "sales.launch"
-    job_id = dag.task_dict["sales.launch"].execute(context(launch_ti))
+    job_id = task_of(dag, "sales.launch", BaseOperator).execute(context(launch_ti))
 
     def fail_b_only(tdd: TaskDeploymentDescriptor) -> TaskOutcome:
         return fail_b(tdd) if tdd.vertex_id == "b" else TaskOutcome(rows=10)
@@ -577,8 +621,8 @@ def test_the_decorator_makes_a_vertex_that_ships_the_functions_source(cluster: C
             def clean(ctx: Any) -> Any:
                 return ctx.inputs["generate"].dropna()
 
-            generate >> clean()
-    op = dag.task_dict["sales.clean"]
+            generate >> clean()  # type: ignore[call-arg,misc]  # Airflow types a @task function's call as its own
+    op = task_of(dag, "sales.clean", SparkDispatchFunctionOperator)
     assert op.entrypoint == f"{op.module_name}:clean" and op.module_name.startswith("sparkdispatch_fn_")
     assert op.source.startswith('from __future__ import annotations\n\n\n'
                                 'def clean(ctx: Any) -> Any:\n    return ctx.inputs["generate"].dropna()\n')
@@ -587,16 +631,13 @@ def test_the_decorator_makes_a_vertex_that_ships_the_functions_source(cluster: C
 
     launch_ti = FakeTI()
     launch_ti.task_id = "sales.launch"
-    job_id = dag.task_dict["sales.launch"].execute(context(launch_ti))
+    job_id = task_of(dag, "sales.launch", BaseOperator).execute(context(launch_ti))
     blobs = {p.name for p in cluster.master.master.ha.blob_store.directory.iterdir()}
     [module_key] = [key for key in blobs]  # the function's module, the job's only artifact
     cluster.end(job_id)
-    for _ in range(1000):
-        deployments = cluster.master.gateway.of_job(job_id)
-        if any(d.tdd.vertex_id == "clean" for d in deployments):
-            break
-        threading.Event().wait(0.01)
-    cleans = [d.tdd for d in deployments if d.tdd.vertex_id == "clean"]
+    eventually_blocking(lambda: any(d.tdd.vertex_id == "clean" for d in cluster.master.gateway.of_job(job_id)),
+                        "the clean vertex's tasks")
+    cleans = [d.tdd for d in cluster.master.gateway.of_job(job_id) if d.tdd.vertex_id == "clean"]
     assert {(t.entrypoint, t.artifacts, dict(t.params)["day"]) for t in cleans} == {
         (op.entrypoint, (module_key,), "manual__1")}
 
@@ -606,33 +647,33 @@ def test_a_decorated_task_names_its_connection_outside_a_group_and_may_not_diffe
 
     from airflow.sdk import DAG, task
 
-    from sparkdispatch.operators import SparkDispatchJobGroup
+    from sparkdispatch.operators import SparkDispatchJobGroup, SparkDispatchVertexOperator
 
     with DAG("conn_dag", schedule=None, start_date=datetime(2026, 1, 1)) as dag:
         @task.sparkdispatch(sparkdispatch_conn_id="sparkdispatch_prod")
         def alone(ctx: Any) -> Any:
             return ctx.spark.range(1)
 
-        alone()
+        alone()  # type: ignore[call-arg,misc]  # as above
         with SparkDispatchJobGroup(group_id="same", sparkdispatch_conn_id="sparkdispatch_prod"):
             @task.sparkdispatch(sparkdispatch_conn_id="sparkdispatch_prod")
             def inside(ctx: Any) -> Any:
                 return ctx.spark.range(1)
 
-            inside()
-    assert dag.task_dict["alone"].sparkdispatch_conn_id == "sparkdispatch_prod"
-    assert dag.task_dict["alone"].hook.sparkdispatch_conn_id == "sparkdispatch_prod"
-    assert dag.task_dict["same.inside"].sparkdispatch_conn_id == "sparkdispatch_prod"
+            inside()  # type: ignore[call-arg,misc]
+    assert task_of(dag, "alone", SparkDispatchVertexOperator).sparkdispatch_conn_id == "sparkdispatch_prod"
+    assert task_of(dag, "alone", SparkDispatchVertexOperator).hook.sparkdispatch_conn_id == "sparkdispatch_prod"
+    assert task_of(dag, "same.inside", SparkDispatchVertexOperator).sparkdispatch_conn_id == "sparkdispatch_prod"
     with pytest.raises(ValueError, match="task 'other.inside' names connection 'sparkdispatch_prod', but the "
                                          "vertices of SparkDispatchJobGroup 'other' use the group's, "
                                          "'sparkdispatch_default'"):
         with DAG("conn_dag_2", schedule=None, start_date=datetime(2026, 1, 1)):
             with SparkDispatchJobGroup(group_id="other"):
                 @task.sparkdispatch(sparkdispatch_conn_id="sparkdispatch_prod")
-                def inside(ctx: Any) -> Any:  # noqa: F811 - a second DAG's task of the same name
+                def inside(ctx: Any) -> Any:  # a second DAG's task of the same name
                     return ctx.spark.range(1)
 
-                inside()
+                inside()  # type: ignore[call-arg,misc]
 
 
 @pytest.mark.parametrize("cancel_on_kill", [False, True])
@@ -644,7 +685,7 @@ def test_a_vertex_task_whose_deferral_times_out_fails_alone_unless_it_cancels_on
     dag, group = sales_group(deferrable=True, poll_interval=0.02, cancel_on_kill=cancel_on_kill)
     launch_ti = FakeTI()
     launch_ti.task_id = "sales.launch"
-    job_id = dag.task_dict["sales.launch"].execute(context(launch_ti))
+    job_id = task_of(dag, "sales.launch", BaseOperator).execute(context(launch_ti))
     ti = FakeTI()
     ti.task_id = "sales.b"
     ti.others[("sales.launch", "return_value")] = job_id
@@ -707,10 +748,10 @@ def test_vertex_params_are_the_vertexs_and_airflows_params_stay_airflows() -> No
             with pytest.warns(AirflowProviderDeprecationWarning, match=r"use vertex_params=\.\.\."):
                 old = SparkDispatchVertexOperator(task_id="old", entrypoint="m:f", params={"kept": "yes"})
     assert old.vertex_params == {"kept": "yes"}
-    launch = dag.task_dict["g.launch"]
+    launch = task_of(dag, "g.launch", SparkDispatchSubmitJobOperator)
     ti = FakeTI()
     ti.task_id = "g.launch"
-    graph = launch.load_graph({"ti": ti, "task": launch, "params": {"rows": 5}})  # type: ignore[attr-defined]
+    graph = launch.load_graph(context(ti, durable=False, task=launch, params={"rows": 5}))
     specs = {v["id"]: v["params"] for v in graph["vertices"]}
     assert specs["mine"] == {"me": "g.mine", "rows": "5"}  # rendered as the vertex task's, not g.launch's
     assert set(mine.vertex_params) == {"me", "rows"}  # nothing of default_args' or the DAG's params
@@ -723,6 +764,7 @@ def test_a_mapped_decorated_task_unmapped_by_airflow_does_not_warn_of_params() -
     from datetime import datetime
 
     from airflow.sdk import DAG, task
+    from airflow.sdk.definitions.mappedoperator import MappedOperator
 
     with DAG("mapped_params_dag", schedule=None, start_date=datetime(2026, 1, 1), params={"rows": 5}) as dag:
         @task.sparkdispatch(parallelism=2)
@@ -730,11 +772,11 @@ def test_a_mapped_decorated_task_unmapped_by_airflow_does_not_warn_of_params() -
             return ctx.spark.range(rows)
 
         sized.expand(rows=[2, 3])
-    mapped = dag.task_dict["sized"]
+    mapped = task_of(dag, "sized", MappedOperator)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        unmapped = mapped.unmap({"op_kwargs": {"rows": 2}})  # type: ignore[union-attr]
-    assert unmapped.vertex_params == {}  # type: ignore[attr-defined]
+        unmapped = mapped.unmap({"op_kwargs": {"rows": 2}})
+    assert isinstance(unmapped, SparkDispatchFunctionOperator) and unmapped.vertex_params == {}
 
 
 def test_vertex_tasks_defer_by_default_and_the_setting_still_decides(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -774,17 +816,18 @@ def test_decorated_vertices_take_xcom_arguments_as_inputs_and_values_resolved_at
             def total(ctx: Any, numbers: Any, minimum: int, column: str = "id") -> Any:
                 return numbers.where(f"{column} >= {minimum}")
 
-            result = total(numbers(), minimum, column="{{ task.task_id }}")
-            total.override(task_id="total_again")(numbers(), 1)
+            result = total(numbers(), minimum, column="{{ task.task_id }}")  # type: ignore[call-arg,misc]
+            total.override(task_id="total_again")(numbers(), 1)  # type: ignore[call-arg,misc]
+    assert isinstance(result, PlainXComArg) and isinstance(result.operator, SparkDispatchFunctionOperator)
     assert result.operator.multiple_outputs is True
-    launch = dag.task_dict["g.launch"]
+    launch = task_of(dag, "g.launch", SparkDispatchSubmitJobOperator)
     assert "threshold" in launch.upstream_task_ids  # a value from outside the group is made before the job
     assert dag.task_dict["g.total"].upstream_task_ids == {"g.numbers", "g.launch", "threshold"}
     assert "g.total_again" in dag.task_dict
     ti = FakeTI()
     ti.task_id = "g.launch"
     ti.others[("threshold", "return_value")] = 3
-    graph = launch.load_graph({"ti": ti, "task": launch})  # type: ignore[attr-defined]
+    graph = launch.load_graph(context(ti, durable=False, task=launch))
     total_spec = next(v for v in graph["vertices"] if v["id"] == "total")
     assert total_spec["inputs"] == ["numbers"]
     assert total_spec["params"][CALL_PARAM] == {"args": [{"input": "numbers"}, {"value": 3}],
@@ -830,7 +873,7 @@ def test_a_decorated_task_maps_outside_a_group_and_is_refused_mapped_in_one() ->
         with DAG("mapped_group_dag", schedule=None, start_date=datetime(2026, 1, 1)):
             with SparkDispatchJobGroup(group_id="g"):
                 @task.sparkdispatch
-                def sized(ctx: Any, rows: int) -> Any:  # noqa: F811 - another DAG's
+                def sized(ctx: Any, rows: int) -> Any:
                     return ctx.spark.range(rows)
 
                 sized.expand(rows=[1, 2])
@@ -843,7 +886,7 @@ def test_a_vertex_tasks_lineage_names_the_vertices_it_read_as_inputs_and_its_res
     """The datasets and facets make a RunEvent of openlineage-python's model (generated from the
     OpenLineage JSON schema), which serializes with every facet's schema URL."""
     import uuid
-    from datetime import datetime, timezone
+    from datetime import UTC, datetime
 
     from openlineage.client.event_v2 import Dataset, Job, Run, RunEvent, RunState
     from openlineage.client.facet_v2 import parent_run
@@ -865,7 +908,7 @@ def test_a_vertex_tasks_lineage_names_the_vertices_it_read_as_inputs_and_its_res
     assert lineage.outputs == [Dataset(namespace="file", name=result["b"]["result_path"])]
     parent = parent_run.ParentRunFacet(run=parent_run.Run(runId=str(uuid.uuid4())),
                                        job=parent_run.Job(namespace="airflow", name="sales_dag.sales.b"))
-    event = RunEvent(eventType=RunState.COMPLETE, eventTime=datetime.now(timezone.utc).isoformat(),
+    event = RunEvent(eventType=RunState.COMPLETE, eventTime=datetime.now(UTC).isoformat(),
                      run=Run(runId=str(uuid.uuid4()), facets={**lineage.run_facets, "parent": parent}),
                      job=Job(namespace="airflow", name="sales_dag.sales.b"), producer="https://example.org/sparkdispatch",
                      inputs=lineage.inputs, outputs=lineage.outputs)

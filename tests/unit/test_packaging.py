@@ -28,9 +28,9 @@ BUILD_INPUTS = ("setup.py", "setup.cfg", "pyproject.toml", "README.md")
 
 
 def _mapped_folders() -> dict[str, str]:
-    config = configparser.ConfigParser()
-    config.read(REPO / "setup.cfg", encoding="utf-8")
-    lines = config["options"]["package_dir"].strip().splitlines()
+    setup_cfg = configparser.ConfigParser()
+    setup_cfg.read(REPO / "setup.cfg", encoding="utf-8")
+    lines = setup_cfg["options"]["package_dir"].strip().splitlines()
     return {name.strip(): folder.strip() for name, folder in (line.split("=", 1) for line in lines)}
 
 
@@ -57,7 +57,7 @@ def test_generic_folder_names_are_not_importable() -> None:
 
 
 def test_mapped_subpackages_import_from_the_one_root() -> None:
-    for name in ("sparkdispatch.hooks", "sparkdispatch.operators", "sparkdispatch.ha", "sparkdispatch.jobgraph"):
+    for name in ("sparkdispatch.hooks", "sparkdispatch.operators", "sparkdispatch.ha", "sparkdispatch.model.job_graph"):
         spec = importlib.util.find_spec(name)
         assert spec is not None and spec.name == name
 
@@ -90,7 +90,7 @@ def test_distribution_and_entry_point() -> None:
 
 
 def test_master_side_imports_no_airflow() -> None:
-    code = ("import sys, sparkdispatch, sparkdispatch.jobgraph, sparkdispatch.config; "
+    code = ("import sys, sparkdispatch, sparkdispatch.model.job_graph, sparkdispatch.config; "
             "import sparkdispatch.ha, sparkdispatch.taskexecutor; "
             "print(any(m == 'airflow' or m.startswith('airflow.') for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -105,7 +105,7 @@ SERVER_ONLY = ("pyspark", "py4j", "celery", "kombu", "pandas", "pyarrow", "apisp
 #: The provider's Airflow-facing modules: what Airflow's workers, triggerers and scheduler import.
 AIRFLOW_SIDE = ("sparkdispatch.hooks.sparkdispatch", "sparkdispatch.operators", "sparkdispatch.operators.submit",
                 "sparkdispatch.operators.sensors", "sparkdispatch.operators.triggers",
-                "sparkdispatch.operators.links", "sparkdispatch.provider_info", "sparkdispatch.cli")
+                "sparkdispatch.operators.links", "sparkdispatch.provider_info", "sparkdispatch.entrypoint.cli")
 
 
 def _requirement_name(requirement: str) -> str:
@@ -146,7 +146,7 @@ for module in {AIRFLOW_SIDE!r}:
 
 def test_a_server_command_without_its_extra_names_the_extra_to_install() -> None:
     code = ("import sys; sys.modules['pyspark'] = None; "  # find_spec then says: not installed
-            "from sparkdispatch.cli import main; sys.exit(main(['taskexecutor']))")
+            "from sparkdispatch.entrypoint.cli import main; sys.exit(main(['taskexecutor']))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip() == ("sparkdispatch: `sparkdispatch taskexecutor` needs packages this installation "

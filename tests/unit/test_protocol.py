@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 
 from sparkdispatch.errors import InvalidJobGraph, InvalidRequest
-from sparkdispatch.jobgraph import ExecutionState, Failure
-from sparkdispatch.protocol import (
+from sparkdispatch.model.states import ExecutionState
+from sparkdispatch.model.job_result import Failure
+from sparkdispatch.model.protocol import (
     ExecutionReport,
     ExecutionStateUpdate,
     HeartbeatPayload,

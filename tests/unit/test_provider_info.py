@@ -7,17 +7,19 @@ import json
 import os
 import tempfile
 from importlib import metadata, resources
+from typing import Any
 
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="sparkdispatch-airflow-home-"))
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 
-import jsonschema  # noqa: E402
+import jsonschema
 
-from sparkdispatch import get_provider_info  # noqa: E402
+from sparkdispatch import get_provider_info
 
 
-def airflow_schema(name: str) -> dict:
-    return json.loads(resources.files("airflow").joinpath(name).read_text())
+def airflow_schema(name: str) -> dict[str, Any]:
+    schema: dict[str, Any] = json.loads(resources.files("airflow").joinpath(name).read_text())
+    return schema
 
 
 def test_provider_info_is_valid_for_the_installed_airflow() -> None:
@@ -52,7 +54,8 @@ def test_everything_named_exists() -> None:
 
 
 def test_airflow_discovers_the_provider_through_its_entry_point() -> None:
-    points = [ep for ep in metadata.entry_points(group="apache_airflow_provider") if ep.dist.name == "sparkdispatch"]
+    points = [ep for ep in metadata.entry_points(group="apache_airflow_provider")
+              if ep.dist is not None and ep.dist.name == "sparkdispatch"]
     assert len(points) == 1 and points[0].load() is get_provider_info
 
     from airflow.providers_manager import ProvidersManager
@@ -62,4 +65,5 @@ def test_airflow_discovers_the_provider_through_its_entry_point() -> None:
     assert "sparkdispatch" in manager.providers
     assert "extra__sparkdispatch__zookeeper_quorum" in manager.connection_form_widgets
     runtime = ProvidersManagerTaskRuntime()
-    assert runtime.hooks["sparkdispatch"].hook_class_name == "sparkdispatch.hooks.sparkdispatch.SparkDispatchHook"
+    hook_info = runtime.hooks["sparkdispatch"]
+    assert hook_info is not None and hook_info.hook_class_name == "sparkdispatch.hooks.sparkdispatch.SparkDispatchHook"

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from sparkdispatch.jobgraph import ExecutionState, Failure, JobGraph, JobVertex
+from sparkdispatch.model.states import ExecutionState
+from sparkdispatch.model.job_graph import JobGraph, JobVertex
+from sparkdispatch.model.job_result import Failure
 from sparkdispatch.jobmaster.execution_graph import ExecutionGraph, SubtaskId
 from sparkdispatch.jobmaster.failover import tasks_to_restart, unreadable_inputs
-from sparkdispatch.results import ResultLayout
+from sparkdispatch.storage.results import ResultLayout
 
 JOB_ID = "cd" * 16
 RESULTS = ResultLayout("/results")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -16,10 +17,16 @@ from sparkdispatch.errors import (
     SparkDispatchError,
     UnknownTaskExecutor,
 )
-from sparkdispatch.jobgraph import ExecutionState
-from sparkdispatch.protocol import ExecutionReport, RegistrationAck, SlotReport, SlotStatus, TaskExecutorRegistration
+from sparkdispatch.model.states import ExecutionState
+from sparkdispatch.model.protocol import (
+    ExecutionReport,
+    RegistrationAck,
+    SlotReport,
+    SlotStatus,
+    TaskExecutorRegistration,
+)
 from sparkdispatch.resourcemanager import AllocatedSlot, ResourceManager, ResourceOverview
-from sparkdispatch.settings import ResourceManagerSettings
+from sparkdispatch.resourcemanager.settings import ResourceManagerSettings
 from sparkdispatch.testing.clock import ManualClock
 
 SESSION = "11111111-2222-3333-4444-555555555555"
@@ -38,7 +45,7 @@ class Job:
         self.heartbeats: list[tuple[str, list[ExecutionReport]]] = []
         self.changed = asyncio.Event()
 
-    def slots_allocated(self, slots: list[AllocatedSlot]) -> None:
+    def slots_allocated(self, slots: Sequence[AllocatedSlot]) -> None:
         self.slots.extend(slots)
         self.changed.set()
 
@@ -46,12 +53,12 @@ class Job:
         self.failures.append(error)
         self.changed.set()
 
-    def task_executor_lost(self, task_executor_id: str, allocation_ids: list[str], reason: str) -> None:
-        self.lost.append((task_executor_id, allocation_ids, reason))
+    def task_executor_lost(self, task_executor_id: str, allocation_ids: Sequence[str], reason: str) -> None:
+        self.lost.append((task_executor_id, list(allocation_ids), reason))
         self.changed.set()
 
-    def task_executor_heartbeat(self, task_executor_id: str, executions: list[ExecutionReport]) -> None:
-        self.heartbeats.append((task_executor_id, executions))
+    def task_executor_heartbeat(self, task_executor_id: str, executions: Sequence[ExecutionReport]) -> None:
+        self.heartbeats.append((task_executor_id, list(executions)))
 
     async def wait_for(self, predicate: Any) -> None:
         while not predicate():

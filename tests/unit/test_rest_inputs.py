@@ -13,13 +13,15 @@ from typing import Any
 import aiohttp
 import pytest
 
-from sparkdispatch.archive import ArchivedJob
+from sparkdispatch.dispatcher.archive import ArchivedJob
 from sparkdispatch.errors import BlobError, InvalidJobGraph, InvalidRequest, MethodNotAllowed, RequestTooLarge, \
     error_from_body
-from sparkdispatch.jobgraph import ExecutionState, JobGraph, JobResult, JobStatus, VertexResult
+from sparkdispatch.model.states import ExecutionState, JobStatus
+from sparkdispatch.model.job_graph import JobGraph
+from sparkdispatch.model.job_result import JobResult, VertexResult
 from sparkdispatch.rest import inputs
 from sparkdispatch.rest.taskexecutor_routes import SESSION_HEADER
-from sparkdispatch.snapshot import JobSnapshot
+from sparkdispatch.model.snapshot import JobSnapshot
 from sparkdispatch.testing.master import InProcessMaster
 
 PLANTED = "feed" * 8
@@ -79,6 +81,34 @@ async def test_every_route_names_a_malformed_id(master: InProcessMaster, method:
         assert status == 405 and isinstance(error, MethodNotAllowed) and headers["Allow"] == "GET"
     else:
         assert status == 400 and isinstance(error, InvalidRequest) and field in error.field_errors, text
+
+
+@pytest.mark.parametrize(("path", "field"), [
+    (f"/jobs/{'ab' * 16}%0A", "job_id"),
+    (f"/v1/jobs/{'ab' * 16}%0A/execution-result", "job_id"),
+    (f"/jobs/{'ab' * 16}/vertices/a%0A", "vertex_id"),
+])
+async def test_an_id_with_a_trailing_newline_is_refused(master: InProcessMaster, path: str, field: str) -> None:
+    status, text, headers = await call("GET", master.url + path)
+    error = error_from_body(status, text, header=headers.get("X-SparkDispatch-Error"))
+    assert status == 400 and isinstance(error, InvalidRequest) and field in error.field_errors, text
+
+
+@pytest.mark.parametrize(("changes", "field"), [
+    ({"job_id": "ab" * 16 + "\n"}, "job_id"),
+    ({"vertices": [{"id": "a\n", "entrypoint": "m:f"}]}, "vertices[0].id"),
+    ({"vertices": [{"id": "a", "entrypoint": "m:f\n"}]}, "vertices[0].entrypoint"),
+    ({"artifacts": ["cd" * 32 + "\n"]}, "artifacts[0]"),
+])
+async def test_a_graph_with_a_trailing_newline_in_an_id_is_refused(master: InProcessMaster, changes: dict[str, Any],
+                                                                   field: str) -> None:
+    status, text, _ = await call("POST", master.url + "/jobs", json=graph(**changes))
+    error = error_from_body(status, text)
+    assert status == 400 and isinstance(error, InvalidJobGraph) and field in error.field_errors, text
+    status, text, _ = await call("POST", master.url + "/taskexecutors", json={
+        "task_executor_id": "te-1\n", "hostname": "h", "slots": 1}, headers={SESSION_HEADER: master.session_id})
+    error = error_from_body(status, text)
+    assert status == 400 and isinstance(error, InvalidRequest) and "task_executor_id" in error.field_errors, text
 
 
 async def test_a_taskexecutor_call_without_its_session_is_malformed(master: InProcessMaster) -> None:

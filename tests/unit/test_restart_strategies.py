@@ -6,13 +6,9 @@ import random
 
 import pytest
 
-from sparkdispatch.config import Configuration, restart_strategy_from_config
-from sparkdispatch.jobgraph import (
-    ExponentialDelayRestart,
-    FailureRateRestart,
-    FixedDelayRestart,
-    NoRestart,
-)
+from sparkdispatch.config import Configuration
+from sparkdispatch.jobmaster.settings import restart_strategy_from_config
+from sparkdispatch.model.restart import ExponentialDelayRestart, FailureRateRestart, FixedDelayRestart, NoRestart
 from sparkdispatch.jobmaster.restart import (
     ExponentialDelayRestartStrategy,
     FailureRateRestartStrategy,

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from sparkdispatch.jobgraph import Failure
-from sparkdispatch.results import (
+from sparkdispatch.model.job_result import Failure
+from sparkdispatch.storage.results import (
     ResultLayout,
     read_partitions,
     remove_attempt_partition,
@@ -38,7 +38,7 @@ def test_trailing_slashes_and_uris_keep_the_same_paths() -> None:
 
 
 def test_the_master_can_import_it_without_pyspark() -> None:
-    probe = "import sys, sparkdispatch.results; assert 'pyspark' not in sys.modules, 'pyspark imported'"
+    probe = "import sys, sparkdispatch.storage.results; assert 'pyspark' not in sys.modules, 'pyspark imported'"
     subprocess.run([sys.executable, "-c", probe], check=True)
 
 
@@ -63,7 +63,7 @@ def test_removal_deletes_one_local_job_and_tolerates_a_missing_one(tmp_path: Pat
 
 
 def test_removal_leaves_remote_results_to_their_filesystem(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.INFO, logger="sparkdispatch.results"):
+    with caplog.at_level(logging.INFO, logger="sparkdispatch.storage.results"):
         remove_job_results(ResultLayout("s3a://bucket/results"), JOB_ID)
     assert f"results of job {JOB_ID} live on s3a://bucket/results" in caplog.text
 

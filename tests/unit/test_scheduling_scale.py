@@ -16,13 +16,15 @@ from collections.abc import Sequence
 import pytest
 
 from sparkdispatch.ha import JobProgress, SubtaskProgress
-from sparkdispatch.jobgraph import ExecutionState, JobGraph, JobStatus, JobVertex, NoRestart
+from sparkdispatch.model.states import ExecutionState, JobStatus
+from sparkdispatch.model.restart import NoRestart
+from sparkdispatch.model.job_graph import JobGraph, JobVertex
 from sparkdispatch.jobmaster import JobMaster, build_execution_graph
 from sparkdispatch.jobmaster.execution_graph import ExecutionVertex, SubtaskId
 from sparkdispatch.jobmaster.job_master import SCHEDULE_SLICE
-from sparkdispatch.protocol import ExecutionStateUpdate, TaskDeploymentDescriptor
+from sparkdispatch.model.protocol import ExecutionStateUpdate, TaskDeploymentDescriptor
 from sparkdispatch.resourcemanager import AllocatedSlot
-from sparkdispatch.settings import JobMasterSettings
+from sparkdispatch.jobmaster.settings import JobMasterSettings
 
 JOB_ID = "5ca1ab1e" * 4
 SESSION = "session-1"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -9,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sparkdispatch.errors import InvalidRequest, SlotRequestTimeout, SparkDispatchError
-from sparkdispatch.protocol import SlotReport, SlotStatus, TaskExecutorRegistration
+from sparkdispatch.model.protocol import ExecutionReport, SlotReport, SlotStatus, TaskExecutorRegistration
 from sparkdispatch.resourcemanager import AllocatedSlot, SlotManager
 from sparkdispatch.testing.clock import ManualClock
 
@@ -24,19 +25,23 @@ class Job:
         self.batches: list[list[AllocatedSlot]] = []
         self.failures: list[SparkDispatchError] = []
         self.lost: list[tuple[str, list[str], str]] = []
+        self.heartbeats: list[tuple[str, list[ExecutionReport]]] = []
 
     @property
     def slots(self) -> list[AllocatedSlot]:
         return [slot for batch in self.batches for slot in batch]
 
-    def slots_allocated(self, slots: list[AllocatedSlot]) -> None:
-        self.batches.append(slots)
+    def slots_allocated(self, slots: Sequence[AllocatedSlot]) -> None:
+        self.batches.append(list(slots))
 
     def slot_request_failed(self, error: SparkDispatchError) -> None:
         self.failures.append(error)
 
-    def task_executor_lost(self, task_executor_id: str, allocation_ids: list[str], reason: str) -> None:
-        self.lost.append((task_executor_id, allocation_ids, reason))
+    def task_executor_lost(self, task_executor_id: str, allocation_ids: Sequence[str], reason: str) -> None:
+        self.lost.append((task_executor_id, list(allocation_ids), reason))
+
+    def task_executor_heartbeat(self, task_executor_id: str, executions: Sequence[ExecutionReport]) -> None:
+        self.heartbeats.append((task_executor_id, list(executions)))
 
 
 def registration(te_id: str, slots: int = 2, report: SlotReport | None = None, *,
@@ -423,7 +428,7 @@ def test_idle_task_executors_are_reported(manager: SlotManager, clock: ManualClo
 
 def test_a_failing_listener_does_not_break_the_slot_manager(manager: SlotManager) -> None:
     class Broken(Job):
-        def slots_allocated(self, slots: list[AllocatedSlot]) -> None:
+        def slots_allocated(self, slots: Sequence[AllocatedSlot]) -> None:
             raise RuntimeError("bug in a JobMaster")
 
     manager.register_task_executor(registration("te-1", 2))
@@ -456,7 +461,7 @@ operations = st.lists(st.one_of(
 
 @settings(max_examples=150, deadline=None)
 @given(operations)
-def test_slot_accounting_holds_under_any_sequence(ops: list[tuple]) -> None:
+def test_slot_accounting_holds_under_any_sequence(ops: list[tuple[Any, ...]]) -> None:
     manager = SlotManager(slot_request_timeout=60.0, task_executor_idle_timeout=30.0, clock=ManualClock())
     jobs = [Job(f"{i:032x}") for i in range(3)]
     held: dict[int, set[str]] = {i: set() for i in range(3)}

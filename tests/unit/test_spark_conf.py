@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 
 import pyspark
-from sparkdispatch.spark_conf import STATIC_SQL_CONFS, refusal
+from sparkdispatch.model.spark_conf import STATIC_SQL_CONFS, refusal
 from sparkdispatch.testing.master import InProcessMaster
 
 JARS = Path(pyspark.__file__).parent / "jars"
@@ -61,7 +61,8 @@ def static_confs_in(jar: Path, class_name: str, builders: tuple[str, ...], tmp_p
     return keys
 
 
-def test_the_static_list_matches_the_installed_spark(tmp_path: Path, service_missing: Callable[[str], NoReturn]) -> None:
+def test_the_static_list_matches_the_installed_spark(tmp_path: Path,
+                                                    service_missing: Callable[[str], NoReturn]) -> None:
     if shutil.which("javap") is None:
         service_missing("javap is not installed (apt-get install default-jdk-headless)")
     found: set[str] = set()

@@ -19,11 +19,13 @@ from typing import Any
 import pytest
 
 from sparkdispatch.errors import FencingTokenMismatch, ServiceUnavailable
-from sparkdispatch.jobgraph import ExecutionState, Failure
-from sparkdispatch.protocol import ExecutionStateUpdate, TaskDeploymentDescriptor
-from sparkdispatch.results import ResultLayout
+from sparkdispatch.model.states import ExecutionState
+from sparkdispatch.model.job_result import Failure
+from sparkdispatch.model.protocol import ExecutionStateUpdate, TaskDeploymentDescriptor
+from sparkdispatch.storage.results import ResultLayout
 from sparkdispatch.taskexecutor.runner import ArtifactCache, SlotTable, TaskRunner
 from sparkdispatch.taskexecutor.slot_protocol import AttemptState
+from sparkdispatch.testing.waiting import eventually_blocking
 
 SESSION = "00000000-0000-0000-0000-000000000000"
 JOB_ID = "ab" * 16
@@ -182,13 +184,6 @@ def in_thread(runner: TaskRunner, tdd: TaskDeploymentDescriptor, outcome: dict[s
     return thread
 
 
-def wait_until(predicate: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
-
-
 def test_the_attempt_runs_in_its_slots_process_and_its_states_are_reported_in_order(
         blobs: Blobs, tmp_path: Path) -> None:
     key = blobs.put("tasks.py", b"def task(ctx): pass\n")
@@ -333,7 +328,7 @@ def test_a_cancelled_attempt_leaves_no_partition_behind(tmp_path: Path) -> None:
     outcome: dict[str, ExecutionState] = {}
     thread = in_thread(runner, tdd, outcome)
     assert pool.entered.wait(WAIT_S)
-    wait_until(lambda: runner.slots.find(tdd.execution_id) is not None, "the attempt to occupy its slot")
+    eventually_blocking(lambda: runner.slots.find(tdd.execution_id) is not None, "the attempt to occupy its slot")
     runner.cancel(tdd.execution_id)
     pool.gate.set()
     thread.join(WAIT_S)
@@ -357,6 +352,7 @@ def test_a_busy_slot_refuses_a_second_task(tmp_path: Path) -> None:
     assert (report.slots[0].allocation_id, report.slots[0].job_id) == (first.allocation_id, JOB_ID)
     assert runner.slots.executions() == [{"job_id": JOB_ID, "execution_id": first.execution_id,
                                           "state": "DEPLOYING"}]
+    assert held is not None
     runner.slots.release(held)
     assert runner.slots.slot_report().slots[0].allocation_id is None
 
@@ -370,7 +366,7 @@ def test_a_new_deployment_supersedes_the_attempt_still_in_its_slot(tmp_path: Pat
     new = tdd_for("tasks:quick", tmp_path, slot_index=0)
     outcome: dict[str, ExecutionState] = {}
     thread = in_thread(runner, old, outcome)
-    wait_until(lambda: ExecutionState.RUNNING in reporter.states(old.execution_id), "the old task to run")
+    eventually_blocking(lambda: ExecutionState.RUNNING in reporter.states(old.execution_id), "the old task to run")
 
     assert runner.run(new, SESSION) is ExecutionState.FINISHED
     thread.join(WAIT_S)
@@ -393,8 +389,9 @@ def test_cancelling_one_slot_stops_only_its_attempt(tmp_path: Path) -> None:
     outcome: dict[str, ExecutionState] = {}
     threads = [in_thread(runner, tdd, outcome) for tdd in (long_tdd, short_tdd)]
     # RUNNING seen: the attempts' states passed the runner (which tells the pool again of a cancel that came first)
-    wait_until(lambda: all(ExecutionState.RUNNING in reporter.states(t.execution_id) for t in (long_tdd, short_tdd)),
-               "both attempts running in their slot processes")
+    eventually_blocking(lambda: all(ExecutionState.RUNNING in reporter.states(t.execution_id)
+                                    for t in (long_tdd, short_tdd)),
+                        "both attempts running in their slot processes")
 
     assert runner.cancel(long_tdd.execution_id)
     release_short.set()
@@ -508,7 +505,7 @@ def test_a_new_leader_session_frees_the_former_leaders_slots_and_cancels_its_tas
     old = tdd_for("tasks:long", tmp_path, slot_index=0)
     outcome: dict[str, ExecutionState] = {}
     thread = in_thread(runner, old, outcome)
-    wait_until(lambda: ExecutionState.RUNNING in reporter.states(old.execution_id), "the old task to run")
+    eventually_blocking(lambda: ExecutionState.RUNNING in reporter.states(old.execution_id), "the old task to run")
     queued = tdd_for("tasks:quick", tmp_path, slot_index=1)
     runner.slots.receive(JOB_ID, queued.execution_id, SESSION)
     runner.slots.hold_report(SESSION, ExecutionStateUpdate(job_id=JOB_ID, job_master_id="jm-1", execution_id="e-9",

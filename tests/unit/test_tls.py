@@ -8,8 +8,8 @@ import pytest
 
 from sparkdispatch.config import Configuration
 from sparkdispatch.errors import ConfigurationError
-from sparkdispatch.master import Master
-from sparkdispatch.settings import RestSettings
+from sparkdispatch.entrypoint.master import Master
+from sparkdispatch.rest.settings import RestSettings
 from sparkdispatch.testing.certificates import IssuedCertificate, TestCertificateAuthority
 from sparkdispatch.errors import TlsError
 from sparkdispatch.tls import ClientTls, ServerTls

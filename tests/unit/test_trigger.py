@@ -13,17 +13,20 @@ from typing import Any
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="sparkdispatch-airflow-home-"))
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 
-import pytest  # noqa: E402
+import pytest
 
-from sparkdispatch.client import SparkDispatchClient  # noqa: E402
-from sparkdispatch.errors import UnknownJob  # noqa: E402
-from sparkdispatch.jobgraph import ExecutionState, Failure  # noqa: E402
-from sparkdispatch.operators import SparkDispatchJobTrigger  # noqa: E402
-from sparkdispatch.testing.master import InProcessMaster, TaskOutcome, finish_every_task  # noqa: E402
-from sparkdispatch.testing.proxy import RecordingProxy  # noqa: E402
+from sparkdispatch.client import SparkDispatchClient
+from sparkdispatch.errors import UnknownJob
+from sparkdispatch.model.states import ExecutionState
+from sparkdispatch.model.job_result import Failure
+from sparkdispatch.operators import SparkDispatchJobTrigger
+from sparkdispatch.testing.master import InProcessMaster, TaskOutcome, finish_every_task
+from sparkdispatch.testing.proxy import RecordingProxy
+from sparkdispatch.testing.waiting import eventually
 
 JOB = "fedcba9876543210fedcba9876543210"
-GRAPH = {"job_id": JOB, "name": "j", "vertices": [{"id": "a", "entrypoint": "m:f"}], "restart_strategy": {"type": "none"}}
+GRAPH = {"job_id": JOB, "name": "j", "vertices": [{"id": "a", "entrypoint": "m:f"}],
+         "restart_strategy": {"type": "none"}}
 QUICK_POLLS = {"rest.execution-result.long-poll": "50ms"}
 
 
@@ -40,8 +43,7 @@ async def submit(master: InProcessMaster) -> None:
     """JOB on `master`, its one task running on a TaskExecutor until told to end."""
     async with SparkDispatchClient(addresses=[master.url]) as client:
         await client.submit(GRAPH)
-    while not master.gateway.of_job(JOB):
-        await asyncio.sleep(0.01)
+    await eventually(lambda: master.gateway.of_job(JOB), "the job's task deployed")
 
 
 @pytest.fixture
@@ -72,8 +74,7 @@ def test_serialize_round_trips() -> None:
 async def test_run_yields_exactly_one_event_with_the_job_result(master: InProcessMaster) -> None:
     trigger = SparkDispatchJobTrigger(job_id=JOB, sparkdispatch_conn_id="sd_trigger", poll_interval=0.02)
     waiting = asyncio.create_task(events_of(trigger))
-    while result_polls(master) < 3:
-        await asyncio.sleep(0.01)
+    await eventually(lambda: result_polls(master) >= 3, "three polls of the result")
     assert not waiting.done()
     (task_executor,) = master.task_executors
     await task_executor.end_job(JOB, TaskOutcome(ExecutionState.FAILED, Failure("ValueError", "bad row 7")))
@@ -100,10 +101,9 @@ async def failover_events(master: InProcessMaster, monkeypatch: pytest.MonkeyPat
         {"conn_type": "sparkdispatch", "host": f"127.0.0.1:{master.port},127.0.0.1:{successor.port}"}))
     try:
         waiting = asyncio.create_task(events_of(trigger_of("sd_ha")))
-        while proxy_of(master).count("GET", polls) < 2:
-            await asyncio.sleep(0.01)
+        await eventually(lambda: proxy_of(master).count("GET", polls) >= 2, f"two GET {polls}")
         await master.stop()  # the leader is gone and nobody leads for a moment
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(0.5)  # that moment: the trigger must wait through it
         assert not waiting.done()
         await successor.start()
         await successor.add_task_executor(script=finish_every_task)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -9,6 +10,8 @@ from urllib.parse import parse_qs, urlsplit
 import aiohttp
 import pytest
 
+from sparkdispatch.errors import TooManyLoginAttempts, error_from_body
+from sparkdispatch.rest.login_throttle import LoginThrottle
 from sparkdispatch.rest.ui_auth import CSRF_HEADER, SESSION_COOKIE, UiSessions
 from sparkdispatch.testing.master import InProcessMaster
 
@@ -29,7 +32,8 @@ async def test_a_browser_logs_in_sees_pages_and_needs_the_csrf_token_to_change_s
         url = master.url
         status, _, answer = await call("GET", f"{url}/ui/jobs/abc?x=1")
         location = urlsplit(answer.headers["Location"])
-        assert status == 303 and location.path == "/ui/login" and parse_qs(location.query) == {"next": ["/ui/jobs/abc?x=1"]}
+        assert status == 303 and location.path == "/ui/login"
+        assert parse_qs(location.query) == {"next": ["/ui/jobs/abc?x=1"]}
         assert (await call("GET", f"{url}/jobs"))[0] == 401  # the API answers 401, never a redirect
         status, page, _ = await call("GET", f"{url}/ui/login?next=/ui/taskmanagers")
         assert status == 200 and 'name="token"' in page and 'value="/ui/taskmanagers"' in page
@@ -94,3 +98,83 @@ async def test_without_a_token_the_login_page_leads_to_the_ui(token: str) -> Non
             assert status == 303 and answer.headers["Location"] == "/ui/"
             status, page, _ = await call("GET", f"{master.url}/ui/")
             assert status == 200 and "csrf-token" not in page and "Log out" not in page
+
+
+# -- the login's other doors: body size, guesses, logout ---------------------------------------
+
+
+async def test_a_login_body_is_refused_after_a_few_kib_unread() -> None:
+    # the body timeout is long: a master that waited for the whole body would answer 408, not 413
+    async with InProcessMaster(overrides={"rest.auth.token": TOKEN, "rest.body-timeout": "1min"}) as master:
+        host = f"127.0.0.1:{master.port}"
+        for framing, start in ((f"Content-Length: {60 << 20}", b"token=" + b"x" * 100),  # declared 60 MiB
+                               ("Transfer-Encoding: chunked", b"10000\r\n" + b"x" * 0x10000 + b"\r\n")):
+            reader, writer = await asyncio.open_connection("127.0.0.1", master.port)
+            writer.write(f"POST /ui/login HTTP/1.1\r\nHost: {host}\r\n"
+                         f"Content-Type: application/x-www-form-urlencoded\r\n{framing}\r\n\r\n".encode() + start)
+            await writer.drain()
+            status_line = await asyncio.wait_for(reader.readline(), 60)
+            writer.close()
+            assert status_line.startswith(b"HTTP/1.1 413"), (framing, status_line)
+        status, text, _ = await call("POST", f"{master.url}/ui/login", data="token=" + "x" * 5000,
+                                     headers={"Content-Type": "application/x-www-form-urlencoded"})
+        assert status == 413 and "RequestTooLarge" in text and "4096" in text, text
+        status, text, _ = await call("POST", f"{master.url}/ui/login", json={"token": TOKEN})
+        assert status == 415 and "UnsupportedMediaType" in text, text
+
+
+async def test_failed_logins_are_throttled_per_client_address() -> None:
+    overrides = {"rest.auth.token": TOKEN, "rest.login.max-failures": 3, "rest.login.failure-window": "10min"}
+    async with InProcessMaster(overrides=overrides) as master:
+        login = f"{master.url}/ui/login"
+        for _ in range(3):
+            assert (await call("POST", login, data={"token": "guess"}))[0] == 401
+        status, text, answer = await call("POST", login, data={"token": TOKEN})  # even the right one, unheard
+        error = error_from_body(status, text)
+        assert status == 429 and isinstance(error, TooManyLoginAttempts), text
+        assert 0 < int(answer.headers["Retry-After"]) <= 600 and error.retry_after == int(answer.headers["Retry-After"])
+        assert "rest.login.max-failures" in error.message and "127.0.0.1" in error.message
+        assert (await call("GET", f"{master.url}/jobs", headers={"Authorization": f"Bearer {TOKEN}"}))[0] == 200
+
+
+def test_the_throttle_forgets_failures_older_than_its_window_and_after_a_success() -> None:
+    now = [100.0]
+    throttle = LoginThrottle(max_failures=2, window=60, clock=lambda: now[0], max_clients=3)
+    throttle.failed("a")
+    now[0] += 30
+    throttle.failed("a")
+    assert throttle.retry_after_seconds("a") == 30 and throttle.retry_after_seconds("b") is None
+    now[0] += 30.5  # the first failure is over 60 s old
+    assert throttle.retry_after("a") is None
+    throttle.failed("a")
+    assert throttle.retry_after("a") is not None
+    throttle.succeeded("a")
+    assert throttle.retry_after("a") is None
+    for client in ("c", "d", "e", "f"):  # a fourth address pushes out the oldest
+        throttle.failed(client)
+        throttle.failed(client)
+    assert throttle.retry_after("c") is None and throttle.retry_after("f") is not None
+
+
+async def test_a_logged_out_session_cookie_no_longer_works_when_replayed() -> None:
+    async with InProcessMaster(overrides={"rest.auth.token": TOKEN}) as master:
+        url = master.url
+        _, _, answer = await call("POST", f"{url}/ui/login", data={"token": TOKEN, "next": "/ui/"})
+        cookie = answer.cookies[SESSION_COOKIE].value
+        other = (await call("POST", f"{url}/ui/login", data={"token": TOKEN}))[2].cookies[SESSION_COOKIE].value
+        assert (await call("GET", f"{url}/jobs", cookie=cookie))[0] == 200
+        assert (await call("GET", f"{url}/ui/logout", cookie=cookie))[0] == 303
+        assert (await call("GET", f"{url}/jobs", cookie=cookie))[0] == 401
+        status, _, answer = await call("GET", f"{url}/ui/", cookie=cookie)
+        assert status == 303 and answer.headers["Location"].startswith("/ui/login")
+        assert (await call("GET", f"{url}/jobs", cookie=other))[0] == 200  # another browser stays logged in
+
+
+def test_only_a_live_session_is_revoked_and_only_its_own() -> None:
+    now = [1_000_000.0]
+    sessions = UiSessions(TOKEN, lifetime_s=60, clock=lambda: now[0])
+    cookie, other = sessions.issue(), sessions.issue()
+    assert sessions.revoke(cookie) and sessions.csrf_of(cookie) is None and sessions.csrf_of(other) is not None
+    assert not sessions.revoke("garbage") and not sessions.revoke(other[:-1] + ("0" if other[-1] != "0" else "1"))
+    now[0] += 61
+    assert not sessions.revoke(other)  # expired: nothing to remember

@@ -13,12 +13,14 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from sparkdispatch.errors import NoLeader, ServiceUnavailable, UnknownJob
-from sparkdispatch.jobgraph import JobStatus
+from sparkdispatch.model.states import JobStatus
 from sparkdispatch.rest.ui_render import format_duration, format_time, layout_graph
 from sparkdispatch.rest.ui_routes import add_ui_routes
 
 JOB_ID = "0f0e0d0c0b0a09080706050403020100"
 EVIL = '<script>alert("x")</script>&'
+
+Client = TestClient[web.Request, web.Application]
 
 
 class FakeView:
@@ -47,8 +49,8 @@ class FakeView:
                  "end_time": j["end_time"], "duration_ms": None} for j in self.jobs_by_id.values()]
 
     async def job(self, job_id: str) -> dict[str, Any]:
-        if self.fail_with or self.standby_error:
-            raise self.fail_with or self.standby_error
+        if error := self.fail_with or self.standby_error:
+            raise error
         if job_id not in self.jobs_by_id:
             raise UnknownJob(job_id)
         return self.jobs_by_id[job_id]
@@ -58,7 +60,8 @@ class FakeView:
             raise self.standby_error
         return self.tms
 
-    async def attempt_log(self, job_id: str, vertex_id: str, subtask: int, attempt: int | None) -> dict[str, Any] | None:
+    async def attempt_log(self, job_id: str, vertex_id: str, subtask: int,
+                          attempt: int | None) -> dict[str, Any] | None:
         if job_id not in self.jobs_by_id:
             raise UnknownJob(job_id)
         text = self.logs.get((vertex_id, subtask, attempt))
@@ -79,7 +82,8 @@ def failed_job() -> dict[str, Any]:
     return {
         "id": JOB_ID, "name": "sales", "status": "FAILED", "start_time": 1_700_000_000_000,
         "end_time": 1_700_000_004_200,
-        "vertices": [vertex("extract", "FINISHED", []), vertex("clean", "FAILED", ["extract"], parallelism=2, attempt=2)],
+        "vertices": [vertex("extract", "FINISHED", []),
+                     vertex("clean", "FAILED", ["extract"], parallelism=2, attempt=2)],
         "result": {
             "job_id": JOB_ID, "name": "sales", "status": "FAILED", "start_time": 1_700_000_000_000,
             "end_time": 1_700_000_004_200, "duration_ms": 4200,
@@ -99,14 +103,14 @@ def view() -> FakeView:
 
 
 @pytest.fixture
-async def client(view: FakeView) -> AsyncIterator[TestClient]:
+async def client(view: FakeView) -> AsyncIterator[Client]:
     app = web.Application()
     add_ui_routes(app, view)
     async with TestClient(TestServer(app, host="127.0.0.1")) as test_client:
         yield test_client
 
 
-async def get_page(client: TestClient, path: str, *, status: int = 200) -> str:
+async def get_page(client: Client, path: str, *, status: int = 200) -> str:
     response = await client.get(path)
     assert response.status == status, await response.text()
     assert response.content_type == "text/html"
@@ -116,7 +120,7 @@ async def get_page(client: TestClient, path: str, *, status: int = 200) -> str:
 # --- job page -------------------------------------------------------------------------------
 
 
-async def test_job_page_shows_essentials_without_javascript(client: TestClient, view: FakeView) -> None:
+async def test_job_page_shows_essentials_without_javascript(client: Client, view: FakeView) -> None:
     view.jobs_by_id[JOB_ID] = failed_job()
 
     page = await get_page(client, f"/ui/jobs/{JOB_ID}")
@@ -133,7 +137,7 @@ async def test_job_page_shows_essentials_without_javascript(client: TestClient, 
     assert 'data-status="FAILED"' in page and 'src="../static/job.js"' in page
 
 
-async def test_job_page_lists_repairs_and_links_each_attempts_log(client: TestClient, view: FakeView) -> None:
+async def test_job_page_lists_repairs_and_links_each_attempts_log(client: Client, view: FakeView) -> None:
     job = failed_job()
     job["repairs"] = [{"number": 1, "requested": ["clean"], "vertices": ["clean"], "requested_at": 1_700_000_009_000,
                        "status": "FAILED"},
@@ -156,7 +160,7 @@ async def test_job_page_lists_repairs_and_links_each_attempts_log(client: TestCl
     await get_page(client, f"/ui/jobs/{JOB_ID}/log?vertex=clean&subtask=x", status=400)
 
 
-async def test_running_job_page_shows_live_attempts_and_no_failure(client: TestClient, view: FakeView) -> None:
+async def test_running_job_page_shows_live_attempts_and_no_failure(client: Client, view: FakeView) -> None:
     view.jobs_by_id[JOB_ID] = {"id": JOB_ID, "name": "sales", "status": "RUNNING", "start_time": 1_700_000_000_000,
                                "end_time": None, "vertices": [vertex("only", "RUNNING", [], attempt=1)]}
 
@@ -168,7 +172,7 @@ async def test_running_job_page_shows_live_attempts_and_no_failure(client: TestC
     assert 'id="job-end">—<' in page
 
 
-async def test_every_value_from_the_data_is_escaped(client: TestClient, view: FakeView) -> None:
+async def test_every_value_from_the_data_is_escaped(client: Client, view: FakeView) -> None:
     job = failed_job()
     job["name"] = EVIL
     job["vertices"][0]["subtasks"][0]["taskmanager"] = EVIL
@@ -185,14 +189,14 @@ async def test_every_value_from_the_data_is_escaped(client: TestClient, view: Fa
         assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;&amp;" in page, path
 
 
-async def test_unknown_job_is_a_404_page(client: TestClient) -> None:
+async def test_unknown_job_is_a_404_page(client: Client) -> None:
     page = await get_page(client, "/ui/jobs/<nope>", status=404)
 
     assert "Job not found" in page
     assert "No job with id &lt;nope&gt;" in page
 
 
-async def test_a_view_error_becomes_a_page_with_its_status(client: TestClient, view: FakeView) -> None:
+async def test_a_view_error_becomes_a_page_with_its_status(client: Client, view: FakeView) -> None:
     view.fail_with = NoLeader("no master leads at the moment")
 
     page = await get_page(client, f"/ui/jobs/{JOB_ID}", status=NoLeader.http_status)
@@ -203,7 +207,7 @@ async def test_a_view_error_becomes_a_page_with_its_status(client: TestClient, v
 # --- overview, task managers, standby banner -----------------------------------------------
 
 
-async def test_overview_lists_counts_jobs_and_taskexecutors(client: TestClient, view: FakeView) -> None:
+async def test_overview_lists_counts_jobs_and_taskexecutors(client: Client, view: FakeView) -> None:
     view.jobs_by_id[JOB_ID] = failed_job()
     view.tms = [{"id": "te-1", "hostname": "host-a", "slots_total": 4, "slots_free": 3,
                  "slots": [], "last_heartbeat": 1_700_000_003_000}]
@@ -217,13 +221,13 @@ async def test_overview_lists_counts_jobs_and_taskexecutors(client: TestClient, 
     assert 'id="leader-banner" class="banner" hidden' in page
 
 
-async def test_ui_without_slash_redirects_to_overview(client: TestClient) -> None:
+async def test_ui_without_slash_redirects_to_overview(client: Client) -> None:
     response = await client.get("/ui", allow_redirects=False)
 
     assert response.status == 302 and response.headers["Location"] == "/ui/"
 
 
-async def test_taskmanagers_page_shows_each_slot_and_its_job(client: TestClient, view: FakeView) -> None:
+async def test_taskmanagers_page_shows_each_slot_and_its_job(client: Client, view: FakeView) -> None:
     view.tms = [{"id": "te-1", "hostname": "host-a", "slots_total": 2, "slots_free": 1, "last_heartbeat": None,
                  "slots": [{"index": 0, "allocation_id": "a-1", "job_id": JOB_ID},
                            {"index": 1, "allocation_id": None, "job_id": None}]}]
@@ -236,7 +240,7 @@ async def test_taskmanagers_page_shows_each_slot_and_its_job(client: TestClient,
 
 
 @pytest.mark.parametrize("path", ["/ui/", f"/ui/jobs/{JOB_ID}", "/ui/taskmanagers"])
-async def test_standby_pages_name_the_leader(client: TestClient, view: FakeView, path: str) -> None:
+async def test_standby_pages_name_the_leader(client: Client, view: FakeView, path: str) -> None:
     view.jobs_by_id[JOB_ID] = failed_job()
     view.overview_body = {**view.overview_body, "is_leader": False, "leader": "http://10.1.2.3:8081/"}
 
@@ -247,7 +251,7 @@ async def test_standby_pages_name_the_leader(client: TestClient, view: FakeView,
 
 
 async def test_standby_banner_without_leader_and_without_a_link_for_odd_addresses(
-        client: TestClient, view: FakeView) -> None:
+        client: Client, view: FakeView) -> None:
     view.overview_body = {**view.overview_body, "is_leader": False, "leader": None}
     assert "no master leads at the moment" in await get_page(client, "/ui/taskmanagers")
 
@@ -256,7 +260,7 @@ async def test_standby_banner_without_leader_and_without_a_link_for_odd_addresse
     assert "javascript:alert(1)" in page and 'href="javascript' not in page
 
 
-async def test_a_standby_that_refuses_the_lists_still_shows_its_overview(client: TestClient, view: FakeView) -> None:
+async def test_a_standby_that_refuses_the_lists_still_shows_its_overview(client: Client, view: FakeView) -> None:
     view.overview_body = {**view.overview_body, "is_leader": False, "leader": "http://10.1.2.3:8081"}
     view.standby_error = ServiceUnavailable("this master is a standby; the leader is http://10.1.2.3:8081")
 
@@ -276,7 +280,7 @@ def shipped_ui_files() -> list[Path]:
     return sorted(Path(str(entry)) for entry in root.iterdir() if entry.is_file())
 
 
-async def test_every_shipped_file_is_served_with_its_type(client: TestClient) -> None:
+async def test_every_shipped_file_is_served_with_its_type(client: Client) -> None:
     files = shipped_ui_files()
     assert {f.name for f in files} >= {"ui.css", "common.js", "job.js", "overview.js", "taskmanagers.js"}
     for file in files:
@@ -290,13 +294,13 @@ async def test_every_shipped_file_is_served_with_its_type(client: TestClient) ->
 
 
 @pytest.mark.parametrize("name", ["missing.js", "..%2Fui_routes.py", "__init__.py", "ui.css%00"])
-async def test_only_shipped_files_are_served(client: TestClient, name: str) -> None:
+async def test_only_shipped_files_are_served(client: Client, name: str) -> None:
     response = await client.get(f"/ui/static/{name}")
 
     assert response.status == 404
 
 
-async def test_pages_reference_only_shipped_files(client: TestClient, view: FakeView) -> None:
+async def test_pages_reference_only_shipped_files(client: Client, view: FakeView) -> None:
     view.jobs_by_id[JOB_ID] = failed_job()
     names = {f.name for f in shipped_ui_files()}
     for path in ("/ui/", f"/ui/jobs/{JOB_ID}", "/ui/taskmanagers"):
@@ -343,7 +347,7 @@ def test_times_and_durations_read_as_a_person_writes_them() -> None:
         "850 ms", "4.2 s", "3 min 02 s", "1 h 05 min", "—"]
 
 
-async def test_pages_hand_the_scripts_the_terminal_statuses_of_the_model(client: TestClient, view: FakeView) -> None:
+async def test_pages_hand_the_scripts_the_terminal_statuses_of_the_model(client: Client, view: FakeView) -> None:
     view.jobs_by_id[JOB_ID] = failed_job()
     for path in ("/ui/", f"/ui/jobs/{JOB_ID}", "/ui/taskmanagers"):
         page = await get_page(client, path)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from sparkdispatch.jobgraph import ExecutionState, Failure, JobResult, JobStatus, VertexResult
-from sparkdispatch.repair import Repair
+from sparkdispatch.model.states import ExecutionState, JobStatus
+from sparkdispatch.model.job_result import Failure, JobResult, VertexResult
+from sparkdispatch.model.repair import Repair
 from sparkdispatch.rest.views import flink_job_details, job_details, job_summary
-from sparkdispatch.snapshot import JobOverview, JobSnapshot, SubtaskSnapshot, VertexSnapshot
+from sparkdispatch.model.snapshot import JobOverview, JobSnapshot, SubtaskSnapshot, VertexSnapshot
 
 JOB_ID = "ab" * 16
 FLINK_TASK_KEYS = {"created", "scheduled", "deploying", "running", "finished", "canceling", "canceled", "failed",
@@ -20,7 +21,8 @@ def running() -> JobSnapshot:
                            tasks={ExecutionState.FINISHED: 1, ExecutionState.RUNNING: 1, ExecutionState.CREATED: 2})
     return JobSnapshot(overview, (
         VertexSnapshot("extract", ExecutionState.RUNNING, 2, subtasks=(
-            SubtaskSnapshot(0, ExecutionState.FINISHED, 0, "te-1"), SubtaskSnapshot(1, ExecutionState.RUNNING, 1, "te-2"))),
+            SubtaskSnapshot(0, ExecutionState.FINISHED, 0, "te-1"),
+            SubtaskSnapshot(1, ExecutionState.RUNNING, 1, "te-2"))),
         VertexSnapshot("clean", ExecutionState.CREATED, 2, inputs=("extract",), subtasks=(
             SubtaskSnapshot(0, ExecutionState.CREATED, 0), SubtaskSnapshot(1, ExecutionState.CREATED, 0))),
     ))

@@ -1,0 +1,225 @@
+"""Finished jobs, kept queryable after their JobMaster is gone (Flink's ExecutionGraphInfoStore).
+
+Each archived job is one JSON file `<storage.dir>/archive/<cluster-id>/<job-id>.json` holding its
+JobResult, its last snapshot and its graph's fingerprint, so every master of the cluster (and a
+new leader after a failover) answers for it, and knows a resubmission of the same graph; and,
+from format 4, its graph and its FINISHED subtasks, which a repair starts from
+(`sparkdispatch.model.repair`). Files of the first format (REST bodies instead of a snapshot) are
+converted as they are read; entries of the first two formats have no fingerprint, those before
+format 4 cannot be repaired.
+
+`index.jsonl` beside them holds one line per `put`, the job's overview, appended durably after
+the entry's file: a new leader reads the index and lists the directory, and reads an entry file
+only when the index lacks its job (written before the index, or by a writer that died between
+the two). Writes are fenced: an entry is committed only after the writer's leadership is checked.
+The overview of every archived job stays in memory for listings; full entries are cached for the
+`jobstore.max-in-memory` most recent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sparkdispatch.ha.files import LeadershipCheck, finish_in_thread, fsync_dir, write_atomic, write_temp
+from sparkdispatch.ha.jobgraph_store import check_job_id
+from sparkdispatch.ha.progress_store import Finished, finished_from_dict, finished_to_dict
+from sparkdispatch.model.states import ExecutionState
+from sparkdispatch.model.job_graph import JOB_ID_PATTERN, JobGraph
+from sparkdispatch.model.job_result import JobResult
+from sparkdispatch.dispatcher.settings import ArchiveSettings
+from sparkdispatch.model.snapshot import JobOverview, JobSnapshot, SubtaskSnapshot, VertexSnapshot
+
+log = logging.getLogger(__name__)
+
+COMPONENT = "job archive"
+FORMAT_VERSION = 4
+INDEX = "index.jsonl"
+ENTRY_SUFFIX = ".json"
+
+
+@dataclass(frozen=True)
+class ArchivedJob:
+    """A globally terminated job: its JobResult, its last snapshot and its graph's fingerprint
+    (None when unknown: archived before fingerprints were kept, or its graph could not be read);
+    its graph and FINISHED subtasks when known (a job that ran). Its repairs are in the snapshot."""
+
+    result: JobResult
+    snapshot: JobSnapshot
+    fingerprint: str | None = None
+    graph: JobGraph | None = None
+    finished: Finished | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"version": FORMAT_VERSION, "result": self.result.to_dict(), "snapshot": self.snapshot.to_dict(),
+                "fingerprint": self.fingerprint,
+                "graph": None if self.graph is None else self.graph.to_dict(),
+                "finished": None if self.finished is None else finished_to_dict(self.finished)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ArchivedJob:
+        result = JobResult.from_dict(data["result"])
+        if data.get("version", 1) == 1:
+            return cls(result, _snapshot_from_rest_bodies(result, data["details"], data["flink_details"]))
+        fingerprint = data.get("fingerprint")
+        if fingerprint is not None and not isinstance(fingerprint, str):
+            raise ValueError(f"fingerprint must be a string, not {fingerprint!r}")
+        graph, finished = data.get("graph"), data.get("finished")
+        return cls(result, JobSnapshot.from_dict(data["snapshot"]), fingerprint,
+                   graph=None if graph is None else JobGraph.from_dict(graph),
+                   finished=None if finished is None else finished_from_dict(finished))
+
+
+def _snapshot_from_rest_bodies(result: JobResult, details: Mapping[str, Any],
+                               flink_details: Mapping[str, Any]) -> JobSnapshot:
+    """The snapshot of a version 1 entry, which kept the `GET /jobs/{id}` and `/jobs/overview` bodies."""
+    tasks = {state: int(flink_details["tasks"].get(state.value.lower(), 0)) for state in ExecutionState}
+    overview = JobOverview(job_id=result.job_id, name=result.name, status=result.status,
+                           start_time=result.start_time, end_time=result.end_time,
+                           duration_ms=int(flink_details["duration"]),
+                           last_modification=int(flink_details["last-modification"]),
+                           tasks=tasks)
+    vertices = tuple(
+        VertexSnapshot(id=str(v["id"]), state=ExecutionState(v["state"]), parallelism=v["parallelism"],
+                       inputs=tuple(v.get("inputs") or ()), attempts=v.get("attempts"),
+                       subtasks=tuple(SubtaskSnapshot(index=s["index"], state=ExecutionState(s["state"]),
+                                                      attempt=s["attempt"], task_executor_id=s["taskmanager"])
+                                      for s in v["subtasks"]))
+        for v in details["vertices"])
+    return JobSnapshot(overview, vertices)
+
+
+def _index_line(overview: JobOverview) -> bytes:
+    return json.dumps(overview.to_dict(), sort_keys=True, separators=(",", ":")).encode() + b"\n"
+
+
+class JobArchive:
+    """Archived jobs on shared storage, with a bounded in-memory cache; writes fenced by `check`."""
+
+    def __init__(self, settings: ArchiveSettings, *, check: LeadershipCheck) -> None:
+        self.directory = settings.directory
+        self._capacity = settings.capacity
+        self._check = check
+        self._cache: OrderedDict[str, ArchivedJob] = OrderedDict()
+        self._index: dict[str, JobOverview] = {}  # every archived job
+
+    async def load(self) -> None:
+        """Read the overviews of every archived job (at leadership start): the index, a listing
+        of the directory, and the entries the index lacks (which are then added to it)."""
+        self._index = await asyncio.to_thread(self._load_index)
+
+    def _load_index(self) -> dict[str, JobOverview]:
+        try:
+            names = os.listdir(self.directory)
+        except FileNotFoundError:
+            return {}
+        stored = {name[:-len(ENTRY_SUFFIX)] for name in names
+                  if name.endswith(ENTRY_SUFFIX) and JOB_ID_PATTERN.fullmatch(name[:-len(ENTRY_SUFFIX)])}
+        index: dict[str, JobOverview] = {}
+        text = self._read_index()
+        lines = text.splitlines()
+        for line in lines:
+            try:
+                overview = JobOverview.from_dict(json.loads(line))
+            except (ValueError, KeyError, TypeError):
+                continue  # a line torn by a crash; its entry is read below
+            if overview.job_id in stored:  # an entry file removed by hand is no longer archived
+                index[overview.job_id] = overview  # a later line of the same job wins
+        missing = sorted(stored - index.keys())
+        added = [job for job in map(self._read_entry, missing) if job is not None]
+        for job in added:
+            index[job.result.job_id] = job.snapshot.overview
+        if len(lines) > 2 * len(index) + 100:
+            self._rewrite_index(index)  # mostly lines of replaced or removed entries
+        elif added:
+            torn = b"\n" if text and not text.endswith(b"\n") else b""  # end a torn last line first
+            self._append_index(torn + b"".join(_index_line(job.snapshot.overview) for job in added))
+        if missing:
+            log.info("archive index: added %d of %d archived jobs it lacked", len(added), len(missing))
+        return index
+
+    def _read_index(self) -> bytes:
+        try:
+            return (self.directory / INDEX).read_bytes()
+        except FileNotFoundError:
+            return b""
+
+    def _read_entry(self, job_id: str) -> ArchivedJob | None:
+        path = self.directory / f"{job_id}{ENTRY_SUFFIX}"
+        try:
+            return ArchivedJob.from_dict(json.loads(path.read_bytes()))
+        except Exception as exc:  # noqa: BLE001 - a damaged archive entry must not stop the master
+            log.warning("ignoring unreadable archived job %s: %s", path, exc)
+            return None
+
+    def _append_index(self, lines: bytes) -> None:
+        with open(self.directory / INDEX, "ab") as handle:
+            handle.write(lines)
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def _rewrite_index(self, index: dict[str, JobOverview]) -> None:
+        write_atomic(self.directory / INDEX, b"".join(_index_line(o) for o in index.values()))
+
+    async def put(self, session_id: str, job: ArchivedJob) -> None:
+        """Archive `job` (replacing an entry of the same job); `LeadershipLost` unless `session_id` leads."""
+        path = self.directory / f"{check_job_id(job.result.job_id)}{ENTRY_SUFFIX}"
+        # a large job's entry takes long to encode: off the loop
+        temp = await asyncio.to_thread(lambda: write_temp(path, json.dumps(job.to_dict()).encode()))
+        try:
+            await self._check(session_id, COMPONENT)
+            await finish_in_thread(self._commit, temp, path, job.snapshot.overview)
+        finally:
+            temp.unlink(missing_ok=True)
+        self._remember(job)
+        self._index[job.result.job_id] = job.snapshot.overview
+
+    def _commit(self, temp: Path, path: Path, overview: JobOverview) -> None:
+        os.replace(temp, path)
+        self._append_index(_index_line(overview))
+        fsync_dir(self.directory)  # the rename, and the index when this put created it
+
+    def _remember(self, job: ArchivedJob) -> None:
+        self._cache[job.result.job_id] = job
+        self._cache.move_to_end(job.result.job_id)
+        while len(self._cache) > self._capacity:
+            self._cache.popitem(last=False)
+
+    def __contains__(self, job_id: str) -> bool:
+        return job_id in self._index
+
+    async def get(self, job_id: str) -> ArchivedJob | None:
+        """The archived job; None if there is none (or `job_id` is not a job id)."""
+        if job_id in self._cache:
+            self._cache.move_to_end(job_id)
+            return self._cache[job_id]
+        if not JOB_ID_PATTERN.fullmatch(job_id):
+            return None
+        path = self.directory / f"{job_id}{ENTRY_SUFFIX}"
+        try:
+            text = await asyncio.to_thread(path.read_bytes)
+        except FileNotFoundError:
+            return None
+        job = ArchivedJob.from_dict(json.loads(text))
+        self._remember(job)
+        self._index.setdefault(job_id, job.snapshot.overview)
+        return job
+
+    def overviews(self) -> list[JobOverview]:
+        """The overview of every archived job."""
+        return list(self._index.values())
+
+    def counts(self) -> dict[str, int]:
+        """Archived jobs by status."""
+        counts: dict[str, int] = {}
+        for overview in self._index.values():
+            status = overview.status.value
+            counts[status] = counts.get(status, 0) + 1
+        return counts

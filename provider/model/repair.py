@@ -1,0 +1,98 @@
+"""Repairs: some vertices of an ended job run again, the results of the rest are reused.
+
+A repair (Databricks' `repair_run`) belongs to the same job and the same id. It runs again the
+vertices asked for and every consumer downstream of them (their inputs change); the job then runs
+to its end as a recovered one does: the other vertices keep their FINISHED subtasks and
+partitions (`JobMaster` restores them from the progress), and any of them that had not finished
+(failed, cancelled, never started) runs its unfinished subtasks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sparkdispatch.errors import InvalidRequest
+from sparkdispatch.model.states import JobStatus
+from sparkdispatch.model.job_graph import JobGraph
+
+
+@dataclass(frozen=True)
+class Repair:
+    """One repair of a job: its number (1 for the first), the vertices asked for, the vertices
+    it runs again (topological order), when it was asked for (epoch ms), and how the job ended
+    after it (None while it runs)."""
+
+    number: int
+    requested: tuple[str, ...]
+    vertices: tuple[str, ...]
+    requested_at: int
+    status: JobStatus | None = None
+
+    def ended(self, status: JobStatus) -> Repair:
+        return Repair(self.number, self.requested, self.vertices, self.requested_at, status)
+
+    def covers(self, vertex_ids: Collection[str]) -> bool:
+        """Whether this repair runs every one of `vertex_ids` again."""
+        return set(vertex_ids) <= set(self.vertices)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"number": self.number, "requested": list(self.requested), "vertices": list(self.vertices),
+                "requested_at": self.requested_at, "status": None if self.status is None else self.status.value}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Repair:
+        status = data.get("status")
+        return cls(number=int(data["number"]), requested=tuple(str(v) for v in data["requested"]),
+                   vertices=tuple(str(v) for v in data["vertices"]), requested_at=int(data["requested_at"]),
+                   status=None if status is None else JobStatus(status))
+
+
+@dataclass(frozen=True)
+class RepairAnswer:
+    """The answer to a repair request: the repair, and whether this call started it (False: the
+    job already runs a repair that covers the vertices asked for)."""
+
+    job_id: str
+    repair: Repair
+    created: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"job_id": self.job_id, "created": self.created, "repair": self.repair.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RepairAnswer:
+        return cls(str(data["job_id"]), Repair.from_dict(data["repair"]), bool(data["created"]))
+
+
+def check_requested(graph: JobGraph, requested: Sequence[str]) -> tuple[str, ...]:
+    """The requested vertex ids without repeats; `InvalidRequest` naming those the graph lacks."""
+    if not requested:
+        raise InvalidRequest("repair request", {"vertices": ["name at least one vertex to run again"]})
+    known = {vertex.id for vertex in graph.vertices}
+    unknown = [v for v in requested if v not in known]
+    if unknown:
+        raise InvalidRequest("repair request", {"vertices": [
+            f"job {graph.job_id} has no vertex {', '.join(map(repr, unknown))}; its vertices are "
+            f"{', '.join(graph.topological_order())}"]})
+    return tuple(dict.fromkeys(requested))
+
+
+def rerun_closure(graph: JobGraph, requested: Collection[str]) -> set[str]:
+    """`requested` and every consumer downstream of them: the vertices whose results a repair
+    replaces (a consumer reads an input that changes)."""
+    rerun = set(requested)
+    pending = list(requested)
+    while pending:
+        for consumer in graph.consumers(pending.pop()):
+            if consumer not in rerun:
+                rerun.add(consumer)
+                pending.append(consumer)
+    return rerun
+
+
+def vertices_to_run(graph: JobGraph, replaced: Collection[str], complete: Collection[str]) -> tuple[str, ...]:
+    """What a repair runs, in topological order: the `replaced` vertices, and every other one not
+    `complete` (every subtask FINISHED), since a job ends FINISHED only once all of them have."""
+    return tuple(v for v in graph.topological_order() if v in replaced or v not in complete)

@@ -1,0 +1,3 @@
+"""Files on the cluster's shared storage: result partitions (results) and attempt logs
+(attempt_logs).
+"""
