@@ -24,7 +24,13 @@ def main() -> int:
     bag = dag_bag_class()(dag_folder=folder)  # no examples: the caller sets AIRFLOW__CORE__LOAD_EXAMPLES=False
     runs = {}
     for dag_id in dag_ids:
-        run = bag.dags[dag_id].test(run_conf={"rows": 3000})
+        dag = bag.dags[dag_id]
+        for task in dag.tasks:
+            if getattr(task, "mode", None) == "reschedule":
+                # dag.test() of Airflow 3.0 reads a sensor's first reschedule date as a string and fails its
+                # second poke with a TypeError (apache/airflow#58777); a scheduler does not
+                task.mode = "poke"
+        run = dag.test(run_conf={"rows": 3000})
         runs[dag_id] = {"state": str(run.state),
                         "tasks": {ti.task_id: str(ti.state) for ti in run.get_task_instances()}}
     import_errors = {k: str(v) for k, v in bag.import_errors.items()}

@@ -45,9 +45,10 @@ def sparkdispatch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClu
     config = Configuration.from_mapping({
         "storage.dir": str(tmp_path_factory.mktemp("deployment-cluster")), "broker.url": "filesystem://",
         "taskexecutor.slots": 3, "heartbeat.interval": "500ms", "heartbeat.timeout": "60s",
-        "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4"})
+        "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4",
+        "taskexecutor.connect.start-timeout": "5min"})  # a loaded machine starts Spark slowly
     cluster = LocalCluster(config, masters=1, taskexecutors=1)
-    cluster.start()
+    cluster.start(timeout=WAIT_S)
     try:
         yield cluster
     finally:
