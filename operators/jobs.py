@@ -9,10 +9,10 @@ import hashlib
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import yaml
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from sparkdispatch.hooks.airflow_compat import AirflowException, AirflowFailException
 
 from sparkdispatch.errors import (
     BlobTooLarge,
@@ -30,6 +30,9 @@ from sparkdispatch.errors import (
 )
 from sparkdispatch.model.states import JobStatus
 from sparkdispatch.model.job_result import Failure, JobResult
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
 
 GRAPH_FILE_SUFFIXES = (".json", ".yaml", ".yml")
 
@@ -190,11 +193,37 @@ def vertex_outputs(job_result: JobResult) -> dict[str, dict[str, Any]]:
             for vertex_id, v in job_result.vertices.items()}
 
 
-def default_deferrable() -> bool:
-    """`[sparkdispatch] default_deferrable`, else Airflow's `[operators] default_deferrable`."""
-    from airflow.sdk import conf
+def default_deferrable(*, fallback: bool | None = None) -> bool:
+    """`[sparkdispatch] default_deferrable` when set; else `fallback` when given (a vertex task: True);
+    else Airflow's `[operators] default_deferrable` (False in a stock Airflow)."""
+    from sparkdispatch.hooks.airflow_compat import conf
 
     own = conf.get("sparkdispatch", "default_deferrable", fallback=None)
     if own not in (None, ""):
         return str(own).strip().lower() in ("true", "1", "yes", "on")
+    if fallback is not None:
+        return fallback
     return conf.getboolean("operators", "default_deferrable", fallback=False)
+
+
+class _TaskInstanceAs:
+    """A task instance seen as another task's of the same run: `task_id` and `task` are that task's,
+    everything else (run, XComs, map index, try) the instance's own."""
+
+    def __init__(self, ti: Any, task: Any) -> None:
+        self._ti = ti
+        self.task = task
+        self.task_id = task.task_id
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ti, name)
+
+
+def own_context(context: Context, task: Any) -> Context:
+    """`context` (one task's) as `task`'s of the same run: its `task`, `ti`, `task_instance` and
+    `task_instance_key_str` name `task`. What a vertex's params are rendered with at launch."""
+    ti = _TaskInstanceAs(context["ti"], task)
+    own: dict[str, Any] = {**context, "task": task, "ti": ti, "task_instance": ti}
+    if "task_instance_key_str" in context:
+        own["task_instance_key_str"] = f"{ti.dag_id}__{task.task_id}__{context.get('ds_nodash', '')}"
+    return cast("Context", own)

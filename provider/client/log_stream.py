@@ -11,7 +11,7 @@ follows every vertex of a job, for the tasks that wait for a whole job.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from sparkdispatch.errors import RouteNotFound, SparkDispatchError
@@ -44,10 +44,10 @@ class LogFollower:
                 continue  # no log yet: the subtask has not started
         return lines
 
-    async def apoll(self, fetch: AsyncFetch) -> list[str]:
-        """`poll` with the async client."""
+    async def apoll(self, fetch: AsyncFetch, subtasks: Collection[int] | None = None) -> list[str]:
+        """`poll` with the async client; of `subtasks` only, when given."""
         lines: list[str] = []
-        for subtask in self._followed:
+        for subtask in self._followed if subtasks is None else [s for s in subtasks if s in self._followed]:
             try:
                 piece = await fetch(subtask, None, self._offset_for_latest(subtask))
                 attempt, offset = self._followed[subtask]
@@ -57,8 +57,16 @@ class LogFollower:
                     piece = await fetch(subtask, piece.attempt, 0)
                 lines += self._lines(subtask, piece)
             except RouteNotFound:
-                continue
+                continue  # no log yet: the subtask has not started
+            except SparkDispatchError as exc:  # read on the next poll: following never fails the wait
+                log.debug("%s[%d]: its log could not be read this time: %s", self.vertex_id, subtask, exc)
         return lines
+
+    def behind(self, subtask: int, attempt: int, size: int) -> bool:
+        """Whether `subtask`'s log has more than was read: its latest attempt is `attempt` and
+        `size` bytes long (`GET /jobs/{id}/progress`)."""
+        followed_attempt, offset = self._followed.get(subtask, (None, 0))
+        return followed_attempt != attempt or size > offset
 
     def _offset_for_latest(self, subtask: int) -> int:
         return self._followed[subtask][1]

@@ -51,6 +51,7 @@ from sparkdispatch.model.rest_shapes import (
     ExecutionResult,
     JobDetails,
     JobList,
+    JobProgress,
     JobSummary,
     Overview,
     Submitted,
@@ -197,6 +198,11 @@ class SparkDispatchClient:
         """`GET /jobs/{job_id}/vertices/{vertex_id}`: the job's status and the vertex's outcome so far."""
         return await self._get(VertexOutcome, f"/jobs/{job_id}/vertices/{vertex_id}")
 
+    async def job_progress(self, job_id: str) -> JobProgress:
+        """`GET /jobs/{job_id}/progress`: the job's status, every vertex's outcome so far and the size
+        of each subtask's latest attempt log, in one answer."""
+        return await self._get(JobProgress, f"/jobs/{job_id}/progress")
+
     async def vertex_log(self, job_id: str, vertex_id: str, *, subtask: int = 0, attempt: int | None = None,
                          offset: int = 0) -> AttemptLog:
         """A piece of one attempt's log (its latest attempt when `attempt` is None) from byte `offset`;
@@ -232,28 +238,32 @@ class SparkDispatchClient:
         """Wait until the job is globally terminal and return its JobResult.
 
         A master failover does not end the wait: while no master answers, it keeps looking
-        for the new leader for up to `retry.failover_timeout` seconds. `on_poll` is awaited
-        after every poll, the last one included (a caller streams the job's logs with it).
+        for the new leader for up to `retry.failover_timeout` seconds (`patiently`). `on_poll`
+        is awaited after every poll, the last one included (a caller streams the job's logs with it).
         """
-        unavailable_since: float | None = None
         while True:
-            try:
-                result = await self.execution_result(job_id)
-                unavailable_since = None
-            except SparkDispatchError as exc:
-                if not _master_away(exc):
-                    raise
-                now = time.monotonic()
-                unavailable_since = unavailable_since or now
-                if now - unavailable_since > self.retry.failover_timeout:
-                    raise
-                log.warning("job %s: no master answers (%s); waiting for a leader", job_id, exc)
-                result = None
+            result = await self.patiently(lambda: self.execution_result(job_id), f"job {job_id}")
             if on_poll is not None:
                 await on_poll()
             if result is not None:
                 return result
             await asyncio.sleep(poll_interval)
+
+    async def patiently(self, call: Callable[[], Awaitable[T]], what: str) -> T:
+        """`call()`, asked again while no master answers (`master_away`: a failover, an overload),
+        for up to `retry.failover_timeout` seconds; other errors, and the last, are raised."""
+        unavailable_since: float | None = None
+        while True:
+            try:
+                return await call()
+            except SparkDispatchError as exc:
+                if not master_away(exc):
+                    raise
+                now = time.monotonic()
+                unavailable_since = unavailable_since or now
+                if now - unavailable_since > self.retry.failover_timeout:
+                    raise
+                log.warning("%s: no master answers (%s); waiting for a leader", what, exc)
 
     async def cancel(self, job_id: str) -> None:
         """Ask the master to cancel the job; `JobAlreadyTerminated` if it ended already."""
@@ -432,7 +442,7 @@ def _worth_retrying(error: SparkDispatchError) -> bool:
     return isinstance(error, (ServiceUnavailable, NoLeader)) or error.http_status == 429 or error.http_status >= 500
 
 
-def _master_away(error: SparkDispatchError) -> bool:
+def master_away(error: SparkDispatchError) -> bool:
     """No master serves now (failover, overload): a waiting caller keeps waiting."""
     return isinstance(error, (ServiceUnavailable, NoLeader)) or error.http_status in (429, 503)
 
@@ -525,6 +535,9 @@ class SyncSparkDispatchClient:
 
     def vertex(self, job_id: str, vertex_id: str) -> VertexOutcome:
         return self.run(self.async_client.vertex(job_id, vertex_id))
+
+    def job_progress(self, job_id: str) -> JobProgress:
+        return self.run(self.async_client.job_progress(job_id))
 
     def vertex_log(self, job_id: str, vertex_id: str, *, subtask: int = 0, attempt: int | None = None,
                    offset: int = 0) -> AttemptLog:

@@ -154,6 +154,39 @@ class VertexOutcome(Shape):
 
 
 @dataclass(frozen=True)
+class SubtaskLogSize(Shape):
+    """How long one subtask's latest attempt log is (`storage.attempt_logs.LogSize`)."""
+
+    subtask: int
+    attempt: int
+    size: int = field(metadata=wire(description="bytes in the subtask's latest attempt log"))
+
+
+@dataclass(frozen=True)
+class VertexProgress(Shape):
+    """A vertex of `GET /jobs/{job_id}/progress`: its outcome so far and its subtasks' log sizes."""
+
+    vertex: str
+    result: VertexResult
+    logs: tuple[SubtaskLogSize, ...]
+
+
+@dataclass(frozen=True)
+class JobProgress(Shape):
+    """`GET /jobs/{job_id}/progress`: the job's status and every vertex's progress, in the graph's
+    order (one answer per poll for all the Airflow tasks that follow the job's vertices)."""
+
+    job_id: str
+    job_status: JobStatus
+    vertices: tuple[VertexProgress, ...]
+
+    def outcome(self, vertex: VertexProgress) -> VertexOutcome:
+        """`vertex` as `GET /jobs/{job_id}/vertices/{vertex}` answers it."""
+        return VertexOutcome(job_id=self.job_id, job_status=self.job_status, vertex=vertex.vertex,
+                             result=vertex.result)
+
+
+@dataclass(frozen=True)
 class AttemptLog(Shape):
     """`GET /jobs/{job_id}/vertices/{vertex_id}/log`: a piece of one attempt's log, the bytes from
     `offset` to `next_offset` as text, with the job's and the vertex's state."""
@@ -282,5 +315,5 @@ class Empty(Shape):
 
 #: Every shape an answer of the REST API has, in the order the OpenAPI document lists them.
 ANSWERS: tuple[type[Shape], ...] = (
-    Overview, JobList, FlinkJobList, JobDetails, RepairAnswer, AttemptLog, VertexOutcome, ExecutionResult,
-    TaskManagerList, Submitted, Artifact, Unregistered, Empty)
+    Overview, JobList, FlinkJobList, JobDetails, RepairAnswer, AttemptLog, VertexOutcome, JobProgress,
+    ExecutionResult, TaskManagerList, Submitted, Artifact, Unregistered, Empty)

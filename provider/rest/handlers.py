@@ -18,7 +18,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from sparkdispatch.dispatcher.dispatcher import DispatcherGateway
-from sparkdispatch.storage.attempt_logs import read_attempt_log
+from sparkdispatch.storage.attempt_logs import latest_log_sizes, read_attempt_log
 from sparkdispatch.errors import (
     BlobError,
     InvalidRequest,
@@ -192,6 +192,16 @@ class RestHandlers:
         status, vertex = await self.master.leader_components().dispatcher.vertex_result(job_id, vertex_id)
         return shape_response(views.vertex_result(job_id, status, vertex_id, vertex))
 
+    async def job_progress(self, request: web.Request) -> web.Response:
+        """Every vertex's outcome so far and the size of each subtask's latest attempt log, in one
+        answer: one call per poll for all the Airflow tasks that follow the job's vertices."""
+        job_id = path_id(request, "job_id")
+        status, vertices = await self.master.leader_components().dispatcher.vertex_results(job_id)
+        results_dir = self.settings.results_dir
+        logs = await asyncio.to_thread(lambda: {vertex_id: latest_log_sizes(results_dir, job_id, vertex_id)
+                                                for vertex_id in vertices})
+        return shape_response(views.job_progress(job_id, status, vertices, logs))
+
     async def vertex_log(self, request: web.Request) -> web.Response:
         """One attempt's log from `offset` (`?subtask=0&attempt=<latest>&offset=0`)."""
         job_id = path_id(request, "job_id")
@@ -289,6 +299,7 @@ class RestHandlers:
             ("PATCH", "/jobs/{job_id}", self.cancel_job),
             ("POST", "/jobs/{job_id}/repair", self.repair_job),
             ("GET", "/jobs/{job_id}/execution-result", self.execution_result),
+            ("GET", "/jobs/{job_id}/progress", self.job_progress),
             ("GET", "/jobs/{job_id}/vertices/{vertex_id}", self.vertex_result),
             ("GET", "/jobs/{job_id}/vertices/{vertex_id}/log", self.vertex_log),
             ("GET", "/taskmanagers", self.taskmanagers),

@@ -140,6 +140,10 @@ def openapi_document() -> dict[str, Any]:
     spec.path("/jobs/{job_id}/execution-result", parameters=[job_id], operations={"get": {
         "summary": "IN_PROGRESS, or COMPLETED with the JobResult (waits up to rest.execution-result.long-poll)",
         "responses": {"200": _json("ExecutionResult", "the result"), **_ID, **_LEADER}}})
+    spec.path("/jobs/{job_id}/progress", parameters=[job_id], operations={"get": {
+        "summary": "Every vertex's outcome so far (a VertexResult) and the size of each subtask's latest attempt "
+                   "log, with the job's status: one call per poll for all the tasks following the job",
+        "responses": {"200": _json("JobProgress", "the job's progress"), **_ID, **_LEADER}}})
     spec.path("/jobs/{job_id}/repair", parameters=[job_id], operations={"post": {
         "summary": "Repair an ended job: run the vertices named, and their consumers, again under the same id, "
                    "reusing the other vertices' results",

@@ -6,20 +6,25 @@ docs/rest-api.md); times are epoch ms.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 from sparkdispatch.model.job_result import VertexResult
 from sparkdispatch.model.rest_shapes import (
     AttemptLog,
     FlinkJobDetails,
     FlinkTaskCounts,
     JobDetails,
+    JobProgress,
     JobSummary,
+    SubtaskLogSize,
     SubtaskDetails,
     VertexDetails,
     VertexOutcome,
+    VertexProgress,
 )
 from sparkdispatch.model.snapshot import JobOverview, JobSnapshot, VertexSnapshot
 from sparkdispatch.model.states import ExecutionState, JobStatus
-from sparkdispatch.storage.attempt_logs import LogPiece
+from sparkdispatch.storage.attempt_logs import LogPiece, LogSize
 
 #: A job of more vertices is shaped, dumped and rendered in a thread: tens of ms that must not stall the loop.
 LARGE_JOB_VERTICES = 100
@@ -62,6 +67,17 @@ def attempt_log(job_id: str, job_status: JobStatus, vertex_id: str, vertex_state
     return AttemptLog(job_id=job_id, job_status=job_status, vertex=vertex_id, vertex_state=vertex_state,
                       subtask=piece.subtask, attempt=piece.attempt, offset=piece.offset,
                       next_offset=piece.next_offset, text=piece.text)
+
+
+def job_progress(job_id: str, job_status: JobStatus, vertices: Mapping[str, VertexResult],
+                 logs: Mapping[str, Sequence[LogSize]]) -> JobProgress:
+    """The body of `GET /jobs/{job_id}/progress`: the job's status, and per vertex its outcome so
+    far and the size of each subtask's latest attempt log (so a follower reads only what grew)."""
+    return JobProgress(job_id=job_id, job_status=job_status, vertices=tuple(
+        VertexProgress(vertex=vertex_id, result=result, logs=tuple(
+            SubtaskLogSize(subtask=size.subtask, attempt=size.attempt, size=size.size)
+            for size in logs.get(vertex_id, ())))
+        for vertex_id, result in vertices.items()))
 
 
 def _vertex(vertex: VertexSnapshot) -> VertexDetails:

@@ -24,9 +24,11 @@ from sparkdispatch.model.rest_shapes import (
     FlinkTaskCounts,
     JobDetails,
     JobList,
+    JobProgress,
     JobSummary,
     Overview,
     SubtaskDetails,
+    SubtaskLogSize,
     Submitted,
     TaskManager,
     TaskManagerExecution,
@@ -35,6 +37,7 @@ from sparkdispatch.model.rest_shapes import (
     Unregistered,
     VertexDetails,
     VertexOutcome,
+    VertexProgress,
 )
 from sparkdispatch.model.states import ExecutionState, JobStatus
 from sparkdispatch.rest.openapi import openapi_document
@@ -155,6 +158,8 @@ def answers() -> list[Shape]:
         RepairAnswer(JOB_ID, True, Repair(2, ("b",), ("b",), 3_000)),
         AttemptLog(JOB_ID, JobStatus.RUNNING, "a", ExecutionState.RUNNING, 0, 1, 0, 6, "hello\n"),
         VertexOutcome(JOB_ID, JobStatus.RUNNING, "a", VertexResult(ExecutionState.RUNNING, 1)),
+        JobProgress(JOB_ID, JobStatus.RUNNING, (
+            VertexProgress("a", VertexResult(ExecutionState.RUNNING, 1), (SubtaskLogSize(0, 0, 12),)),)),
         ExecutionResult.of(None), ExecutionResult.of(result),
         TaskManagerList((TaskManager("te", "te@h", "q", "local[1]", 1, 2, 1, (
             TaskManagerSlot(0, "al", JOB_ID), TaskManagerSlot(1, None, None)), None, False, 5,

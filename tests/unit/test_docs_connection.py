@@ -29,10 +29,10 @@ from sparkdispatch.hooks import sparkdispatch as hook_module
 from sparkdispatch.hooks.sparkdispatch import client_settings
 from sparkdispatch.model.rest_shapes import Overview
 from sparkdispatch.operators import (
-    JobResultSensor,
+    SparkDispatchJobSensor,
     SparkDispatchJobGroup,
     SparkDispatchVertexOperator,
-    SubmitJobGraphOperator,
+    SparkDispatchSubmitJobOperator,
 )
 from sparkdispatch.operators.decorators import SparkDispatchFunctionOperator
 from sparkdispatch.provider_info import get_provider_info
@@ -179,14 +179,14 @@ def test_the_field_table_is_the_connection_form() -> None:
 def test_the_connection_ids_are_the_codes() -> None:
     assert SparkDispatchHook.default_conn_name == "sparkdispatch_default"
     assert f"Its default id is `{SparkDispatchHook.default_conn_name}`" in TEXT
-    for taking in (SubmitJobGraphOperator, JobResultSensor, SparkDispatchJobGroup, SparkDispatchHook):
-        parameter = inspect.signature(taking.__init__).parameters["conn_id"]
+    for taking in (SparkDispatchSubmitJobOperator, SparkDispatchJobSensor, SparkDispatchJobGroup, SparkDispatchHook):
+        parameter = inspect.signature(taking.__init__).parameters["sparkdispatch_conn_id"]
         assert parameter.default == SparkDispatchHook.default_conn_name, taking.__name__
-        assert f"`{taking.__name__}`" in TEXT.split("take another one as `conn_id`")[0]
-    assert "conn_id" not in inspect.signature(SparkDispatchVertexOperator.__init__).parameters
-    assert "`SparkDispatchVertexOperator` takes no `conn_id`" in TEXT
-    assert inspect.signature(SparkDispatchFunctionOperator.__init__).parameters["conn_id"].default is None
-    assert "`@task.sparkdispatch(conn_id=...)` names the connection" in TEXT
+        assert f"`{taking.__name__}`" in TEXT.split("take another one as `sparkdispatch_conn_id`")[0]
+    assert "sparkdispatch_conn_id" not in inspect.signature(SparkDispatchVertexOperator.__init__).parameters
+    assert "`SparkDispatchVertexOperator` takes no `sparkdispatch_conn_id`" in TEXT
+    assert inspect.signature(SparkDispatchFunctionOperator.__init__).parameters["sparkdispatch_conn_id"].default is None
+    assert "`@task.sparkdispatch(sparkdispatch_conn_id=...)` names the connection" in TEXT
 
 
 class _UndecodableExtra(Connection):
