@@ -45,6 +45,9 @@ from harness.processes import cpu_seconds, stop_process
 from harness.reporting import load_average, median, percentile, print_table, write_results
 from harness.running import bench_main, scratch_dir
 
+from sparkdispatch.model.rest_shapes import FlinkJobList, Submitted
+from sparkdispatch.model.states import JobStatus
+
 GOAL_MS = 100.0
 POLLED = ("/overview", "/jobs/overview")
 # POST until 202 and a second more; until FINISHED; the --settle seconds after it (archiving, cleanup); all
@@ -149,12 +152,12 @@ class Poller(threading.Thread):
         return sum(1 for _, _, status in self.samples if status != 200)
 
 
-def job_state(poller: Poller) -> tuple[str | None, dict[str, int]]:
-    """The job's state and task counts from the last `/jobs/overview` answer."""
+def job_state(poller: Poller) -> tuple[JobStatus | None, int]:
+    """The job's state and finished subtasks from the last `/jobs/overview` answer."""
     if poller.last_body is None:
-        return None, {}
-    jobs = json.loads(poller.last_body)["jobs"]
-    return (jobs[0]["state"], jobs[0]["tasks"]) if jobs else (None, {})
+        return None, 0
+    jobs = FlinkJobList.from_dict(json.loads(poller.last_body)).jobs
+    return (jobs[0].state, jobs[0].tasks.finished) if jobs else (None, 0)
 
 
 def collections_after(log: Path, start: float) -> dict[str, Any]:
@@ -211,20 +214,20 @@ def run_bench(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
         accepted = time.perf_counter() - origin
         if answer.status != 202:
             raise RuntimeError(f"the graph was refused with {answer.status}: {reply}")
-        print(f"accepted job {reply['job_id']} ({len(graph['vertices'])} vertices, {subtasks} subtasks, "
-              f"{len(body)} bytes) in {accepted - posted:.3f}s", flush=True)
+        print(f"accepted job {Submitted.from_dict(reply).job_id} ({len(graph['vertices'])} vertices, "
+              f"{subtasks} subtasks, {len(body)} bytes) in {accepted - posted:.3f}s", flush=True)
         finished_at = None
         deadline = time.monotonic() + args.timeout
-        target = "RUNNING" if args.no_run else "FINISHED"
-        state: str | None = None
-        tasks: dict[str, Any] = {}
+        target = JobStatus.RUNNING if args.no_run else JobStatus.FINISHED
+        state: JobStatus | None = None
+        finished = 0
         while time.monotonic() < deadline:
-            state, tasks = job_state(pollers["/jobs/overview"])
-            if state == target and (args.no_run or tasks.get("finished") == subtasks):
+            state, finished = job_state(pollers["/jobs/overview"])
+            if state is target and (args.no_run or finished == subtasks):
                 finished_at = time.perf_counter() - origin
                 break
-            if state in ("FAILED", "CANCELED"):
-                raise RuntimeError(f"the job ended {state}")
+            if state in (JobStatus.FAILED, JobStatus.CANCELED):
+                raise RuntimeError(f"the job ended {state.value}")
             time.sleep(0.05)
         if args.no_run:
             time.sleep(5.0)  # the first layer waits for slots meanwhile
@@ -238,7 +241,8 @@ def run_bench(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     finally:
         stop_process(process)
     if finished_at is None:
-        raise TimeoutError(f"the job did not reach {target} within {args.timeout:.0f}s (last: {state} {tasks})")
+        raise TimeoutError(f"the job did not reach {target.value} within {args.timeout:.0f}s (last: {state}, "
+                           f"{finished} subtasks finished)")
     report: dict[str, Any] = {
         "vertices": len(graph["vertices"]), "subtasks": subtasks,
         "edges": sum(len(v["inputs"]) for v in graph["vertices"]),

@@ -30,6 +30,10 @@ from harness.reporting import load_average, load_change, print_table, save_resul
 from harness.running import add_run_options, bench_main, scratch_dir
 from harness.standalone import Standalone
 
+from sparkdispatch.model.job_result import JobResult
+from sparkdispatch.model.rest_shapes import ExecutionResult, JobDetails
+from sparkdispatch.model.states import ExecutionState, JobStatus
+
 START_TIMEOUT_S = 300.0
 SETTLE_S = 5.0
 SAMPLE_INTERVAL_S = 0.5
@@ -89,7 +93,8 @@ def running_subtasks(standalone: Standalone, job_id: str) -> int:
     status, body = standalone.rest.request("GET", f"/jobs/{job_id}", timeout=10)
     if status != 200:
         return 0
-    return sum(1 for vertex in body["vertices"] for subtask in vertex["subtasks"] if subtask["state"] == "RUNNING")
+    return sum(1 for vertex in JobDetails.from_dict(body).vertices for subtask in vertex.subtasks
+               if subtask.state is ExecutionState.RUNNING)
 
 
 def busy_graph(artifact: str, slots: int, seconds: float) -> dict[str, Any]:
@@ -100,15 +105,15 @@ def busy_graph(artifact: str, slots: int, seconds: float) -> dict[str, Any]:
 
 
 def measure_running(standalone: Standalone, task_executor: int, graph: dict[str, Any],
-                    slots: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+                    slots: int) -> tuple[list[dict[str, Any]], JobResult]:
     """Samples while all `slots` subtasks run, and the job's result."""
     job_id = standalone.rest.submit(graph)
     samples: list[dict[str, Any]] = []
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         status, body = standalone.rest.request("GET", f"/jobs/{job_id}/execution-result", timeout=10)
-        if status == 200 and body["status"]["id"] == "COMPLETED":
-            return samples, dict(body["job_execution_result"])
+        if status == 200 and (result := ExecutionResult.from_dict(body).result) is not None:
+            return samples, result
         if running_subtasks(standalone, job_id) >= slots:
             samples.append(sample(task_executor))
         time.sleep(SAMPLE_INTERVAL_S)
@@ -140,8 +145,8 @@ def run() -> int:
             print(f"running: {args.slots} subtasks of bench_tasks:spark_busy for {args.task_seconds:g}s", flush=True)
             running, result = measure_running(standalone, task_executor,
                                               busy_graph(artifact, args.slots, args.task_seconds), args.slots)
-            if result["status"] != "FINISHED":
-                raise RuntimeError(f"the busy job ended {result['status']}: {result.get('failure')}")
+            if result.status is not JobStatus.FINISHED:
+                raise RuntimeError(f"the busy job ended {result.status.value}: {result.failure}")
             if not running:
                 raise RuntimeError(f"never saw {args.slots} subtasks RUNNING at once")
             time.sleep(SETTLE_S)

@@ -60,6 +60,8 @@ from harness.running import add_run_options, bench_env, bench_main, scratch_dir
 from harness.standalone import Standalone
 
 from sparkdispatch.config import Configuration
+from sparkdispatch.model.job_result import JobResult
+from sparkdispatch.model.states import JobStatus
 from sparkdispatch.testing.services import RedisServer, ZooKeeperServer
 
 #: A TaskExecutor's task thread, and the parts of its time the profile tells apart (py-spy frame text).
@@ -166,7 +168,7 @@ class ConnectFloor(Floor):
         self.connect.stop()
 
 
-def run_chains(submit: Callable[[dict[str, Any]], str], wait: Callable[[str], dict[str, Any]], artifact: str,
+def run_chains(submit: Callable[[dict[str, Any]], str], wait: Callable[[str], JobResult], artifact: str,
                floors: list[Floor], runs: int, warm_up: int, label: str, *,
                cpu_readers: dict[str, Callable[[], float]] | None = None) -> dict[str, Any]:
     """`warm_up` chains, then `runs` timed chains, each right after a chain of every floor measured here.
@@ -198,17 +200,17 @@ def run_chains(submit: Callable[[dict[str, Any]], str], wait: Callable[[str], di
         if timed:
             for name, read in readers.items():
                 cpu[name].append(read() - cpu_before[name])
-        if result["status"] != "FINISHED":
-            raise RuntimeError(f"{label}: chain {run} ended {result['status']}: {result.get('failure')}")
+        if result.status is not JobStatus.FINISHED:
+            raise RuntimeError(f"{label}: chain {run} ended {result.status.value}: {result.failure}")
         if not timed:
             print(f"  {label}: warm-up chain {run + 1}: {wall:.2f}s", flush=True)
             continue
         walls.append(wall)
-        servers.append(result["duration_ms"] / 1000.0)
+        servers.append(result.duration_ms / 1000.0)
         floors_text = ", ".join(f"{name} floor {values[-1]:.3f}s ({values[-1] / length * 1000:.1f} ms per action)"
                                 for name, values in floor_s.items())
         print(f"  {label}: chain {run - warm_up + 1}: {wall:.3f}s submit->result ({wall / length * 1000:.1f} ms "
-              f"per task), {result['duration_ms']} ms in the master; {floors_text}", flush=True)
+              f"per task), {result.duration_ms} ms in the master; {floors_text}", flush=True)
     per_task_ms = [w / length * 1000 for w in walls]
     floor_ms = {name: [f / length * 1000 for f in values] for name, values in floor_s.items()}
     reference = floor_ms[floors[0].name]
@@ -295,7 +297,7 @@ def task_timeline(master: Path, worker: Path, job_id: str) -> dict[str, list[flo
     }
 
 
-def profile_chains(submit: Callable[[dict[str, Any]], str], wait: Callable[[str], dict[str, Any]], artifact: str,
+def profile_chains(submit: Callable[[dict[str, Any]], str], wait: Callable[[str], JobResult], artifact: str,
                    floors: list[Floor], chains: int, *, master_pid: int, worker_pid: int, master_log: Path,
                    worker_log: Path, out_dir: Path) -> dict[str, Any]:
     """Chains under py-spy (master: on-CPU samples; TaskExecutor: all samples of the task thread) and

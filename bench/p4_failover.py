@@ -44,6 +44,8 @@ from harness.reporting import load_average, median, print_table, save_results
 from harness.running import bench_main
 
 from sparkdispatch.config import parse_duration
+from sparkdispatch.model.job_result import JobResult
+from sparkdispatch.model.rest_shapes import JobDetails, Overview
 
 POLL_S = 0.02
 ROUND_TIMEOUT_S = 90.0
@@ -65,7 +67,7 @@ class Masters(Protocol):
     def submit(self, graph: dict[str, Any]) -> str:
         """POST the JobGraph to the leader; its job id."""
 
-    def wait_for_result(self, job_id: str, *, timeout: float = 180.0) -> dict[str, Any]:
+    def wait_for_result(self, job_id: str, *, timeout: float = 180.0) -> JobResult:
         """The job's JobResult, from whichever master leads."""
 
     def upload_artifact(self, path: Path) -> str:
@@ -110,7 +112,7 @@ class KillLeader:
 
     def serving(self, index: int) -> bool:
         status, overview = self.cluster.request("GET", self.cluster.master_url(index) + "/overview", timeout=2)
-        return status == 200 and bool(overview.get("is_leader"))
+        return status == 200 and Overview.from_dict(overview).is_leader
 
     def restore(self, index: int) -> None:
         self.cluster.start_master(index)  # the next round's standby
@@ -143,7 +145,7 @@ class CutLeader:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             overview = self.cluster.overview(index)
-            if overview and not overview["is_leader"] and overview["leader"] == leader_url \
+            if overview and not overview.is_leader and overview.leader == leader_url \
                     and self.cluster.leaders() == [1 - index]:
                 return
             time.sleep(0.1)
@@ -151,9 +153,10 @@ class CutLeader:
                            f"logs in {self.cluster.log_dir}")
 
 
-def subtask_states(details: dict[str, Any]) -> dict[tuple[str, int], str]:
-    return {(vertex["id"], subtask["index"]): subtask["state"]
-            for vertex in details.get("vertices", []) for subtask in vertex.get("subtasks", [])}
+def subtask_states(body: object) -> dict[tuple[str, int], str]:
+    """(vertex, subtask index) → state, from a `GET /jobs/{id}` answer."""
+    return {(vertex.id, subtask.index): subtask.state.value
+            for vertex in JobDetails.from_dict(body).vertices for subtask in vertex.subtasks}
 
 
 def wait_until_running(cluster: Masters, url: str, job_id: str, vertex_id: str) -> dict[tuple[str, int], str]:
@@ -210,8 +213,8 @@ def one_round(failover: Failover, artifact: str, *, number: int, vertices: int, 
     return {"job_id": job_id, f"{failover.what}_master": leader,
             "finished_before_kill": sorted(f"{v}[{i}]" for v, i in finished_before),
             "serving_s": round(serving_s, 3), "progress_s": round(progress_s, 3), "progressed": progressed,
-            "job_status": result["status"],
-            "attempts": {vid: v.get("attempts") for vid, v in result.get("vertices", {}).items()}}
+            "job_status": result.status.value,
+            "attempts": {vid: v.attempts for vid, v in result.vertices.items()}}
 
 
 def wait_for_standby(cluster: BenchCluster, index: int, timeout: float = 60.0) -> None:
@@ -219,7 +222,7 @@ def wait_for_standby(cluster: BenchCluster, index: int, timeout: float = 60.0) -
     while time.monotonic() < deadline:
         try:
             status, overview = cluster.request("GET", cluster.master_url(index) + "/overview", timeout=2)
-            if status == 200 and overview.get("leader"):
+            if status == 200 and Overview.from_dict(overview).leader:
                 return
         except OSError:
             pass

@@ -2,9 +2,9 @@
 
 `SparkDispatchJobGroup` adds a `sales.launch` task that submits the whole graph once per DAG
 run; each `SparkDispatchVertexOperator` task then waits for its own vertex (deferred to the
-triggerer) and succeeds or fails with it, so the grid shows every step of the pipeline. A task
-after the group reads the report vertex's result from its XCom. Needs a `sparkdispatch_default`
-connection, as example_pipeline.py does.
+triggerer, where the five share one poll of the job) and succeeds or fails with it, so the grid
+shows every step of the pipeline. A task after the group reads the report vertex's result from its
+XCom. Needs a `sparkdispatch_default` connection, as example_pipeline.py does.
 """
 
 from __future__ import annotations
@@ -27,15 +27,13 @@ with DAG("sparkdispatch_sales_job_group", schedule=None, start_date=pendulum.dat
                                restart_strategy={"type": "fixed-delay", "attempts": 2, "delay_s": 1.0},
                                config={"spark.sql.shuffle.partitions": "4"}):
         generate = SparkDispatchVertexOperator(task_id="generate", entrypoint="pipelines.sales:generate",
-                                               params={"rows": "{{ params.rows }}"}, poll_interval=1.0)
-        clean = SparkDispatchVertexOperator(task_id="clean", entrypoint="pipelines.sales:clean", parallelism=2,
-                                            poll_interval=1.0)
-        by_region = SparkDispatchVertexOperator(task_id="revenue_by_region", parallelism=2, poll_interval=1.0,
+                                               vertex_params={"rows": "{{ params.rows }}"})
+        clean = SparkDispatchVertexOperator(task_id="clean", entrypoint="pipelines.sales:clean", parallelism=2)
+        by_region = SparkDispatchVertexOperator(task_id="revenue_by_region", parallelism=2,
                                                 entrypoint="pipelines.sales:revenue_by_region")
-        by_product = SparkDispatchVertexOperator(task_id="revenue_by_product", poll_interval=1.0,
+        by_product = SparkDispatchVertexOperator(task_id="revenue_by_product",
                                                  entrypoint="pipelines.sales:revenue_by_product")
-        report = SparkDispatchVertexOperator(task_id="report", entrypoint="pipelines.sales:report",
-                                             poll_interval=1.0)
+        report = SparkDispatchVertexOperator(task_id="report", entrypoint="pipelines.sales:report")
         generate >> clean >> [by_region, by_product] >> report
 
     @task

@@ -16,7 +16,7 @@ from pathlib import Path
 import pendulum
 from airflow.sdk import DAG
 
-from sparkdispatch.operators import SubmitJobGraphOperator
+from sparkdispatch.operators import SparkDispatchSubmitJobOperator
 
 PIPELINES = Path(__file__).parent / "pipelines"
 
@@ -44,10 +44,10 @@ DAG_ARGS = {
 }
 
 with DAG("sparkdispatch_sales_pipeline", **DAG_ARGS):
-    SubmitJobGraphOperator(task_id="sales_report", job_graph=SALES_REPORT, artifacts=[str(PIPELINES)])
+    SparkDispatchSubmitJobOperator(task_id="sales_report", job_graph=SALES_REPORT, artifacts=[str(PIPELINES)])
 
 with DAG("sparkdispatch_sales_pipeline_deferrable", **DAG_ARGS):
-    SubmitJobGraphOperator(task_id="sales_report", job_graph=SALES_REPORT, artifacts=[str(PIPELINES)],
+    SparkDispatchSubmitJobOperator(task_id="sales_report", job_graph=SALES_REPORT, artifacts=[str(PIPELINES)],
                            deferrable=True, poll_interval=1.0)
 
 
@@ -60,5 +60,5 @@ def sales_report_of(rows: int) -> dict[str, object]:
 # One job per input, mapped at run time (Airflow's dynamic task mapping): each mapped task
 # instance has its own job id, so retries of one re-attach to its own job.
 with DAG("sparkdispatch_sales_by_size", **{**DAG_ARGS, "default_args": {"retries": 2}}):
-    SubmitJobGraphOperator.partial(task_id="sales_report", artifacts=[str(PIPELINES)], poll_interval=1.0) \
+    SparkDispatchSubmitJobOperator.partial(task_id="sales_report", artifacts=[str(PIPELINES)], poll_interval=1.0) \
         .expand(job_graph=[sales_report_of(rows) for rows in (1_000, 2_000, 3_000)])

@@ -16,10 +16,14 @@ when their certificate is not signed by a CA of the system's trust store, and ex
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
-from airflow.sdk import BaseHook, Connection
+from airflow.exceptions import AirflowProviderDeprecationWarning
+from asgiref.sync import sync_to_async
+from airflow.sdk import Connection
 
+from sparkdispatch.hooks.airflow_compat import BaseHook
 from sparkdispatch.client import RetryPolicy, SparkDispatchClient, SyncSparkDispatchClient
 from sparkdispatch.client.leader import DEFAULT_PORT, ZooKeeperTarget, parse_addresses
 from sparkdispatch.errors import ConfigurationError, SparkDispatchError
@@ -76,15 +80,19 @@ class SparkDispatchHook(BaseHook):
     blocking call). Both are the same `SparkDispatchClient` core.
     """
 
-    conn_name_attr = "conn_id"
+    conn_name_attr = "sparkdispatch_conn_id"
     default_conn_name = "sparkdispatch_default"
     conn_type = CONN_TYPE
     hook_name = "sparkdispatch"
 
-    def __init__(self, conn_id: str = default_conn_name, *, retry: RetryPolicy | None = None,
-                 request_timeout: float = 30.0) -> None:
+    def __init__(self, sparkdispatch_conn_id: str = default_conn_name, *, retry: RetryPolicy | None = None,
+                 request_timeout: float = 30.0, conn_id: str | None = None) -> None:
         super().__init__()
-        self.conn_id = conn_id
+        if conn_id is not None:  # the earlier name (the hook cannot import the operators' helper)
+            warnings.warn("SparkDispatchHook(conn_id=...) is deprecated and goes away in the next release: use "
+                          "sparkdispatch_conn_id=...", AirflowProviderDeprecationWarning, stacklevel=2)
+            sparkdispatch_conn_id = conn_id
+        self.sparkdispatch_conn_id = sparkdispatch_conn_id
         self.retry = retry
         self.request_timeout = request_timeout
         self._client: SyncSparkDispatchClient | None = None
@@ -92,13 +100,18 @@ class SparkDispatchHook(BaseHook):
     def get_conn(self) -> SyncSparkDispatchClient:
         """The blocking client of this connection (made once per hook; `close()` ends it)."""
         if self._client is None:
-            settings = client_settings(self.get_connection(self.conn_id))
+            settings = client_settings(self.get_connection(self.sparkdispatch_conn_id))
             self._client = SyncSparkDispatchClient(self._make_client(settings))
         return self._client
 
     async def aget_client(self) -> SparkDispatchClient:
         """A new async client of this connection; the caller closes it (`async with`)."""
-        settings = client_settings(await self.aget_connection(self.conn_id))
+        aget_connection = getattr(self, "aget_connection", None)  # Airflow 3.0 has only the blocking call
+        if aget_connection is not None:
+            conn = await aget_connection(self.sparkdispatch_conn_id)
+        else:
+            conn = await sync_to_async(self.get_connection)(self.sparkdispatch_conn_id)
+        settings = client_settings(conn)
         return self._make_client(settings)
 
     def _make_client(self, settings: dict[str, Any]) -> SparkDispatchClient:
@@ -112,7 +125,7 @@ class SparkDispatchHook(BaseHook):
     def test_connection(self) -> tuple[bool, str]:
         """Reach the leader and report its TaskExecutors and slots (the UI's Test button)."""
         try:
-            settings = client_settings(self.get_connection(self.conn_id))
+            settings = client_settings(self.get_connection(self.sparkdispatch_conn_id))
         except SparkDispatchError as exc:
             return False, str(exc)
         client = SyncSparkDispatchClient(SparkDispatchClient(
@@ -124,5 +137,5 @@ class SparkDispatchHook(BaseHook):
             return False, f"cannot reach the sparkdispatch leader: {exc}"
         finally:
             client.close()
-        return True, (f"leader {leader}, {overview.get('taskmanagers', 0)} TaskExecutors, "
-                      f"{overview.get('slots_total', 0)} slots ({overview.get('slots_available', 0)} free)")
+        return True, (f"leader {leader}, {overview.taskmanagers} TaskExecutors, "
+                      f"{overview.slots_total} slots ({overview.slots_available} free)")

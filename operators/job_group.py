@@ -9,7 +9,7 @@
 On leaving the `with` block the group adds its `launch` task (as the Databricks provider's
 workflow group does) upstream of every vertex task. `launch` builds the JobGraph from the vertex
 tasks of the group, each vertex's inputs being its upstream vertex tasks in the group, and
-submits it once per DAG run: it is a `SubmitJobGraphOperator` that does not wait, with the same
+submits it once per DAG run: it is a `SparkDispatchSubmitJobOperator` that does not wait, with the same
 job ids, so its retries re-attach to the job. Each vertex task then waits for its own vertex
 (deferred by default), streaming its subtasks' attempt logs into its own log as it waits
 (sparkdispatch.client.log_stream), and succeeds with it, returning `vertex_output(...)` as its XCom.
@@ -22,27 +22,30 @@ repair of a workflow's failed tasks). A vertex that finished is never run again 
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from functools import cached_property
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from airflow.sdk import BaseOperator, TaskGroup
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from sparkdispatch.hooks.airflow_compat import AirflowException, AirflowFailException
 
 from sparkdispatch.client import SyncSparkDispatchClient
 from sparkdispatch.errors import JobAlreadyTerminated, RepairNotPossible, SparkDispatchError
 from sparkdispatch.hooks.sparkdispatch import SparkDispatchHook
+from sparkdispatch.model.rest_shapes import VertexOutcome
 from sparkdispatch.model.states import ExecutionState
-from sparkdispatch.model.job_result import VertexResult
-from sparkdispatch.client.log_stream import LogFollower
-from sparkdispatch.operators.jobs import NOT_RETRYABLE_FAILURES, default_deferrable, task_failure
+from sparkdispatch.operators.jobs import NOT_RETRYABLE_FAILURES, default_deferrable, own_context, task_failure
 from sparkdispatch.operators.lineage import job_lineage
 from sparkdispatch.operators.links import SparkDispatchJobLink, push_job_link
-from sparkdispatch.operators.submit import TRIGGER_FAIL, SubmitJobGraphOperator
-from sparkdispatch.operators.triggers import VertexTrigger, vertex_concluded
+from sparkdispatch.operators.submit import TRIGGER_FAIL, SparkDispatchSubmitJobOperator
+from sparkdispatch.operators.deprecation import renamed_argument, warn_renamed
+from sparkdispatch.operators.job_watch import follow_vertex, read_progress, vertex_concluded
+from sparkdispatch.operators.run_state import TaskInstanceRef, stopped_by_run_timeout
+from sparkdispatch.operators.triggers import SparkDispatchVertexTrigger
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -53,12 +56,28 @@ LAUNCH_TASK_ID = "launch"
 REPAIR_WAIT_S = 60.0  # how long a repair is asked for again while the job just ended is archived
 
 
-def vertex_output(body: Mapping[str, Any]) -> dict[str, Any]:
+def _asked_in_time(ref: TaskInstanceRef, timeout_s: float = 5.0) -> bool:
+    """`stopped_by_run_timeout(ref)`, asked in a thread for at most `timeout_s`: an operator's
+    `on_kill` runs in a signal handler, which must not wait on the supervisor for long."""
+    answer: list[bool] = []
+    thread = threading.Thread(target=lambda: answer.append(stopped_by_run_timeout(ref)), daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    return bool(answer and answer[0])
+
+
+def _is_mapped_vertex(node: object) -> bool:
+    """Whether `node` is a vertex task mapped with `.expand()` (Airflow's mapped operator of one)."""
+    operator_class = getattr(node, "operator_class", None)
+    return isinstance(operator_class, type) and issubclass(operator_class, SparkDispatchVertexOperator)
+
+
+def vertex_output(outcome: VertexOutcome) -> dict[str, Any]:
     """A vertex task's XCom, from the master's `GET /jobs/{id}/vertices/{vertex}` answer."""
-    result = body["result"]
-    return {"job_id": body["job_id"], "vertex": body["vertex"], "state": result["state"],
-            "rows": result.get("rows"), "result_path": result.get("result_path"),
-            "partitions": list(result.get("partitions", [])), "attempts": result["attempts"]}
+    result = outcome.result
+    return {"job_id": outcome.job_id, "vertex": outcome.vertex, "state": result.state.value,
+            "rows": result.rows, "result_path": result.result_path,
+            "partitions": list(result.partitions), "attempts": result.attempts}
 
 
 class SparkDispatchVertexOperator(BaseOperator):
@@ -66,11 +85,17 @@ class SparkDispatchVertexOperator(BaseOperator):
 
     :param entrypoint: the task function, `module.path:function`.
     :param parallelism: subtasks of the vertex.
-    :param params: the vertex's `params` (the task function's `ctx.params`); templated, rendered
-        when the group's `launch` task submits the job. Not Airflow's task `params`.
-    :param deferrable: wait in the triggerer (default from `[sparkdispatch] default_deferrable`).
-    :param poll_interval: seconds between checks of the vertex.
-    :param cancel_on_kill: cancel the whole job when this task is killed or times out.
+    :param vertex_params: the vertex's `params` (the task function's `ctx.params`); templated,
+        rendered in this task's context (`{{ task.task_id }}` is this task's id) when the group's
+        `launch` task submits the job. `params=` is its deprecated name; Airflow's task `params`
+        (and `default_args={"params": ...}`) stay Airflow's.
+    :param deferrable: wait in the triggerer; default True, or `[sparkdispatch] default_deferrable`
+        when set.
+    :param poll_interval: seconds between checks of the job (the vertex tasks of a job deferred to
+        one triggerer share one check per interval: `job_watch`).
+    :param cancel_on_kill: cancel the whole job when this task is killed, cleared, marked, or
+        times out; default False: those end this task alone and the job runs on for the other
+        vertex tasks. A timeout of the DAG run cancels the job either way.
 
     The vertex id is the `task_id` given (without the group's prefix). The XCom is
     `{"job_id", "vertex", "state", "rows", "result_path", "partitions", "attempts"}`. A retry or
@@ -81,29 +106,44 @@ class SparkDispatchVertexOperator(BaseOperator):
     operator_extra_links = (SparkDispatchJobLink(),)
     ui_color = "#fde8c8"
 
-    def __init__(self, *, entrypoint: str, parallelism: int = 1, params: Mapping[str, Any] | None = None,
-                 deferrable: bool | None = None, poll_interval: float = 5.0, cancel_on_kill: bool = True,
+    def __new__(cls, *args: Any, **kwargs: Any) -> Self:
+        # Airflow merges an operator's `params` with its DAG's and default_args' before __init__
+        # sees them: only here is a `params=` given to this task, the deprecated name, told apart.
+        # A mapped task's unmapping passes Airflow's merged `params` always: no user's argument.
+        instance = super().__new__(cls)
+        given = kwargs.get("params")
+        deprecated = (dict(given) if isinstance(given, Mapping) and "vertex_params" not in kwargs
+                      and not kwargs.get("_airflow_from_mapped") else None)
+        object.__setattr__(instance, "_deprecated_params", deprecated)  # BaseOperator's own needs __init__ first
+        return instance
+
+    def __init__(self, *, entrypoint: str, parallelism: int = 1, vertex_params: Mapping[str, Any] | None = None,
+                 deferrable: bool | None = None, poll_interval: float = 5.0, cancel_on_kill: bool = False,
                  **kwargs: Any) -> None:
         self.vertex_id: str = kwargs["task_id"]
         super().__init__(**kwargs)
         self.entrypoint = entrypoint
         self.parallelism = parallelism
-        self.vertex_params = dict(params or {})
-        self.deferrable = default_deferrable() if deferrable is None else deferrable
+        deprecated: dict[str, Any] | None = getattr(self, "_deprecated_params", None)
+        if deprecated is not None:
+            warn_renamed(f"{type(self).__name__}(params=...)", "vertex_params=...")
+        self.vertex_params = dict(vertex_params if vertex_params is not None else deprecated or {})
+        self.deferrable = default_deferrable(fallback=True) if deferrable is None else deferrable
         self.poll_interval = poll_interval
         self.cancel_on_kill = cancel_on_kill
         #: set by the group: its launch task and connection
         self.launch_task_id: str | None = None
-        self.conn_id = SparkDispatchHook.default_conn_name
-        #: a connection the task was given itself (`@task.sparkdispatch(conn_id=...)`), not the group's
+        self.sparkdispatch_conn_id = SparkDispatchHook.default_conn_name
+        #: a connection the task was given itself (`@task.sparkdispatch(sparkdispatch_conn_id=...)`), not the group's
         self.own_conn_id: str | None = None
         self.job_id: str | None = None
         self._job_url: str | None = None
+        self._ti_ref: TaskInstanceRef | None = None
         self._vertex_outcome: dict[str, Any] | None = None  # the vertex's outcome, for OpenLineage
 
     @cached_property
     def hook(self) -> SparkDispatchHook:
-        return SparkDispatchHook(self.conn_id)
+        return SparkDispatchHook(self.sparkdispatch_conn_id)
 
     def code_artifacts(self) -> list[str]:
         """Files of this vertex's own code that the group's launch uploads with the job (none here;
@@ -111,9 +151,10 @@ class SparkDispatchVertexOperator(BaseOperator):
         return []
 
     def vertex_spec(self, context: Context, inputs: Sequence[str]) -> dict[str, Any]:
-        """This vertex in the JobGraph, its `params` rendered with `context` (the launch task's)."""
+        """This vertex in the JobGraph, its `vertex_params` rendered in this task's context (made
+        from the launch task's `context`: `task`, `ti` and `task_instance_key_str` are this task's)."""
         return {"id": self.vertex_id, "entrypoint": self.entrypoint, "parallelism": self.parallelism,
-                "params": self.render_template(self.vertex_params, context), "inputs": list(inputs)}
+                "params": self.render_template(self.vertex_params, own_context(context, self)), "inputs": list(inputs)}
 
     def execute(self, context: Context) -> Any:
         if self.launch_task_id is None:
@@ -122,27 +163,22 @@ class SparkDispatchVertexOperator(BaseOperator):
         job_id = self.job_id = self._launched_job_id(context)
         try:
             client = self.hook.get_conn()
+            body = client.run(client.async_client.patiently(lambda: client.async_client.vertex(job_id, self.vertex_id),
+                                                            f"job {job_id}"))
             self._job_url = client.job_url(job_id)
             push_job_link(context, self._job_url)
-            follower = LogFollower(self.vertex_id, self.parallelism)
-
-            def fetch(subtask: int, attempt: int | None, offset: int) -> dict[str, Any]:
-                return client.vertex_log(job_id, self.vertex_id, subtask=subtask, attempt=attempt, offset=offset)
-
-            body = self._repaired_if_due(context, client, client.vertex(job_id, self.vertex_id))
-            while not vertex_concluded(body):
+            body = self._repaired_if_due(context, client, body)
+            if not vertex_concluded(body):
                 if self.deferrable:
-                    self.defer(trigger=VertexTrigger(job_id=job_id, vertex_id=self.vertex_id,
-                                                     parallelism=self.parallelism, conn_id=self.conn_id,
-                                                     poll_interval=self.poll_interval,
-                                                     cancel_on_kill=self.cancel_on_kill),
-                               method_name="execute_complete",
-                               timeout=self.execution_timeout if isinstance(self.execution_timeout, timedelta)
-                               else None)
-                self._log_lines(follower.poll(fetch))
-                time.sleep(self.poll_interval)
-                body = client.vertex(job_id, self.vertex_id)
-            self._log_lines(follower.poll(fetch))
+                    self.defer(trigger=SparkDispatchVertexTrigger(
+                        job_id=job_id, vertex_id=self.vertex_id, parallelism=self.parallelism,
+                        sparkdispatch_conn_id=self.sparkdispatch_conn_id, poll_interval=self.poll_interval,
+                        cancel_on_kill=self.cancel_on_kill),
+                        method_name="execute_complete",
+                        timeout=self.execution_timeout if isinstance(self.execution_timeout, timedelta) else None)
+                body = client.run(follow_vertex(self.sparkdispatch_conn_id, job_id, self.vertex_id,
+                                                parallelism=self.parallelism, poll_interval=self.poll_interval,
+                                                emit=lambda line: self.log.info("%s", line)))
         except SparkDispatchError as exc:
             raise task_failure(exc) from exc
         finally:
@@ -154,19 +190,19 @@ class SparkDispatchVertexOperator(BaseOperator):
         if event.get("status") != "concluded":
             raise AirflowException(f"waiting for vertex {self.vertex_id} of job {event.get('job_id')} failed: "
                                    f"{event.get('message')}")
-        return self._outcome(event["body"])
+        return self._outcome(VertexOutcome.from_dict(event["body"]))
 
-    def _repair_due(self, context: Context, body: Mapping[str, Any]) -> bool:
+    def _repair_due(self, context: Context, body: VertexOutcome) -> bool:
         """Whether this try repairs the vertex: a later try, and the job ended without it FINISHED."""
         return context["ti"].try_number > 1 and vertex_concluded(body) \
-            and body["result"]["state"] != ExecutionState.FINISHED.value
+            and body.result.state is not ExecutionState.FINISHED
 
     def _repaired_if_due(self, context: Context, client: SyncSparkDispatchClient,
-                         body: dict[str, Any]) -> dict[str, Any]:
+                         body: VertexOutcome) -> VertexOutcome:
         """`body`, or, when a repair is due, the vertex's state once the master accepted the repair
         (the job then runs again); asked once per try. A job that is still concluding is asked again
         for up to `REPAIR_WAIT_S`."""
-        job_id = body["job_id"]
+        job_id = body.job_id
         deadline = time.monotonic() + REPAIR_WAIT_S
         while self._repair_due(context, body):
             try:
@@ -197,43 +233,67 @@ class SparkDispatchVertexOperator(BaseOperator):
 
     def _launched_job_id(self, context: Context) -> str:
         ti = context["ti"]
+        map_index = ti.map_index if ti.map_index is not None else -1
+        self._ti_ref = TaskInstanceRef(ti.dag_id, ti.run_id, ti.task_id, map_index)
         job_id = ti.xcom_pull(task_ids=self.launch_task_id, map_indexes=ti.map_index)
         if not job_id:
             raise AirflowException(f"{self.task_id}: the group's {self.launch_task_id} task pushed no job id")
         return str(job_id)
 
-    def _log_lines(self, lines: list[str]) -> None:
-        for line in lines:
-            self.log.info("%s", line)
-
     def on_kill(self) -> None:
-        if not (self.cancel_on_kill and self.job_id):
+        """Cancel the job with `cancel_on_kill`, or when the DAG run timed out; else only this task stops."""
+        if not self.job_id:
+            return
+        if not self.cancel_on_kill and not (self._ti_ref is not None and _asked_in_time(self._ti_ref)):
+            self.log.info("job %s: vertex task %s was stopped; the job runs on", self.job_id, self.task_id)
             return
         try:
             self.hook.get_conn().cancel(self.job_id)
-            self.log.info("job %s: cancelled because vertex task %s was killed", self.job_id, self.task_id)
+            self.log.info("job %s: cancelled because vertex task %s was killed (%s)", self.job_id, self.task_id,
+                          "cancel_on_kill" if self.cancel_on_kill else "its DAG run timed out")
         except JobAlreadyTerminated:
             self.log.info("job %s had ended already; nothing to cancel", self.job_id)
         except SparkDispatchError as exc:
             self.log.warning("job %s: could not cancel it: %s", self.job_id, exc)
 
     def get_openlineage_facets_on_complete(self, task_instance: object) -> Lineage:
-        """OpenLineage (with Airflow's OpenLineage provider): the job, and the vertex's result
-        directory as an output dataset."""
-        return job_lineage(self.job_id, self._job_url, [self._vertex_outcome] if self._vertex_outcome else [])
+        """OpenLineage (with Airflow's OpenLineage provider): the job, the vertex's result directory
+        as an output dataset and the result directories of the vertices it read as inputs."""
+        return job_lineage(self.job_id, self._job_url, [self._vertex_outcome] if self._vertex_outcome else [],
+                           inputs=self._input_outcomes())
+
+    def input_vertex_ids(self) -> list[str]:
+        """The vertices this one reads: its upstream vertex tasks in its group."""
+        return sorted(task.vertex_id for task in self.upstream_list
+                      if isinstance(task, SparkDispatchVertexOperator) and task.task_group is self.task_group)
+
+    def _input_outcomes(self) -> list[dict[str, Any]]:
+        """The outputs of the vertices this one read, as the master tells them now (none when it cannot)."""
+        names = self.input_vertex_ids()
+        if not (names and self.job_id):
+            return []
+        try:
+            progress = read_progress(self.hook.get_conn().job_progress(self.job_id))
+        except SparkDispatchError as exc:
+            self.log.info("job %s: the inputs of vertex %s are left out of its lineage: %s", self.job_id,
+                          self.vertex_id, exc)
+            return []
+        finally:
+            self.hook.close()
+        return [vertex_output(progress[name].body) for name in names if name in progress]
 
     def get_openlineage_facets_on_failure(self, task_instance: object) -> Lineage:
         return job_lineage(self.job_id, self._job_url, [])
 
-    def _outcome(self, body: Mapping[str, Any]) -> dict[str, Any]:
+    def _outcome(self, body: VertexOutcome) -> dict[str, Any]:
         output = self._vertex_outcome = vertex_output(body)
         self.job_id = output["job_id"]
         if output["state"] == ExecutionState.FINISHED.value:
             self.log.info("vertex %s of job %s FINISHED: %s rows in %s (%d attempt(s))", self.vertex_id,
                           output["job_id"], output["rows"], output["result_path"], output["attempts"])
             return output
-        failure = VertexResult.from_dict(body["result"]).failure
-        cause = f"{failure.cls}: {failure.message}" if failure else f"the job ended {body['job_status']}"
+        failure = body.result.failure
+        cause = f"{failure.cls}: {failure.message}" if failure else f"the job ended {body.job_status.value}"
         if failure is not None and failure.traceback:
             self.log.error("remote traceback of vertex %s:\n%s", self.vertex_id, failure.traceback)
         message = f"vertex {self.vertex_id} of sparkdispatch job {output['job_id']} ended {output['state']}: {cause}"
@@ -242,7 +302,7 @@ class SparkDispatchVertexOperator(BaseOperator):
         raise AirflowException(f"{message}; a retry or a clear of this task repairs the vertex")
 
 
-class _LaunchJobGraphOperator(SubmitJobGraphOperator):
+class _LaunchJobGraphOperator(SparkDispatchSubmitJobOperator):
     """The group's `launch` task: submits the group's JobGraph once per DAG run; returns its job id."""
 
     def __init__(self, *, group: SparkDispatchJobGroup, **kwargs: Any) -> None:
@@ -259,12 +319,9 @@ class _LaunchJobGraphOperator(SubmitJobGraphOperator):
 
     def load_graph(self, context: Context) -> dict[str, Any]:
         vertices = self.group.vertex_operators()
-        by_task_id = {v.task_id: v for v in vertices}
         graph: dict[str, Any] = {
             "name": self.group.job_name,
-            "vertices": [v.vertex_spec(context, sorted(by_task_id[t].vertex_id for t in v.upstream_task_ids
-                                                       if t in by_task_id))
-                         for v in vertices]}
+            "vertices": [v.vertex_spec(context, v.input_vertex_ids()) for v in vertices]}
         if self.group.restart_strategy is not None:
             graph["restart_strategy"] = dict(self.group.restart_strategy)
         if self.group.config:
@@ -278,7 +335,8 @@ class SparkDispatchJobGroup(TaskGroup):
     :param group_id: the group's id (the prefix of its tasks' ids).
     :param job_name: the JobGraph's name (default: the group id).
     :param artifacts: local `.py`/`.zip` files or package directories shipped with the job.
-    :param conn_id: the `sparkdispatch` connection of the launch and vertex tasks.
+    :param sparkdispatch_conn_id: the `sparkdispatch` connection of the launch and vertex tasks
+        (`conn_id`, deprecated, is its earlier name).
     :param restart_strategy: the JobGraph's restart strategy (a dict, as in the JobGraph).
     :param config: the JobGraph's Spark `config`.
 
@@ -287,13 +345,14 @@ class SparkDispatchJobGroup(TaskGroup):
     """
 
     def __init__(self, *, group_id: str, job_name: str | None = None, artifacts: Sequence[str] = (),
-                 conn_id: str = SparkDispatchHook.default_conn_name,
+                 sparkdispatch_conn_id: str = SparkDispatchHook.default_conn_name,
                  restart_strategy: Mapping[str, Any] | None = None, config: Mapping[str, Any] | None = None,
-                 **kwargs: Any) -> None:
+                 conn_id: str | None = None, **kwargs: Any) -> None:
         super().__init__(group_id=group_id, **kwargs)
         self.job_name = job_name or group_id
         self.artifacts = list(artifacts)
-        self.conn_id = conn_id
+        self.sparkdispatch_conn_id = renamed_argument(type(self).__name__, "conn_id", "sparkdispatch_conn_id",
+                                                      sparkdispatch_conn_id, conn_id)
         self.restart_strategy = restart_strategy
         self.config = dict(config or {})
         self.launch: _LaunchJobGraphOperator | None = None
@@ -313,19 +372,30 @@ class SparkDispatchJobGroup(TaskGroup):
     def _add_launch(self) -> None:
         vertices = self.vertex_operators()
         others = [child for child in self.children.values() if not isinstance(child, SparkDispatchVertexOperator)]
+        mapped = [getattr(child, "task_id", "") for child in others if _is_mapped_vertex(child)]
+        if mapped:
+            raise ValueError(f"SparkDispatchJobGroup {self.group_id!r}: {mapped[0]} is mapped (.expand()); a "
+                             "vertex of a group is one vertex of one JobGraph: map it outside a group (one job per "
+                             "map index)")
         if others:
             names = ", ".join(getattr(child, "task_id", None) or str(child) for child in others)
             raise ValueError(f"SparkDispatchJobGroup {self.group_id!r} holds only SparkDispatchVertexOperator "
                              f"tasks; move {names} out of it")
         if not vertices:
             raise ValueError(f"SparkDispatchJobGroup {self.group_id!r} has no SparkDispatchVertexOperator")
-        self.launch = _LaunchJobGraphOperator(task_id=LAUNCH_TASK_ID, task_group=self, group=self,
-                                              artifacts=self.artifacts, conn_id=self.conn_id)
+        self.launch = _LaunchJobGraphOperator(
+            task_id=LAUNCH_TASK_ID, task_group=self, group=self, artifacts=self.artifacts,
+            sparkdispatch_conn_id=self.sparkdispatch_conn_id)
         for vertex in vertices:
-            if vertex.own_conn_id not in (None, self.conn_id):
+            if vertex.own_conn_id not in (None, self.sparkdispatch_conn_id):
                 raise ValueError(f"task {vertex.task_id!r} names connection {vertex.own_conn_id!r}, but the vertices "
-                                 f"of SparkDispatchJobGroup {self.group_id!r} use the group's, {self.conn_id!r}: "
-                                 "drop the task's conn_id, or give it to the group")
+                                 f"of SparkDispatchJobGroup {self.group_id!r} use the group's, "
+                                 f"{self.sparkdispatch_conn_id!r}: drop the task's sparkdispatch_conn_id, or give it "
+                                 "to the group")
             vertex.launch_task_id = self.launch.task_id
-            vertex.conn_id = self.conn_id
+            vertex.sparkdispatch_conn_id = self.sparkdispatch_conn_id
+            # what a vertex takes from outside the group (an XComArg argument) is made before the job is
+            for upstream in vertex.upstream_list:
+                if upstream.task_id not in self.children:
+                    upstream >> self.launch
             self.launch >> vertex

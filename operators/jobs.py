@@ -9,10 +9,10 @@ import hashlib
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import yaml
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from sparkdispatch.hooks.airflow_compat import AirflowException, AirflowFailException
 
 from sparkdispatch.errors import (
     BlobTooLarge,
@@ -30,6 +30,9 @@ from sparkdispatch.errors import (
 )
 from sparkdispatch.model.states import JobStatus
 from sparkdispatch.model.job_result import Failure, JobResult
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
 
 GRAPH_FILE_SUFFIXES = (".json", ".yaml", ".yml")
 
@@ -146,12 +149,11 @@ class ResultLog(Protocol):
         """Log a failure and its remote traceback (%-style arguments, as `logging`)."""
 
 
-def report_result(result: Mapping[str, Any], log: ResultLog) -> str | None:
-    """Log a JobResult (its JSON form) with its summary, and the remote traceback of a failure.
+def report_result(job_result: JobResult, log: ResultLog) -> str | None:
+    """Log a JobResult with its summary, and the remote traceback of a failure.
 
     Returns None for a FINISHED job, else the message the task should fail with.
     """
-    job_result = JobResult.from_dict(result)
     if job_result.status is JobStatus.FINISHED:
         log.info("%s", result_summary(job_result))
         return None
@@ -179,24 +181,49 @@ def task_failure(exc: SparkDispatchError) -> AirflowException:
     return AirflowException(str(exc))
 
 
-def result_failure_is_final(result: Mapping[str, Any]) -> bool:
+def result_failure_is_final(result: JobResult) -> bool:
     """Whether a failed JobResult's cause is one no retry fixes (an entrypoint that does not exist)."""
-    return any(failure.cls in NOT_RETRYABLE_FAILURES for failure in _failures(JobResult.from_dict(result)))
+    return any(failure.cls in NOT_RETRYABLE_FAILURES for failure in _failures(result))
 
 
-def vertex_outputs(result: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+def vertex_outputs(job_result: JobResult) -> dict[str, dict[str, Any]]:
     """Per vertex of a JobResult: its state, rows, result path, partitions and attempts (an XCom value)."""
-    job_result = JobResult.from_dict(result)
     return {vertex_id: {"state": v.state.value, "rows": v.rows, "result_path": v.result_path,
                         "partitions": list(v.partitions), "attempts": v.attempts}
             for vertex_id, v in job_result.vertices.items()}
 
 
-def default_deferrable() -> bool:
-    """`[sparkdispatch] default_deferrable`, else Airflow's `[operators] default_deferrable`."""
-    from airflow.sdk import conf
+def default_deferrable(*, fallback: bool | None = None) -> bool:
+    """`[sparkdispatch] default_deferrable` when set; else `fallback` when given (a vertex task: True);
+    else Airflow's `[operators] default_deferrable` (False in a stock Airflow)."""
+    from sparkdispatch.hooks.airflow_compat import conf
 
     own = conf.get("sparkdispatch", "default_deferrable", fallback=None)
     if own not in (None, ""):
         return str(own).strip().lower() in ("true", "1", "yes", "on")
+    if fallback is not None:
+        return fallback
     return conf.getboolean("operators", "default_deferrable", fallback=False)
+
+
+class _TaskInstanceAs:
+    """A task instance seen as another task's of the same run: `task_id` and `task` are that task's,
+    everything else (run, XComs, map index, try) the instance's own."""
+
+    def __init__(self, ti: Any, task: Any) -> None:
+        self._ti = ti
+        self.task = task
+        self.task_id = task.task_id
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ti, name)
+
+
+def own_context(context: Context, task: Any) -> Context:
+    """`context` (one task's) as `task`'s of the same run: its `task`, `ti`, `task_instance` and
+    `task_instance_key_str` name `task`. What a vertex's params are rendered with at launch."""
+    ti = _TaskInstanceAs(context["ti"], task)
+    own: dict[str, Any] = {**context, "task": task, "ti": ti, "task_instance": ti}
+    if "task_instance_key_str" in context:
+        own["task_instance_key_str"] = f"{ti.dag_id}__{task.task_id}__{context.get('ds_nodash', '')}"
+    return cast("Context", own)

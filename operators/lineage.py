@@ -2,8 +2,9 @@
 
 The provider itself gives each task's event its job, run and parent-run facets (the Airflow task,
 its try, the DAG run). The operators add what only they know: the sparkdispatch job as an
-external query (`externalQuery` run facet: the master's job id and its address) and the result
-directories of the vertices that FINISHED as output datasets, named as OpenLineage names files
+external query (`externalQuery` run facet: the master's job id and its address), the result
+directories of the vertices that FINISHED as output datasets, and for a vertex task the result
+directories of the vertices it read as input datasets, named as OpenLineage names files
 (`file` + absolute path; `s3://bucket` + key; `hdfs://host:port` + path; ...). Nothing here is
 imported until the provider asks, so the operators work without it.
 """
@@ -36,22 +37,29 @@ def dataset_name(path: str) -> tuple[str, str]:
     return f"{scheme}://{parts.netloc}", parts.path
 
 
-def job_lineage(job_id: str | None, master: str | None, outputs: Iterable[Mapping[str, Any]]) -> Lineage:
-    """The OperatorLineage of a task that ran (part of) sparkdispatch job `job_id`; `outputs`
-    are vertex outputs (`vertex_outputs`, a vertex task's XCom): those FINISHED with a
-    `result_path` become output datasets."""
+def job_lineage(job_id: str | None, master: str | None, outputs: Iterable[Mapping[str, Any]],
+                inputs: Iterable[Mapping[str, Any]] = ()) -> Lineage:
+    """The OperatorLineage of a task that ran (part of) sparkdispatch job `job_id`; `outputs` and
+    `inputs` are vertex outputs (`vertex_outputs`, a vertex task's XCom): those FINISHED with a
+    `result_path` become output and input datasets."""
     from airflow.providers.openlineage.extractors import OperatorLineage
-    from openlineage.client.event_v2 import Dataset
     from openlineage.client.facet_v2 import external_query_run
 
-    datasets = []
-    for output in outputs:
-        path = output.get("result_path")
-        if output.get("state") == "FINISHED" and path:
-            namespace, name = dataset_name(str(path))
-            datasets.append(Dataset(namespace=namespace, name=name))
     run_facets: dict[str, RunFacet] = {}
     if job_id:
         run_facets["externalQuery"] = external_query_run.ExternalQueryRunFacet(
             externalQueryId=job_id, source=master or "sparkdispatch")
-    return OperatorLineage(outputs=datasets, run_facets=run_facets)
+    return OperatorLineage(inputs=_datasets(inputs), outputs=_datasets(outputs), run_facets=run_facets)
+
+
+def _datasets(vertices: Iterable[Mapping[str, Any]]) -> list[Dataset]:
+    """The result directories of the FINISHED `vertices`, as OpenLineage datasets."""
+    from openlineage.client.event_v2 import Dataset
+
+    datasets = []
+    for vertex in vertices:
+        path = vertex.get("result_path")
+        if vertex.get("state") == "FINISHED" and path:
+            namespace, name = dataset_name(str(path))
+            datasets.append(Dataset(namespace=namespace, name=name))
+    return datasets

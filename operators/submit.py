@@ -1,4 +1,4 @@
-"""`SubmitJobGraphOperator`: run a JobGraph on the sparkdispatch master from an Airflow task."""
+"""`SparkDispatchSubmitJobOperator`: run a JobGraph on the sparkdispatch master from an Airflow task."""
 
 from __future__ import annotations
 
@@ -8,14 +8,16 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseOperator, ResumableJobMixin
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow.sdk import BaseOperator
+from sparkdispatch.hooks.airflow_compat import AirflowException, AirflowFailException, ResumableJobMixin
 
 from sparkdispatch.client import SyncSparkDispatchClient
 from sparkdispatch.errors import JobAlreadyTerminated, SparkDispatchError, UnknownJob
 from sparkdispatch.hooks.sparkdispatch import SparkDispatchHook
+from sparkdispatch.model.job_result import JobResult
 from sparkdispatch.model.states import JobStatus
 from sparkdispatch.client.log_stream import JobLogs, vertex_parallelism
+from sparkdispatch.operators.deprecation import renamed_argument, warn_renamed
 from sparkdispatch.operators.jobs import (
     VERTICES_XCOM_KEY,
     attempt_job_id,
@@ -33,7 +35,7 @@ from sparkdispatch.operators.jobs import (
 )
 from sparkdispatch.operators.lineage import job_lineage
 from sparkdispatch.operators.links import SparkDispatchJobLink, push_job_link
-from sparkdispatch.operators.triggers import JobResultTrigger
+from sparkdispatch.operators.triggers import SparkDispatchJobTrigger
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -50,14 +52,15 @@ UNKNOWN = "UNKNOWN"
 FINISHED_BEFORE_CLEAR = "FINISHED_BEFORE_CLEAR"
 
 
-class SubmitJobGraphOperator(ResumableJobMixin, BaseOperator):
+class SparkDispatchSubmitJobOperator(ResumableJobMixin, BaseOperator):
     """Submit a JobGraph and (by default) wait for its JobResult; returns the job id.
 
     :param job_graph: the JobGraph: a dict, or a path to a `.json`/`.yaml` file (absolute or
         relative to the DAG's folder); templated, and so is the file's content.
     :param artifacts: local `.py`/`.zip` files or package directories, uploaded and added to
         the graph's `artifacts` (a directory is zipped, so `pipelines/` imports as `pipelines`).
-    :param conn_id: the `sparkdispatch` connection.
+    :param sparkdispatch_conn_id: the `sparkdispatch` connection (`conn_id`, deprecated, is its
+        earlier name).
     :param wait_for_completion: wait for the job to end (else return once it is accepted).
     :param deferrable: wait in the triggerer instead of a worker slot; default from
         `[sparkdispatch] default_deferrable`, else `[operators] default_deferrable`.
@@ -86,20 +89,21 @@ class SubmitJobGraphOperator(ResumableJobMixin, BaseOperator):
     generation: change it only while none of its jobs runs. More in docs/airflow.md.
     """
 
-    template_fields: Sequence[str] = ("job_graph", "artifacts", "conn_id")
+    template_fields: Sequence[str] = ("job_graph", "artifacts", "sparkdispatch_conn_id")
     template_fields_renderers = {"job_graph": "json"}
     operator_extra_links = (SparkDispatchJobLink(),)
     external_id_key = "sparkdispatch_job_id"
     ui_color = "#fde8c8"
 
     def __init__(self, *, job_graph: Mapping[str, Any] | str, artifacts: Sequence[str] = (),
-                 conn_id: str = SparkDispatchHook.default_conn_name, wait_for_completion: bool = True,
+                 sparkdispatch_conn_id: str = SparkDispatchHook.default_conn_name, wait_for_completion: bool = True,
                  deferrable: bool | None = None, poll_interval: float = 5.0, cancel_on_kill: bool = True,
-                 **kwargs: Any) -> None:
+                 conn_id: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.job_graph = job_graph
         self.artifacts = list(artifacts)
-        self.conn_id = conn_id
+        self.sparkdispatch_conn_id = renamed_argument(type(self).__name__, "conn_id", "sparkdispatch_conn_id",
+                                                      sparkdispatch_conn_id, conn_id)
         self.wait_for_completion = wait_for_completion
         self.deferrable = default_deferrable() if deferrable is None else deferrable
         self.poll_interval = poll_interval
@@ -110,7 +114,7 @@ class SubmitJobGraphOperator(ResumableJobMixin, BaseOperator):
 
     @cached_property
     def hook(self) -> SparkDispatchHook:
-        return SparkDispatchHook(self.conn_id)
+        return SparkDispatchHook(self.sparkdispatch_conn_id)
 
     # -- Airflow entry points ------------------------------------------------------------------
 
@@ -133,7 +137,7 @@ class SubmitJobGraphOperator(ResumableJobMixin, BaseOperator):
         self.job_id = event.get("job_id")
         if event.get("status") != "terminal":
             raise AirflowException(f"waiting for sparkdispatch job {self.job_id} failed: {event.get('message')}")
-        self._check_result(event["result"], context)
+        self._check_result(JobResult.from_dict(event["result"]), context)
         job_id: str = event["job_id"]
         return job_id
 
@@ -226,7 +230,7 @@ class SubmitJobGraphOperator(ResumableJobMixin, BaseOperator):
     def _status(self, job_id: str) -> JobStatus | None:
         """The job's status; None when the master knows no such job."""
         try:
-            return JobStatus(self.hook.get_conn().job(job_id)["status"])
+            return self.hook.get_conn().job(job_id).status
         except UnknownJob:
             return None
 
@@ -241,13 +245,14 @@ class SubmitJobGraphOperator(ResumableJobMixin, BaseOperator):
         store = context.get("task_state_store")
         if store is not None and self.durable:
             store.set(self.external_id_key, job_id)
-        self.defer(trigger=JobResultTrigger(job_id=job_id, conn_id=self.conn_id, poll_interval=self.poll_interval,
+        self.defer(trigger=SparkDispatchJobTrigger(job_id=job_id, sparkdispatch_conn_id=self.sparkdispatch_conn_id,
+                                                   poll_interval=self.poll_interval,
                                             cancel_on_kill=self.cancel_on_kill,
                                             vertices=vertex_parallelism(self.load_graph(context))),
                    method_name="execute_complete",
                    timeout=self.execution_timeout if isinstance(self.execution_timeout, timedelta) else None)
 
-    def _check_result(self, result: Mapping[str, Any], context: Context) -> None:
+    def _check_result(self, result: JobResult, context: Context) -> None:
         outputs = vertex_outputs(result)
         self._vertex_outcomes = list(outputs.values())
         context["ti"].xcom_push(key=VERTICES_XCOM_KEY, value=outputs)
@@ -315,3 +320,11 @@ def _dag_folders(context: Context) -> list[str]:
         searchpath = getattr(dag, "template_searchpath", None) or []
         folders += [searchpath] if isinstance(searchpath, str) else list(searchpath)
     return folders
+
+
+class SubmitJobGraphOperator(SparkDispatchSubmitJobOperator):
+    """Deprecated: the earlier name of `SparkDispatchSubmitJobOperator`."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        warn_renamed("SubmitJobGraphOperator", "SparkDispatchSubmitJobOperator")
+        super().__init__(**kwargs)

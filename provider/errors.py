@@ -7,6 +7,7 @@
     ├── InvalidJobGraph               a JobGraph failed validation (names the field)
     │   └── JobTooLarge               a JobGraph over a limit on the whole job (`jobgraph.max-subtasks`)
     ├── InvalidRequest                a request body other than a JobGraph failed validation
+    │   └── InvalidShape              an answer or a stored record does not fit its declared shape (names the field)
     ├── IllegalStateTransition        a job or execution state change Flink's lifecycle forbids
     ├── UnknownJob                    no job with that id
     ├── DuplicateJobSubmission        the job id is taken (running with another graph, or terminated)
@@ -49,35 +50,64 @@ them all. On the wire an error is `{"errors": [readable messages], "type": "<cla
 into the same class with the same fields on every client, as kazoo's code → class registry
 does for ZooKeeper's error codes. An answer that names no known class (a proxy's page, an older
 master) becomes a plain `SparkDispatchError` carrying the status and the text.
+
+A class declares its fields once, as class-level annotations (`job_id: str`); they follow its
+base class's unless it is defined with `own_fields_only=True`. `to_body()` and `from_fields()`
+derive from them, and every class of this package registers itself under its name in
+`ERROR_TYPES` as it is defined.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
+import typing
 from collections.abc import Iterable, Mapping, Sequence
-from types import MappingProxyType
-from typing import Any, Self
+from types import MappingProxyType, NoneType, UnionType
+from typing import Any, ClassVar, Self
 
 JSONObject = dict[str, Any]
 
+_REGISTRY: dict[str, type[SparkDispatchError]] = {}
+
 
 class SparkDispatchError(Exception):
-    """Root of sparkdispatch's own errors."""
+    """Root of sparkdispatch's own errors.
+
+    A subclass's class-level annotations are the fields of its REST body, beside `errors` and
+    `type`; each is an attribute of the error. Rebuilding one from a body (`from_fields`) calls
+    its constructor: a parameter named `message` gets the body's first message, `details` the
+    others, and a parameter named after a field that field, checked against its annotation (a
+    field whose type admits None may be missing).
+    """
 
     http_status: int = 500
+    #: the REST body's fields, name → type, in body order (derived from the annotations)
+    field_types: ClassVar[Mapping[str, object]] = MappingProxyType({})
 
     def __init__(self, message: str, *, details: Iterable[str] = ()) -> None:
         super().__init__(message)
         self.message = message
         self.details = list(details)
 
+    def __init_subclass__(cls, *, own_fields_only: bool = False, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        hints = typing.get_type_hints(cls)
+        own = {name: hints[name] for name in cls.__dict__.get("__annotations__", {})
+               if typing.get_origin(hints[name]) is not ClassVar}
+        base = next(b for b in cls.__bases__ if issubclass(b, SparkDispatchError))
+        cls.field_types = MappingProxyType(own if own_fields_only else {**base.field_types, **own})
+        if cls.__module__.partition(".")[0] == __name__.partition(".")[0]:
+            if _REGISTRY.setdefault(cls.__name__, cls) is not cls:
+                raise TypeError(f"two error classes are named {cls.__name__}")
+
     def messages(self) -> list[str]:
         """The message first, then any details, as the REST `errors` list."""
         return [self.message, *self.details]
 
     def fields(self) -> JSONObject:
-        """This class's own fields in its REST body, beside `errors` and `type`."""
-        return {}
+        """This class's fields in its REST body, beside `errors` and `type`."""
+        return {name: getattr(self, name) for name in self.field_types}
 
     def to_body(self) -> JSONObject:
         """The REST error body: `{"errors": [...], "type": "<class name>", ...fields}`."""
@@ -88,9 +118,55 @@ class SparkDispatchError(Exception):
         return {}
 
     @classmethod
-    def from_fields(cls, messages: Sequence[str], fields: Mapping[str, Any]) -> Self:
-        """Rebuild the error from a body's messages and fields (classes with fields override it)."""
-        return cls(messages[0], details=messages[1:])
+    def from_fields(cls, messages: Sequence[str], fields: Mapping[str, object]) -> Self:
+        """Rebuild the error from a body's messages and fields; `KeyError` or `ValueError` when a
+        field its constructor needs is missing or of another type."""
+        parameters = inspect.signature(cls).parameters
+        arguments: dict[str, Any] = {}
+        if "message" in parameters:
+            arguments["message"] = messages[0]
+        if "details" in parameters:
+            arguments["details"] = messages[1:]
+        for name, hint in cls.field_types.items():
+            if name not in parameters:
+                continue  # derived by the constructor from the others
+            if name in fields:
+                arguments[name] = _checked(fields[name], hint, name)
+            elif _admits_none(hint):
+                arguments[name] = None
+            elif parameters[name].default is inspect.Parameter.empty:
+                raise KeyError(name)
+        return cls(**arguments)
+
+
+_REGISTRY[SparkDispatchError.__name__] = SparkDispatchError
+
+
+def _admits_none(hint: object) -> bool:
+    return isinstance(hint, UnionType) and NoneType in typing.get_args(hint)
+
+
+def _checked(value: object, hint: object, name: str) -> object:
+    """`value` if it is of the field type `hint` (str, int, bool, None, unions, list[...] and
+    dict[str, ...] of them), else `ValueError` naming the field."""
+    if isinstance(hint, UnionType):
+        for member in typing.get_args(hint):
+            try:
+                return _checked(value, member, name)
+            except ValueError:
+                continue
+        raise ValueError(f"{name} must be {hint}")
+    origin, arguments = typing.get_origin(hint), typing.get_args(hint)
+    if origin is list and isinstance(value, list):
+        return [_checked(item, arguments[0], name) for item in value]
+    if origin is dict and isinstance(value, dict):
+        return {_checked(key, arguments[0], name): _checked(item, arguments[1], name) for key, item in value.items()}
+    if hint is NoneType and value is None:
+        return value
+    if isinstance(hint, type) and origin is None and isinstance(value, hint) \
+            and not (isinstance(value, bool) and hint is not bool):
+        return value
+    raise ValueError(f"{name} must be {getattr(hint, '__name__', hint)}")
 
 
 class ConfigurationError(SparkDispatchError):
@@ -105,35 +181,11 @@ def _field_lines(field_errors: Mapping[str, Sequence[str]]) -> list[str]:
     return [f"{field}: {reason}" for field, reasons in sorted(field_errors.items()) for reason in reasons]
 
 
-def _field_errors(value: Any) -> dict[str, list[str]]:
-    if not isinstance(value, Mapping) or not all(
-            isinstance(reasons, list) and all(isinstance(r, str) for r in reasons) for reasons in value.values()):
-        raise ValueError("field_errors must map field names to lists of reasons")
-    return {str(field): list(reasons) for field, reasons in value.items()}
-
-
-def _text(fields: Mapping[str, Any], name: str) -> str:
-    value = fields[name]
-    if not isinstance(value, str):
-        raise ValueError(f"{name} must be a string")
-    return value
-
-
-def _optional_text(fields: Mapping[str, Any], name: str) -> str | None:
-    return None if fields.get(name) is None else _text(fields, name)
-
-
-def _whole_seconds(fields: Mapping[str, Any], name: str) -> int:
-    value = fields[name]
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise ValueError(f"{name} must be an integer")
-    return value
-
-
 class InvalidJobGraph(SparkDispatchError):
     """A JobGraph refused by validation; `field_errors` maps a dotted field path to reasons."""
 
     http_status = 400
+    field_errors: dict[str, list[str]]
 
     def __init__(self, field_errors: dict[str, list[str]]) -> None:
         self.field_errors = field_errors
@@ -143,24 +195,14 @@ class InvalidJobGraph(SparkDispatchError):
     def messages(self) -> list[str]:
         return self.details
 
-    def fields(self) -> JSONObject:
-        return {"field_errors": self.field_errors}
-
-    @classmethod
-    def from_fields(cls, messages: Sequence[str], fields: Mapping[str, Any]) -> Self:
-        return cls(_field_errors(fields["field_errors"]))
-
-
-def _count(fields: Mapping[str, Any], name: str) -> int:
-    value = fields[name]
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise ValueError(f"{name} must be an integer")
-    return value
-
 
 class JobTooLarge(InvalidJobGraph):
     """A JobGraph whose every field is within its own limit, but whose whole is not: its `subtasks`
     (the sum of its vertices' parallelism) are over `limit`, the value of the configuration `option`."""
+
+    subtasks: int
+    limit: int
+    option: str
 
     def __init__(self, *, subtasks: int, limit: int, option: str) -> None:
         self.subtasks = subtasks
@@ -169,18 +211,13 @@ class JobTooLarge(InvalidJobGraph):
         super().__init__({"vertices": [f"the job has {subtasks} subtasks (the sum of its vertices' parallelism); "
                                        f"{option} allows at most {limit}"]})
 
-    def fields(self) -> JSONObject:
-        return {**super().fields(), "subtasks": self.subtasks, "limit": self.limit, "option": self.option}
-
-    @classmethod
-    def from_fields(cls, messages: Sequence[str], fields: Mapping[str, Any]) -> Self:
-        return cls(subtasks=_count(fields, "subtasks"), limit=_count(fields, "limit"), option=_text(fields, "option"))
-
 
 class InvalidRequest(SparkDispatchError):
     """A request body (registration, heartbeat, ...) refused by validation; names each field."""
 
     http_status = 400
+    what: str
+    field_errors: dict[str, list[str]]
 
     def __init__(self, what: str, field_errors: dict[str, list[str]]) -> None:
         self.what = what
@@ -191,12 +228,13 @@ class InvalidRequest(SparkDispatchError):
     def messages(self) -> list[str]:
         return self.details
 
-    def fields(self) -> JSONObject:
-        return {"what": self.what, "field_errors": self.field_errors}
 
-    @classmethod
-    def from_fields(cls, messages: Sequence[str], fields: Mapping[str, Any]) -> Self:
-        return cls(_text(fields, "what"), _field_errors(fields["field_errors"]))
+class InvalidShape(InvalidRequest):
+    """A JSON form this side read (a master's answer, a stored record) that does not fit its
+    declared shape `what` (`sparkdispatch.model.codec`); `field_errors` names each field. Refused
+    as a request body is, but the fault is the sender's: a master that raised one answers 500."""
+
+    http_status = 500
 
 
 class IllegalStateTransition(SparkDispatchError):
@@ -205,49 +243,33 @@ class IllegalStateTransition(SparkDispatchError):
 
 class UnknownJob(SparkDispatchError):
     http_status = 404
+    job_id: str
 
     def __init__(self, job_id: str) -> None:
         super().__init__(f"no job with id {job_id}")
         self.job_id = job_id
 
-    def fields(self) -> JSONObject:
-        return {"job_id": self.job_id}
-
-    @classmethod
-    def from_fields(cls, messages: Sequence[str], fields: Mapping[str, Any]) -> Self:
-        return cls(_text(fields, "job_id"))
-
 
 class DuplicateJobSubmission(SparkDispatchError):
     http_status = 409
+    job_id: str
+    reason: str
 
     def __init__(self, job_id: str, reason: str) -> None:
         super().__init__(f"job {job_id} cannot be submitted: {reason}")
         self.job_id = job_id
         self.reason = reason
 
-    def fields(self) -> JSONObject:
-        return {"job_id": self.job_id, "reason": self.reason}
-
-    @classmethod
-    def from_fields(cls, messages: Sequence[str], fields: Mapping[str, Any]) -> Self:
-        return cls(_text(fields, "job_id"), _text(fields, "reason"))
-
 
 class JobAlreadyTerminated(SparkDispatchError):
     http_status = 409
+    job_id: str
+    status: str
 
     def __init__(self, job_id: str, status: str) -> None:
         super().__init__(f"job {job_id} already reached {status} and cannot be cancelled")
         self.job_id = job_id
         self.status = status
-
-    def fields(self) -> JSONObject:
-        return {"job_id": self.job_id, "status": self.status}
-
-    @classmethod
-    def from_fields(cls, messages: Sequence[str], fields: Mapping[str, Any]) -> Self:
-        return cls(_text(fields, "job_id"), _text(fields, "status"))
 
 
 class RepairNotPossible(SparkDispatchError):
@@ -255,19 +277,15 @@ class RepairNotPossible(SparkDispatchError):
     (ask again once it has)."""
 
     http_status = 409
+    job_id: str
+    reason: str
+    running: bool
 
     def __init__(self, job_id: str, reason: str, *, running: bool = False) -> None:
         super().__init__(f"job {job_id} cannot be repaired: {reason}")
         self.job_id = job_id
         self.reason = reason
         self.running = running
-
-    def fields(self) -> JSONObject:
-        return {"job_id": self.job_id, "reason": self.reason, "running": self.running}
-
-    @classmethod
-    def from_fields(cls, messages: Sequence[str], fields: Mapping[str, Any]) -> Self:
-        return cls(_text(fields, "job_id"), _text(fields, "reason"), running=fields.get("running") is True)
 
 
 class FencingTokenMismatch(SparkDispatchError):
@@ -278,6 +296,7 @@ class FencingTokenMismatch(SparkDispatchError):
     """
 
     http_status = 409
+    component: str
 
     def __init__(self, component: str, expected: str | None = None, received: str | None = None) -> None:
         self.component = component
@@ -292,15 +311,8 @@ class FencingTokenMismatch(SparkDispatchError):
     def messages(self) -> list[str]:
         return [self._public, *self.details]
 
-    def fields(self) -> JSONObject:
-        return {"component": self.component}
 
-    @classmethod
-    def from_fields(cls, messages: Sequence[str], fields: Mapping[str, Any]) -> Self:
-        return cls(_text(fields, "component"))
-
-
-class StaleExecution(FencingTokenMismatch):
+class StaleExecution(FencingTokenMismatch, own_fields_only=True):
     """A TaskExecutor reported on an execution (an old attempt) the JobMaster no longer tracks.
 
     The attempt's execution id fences its reports, as a leader session fences a leader's calls;
@@ -308,6 +320,9 @@ class StaleExecution(FencingTokenMismatch):
     """
 
     http_status = 409
+    job_id: str
+    execution_id: str
+    reason: str
 
     def __init__(self, job_id: str, execution_id: str, reason: str = "it is no longer tracked") -> None:
         SparkDispatchError.__init__(
@@ -318,13 +333,6 @@ class StaleExecution(FencingTokenMismatch):
         self.job_id = job_id
         self.execution_id = execution_id
         self.reason = reason
-
-    def fields(self) -> JSONObject:
-        return {"job_id": self.job_id, "execution_id": self.execution_id, "reason": self.reason}
-
-    @classmethod
-    def from_fields(cls, messages: Sequence[str], fields: Mapping[str, Any]) -> Self:
-        return cls(_text(fields, "job_id"), _text(fields, "execution_id"), _text(fields, "reason"))
 
 
 class NoLeader(SparkDispatchError):
@@ -431,20 +439,14 @@ class TooManyLoginAttempts(SparkDispatchError):
     seconds (also its `Retry-After` header)."""
 
     http_status = 429
+    retry_after: int
 
     def __init__(self, message: str, *, retry_after: int) -> None:
         super().__init__(message)
         self.retry_after = retry_after
 
-    def fields(self) -> JSONObject:
-        return {"retry_after": self.retry_after}
-
     def http_headers(self) -> dict[str, str]:
         return {"Retry-After": str(self.retry_after)}
-
-    @classmethod
-    def from_fields(cls, messages: Sequence[str], fields: Mapping[str, Any]) -> Self:
-        return cls(messages[0], retry_after=_whole_seconds(fields, "retry_after"))
 
 
 class RouteNotFound(SparkDispatchError):
@@ -457,22 +459,15 @@ class MethodNotAllowed(SparkDispatchError):
     """The path exists but does not take the method; `allowed` lists the methods it takes."""
 
     http_status = 405
+    method: str
+    path: str
+    allowed: list[str]
 
     def __init__(self, method: str, path: str, allowed: Iterable[str]) -> None:
         self.method = method
         self.path = path
         self.allowed = sorted(allowed)
         super().__init__(f"{method} {path}: Method Not Allowed (allowed: {', '.join(self.allowed) or 'none'})")
-
-    def fields(self) -> JSONObject:
-        return {"method": self.method, "path": self.path, "allowed": self.allowed}
-
-    @classmethod
-    def from_fields(cls, messages: Sequence[str], fields: Mapping[str, Any]) -> Self:
-        allowed = fields["allowed"]
-        if not isinstance(allowed, list) or not all(isinstance(m, str) for m in allowed):
-            raise ValueError("allowed must be a list of methods")
-        return cls(_text(fields, "method"), _text(fields, "path"), allowed)
 
 
 class InternalError(SparkDispatchError):
@@ -494,16 +489,11 @@ class EntrypointNotFound(SparkDispatchError):
 class MissingExtra(SparkDispatchError):
     """A command needs the packages of an extra (`sparkdispatch[master]`, ...) that is not installed."""
 
+    extra: str
+
     def __init__(self, message: str, *, extra: str) -> None:
         super().__init__(message)
         self.extra = extra
-
-    def fields(self) -> JSONObject:
-        return {"extra": self.extra}
-
-    @classmethod
-    def from_fields(cls, messages: Sequence[str], fields: Mapping[str, Any]) -> Self:
-        return cls(messages[0], extra=_text(fields, "extra"))
 
 
 class ConnectServerError(SparkDispatchError):
@@ -512,50 +502,33 @@ class ConnectServerError(SparkDispatchError):
     The message names the log file; the details are its last lines.
     """
 
+    log_file: str
+
     def __init__(self, message: str, *, log_file: str, details: Iterable[str] = ()) -> None:
         super().__init__(message, details=details)
         self.log_file = log_file
-
-    def fields(self) -> JSONObject:
-        return {"log_file": self.log_file}
-
-    @classmethod
-    def from_fields(cls, messages: Sequence[str], fields: Mapping[str, Any]) -> Self:
-        return cls(messages[0], log_file=_text(fields, "log_file"), details=messages[1:])
 
 
 class ServiceUnavailable(SparkDispatchError):
     """The master cannot serve the call now; `leader` is the leader's REST address if known."""
 
     http_status = 503
+    leader: str | None
 
     def __init__(self, message: str, *, leader: str | None = None, details: Iterable[str] = ()) -> None:
         super().__init__(message, details=details)
         self.leader = leader
 
-    def fields(self) -> JSONObject:
-        return {"leader": self.leader}
 
-    @classmethod
-    def from_fields(cls, messages: Sequence[str], fields: Mapping[str, Any]) -> Self:
-        return cls(messages[0], leader=_optional_text(fields, "leader"), details=messages[1:])
-
-
-class LeadershipLost(ServiceUnavailable):
+class LeadershipLost(ServiceUnavailable, own_fields_only=True):
     """This process stopped leading while it served the call; the next leader serves it again."""
 
     http_status = 503
+    component: str
 
     def __init__(self, component: str) -> None:
         super().__init__(f"the {component} is no longer led by this process")
         self.component = component
-
-    def fields(self) -> JSONObject:
-        return {"component": self.component}
-
-    @classmethod
-    def from_fields(cls, messages: Sequence[str], fields: Mapping[str, Any]) -> Self:
-        return cls(_text(fields, "component"))
 
 
 class RecoveryInProgress(ServiceUnavailable):
@@ -565,33 +538,20 @@ class RecoveryInProgress(ServiceUnavailable):
     """
 
     http_status = 503
+    retry_after: int
 
     def __init__(self, message: str, *, leader: str | None, retry_after: int) -> None:
         super().__init__(message, leader=leader)
         self.retry_after = retry_after
 
-    def fields(self) -> JSONObject:
-        return {"leader": self.leader, "retry_after": self.retry_after}
-
     def http_headers(self) -> dict[str, str]:
         return {"Retry-After": str(self.retry_after)}
 
-    @classmethod
-    def from_fields(cls, messages: Sequence[str], fields: Mapping[str, Any]) -> Self:
-        return cls(messages[0], leader=_optional_text(fields, "leader"),
-                   retry_after=_whole_seconds(fields, "retry_after"))
 
 
-ERROR_TYPES: Mapping[str, type[SparkDispatchError]] = MappingProxyType({cls.__name__: cls for cls in (
-    SparkDispatchError, ConfigurationError, TlsError, InvalidJobGraph, JobTooLarge, InvalidRequest,
-    IllegalStateTransition, UnknownJob, DuplicateJobSubmission, JobAlreadyTerminated, RepairNotPossible,
-    FencingTokenMismatch, StaleExecution, NoLeader, SlotRequestTimeout, UnknownTaskExecutor, SlotProcessLost,
-    StoreError, StoreUnavailable, JobResultEntryExists, NoSuchJobResult, BlobError, BlobNotFound, BlobTooLarge,
-    CorruptedBlob, RequestTooLarge, RequestTimeout, UnsupportedMediaType, Unauthorized, Forbidden, CsrfRefused,
-    HostRefused, OriginRefused, TooManyLoginAttempts, RouteNotFound, MethodNotAllowed, InternalError,
-    EntrypointNotFound, MissingExtra, ConnectServerError, ServiceUnavailable, LeadershipLost, RecoveryInProgress,
-)})
-"""The registry: class name (a body's `type`) → class."""
+ERROR_TYPES: Mapping[str, type[SparkDispatchError]] = MappingProxyType(_REGISTRY)
+"""The registry: class name (a body's `type`) → class, every class of this package (they register
+themselves as they are defined)."""
 
 _MAX_TEXT = 500
 

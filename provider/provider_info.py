@@ -103,9 +103,9 @@ def get_provider_info() -> dict[str, Any]:
                 "description": "Defaults of the sparkdispatch operators and sensors.",
                 "options": {
                     "default_deferrable": {
-                        "description": "Whether SubmitJobGraphOperator and JobResultSensor wait in the "
-                                       "triggerer when a task does not say. Unset: [operators] "
-                                       "default_deferrable decides.",
+                        "description": "Whether SparkDispatchSubmitJobOperator, SparkDispatchJobSensor and the "
+                                       "vertex tasks wait in the triggerer when a task does not say. Unset: "
+                                       "vertex tasks defer, the others follow [operators] default_deferrable.",
                         "version_added": "0.1.0",
                         "type": "boolean",
                         "example": "True",

@@ -21,7 +21,6 @@ from pathlib import Path
 from sparkdispatch.client import RetryPolicy, SyncSparkDispatchClient
 from sparkdispatch.errors import SparkDispatchError
 from sparkdispatch.model.states import JobStatus
-from sparkdispatch.model.job_result import JobResult
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -41,7 +40,7 @@ def wait_for_cluster(client: SyncSparkDispatchClient, cluster: subprocess.Popen[
         if cluster.poll() is not None:
             raise SystemExit(f"the standalone cluster exited; see {log}")
         try:
-            if client.overview()["taskmanagers"] >= 1:
+            if client.overview().taskmanagers >= 1:
                 return
         except SparkDispatchError:
             pass  # not listening yet
@@ -84,13 +83,13 @@ def main() -> int:
             return 1
         statuses: list[JobStatus | None] = []
         for job in jobs:
-            result = client.execution_result(job["id"])
+            result = client.execution_result(job.id)
             if result is None:
-                print(f"job {job['id']} has no JobResult yet: it is {job['status']}")
+                print(f"job {job.id} has no JobResult yet: it is {job.status.value}")
                 statuses.append(None)
                 continue
-            print(json.dumps(result, indent=2))
-            statuses.append(JobResult.from_dict(result).status)
+            print(json.dumps(result.to_dict(), indent=2))
+            statuses.append(result.status)
         print(f"JobResult status: {', '.join(s.value if s else 'none' for s in statuses)}; "
               f"DAG run exit code {dag_run.returncode}; {time.monotonic() - started:.1f}s in all", flush=True)
         return 0 if dag_run.returncode == 0 and all(s is JobStatus.FINISHED for s in statuses) else 1

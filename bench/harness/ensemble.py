@@ -12,6 +12,8 @@ from harness.clusters import CLUSTER_START_TIMEOUT_S
 from harness.rest import Rest
 from harness.running import scratch_dir
 
+from sparkdispatch.model.job_result import JobResult
+from sparkdispatch.model.rest_shapes import Overview
 from sparkdispatch.testing.hosts import CLUSTER_TOKEN, MultiHostCluster
 from sparkdispatch.testing.http import http_json
 from sparkdispatch.testing.job_result import wait_for_result
@@ -54,14 +56,14 @@ class Ensemble:
         """Host name → pid of the process on it (`ip netns exec` runs the command in its own place)."""
         return {name: process.pid for name, process in self.cluster.processes.items()}
 
-    def overview(self, index: int) -> dict[str, Any] | None:
+    def overview(self, index: int) -> Overview | None:
         """The master's own `/overview` (`is_leader`, `leader`, ...); None without an answer (a standby's
         asks the leader for its counts, for up to 2 s)."""
         try:
             status, body = self.masters[index].request("GET", "/overview", timeout=3)
         except OSError:
             return None
-        return dict(body) if status == 200 else None
+        return Overview.from_dict(body) if status == 200 else None
 
     def leads(self, index: int) -> bool:
         """Whether the master serves the leader-only `GET /jobs/overview` (a standby answers 503 at once)."""
@@ -73,7 +75,7 @@ class Ensemble:
     def leaders(self) -> list[int]:
         """The masters not cut off whose `/overview` says they lead."""
         return [index for index in range(len(self.masters))
-                if index not in self.cut_off and (overview := self.overview(index)) and overview["is_leader"]]
+                if index not in self.cut_off and (overview := self.overview(index)) and overview.is_leader]
 
     def wait_for_leader(self, *, timeout: float = 60.0) -> int:
         """The index of the one master that leads, once there is exactly one."""
@@ -89,7 +91,7 @@ class Ensemble:
         self.cluster.network.heal(self.host(index))
         self.cut_off.discard(index)
 
-    def wait_for_result(self, job_id: str, *, timeout: float = 180.0) -> dict[str, Any]:
+    def wait_for_result(self, job_id: str, *, timeout: float = 180.0) -> JobResult:
         """The job's JobResult, asked of every master not cut off (a standby answers 503)."""
         return wait_for_result(lambda: [self.master_url(index) for index in range(len(self.masters))
                                         if index not in self.cut_off],

@@ -24,6 +24,7 @@ def _pick(values: list[str], index: F.Column) -> F.Column:
 def generate(ctx) -> DataFrame:
     """Synthesise `params.rows` orders, the same every run (nothing to download)."""
     rows = int(ctx.params.get("rows", 100_000))
+    print(f"generating {rows} orders")  # in the vertex task's Airflow log
     order = F.col("id")
     return ctx.spark.range(rows).select(
         order.alias("order_id"),

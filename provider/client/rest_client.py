@@ -7,6 +7,9 @@ the client look again. Connection errors, `429` and `5xx` answers are retried wi
 backoff, a bounded number of times. An error answer is raised as the class its body names
 (`sparkdispatch.errors.error_from_body`), with the master's own messages and fields.
 
+Answers come back as the shapes the master fills (`sparkdispatch.model.rest_shapes`): each is
+parsed here, once, and an answer that does not fit its shape is `InvalidShape` naming the field.
+
 `SyncSparkDispatchClient` runs the same core on a private event loop in a background thread,
 for callers that are not async (Airflow operators, the CLI).
 """
@@ -32,12 +35,29 @@ from sparkdispatch.client.leader import ZooKeeperLeader, ZooKeeperTarget, normal
 from sparkdispatch.config import Configuration
 from sparkdispatch.config.options import HA_CLUSTER_ID, HA_MODE, HA_ZOOKEEPER_PATH_ROOT, HA_ZOOKEEPER_QUORUM
 from sparkdispatch.errors import (
+    ERROR_HEADER,
     ConfigurationError,
+    InvalidShape,
     NoLeader,
     ServiceUnavailable,
     SparkDispatchError,
-    ERROR_HEADER,
     error_from_body,
+)
+from sparkdispatch.model.codec import Shape
+from sparkdispatch.model.job_result import JobResult
+from sparkdispatch.model.rest_shapes import (
+    Artifact,
+    AttemptLog,
+    ExecutionResult,
+    JobDetails,
+    JobList,
+    JobProgress,
+    JobSummary,
+    Overview,
+    Submitted,
+    TaskManager,
+    TaskManagerList,
+    VertexOutcome,
 )
 from sparkdispatch.model.states import JobStatus
 from sparkdispatch.client.loop_thread import LoopThread
@@ -47,6 +67,7 @@ from sparkdispatch.tls import ClientTls, handshake_failure, refusal_hint
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+S = TypeVar("S", bound=Shape)
 
 _REDIRECTS = {301, 302, 303, 307, 308}
 _MAX_HOPS = 5
@@ -157,31 +178,37 @@ class SparkDispatchClient:
         """The current leader's REST base URL, found now if not known."""
         return await self._call(_const)
 
-    async def overview(self) -> dict[str, Any]:
+    async def overview(self) -> Overview:
         """The leader's `/overview`: TaskExecutors, slots, job counts."""
-        return await self._json("GET", "/overview")
+        return await self._get(Overview, "/overview")
 
-    async def taskmanagers(self) -> list[dict[str, Any]]:
-        return list((await self._json("GET", "/taskmanagers"))["taskmanagers"])
+    async def taskmanagers(self) -> list[TaskManager]:
+        """The TaskExecutors registered with the leader, with their slots."""
+        return list((await self._get(TaskManagerList, "/taskmanagers")).taskmanagers)
 
-    async def jobs(self) -> list[dict[str, Any]]:
+    async def jobs(self) -> list[JobSummary]:
         """Running and finished jobs: id, name, status, start/end time, duration."""
-        return list((await self._json("GET", "/jobs"))["jobs"])
+        return list((await self._get(JobList, "/jobs")).jobs)
 
-    async def job(self, job_id: str) -> dict[str, Any]:
+    async def job(self, job_id: str) -> JobDetails:
         """A job's details with its vertices and subtasks; `UnknownJob` if there is none."""
-        return await self._json("GET", f"/jobs/{job_id}")
+        return await self._get(JobDetails, f"/jobs/{job_id}")
 
-    async def vertex(self, job_id: str, vertex_id: str) -> dict[str, Any]:
+    async def vertex(self, job_id: str, vertex_id: str) -> VertexOutcome:
         """`GET /jobs/{job_id}/vertices/{vertex_id}`: the job's status and the vertex's outcome so far."""
-        return await self._json("GET", f"/jobs/{job_id}/vertices/{vertex_id}")
+        return await self._get(VertexOutcome, f"/jobs/{job_id}/vertices/{vertex_id}")
+
+    async def job_progress(self, job_id: str) -> JobProgress:
+        """`GET /jobs/{job_id}/progress`: the job's status, every vertex's outcome so far and the size
+        of each subtask's latest attempt log, in one answer."""
+        return await self._get(JobProgress, f"/jobs/{job_id}/progress")
 
     async def vertex_log(self, job_id: str, vertex_id: str, *, subtask: int = 0, attempt: int | None = None,
-                         offset: int = 0) -> dict[str, Any]:
-        """A piece of one attempt's log (its latest attempt when `attempt` is None) from byte `offset`:
-        `{"subtask", "attempt", "offset", "next_offset", "text", ...}`; `RouteNotFound` while it has none."""
+                         offset: int = 0) -> AttemptLog:
+        """A piece of one attempt's log (its latest attempt when `attempt` is None) from byte `offset`;
+        `RouteNotFound` while it has none."""
         query = f"subtask={subtask}&offset={offset}" + (f"&attempt={attempt}" if attempt is not None else "")
-        return await self._json("GET", f"/jobs/{job_id}/vertices/{vertex_id}/log?{query}")
+        return await self._get(AttemptLog, f"/jobs/{job_id}/vertices/{vertex_id}/log?{query}")
 
     async def submit(self, graph: Mapping[str, Any]) -> SubmittedJob:
         """Submit a JobGraph (a dict) → the job's id, whether it is new, and its status.
@@ -194,46 +221,49 @@ class SparkDispatchClient:
             body["job_id"] = uuid.uuid4().hex
         http_status, answer = await self._request("POST", "/jobs", json=body)
         try:
-            status = JobStatus(answer["status"])
-        except (TypeError, KeyError, ValueError):
-            raise SparkDispatchError(f"POST /jobs answered {http_status} without a job status: "
-                                     f"{answer!r:.200}") from None
-        return SubmittedJob(str(answer.get("job_id", body["job_id"])), http_status == 202, status)
+            submitted = Submitted.from_dict(answer)
+        except InvalidShape as exc:
+            if "status" in exc.field_errors:
+                raise SparkDispatchError(f"POST /jobs answered {http_status} without a job status: "
+                                         f"{answer!r:.200}") from None
+            raise
+        return SubmittedJob(submitted.job_id, http_status == 202, submitted.status)
 
-    async def execution_result(self, job_id: str) -> dict[str, Any] | None:
-        """The JobResult (a dict) once the job is globally terminal, None while it runs."""
-        answer = await self._json("GET", f"/jobs/{job_id}/execution-result")
-        if answer.get("status", {}).get("id") == "COMPLETED":
-            return dict(answer["job_execution_result"])
-        return None
+    async def execution_result(self, job_id: str) -> JobResult | None:
+        """The JobResult once the job is globally terminal, None while it runs."""
+        return (await self._get(ExecutionResult, f"/jobs/{job_id}/execution-result")).result
 
     async def wait_for_result(self, job_id: str, *, poll_interval: float = 2.0,
-                              on_poll: Callable[[], Awaitable[None]] | None = None) -> dict[str, Any]:
+                              on_poll: Callable[[], Awaitable[None]] | None = None) -> JobResult:
         """Wait until the job is globally terminal and return its JobResult.
 
         A master failover does not end the wait: while no master answers, it keeps looking
-        for the new leader for up to `retry.failover_timeout` seconds. `on_poll` is awaited
-        after every poll, the last one included (a caller streams the job's logs with it).
+        for the new leader for up to `retry.failover_timeout` seconds (`patiently`). `on_poll`
+        is awaited after every poll, the last one included (a caller streams the job's logs with it).
         """
-        unavailable_since: float | None = None
         while True:
-            try:
-                result = await self.execution_result(job_id)
-                unavailable_since = None
-            except SparkDispatchError as exc:
-                if not _master_away(exc):
-                    raise
-                now = time.monotonic()
-                unavailable_since = unavailable_since or now
-                if now - unavailable_since > self.retry.failover_timeout:
-                    raise
-                log.warning("job %s: no master answers (%s); waiting for a leader", job_id, exc)
-                result = None
+            result = await self.patiently(lambda: self.execution_result(job_id), f"job {job_id}")
             if on_poll is not None:
                 await on_poll()
             if result is not None:
                 return result
             await asyncio.sleep(poll_interval)
+
+    async def patiently(self, call: Callable[[], Awaitable[T]], what: str) -> T:
+        """`call()`, asked again while no master answers (`master_away`: a failover, an overload),
+        for up to `retry.failover_timeout` seconds; other errors, and the last, are raised."""
+        unavailable_since: float | None = None
+        while True:
+            try:
+                return await call()
+            except SparkDispatchError as exc:
+                if not master_away(exc):
+                    raise
+                now = time.monotonic()
+                unavailable_since = unavailable_since or now
+                if now - unavailable_since > self.retry.failover_timeout:
+                    raise
+                log.warning("%s: no master answers (%s); waiting for a leader", what, exc)
 
     async def cancel(self, job_id: str) -> None:
         """Ask the master to cancel the job; `JobAlreadyTerminated` if it ended already."""
@@ -255,7 +285,7 @@ class SparkDispatchClient:
             return data_form
 
         _, answer = await self._request("POST", "/artifacts", data=form)
-        return str(answer["key"])
+        return Artifact.from_dict(answer).key
 
     def job_url(self, job_id: str, *, base: str | None = None) -> str:
         """The web UI page of a job at the leader (or `base`)."""
@@ -264,11 +294,10 @@ class SparkDispatchClient:
 
     # -- plumbing --------------------------------------------------------------------------
 
-    async def _json(self, method: str, path: str) -> dict[str, Any]:
-        _, answer = await self._request(method, path)
-        if not isinstance(answer, dict):
-            raise SparkDispatchError(f"{method} {path} answered with JSON that is not an object: {answer!r:.200}")
-        return answer
+    async def _get(self, shape: type[S], path: str) -> S:
+        """`GET path` at the leader, its answer parsed as `shape`."""
+        _, answer = await self._request("GET", path)
+        return shape.from_dict(answer)
 
     async def _request(self, method: str, path: str, *, json: Any = None,
                        data: Callable[[], aiohttp.FormData] | None = None,
@@ -362,11 +391,15 @@ class SparkDispatchClient:
                     raise tls_error from None
                 problems.append(f"{address}: {_describe(exc)}{refusal_hint(address, exc, self.tls)}")
                 continue
-            if isinstance(body, dict) and body.get("is_leader"):
+            try:
+                overview = Overview.from_dict(body)
+            except InvalidShape as exc:
+                problems.append(f"{address}: {exc}")
+                continue
+            if overview.is_leader:
                 return address
-            leader = body.get("leader") if isinstance(body, dict) else None
-            if leader:
-                return normalize_address(leader)
+            if overview.leader:
+                return normalize_address(overview.leader)
             standbys.append(address)
         if standbys and not problems:
             raise NoLeader(f"no master leads at the moment ({', '.join(standbys)} answered as standbys "
@@ -409,7 +442,7 @@ def _worth_retrying(error: SparkDispatchError) -> bool:
     return isinstance(error, (ServiceUnavailable, NoLeader)) or error.http_status == 429 or error.http_status >= 500
 
 
-def _master_away(error: SparkDispatchError) -> bool:
+def master_away(error: SparkDispatchError) -> bool:
     """No master serves now (failover, overload): a waiting caller keeps waiting."""
     return isinstance(error, (ServiceUnavailable, NoLeader)) or error.http_status in (429, 503)
 
@@ -488,34 +521,37 @@ class SyncSparkDispatchClient:
     def leader(self) -> str:
         return self.run(self.async_client.leader())
 
-    def overview(self) -> dict[str, Any]:
+    def overview(self) -> Overview:
         return self.run(self.async_client.overview())
 
-    def taskmanagers(self) -> list[dict[str, Any]]:
+    def taskmanagers(self) -> list[TaskManager]:
         return self.run(self.async_client.taskmanagers())
 
-    def jobs(self) -> list[dict[str, Any]]:
+    def jobs(self) -> list[JobSummary]:
         return self.run(self.async_client.jobs())
 
-    def job(self, job_id: str) -> dict[str, Any]:
+    def job(self, job_id: str) -> JobDetails:
         return self.run(self.async_client.job(job_id))
 
-    def vertex(self, job_id: str, vertex_id: str) -> dict[str, Any]:
+    def vertex(self, job_id: str, vertex_id: str) -> VertexOutcome:
         return self.run(self.async_client.vertex(job_id, vertex_id))
 
+    def job_progress(self, job_id: str) -> JobProgress:
+        return self.run(self.async_client.job_progress(job_id))
+
     def vertex_log(self, job_id: str, vertex_id: str, *, subtask: int = 0, attempt: int | None = None,
-                   offset: int = 0) -> dict[str, Any]:
+                   offset: int = 0) -> AttemptLog:
         return self.run(self.async_client.vertex_log(job_id, vertex_id, subtask=subtask, attempt=attempt,
                                                      offset=offset))
 
     def submit(self, graph: Mapping[str, Any]) -> SubmittedJob:
         return self.run(self.async_client.submit(graph))
 
-    def execution_result(self, job_id: str) -> dict[str, Any] | None:
+    def execution_result(self, job_id: str) -> JobResult | None:
         return self.run(self.async_client.execution_result(job_id))
 
     def wait_for_result(self, job_id: str, *, poll_interval: float = 2.0,
-                        on_poll: Callable[[], Awaitable[None]] | None = None) -> dict[str, Any]:
+                        on_poll: Callable[[], Awaitable[None]] | None = None) -> JobResult:
         """`on_poll` runs on this client's loop: it uses `async_client`, not this client."""
         return self.run(self.async_client.wait_for_result(job_id, poll_interval=poll_interval, on_poll=on_poll))
 

@@ -126,6 +126,10 @@ class DispatcherGateway(Protocol):
         a vertex the job does not have."""
 
     @abstractmethod
+    async def vertex_results(self, job_id: str) -> tuple[JobStatus, dict[str, VertexResult]]:
+        """The job's status and every vertex's outcome so far, in the graph's order; `UnknownJob`."""
+
+    @abstractmethod
     def job_counts(self) -> dict[str, int]:
         """Jobs by status (during recovery: those known so far)."""
 
@@ -361,7 +365,7 @@ class Dispatcher:
             repair = job.running_repair
             if job.result is None and repair is not None and job.graph is not None \
                     and repair.covers(check_requested(job.graph, vertices)):
-                return RepairAnswer(job_id, repair, created=False)
+                return RepairAnswer(job_id, created=False, repair=repair)
             raise RepairNotPossible(job_id, f"it has not ended yet ({job.status.value}); ask again once it has",
                                     running=True)
         cleanup = self._cleanups.get(job_id)
@@ -392,7 +396,7 @@ class Dispatcher:
         log.info("job %s: repair %d runs %s again (asked for %s) [session %s]", job_id, repair.number,
                  ", ".join(repair.vertices), ", ".join(repair.requested), self.session_id)
         await self._run(job_id, job, recovered=plan.progress)
-        return RepairAnswer(job_id, repair, created=True)
+        return RepairAnswer(job_id, created=True, repair=repair)
 
     # -- queries ------------------------------------------------------------------------------
 
@@ -445,16 +449,33 @@ class Dispatcher:
         if job is not None and job.result is None and job.job_master is not None:
             status, vertex = job.job_master.status, job.job_master.vertex_result(vertex_id)
         else:
-            result = job.result if job is not None else None
-            if result is None:  # archived, or reserved by a repair about to run
-                archived = await self._archive.get(job_id)
-                if archived is None:
-                    raise UnknownJob(job_id)
-                result = archived.result
+            result = await self._ended_result(job_id, job)
             status, vertex = result.status, result.vertices.get(vertex_id)
         if vertex is None:
             raise RouteNotFound(f"job {job_id} has no vertex {vertex_id!r}")
         return status, vertex
+
+    async def vertex_results(self, job_id: str) -> tuple[JobStatus, dict[str, VertexResult]]:
+        """The job's status and every vertex's outcome so far (`GET /jobs/{job_id}/progress`)."""
+        self._check_serving()
+        job = await self._settled(job_id)
+        if job is not None and job.result is None and job.job_master is not None and job.graph is not None:
+            master = job.job_master
+            outcomes = {vertex.id: master.vertex_result(vertex.id) for vertex in job.graph.vertices}
+            return master.status, {vertex_id: outcome for vertex_id, outcome in outcomes.items() if outcome is not None}
+        result = await self._ended_result(job_id, job)
+        return result.status, dict(result.vertices)
+
+    async def _ended_result(self, job_id: str, job: _Job | None) -> JobResult:
+        """The JobResult of a job that runs no JobMaster here: its own, or the archive's (archived,
+        or reserved by a repair about to run); `UnknownJob`."""
+        result = job.result if job is not None else None
+        if result is None:
+            archived = await self._archive.get(job_id)
+            if archived is None:
+                raise UnknownJob(job_id)
+            result = archived.result
+        return result
 
     def job_counts(self) -> dict[str, int]:
         """Jobs by status: running ones from their JobMasters, the rest from the archive."""

@@ -26,7 +26,6 @@ from sparkdispatch.config import Configuration, configuration_page
 from sparkdispatch.config.options import LOG_FORMAT
 from sparkdispatch.errors import MissingExtra, SparkDispatchError
 from sparkdispatch.model.states import JobStatus
-from sparkdispatch.model.job_result import JobResult
 from sparkdispatch.log_context import configure_logging
 from sparkdispatch.client.log_stream import JobLogs, job_parallelism
 
@@ -151,18 +150,18 @@ async def _client_command(args: argparse.Namespace, config: Configuration) -> in
 
     async with SparkDispatchClient.from_config(config) as client:
         if args.command == "overview":
-            _print_json(await client.overview())
+            _print_json((await client.overview()).to_dict())
         elif args.command == "list":
             jobs = await client.jobs()
             for job in jobs:
-                print(f"{job['id']}  {job['status']:<11} {_ms(job.get('duration_ms')):>9}  {job['name']}")
+                print(f"{job.id}  {job.status.value:<11} {_ms(job.duration_ms):>9}  {job.name}")
             if not jobs:
                 print("no jobs")
         elif args.command == "status":
             details = await client.job(args.job_id)
             result = await client.execution_result(args.job_id)
             if args.json:
-                _print_json({**details, "result": result} if result else details)
+                _print_json({**details.to_dict(), "result": result.to_dict()} if result else details.to_dict())
             else:
                 print(job_table(details, result))
         elif args.command == "logs":
@@ -204,15 +203,15 @@ async def _wait(client: SparkDispatchClient, job_id: str) -> int:
     shown: dict[str, str] = {}
     while True:
         details = await client.job(job_id)
-        for vertex in details.get("vertices", []):
+        for vertex in details.vertices:
             line = vertex_progress(vertex)
-            if shown.get(vertex["id"]) != line:
-                shown[vertex["id"]] = line
-                print(f"  {time.strftime('%H:%M:%S')}  {vertex['id']:<24} {line}", flush=True)
+            if shown.get(vertex.id) != line:
+                shown[vertex.id] = line
+                print(f"  {time.strftime('%H:%M:%S')}  {vertex.id:<24} {line}", flush=True)
         result = await client.execution_result(job_id)
         if result is not None:
             print(job_table(await client.job(job_id), result))
-            return 0 if JobResult.from_dict(result).status is JobStatus.FINISHED else 1
+            return 0 if result.status is JobStatus.FINISHED else 1
         await asyncio.sleep(0.5)
 
 

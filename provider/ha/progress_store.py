@@ -26,7 +26,7 @@ from typing import Any, Protocol
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError, NodeExistsError
 
-from sparkdispatch.errors import StoreError
+from sparkdispatch.errors import InvalidShape, StoreError
 from sparkdispatch.ha.files import finish_in_thread, write_atomic
 from sparkdispatch.ha.jobgraph_store import check_job_id, read_znode
 from sparkdispatch.ha.leader import LeaderElection
@@ -192,7 +192,7 @@ class FileProgressStore:
                     continue
                 vertex, index = str(raw["vertex_id"]), int(raw["subtask_index"])
                 entry = SubtaskProgress(raw["result_path"], raw["rows"])
-            except (ValueError, KeyError, TypeError):
+            except (ValueError, KeyError, TypeError, InvalidShape):
                 log.warning("skipping a torn progress line of job %s in %s", job_id, path)
                 continue
             progress.finished.setdefault(vertex, {})[index] = entry
@@ -286,7 +286,7 @@ class ZooKeeperProgressStore:
                 progress.repair = Repair.from_dict(json.loads(data))
             except NoNodeError:
                 pass
-            except (ValueError, KeyError, TypeError):
+            except (ValueError, KeyError, TypeError, InvalidShape):
                 raise StoreError(f"the repair znode {node} of job {job_id} is unreadable") from None
         children = [child for child in children if child not in (CANCEL_NODE, REPAIR_NODE)]
         reads = [read_znode(self._client.get_async(f"{job_node}/{child}"), f"{job_node}/{child}")

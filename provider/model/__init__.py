@@ -4,5 +4,7 @@
 JobGraph and its vertices), `job_result` (the JobResult, a vertex's outcome, a failure), all on the
 strict marshmallow base of `schema`; `spark_conf` (the Spark settings a job may carry), `protocol`
 (the master <-> TaskExecutor messages), `snapshot` (read-only pictures of a job), `repair` (what a
-repair runs again) and `artifacts` (user code as stored). The model imports no component.
+repair runs again), `artifacts` (user code as stored) and `rest_shapes` (the REST API's answers);
+a repair and every answer are shapes of `codec`, which derives a dataclass's JSON form, parser and
+schema from its fields. The model imports no component.
 """

@@ -11,6 +11,7 @@ from typing import Any
 from marshmallow import ValidationError, fields, post_dump, post_load, validate, validates_schema
 
 from sparkdispatch.errors import InvalidJobGraph
+from sparkdispatch.model.codec import register_schema
 from sparkdispatch.model.job_graph import JOB_ID_PATTERN
 from sparkdispatch.model.schema import StrictSchema, WholeMatch, drop_none, dump, load
 from sparkdispatch.model.states import ExecutionState, JobStatus
@@ -144,3 +145,5 @@ class JobResultSchema(StrictSchema):
 FAILURE = FailureSchema()
 JOB_RESULT = JobResultSchema()
 VERTEX_RESULT = VertexResultSchema()
+register_schema(JobResult, JobResultSchema)
+register_schema(VertexResult, VertexResultSchema)

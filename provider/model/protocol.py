@@ -18,6 +18,7 @@ from typing import Any
 from marshmallow import ValidationError, fields, post_dump, post_load, validate, validates_schema
 
 from sparkdispatch.errors import InvalidJobGraph, InvalidRequest
+from sparkdispatch.model.codec import register_schema
 from sparkdispatch.model.states import ExecutionState
 from sparkdispatch.model.job_graph import BLOB_KEY_PATTERN, ENTRYPOINT_PATTERN, JOB_ID_PATTERN, VERTEX_ID_PATTERN
 from sparkdispatch.model.job_result import Failure
@@ -401,6 +402,8 @@ class HeartbeatPayloadSchema(StrictSchema):
     def make(self, data: dict[str, Any], **_: Any) -> HeartbeatPayload:
         return HeartbeatPayload(slot_report=data["slot_report"], executions=tuple(data["executions"]))
 
+
+register_schema(ExecutionReport, ExecutionReportSchema)
 
 # one instance of each schema: they hold no per-call state, and building one costs more than a load
 _SLOT_REPORT = SlotReportSchema()

@@ -9,20 +9,20 @@ partitions (`JobMaster` restores them from the progress), and any of them that h
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from sparkdispatch.errors import InvalidRequest
+from sparkdispatch.model.codec import Shape
 from sparkdispatch.model.states import JobStatus
 from sparkdispatch.model.job_graph import JobGraph
 
 
 @dataclass(frozen=True)
-class Repair:
+class Repair(Shape):
     """One repair of a job: its number (1 for the first), the vertices asked for, the vertices
     it runs again (topological order), when it was asked for (epoch ms), and how the job ended
-    after it (None while it runs)."""
+    after it (None while it runs). Its JSON form is also how the stores keep it."""
 
     number: int
     requested: tuple[str, ...]
@@ -37,33 +37,15 @@ class Repair:
         """Whether this repair runs every one of `vertex_ids` again."""
         return set(vertex_ids) <= set(self.vertices)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"number": self.number, "requested": list(self.requested), "vertices": list(self.vertices),
-                "requested_at": self.requested_at, "status": None if self.status is None else self.status.value}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Repair:
-        status = data.get("status")
-        return cls(number=int(data["number"]), requested=tuple(str(v) for v in data["requested"]),
-                   vertices=tuple(str(v) for v in data["vertices"]), requested_at=int(data["requested_at"]),
-                   status=None if status is None else JobStatus(status))
-
 
 @dataclass(frozen=True)
-class RepairAnswer:
-    """The answer to a repair request: the repair, and whether this call started it (False: the
-    job already runs a repair that covers the vertices asked for)."""
+class RepairAnswer(Shape):
+    """The answer to a repair request (`POST /jobs/{id}/repair`): whether this call started the
+    repair (False: the job already runs a repair that covers the vertices asked for), and the repair."""
 
     job_id: str
-    repair: Repair
     created: bool
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"job_id": self.job_id, "created": self.created, "repair": self.repair.to_dict()}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> RepairAnswer:
-        return cls(str(data["job_id"]), Repair.from_dict(data["repair"]), bool(data["created"]))
+    repair: Repair
 
 
 def check_requested(graph: JobGraph, requested: Sequence[str]) -> tuple[str, ...]:

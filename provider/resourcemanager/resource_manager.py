@@ -21,6 +21,7 @@ time-based checks (`check_timeouts`: silent TaskExecutors, unmet slot requests).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import uuid
 from abc import abstractmethod
@@ -37,6 +38,7 @@ from sparkdispatch.model.protocol import (
     as_execution_reports,
     as_slot_report,
 )
+from sparkdispatch.model.rest_shapes import TaskManager, TaskManagerExecution
 from sparkdispatch.resourcemanager.messages import ResourceOverview
 from sparkdispatch.resourcemanager.slot_manager import SlotListener, SlotManager
 from sparkdispatch.resourcemanager.settings import ResourceManagerSettings
@@ -91,7 +93,7 @@ class ResourceManagerGateway(Protocol):
         """TaskExecutor and slot counts for `GET /overview`."""
 
     @abstractmethod
-    def task_executors(self) -> list[dict[str, Any]]:
+    def task_executors(self) -> list[TaskManager]:
         """The `GET /taskmanagers` entries."""
 
 
@@ -214,16 +216,13 @@ class ResourceManager:
         return ResourceOverview(taskmanagers=self._slots.task_executor_count, slots_total=self._slots.slots_total,
                                 slots_available=self._slots.slots_free)
 
-    def task_executors(self) -> list[dict[str, Any]]:
+    def task_executors(self) -> list[TaskManager]:
         """The `GET /taskmanagers` entries: slots, allocations, idleness, last heartbeat (epoch ms)
         and the executions of the last heartbeat."""
-        entries = []
-        for entry in self._slots.describe_all():
-            task_executor_id = entry["id"]
-            entry["last_heartbeat"] = self._heartbeats.last_heartbeat_ms(task_executor_id)
-            entry["executions"] = [e.to_dict() for e in self._heartbeats.payload(task_executor_id) or ()]
-            entries.append(entry)
-        return entries
+        return [dataclasses.replace(entry, last_heartbeat=self._heartbeats.last_heartbeat_ms(entry.id),
+                                    executions=tuple(TaskManagerExecution.of(report)
+                                                     for report in self._heartbeats.payload(entry.id) or ()))
+                for entry in self._slots.describe_all()]
 
     # ---------------------------------------------------------------- HeartbeatListener
 

@@ -47,11 +47,12 @@ import uuid
 from abc import abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
 
 from sparkdispatch.errors import InvalidRequest, SlotRequestTimeout, SparkDispatchError
 from sparkdispatch.resourcemanager.heartbeat import Clock
 from sparkdispatch.model.protocol import ExecutionReport, SlotReport, TaskExecutorRegistration
+from sparkdispatch.model.rest_shapes import TaskManager, TaskManagerSlot
 from sparkdispatch.resourcemanager.messages import AllocatedSlot
 
 log = logging.getLogger(__name__)
@@ -394,26 +395,29 @@ class SlotManager:
             return set()
         return {slot.job_id for slot in task_executor.slots if slot.job_id is not None and not slot.occupied}
 
-    def describe_all(self) -> Iterator[dict[str, Any]]:
-        """Every TaskExecutor as `GET /taskmanagers` shows it (without heartbeat fields)."""
+    def describe_all(self) -> Iterator[TaskManager]:
+        """Every TaskExecutor as `GET /taskmanagers` shows it (without its last heartbeat and executions)."""
         now = self._clock()
         for task_executor in self._task_executors.values():
             yield self._describe(task_executor, now)
 
-    def _describe(self, te: _TaskExecutor, now: float) -> dict[str, Any]:
+    def _describe(self, te: _TaskExecutor, now: float) -> TaskManager:
         idle_since = te.idle_since
-        return {
-            "id": te.id,
-            "hostname": te.hostname,
-            "queue": te.queue,
-            "spark_master": te.spark_master,
-            "registered_at": self._epoch_ms(te.registered_at),
-            "slots_total": len(te.slots),
-            "slots_free": len(te.slots) - te.busy,
-            "slots": [{"index": s.index, "allocation_id": s.allocation_id, "job_id": s.job_id} for s in te.slots],
-            "idle_since": None if idle_since is None else self._epoch_ms(idle_since),
-            "idle": idle_since is not None and now - idle_since >= self._idle_timeout,
-        }
+        return TaskManager(
+            id=te.id,
+            hostname=te.hostname,
+            queue=te.queue,
+            spark_master=te.spark_master,
+            registered_at=self._epoch_ms(te.registered_at),
+            slots_total=len(te.slots),
+            slots_free=len(te.slots) - te.busy,
+            slots=tuple(TaskManagerSlot(index=s.index, allocation_id=s.allocation_id, job_id=s.job_id)
+                        for s in te.slots),
+            idle_since=None if idle_since is None else self._epoch_ms(idle_since),
+            idle=idle_since is not None and now - idle_since >= self._idle_timeout,
+            last_heartbeat=None,
+            executions=(),
+        )
 
     def _epoch_ms(self, clock_time: float) -> int:
         return int((clock_time + self._epoch_offset) * 1000)

@@ -7,25 +7,38 @@ A standby answers `/overview` itself and every other call with `503` naming the 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from abc import abstractmethod
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
 import aiohttp
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from sparkdispatch.dispatcher.dispatcher import DispatcherGateway
-from sparkdispatch.storage.attempt_logs import read_attempt_log
+from sparkdispatch.storage.attempt_logs import latest_log_sizes, read_attempt_log
 from sparkdispatch.errors import (
     BlobError,
     InvalidRequest,
+    InvalidShape,
     RequestTooLarge,
     RouteNotFound,
     ServiceUnavailable,
 )
 from sparkdispatch.ha.blob_store import BlobStore
+from sparkdispatch.model.rest_shapes import (
+    AttemptLog,
+    Artifact,
+    Empty,
+    ExecutionResult,
+    FlinkJobList,
+    JobList,
+    Overview,
+    Submitted,
+    TaskManagerList,
+)
 from sparkdispatch.model.states import JobStatus
 from sparkdispatch.jobmaster import JobMasterGateway
 from sparkdispatch.metrics.master import LeaderGauges, MasterMetrics
@@ -38,7 +51,7 @@ from sparkdispatch.rest.inputs import path_id, query_int, read_job_graph, read_j
 from sparkdispatch.rest.settings import RestSettings
 from sparkdispatch.rest.access import Role
 from sparkdispatch.rest.gate import CALLER_KEY
-from sparkdispatch.rest.responses import Handler, artifact_response, json_response, large_json_response, only
+from sparkdispatch.rest.responses import Handler, artifact_response, large_json_response, only, shape_response
 
 log = logging.getLogger(__name__)
 
@@ -101,9 +114,9 @@ class RestHandlers:
         self._leader_ssl = settings.client_tls.context()  # read once, not per standby /overview
 
     async def overview(self, request: web.Request) -> web.Response:
-        return json_response(await self.overview_body())
+        return shape_response(await self.overview_body())
 
-    async def overview_body(self) -> dict[str, Any]:
+    async def overview_body(self) -> Overview:
         """The `GET /overview` body: this master's own answer, leader or standby."""
         try:
             leader = self.master.leader_components()
@@ -111,22 +124,22 @@ class RestHandlers:
             return await self._standby_overview()
         return self._leader_overview(leader)
 
-    def _leader_overview(self, leader: LeaderView) -> dict[str, Any]:
+    def _leader_overview(self, leader: LeaderView) -> Overview:
         counts = leader.dispatcher.job_counts()
         gauges = leader_gauges(leader, counts)
-        return {
-            "is_leader": True, "leader": self.master.address,
-            "taskmanagers": gauges.taskexecutors, "slots_total": gauges.slots_total,
-            "slots_available": gauges.slots_available, "jobs_running": gauges.jobs_running,
-            "jobs_finished": counts.get("FINISHED", 0), "jobs_failed": counts.get("FAILED", 0),
-            "jobs_cancelled": counts.get("CANCELED", 0),
-        }
+        return Overview(
+            is_leader=True, leader=self.master.address,
+            taskmanagers=gauges.taskexecutors, slots_total=gauges.slots_total,
+            slots_available=gauges.slots_available, jobs_running=gauges.jobs_running,
+            jobs_finished=counts.get("FINISHED", 0), jobs_failed=counts.get("FAILED", 0),
+            jobs_cancelled=counts.get("CANCELED", 0),
+        )
 
-    async def _standby_overview(self) -> dict[str, Any]:
+    async def _standby_overview(self) -> Overview:
+        """A standby's overview: the leader's counts when it answers, else zeros."""
         leader = self.master.leader_address()
-        body: dict[str, Any] = {"is_leader": False, "leader": leader, "taskmanagers": 0, "slots_total": 0,
-                                "slots_available": 0, "jobs_running": 0, "jobs_finished": 0, "jobs_failed": 0,
-                                "jobs_cancelled": 0}
+        body = Overview(is_leader=False, leader=leader, taskmanagers=0, slots_total=0, slots_available=0,
+                        jobs_running=0, jobs_finished=0, jobs_failed=0, jobs_cancelled=0)
         if leader and leader != self.master.address:
             try:
                 timeout = aiohttp.ClientTimeout(total=2)
@@ -135,10 +148,9 @@ class RestHandlers:
                 async with aiohttp.ClientSession(timeout=timeout, headers=headers, connector=connector) as session:
                     async with session.get(f"{leader}/overview") as answer:
                         if answer.status == 200:
-                            remote = await answer.json()
-                            body.update({k: remote[k] for k in body
-                                         if k not in ("is_leader", "leader") and k in remote})
-            except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+                            remote = Overview.from_dict(await answer.json())
+                            body = dataclasses.replace(remote, is_leader=False, leader=leader)
+            except (aiohttp.ClientError, TimeoutError, ValueError, InvalidShape) as exc:
                 log.debug("the leader %s did not answer /overview: %s", leader, exc)
         return body
 
@@ -147,22 +159,22 @@ class RestHandlers:
         graph = await read_job_graph(request, limit=self.settings.max_body_size)
         submission = await leader.dispatcher.submit(graph)
         job_id = submission.job_id
-        return json_response({"job_id": job_id, "jobUrl": f"/jobs/{job_id}", "status": submission.status.value},
-                             status=202 if submission.created else 200)
+        return shape_response(Submitted(job_id=job_id, job_url=f"/jobs/{job_id}", status=submission.status),
+                              status=202 if submission.created else 200)
 
     async def list_jobs(self, request: web.Request) -> web.Response:
         overviews = self.master.leader_components().dispatcher.job_overviews()
-        return json_response({"jobs": [views.job_summary(job) for job in overviews]})
+        return shape_response(JobList(tuple(views.job_summary(job) for job in overviews)))
 
     async def jobs_overview(self, request: web.Request) -> web.Response:
         overviews = self.master.leader_components().dispatcher.job_overviews()
-        return json_response({"jobs": [views.flink_job_details(job) for job in overviews]})
+        return shape_response(FlinkJobList(tuple(views.flink_job_details(job) for job in overviews)))
 
     async def job_details(self, request: web.Request) -> web.Response:
         job_id = path_id(request, "job_id")
         dispatcher = self.master.leader_components().dispatcher
         snapshot = await dispatcher.job_snapshot(job_id)
-        return await large_json_response(lambda: views.job_details(snapshot),
+        return await large_json_response(lambda: views.job_details(snapshot).to_dict(),
                                          large=len(snapshot.vertices) > views.LARGE_JOB_VERTICES)
 
     async def execution_result(self, request: web.Request) -> web.Response:
@@ -170,16 +182,25 @@ class RestHandlers:
         dispatcher = self.master.leader_components().dispatcher
         result = await dispatcher.job_result(job_id, wait_s=self.settings.execution_result_long_poll)
         if result is None:
-            return json_response({"status": {"id": "IN_PROGRESS"}})
-        return await large_json_response(
-            lambda: {"status": {"id": "COMPLETED"}, "job_execution_result": result.to_dict()},
-            large=len(result.vertices) > views.LARGE_JOB_VERTICES)
+            return shape_response(ExecutionResult.of(None))
+        return await large_json_response(lambda: ExecutionResult.of(result).to_dict(),
+                                         large=len(result.vertices) > views.LARGE_JOB_VERTICES)
 
     async def vertex_result(self, request: web.Request) -> web.Response:
         job_id = path_id(request, "job_id")
         vertex_id = path_id(request, "vertex_id")
         status, vertex = await self.master.leader_components().dispatcher.vertex_result(job_id, vertex_id)
-        return json_response(views.vertex_result(job_id, status, vertex_id, vertex))
+        return shape_response(views.vertex_result(job_id, status, vertex_id, vertex))
+
+    async def job_progress(self, request: web.Request) -> web.Response:
+        """Every vertex's outcome so far and the size of each subtask's latest attempt log, in one
+        answer: one call per poll for all the Airflow tasks that follow the job's vertices."""
+        job_id = path_id(request, "job_id")
+        status, vertices = await self.master.leader_components().dispatcher.vertex_results(job_id)
+        results_dir = self.settings.results_dir
+        logs = await asyncio.to_thread(lambda: {vertex_id: latest_log_sizes(results_dir, job_id, vertex_id)
+                                                for vertex_id in vertices})
+        return shape_response(views.job_progress(job_id, status, vertices, logs))
 
     async def vertex_log(self, request: web.Request) -> web.Response:
         """One attempt's log from `offset` (`?subtask=0&attempt=<latest>&offset=0`)."""
@@ -190,10 +211,10 @@ class RestHandlers:
         if body is None:
             raise RouteNotFound(f"no log of job {job_id} vertex {vertex_id!r} subtask {subtask}"
                                 + (f" attempt {attempt}" if attempt is not None else "") + " (yet)")
-        return json_response(body)
+        return shape_response(body)
 
     async def attempt_log_body(self, job_id: str, vertex_id: str, subtask: int, attempt: int | None,
-                               offset: int) -> dict[str, Any] | None:
+                               offset: int) -> AttemptLog | None:
         """The log endpoint's answer; None while the attempt has no log. `UnknownJob`, or
         `RouteNotFound` for a vertex the job does not have."""
         status, vertex = await self.master.leader_components().dispatcher.vertex_result(job_id, vertex_id)
@@ -201,8 +222,7 @@ class RestHandlers:
                                         subtask, attempt, offset)
         if piece is None:
             return None
-        return {"job_id": job_id, "job_status": status.value, "vertex": vertex_id,
-                "vertex_state": vertex.state.value, **piece.to_dict()}
+        return views.attempt_log(job_id, status, vertex_id, vertex.state, piece)
 
     async def cancel_job(self, request: web.Request) -> web.Response:
         job_id = path_id(request, "job_id")
@@ -210,14 +230,14 @@ class RestHandlers:
         if mode != "cancel":
             raise InvalidRequest("cancel request", {"mode": [f"{mode!r} is not supported; use mode=cancel"]})
         await self.master.leader_components().dispatcher.cancel(job_id)
-        return json_response({}, status=202)
+        return shape_response(Empty(), status=202)
 
     async def repair_job(self, request: web.Request) -> web.Response:
         """Run vertices of an ended job again (`{"vertices": [...]}`): 202 a new repair, 200 one that runs."""
         job_id = path_id(request, "job_id")
         vertices = repair_vertices(await read_json(request, limit=self.settings.max_body_size, what="repair request"))
         answer = await self.master.leader_components().dispatcher.repair(job_id, vertices)
-        return json_response(answer.to_dict(), status=202 if answer.created else 200)
+        return shape_response(answer, status=202 if answer.created else 200)
 
     async def taskmanagers(self, request: web.Request) -> web.Response:
         leader = self.master.leader_components()
@@ -225,9 +245,8 @@ class RestHandlers:
         caller = request.get(CALLER_KEY)
         if caller is not None and not caller.principal.role.permits(Role.SUBMITTER):
             # a viewer sees what runs where, not the attempts' ids
-            for entry in entries:
-                entry["executions"] = [{**execution, "execution_id": None} for execution in entry["executions"]]
-        return json_response({"taskmanagers": entries})
+            entries = [entry.without_execution_ids() for entry in entries]
+        return shape_response(TaskManagerList(tuple(entries)))
 
     async def upload_artifact(self, request: web.Request) -> web.Response:
         leader = self.master.leader_components()
@@ -241,7 +260,7 @@ class RestHandlers:
             raise BlobError("POST /artifacts found no multipart field named `file`")
         filename, data = upload
         key = await leader.blob_store.put(data, filename)
-        return json_response({"key": key, "filename": filename}, status=201)
+        return shape_response(Artifact(key=key, filename=filename), status=201)
 
     async def download_artifact(self, request: web.Request) -> web.StreamResponse:
         """An artifact's bytes, checked against its key: where TaskExecutors get a job's code (Flink's
@@ -280,6 +299,7 @@ class RestHandlers:
             ("PATCH", "/jobs/{job_id}", self.cancel_job),
             ("POST", "/jobs/{job_id}/repair", self.repair_job),
             ("GET", "/jobs/{job_id}/execution-result", self.execution_result),
+            ("GET", "/jobs/{job_id}/progress", self.job_progress),
             ("GET", "/jobs/{job_id}/vertices/{vertex_id}", self.vertex_result),
             ("GET", "/jobs/{job_id}/vertices/{vertex_id}/log", self.vertex_log),
             ("GET", "/taskmanagers", self.taskmanagers),

@@ -1,10 +1,10 @@
 """The OpenAPI document of the REST API (`/openapi.json`): every call's parameters, bodies and answers.
 
-The JobGraph, the JobResult and the TaskExecutor protocol's bodies are generated from their
-marshmallow schemas (apispec); the answers built by `sparkdispatch.rest.views` and the
-ResourceManager are written out here, field for field as docs/rest-api.md lists them. Every
-status a call can answer is listed with its body (`tests/integration/test_api_fuzz.py` holds the
-master to it with schemathesis).
+Every schema is generated (apispec) from the declaration the master itself uses: the JobGraph,
+the JobResult and the TaskExecutor protocol's bodies from their marshmallow schemas, the answers
+from their shapes (`sparkdispatch.model.rest_shapes`, through `model.codec.schema_of`). Only the
+error body and the parameters are written here. Every status a call can answer is listed with its
+body (`tests/integration/test_api_fuzz.py` holds the master to it with schemathesis).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from apispec.ext.marshmallow import MarshmallowPlugin
 from marshmallow import Schema
 
 from sparkdispatch import __version__
-from sparkdispatch.model.states import ExecutionState, JobStatus
-from sparkdispatch.model.job_graph import BLOB_KEY_PATTERN, JOB_ID_PATTERN
+from sparkdispatch.model.codec import schema_of
+from sparkdispatch.model.rest_shapes import ANSWERS
 from sparkdispatch.model.restart import RESTART_SCHEMAS
 from sparkdispatch.model.job_graph import JobGraphSchema, JobVertexSchema
 from sparkdispatch.model.job_result import FailureSchema, JobResultSchema, VertexResultSchema
@@ -48,80 +48,13 @@ def _ref(name: str) -> JSONSchema:
     return {"$ref": f"#/components/schemas/{name}"}
 
 
-def _object(properties: dict[str, JSONSchema], *, optional: tuple[str, ...] = ()) -> JSONSchema:
-    """A closed object whose every property is required but the `optional` ones."""
-    return {"type": "object", "properties": properties, "additionalProperties": False,
-            "required": [name for name in properties if name not in optional]}
-
-
-def _nullable(schema: JSONSchema) -> JSONSchema:
-    return {**schema, "nullable": True}
-
-
-INTEGER: JSONSchema = {"type": "integer"}
 STRING: JSONSchema = {"type": "string"}
-JOB_STATUS: JSONSchema = {"type": "string", "enum": [s.value for s in JobStatus]}
-EXECUTION_STATE: JSONSchema = {"type": "string", "enum": [s.value for s in ExecutionState]}
 
-# the answers of `sparkdispatch.rest.views`, the ResourceManager and the handlers
-_VIEW_SCHEMAS: dict[str, JSONSchema] = {
-    "Overview": _object({
-        "is_leader": {"type": "boolean"}, "leader": _nullable(STRING), "taskmanagers": INTEGER,
-        "slots_total": INTEGER, "slots_available": INTEGER, "jobs_running": INTEGER, "jobs_finished": INTEGER,
-        "jobs_failed": INTEGER, "jobs_cancelled": INTEGER}),
-    "JobSummary": _object({
-        "id": STRING, "name": STRING, "status": JOB_STATUS, "start_time": INTEGER,
-        "end_time": _nullable(INTEGER), "duration_ms": _nullable(INTEGER)}),
-    "JobList": _object({"jobs": {"type": "array", "items": _ref("JobSummary")}}),
-    "FlinkJobDetails": _object({
-        "jid": STRING, "name": STRING, "state": JOB_STATUS, "start-time": INTEGER,
-        "end-time": {**INTEGER, "description": "-1 while the job runs"}, "duration": INTEGER,
-        "last-modification": INTEGER, "pending-operators": INTEGER,
-        "tasks": _object({**{s.value.lower(): INTEGER for s in ExecutionState}, "total": INTEGER})}),
-    "FlinkJobList": _object({"jobs": {"type": "array", "items": _ref("FlinkJobDetails")}}),
-    "SubtaskDetails": _object({"index": INTEGER, "state": EXECUTION_STATE, "attempt": INTEGER,
-                               "taskmanager": _nullable(STRING)}),
-    "VertexDetails": _object({
-        "id": STRING, "state": EXECUTION_STATE, "parallelism": _nullable(INTEGER),
-        "inputs": {"type": "array", "items": STRING},
-        "subtasks": {"type": "array", "items": _ref("SubtaskDetails")},
-        "attempts": {**INTEGER, "description": "of a job known only from its JobResult"}}, optional=("attempts",)),
-    "JobDetails": _object({
-        "id": STRING, "name": STRING, "status": JOB_STATUS, "start_time": INTEGER, "end_time": _nullable(INTEGER),
-        "vertices": {"type": "array", "items": _ref("VertexDetails")},
-        "repairs": {"type": "array", "items": _ref("Repair")}}),
-    "Repair": _object({"number": INTEGER, "requested": {"type": "array", "items": STRING},
-                       "vertices": {"type": "array", "items": STRING}, "requested_at": INTEGER,
-                       "status": _nullable(JOB_STATUS)}),
-    "RepairAnswer": _object({"job_id": STRING, "created": {"type": "boolean"}, "repair": _ref("Repair")}),
-    "AttemptLog": _object({"job_id": STRING, "job_status": JOB_STATUS, "vertex": STRING,
-                           "vertex_state": EXECUTION_STATE, "subtask": INTEGER, "attempt": INTEGER,
-                           "offset": INTEGER, "next_offset": INTEGER, "text": STRING}),
-    "VertexOutcome": _object({"job_id": STRING, "job_status": JOB_STATUS, "vertex": STRING,
-                              "result": _ref("VertexResult")}),
-    "ExecutionResult": {"oneOf": [
-        _object({"status": _object({"id": {"type": "string", "enum": ["IN_PROGRESS"]}})}),
-        _object({"status": _object({"id": {"type": "string", "enum": ["COMPLETED"]}}),
-                 "job_execution_result": _ref("JobResult")})]},
-    "TaskManager": _object({
-        "id": STRING, "hostname": STRING, "queue": STRING, "spark_master": STRING, "registered_at": INTEGER,
-        "slots_total": INTEGER, "slots_free": INTEGER,
-        "slots": {"type": "array", "items": _object({"index": INTEGER, "allocation_id": _nullable(STRING),
-                                                    "job_id": _nullable(STRING)})},
-        "idle_since": _nullable(INTEGER), "idle": {"type": "boolean"}, "last_heartbeat": _nullable(INTEGER),
-        # a viewer's answer leaves out the running attempts' ids (rest/access.py)
-        "executions": {"type": "array", "items": {"anyOf": [_ref("ExecutionReport"), _object({
-            "job_id": STRING, "execution_id": {"type": "null"}, "state": STRING})]}}}),
-    "TaskManagerList": _object({"taskmanagers": {"type": "array", "items": _ref("TaskManager")}}),
-    "Submitted": _object({"job_id": {"type": "string", "pattern": JOB_ID_PATTERN.pattern}, "jobUrl": STRING,
-                          "status": JOB_STATUS}),
-    "Artifact": _object({"key": {"type": "string", "pattern": BLOB_KEY_PATTERN.pattern}, "filename": STRING}),
-    "Unregistered": _object({"unregistered": {"type": "boolean"}}),
-    "Empty": _object({}),
-    "Errors": {"type": "object", "required": ["errors", "type"], "additionalProperties": True,
-               "properties": {"errors": {"type": "array", "items": STRING},
-                              "type": {"type": "string", "description": "the sparkdispatch.errors class"}}},
-}
+#: the body of every error answer (`SparkDispatchError.to_body`)
+ERRORS: JSONSchema = {
+    "type": "object", "required": ["errors", "type"], "additionalProperties": True,
+    "properties": {"errors": {"type": "array", "items": STRING},
+                   "type": {"type": "string", "description": "the sparkdispatch.errors class"}}}
 
 
 def _json(schema: str | JSONSchema, description: str) -> JSONSchema:
@@ -177,8 +110,10 @@ def openapi_document() -> dict[str, Any]:
     graph["restart_strategy"] = _restart_strategies(spec)
     graph["config"] = {"type": "object", "description": "Spark properties the job's session may set",
                        "additionalProperties": {"anyOf": [STRING, {"type": "number"}, {"type": "boolean"}]}}
-    for name, view_schema in _VIEW_SCHEMAS.items():
-        spec.components.schema(name, view_schema)
+    for shape in ANSWERS:
+        if shape.__name__ not in spec.components.schemas:  # a shape another one holds is listed already
+            spec.components.schema(shape.__name__, schema=schema_of(shape))
+    spec.components.schema("Errors", ERRORS)
 
     job_id = _path_id("job_id")
     spec.path("/overview", operations={"get": {
@@ -205,6 +140,10 @@ def openapi_document() -> dict[str, Any]:
     spec.path("/jobs/{job_id}/execution-result", parameters=[job_id], operations={"get": {
         "summary": "IN_PROGRESS, or COMPLETED with the JobResult (waits up to rest.execution-result.long-poll)",
         "responses": {"200": _json("ExecutionResult", "the result"), **_ID, **_LEADER}}})
+    spec.path("/jobs/{job_id}/progress", parameters=[job_id], operations={"get": {
+        "summary": "Every vertex's outcome so far (a VertexResult) and the size of each subtask's latest attempt "
+                   "log, with the job's status: one call per poll for all the tasks following the job",
+        "responses": {"200": _json("JobProgress", "the job's progress"), **_ID, **_LEADER}}})
     spec.path("/jobs/{job_id}/repair", parameters=[job_id], operations={"post": {
         "summary": "Repair an ended job: run the vertices named, and their consumers, again under the same id, "
                    "reusing the other vertices' results",

@@ -30,6 +30,7 @@ from sparkdispatch.errors import (
     error_header,
 )
 from sparkdispatch.ha.blob_store import BlobReader
+from sparkdispatch.model.codec import Shape
 from sparkdispatch.model.protocol import ARTIFACT_NAME_HEADER
 from sparkdispatch.rest.browser_guard import BrowserGuard
 from sparkdispatch.rest.connections import (
@@ -46,6 +47,11 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 def json_response(body: Any, status: int = 200, *, headers: Mapping[str, str] | None = None) -> web.Response:
     return web.json_response(body, status=status, headers=headers, dumps=_dumps)
+
+
+def shape_response(body: Shape, status: int = 200) -> web.Response:
+    """An answer of the REST API: `body`'s JSON form (`sparkdispatch.model.rest_shapes`)."""
+    return json_response(body.to_dict(), status=status)
 
 
 async def large_json_response(build: Callable[[], Any], *, large: bool) -> web.Response:

@@ -19,6 +19,7 @@ from sparkdispatch.errors import FencingTokenMismatch, InvalidRequest, SparkDisp
 from sparkdispatch.jobmaster import JobMasterGateway
 from sparkdispatch.log_context import log_context
 from sparkdispatch.model.protocol import ExecutionStateUpdate, HeartbeatPayload, TaskExecutorRegistration
+from sparkdispatch.model.rest_shapes import Empty, Unregistered
 from sparkdispatch.resourcemanager import ResourceManagerGateway
 from sparkdispatch.rest.inputs import path_id, read_json
 from sparkdispatch.rest.responses import error_response
@@ -85,7 +86,7 @@ class TaskExecutorRoutes:
             master, session_id = self._fenced_master(request)
             payload = HeartbeatPayload.from_dict(await self._json_body(request, "heartbeat"))
             master.resource_manager.heartbeat(session_id, task_executor_id, payload.slot_report, payload.executions)
-            return web.json_response({})
+            return web.json_response(Empty().to_dict())
 
         return await _answer(request, handle)
 
@@ -104,7 +105,7 @@ class TaskExecutorRoutes:
                 task_executor_id, "it stopped and unregistered", registration_id=registration_id)
             if removed:
                 log.info("TaskExecutor %s unregistered (registration %s)", task_executor_id, registration_id)
-            return web.json_response({"unregistered": removed})
+            return web.json_response(Unregistered(removed).to_dict())
 
         return await _answer(request, handle)
 
@@ -123,7 +124,7 @@ class TaskExecutorRoutes:
                 raise InvalidRequest("execution state update", {"body": exc.messages()}) from None
             with log_context(job_id=update.job_id):
                 master.job_master(update.job_id).update_execution_state(update)
-            return web.json_response({})
+            return web.json_response(Empty().to_dict())
 
         return await _answer(request, handle)
 

@@ -1,7 +1,7 @@
 """The web UI's HTML: small functions that return page text; every value from the data goes through `_e`.
 
-Pages are built from the REST API's JSON shapes (docs/rest-api.md), so the
-server renders exactly what the scripts in ``ui/`` later refresh from the same API.
+Pages are built from the REST API's shapes (`sparkdispatch.model.rest_shapes`, docs/rest-api.md),
+so the server renders exactly what the scripts in ``ui/`` later refresh from the same API.
 """
 
 from __future__ import annotations
@@ -9,24 +9,43 @@ from __future__ import annotations
 import html
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from urllib.parse import urlencode
 from dataclasses import dataclass
-from typing import Any
+from urllib.parse import urlencode
 
 from sparkdispatch.errors import SparkDispatchError, UnknownJob
-from sparkdispatch.rest.access import Principal
+from sparkdispatch.model.job_result import Failure, JobResult, VertexResult
+from sparkdispatch.model.repair import Repair
+from sparkdispatch.model.rest_shapes import (
+    AttemptLog,
+    JobDetails,
+    JobSummary,
+    Overview,
+    SubtaskDetails,
+    TaskManager,
+    TaskManagerSlot,
+    VertexDetails,
+)
 from sparkdispatch.model.states import JobStatus
+from sparkdispatch.rest.access import Principal
 
 RECENT_JOBS_SHOWN = 50
 # what the scripts stop polling at, handed to them on every page (`data-terminal-statuses`)
 TERMINAL_JOB_STATUSES = " ".join(status.value for status in JobStatus if status.is_terminal)
 
 
+@dataclass(frozen=True)
+class JobPage:
+    """A job as its page shows it: its details (`GET /jobs/{id}`), and its JobResult once it ended."""
+
+    details: JobDetails
+    result: JobResult | None = None
+
+
 def _e(value: object) -> str:
     return html.escape("" if value is None else str(value), quote=True)
 
 
-def render_page(*, title: str, root: str, page: str, overview: Mapping[str, Any] | None, body: str,
+def render_page(*, title: str, root: str, page: str, overview: Overview | None, body: str,
                 data: Mapping[str, str] | None = None, csrf: str | None = None, user: Principal | None = None) -> str:
     """The layout around a page's ``body``; ``root`` is the relative path back to ``/ui/``.
 
@@ -71,17 +90,17 @@ def render_page(*, title: str, root: str, page: str, overview: Mapping[str, Any]
 """
 
 
-def leader_url(overview: Mapping[str, Any] | None, path: str) -> str | None:
+def leader_url(overview: Overview | None, path: str) -> str | None:
     """``path`` on the leading master when this one is a standby that knows an http(s) leader."""
-    if overview is None or overview.get("is_leader", True):
+    if overview is None or overview.is_leader:
         return None
-    leader = str(overview.get("leader") or "")
+    leader = overview.leader or ""
     if not leader.startswith(("http://", "https://")):
         return None  # never turn an odd address (javascript:, ...) into a link
     return leader.rstrip("/") + path
 
 
-def render_error_page(exc: SparkDispatchError, *, root: str, overview: Mapping[str, Any] | None,
+def render_error_page(exc: SparkDispatchError, *, root: str, overview: Overview | None,
                       elsewhere: str | None = None) -> str:
     """The page saying why a page cannot be shown; ``elsewhere`` links to it on the leader."""
     if isinstance(exc, UnknownJob):
@@ -96,11 +115,11 @@ def render_error_page(exc: SparkDispatchError, *, root: str, overview: Mapping[s
     return render_page(title=title, root=root, page="error", overview=overview, body=body)
 
 
-def render_leader_banner(overview: Mapping[str, Any] | None) -> str:
+def render_leader_banner(overview: Overview | None) -> str:
     """Nothing on the leader; on a standby, which master leads (with a link to its UI)."""
-    if overview is None or overview.get("is_leader", True):
+    if overview is None or overview.is_leader:
         return '<div id="leader-banner" class="banner" hidden></div>'
-    leader = overview.get("leader")
+    leader = overview.leader
     href = leader_url(overview, "/ui/")
     if not leader:
         text = "This master is a standby and no master leads at the moment."
@@ -111,7 +130,7 @@ def render_leader_banner(overview: Mapping[str, Any] | None) -> str:
     return f'<div id="leader-banner" class="banner">{text}</div>'
 
 
-def _badge(state: object) -> str:
+def _badge(state: str) -> str:
     state_text = _e(state or "UNKNOWN")
     return f'<span class="badge state-{state_text}">{state_text}</span>'
 
@@ -139,13 +158,13 @@ def format_duration(duration_ms: object) -> str:
     return f"{hours} h {minutes:02d} min"
 
 
-def _job_duration(job: Mapping[str, Any]) -> object:
-    if isinstance(job.get("duration_ms"), (int, float)):
-        return job["duration_ms"]
-    start, end = job.get("start_time"), job.get("end_time")
-    if not isinstance(start, (int, float)) or start < 0:
+def _job_duration(start: int, end: int | None, duration_ms: int | None = None) -> float | None:
+    """The job's duration: `duration_ms` when known, else from its times (up to now while it runs)."""
+    if duration_ms is not None:
+        return duration_ms
+    if start < 0:
         return None
-    if isinstance(end, (int, float)) and end >= 0:
+    if end is not None and end >= 0:
         return end - start
     return time.time() * 1000 - start
 
@@ -163,24 +182,24 @@ def _table(headers: Sequence[str], rows: Iterable[str], *, body_id: str, empty: 
 # Overview ------------------------------------------------------------------------------------
 
 
-def render_overview(overview: Mapping[str, Any], jobs: Sequence[Mapping[str, Any]],
-                    taskmanagers: Sequence[Mapping[str, Any]], *, unavailable: str | None = None) -> str:
+def render_overview(overview: Overview, jobs: Sequence[JobSummary], taskmanagers: Sequence[TaskManager], *,
+                    unavailable: str | None = None) -> str:
     """The overview; ``unavailable`` says why the job and TaskExecutor lists are empty here."""
-    slots_total = overview.get("slots_total") or 0
-    slots_free = overview.get("slots_available") or 0
-    if overview.get("is_leader"):
+    slots_total = overview.slots_total
+    slots_free = overview.slots_available
+    if overview.is_leader:
         leader_text = "this master"
     else:
-        leader_text = _e(overview.get("leader") or "none")
+        leader_text = _e(overview.leader or "none")
     cards = [
         ("Leader", leader_text, "leader"),
-        ("TaskExecutors", _e(overview.get("taskmanagers", 0)), "taskmanagers"),
+        ("TaskExecutors", _e(overview.taskmanagers), "taskmanagers"),
         ("Slots used / total", f"{_e(slots_total - slots_free)} / {_e(slots_total)}", "slots"),
         ("Slots free", _e(slots_free), "slots-free"),
-        ("Running jobs", _e(overview.get("jobs_running", 0)), "jobs-running"),
-        ("Finished", _e(overview.get("jobs_finished", 0)), "jobs-finished"),
-        ("Failed", _e(overview.get("jobs_failed", 0)), "jobs-failed"),
-        ("Cancelled", _e(overview.get("jobs_cancelled", 0)), "jobs-cancelled"),
+        ("Running jobs", _e(overview.jobs_running), "jobs-running"),
+        ("Finished", _e(overview.jobs_finished), "jobs-finished"),
+        ("Failed", _e(overview.jobs_failed), "jobs-failed"),
+        ("Cancelled", _e(overview.jobs_cancelled), "jobs-cancelled"),
     ]
     card_html = "".join(
         f'<div class="card"><div class="card-label">{_e(label)}</div>'
@@ -195,25 +214,25 @@ def render_overview(overview: Mapping[str, Any], jobs: Sequence[Mapping[str, Any
     )
 
 
-def render_job_list(jobs: Sequence[Mapping[str, Any]], *, root: str = "./") -> str:
+def render_job_list(jobs: Sequence[JobSummary], *, root: str = "./") -> str:
     """Most recent first, at most RECENT_JOBS_SHOWN."""
-    recent = sorted(jobs, key=lambda j: j.get("start_time") or 0, reverse=True)[:RECENT_JOBS_SHOWN]
+    recent = sorted(jobs, key=lambda j: j.start_time, reverse=True)[:RECENT_JOBS_SHOWN]
     rows = (
-        f'<tr data-job-id="{_e(j.get("id"))}"><td>{_job_link(root, j.get("id"), j.get("name") or j.get("id"))}</td>'
-        f'<td>{_job_link(root, j.get("id"))}</td><td>{_badge(j.get("status"))}</td>'
-        f'<td>{format_time(j.get("start_time"))}</td><td>{format_time(j.get("end_time"))}</td>'
-        f'<td>{format_duration(_job_duration(j))}</td></tr>'
+        f'<tr data-job-id="{_e(j.id)}"><td>{_job_link(root, j.id, j.name or j.id)}</td>'
+        f'<td>{_job_link(root, j.id)}</td><td>{_badge(j.status.value)}</td>'
+        f'<td>{format_time(j.start_time)}</td><td>{format_time(j.end_time)}</td>'
+        f'<td>{format_duration(_job_duration(j.start_time, j.end_time, j.duration_ms))}</td></tr>'
         for j in recent
     )
     return _table(["Name", "Job id", "Status", "Start (UTC)", "End (UTC)", "Duration"], rows,
                   body_id="jobs-body", empty="No jobs yet.")
 
 
-def render_taskmanager_summary(taskmanagers: Sequence[Mapping[str, Any]]) -> str:
+def render_taskmanager_summary(taskmanagers: Sequence[TaskManager]) -> str:
     rows = (
-        f'<tr data-tm-id="{_e(tm.get("id"))}"><td class="mono">{_e(tm.get("id"))}</td><td>{_e(tm.get("hostname"))}</td>'
-        f'<td>{_e(tm.get("slots_free"))} / {_e(tm.get("slots_total"))}</td>'
-        f'<td>{format_time(tm.get("last_heartbeat"))}</td></tr>'
+        f'<tr data-tm-id="{_e(tm.id)}"><td class="mono">{_e(tm.id)}</td><td>{_e(tm.hostname)}</td>'
+        f'<td>{_e(tm.slots_free)} / {_e(tm.slots_total)}</td>'
+        f'<td>{format_time(tm.last_heartbeat)}</td></tr>'
         for tm in taskmanagers
     )
     return _table(["TaskExecutor", "Host", "Slots free / total", "Last heartbeat (UTC)"], rows,
@@ -223,7 +242,7 @@ def render_taskmanager_summary(taskmanagers: Sequence[Mapping[str, Any]]) -> str
 # TaskManagers --------------------------------------------------------------------------------
 
 
-def render_taskmanagers(taskmanagers: Sequence[Mapping[str, Any]]) -> str:
+def render_taskmanagers(taskmanagers: Sequence[TaskManager]) -> str:
     if not taskmanagers:
         cards = '<p class="empty">No TaskExecutor is registered.</p>'
     else:
@@ -231,64 +250,65 @@ def render_taskmanagers(taskmanagers: Sequence[Mapping[str, Any]]) -> str:
     return f'<h1>TaskManagers</h1><div id="tm-list">{cards}</div>'
 
 
-def render_taskmanager_card(tm: Mapping[str, Any]) -> str:
-    slots = "".join(_render_slot(slot) for slot in tm.get("slots") or [])
+def render_taskmanager_card(tm: TaskManager) -> str:
+    slots = "".join(_render_slot(slot) for slot in tm.slots)
     return (
-        f'<section class="panel tm" data-tm-id="{_e(tm.get("id"))}">'
-        f'<h2 class="mono">{_e(tm.get("id"))}</h2>'
-        f'<dl class="facts"><dt>Host</dt><dd>{_e(tm.get("hostname"))}</dd>'
-        f'<dt>Slots free / total</dt><dd>{_e(tm.get("slots_free"))} / {_e(tm.get("slots_total"))}</dd>'
-        f'<dt>Last heartbeat (UTC)</dt><dd>{format_time(tm.get("last_heartbeat"))}</dd></dl>'
+        f'<section class="panel tm" data-tm-id="{_e(tm.id)}">'
+        f'<h2 class="mono">{_e(tm.id)}</h2>'
+        f'<dl class="facts"><dt>Host</dt><dd>{_e(tm.hostname)}</dd>'
+        f'<dt>Slots free / total</dt><dd>{_e(tm.slots_free)} / {_e(tm.slots_total)}</dd>'
+        f'<dt>Last heartbeat (UTC)</dt><dd>{format_time(tm.last_heartbeat)}</dd></dl>'
         f'<div class="slots">{slots}</div></section>'
     )
 
 
-def _render_slot(slot: Mapping[str, Any]) -> str:
-    job_id = slot.get("job_id")
+def _render_slot(slot: TaskManagerSlot) -> str:
+    job_id = slot.job_id
     if job_id:
         content = f'<span class="slot-job">{_job_link("./", job_id)}</span>'
         css = "slot busy"
     else:
         content = '<span class="slot-free">free</span>'
         css = "slot free"
-    title = f' title="allocation {_e(slot.get("allocation_id"))}"' if slot.get("allocation_id") else ""
-    return f'<div class="{css}"{title}><span class="slot-index">slot {_e(slot.get("index"))}</span>{content}</div>'
+    title = f' title="allocation {_e(slot.allocation_id)}"' if slot.allocation_id else ""
+    return f'<div class="{css}"{title}><span class="slot-index">slot {_e(slot.index)}</span>{content}</div>'
 
 
 # Job -----------------------------------------------------------------------------------------
 
 
-def render_job(job: Mapping[str, Any], *, may_cancel: bool = True) -> str:
+def render_job(page: JobPage, *, may_cancel: bool = True) -> str:
     """The job page's body; `may_cancel` False (a viewer's page) leaves the cancel button out."""
-    vertices = list(job.get("vertices") or [])
-    result = job.get("result") or None
+    job, result = page.details, page.result
+    vertices = job.vertices
     cancel = ('<button id="cancel-job" type="button" class="danger">Cancel job</button>'
-              if may_cancel and str(job.get("status")) not in TERMINAL_JOB_STATUSES.split() else "")
+              if may_cancel and not job.status.is_terminal else "")
     header = (
-        f'<section class="job-head"><h1 id="job-name">{_e(job.get("name") or job.get("id"))}</h1>{cancel}'
-        f'<dl class="facts"><dt>Job id</dt><dd class="mono" id="job-id">{_e(job.get("id"))}</dd>'
-        f'<dt>Status</dt><dd id="job-status">{_badge(job.get("status"))}</dd>'
-        f'<dt>Start (UTC)</dt><dd id="job-start">{format_time(job.get("start_time"))}</dd>'
-        f'<dt>End (UTC)</dt><dd id="job-end">{format_time(job.get("end_time"))}</dd>'
-        f'<dt>Duration</dt><dd id="job-duration">{format_duration(_job_duration(job))}</dd></dl></section>'
+        f'<section class="job-head"><h1 id="job-name">{_e(job.name or job.id)}</h1>{cancel}'
+        f'<dl class="facts"><dt>Job id</dt><dd class="mono" id="job-id">{_e(job.id)}</dd>'
+        f'<dt>Status</dt><dd id="job-status">{_badge(job.status.value)}</dd>'
+        f'<dt>Start (UTC)</dt><dd id="job-start">{format_time(job.start_time)}</dd>'
+        f'<dt>End (UTC)</dt><dd id="job-end">{format_time(job.end_time)}</dd>'
+        f'<dt>Duration</dt><dd id="job-duration">{format_duration(_job_duration(job.start_time, job.end_time))}</dd>'
+        '</dl></section>'
     )
     graph = (f'<section class="panel"><h2>Graph</h2><div class="graph">{render_graph_svg(vertices, result)}</div>'
              "</section>")
     vertex_table = f'<section class="panel"><h2>Vertices</h2>{render_vertex_table(vertices, result)}</section>'
-    subtasks = f'<section class="panel"><h2>Subtasks</h2>{render_subtask_table(vertices, job.get("id"))}</section>'
+    subtasks = f'<section class="panel"><h2>Subtasks</h2>{render_subtask_table(vertices, job.id)}</section>'
     failures = f'<div id="job-failures">{render_failures(result)}</div>'
-    repairs = f'<div id="job-repairs">{render_repairs(job.get("repairs") or [])}</div>'
+    repairs = f'<div id="job-repairs">{render_repairs(job.repairs)}</div>'
     return header + failures + repairs + graph + vertex_table + subtasks
 
 
-def render_repairs(repairs: Sequence[Mapping[str, Any]]) -> str:
+def render_repairs(repairs: Sequence[Repair]) -> str:
     """The job's repairs (`POST /jobs/{id}/repair`), newest first; nothing for a job never repaired."""
     if not repairs:
         return ""
     rows = (
-        f'<tr><td>{_e(r.get("number"))}</td><td class="mono">{_e(", ".join(r.get("requested") or []))}</td>'
-        f'<td class="mono">{_e(", ".join(r.get("vertices") or []))}</td>'
-        f'<td>{format_time(r.get("requested_at"))}</td><td>{_badge(r.get("status") or "RUNNING")}</td></tr>'
+        f'<tr><td>{_e(r.number)}</td><td class="mono">{_e(", ".join(r.requested))}</td>'
+        f'<td class="mono">{_e(", ".join(r.vertices))}</td>'
+        f'<td>{format_time(r.requested_at)}</td><td>{_badge(r.status.value if r.status else "RUNNING")}</td></tr>'
         for r in reversed(repairs)
     )
     return ('<section class="panel"><h2>Repairs</h2>'
@@ -297,26 +317,22 @@ def render_repairs(repairs: Sequence[Mapping[str, Any]]) -> str:
             + "</section>")
 
 
-def log_link(job_id: object, vertex_id: object, subtask: Mapping[str, Any]) -> str:
+def log_link(job_id: str, vertex_id: str, subtask: SubtaskDetails) -> str:
     """A link from the job page to one subtask attempt's log page."""
-    attempt = subtask.get("attempt")
-    if not isinstance(attempt, int):
-        return "—"
-    query = urlencode({"vertex": str(vertex_id), "subtask": subtask.get("index"), "attempt": attempt})
+    query = urlencode({"vertex": vertex_id, "subtask": subtask.index, "attempt": subtask.attempt})
     return f'<a href="{_e(job_id)}/log?{_e(query)}">log</a>'
 
 
-def render_log_page(job_id: str, vertex_id: str, subtask: int, attempt: int | None,
-                    piece: Mapping[str, Any] | None) -> str:
+def render_log_page(job_id: str, vertex_id: str, subtask: int, attempt: int | None, piece: AttemptLog | None) -> str:
     """One attempt's log; `piece` is the log endpoint's answer (None: no log yet). The page's
     script follows the log from `next_offset` while the job runs."""
     shown = attempt + 1 if attempt is not None else "latest"
-    text = "" if piece is None else str(piece.get("text", ""))
-    truncated = piece is not None and piece.get("offset", 0) > 0
+    text = "" if piece is None else piece.text
+    truncated = piece is not None and piece.offset > 0
     return (
         f'<section class="job-head"><h1>Log of {_e(vertex_id)}[{subtask}], attempt {_e(shown)}</h1>'
         f'<dl class="facts"><dt>Job</dt><dd class="mono"><a href="../{_e(job_id)}">{_e(job_id)}</a></dd>'
-        f'<dt>Vertex state</dt><dd id="log-state">{_badge((piece or {}).get("vertex_state", "—"))}</dd></dl>'
+        f'<dt>Vertex state</dt><dd id="log-state">{_badge(piece.vertex_state.value if piece else "—")}</dd></dl>'
         f'</section><section class="panel">'
         + ('<p class="empty">Earlier output is left out.</p>' if truncated else "")
         + (f'<pre class="log" id="log-text">{_e(text)}</pre>' if piece is not None
@@ -325,68 +341,72 @@ def render_log_page(job_id: str, vertex_id: str, subtask: int, attempt: int | No
     )
 
 
-def attempt_number(subtask: Mapping[str, Any]) -> object:
+def attempt_number(subtask: SubtaskDetails) -> int:
     """The REST API counts attempts from 0 (as Flink's does); people count from 1 (as its UI)."""
-    attempt = subtask.get("attempt")
-    return attempt + 1 if isinstance(attempt, int) else None
+    return subtask.attempt + 1
 
 
-def attempts_label(vertex: Mapping[str, Any], vertex_result: Mapping[str, Any] | None) -> str:
+def attempts_label(vertex: VertexDetails, vertex_result: VertexResult | None) -> str:
     """``attempts N`` from the JobResult once there is one, else the latest live ``attempt N``."""
-    if vertex_result and vertex_result.get("attempts") is not None:
-        return f"attempts {vertex_result['attempts']}"
-    numbers = [n for n in map(attempt_number, vertex.get("subtasks") or []) if isinstance(n, int)]
+    if vertex_result is not None:
+        return f"attempts {vertex_result.attempts}"
+    numbers = [attempt_number(subtask) for subtask in vertex.subtasks]
     return f"attempt {max(numbers)}" if numbers else "attempt —"
 
 
-def render_vertex_table(vertices: Sequence[Mapping[str, Any]], result: Mapping[str, Any] | None) -> str:
-    results = (result or {}).get("vertices") or {}
+def _vertex_results(result: JobResult | None) -> Mapping[str, VertexResult]:
+    return result.vertices if result is not None else {}
+
+
+def render_vertex_table(vertices: Sequence[VertexDetails], result: JobResult | None) -> str:
+    results = _vertex_results(result)
     rows = []
     for vertex in vertices:
-        vr = results.get(vertex.get("id")) or {}
+        vr = results.get(vertex.id)
         rows.append(
-            f'<tr data-vertex="{_e(vertex.get("id"))}"><td class="mono">{_e(vertex.get("id"))}</td>'
-            f'<td>{_badge(vertex.get("state"))}</td><td>{_e(vertex.get("parallelism"))}</td>'
+            f'<tr data-vertex="{_e(vertex.id)}"><td class="mono">{_e(vertex.id)}</td>'
+            f'<td>{_badge(vertex.state.value)}</td><td>{_e(vertex.parallelism)}</td>'
             f'<td>{_e(attempts_label(vertex, vr))}</td>'
-            f'<td>{_e(vr.get("rows", "—"))}</td><td class="mono path">{_e(vr.get("result_path") or "—")}</td></tr>'
+            f'<td>{_e("—" if vr is None or vr.rows is None else vr.rows)}</td>'
+            f'<td class="mono path">{_e(vr is not None and vr.result_path or "—")}</td></tr>'
         )
     return _table(["Vertex", "State", "Parallelism", "Attempts", "Rows", "Result path"], rows,
                   body_id="vertices-body", empty="This job has no vertices.")
 
 
-def render_subtask_table(vertices: Sequence[Mapping[str, Any]], job_id: object = "") -> str:
+def render_subtask_table(vertices: Sequence[VertexDetails], job_id: str = "") -> str:
     rows = (
-        f'<tr><td class="mono">{_e(vertex.get("id"))}</td><td>{_e(subtask.get("index"))}</td>'
-        f'<td>{_badge(subtask.get("state"))}</td><td>{_e(attempt_number(subtask))}</td>'
-        f'<td class="mono">{_e(subtask.get("taskmanager") or "—")}</td>'
-        f'<td>{log_link(job_id, vertex.get("id"), subtask)}</td></tr>'
+        f'<tr><td class="mono">{_e(vertex.id)}</td><td>{_e(subtask.index)}</td>'
+        f'<td>{_badge(subtask.state.value)}</td><td>{_e(attempt_number(subtask))}</td>'
+        f'<td class="mono">{_e(subtask.taskmanager or "—")}</td>'
+        f'<td>{log_link(job_id, vertex.id, subtask)}</td></tr>'
         for vertex in vertices
-        for subtask in vertex.get("subtasks") or []
+        for subtask in vertex.subtasks
     )
     return _table(["Vertex", "Subtask", "State", "Attempt", "TaskExecutor", "Output"], rows,
                   body_id="subtasks-body", empty="No subtasks yet.")
 
 
-def render_failures(result: Mapping[str, Any] | None) -> str:
+def render_failures(result: JobResult | None) -> str:
     """The job's root cause and each failed vertex's last failure, tracebacks included."""
-    if not result:
+    if result is None:
         return ""
     blocks = []
-    if result.get("failure"):
-        blocks.append(_render_failure("Root cause", result["failure"]))
-    for vertex_id, vr in (result.get("vertices") or {}).items():
-        if vr.get("failure"):
-            blocks.append(_render_failure(f"Vertex {vertex_id}", vr["failure"]))
+    if result.failure is not None:
+        blocks.append(_render_failure("Root cause", result.failure))
+    for vertex_id, vr in result.vertices.items():
+        if vr.failure is not None:
+            blocks.append(_render_failure(f"Vertex {vertex_id}", vr.failure))
     if not blocks:
         return ""
     return '<section class="panel failure"><h2>Failure</h2>' + "".join(blocks) + "</section>"
 
 
-def _render_failure(title: str, failure: Mapping[str, Any]) -> str:
+def _render_failure(title: str, failure: Failure) -> str:
     return (
-        f'<div class="failure-item"><h3>{_e(title)}: <span class="mono">{_e(failure.get("class"))}</span></h3>'
-        f'<p class="failure-message">{_e(failure.get("message"))}</p>'
-        f'<pre class="traceback">{_e(failure.get("traceback"))}</pre></div>'
+        f'<div class="failure-item"><h3>{_e(title)}: <span class="mono">{_e(failure.cls)}</span></h3>'
+        f'<p class="failure-message">{_e(failure.message)}</p>'
+        f'<pre class="traceback">{_e(failure.traceback)}</pre></div>'
     )
 
 
@@ -410,15 +430,15 @@ class PlacedVertex:
     y: int
 
 
-def layout_graph(vertices: Sequence[Mapping[str, Any]]) -> tuple[list[PlacedVertex], list[tuple[str, str]], int, int]:
+def layout_graph(vertices: Sequence[VertexDetails]) -> tuple[list[PlacedVertex], list[tuple[str, str]], int, int]:
     """Place vertices in columns by longest path from a source; return boxes, edges, width, height.
 
     Within a column, vertices are ordered by the mean row of their inputs (one barycentre
     pass), which keeps edges of the usual pipeline shapes from crossing.
     """
-    ids = [str(v.get("id")) for v in vertices]
+    ids = [v.id for v in vertices]
     known = set(ids)
-    inputs = {str(v.get("id")): [str(i) for i in v.get("inputs") or [] if str(i) in known] for v in vertices}
+    inputs = {v.id: [i for i in v.inputs if i in known] for v in vertices}
     depth: dict[str, int] = {}
 
     def depth_of(vertex_id: str, visiting: frozenset[str] = frozenset()) -> int:
@@ -462,13 +482,13 @@ def _label(text: str) -> str:
     return text if len(text) <= _LABEL_CHARS else text[: _LABEL_CHARS - 1] + "…"
 
 
-def render_graph_svg(vertices: Sequence[Mapping[str, Any]], result: Mapping[str, Any] | None = None) -> str:
+def render_graph_svg(vertices: Sequence[VertexDetails], result: JobResult | None = None) -> str:
     """The JobGraph as an SVG: boxes coloured by state, arrows from input to consumer."""
     if not vertices:
         return '<p class="empty">This job has no vertices.</p>'
     placed, edges, width, height = layout_graph(vertices)
-    by_id = {str(v.get("id")): v for v in vertices}
-    results = (result or {}).get("vertices") or {}
+    by_id = {v.id: v for v in vertices}
+    results = _vertex_results(result)
     where = {p.vertex_id: p for p in placed}
     parts = [
         f'<svg id="job-graph" class="job-graph" xmlns="http://www.w3.org/2000/svg" '
@@ -487,7 +507,7 @@ def render_graph_svg(vertices: Sequence[Mapping[str, Any]], result: Mapping[str,
         )
     for p in placed:
         vertex = by_id[p.vertex_id]
-        state = str(vertex.get("state") or "UNKNOWN")
+        state = vertex.state.value
         attempts = attempts_label(vertex, results.get(p.vertex_id))
         cx = p.x + BOX_WIDTH // 2
         parts.append(
@@ -496,7 +516,7 @@ def render_graph_svg(vertices: Sequence[Mapping[str, Any]], result: Mapping[str,
             f'<rect x="{p.x}" y="{p.y}" width="{BOX_WIDTH}" height="{BOX_HEIGHT}" rx="6"/>'
             f'<text class="v-name" x="{cx}" y="{p.y + 20}">{_e(_label(p.vertex_id))}</text>'
             f'<text class="v-state" x="{cx}" y="{p.y + 38}">{_e(state)}</text>'
-            f'<text class="v-meta" x="{cx}" y="{p.y + 56}">parallelism {_e(vertex.get("parallelism"))}'
+            f'<text class="v-meta" x="{cx}" y="{p.y + 56}">parallelism {_e(vertex.parallelism)}'
             f' · <tspan class="v-attempts">{_e(attempts)}</tspan></text>'
             "</g>"
         )

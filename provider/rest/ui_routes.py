@@ -26,14 +26,15 @@ from __future__ import annotations
 import asyncio
 import importlib.resources
 import logging
-from collections.abc import Mapping
 from functools import partial
 from typing import Any, Protocol
 
 from aiohttp import web
 
 from sparkdispatch.errors import SparkDispatchError
+from sparkdispatch.model.rest_shapes import AttemptLog, JobSummary, Overview, TaskManager
 from sparkdispatch.rest.ui_render import (
+    JobPage,
     leader_url,
     render_error_page,
     render_job,
@@ -60,25 +61,24 @@ _CONTENT_TYPES = {
 
 
 class UIView(Protocol):
-    """What the pages show, in the REST API's shapes (docs/rest-api.md)."""
+    """What the pages show, in the REST API's shapes (docs/rest-api.md, `model.rest_shapes`)."""
 
-    async def overview(self) -> dict[str, Any]:
+    async def overview(self) -> Overview:
         """The ``GET /overview`` body."""
 
-    async def jobs(self) -> list[dict[str, Any]]:
+    async def jobs(self) -> list[JobSummary]:
         """The entries of ``GET /jobs``."""
 
-    async def job(self, job_id: str) -> dict[str, Any]:
-        """The ``GET /jobs/{id}`` body, plus ``"result"`` (the JobResult dict) once terminal.
+    async def job(self, job_id: str) -> JobPage:
+        """The ``GET /jobs/{id}`` body, and the JobResult once terminal.
 
         Raises :class:`~sparkdispatch.errors.UnknownJob` for an id no job has.
         """
 
-    async def attempt_log(self, job_id: str, vertex_id: str, subtask: int,
-                          attempt: int | None) -> dict[str, Any] | None:
+    async def attempt_log(self, job_id: str, vertex_id: str, subtask: int, attempt: int | None) -> AttemptLog | None:
         """The ``GET /jobs/{id}/vertices/{vertex}/log`` body from offset 0; None while there is no log."""
 
-    async def taskmanagers(self) -> list[dict[str, Any]]:
+    async def taskmanagers(self) -> list[TaskManager]:
         """The entries of ``GET /taskmanagers``."""
 
 
@@ -155,15 +155,15 @@ class _UIPages:
         except SparkDispatchError as exc:
             return _error_response(exc, root="../", overview=overview,
                                    elsewhere=leader_url(overview, f"/ui/jobs/{job_id}"))
-        large = len(job.get("vertices", ())) > LARGE_JOB_VERTICES
+        details = job.details
+        large = len(details.vertices) > LARGE_JOB_VERTICES
         session = _session(request)
         may_cancel = session["user"] is None or session["user"].role.permits(Role.SUBMITTER)
         body = (await asyncio.to_thread(partial(render_job, job, may_cancel=may_cancel)) if large
                 else render_job(job, may_cancel=may_cancel))
         return _html_response(render_page(
-            title=f"Job {job.get('name') or job_id}", root="../", page="job", overview=overview,
-            body=body, data={"job-id": str(job.get("id", job_id)), "status": str(job.get("status", ""))},
-            **_session(request)))
+            title=f"Job {details.name or job_id}", root="../", page="job", overview=overview,
+            body=body, data={"job-id": details.id, "status": details.status.value}, **session))
 
     async def attempt_log(self, request: web.Request) -> web.Response:
         job_id = request.match_info["job_id"]
@@ -177,8 +177,8 @@ class _UIPages:
             return _error_response(exc, root="../../", overview=overview)
         data = {"job-id": job_id, "vertex": vertex_id, "subtask": str(subtask),
                 "attempt": "" if attempt is None else str(attempt),
-                "next-offset": str((piece or {}).get("next_offset", 0)),
-                "status": str((piece or {}).get("job_status", ""))}
+                "next-offset": str(piece.next_offset if piece is not None else 0),
+                "status": piece.job_status.value if piece is not None else ""}
         return _html_response(render_page(
             title=f"Log of {vertex_id}[{subtask}]", root="../../", page="log", overview=overview,
             body=render_log_page(job_id, vertex_id, subtask, attempt, piece), data=data, **_session(request)))
@@ -201,7 +201,7 @@ def _session(request: web.Request) -> dict[str, Any]:
     return {"csrf": request.get(CSRF_KEY), "user": caller.principal if caller is not None and caller.csrf else None}
 
 
-async def _overview_or_none(view: UIView) -> dict[str, Any] | None:
+async def _overview_or_none(view: UIView) -> Overview | None:
     """The overview for the leader banner; a page still renders when it cannot be had."""
     try:
         return await view.overview()
@@ -214,7 +214,7 @@ def _html_response(text: str, *, status: int = 200) -> web.Response:
     return web.Response(text=text, status=status, content_type="text/html", charset="utf-8")
 
 
-def _error_response(exc: SparkDispatchError, *, root: str, overview: Mapping[str, Any] | None,
+def _error_response(exc: SparkDispatchError, *, root: str, overview: Overview | None,
                     elsewhere: str | None = None) -> web.Response:
     return _html_response(render_error_page(exc, root=root, overview=overview, elsewhere=elsewhere),
                           status=exc.http_status)

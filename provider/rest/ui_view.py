@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
+from sparkdispatch.model.rest_shapes import AttemptLog, JobSummary, Overview, TaskManager
 from sparkdispatch.rest import views
-from sparkdispatch.rest.inputs import checked_id
 from sparkdispatch.rest.handlers import MasterView, RestHandlers
+from sparkdispatch.rest.inputs import checked_id
+from sparkdispatch.rest.ui_render import JobPage
 
 
 class RestUiView:
@@ -17,33 +18,29 @@ class RestUiView:
         self._master = master
         self._handlers = handlers
 
-    async def overview(self) -> dict[str, Any]:
+    async def overview(self) -> Overview:
         return await self._handlers.overview_body()
 
-    async def jobs(self) -> list[dict[str, Any]]:
+    async def jobs(self) -> list[JobSummary]:
         return [views.job_summary(job) for job in self._master.leader_components().dispatcher.job_overviews()]
 
-    async def job(self, job_id: str) -> dict[str, Any]:
+    async def job(self, job_id: str) -> JobPage:
         checked_id("job_id", job_id)
         dispatcher = self._master.leader_components().dispatcher
         snapshot = await dispatcher.job_snapshot(job_id)
         result = await dispatcher.job_result(job_id)
 
-        def details() -> dict[str, Any]:  # reads immutable values only: may run in a thread
-            body = views.job_details(snapshot)
-            if result is not None:
-                body["result"] = result.to_dict()
-            return body
+        def page() -> JobPage:  # reads immutable values only: may run in a thread
+            return JobPage(views.job_details(snapshot), result)
 
         if len(snapshot.vertices) > views.LARGE_JOB_VERTICES:
-            return await asyncio.to_thread(details)
-        return details()
+            return await asyncio.to_thread(page)
+        return page()
 
-    async def attempt_log(self, job_id: str, vertex_id: str, subtask: int,
-                          attempt: int | None) -> dict[str, Any] | None:
+    async def attempt_log(self, job_id: str, vertex_id: str, subtask: int, attempt: int | None) -> AttemptLog | None:
         checked_id("job_id", job_id)
         checked_id("vertex_id", vertex_id)
         return await self._handlers.attempt_log_body(job_id, vertex_id, subtask, attempt, 0)
 
-    async def taskmanagers(self) -> list[dict[str, Any]]:
-        return list(self._master.leader_components().resource_manager.task_executors())
+    async def taskmanagers(self) -> list[TaskManager]:
+        return self._master.leader_components().resource_manager.task_executors()

@@ -19,7 +19,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 LOG_DIR = "_logs"
 #: The most a single read returns.
@@ -45,7 +44,7 @@ def attempt_log_path(result_path: str, attempt: int) -> Path | None:
 
 
 @dataclass(frozen=True)
-class AttemptLog:
+class LogPiece:
     """A piece of one attempt's log: the bytes from `offset` to `next_offset`, as text."""
 
     subtask: int
@@ -54,27 +53,19 @@ class AttemptLog:
     next_offset: int
     text: str
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"subtask": self.subtask, "attempt": self.attempt, "offset": self.offset,
-                "next_offset": self.next_offset, "text": self.text}
-
 
 def read_attempt_log(results_dir: str, job_id: str, vertex_id: str, subtask: int, attempt: int | None,
-                     offset: int = 0, limit: int = MAX_READ_BYTES) -> AttemptLog | None:
+                     offset: int = 0, limit: int = MAX_READ_BYTES) -> LogPiece | None:
     """The log of `subtask`'s `attempt` (its latest attempt when None) from byte `offset`; None
     when there is none (yet, or the results directory is remote). Blocking.
 
     Two executions of one attempt (a deployment delivered twice) would each have a file; the
     first by name is read.
     """
-    root = _local(results_dir.rstrip("/"))
-    if root is None:
+    directory = _log_dir(results_dir, job_id, vertex_id)
+    if directory is None:
         return None
-    directory = root / job_id / vertex_id / LOG_DIR
-    try:
-        names = [m for name in sorted(p.name for p in directory.iterdir()) if (m := _NAME.fullmatch(name))]
-    except FileNotFoundError:
-        return None
+    names = _log_files(directory)
     found = [m for m in names if int(m.group(1)) == subtask and (attempt is None or int(m.group(2)) == attempt)]
     if not found:
         return None
@@ -82,5 +73,47 @@ def read_attempt_log(results_dir: str, job_id: str, vertex_id: str, subtask: int
     with open(directory / match.group(0), "rb") as file:
         file.seek(offset)
         data = file.read(min(limit, MAX_READ_BYTES))
-    return AttemptLog(subtask=subtask, attempt=int(match.group(2)), offset=offset, next_offset=offset + len(data),
+    return LogPiece(subtask=subtask, attempt=int(match.group(2)), offset=offset, next_offset=offset + len(data),
                       text=data.decode("utf-8", errors="replace"))
+
+
+@dataclass(frozen=True)
+class LogSize:
+    """How long one subtask's latest attempt log is, in bytes."""
+
+    subtask: int
+    attempt: int
+    size: int
+
+
+def latest_log_sizes(results_dir: str, job_id: str, vertex_id: str) -> list[LogSize]:
+    """Per subtask that has a log, the size of its latest attempt's, by subtask; one directory
+    listing and a `stat` per subtask (what a follower asks before it reads). Blocking."""
+    directory = _log_dir(results_dir, job_id, vertex_id)
+    if directory is None:
+        return []
+    latest: dict[int, tuple[int, str]] = {}
+    for match in _log_files(directory):
+        subtask, attempt = int(match.group(1)), int(match.group(2))
+        if subtask not in latest or attempt > latest[subtask][0]:
+            latest[subtask] = (attempt, match.group(0))
+    sizes = []
+    for subtask, (attempt, name) in sorted(latest.items()):
+        try:
+            sizes.append(LogSize(subtask, attempt, (directory / name).stat().st_size))
+        except FileNotFoundError:  # removed with the job's results meanwhile
+            continue
+    return sizes
+
+
+def _log_dir(results_dir: str, job_id: str, vertex_id: str) -> Path | None:
+    root = _local(results_dir.rstrip("/"))
+    return None if root is None else root / job_id / vertex_id / LOG_DIR
+
+
+def _log_files(directory: Path) -> list[re.Match[str]]:
+    """The attempt log files in `directory`, by name; none when it does not exist."""
+    try:
+        return [m for name in sorted(p.name for p in directory.iterdir()) if (m := _NAME.fullmatch(name))]
+    except FileNotFoundError:
+        return []

@@ -25,6 +25,7 @@ from sparkdispatch.errors import ERROR_HEADER, CorruptedBlob, ServiceUnavailable
 from sparkdispatch.ha.leader import LeaderInfo
 from sparkdispatch.client.loop_thread import LoopThread
 from sparkdispatch.model.protocol import ARTIFACT_NAME_HEADER, ExecutionStateUpdate, RegistrationAck, SlotReport
+from sparkdispatch.model.rest_shapes import Unregistered
 from sparkdispatch.tls import ClientTls, handshake_failure, refusal_hint
 
 log = logging.getLogger(__name__)
@@ -72,7 +73,7 @@ class AsyncMasterClient:
         """Leave the cluster now; False if the ResourceManager did not have this registration."""
         answer = await self._post(address, f"/taskexecutors/{task_executor_id}/unregister", session_id,
                                   {"registration_id": registration_id})
-        return bool(answer.get("unregistered")) if isinstance(answer, dict) else False
+        return Unregistered.from_dict(answer).unregistered
 
     async def heartbeat(self, address: str, session_id: str, task_executor_id: str, *, slot_report: SlotReport,
                         executions: list[dict[str, str]]) -> None:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sparkdispatch.model.rest_shapes import ExecutionResult, TaskManagerList
 from sparkdispatch.testing.chaos_audit import ChaosReport, audit, wait_for_cleanup
 from sparkdispatch.testing.chaos_model import (
     FAULT_KINDS,
@@ -237,8 +238,8 @@ class JobStream:
                 self._leader.forget(url)
                 time.sleep(0.2)
                 continue
-            if status == 200 and body["status"]["id"] == "COMPLETED":
-                record.result = dict(body["job_execution_result"])
+            if status == 200 and (result := ExecutionResult.from_dict(body).result) is not None:
+                record.result = result.to_dict()  # the audit compares it with the stores' JSON forms
                 record.result_at = time.time()
             elif status == 404:
                 record.unknown_answers.append(f"{time.strftime('%H:%M:%S')} from {url}")
@@ -356,7 +357,7 @@ class FaultInjector:
             return "the leader does not answer /taskmanagers"
         if status != 200:
             return f"the leader answered /taskmanagers with {status}"
-        heartbeats = {entry["id"]: entry.get("last_heartbeat") or 0 for entry in body.get("taskmanagers", [])}
+        heartbeats = {entry.id: entry.last_heartbeat or 0 for entry in TaskManagerList.from_dict(body).taskmanagers}
         for index in range(len(cluster.taskexecutors)):
             te = cluster.task_executor_id(index)
             if heartbeats.get(te, 0) < since * 1000:

@@ -22,6 +22,10 @@ Every problem is a `Finding` of one category:
   slot left behind once the jobs were cleaned;
 - crashed: a cluster process exited by itself; unhealed: the cluster did not heal after a fault,
   or no leader answered at the end.
+
+A job is judged on JSON forms: the JobResult it was answered with and its `GET /jobs` entries (each
+parsed by its shape when read, `model.rest_shapes`) are compared with what the stores hold, which
+may be torn or unreadable.
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
+from sparkdispatch.errors import InvalidShape
+from sparkdispatch.model.rest_shapes import JobList, Overview, TaskManagerList
 from sparkdispatch.testing.chaos_model import FAULT_KINDS, ChaosSettings, Crash, FaultRecord, JobRecord
 from sparkdispatch.testing.local_cluster import LocalCluster
 from sparkdispatch.testing.waiting import eventually_blocking
@@ -245,15 +251,15 @@ def slot_leftovers(cluster: LocalCluster, records: list[JobRecord]) -> list[Find
     found: list[Finding] = []
     try:
         leader = _leader_url(cluster)
-        _, overview = cluster.request("GET", leader + "/overview", timeout=10)
-        busy = int(overview["slots_total"]) - int(overview["slots_available"])
+        overview = Overview.from_dict(cluster.request("GET", leader + "/overview", timeout=10)[1])
+        busy = overview.slots_total - overview.slots_available
         if busy and not _open_jobs(records):
             _, body = cluster.request("GET", leader + "/taskmanagers", timeout=10)
-            held = [f"{te['id']}#{slot['index']}: {slot.get('job_id')}" for te in body.get("taskmanagers", [])
-                    for slot in te.get("slots", []) if slot.get("allocation_id")]
-            found.append(Finding("leftover", "slots", f"{busy} of {overview['slots_total']} slots still allocated: "
+            held = [f"{te.id}#{slot.index}: {slot.job_id}" for te in TaskManagerList.from_dict(body).taskmanagers
+                    for slot in te.slots if slot.allocation_id]
+            found.append(Finding("leftover", "slots", f"{busy} of {overview.slots_total} slots still allocated: "
                                  + ", ".join(held)))
-    except (OSError, TimeoutError, KeyError, TypeError) as exc:
+    except (OSError, TimeoutError, KeyError, TypeError, InvalidShape) as exc:
         found.append(Finding("leftover", "slots", f"the leader's slots could not be read: {exc}"))
     return found
 
@@ -348,14 +354,15 @@ def audit(cluster: LocalCluster, records: list[JobRecord], *, faults: list[Fault
 
 
 def _listing(cluster: LocalCluster) -> dict[str, list[dict[str, Any]]] | None:
-    """Job id -> its entries in the leader's `GET /jobs`; None when the leader cannot be asked."""
+    """Job id -> its entries in the leader's `GET /jobs` (their JSON forms, as the audit compares them);
+    None when the leader cannot be asked."""
     try:
         _, body = cluster.request("GET", _leader_url(cluster) + "/jobs", timeout=30)
         listing: dict[str, list[dict[str, Any]]] = {}
-        for entry in body["jobs"]:
-            listing.setdefault(entry["id"], []).append(entry)
+        for entry in JobList.from_dict(body).jobs:
+            listing.setdefault(entry.id, []).append(entry.to_dict())
         return listing
-    except (OSError, TimeoutError, KeyError, TypeError):
+    except (OSError, TimeoutError, KeyError, TypeError, InvalidShape):
         return None
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import aiohttp
 
 from sparkdispatch.client.loop_thread import LoopThread
+from sparkdispatch.model.rest_shapes import Artifact
 
 
 async def request_json(method: str, url: str, body: Any = None, *, token: str = "",
@@ -71,4 +72,4 @@ def upload_artifact(base_url: str, path: Path, *, token: str = "", timeout: floa
     status, body = _loop().run(upload_file(base_url.rstrip("/") + "/artifacts", path, token=token, timeout=timeout))
     if status != 201:
         raise RuntimeError(f"the artifact {path.name} was refused with {status}: {body}")
-    return str(body["key"])
+    return Artifact.from_dict(body).key

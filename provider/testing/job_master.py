@@ -34,6 +34,7 @@ from sparkdispatch.model.protocol import (
     TaskExecutorRegistration,
 )
 from sparkdispatch.model.repair import Repair
+from sparkdispatch.model.rest_shapes import TaskManager
 from sparkdispatch.resourcemanager import AllocatedSlot, ResourceManager, ResourceOverview, SlotListener
 from sparkdispatch.jobmaster.settings import JobMasterSettings, restart_strategy_from_config
 from sparkdispatch.resourcemanager.settings import ResourceManagerSettings
@@ -104,7 +105,7 @@ class FakeResourceManager:
     def overview(self) -> ResourceOverview:
         raise AssertionError("a JobMaster asks for no overview")
 
-    def task_executors(self) -> list[dict[str, Any]]:
+    def task_executors(self) -> list[TaskManager]:
         raise AssertionError("a JobMaster lists no TaskExecutors")
 
     def _allocate(self) -> None:

@@ -26,6 +26,8 @@ from sparkdispatch.client import SparkDispatchClient
 from sparkdispatch.config import Configuration
 from sparkdispatch.config.options import HA_MODE, REST_ADDRESS
 from sparkdispatch.errors import SparkDispatchError
+from sparkdispatch.model.job_result import JobResult
+from sparkdispatch.model.rest_shapes import Overview, Submitted
 from sparkdispatch.testing.http import http_json, upload_artifact
 from sparkdispatch.testing.job_result import wait_for_result
 from sparkdispatch.testing.services import file_tail, free_port, kill_process_group
@@ -173,7 +175,7 @@ class LocalCluster:
         """One HTTP call; (status, decoded JSON body or None)."""
         return http_json(method, url, body, token=self.config.auth_token, timeout=timeout)
 
-    def overview(self, index: int) -> dict[str, Any] | None:
+    def overview(self, index: int) -> Overview | None:
         """Master `index`'s own `GET /overview`; None when it is not running or does not answer."""
         process = self.masters[index]
         if process is None or process.poll() is not None:
@@ -182,12 +184,12 @@ class LocalCluster:
             status, body = self.request("GET", self.master_url(index) + "/overview", timeout=3)
         except OSError:
             return None
-        return dict(body) if status == 200 else None
+        return Overview.from_dict(body) if status == 200 else None
 
     def leaders(self) -> list[int]:
         """The masters whose `/overview` says they lead (two while a deposed leader has not noticed yet)."""
         return [index for index in range(len(self.masters))
-                if (overview := self.overview(index)) is not None and overview.get("is_leader")]
+                if (overview := self.overview(index)) is not None and overview.is_leader]
 
     def leader_index(self) -> int | None:
         return next(iter(self.leaders()), None)
@@ -204,7 +206,7 @@ class LocalCluster:
         def registered() -> bool:
             leaders = self.leaders()
             overview = self.overview(leaders[0]) if len(leaders) == 1 else None
-            return overview is not None and overview.get("taskmanagers", 0) >= count
+            return overview is not None and overview.taskmanagers >= count
 
         eventually_blocking(registered, f"{count} registered TaskExecutor(s)", timeout=timeout, interval=0.2,
                             processes=[self])
@@ -224,9 +226,9 @@ class LocalCluster:
         status, body = self.request("POST", self.leader_url() + "/jobs", graph)
         if status not in (200, 202):
             raise RuntimeError(f"submission refused with {status}: {body}")
-        return str(body["job_id"])
+        return Submitted.from_dict(body).job_id
 
-    def wait_for_result(self, job_id: str, *, timeout: float = 180.0) -> dict[str, Any]:
+    def wait_for_result(self, job_id: str, *, timeout: float = 180.0) -> JobResult:
         """The job's JobResult, asked of whichever master leads (following failovers)."""
         return wait_for_result(lambda: [self.master_url(index) for index in self.leaders()], job_id,
                                token=self.config.auth_token, timeout=timeout)
@@ -282,7 +284,7 @@ async def task_executors_registered(client: SparkDispatchClient, count: int, *,
     """Wait until the leader lists `count` TaskExecutors (an AssertionError as `eventually`'s)."""
     async def registered() -> bool:
         try:
-            return bool((await client.overview())["taskmanagers"] == count)
+            return (await client.overview()).taskmanagers == count
         except SparkDispatchError:  # no leader yet
             return False
 

@@ -33,7 +33,7 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 DAGS = REPO / "dags"
 ROWS = 3000
-CLUSTER_START_TIMEOUT_S = 180
+CLUSTER_START_TIMEOUT_S = 600  # an upper bound: a loaded machine starts Spark slowly
 OUTPUT = REPO / "tests" / "output"  # screenshots, git-ignored
 CHROMIUM = os.environ.get("SPARKDISPATCH_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
@@ -53,6 +53,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
             [command, "-D", f"rest.port={port}", "-D", "heartbeat.interval=500ms", "-D", "heartbeat.timeout=5s",
+             "-D", "taskexecutor.connect.start-timeout=5min",
              "standalone", "--storage", str(storage / "data"), "--taskexecutors", "1", "--slots", "3"],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
@@ -205,6 +206,39 @@ def test_an_example_dag_runs_to_one_finished_job(cluster: str, airflow: dict[str
     assert vertices["generate"]["rows"] == ROWS and vertices["report"]["rows"] == 4
 
 
+OLDEST_AIRFLOW = REPO / ".venv-airflow30"  # made by scripts/install.sh
+EXAMPLE_DAGS = ["sparkdispatch_sales_pipeline", "sparkdispatch_sales_pipeline_deferrable",
+                "sparkdispatch_submit_then_sense", "sparkdispatch_sales_job_group", "sparkdispatch_sales_by_size"]
+
+
+@pytest.mark.timeout(1200)  # five DAG runs, seven jobs, in a second Airflow that migrates its database first
+def test_the_example_dags_parse_and_run_on_the_oldest_supported_airflow(cluster: str, tmp_path: Path) -> None:
+    """Airflow 3.0 in a venv of its own (no ResumableJobMixin, no aget_connection there) parses the
+    example DAGs and runs each with `dag.test()`, deferred tasks' triggers included, against the
+    same cluster: every task succeeds and every job FINISHED."""
+    python = OLDEST_AIRFLOW / "bin" / "python"
+    if not python.exists():
+        pytest.fail(f"{OLDEST_AIRFLOW} is missing: run scripts/install.sh")
+    port = int(cluster.rsplit(":", 1)[1])
+    env = {key: value for key, value in os.environ.items() if not key.startswith("AIRFLOW")}
+    env.update({"AIRFLOW_HOME": str(tmp_path / "airflow-home"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+                "AIRFLOW_CONN_SPARKDISPATCH_DEFAULT": json.dumps(
+                    {"conn_type": "sparkdispatch", "host": "127.0.0.1", "port": port}),
+                "PATH": f"{python.parent}{os.pathsep}{os.environ.get('PATH', '')}"})
+    before = jobs(cluster)
+    done = subprocess.run([str(python), str(Path(__file__).with_name("airflow_dag_runner.py")), str(DAGS),
+                           *EXAMPLE_DAGS], env=env, capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["airflow"].startswith("3.0."), summary["airflow"]
+    assert summary["import_errors"] == {} and set(EXAMPLE_DAGS) <= set(summary["dags"]), summary
+    for dag_id in EXAMPLE_DAGS:
+        run = summary["runs"][dag_id]
+        assert "success" in run["state"] and all("success" in state for state in run["tasks"].values()), (dag_id, run)
+    new = [status for job_id, status in jobs(cluster).items() if job_id not in before]
+    assert new == ["FINISHED"] * 7, new  # one job per DAG run, three for the mapped one
+
+
 def test_clearing_a_finished_task_or_its_run_runs_its_job_again(cluster: str, airflow: dict[str, Any]) -> None:
     dag = airflow["sparkdispatch_sales_pipeline"]
     before = jobs(cluster)
@@ -235,7 +269,7 @@ class _TI:
 
 
 def _sales_operator(**kwargs: Any) -> Any:
-    from sparkdispatch.operators import SubmitJobGraphOperator
+    from sparkdispatch.operators import SparkDispatchSubmitJobOperator
 
     sys.path.insert(0, str(DAGS))
     try:
@@ -243,7 +277,7 @@ def _sales_operator(**kwargs: Any) -> Any:
     finally:
         sys.path.remove(str(DAGS))
     graph = json.loads(json.dumps(example_pipeline.SALES_REPORT).replace("{{ params.rows }}", str(ROWS)))
-    return SubmitJobGraphOperator(task_id="submit", job_graph=graph, artifacts=[str(DAGS / "pipelines")],
+    return SparkDispatchSubmitJobOperator(task_id="submit", job_graph=graph, artifacts=[str(DAGS / "pipelines")],
                                   poll_interval=0.5, deferrable=False, **kwargs)
 
 
@@ -295,26 +329,30 @@ def test_an_execution_timeout_cancels_the_running_job(cluster: str, airflow: dic
     assert list(new.values()) == ["CANCELED"], new
 
 
-def test_marking_a_deferred_vertex_task_failed_cancels_its_job_through_a_real_triggerer(
+def test_a_deferred_vertex_task_marked_failed_leaves_its_job_running_and_a_run_timeout_cancels_it(
         cluster: str, airflow: dict[str, Any], tmp_path: Path) -> None:
-    """A real `airflow triggerer` runs the deferred vertex task's trigger. Marking the task failed as
-    the UI does (`set_task_instance_state`) makes the triggerer cancel the trigger "by user action"
-    and call its `on_kill`, which cancels the job; the job is not orphaned."""
+    """A real `airflow triggerer` runs the triggers of two deferred vertex tasks of one job. Marking one
+    failed as the UI does (`set_task_instance_state`) makes the triggerer cancel its trigger "by user
+    action" and call its `on_kill`, which asks Airflow why (the task instance is FAILED) and leaves
+    the job running for the other. Then the DAG run times out as the scheduler times it out (the run
+    FAILED, its unfinished task SKIPPED, in one transaction): the other trigger's `on_kill` finds its
+    task SKIPPED and cancels the job."""
     from datetime import datetime
 
     from airflow import settings
     from airflow.models.dagrun import get_or_create_dagrun
     from airflow.sdk import DAG, timezone
     from airflow.serialization.serialized_objects import DagSerialization
-    from airflow.utils.state import TaskInstanceState
+    from airflow.utils.state import DagRunState, TaskInstanceState
     from airflow.utils.types import DagRunTriggeredByType
 
     from sparkdispatch.operators import SparkDispatchJobGroup, SparkDispatchVertexOperator
 
     with DAG(f"e2e_triggerer_{time.time_ns()}", schedule=None, start_date=datetime(2026, 1, 1)) as dag:
         with SparkDispatchJobGroup(group_id="slow", artifacts=[str(DAGS / "pipelines")]):
-            SparkDispatchVertexOperator(task_id="generate", entrypoint="pipelines.sales:generate", deferrable=True,
-                                        params={"rows": "50000000"}, poll_interval=0.5)  # runs for minutes
+            for name in ("generate", "other"):  # each runs for minutes
+                SparkDispatchVertexOperator(task_id=name, entrypoint="pipelines.sales:generate", deferrable=True,
+                                            vertex_params={"rows": "50000000"}, poll_interval=0.5)
     serialize(dag)
     before = jobs(cluster)
     assert settings.Session is not None  # set up by Airflow's configuration
@@ -329,6 +367,7 @@ def test_marking_a_deferred_vertex_task_failed_cancels_its_job_through_a_real_tr
             conf=None, triggered_by=DagRunTriggeredByType.TEST, triggering_user_name="e2e", start_date=now,
             session=session)
         drive(dag, run, session, until_deferred="slow.generate")  # the launch task ran; generate deferred
+        drive(dag, run, session, until_deferred="slow.other")
         [job_id] = [job_id for job_id in jobs(cluster) if job_id not in before]
         with open(log_path, "wb") as log:
             triggerer = subprocess.Popen(
@@ -336,20 +375,32 @@ def test_marking_a_deferred_vertex_task_failed_cancels_its_job_through_a_real_tr
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                 env=os.environ.copy())
         watched = WatchedProcess("the triggerer", triggerer, lambda: trigger_logs(log_path))
-        started = re.compile(r"trigger \S+/slow\.generate/\S+ \(ID \d+\) starting")
-        eventually_blocking(lambda: started.search(trigger_logs(log_path)) is not None,
-                            "the triggerer to start the trigger", timeout=120, interval=0.5, processes=[watched])
+        started = re.compile(r"trigger \S+/slow\.(generate|other)/\S+ \(ID \d+\) starting")
+        eventually_blocking(lambda: {m[1] for m in started.finditer(trigger_logs(log_path))} == {"generate", "other"},
+                            "the triggerer to start both triggers", timeout=120, interval=0.5, processes=[watched])
         assert jobs(cluster)[job_id] == "RUNNING"
         scheduler_dag.set_task_instance_state(task_id="slow.generate", run_id=run.run_id,
                                               state=TaskInstanceState.FAILED, session=session)  # "Mark as failed"
         session.commit()
+        eventually_blocking(lambda: "the job runs on" in trigger_logs(log_path), "the marked task's on_kill",
+                            timeout=90, interval=0.5, processes=[watched])
+        assert "invoking on_kill" in trigger_logs(log_path)
+        assert jobs(cluster)[job_id] == "RUNNING"
+        # the DAG run's timeout, as SchedulerJobRunner applies it
+        run.set_state(DagRunState.FAILED)
+        other = run.get_task_instance("slow.other", session=session)
+        assert other is not None
+        other.state = TaskInstanceState.SKIPPED
+        session.merge(other)
+        session.commit()
         eventually_blocking(lambda: jobs(cluster)[job_id] == "CANCELED", f"job {job_id} to be CANCELED", timeout=90,
                             interval=0.5, processes=[watched])
-        assert "invoking on_kill" in trigger_logs(log_path)
     finally:
         session.close()
         if triggerer is not None:
             stop_process_group(triggerer, grace_s=30)
+        if job_id_of := [j for j, status in jobs(cluster).items() if j not in before and status == "RUNNING"]:
+            http_json("PATCH", f"{cluster}/jobs/{job_id_of[0]}?mode=cancel", timeout=10)  # it runs for minutes
 
 
 def trigger_logs(triggerer_log: Path) -> str:
@@ -369,19 +420,19 @@ def test_decorated_functions_run_as_vertices_of_a_group_and_as_a_job_of_their_ow
     with DAG(f"e2e_decorated_{time.time_ns()}", schedule=None, start_date=datetime(2026, 1, 1)) as dag:
         with SparkDispatchJobGroup(group_id="numbers", restart_strategy={"type": "fixed-delay", "attempts": 0,
                                                                           "delay_s": 0}):
-            @task.sparkdispatch(parallelism=2, params={"n": "100"}, poll_interval=0.5)
+            @task.sparkdispatch(parallelism=2, vertex_params={"n": "100"}, poll_interval=0.5)
             def numbers(ctx: Any) -> Any:
                 print(f"numbers says hello from subtask {ctx.subtask_index}")
                 return ctx.spark.range(int(ctx.params["n"])).where(f"id % {ctx.parallelism} = {ctx.subtask_index}")
 
             @task.sparkdispatch(poll_interval=0.5, deferrable=True)  # waits in the (inline) triggerer
-            def total(ctx: Any) -> Any:
+            def total(ctx: Any, numbers: Any, column: str) -> Any:
                 from pyspark.sql import functions as F
 
                 print("total adds them up")
-                return ctx.inputs["numbers"].agg(F.sum("id").alias("total"))
+                return numbers.agg(F.sum(column).alias("total"))
 
-            numbers() >> total()  # type: ignore[call-arg,misc]  # Airflow types a @task function's call as its own
+            total(numbers(), "id")  # type: ignore[call-arg,misc]  # TaskFlow: numbers' output is total's input DataFrame
 
         @task.sparkdispatch(poll_interval=0.5, deferrable=False)
         def alone(ctx: Any) -> Any:
@@ -419,6 +470,29 @@ def test_decorated_functions_run_as_vertices_of_a_group_and_as_a_job_of_their_ow
     assert status == 200 and printed == ["numbers says hello from subtask 1"], piece
 
 
+def test_a_decorated_task_mapped_outside_a_group_runs_one_job_per_map_index(cluster: str,
+                                                                           airflow: dict[str, Any]) -> None:
+    from datetime import datetime
+
+    from airflow.sdk import DAG, task
+
+    with DAG(f"e2e_mapped_{time.time_ns()}", schedule=None, start_date=datetime(2026, 1, 1)) as dag:
+        @task.sparkdispatch(poll_interval=0.5)
+        def sized(ctx: Any, rows: int) -> Any:
+            return ctx.spark.range(rows)
+
+        sized.expand(rows=[2, 3])
+    serialize(dag)
+    before = jobs(cluster)
+    run = dag.test()
+    assert "success" in str(run.state).lower(), run.state
+    new = {job_id: status for job_id, status in jobs(cluster).items() if job_id not in before}
+    assert sorted(new.values()) == ["FINISHED"] * 2, new
+    rows = sorted(http_json("GET", f"{cluster}/jobs/{job_id}/execution-result", timeout=10)[1]
+                  ["job_execution_result"]["vertices"]["sized"]["rows"] for job_id in new)
+    assert rows == [2, 3]
+
+
 def test_a_failed_vertex_cleared_in_airflow_is_repaired_without_running_its_upstream_again(
         cluster: str, airflow: dict[str, Any], tmp_path: Path, lineage_file: Path) -> None:
     from datetime import datetime
@@ -431,13 +505,13 @@ def test_a_failed_vertex_cleared_in_airflow_is_repaired_without_running_its_upst
     markers.mkdir()
     with DAG(f"e2e_repair_{time.time_ns()}", schedule=None, start_date=datetime(2026, 1, 1)) as dag:
         with SparkDispatchJobGroup(group_id="fix", restart_strategy={"type": "none"}):
-            @task.sparkdispatch(params={"markers": str(markers)}, poll_interval=0.5, deferrable=False)
+            @task.sparkdispatch(vertex_params={"markers": str(markers)}, poll_interval=0.5, deferrable=False)
             def gen(ctx: Any) -> Any:
                 with open(f"{ctx.params['markers']}/gen", "a") as marker:
                     marker.write(f"{ctx.attempt}\n")
                 return ctx.spark.range(10)
 
-            @task.sparkdispatch(params={"markers": str(markers)}, poll_interval=0.5, deferrable=True)
+            @task.sparkdispatch(vertex_params={"markers": str(markers)}, poll_interval=0.5, deferrable=True)
             def flaky(ctx: Any) -> Any:
                 import os
 
@@ -449,7 +523,7 @@ def test_a_failed_vertex_cleared_in_airflow_is_repaired_without_running_its_upst
                     raise ValueError("the first run of flaky fails")
                 return ctx.inputs["gen"].where("id < 4")
 
-            @task.sparkdispatch(params={"markers": str(markers)}, poll_interval=0.5, deferrable=False)
+            @task.sparkdispatch(vertex_params={"markers": str(markers)}, poll_interval=0.5, deferrable=False)
             def after(ctx: Any) -> Any:
                 with open(f"{ctx.params['markers']}/after", "a") as marker:
                     marker.write(f"{ctx.attempt}\n")
@@ -519,7 +593,7 @@ def test_the_sensor_fails_with_the_remote_traceback(cluster: str, airflow: dict[
     from airflow.sdk.exceptions import AirflowFailException
 
     from sparkdispatch.client import SparkDispatchClient, SyncSparkDispatchClient
-    from sparkdispatch.operators import JobResultSensor
+    from sparkdispatch.operators import SparkDispatchJobSensor
 
     package = tmp_path / "broken_tasks"
     package.mkdir()
@@ -529,7 +603,7 @@ def test_the_sensor_fails_with_the_remote_traceback(cluster: str, airflow: dict[
         key = client.upload_artifact(package)
         job_id = client.submit({"name": "broken", "artifacts": [key], "restart_strategy": {"type": "none"},
                                 "vertices": [{"id": "explode", "entrypoint": "broken_tasks.tasks:explode"}]}).job_id
-    sensor = JobResultSensor(task_id="wait", job_id=job_id, poke_interval=0.5, timeout=120, deferrable=False)
+    sensor = SparkDispatchJobSensor(task_id="wait", job_id=job_id, poke_interval=0.5, timeout=120, deferrable=False)
     with pytest.raises(AirflowFailException, match="ValueError: order 42 has no price"):
         sensor.execute(cast("Context", {"ti": _TI("sensor")}))
     assert "raise ValueError('order 42 has no price')" in capfd.readouterr().out

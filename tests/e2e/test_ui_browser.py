@@ -7,7 +7,6 @@ Screenshots go to tests/output/ (git-ignored) for a person to look at.
 
 from __future__ import annotations
 
-import copy
 import os
 import shutil
 from collections.abc import AsyncIterator, Iterator
@@ -21,6 +20,17 @@ from aiohttp import web
 
 from sparkdispatch.config import Configuration
 from sparkdispatch.errors import UnknownJob
+from sparkdispatch.model.job_result import JobResult
+from sparkdispatch.model.rest_shapes import (
+    AttemptLog,
+    JobDetails,
+    JobList,
+    JobSummary,
+    Overview,
+    TaskManager,
+    TaskManagerList,
+)
+from sparkdispatch.rest.ui_render import JobPage
 from sparkdispatch.rest.ui_routes import add_ui_routes
 from sparkdispatch.testing.local_cluster import LocalCluster
 from sparkdispatch.testing.services import free_port
@@ -78,7 +88,7 @@ def sales_result() -> dict[str, Any]:
 
 @dataclass
 class ScriptedView:
-    """The reads the UI needs, answered from dicts the test sets (the UIView protocol)."""
+    """The reads the UI needs, answered from dicts the test sets (the UIView protocol: their shapes)."""
 
     jobs_by_id: dict[str, dict[str, Any]] = field(default_factory=dict)
     results: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -87,64 +97,63 @@ class ScriptedView:
     leader: str | None = None
     requests: list[str] = field(default_factory=list)
 
-    async def overview(self) -> dict[str, Any]:
+    async def overview(self) -> Overview:
         statuses = [job["status"] for job in self.jobs_by_id.values()]
-        return {
-            "is_leader": self.is_leader, "leader": self.leader, "taskmanagers": len(self.tms),
-            "slots_total": sum(tm["slots_total"] for tm in self.tms),
-            "slots_available": sum(tm["slots_free"] for tm in self.tms),
-            "jobs_running": sum(s not in TERMINAL for s in statuses),
-            "jobs_finished": statuses.count("FINISHED"), "jobs_failed": statuses.count("FAILED"),
-            "jobs_cancelled": statuses.count("CANCELED"),
-        }
+        return Overview(
+            is_leader=self.is_leader, leader=self.leader, taskmanagers=len(self.tms),
+            slots_total=sum(tm["slots_total"] for tm in self.tms),
+            slots_available=sum(tm["slots_free"] for tm in self.tms),
+            jobs_running=sum(s not in TERMINAL for s in statuses),
+            jobs_finished=statuses.count("FINISHED"), jobs_failed=statuses.count("FAILED"),
+            jobs_cancelled=statuses.count("CANCELED"),
+        )
 
-    async def jobs(self) -> list[dict[str, Any]]:
+    async def jobs(self) -> list[JobSummary]:
         return [
-            {"id": job["id"], "name": job["name"], "status": job["status"], "start_time": job["start_time"],
-             "end_time": job["end_time"], "duration_ms": None}
+            JobSummary.from_dict({"id": job["id"], "name": job["name"], "status": job["status"],
+                                  "start_time": job["start_time"], "end_time": job["end_time"], "duration_ms": None})
             for job in self.jobs_by_id.values()
         ]
 
-    async def job(self, job_id: str) -> dict[str, Any]:
+    async def job(self, job_id: str) -> JobPage:
         if job_id not in self.jobs_by_id:
             raise UnknownJob(job_id)
-        job = copy.deepcopy(self.jobs_by_id[job_id])
-        if job_id in self.results:
-            job["result"] = self.results[job_id]
-        return job
+        result = self.results.get(job_id)
+        return JobPage(JobDetails.from_dict({"repairs": [], **self.jobs_by_id[job_id]}),
+                       None if result is None else JobResult.from_dict(result))
 
-    async def taskmanagers(self) -> list[dict[str, Any]]:
-        return copy.deepcopy(self.tms)
+    async def taskmanagers(self) -> list[TaskManager]:
+        return [TaskManager.from_dict(tm) for tm in self.tms]
 
-    async def attempt_log(self, job_id: str, vertex_id: str, subtask: int,
-                          attempt: int | None) -> dict[str, Any] | None:
+    async def attempt_log(self, job_id: str, vertex_id: str, subtask: int, attempt: int | None) -> AttemptLog | None:
         return None  # no attempt of a scripted job wrote a log
 
 
 def taskmanager(te_id: str, *, busy_with: str | None) -> dict[str, Any]:
     slots = [{"index": 0, "allocation_id": "alloc-1" if busy_with else None, "job_id": busy_with},
              {"index": 1, "allocation_id": None, "job_id": None}]
-    return {"id": te_id, "hostname": f"{te_id}.local", "slots_total": 2, "slots_free": 1 if busy_with else 2,
-            "slots": slots, "last_heartbeat": 1_763_800_003_000}
+    return {"id": te_id, "hostname": f"{te_id}.local", "queue": f"sparkdispatch.te.{te_id}", "spark_master": "local[2]",
+            "registered_at": 1_763_799_000_000, "slots_total": 2, "slots_free": 1 if busy_with else 2,
+            "slots": slots, "idle_since": None, "idle": False, "last_heartbeat": 1_763_800_003_000,
+            "executions": []}
 
 
 def add_rest_routes(app: web.Application, view: ScriptedView) -> None:
     """The REST contract's read endpoints over the same view (docs/rest-api.md shapes)."""
 
     async def overview(request: web.Request) -> web.Response:
-        return web.json_response(await view.overview())
+        return web.json_response((await view.overview()).to_dict())
 
     async def jobs(request: web.Request) -> web.Response:
-        return web.json_response({"jobs": await view.jobs()})
+        return web.json_response(JobList(tuple(await view.jobs())).to_dict())
 
     async def job(request: web.Request) -> web.Response:
         view.requests.append(request.path)
         try:
-            body = await view.job(request.match_info["job_id"])
+            page = await view.job(request.match_info["job_id"])
         except UnknownJob as exc:
             return web.json_response({"errors": exc.messages()}, status=404)
-        body.pop("result", None)
-        return web.json_response(body)
+        return web.json_response(page.details.to_dict())
 
     async def execution_result(request: web.Request) -> web.Response:
         view.requests.append(request.path)
@@ -156,7 +165,7 @@ def add_rest_routes(app: web.Application, view: ScriptedView) -> None:
         return web.json_response({"status": {"id": "COMPLETED"}, "job_execution_result": view.results[job_id]})
 
     async def taskmanagers(request: web.Request) -> web.Response:
-        return web.json_response({"taskmanagers": await view.taskmanagers()})
+        return web.json_response(TaskManagerList(tuple(await view.taskmanagers())).to_dict())
 
     for prefix in ("", "/v1"):
         app.router.add_get(f"{prefix}/overview", overview)

@@ -108,8 +108,8 @@ async def test_a_task_executor_without_the_masters_storage_runs_a_job_with_code_
                              {"id": "double", "entrypoint": "job_tasks:double", "parallelism": 1,
                               "inputs": ["numbers"]}]})).job_id
             result = await asyncio.wait_for(client.wait_for_result(job_id, poll_interval=0.2), WAIT_S)
-        assert result["status"] == "FINISHED", result.get("failure")
-        assert result["vertices"]["double"]["rows"] == 10
+        assert result.status == "FINISHED", result.failure
+        assert result.vertices["double"].rows == 10
         assert not (tmp_path / "te-host" / "blobs").exists()  # it never read the masters' store
         cached = list((tmp_path / "te-host" / "te-cache").glob(f"*/{key}/job_tasks.py"))
         assert len(cached) == 1 and cached[0].read_bytes() == TASKS.read_bytes()

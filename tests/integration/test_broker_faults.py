@@ -85,9 +85,9 @@ async def test_a_deployment_lost_on_the_way_fails_over_and_the_job_finishes(
             job_id = (await client.submit(graph("dropped", key, tmp_path, sleep_s=0, restart={
                 "type": "fixed-delay", "attempts": 1, "delay_s": 0.1}))).job_id
             result = await asyncio.wait_for(client.wait_for_result(job_id, poll_interval=0.2), WAIT_S)
-        assert result["status"] == "FINISHED", result.get("failure")
-        assert result["vertices"]["double"]["attempts"] == 2 and result["vertices"]["numbers"]["attempts"] == 1
-        assert result["vertices"]["double"]["rows"] == 10
+        assert result.status == "FINISHED", result.failure
+        assert result.vertices["double"].attempts == 2 and result.vertices["numbers"].attempts == 1
+        assert result.vertices["double"].rows == 10
         dropped = gateway.dropped
         assert dropped is not None
         lost_at = next(at for at, tdd in gateway.sent if tdd is dropped)
@@ -126,13 +126,13 @@ async def test_a_redis_restart_while_a_job_deploys_costs_no_restart_and_no_task_
             redis.start()
             restarted = time.monotonic()
             result = await asyncio.wait_for(client.wait_for_result(job_id, poll_interval=0.2), WAIT_S)
-            assert result["status"] == "FINISHED", result.get("failure")
-            assert {vid: v["attempts"] for vid, v in result["vertices"].items()} == {"numbers": 1, "double": 1}
+            assert result.status == "FINISHED", result.failure
+            assert {vid: v.attempts for vid, v in result.vertices.items()} == {"numbers": 1, "double": 1}
             # its heartbeats go on after the worker reconnected (Celery 5.6 clears the worker's timer
             # then): past a heartbeat timeout, the TaskExecutor is still there, registered once
             await asyncio.sleep(max(0.0, restarted + 15.0 + 2.0 - time.monotonic()))
             [after] = await client.taskmanagers()
-            assert after["id"] == before["id"] and after["registered_at"] == before["registered_at"]
+            assert after.id == before.id and after.registered_at == before.registered_at
     finally:
         te.kill()
         await master.stop()

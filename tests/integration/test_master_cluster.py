@@ -88,13 +88,13 @@ def test_fan_out_fan_in_graph_produces_the_expected_rows(cluster: LocalCluster, 
         vertex("total", "total", inputs=("double", "square"), log_dir=log),
     ], tasks_key)
     result = cluster.wait_for_result(cluster.submit(graph))
-    assert result["status"] == "FINISHED", result.get("failure")
-    rows = {vid: v.get("rows") for vid, v in result["vertices"].items()}
+    assert result.status == "FINISHED", result.failure
+    rows = {vid: v.rows for vid, v in result.vertices.items()}
     assert rows == {"numbers": 100, "double": 100, "square": 100, "total": 1}
-    assert all(v["attempts"] == 1 for v in result["vertices"].values())
-    total = spark.read.parquet(*result["vertices"]["total"]["partitions"]).collect()
+    assert all(v.attempts == 1 for v in result.vertices.values())
+    total = spark.read.parquet(*result.vertices["total"].partitions).collect()
     assert [(r.doubled, r.squared) for r in total] == [(2 * sum(range(100)), sum(n * n for n in range(100)))]
-    assert result["duration_ms"] == result["end_time"] - result["start_time"]
+    assert result.duration_ms == result.end_time - result.start_time
 
 
 def test_a_vertex_failing_twice_restarts_only_itself(cluster: LocalCluster, tasks_key: str, tmp_path: Path) -> None:
@@ -104,9 +104,9 @@ def test_a_vertex_failing_twice_restarts_only_itself(cluster: LocalCluster, task
         vertex("flaky", "flaky", inputs=("numbers",), fail_attempts=2, log_dir=log),
     ], tasks_key, restart_strategy={"type": "fixed-delay", "attempts": 3, "delay_s": 0.1})
     result = cluster.wait_for_result(cluster.submit(graph))
-    assert result["status"] == "FINISHED", result.get("failure")
-    assert result["vertices"]["flaky"]["attempts"] == 3
-    assert result["vertices"]["numbers"]["attempts"] == 1
+    assert result.status == "FINISHED", result.failure
+    assert result.vertices["flaky"].attempts == 3
+    assert result.vertices["numbers"].attempts == 1
     assert len(runs(tmp_path, "numbers")) == 1
     assert len(runs(tmp_path, "flaky")) == 3
 
@@ -115,11 +115,11 @@ def test_exhausted_restarts_fail_the_job_with_the_remote_traceback(cluster: Loca
     graph = job("failing", [vertex("bad", "failing")], tasks_key,
                 restart_strategy={"type": "fixed-delay", "attempts": 1, "delay_s": 0.05})
     result = cluster.wait_for_result(cluster.submit(graph))
-    assert result["status"] == "FAILED"
-    assert result["failure"]["class"] == "ValueError"
-    assert "bad input row 42" in result["failure"]["message"]
-    assert "job_tasks.py" in result["failure"]["traceback"]
-    assert result["vertices"]["bad"]["attempts"] == 2
+    assert result.status == "FAILED" and result.failure is not None
+    assert result.failure.cls == "ValueError"
+    assert "bad input row 42" in result.failure.message
+    assert "job_tasks.py" in result.failure.traceback
+    assert result.vertices["bad"].attempts == 2
 
 
 def test_cancel_stops_running_spark_work_and_frees_the_slots(cluster: LocalCluster, tasks_key: str,
@@ -130,7 +130,7 @@ def test_cancel_stops_running_spark_work_and_frees_the_slots(cluster: LocalClust
     status, _ = cluster.request("PATCH", f"{cluster.leader_url()}/jobs/{job_id}?mode=cancel", {})
     assert status == 202
     result = cluster.wait_for_result(job_id, timeout=60)
-    assert result["status"] == "CANCELED"
+    assert result.status == "CANCELED"
     def slots_free() -> bool:
         overview = cluster.request("GET", cluster.leader_url() + "/overview")[1]
         return bool(overview["slots_available"] == overview["slots_total"])
@@ -151,7 +151,7 @@ def test_the_same_id_submitted_20_times_at_once_runs_once(cluster: LocalCluster,
         answers = list(pool.map(lambda _: cluster.request("POST", url, graph), range(20)))
     assert sorted(status for status, _ in answers) == [200] * 19 + [202]
     assert {body["job_id"] for _, body in answers} == {job_id}
-    assert cluster.wait_for_result(job_id)["status"] == "FINISHED"
+    assert cluster.wait_for_result(job_id).status == "FINISHED"
     assert len(runs(tmp_path, "numbers")) == 1
     assert sum(1 for j in cluster.request("GET", cluster.leader_url() + "/jobs")[1]["jobs"] if j["id"] == job_id) == 1
     status, body = cluster.request("POST", url, graph)  # the same job again, after it ended: not run again
@@ -167,7 +167,7 @@ def test_fifty_concurrent_submissions_all_finish(cluster: LocalCluster, tasks_ke
         job_ids = list(pool.map(lambda _: cluster.submit(graph), range(50)))
     assert len(set(job_ids)) == 50
     for job_id in job_ids:
-        assert cluster.wait_for_result(job_id)["status"] == "FINISHED"
+        assert cluster.wait_for_result(job_id).status == "FINISHED"
 
 
 @pytest.mark.parametrize(("body", "status", "words"), [
@@ -218,8 +218,8 @@ def test_a_taskexecutor_killed_mid_task_loses_nothing(cluster: LocalCluster, tas
     cluster.kill_task_executor(index, signal.SIGKILL)
     try:
         result = cluster.wait_for_result(job_id)
-        assert result["status"] == "FINISHED", result.get("failure")
-        assert result["vertices"]["slow"]["attempts"] == 2  # restarted on the surviving TaskExecutor
+        assert result.status == "FINISHED", result.failure
+        assert result.vertices["slow"].attempts == 2  # restarted on the surviving TaskExecutor
         assert len(runs(tmp_path, "numbers")) == 1  # its finished upstream was reused
         assert len(runs(tmp_path, "slow", "end")) == 1
     finally:
@@ -243,7 +243,7 @@ def submit_three_stages(cluster: LocalCluster, name: str, tasks_key: str, log_di
 def assert_finished_once(cluster: LocalCluster, job_id: str, log_dir: Path) -> None:
     """A `submit_three_stages` job finished with nothing lost or run twice; the leader lists it once."""
     result = cluster.wait_for_result(job_id)
-    assert result["status"] == "FINISHED", result.get("failure")
+    assert result.status == "FINISHED", result.failure
     assert len(runs(log_dir, "numbers")) == 1
     assert len(runs(log_dir, "last", "end")) == 1
     jobs = cluster.request("GET", cluster.leader_url() + "/jobs")[1]["jobs"]
@@ -289,7 +289,7 @@ def test_a_job_whose_cleanup_fails_is_cleaned_by_the_next_leader_and_not_rerun(
                                          admin=True)])
         job_id = cluster.submit(job("cleanup", [vertex("numbers", "numbers", rows=5, log_dir=str(tmp_path))],
                                     tasks_key))
-        assert cluster.wait_for_result(job_id)["status"] == "FINISHED"
+        assert cluster.wait_for_result(job_id).status == "FINISHED"
         dirty = cluster.config.storage_dir / "job-result-store" / cluster.config.get(HA_CLUSTER_ID) \
             / f"{job_id}_DIRTY.json"
         time.sleep(1.0)  # room for a cleanup, which cannot succeed

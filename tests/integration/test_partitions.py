@@ -21,6 +21,7 @@ import aiohttp
 import pytest
 
 from sparkdispatch.client import RetryPolicy, SparkDispatchClient
+from sparkdispatch.model.job_result import JobResult
 from sparkdispatch.testing.hosts import CLUSTER_TOKEN, ZOOKEEPER_PORT, MultiHostCluster, available
 from sparkdispatch.testing.waiting import eventually
 
@@ -75,7 +76,7 @@ async def leaders(cluster: MultiHostCluster, among: list[str] | None = None) -> 
 
 
 async def run_job(client: SparkDispatchClient, key: str, log_dir: Path, name: str, *, sleep_s: float = 0.0,
-                  while_running: Any = None) -> dict[str, Any]:
+                  while_running: Any = None) -> JobResult:
     job_id = (await client.submit({
         "name": name, "artifacts": [key], "restart_strategy": {"type": "fixed-delay", "attempts": 3, "delay_s": 0.5},
         "vertices": [{"id": "numbers", "entrypoint": "job_tasks:numbers", "parallelism": 2,
@@ -86,9 +87,9 @@ async def run_job(client: SparkDispatchClient, key: str, log_dir: Path, name: st
         await eventually(lambda: _started(log_dir), f"{name} to run", timeout=WAIT_S, interval=0.05)
         await while_running()
     result = await asyncio.wait_for(client.wait_for_result(job_id, poll_interval=0.3), WAIT_S)
-    assert result["status"] == "FINISHED", result.get("failure")
-    assert result["vertices"]["double"]["rows"] == 10
-    return dict(result)
+    assert result.status == "FINISHED", result.failure
+    assert result.vertices["double"].rows == 10
+    return result
 
 
 async def _started(log_dir: Path) -> bool:
@@ -149,11 +150,11 @@ async def test_partitions_of_masters_zookeeper_and_task_executors(
 
     result = await run_job(client, key, tmp_path / "te-drop", "taskexecutor-dropped", sleep_s=8.0,
                            while_running=drop_a_task_executor)
-    assert result["vertices"]["numbers"]["attempts"] == 2
+    assert result.vertices["numbers"].attempts == 2
     await eventually(lambda: _task_executors(client, 2), "both TaskExecutors registered again", timeout=WAIT_S,
                      interval=0.05)
     stale = [line for name in ("master-1", "master-2") for line in cluster.log_lines(name)
-             if "still runs stale execution" in line and result["job_id"] in line]
+             if "still runs stale execution" in line and result.job_id in line]
     assert stale and "taskexecutor-1" in stale[0], stale
 
     # 4. a TaskExecutor's packets dropped while a job runs, until it ends; right after it is back, the
@@ -177,7 +178,7 @@ async def test_partitions_of_masters_zookeeper_and_task_executors(
 
     result = await run_job(client, key, tmp_path / "broker-cut", "broker-cut", sleep_s=1.0,
                            while_running=separate_the_broker)
-    assert {vertex: outcome["attempts"] for vertex, outcome in result["vertices"].items()} == {
+    assert {vertex: outcome.attempts for vertex, outcome in result.vertices.items()} == {
         "numbers": 1, "double": 1}
 
     # 5. the ZooKeeper majority cut off: no master leads; nothing is lost; work resumes afterwards
@@ -189,7 +190,7 @@ async def test_partitions_of_masters_zookeeper_and_task_executors(
     await eventually(lambda: _one_leader(cluster), "a leader again", timeout=WAIT_S, interval=0.05)
     await run_job(client, key, tmp_path / "after-quorum", "after-quorum")
     jobs = await client.jobs()
-    assert sorted(job["name"] for job in jobs if job["status"] == "FINISHED") == sorted(
+    assert sorted(job.name for job in jobs if job.status == "FINISHED") == sorted(
         ["warm-up", "leader-cut", "zookeeper-node-cut", "taskexecutor-dropped", "taskexecutor-dropped-long",
          "broker-cut", "after-quorum"])
     for log_dir in ("zk-one", "broker-cut", "after-quorum"):  # nothing failed there: each subtask ran once
@@ -206,7 +207,7 @@ def zookeeper_stat(address: str) -> str:
 
 async def _task_executors(client: SparkDispatchClient, count: int) -> bool:
     try:
-        return bool((await client.overview())["taskmanagers"] == count)
+        return (await client.overview()).taskmanagers == count
     except Exception:  # noqa: BLE001 - no leader yet
         return False
 

@@ -18,6 +18,7 @@ import yaml
 from sparkdispatch.client import SparkDispatchClient
 from sparkdispatch.config import Configuration
 from sparkdispatch.entrypoint.master import Master
+from sparkdispatch.model.job_result import JobResult
 from sparkdispatch.testing.local_cluster import TaskExecutorProcess, task_executors_registered
 from sparkdispatch.testing.services import RedisServer, free_port
 from sparkdispatch.testing.spark_cluster import SparkStandaloneCluster
@@ -73,7 +74,7 @@ async def test_the_sales_pipeline_runs_on_a_spark_cluster_and_spark_recovers_a_l
             await task_executors_registered(client, 1, processes=[te], timeout=WAIT_S)
             key = await client.upload_artifact(PIPELINES)
 
-            async def run(graph: dict[str, Any], *, kill_a_busy_worker: bool = False) -> dict[str, Any]:
+            async def run(graph: dict[str, Any], *, kill_a_busy_worker: bool = False) -> JobResult:
                 job_id = (await client.submit(graph)).job_id
                 if kill_a_busy_worker:  # the worker of an executor that runs tasks of this job right now
                     async def busy_worker() -> int | None:
@@ -82,19 +83,19 @@ async def test_the_sales_pipeline_runs_on_a_spark_cluster_and_spark_recovers_a_l
 
                     spark.kill_worker(await eventually(busy_worker, "an executor running a task", timeout=WAIT_S))
                 result = await asyncio.wait_for(client.wait_for_result(job_id, poll_interval=0.3), WAIT_S)
-                assert result["status"] == "FINISHED", (result.get("failure"), te.log_tail())
+                assert result.status == "FINISHED", (result.failure, te.log_tail())
                 return result
 
             first = await run(sales_graph(key, rows=ROWS))
-            rows = {vertex: outcome["rows"] for vertex, outcome in first["vertices"].items()}
+            rows = {vertex: outcome.rows for vertex, outcome in first.vertices.items()}
             # 7 of every 9 orders have a quantity; 4 regions, 5 products (dags/pipelines/sales.py)
             assert rows["generate"] == ROWS and rows["clean"] == ROWS * 7 // 9
             assert rows["report"] == 4 and rows["revenue_by_product"] == 5
             # three times the orders: longer Spark tasks, which the kill is more likely to interrupt
             second = await run(sales_graph(key, rows=3 * ROWS), kill_a_busy_worker=True)
-            assert {vertex: outcome["rows"] for vertex, outcome in second["vertices"].items()} == \
+            assert {vertex: outcome.rows for vertex, outcome in second.vertices.items()} == \
                 {**rows, "generate": 3 * ROWS, "clean": 3 * ROWS * 7 // 9}
-            assert {vertex: outcome["attempts"] for vertex, outcome in second["vertices"].items()} == \
+            assert {vertex: outcome.attempts for vertex, outcome in second.vertices.items()} == \
                 {vertex: 1 for vertex in rows}
             assert spark.alive_workers() == 1
         driver_log = "".join(p.read_text() for p in (tmp_path / "storage" / "te-work").glob("*/connect-server.log"))

@@ -101,7 +101,7 @@ async def test_two_taskexecutors_run_a_pipeline_and_a_killed_one_vanishes(
         rm = master.resource_manager
         await eventually(lambda: rm.overview().taskmanagers == 2, "two registrations", processes=tes, timeout=WAIT_S)
         assert (rm.overview().slots_total, rm.overview().slots_available) == (4, 4)
-        assert {e["id"] for e in rm.task_executors()} == {te.id for te in tes}
+        assert {e.id for e in rm.task_executors()} == {te.id for te in tes}
         for te in tes:  # the Celery worker answers on its nodename (silence would raise)
             assert not await asyncio.to_thread(gateway.cancel, f"{te.id}@{socket.gethostname()}", uuid.uuid4().hex)
 
@@ -142,7 +142,7 @@ async def test_two_taskexecutors_run_a_pipeline_and_a_killed_one_vanishes(
         victim.kill()
         await eventually(lambda: rm.overview().taskmanagers == 1, "the killed TaskExecutor to be dropped",
                          processes=[survivor], timeout=WAIT_S)
-        assert (rm.overview().slots_total, [e["id"] for e in rm.task_executors()]) == (2, [survivor.id])
+        assert (rm.overview().slots_total, [e.id for e in rm.task_executors()]) == (2, [survivor.id])
         [(lost_id, allocations, reason)] = master.jobs.lost
         assert lost_id == victim.id and set(allocations) == {s.allocation_id for s in master.jobs.slots
                                                              if s.task_executor_id == victim.id}
@@ -233,7 +233,7 @@ async def test_cancelling_one_slots_task_leaves_the_other_slot_running(tmp_path:
         await eventually(lambda: ExecutionState.RUNNING in master.jobs.states(short_tdd.execution_id),
                          "the short task to run", processes=[te], timeout=WAIT_S)
         # the heartbeat shows both slots busy with this job
-        await eventually(lambda: rm.overview().slots_available == 0 and len(rm.task_executors()[0]["executions"]) == 2,
+        await eventually(lambda: rm.overview().slots_available == 0 and len(rm.task_executors()[0].executions) == 2,
                          "both executions in a heartbeat", processes=[te], timeout=WAIT_S)
         busy = await scrape(metrics_port)
         assert (busy["sparkdispatch_taskexecutor_slots"], busy["sparkdispatch_taskexecutor_slots_busy"],
@@ -249,7 +249,7 @@ async def test_cancelling_one_slots_task_leaves_the_other_slot_running(tmp_path:
         short_done = master.jobs.final(short_tdd.execution_id)
         assert short_done is not None and (short_done.state, short_done.rows) == (ExecutionState.FINISHED, 4)
         assert not await asyncio.to_thread(gateway.cancel, first.hostname, long_tdd.execution_id)
-        await eventually(lambda: rm.task_executors()[0]["executions"] == [], "both slots free in a heartbeat",
+        await eventually(lambda: rm.task_executors()[0].executions == (), "both slots free in a heartbeat",
                          processes=[te], timeout=WAIT_S)
         after = await scrape(metrics_port)
         assert after["sparkdispatch_taskexecutor_slots_busy"] == 0
@@ -440,8 +440,8 @@ async def test_a_new_leader_gets_the_former_leaders_slots_at_once_and_its_tasks_
         listed: set[str] = set()  # the states the heartbeats gave the new task
 
         def finished() -> bool:
-            listed.update(e["state"] for entry in leader.resource_manager.task_executors()
-                          for e in entry["executions"] if e["execution_id"] == new.execution_id)
+            listed.update(e.state.value for entry in leader.resource_manager.task_executors()
+                          for e in entry.executions if e.execution_id == new.execution_id)
             return leader.jobs.final(new.execution_id) is not None
 
         # it runs in that slot as soon as the cancelled task is gone (killed after the cancellation timeout);

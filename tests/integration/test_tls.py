@@ -75,7 +75,7 @@ async def test_a_client_trusting_the_ca_talks_https_and_one_that_does_not_is_tol
     assert https_master.address.startswith("https://127.0.0.1:")
     async with SparkDispatchClient(addresses=[https_master.address], tls=ClientTls(ca_file=str(authority.ca_file))) \
             as client:
-        assert (await client.overview())["is_leader"] is True
+        assert (await client.overview()).is_leader is True
     # the system's trust store does not know the test CA: a clear error, not 8 retries
     started = time.monotonic()
     async with SparkDispatchClient(addresses=[https_master.address]) as untrusting:
@@ -109,7 +109,7 @@ async def test_a_master_asking_for_client_certificates_refuses_clients_without_o
                 await strange.overview()
         async with SparkDispatchClient(addresses=[master.address], tls=ClientTls(
                 ca_file=ca, certificate=str(client_cert.certificate), key=str(client_cert.key))) as client:
-            assert (await client.overview())["is_leader"] is True
+            assert (await client.overview()).is_leader is True
     finally:
         await master.stop()
 
@@ -135,7 +135,7 @@ async def test_the_cli_and_the_airflow_hook_verify_the_master_against_the_config
     hook = SparkDispatchHook("sparkdispatch_tls")
     try:
         overview = await asyncio.to_thread(lambda: hook.get_conn().overview())
-        assert overview["leader"] == https_master.address
+        assert overview.leader == https_master.address
     finally:
         hook.close()
 
@@ -214,8 +214,8 @@ async def test_a_task_executor_registers_and_runs_a_job_over_mutual_tls(
                 "vertices": [{"id": "numbers", "entrypoint": "job_tasks:numbers", "parallelism": 1,
                               "params": {"log_dir": str(tmp_path), "rows": 10, "sleep_s": 0}}]})).job_id
             result = await asyncio.wait_for(client.wait_for_result(job_id, poll_interval=0.2), WAIT_S)
-        assert result["status"] == "FINISHED", result.get("failure")
-        assert result["vertices"]["numbers"]["rows"] == 10
+        assert result.status == "FINISHED", result.failure
+        assert result.vertices["numbers"].rows == 10
     finally:
         te.kill()
         await master.stop()

@@ -79,11 +79,12 @@ async def test_an_entry_of_the_first_format_is_converted_as_it_is_read(tmp_path:
     await old.load()
 
     [overview] = old.overviews()
-    assert flink_job_details(overview) == flink
-    assert job_summary(overview) == {"id": JOB_ID, "name": "sales", "status": "FINISHED", "start_time": 1_000,
+    assert flink_job_details(overview).to_dict() == flink
+    assert job_summary(overview).to_dict() == {"id": JOB_ID, "name": "sales", "status": "FINISHED", "start_time": 1_000,
                                      "end_time": 4_000, "duration_ms": 3_000}
     entry = await old.get(JOB_ID)
-    assert entry is not None and entry.result == result and job_details(entry.snapshot) == {**details, "repairs": []}
+    assert entry is not None and entry.result == result
+    assert job_details(entry.snapshot).to_dict() == {**details, "repairs": []}
     assert entry.fingerprint is None
 
 

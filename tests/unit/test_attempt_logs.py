@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from sparkdispatch.storage.attempt_logs import attempt_log_path, read_attempt_log
 from sparkdispatch.errors import RouteNotFound
 from sparkdispatch.client.log_stream import LogFollower
+from sparkdispatch.model.rest_shapes import AttemptLog
+from sparkdispatch.model.states import ExecutionState, JobStatus
 from sparkdispatch.storage.results import ResultLayout
 
 JOB = "0123456789abcdef0123456789abcdef"
@@ -45,14 +46,15 @@ class FakeMaster:
     def __init__(self) -> None:
         self.logs: dict[int, list[str]] = {}
 
-    def fetch(self, subtask: int, attempt: int | None, offset: int) -> dict[str, Any]:
+    def fetch(self, subtask: int, attempt: int | None, offset: int) -> AttemptLog:
         attempts = self.logs.get(subtask)
         if not attempts:
             raise RouteNotFound("no log yet")
         attempt = len(attempts) - 1 if attempt is None else attempt
         data = attempts[attempt].encode()[offset:]
-        return {"subtask": subtask, "attempt": attempt, "offset": offset, "next_offset": offset + len(data),
-                "text": data.decode()}
+        return AttemptLog(job_id=JOB, job_status=JobStatus.RUNNING, vertex="clean",
+                          vertex_state=ExecutionState.RUNNING, subtask=subtask, attempt=attempt, offset=offset,
+                          next_offset=offset + len(data), text=data.decode())
 
 
 def test_the_follower_gives_complete_lines_once_and_finishes_an_attempt_before_the_next() -> None:
@@ -75,7 +77,7 @@ async def test_the_async_follower_does_the_same() -> None:
     master = FakeMaster()
     follower = LogFollower("v", parallelism=1)
 
-    async def fetch(subtask: int, attempt: int | None, offset: int) -> dict[str, Any]:
+    async def fetch(subtask: int, attempt: int | None, offset: int) -> AttemptLog:
         return master.fetch(subtask, attempt, offset)
 
     master.logs[0] = ["a\nb"]

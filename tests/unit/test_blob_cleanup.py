@@ -80,7 +80,7 @@ async def test_a_repair_of_a_job_whose_code_was_removed_is_refused_naming_why(tm
         await master.add_task_executor(script=lambda tdd: TaskOutcome(rows=1, result_path=tdd.result_path))
         key = await client.upload_artifact(code(tmp_path, "job.py"))
         job_id = (await client.submit(graph(key))).job_id
-        assert (await asyncio.wait_for(client.wait_for_result(job_id, poll_interval=0.1), 30))["status"] == "FINISHED"
+        assert (await asyncio.wait_for(client.wait_for_result(job_id, poll_interval=0.1), 30)).status == "FINISHED"
         await wait_until_removed(master, key)
         with pytest.raises(RepairNotPossible, match="its code is no longer stored .*no artifact with key"):
             await client.repair(job_id, ["only"])
@@ -88,7 +88,7 @@ async def test_a_repair_of_a_job_whose_code_was_removed_is_refused_naming_why(tm
         assert await client.upload_artifact(code(tmp_path, "job.py")) == key
         answer = await client.repair(job_id, ["only"])
         assert answer.created
-        assert (await asyncio.wait_for(client.wait_for_result(job_id, poll_interval=0.1), 30))["status"] == "FINISHED"
+        assert (await asyncio.wait_for(client.wait_for_result(job_id, poll_interval=0.1), 30)).status == "FINISHED"
 
 
 def test_a_sweep_keeps_what_is_named_or_recent_and_drops_abandoned_uploads(tmp_path: Path) -> None:

@@ -103,7 +103,7 @@ def test_ctrl_c_while_waiting_asks_on_a_terminal_whether_to_cancel_the_job(
             submitted = await client.submit({"name": "long", "vertices": [{"id": "forever", "entrypoint": "m:f"}]})
             await _offer_cancel(client, submitted.job_id)
             async def reached() -> str | None:
-                current = str((await client.job(submitted.job_id))["status"])
+                current = (await client.job(submitted.job_id)).status.value
                 return current if current == status else None
 
             return await eventually(reached, f"the job to be {status}")

@@ -18,7 +18,6 @@ import threading
 import zipfile
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -39,6 +38,7 @@ from sparkdispatch.errors import (
     Unauthorized,
     UnknownJob,
 )
+from sparkdispatch.model.job_result import JobResult
 from sparkdispatch.model.states import JobStatus
 from sparkdispatch.model.job_graph import JobGraph
 from sparkdispatch.testing.master import InProcessMaster, finish_every_task
@@ -102,7 +102,7 @@ async def test_submit_returns_the_status_the_master_answers_with(master: InProce
         submitted = await client.submit({**GRAPH, "job_id": JOB})
         running = await client.submit({**GRAPH, "job_id": JOB})
         await task_executor.end_job(JOB)
-        assert (await client.wait_for_result(JOB, poll_interval=0.02))["status"] == "FINISHED"
+        assert (await client.wait_for_result(JOB, poll_interval=0.02)).status == "FINISHED"
         finished = await client.submit({**GRAPH, "job_id": JOB})
     assert submitted == SubmittedJob(JOB, True, JobStatus.RUNNING)
     assert running == SubmittedJob(JOB, False, JobStatus.RUNNING)
@@ -141,7 +141,7 @@ async def test_cancelling_a_finished_job_is_job_already_terminated(master: InPro
     await master.add_task_executor(script=finish_every_task)
     async with SparkDispatchClient(addresses=[master.url], retry=FAST) as client:
         await client.submit({**GRAPH, "job_id": JOB})
-        assert (await client.wait_for_result(JOB, poll_interval=0.02))["status"] == "FINISHED"
+        assert (await client.wait_for_result(JOB, poll_interval=0.02)).status == "FINISHED"
         with pytest.raises(JobAlreadyTerminated, match="FINISHED") as caught:
             await client.cancel(JOB)
     assert caught.value.status == "FINISHED" and caught.value.job_id == JOB
@@ -208,7 +208,7 @@ async def test_a_standby_answering_503_sends_the_client_to_the_leader(
         client._leader = leader.url
         await client.submit({**GRAPH, "job_id": JOB})
         client._leader = standby.url  # as if the standby had led a moment ago
-        assert [job["id"] for job in await client.jobs()] == [JOB]
+        assert [job.id for job in await client.jobs()] == [JOB]
         assert client.leader_address == leader.url
     assert proxy_of(standby).count("GET", "/jobs") == 1 and proxy_of(leader).count("GET", "/jobs") == 1
 
@@ -219,7 +219,7 @@ async def test_discovery_asks_a_standby_for_the_leader_and_skips_dead_addresses(
     dead = f"http://127.0.0.1:{free_port()}"
     async with SparkDispatchClient(addresses=[dead, standby.url], retry=FAST) as client:
         assert await client.leader() == leader.url
-        assert (await client.overview())["is_leader"] is True
+        assert (await client.overview()).is_leader is True
     assert proxy_of(standby).count("GET", "/overview") == 1
 
 
@@ -231,7 +231,7 @@ async def test_a_redirect_is_followed_to_the_leader(master: InProcessMaster) -> 
         async with SparkDispatchClient(addresses=[balancer.url], retry=FAST) as client:
             client._leader = balancer.url
             await client.submit({**GRAPH, "job_id": JOB})
-            assert (await client.job(JOB))["status"] == "RUNNING"
+            assert (await client.job(JOB)).status == "RUNNING"
             assert client.leader_address == master.url
     finally:
         await balancer.stop()
@@ -274,7 +274,7 @@ async def test_wait_for_result_keeps_waiting_through_a_failover(tmp_path: Path) 
             await successor.start()  # a new master takes the stored job over
             await successor.add_task_executor(script=finish_every_task)
             result = await asyncio.wait_for(waiting, 20)
-            assert (result["job_id"], result["status"]) == (JOB, "FINISHED")
+            assert (result.job_id, result.status) == (JOB, "FINISHED")
             assert client.leader_address == successor.url
     finally:
         await successor.stop()
@@ -325,9 +325,9 @@ def test_the_sync_wrapper_serves_calls_from_several_threads() -> None:
         master.run(master.add_task_executor())  # the job's task runs until cancelled
         with SyncSparkDispatchClient(SparkDispatchClient(addresses=[master.url], retry=FAST)) as client:
             client.submit({**GRAPH, "job_id": JOB})
-            outcome: list[dict[str, Any]] = []
+            outcome: list[JobResult] = []
             waiter = threading.Thread(target=lambda: outcome.append(client.wait_for_result(JOB, poll_interval=0.02)))
             waiter.start()
             client.cancel(JOB)
             waiter.join(10)
-            assert [(result["job_id"], result["status"]) for result in outcome] == [(JOB, "CANCELED")]
+            assert [(result.job_id, result.status) for result in outcome] == [(JOB, "CANCELED")]

@@ -140,7 +140,7 @@ async def test_a_finished_job_is_archived_cleaned_and_never_run_again(config: Co
     assert len(FakeJobMaster.created) == 1 and await ha.jobgraph_store.job_ids() == set()
     result = await dispatcher.job_result("a" * 32)
     assert result is not None and result.status is JobStatus.FINISHED
-    assert [job_summary(j)["status"] for j in dispatcher.job_overviews()] == ["FINISHED"]
+    assert [job_summary(j).to_dict()["status"] for j in dispatcher.job_overviews()] == ["FINISHED"]
     assert dispatcher.job_counts() == {"FINISHED": 1}
     with pytest.raises(JobAlreadyTerminated):
         await dispatcher.cancel("a" * 32)
@@ -230,14 +230,14 @@ async def test_a_job_recovered_from_its_dirty_result_is_shown_from_the_result_al
     dispatcher = make_dispatcher(config, ha)
     await dispatcher.start()
     [overview] = dispatcher.job_overviews()
-    assert job_summary(overview) == {"id": job_id, "name": "job", "status": "FAILED", "start_time": 1_000,
+    assert job_summary(overview).to_dict() == {"id": job_id, "name": "job", "status": "FAILED", "start_time": 1_000,
                                      "end_time": 5_200, "duration_ms": 4_200}
-    assert flink_job_details(overview) == {
+    assert flink_job_details(overview).to_dict() == {
         "jid": job_id, "name": "job", "state": "FAILED", "start-time": 1_000, "end-time": 5_200, "duration": 4_200,
         "last-modification": 5_200, "pending-operators": 0,
         "tasks": {"created": 0, "scheduled": 0, "deploying": 0, "running": 0, "finished": 1, "canceling": 0,
                   "canceled": 0, "failed": 1, "reconciling": 0, "initializing": 0, "total": 2}}
-    assert job_details(await dispatcher.job_snapshot(job_id)) == {
+    assert job_details(await dispatcher.job_snapshot(job_id)).to_dict() == {
         "id": job_id, "name": "job", "status": "FAILED", "start_time": 1_000, "end_time": 5_200,
         "vertices": [{"id": "a", "state": "FINISHED", "parallelism": None, "inputs": [], "attempts": 1, "subtasks": []},
                      {"id": "b", "state": "FAILED", "parallelism": None, "inputs": [], "attempts": 3, "subtasks": []}],
@@ -683,9 +683,9 @@ async def test_a_failed_job_is_repaired_under_its_id_reusing_the_other_results(c
     assert await ha.jobgraph_store.job_ids() == {job_id}
     assert (await ha.progress_store.get(job_id)).repair == answer.repair
     assert not await ha.job_result_store.has_entry(job_id)
-    assert job_details(await dispatcher.job_snapshot(job_id))["repairs"] == [answer.repair.to_dict()]
+    assert job_details(await dispatcher.job_snapshot(job_id)).to_dict()["repairs"] == [answer.repair.to_dict()]
     # asked again for vertices it runs: the same repair; for others while it runs: not yet
-    assert await dispatcher.repair(job_id, ["c", "b"]) == RepairAnswer(job_id, answer.repair, created=False)
+    assert await dispatcher.repair(job_id, ["c", "b"]) == RepairAnswer(job_id, created=False, repair=answer.repair)
     with pytest.raises(RepairNotPossible, match="has not ended yet") as refused:
         await dispatcher.repair(job_id, ["a"])
     assert refused.value.running and len(FakeJobMaster.created) == 2

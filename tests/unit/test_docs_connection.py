@@ -27,11 +27,12 @@ from sparkdispatch.errors import ConfigurationError, SparkDispatchError
 from sparkdispatch.hooks import SparkDispatchHook
 from sparkdispatch.hooks import sparkdispatch as hook_module
 from sparkdispatch.hooks.sparkdispatch import client_settings
+from sparkdispatch.model.rest_shapes import Overview
 from sparkdispatch.operators import (
-    JobResultSensor,
+    SparkDispatchJobSensor,
     SparkDispatchJobGroup,
     SparkDispatchVertexOperator,
-    SubmitJobGraphOperator,
+    SparkDispatchSubmitJobOperator,
 )
 from sparkdispatch.operators.decorators import SparkDispatchFunctionOperator
 from sparkdispatch.provider_info import get_provider_info
@@ -178,14 +179,14 @@ def test_the_field_table_is_the_connection_form() -> None:
 def test_the_connection_ids_are_the_codes() -> None:
     assert SparkDispatchHook.default_conn_name == "sparkdispatch_default"
     assert f"Its default id is `{SparkDispatchHook.default_conn_name}`" in TEXT
-    for taking in (SubmitJobGraphOperator, JobResultSensor, SparkDispatchJobGroup, SparkDispatchHook):
-        parameter = inspect.signature(taking.__init__).parameters["conn_id"]
+    for taking in (SparkDispatchSubmitJobOperator, SparkDispatchJobSensor, SparkDispatchJobGroup, SparkDispatchHook):
+        parameter = inspect.signature(taking.__init__).parameters["sparkdispatch_conn_id"]
         assert parameter.default == SparkDispatchHook.default_conn_name, taking.__name__
-        assert f"`{taking.__name__}`" in TEXT.split("take another one as `conn_id`")[0]
-    assert "conn_id" not in inspect.signature(SparkDispatchVertexOperator.__init__).parameters
-    assert "`SparkDispatchVertexOperator` takes no `conn_id`" in TEXT
-    assert inspect.signature(SparkDispatchFunctionOperator.__init__).parameters["conn_id"].default is None
-    assert "`@task.sparkdispatch(conn_id=...)` names the connection" in TEXT
+        assert f"`{taking.__name__}`" in TEXT.split("take another one as `sparkdispatch_conn_id`")[0]
+    assert "sparkdispatch_conn_id" not in inspect.signature(SparkDispatchVertexOperator.__init__).parameters
+    assert "`SparkDispatchVertexOperator` takes no `sparkdispatch_conn_id`" in TEXT
+    assert inspect.signature(SparkDispatchFunctionOperator.__init__).parameters["sparkdispatch_conn_id"].default is None
+    assert "`@task.sparkdispatch(sparkdispatch_conn_id=...)` names the connection" in TEXT
 
 
 class _UndecodableExtra(Connection):
@@ -214,10 +215,11 @@ class _FakeClient:
     def __init__(self, client: object) -> None:
         self.leader_address = "http://master-2:8081"
 
-    def overview(self) -> dict[str, Any]:
+    def overview(self) -> Overview:
         if self.failure is not None:
             raise self.failure
-        return {"taskmanagers": 3, "slots_total": 12, "slots_available": 9}
+        return Overview(is_leader=True, leader=self.leader_address, taskmanagers=3, slots_total=12, slots_available=9,
+                        jobs_running=0, jobs_finished=0, jobs_failed=0, jobs_cancelled=0)
 
     def close(self) -> None:
         pass

@@ -46,6 +46,7 @@ EXAMPLES: list[SparkDispatchError] = [
     errors.InvalidJobGraph({"vertices[0].parallelism": ["must be at least 1"], "name": ["missing"]}),
     errors.JobTooLarge(subtasks=100_000_000, limit=100_000, option="jobgraph.max-subtasks"),
     errors.InvalidRequest("TaskExecutor registration", {"slots": ["must be at least 1"], "queue": ["missing"]}),
+    errors.InvalidShape("JobDetails", {"vertices[0].state": ["must be one of: CREATED, RUNNING"]}),
     errors.IllegalStateTransition("a job cannot go from FINISHED to RUNNING"),
     errors.UnknownJob(JOB),
     errors.DuplicateJobSubmission(JOB, "a job with this id runs with another graph"),
@@ -118,6 +119,32 @@ def test_a_body_round_trips_to_the_same_class_fields_and_messages(error: SparkDi
     assert rebuilt.http_status == error.http_status
     for name in error.fields():
         assert getattr(rebuilt, name) == getattr(error, name)
+
+
+def test_a_class_declares_its_fields_once_as_annotations() -> None:
+    assert list(errors.JobTooLarge.field_types) == ["field_errors", "subtasks", "limit", "option"]  # the base's first
+    assert list(errors.RecoveryInProgress.field_types) == ["leader", "retry_after"]
+    assert list(errors.LeadershipLost.field_types) == ["component"]  # own_fields_only: not the base's `leader`
+    assert list(StaleExecution.field_types) == ["job_id", "execution_id", "reason"]
+    assert errors.NoLeader.field_types == {}
+
+
+def test_a_class_of_another_package_is_not_registered_and_a_field_of_another_type_is_refused() -> None:
+    class Elsewhere(SparkDispatchError):
+        code: int
+
+        def __init__(self, message: str, *, code: int) -> None:
+            super().__init__(message)
+            self.code = code
+
+    assert "Elsewhere" not in ERROR_TYPES  # a body naming it cannot make code of another package run
+    assert Elsewhere("boom", code=7).to_body() == {"errors": ["boom"], "type": "Elsewhere", "code": 7}
+    assert Elsewhere.from_fields(["boom"], {"code": 7}).code == 7
+    for wrong in ("7", True, None):
+        with pytest.raises(ValueError, match="code must be int"):
+            Elsewhere.from_fields(["boom"], {"code": wrong})
+    with pytest.raises(KeyError):
+        Elsewhere.from_fields(["boom"], {})
 
 
 def test_structured_fields_come_back_as_attributes() -> None:

@@ -204,7 +204,7 @@ def test_flink_job_details_while_running_and_after() -> None:
     graph.transition(JobStatus.RUNNING)
     finish(graph, SubtaskId("source", 0))
     clock.now += 2
-    details = flink_job_details(graph.overview())
+    details = flink_job_details(graph.overview()).to_dict()
     assert set(details) == {"jid", "name", "state", "start-time", "end-time", "duration", "last-modification",
                             "pending-operators", "tasks"}
     assert details["jid"] == JOB_ID and details["state"] == "RUNNING"
@@ -217,13 +217,13 @@ def test_flink_job_details_while_running_and_after() -> None:
             finish(graph, ev.id)
     clock.now += 1
     graph.transition(JobStatus.FINISHED)
-    done = flink_job_details(graph.overview())
+    done = flink_job_details(graph.overview()).to_dict()
     assert done["end-time"] == done["start-time"] + 3000 and done["duration"] == 3000
 
 
 def test_details_shape_for_rest() -> None:
     graph = ExecutionGraph(diamond())
-    body = job_details(graph.snapshot())
+    body = job_details(graph.snapshot()).to_dict()
     assert set(body) == {"id", "name", "status", "start_time", "end_time", "vertices", "repairs"}
     assert body["end_time"] is None
     left = next(v for v in body["vertices"] if v["id"] == "left")

@@ -37,7 +37,7 @@ def test_the_json_connection_of_the_issue_works(monkeypatch: pytest.MonkeyPatch)
     set_connection(monkeypatch, "sparkdispatch_default",
                    {"conn_type": "sparkdispatch", "host": "127.0.0.1", "port": 8081})
     assert settings() == {"addresses": ["http://127.0.0.1:8081"], "token": None, "tls": ClientTls()}
-    assert SparkDispatchHook().conn_id == "sparkdispatch_default"
+    assert SparkDispatchHook().sparkdispatch_conn_id == "sparkdispatch_default"
 
 
 def test_a_uri_connection_with_a_token_in_the_password(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,6 +15,7 @@ import aiohttp
 import pytest
 
 from sparkdispatch.dispatcher.dispatcher import Dispatcher
+from sparkdispatch.model.job_result import JobResult
 from sparkdispatch.testing.master import InProcessMaster, finish_every_task
 from sparkdispatch.testing.waiting import eventually
 from sparkdispatch.testing.job_result import wait_for_result
@@ -31,7 +32,7 @@ async def call(method: str, url: str, body: Any = None) -> tuple[int, Any, Mappi
             return answer.status, json.loads(text) if text else None, dict(answer.headers)
 
 
-async def result_of(master: InProcessMaster, job_id: str) -> dict[str, Any]:
+async def result_of(master: InProcessMaster, job_id: str) -> JobResult:
     """The JobResult; every answer on the way is a 200 (the master serves the job all along)."""
     return await asyncio.to_thread(wait_for_result, lambda: [master.url], job_id, timeout=30, strict=True)
 
@@ -83,7 +84,7 @@ async def test_the_same_job_submitted_after_it_ended_is_answered_and_not_run_aga
     async with InProcessMaster(storage_dir=tmp_path) as master:
         await master.add_task_executor(script=finish_every_task)
         assert (await call("POST", master.url + "/jobs", GRAPH))[0] == 202
-        assert (await result_of(master, JOB))["status"] == "FINISHED"
+        assert (await result_of(master, JOB)).status == "FINISHED"
         status, answer, _ = await call("POST", master.url + "/jobs", GRAPH)
         assert status == 200 and answer == {"job_id": JOB, "jobUrl": f"/jobs/{JOB}", "status": "FINISHED"}
         status, answer, _ = await call("POST", master.url + "/jobs", {**GRAPH, "name": "other"})

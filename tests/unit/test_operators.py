@@ -1,4 +1,4 @@
-"""SubmitJobGraphOperator and JobResultSensor against a real in-process master.
+"""SparkDispatchSubmitJobOperator and SparkDispatchJobSensor against a real in-process master.
 
 The master is an InProcessMaster on its own loop thread; its one TaskExecutor is a
 ScriptedTaskExecutor, and a test ends a job as that TaskExecutor's tasks would (FINISHED, or
@@ -15,13 +15,14 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import pytest
 from airflow.sdk import DAG, BaseOperator
+from airflow.sdk.definitions.xcom_arg import PlainXComArg
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
 
 from sparkdispatch.client import SparkDispatchClient
 from sparkdispatch.errors import HostRefused, RouteNotFound, UnknownJob, UnsupportedMediaType
 from sparkdispatch.model.states import ExecutionState, JobStatus
 from sparkdispatch.model.job_result import Failure, JobResult, VertexResult
-from sparkdispatch.operators import JobResultSensor, JobResultTrigger, SubmitJobGraphOperator
+from sparkdispatch.operators import SparkDispatchJobSensor, SparkDispatchJobTrigger, SparkDispatchSubmitJobOperator
 from sparkdispatch.operators.decorators import SparkDispatchFunctionOperator
 from sparkdispatch.operators.jobs import (
     attempt_job_id,
@@ -33,6 +34,7 @@ from sparkdispatch.operators.jobs import (
 )
 from sparkdispatch.operators.lineage import dataset_name
 from sparkdispatch.model.protocol import TaskDeploymentDescriptor
+from sparkdispatch.model.rest_shapes import JobDetails, JobSummary, VertexOutcome
 from sparkdispatch.testing.master import InProcessMaster, Script, TaskOutcome
 from sparkdispatch.testing.waiting import eventually_blocking
 
@@ -94,15 +96,17 @@ class Cluster:
         self.master.run(self._ask(lambda client: client.cancel(job_id)))
 
     def status(self, job_id: str) -> str:
-        return str(self.master.run(self._ask(lambda client: client.job(job_id)))["status"])
+        details: JobDetails = self.master.run(self._ask(lambda client: client.job(job_id)))
+        return details.status.value
 
     def job_ids(self) -> list[str]:
-        return [job["id"] for job in self.master.run(self._ask(lambda client: client.jobs()))]
+        jobs: list[JobSummary] = self.master.run(self._ask(lambda client: client.jobs()))
+        return [job.id for job in jobs]
 
-    def result(self, job_id: str) -> dict[str, Any]:
-        result = self.master.run(self._ask(lambda client: client.execution_result(job_id)))
+    def result(self, job_id: str) -> JobResult:
+        result: JobResult | None = self.master.run(self._ask(lambda client: client.execution_result(job_id)))
         assert result is not None, f"job {job_id} has no JobResult yet"
-        return dict(result)
+        return result
 
     def wait_for_status(self, job_id: str, status: str) -> None:
         for _ in range(1000):
@@ -128,8 +132,8 @@ class FakeTI:
     def xcom_push(self, key: str, value: Any) -> None:
         self.xcom[key] = value
 
-    def xcom_pull(self, task_ids: str, map_indexes: int, key: str = "return_value") -> Any:
-        assert map_indexes == self.map_index
+    def xcom_pull(self, task_ids: str, map_indexes: int | None = None, key: str = "return_value", **_: Any) -> Any:
+        assert map_indexes in (None, self.map_index)
         return self.xcom.get(key) if task_ids == self.task_id else self.others.get((task_ids, key))
 
 
@@ -174,8 +178,8 @@ def task_of(dag: DAG, task_id: str, kind: type[T]) -> T:
     return task
 
 
-def operator(**kwargs: Any) -> SubmitJobGraphOperator:
-    return SubmitJobGraphOperator(task_id="submit", **{"job_graph": GRAPH, "poll_interval": 0.02,
+def operator(**kwargs: Any) -> SparkDispatchSubmitJobOperator:
+    return SparkDispatchSubmitJobOperator(task_id="submit", **{"job_graph": GRAPH, "poll_interval": 0.02,
                                                        "deferrable": False, **kwargs})
 
 
@@ -332,12 +336,12 @@ def test_deferrable_submits_then_defers_to_the_trigger(cluster: Cluster) -> None
         op.execute(ctx)
     job_id = cluster.posts[0]
     trigger = deferred.value.trigger
-    assert isinstance(trigger, JobResultTrigger) and trigger.job_id == job_id and trigger.cancel_on_kill
+    assert isinstance(trigger, SparkDispatchJobTrigger) and trigger.job_id == job_id and trigger.cancel_on_kill
     assert deferred.value.method_name == "execute_complete"
     assert store_of(ctx)["sparkdispatch_job_id"] == job_id
     cluster.end(job_id)
     cluster.wait_for_status(job_id, "FINISHED")
-    event = {"status": "terminal", "job_id": job_id, "result": cluster.result(job_id)}
+    event = {"status": "terminal", "job_id": job_id, "result": cluster.result(job_id).to_dict()}
     assert op.execute_complete(ctx, event) == job_id
     with pytest.raises(AirflowException, match="master is gone"):
         op.execute_complete(ctx, {"status": "error", "job_id": job_id, "message": "master is gone"})
@@ -374,7 +378,7 @@ def test_a_graph_file_is_found_beside_the_dag_and_rendered(tmp_path: Path) -> No
 
 def test_the_sensor_pokes_until_the_job_ends(cluster: Cluster) -> None:
     job_id = operator(wait_for_completion=False).execute(context())
-    sensor = JobResultSensor(task_id="wait", job_id=job_id, deferrable=False)
+    sensor = SparkDispatchJobSensor(task_id="wait", job_id=job_id, deferrable=False)
     ctx = context()
     assert not sensor.poke(ctx)
     assert ti_of(ctx).xcom["sparkdispatch_job_url"].endswith(f"/ui/jobs/{job_id}")
@@ -388,14 +392,14 @@ def test_the_sensor_fails_with_the_remote_cause(cluster: Cluster, capfd: pytest.
     job_id = operator(wait_for_completion=False).execute(context())
     cluster.end(job_id, fail_b)
     cluster.wait_for_status(job_id, "FAILED")
-    sensor = JobResultSensor(task_id="wait", job_id=job_id, deferrable=False, poke_interval=0.01)
+    sensor = SparkDispatchJobSensor(task_id="wait", job_id=job_id, deferrable=False, poke_interval=0.01)
     # AirflowFailException is what the base class turns into a skip under soft_fail
     with pytest.raises(AirflowFailException, match="ValueError: bad row 7"):
         sensor.poke(context())
     assert TRACEBACK.splitlines()[1] in capfd.readouterr().out
     with pytest.raises(AirflowFailException, match="bad row 7"):  # deferred: the same, no retries
         sensor.execute_complete(context(), {"status": "terminal", "job_id": job_id,
-                                            "result": cluster.result(job_id)})
+                                            "result": cluster.result(job_id).to_dict()})
 
 
 def test_the_sensor_soft_fail_skips_on_a_failed_job(cluster: Cluster) -> None:
@@ -403,14 +407,14 @@ def test_the_sensor_soft_fail_skips_on_a_failed_job(cluster: Cluster) -> None:
 
     job_id = operator(wait_for_completion=False).execute(context())
     cluster.cancel(job_id)
-    sensor = JobResultSensor(task_id="wait", job_id=job_id, deferrable=False, soft_fail=True, poke_interval=0.01)
+    sensor = SparkDispatchJobSensor(task_id="wait", job_id=job_id, deferrable=False, soft_fail=True, poke_interval=0.01)
     with pytest.raises(AirflowSkipException):
         sensor.execute(context())
 
 
 def test_the_deferrable_sensor_defers_while_the_job_runs(cluster: Cluster) -> None:
     job_id = operator(wait_for_completion=False).execute(context())
-    sensor = JobResultSensor(task_id="wait", job_id=job_id, deferrable=True, poke_interval=0.5)
+    sensor = SparkDispatchJobSensor(task_id="wait", job_id=job_id, deferrable=True, poke_interval=0.5)
     with pytest.raises(TaskDeferred) as deferred:
         sensor.execute(context())
     assert deferred.value.trigger.job_id == job_id and not deferred.value.trigger.cancel_on_kill
@@ -443,8 +447,8 @@ def test_openlineage_names_the_job_and_each_finished_vertexs_results_as_outputs(
     submit = operator()
     job_id = submit.execute(context())
     lineage = submit.get_openlineage_facets_on_complete(None)
-    result = cluster.result(job_id)["vertices"]
-    assert lineage.outputs == [Dataset(namespace="file", name=result[v]["result_path"]) for v in ("a", "b")]
+    result = cluster.result(job_id).vertices
+    assert lineage.outputs == [Dataset(namespace="file", name=str(result[v].result_path)) for v in ("a", "b")]
     facet = lineage.run_facets["externalQuery"]
     assert isinstance(facet, external_query_run.ExternalQueryRunFacet)
     assert facet.externalQueryId == job_id and facet.source == f"{cluster.url}/ui/jobs/{job_id}"
@@ -516,7 +520,7 @@ def sales_group(**vertex_kwargs: Any) -> tuple[Any, Any]:
                                    config={"spark.sql.shuffle.partitions": 4},
                                    restart_strategy={"type": "fixed-delay", "attempts": 1, "delay_s": 0}) as group:
             a = SparkDispatchVertexOperator(task_id="a", entrypoint="pipelines.sales:generate",
-                                            params={"run": "{{ ti.run_id }}"}, **vertex_kwargs)
+                                            vertex_params={"run": "{{ ti.run_id }}"}, **vertex_kwargs)
             b = SparkDispatchVertexOperator(task_id="b", entrypoint="pipelines.sales:clean", parallelism=2,
                                             **vertex_kwargs)
             c = SparkDispatchVertexOperator(task_id="c", entrypoint="pipelines.sales:report", **vertex_kwargs)
@@ -553,9 +557,9 @@ def test_the_launch_submits_the_groups_graph_once_and_each_vertex_task_follows_i
     launch_ti.task_id = "sales.launch"
     job_id = launch.execute(context(launch_ti))
     assert launch.execute(context(launch_ti)) == job_id and cluster.posts == [job_id]  # a retry re-attaches
-    details = cluster.master.run(cluster._ask(lambda client: client.job(job_id)))
-    assert details["name"] == "sales-report"
-    assert {v["id"]: (v["parallelism"], v["inputs"]) for v in details["vertices"]} == {
+    details: JobDetails = cluster.master.run(cluster._ask(lambda client: client.job(job_id)))
+    assert details.name == "sales-report"
+    assert {v.id: (v.parallelism, list(v.inputs)) for v in details.vertices} == {
         "a": (1, []), "b": (2, ["a"]), "c": (1, ["a"])}
     # vertex a's task carries its params, rendered by the launch task
     deployments = eventually_blocking(lambda: cluster.master.gateway.of_job(job_id), "vertex a's task")
@@ -601,16 +605,16 @@ def test_a_vertex_task_fails_with_its_vertexs_failure_and_its_retry_repairs_that
     again = [d.tdd.vertex_id for d in cluster.master.gateway.of_job(job_id)][len(before):]
     assert "b" in again and "a" not in again  # a's result is reused
     details = cluster.master.run(cluster._ask(lambda client: client.job(job_id)))
-    assert details["status"] == "FINISHED" and [r["requested"] for r in details["repairs"]] == [["b"]]
+    assert details.status == "FINISHED" and [list(r.requested) for r in details.repairs] == [["b"]]
     assert dag.task_dict["sales.b"].execute(context(ti)) == output  # finished: a clear does not run it again
 
 
 def test_the_vertex_endpoint_answers_a_running_and_an_unknown_vertex(cluster: Cluster) -> None:
     job_id = operator(wait_for_completion=False).execute(context())
-    body = cluster.master.run(cluster._ask(lambda client: client.vertex(job_id, "a")))
-    assert (body["job_id"], body["vertex"], body["job_status"]) == (job_id, "a", "RUNNING")
-    assert body["result"]["attempts"] == 1 and body["result"]["state"] in ("DEPLOYING", "INITIALIZING", "RUNNING",
-                                                                          "SCHEDULED", "CREATED")
+    body: VertexOutcome = cluster.master.run(cluster._ask(lambda client: client.vertex(job_id, "a")))
+    assert (body.job_id, body.vertex, body.job_status) == (job_id, "a", "RUNNING")
+    assert body.result.attempts == 1 and body.result.state in ("DEPLOYING", "INITIALIZING", "RUNNING",
+                                                               "SCHEDULED", "CREATED")
     with pytest.raises(RouteNotFound, match=f"job {job_id} has no vertex 'nope'"):
         cluster.master.run(cluster._ask(lambda client: client.vertex(job_id, "nope")))
 
@@ -629,15 +633,16 @@ def test_the_decorator_makes_a_vertex_that_ships_the_functions_source(cluster: C
             generate = SparkDispatchVertexOperator(task_id="generate", entrypoint="pipelines.sales:generate",
                                                    deferrable=False)
 
-            @task.sparkdispatch(parallelism=2, params={"day": "{{ ti.run_id }}"}, deferrable=False)
+            @task.sparkdispatch(parallelism=2, vertex_params={"day": "{{ ti.run_id }}"}, deferrable=False)
             def clean(ctx: Any) -> Any:
                 return ctx.inputs["generate"].dropna()
 
             generate >> clean()  # type: ignore[call-arg,misc]  # Airflow types a @task function's call as its own
     op = task_of(dag, "sales.clean", SparkDispatchFunctionOperator)
     assert op.entrypoint == f"{op.module_name}:clean" and op.module_name.startswith("sparkdispatch_fn_")
-    assert op.source == ('from __future__ import annotations\n\n\n'
-                         'def clean(ctx: Any) -> Any:\n    return ctx.inputs["generate"].dropna()\n')
+    assert op.source.startswith('from __future__ import annotations\n\n\n'
+                                'def clean(ctx: Any) -> Any:\n    return ctx.inputs["generate"].dropna()\n')
+    assert "\ndef clean(ctx):\n" in op.source  # the entrypoint, calling it with its task's arguments
     assert op.upstream_task_ids == {"sales.generate", "sales.launch"}
 
     launch_ti = FakeTI()
@@ -661,37 +666,39 @@ def test_a_decorated_task_names_its_connection_outside_a_group_and_may_not_diffe
     from sparkdispatch.operators import SparkDispatchJobGroup, SparkDispatchVertexOperator
 
     with DAG("conn_dag", schedule=None, start_date=datetime(2026, 1, 1)) as dag:
-        @task.sparkdispatch(conn_id="sparkdispatch_prod")
+        @task.sparkdispatch(sparkdispatch_conn_id="sparkdispatch_prod")
         def alone(ctx: Any) -> Any:
             return ctx.spark.range(1)
 
         alone()  # type: ignore[call-arg,misc]  # as above
-        with SparkDispatchJobGroup(group_id="same", conn_id="sparkdispatch_prod"):
-            @task.sparkdispatch(conn_id="sparkdispatch_prod")
+        with SparkDispatchJobGroup(group_id="same", sparkdispatch_conn_id="sparkdispatch_prod"):
+            @task.sparkdispatch(sparkdispatch_conn_id="sparkdispatch_prod")
             def inside(ctx: Any) -> Any:
                 return ctx.spark.range(1)
 
             inside()  # type: ignore[call-arg,misc]
-    assert task_of(dag, "alone", SparkDispatchVertexOperator).conn_id == "sparkdispatch_prod"
-    assert task_of(dag, "alone", SparkDispatchVertexOperator).hook.conn_id == "sparkdispatch_prod"
-    assert task_of(dag, "same.inside", SparkDispatchVertexOperator).conn_id == "sparkdispatch_prod"
+    assert task_of(dag, "alone", SparkDispatchVertexOperator).sparkdispatch_conn_id == "sparkdispatch_prod"
+    assert task_of(dag, "alone", SparkDispatchVertexOperator).hook.sparkdispatch_conn_id == "sparkdispatch_prod"
+    assert task_of(dag, "same.inside", SparkDispatchVertexOperator).sparkdispatch_conn_id == "sparkdispatch_prod"
     with pytest.raises(ValueError, match="task 'other.inside' names connection 'sparkdispatch_prod', but the "
                                          "vertices of SparkDispatchJobGroup 'other' use the group's, "
                                          "'sparkdispatch_default'"):
         with DAG("conn_dag_2", schedule=None, start_date=datetime(2026, 1, 1)):
             with SparkDispatchJobGroup(group_id="other"):
-                @task.sparkdispatch(conn_id="sparkdispatch_prod")
+                @task.sparkdispatch(sparkdispatch_conn_id="sparkdispatch_prod")
                 def inside(ctx: Any) -> Any:  # a second DAG's task of the same name
                     return ctx.spark.range(1)
 
                 inside()  # type: ignore[call-arg,misc]
 
 
-def test_a_vertex_task_whose_deferral_times_out_cancels_the_job(cluster: Cluster) -> None:
+@pytest.mark.parametrize("cancel_on_kill", [False, True])
+def test_a_vertex_task_whose_deferral_times_out_fails_alone_unless_it_cancels_on_kill(cluster: Cluster,
+                                                                                      cancel_on_kill: bool) -> None:
     from airflow.sdk.bases.operator import TriggerFailureReason
     from airflow.sdk.exceptions import TaskDeferralTimeout
 
-    dag, group = sales_group(deferrable=True, poll_interval=0.02)
+    dag, group = sales_group(deferrable=True, poll_interval=0.02, cancel_on_kill=cancel_on_kill)
     launch_ti = FakeTI()
     launch_ti.task_id = "sales.launch"
     job_id = task_of(dag, "sales.launch", BaseOperator).execute(context(launch_ti))
@@ -703,4 +710,247 @@ def test_a_vertex_task_whose_deferral_times_out_cancels_the_job(cluster: Cluster
     with pytest.raises(TaskDeferralTimeout):
         dag.task_dict["sales.b"].resume_execution("__fail__", {"error": TriggerFailureReason.TRIGGER_TIMEOUT},
                                                   context(ti))
-    cluster.wait_for_status(job_id, "CANCELED")
+    if cancel_on_kill:
+        cluster.wait_for_status(job_id, "CANCELED")
+    else:
+        assert cluster.status(job_id) == "RUNNING"  # the other vertex tasks still wait for it
+
+
+# -- names, params, deferral defaults ---------------------------------------------------------------
+
+def test_the_earlier_names_warn_and_work_as_the_new_ones() -> None:
+    from airflow.exceptions import AirflowProviderDeprecationWarning
+
+    from sparkdispatch.operators import (
+        JobResultSensor,
+        JobResultTrigger,
+        SparkDispatchJobSensor,
+        SparkDispatchVertexTrigger,
+        SubmitJobGraphOperator,
+        VertexTrigger,
+    )
+
+    with pytest.warns(AirflowProviderDeprecationWarning, match="use SparkDispatchSubmitJobOperator"):
+        submit = SubmitJobGraphOperator(task_id="old", job_graph=GRAPH, conn_id="sd_old")
+    assert isinstance(submit, SparkDispatchSubmitJobOperator) and submit.sparkdispatch_conn_id == "sd_old"
+    with pytest.warns(AirflowProviderDeprecationWarning, match="use SparkDispatchJobSensor"):
+        sensor = JobResultSensor(task_id="old_sensor", job_id="j")
+    assert isinstance(sensor, SparkDispatchJobSensor)
+    with pytest.warns(AirflowProviderDeprecationWarning, match=r"conn_id=\.\.\.\) is deprecated"):
+        trigger = JobResultTrigger(job_id="j", conn_id="sd_old")
+    assert trigger.serialize()[1]["sparkdispatch_conn_id"] == "sd_old"
+    with pytest.warns(AirflowProviderDeprecationWarning, match="use SparkDispatchVertexTrigger"):
+        vertex = VertexTrigger(job_id="j", vertex_id="v")
+    assert isinstance(vertex, SparkDispatchVertexTrigger)
+    with pytest.warns(AirflowProviderDeprecationWarning, match=r"use sparkdispatch_conn_id=\.\.\."):
+        SparkDispatchSubmitJobOperator(task_id="new_old_arg", job_graph=GRAPH, conn_id="sd_old")
+
+
+def test_vertex_params_are_the_vertexs_and_airflows_params_stay_airflows() -> None:
+    """`vertex_params` render in the vertex task's own context; `default_args={"params": ...}` and the
+    DAG's params are Airflow's, not the vertex's; `params=` (the earlier name) warns and still works."""
+    from datetime import datetime
+
+    from airflow.exceptions import AirflowProviderDeprecationWarning
+    from airflow.sdk import DAG
+
+    from sparkdispatch.operators import SparkDispatchJobGroup, SparkDispatchVertexOperator
+
+    with DAG("params_dag", schedule=None, start_date=datetime(2026, 1, 1), params={"rows": 5},
+             default_args={"params": {"airflow_only": 1}}) as dag:
+        with SparkDispatchJobGroup(group_id="g"):
+            mine = SparkDispatchVertexOperator(task_id="mine", entrypoint="m:f",
+                                               vertex_params={"me": "{{ task.task_id }}", "rows": "{{ params.rows }}"})
+            with pytest.warns(AirflowProviderDeprecationWarning, match=r"use vertex_params=\.\.\."):
+                old = SparkDispatchVertexOperator(task_id="old", entrypoint="m:f", params={"kept": "yes"})
+    assert old.vertex_params == {"kept": "yes"}
+    launch = task_of(dag, "g.launch", SparkDispatchSubmitJobOperator)
+    ti = FakeTI()
+    ti.task_id = "g.launch"
+    graph = launch.load_graph(context(ti, durable=False, task=launch, params={"rows": 5}))
+    specs = {v["id"]: v["params"] for v in graph["vertices"]}
+    assert specs["mine"] == {"me": "g.mine", "rows": "5"}  # rendered as the vertex task's, not g.launch's
+    assert set(mine.vertex_params) == {"me", "rows"}  # nothing of default_args' or the DAG's params
+
+
+def test_a_mapped_decorated_task_unmapped_by_airflow_does_not_warn_of_params() -> None:
+    """Airflow's unmapping passes its merged `params` to every mapped task: that is no `params=` of
+    the user's, so it neither warns nor becomes vertex params."""
+    import warnings
+    from datetime import datetime
+
+    from airflow.sdk import DAG, task
+    from airflow.sdk.definitions.mappedoperator import MappedOperator
+
+    with DAG("mapped_params_dag", schedule=None, start_date=datetime(2026, 1, 1), params={"rows": 5}) as dag:
+        @task.sparkdispatch(parallelism=2)
+        def sized(ctx: Any, rows: int) -> Any:
+            return ctx.spark.range(rows)
+
+        sized.expand(rows=[2, 3])
+    mapped = task_of(dag, "sized", MappedOperator)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        unmapped = mapped.unmap({"op_kwargs": {"rows": 2}})
+    assert isinstance(unmapped, SparkDispatchFunctionOperator) and unmapped.vertex_params == {}
+
+
+def test_vertex_tasks_defer_by_default_and_the_setting_still_decides(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sparkdispatch.operators import SparkDispatchVertexOperator
+
+    monkeypatch.delenv("AIRFLOW__SPARKDISPATCH__DEFAULT_DEFERRABLE", raising=False)
+    monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", "False")  # stock Airflow's
+    assert SparkDispatchVertexOperator(task_id="v", entrypoint="m:f").deferrable is True
+    assert SparkDispatchVertexOperator(task_id="w", entrypoint="m:f", deferrable=False).deferrable is False
+    assert operator(deferrable=None).deferrable is False  # a submit operator still follows Airflow's default
+    monkeypatch.setenv("AIRFLOW__SPARKDISPATCH__DEFAULT_DEFERRABLE", "False")
+    assert SparkDispatchVertexOperator(task_id="x", entrypoint="m:f").deferrable is False
+
+
+# -- TaskFlow ----------------------------------------------------------------------------------------
+
+def test_decorated_vertices_take_xcom_arguments_as_inputs_and_values_resolved_at_launch() -> None:
+    from datetime import datetime
+
+    from airflow.sdk import DAG, task
+
+    from sparkdispatch.operators import SparkDispatchJobGroup
+    from sparkdispatch.operators.decorators import CALL_PARAM
+
+    with DAG("flow_dag", schedule=None, start_date=datetime(2026, 1, 1)) as dag:
+        @task
+        def threshold() -> int:
+            return 3
+
+        minimum = threshold()
+        with SparkDispatchJobGroup(group_id="g"):
+            @task.sparkdispatch(parallelism=2)
+            def numbers(ctx: Any) -> Any:
+                return ctx.spark.range(10)
+
+            @task.sparkdispatch(multiple_outputs=True)
+            def total(ctx: Any, numbers: Any, minimum: int, column: str = "id") -> Any:
+                return numbers.where(f"{column} >= {minimum}")
+
+            result = total(numbers(), minimum, column="{{ task.task_id }}")  # type: ignore[call-arg,misc]
+            total.override(task_id="total_again")(numbers(), 1)  # type: ignore[call-arg,misc]
+    assert isinstance(result, PlainXComArg) and isinstance(result.operator, SparkDispatchFunctionOperator)
+    assert result.operator.multiple_outputs is True
+    launch = task_of(dag, "g.launch", SparkDispatchSubmitJobOperator)
+    assert "threshold" in launch.upstream_task_ids  # a value from outside the group is made before the job
+    assert dag.task_dict["g.total"].upstream_task_ids == {"g.numbers", "g.launch", "threshold"}
+    assert "g.total_again" in dag.task_dict
+    ti = FakeTI()
+    ti.task_id = "g.launch"
+    ti.others[("threshold", "return_value")] = 3
+    graph = launch.load_graph(context(ti, durable=False, task=launch))
+    total_spec = next(v for v in graph["vertices"] if v["id"] == "total")
+    assert total_spec["inputs"] == ["numbers"]
+    assert total_spec["params"][CALL_PARAM] == {"args": [{"input": "numbers"}, {"value": 3}],
+                                                "kwargs": {"column": {"value": "g.total"}}}
+
+
+def test_the_decorated_functions_entrypoint_calls_it_with_its_arguments(tmp_path: Path) -> None:
+    """The module shipped to the TaskExecutors, imported and called as a slot process calls it."""
+    import importlib.util
+    from types import SimpleNamespace
+
+    from sparkdispatch.operators.decorators import CALL_PARAM, function_source
+
+    def total(ctx: Any, numbers: Any, minimum: int, column: str = "id") -> Any:
+        return (ctx.params["tag"], numbers, minimum, column)
+
+    path = tmp_path / "shipped.py"
+    path.write_text(function_source(total))
+    spec = importlib.util.spec_from_file_location("shipped", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    ctx = SimpleNamespace(inputs={"numbers": "the numbers DataFrame"}, params={
+        "tag": "t", CALL_PARAM: {"args": [{"input": "numbers"}, {"value": 3}], "kwargs": {"column": {"value": "x"}}}})
+    assert module.total(ctx) == ("t", "the numbers DataFrame", 3, "x")
+
+
+def test_a_decorated_task_maps_outside_a_group_and_is_refused_mapped_in_one() -> None:
+    from datetime import datetime
+
+    from airflow.sdk import DAG, task
+
+    from sparkdispatch.operators import SparkDispatchJobGroup
+
+    with DAG("mapped_dag", schedule=None, start_date=datetime(2026, 1, 1)) as dag:
+        @task.sparkdispatch
+        def sized(ctx: Any, rows: int) -> Any:
+            return ctx.spark.range(rows)
+
+        sized.expand(rows=[1, 2, 3])
+    assert dag.task_dict["sized"].operator_class.__name__ == "SparkDispatchFunctionOperator"
+    with pytest.raises(ValueError, match="g.sized is mapped .* map it outside a group"):
+        with DAG("mapped_group_dag", schedule=None, start_date=datetime(2026, 1, 1)):
+            with SparkDispatchJobGroup(group_id="g"):
+                @task.sparkdispatch
+                def sized(ctx: Any, rows: int) -> Any:
+                    return ctx.spark.range(rows)
+
+                sized.expand(rows=[1, 2])
+
+
+# -- OpenLineage of a vertex task -------------------------------------------------------------------
+
+#: OpenLineage's JSON schemas, copied from its spec (see the folder's README).
+OPENLINEAGE_SPEC = Path(__file__).with_name("openlineage_spec")
+
+
+def openlineage_errors(event: dict[str, Any]) -> list[str]:
+    """What OpenLineage's JSON schemas find wrong with `event` (a serialized RunEvent): the event
+    against the schema its `schemaURL` names, each run facet against its `_schemaURL`'s; a URL
+    naming a schema not in OPENLINEAGE_SPEC fails (jsonschema's Unresolvable)."""
+    from jsonschema import Draft202012Validator
+    from referencing import Registry, Resource
+
+    schemas = [json.loads(path.read_text()) for path in OPENLINEAGE_SPEC.glob("*.json")]
+    registry: Registry[Any] = Registry().with_resources(
+        (schema["$id"], Resource.from_contents(schema)) for schema in schemas)
+    facets = event["run"]["facets"].values()
+    checked = [(event["schemaURL"], event), *((facet["_schemaURL"], facet) for facet in facets)]
+    return [f"{url}: {error.message}" for url, document in checked
+            for error in Draft202012Validator({"$ref": url}, registry=registry,
+                                              format_checker=Draft202012Validator.FORMAT_CHECKER).iter_errors(document)]
+
+
+def test_a_vertex_tasks_lineage_names_the_vertices_it_read_as_inputs_and_its_result_as_output(
+        cluster: Cluster) -> None:
+    """The datasets and facets make a RunEvent of openlineage-python's model (generated from the
+    OpenLineage JSON schema), which serializes with every facet's schema URL."""
+    import uuid
+    from datetime import UTC, datetime
+
+    from openlineage.client.event_v2 import Dataset, Job, Run, RunEvent, RunState
+    from openlineage.client.facet_v2 import parent_run
+    from openlineage.client.serde import Serde
+
+    dag, group = sales_group(deferrable=False, poll_interval=0.02)
+    launch_ti = FakeTI()
+    launch_ti.task_id = "sales.launch"
+    job_id = dag.task_dict["sales.launch"].execute(context(launch_ti))
+    cluster.end(job_id, lambda tdd: TaskOutcome(rows=1, result_path=tdd.result_path))
+    ti = FakeTI()
+    ti.task_id = "sales.b"
+    ti.others[("sales.launch", "return_value")] = job_id
+    b = dag.task_dict["sales.b"]
+    b.execute(context(ti))
+    lineage = b.get_openlineage_facets_on_complete(None)
+    paths = {vertex: result.result_path for vertex, result in cluster.result(job_id).vertices.items()}
+    assert paths["a"] is not None and paths["b"] is not None
+    assert lineage.inputs == [Dataset(namespace="file", name=paths["a"])]
+    assert lineage.outputs == [Dataset(namespace="file", name=paths["b"])]
+    parent = parent_run.ParentRunFacet(run=parent_run.Run(runId=str(uuid.uuid4())),
+                                       job=parent_run.Job(namespace="airflow", name="sales_dag.sales.b"))
+    event = RunEvent(eventType=RunState.COMPLETE, eventTime=datetime.now(UTC).isoformat(),
+                     run=Run(runId=str(uuid.uuid4()), facets={**lineage.run_facets, "parent": parent}),
+                     job=Job(namespace="airflow", name="sales_dag.sales.b"), producer="https://example.org/sparkdispatch",
+                     inputs=lineage.inputs, outputs=lineage.outputs)
+    body = json.loads(Serde.to_json(event))
+    assert body["eventType"] == "COMPLETE" and set(body["run"]["facets"]) == {"externalQuery", "parent"}
+    assert openlineage_errors(body) == []
+    assert [d["name"] for d in body["inputs"]] == [paths["a"]]

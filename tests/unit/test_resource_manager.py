@@ -25,6 +25,7 @@ from sparkdispatch.model.protocol import (
     SlotStatus,
     TaskExecutorRegistration,
 )
+from sparkdispatch.model.rest_shapes import TaskManagerExecution, TaskManagerSlot
 from sparkdispatch.resourcemanager import AllocatedSlot, ResourceManager, ResourceOverview
 from sparkdispatch.resourcemanager.settings import ResourceManagerSettings
 from sparkdispatch.testing.clock import ManualClock
@@ -107,12 +108,12 @@ async def test_registration_answers_with_heartbeat_settings(rm: ResourceManager)
     assert RegistrationAck.from_dict(ack.to_dict()) == ack
     rm.register_task_executor(SESSION, registration_body("te-2", 2))  # the JSON form is accepted as well
     assert rm.overview() == ResourceOverview(taskmanagers=2, slots_total=5, slots_available=5)
-    entries = {e["id"]: e for e in rm.task_executors()}
+    entries = {e.id: e for e in rm.task_executors()}
     assert set(entries) == {"te-1", "te-2"}
     entry = entries["te-1"]
-    assert (entry["hostname"], entry["slots_total"], entry["slots_free"]) == ("celery@te-1", 3, 3)
-    assert entry["slots"][0] == {"index": 0, "allocation_id": None, "job_id": None}
-    assert abs(entry["last_heartbeat"] - time.time() * 1000) < 60_000
+    assert (entry.hostname, entry.slots_total, entry.slots_free) == ("celery@te-1", 3, 3)
+    assert entry.slots[0] == TaskManagerSlot(index=0, allocation_id=None, job_id=None)
+    assert entry.last_heartbeat is not None and abs(entry.last_heartbeat - time.time() * 1000) < 60_000
 
 
 async def test_a_stale_session_is_refused_and_registers_nothing(rm: ResourceManager) -> None:
@@ -150,7 +151,7 @@ async def test_slots_are_allocated_on_the_loop_not_inside_the_call(rm: ResourceM
     await a.wait_for(lambda: len(a.slots) == 2)
     assert rm.overview().slots_available == 0
     entry = rm.task_executors()[0]
-    assert {s["job_id"] for s in entry["slots"]} == {JOB_A}
+    assert {s.job_id for s in entry.slots} == {JOB_A}
 
 
 async def test_release_makes_the_slot_available_to_another_job(rm: ResourceManager) -> None:
@@ -183,7 +184,7 @@ async def test_heartbeat_timeout_removes_the_task_executor_and_tells_the_jobs(
     assert [(te, sorted(ids)) for te, ids, _ in a.lost] == [("te-1", on_te1)]
     assert "no heartbeat" in a.lost[0][2]
     assert rm.overview() == ResourceOverview(taskmanagers=1, slots_total=2, slots_available=0)
-    assert [e["id"] for e in rm.task_executors()] == ["te-2"]
+    assert [e.id for e in rm.task_executors()] == ["te-2"]
     with pytest.raises(UnknownTaskExecutor):
         rm.heartbeat(SESSION, "te-1", SlotReport.free(2), [])
 
@@ -282,7 +283,7 @@ async def test_heartbeats_reconcile_slots_and_reach_the_jobs(rm: ResourceManager
     assert rm.overview().slots_available == 1  # the old task ended
     assert a.heartbeats == [("te-1", [ExecutionReport(JOB_A, "e1", ExecutionState.RUNNING)])]
     entry = rm.task_executors()[0]
-    assert entry["executions"] == [{"job_id": JOB_A, "execution_id": "e1", "state": "RUNNING"}]
+    assert entry.executions == (TaskManagerExecution(job_id=JOB_A, execution_id="e1", state=ExecutionState.RUNNING),)
     with pytest.raises(InvalidRequest, match="executions"):
         rm.heartbeat(SESSION, "te-1", SlotReport.free(2), [{"job_id": JOB_A}])
 
@@ -319,11 +320,12 @@ async def test_the_timer_finds_a_silent_task_executor() -> None:
 
 async def test_idle_task_executors_show_in_the_listing(rm: ResourceManager, clock: ManualClock) -> None:
     rm.register_task_executor(SESSION, registration_body("te-1", 1))
-    assert not rm.task_executors()[0]["idle"]
+    assert not rm.task_executors()[0].idle
     clock.advance(5)
     rm.heartbeat(SESSION, "te-1", SlotReport.free(1), [])
     entry = rm.task_executors()[0]
-    assert entry["idle"] and entry["idle_since"] <= entry["last_heartbeat"] - 5000
+    assert entry.idle and entry.idle_since is not None and entry.last_heartbeat is not None
+    assert entry.idle_since <= entry.last_heartbeat - 5000
 
 
 async def test_stop_drops_everything_and_refuses_later_calls(config: Configuration, clock: ManualClock) -> None:

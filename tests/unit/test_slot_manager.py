@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from sparkdispatch.errors import InvalidRequest, SlotRequestTimeout, SparkDispatchError
 from sparkdispatch.model.protocol import ExecutionReport, SlotReport, SlotStatus, TaskExecutorRegistration
+from sparkdispatch.model.rest_shapes import TaskManager, TaskManagerSlot
 from sparkdispatch.resourcemanager import AllocatedSlot, SlotManager
 from sparkdispatch.testing.clock import ManualClock
 
@@ -52,13 +53,13 @@ def registration(te_id: str, slots: int = 2, report: SlotReport | None = None, *
                                     previous_registration_id=previous)
 
 
-def entry_of(manager: SlotManager, task_executor_id: str) -> dict[str, Any] | None:
+def entry_of(manager: SlotManager, task_executor_id: str) -> TaskManager | None:
     """The TaskExecutor's `GET /taskmanagers` entry (without heartbeat fields)."""
-    return next((e for e in manager.describe_all() if e["id"] == task_executor_id), None)
+    return next((e for e in manager.describe_all() if e.id == task_executor_id), None)
 
 
 def idle_ids(manager: SlotManager) -> list[str]:
-    return [e["id"] for e in manager.describe_all() if e["idle"]]
+    return [e.id for e in manager.describe_all() if e.idle]
 
 
 # The SlotManager offers no query of requirements: the ResourceManager only hands them over. The
@@ -91,10 +92,10 @@ def test_registration_adds_free_slots(manager: SlotManager) -> None:
     assert (manager.task_executor_count, manager.slots_total, manager.slots_free) == (2, 5, 5)
     described = entry_of(manager, "te-1")
     assert described is not None
-    assert described["hostname"] == "celery@te-1"
-    assert described["queue"] == "sparkdispatch.te.te-1"
-    assert described["slots"] == [{"index": i, "allocation_id": None, "job_id": None} for i in range(3)]
-    assert (described["slots_total"], described["slots_free"]) == (3, 3)
+    assert described.hostname == "celery@te-1"
+    assert described.queue == "sparkdispatch.te.te-1"
+    assert described.slots == tuple(TaskManagerSlot(index=i, allocation_id=None, job_id=None) for i in range(3))
+    assert (described.slots_total, described.slots_free) == (3, 3)
 
 
 def test_allocation_tells_the_listener_where_its_slots_are(manager: SlotManager) -> None:
@@ -111,7 +112,7 @@ def test_allocation_tells_the_listener_where_its_slots_are(manager: SlotManager)
     assert manager.slots_free == 0
     described = entry_of(manager, "te-1")
     assert described is not None
-    assert {(s["allocation_id"], s["job_id"]) for s in described["slots"]} == {(s.allocation_id, JOB_A) for s in slots}
+    assert {(s.allocation_id, s.job_id) for s in described.slots} == {(s.allocation_id, JOB_A) for s in slots}
 
 
 def test_jobs_are_served_in_declaration_order(manager: SlotManager) -> None:
@@ -322,7 +323,7 @@ def test_registering_again_under_the_current_registration_keeps_the_allocations(
     assert a.lost == [] and requirement(manager, JOB_A) == (2, 2)
     assert (manager.task_executor_count, manager.slots_total, manager.slots_free) == (1, 3, 1)
     entry = entry_of(manager, "te-1")
-    assert entry is not None and {s["allocation_id"] for s in entry["slots"]} == {
+    assert entry is not None and {s.allocation_id for s in entry.slots} == {
         running.allocation_id, held.allocation_id, None}
     # the job still owns both: it releases them as before, and new allocations carry the new id
     assert manager.release_slot(JOB_A, held.allocation_id)
@@ -390,7 +391,7 @@ def test_a_slot_released_while_its_task_runs_stays_occupied(manager: SlotManager
     manager.declare_requirements(JOB_B, 1, b)
     assert manager.check_requirements() == 0
     described = entry_of(manager, "te-1")
-    assert described is not None and described["slots_free"] == 0
+    assert described is not None and described.slots_free == 0
     manager.report_slot_status("te-1", SlotReport.free(1))
     assert manager.check_requirements() == 1
 
@@ -406,7 +407,7 @@ def test_idle_task_executors_are_reported(manager: SlotManager, clock: ManualClo
     manager.register_task_executor(registration("te-1", 1))
     manager.register_task_executor(registration("te-2", 1))
     registered = entry_of(manager, "te-1")
-    assert registered is not None and registered["idle_since"] is not None and not registered["idle"]
+    assert registered is not None and registered.idle_since is not None and not registered.idle
     a = Job(JOB_A)
     manager.declare_requirements(JOB_A, 1, a)
     manager.check_requirements()
@@ -415,13 +416,13 @@ def test_idle_task_executors_are_reported(manager: SlotManager, clock: ManualClo
     clock.advance(31)
     assert idle_ids(manager) == [idle_id]
     busy = entry_of(manager, busy_id)
-    assert busy is not None and busy["idle_since"] is None and not busy["idle"]
+    assert busy is not None and busy.idle_since is None and not busy.idle
     idle = entry_of(manager, idle_id)
-    assert idle is not None and idle["idle"]
+    assert idle is not None and idle.idle
     manager.declare_requirements(JOB_A, 0, a)
     manager.release_slot(JOB_A, a.slots[0].allocation_id)
     freed = entry_of(manager, busy_id)
-    assert freed is not None and freed["idle_since"] is not None and not freed["idle"]
+    assert freed is not None and freed.idle_since is not None and not freed.idle
     clock.advance(30)
     assert sorted(idle_ids(manager)) == ["te-1", "te-2"]
 
@@ -487,10 +488,10 @@ def test_slot_accounting_holds_under_any_sequence(ops: list[tuple[Any, ...]]) ->
             job.batches.clear()
             job.lost.clear()
         described = list(manager.describe_all())
-        allocated = {(s["allocation_id"]) for te in described for s in te["slots"] if s["allocation_id"]}
+        allocated = {s.allocation_id for te in described for s in te.slots if s.allocation_id}
         assert allocated == set().union(*held.values())
-        assert manager.slots_total == sum(te["slots_total"] for te in described)
-        assert manager.slots_free == sum(te["slots_free"] for te in described) == manager.slots_total - len(allocated)
+        assert manager.slots_total == sum(te.slots_total for te in described)
+        assert manager.slots_free == sum(te.slots_free for te in described) == manager.slots_total - len(allocated)
         for index, job in enumerate(jobs):
             required, acquired = requirement(manager, job.job_id)
             assert acquired == len(held[index])

@@ -13,8 +13,10 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from sparkdispatch.errors import NoLeader, ServiceUnavailable, UnknownJob
+from sparkdispatch.model.job_result import JobResult
+from sparkdispatch.model.rest_shapes import AttemptLog, JobDetails, JobSummary, Overview, TaskManager, VertexDetails
 from sparkdispatch.model.states import JobStatus
-from sparkdispatch.rest.ui_render import format_duration, format_time, layout_graph
+from sparkdispatch.rest.ui_render import JobPage, format_duration, format_time, layout_graph
 from sparkdispatch.rest.ui_routes import add_ui_routes
 
 JOB_ID = "0f0e0d0c0b0a09080706050403020100"
@@ -24,7 +26,7 @@ Client = TestClient[web.Request, web.Application]
 
 
 class FakeView:
-    """Canned answers in the REST shapes; `fail_with` makes every read raise."""
+    """Canned answers in the REST shapes, kept as their JSON forms; `fail_with` makes every read raise."""
 
     def __init__(self) -> None:
         self.overview_body: dict[str, Any] = {
@@ -37,39 +39,43 @@ class FakeView:
         self.standby_error: Exception | None = None  # raised by every read but overview()
         self.logs: dict[tuple[str, int, int | None], str] = {}  # (vertex, subtask, attempt) -> text
 
-    async def overview(self) -> dict[str, Any]:
+    async def overview(self) -> Overview:
         if self.fail_with:
             raise self.fail_with
-        return self.overview_body
+        return Overview.from_dict(self.overview_body)
 
-    async def jobs(self) -> list[dict[str, Any]]:
+    async def jobs(self) -> list[JobSummary]:
         if self.standby_error:
             raise self.standby_error
-        return [{"id": j["id"], "name": j["name"], "status": j["status"], "start_time": j["start_time"],
-                 "end_time": j["end_time"], "duration_ms": None} for j in self.jobs_by_id.values()]
+        return [JobSummary.from_dict({"id": j["id"], "name": j["name"], "status": j["status"],
+                                      "start_time": j["start_time"], "end_time": j["end_time"], "duration_ms": None})
+                for j in self.jobs_by_id.values()]
 
-    async def job(self, job_id: str) -> dict[str, Any]:
+    async def job(self, job_id: str) -> JobPage:
         if error := self.fail_with or self.standby_error:
             raise error
         if job_id not in self.jobs_by_id:
             raise UnknownJob(job_id)
-        return self.jobs_by_id[job_id]
+        details = {"repairs": [], **self.jobs_by_id[job_id]}
+        result = details.pop("result", None)
+        return JobPage(JobDetails.from_dict(details), None if result is None else JobResult.from_dict(result))
 
-    async def taskmanagers(self) -> list[dict[str, Any]]:
+    async def taskmanagers(self) -> list[TaskManager]:
         if self.standby_error:
             raise self.standby_error
-        return self.tms
+        return [TaskManager.from_dict({"queue": "q", "spark_master": "local[1]", "registered_at": 0,
+                                       "idle_since": None, "idle": False, "executions": [], **tm}) for tm in self.tms]
 
-    async def attempt_log(self, job_id: str, vertex_id: str, subtask: int,
-                          attempt: int | None) -> dict[str, Any] | None:
+    async def attempt_log(self, job_id: str, vertex_id: str, subtask: int, attempt: int | None) -> AttemptLog | None:
         if job_id not in self.jobs_by_id:
             raise UnknownJob(job_id)
         text = self.logs.get((vertex_id, subtask, attempt))
         if text is None:
             return None
-        return {"job_id": job_id, "job_status": self.jobs_by_id[job_id]["status"], "vertex": vertex_id,
-                "vertex_state": "FINISHED", "subtask": subtask, "attempt": attempt or 0, "offset": 0,
-                "next_offset": len(text.encode()), "text": text}
+        return AttemptLog.from_dict({
+            "job_id": job_id, "job_status": self.jobs_by_id[job_id]["status"], "vertex": vertex_id,
+            "vertex_state": "FINISHED", "subtask": subtask, "attempt": attempt or 0, "offset": 0,
+            "next_offset": len(text.encode()), "text": text})
 
 
 def vertex(vertex_id: str, state: str, inputs: list[str], *, parallelism: int = 1, attempt: int = 0) -> dict[str, Any]:
@@ -322,7 +328,7 @@ def test_layout_puts_each_vertex_one_layer_after_its_deepest_input() -> None:
     graph = [vertex("a", "CREATED", []), vertex("b", "CREATED", ["a"]), vertex("c", "CREATED", ["a", "b"]),
              vertex("d", "CREATED", []), vertex("e", "CREATED", ["d", "c"])]
 
-    placed, edges, width, height = layout_graph(graph)
+    placed, edges, width, height = layout_graph([VertexDetails.from_dict(v) for v in graph])
 
     layers = {p.vertex_id: p.layer for p in placed}
     assert layers == {"a": 0, "d": 0, "b": 1, "c": 2, "e": 3}
@@ -334,7 +340,7 @@ def test_layout_puts_each_vertex_one_layer_after_its_deepest_input() -> None:
 def test_layout_ignores_unknown_inputs_and_survives_a_cycle() -> None:
     graph = [vertex("a", "CREATED", ["b", "ghost"]), vertex("b", "CREATED", ["a"])]
 
-    placed, edges, _, _ = layout_graph(graph)
+    placed, edges, _, _ = layout_graph([VertexDetails.from_dict(v) for v in graph])
 
     assert {p.vertex_id for p in placed} == {"a", "b"}
     assert ("ghost", "a") not in edges

@@ -37,7 +37,7 @@ def failed_result() -> JobResult:
 
 
 def test_flink_job_details_of_a_running_job_field_for_field() -> None:
-    assert flink_job_details(running().overview) == {
+    assert flink_job_details(running().overview).to_dict() == {
         "jid": JOB_ID, "name": "sales", "state": "RUNNING", "start-time": 1_000, "end-time": -1, "duration": 2_500,
         "last-modification": 3_000, "pending-operators": 0,
         "tasks": {"created": 2, "scheduled": 0, "deploying": 0, "running": 1, "finished": 1, "canceling": 0,
@@ -47,7 +47,7 @@ def test_flink_job_details_of_a_running_job_field_for_field() -> None:
 
 def test_a_job_known_from_its_result_alone_counts_each_vertex_as_a_task() -> None:
     overview = JobSnapshot.from_result(failed_result()).overview
-    details = flink_job_details(overview)
+    details = flink_job_details(overview).to_dict()
     assert details == {
         "jid": JOB_ID, "name": "sales", "state": "FAILED", "start-time": 1_000, "end-time": 5_200, "duration": 4_200,
         "last-modification": 5_200, "pending-operators": 0,
@@ -58,15 +58,15 @@ def test_a_job_known_from_its_result_alone_counts_each_vertex_as_a_task() -> Non
 
 
 def test_job_summary_has_no_end_or_duration_while_running() -> None:
-    assert job_summary(running().overview) == {"id": JOB_ID, "name": "sales", "status": "RUNNING",
+    assert job_summary(running().overview).to_dict() == {"id": JOB_ID, "name": "sales", "status": "RUNNING",
                                                "start_time": 1_000, "end_time": None, "duration_ms": None}
     ended = JobSnapshot.from_result(failed_result()).overview
-    assert job_summary(ended) == {"id": JOB_ID, "name": "sales", "status": "FAILED", "start_time": 1_000,
+    assert job_summary(ended).to_dict() == {"id": JOB_ID, "name": "sales", "status": "FAILED", "start_time": 1_000,
                                   "end_time": 5_200, "duration_ms": 4_200}
 
 
 def test_job_details_of_a_live_job_and_of_a_job_known_from_its_result() -> None:
-    body = job_details(running())
+    body = job_details(running()).to_dict()
     assert body == {
         "id": JOB_ID, "name": "sales", "status": "RUNNING", "start_time": 1_000, "end_time": None,
         "vertices": [
@@ -79,7 +79,7 @@ def test_job_details_of_a_live_job_and_of_a_job_known_from_its_result() -> None:
         ],
         "repairs": [],
     }
-    assert job_details(JobSnapshot.from_result(failed_result())) == {
+    assert job_details(JobSnapshot.from_result(failed_result())).to_dict() == {
         "id": JOB_ID, "name": "sales", "status": "FAILED", "start_time": 1_000, "end_time": 5_200,
         "vertices": [
             {"id": "extract", "state": "FINISHED", "parallelism": None, "inputs": [], "attempts": 1, "subtasks": []},

@@ -94,7 +94,7 @@ async def test_cancel_stops_running_tasks_and_releases_slots() -> None:
     with pytest.raises(StaleExecution):
         await h.report(e0, ExecutionState.FINISHED, rows=1, result_path=e0.tdd.result_path)
     await h.jm.cancel()  # idempotent
-    assert flink_job_details(h.jm.overview())["state"] == "CANCELED"
+    assert flink_job_details(h.jm.overview()).to_dict()["state"] == "CANCELED"
     await h.jm.join()
 
 
@@ -122,7 +122,7 @@ async def test_suspend_stops_without_a_result_and_without_touching_progress() ->
     h.jm.suspend()  # idempotent
     await h.jm.join()
     assert (a1.slot.hostname, a1.tdd.execution_id) in h.gateway.cancels
-    assert job_details(h.jm.snapshot())["status"] == "SUSPENDED"
+    assert job_details(h.jm.snapshot()).to_dict()["status"] == "SUSPENDED"
 
 
 async def test_bad_lifecycle_calls_are_refused() -> None:

@@ -55,9 +55,9 @@ async def test_fan_out_fan_in_runs_in_batch_order_and_finishes() -> None:
         if d.tdd.vertex_id == "left")
     assert len(h.gateway.deployments) == 8 and len(h.store.records) == 8
     assert h.rm.declarations[-1] == 0 and not h.rm.allocated and len(h.rm.released) == 8
-    details = job_details(h.jm.snapshot())
+    details = job_details(h.jm.snapshot()).to_dict()
     assert details["status"] == "FINISHED" and details["end_time"] == result.end_time
-    overview = flink_job_details(h.jm.overview())
+    overview = flink_job_details(h.jm.overview()).to_dict()
     assert overview["state"] == "FINISHED" and overview["tasks"]["finished"] == 8 and overview["tasks"]["total"] == 8
     await h.jm.join()
 
@@ -67,7 +67,7 @@ async def test_details_show_subtask_states_attempts_and_taskmanagers() -> None:
     h.jm.start()
     a0, a1 = await h.deployments(2)
     await h.report(a0, ExecutionState.RUNNING)
-    details = job_details(h.jm.snapshot())
+    details = job_details(h.jm.snapshot()).to_dict()
     vertex_a = details["vertices"][0]
     assert details["status"] == "RUNNING" and details["end_time"] is None
     assert vertex_a["id"] == "a" and vertex_a["state"] == "RUNNING" and vertex_a["parallelism"] == 2
@@ -76,9 +76,9 @@ async def test_details_show_subtask_states_attempts_and_taskmanagers() -> None:
                                               "taskmanager": a0.slot.task_executor_id}
     assert by_index[a1.tdd.subtask_index]["state"] == "DEPLOYING"
     assert details["vertices"][1]["subtasks"][0]["state"] == "CREATED"
-    tasks = flink_job_details(h.jm.overview())["tasks"]
+    tasks = flink_job_details(h.jm.overview()).to_dict()["tasks"]
     assert (tasks["running"], tasks["deploying"], tasks["created"], tasks["total"]) == (1, 1, 1, 3)
-    assert flink_job_details(h.jm.overview())["end-time"] == -1
+    assert flink_job_details(h.jm.overview()).to_dict()["end-time"] == -1
     await h.finish(a0)
     await h.finish(a1)
     await h.run_to_end()
