@@ -168,17 +168,18 @@ class SparkDispatchVertexOperator(BaseOperator):
             self._job_url = client.job_url(job_id)
             push_job_link(context, self._job_url)
             body = self._repaired_if_due(context, client, body)
-            if not vertex_concluded(body):
-                if self.deferrable:
-                    self.defer(trigger=SparkDispatchVertexTrigger(
-                        job_id=job_id, vertex_id=self.vertex_id, parallelism=self.parallelism,
-                        sparkdispatch_conn_id=self.sparkdispatch_conn_id, poll_interval=self.poll_interval,
-                        cancel_on_kill=self.cancel_on_kill),
-                        method_name="execute_complete",
-                        timeout=self.execution_timeout if isinstance(self.execution_timeout, timedelta) else None)
-                body = client.run(follow_vertex(self.sparkdispatch_conn_id, job_id, self.vertex_id,
-                                                parallelism=self.parallelism, poll_interval=self.poll_interval,
-                                                emit=lambda line: self.log.info("%s", line)))
+            if not vertex_concluded(body) and self.deferrable:
+                self.defer(trigger=SparkDispatchVertexTrigger(
+                    job_id=job_id, vertex_id=self.vertex_id, parallelism=self.parallelism,
+                    sparkdispatch_conn_id=self.sparkdispatch_conn_id, poll_interval=self.poll_interval,
+                    cancel_on_kill=self.cancel_on_kill),
+                    method_name="execute_complete",
+                    timeout=self.execution_timeout if isinstance(self.execution_timeout, timedelta) else None)
+            # also when the vertex concluded before this task looked (a short one): one poll then gives
+            # its subtasks' logs to the task's log, as a deferred task's trigger does on its last poll
+            body = client.run(follow_vertex(self.sparkdispatch_conn_id, job_id, self.vertex_id,
+                                            parallelism=self.parallelism, poll_interval=self.poll_interval,
+                                            emit=lambda line: self.log.info("%s", line)))
         except SparkDispatchError as exc:
             raise task_failure(exc) from exc
         finally:
