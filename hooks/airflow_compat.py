@@ -12,7 +12,8 @@ mypy checks against the newest Airflow (the `TYPE_CHECKING` branch); the other b
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 if TYPE_CHECKING:
     from airflow.sdk import BaseHook, ResumableJobMixin, conf
@@ -32,26 +33,27 @@ else:
         from airflow.configuration import conf
 
 
+class _ResumableJob(Protocol):
+    """What an operator using the fallback defines, as it would for Airflow's ResumableJobMixin."""
+
+    submit_job: Callable[[Any], Any]  # (context) -> the job's id
+    poll_until_complete: Callable[[Any, Any], None]  # (job id, context)
+    get_job_result: Callable[[Any, Any], Any]  # (job id, context) -> the task's return value
+
+
 class ResumableJobFallback:
     """Durable execution where Airflow has none (before 3.3): `execute_resumable` submits the job
     (or re-attaches by its job id, which the operator derives from the task instance) and waits for
-    it within the try; nothing is kept in a task state store."""
+    it within the try; nothing is kept in a task state store. The operator defines `_ResumableJob`'s
+    three methods."""
 
     durable = False
 
     def execute_resumable(self, context: Any) -> Any:
-        external_id = self.submit_job(context)
-        self.poll_until_complete(external_id, context)
-        return self.get_job_result(external_id, context)
-
-    def submit_job(self, context: Any) -> Any:
-        raise NotImplementedError
-
-    def poll_until_complete(self, external_id: Any, context: Any) -> None:
-        raise NotImplementedError
-
-    def get_job_result(self, external_id: Any, context: Any) -> Any:
-        raise NotImplementedError
+        job = cast(_ResumableJob, self)
+        external_id = job.submit_job(context)
+        job.poll_until_complete(external_id, context)
+        return job.get_job_result(external_id, context)
 
 
 if not TYPE_CHECKING:
