@@ -26,17 +26,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import time
 import uuid
-from abc import abstractmethod
 from collections.abc import Sequence
 from contextlib import aclosing
-from dataclasses import dataclass
-from typing import Protocol
 
 from sparkdispatch.dispatcher.archive import ArchivedJob, JobArchive
+from sparkdispatch.dispatcher.dispatched_job import DispatchedJob
+from sparkdispatch.dispatcher.gateway import Submission
 from sparkdispatch.errors import (
     DuplicateJobSubmission,
     JobAlreadyTerminated,
@@ -69,7 +67,7 @@ from sparkdispatch.model.job_result import Failure, JobResult, VertexResult
 from sparkdispatch.jobmaster.gateways import JobMasterFactory, JobMasterGateway
 from sparkdispatch.log_context import log_context
 from sparkdispatch.metrics.events import EventCounts, JobEvents
-from sparkdispatch.model.repair import Repair, RepairAnswer, check_requested
+from sparkdispatch.model.repair import RepairAnswer, check_requested
 from sparkdispatch.storage.results import ResultLayout, remove_job_results
 from sparkdispatch.dispatcher.settings import CleanupSettings, JobLimits
 from sparkdispatch.model.snapshot import JobOverview, JobSnapshot
@@ -78,114 +76,6 @@ log = logging.getLogger(__name__)
 
 RETRY_AFTER_S = 1  # what a caller hears while the Dispatcher recovers
 CLEANUP_WAIT_S = 10.0  # how long a repair waits for the cleanup of a job that has just ended
-
-
-@dataclass(frozen=True)
-class Submission:
-    """The answer to a submission: the job's id, whether this call created it, and its status."""
-
-    job_id: str
-    created: bool
-    status: JobStatus
-
-
-class DispatcherGateway(Protocol):
-    """What the REST endpoint calls on the Dispatcher, on the master's loop.
-
-    Until the Dispatcher has recovered its jobs, every call but `job_counts` raises
-    `RecoveryInProgress` (`job_master` only for a job it does not run yet).
-    """
-
-    @abstractmethod
-    async def submit(self, graph: JobGraph) -> Submission:
-        """Accept a job, or answer for the same job (same id and graph) submitted before."""
-
-    @abstractmethod
-    async def cancel(self, job_id: str) -> None:
-        """Cancel a running job; idempotent for a cancelled one."""
-
-    @abstractmethod
-    async def repair(self, job_id: str, vertices: Sequence[str]) -> RepairAnswer:
-        """Run `vertices` of an ended job again, with their consumers, reusing the other results."""
-
-    @abstractmethod
-    def job_overviews(self) -> list[JobOverview]:
-        """Every job, running and finished, the most recently started first."""
-
-    @abstractmethod
-    async def job_snapshot(self, job_id: str) -> JobSnapshot:
-        """One job with its vertices and subtasks; `UnknownJob` if there is no such job."""
-
-    @abstractmethod
-    async def job_result(self, job_id: str, *, wait_s: float = 0.0) -> JobResult | None:
-        """The JobResult, waiting up to `wait_s` for a running job; None while it runs."""
-
-    @abstractmethod
-    async def vertex_result(self, job_id: str, vertex_id: str) -> tuple[JobStatus, VertexResult]:
-        """The job's status and one vertex's outcome so far; `UnknownJob`, or `RouteNotFound` for
-        a vertex the job does not have."""
-
-    @abstractmethod
-    async def vertex_results(self, job_id: str) -> tuple[JobStatus, dict[str, VertexResult]]:
-        """The job's status and every vertex's outcome so far, in the graph's order; `UnknownJob`."""
-
-    @abstractmethod
-    def job_counts(self) -> dict[str, int]:
-        """Jobs by status (during recovery: those known so far)."""
-
-    @abstractmethod
-    def job_master(self, job_id: str) -> JobMasterGateway:
-        """The running JobMaster of `job_id`; `UnknownJob` if it does not run here."""
-
-
-@dataclass
-class _Job:
-    """A job this Dispatcher answers for until its cleanup starts: reserved at submission (or
-    recovered), run by its JobMaster once persisted, concluded once `result` is set."""
-
-    graph: JobGraph | None  # None: its stored graph could not be read, or may not run (over a limit)
-    fingerprint: str | None
-    # Resolves once the job is persisted and its JobMaster built, or its build failed and the job
-    # concluded (None), or to the status of the same job found terminated before; concurrent
-    # submissions and calls naming the id wait for it.
-    accepted: asyncio.Future[JobStatus | None]
-    job_master: JobMasterGateway | None = None
-    watcher: asyncio.Task[None] | None = None
-    result: JobResult | None = None  # once globally terminal
-    cancel_recorded: bool = False  # its cancel is persisted: a recovered job is cancelled, not run
-    repairs: tuple[Repair, ...] = ()  # the last one runs, if the job runs a repair
-
-    @property
-    def running_repair(self) -> Repair | None:
-        return self.repairs[-1] if self.repairs and self.repairs[-1].status is None else None
-
-    @property
-    def status(self) -> JobStatus:
-        if self.result is not None:
-            return self.result.status
-        return self.job_master.status if self.job_master is not None else JobStatus.INITIALIZING
-
-    def overview(self) -> JobOverview | None:
-        """None while it is only reserved (not persisted yet)."""
-        if self.job_master is not None:
-            return self.job_master.overview()
-        return JobSnapshot.from_result(self.result).overview if self.result is not None else None
-
-    async def snapshot(self) -> JobSnapshot:
-        """Of a job run by its JobMaster (built off the loop) or concluded without one."""
-        if self.job_master is not None:
-            snapshot = await self.job_master.snapshot_off_loop()
-        else:
-            assert self.result is not None
-            snapshot = JobSnapshot.from_result(self.result)
-        return dataclasses.replace(snapshot, repairs=self.repairs) if self.repairs else snapshot
-
-    def conclude(self, result: JobResult) -> JobResult:
-        """The job is globally terminal with `result` (and so is the repair it ran, if any)."""
-        self.result = result
-        if self.running_repair is not None:
-            self.repairs = (*self.repairs[:-1], self.repairs[-1].ended(result.status))
-        return result
 
 
 class Dispatcher:
@@ -216,7 +106,7 @@ class Dispatcher:
                                      job_result_store=job_result_store, progress_store=progress_store, archive=archive,
                                      initial_backoff=cleanup.initial_backoff, max_backoff=cleanup.max_backoff,
                                      limits=limits)
-        self._jobs: dict[str, _Job] = {}
+        self._jobs: dict[str, DispatchedJob] = {}
         self._cleanups: dict[str, asyncio.Task[None]] = {}
         self._recovering = True
         self._closed = False
@@ -270,12 +160,13 @@ class Dispatcher:
                     await self._archive_quietly(archived)
                 self._start_cleanup(job_id, mark_clean=mark_clean)
             case JobToFail(result=result, fingerprint=fingerprint):
-                job = self._jobs[result.job_id] = _Job(None, fingerprint, _persisted(), result=result)
+                job = self._jobs[result.job_id] = DispatchedJob(None, fingerprint, _persisted(), result=result)
                 job.watcher = asyncio.create_task(self._conclude(result.job_id, job, result),
                                                   name=f"job-{result.job_id}")
             case JobToResume(job_id=job_id, graph=graph, progress=progress, cancel=cancel, repairs=repairs):
-                job = self._jobs[job_id] = _Job(graph, graph.fingerprint(), asyncio.get_running_loop().create_future(),
-                                                cancel_recorded=cancel, repairs=repairs)
+                job = self._jobs[job_id] = DispatchedJob(graph, graph.fingerprint(),
+                                                         asyncio.get_running_loop().create_future(),
+                                                         cancel_recorded=cancel, repairs=repairs)
                 await self._run(job_id, job, recovered=progress)
 
     # -- submission and cancellation -----------------------------------------------------------
@@ -299,7 +190,7 @@ class Dispatcher:
             terminated = await asyncio.shield(existing.accepted)
             return Submission(job_id, False, terminated or existing.status)
         # reserve the id before the first await, so concurrent submissions of it wait for this one
-        job = _Job(graph, fingerprint, asyncio.get_running_loop().create_future())
+        job = DispatchedJob(graph, fingerprint, asyncio.get_running_loop().create_future())
         self._jobs[job_id] = job
         try:
             # an id generated here is new: only a client's own id can have been used already
@@ -381,7 +272,7 @@ class Dispatcher:
         await self._check_artifacts(plan.graph, repairing=job_id)
         if job_id in self._jobs:  # another repair or a resubmission took it meanwhile
             return await self.repair(job_id, vertices)
-        job = _Job(plan.graph, plan.graph.fingerprint(), asyncio.get_running_loop().create_future(),
+        job = DispatchedJob(plan.graph, plan.graph.fingerprint(), asyncio.get_running_loop().create_future(),
                    repairs=plan.repairs)
         self._jobs[job_id] = job
         try:
@@ -466,7 +357,7 @@ class Dispatcher:
         result = await self._ended_result(job_id, job)
         return result.status, dict(result.vertices)
 
-    async def _ended_result(self, job_id: str, job: _Job | None) -> JobResult:
+    async def _ended_result(self, job_id: str, job: DispatchedJob | None) -> JobResult:
         """The JobResult of a job that runs no JobMaster here: its own, or the archive's (archived,
         or reserved by a repair about to run); `UnknownJob`."""
         result = job.result if job is not None else None
@@ -496,7 +387,7 @@ class Dispatcher:
 
     # -- running and terminating jobs ---------------------------------------------------------
 
-    async def _settled(self, job_id: str) -> _Job | None:
+    async def _settled(self, job_id: str) -> DispatchedJob | None:
         """The job `job_id` answers for, once its submission (or repair) settled: persisted and its
         JobMaster built, or refused (then None, unless another took the id meanwhile)."""
         job = self._jobs.get(job_id)
@@ -506,7 +397,7 @@ class Dispatcher:
             job = self._jobs.get(job_id)
         return job
 
-    async def _run(self, job_id: str, job: _Job, *, recovered: JobProgress | None) -> None:
+    async def _run(self, job_id: str, job: DispatchedJob, *, recovered: JobProgress | None) -> None:
         """Start the job's task, which builds its JobMaster and runs it to the job's end; return once
         the JobMaster is built and started (or the job concluded because it cannot be)."""
         with log_context(job_id=job_id):  # the JobMaster's tasks and the job's task inherit it
@@ -515,7 +406,7 @@ class Dispatcher:
         task.add_done_callback(lambda _: None if job.accepted.done() else job.accepted.set_result(None))
         await asyncio.shield(job.accepted)  # the job's task goes on if this caller is cancelled
 
-    async def _drive(self, job_id: str, job: _Job, recovered: JobProgress | None) -> None:
+    async def _drive(self, job_id: str, job: DispatchedJob, recovered: JobProgress | None) -> None:
         """The job's task: build and start its JobMaster (a recovered job whose cancel was accepted is
         cancelled instead), settle `job.accepted`, then watch the job to its end; a job whose JobMaster
         cannot be built or started fails with the cause."""
@@ -530,7 +421,7 @@ class Dispatcher:
         else:
             await self._watch(job_id, job)
 
-    async def _start(self, job_id: str, job: _Job, recovered: JobProgress | None) -> Failure | None:
+    async def _start(self, job_id: str, job: DispatchedJob, recovered: JobProgress | None) -> Failure | None:
         """Build and start the job's JobMaster; the failure if it cannot be."""
         assert job.graph is not None
         job_master: JobMasterGateway | None = None
@@ -554,7 +445,7 @@ class Dispatcher:
         except Exception:
             log.exception("stopping the failed JobMaster of job %s failed too", job_id)
 
-    async def _watch(self, job_id: str, job: _Job) -> None:
+    async def _watch(self, job_id: str, job: DispatchedJob) -> None:
         job_master = job.job_master
         assert job_master is not None
         if job.cancel_recorded and job_master.status is JobStatus.INITIALIZING:
@@ -570,7 +461,7 @@ class Dispatcher:
                 return
         await self._conclude(job_id, job, job.conclude(await job_master.result_future))
 
-    async def _conclude(self, job_id: str, job: _Job, result: JobResult) -> None:
+    async def _conclude(self, job_id: str, job: DispatchedJob, result: JobResult) -> None:
         """Archive the terminated job, write its dirty JobResult, then clean it up."""
         log.info("job %s reached %s [session %s]", job_id, result.status.value, self.session_id)
         self._events.job_finished(result.status.value)

@@ -17,7 +17,7 @@ import aiohttp
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from sparkdispatch.dispatcher.dispatcher import DispatcherGateway
+from sparkdispatch.dispatcher.gateway import DispatcherGateway
 from sparkdispatch.storage.attempt_logs import latest_log_sizes, read_attempt_log
 from sparkdispatch.errors import (
     BlobError,

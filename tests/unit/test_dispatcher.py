@@ -16,7 +16,8 @@ import pytest
 
 from sparkdispatch.dispatcher.archive import JobArchive
 from sparkdispatch.config import Configuration
-from sparkdispatch.dispatcher.dispatcher import Dispatcher, Submission
+from sparkdispatch.dispatcher.dispatcher import Dispatcher
+from sparkdispatch.dispatcher.gateway import Submission
 from sparkdispatch.errors import (
     DuplicateJobSubmission,
     InvalidJobGraph,
