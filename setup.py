@@ -24,9 +24,11 @@ def mapped_folders() -> dict[str, str]:
 
 def mapped_packages() -> list[str]:
     """Every package under the mapped folders, by its import name."""
-    return sorted(f"{name}.{sub}" if sub else name
-                  for name, folder in mapped_folders().items()
-                  for sub in ["", *find_packages(str(ROOT / folder))])
+    return sorted(
+        f"{name}.{sub}" if sub else name
+        for name, folder in mapped_folders().items()
+        for sub in ["", *find_packages(str(ROOT / folder))]
+    )
 
 
 setup(packages=mapped_packages())

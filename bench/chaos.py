@@ -46,27 +46,50 @@ def run() -> int:
     parser.add_argument("--faults", type=int, default=20)
     parser.add_argument("--seed", type=int, default=None, help="plan of jobs and faults (default: random, printed)")
     parser.add_argument("--in-flight", type=int, default=defaults.in_flight, help="jobs running at once")
-    parser.add_argument("--hang-after", type=float, default=defaults.hang_after_s,
-                        help="seconds after acceptance a job without its JobResult hangs")
-    parser.add_argument("--restart-attempts", type=int, default=defaults.restart_attempts,
-                        help="each job's fixed-delay restart budget")
-    parser.add_argument("--max-task-sleep", type=float, default=defaults.max_task_sleep_s,
-                        help="each task pauses up to this long, seconds")
-    parser.add_argument("--session-timeout", type=float, default=defaults.session_timeout_s,
-                        help="ZooKeeper session timeout, seconds")
+    parser.add_argument(
+        "--hang-after",
+        type=float,
+        default=defaults.hang_after_s,
+        help="seconds after acceptance a job without its JobResult hangs",
+    )
+    parser.add_argument(
+        "--restart-attempts", type=int, default=defaults.restart_attempts, help="each job's fixed-delay restart budget"
+    )
+    parser.add_argument(
+        "--max-task-sleep",
+        type=float,
+        default=defaults.max_task_sleep_s,
+        help="each task pauses up to this long, seconds",
+    )
+    parser.add_argument(
+        "--session-timeout", type=float, default=defaults.session_timeout_s, help="ZooKeeper session timeout, seconds"
+    )
     parser.add_argument("--heartbeat-timeout", type=float, default=defaults.heartbeat_timeout_s, help="seconds")
-    parser.add_argument("--slot-request-timeout", type=float, default=defaults.slot_request_timeout_s,
-                        help="seconds")
-    parser.add_argument("-D", dest="overrides", action="append", default=[], type=override, metavar="KEY=VALUE",
-                        help="another configuration key of the cluster")
+    parser.add_argument("--slot-request-timeout", type=float, default=defaults.slot_request_timeout_s, help="seconds")
+    parser.add_argument(
+        "-D",
+        dest="overrides",
+        action="append",
+        default=[],
+        type=override,
+        metavar="KEY=VALUE",
+        help="another configuration key of the cluster",
+    )
     parser.add_argument("--work-dir", type=Path, default=None, help="keep storage, logs and markers here")
     args = parser.parse_args()
     settings = ChaosSettings(
-        jobs=args.jobs, faults=args.faults, seed=args.seed if args.seed is not None else random.randrange(1_000_000),
-        in_flight=args.in_flight, hang_after_s=args.hang_after, restart_attempts=args.restart_attempts,
-        max_task_sleep_s=args.max_task_sleep, session_timeout_s=args.session_timeout,
-        heartbeat_timeout_s=args.heartbeat_timeout, slot_request_timeout_s=args.slot_request_timeout,
-        overrides=tuple(args.overrides))
+        jobs=args.jobs,
+        faults=args.faults,
+        seed=args.seed if args.seed is not None else random.randrange(1_000_000),
+        in_flight=args.in_flight,
+        hang_after_s=args.hang_after,
+        restart_attempts=args.restart_attempts,
+        max_task_sleep_s=args.max_task_sleep,
+        session_timeout_s=args.session_timeout,
+        heartbeat_timeout_s=args.heartbeat_timeout,
+        slot_request_timeout_s=args.slot_request_timeout,
+        overrides=tuple(args.overrides),
+    )
     load_at_start = load_average()
     with scratch_dir(args.work_dir, "sparkdispatch-chaos-") as scratch:
         report = ChaosRun(settings, work_dir=Path(scratch), tasks=TASKS).run()
@@ -74,11 +97,24 @@ def run() -> int:
     print(report.summary())
     print()
     counts = report.counts()
-    print_table(["jobs", "faults", "executions", "re-executions", "lost", "duplicated", "hung", "leftovers"],
-                [[report.jobs, len(report.faults), report.executions, report.re_executions, counts["lost"],
-                  counts["duplicated"], counts["hung"], counts["leftover"]]])
-    path = write_results("chaos", {**report.to_dict(), "load_average_at_start": load_at_start,
-                                   "load_average_at_end": load_average()})
+    print_table(
+        ["jobs", "faults", "executions", "re-executions", "lost", "duplicated", "hung", "leftovers"],
+        [
+            [
+                report.jobs,
+                len(report.faults),
+                report.executions,
+                report.re_executions,
+                counts["lost"],
+                counts["duplicated"],
+                counts["hung"],
+                counts["leftover"],
+            ]
+        ],
+    )
+    path = write_results(
+        "chaos", {**report.to_dict(), "load_average_at_start": load_at_start, "load_average_at_end": load_average()}
+    )
     print(f"wrote {path}")
     return 1 if report.findings else 0
 

@@ -43,8 +43,11 @@ def connect_server_times(log: Path) -> dict[str, float]:
         match = _SERVER_READY.search(log.read_text(errors="replace"))
     except OSError:
         return {}
-    return {"connect_server_ready_s": float(match.group(1)), "connect_server_warm_up_s": float(match.group(2))} \
-        if match else {}
+    return (
+        {"connect_server_ready_s": float(match.group(1)), "connect_server_warm_up_s": float(match.group(2))}
+        if match
+        else {}
+    )
 
 
 def launch(storage: Path, artifact_file: Path, *, slots: int, rows: int, steady_runs: int) -> dict[str, Any]:
@@ -59,8 +62,10 @@ def launch(storage: Path, artifact_file: Path, *, slots: int, rows: int, steady_
         first_result_s = time.monotonic() - begin
         steady = [standalone.rest.run_job(graph, timeout=JOB_TIMEOUT_S) for _ in range(steady_runs)]
         figures: dict[str, Any] = {
-            "ready_s": round(ready_s, 2), "first_result_s": round(first_result_s, 2),
-            "first_job_s": round(first_s, 3), "first_job_master_s": round(first_master_s, 3),
+            "ready_s": round(ready_s, 2),
+            "first_result_s": round(first_result_s, 2),
+            "first_job_s": round(first_s, 3),
+            "first_job_master_s": round(first_master_s, 3),
             "steady_job_s": [round(wall, 3) for wall, _ in steady],
             "steady_job_master_s": [round(master, 3) for _, master in steady],
             **connect_server_times(standalone.log_dir / "taskexecutor-0.log"),
@@ -83,44 +88,76 @@ def run() -> int:
     if args.quick:
         args.launches, args.steady_runs = 1, 2
 
-    results: dict[str, Any] = {"load_average_at_start": load_average(), "launches": args.launches,
-                               "steady_runs": args.steady_runs, "slots": args.slots, "rows": args.rows,
-                               "quick": args.quick}
+    results: dict[str, Any] = {
+        "load_average_at_start": load_average(),
+        "launches": args.launches,
+        "steady_runs": args.steady_runs,
+        "slots": args.slots,
+        "rows": args.rows,
+        "quick": args.quick,
+    }
     samples: list[dict[str, Any]] = []
     with scratch_dir(args.work_dir, "sparkdispatch-cold-") as scratch:
         artifact_file = pipelines_artifact(Path(scratch))
         for index in range(args.launches):
             print(f"launch {index + 1}: sparkdispatch standalone --slots {args.slots}", flush=True)
-            figures = launch(Path(scratch) / f"launch-{index}", artifact_file, slots=args.slots, rows=args.rows,
-                             steady_runs=args.steady_runs)
+            figures = launch(
+                Path(scratch) / f"launch-{index}",
+                artifact_file,
+                slots=args.slots,
+                rows=args.rows,
+                steady_runs=args.steady_runs,
+            )
             samples.append(figures)
-            server = (f" (its Connect server {figures['connect_server_ready_s']:.1f}s, warm-up "
-                      f"{figures['connect_server_warm_up_s']:.1f}s)" if "connect_server_ready_s" in figures else "")
-            print(f"  ready after {figures['ready_s']:.1f}s{server}; first result after "
-                  f"{figures['first_result_s']:.1f}s; first job {figures['first_job_s']:.2f}s, steady "
-                  f"{figures['steady_job_s']} (median {figures['steady_job_s_median']:.2f}s): "
-                  f"{figures['first_to_steady']:.2f}x; load {figures['load_average'][0]}", flush=True)
+            server = (
+                f" (its Connect server {figures['connect_server_ready_s']:.1f}s, warm-up "
+                f"{figures['connect_server_warm_up_s']:.1f}s)"
+                if "connect_server_ready_s" in figures
+                else ""
+            )
+            print(
+                f"  ready after {figures['ready_s']:.1f}s{server}; first result after "
+                f"{figures['first_result_s']:.1f}s; first job {figures['first_job_s']:.2f}s, steady "
+                f"{figures['steady_job_s']} (median {figures['steady_job_s_median']:.2f}s): "
+                f"{figures['first_to_steady']:.2f}x; load {figures['load_average'][0]}",
+                flush=True,
+            )
     results["load_average_at_end"] = load_average()
 
-    keys = ["ready_s", "connect_server_ready_s", "connect_server_warm_up_s", "first_result_s", "first_job_s",
-            "steady_job_s_median", "first_to_steady"]
+    keys = [
+        "ready_s",
+        "connect_server_ready_s",
+        "connect_server_warm_up_s",
+        "first_result_s",
+        "first_job_s",
+        "steady_job_s_median",
+        "first_to_steady",
+    ]
     medians = {key: round(median([s[key] for s in samples if key in s]), 3) for key in keys}
     print()
-    print(f"cold start of `sparkdispatch standalone --slots {args.slots}` and the sales pipeline ({args.rows} rows), "
-          f"medians of {args.launches} launch(es)")
-    print_table(["what", "median"], [
-        ["launch -> TaskExecutor registered (ready)", f"{medians['ready_s']:.1f} s"],
-        ["  of which its Connect server start + warm-up", f"{medians['connect_server_ready_s']:.1f} s"],
-        ["  of which the warm-up", f"{medians['connect_server_warm_up_s']:.1f} s"],
-        ["launch -> first job's FINISHED result", f"{medians['first_result_s']:.1f} s"],
-        ["first job (POST -> result)", f"{medians['first_job_s']:.2f} s"],
-        [f"steady state (median of the next {args.steady_runs})", f"{medians['steady_job_s_median']:.2f} s"],
-        ["first / steady", f"{medians['first_to_steady']:.2f}x"],
-    ])
+    print(
+        f"cold start of `sparkdispatch standalone --slots {args.slots}` and the sales pipeline ({args.rows} rows), "
+        f"medians of {args.launches} launch(es)"
+    )
+    print_table(
+        ["what", "median"],
+        [
+            ["launch -> TaskExecutor registered (ready)", f"{medians['ready_s']:.1f} s"],
+            ["  of which its Connect server start + warm-up", f"{medians['connect_server_ready_s']:.1f} s"],
+            ["  of which the warm-up", f"{medians['connect_server_warm_up_s']:.1f} s"],
+            ["launch -> first job's FINISHED result", f"{medians['first_result_s']:.1f} s"],
+            ["first job (POST -> result)", f"{medians['first_job_s']:.2f} s"],
+            [f"steady state (median of the next {args.steady_runs})", f"{medians['steady_job_s_median']:.2f} s"],
+            ["first / steady", f"{medians['first_to_steady']:.2f}x"],
+        ],
+    )
     met = medians["first_to_steady"] <= GOAL_RATIO
     print(f"goal: first job <= {GOAL_RATIO:g}x the steady state: {'met' if met else 'MISSED'}; {load_change(results)}")
-    save_results("cold_start", quick=args.quick, report={
-        **results, "goal_first_to_steady": GOAL_RATIO, "samples": samples, "medians": medians, "goal_met": met})
+    save_results(
+        "cold_start",
+        quick=args.quick,
+        report={**results, "goal_first_to_steady": GOAL_RATIO, "samples": samples, "medians": medians, "goal_met": met},
+    )
     return 0
 
 

@@ -33,11 +33,18 @@ GRANT_TIMEOUT_S = 60.0
 
 
 def one_round(zookeeper: ZooKeeperServer, storage: Path, session_timeout: str, sig: signal.Signals) -> float:
-    overrides = ["-D", "high-availability.mode=zookeeper",
-                 "-D", f"high-availability.zookeeper.quorum={zookeeper.hosts}",
-                 "-D", f"high-availability.zookeeper.path.root=/bench-{uuid.uuid4().hex[:12]}",
-                 "-D", f"high-availability.zookeeper.session-timeout={session_timeout}",
-                 "-D", f"storage.dir={storage}"]
+    overrides = [
+        "-D",
+        "high-availability.mode=zookeeper",
+        "-D",
+        f"high-availability.zookeeper.quorum={zookeeper.hosts}",
+        "-D",
+        f"high-availability.zookeeper.path.root=/bench-{uuid.uuid4().hex[:12]}",
+        "-D",
+        f"high-availability.zookeeper.session-timeout={session_timeout}",
+        "-D",
+        f"storage.dir={storage}",
+    ]
     contenders = [ContenderProcess(name, overrides, address=f"http://{name}:8081") for name in ("a", "b")]
     try:
         leader, _ = first_grant(contenders, GRANT_TIMEOUT_S)
@@ -62,12 +69,14 @@ def main() -> None:
     zookeeper.start()
     try:
         with tempfile.TemporaryDirectory(prefix="sparkdispatch-bench-") as storage:
-            kill = [one_round(zookeeper, Path(storage), args.session_timeout, signal.SIGKILL)
-                    for _ in range(args.rounds)]
+            kill = [
+                one_round(zookeeper, Path(storage), args.session_timeout, signal.SIGKILL) for _ in range(args.rounds)
+            ]
             for i, seconds in enumerate(kill, 1):
                 print(f"SIGKILL round {i}: standby granted after {seconds:.3f}s")
-            graceful = [one_round(zookeeper, Path(storage), args.session_timeout, signal.SIGTERM)
-                        for _ in range(args.rounds)]
+            graceful = [
+                one_round(zookeeper, Path(storage), args.session_timeout, signal.SIGTERM) for _ in range(args.rounds)
+            ]
             for i, seconds in enumerate(graceful, 1):
                 print(f"SIGTERM round {i}: standby granted after {seconds:.3f}s")
     finally:
@@ -86,9 +95,11 @@ def main() -> None:
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    print(f"median SIGKILL takeover {report['sigkill_takeover_median_s']:.3f}s "
-          f"(session timeout {session_timeout:g}s, target <= {target:g}s: "
-          f"{'met' if report['sigkill_within_target'] else 'MISSED'})")
+    print(
+        f"median SIGKILL takeover {report['sigkill_takeover_median_s']:.3f}s "
+        f"(session timeout {session_timeout:g}s, target <= {target:g}s: "
+        f"{'met' if report['sigkill_within_target'] else 'MISSED'})"
+    )
     print(f"median graceful handover {report['graceful_handover_median_s'] * 1000:.1f}ms")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(report, indent=2) + "\n")

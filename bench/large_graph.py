@@ -62,10 +62,19 @@ def layered_graph(layers: int, width: int, parallelism: int = 1) -> dict[str, An
     for layer in range(layers):
         for index in range(width):
             inputs = [] if layer == 0 else sorted({f"l{layer - 1}-{index}", f"l{layer - 1}-{(index + 1) % width}"})
-            vertices.append({"id": f"l{layer}-{index}", "entrypoint": "bench_tasks:noop", "inputs": inputs,
-                             "parallelism": parallelism})
-    return {"name": f"large-{layers}x{width}", "vertices": vertices,
-            "restart_strategy": {"type": "fixed-delay", "attempts": 0, "delay_s": 0.0}}
+            vertices.append(
+                {
+                    "id": f"l{layer}-{index}",
+                    "entrypoint": "bench_tasks:noop",
+                    "inputs": inputs,
+                    "parallelism": parallelism,
+                }
+            )
+    return {
+        "name": f"large-{layers}x{width}",
+        "vertices": vertices,
+        "restart_strategy": {"type": "fixed-delay", "attempts": 0, "delay_s": 0.0},
+    }
 
 
 # -- the master's process --------------------------------------------------------------------------
@@ -93,8 +102,9 @@ def serve(port: int, storage: Path, slots: int, run_tasks: bool, log_level: str)
     """The master's process: an InProcessMaster and its scripted TaskExecutor until SIGTERM."""
     from sparkdispatch.testing.master import InProcessMaster, finish_every_task
 
-    logging.basicConfig(level=log_level, filename=str(storage / "master.log"),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=log_level, filename=str(storage / "master.log"), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     log_collections(storage / GC_LOG)
 
     async def main() -> None:
@@ -168,25 +178,50 @@ def collections_after(log: Path, start: float) -> dict[str, Any]:
         lines = []
     logged = [entry for entry in map(json.loads, lines) if entry["at"] >= start]
     full = [entry["ms"] for entry in logged if entry["generation"] == 2]
-    return {"full": len(full), "longest_full_ms": max(full, default=0.0),
-            "longest_ms": max((entry["ms"] for entry in logged), default=0.0),
-            "slowest": [[round(entry["at"] - start, 3), entry["ms"], entry["generation"]]
-                        for entry in sorted(logged, key=lambda entry: entry["ms"], reverse=True)[:5]]}
+    return {
+        "full": len(full),
+        "longest_full_ms": max(full, default=0.0),
+        "longest_ms": max((entry["ms"] for entry in logged), default=0.0),
+        "slowest": [
+            [round(entry["at"] - start, 3), entry["ms"], entry["generation"]]
+            for entry in sorted(logged, key=lambda entry: entry["ms"], reverse=True)[:5]
+        ],
+    }
 
 
 def summary(latencies: list[float]) -> dict[str, Any]:
-    return {"samples": len(latencies), "median_ms": round(median(latencies), 2),
-            "p99_ms": round(percentile(latencies, 99), 2), "max_ms": round(max(latencies, default=0.0), 2),
-            "over_goal": sum(1 for ms in latencies if ms > GOAL_MS)}
+    return {
+        "samples": len(latencies),
+        "median_ms": round(median(latencies), 2),
+        "p99_ms": round(percentile(latencies, 99), 2),
+        "max_ms": round(max(latencies, default=0.0), 2),
+        "over_goal": sum(1 for ms in latencies if ms > GOAL_MS),
+    }
 
 
 def start_master(scratch: Path, args: argparse.Namespace) -> tuple[subprocess.Popen[str], str]:
     from sparkdispatch.testing.services import free_port
 
-    argv = [sys.executable, __file__, "--serve", str(free_port()), "--work-dir", str(scratch),
-            "--slots", str(args.slots), "--log-level", args.log_level] + (["--no-run"] if args.no_run else [])
-    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=open(scratch / "master.err", "w"),
-                               stdin=subprocess.DEVNULL, text=True, start_new_session=True)
+    argv = [
+        sys.executable,
+        __file__,
+        "--serve",
+        str(free_port()),
+        "--work-dir",
+        str(scratch),
+        "--slots",
+        str(args.slots),
+        "--log-level",
+        args.log_level,
+    ] + (["--no-run"] if args.no_run else [])
+    process = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=open(scratch / "master.err", "w"),
+        stdin=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
     assert process.stdout is not None
     url = process.stdout.readline().strip()
     if not url.startswith("http://"):
@@ -214,8 +249,11 @@ def run_bench(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
         accepted = time.perf_counter() - origin
         if answer.status != 202:
             raise RuntimeError(f"the graph was refused with {answer.status}: {reply}")
-        print(f"accepted job {Submitted.from_dict(reply).job_id} ({len(graph['vertices'])} vertices, "
-              f"{subtasks} subtasks, {len(body)} bytes) in {accepted - posted:.3f}s", flush=True)
+        print(
+            f"accepted job {Submitted.from_dict(reply).job_id} ({len(graph['vertices'])} vertices, "
+            f"{subtasks} subtasks, {len(body)} bytes) in {accepted - posted:.3f}s",
+            flush=True,
+        )
         finished_at = None
         deadline = time.monotonic() + args.timeout
         target = JobStatus.RUNNING if args.no_run else JobStatus.FINISHED
@@ -241,23 +279,35 @@ def run_bench(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     finally:
         stop_process(process)
     if finished_at is None:
-        raise TimeoutError(f"the job did not reach {target.value} within {args.timeout:.0f}s (last: {state}, "
-                           f"{finished} subtasks finished)")
+        raise TimeoutError(
+            f"the job did not reach {target.value} within {args.timeout:.0f}s (last: {state}, "
+            f"{finished} subtasks finished)"
+        )
     report: dict[str, Any] = {
-        "vertices": len(graph["vertices"]), "subtasks": subtasks,
+        "vertices": len(graph["vertices"]),
+        "subtasks": subtasks,
         "edges": sum(len(v["inputs"]) for v in graph["vertices"]),
-        "body_bytes": len(body), "slots": args.slots, "tasks_run": not args.no_run,
-        "accept_s": round(accepted - posted, 3), "until_done_s": round(finished_at - posted, 3),
-        "master_cpu_s": round(cpu_used, 2), "goal_ms": GOAL_MS,
-        "master_gc": collections_after(scratch / GC_LOG, origin + posted)}
+        "body_bytes": len(body),
+        "slots": args.slots,
+        "tasks_run": not args.no_run,
+        "accept_s": round(accepted - posted, 3),
+        "until_done_s": round(finished_at - posted, 3),
+        "master_cpu_s": round(cpu_used, 2),
+        "goal_ms": GOAL_MS,
+        "master_gc": collections_after(scratch / GC_LOG, origin + posted),
+    }
     for path, poller in pollers.items():
-        report[path] = {"whole_run": summary(poller.latencies()),
-                        "acceptance": summary(poller.latencies(posted, accepted + 1.0)),
-                        "running": summary(poller.latencies(accepted + 1.0, finished_at)),
-                        "end": summary(poller.latencies(finished_at)),
-                        "failed_calls": poller.failures(),
-                        "slowest": [[round(at - posted, 3), round(ms, 1)] for at, ms, _ in
-                                    sorted(poller.samples, key=lambda s: s[1], reverse=True)[:5]]}
+        report[path] = {
+            "whole_run": summary(poller.latencies()),
+            "acceptance": summary(poller.latencies(posted, accepted + 1.0)),
+            "running": summary(poller.latencies(accepted + 1.0, finished_at)),
+            "end": summary(poller.latencies(finished_at)),
+            "failed_calls": poller.failures(),
+            "slowest": [
+                [round(at - posted, 3), round(ms, 1)]
+                for at, ms, _ in sorted(poller.samples, key=lambda s: s[1], reverse=True)[:5]
+            ],
+        }
     report["goal_met"] = report["/overview"]["whole_run"]["max_ms"] <= GOAL_MS
     return report
 
@@ -270,8 +320,9 @@ def run() -> int:
     parser.add_argument("--slots", type=int, default=16, help="slots of the scripted TaskExecutor")
     parser.add_argument("--no-run", action="store_true", help="tasks never end: acceptance and first scheduling")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the job's end")
-    parser.add_argument("--settle", type=float, default=3.0,
-                        help="seconds to poll on after the end (archive, cleanup, the job dropped)")
+    parser.add_argument(
+        "--settle", type=float, default=3.0, help="seconds to poll on after the end (archive, cleanup, the job dropped)"
+    )
     parser.add_argument("--log-level", default="INFO", help="the master's log level")
     parser.add_argument("--work-dir", type=Path, default=None, help="keep storage and logs here")
     parser.add_argument("--results-name", default="large_graph", help="bench/results/<name>.json")
@@ -281,21 +332,37 @@ def run() -> int:
         return serve(args.serve, args.work_dir, args.slots, not args.no_run, args.log_level)
 
     with scratch_dir(args.work_dir, "sparkdispatch-large-graph-") as scratch:
-        report = {"load_average_at_start": load_average(), **run_bench(args, Path(scratch)),
-                  "load_average_at_end": load_average()}
+        report = {
+            "load_average_at_start": load_average(),
+            **run_bench(args, Path(scratch)),
+            "load_average_at_end": load_average(),
+        }
     print()
-    print(f"time to accept: {report['accept_s']:.3f}s; until {'FINISHED' if report['tasks_run'] else 'settled'}: "
-          f"{report['until_done_s']:.1f}s; master CPU {report['master_cpu_s']:.1f}s")
+    print(
+        f"time to accept: {report['accept_s']:.3f}s; until {'FINISHED' if report['tasks_run'] else 'settled'}: "
+        f"{report['until_done_s']:.1f}s; master CPU {report['master_cpu_s']:.1f}s"
+    )
     rows = []
     for path in POLLED:
         for window in WINDOWS:
             figures = report[path][window]
-            rows.append([path, window, figures["samples"], figures["median_ms"], figures["p99_ms"],
-                         figures["max_ms"], figures["over_goal"]])
+            rows.append(
+                [
+                    path,
+                    window,
+                    figures["samples"],
+                    figures["median_ms"],
+                    figures["p99_ms"],
+                    figures["max_ms"],
+                    figures["over_goal"],
+                ]
+            )
     print_table(["call", "window", "samples", "median ms", "p99 ms", "max ms", f"> {GOAL_MS:g} ms"], rows)
     collections = report["master_gc"]
-    print(f"master's garbage collections after the POST: {collections['full']} full, the longest "
-          f"{collections['longest_full_ms']:.1f} ms; the longest of any generation {collections['longest_ms']:.1f} ms")
+    print(
+        f"master's garbage collections after the POST: {collections['full']} full, the longest "
+        f"{collections['longest_full_ms']:.1f} ms; the longest of any generation {collections['longest_ms']:.1f} ms"
+    )
     print(f"goal: /overview within {GOAL_MS:g} ms throughout: {'met' if report['goal_met'] else 'MISSED'}")
     written = write_results(args.results_name, report)
     print(f"wrote {written}")

@@ -71,9 +71,13 @@ def sample(task_executor: int) -> dict[str, Any]:
     for entry in per_kind.values():
         entry["rss_mib"] = round(entry["rss_mib"], 1)
         entry["pss_mib"] = round(entry["pss_mib"], 1)
-    return {"at": round(time.time(), 2), "per_kind": per_kind, "others": others,
-            "total_rss_mib": round(sum(e["rss_mib"] for e in per_kind.values()), 1),
-            "total_pss_mib": round(sum(e["pss_mib"] for e in per_kind.values()), 1)}
+    return {
+        "at": round(time.time(), 2),
+        "per_kind": per_kind,
+        "others": others,
+        "total_rss_mib": round(sum(e["rss_mib"] for e in per_kind.values()), 1),
+        "total_pss_mib": round(sum(e["pss_mib"] for e in per_kind.values()), 1),
+    }
 
 
 def idle_samples(task_executor: int, count: int) -> list[dict[str, Any]]:
@@ -93,19 +97,28 @@ def running_subtasks(standalone: Standalone, job_id: str) -> int:
     status, body = standalone.rest.request("GET", f"/jobs/{job_id}", timeout=10)
     if status != 200:
         return 0
-    return sum(1 for vertex in JobDetails.from_dict(body).vertices for subtask in vertex.subtasks
-               if subtask.state is ExecutionState.RUNNING)
+    return sum(
+        1
+        for vertex in JobDetails.from_dict(body).vertices
+        for subtask in vertex.subtasks
+        if subtask.state is ExecutionState.RUNNING
+    )
 
 
 def busy_graph(artifact: str, slots: int, seconds: float) -> dict[str, Any]:
-    return {"name": "memory-busy", "artifacts": [artifact],
-            "vertices": [{"id": "busy", "entrypoint": "bench_tasks:spark_busy", "parallelism": slots,
-                          "params": {"seconds": seconds}}],
-            "restart_strategy": {"type": "fixed-delay", "attempts": 0, "delay_s": 0.0}}
+    return {
+        "name": "memory-busy",
+        "artifacts": [artifact],
+        "vertices": [
+            {"id": "busy", "entrypoint": "bench_tasks:spark_busy", "parallelism": slots, "params": {"seconds": seconds}}
+        ],
+        "restart_strategy": {"type": "fixed-delay", "attempts": 0, "delay_s": 0.0},
+    }
 
 
-def measure_running(standalone: Standalone, task_executor: int, graph: dict[str, Any],
-                    slots: int) -> tuple[list[dict[str, Any]], JobResult]:
+def measure_running(
+    standalone: Standalone, task_executor: int, graph: dict[str, Any], slots: int
+) -> tuple[list[dict[str, Any]], JobResult]:
     """Samples while all `slots` subtasks run, and the job's result."""
     job_id = standalone.rest.submit(graph)
     samples: list[dict[str, Any]] = []
@@ -130,8 +143,12 @@ def run() -> int:
         args.task_seconds = 8.0
     idle_count = 3 if args.quick else 5
 
-    results: dict[str, Any] = {"load_average_at_start": load_average(), "slots": args.slots,
-                               "task_seconds": args.task_seconds, "quick": args.quick}
+    results: dict[str, Any] = {
+        "load_average_at_start": load_average(),
+        "slots": args.slots,
+        "task_seconds": args.task_seconds,
+        "quick": args.quick,
+    }
     with scratch_dir(args.work_dir, "sparkdispatch-memory-") as scratch:
         standalone = Standalone(Path(scratch) / "standalone", slots=args.slots)
         try:
@@ -143,8 +160,9 @@ def run() -> int:
             idle = idle_samples(task_executor, idle_count)
             artifact = standalone.rest.upload_artifact(BENCH_TASKS)
             print(f"running: {args.slots} subtasks of bench_tasks:spark_busy for {args.task_seconds:g}s", flush=True)
-            running, result = measure_running(standalone, task_executor,
-                                              busy_graph(artifact, args.slots, args.task_seconds), args.slots)
+            running, result = measure_running(
+                standalone, task_executor, busy_graph(artifact, args.slots, args.task_seconds), args.slots
+            )
             if result.status is not JobStatus.FINISHED:
                 raise RuntimeError(f"the busy job ended {result.status.value}: {result.failure}")
             if not running:
@@ -155,25 +173,41 @@ def run() -> int:
             standalone.stop()
     results["load_average_at_end"] = load_average()
 
-    phases = {"idle": middle(idle), "running (peak)": max(running, key=lambda s: s["total_rss_mib"]),
-              "idle after the job": middle(after)}
+    phases = {
+        "idle": middle(idle),
+        "running (peak)": max(running, key=lambda s: s["total_rss_mib"]),
+        "idle after the job": middle(after),
+    }
     print()
-    print(f"TaskExecutor with {args.slots} slots: its process tree (count, RSS / PSS in MiB); running: "
-          f"{len(running)} samples with all {args.slots} subtasks RUNNING, the largest")
+    print(
+        f"TaskExecutor with {args.slots} slots: its process tree (count, RSS / PSS in MiB); running: "
+        f"{len(running)} samples with all {args.slots} subtasks RUNNING, the largest"
+    )
     rows = []
     for kind in KINDS:
         if not any(phase["per_kind"][kind]["count"] for phase in phases.values()):
             continue
-        rows.append([kind, *(f"{p['per_kind'][kind]['count']} x, {p['per_kind'][kind]['rss_mib']:.0f} / "
-                             f"{p['per_kind'][kind]['pss_mib']:.0f}" for p in phases.values())])
+        rows.append(
+            [
+                kind,
+                *(
+                    f"{p['per_kind'][kind]['count']} x, {p['per_kind'][kind]['rss_mib']:.0f} / "
+                    f"{p['per_kind'][kind]['pss_mib']:.0f}"
+                    for p in phases.values()
+                ),
+            ]
+        )
     rows.append(["total", *(f"{p['total_rss_mib']:.0f} / {p['total_pss_mib']:.0f}" for p in phases.values())])
     print_table(["process kind", *phases], rows)
     for name, phase in phases.items():
         if phase["others"]:
             print(f"  other processes ({name}): {phase['others']}")
     print(load_change(results))
-    save_results("memory", quick=args.quick, report={
-        **results, "phases": phases, "samples": {"idle": idle, "running": running, "after": after}})
+    save_results(
+        "memory",
+        quick=args.quick,
+        report={**results, "phases": phases, "samples": {"idle": idle, "running": running, "after": after}},
+    )
     return 0
 
 

@@ -124,10 +124,14 @@ class ClassicFloor(Floor):
     def open(self) -> Any:
         from pyspark.sql import SparkSession
 
-        spark = (SparkSession.builder.master(SPARK_SETTINGS["spark.master"]).appName("p1-classic-floor")
-                 .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-                 .config("spark.sql.shuffle.partitions", SPARK_SETTINGS["spark.sql.shuffle.partitions"])
-                 .getOrCreate())
+        spark = (
+            SparkSession.builder.master(SPARK_SETTINGS["spark.master"])
+            .appName("p1-classic-floor")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.sql.shuffle.partitions", SPARK_SETTINGS["spark.sql.shuffle.partitions"])
+            .getOrCreate()
+        )
         spark.sparkContext.setLogLevel("ERROR")
         return spark
 
@@ -168,9 +172,17 @@ class ConnectFloor(Floor):
         self.connect.stop()
 
 
-def run_chains(submit: Callable[[dict[str, Any]], str], wait: Callable[[str], JobResult], artifact: str,
-               floors: list[Floor], runs: int, warm_up: int, label: str, *,
-               cpu_readers: dict[str, Callable[[], float]] | None = None) -> dict[str, Any]:
+def run_chains(
+    submit: Callable[[dict[str, Any]], str],
+    wait: Callable[[str], JobResult],
+    artifact: str,
+    floors: list[Floor],
+    runs: int,
+    warm_up: int,
+    label: str,
+    *,
+    cpu_readers: dict[str, Callable[[], float]] | None = None,
+) -> dict[str, Any]:
     """`warm_up` chains, then `runs` timed chains, each right after a chain of every floor measured here.
 
     Pairing each cluster chain with floor chains of the same moment keeps the difference
@@ -207,33 +219,51 @@ def run_chains(submit: Callable[[dict[str, Any]], str], wait: Callable[[str], Jo
             continue
         walls.append(wall)
         servers.append(result.duration_ms / 1000.0)
-        floors_text = ", ".join(f"{name} floor {values[-1]:.3f}s ({values[-1] / length * 1000:.1f} ms per action)"
-                                for name, values in floor_s.items())
-        print(f"  {label}: chain {run - warm_up + 1}: {wall:.3f}s submit->result ({wall / length * 1000:.1f} ms "
-              f"per task), {result.duration_ms} ms in the master; {floors_text}", flush=True)
+        floors_text = ", ".join(
+            f"{name} floor {values[-1]:.3f}s ({values[-1] / length * 1000:.1f} ms per action)"
+            for name, values in floor_s.items()
+        )
+        print(
+            f"  {label}: chain {run - warm_up + 1}: {wall:.3f}s submit->result ({wall / length * 1000:.1f} ms "
+            f"per task), {result.duration_ms} ms in the master; {floors_text}",
+            flush=True,
+        )
     per_task_ms = [w / length * 1000 for w in walls]
     floor_ms = {name: [f / length * 1000 for f in values] for name, values in floor_s.items()}
     reference = floor_ms[floors[0].name]
     overhead_ms = [c - f for c, f in zip(per_task_ms, reference, strict=True)]
-    return {"chain_s": [round(w, 4) for w in walls], "server_duration_s": [round(s, 4) for s in servers],
-            "floor_chain_s": {name: [round(f, 4) for f in values] for name, values in floor_s.items()},
-            "per_task_ms": [round(p, 2) for p in per_task_ms], "per_task_ms_median": round(median(per_task_ms), 2),
-            "server_per_task_ms_median": round(median([s / length * 1000 for s in servers]), 2),
-            "floor_per_task_ms_median": {name: round(median(values), 2) for name, values in floor_ms.items()},
-            "overhead_vs": floors[0].name,
-            "overhead_per_task_ms": [round(o, 2) for o in overhead_ms],
-            "overhead_per_task_ms_median": round(median(overhead_ms), 2),
-            "cpu_ms_per_task_median": {name: round(median(values) / length * 1000, 1) for name, values in cpu.items()},
-            "floor_cpu_ms_per_action_median": {name: round(median(values) / length * 1000, 1)
-                                               for name, values in floor_cpu.items()},
-            "load_average_after": load_average()}
+    return {
+        "chain_s": [round(w, 4) for w in walls],
+        "server_duration_s": [round(s, 4) for s in servers],
+        "floor_chain_s": {name: [round(f, 4) for f in values] for name, values in floor_s.items()},
+        "per_task_ms": [round(p, 2) for p in per_task_ms],
+        "per_task_ms_median": round(median(per_task_ms), 2),
+        "server_per_task_ms_median": round(median([s / length * 1000 for s in servers]), 2),
+        "floor_per_task_ms_median": {name: round(median(values), 2) for name, values in floor_ms.items()},
+        "overhead_vs": floors[0].name,
+        "overhead_per_task_ms": [round(o, 2) for o in overhead_ms],
+        "overhead_per_task_ms_median": round(median(overhead_ms), 2),
+        "cpu_ms_per_task_median": {name: round(median(values) / length * 1000, 1) for name, values in cpu.items()},
+        "floor_cpu_ms_per_action_median": {
+            name: round(median(values) / length * 1000, 1) for name, values in floor_cpu.items()
+        },
+        "load_average_after": load_average(),
+    }
 
 
-def measure_local_cluster(storage: Path, *, broker_url: str, zookeeper_hosts: str | None, floors: list[Floor],
-                          runs: int, warm_up: int, label: str, profile: int = 0,
-                          zookeeper_pid: int | None = None) -> dict[str, Any]:
-    config = cluster_config(storage, broker_url=broker_url, zookeeper_hosts=zookeeper_hosts, slots=1,
-                            **SPARK_SETTINGS)
+def measure_local_cluster(
+    storage: Path,
+    *,
+    broker_url: str,
+    zookeeper_hosts: str | None,
+    floors: list[Floor],
+    runs: int,
+    warm_up: int,
+    label: str,
+    profile: int = 0,
+    zookeeper_pid: int | None = None,
+) -> dict[str, Any]:
+    config = cluster_config(storage, broker_url=broker_url, zookeeper_hosts=zookeeper_hosts, slots=1, **SPARK_SETTINGS)
     cluster = BenchCluster(config, masters=1, taskexecutors=1, log_dir=storage / "log")
     started = time.monotonic()
     try:
@@ -244,14 +274,29 @@ def measure_local_cluster(storage: Path, *, broker_url: str, zookeeper_hosts: st
         readers = {"master": lambda: tree_cpu_seconds(master), "taskexecutor tree": lambda: tree_cpu_seconds(worker)}
         if zookeeper_pid is not None:
             readers["zookeeper"] = lambda: tree_cpu_seconds(zookeeper_pid)
-        figures = run_chains(cluster.submit, lambda job_id: cluster.wait_for_result(job_id, timeout=300), artifact,
-                             floors, runs, warm_up, label, cpu_readers=readers)
+        figures = run_chains(
+            cluster.submit,
+            lambda job_id: cluster.wait_for_result(job_id, timeout=300),
+            artifact,
+            floors,
+            runs,
+            warm_up,
+            label,
+            cpu_readers=readers,
+        )
         if profile:
             figures["profile"] = profile_chains(
-                cluster.submit, lambda job_id: cluster.wait_for_result(job_id, timeout=300), artifact, floors,
-                profile, master_pid=cluster.pid("master"), worker_pid=cluster.pid("taskexecutor"),
-                master_log=cluster.log_dir / "master-0.log", worker_log=cluster.log_dir / "taskexecutor-0.log",
-                out_dir=storage / "profile")
+                cluster.submit,
+                lambda job_id: cluster.wait_for_result(job_id, timeout=300),
+                artifact,
+                floors,
+                profile,
+                master_pid=cluster.pid("master"),
+                worker_pid=cluster.pid("taskexecutor"),
+                master_log=cluster.log_dir / "master-0.log",
+                worker_log=cluster.log_dir / "taskexecutor-0.log",
+                out_dir=storage / "profile",
+            )
         return figures
     finally:
         cluster.stop()
@@ -284,8 +329,9 @@ def task_timeline(master: Path, worker: Path, job_id: str) -> dict[str, list[flo
     finished_worker = _log_times(worker, job_id, "sparkdispatch.taskexecutor.runner", "finished")
     if not deploying or len(deploying) != len(finished_master) or len(deploying) != len(finished_worker):
         return {}
-    received = [t for t in _log_times(worker, "deploy_task", "received")
-                if deploying[0] - 0.001 <= t <= finished_worker[-1]]
+    received = [
+        t for t in _log_times(worker, "deploy_task", "received") if deploying[0] - 0.001 <= t <= finished_worker[-1]
+    ]
     if len(received) != len(deploying):
         return {}
     n = len(deploying)
@@ -297,9 +343,19 @@ def task_timeline(master: Path, worker: Path, job_id: str) -> dict[str, list[flo
     }
 
 
-def profile_chains(submit: Callable[[dict[str, Any]], str], wait: Callable[[str], JobResult], artifact: str,
-                   floors: list[Floor], chains: int, *, master_pid: int, worker_pid: int, master_log: Path,
-                   worker_log: Path, out_dir: Path) -> dict[str, Any]:
+def profile_chains(
+    submit: Callable[[dict[str, Any]], str],
+    wait: Callable[[str], JobResult],
+    artifact: str,
+    floors: list[Floor],
+    chains: int,
+    *,
+    master_pid: int,
+    worker_pid: int,
+    master_log: Path,
+    worker_log: Path,
+    out_dir: Path,
+) -> dict[str, Any]:
     """Chains under py-spy (master: on-CPU samples; TaskExecutor: all samples of the task thread) and
     the per-task timeline from the logs."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -327,19 +383,24 @@ def profile_chains(submit: Callable[[dict[str, Any]], str], wait: Callable[[str]
         "chains": figures,
         "timeline_ms_median": timeline_ms,
         "task_thread_share": task_thread,
-        "task_thread_ms_estimate": {label: round(share * timeline_ms.get("task_ms", math.nan), 1)
-                                    for label, share in task_thread.items()},
+        "task_thread_ms_estimate": {
+            label: round(share * timeline_ms.get("task_ms", math.nan), 1) for label, share in task_thread.items()
+        },
         "master_on_cpu": master_spy.top(20),
         "taskexecutor_task_thread": worker_spy.top(25, only=TASK_THREAD),
         "raw_profiles": str(out_dir),
     }
 
 
-def measure_standalone(storage: Path, *, floors: list[Floor], runs: int, warm_up: int,
-                       profile: int = 0) -> dict[str, Any]:
+def measure_standalone(
+    storage: Path, *, floors: list[Floor], runs: int, warm_up: int, profile: int = 0
+) -> dict[str, Any]:
     """`sparkdispatch standalone` (HA none, filesystem:// broker, master in its own process)."""
-    standalone = Standalone(storage, slots=1, overrides={**SPARK_SETTINGS, "rest.execution-result.long-poll": "5s",
-                                                          "heartbeat.interval": "1s"})
+    standalone = Standalone(
+        storage,
+        slots=1,
+        overrides={**SPARK_SETTINGS, "rest.execution-result.long-poll": "5s", "heartbeat.interval": "1s"},
+    )
     try:
         up_s = standalone.start(CLUSTER_START_TIMEOUT_S)
         print(f"  standalone: up in {up_s:.1f}s (logs {standalone.log_dir})", flush=True)
@@ -348,13 +409,22 @@ def measure_standalone(storage: Path, *, floors: list[Floor], runs: int, warm_up
         assert standalone.process is not None
         master, worker = standalone.process.pid, standalone.task_executor_pids()[0]
         readers = {"master": lambda: cpu_seconds(master), "taskexecutor tree": lambda: tree_cpu_seconds(worker)}
-        figures = run_chains(rest.submit, rest.wait_for_result, artifact, floors, runs, warm_up, "standalone",
-                             cpu_readers=readers)
+        figures = run_chains(
+            rest.submit, rest.wait_for_result, artifact, floors, runs, warm_up, "standalone", cpu_readers=readers
+        )
         if profile:
             figures["profile"] = profile_chains(
-                rest.submit, rest.wait_for_result, artifact, floors, profile, master_pid=master,
-                worker_pid=worker, master_log=standalone.log_dir / "standalone.log",
-                worker_log=standalone.log_dir / "taskexecutor-0.log", out_dir=storage / "profile")
+                rest.submit,
+                rest.wait_for_result,
+                artifact,
+                floors,
+                profile,
+                master_pid=master,
+                worker_pid=worker,
+                master_log=standalone.log_dir / "standalone.log",
+                worker_log=standalone.log_dir / "taskexecutor-0.log",
+                out_dir=storage / "profile",
+            )
         return figures
     finally:
         standalone.stop()
@@ -362,13 +432,20 @@ def measure_standalone(storage: Path, *, floors: list[Floor], runs: int, warm_up
 
 def measure_spark_submit(runs: int) -> dict[str, Any]:
     spark_submit = VENV_BIN / "spark-submit"
-    argv = [str(spark_submit), "--master", "local[2]", "--conf", "spark.ui.enabled=false",
-            str(TASKS_DIR / "spark_submit_task.py")]
+    argv = [
+        str(spark_submit),
+        "--master",
+        "local[2]",
+        "--conf",
+        "spark.ui.enabled=false",
+        str(TASKS_DIR / "spark_submit_task.py"),
+    ]
     times = []
     for run in range(runs):
         begin = time.perf_counter()
-        process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=bench_env(),
-                                   start_new_session=True)
+        process = subprocess.Popen(
+            argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=bench_env(), start_new_session=True
+        )
         try:
             _, err = process.communicate(timeout=180)
         finally:
@@ -384,14 +461,23 @@ def measure_spark_submit(runs: int) -> dict[str, Any]:
 
 def print_profile(kind: str, profile: dict[str, Any]) -> None:
     print(f"\nprofile of {kind} (raw py-spy output in {profile['raw_profiles']}):")
-    print("  per task, medians from the logs (ms): " + ", ".join(
-        f"{key[:-3]} {value:.1f}" for key, value in profile["timeline_ms_median"].items()))
+    print(
+        "  per task, medians from the logs (ms): "
+        + ", ".join(f"{key[:-3]} {value:.1f}" for key, value in profile["timeline_ms_median"].items())
+    )
     print("  TaskExecutor task thread (wall time, py-spy --idle), share and ms of the median task:")
     for label, share in profile["task_thread_share"].items():
         print(f"    {share * 100:5.1f}%  {profile['task_thread_ms_estimate'][label]:6.1f} ms  {label}")
     print("  master, share of on-CPU samples (inclusive):")
-    generic = ("threading.py", "runpy", "asyncio/runners", "cli.py", "concurrent/futures", "base_events.py",
-               "standalone.py")
+    generic = (
+        "threading.py",
+        "runpy",
+        "asyncio/runners",
+        "cli.py",
+        "concurrent/futures",
+        "base_events.py",
+        "standalone.py",
+    )
     entries = [e for e in profile["master_on_cpu"]["inclusive"] if not any(g in e["function"] for g in generic)]
     for entry in entries[:12]:
         print(f"    {entry['share'] * 100:5.1f}%  {entry['function']}")
@@ -400,15 +486,24 @@ def print_profile(kind: str, profile: dict[str, Any]) -> None:
 def run() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5, help="timed chains per cluster (after the warm-up)")
-    parser.add_argument("--warm-up", type=int, default=2,
-                        help="warm-up chains per cluster, and per floor after its start")
+    parser.add_argument(
+        "--warm-up", type=int, default=2, help="warm-up chains per cluster, and per floor after its start"
+    )
     parser.add_argument("--length", type=int, default=20, help="vertices per chain")
     parser.add_argument("--spark-submit-runs", type=int, default=3)
-    parser.add_argument("--profile", type=int, default=0, metavar="CHAINS",
-                        help="after the timed chains of each cluster, run CHAINS more under py-spy and "
-                             "break the per-task time down from the logs")
-    parser.add_argument("--clusters", default="redis-none,redis-zookeeper,standalone",
-                        help="comma-separated: redis-none, redis-zookeeper, standalone")
+    parser.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="CHAINS",
+        help="after the timed chains of each cluster, run CHAINS more under py-spy and "
+        "break the per-task time down from the logs",
+    )
+    parser.add_argument(
+        "--clusters",
+        default="redis-none,redis-zookeeper,standalone",
+        help="comma-separated: redis-none, redis-zookeeper, standalone",
+    )
     add_run_options(parser, quick="standalone only, 2 timed chains of 5, one spark-submit")
     args = parser.parse_args()
     if args.quick:
@@ -429,8 +524,11 @@ def run() -> int:
             # the classic session first: once a Connect session exists, pyspark's builder makes Connect ones
             classic = ClassicFloor(args.length)
             floors.append(classic)
-            print(f"classic floor: {args.length} x spark.range(10).count() in one warm SparkSession (local[2]) of "
-                  f"this process, {args.warm_up} warm-up chain(s)", flush=True)
+            print(
+                f"classic floor: {args.length} x spark.range(10).count() in one warm SparkSession (local[2]) of "
+                f"this process, {args.warm_up} warm-up chain(s)",
+                flush=True,
+            )
             classic.start(args.warm_up)
             floor_start_s["classic"] = round(classic.start_s, 2)
             print(f"  classic session ready in {classic.start_s:.1f}s", flush=True)
@@ -442,12 +540,16 @@ def run() -> int:
                 # A Connect floor of its own per cluster, as warm as the cluster's TaskExecutor: a new
                 # server warmed as a TaskExecutor warms its own, then `--warm-up` chains. One floor
                 # shared by the clusters was warmed by every chain before, and flattered the later ones.
-                floor_config = Configuration.from_mapping({"storage.dir": str(Path(scratch) / "floor" / kind),
-                                                           **SPARK_SETTINGS})
+                floor_config = Configuration.from_mapping(
+                    {"storage.dir": str(Path(scratch) / "floor" / kind), **SPARK_SETTINGS}
+                )
                 connect = ConnectFloor(args.length, floor_config, Path(scratch) / "floor" / kind / "connect-server")
                 floors.insert(0, connect)  # the overhead is measured against the Connect floor
-                print(f"Connect floor for {kind}: the same in one warm Spark Connect session of this process, on a "
-                      f"Connect server started as a TaskExecutor's, {args.warm_up} warm-up chain(s)", flush=True)
+                print(
+                    f"Connect floor for {kind}: the same in one warm Spark Connect session of this process, on a "
+                    f"Connect server started as a TaskExecutor's, {args.warm_up} warm-up chain(s)",
+                    flush=True,
+                )
                 connect.start(args.warm_up)
                 floor_start_s[f"connect for {kind}"] = round(connect.start_s, 2)
                 print(f"  ready in {connect.start_s:.1f}s", flush=True)
@@ -455,15 +557,23 @@ def run() -> int:
                 storage = Path(scratch) / kind
                 try:
                     if kind == "standalone":
-                        results[kind] = measure_standalone(storage, floors=floors, runs=args.runs,
-                                                           warm_up=args.warm_up, profile=args.profile)
+                        results[kind] = measure_standalone(
+                            storage, floors=floors, runs=args.runs, warm_up=args.warm_up, profile=args.profile
+                        )
                     else:
                         assert redis is not None
                         zk = zookeeper if kind == "redis-zookeeper" else None
                         results[kind] = measure_local_cluster(
-                            storage, broker_url=redis.url, zookeeper_hosts=zk.hosts if zk else None,
-                            floors=floors, runs=args.runs, warm_up=args.warm_up, label=kind, profile=args.profile,
-                            zookeeper_pid=zk.process.pid if zk and zk.process else None)
+                            storage,
+                            broker_url=redis.url,
+                            zookeeper_hosts=zk.hosts if zk else None,
+                            floors=floors,
+                            runs=args.runs,
+                            warm_up=args.warm_up,
+                            label=kind,
+                            profile=args.profile,
+                            zookeeper_pid=zk.process.pid if zk and zk.process else None,
+                        )
                 except (RuntimeError, TimeoutError) as exc:
                     # one cluster kind failing (a chain FAILED, a process died) is a finding; measure the rest
                     print(f"  {kind}: FAILED: {exc}", flush=True)
@@ -498,41 +608,86 @@ def run() -> int:
         classic_ms = figures["floor_per_task_ms_median"]["classic"]
         overhead = figures["overhead_per_task_ms_median"]
         speedup = submit_ms / per_task
-        summary[kind] = {"per_task_ms": per_task, "connect_floor_ms": connect_ms, "classic_floor_ms": classic_ms,
-                         "overhead_ms": overhead, "ratio_to_classic": round(per_task / classic_ms, 2),
-                         "speedup_vs_spark_submit": round(speedup, 1),
-                         "overhead_goal_met": overhead <= GOAL_OVERHEAD_MS, "speedup_goal_met": speedup >= GOAL_SPEEDUP}
-        rows.append([f"cluster {kind}", f"{per_task:.1f}", f"{connect_ms:.1f}", f"{overhead:+.1f}",
-                     f"{classic_ms:.1f}", f"{per_task / classic_ms:.2f}x", f"{speedup:.1f}x"])
+        summary[kind] = {
+            "per_task_ms": per_task,
+            "connect_floor_ms": connect_ms,
+            "classic_floor_ms": classic_ms,
+            "overhead_ms": overhead,
+            "ratio_to_classic": round(per_task / classic_ms, 2),
+            "speedup_vs_spark_submit": round(speedup, 1),
+            "overhead_goal_met": overhead <= GOAL_OVERHEAD_MS,
+            "speedup_goal_met": speedup >= GOAL_SPEEDUP,
+        }
+        rows.append(
+            [
+                f"cluster {kind}",
+                f"{per_task:.1f}",
+                f"{connect_ms:.1f}",
+                f"{overhead:+.1f}",
+                f"{classic_ms:.1f}",
+                f"{per_task / classic_ms:.2f}x",
+                f"{speedup:.1f}x",
+            ]
+        )
     if "spark_submit" in results:
         rows.append(["spark-submit --master local[2]", f"{submit_ms:.0f}", "-", "-", "-", "-", "1.0x"])
     print()
-    print(f"per task, medians of {args.runs} chains of {args.length} after {args.warm_up} warm-up chain(s), each "
-          f"paired with a chain of each floor run just before it; spark-submit: median of {args.spark_submit_runs}")
-    print_table(["what", "ms per task", "Connect floor ms", "above Connect floor (ms)", "classic floor ms",
-                 "vs classic", "faster than spark-submit"], rows)
-    print(f"goals: <= {GOAL_OVERHEAD_MS:g} ms above the Connect floor, >= {GOAL_SPEEDUP:g}x faster than "
-          f"spark-submit; {load_change(results)}")
+    print(
+        f"per task, medians of {args.runs} chains of {args.length} after {args.warm_up} warm-up chain(s), each "
+        f"paired with a chain of each floor run just before it; spark-submit: median of {args.spark_submit_runs}"
+    )
+    print_table(
+        [
+            "what",
+            "ms per task",
+            "Connect floor ms",
+            "above Connect floor (ms)",
+            "classic floor ms",
+            "vs classic",
+            "faster than spark-submit",
+        ],
+        rows,
+    )
+    print(
+        f"goals: <= {GOAL_OVERHEAD_MS:g} ms above the Connect floor, >= {GOAL_SPEEDUP:g}x faster than "
+        f"spark-submit; {load_change(results)}"
+    )
     for kind, figures in summary.items():
         if "error" in figures:
             print(f"  {kind}: FAILED: {figures['error']}")
             continue
         cpu = results[kind]["cpu_ms_per_task_median"]
         floor_cpu = results[kind]["floor_cpu_ms_per_action_median"]
-        print(f"  {kind}: CPU ms per task: " + ", ".join(f"{name} {ms:.1f}" for name, ms in cpu.items())
-              + "; per floor action (this process + its JVM): "
-              + ", ".join(f"{name} {ms:.1f}" for name, ms in floor_cpu.items()))
-        print(f"  {kind}: overhead {'met' if figures['overhead_goal_met'] else 'MISSED'}, "
-              f"speedup {'met' if figures['speedup_goal_met'] else 'MISSED'}")
+        print(
+            f"  {kind}: CPU ms per task: "
+            + ", ".join(f"{name} {ms:.1f}" for name, ms in cpu.items())
+            + "; per floor action (this process + its JVM): "
+            + ", ".join(f"{name} {ms:.1f}" for name, ms in floor_cpu.items())
+        )
+        print(
+            f"  {kind}: overhead {'met' if figures['overhead_goal_met'] else 'MISSED'}, "
+            f"speedup {'met' if figures['speedup_goal_met'] else 'MISSED'}"
+        )
     for kind in clusters:
         profile = results[kind].get("profile")
         if profile:
             print_profile(kind, profile)
-    save_results("p1_task_overhead", quick=args.quick, report={
-        "chain_length": args.length, "runs": args.runs, "warm_up_chains": args.warm_up,
-        "spark_submit_runs": args.spark_submit_runs, "quick": args.quick,
-        "goal_overhead_ms": GOAL_OVERHEAD_MS, "goal_speedup": GOAL_SPEEDUP, "summary": summary,
-        "floor_start_s": floor_start_s, **results})
+    save_results(
+        "p1_task_overhead",
+        quick=args.quick,
+        report={
+            "chain_length": args.length,
+            "runs": args.runs,
+            "warm_up_chains": args.warm_up,
+            "spark_submit_runs": args.spark_submit_runs,
+            "quick": args.quick,
+            "goal_overhead_ms": GOAL_OVERHEAD_MS,
+            "goal_speedup": GOAL_SPEEDUP,
+            "summary": summary,
+            "floor_start_s": floor_start_s,
+            **results,
+        },
+    )
     return 1 if any("error" in figures for figures in summary.values()) else 0
 
 

@@ -48,12 +48,14 @@ WARMUP_JOBS = 50
 
 
 def job_graph(index: int, artifact: str) -> dict[str, Any]:
-    return {"name": f"p2-{index}", "artifacts": [artifact],
-            "vertices": [{"id": "only", "entrypoint": "bench_tasks:noop", "parallelism": 1}]}
+    return {
+        "name": f"p2-{index}",
+        "artifacts": [artifact],
+        "vertices": [{"id": "only", "entrypoint": "bench_tasks:noop", "parallelism": 1}],
+    }
 
 
-async def load(url: str, artifact: str, *, clients: int, jobs: int, duration: float,
-               token: str = "") -> dict[str, Any]:
+async def load(url: str, artifact: str, *, clients: int, jobs: int, duration: float, token: str = "") -> dict[str, Any]:
     """POST /jobs from `clients` concurrent clients; latencies of 202s, counts by status."""
     import aiohttp
 
@@ -101,10 +103,16 @@ async def load(url: str, artifact: str, *, clients: int, jobs: int, duration: fl
         await asyncio.gather(*(client(session) for _ in range(clients)))
         elapsed = time.perf_counter() - begin
     accepted = statuses.get(202, 0)
-    return {"warmup_statuses": warmup_statuses, "statuses": statuses, "sent": sum(statuses.values()),
-            "accepted": accepted, "elapsed_s": round(elapsed, 3),
-            "accepted_per_s": round(accepted / elapsed, 1) if elapsed else 0.0, **latency_ms(latencies),
-            "client_errors": errors}
+    return {
+        "warmup_statuses": warmup_statuses,
+        "statuses": statuses,
+        "sent": sum(statuses.values()),
+        "accepted": accepted,
+        "elapsed_s": round(elapsed, 3),
+        "accepted_per_s": round(accepted / elapsed, 1) if elapsed else 0.0,
+        **latency_ms(latencies),
+        "client_errors": errors,
+    }
 
 
 def count_jobs_in_zookeeper(hosts: str, root: str, cluster_id: str) -> int | None:
@@ -139,34 +147,58 @@ class Target:
 @contextlib.contextmanager
 def single_host(args: argparse.Namespace) -> Iterator[Target]:
     """One master on one ZooKeeper server and Redis, all on this host."""
-    with zookeeper_cluster(args.work_dir, "sparkdispatch-p2-", masters=1, taskexecutors=args.taskexecutors,
-                           slots=2) as (cluster, zookeeper, redis):
+    with zookeeper_cluster(
+        args.work_dir, "sparkdispatch-p2-", masters=1, taskexecutors=args.taskexecutors, slots=2
+    ) as (cluster, zookeeper, redis):
         config = cluster.config
         assert zookeeper.process is not None and redis.process is not None
         url = cluster.leader_url()
-        pids = {"master": cluster.pid("master"), "zookeeper": zookeeper.process.pid, "redis": redis.process.pid,
-                "bench_client": os.getpid()}
+        pids = {
+            "master": cluster.pid("master"),
+            "zookeeper": zookeeper.process.pid,
+            "redis": redis.process.pid,
+            "bench_client": os.getpid(),
+        }
         pids.update({f"taskexecutor-{i}": cluster.pid("taskexecutor", i) for i in range(args.taskexecutors)})
-        yield Target(Rest(url, token=config.auth_token), f"master {url} (ZooKeeper HA)", pids, zookeeper.hosts,
-                     config.get(HA_ZOOKEEPER_PATH_ROOT), config.get(HA_CLUSTER_ID),
-                     config.storage_dir)
+        yield Target(
+            Rest(url, token=config.auth_token),
+            f"master {url} (ZooKeeper HA)",
+            pids,
+            zookeeper.hosts,
+            config.get(HA_ZOOKEEPER_PATH_ROOT),
+            config.get(HA_CLUSTER_ID),
+            config.storage_dir,
+        )
 
 
 @contextlib.contextmanager
 def on_ensemble(args: argparse.Namespace) -> Iterator[Target]:
     """The leader of two masters on a 3-node ZooKeeper ensemble, each process on a network namespace host."""
-    with ensemble_cluster(args.work_dir, "sparkdispatch-p2-", task_executors=args.taskexecutors,
-                          **{"taskexecutor.slots": "2", "heartbeat.interval": "1s", "heartbeat.timeout": "10s"}
-                          ) as ensemble:
+    with ensemble_cluster(
+        args.work_dir,
+        "sparkdispatch-p2-",
+        task_executors=args.taskexecutors,
+        **{"taskexecutor.slots": "2", "heartbeat.interval": "1s", "heartbeat.timeout": "10s"},
+    ) as ensemble:
         leader = ensemble.wait_for_leader()
         by_host = ensemble.pids()
-        pids = {"master": by_host.pop(ensemble.host(leader)), "standby": by_host.pop(ensemble.host(1 - leader)),
-                **by_host, "bench_client": os.getpid()}
+        pids = {
+            "master": by_host.pop(ensemble.host(leader)),
+            "standby": by_host.pop(ensemble.host(1 - leader)),
+            **by_host,
+            "bench_client": os.getpid(),
+        }
         extra = ensemble.cluster.extra
-        yield Target(ensemble.masters[leader], f"leader {ensemble.masters[leader].base_url} of 2 masters on a "
-                     "3-node ZooKeeper ensemble (network namespaces)", pids, ensemble.cluster.quorum,
-                     extra["high-availability.zookeeper.path.root"], extra["high-availability.cluster-id"],
-                     ensemble.log_dir)
+        yield Target(
+            ensemble.masters[leader],
+            f"leader {ensemble.masters[leader].base_url} of 2 masters on a "
+            "3-node ZooKeeper ensemble (network namespaces)",
+            pids,
+            ensemble.cluster.quorum,
+            extra["high-availability.zookeeper.path.root"],
+            extra["high-availability.cluster-id"],
+            ensemble.log_dir,
+        )
 
 
 def run() -> int:
@@ -175,15 +207,23 @@ def run() -> int:
     parser.add_argument("--jobs", type=int, default=3000, help="jobs to submit (after the warm-up)")
     parser.add_argument("--duration", type=float, default=30.0, help="stop submitting after this many seconds")
     parser.add_argument("--taskexecutors", type=int, default=1, help="TaskExecutors running the accepted jobs")
-    parser.add_argument("--ensemble", action="store_true",
-                        help="a leader and a standby on a 3-node ZooKeeper ensemble, on network namespaces (root)")
+    parser.add_argument(
+        "--ensemble",
+        action="store_true",
+        help="a leader and a standby on a 3-node ZooKeeper ensemble, on network namespaces (root)",
+    )
     parser.add_argument("--profile", action="store_true", help="py-spy record the master during the load")
     parser.add_argument("--work-dir", type=Path, default=None, help="keep storage, logs and profiles here")
     args = parser.parse_args()
 
-    report: dict[str, Any] = {"clients": args.clients, "jobs_requested": args.jobs, "duration_limit_s": args.duration,
-                              "taskexecutors": args.taskexecutors, "goal_jobs_per_s": GOAL_JOBS_PER_S,
-                              "load_average_at_start": load_average()}
+    report: dict[str, Any] = {
+        "clients": args.clients,
+        "jobs_requested": args.jobs,
+        "duration_limit_s": args.duration,
+        "taskexecutors": args.taskexecutors,
+        "goal_jobs_per_s": GOAL_JOBS_PER_S,
+        "load_average_at_start": load_average(),
+    }
     if args.ensemble:
         report["ensemble"] = True
     spy: PySpy | None = None
@@ -197,18 +237,26 @@ def run() -> int:
                 time.sleep(0.5)
             pids = target.pids
             cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
-            figures = asyncio.run(load(master.base_url, artifact, clients=args.clients, jobs=args.jobs,
-                                       duration=args.duration, token=master.token))
+            figures = asyncio.run(
+                load(
+                    master.base_url,
+                    artifact,
+                    clients=args.clients,
+                    jobs=args.jobs,
+                    duration=args.duration,
+                    token=master.token,
+                )
+            )
             cpu_used = {name: round(cpu_seconds(pid) - cpu_before[name], 2) for name, pid in pids.items()}
             figures["cpu_s_during_load"] = cpu_used
             figures["master_cpu_ms_per_accepted_job"] = round(
-                cpu_used["master"] * 1000 / max(1, figures["accepted"]), 2)
+                cpu_used["master"] * 1000 / max(1, figures["accepted"]), 2
+            )
             if spy is not None:
                 spy.stop()
                 report["master_profile"] = spy.top(40)
             report.update(figures)
-            report["jobgraphs_in_zookeeper"] = count_jobs_in_zookeeper(target.zookeeper, target.root,
-                                                                       target.cluster_id)
+            report["jobgraphs_in_zookeeper"] = count_jobs_in_zookeeper(target.zookeeper, target.root, target.cluster_id)
             status, overview = master.request("GET", "/overview", timeout=30)
             report["overview_after"] = overview if status == 200 else None
         finally:  # before the cluster and its directory go
@@ -218,18 +266,36 @@ def run() -> int:
 
     rate = report["accepted_per_s"]
     print()
-    print_table(["accepted", "sent", "seconds", "jobs/s", "median ms", "p99 ms", "max ms", "statuses"], [[
-        report["accepted"], report["sent"], report["elapsed_s"], f"{rate:.0f}", report["latency_ms_median"],
-        report["latency_ms_p99"], report["latency_ms_max"], report["statuses"]]])
-    print(f"CPU seconds used during the load ({report['elapsed_s']:.1f}s on {os.cpu_count()} cores): "
-          + ", ".join(f"{name} {seconds:.1f}" for name, seconds in report["cpu_s_during_load"].items())
-          + f"; master {report['master_cpu_ms_per_accepted_job']:.2f} ms CPU per accepted job")
+    print_table(
+        ["accepted", "sent", "seconds", "jobs/s", "median ms", "p99 ms", "max ms", "statuses"],
+        [
+            [
+                report["accepted"],
+                report["sent"],
+                report["elapsed_s"],
+                f"{rate:.0f}",
+                report["latency_ms_median"],
+                report["latency_ms_p99"],
+                report["latency_ms_max"],
+                report["statuses"],
+            ]
+        ],
+    )
+    print(
+        f"CPU seconds used during the load ({report['elapsed_s']:.1f}s on {os.cpu_count()} cores): "
+        + ", ".join(f"{name} {seconds:.1f}" for name, seconds in report["cpu_s_during_load"].items())
+        + f"; master {report['master_cpu_ms_per_accepted_job']:.2f} ms CPU per accepted job"
+    )
     persisted = report["jobgraphs_in_zookeeper"]
-    print(f"JobGraphs in ZooKeeper afterwards: {persisted} (accepted incl. warm-up: "
-          f"{report['accepted'] + report['warmup_statuses'].get(202, 0)}; finished jobs are removed)")
+    print(
+        f"JobGraphs in ZooKeeper afterwards: {persisted} (accepted incl. warm-up: "
+        f"{report['accepted'] + report['warmup_statuses'].get(202, 0)}; finished jobs are removed)"
+    )
     report["goal_met"] = rate >= GOAL_JOBS_PER_S
-    print(f"goal >= {GOAL_JOBS_PER_S:g} jobs/s: {'met' if report['goal_met'] else 'MISSED'}; load average "
-          f"{report['load_average_at_start']} -> {report['load_average_at_end']}")
+    print(
+        f"goal >= {GOAL_JOBS_PER_S:g} jobs/s: {'met' if report['goal_met'] else 'MISSED'}; load average "
+        f"{report['load_average_at_start']} -> {report['load_average_at_end']}"
+    )
     if "master_profile" in report:
         print("master hot spots (py-spy, share of on-CPU samples of all threads, inclusive):")
         generic = ("threading.py", "runpy", "asyncio/runners", "cli.py", "concurrent/futures", "base_events.py")

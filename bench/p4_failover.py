@@ -145,18 +145,26 @@ class CutLeader:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             overview = self.cluster.overview(index)
-            if overview and not overview.is_leader and overview.leader == leader_url \
-                    and self.cluster.leaders() == [1 - index]:
+            if (
+                overview
+                and not overview.is_leader
+                and overview.leader == leader_url
+                and self.cluster.leaders() == [1 - index]
+            ):
                 return
             time.sleep(0.1)
-        raise TimeoutError(f"master {index} did not come back as the one standby within {timeout:.0f}s; "
-                           f"logs in {self.cluster.log_dir}")
+        raise TimeoutError(
+            f"master {index} did not come back as the one standby within {timeout:.0f}s; logs in {self.cluster.log_dir}"
+        )
 
 
 def subtask_states(body: object) -> dict[tuple[str, int], str]:
     """(vertex, subtask index) → state, from a `GET /jobs/{id}` answer."""
-    return {(vertex.id, subtask.index): subtask.state.value
-            for vertex in JobDetails.from_dict(body).vertices for subtask in vertex.subtasks}
+    return {
+        (vertex.id, subtask.index): subtask.state.value
+        for vertex in JobDetails.from_dict(body).vertices
+        for subtask in vertex.subtasks
+    }
 
 
 def wait_until_running(cluster: Masters, url: str, job_id: str, vertex_id: str) -> dict[tuple[str, int], str]:
@@ -176,8 +184,9 @@ def one_round(failover: Failover, artifact: str, *, number: int, vertices: int, 
     leader = failover.leader()
     standby = 1 - leader
     leader_url, standby_url = cluster.master_url(leader), cluster.master_url(standby)
-    graph = chain_graph(f"p4-{number}", vertices, entrypoint="bench_tasks:pause", artifact=artifact,
-                        params={"seconds": vertex_s})
+    graph = chain_graph(
+        f"p4-{number}", vertices, entrypoint="bench_tasks:pause", artifact=artifact, params={"seconds": vertex_s}
+    )
     job_id = cluster.submit(graph)
     wait_until_running(cluster, leader_url, job_id, "v01")
     time.sleep(min(0.3, vertex_s / 4))  # mid-vertex
@@ -206,15 +215,22 @@ def one_round(failover: Failover, artifact: str, *, number: int, vertices: int, 
             pass
         time.sleep(POLL_S)
     if serving_s is None or progress_s is None:
-        raise TimeoutError(f"round {number}: no takeover within {ROUND_TIMEOUT_S:.0f}s "
-                           f"(serving {serving_s}, progress {progress_s}); logs in {cluster.log_dir}")
+        raise TimeoutError(
+            f"round {number}: no takeover within {ROUND_TIMEOUT_S:.0f}s "
+            f"(serving {serving_s}, progress {progress_s}); logs in {cluster.log_dir}"
+        )
     result = cluster.wait_for_result(job_id, timeout=120)
     failover.restore(leader)
-    return {"job_id": job_id, f"{failover.what}_master": leader,
-            "finished_before_kill": sorted(f"{v}[{i}]" for v, i in finished_before),
-            "serving_s": round(serving_s, 3), "progress_s": round(progress_s, 3), "progressed": progressed,
-            "job_status": result.status.value,
-            "attempts": {vid: v.attempts for vid, v in result.vertices.items()}}
+    return {
+        "job_id": job_id,
+        f"{failover.what}_master": leader,
+        "finished_before_kill": sorted(f"{v}[{i}]" for v, i in finished_before),
+        "serving_s": round(serving_s, 3),
+        "progress_s": round(progress_s, 3),
+        "progressed": progressed,
+        "job_status": result.status.value,
+        "attempts": {vid: v.attempts for vid, v in result.vertices.items()},
+    }
 
 
 def wait_for_standby(cluster: BenchCluster, index: int, timeout: float = 60.0) -> None:
@@ -235,13 +251,24 @@ def failover_of(args: argparse.Namespace) -> Iterator[Failover]:
     """Two masters, one TaskExecutor of 2 slots: on this host (SIGKILL) or on the ensemble (partition)."""
     heartbeat = {"heartbeat.interval": "500ms", "heartbeat.timeout": "4s"}
     if args.ensemble:
-        with ensemble_cluster(args.work_dir, "sparkdispatch-p4-", task_executors=1,
-                              session_timeout=args.session_timeout, **{"taskexecutor.slots": "2", **heartbeat}
-                              ) as ensemble:
+        with ensemble_cluster(
+            args.work_dir,
+            "sparkdispatch-p4-",
+            task_executors=1,
+            session_timeout=args.session_timeout,
+            **{"taskexecutor.slots": "2", **heartbeat},
+        ) as ensemble:
             yield CutLeader(ensemble)
     else:
-        with zookeeper_cluster(args.work_dir, "sparkdispatch-p4-", masters=2, taskexecutors=1,
-                               session_timeout=args.session_timeout, slots=2, **heartbeat) as (cluster, _, _):
+        with zookeeper_cluster(
+            args.work_dir,
+            "sparkdispatch-p4-",
+            masters=2,
+            taskexecutors=1,
+            session_timeout=args.session_timeout,
+            slots=2,
+            **heartbeat,
+        ) as (cluster, _, _):
             yield KillLeader(cluster)
 
 
@@ -251,41 +278,61 @@ def run() -> int:
     parser.add_argument("--session-timeout", default="4s", help="high-availability.zookeeper.session-timeout")
     parser.add_argument("--vertices", type=int, default=6)
     parser.add_argument("--vertex-seconds", type=float, default=1.5)
-    parser.add_argument("--ensemble", action="store_true",
-                        help="a 3-node ZooKeeper ensemble on network namespaces (root); the leader cut off, not killed")
+    parser.add_argument(
+        "--ensemble",
+        action="store_true",
+        help="a 3-node ZooKeeper ensemble on network namespaces (root); the leader cut off, not killed",
+    )
     parser.add_argument("--work-dir", type=Path, default=None, help="keep storage and logs here")
     args = parser.parse_args()
     session_timeout = parse_duration(args.session_timeout)
     target = session_timeout + 1.0
 
     rounds: list[dict[str, Any]] = []
-    report: dict[str, Any] = {"session_timeout_s": session_timeout, "target_s": target, "vertices": args.vertices,
-                              "vertex_seconds": args.vertex_seconds, "load_average_at_start": load_average()}
+    report: dict[str, Any] = {
+        "session_timeout_s": session_timeout,
+        "target_s": target,
+        "vertices": args.vertices,
+        "vertex_seconds": args.vertex_seconds,
+        "load_average_at_start": load_average(),
+    }
     if args.ensemble:
         report["ensemble"] = True
     with failover_of(args) as failover:
         artifact = failover.cluster.upload_artifact(BENCH_TASKS)
         for number in range(1, args.rounds + 1):
-            figures = one_round(failover, artifact, number=number, vertices=args.vertices,
-                                vertex_s=args.vertex_seconds)
+            figures = one_round(failover, artifact, number=number, vertices=args.vertices, vertex_s=args.vertex_seconds)
             rounds.append(figures)
-            print(f"round {number}: {failover.what} master {figures[f'{failover.what}_master']}; standby serving after "
-                  f"{figures['serving_s']:.2f}s, job progressing after {figures['progress_s']:.2f}s "
-                  f"({figures['progressed']}); job {figures['job_status']}", flush=True)
+            print(
+                f"round {number}: {failover.what} master {figures[f'{failover.what}_master']}; standby serving after "
+                f"{figures['serving_s']:.2f}s, job progressing after {figures['progress_s']:.2f}s "
+                f"({figures['progressed']}); job {figures['job_status']}",
+                flush=True,
+            )
 
     serving = [r["serving_s"] for r in rounds]
     progress = [r["progress_s"] for r in rounds]
-    report.update({
-        "rounds": rounds, "serving_s_median": round(median(serving), 3),
-        "progress_s_median": round(median(progress), 3), "load_average_at_end": load_average(),
-        "serving_goal_met": median(serving) <= target, "progress_goal_met": median(progress) <= target,
-        "all_jobs_finished": all(r["job_status"] == "FINISHED" for r in rounds)})
+    report.update(
+        {
+            "rounds": rounds,
+            "serving_s_median": round(median(serving), 3),
+            "progress_s_median": round(median(progress), 3),
+            "load_average_at_end": load_average(),
+            "serving_goal_met": median(serving) <= target,
+            "progress_goal_met": median(progress) <= target,
+            "all_jobs_finished": all(r["job_status"] == "FINISHED" for r in rounds),
+        }
+    )
     print()
-    print_table(["round", "standby serving (s)", "job progressing (s)", "job"],
-                [[i, r["serving_s"], r["progress_s"], r["job_status"]] for i, r in enumerate(rounds, 1)]
-                + [["median", report["serving_s_median"], report["progress_s_median"], ""]])
-    print(f"goal <= session timeout + 1 s = {target:g}s: serving {'met' if report['serving_goal_met'] else 'MISSED'}, "
-          f"progressing {'met' if report['progress_goal_met'] else 'MISSED'}")
+    print_table(
+        ["round", "standby serving (s)", "job progressing (s)", "job"],
+        [[i, r["serving_s"], r["progress_s"], r["job_status"]] for i, r in enumerate(rounds, 1)]
+        + [["median", report["serving_s_median"], report["progress_s_median"], ""]],
+    )
+    print(
+        f"goal <= session timeout + 1 s = {target:g}s: serving {'met' if report['serving_goal_met'] else 'MISSED'}, "
+        f"progressing {'met' if report['progress_goal_met'] else 'MISSED'}"
+    )
     save_results("p4_failover" + (".ensemble" if args.ensemble else ""), report)
     return 0
 

@@ -88,9 +88,16 @@ class PipelineFloors:
     def _context(self, vertex: dict[str, Any], index: int, inputs: Any) -> Any:
         from sparkdispatch.taskexecutor.task_context import TaskContext
 
-        return TaskContext(spark=self.spark, params=dict(vertex.get("params", {})), subtask_index=index,
-                           parallelism=int(vertex.get("parallelism", 1)), job_id=f"floor-{self.runs}",
-                           vertex_id=vertex["id"], attempt=0, inputs=inputs)
+        return TaskContext(
+            spark=self.spark,
+            params=dict(vertex.get("params", {})),
+            subtask_index=index,
+            parallelism=int(vertex.get("parallelism", 1)),
+            job_id=f"floor-{self.runs}",
+            vertex_id=vertex["id"],
+            attempt=0,
+            inputs=inputs,
+        )
 
     def materialised(self, *, new_session: bool = False) -> float:
         """Every subtask's result written as a Parquet partition and read back by its consumers; seconds.
@@ -132,8 +139,10 @@ class PipelineFloors:
         frames: dict[str, Any] = {}
         for vertex in self.graph["vertices"]:
             inputs = {name: frames[name] for name in vertex.get("inputs", [])}
-            parts = [self.functions[vertex["id"]](self._context(vertex, index, inputs))
-                     for index in range(int(vertex.get("parallelism", 1)))]
+            parts = [
+                self.functions[vertex["id"]](self._context(vertex, index, inputs))
+                for index in range(int(vertex.get("parallelism", 1)))
+            ]
             frames[vertex["id"]] = reduce(lambda a, b: a.union(b), parts)
         write_partition(frames[self.graph["vertices"][-1]["id"]], f"{out}/report")
         elapsed = time.perf_counter() - begin
@@ -175,8 +184,11 @@ def cluster_cpu_readers(standalone: Standalone) -> dict[str, Callable[[], float]
     master = standalone.process.pid
     task_executor = standalone.task_executor_pids()[0]
     jvm = next(pid for pid in descendants(task_executor) if "SparkConnectServer" in process_cmdline(pid))
-    return {"master": lambda: cpu_seconds(master), "taskexecutor tree": lambda: tree_cpu_seconds(task_executor),
-            "its Connect server JVM (in the tree)": lambda: tree_cpu_seconds(jvm)}
+    return {
+        "master": lambda: cpu_seconds(master),
+        "taskexecutor tree": lambda: tree_cpu_seconds(task_executor),
+        "its Connect server JVM (in the tree)": lambda: tree_cpu_seconds(jvm),
+    }
 
 
 def run() -> int:
@@ -184,26 +196,42 @@ def run() -> int:
     parser.add_argument("--runs", type=int, default=5, help="timed runs of each (after the warm-up)")
     parser.add_argument("--warm-up", type=int, default=3, help="warm-up runs of the cluster and of each floor")
     add_pipeline_options(parser)
-    parser.add_argument("-D", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="a configuration key of the standalone and of the floors' server; repeatable")
+    parser.add_argument(
+        "-D",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a configuration key of the standalone and of the floors' server; repeatable",
+    )
     add_run_options(parser, quick="1 warm-up and 2 timed runs")
     args = parser.parse_args()
     if args.quick:
         args.runs, args.warm_up = 2, 1
     overrides = dict(item.split("=", 1) for item in args.overrides)
 
-    results: dict[str, Any] = {"load_average_at_start": load_average(), "rows": args.rows, "slots": args.slots,
-                               "runs": args.runs, "warm_up_runs": args.warm_up, "quick": args.quick,
-                               "overrides": overrides}
-    samples: dict[str, list[float]] = {"cluster": [], "cluster_master_duration": [], "materialised": [],
-                                       "chained": [], "materialised_new_session": []}
+    results: dict[str, Any] = {
+        "load_average_at_start": load_average(),
+        "rows": args.rows,
+        "slots": args.slots,
+        "runs": args.runs,
+        "warm_up_runs": args.warm_up,
+        "quick": args.quick,
+        "overrides": overrides,
+    }
+    samples: dict[str, list[float]] = {
+        "cluster": [],
+        "cluster_master_duration": [],
+        "materialised": [],
+        "chained": [],
+        "materialised_new_session": [],
+    }
     loads: list[list[float]] = []
     with scratch_dir(args.work_dir, "sparkdispatch-p7-") as scratch:
         work = Path(scratch)
         artifact_file = pipelines_artifact(work)
         # the standalone's own configuration, so the floors' Connect server has its TaskExecutor's settings
-        config = standalone_config(Configuration.from_mapping(overrides), slots=args.slots,
-                                   storage=str(work / "floor"))
+        config = standalone_config(Configuration.from_mapping(overrides), slots=args.slots, storage=str(work / "floor"))
         floors: PipelineFloors | None = None
         standalone = Standalone(work / "standalone", slots=args.slots, overrides=overrides)
         cluster_cpu: CpuMeter | None = None
@@ -214,20 +242,27 @@ def run() -> int:
             print(f"  up in {up_s:.1f}s (logs {standalone.log_dir})", flush=True)
             graph = sales_graph(standalone.rest.upload_artifact(artifact_file), rows=args.rows)
             floors = PipelineFloors(graph, config, work / "floor")
-            print("floors: one Spark Connect session of this process on a Connect server started as a "
-                  "TaskExecutor's", flush=True)
+            print(
+                "floors: one Spark Connect session of this process on a Connect server started as a TaskExecutor's",
+                flush=True,
+            )
             floor_s = floors.start()
             print(f"  up in {floor_s:.1f}s", flush=True)
             results["start_s"] = {"standalone": round(up_s, 2), "floor_server_and_session": round(floor_s, 2)}
             cluster_cpu = CpuMeter(cluster_cpu_readers(standalone))
-            floor_cpu = {name: CpuMeter({"this process + its Connect server JVM": floors.cpu_seconds})
-                         for name in ("materialised", "chained", "materialised_new_session")}
+            floor_cpu = {
+                name: CpuMeter({"this process + its Connect server JVM": floors.cpu_seconds})
+                for name in ("materialised", "chained", "materialised_new_session")
+            }
             for run in range(args.warm_up):
                 cluster_s, _ = standalone.rest.run_job(graph, timeout=JOB_TIMEOUT_S)
                 materialised_s, chained_s = floors.materialised(), floors.chained()
                 new_session_s = floors.materialised(new_session=True)
-                print(f"  warm-up {run + 1}: cluster {cluster_s:.2f}s, materialised floor {materialised_s:.2f}s, "
-                      f"chained floor {chained_s:.2f}s, materialised in a new session {new_session_s:.2f}s", flush=True)
+                print(
+                    f"  warm-up {run + 1}: cluster {cluster_s:.2f}s, materialised floor {materialised_s:.2f}s, "
+                    f"chained floor {chained_s:.2f}s, materialised in a new session {new_session_s:.2f}s",
+                    flush=True,
+                )
             for run in range(args.runs):
                 floor_cpu["materialised"].start()
                 samples["materialised"].append(floors.materialised())
@@ -244,18 +279,23 @@ def run() -> int:
                 samples["cluster"].append(cluster_s)
                 samples["cluster_master_duration"].append(master_s)
                 loads.append(load_average())
-                print(f"  run {run + 1}: cluster {cluster_s:.2f}s ({master_s:.2f}s in the master), materialised "
-                      f"floor {samples['materialised'][-1]:.2f}s, chained floor {samples['chained'][-1]:.2f}s, "
-                      f"materialised in a new session {samples['materialised_new_session'][-1]:.2f}s; "
-                      f"load {loads[-1][0]}", flush=True)
+                print(
+                    f"  run {run + 1}: cluster {cluster_s:.2f}s ({master_s:.2f}s in the master), materialised "
+                    f"floor {samples['materialised'][-1]:.2f}s, chained floor {samples['chained'][-1]:.2f}s, "
+                    f"materialised in a new session {samples['materialised_new_session'][-1]:.2f}s; "
+                    f"load {loads[-1][0]}",
+                    flush=True,
+                )
         finally:
             if floors is not None:
                 floors.stop()
             standalone.stop()
     results["load_average_at_end"] = load_average()
     results["load_average_per_run"] = loads
-    cpu = {"cluster": cluster_cpu.medians() if cluster_cpu is not None else {},
-           **{name: meter.medians() for name, meter in floor_cpu.items()}}
+    cpu = {
+        "cluster": cluster_cpu.medians() if cluster_cpu is not None else {},
+        **{name: meter.medians() for name, meter in floor_cpu.items()},
+    }
 
     medians = {name: round(median(values), 3) for name, values in samples.items()}
     to_materialised = medians["cluster"] / medians["materialised"]
@@ -263,34 +303,66 @@ def run() -> int:
     to_new_session = medians["cluster"] / medians["materialised_new_session"]
     paired = [c / m for c, m in zip(samples["cluster"], samples["materialised"], strict=True)]
     print()
-    print(f"sales pipeline ({args.rows} rows, 5 vertices, 7 subtasks), medians of {args.runs} runs after "
-          f"{args.warm_up} warm-up runs each")
-    print_table(["what", "median s", "cluster / this"], [
-        [f"cluster: standalone, 1 TaskExecutor x {args.slots} slots (POST -> result)", f"{medians['cluster']:.2f}",
-         "1.00x"],
-        ["  the same jobs, duration in the master", f"{medians['cluster_master_duration']:.2f}", "-"],
-        ["materialised floor: one Connect session, Parquet per subtask", f"{medians['materialised']:.2f}",
-         f"{to_materialised:.2f}x"],
-        ["chained floor: one Connect session, one plan, final write only", f"{medians['chained']:.2f}",
-         f"{to_chained:.2f}x"],
-        ["(diagnosis) materialised floor in a new session per run", f"{medians['materialised_new_session']:.2f}",
-         f"{to_new_session:.2f}x"],
-    ])
+    print(
+        f"sales pipeline ({args.rows} rows, 5 vertices, 7 subtasks), medians of {args.runs} runs after "
+        f"{args.warm_up} warm-up runs each"
+    )
+    print_table(
+        ["what", "median s", "cluster / this"],
+        [
+            [
+                f"cluster: standalone, 1 TaskExecutor x {args.slots} slots (POST -> result)",
+                f"{medians['cluster']:.2f}",
+                "1.00x",
+            ],
+            ["  the same jobs, duration in the master", f"{medians['cluster_master_duration']:.2f}", "-"],
+            [
+                "materialised floor: one Connect session, Parquet per subtask",
+                f"{medians['materialised']:.2f}",
+                f"{to_materialised:.2f}x",
+            ],
+            [
+                "chained floor: one Connect session, one plan, final write only",
+                f"{medians['chained']:.2f}",
+                f"{to_chained:.2f}x",
+            ],
+            [
+                "(diagnosis) materialised floor in a new session per run",
+                f"{medians['materialised_new_session']:.2f}",
+                f"{to_new_session:.2f}x",
+            ],
+        ],
+    )
     met = to_materialised <= GOAL_RATIO
-    print(f"goal: cluster <= {GOAL_RATIO:g}x the materialised floor: {'met' if met else 'MISSED'} "
-          f"({to_materialised:.2f}x; median of the paired ratios {median(paired):.2f}x); {load_change(results)}")
-    print("CPU seconds per run (medians): " + "; ".join(
-        f"{side}: " + ", ".join(f"{name} {value:.2f}" for name, value in values.items())
-        for side, values in cpu.items()))
+    print(
+        f"goal: cluster <= {GOAL_RATIO:g}x the materialised floor: {'met' if met else 'MISSED'} "
+        f"({to_materialised:.2f}x; median of the paired ratios {median(paired):.2f}x); {load_change(results)}"
+    )
+    print(
+        "CPU seconds per run (medians): "
+        + "; ".join(
+            f"{side}: " + ", ".join(f"{name} {value:.2f}" for name, value in values.items())
+            for side, values in cpu.items()
+        )
+    )
     # a smoke run or other settings do not replace the results of the default run
     variant = "".join(f".{key}={value}" for key, value in sorted(overrides.items()))
-    save_results("p7_pipeline" + variant, quick=args.quick, report={
-        **results, "goal_ratio_to_materialised": GOAL_RATIO,
-        "samples_s": {name: [round(v, 3) for v in values] for name, values in samples.items()},
-        "medians_s": medians, "cpu_s_per_run_median": cpu, "ratio_to_materialised": round(to_materialised, 3),
-        "ratio_to_chained": round(to_chained, 3), "ratio_to_materialised_new_session": round(to_new_session, 3),
-        "paired_ratio_to_materialised_median": round(median(paired), 3),
-        "goal_met": met})
+    save_results(
+        "p7_pipeline" + variant,
+        quick=args.quick,
+        report={
+            **results,
+            "goal_ratio_to_materialised": GOAL_RATIO,
+            "samples_s": {name: [round(v, 3) for v in values] for name, values in samples.items()},
+            "medians_s": medians,
+            "cpu_s_per_run_median": cpu,
+            "ratio_to_materialised": round(to_materialised, 3),
+            "ratio_to_chained": round(to_chained, 3),
+            "ratio_to_materialised_new_session": round(to_new_session, 3),
+            "paired_ratio_to_materialised_median": round(median(paired), 3),
+            "goal_met": met,
+        },
+    )
     return 0
 
 

@@ -70,17 +70,26 @@ class BenchJob:
 
 def _config() -> Configuration:
     # Long timeouts: nothing may time out while the bench holds the loop.
-    return Configuration.from_mapping({"heartbeat.interval": "10s", "heartbeat.timeout": "1h",
-                                       "slot.request.timeout": "1h"})
+    return Configuration.from_mapping(
+        {"heartbeat.interval": "10s", "heartbeat.timeout": "1h", "slot.request.timeout": "1h"}
+    )
 
 
 def _register(rm: ResourceManager, count: int, slots: int) -> float:
     started = time.perf_counter()
     for i in range(count):
         te_id = f"te-{i:05d}"
-        rm.register_task_executor(SESSION, TaskExecutorRegistration(
-            task_executor_id=te_id, hostname=f"celery@{te_id}", queue=f"sparkdispatch.te.{te_id}", slots=slots,
-            slot_report=SlotReport.free(slots), spark_master="local[*]"))
+        rm.register_task_executor(
+            SESSION,
+            TaskExecutorRegistration(
+                task_executor_id=te_id,
+                hostname=f"celery@{te_id}",
+                queue=f"sparkdispatch.te.{te_id}",
+                slots=slots,
+                slot_report=SlotReport.free(slots),
+                spark_master="local[*]",
+            ),
+        )
     return time.perf_counter() - started
 
 
@@ -131,8 +140,9 @@ async def _latency(rm: ResourceManager, total_slots: int, samples: int) -> list[
     return latencies
 
 
-async def bench_size(task_executors: int, slots: int, *, target_allocations: int, latency_samples: int,
-                     per_job: int) -> dict[str, Any]:
+async def bench_size(
+    task_executors: int, slots: int, *, target_allocations: int, latency_samples: int, per_job: int
+) -> dict[str, Any]:
     rm = ResourceManager(ResourceManagerSettings.from_config(_config()), SESSION)
     rm.start()
     try:
@@ -171,13 +181,17 @@ async def bench_size(task_executors: int, slots: int, *, target_allocations: int
 
 
 def _table(rows: list[dict[str, Any]]) -> str:
-    header = (f"{'TaskExecutors':>13} {'slots':>7} {'alloc/s':>10} {'free/s':>10} {'p50 us':>8} {'p99 us':>8} "
-              f"{'heartbeats/s':>13} {'register s':>10}")
+    header = (
+        f"{'TaskExecutors':>13} {'slots':>7} {'alloc/s':>10} {'free/s':>10} {'p50 us':>8} {'p99 us':>8} "
+        f"{'heartbeats/s':>13} {'register s':>10}"
+    )
     lines = [header, "-" * len(header)]
     for r in rows:
-        lines.append(f"{r['task_executors']:>13,} {r['slots']:>7,} {r['allocations_per_s']:>10,} "
-                     f"{r['frees_per_s']:>10,} {r['latency_us_median']:>8} {r['latency_us_p99']:>8} "
-                     f"{r['heartbeats_per_s']:>13,} {r['registration_s']:>10}")
+        lines.append(
+            f"{r['task_executors']:>13,} {r['slots']:>7,} {r['allocations_per_s']:>10,} "
+            f"{r['frees_per_s']:>10,} {r['latency_us_median']:>8} {r['latency_us_p99']:>8} "
+            f"{r['heartbeats_per_s']:>13,} {r['registration_s']:>10}"
+        )
     return "\n".join(lines)
 
 
@@ -191,28 +205,45 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rows = []
     for size in (int(s) for s in args.sizes.split(",")):
-        rows.append(asyncio.run(bench_size(size, args.slots, target_allocations=args.allocations,
-                                           latency_samples=args.latency_samples, per_job=args.slots_per_job)))
+        rows.append(
+            asyncio.run(
+                bench_size(
+                    size,
+                    args.slots,
+                    target_allocations=args.allocations,
+                    latency_samples=args.latency_samples,
+                    per_job=args.slots_per_job,
+                )
+            )
+        )
         print(f"  {size:,} TaskExecutors done", file=sys.stderr)
     print(_table(rows))
     rates = [r["allocations_per_s"] for r in rows]
     met = min(rates) >= GOAL_PER_S
     spread = max(rates) / min(rates)
-    print(f"\ngoal >= {GOAL_PER_S:,} allocations/s: {'met' if met else 'NOT met'} "
-          f"(slowest {min(rates):,}/s; fastest/slowest {spread:.2f})")
+    print(
+        f"\ngoal >= {GOAL_PER_S:,} allocations/s: {'met' if met else 'NOT met'} "
+        f"(slowest {min(rates):,}/s; fastest/slowest {spread:.2f})"
+    )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({
-        "benchmark": "slot_manager",
-        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "python": platform.python_version(),
-        "machine": platform.machine(),
-        "goal_allocations_per_s": GOAL_PER_S,
-        "goal_met": met,
-        "fastest_over_slowest": round(spread, 3),
-        "slots_per_task_executor": args.slots,
-        "slots_per_job": args.slots_per_job,
-        "results": rows,
-    }, indent=2) + "\n")
+    RESULTS.write_text(
+        json.dumps(
+            {
+                "benchmark": "slot_manager",
+                "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "python": platform.python_version(),
+                "machine": platform.machine(),
+                "goal_allocations_per_s": GOAL_PER_S,
+                "goal_met": met,
+                "fastest_over_slowest": round(spread, 3),
+                "slots_per_task_executor": args.slots,
+                "slots_per_job": args.slots_per_job,
+                "results": rows,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     print(f"wrote {RESULTS}")
     return 0
 

@@ -28,8 +28,13 @@ from harness.standalone import Standalone
 START_TIMEOUT_S = 600.0
 JOB_TIMEOUT_S = 300.0
 WARM_UP_PAIRS = 3
-DEFAULTS = {"spark.master": "local[2]", "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
-            "rest.execution-result.long-poll": "5s", "taskexecutor.connect.start-timeout": "5min"}
+DEFAULTS = {
+    "spark.master": "local[2]",
+    "spark.ui.enabled": "false",
+    "spark.sql.shuffle.partitions": "2",
+    "rest.execution-result.long-poll": "5s",
+    "taskexecutor.connect.start-timeout": "5min",
+}
 SOURCE = '''"""A small job's code, version {version}."""
 
 VERSION = {version}
@@ -41,9 +46,12 @@ def count(ctx):
 
 
 def graph(artifact: str, index: int) -> dict[str, Any]:
-    return {"name": f"small-{index}", "artifacts": [artifact],
-            "vertices": [{"id": "count", "entrypoint": "small_job:count"}],
-            "restart_strategy": {"type": "fixed-delay", "attempts": 0, "delay_s": 0.0}}
+    return {
+        "name": f"small-{index}",
+        "artifacts": [artifact],
+        "vertices": [{"id": "count", "entrypoint": "small_job:count"}],
+        "restart_strategy": {"type": "fixed-delay", "attempts": 0, "delay_s": 0.0},
+    }
 
 
 def upload(standalone: Standalone, directory: Path, version: int) -> str:
@@ -58,15 +66,26 @@ def run() -> int:
     parser.add_argument("--runs", type=int, default=15, help="measured pairs (same code, new code)")
     parser.add_argument("--slots", type=int, default=2, help="slots of the TaskExecutor")
     parser.add_argument("--label", default="latest", help="name of this run in the results")
-    parser.add_argument("-D", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="configuration of the standalone cluster")
+    parser.add_argument(
+        "-D",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="configuration of the standalone cluster",
+    )
     add_run_options(parser, quick="5 pairs")
     args = parser.parse_args()
     if args.quick:
         args.runs = 5
     overrides = {**DEFAULTS, **dict(item.split("=", 1) for item in args.overrides)}
-    report: dict[str, Any] = {"load_average_at_start": load_average(), "slots": args.slots, "runs": args.runs,
-                              "overrides": overrides, "quick": args.quick}
+    report: dict[str, Any] = {
+        "load_average_at_start": load_average(),
+        "slots": args.slots,
+        "runs": args.runs,
+        "overrides": overrides,
+        "quick": args.quick,
+    }
     seconds: dict[str, list[float]] = {"same code": [], "new code": []}
     with scratch_dir(args.work_dir, "sparkdispatch-small-jobs-") as scratch:
         standalone = Standalone(Path(scratch) / "standalone", slots=args.slots, overrides=overrides)
@@ -84,19 +103,38 @@ def run() -> int:
                     if measured:
                         seconds[kind].append(wall)
                 if measured:
-                    print(f"  pair {index - WARM_UP_PAIRS + 1}: same code {seconds['same code'][-1] * 1000:.0f} ms, "
-                          f"new code {seconds['new code'][-1] * 1000:.0f} ms", flush=True)
+                    print(
+                        f"  pair {index - WARM_UP_PAIRS + 1}: same code {seconds['same code'][-1] * 1000:.0f} ms, "
+                        f"new code {seconds['new code'][-1] * 1000:.0f} ms",
+                        flush=True,
+                    )
         finally:
             standalone.stop()
     report["load_average_at_end"] = load_average()
-    figures = {kind: {"p50": median(values) * 1000, "p90": percentile(values, 90) * 1000,
-                      "min": min(values) * 1000, "max": max(values) * 1000} for kind, values in seconds.items()}
+    figures = {
+        kind: {
+            "p50": median(values) * 1000,
+            "p90": percentile(values, 90) * 1000,
+            "min": min(values) * 1000,
+            "max": max(values) * 1000,
+        }
+        for kind, values in seconds.items()
+    }
     print()
-    print_table(["job", "median ms", "p90 ms", "min ms", "max ms"],
-                [[kind, *(f"{f[k]:.0f}" for k in ("p50", "p90", "min", "max"))] for kind, f in figures.items()])
+    print_table(
+        ["job", "median ms", "p90 ms", "min ms", "max ms"],
+        [[kind, *(f"{f[k]:.0f}" for k in ("p50", "p90", "min", "max"))] for kind, f in figures.items()],
+    )
     print(load_change(report))
-    save(args.label, quick=args.quick, entry={**report, "figures_ms": figures,
-                                              "samples_s": {k: [round(v, 3) for v in vs] for k, vs in seconds.items()}})
+    save(
+        args.label,
+        quick=args.quick,
+        entry={
+            **report,
+            "figures_ms": figures,
+            "samples_s": {k: [round(v, 3) for v in vs] for k, vs in seconds.items()},
+        },
+    )
     return 0
 
 

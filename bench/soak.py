@@ -43,9 +43,14 @@ from sparkdispatch.testing.soak_jobs import JobOutcome, SoakJobs
 
 START_TIMEOUT_S = 600.0
 GOAL_GROWTH = 0.10
-DEFAULTS = {"spark.master": "local[2]", "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
-            "rest.execution-result.long-poll": "5s", "taskexecutor.artifact-cache.max-size": "256kb",
-            "taskexecutor.connect.start-timeout": "5min"}
+DEFAULTS = {
+    "spark.master": "local[2]",
+    "spark.ui.enabled": "false",
+    "spark.sql.shuffle.partitions": "2",
+    "rest.execution-result.long-poll": "5s",
+    "taskexecutor.artifact-cache.max-size": "256kb",
+    "taskexecutor.connect.start-timeout": "5min",
+}
 _TOOK_OVER = re.compile(r"took over in ([\d.]+) s")
 
 
@@ -67,9 +72,13 @@ class Sampler:
 
     def take(self, reason: str) -> dict[str, Any]:
         totals = census(self.root)
-        sample = {"at_s": round(time.monotonic() - self._begin, 1), "jobs": self.jobs_done, "reason": reason,
-                  "load_average": load_average(),
-                  "kinds": {kind: totals[kind].to_dict() for kind in KINDS if totals[kind].processes}}
+        sample = {
+            "at_s": round(time.monotonic() - self._begin, 1),
+            "jobs": self.jobs_done,
+            "reason": reason,
+            "load_average": load_average(),
+            "kinds": {kind: totals[kind].to_dict() for kind in KINDS if totals[kind].processes},
+        }
         with self._lock:
             self.samples.append(sample)
         return sample
@@ -93,15 +102,23 @@ def growth(samples: list[dict[str, Any]], *, warm_up: int) -> list[dict[str, Any
     rows = []
     for kind in KINDS:
         for metric in METRICS:
+
             def values(chosen: list[dict[str, Any]], kind: str = kind, metric: str = metric) -> list[float]:
                 return [float(s["kinds"].get(kind, {}).get(metric, 0)) for s in chosen]
 
             before, after = statistics.median(values(counted[:width])), statistics.median(values(counted[-width:]))
             if not before and not after:
                 continue
-            rows.append({"kind": kind, "metric": metric, "after_warm_up": before, "end": after,
-                         "growth": (after - before) / before if before else None,
-                         "peak": max(values([s for s in samples if s["jobs"] > warm_up]))})
+            rows.append(
+                {
+                    "kind": kind,
+                    "metric": metric,
+                    "after_warm_up": before,
+                    "end": after,
+                    "growth": (after - before) / before if before else None,
+                    "peak": max(values([s for s in samples if s["jobs"] > warm_up])),
+                }
+            )
     return rows
 
 
@@ -110,12 +127,22 @@ def run() -> int:
     parser.add_argument("--jobs", type=int, default=2000, help="jobs to run (the full form: 2,000)")
     parser.add_argument("--hours", type=float, default=0.0, help="stop after this long, whatever --jobs says")
     parser.add_argument("--slots", type=int, default=2, help="slots of the TaskExecutor")
-    parser.add_argument("--warm-up-jobs", type=int, default=0, help="jobs before growth counts (default: a "
-                        "tenth of --jobs, at least 50)")
+    parser.add_argument(
+        "--warm-up-jobs",
+        type=int,
+        default=0,
+        help="jobs before growth counts (default: a tenth of --jobs, at least 50)",
+    )
     parser.add_argument("--sample-every", type=float, default=60.0, help="seconds between timed samples")
     parser.add_argument("--sample-jobs", type=int, default=25, help="jobs between counted samples")
-    parser.add_argument("-D", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="configuration of the standalone cluster (on top of the soak's own)")
+    parser.add_argument(
+        "-D",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="configuration of the standalone cluster (on top of the soak's own)",
+    )
     add_run_options(parser, quick="60 jobs, a warm-up of 20, samples every 10 jobs")
     args = parser.parse_args()
     if args.quick:
@@ -124,15 +151,24 @@ def run() -> int:
     overrides = {**DEFAULTS, **dict(item.split("=", 1) for item in args.overrides)}
 
     outcomes: list[JobOutcome] = []
-    results: dict[str, Any] = {"load_average_at_start": load_average(), "jobs_asked": args.jobs,
-                               "hours": args.hours, "slots": args.slots, "warm_up_jobs": warm_up,
-                               "overrides": overrides, "quick": args.quick}
+    results: dict[str, Any] = {
+        "load_average_at_start": load_average(),
+        "jobs_asked": args.jobs,
+        "hours": args.hours,
+        "slots": args.slots,
+        "warm_up_jobs": warm_up,
+        "overrides": overrides,
+        "quick": args.quick,
+    }
     with scratch_dir(args.work_dir, "sparkdispatch-soak-") as scratch:
         standalone = Standalone(Path(scratch) / "standalone", slots=args.slots, overrides=overrides)
         sampler: Sampler | None = None
         try:
-            print(f"standalone: 1 TaskExecutor x {args.slots} slots; {args.jobs} jobs"
-                  + (f" or {args.hours:g} h" if args.hours else ""), flush=True)
+            print(
+                f"standalone: 1 TaskExecutor x {args.slots} slots; {args.jobs} jobs"
+                + (f" or {args.hours:g} h" if args.hours else ""),
+                flush=True,
+            )
             results["start_s"] = round(standalone.start(START_TIMEOUT_S), 1)
             assert standalone.process is not None
             sampler = Sampler(standalone.process.pid, args.sample_every)
@@ -155,16 +191,33 @@ def run() -> int:
                 sampler.stop()
             standalone.stop()
         results["connect_server_replacements_s"] = [
-            float(m.group(1)) for m in _TOOK_OVER.finditer(read(standalone.log_dir / "taskexecutor-0.log"))]
+            float(m.group(1)) for m in _TOOK_OVER.finditer(read(standalone.log_dir / "taskexecutor-0.log"))
+        ]
     results["load_average_at_end"] = load_average()
     assert sampler is not None
     total = len(outcomes)
     rows = growth(sampler.samples, warm_up=warm_up)
     print_summary(rows, outcomes, results)
-    save_results("soak", quick=args.quick, report={
-        **results, "jobs_run": total, "growth": rows, "samples": sampler.samples,
-        "jobs": [{"index": o.index, "kind": o.kind, "status": o.status, "seconds": round(o.seconds, 2),
-                  **({"failure": o.failure} if o.failure else {})} for o in outcomes]})
+    save_results(
+        "soak",
+        quick=args.quick,
+        report={
+            **results,
+            "jobs_run": total,
+            "growth": rows,
+            "samples": sampler.samples,
+            "jobs": [
+                {
+                    "index": o.index,
+                    "kind": o.kind,
+                    "status": o.status,
+                    "seconds": round(o.seconds, 2),
+                    **({"failure": o.failure} if o.failure else {}),
+                }
+                for o in outcomes
+            ],
+        },
+    )
     return 0 if all(o.expected for o in outcomes) else 1
 
 
@@ -177,11 +230,16 @@ def read(path: Path) -> str:
 
 def report_progress(sample: dict[str, Any], outcomes: list[JobOutcome]) -> None:
     kinds = sample["kinds"]
-    parts = [f"{kind.split()[0]} {v['processes']}p {v['threads']}t {v['open_files']}f {v['rss_mib']:.0f}M"
-             for kind, v in kinds.items()]
+    parts = [
+        f"{kind.split()[0]} {v['processes']}p {v['threads']}t {v['open_files']}f {v['rss_mib']:.0f}M"
+        for kind, v in kinds.items()
+    ]
     recent = [o.seconds for o in outcomes[-25:]]
-    print(f"  {sample['jobs']:5d} jobs, {sample['at_s']:7.0f} s, last 25 median {statistics.median(recent):.1f} s "
-          f"| {' | '.join(parts)}", flush=True)
+    print(
+        f"  {sample['jobs']:5d} jobs, {sample['at_s']:7.0f} s, last 25 median {statistics.median(recent):.1f} s "
+        f"| {' | '.join(parts)}",
+        flush=True,
+    )
 
 
 def print_summary(rows: list[dict[str, Any]], outcomes: list[JobOutcome], results: dict[str, Any]) -> None:
@@ -189,16 +247,32 @@ def print_summary(rows: list[dict[str, Any]], outcomes: list[JobOutcome], result
     by_kind: dict[str, list[JobOutcome]] = {}
     for outcome in outcomes:
         by_kind.setdefault(outcome.kind, []).append(outcome)
-    print_table(["job kind", "jobs", "as expected", "median s"],
-                [[kind, len(done), sum(o.expected for o in done), f"{statistics.median(o.seconds for o in done):.2f}"]
-                 for kind, done in sorted(by_kind.items())])
+    print_table(
+        ["job kind", "jobs", "as expected", "median s"],
+        [
+            [kind, len(done), sum(o.expected for o in done), f"{statistics.median(o.seconds for o in done):.2f}"]
+            for kind, done in sorted(by_kind.items())
+        ],
+    )
     print(f"Connect server replaced {len(results['connect_server_replacements_s'])} times")
     print()
-    print_table(["process kind", "metric", "after warm-up", "end", "growth", "peak"],
-                [[r["kind"], r["metric"], f"{r['after_warm_up']:.0f}", f"{r['end']:.0f}",
-                  "-" if r["growth"] is None else f"{r['growth'] * 100:+.1f}%"
-                  + (" !" if r["growth"] is not None and r["growth"] > GOAL_GROWTH else ""),
-                  f"{r['peak']:.0f}"] for r in rows])
+    print_table(
+        ["process kind", "metric", "after warm-up", "end", "growth", "peak"],
+        [
+            [
+                r["kind"],
+                r["metric"],
+                f"{r['after_warm_up']:.0f}",
+                f"{r['end']:.0f}",
+                "-"
+                if r["growth"] is None
+                else f"{r['growth'] * 100:+.1f}%"
+                + (" !" if r["growth"] is not None and r["growth"] > GOAL_GROWTH else ""),
+                f"{r['peak']:.0f}",
+            ]
+            for r in rows
+        ],
+    )
     print(f"goal: <= {GOAL_GROWTH:.0%} growth of each after the warm-up ('!' marks a miss)")
     print(load_change(results))
 

@@ -52,22 +52,35 @@ async def measure(vertices: int, interval: float, window: float, zookeeper_hosts
     from sparkdispatch.testing.master import InProcessMaster
 
     root = f"/bench-{uuid.uuid4().hex[:8]}"
-    overrides = {"high-availability.mode": "zookeeper", "high-availability.zookeeper.quorum": zookeeper_hosts,
-                 "high-availability.zookeeper.path.root": root, "high-availability.zookeeper.session-timeout": "4s"}
+    overrides = {
+        "high-availability.mode": "zookeeper",
+        "high-availability.zookeeper.quorum": zookeeper_hosts,
+        "high-availability.zookeeper.path.root": root,
+        "high-availability.zookeeper.session-timeout": "4s",
+    }
     async with InProcessMaster(storage_dir=storage, overrides=overrides, record_requests=True) as master:
         await master.wait_for_leadership()
         await master.add_task_executor(slots=vertices)
-        graph = {"job_id": JOB_ID, "name": "wide", "restart_strategy": {"type": "none"},
-                 "vertices": [{"id": f"v{i:02d}", "entrypoint": "m:f"} for i in range(vertices)]}
+        graph = {
+            "job_id": JOB_ID,
+            "name": "wide",
+            "restart_strategy": {"type": "none"},
+            "vertices": [{"id": f"v{i:02d}", "entrypoint": "m:f"} for i in range(vertices)],
+        }
         async with SparkDispatchClient(addresses=[master.url]) as client:
             await client.submit(graph)
         while len(master.gateway.of_job(JOB_ID)) < vertices:
             await asyncio.sleep(0.05)
-        os.environ["AIRFLOW_CONN_SD_BENCH"] = json.dumps({"conn_type": "sparkdispatch", "extra": {
-            "zookeeper_quorum": zookeeper_hosts, "zookeeper_root": root}})
+        os.environ["AIRFLOW_CONN_SD_BENCH"] = json.dumps(
+            {"conn_type": "sparkdispatch", "extra": {"zookeeper_quorum": zookeeper_hosts, "zookeeper_root": root}}
+        )
         sessions_before = zookeeper_connections(zookeeper_hosts)
-        triggers = [SparkDispatchVertexTrigger(job_id=JOB_ID, vertex_id=f"v{i:02d}", sparkdispatch_conn_id="sd_bench",
-                                               poll_interval=interval) for i in range(vertices)]
+        triggers = [
+            SparkDispatchVertexTrigger(
+                job_id=JOB_ID, vertex_id=f"v{i:02d}", sparkdispatch_conn_id="sd_bench", poll_interval=interval
+            )
+            for i in range(vertices)
+        ]
 
         async def run(trigger: SparkDispatchVertexTrigger) -> list[Any]:
             return [event async for event in trigger.run()]
@@ -90,11 +103,16 @@ async def measure(vertices: int, interval: float, window: float, zookeeper_hosts
         key = f"{request.method} {request.path.replace(JOB_ID, '{job_id}')}"
         by_path[key] = by_path.get(key, 0) + 1
     return {
-        "vertices": vertices, "poll_interval_s": interval, "window_s": round(elapsed, 1),
-        "requests": len(requests), "requests_per_s": round(len(requests) / elapsed, 3), "by_path": by_path,
+        "vertices": vertices,
+        "poll_interval_s": interval,
+        "window_s": round(elapsed, 1),
+        "requests": len(requests),
+        "requests_per_s": round(len(requests) / elapsed, 3),
+        "by_path": by_path,
         "zookeeper_sessions_added": sessions_during - sessions_before,
         "zookeeper_sessions_left_after": sessions_after - sessions_before,
-        "events": sorted({str(event.payload["status"]) for event in events}), "event_count": len(events),
+        "events": sorted({str(event.payload["status"]) for event in events}),
+        "event_count": len(events),
     }
 
 
@@ -117,16 +135,22 @@ def main() -> int:
             figures = asyncio.run(measure(args.vertices, args.interval, window, zookeeper.hosts, Path(storage)))
     finally:
         zookeeper.stop()
-    result = {"bench": "vertex_watch", "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-              "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
-              "goal": {"requests_per_s": 1.0, "zookeeper_sessions": 1}, **figures}
+    result = {
+        "bench": "vertex_watch",
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "goal": {"requests_per_s": 1.0, "zookeeper_sessions": 1},
+        **figures,
+    }
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     path = RESULTS_DIR / ("vertex_watch.quick.json" if args.quick else "vertex_watch.json")
     path.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
     met = result["requests_per_s"] <= 1.0 and result["zookeeper_sessions_added"] == 1
-    print(f"{'goal met' if met else 'goal MISSED'}: {result['requests_per_s']} requests/s, "
-          f"{result['zookeeper_sessions_added']} ZooKeeper session(s); written to {path}")
+    print(
+        f"{'goal met' if met else 'goal MISSED'}: {result['requests_per_s']} requests/s, "
+        f"{result['zookeeper_sessions_added']} ZooKeeper session(s); written to {path}"
+    )
     return 0 if met else 1
 
 

@@ -20,19 +20,32 @@ from sparkdispatch.operators import SparkDispatchJobGroup, SparkDispatchVertexOp
 PIPELINES = Path(__file__).parent / "pipelines"
 
 # retries: a retried launch re-attaches to its job; a retried vertex task waits for its vertex again
-with DAG("sparkdispatch_sales_job_group", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-         catchup=False, params={"rows": 100_000}, tags=["sparkdispatch", "example"],
-         default_args={"retries": 2}):
-    with SparkDispatchJobGroup(group_id="sales", job_name="sales-report", artifacts=[str(PIPELINES)],
-                               restart_strategy={"type": "fixed-delay", "attempts": 2, "delay_s": 1.0},
-                               config={"spark.sql.shuffle.partitions": "4"}):
-        generate = SparkDispatchVertexOperator(task_id="generate", entrypoint="pipelines.sales:generate",
-                                               vertex_params={"rows": "{{ params.rows }}"})
+with DAG(
+    "sparkdispatch_sales_job_group",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    params={"rows": 100_000},
+    tags=["sparkdispatch", "example"],
+    default_args={"retries": 2},
+):
+    with SparkDispatchJobGroup(
+        group_id="sales",
+        job_name="sales-report",
+        artifacts=[str(PIPELINES)],
+        restart_strategy={"type": "fixed-delay", "attempts": 2, "delay_s": 1.0},
+        config={"spark.sql.shuffle.partitions": "4"},
+    ):
+        generate = SparkDispatchVertexOperator(
+            task_id="generate", entrypoint="pipelines.sales:generate", vertex_params={"rows": "{{ params.rows }}"}
+        )
         clean = SparkDispatchVertexOperator(task_id="clean", entrypoint="pipelines.sales:clean", parallelism=2)
-        by_region = SparkDispatchVertexOperator(task_id="revenue_by_region", parallelism=2,
-                                                entrypoint="pipelines.sales:revenue_by_region")
-        by_product = SparkDispatchVertexOperator(task_id="revenue_by_product",
-                                                 entrypoint="pipelines.sales:revenue_by_product")
+        by_region = SparkDispatchVertexOperator(
+            task_id="revenue_by_region", parallelism=2, entrypoint="pipelines.sales:revenue_by_region"
+        )
+        by_product = SparkDispatchVertexOperator(
+            task_id="revenue_by_product", entrypoint="pipelines.sales:revenue_by_product"
+        )
         report = SparkDispatchVertexOperator(task_id="report", entrypoint="pipelines.sales:report")
         generate >> clean >> [by_region, by_product] >> report
 

@@ -25,11 +25,14 @@ SALES_REPORT = {
     "vertices": [
         {"id": "generate", "entrypoint": "pipelines.sales:generate", "params": {"rows": "{{ params.rows }}"}},
         {"id": "clean", "entrypoint": "pipelines.sales:clean", "parallelism": 2, "inputs": ["generate"]},
-        {"id": "revenue_by_region", "entrypoint": "pipelines.sales:revenue_by_region", "parallelism": 2,
-         "inputs": ["clean"]},
+        {
+            "id": "revenue_by_region",
+            "entrypoint": "pipelines.sales:revenue_by_region",
+            "parallelism": 2,
+            "inputs": ["clean"],
+        },
         {"id": "revenue_by_product", "entrypoint": "pipelines.sales:revenue_by_product", "inputs": ["clean"]},
-        {"id": "report", "entrypoint": "pipelines.sales:report",
-         "inputs": ["revenue_by_region", "revenue_by_product"]},
+        {"id": "report", "entrypoint": "pipelines.sales:report", "inputs": ["revenue_by_region", "revenue_by_product"]},
     ],
     "restart_strategy": {"type": "fixed-delay", "attempts": 2, "delay_s": 1.0},
     "config": {"spark.sql.shuffle.partitions": "4"},
@@ -47,8 +50,9 @@ with DAG("sparkdispatch_sales_pipeline", **DAG_ARGS):
     SparkDispatchSubmitJobOperator(task_id="sales_report", job_graph=SALES_REPORT, artifacts=[str(PIPELINES)])
 
 with DAG("sparkdispatch_sales_pipeline_deferrable", **DAG_ARGS):
-    SparkDispatchSubmitJobOperator(task_id="sales_report", job_graph=SALES_REPORT, artifacts=[str(PIPELINES)],
-                           deferrable=True, poll_interval=1.0)
+    SparkDispatchSubmitJobOperator(
+        task_id="sales_report", job_graph=SALES_REPORT, artifacts=[str(PIPELINES)], deferrable=True, poll_interval=1.0
+    )
 
 
 def sales_report_of(rows: int) -> dict[str, object]:
@@ -60,5 +64,6 @@ def sales_report_of(rows: int) -> dict[str, object]:
 # One job per input, mapped at run time (Airflow's dynamic task mapping): each mapped task
 # instance has its own job id, so retries of one re-attach to its own job.
 with DAG("sparkdispatch_sales_by_size", **{**DAG_ARGS, "default_args": {"retries": 2}}):
-    SparkDispatchSubmitJobOperator.partial(task_id="sales_report", artifacts=[str(PIPELINES)], poll_interval=1.0) \
-        .expand(job_graph=[sales_report_of(rows) for rows in (1_000, 2_000, 3_000)])
+    SparkDispatchSubmitJobOperator.partial(
+        task_id="sales_report", artifacts=[str(PIPELINES)], poll_interval=1.0
+    ).expand(job_graph=[sales_report_of(rows) for rows in (1_000, 2_000, 3_000)])

@@ -16,10 +16,22 @@ from sparkdispatch.operators import SparkDispatchJobSensor, SparkDispatchSubmitJ
 
 PIPELINES = Path(__file__).parent / "pipelines"
 
-with DAG("sparkdispatch_submit_then_sense", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-         catchup=False, params={"rows": 100_000}, tags=["sparkdispatch", "example"]):
-    submit = SparkDispatchSubmitJobOperator(task_id="submit", job_graph="pipelines/sales_graph.yaml",
-                                    artifacts=[str(PIPELINES)], wait_for_completion=False)
-    wait = SparkDispatchJobSensor(task_id="wait_for_result", job_id="{{ ti.xcom_pull(task_ids='submit') }}",
-                           mode="reschedule", poke_interval=5, timeout=3600)
+with DAG(
+    "sparkdispatch_submit_then_sense",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    params={"rows": 100_000},
+    tags=["sparkdispatch", "example"],
+):
+    submit = SparkDispatchSubmitJobOperator(
+        task_id="submit", job_graph="pipelines/sales_graph.yaml", artifacts=[str(PIPELINES)], wait_for_completion=False
+    )
+    wait = SparkDispatchJobSensor(
+        task_id="wait_for_result",
+        job_id="{{ ti.xcom_pull(task_ids='submit') }}",
+        mode="reschedule",
+        poke_interval=5,
+        timeout=3600,
+    )
     submit >> wait

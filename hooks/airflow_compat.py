@@ -62,5 +62,12 @@ if not TYPE_CHECKING:
     except ImportError:
         ResumableJobMixin = ResumableJobFallback
 
-__all__ = ["AirflowException", "AirflowFailException", "BaseHook", "ResumableJobFallback", "ResumableJobMixin",
-           "TaskDeferralTimeout", "conf"]
+__all__ = [
+    "AirflowException",
+    "AirflowFailException",
+    "BaseHook",
+    "ResumableJobFallback",
+    "ResumableJobMixin",
+    "TaskDeferralTimeout",
+    "conf",
+]

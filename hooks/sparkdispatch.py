@@ -47,18 +47,25 @@ def client_settings(conn: Connection) -> dict[str, Any]:
         return None if value in (None, "") else value
 
     token = conn.password or field("token")
-    tls = ClientTls(ca_file=str(field("ca_file") or ""), certificate=str(field("client_certificate") or ""),
-                    key=str(field("client_key") or ""),
-                    labels=("extra ca_file", "extra client_certificate", "extra client_key"))
+    tls = ClientTls(
+        ca_file=str(field("ca_file") or ""),
+        certificate=str(field("client_certificate") or ""),
+        key=str(field("client_key") or ""),
+        labels=("extra ca_file", "extra client_certificate", "extra client_key"),
+    )
     quorum = field("zookeeper_quorum")
     if quorum:
-        target = ZooKeeperTarget(quorum=str(quorum), cluster_id=str(field("cluster_id") or "default"),
-                                 root=str(field("zookeeper_root") or "/sparkdispatch"))
+        target = ZooKeeperTarget(
+            quorum=str(quorum),
+            cluster_id=str(field("cluster_id") or "default"),
+            root=str(field("zookeeper_root") or "/sparkdispatch"),
+        )
         return {"zookeeper": target, "token": token, "tls": tls}
     if not conn.host:
         raise ConfigurationError(
             f"connection {conn.conn_id!r} names no master: set its host to the master's REST address "
-            "(or a comma-separated list of them), or its extra zookeeper_quorum")
+            "(or a comma-separated list of them), or its extra zookeeper_quorum"
+        )
     scheme = "https" if (conn.schema or "").lower() == "https" else "http"
     addresses = parse_addresses(conn.host, default_port=int(conn.port or DEFAULT_PORT), scheme=scheme)
     return {"addresses": addresses, "token": token, "tls": tls}
@@ -85,12 +92,22 @@ class SparkDispatchHook(BaseHook):
     conn_type = CONN_TYPE
     hook_name = "sparkdispatch"
 
-    def __init__(self, sparkdispatch_conn_id: str = default_conn_name, *, retry: RetryPolicy | None = None,
-                 request_timeout: float = 30.0, conn_id: str | None = None) -> None:
+    def __init__(
+        self,
+        sparkdispatch_conn_id: str = default_conn_name,
+        *,
+        retry: RetryPolicy | None = None,
+        request_timeout: float = 30.0,
+        conn_id: str | None = None,
+    ) -> None:
         super().__init__()
         if conn_id is not None:  # the earlier name (the hook cannot import the operators' helper)
-            warnings.warn("SparkDispatchHook(conn_id=...) is deprecated and goes away in the next release: use "
-                          "sparkdispatch_conn_id=...", AirflowProviderDeprecationWarning, stacklevel=2)
+            warnings.warn(
+                "SparkDispatchHook(conn_id=...) is deprecated and goes away in the next release: use "
+                "sparkdispatch_conn_id=...",
+                AirflowProviderDeprecationWarning,
+                stacklevel=2,
+            )
             sparkdispatch_conn_id = conn_id
         self.sparkdispatch_conn_id = sparkdispatch_conn_id
         self.retry = retry
@@ -128,8 +145,9 @@ class SparkDispatchHook(BaseHook):
             settings = client_settings(self.get_connection(self.sparkdispatch_conn_id))
         except SparkDispatchError as exc:
             return False, str(exc)
-        client = SyncSparkDispatchClient(SparkDispatchClient(
-            **settings, retry=RetryPolicy(attempts=2, initial_backoff=0.2), request_timeout=10.0))
+        client = SyncSparkDispatchClient(
+            SparkDispatchClient(**settings, retry=RetryPolicy(attempts=2, initial_backoff=0.2), request_timeout=10.0)
+        )
         try:
             overview = client.overview()
             leader = client.leader_address
@@ -137,5 +155,7 @@ class SparkDispatchHook(BaseHook):
             return False, f"cannot reach the sparkdispatch leader: {exc}"
         finally:
             client.close()
-        return True, (f"leader {leader}, {overview.taskmanagers} TaskExecutors, "
-                      f"{overview.slots_total} slots ({overview.slots_available} free)")
+        return True, (
+            f"leader {leader}, {overview.taskmanagers} TaskExecutors, "
+            f"{overview.slots_total} slots ({overview.slots_available} free)"
+        )

@@ -16,6 +16,16 @@ from sparkdispatch.operators.triggers import (
     VertexTrigger,
 )
 
-__all__ = ["JobResultSensor", "JobResultTrigger", "SparkDispatchJobGroup", "SparkDispatchJobLink",
-           "SparkDispatchJobSensor", "SparkDispatchJobTrigger", "SparkDispatchSubmitJobOperator",
-           "SparkDispatchVertexOperator", "SparkDispatchVertexTrigger", "SubmitJobGraphOperator", "VertexTrigger"]
+__all__ = [
+    "JobResultSensor",
+    "JobResultTrigger",
+    "SparkDispatchJobGroup",
+    "SparkDispatchJobLink",
+    "SparkDispatchJobSensor",
+    "SparkDispatchJobTrigger",
+    "SparkDispatchSubmitJobOperator",
+    "SparkDispatchVertexOperator",
+    "SparkDispatchVertexTrigger",
+    "SubmitJobGraphOperator",
+    "VertexTrigger",
+]

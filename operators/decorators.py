@@ -90,8 +90,12 @@ def function_source(function: Callable[..., Any]) -> str:
     needs no import there."""
     lines = textwrap.dedent(inspect.getsource(function)).splitlines()
     start = next(i for i, line in enumerate(lines) if line.lstrip().startswith(("def ", "async def ")))
-    return ("from __future__ import annotations\n\n\n" + "\n".join(lines[start:]) + "\n"
-            + _CALLER.format(name=function.__name__, key=CALL_PARAM))
+    return (
+        "from __future__ import annotations\n\n\n"
+        + "\n".join(lines[start:])
+        + "\n"
+        + _CALLER.format(name=function.__name__, key=CALL_PARAM)
+    )
 
 
 def _without_ctx(function: Callable[..., Any]) -> Callable[..., Any]:
@@ -99,15 +103,17 @@ def _without_ctx(function: Callable[..., Any]) -> Callable[..., Any]:
     which the TaskExecutor passes. Never called."""
     signature = inspect.signature(function)
     if not signature.parameters:
-        raise TypeError(f"{DECORATOR_NAME} function {function.__name__} takes no ctx: write def "
-                        f"{function.__name__}(ctx, ...)")
+        raise TypeError(
+            f"{DECORATOR_NAME} function {function.__name__} takes no ctx: write def {function.__name__}(ctx, ...)"
+        )
 
     @functools.wraps(function)
     def checked(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError(f"{DECORATOR_NAME} functions run on the TaskExecutors, not in Airflow")
 
     checked.__signature__ = signature.replace(  # type: ignore[attr-defined]
-        parameters=list(signature.parameters.values())[1:])
+        parameters=list(signature.parameters.values())[1:]
+    )
     return checked
 
 
@@ -118,14 +124,23 @@ class SparkDispatchFunctionOperator(DecoratedOperator, SparkDispatchVertexOperat
     template_fields: Sequence[str] = (*DecoratedOperator.template_fields, *SparkDispatchVertexOperator.template_fields)
     shallow_copy_attrs: Sequence[str] = ("python_callable", "function")
 
-    def __init__(self, *, python_callable: Callable[..., Any], sparkdispatch_conn_id: str | None = None,
-                 conn_id: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        python_callable: Callable[..., Any],
+        sparkdispatch_conn_id: str | None = None,
+        conn_id: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         conn_id = renamed_argument(DECORATOR_NAME, "conn_id", "sparkdispatch_conn_id", sparkdispatch_conn_id, conn_id)
         self.function = python_callable
         self.source = function_source(python_callable)
         self.module_name = MODULE_PREFIX + hashlib.sha256(self.source.encode()).hexdigest()[:16]
-        super().__init__(python_callable=_without_ctx(python_callable),
-                         entrypoint=f"{self.module_name}:{python_callable.__name__}", **kwargs)
+        super().__init__(
+            python_callable=_without_ctx(python_callable),
+            entrypoint=f"{self.module_name}:{python_callable.__name__}",
+            **kwargs,
+        )
         self.own_conn_id = conn_id
         if conn_id is not None:
             self.sparkdispatch_conn_id = conn_id
@@ -156,9 +171,13 @@ class SparkDispatchFunctionOperator(DecoratedOperator, SparkDispatchVertexOperat
                     return {"input": vertex}
             return {"value": self.render_template(value, own)}
 
-        spec["params"] = {**spec["params"], CALL_PARAM: {
-            "args": [argument(a) for a in self.op_args],
-            "kwargs": {name: argument(a) for name, a in self.op_kwargs.items()}}}
+        spec["params"] = {
+            **spec["params"],
+            CALL_PARAM: {
+                "args": [argument(a) for a in self.op_args],
+                "kwargs": {name: argument(a) for name, a in self.op_kwargs.items()},
+            },
+        }
         return spec
 
     # -- outside a group: a one-vertex job ------------------------------------------------------
@@ -177,17 +196,32 @@ class SparkDispatchFunctionOperator(DecoratedOperator, SparkDispatchVertexOperat
 
     def _one_vertex_job(self, context: Context) -> SparkDispatchSubmitJobOperator:
         # op_args and op_kwargs are rendered by now: the arguments are values
-        vertex = {**SparkDispatchVertexOperator.vertex_spec(self, context, inputs=()), "params": {
-            **self.render_template(self.vertex_params, context),
-            CALL_PARAM: {"args": [{"value": a} for a in self.op_args],
-                         "kwargs": {k: {"value": a} for k, a in self.op_kwargs.items()}}}}
-        graph = {"name": self.task_id, "vertices": [vertex],
-                 "restart_strategy": {"type": "fixed-delay", "attempts": 0, "delay_s": 0.0}}
+        vertex = {
+            **SparkDispatchVertexOperator.vertex_spec(self, context, inputs=()),
+            "params": {
+                **self.render_template(self.vertex_params, context),
+                CALL_PARAM: {
+                    "args": [{"value": a} for a in self.op_args],
+                    "kwargs": {k: {"value": a} for k, a in self.op_kwargs.items()},
+                },
+            },
+        }
+        graph = {
+            "name": self.task_id,
+            "vertices": [vertex],
+            "restart_strategy": {"type": "fixed-delay", "attempts": 0, "delay_s": 0.0},
+        }
         return SparkDispatchSubmitJobOperator(
-            task_id=self.task_id, job_graph=graph, artifacts=self.code_artifacts(),
-            sparkdispatch_conn_id=self.sparkdispatch_conn_id, deferrable=self.deferrable,
-            poll_interval=self.poll_interval, cancel_on_kill=True, retries=self.retries or 0,
-            execution_timeout=self.execution_timeout)
+            task_id=self.task_id,
+            job_graph=graph,
+            artifacts=self.code_artifacts(),
+            sparkdispatch_conn_id=self.sparkdispatch_conn_id,
+            deferrable=self.deferrable,
+            poll_interval=self.poll_interval,
+            cancel_on_kill=True,
+            retries=self.retries or 0,
+            execution_timeout=self.execution_timeout,
+        )
 
     def _output(self, job_id: str) -> dict[str, Any]:
         try:
@@ -199,26 +233,34 @@ class SparkDispatchFunctionOperator(DecoratedOperator, SparkDispatchVertexOperat
 def _group_vertex(value: XComArg, task: SparkDispatchVertexOperator, inputs: set[str]) -> str | None:
     """The vertex id of the group vertex whose whole output `value` is; None for a task outside the group."""
     operators = [op for op, _ in value.iter_references()]
-    vertices = [op for op in operators if isinstance(op, SparkDispatchVertexOperator) and op.vertex_id in inputs
-                and op.task_group is task.task_group]
+    vertices = [
+        op
+        for op in operators
+        if isinstance(op, SparkDispatchVertexOperator) and op.vertex_id in inputs and op.task_group is task.task_group
+    ]
     if not vertices:
         return None
     if not (isinstance(value, PlainXComArg) and value.key == RETURN_KEY and len(operators) == 1):
         names = ", ".join(v.vertex_id for v in vertices)
-        raise ValueError(f"{task.task_id}: an argument made from vertex {names} of the same group must be its whole "
-                         "output (its DataFrame), not a key of it or a mix")
+        raise ValueError(
+            f"{task.task_id}: an argument made from vertex {names} of the same group must be its whole "
+            "output (its DataFrame), not a key of it or a mix"
+        )
     return vertices[0].vertex_id
 
 
-def sparkdispatch_task(python_callable: Callable[..., Any] | None = None, multiple_outputs: bool | None = None,
-                       **kwargs: Any) -> TaskDecorator:
+def sparkdispatch_task(
+    python_callable: Callable[..., Any] | None = None, multiple_outputs: bool | None = None, **kwargs: Any
+) -> TaskDecorator:
     """`@task.sparkdispatch` / `@task.sparkdispatch(parallelism=2, vertex_params={...})`.
 
     Other keyword arguments go to the operator (`deferrable`, `poll_interval`, `retries`, ...);
     `sparkdispatch_conn_id` names the connection of a task outside a group (in a group, the
     group's connection is used: another one is refused).
     """
-    return task_decorator_factory(python_callable=python_callable, multiple_outputs=multiple_outputs,
-                                  decorated_operator_class=SparkDispatchFunctionOperator, **kwargs)
-
-
+    return task_decorator_factory(
+        python_callable=python_callable,
+        multiple_outputs=multiple_outputs,
+        decorated_operator_class=SparkDispatchFunctionOperator,
+        **kwargs,
+    )

@@ -24,8 +24,11 @@ T = TypeVar("T")
 
 def warn_renamed(old: str, new: str, *, stacklevel: int = 3) -> None:
     """Warn that `old` is deprecated in favour of `new`."""
-    warnings.warn(f"{old} is deprecated and goes away in the next release: use {new}",
-                  AirflowProviderDeprecationWarning, stacklevel=stacklevel)
+    warnings.warn(
+        f"{old} is deprecated and goes away in the next release: use {new}",
+        AirflowProviderDeprecationWarning,
+        stacklevel=stacklevel,
+    )
 
 
 def renamed_argument(owner: str, old: str, new: str, new_value: T, old_value: T | None) -> T:

@@ -75,9 +75,15 @@ def _is_mapped_vertex(node: object) -> bool:
 def vertex_output(outcome: VertexOutcome) -> dict[str, Any]:
     """A vertex task's XCom, from the master's `GET /jobs/{id}/vertices/{vertex}` answer."""
     result = outcome.result
-    return {"job_id": outcome.job_id, "vertex": outcome.vertex, "state": result.state.value,
-            "rows": result.rows, "result_path": result.result_path,
-            "partitions": list(result.partitions), "attempts": result.attempts}
+    return {
+        "job_id": outcome.job_id,
+        "vertex": outcome.vertex,
+        "state": result.state.value,
+        "rows": result.rows,
+        "result_path": result.result_path,
+        "partitions": list(result.partitions),
+        "attempts": result.attempts,
+    }
 
 
 class SparkDispatchVertexOperator(BaseOperator):
@@ -112,14 +118,25 @@ class SparkDispatchVertexOperator(BaseOperator):
         # A mapped task's unmapping passes Airflow's merged `params` always: no user's argument.
         instance = super().__new__(cls)
         given = kwargs.get("params")
-        deprecated = (dict(given) if isinstance(given, Mapping) and "vertex_params" not in kwargs
-                      and not kwargs.get("_airflow_from_mapped") else None)
+        deprecated = (
+            dict(given)
+            if isinstance(given, Mapping) and "vertex_params" not in kwargs and not kwargs.get("_airflow_from_mapped")
+            else None
+        )
         object.__setattr__(instance, "_deprecated_params", deprecated)  # BaseOperator's own needs __init__ first
         return instance
 
-    def __init__(self, *, entrypoint: str, parallelism: int = 1, vertex_params: Mapping[str, Any] | None = None,
-                 deferrable: bool | None = None, poll_interval: float = 5.0, cancel_on_kill: bool = False,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        entrypoint: str,
+        parallelism: int = 1,
+        vertex_params: Mapping[str, Any] | None = None,
+        deferrable: bool | None = None,
+        poll_interval: float = 5.0,
+        cancel_on_kill: bool = False,
+        **kwargs: Any,
+    ) -> None:
         self.vertex_id: str = kwargs["task_id"]
         super().__init__(**kwargs)
         self.entrypoint = entrypoint
@@ -153,33 +170,55 @@ class SparkDispatchVertexOperator(BaseOperator):
     def vertex_spec(self, context: Context, inputs: Sequence[str]) -> dict[str, Any]:
         """This vertex in the JobGraph, its `vertex_params` rendered in this task's context (made
         from the launch task's `context`: `task`, `ti` and `task_instance_key_str` are this task's)."""
-        return {"id": self.vertex_id, "entrypoint": self.entrypoint, "parallelism": self.parallelism,
-                "params": self.render_template(self.vertex_params, own_context(context, self)), "inputs": list(inputs)}
+        return {
+            "id": self.vertex_id,
+            "entrypoint": self.entrypoint,
+            "parallelism": self.parallelism,
+            "params": self.render_template(self.vertex_params, own_context(context, self)),
+            "inputs": list(inputs),
+        }
 
     def execute(self, context: Context) -> Any:
         if self.launch_task_id is None:
-            raise AirflowFailException(f"{self.task_id}: a SparkDispatchVertexOperator runs inside a "
-                                       "SparkDispatchJobGroup")
+            raise AirflowFailException(
+                f"{self.task_id}: a SparkDispatchVertexOperator runs inside a SparkDispatchJobGroup"
+            )
         job_id = self.job_id = self._launched_job_id(context)
         try:
             client = self.hook.get_conn()
-            body = client.run(client.async_client.patiently(lambda: client.async_client.vertex(job_id, self.vertex_id),
-                                                            f"job {job_id}"))
+            body = client.run(
+                client.async_client.patiently(
+                    lambda: client.async_client.vertex(job_id, self.vertex_id), f"job {job_id}"
+                )
+            )
             self._job_url = client.job_url(job_id)
             push_job_link(context, self._job_url)
             body = self._repaired_if_due(context, client, body)
             if not vertex_concluded(body) and self.deferrable:
-                self.defer(trigger=SparkDispatchVertexTrigger(
-                    job_id=job_id, vertex_id=self.vertex_id, parallelism=self.parallelism,
-                    sparkdispatch_conn_id=self.sparkdispatch_conn_id, poll_interval=self.poll_interval,
-                    cancel_on_kill=self.cancel_on_kill),
+                self.defer(
+                    trigger=SparkDispatchVertexTrigger(
+                        job_id=job_id,
+                        vertex_id=self.vertex_id,
+                        parallelism=self.parallelism,
+                        sparkdispatch_conn_id=self.sparkdispatch_conn_id,
+                        poll_interval=self.poll_interval,
+                        cancel_on_kill=self.cancel_on_kill,
+                    ),
                     method_name="execute_complete",
-                    timeout=self.execution_timeout if isinstance(self.execution_timeout, timedelta) else None)
+                    timeout=self.execution_timeout if isinstance(self.execution_timeout, timedelta) else None,
+                )
             # also when the vertex concluded before this task looked (a short one): one poll then gives
             # its subtasks' logs to the task's log, as a deferred task's trigger does on its last poll
-            body = client.run(follow_vertex(self.sparkdispatch_conn_id, job_id, self.vertex_id,
-                                            parallelism=self.parallelism, poll_interval=self.poll_interval,
-                                            emit=lambda line: self.log.info("%s", line)))
+            body = client.run(
+                follow_vertex(
+                    self.sparkdispatch_conn_id,
+                    job_id,
+                    self.vertex_id,
+                    parallelism=self.parallelism,
+                    poll_interval=self.poll_interval,
+                    emit=lambda line: self.log.info("%s", line),
+                )
+            )
         except SparkDispatchError as exc:
             raise task_failure(exc) from exc
         finally:
@@ -189,17 +228,18 @@ class SparkDispatchVertexOperator(BaseOperator):
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """Resume after the trigger fired: the vertex's XCom, or its failure."""
         if event.get("status") != "concluded":
-            raise AirflowException(f"waiting for vertex {self.vertex_id} of job {event.get('job_id')} failed: "
-                                   f"{event.get('message')}")
+            raise AirflowException(
+                f"waiting for vertex {self.vertex_id} of job {event.get('job_id')} failed: {event.get('message')}"
+            )
         return self._outcome(VertexOutcome.from_dict(event["body"]))
 
     def _repair_due(self, context: Context, body: VertexOutcome) -> bool:
         """Whether this try repairs the vertex: a later try, and the job ended without it FINISHED."""
-        return context["ti"].try_number > 1 and vertex_concluded(body) \
-            and body.result.state is not ExecutionState.FINISHED
+        return (
+            context["ti"].try_number > 1 and vertex_concluded(body) and body.result.state is not ExecutionState.FINISHED
+        )
 
-    def _repaired_if_due(self, context: Context, client: SyncSparkDispatchClient,
-                         body: VertexOutcome) -> VertexOutcome:
+    def _repaired_if_due(self, context: Context, client: SyncSparkDispatchClient, body: VertexOutcome) -> VertexOutcome:
         """`body`, or, when a repair is due, the vertex's state once the master accepted the repair
         (the job then runs again); asked once per try. A job that is still concluding is asked again
         for up to `REPAIR_WAIT_S`."""
@@ -216,9 +256,15 @@ class SparkDispatchVertexOperator(BaseOperator):
                 body = client.vertex(job_id, self.vertex_id)
                 continue
             repair = answer.repair
-            self.log.info("job %s: repair %d runs vertices %s again (%s by try %d of this task); the results "
-                          "of the others are reused", job_id, repair.number, ", ".join(repair.vertices),
-                          "started" if answer.created else "already started", context["ti"].try_number)
+            self.log.info(
+                "job %s: repair %d runs vertices %s again (%s by try %d of this task); the results "
+                "of the others are reused",
+                job_id,
+                repair.number,
+                ", ".join(repair.vertices),
+                "started" if answer.created else "already started",
+                context["ti"].try_number,
+            )
             return client.vertex(job_id, self.vertex_id)
         return body
 
@@ -226,8 +272,12 @@ class SparkDispatchVertexOperator(BaseOperator):
         """A deferral that timed out (or whose trigger failed) cancels the job before the task fails."""
         if next_method == TRIGGER_FAIL and self.cancel_on_kill and self.launch_task_id is not None:
             self.job_id = self._launched_job_id(context)
-            self.log.info("job %s: the wait for vertex %s ended without its outcome (%s); cancelling the job",
-                          self.job_id, self.vertex_id, (next_kwargs or {}).get("error", "trigger failed"))
+            self.log.info(
+                "job %s: the wait for vertex %s ended without its outcome (%s); cancelling the job",
+                self.job_id,
+                self.vertex_id,
+                (next_kwargs or {}).get("error", "trigger failed"),
+            )
             self.on_kill()
             self.hook.close()
         return super().resume_execution(next_method, next_kwargs, context)
@@ -250,8 +300,12 @@ class SparkDispatchVertexOperator(BaseOperator):
             return
         try:
             self.hook.get_conn().cancel(self.job_id)
-            self.log.info("job %s: cancelled because vertex task %s was killed (%s)", self.job_id, self.task_id,
-                          "cancel_on_kill" if self.cancel_on_kill else "its DAG run timed out")
+            self.log.info(
+                "job %s: cancelled because vertex task %s was killed (%s)",
+                self.job_id,
+                self.task_id,
+                "cancel_on_kill" if self.cancel_on_kill else "its DAG run timed out",
+            )
         except JobAlreadyTerminated:
             self.log.info("job %s had ended already; nothing to cancel", self.job_id)
         except SparkDispatchError as exc:
@@ -260,13 +314,20 @@ class SparkDispatchVertexOperator(BaseOperator):
     def get_openlineage_facets_on_complete(self, task_instance: object) -> Lineage:
         """OpenLineage (with Airflow's OpenLineage provider): the job, the vertex's result directory
         as an output dataset and the result directories of the vertices it read as inputs."""
-        return job_lineage(self.job_id, self._job_url, [self._vertex_outcome] if self._vertex_outcome else [],
-                           inputs=self._input_outcomes())
+        return job_lineage(
+            self.job_id,
+            self._job_url,
+            [self._vertex_outcome] if self._vertex_outcome else [],
+            inputs=self._input_outcomes(),
+        )
 
     def input_vertex_ids(self) -> list[str]:
         """The vertices this one reads: its upstream vertex tasks in its group."""
-        return sorted(task.vertex_id for task in self.upstream_list
-                      if isinstance(task, SparkDispatchVertexOperator) and task.task_group is self.task_group)
+        return sorted(
+            task.vertex_id
+            for task in self.upstream_list
+            if isinstance(task, SparkDispatchVertexOperator) and task.task_group is self.task_group
+        )
 
     def _input_outcomes(self) -> list[dict[str, Any]]:
         """The outputs of the vertices this one read, as the master tells them now (none when it cannot)."""
@@ -276,8 +337,9 @@ class SparkDispatchVertexOperator(BaseOperator):
         try:
             progress = read_progress(self.hook.get_conn().job_progress(self.job_id))
         except SparkDispatchError as exc:
-            self.log.info("job %s: the inputs of vertex %s are left out of its lineage: %s", self.job_id,
-                          self.vertex_id, exc)
+            self.log.info(
+                "job %s: the inputs of vertex %s are left out of its lineage: %s", self.job_id, self.vertex_id, exc
+            )
             return []
         finally:
             self.hook.close()
@@ -290,8 +352,14 @@ class SparkDispatchVertexOperator(BaseOperator):
         output = self._vertex_outcome = vertex_output(body)
         self.job_id = output["job_id"]
         if output["state"] == ExecutionState.FINISHED.value:
-            self.log.info("vertex %s of job %s FINISHED: %s rows in %s (%d attempt(s))", self.vertex_id,
-                          output["job_id"], output["rows"], output["result_path"], output["attempts"])
+            self.log.info(
+                "vertex %s of job %s FINISHED: %s rows in %s (%d attempt(s))",
+                self.vertex_id,
+                output["job_id"],
+                output["rows"],
+                output["result_path"],
+                output["attempts"],
+            )
             return output
         failure = body.result.failure
         cause = f"{failure.cls}: {failure.message}" if failure else f"the job ended {body.job_status.value}"
@@ -322,7 +390,8 @@ class _LaunchJobGraphOperator(SparkDispatchSubmitJobOperator):
         vertices = self.group.vertex_operators()
         graph: dict[str, Any] = {
             "name": self.group.job_name,
-            "vertices": [v.vertex_spec(context, v.input_vertex_ids()) for v in vertices]}
+            "vertices": [v.vertex_spec(context, v.input_vertex_ids()) for v in vertices],
+        }
         if self.group.restart_strategy is not None:
             graph["restart_strategy"] = dict(self.group.restart_strategy)
         if self.group.config:
@@ -345,15 +414,24 @@ class SparkDispatchJobGroup(TaskGroup):
     every other task in the group must be a `SparkDispatchVertexOperator`.
     """
 
-    def __init__(self, *, group_id: str, job_name: str | None = None, artifacts: Sequence[str] = (),
-                 sparkdispatch_conn_id: str = SparkDispatchHook.default_conn_name,
-                 restart_strategy: Mapping[str, Any] | None = None, config: Mapping[str, Any] | None = None,
-                 conn_id: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        group_id: str,
+        job_name: str | None = None,
+        artifacts: Sequence[str] = (),
+        sparkdispatch_conn_id: str = SparkDispatchHook.default_conn_name,
+        restart_strategy: Mapping[str, Any] | None = None,
+        config: Mapping[str, Any] | None = None,
+        conn_id: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(group_id=group_id, **kwargs)
         self.job_name = job_name or group_id
         self.artifacts = list(artifacts)
-        self.sparkdispatch_conn_id = renamed_argument(type(self).__name__, "conn_id", "sparkdispatch_conn_id",
-                                                      sparkdispatch_conn_id, conn_id)
+        self.sparkdispatch_conn_id = renamed_argument(
+            type(self).__name__, "conn_id", "sparkdispatch_conn_id", sparkdispatch_conn_id, conn_id
+        )
         self.restart_strategy = restart_strategy
         self.config = dict(config or {})
         self.launch: _LaunchJobGraphOperator | None = None
@@ -362,8 +440,9 @@ class SparkDispatchJobGroup(TaskGroup):
         """The group's vertex tasks, in the order they were added."""
         return [task for task in self.children.values() if isinstance(task, SparkDispatchVertexOperator)]
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 traceback: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None:
         try:
             if exc_type is None:
                 self._add_launch()
@@ -375,24 +454,34 @@ class SparkDispatchJobGroup(TaskGroup):
         others = [child for child in self.children.values() if not isinstance(child, SparkDispatchVertexOperator)]
         mapped = [getattr(child, "task_id", "") for child in others if _is_mapped_vertex(child)]
         if mapped:
-            raise ValueError(f"SparkDispatchJobGroup {self.group_id!r}: {mapped[0]} is mapped (.expand()); a "
-                             "vertex of a group is one vertex of one JobGraph: map it outside a group (one job per "
-                             "map index)")
+            raise ValueError(
+                f"SparkDispatchJobGroup {self.group_id!r}: {mapped[0]} is mapped (.expand()); a "
+                "vertex of a group is one vertex of one JobGraph: map it outside a group (one job per "
+                "map index)"
+            )
         if others:
             names = ", ".join(getattr(child, "task_id", None) or str(child) for child in others)
-            raise ValueError(f"SparkDispatchJobGroup {self.group_id!r} holds only SparkDispatchVertexOperator "
-                             f"tasks; move {names} out of it")
+            raise ValueError(
+                f"SparkDispatchJobGroup {self.group_id!r} holds only SparkDispatchVertexOperator "
+                f"tasks; move {names} out of it"
+            )
         if not vertices:
             raise ValueError(f"SparkDispatchJobGroup {self.group_id!r} has no SparkDispatchVertexOperator")
         self.launch = _LaunchJobGraphOperator(
-            task_id=LAUNCH_TASK_ID, task_group=self, group=self, artifacts=self.artifacts,
-            sparkdispatch_conn_id=self.sparkdispatch_conn_id)
+            task_id=LAUNCH_TASK_ID,
+            task_group=self,
+            group=self,
+            artifacts=self.artifacts,
+            sparkdispatch_conn_id=self.sparkdispatch_conn_id,
+        )
         for vertex in vertices:
             if vertex.own_conn_id not in (None, self.sparkdispatch_conn_id):
-                raise ValueError(f"task {vertex.task_id!r} names connection {vertex.own_conn_id!r}, but the vertices "
-                                 f"of SparkDispatchJobGroup {self.group_id!r} use the group's, "
-                                 f"{self.sparkdispatch_conn_id!r}: drop the task's sparkdispatch_conn_id, or give it "
-                                 "to the group")
+                raise ValueError(
+                    f"task {vertex.task_id!r} names connection {vertex.own_conn_id!r}, but the vertices "
+                    f"of SparkDispatchJobGroup {self.group_id!r} use the group's, "
+                    f"{self.sparkdispatch_conn_id!r}: drop the task's sparkdispatch_conn_id, or give it "
+                    "to the group"
+                )
             vertex.launch_task_id = self.launch.task_id
             vertex.sparkdispatch_conn_id = self.sparkdispatch_conn_id
             # what a vertex takes from outside the group (an XComArg argument) is made before the job is

@@ -125,7 +125,8 @@ class JobWatcher:
         if self._task is None or self._task.done():
             # a context of its own: its log lines are no trigger's
             self._task = asyncio.get_running_loop().create_task(
-                self._run(), name=f"sparkdispatch-watch-{self.job_id}", context=contextvars.Context())
+                self._run(), name=f"sparkdispatch-watch-{self.job_id}", context=contextvars.Context()
+            )
 
     async def remove(self, watch: VertexWatch) -> bool:
         """Take `watch` out; True (and the poll stopped) when it was the last."""
@@ -148,8 +149,9 @@ class JobWatcher:
     async def _poll(self) -> None:
         while live := [w for w in self.watches if not w.done]:
             try:
-                progress = read_progress(await self.client.patiently(lambda: self.client.job_progress(self.job_id),
-                                                                     f"job {self.job_id}"))
+                progress = read_progress(
+                    await self.client.patiently(lambda: self.client.job_progress(self.job_id), f"job {self.job_id}")
+                )
             except SparkDispatchError as exc:
                 for watch in live:
                     watch.put(WatchFailed(str(exc)))
@@ -164,9 +166,11 @@ class JobWatcher:
             return
         grown = [s.subtask for s in vertex.logs if watch.follower.behind(s.subtask, s.attempt, s.size)]
         if grown:
+
             def fetch(subtask: int, attempt: int | None, offset: int) -> Awaitable[AttemptLog]:
-                return self.client.vertex_log(self.job_id, watch.vertex_id, subtask=subtask, attempt=attempt,
-                                              offset=offset)
+                return self.client.vertex_log(
+                    self.job_id, watch.vertex_id, subtask=subtask, attempt=attempt, offset=offset
+                )
 
             for line in await watch.follower.apoll(fetch, grown):
                 watch.put(line)
@@ -221,8 +225,9 @@ async def shared_client(conn_id: str) -> AsyncIterator[SparkDispatchClient]:
 
 
 @asynccontextmanager
-async def watch_vertex(conn_id: str, job_id: str, vertex_id: str, *, parallelism: int,
-                       poll_interval: float) -> AsyncIterator[VertexWatch]:
+async def watch_vertex(
+    conn_id: str, job_id: str, vertex_id: str, *, parallelism: int, poll_interval: float
+) -> AsyncIterator[VertexWatch]:
     """A watch of vertex `vertex_id` of job `job_id`, served by the job's one watcher on this loop."""
     async with shared_client(conn_id) as client:
         registry = _registry()
@@ -239,8 +244,9 @@ async def watch_vertex(conn_id: str, job_id: str, vertex_id: str, *, parallelism
                 del registry.watchers[key]
 
 
-async def follow_vertex(conn_id: str, job_id: str, vertex_id: str, *, parallelism: int, poll_interval: float,
-                        emit: Callable[[str], None]) -> VertexOutcome:
+async def follow_vertex(
+    conn_id: str, job_id: str, vertex_id: str, *, parallelism: int, poll_interval: float, emit: Callable[[str], None]
+) -> VertexOutcome:
     """Wait until the vertex concludes, giving `emit` its log lines as they come; its body as
     `GET /jobs/{id}/vertices/{vertex}` answers it. `SparkDispatchError` when the master cannot be asked."""
     async with watch_vertex(conn_id, job_id, vertex_id, parallelism=parallelism, poll_interval=poll_interval) as watch:

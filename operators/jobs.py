@@ -94,8 +94,9 @@ def find_graph_file(value: str, search_path: list[Path]) -> Path | None:
     for candidate in candidates:
         if candidate.is_file():
             return candidate
-    raise InvalidJobGraph({"job_graph": [f"no JobGraph file {value!r} (looked in "
-                                         f"{', '.join(str(c.parent) for c in candidates)})"]})
+    raise InvalidJobGraph(
+        {"job_graph": [f"no JobGraph file {value!r} (looked in {', '.join(str(c.parent) for c in candidates)})"]}
+    )
 
 
 def copy_graph(graph: Mapping[str, Any]) -> dict[str, Any]:
@@ -168,8 +169,16 @@ def report_result(job_result: JobResult, log: ResultLog) -> str | None:
 VERTICES_XCOM_KEY = "vertices"
 #: Errors of the master that a retry of the task cannot fix: the task fails without retries.
 NOT_RETRYABLE: tuple[type[SparkDispatchError], ...] = (
-    InvalidJobGraph, InvalidRequest, Unauthorized, ConfigurationError, BlobTooLarge, CorruptedBlob,
-    HostRefused, OriginRefused, UnsupportedMediaType)
+    InvalidJobGraph,
+    InvalidRequest,
+    Unauthorized,
+    ConfigurationError,
+    BlobTooLarge,
+    CorruptedBlob,
+    HostRefused,
+    OriginRefused,
+    UnsupportedMediaType,
+)
 #: Failure classes of a job's task that no retry fixes: its entrypoint does not exist.
 NOT_RETRYABLE_FAILURES = frozenset({EntrypointNotFound.__name__})
 
@@ -188,9 +197,16 @@ def result_failure_is_final(result: JobResult) -> bool:
 
 def vertex_outputs(job_result: JobResult) -> dict[str, dict[str, Any]]:
     """Per vertex of a JobResult: its state, rows, result path, partitions and attempts (an XCom value)."""
-    return {vertex_id: {"state": v.state.value, "rows": v.rows, "result_path": v.result_path,
-                        "partitions": list(v.partitions), "attempts": v.attempts}
-            for vertex_id, v in job_result.vertices.items()}
+    return {
+        vertex_id: {
+            "state": v.state.value,
+            "rows": v.rows,
+            "result_path": v.result_path,
+            "partitions": list(v.partitions),
+            "attempts": v.attempts,
+        }
+        for vertex_id, v in job_result.vertices.items()
+    }
 
 
 def default_deferrable(*, fallback: bool | None = None) -> bool:

@@ -37,8 +37,12 @@ def dataset_name(path: str) -> tuple[str, str]:
     return f"{scheme}://{parts.netloc}", parts.path
 
 
-def job_lineage(job_id: str | None, master: str | None, outputs: Iterable[Mapping[str, Any]],
-                inputs: Iterable[Mapping[str, Any]] = ()) -> Lineage:
+def job_lineage(
+    job_id: str | None,
+    master: str | None,
+    outputs: Iterable[Mapping[str, Any]],
+    inputs: Iterable[Mapping[str, Any]] = (),
+) -> Lineage:
     """The OperatorLineage of a task that ran (part of) sparkdispatch job `job_id`; `outputs` and
     `inputs` are vertex outputs (`vertex_outputs`, a vertex task's XCom): those FINISHED with a
     `result_path` become output and input datasets."""
@@ -48,7 +52,8 @@ def job_lineage(job_id: str | None, master: str | None, outputs: Iterable[Mappin
     run_facets: dict[str, RunFacet] = {}
     if job_id:
         run_facets["externalQuery"] = external_query_run.ExternalQueryRunFacet(
-            externalQueryId=job_id, source=master or "sparkdispatch")
+            externalQueryId=job_id, source=master or "sparkdispatch"
+        )
     return OperatorLineage(inputs=_datasets(inputs), outputs=_datasets(outputs), run_facets=run_facets)
 
 

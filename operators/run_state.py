@@ -36,8 +36,12 @@ def stopped_by_run_timeout(ref: TaskInstanceRef) -> bool:
     try:
         from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
 
-        states = RuntimeTaskInstance.get_task_states(dag_id=ref.dag_id, run_ids=[ref.run_id], task_ids=[ref.task_id],
-                                                     map_index=None if ref.map_index < 0 else ref.map_index)
+        states = RuntimeTaskInstance.get_task_states(
+            dag_id=ref.dag_id,
+            run_ids=[ref.run_id],
+            task_ids=[ref.task_id],
+            map_index=None if ref.map_index < 0 else ref.map_index,
+        )
     except Exception as exc:  # noqa: BLE001 - no supervisor (a test), or an older Airflow: not a timeout
         log.info("the state of %s could not be asked: %s", ref, exc)
         return False

@@ -39,12 +39,20 @@ class SparkDispatchJobSensor(BaseSensorOperator):
     operator_extra_links = (SparkDispatchJobLink(),)
     ui_color = "#fdf2c8"
 
-    def __init__(self, *, job_id: str, sparkdispatch_conn_id: str = SparkDispatchHook.default_conn_name,
-                 deferrable: bool | None = None, conn_id: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        job_id: str,
+        sparkdispatch_conn_id: str = SparkDispatchHook.default_conn_name,
+        deferrable: bool | None = None,
+        conn_id: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.job_id = job_id
-        self.sparkdispatch_conn_id = renamed_argument(type(self).__name__, "conn_id", "sparkdispatch_conn_id",
-                                                      sparkdispatch_conn_id, conn_id)
+        self.sparkdispatch_conn_id = renamed_argument(
+            type(self).__name__, "conn_id", "sparkdispatch_conn_id", sparkdispatch_conn_id, conn_id
+        )
         self.deferrable = default_deferrable() if deferrable is None else deferrable
         self._link_pushed = False
 
@@ -61,9 +69,16 @@ class SparkDispatchJobSensor(BaseSensorOperator):
                 return outcome.xcom_value if isinstance(outcome, PokeReturnValue) else None
         finally:
             self.hook.close()
-        self.defer(trigger=SparkDispatchJobTrigger(job_id=self.job_id, sparkdispatch_conn_id=self.sparkdispatch_conn_id,
-                                                   poll_interval=self.poke_interval, cancel_on_kill=False),
-                   method_name="execute_complete", timeout=timedelta(seconds=self.timeout))
+        self.defer(
+            trigger=SparkDispatchJobTrigger(
+                job_id=self.job_id,
+                sparkdispatch_conn_id=self.sparkdispatch_conn_id,
+                poll_interval=self.poke_interval,
+                cancel_on_kill=False,
+            ),
+            method_name="execute_complete",
+            timeout=timedelta(seconds=self.timeout),
+        )
 
     def poke(self, context: Context) -> PokeReturnValue:
         try:

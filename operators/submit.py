@@ -95,15 +95,25 @@ class SparkDispatchSubmitJobOperator(ResumableJobMixin, BaseOperator):
     external_id_key = "sparkdispatch_job_id"
     ui_color = "#fde8c8"
 
-    def __init__(self, *, job_graph: Mapping[str, Any] | str, artifacts: Sequence[str] = (),
-                 sparkdispatch_conn_id: str = SparkDispatchHook.default_conn_name, wait_for_completion: bool = True,
-                 deferrable: bool | None = None, poll_interval: float = 5.0, cancel_on_kill: bool = True,
-                 conn_id: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        job_graph: Mapping[str, Any] | str,
+        artifacts: Sequence[str] = (),
+        sparkdispatch_conn_id: str = SparkDispatchHook.default_conn_name,
+        wait_for_completion: bool = True,
+        deferrable: bool | None = None,
+        poll_interval: float = 5.0,
+        cancel_on_kill: bool = True,
+        conn_id: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.job_graph = job_graph
         self.artifacts = list(artifacts)
-        self.sparkdispatch_conn_id = renamed_argument(type(self).__name__, "conn_id", "sparkdispatch_conn_id",
-                                                      sparkdispatch_conn_id, conn_id)
+        self.sparkdispatch_conn_id = renamed_argument(
+            type(self).__name__, "conn_id", "sparkdispatch_conn_id", sparkdispatch_conn_id, conn_id
+        )
         self.wait_for_completion = wait_for_completion
         self.deferrable = default_deferrable() if deferrable is None else deferrable
         self.poll_interval = poll_interval
@@ -148,8 +158,11 @@ class SparkDispatchSubmitJobOperator(ResumableJobMixin, BaseOperator):
             job_id = ti.xcom_pull(task_ids=ti.task_id, key=self.external_id_key, map_indexes=ti.map_index)
             if job_id:
                 self.job_id = str(job_id)
-                self.log.info("job %s: the wait for it ended without its result (%s); cancelling it", self.job_id,
-                              (next_kwargs or {}).get("error", "trigger failed"))
+                self.log.info(
+                    "job %s: the wait for it ended without its result (%s); cancelling it",
+                    self.job_id,
+                    (next_kwargs or {}).get("error", "trigger failed"),
+                )
                 self.on_kill()
                 self.hook.close()
         return super().resume_execution(next_method, next_kwargs, context)
@@ -245,12 +258,17 @@ class SparkDispatchSubmitJobOperator(ResumableJobMixin, BaseOperator):
         store = context.get("task_state_store")
         if store is not None and self.durable:
             store.set(self.external_id_key, job_id)
-        self.defer(trigger=SparkDispatchJobTrigger(job_id=job_id, sparkdispatch_conn_id=self.sparkdispatch_conn_id,
-                                                   poll_interval=self.poll_interval,
-                                            cancel_on_kill=self.cancel_on_kill,
-                                            vertices=vertex_parallelism(self.load_graph(context))),
-                   method_name="execute_complete",
-                   timeout=self.execution_timeout if isinstance(self.execution_timeout, timedelta) else None)
+        self.defer(
+            trigger=SparkDispatchJobTrigger(
+                job_id=job_id,
+                sparkdispatch_conn_id=self.sparkdispatch_conn_id,
+                poll_interval=self.poll_interval,
+                cancel_on_kill=self.cancel_on_kill,
+                vertices=vertex_parallelism(self.load_graph(context)),
+            ),
+            method_name="execute_complete",
+            timeout=self.execution_timeout if isinstance(self.execution_timeout, timedelta) else None,
+        )
 
     def _check_result(self, result: JobResult, context: Context) -> None:
         outputs = vertex_outputs(result)
@@ -296,10 +314,12 @@ class SparkDispatchSubmitJobOperator(ResumableJobMixin, BaseOperator):
 
     def poll_until_complete(self, external_id: JsonValue, context: Context) -> None:
         client = self.hook.get_conn()
-        logs = JobLogs(str(external_id), lambda line: self.log.info("%s", line), vertex_parallelism(
-            self.load_graph(context)))
-        result = client.wait_for_result(str(external_id), poll_interval=self.poll_interval,
-                                        on_poll=lambda: logs.apoll(client.async_client))
+        logs = JobLogs(
+            str(external_id), lambda line: self.log.info("%s", line), vertex_parallelism(self.load_graph(context))
+        )
+        result = client.wait_for_result(
+            str(external_id), poll_interval=self.poll_interval, on_poll=lambda: logs.apoll(client.async_client)
+        )
         self._check_result(result, context)
 
     def get_job_result(self, external_id: JsonValue, context: Context) -> str:

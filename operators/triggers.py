@@ -23,8 +23,14 @@ from sparkdispatch.operators.run_state import TaskInstanceRef, stopped_by_run_ti
 
 log = logging.getLogger(__name__)
 
-__all__ = ["JobResultTrigger", "SparkDispatchJobTrigger", "SparkDispatchVertexTrigger", "VertexTrigger",
-           "cancel_quietly", "vertex_concluded"]
+__all__ = [
+    "JobResultTrigger",
+    "SparkDispatchJobTrigger",
+    "SparkDispatchVertexTrigger",
+    "VertexTrigger",
+    "cancel_quietly",
+    "vertex_concluded",
+]
 
 #: How long a trigger's `on_kill` waits for the master to take a cancel.
 CANCEL_TIMEOUT_S = 30.0
@@ -44,33 +50,45 @@ class SparkDispatchJobTrigger(BaseTrigger):
     a user who marks the deferred task failed or clears it cancels the job too.
     """
 
-    def __init__(self, *, job_id: str, sparkdispatch_conn_id: str = SparkDispatchHook.default_conn_name,
-                 poll_interval: float = 5.0, cancel_on_kill: bool = True,
-                 vertices: Mapping[str, int] | None = None, conn_id: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        job_id: str,
+        sparkdispatch_conn_id: str = SparkDispatchHook.default_conn_name,
+        poll_interval: float = 5.0,
+        cancel_on_kill: bool = True,
+        vertices: Mapping[str, int] | None = None,
+        conn_id: str | None = None,
+    ) -> None:
         # untyped_calls_exclude covers Airflow's untyped BaseTrigger.__init__, but not through super() (mypy #16653)
         super().__init__()  # type: ignore[no-untyped-call]
         self.job_id = job_id
-        self.sparkdispatch_conn_id = renamed_argument(type(self).__name__, "conn_id", "sparkdispatch_conn_id",
-                                                      sparkdispatch_conn_id, conn_id)
+        self.sparkdispatch_conn_id = renamed_argument(
+            type(self).__name__, "conn_id", "sparkdispatch_conn_id", sparkdispatch_conn_id, conn_id
+        )
         self.poll_interval = poll_interval
         self.cancel_on_kill = cancel_on_kill
         self.vertices = dict(vertices) if vertices is not None else None  # vertex id → parallelism
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (_classpath(self), {
-            "job_id": self.job_id,
-            "sparkdispatch_conn_id": self.sparkdispatch_conn_id,
-            "poll_interval": self.poll_interval,
-            "cancel_on_kill": self.cancel_on_kill,
-            "vertices": self.vertices,
-        })
+        return (
+            _classpath(self),
+            {
+                "job_id": self.job_id,
+                "sparkdispatch_conn_id": self.sparkdispatch_conn_id,
+                "poll_interval": self.poll_interval,
+                "cancel_on_kill": self.cancel_on_kill,
+                "vertices": self.vertices,
+            },
+        )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         try:
             async with shared_client(self.sparkdispatch_conn_id) as client:
                 logs = JobLogs(self.job_id, lambda line: self.log.info("%s", line), self.vertices)
-                result = await client.wait_for_result(self.job_id, poll_interval=self.poll_interval,
-                                                      on_poll=lambda: logs.apoll(client))
+                result = await client.wait_for_result(
+                    self.job_id, poll_interval=self.poll_interval, on_poll=lambda: logs.apoll(client)
+                )
         except SparkDispatchError as exc:
             yield TriggerEvent({"status": "error", "job_id": self.job_id, "message": str(exc)})
             return
@@ -108,29 +126,50 @@ class SparkDispatchVertexTrigger(BaseTrigger):
     timed out (`run_state.stopped_by_run_timeout`), or with `cancel_on_kill`.
     """
 
-    def __init__(self, *, job_id: str, vertex_id: str, parallelism: int = 1,
-                 sparkdispatch_conn_id: str = SparkDispatchHook.default_conn_name, poll_interval: float = 5.0,
-                 cancel_on_kill: bool = False, conn_id: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        job_id: str,
+        vertex_id: str,
+        parallelism: int = 1,
+        sparkdispatch_conn_id: str = SparkDispatchHook.default_conn_name,
+        poll_interval: float = 5.0,
+        cancel_on_kill: bool = False,
+        conn_id: str | None = None,
+    ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.job_id = job_id
         self.vertex_id = vertex_id
         self.parallelism = parallelism
-        self.sparkdispatch_conn_id = renamed_argument(type(self).__name__, "conn_id", "sparkdispatch_conn_id",
-                                                      sparkdispatch_conn_id, conn_id)
+        self.sparkdispatch_conn_id = renamed_argument(
+            type(self).__name__, "conn_id", "sparkdispatch_conn_id", sparkdispatch_conn_id, conn_id
+        )
         self.poll_interval = poll_interval
         self.cancel_on_kill = cancel_on_kill
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (_classpath(self), {
-            "job_id": self.job_id, "vertex_id": self.vertex_id, "parallelism": self.parallelism,
-            "sparkdispatch_conn_id": self.sparkdispatch_conn_id,
-            "poll_interval": self.poll_interval, "cancel_on_kill": self.cancel_on_kill})
+        return (
+            _classpath(self),
+            {
+                "job_id": self.job_id,
+                "vertex_id": self.vertex_id,
+                "parallelism": self.parallelism,
+                "sparkdispatch_conn_id": self.sparkdispatch_conn_id,
+                "poll_interval": self.poll_interval,
+                "cancel_on_kill": self.cancel_on_kill,
+            },
+        )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         try:
-            body = await follow_vertex(self.sparkdispatch_conn_id, self.job_id, self.vertex_id,
-                                       parallelism=self.parallelism, poll_interval=self.poll_interval,
-                                       emit=lambda line: self.log.info("%s", line))
+            body = await follow_vertex(
+                self.sparkdispatch_conn_id,
+                self.job_id,
+                self.vertex_id,
+                parallelism=self.parallelism,
+                poll_interval=self.poll_interval,
+                emit=lambda line: self.log.info("%s", line),
+            )
         except SparkDispatchError as exc:
             yield TriggerEvent({"status": "error", "job_id": self.job_id, "message": str(exc)})
             return
@@ -138,16 +177,21 @@ class SparkDispatchVertexTrigger(BaseTrigger):
 
     async def on_kill(self) -> None:
         if self.cancel_on_kill:
-            await cancel_quietly(self.sparkdispatch_conn_id, self.job_id,
-                                 f"vertex task {self.vertex_id} was killed (cancel_on_kill)")
+            await cancel_quietly(
+                self.sparkdispatch_conn_id, self.job_id, f"vertex task {self.vertex_id} was killed (cancel_on_kill)"
+            )
             return
         ti = self.task_instance
-        if ti is not None and await sync_to_async(stopped_by_run_timeout)(TaskInstanceRef(
-                ti.dag_id, ti.run_id, ti.task_id, ti.map_index if ti.map_index is not None else -1)):
+        if ti is not None and await sync_to_async(stopped_by_run_timeout)(
+            TaskInstanceRef(ti.dag_id, ti.run_id, ti.task_id, ti.map_index if ti.map_index is not None else -1)
+        ):
             await cancel_quietly(self.sparkdispatch_conn_id, self.job_id, "its DAG run timed out")
             return
-        self.log.info("job %s: vertex task %s was stopped (a clear, or marked success or failed); the job runs on",
-                      self.job_id, self.vertex_id)
+        self.log.info(
+            "job %s: vertex task %s was stopped (a clear, or marked success or failed); the job runs on",
+            self.job_id,
+            self.vertex_id,
+        )
 
 
 class JobResultTrigger(SparkDispatchJobTrigger):

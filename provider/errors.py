@@ -93,8 +93,11 @@ class SparkDispatchError(Exception):
     def __init_subclass__(cls, *, own_fields_only: bool = False, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
         hints = typing.get_type_hints(cls)
-        own = {name: hints[name] for name in cls.__dict__.get("__annotations__", {})
-               if typing.get_origin(hints[name]) is not ClassVar}
+        own = {
+            name: hints[name]
+            for name in cls.__dict__.get("__annotations__", {})
+            if typing.get_origin(hints[name]) is not ClassVar
+        }
         base = next(b for b in cls.__bases__ if issubclass(b, SparkDispatchError))
         cls.field_types = MappingProxyType(own if own_fields_only else {**base.field_types, **own})
         if cls.__module__.partition(".")[0] == __name__.partition(".")[0]:
@@ -163,8 +166,12 @@ def _checked(value: object, hint: object, name: str) -> object:
         return {_checked(key, arguments[0], name): _checked(item, arguments[1], name) for key, item in value.items()}
     if hint is NoneType and value is None:
         return value
-    if isinstance(hint, type) and origin is None and isinstance(value, hint) \
-            and not (isinstance(value, bool) and hint is not bool):
+    if (
+        isinstance(hint, type)
+        and origin is None
+        and isinstance(value, hint)
+        and not (isinstance(value, bool) and hint is not bool)
+    ):
         return value
     raise ValueError(f"{name} must be {getattr(hint, '__name__', hint)}")
 
@@ -208,8 +215,14 @@ class JobTooLarge(InvalidJobGraph):
         self.subtasks = subtasks
         self.limit = limit
         self.option = option
-        super().__init__({"vertices": [f"the job has {subtasks} subtasks (the sum of its vertices' parallelism); "
-                                       f"{option} allows at most {limit}"]})
+        super().__init__(
+            {
+                "vertices": [
+                    f"the job has {subtasks} subtasks (the sum of its vertices' parallelism); "
+                    f"{option} allows at most {limit}"
+                ]
+            }
+        )
 
 
 class InvalidRequest(SparkDispatchError):
@@ -302,8 +315,10 @@ class FencingTokenMismatch(SparkDispatchError):
         self.component = component
         self.expected = expected
         self.received = received
-        self._public = (f"fencing token mismatch at the {component}: the call was made under another leader "
-                        "session than the current one; the caller talks to a former leader")
+        self._public = (
+            f"fencing token mismatch at the {component}: the call was made under another leader "
+            "session than the current one; the caller talks to a former leader"
+        )
         known = expected is not None or received is not None
         tokens = f" (the call carried {received!r}, the current token is {expected!r})" if known else ""
         super().__init__(self._public + tokens)
@@ -326,7 +341,8 @@ class StaleExecution(FencingTokenMismatch, own_fields_only=True):
 
     def __init__(self, job_id: str, execution_id: str, reason: str = "it is no longer tracked") -> None:
         SparkDispatchError.__init__(
-            self, f"execution {execution_id} of job {job_id} was refused: {reason}; cancel that task")
+            self, f"execution {execution_id} of job {job_id} was refused: {reason}; cancel that task"
+        )
         self.component = f"JobMaster of job {job_id}"
         self.expected = self.received = None
         self._public = self.message
@@ -546,7 +562,6 @@ class RecoveryInProgress(ServiceUnavailable):
 
     def http_headers(self) -> dict[str, str]:
         return {"Retry-After": str(self.retry_after)}
-
 
 
 ERROR_TYPES: Mapping[str, type[SparkDispatchError]] = MappingProxyType(_REGISTRY)

@@ -23,12 +23,14 @@ FORMATS = ("text", "json")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 _VARS: dict[str, contextvars.ContextVar[str | int | None]] = {
-    name: contextvars.ContextVar(f"sparkdispatch_log_{name}", default=None) for name in FIELDS}
+    name: contextvars.ContextVar(f"sparkdispatch_log_{name}", default=None) for name in FIELDS
+}
 
 
 @contextlib.contextmanager
-def log_context(*, job_id: str | None = None, vertex: str | None = None, subtask: int | None = None,
-                attempt: int | None = None) -> Iterator[None]:
+def log_context(
+    *, job_id: str | None = None, vertex: str | None = None, subtask: int | None = None, attempt: int | None = None
+) -> Iterator[None]:
     """Records made inside name these (the ones given; the others keep their outer values)."""
     given = {"job_id": job_id, "vertex": vertex, "subtask": subtask, "attempt": attempt}
     tokens = [(_VARS[name], _VARS[name].set(value)) for name, value in given.items() if value is not None]
@@ -77,8 +79,13 @@ class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, object] = {
             "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
-            "level": record.levelname, "logger": record.name, "message": record.getMessage(),
-            **_fields(record), "process": record.process, "thread": record.threadName}
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+            **_fields(record),
+            "process": record.process,
+            "thread": record.threadName,
+        }
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return json.dumps(entry, default=str)

@@ -23,7 +23,7 @@ def get_provider_info() -> dict[str, Any]:
         "package-name": "sparkdispatch",
         "name": "sparkdispatch",
         "description": "Run graphs of PySpark tasks on a highly available, Flink-style master whose "
-                       "TaskExecutors keep SparkSessions warm.",
+        "TaskExecutors keep SparkSessions warm.",
         "versions": [__version__],
         "integrations": [
             {
@@ -33,14 +33,22 @@ def get_provider_info() -> dict[str, Any]:
             }
         ],
         "hooks": [{"integration-name": INTEGRATION, "python-modules": ["sparkdispatch.hooks.sparkdispatch"]}],
-        "operators": [{"integration-name": INTEGRATION, "python-modules": [
-            "sparkdispatch.operators.submit", "sparkdispatch.operators.job_group",
-            "sparkdispatch.operators.decorators"]}],
+        "operators": [
+            {
+                "integration-name": INTEGRATION,
+                "python-modules": [
+                    "sparkdispatch.operators.submit",
+                    "sparkdispatch.operators.job_group",
+                    "sparkdispatch.operators.decorators",
+                ],
+            }
+        ],
         "sensors": [{"integration-name": INTEGRATION, "python-modules": ["sparkdispatch.operators.sensors"]}],
         "triggers": [{"integration-name": INTEGRATION, "python-modules": ["sparkdispatch.operators.triggers"]}],
         "extra-links": ["sparkdispatch.operators.links.SparkDispatchJobLink"],
-        "task-decorators": [{"name": "sparkdispatch",
-                             "class-name": "sparkdispatch.operators.decorators.sparkdispatch_task"}],
+        "task-decorators": [
+            {"name": "sparkdispatch", "class-name": "sparkdispatch.operators.decorators.sparkdispatch_task"}
+        ],
         "connection-types": [
             {
                 "connection-type": "sparkdispatch",
@@ -50,7 +58,7 @@ def get_provider_info() -> dict[str, Any]:
                     "zookeeper_quorum": {
                         "label": "ZooKeeper quorum",
                         "description": "host:port,... of the ensemble; when set, the leader is found through "
-                                       "ZooKeeper and Host is not used",
+                        "ZooKeeper and Host is not used",
                         "schema": _optional("string"),
                     },
                     "cluster_id": {
@@ -71,7 +79,7 @@ def get_provider_info() -> dict[str, Any]:
                     "ca_file": {
                         "label": "CA file",
                         "description": "PEM file of the CA that signed the masters' HTTPS certificate (their "
-                                       "rest.ssl.certificate); empty: the system's trust store",
+                        "rest.ssl.certificate); empty: the system's trust store",
                         "schema": _optional("string"),
                     },
                     "client_certificate": {
@@ -87,8 +95,11 @@ def get_provider_info() -> dict[str, Any]:
                 },
                 "ui-field-behaviour": {
                     "hidden-fields": ["login"],
-                    "relabeling": {"host": "Master REST address(es)", "password": "Token",
-                                   "schema": "Scheme (http or https)"},
+                    "relabeling": {
+                        "host": "Master REST address(es)",
+                        "password": "Token",
+                        "schema": "Scheme (http or https)",
+                    },
                     "placeholders": {
                         "host": "master-1:8081,master-2:8081",
                         "port": "8081",
@@ -104,8 +115,8 @@ def get_provider_info() -> dict[str, Any]:
                 "options": {
                     "default_deferrable": {
                         "description": "Whether SparkDispatchSubmitJobOperator, SparkDispatchJobSensor and the "
-                                       "vertex tasks wait in the triggerer when a task does not say. Unset: "
-                                       "vertex tasks defer, the others follow [operators] default_deferrable.",
+                        "vertex tasks wait in the triggerer when a task does not say. Unset: "
+                        "vertex tasks defer, the others follow [operators] default_deferrable.",
                         "version_added": "0.1.0",
                         "type": "boolean",
                         "example": "True",

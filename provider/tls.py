@@ -16,8 +16,13 @@ import aiohttp
 
 from sparkdispatch.config import Configuration
 from sparkdispatch.config.options import (
-    REST_SSL_CA_FILE, REST_SSL_CERTIFICATE, REST_SSL_CLIENT_CA, REST_SSL_CLIENT_CERTIFICATE, REST_SSL_CLIENT_KEY,
-    REST_SSL_ENABLED, REST_SSL_KEY,
+    REST_SSL_CA_FILE,
+    REST_SSL_CERTIFICATE,
+    REST_SSL_CLIENT_CA,
+    REST_SSL_CLIENT_CERTIFICATE,
+    REST_SSL_CLIENT_KEY,
+    REST_SSL_ENABLED,
+    REST_SSL_KEY,
 )
 from sparkdispatch.errors import TlsError
 
@@ -37,8 +42,10 @@ def _load_chain(context: ssl.SSLContext, certificate: tuple[str, str], key: tupl
     try:
         context.load_cert_chain(cert_path, key_path)
     except ssl.SSLError as exc:
-        raise TlsError(f"{certificate[0]} {certificate[1]!r} and {key[0]} {key[1]!r} are not a PEM certificate "
-                       f"and its private key ({exc.reason or exc})") from None
+        raise TlsError(
+            f"{certificate[0]} {certificate[1]!r} and {key[0]} {key[1]!r} are not a PEM certificate "
+            f"and its private key ({exc.reason or exc})"
+        ) from None
 
 
 def _load_ca(context: ssl.SSLContext, key: str, path: str) -> None:
@@ -69,20 +76,34 @@ class ServerTls:
     @classmethod
     def from_config(cls, config: Configuration) -> ServerTls | None:
         """`rest.ssl.*` of a master; None when it serves plain HTTP (`rest.ssl.enabled: false`)."""
-        certificate, key, client_ca = (config.get(REST_SSL_CERTIFICATE), config.get(REST_SSL_KEY),
-                                       config.get(REST_SSL_CLIENT_CA))
+        certificate, key, client_ca = (
+            config.get(REST_SSL_CERTIFICATE),
+            config.get(REST_SSL_KEY),
+            config.get(REST_SSL_CLIENT_CA),
+        )
         if not config.get(REST_SSL_ENABLED):
-            given = [name for name, value in (("rest.ssl.certificate", certificate), ("rest.ssl.key", key),
-                                              ("rest.ssl.client-ca", client_ca)) if value]
+            given = [
+                name
+                for name, value in (
+                    ("rest.ssl.certificate", certificate),
+                    ("rest.ssl.key", key),
+                    ("rest.ssl.client-ca", client_ca),
+                )
+                if value
+            ]
             if given:
-                raise TlsError(f"{', '.join(given)} set but rest.ssl.enabled is false: set rest.ssl.enabled: true "
-                               "to serve HTTPS (the master would otherwise serve plain HTTP)")
+                raise TlsError(
+                    f"{', '.join(given)} set but rest.ssl.enabled is false: set rest.ssl.enabled: true "
+                    "to serve HTTPS (the master would otherwise serve plain HTTP)"
+                )
             return None
         missing = [name for name, value in (("rest.ssl.certificate", certificate), ("rest.ssl.key", key)) if not value]
         if missing:
-            raise TlsError(f"rest.ssl.enabled is true but {' and '.join(missing)} "
-                           f"{'is' if len(missing) == 1 else 'are'} empty: HTTPS needs the master's certificate "
-                           "and its key")
+            raise TlsError(
+                f"rest.ssl.enabled is true but {' and '.join(missing)} "
+                f"{'is' if len(missing) == 1 else 'are'} empty: HTTPS needs the master's certificate "
+                "and its key"
+            )
         return cls(certificate=certificate, key=key, client_ca=client_ca)
 
 
@@ -94,8 +115,9 @@ class ClientTls:
     certificate: str = ""
     key: str = ""
     # where the three came from, as an error names them
-    labels: tuple[str, str, str] = field(default=("CA file", "client certificate", "client key"), compare=False,
-                                         repr=False)
+    labels: tuple[str, str, str] = field(
+        default=("CA file", "client certificate", "client key"), compare=False, repr=False
+    )
 
     def context(self) -> ssl.SSLContext:
         """A client context that verifies the master's certificate and host name."""
@@ -112,9 +134,12 @@ class ClientTls:
     @classmethod
     def from_config(cls, config: Configuration) -> ClientTls:
         """`rest.ssl.ca-file`, `rest.ssl.client-certificate` and `rest.ssl.client-key`."""
-        return cls(ca_file=config.get(REST_SSL_CA_FILE), certificate=config.get(REST_SSL_CLIENT_CERTIFICATE),
-                   key=config.get(REST_SSL_CLIENT_KEY),
-                   labels=("rest.ssl.ca-file", "rest.ssl.client-certificate", "rest.ssl.client-key"))
+        return cls(
+            ca_file=config.get(REST_SSL_CA_FILE),
+            certificate=config.get(REST_SSL_CLIENT_CERTIFICATE),
+            key=config.get(REST_SSL_CLIENT_KEY),
+            labels=("rest.ssl.ca-file", "rest.ssl.client-certificate", "rest.ssl.client-key"),
+        )
 
 
 def handshake_failure(address: str, exc: BaseException) -> TlsError | None:
@@ -130,9 +155,11 @@ def handshake_failure(address: str, exc: BaseException) -> TlsError | None:
         if isinstance(wrapped, BaseException) and wrapped is not exc:
             return handshake_failure(address, wrapped)
     if isinstance(exc, ssl.SSLCertVerificationError):
-        return TlsError(f"the master at {address} presented a certificate this client does not trust "
-                        f"({exc.verify_message or exc.reason}): name the CA that signed it (rest.ssl.ca-file, or the "
-                        "Airflow connection's extra ca_file)")
+        return TlsError(
+            f"the master at {address} presented a certificate this client does not trust "
+            f"({exc.verify_message or exc.reason}): name the CA that signed it (rest.ssl.ca-file, or the "
+            "Airflow connection's extra ca_file)"
+        )
     if isinstance(exc, ssl.SSLError):
         return TlsError(f"TLS with the master at {address} failed ({exc.reason or exc})")
     cause = exc.__cause__ or exc.__context__
@@ -147,12 +174,17 @@ def refusal_hint(address: str, exc: BaseException, tls: ClientTls) -> str:
     if not address.startswith("https://"):
         return ""
     reset = isinstance(exc, aiohttp.ServerDisconnectedError) or isinstance(
-        getattr(exc, "os_error", None) or exc.__cause__, ConnectionResetError)
+        getattr(exc, "os_error", None) or exc.__cause__, ConnectionResetError
+    )
     if not reset:
         return ""
     if not tls.certificate:
-        return ("; if that master asks for client certificates (its rest.ssl.client-ca), this client presented "
-                "none: set rest.ssl.client-certificate and rest.ssl.client-key (in Airflow, the connection's "
-                "extras client_certificate and client_key)")
-    return ("; if that master asks for client certificates (its rest.ssl.client-ca), it may not accept this "
-            f"client's {tls.certificate!r}: it must be signed by that CA")
+        return (
+            "; if that master asks for client certificates (its rest.ssl.client-ca), this client presented "
+            "none: set rest.ssl.client-certificate and rest.ssl.client-key (in Airflow, the connection's "
+            "extras client_certificate and client_key)"
+        )
+    return (
+        "; if that master asks for client certificates (its rest.ssl.client-ca), it may not accept this "
+        f"client's {tls.certificate!r}: it must be signed by that CA"
+    )

@@ -32,8 +32,15 @@ class WebOrigin:
             return None
         scheme = parts.scheme.lower()
         host = (parts.hostname or "").rstrip(".")
-        if scheme not in DEFAULT_PORTS or not host or parts.path not in ("", "/") or parts.query \
-                or parts.fragment or parts.username is not None or "@" in parts.netloc:
+        if (
+            scheme not in DEFAULT_PORTS
+            or not host
+            or parts.path not in ("", "/")
+            or parts.query
+            or parts.fragment
+            or parts.username is not None
+            or "@" in parts.netloc
+        ):
             return None
         return cls(scheme, host, port or DEFAULT_PORTS[scheme])
 

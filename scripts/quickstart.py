@@ -33,8 +33,9 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_for_cluster(client: SyncSparkDispatchClient, cluster: subprocess.Popen[bytes], log: Path,
-                     timeout: float = 240.0) -> None:
+def wait_for_cluster(
+    client: SyncSparkDispatchClient, cluster: subprocess.Popen[bytes], log: Path, timeout: float = 240.0
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if cluster.poll() is not None:
@@ -57,25 +58,37 @@ def main() -> int:
     print(f"starting a standalone cluster on {base} (logs in {work})", flush=True)
     started = time.monotonic()
     with open(log, "wb") as out:
-        cluster = subprocess.Popen([str(BIN / "sparkdispatch"), "-D", f"rest.port={port}", "standalone",
-                                    "--storage", str(work / "storage"), "--slots", "2"],
-                                   stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        cluster = subprocess.Popen(
+            [
+                str(BIN / "sparkdispatch"),
+                "-D",
+                f"rest.port={port}",
+                "standalone",
+                "--storage",
+                str(work / "storage"),
+                "--slots",
+                "2",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
     # one try per call: wait_for_cluster does the waiting
     client = SyncSparkDispatchClient.create(addresses=[base], retry=RetryPolicy(attempts=1), request_timeout=10.0)
     try:
         wait_for_cluster(client, cluster, log)
-        print(f"cluster ready in {time.monotonic() - started:.1f}s; running the DAG {DAG_ID} with Airflow",
-              flush=True)
+        print(f"cluster ready in {time.monotonic() - started:.1f}s; running the DAG {DAG_ID} with Airflow", flush=True)
         airflow_env = {
             **env,
             "AIRFLOW_HOME": str(work / "airflow"),
             "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "AIRFLOW_CONN_SPARKDISPATCH_DEFAULT": json.dumps({"conn_type": "sparkdispatch", "host": "127.0.0.1",
-                                                              "port": port}),
+            "AIRFLOW_CONN_SPARKDISPATCH_DEFAULT": json.dumps(
+                {"conn_type": "sparkdispatch", "host": "127.0.0.1", "port": port}
+            ),
         }
-        subprocess.run([str(BIN / "airflow"), "db", "migrate"], env=airflow_env, check=True,
-                       stdout=subprocess.DEVNULL)
+        subprocess.run([str(BIN / "airflow"), "db", "migrate"], env=airflow_env, check=True, stdout=subprocess.DEVNULL)
         dag_run = subprocess.run([str(BIN / "airflow"), "dags", "test", DAG_ID], env=airflow_env)
         jobs = client.jobs()
         if not jobs:
@@ -90,8 +103,11 @@ def main() -> int:
                 continue
             print(json.dumps(result.to_dict(), indent=2))
             statuses.append(result.status)
-        print(f"JobResult status: {', '.join(s.value if s else 'none' for s in statuses)}; "
-              f"DAG run exit code {dag_run.returncode}; {time.monotonic() - started:.1f}s in all", flush=True)
+        print(
+            f"JobResult status: {', '.join(s.value if s else 'none' for s in statuses)}; "
+            f"DAG run exit code {dag_run.returncode}; {time.monotonic() - started:.1f}s in all",
+            flush=True,
+        )
         return 0 if dag_run.returncode == 0 and all(s is JobStatus.FINISHED for s in statuses) else 1
     finally:
         os.killpg(cluster.pid, signal.SIGTERM)

@@ -37,6 +37,7 @@ os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO / "dags")
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     shutil.rmtree(AIRFLOW_HOME, ignore_errors=True)
 
+
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 # py4j logs from __del__ at interpreter exit, after pytest closed the streams
 logging.getLogger("py4j").setLevel(logging.WARNING)
@@ -81,14 +82,16 @@ def zk_root() -> str:
 @pytest.fixture
 def zk_config(zookeeper_server: ZooKeeperServer, zk_root: str, tmp_path: Path) -> Configuration:
     """A ZooKeeper-HA configuration on the session's server, under this test's own root."""
-    return Configuration.from_mapping({
-        "high-availability.mode": "zookeeper",
-        "high-availability.zookeeper.quorum": zookeeper_server.hosts,
-        "high-availability.zookeeper.path.root": zk_root,
-        "high-availability.zookeeper.session-timeout": "4s",
-        "high-availability.zookeeper.connection-timeout": "5s",
-        "storage.dir": str(tmp_path / "storage"),
-    })
+    return Configuration.from_mapping(
+        {
+            "high-availability.mode": "zookeeper",
+            "high-availability.zookeeper.quorum": zookeeper_server.hosts,
+            "high-availability.zookeeper.path.root": zk_root,
+            "high-availability.zookeeper.session-timeout": "4s",
+            "high-availability.zookeeper.connection-timeout": "5s",
+            "storage.dir": str(tmp_path / "storage"),
+        }
+    )
 
 
 @pytest.fixture
@@ -137,9 +140,14 @@ def spark() -> Iterator[Any]:
     from pyspark.sql import SparkSession
 
     os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)  # a Connect session made earlier in this process set it
-    session = (SparkSession.builder.master("local[2]").appName("sparkdispatch-tests")
-               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
-               .config("spark.scheduler.mode", "FAIR").getOrCreate())
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("sparkdispatch-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.scheduler.mode", "FAIR")
+        .getOrCreate()
+    )
     try:
         yield session
     finally:

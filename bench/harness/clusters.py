@@ -27,13 +27,30 @@ class BenchCluster(LocalCluster):
         self.log_level = log_level
 
     def start_master(self, index: int) -> None:
-        argv = [sys.executable, "-m", "sparkdispatch.entrypoint.cli", "--log-level", self.log_level,
-                *self.config.to_overrides(), "-D", f"rest.port={self.master_ports[index]}", "master"]
+        argv = [
+            sys.executable,
+            "-m",
+            "sparkdispatch.entrypoint.cli",
+            "--log-level",
+            self.log_level,
+            *self.config.to_overrides(),
+            "-D",
+            f"rest.port={self.master_ports[index]}",
+            "master",
+        ]
         self.masters[index] = self._spawn(argv, f"master-{index}.log")
 
     def start_task_executor(self, index: int) -> None:
-        argv = [sys.executable, "-m", "sparkdispatch.taskexecutor", "--log-level", self.log_level,
-                *self.config.to_overrides(), "-D", f"taskexecutor.id=te-{self.name}-{index}"]
+        argv = [
+            sys.executable,
+            "-m",
+            "sparkdispatch.taskexecutor",
+            "--log-level",
+            self.log_level,
+            *self.config.to_overrides(),
+            "-D",
+            f"taskexecutor.id=te-{self.name}-{index}",
+        ]
         self.taskexecutors[index] = self._spawn(argv, f"taskexecutor-{index}.log")
 
     def pid(self, kind: str, index: int = 0) -> int:
@@ -44,8 +61,15 @@ class BenchCluster(LocalCluster):
         return process.pid
 
 
-def cluster_config(storage: Path, *, broker_url: str, zookeeper_hosts: str | None = None,
-                   session_timeout: str = "4s", slots: int = 1, **extra: Any) -> Configuration:
+def cluster_config(
+    storage: Path,
+    *,
+    broker_url: str,
+    zookeeper_hosts: str | None = None,
+    session_timeout: str = "4s",
+    slots: int = 1,
+    **extra: Any,
+) -> Configuration:
     """A benchmark cluster's configuration: HA `zookeeper` when `zookeeper_hosts`, else `none`."""
     mapping: dict[str, Any] = {
         "storage.dir": str(storage),
@@ -59,28 +83,34 @@ def cluster_config(storage: Path, *, broker_url: str, zookeeper_hosts: str | Non
         "spark.sql.shuffle.partitions": "2",
     }
     if zookeeper_hosts:
-        mapping.update({
-            "high-availability.mode": "zookeeper",
-            "high-availability.zookeeper.quorum": zookeeper_hosts,
-            "high-availability.zookeeper.path.root": f"/bench-{uuid.uuid4().hex[:10]}",
-            "high-availability.zookeeper.session-timeout": session_timeout,
-        })
+        mapping.update(
+            {
+                "high-availability.mode": "zookeeper",
+                "high-availability.zookeeper.quorum": zookeeper_hosts,
+                "high-availability.zookeeper.path.root": f"/bench-{uuid.uuid4().hex[:10]}",
+                "high-availability.zookeeper.session-timeout": session_timeout,
+            }
+        )
     mapping.update(extra)
     return Configuration.from_mapping(mapping)
 
 
 @contextlib.contextmanager
-def zookeeper_cluster(work_dir: Path | None, prefix: str, *, masters: int, taskexecutors: int,
-                      **config: Any) -> Iterator[tuple[BenchCluster, ZooKeeperServer, RedisServer]]:
+def zookeeper_cluster(
+    work_dir: Path | None, prefix: str, *, masters: int, taskexecutors: int, **config: Any
+) -> Iterator[tuple[BenchCluster, ZooKeeperServer, RedisServer]]:
     """ZooKeeper, Redis and a started BenchCluster with ZooKeeper HA on them, storage and logs in
     `scratch_dir(work_dir, prefix)`; `config` goes to `cluster_config`. Everything is stopped at the
     end, the cluster before the directory its processes write into goes."""
     zookeeper, redis = ZooKeeperServer(), RedisServer()
     with zookeeper, redis, scratch_dir(work_dir, prefix) as scratch:
         storage = Path(scratch)
-        cluster = BenchCluster(cluster_config(storage, broker_url=redis.url, zookeeper_hosts=zookeeper.hosts,
-                                              **config),
-                               masters=masters, taskexecutors=taskexecutors, log_dir=storage / "log")
+        cluster = BenchCluster(
+            cluster_config(storage, broker_url=redis.url, zookeeper_hosts=zookeeper.hosts, **config),
+            masters=masters,
+            taskexecutors=taskexecutors,
+            log_dir=storage / "log",
+        )
         try:
             cluster.start(timeout=CLUSTER_START_TIMEOUT_S)
             yield cluster, zookeeper, redis

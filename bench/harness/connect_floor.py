@@ -19,8 +19,7 @@ class ConnectClient:
     Sessions are made as a slot process makes a job's: `session_conf` is set on each with `conf.set`.
     """
 
-    def __init__(self, config: Configuration, work_dir: Path, *,
-                 session_conf: dict[str, Any] | None = None) -> None:
+    def __init__(self, config: Configuration, work_dir: Path, *, session_conf: dict[str, Any] | None = None) -> None:
         self.config = config
         self.work_dir = work_dir
         self.session_conf = dict(session_conf or {})
@@ -32,8 +31,9 @@ class ConnectClient:
         from sparkdispatch.taskexecutor.connect_server import ConnectServer
 
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # as bench_env() gives the clusters' processes
-        self.server = ConnectServer(ConnectServerSettings.from_config(self.config), work_dir=self.work_dir,
-                                    app_name="bench-floor")
+        self.server = ConnectServer(
+            ConnectServerSettings.from_config(self.config), work_dir=self.work_dir, app_name="bench-floor"
+        )
         self.server.start()
         self.spark = self.new_session()
 

@@ -74,8 +74,11 @@ class Ensemble:
 
     def leaders(self) -> list[int]:
         """The masters not cut off whose `/overview` says they lead."""
-        return [index for index in range(len(self.masters))
-                if index not in self.cut_off and (overview := self.overview(index)) and overview.is_leader]
+        return [
+            index
+            for index in range(len(self.masters))
+            if index not in self.cut_off and (overview := self.overview(index)) and overview.is_leader
+        ]
 
     def wait_for_leader(self, *, timeout: float = 60.0) -> int:
         """The index of the one master that leads, once there is exactly one."""
@@ -93,9 +96,12 @@ class Ensemble:
 
     def wait_for_result(self, job_id: str, *, timeout: float = 180.0) -> JobResult:
         """The job's JobResult, asked of every master not cut off (a standby answers 503)."""
-        return wait_for_result(lambda: [self.master_url(index) for index in range(len(self.masters))
-                                        if index not in self.cut_off],
-                               job_id, token=CLUSTER_TOKEN, timeout=timeout)
+        return wait_for_result(
+            lambda: [self.master_url(index) for index in range(len(self.masters)) if index not in self.cut_off],
+            job_id,
+            token=CLUSTER_TOKEN,
+            timeout=timeout,
+        )
 
     def exited(self) -> str | None:
         for name, process in self.cluster.processes.items():
@@ -108,19 +114,27 @@ class Ensemble:
 
 
 @contextlib.contextmanager
-def ensemble_cluster(work_dir: Path | None, prefix: str, *, task_executors: int, session_timeout: str = "4s",
-                     **config: Any) -> Iterator[Ensemble]:
+def ensemble_cluster(
+    work_dir: Path | None, prefix: str, *, task_executors: int, session_timeout: str = "4s", **config: Any
+) -> Iterator[Ensemble]:
     """A MultiHostCluster — ZooKeeper ×3, Redis, two masters and `task_executors` TaskExecutors, each on a
     network namespace host of its own, configured as the docker-compose cluster with the partition
     test's HA settings and `config` on top — in `scratch_dir(work_dir, prefix)`, yielded once one master
     leads and every TaskExecutor registered. Every process and namespace goes at the end."""
-    extra = {"high-availability.zookeeper.session-timeout": session_timeout,
-             "high-availability.zookeeper.path.root": f"/bench-{uuid.uuid4().hex[:10]}",
-             "high-availability.cluster-id": "bench", "taskexecutor.registration.max-backoff": "1s",
-             "spark.sql.shuffle.partitions": "1", **config}
+    extra = {
+        "high-availability.zookeeper.session-timeout": session_timeout,
+        "high-availability.zookeeper.path.root": f"/bench-{uuid.uuid4().hex[:10]}",
+        "high-availability.cluster-id": "bench",
+        "taskexecutor.registration.max-backoff": "1s",
+        "spark.sql.shuffle.partitions": "1",
+        **config,
+    }
     with scratch_dir(work_dir, prefix) as scratch:
-        cluster = MultiHostCluster(workdir=Path(scratch), task_executors=task_executors,
-                                   extra={key: str(value) for key, value in extra.items()})
+        cluster = MultiHostCluster(
+            workdir=Path(scratch),
+            task_executors=task_executors,
+            extra={key: str(value) for key, value in extra.items()},
+        )
         try:
             cluster.start()
             ensemble = Ensemble(cluster)

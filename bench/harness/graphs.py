@@ -11,14 +11,26 @@ PIPELINES_DIR = DAGS_DIR / "pipelines"
 SALES_GRAPH = PIPELINES_DIR / "sales_graph.yaml"
 
 
-def chain_graph(name: str, length: int, *, entrypoint: str, artifact: str,
-                params: dict[str, Any] | None = None) -> dict[str, Any]:
+def chain_graph(
+    name: str, length: int, *, entrypoint: str, artifact: str, params: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """`length` vertices v00 → v01 → ..., each running `entrypoint` once."""
-    vertices = [{"id": f"v{i:02d}", "entrypoint": entrypoint, "parallelism": 1,
-                 "inputs": [f"v{i - 1:02d}"] if i else [], "params": dict(params or {})}
-                for i in range(length)]
-    return {"name": name, "vertices": vertices, "artifacts": [artifact],
-            "restart_strategy": {"type": "fixed-delay", "attempts": 0, "delay_s": 0.0}}
+    vertices = [
+        {
+            "id": f"v{i:02d}",
+            "entrypoint": entrypoint,
+            "parallelism": 1,
+            "inputs": [f"v{i - 1:02d}"] if i else [],
+            "params": dict(params or {}),
+        }
+        for i in range(length)
+    ]
+    return {
+        "name": name,
+        "vertices": vertices,
+        "artifacts": [artifact],
+        "restart_strategy": {"type": "fixed-delay", "attempts": 0, "delay_s": 0.0},
+    }
 
 
 def pipelines_artifact(directory: Path) -> Path:

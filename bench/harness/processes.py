@@ -17,7 +17,7 @@ process_cmdline = command_line
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds used so far by `pid` and its reaped children (from /proc)."""
     stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rfind(")") + 2:].split()
+    fields = stat[stat.rfind(")") + 2 :].split()
     ticks = os.sysconf("SC_CLK_TCK")
     return sum(int(v) for v in fields[11:15]) / ticks  # utime stime cutime cstime
 

@@ -14,21 +14,34 @@ from harness.paths import VENV_BIN
 class PySpy:
     """`py-spy record` of one process into collapsed stacks; `top()` summarises where time went."""
 
-    def __init__(self, pid: int, output: Path, *, rate: int = 200, idle: bool = False,
-                 subprocesses: bool = False) -> None:
+    def __init__(
+        self, pid: int, output: Path, *, rate: int = 200, idle: bool = False, subprocesses: bool = False
+    ) -> None:
         self.pid = pid
         self.output = output
         executable = VENV_BIN / "py-spy"
         if not executable.exists():
             raise RuntimeError(f"py-spy is not installed: {VENV_BIN / 'pip'} install py-spy")
-        argv = [str(executable), "record", "--pid", str(pid), "--format", "raw", "--output", str(output),
-                "--rate", str(rate), "--nonblocking"]
+        argv = [
+            str(executable),
+            "record",
+            "--pid",
+            str(pid),
+            "--format",
+            "raw",
+            "--output",
+            str(output),
+            "--rate",
+            str(rate),
+            "--nonblocking",
+        ]
         if idle:
             argv.append("--idle")
         if subprocesses:
             argv.append("--subprocesses")
-        self.process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                        stdin=subprocess.DEVNULL, start_new_session=True)
+        self.process = subprocess.Popen(
+            argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True
+        )
 
     def stop(self) -> None:
         """Stop recording (SIGINT makes py-spy write its output)."""
@@ -71,7 +84,6 @@ class PySpy:
             return [{"function": name, "share": round(n / total, 3) if total else 0.0} for name, n in best]
 
         return {"samples": total, "self": ranked(own), "inclusive": ranked(inclusive)}
-
 
     def shares(self, needles: dict[str, str], *, only: str = "") -> dict[str, float]:
         """label -> share of the (`only`-filtered) samples whose stack has a frame containing needle."""

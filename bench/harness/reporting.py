@@ -52,14 +52,24 @@ def machine_info() -> dict[str, Any]:
             versions[package] = version(package)
         except Exception:  # noqa: BLE001 - a missing version is not worth failing a benchmark over
             versions[package] = None
-    return {"cpus": os.cpu_count(), "cpu_model": cpu, "memory_gib": memory_gib,
-            "python": platform.python_version(), "platform": platform.platform(), "packages": versions}
+    return {
+        "cpus": os.cpu_count(),
+        "cpu_model": cpu,
+        "memory_gib": memory_gib,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "packages": versions,
+    }
 
 
 def write_results(name: str, report: dict[str, Any]) -> Path:
     """bench/results/<name>.json with the machine and the date added."""
-    report = {"benchmark": name, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-              "machine": machine_info(), **report}
+    report = {
+        "benchmark": name,
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": machine_info(),
+        **report,
+    }
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     path = RESULTS_DIR / f"{name}.json"
     path.write_text(json.dumps(report, indent=2) + "\n")
@@ -74,17 +84,20 @@ def save_results(name: str, report: dict[str, Any], *, quick: bool = False) -> N
 
 def load_change(report: dict[str, Any]) -> str:
     """`load average <at start> -> <at end> on N cores`, from the report's `load_average_at_*`."""
-    return (f"load average {report['load_average_at_start']} -> {report['load_average_at_end']} on "
-            f"{os.cpu_count()} cores")
+    return (
+        f"load average {report['load_average_at_start']} -> {report['load_average_at_end']} on {os.cpu_count()} cores"
+    )
 
 
 def latency_ms(seconds: Sequence[float]) -> dict[str, float | None]:
     """Median, p99 and max of latencies in seconds, in ms (`latency_ms_median`, `_p99`, `_max`; None without any)."""
     if not seconds:
         return {"latency_ms_median": None, "latency_ms_p99": None, "latency_ms_max": None}
-    return {"latency_ms_median": round(median(seconds) * 1000, 2),
-            "latency_ms_p99": round(percentile(seconds, 99) * 1000, 2),
-            "latency_ms_max": round(max(seconds) * 1000, 2)}
+    return {
+        "latency_ms_median": round(median(seconds) * 1000, 2),
+        "latency_ms_p99": round(percentile(seconds, 99) * 1000, 2),
+        "latency_ms_max": round(max(seconds) * 1000, 2),
+    }
 
 
 def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:

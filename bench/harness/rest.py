@@ -33,8 +33,9 @@ class Rest:
 
     def wait_for_result(self, job_id: str, *, timeout: float = 300.0) -> JobResult:
         """The job's JobResult; an answer other than 200 is a RuntimeError at once."""
-        return wait_for_result(lambda: [self.base_url], job_id, token=self.token, timeout=timeout, strict=True,
-                               request_timeout=30.0)
+        return wait_for_result(
+            lambda: [self.base_url], job_id, token=self.token, timeout=timeout, strict=True, request_timeout=30.0
+        )
 
     def run_job(self, graph: dict[str, Any], *, timeout: float) -> tuple[float, float]:
         """Submit `graph` and wait for its result: (seconds from POST to the result, the master's duration of
@@ -59,6 +60,10 @@ class Rest:
 
     def wait_for_task_executors(self, count: int, *, timeout: float, processes: Sequence[Watched]) -> None:
         """Until the master lists `count` TaskExecutors; a wait that fails at once if one of `processes` ends."""
-        eventually_blocking(lambda: (overview := self.overview()) is not None and overview.taskmanagers >= count,
-                            f"{count} TaskExecutor(s) registered at {self.base_url}", timeout=timeout, interval=0.2,
-                            processes=processes)
+        eventually_blocking(
+            lambda: (overview := self.overview()) is not None and overview.taskmanagers >= count,
+            f"{count} TaskExecutor(s) registered at {self.base_url}",
+            timeout=timeout,
+            interval=0.2,
+            processes=processes,
+        )

@@ -36,8 +36,12 @@ def bench_main(run: Callable[[], int]) -> None:
 
 def add_run_options(parser: argparse.ArgumentParser, *, quick: str) -> None:
     """`--work-dir`, and `--quick`: a smoke run (`quick` says what it cuts) whose results go to `<name>.quick.json`."""
-    parser.add_argument("--work-dir", type=Path, default=None,
-                        help="keep storage and logs here (default: a temporary directory, removed at the end)")
+    parser.add_argument(
+        "--work-dir",
+        type=Path,
+        default=None,
+        help="keep storage and logs here (default: a temporary directory, removed at the end)",
+    )
     parser.add_argument("--quick", action="store_true", help=f"smoke run: {quick}")
 
 

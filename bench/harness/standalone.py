@@ -21,8 +21,9 @@ class Standalone(StandaloneProcess):
     the standalone exits.
     """
 
-    def __init__(self, storage: Path, *, slots: int, overrides: dict[str, Any] | None = None,
-                 log_level: str = "INFO") -> None:
+    def __init__(
+        self, storage: Path, *, slots: int, overrides: dict[str, Any] | None = None, log_level: str = "INFO"
+    ) -> None:
         super().__init__(storage, slots=slots, overrides=overrides, env=bench_env(), log_level=log_level)
         self.rest = Rest("http://127.0.0.1:0")
 

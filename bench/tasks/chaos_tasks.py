@@ -25,8 +25,16 @@ class Marker:
         execution = uuid.uuid4().hex[:12]
         self.path = os.path.join(directory, f"{ctx.vertex_id}.{ctx.subtask_index}.{ctx.attempt}.{execution}.json")
         self.record: dict[str, Any] = {
-            "job_id": ctx.job_id, "vertex": ctx.vertex_id, "subtask": ctx.subtask_index, "attempt": ctx.attempt,
-            "execution": execution, "pid": os.getpid(), "start": time.time(), "end": None, "output": None}
+            "job_id": ctx.job_id,
+            "vertex": ctx.vertex_id,
+            "subtask": ctx.subtask_index,
+            "attempt": ctx.attempt,
+            "execution": execution,
+            "pid": os.getpid(),
+            "start": time.time(),
+            "end": None,
+            "output": None,
+        }
         self._write()
 
     def end(self, output: Any = None) -> None:

@@ -42,30 +42,39 @@ def _my_share(df: DataFrame, ctx) -> DataFrame:
 def clean(ctx) -> DataFrame:
     """Keep this subtask's share of the orders, drop those without a quantity, price each one."""
     orders = _my_share(ctx.inputs["generate"], ctx)
-    return (orders.where(F.col("quantity") > 0)
-            .withColumn("revenue", F.round(F.col("quantity") * F.col("unit_price"), 2)))
+    return orders.where(F.col("quantity") > 0).withColumn(
+        "revenue", F.round(F.col("quantity") * F.col("unit_price"), 2)
+    )
 
 
 def revenue_by_region(ctx) -> DataFrame:
     """Revenue per region over this subtask's share of the clean orders (partial sums)."""
-    return (_my_share(ctx.inputs["clean"], ctx).groupBy("region")
-            .agg(F.sum("revenue").alias("revenue"), F.count("*").alias("orders")))
+    return (
+        _my_share(ctx.inputs["clean"], ctx)
+        .groupBy("region")
+        .agg(F.sum("revenue").alias("revenue"), F.count("*").alias("orders"))
+    )
 
 
 def revenue_by_product(ctx) -> DataFrame:
     """Revenue per product over all clean orders."""
-    return (ctx.inputs["clean"].groupBy("product")
-            .agg(F.sum("revenue").alias("revenue"), F.count("*").alias("orders")))
+    return ctx.inputs["clean"].groupBy("product").agg(F.sum("revenue").alias("revenue"), F.count("*").alias("orders"))
 
 
 def report(ctx) -> DataFrame:
     """Combine the partial sums per region and check them against the per-product totals."""
-    regions = (ctx.inputs["revenue_by_region"].groupBy("region")
-               .agg(F.sum("revenue").alias("revenue"), F.sum("orders").alias("orders")))
+    regions = (
+        ctx.inputs["revenue_by_region"]
+        .groupBy("region")
+        .agg(F.sum("revenue").alias("revenue"), F.sum("orders").alias("orders"))
+    )
     by_region = regions.agg(F.sum("revenue"), F.sum("orders")).first()
     by_product = ctx.inputs["revenue_by_product"].agg(F.sum("revenue"), F.sum("orders")).first()
     if by_region[1] != by_product[1] or abs(by_region[0] - by_product[0]) > 0.01 * max(1, by_region[1]):
-        raise ValueError(f"totals disagree: {by_region[1]} orders / {by_region[0]:.2f} by region, "
-                         f"{by_product[1]} orders / {by_product[0]:.2f} by product")
-    return (regions.withColumn("share", F.round(F.col("revenue") / F.lit(by_region[0]), 4))
-            .orderBy(F.col("revenue").desc()))
+        raise ValueError(
+            f"totals disagree: {by_region[1]} orders / {by_region[0]:.2f} by region, "
+            f"{by_product[1]} orders / {by_product[0]:.2f} by product"
+        )
+    return regions.withColumn("share", F.round(F.col("revenue") / F.lit(by_region[0]), 4)).orderBy(
+        F.col("revenue").desc()
+    )

@@ -65,8 +65,9 @@ class BoundedConnection(Connection):
     would block its thread until the broker returns. Without a limit, one reconnection is tried.
     """
 
-    def ensure(self, obj: Any, fun: Any, errback: Any = None, max_retries: int | None = None,
-               *args: Any, **kwargs: Any) -> Any:
+    def ensure(
+        self, obj: Any, fun: Any, errback: Any = None, max_retries: int | None = None, *args: Any, **kwargs: Any
+    ) -> Any:
         return super().ensure(obj, fun, errback, 1 if max_retries is None else max_retries, *args, **kwargs)
 
     def ensure_connection(self, *args: Any, **kwargs: Any) -> BoundedConnection:
@@ -121,9 +122,14 @@ def _transport_options(config: Configuration) -> dict[str, Any]:
     url = config.get(BROKER_URL)
     if url.startswith("filesystem://"):
         folders = broker_folders(config)
-        return {"data_folder_in": str(folders["queue"]), "data_folder_out": str(folders["queue"]),
-                "processed_folder": str(folders["processed"]), "store_processed": False,
-                "control_folder": str(folders["control"]), "polling_interval": config.get(BROKER_POLLING_INTERVAL)}
+        return {
+            "data_folder_in": str(folders["queue"]),
+            "data_folder_out": str(folders["queue"]),
+            "processed_folder": str(folders["processed"]),
+            "store_processed": False,
+            "control_folder": str(folders["control"]),
+            "polling_interval": config.get(BROKER_POLLING_INTERVAL),
+        }
     if url.startswith(("redis://", "rediss://", "redis+socket://")):
         # Deployments are acknowledged early, so the visibility timeout only matters for
         # messages prefetched by a worker that died before starting them. Every socket operation
@@ -131,13 +137,19 @@ def _transport_options(config: Configuration) -> dict[str, Any]:
         # left without a reply (its packets were lost in a network partition, and TCP's
         # retransmissions have backed off to seconds apart) is given up a few seconds late, not 51.
         timeout = config.get(BROKER_TIMEOUT)
-        return {"visibility_timeout": 3600, "socket_timeout": timeout, "socket_connect_timeout": timeout,
-                "socket_keepalive": True, "health_check_interval": REDIS_HEALTH_CHECK_S}
+        return {
+            "visibility_timeout": 3600,
+            "socket_timeout": timeout,
+            "socket_connect_timeout": timeout,
+            "socket_keepalive": True,
+            "health_check_interval": REDIS_HEALTH_CHECK_S,
+        }
     return {}
 
 
-def remove_stale_pidbox_messages(config: Configuration, *, max_age_s: float = PIDBOX_MESSAGE_MAX_AGE_S,
-                                 now: float | None = None) -> int:
+def remove_stale_pidbox_messages(
+    config: Configuration, *, max_age_s: float = PIDBOX_MESSAGE_MAX_AGE_S, now: float | None = None
+) -> int:
     """Delete old remote-control message files of the `filesystem://` broker; returns how many."""
     if not config.get(BROKER_URL).startswith("filesystem://"):
         return 0

@@ -44,8 +44,7 @@ def normalize_address(address: str, *, default_port: int = DEFAULT_PORT, scheme:
     return f"{parts.scheme}://{host}:{port}{parts.path.rstrip('/')}"
 
 
-def parse_addresses(text: str | Sequence[str], *, default_port: int = DEFAULT_PORT,
-                    scheme: str = "http") -> list[str]:
+def parse_addresses(text: str | Sequence[str], *, default_port: int = DEFAULT_PORT, scheme: str = "http") -> list[str]:
     """A comma-separated string or a list of addresses → normalized, de-duplicated base URLs."""
     items = text.split(",") if isinstance(text, str) else list(text)
     addresses: list[str] = []
@@ -79,8 +78,11 @@ class ZooKeeperLeader:
             "high-availability.cluster-id": self.target.cluster_id,
             "high-availability.zookeeper.path.root": self.target.root,
         }
-        config = (self._base_config.with_overrides(keys) if self._base_config is not None
-                  else Configuration.from_mapping(keys))
+        config = (
+            self._base_config.with_overrides(keys)
+            if self._base_config is not None
+            else Configuration.from_mapping(keys)
+        )
         self._loop = asyncio.get_running_loop()
         self._changed = asyncio.Event()
         # Its own read-only connection: a client creates no znode in the cluster it follows.
@@ -111,8 +113,10 @@ class ZooKeeperLeader:
                 return normalize_address(info.address)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise NoLeader(f"no sparkdispatch master leads cluster {self.target.cluster_id!r} "
-                               f"(ZooKeeper {self.target.quorum}, root {self.target.root}) at the moment")
+                raise NoLeader(
+                    f"no sparkdispatch master leads cluster {self.target.cluster_id!r} "
+                    f"(ZooKeeper {self.target.quorum}, root {self.target.root}) at the moment"
+                )
             self._changed.clear()
             try:
                 await asyncio.wait_for(self._changed.wait(), remaining)

@@ -104,18 +104,25 @@ class JobLogs:
     def __init__(self, job_id: str, emit: Callable[[str], None], vertices: Mapping[str, int] | None = None) -> None:
         self.job_id = job_id
         self._emit = emit
-        self._followers: list[LogFollower] | None = None if vertices is None else [
-            LogFollower(vertex_id, parallelism) for vertex_id, parallelism in vertices.items()]
+        self._followers: list[LogFollower] | None = (
+            None
+            if vertices is None
+            else [LogFollower(vertex_id, parallelism) for vertex_id, parallelism in vertices.items()]
+        )
 
     async def apoll(self, client: SparkDispatchClient) -> None:
         """Emit what is new in the job's logs (on the client's loop)."""
         try:
             if self._followers is None:
-                self._followers = [LogFollower(vertex_id, parallelism) for vertex_id, parallelism
-                                   in job_parallelism(await client.job(self.job_id)).items()]
+                self._followers = [
+                    LogFollower(vertex_id, parallelism)
+                    for vertex_id, parallelism in job_parallelism(await client.job(self.job_id)).items()
+                ]
             for follower in self._followers:
-                def fetch(subtask: int, attempt: int | None, offset: int, vertex: str = follower.vertex_id) \
-                        -> Awaitable[AttemptLog]:
+
+                def fetch(
+                    subtask: int, attempt: int | None, offset: int, vertex: str = follower.vertex_id
+                ) -> Awaitable[AttemptLog]:
                     return client.vertex_log(self.job_id, vertex, subtask=subtask, attempt=attempt, offset=offset)
 
                 for line in await follower.apoll(fetch):

@@ -118,10 +118,17 @@ class SparkDispatchClient:
     trust store when None). Use it as an async context manager, or call `close()`.
     """
 
-    def __init__(self, *, addresses: Sequence[str] = (), zookeeper: ZooKeeperTarget | None = None,
-                 token: str | None = None, retry: RetryPolicy | None = None,
-                 request_timeout: float = 30.0, ha_config: Configuration | None = None,
-                 tls: ClientTls | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        addresses: Sequence[str] = (),
+        zookeeper: ZooKeeperTarget | None = None,
+        token: str | None = None,
+        retry: RetryPolicy | None = None,
+        request_timeout: float = 30.0,
+        ha_config: Configuration | None = None,
+        tls: ClientTls | None = None,
+    ) -> None:
         if not addresses and zookeeper is None:
             raise ConfigurationError("name the master: give REST addresses or a ZooKeeper quorum")
         self.addresses = parse_addresses(addresses) if addresses else []
@@ -140,17 +147,20 @@ class SparkDispatchClient:
         """A client of the cluster `config` describes: `rest.address:rest.port`, or ZooKeeper in HA mode."""
         token = kwargs.pop("token", None) or config.auth_token or None
         if config.get(HA_MODE) == "zookeeper":
-            target = ZooKeeperTarget(quorum=config.get(HA_ZOOKEEPER_QUORUM),
-                                     cluster_id=config.get(HA_CLUSTER_ID),
-                                     root=config.get(HA_ZOOKEEPER_PATH_ROOT))
+            target = ZooKeeperTarget(
+                quorum=config.get(HA_ZOOKEEPER_QUORUM),
+                cluster_id=config.get(HA_CLUSTER_ID),
+                root=config.get(HA_ZOOKEEPER_PATH_ROOT),
+            )
             return cls(zookeeper=target, token=token, ha_config=config, tls=ClientTls.from_config(config), **kwargs)
         return cls(addresses=[config.rest_url], token=token, tls=ClientTls.from_config(config), **kwargs)
 
     async def __aenter__(self) -> SparkDispatchClient:
         return self
 
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         await self.close()
 
     async def close(self) -> None:
@@ -203,8 +213,9 @@ class SparkDispatchClient:
         of each subtask's latest attempt log, in one answer."""
         return await self._get(JobProgress, f"/jobs/{job_id}/progress")
 
-    async def vertex_log(self, job_id: str, vertex_id: str, *, subtask: int = 0, attempt: int | None = None,
-                         offset: int = 0) -> AttemptLog:
+    async def vertex_log(
+        self, job_id: str, vertex_id: str, *, subtask: int = 0, attempt: int | None = None, offset: int = 0
+    ) -> AttemptLog:
         """A piece of one attempt's log (its latest attempt when `attempt` is None) from byte `offset`;
         `RouteNotFound` while it has none."""
         query = f"subtask={subtask}&offset={offset}" + (f"&attempt={attempt}" if attempt is not None else "")
@@ -224,8 +235,9 @@ class SparkDispatchClient:
             submitted = Submitted.from_dict(answer)
         except InvalidShape as exc:
             if "status" in exc.field_errors:
-                raise SparkDispatchError(f"POST /jobs answered {http_status} without a job status: "
-                                         f"{answer!r:.200}") from None
+                raise SparkDispatchError(
+                    f"POST /jobs answered {http_status} without a job status: {answer!r:.200}"
+                ) from None
             raise
         return SubmittedJob(submitted.job_id, http_status == 202, submitted.status)
 
@@ -233,8 +245,9 @@ class SparkDispatchClient:
         """The JobResult once the job is globally terminal, None while it runs."""
         return (await self._get(ExecutionResult, f"/jobs/{job_id}/execution-result")).result
 
-    async def wait_for_result(self, job_id: str, *, poll_interval: float = 2.0,
-                              on_poll: Callable[[], Awaitable[None]] | None = None) -> JobResult:
+    async def wait_for_result(
+        self, job_id: str, *, poll_interval: float = 2.0, on_poll: Callable[[], Awaitable[None]] | None = None
+    ) -> JobResult:
         """Wait until the job is globally terminal and return its JobResult.
 
         A master failover does not end the wait: while no master answers, it keeps looking
@@ -299,23 +312,34 @@ class SparkDispatchClient:
         _, answer = await self._request("GET", path)
         return shape.from_dict(answer)
 
-    async def _request(self, method: str, path: str, *, json: Any = None,
-                       data: Callable[[], aiohttp.FormData] | None = None,
-                       params: Mapping[str, str] | None = None) -> tuple[int, Any]:
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        data: Callable[[], aiohttp.FormData] | None = None,
+        params: Mapping[str, str] | None = None,
+    ) -> tuple[int, Any]:
         """One REST call at the leader, with leader-following and retries → (status, JSON body)."""
 
         async def call(base: str) -> tuple[int, Any]:
             session = self._http()
-            async with session.request(method, base + path, json=json, params=params,
-                                       data=data() if data is not None else None,
-                                       headers=self._headers(), allow_redirects=False) as response:
+            async with session.request(
+                method,
+                base + path,
+                json=json,
+                params=params,
+                data=data() if data is not None else None,
+                headers=self._headers(),
+                allow_redirects=False,
+            ) as response:
                 if response.status in _REDIRECTS and response.headers.get("Location"):
                     raise _LeaderMoved(_origin(response.headers["Location"], base))
                 text = await response.text()
                 if response.status < 400:
                     return response.status, _decoded(text)
-                error = error_from_body(response.status, text,
-                                        header=response.headers.get(ERROR_HEADER))
+                error = error_from_body(response.status, text, header=response.headers.get(ERROR_HEADER))
                 if _worth_retrying(error):
                     raise _Retryable(error, retry_after=_seconds(response.headers.get("Retry-After")))
                 raise error
@@ -336,8 +360,10 @@ class SparkDispatchClient:
             except _LeaderMoved as moved:
                 hops += 1
                 if hops > _MAX_HOPS:
-                    raise ServiceUnavailable(f"masters keep sending us elsewhere (last to {moved.address}); "
-                                             "leadership is changing, try again") from None
+                    raise ServiceUnavailable(
+                        f"masters keep sending us elsewhere (last to {moved.address}); "
+                        "leadership is changing, try again"
+                    ) from None
                 log.info("the leader moved from %s to %s", base, moved.address)
                 self._leader = moved.address
                 continue
@@ -354,8 +380,9 @@ class SparkDispatchClient:
                 if (tls_error := handshake_failure(base or self.describe_target(), exc)) is not None:
                     raise tls_error from None
                 where = base or self.describe_target()
-                error = ServiceUnavailable(f"no sparkdispatch master answers at {where}: {_describe(exc)}"
-                                           f"{refusal_hint(where, exc, self.tls)}")
+                error = ServiceUnavailable(
+                    f"no sparkdispatch master answers at {where}: {_describe(exc)}{refusal_hint(where, exc, self.tls)}"
+                )
                 self._leader = None
             except (ServiceUnavailable, NoLeader) as exc:  # from discovery
                 error = exc
@@ -375,12 +402,12 @@ class SparkDispatchClient:
         standbys: list[str] = []
         for address in self.addresses:
             try:
-                async with self._http().get(address + "/overview", headers=self._headers(),
-                                            allow_redirects=False) as response:
+                async with self._http().get(
+                    address + "/overview", headers=self._headers(), allow_redirects=False
+                ) as response:
                     text = await response.text()
                     if response.status >= 400:
-                        error = error_from_body(response.status, text,
-                                                header=response.headers.get(ERROR_HEADER))
+                        error = error_from_body(response.status, text, header=response.headers.get(ERROR_HEADER))
                         if response.status in (401, 403):
                             raise error
                         problems.append(f"{address}: HTTP {response.status} {'; '.join(error.messages())}")
@@ -402,10 +429,13 @@ class SparkDispatchClient:
                 return normalize_address(overview.leader)
             standbys.append(address)
         if standbys and not problems:
-            raise NoLeader(f"no master leads at the moment ({', '.join(standbys)} answered as standbys "
-                           "that know no leader)")
-        raise ServiceUnavailable("no sparkdispatch master answers: " + "; ".join(problems + [
-            f"{s}: standby without a leader" for s in standbys]))
+            raise NoLeader(
+                f"no master leads at the moment ({', '.join(standbys)} answered as standbys that know no leader)"
+            )
+        raise ServiceUnavailable(
+            "no sparkdispatch master answers: "
+            + "; ".join(problems + [f"{s}: standby without a leader" for s in standbys])
+        )
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -501,8 +531,9 @@ class SyncSparkDispatchClient:
     def __enter__(self) -> SyncSparkDispatchClient:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
 
     def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
@@ -539,10 +570,12 @@ class SyncSparkDispatchClient:
     def job_progress(self, job_id: str) -> JobProgress:
         return self.run(self.async_client.job_progress(job_id))
 
-    def vertex_log(self, job_id: str, vertex_id: str, *, subtask: int = 0, attempt: int | None = None,
-                   offset: int = 0) -> AttemptLog:
-        return self.run(self.async_client.vertex_log(job_id, vertex_id, subtask=subtask, attempt=attempt,
-                                                     offset=offset))
+    def vertex_log(
+        self, job_id: str, vertex_id: str, *, subtask: int = 0, attempt: int | None = None, offset: int = 0
+    ) -> AttemptLog:
+        return self.run(
+            self.async_client.vertex_log(job_id, vertex_id, subtask=subtask, attempt=attempt, offset=offset)
+        )
 
     def submit(self, graph: Mapping[str, Any]) -> SubmittedJob:
         return self.run(self.async_client.submit(graph))
@@ -550,8 +583,9 @@ class SyncSparkDispatchClient:
     def execution_result(self, job_id: str) -> JobResult | None:
         return self.run(self.async_client.execution_result(job_id))
 
-    def wait_for_result(self, job_id: str, *, poll_interval: float = 2.0,
-                        on_poll: Callable[[], Awaitable[None]] | None = None) -> JobResult:
+    def wait_for_result(
+        self, job_id: str, *, poll_interval: float = 2.0, on_poll: Callable[[], Awaitable[None]] | None = None
+    ) -> JobResult:
         """`on_poll` runs on this client's loop: it uses `async_client`, not this client."""
         return self.run(self.async_client.wait_for_result(job_id, poll_interval=poll_interval, on_poll=on_poll))
 

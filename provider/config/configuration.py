@@ -84,8 +84,13 @@ class Configuration:
         return cls(values, spark)
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str] | None = None, overrides: Iterable[str] | Mapping[str, Any] = (),
-             *, environ: Mapping[str, str] | None = None) -> Configuration:
+    def load(
+        cls,
+        path: str | os.PathLike[str] | None = None,
+        overrides: Iterable[str] | Mapping[str, Any] = (),
+        *,
+        environ: Mapping[str, str] | None = None,
+    ) -> Configuration:
         """Read the YAML file (`path`, else `$SPARKDISPATCH_CONF`, else none), then apply overrides.
 
         `overrides` are `key=value` strings from `-D`, or a mapping.
@@ -105,12 +110,16 @@ class Configuration:
     def get(self, option: ConfigOption[T]) -> T:
         """The value of `option`, one of those declared in `sparkdispatch.config.options`."""
         if not isinstance(option, ConfigOption):
-            raise TypeError(f"a Configuration is read by a ConfigOption of sparkdispatch.config.options, "
-                            f"not by {type(option).__name__} {option!r}")
+            raise TypeError(
+                f"a Configuration is read by a ConfigOption of sparkdispatch.config.options, "
+                f"not by {type(option).__name__} {option!r}"
+            )
         if OPTIONS_BY_KEY.get(option.key) is not option:
-            raise ConfigurationError(f"configuration option {option.key!r} is not one declared in "
-                                     "sparkdispatch.config.options: declare it there, once, and read it by that "
-                                     "declaration")
+            raise ConfigurationError(
+                f"configuration option {option.key!r} is not one declared in "
+                "sparkdispatch.config.options: declare it there, once, and read it by that "
+                "declaration"
+            )
         return cast(T, self._values[option.key])
 
     def __eq__(self, other: object) -> bool:
@@ -146,8 +155,7 @@ class Configuration:
             try:
                 value = Path(os.path.expanduser(path)).read_text().strip()
             except OSError as exc:
-                raise ConfigurationError(f"{file_option.key} {path!r} cannot be read: {exc.strerror or exc}") \
-                    from None
+                raise ConfigurationError(f"{file_option.key} {path!r} cannot be read: {exc.strerror or exc}") from None
             if not value:
                 raise ConfigurationError(f"{file_option.key} {path!r} is empty: write the {what} in it")
             return value
@@ -225,8 +233,10 @@ def read_yaml_file(path: Path) -> dict[str, Any]:
         raise ConfigurationError(f"configuration file {path} must be a mapping of dotted keys to values")
     for key, value in data.items():
         if isinstance(value, (dict, list)):
-            raise ConfigurationError(f"configuration key {key!r} in {path} must have a single value; write "
-                                     "nested keys flat, as `a.b.c: value`")
+            raise ConfigurationError(
+                f"configuration key {key!r} in {path} must have a single value; write "
+                "nested keys flat, as `a.b.c: value`"
+            )
     return {str(k): v for k, v in data.items()}
 
 

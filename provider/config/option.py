@@ -104,8 +104,10 @@ class ConfigOption(Generic[T]):
             raise TypeError(f"configuration key {self.key!r} is not lower-case words joined by dots and dashes")
         default = self.default
         if type(default) is not self.type.python_type:
-            raise TypeError(f"configuration option {self.key!r}: its default {default!r} is not of its type "
-                            f"({self.type.name}, a Python {self.type.python_type.__name__})")
+            raise TypeError(
+                f"configuration option {self.key!r}: its default {default!r} is not of its type "
+                f"({self.type.name}, a Python {self.type.python_type.__name__})"
+            )
         try:
             written = self.parse(self.format(default))
         except ValueError as exc:
@@ -182,23 +184,33 @@ class Section:
     def string(self, key: str, default: str, description: str) -> ConfigOption[str]:
         return self._add(ConfigOption(key, STRING, default, description))
 
-    def integer(self, key: str, default: int, description: str, *, minimum: int | None = None,
-                default_doc: str | None = None) -> ConfigOption[int]:
+    def integer(
+        self, key: str, default: int, description: str, *, minimum: int | None = None, default_doc: str | None = None
+    ) -> ConfigOption[int]:
         return self._add(ConfigOption(key, INTEGER, default, description, minimum=minimum, default_doc=default_doc))
 
-    def number(self, key: str, default: float, description: str, *, minimum: float | None = None
-               ) -> ConfigOption[float]:
+    def number(
+        self, key: str, default: float, description: str, *, minimum: float | None = None
+    ) -> ConfigOption[float]:
         return self._add(ConfigOption(key, NUMBER, default, description, minimum=minimum))
 
     def boolean(self, key: str, default: bool, description: str) -> ConfigOption[bool]:
         return self._add(ConfigOption(key, BOOLEAN, default, description))
 
-    def duration(self, key: str, default: timedelta, description: str, *, minimum: timedelta | None = None
-                 ) -> ConfigOption[float]:
+    def duration(
+        self, key: str, default: timedelta, description: str, *, minimum: timedelta | None = None
+    ) -> ConfigOption[float]:
         if not isinstance(default, timedelta) or not isinstance(minimum, (timedelta, type(None))):
             raise TypeError(f"configuration option {key!r}: a duration's default and minimum are timedeltas")
-        return self._add(ConfigOption(key, DURATION, default.total_seconds(), description,
-                                      minimum=None if minimum is None else minimum.total_seconds()))
+        return self._add(
+            ConfigOption(
+                key,
+                DURATION,
+                default.total_seconds(),
+                description,
+                minimum=None if minimum is None else minimum.total_seconds(),
+            )
+        )
 
     def size(self, key: str, default: int, description: str, *, minimum: int | None = None) -> ConfigOption[int]:
         return self._add(ConfigOption(key, SIZE, default, description, minimum=minimum))

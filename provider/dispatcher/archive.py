@@ -64,10 +64,14 @@ class ArchivedJob:
     finished: Finished | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"version": FORMAT_VERSION, "result": self.result.to_dict(), "snapshot": self.snapshot.to_dict(),
-                "fingerprint": self.fingerprint,
-                "graph": None if self.graph is None else self.graph.to_dict(),
-                "finished": None if self.finished is None else finished_to_dict(self.finished)}
+        return {
+            "version": FORMAT_VERSION,
+            "result": self.result.to_dict(),
+            "snapshot": self.snapshot.to_dict(),
+            "fingerprint": self.fingerprint,
+            "graph": None if self.graph is None else self.graph.to_dict(),
+            "finished": None if self.finished is None else finished_to_dict(self.finished),
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ArchivedJob:
@@ -78,27 +82,49 @@ class ArchivedJob:
         if fingerprint is not None and not isinstance(fingerprint, str):
             raise ValueError(f"fingerprint must be a string, not {fingerprint!r}")
         graph, finished = data.get("graph"), data.get("finished")
-        return cls(result, JobSnapshot.from_dict(data["snapshot"]), fingerprint,
-                   graph=None if graph is None else JobGraph.from_dict(graph),
-                   finished=None if finished is None else finished_from_dict(finished))
+        return cls(
+            result,
+            JobSnapshot.from_dict(data["snapshot"]),
+            fingerprint,
+            graph=None if graph is None else JobGraph.from_dict(graph),
+            finished=None if finished is None else finished_from_dict(finished),
+        )
 
 
-def _snapshot_from_rest_bodies(result: JobResult, details: Mapping[str, Any],
-                               flink_details: Mapping[str, Any]) -> JobSnapshot:
+def _snapshot_from_rest_bodies(
+    result: JobResult, details: Mapping[str, Any], flink_details: Mapping[str, Any]
+) -> JobSnapshot:
     """The snapshot of a version 1 entry, which kept the `GET /jobs/{id}` and `/jobs/overview` bodies."""
     tasks = {state: int(flink_details["tasks"].get(state.value.lower(), 0)) for state in ExecutionState}
-    overview = JobOverview(job_id=result.job_id, name=result.name, status=result.status,
-                           start_time=result.start_time, end_time=result.end_time,
-                           duration_ms=int(flink_details["duration"]),
-                           last_modification=int(flink_details["last-modification"]),
-                           tasks=tasks)
+    overview = JobOverview(
+        job_id=result.job_id,
+        name=result.name,
+        status=result.status,
+        start_time=result.start_time,
+        end_time=result.end_time,
+        duration_ms=int(flink_details["duration"]),
+        last_modification=int(flink_details["last-modification"]),
+        tasks=tasks,
+    )
     vertices = tuple(
-        VertexSnapshot(id=str(v["id"]), state=ExecutionState(v["state"]), parallelism=v["parallelism"],
-                       inputs=tuple(v.get("inputs") or ()), attempts=v.get("attempts"),
-                       subtasks=tuple(SubtaskSnapshot(index=s["index"], state=ExecutionState(s["state"]),
-                                                      attempt=s["attempt"], task_executor_id=s["taskmanager"])
-                                      for s in v["subtasks"]))
-        for v in details["vertices"])
+        VertexSnapshot(
+            id=str(v["id"]),
+            state=ExecutionState(v["state"]),
+            parallelism=v["parallelism"],
+            inputs=tuple(v.get("inputs") or ()),
+            attempts=v.get("attempts"),
+            subtasks=tuple(
+                SubtaskSnapshot(
+                    index=s["index"],
+                    state=ExecutionState(s["state"]),
+                    attempt=s["attempt"],
+                    task_executor_id=s["taskmanager"],
+                )
+                for s in v["subtasks"]
+            ),
+        )
+        for v in details["vertices"]
+    )
     return JobSnapshot(overview, vertices)
 
 
@@ -136,8 +162,11 @@ class JobArchive:
             names = os.listdir(self.directory)
         except FileNotFoundError:
             return {}
-        stored = {name[:-len(ENTRY_SUFFIX)] for name in names
-                  if name.endswith(ENTRY_SUFFIX) and JOB_ID_PATTERN.fullmatch(name[:-len(ENTRY_SUFFIX)])}
+        stored = {
+            name[: -len(ENTRY_SUFFIX)]
+            for name in names
+            if name.endswith(ENTRY_SUFFIX) and JOB_ID_PATTERN.fullmatch(name[: -len(ENTRY_SUFFIX)])
+        }
         index: dict[str, JobOverview] = {}
         text = self._read_index()
         lines = text.splitlines()
@@ -225,8 +254,7 @@ class JobArchive:
         `jobstore.expiration-time` ago and the oldest beyond `jobstore.max-capacity`; never one of `keep`."""
         by_age = sorted((o for o in self._index.values() if o.job_id not in keep), key=_ended)
         beyond = max(0, len(self._index) - self._max_capacity)
-        return [o.job_id for rank, o in enumerate(by_age)
-                if rank < beyond or _ended(o) < now_ms - self._expiration_ms]
+        return [o.job_id for rank, o in enumerate(by_age) if rank < beyond or _ended(o) < now_ms - self._expiration_ms]
 
     async def expire(self, session_id: str, now_ms: int, *, keep: Collection[str] = ()) -> list[str]:
         """Remove the `expired` jobs from memory and disk; the ids removed. `LeadershipLost` unless
@@ -244,8 +272,13 @@ class JobArchive:
             await finish_in_thread(self._remove_entries, job_ids, remaining if compact else None)
             if compact:
                 self._index_lines = len(remaining)
-        log.info("archive: %d finished job(s) expired (jobstore.expiration-time, jobstore.max-capacity), the "
-                 "oldest %s; %d kept", len(job_ids), job_ids[0], len(self._index))
+        log.info(
+            "archive: %d finished job(s) expired (jobstore.expiration-time, jobstore.max-capacity), the "
+            "oldest %s; %d kept",
+            len(job_ids),
+            job_ids[0],
+            len(self._index),
+        )
         return job_ids
 
     def _remove_entries(self, job_ids: list[str], index: dict[str, JobOverview] | None) -> None:

@@ -87,10 +87,21 @@ class Dispatcher:
     submission and fails at recovery.
     """
 
-    def __init__(self, *, session_id: str, address: str, jobgraph_store: JobGraphStore,
-                 job_result_store: FileSystemJobResultStore, progress_store: ProgressStore, archive: JobArchive,
-                 blob_store: BlobStore, new_job_master: JobMasterFactory, cleanup: CleanupSettings,
-                 events: JobEvents | None = None, limits: JobLimits = JobLimits()) -> None:
+    def __init__(
+        self,
+        *,
+        session_id: str,
+        address: str,
+        jobgraph_store: JobGraphStore,
+        job_result_store: FileSystemJobResultStore,
+        progress_store: ProgressStore,
+        archive: JobArchive,
+        blob_store: BlobStore,
+        new_job_master: JobMasterFactory,
+        cleanup: CleanupSettings,
+        events: JobEvents | None = None,
+        limits: JobLimits = JobLimits(),
+    ) -> None:
         self.session_id = session_id
         self._limits = limits
         self._events = events if events is not None else EventCounts()
@@ -102,10 +113,16 @@ class Dispatcher:
         self._blob_store = blob_store
         self._new_job_master = new_job_master
         self._cleanup_settings = cleanup
-        self._recovery = JobRecovery(session_id=session_id, jobgraph_store=jobgraph_store,
-                                     job_result_store=job_result_store, progress_store=progress_store, archive=archive,
-                                     initial_backoff=cleanup.initial_backoff, max_backoff=cleanup.max_backoff,
-                                     limits=limits)
+        self._recovery = JobRecovery(
+            session_id=session_id,
+            jobgraph_store=jobgraph_store,
+            job_result_store=job_result_store,
+            progress_store=progress_store,
+            archive=archive,
+            initial_backoff=cleanup.initial_backoff,
+            max_backoff=cleanup.max_backoff,
+            limits=limits,
+        )
         self._jobs: dict[str, DispatchedJob] = {}
         self._cleanups: dict[str, asyncio.Task[None]] = {}
         self._recovering = True
@@ -123,8 +140,13 @@ class Dispatcher:
                 await self._take_over(found)
         self._recovering = False
         self._expiry = asyncio.create_task(self._expire_archive(), name="archive-expiry")
-        log.info("recovered %d job(s) and %d finished one(s) to clean up in %.2fs; serving [session %s]",
-                 len(self._jobs), finished, time.monotonic() - began, self.session_id)
+        log.info(
+            "recovered %d job(s) and %d finished one(s) to clean up in %.2fs; serving [session %s]",
+            len(self._jobs),
+            finished,
+            time.monotonic() - began,
+            self.session_id,
+        )
 
     async def stop(self) -> None:
         """Leadership lost or shutdown: suspend every job; nothing is removed from the HA stores."""
@@ -144,8 +166,9 @@ class Dispatcher:
                     job.job_master.suspend()
                 except Exception:
                     log.exception("suspending job %s failed", job_id)
-        await asyncio.gather(*self._cleanups.values(), *(j.watcher for _, j in jobs if j.watcher),
-                             return_exceptions=True)
+        await asyncio.gather(
+            *self._cleanups.values(), *(j.watcher for _, j in jobs if j.watcher), return_exceptions=True
+        )
         self._cleanups.clear()
         # A cancelled watcher keeps its CancelledError, whose traceback holds the watcher's frame and
         # so the job: without this the job's JobMaster (and its graph) would outlive the leadership.
@@ -161,12 +184,17 @@ class Dispatcher:
                 self._start_cleanup(job_id, mark_clean=mark_clean)
             case JobToFail(result=result, fingerprint=fingerprint):
                 job = self._jobs[result.job_id] = DispatchedJob(None, fingerprint, _persisted(), result=result)
-                job.watcher = asyncio.create_task(self._conclude(result.job_id, job, result),
-                                                  name=f"job-{result.job_id}")
+                job.watcher = asyncio.create_task(
+                    self._conclude(result.job_id, job, result), name=f"job-{result.job_id}"
+                )
             case JobToResume(job_id=job_id, graph=graph, progress=progress, cancel=cancel, repairs=repairs):
-                job = self._jobs[job_id] = DispatchedJob(graph, graph.fingerprint(),
-                                                         asyncio.get_running_loop().create_future(),
-                                                         cancel_recorded=cancel, repairs=repairs)
+                job = self._jobs[job_id] = DispatchedJob(
+                    graph,
+                    graph.fingerprint(),
+                    asyncio.get_running_loop().create_future(),
+                    cancel_recorded=cancel,
+                    repairs=repairs,
+                )
                 await self._run(job_id, job, recovered=progress)
 
     # -- submission and cancellation -----------------------------------------------------------
@@ -184,8 +212,11 @@ class Dispatcher:
         if existing is not None:
             if existing.fingerprint != fingerprint:
                 # the same words whether or not the ended job has reached the archive yet
-                reason = "it already reached a globally terminal state with another graph" \
-                    if existing.result is not None else "a job with this id runs with another graph"
+                reason = (
+                    "it already reached a globally terminal state with another graph"
+                    if existing.result is not None
+                    else "a job with this id runs with another graph"
+                )
                 raise DuplicateJobSubmission(job_id, reason)
             terminated = await asyncio.shield(existing.accepted)
             return Submission(job_id, False, terminated or existing.status)
@@ -194,9 +225,17 @@ class Dispatcher:
         self._jobs[job_id] = job
         try:
             # an id generated here is new: only a client's own id can have been used already
-            terminated = await terminated_status(job_id, fingerprint, archive=self._archive,
-                                                 job_result_store=self._job_result_store,
-                                                 cleaning=job_id in self._cleanups) if chosen_id else None
+            terminated = (
+                await terminated_status(
+                    job_id,
+                    fingerprint,
+                    archive=self._archive,
+                    job_result_store=self._job_result_store,
+                    cleaning=job_id in self._cleanups,
+                )
+                if chosen_id
+                else None
+            )
             if terminated is None:
                 await self._check_artifacts(graph)
                 await self._jobgraph_store.put(self.session_id, graph)
@@ -209,8 +248,14 @@ class Dispatcher:
             job.accepted.set_result(terminated)
             del self._jobs[job_id]
             return Submission(job_id, False, terminated)
-        log.info("job %s (%s) submitted with %d vertices, %d subtasks [session %s]", job_id, graph.name,
-                 len(graph.vertices), graph.subtask_count, self.session_id)
+        log.info(
+            "job %s (%s) submitted with %d vertices, %d subtasks [session %s]",
+            job_id,
+            graph.name,
+            len(graph.vertices),
+            graph.subtask_count,
+            self.session_id,
+        )
         self._events.job_submitted()
         await self._run(job_id, job, recovered=None)
         return Submission(job_id, True, job.status)
@@ -254,38 +299,61 @@ class Dispatcher:
         job = await self._settled(job_id)
         if job is not None:
             repair = job.running_repair
-            if job.result is None and repair is not None and job.graph is not None \
-                    and repair.covers(check_requested(job.graph, vertices)):
+            if (
+                job.result is None
+                and repair is not None
+                and job.graph is not None
+                and repair.covers(check_requested(job.graph, vertices))
+            ):
                 return RepairAnswer(job_id, created=False, repair=repair)
-            raise RepairNotPossible(job_id, f"it has not ended yet ({job.status.value}); ask again once it has",
-                                    running=True)
+            raise RepairNotPossible(
+                job_id, f"it has not ended yet ({job.status.value}); ask again once it has", running=True
+            )
         cleanup = self._cleanups.get(job_id)
         if cleanup is not None:  # it has just ended: its JobGraph and progress are being removed
             try:
                 await asyncio.wait_for(asyncio.shield(cleanup), CLEANUP_WAIT_S)
             except TimeoutError:
-                raise RepairNotPossible(job_id, "its cleanup is not done yet; ask again shortly",
-                                        running=True) from None
-        plan = plan_repair(job_id, await self._archive.get(job_id), vertices,
-                           results_deleted=self._cleanup_settings.delete_results, now_ms=int(time.time() * 1000))
+                raise RepairNotPossible(
+                    job_id, "its cleanup is not done yet; ask again shortly", running=True
+                ) from None
+        plan = plan_repair(
+            job_id,
+            await self._archive.get(job_id),
+            vertices,
+            results_deleted=self._cleanup_settings.delete_results,
+            now_ms=int(time.time() * 1000),
+        )
         self._limits.check(plan.graph)  # it ran under a higher limit
         await self._check_artifacts(plan.graph, repairing=job_id)
         if job_id in self._jobs:  # another repair or a resubmission took it meanwhile
             return await self.repair(job_id, vertices)
-        job = DispatchedJob(plan.graph, plan.graph.fingerprint(), asyncio.get_running_loop().create_future(),
-                   repairs=plan.repairs)
+        job = DispatchedJob(
+            plan.graph, plan.graph.fingerprint(), asyncio.get_running_loop().create_future(), repairs=plan.repairs
+        )
         self._jobs[job_id] = job
         try:
-            await persist_repair(self.session_id, plan, progress_store=self._progress_store,
-                                 jobgraph_store=self._jobgraph_store, job_result_store=self._job_result_store)
+            await persist_repair(
+                self.session_id,
+                plan,
+                progress_store=self._progress_store,
+                jobgraph_store=self._jobgraph_store,
+                job_result_store=self._job_result_store,
+            )
         except BaseException as exc:
             del self._jobs[job_id]
             job.accepted.set_exception(exc)
             job.accepted.exception()
             raise
         repair = plan.repairs[-1]
-        log.info("job %s: repair %d runs %s again (asked for %s) [session %s]", job_id, repair.number,
-                 ", ".join(repair.vertices), ", ".join(repair.requested), self.session_id)
+        log.info(
+            "job %s: repair %d runs %s again (asked for %s) [session %s]",
+            job_id,
+            repair.number,
+            ", ".join(repair.vertices),
+            ", ".join(repair.requested),
+            self.session_id,
+        )
         await self._run(job_id, job, recovered=plan.progress)
         return RepairAnswer(job_id, created=True, repair=repair)
 
@@ -430,8 +498,13 @@ class Dispatcher:
             if not job.cancel_recorded:
                 job_master.start()
         except Exception as exc:
-            log.error("the JobMaster of job %s cannot be built or started, the job fails: %s [session %s]", job_id,
-                      exc, self.session_id, exc_info=exc)
+            log.error(
+                "the JobMaster of job %s cannot be built or started, the job fails: %s [session %s]",
+                job_id,
+                exc,
+                self.session_id,
+                exc_info=exc,
+            )
             if job_master is not None:
                 self._release(job_id, job_master)
             return Failure.from_exception(exc)
@@ -456,8 +529,9 @@ class Dispatcher:
                 log.error("cancelling recovered job %s failed, the job fails: %s", job_id, exc, exc_info=exc)
                 self._release(job_id, job_master)
                 job.job_master = None
-                await self._conclude(job_id, job, job.conclude(result_without_run(job_id, job.graph,
-                                                                                  Failure.from_exception(exc))))
+                await self._conclude(
+                    job_id, job, job.conclude(result_without_run(job_id, job.graph, Failure.from_exception(exc)))
+                )
                 return
         await self._conclude(job_id, job, job.conclude(await job_master.result_future))
 
@@ -466,8 +540,9 @@ class Dispatcher:
         log.info("job %s reached %s [session %s]", job_id, result.status.value, self.session_id)
         self._events.job_finished(result.status.value)
         finished = job.job_master.finished() if job.job_master is not None else None
-        await self._archive_quietly(ArchivedJob(result, await job.snapshot(), job.fingerprint, graph=job.graph,
-                                                finished=finished))
+        await self._archive_quietly(
+            ArchivedJob(result, await job.snapshot(), job.fingerprint, graph=job.graph, finished=finished)
+        )
         written = await self._write_dirty_result(JobResultEntry(result, job.fingerprint))
         self._jobs.pop(job_id, None)
         if written:
@@ -493,8 +568,9 @@ class Dispatcher:
     async def _expire_archived_jobs(self) -> None:
         try:
             # a job still held here (repaired, cleaning up) stays: its entry is read or rewritten soon
-            await self._archive.expire(self.session_id, int(time.time() * 1000),
-                                       keep=self._jobs.keys() | self._cleanups.keys())
+            await self._archive.expire(
+                self.session_id, int(time.time() * 1000), keep=self._jobs.keys() | self._cleanups.keys()
+            )
         except LeadershipLost:
             pass  # the next leader expires them
         except Exception as exc:  # noqa: BLE001 - the archive's disk: tried again at the next check
@@ -512,8 +588,11 @@ class Dispatcher:
             except JobResultEntryExists:
                 return True  # written before, by this leader or a former one
             except LeadershipLost:
-                log.info("JobResult of job %s not written: leadership session %s ended; the next leader "
-                         "finishes the job", job_id, self.session_id)
+                log.info(
+                    "JobResult of job %s not written: leadership session %s ended; the next leader finishes the job",
+                    job_id,
+                    self.session_id,
+                )
                 return False
             except Exception as exc:
                 # Without its dirty entry a finished job could run again: keep trying. A full disk
@@ -522,9 +601,15 @@ class Dispatcher:
                 self._events.job_result_write_failed()
                 if str(exc) != cause:
                     cause = str(exc)
-                    log.error("writing the JobResult of job %s failed; retrying every %.1fs up to %.1fs until it "
-                              "is written: %s", job_id, delay, self._cleanup_settings.max_backoff, cause,
-                              exc_info=None if isinstance(exc, StoreError) else exc)
+                    log.error(
+                        "writing the JobResult of job %s failed; retrying every %.1fs up to %.1fs until it "
+                        "is written: %s",
+                        job_id,
+                        delay,
+                        self._cleanup_settings.max_backoff,
+                        cause,
+                        exc_info=None if isinstance(exc, StoreError) else exc,
+                    )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self._cleanup_settings.max_backoff)
             else:
@@ -558,8 +643,14 @@ class Dispatcher:
             except Exception as exc:  # noqa: BLE001 - whatever failed, the cleanup is retried
                 # FLINK-26652: a failing cleanup never takes the master down; it is retried, and the
                 # dirty JobResult hands it to the next leader if this one goes away.
-                log.warning("cleanup of job %s failed (attempt %d), retrying in %.1fs: %s; check %s",
-                            job_id, attempt, delay, exc, settings.storage_dir)
+                log.warning(
+                    "cleanup of job %s failed (attempt %d), retrying in %.1fs: %s; check %s",
+                    job_id,
+                    attempt,
+                    delay,
+                    exc,
+                    settings.storage_dir,
+                )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, settings.max_backoff)
 
@@ -567,8 +658,11 @@ class Dispatcher:
         if self._closed:
             raise ServiceUnavailable("the Dispatcher is shutting down; retry against the new leader")
         if self._recovering:
-            raise RecoveryInProgress(f"this master has just become leader and is recovering its jobs; retry in "
-                                     f"{RETRY_AFTER_S}s", leader=self._address, retry_after=RETRY_AFTER_S)
+            raise RecoveryInProgress(
+                f"this master has just become leader and is recovering its jobs; retry in {RETRY_AFTER_S}s",
+                leader=self._address,
+                retry_after=RETRY_AFTER_S,
+            )
 
 
 def _persisted() -> asyncio.Future[JobStatus | None]:

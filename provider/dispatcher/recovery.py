@@ -91,9 +91,18 @@ RecoveredJob = JobToResume | JobToCleanUp | JobToFail
 class JobRecovery:
     """Reads one leader session's stored jobs for its Dispatcher (see the module docstring)."""
 
-    def __init__(self, *, session_id: str, jobgraph_store: JobGraphStore, job_result_store: FileSystemJobResultStore,
-                 progress_store: ProgressStore, archive: JobArchive, initial_backoff: float,
-                 max_backoff: float, limits: JobLimits = JobLimits()) -> None:
+    def __init__(
+        self,
+        *,
+        session_id: str,
+        jobgraph_store: JobGraphStore,
+        job_result_store: FileSystemJobResultStore,
+        progress_store: ProgressStore,
+        archive: JobArchive,
+        initial_backoff: float,
+        max_backoff: float,
+        limits: JobLimits = JobLimits(),
+    ) -> None:
         self._session_id = session_id
         self._limits = limits
         self._jobgraph_store = jobgraph_store
@@ -144,8 +153,13 @@ class JobRecovery:
         except ServiceUnavailable:
             raise
         except Exception as exc:  # noqa: BLE001 - an unreadable JobResult fails its job alone
-            log.error("the dirty JobResult of job %s cannot be read (%s); the job is not run again: it is "
-                      "recorded as FAILED and cleaned up [session %s]", job_id, exc, self._session_id)
+            log.error(
+                "the dirty JobResult of job %s cannot be read (%s); the job is not run again: it is "
+                "recorded as FAILED and cleaned up [session %s]",
+                job_id,
+                exc,
+                self._session_id,
+            )
             if job_id in self._archive:
                 return JobToCleanUp(job_id, None, mark_clean=True)
             try:  # its graph, if still there, names the job and tells a resubmission apart
@@ -154,14 +168,22 @@ class JobRecovery:
                 graph = None
             result = result_without_run(job_id, graph, _recovery_failure(job_id, exc))
             fingerprint = graph.fingerprint() if graph is not None else None
-            return JobToCleanUp(job_id, ArchivedJob(result, JobSnapshot.from_result(result), fingerprint),
-                                mark_clean=True)
+            return JobToCleanUp(
+                job_id, ArchivedJob(result, JobSnapshot.from_result(result), fingerprint), mark_clean=True
+            )
         if entry is None:
             return None
-        log.info("job %s has a dirty JobResult (%s): cleaning up, not re-running [session %s]",
-                 job_id, entry.result.status.value, self._session_id)
-        archived = None if job_id in self._archive else \
-            ArchivedJob(entry.result, JobSnapshot.from_result(entry.result), entry.fingerprint)
+        log.info(
+            "job %s has a dirty JobResult (%s): cleaning up, not re-running [session %s]",
+            job_id,
+            entry.result.status.value,
+            self._session_id,
+        )
+        archived = (
+            None
+            if job_id in self._archive
+            else ArchivedJob(entry.result, JobSnapshot.from_result(entry.result), entry.fingerprint)
+        )
         return JobToCleanUp(job_id, archived, mark_clean=True)
 
     async def _stored_job(self, job_id: str) -> RecoveredJob | None:
@@ -194,23 +216,42 @@ class JobRecovery:
         try:
             self._limits.check(graph)
         except JobTooLarge as exc:
-            log.error("job %s is over today's limits, it fails instead of running: %s [session %s]", job_id,
-                      exc.message, self._session_id)
+            log.error(
+                "job %s is over today's limits, it fails instead of running: %s [session %s]",
+                job_id,
+                exc.message,
+                self._session_id,
+            )
             return JobToFail(result_without_run(job_id, graph, _recovery_failure(job_id, exc)), graph.fingerprint())
         # a job whose every subtask finished before its cancel took effect finishes, as it did
         cancel = progress.cancel_requested and not _all_finished(graph, progress)
-        log.info("recovering job %s (%s)%s [session %s]", job_id, graph.name,
-                 "; a former leader accepted its cancel" if cancel else "", self._session_id)
+        log.info(
+            "recovering job %s (%s)%s [session %s]",
+            job_id,
+            graph.name,
+            "; a former leader accepted its cancel" if cancel else "",
+            self._session_id,
+        )
         return JobToResume(job_id, graph, progress, cancel, repairs)
 
 
 def result_without_run(job_id: str, graph: JobGraph | None, failure: Failure) -> JobResult:
     """The FAILED JobResult of a job that could not run (its stored state or its JobMaster failed)."""
     now = int(time.time() * 1000)
-    vertices = {v.id: VertexResult(state=ExecutionState.CREATED, attempts=0) for v in graph.vertices} \
-        if graph is not None else {}
-    return JobResult(job_id=job_id, name=graph.name if graph is not None else UNREADABLE_JOB_NAME,
-                     status=JobStatus.FAILED, start_time=now, end_time=now, vertices=vertices, failure=failure)
+    vertices = (
+        {v.id: VertexResult(state=ExecutionState.CREATED, attempts=0) for v in graph.vertices}
+        if graph is not None
+        else {}
+    )
+    return JobResult(
+        job_id=job_id,
+        name=graph.name if graph is not None else UNREADABLE_JOB_NAME,
+        status=JobStatus.FAILED,
+        start_time=now,
+        end_time=now,
+        vertices=vertices,
+        failure=failure,
+    )
 
 
 def _all_finished(graph: JobGraph, progress: JobProgress) -> bool:
@@ -221,8 +262,9 @@ def _recovery_failure(job_id: str, exc: BaseException) -> Failure:
     return Failure(type(exc).__name__, f"job {job_id} could not be recovered: {exc}")
 
 
-async def terminated_status(job_id: str, fingerprint: str, *, archive: JobArchive,
-                            job_result_store: FileSystemJobResultStore, cleaning: bool) -> JobStatus | None:
+async def terminated_status(
+    job_id: str, fingerprint: str, *, archive: JobArchive, job_result_store: FileSystemJobResultStore, cleaning: bool
+) -> JobStatus | None:
     """The status of the same job (graph `fingerprint`) if `job_id` already terminated, from the
     archive or the JobResult store (`cleaning`: its cleanup runs); None if it is new.
     `DuplicateJobSubmission` if it terminated with another graph, or one it cannot tell."""
@@ -240,8 +282,11 @@ async def terminated_status(job_id: str, fingerprint: str, *, archive: JobArchiv
     if status is None:
         return None
     if stored is None:
-        raise DuplicateJobSubmission(job_id, f"it already reached a globally terminal state ({status.value}) "
-                                             "and its graph is not known, so this cannot be the same job")
+        raise DuplicateJobSubmission(
+            job_id,
+            f"it already reached a globally terminal state ({status.value}) "
+            "and its graph is not known, so this cannot be the same job",
+        )
     if stored != fingerprint:
         raise DuplicateJobSubmission(job_id, "it already reached a globally terminal state with another graph")
     return status

@@ -33,32 +33,48 @@ class RepairPlan:
     repairs: tuple[Repair, ...]
 
 
-def plan_repair(job_id: str, archived: ArchivedJob | None, requested: Sequence[str], *,
-                results_deleted: bool, now_ms: int) -> RepairPlan:
+def plan_repair(
+    job_id: str, archived: ArchivedJob | None, requested: Sequence[str], *, results_deleted: bool, now_ms: int
+) -> RepairPlan:
     """The repair of `requested` vertices of an archived job; `UnknownJob`, `InvalidRequest` for
     vertices it does not have, `RepairNotPossible` when its graph or results are gone."""
     if archived is None:
         raise UnknownJob(job_id)
     graph, finished = archived.graph, archived.finished
     if graph is None or finished is None:
-        raise RepairNotPossible(job_id, "its graph and finished subtasks were not kept (it ended without running, "
-                                        "its JobResult alone was recovered, or an older release archived it); "
-                                        "submit it again")
+        raise RepairNotPossible(
+            job_id,
+            "its graph and finished subtasks were not kept (it ended without running, "
+            "its JobResult alone was recovered, or an older release archived it); "
+            "submit it again",
+        )
     if results_deleted:
-        raise RepairNotPossible(job_id, "results.retention is `delete`, so the results a repair reuses were "
-                                        "deleted; set results.retention: keep to repair jobs, or submit it again")
+        raise RepairNotPossible(
+            job_id,
+            "results.retention is `delete`, so the results a repair reuses were "
+            "deleted; set results.retention: keep to repair jobs, or submit it again",
+        )
     asked = check_requested(graph, requested)
     replaced = rerun_closure(graph, asked)
     parallelism = {vertex.id: vertex.parallelism for vertex in graph.vertices}
-    kept = {vertex_id: dict(subtasks) for vertex_id, subtasks in finished.items()
-            if vertex_id in parallelism and vertex_id not in replaced}
+    kept = {
+        vertex_id: dict(subtasks)
+        for vertex_id, subtasks in finished.items()
+        if vertex_id in parallelism and vertex_id not in replaced
+    }
     complete = JobProgress(job_id, kept).complete_vertices(parallelism)
     repair = Repair(len(archived.snapshot.repairs) + 1, asked, vertices_to_run(graph, replaced, complete), now_ms)
     return RepairPlan(graph, JobProgress(job_id, kept, repair=repair), (*archived.snapshot.repairs, repair))
 
 
-async def persist_repair(session_id: str, plan: RepairPlan, *, progress_store: ProgressStore,
-                         jobgraph_store: JobGraphStore, job_result_store: FileSystemJobResultStore) -> None:
+async def persist_repair(
+    session_id: str,
+    plan: RepairPlan,
+    *,
+    progress_store: ProgressStore,
+    jobgraph_store: JobGraphStore,
+    job_result_store: FileSystemJobResultStore,
+) -> None:
     """Write the repair (see the module docstring for the order); `LeadershipLost` if this
     master no longer leads."""
     repair = plan.progress.repair

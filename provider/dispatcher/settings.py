@@ -8,8 +8,16 @@ from pathlib import Path
 
 from sparkdispatch.config import Configuration
 from sparkdispatch.config.options import (
-    BLOB_CLEANUP_INTERVAL, BLOB_RETENTION, CLEANUP_INITIAL_BACKOFF, CLEANUP_MAX_BACKOFF, HA_CLUSTER_ID,
-    JOBGRAPH_MAX_SUBTASKS, JOBSTORE_EXPIRATION_TIME, JOBSTORE_MAX_CAPACITY, JOBSTORE_MAX_IN_MEMORY, RESULTS_RETENTION,
+    BLOB_CLEANUP_INTERVAL,
+    BLOB_RETENTION,
+    CLEANUP_INITIAL_BACKOFF,
+    CLEANUP_MAX_BACKOFF,
+    HA_CLUSTER_ID,
+    JOBGRAPH_MAX_SUBTASKS,
+    JOBSTORE_EXPIRATION_TIME,
+    JOBSTORE_MAX_CAPACITY,
+    JOBSTORE_MAX_IN_MEMORY,
+    RESULTS_RETENTION,
 )
 from sparkdispatch.errors import JobTooLarge
 from sparkdispatch.model.job_graph import JobGraph
@@ -45,10 +53,13 @@ class CleanupSettings:
 
     @classmethod
     def from_config(cls, config: Configuration) -> CleanupSettings:
-        return cls(initial_backoff=config.get(CLEANUP_INITIAL_BACKOFF),
-                   max_backoff=config.get(CLEANUP_MAX_BACKOFF),
-                   delete_results=config.get(RESULTS_RETENTION) == "delete",
-                   results_dir=config.results_dir, storage_dir=config.storage_dir)
+        return cls(
+            initial_backoff=config.get(CLEANUP_INITIAL_BACKOFF),
+            max_backoff=config.get(CLEANUP_MAX_BACKOFF),
+            delete_results=config.get(RESULTS_RETENTION) == "delete",
+            results_dir=config.results_dir,
+            storage_dir=config.storage_dir,
+        )
 
 
 @dataclass(frozen=True)
@@ -75,6 +86,9 @@ class ArchiveSettings:
 
     @classmethod
     def from_config(cls, config: Configuration) -> ArchiveSettings:
-        return cls(directory=config.storage_dir / "archive" / config.get(HA_CLUSTER_ID),
-                   capacity=config.get(JOBSTORE_MAX_IN_MEMORY), expiration=config.get(JOBSTORE_EXPIRATION_TIME),
-                   max_capacity=config.get(JOBSTORE_MAX_CAPACITY))
+        return cls(
+            directory=config.storage_dir / "archive" / config.get(HA_CLUSTER_ID),
+            capacity=config.get(JOBSTORE_MAX_IN_MEMORY),
+            expiration=config.get(JOBSTORE_EXPIRATION_TIME),
+            max_capacity=config.get(JOBSTORE_MAX_CAPACITY),
+        )

@@ -36,15 +36,26 @@ if TYPE_CHECKING:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sparkdispatch", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", metavar="FILE", help="YAML file of flat dotted keys (or $SPARKDISPATCH_CONF)")
-    parser.add_argument("-D", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override one configuration key; repeatable")
+    parser.add_argument(
+        "-D",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one configuration key; repeatable",
+    )
     parser.add_argument("--log-level", default="INFO", help="logging level of server commands (default INFO)")
     # `-D` after the command too, as Flink users type it (`sparkdispatch master -D rest.port=8082`)
     late = argparse.ArgumentParser(add_help=False)
-    late.add_argument("-D", dest="late_overrides", action="append", default=[], metavar="KEY=VALUE",
-                      help="override one configuration key; repeatable")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
-                                     parser_class=_with_parents(late))
+    late.add_argument(
+        "-D",
+        dest="late_overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one configuration key; repeatable",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_with_parents(late))
 
     standalone = commands.add_parser("standalone", help="master + TaskExecutors on this machine, embedded defaults")
     standalone.add_argument("--taskexecutors", type=int, default=1, metavar="N", help="TaskExecutors (default 1)")
@@ -56,8 +67,9 @@ def _parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="submit a JobGraph (JSON or YAML file)")
     run.add_argument("graph", metavar="GRAPH.json")
     run.add_argument("--wait", action="store_true", help="show progress and wait for the JobResult")
-    run.add_argument("--artifact", action="append", default=[], metavar="FILE",
-                     help="a .py or .zip with the task code; repeatable")
+    run.add_argument(
+        "--artifact", action="append", default=[], metavar="FILE", help="a .py or .zip with the task code; repeatable"
+    )
     commands.add_parser("list", help="running and finished jobs")
     status = commands.add_parser("status", help="a job's vertices, states and results, and its failure")
     status.add_argument("job_id")
@@ -68,8 +80,9 @@ def _parser() -> argparse.ArgumentParser:
     logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines until the job ends")
     cancel = commands.add_parser("cancel", help="cancel a job")
     cancel.add_argument("job_id")
-    repair = commands.add_parser("repair", help="run vertices of an ended job again, with their consumers, "
-                                                "reusing the other vertices' results")
+    repair = commands.add_parser(
+        "repair", help="run vertices of an ended job again, with their consumers, reusing the other vertices' results"
+    )
     repair.add_argument("job_id")
     repair.add_argument("vertices", nargs="+", metavar="VERTEX")
     commands.add_parser("overview", help="the cluster overview")
@@ -111,8 +124,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 _EXTRAS: dict[str, tuple[str, tuple[str, ...]]] = {
     "master": ("master", ("celery", "apispec", "prometheus_client")),
     "taskexecutor": ("taskexecutor", ("celery", "pyspark", "pandas", "pyarrow", "grpc")),
-    "standalone": ("master,taskexecutor", ("celery", "apispec", "prometheus_client", "pyspark", "pandas", "pyarrow",
-                                          "grpc")),
+    "standalone": (
+        "master,taskexecutor",
+        ("celery", "apispec", "prometheus_client", "pyspark", "pandas", "pyarrow", "grpc"),
+    ),
 }
 
 
@@ -124,9 +139,11 @@ def require_extra(command: str) -> None:
     extra, modules = _EXTRAS[command]
     missing = [name for name in modules if importlib.util.find_spec(name) is None]
     if missing:
-        raise MissingExtra(f"`sparkdispatch {command}` needs packages this installation lacks "
-                           f"({', '.join(missing)}): install them with `pip install 'sparkdispatch[{extra}]'`",
-                           extra=extra)
+        raise MissingExtra(
+            f"`sparkdispatch {command}` needs packages this installation lacks "
+            f"({', '.join(missing)}): install them with `pip install 'sparkdispatch[{extra}]'`",
+            extra=extra,
+        )
 
 
 def _serve(args: argparse.Namespace, config: Configuration) -> int:
@@ -141,8 +158,7 @@ def _serve(args: argparse.Namespace, config: Configuration) -> int:
         return run_task_executor(config)
     from sparkdispatch.entrypoint.standalone import run_standalone
 
-    return asyncio.run(run_standalone(config, taskexecutors=args.taskexecutors, slots=args.slots,
-                                      storage=args.storage))
+    return asyncio.run(run_standalone(config, taskexecutors=args.taskexecutors, slots=args.slots, storage=args.storage))
 
 
 async def _client_command(args: argparse.Namespace, config: Configuration) -> int:
@@ -171,8 +187,10 @@ async def _client_command(args: argparse.Namespace, config: Configuration) -> in
             print(f"cancelling job {args.job_id}")
         elif args.command == "repair":
             answer = await client.repair(args.job_id, args.vertices)
-            print(f"job {args.job_id}: repair {answer.repair.number} {'runs' if answer.created else 'already runs'} "
-                  f"{', '.join(answer.repair.vertices)} again")
+            print(
+                f"job {args.job_id}: repair {answer.repair.number} {'runs' if answer.created else 'already runs'} "
+                f"{', '.join(answer.repair.vertices)} again"
+            )
         else:
             return await _run(client, args)
     return 0
@@ -187,8 +205,10 @@ async def _run(client: SparkDispatchClient, args: argparse.Namespace) -> int:
             graph["artifacts"].append(key)
     submitted = await client.submit(graph)
     job_id = submitted.job_id
-    print(f"job {job_id} {'submitted' if submitted.created else 'was submitted before'}: {client.job_url(job_id)}",
-          flush=True)
+    print(
+        f"job {job_id} {'submitted' if submitted.created else 'was submitted before'}: {client.job_url(job_id)}",
+        flush=True,
+    )
     if not args.wait:
         return 0
     try:
@@ -235,8 +255,11 @@ async def _logs(client: SparkDispatchClient, job_id: str, vertex: str | None, *,
     """Print the attempt logs of the job's vertices (each line `<vertex>[<subtask>] attempt <n>: ...`);
     with `follow`, until the job ends."""
     details = await client.job(job_id)
-    vertices = {vertex_id: parallelism for vertex_id, parallelism in job_parallelism(details).items()
-                if vertex is None or vertex_id == vertex}
+    vertices = {
+        vertex_id: parallelism
+        for vertex_id, parallelism in job_parallelism(details).items()
+        if vertex is None or vertex_id == vertex
+    }
     if not vertices:
         raise SparkDispatchError(f"job {job_id} has no vertex {vertex!r}")
     logs = JobLogs(job_id, lambda line: print(line, flush=True), vertices)

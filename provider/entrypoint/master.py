@@ -51,11 +51,15 @@ class MasterSettings:
 
     @classmethod
     def from_config(cls, config: Configuration) -> MasterSettings:
-        return cls(rest=RestSettings.from_config(config), job_limits=JobLimits.from_config(config),
-                   resource_manager=ResourceManagerSettings.from_config(config),
-                   job_master=JobMasterSettings.from_config(config), cleanup=CleanupSettings.from_config(config),
-                   archive=ArchiveSettings.from_config(config),
-                   blob_cleanup=BlobCleanupSettings.from_config(config))
+        return cls(
+            rest=RestSettings.from_config(config),
+            job_limits=JobLimits.from_config(config),
+            resource_manager=ResourceManagerSettings.from_config(config),
+            job_master=JobMasterSettings.from_config(config),
+            cleanup=CleanupSettings.from_config(config),
+            archive=ArchiveSettings.from_config(config),
+            blob_cleanup=BlobCleanupSettings.from_config(config),
+        )
 
 
 @dataclass(frozen=True)
@@ -173,20 +177,38 @@ class Master:
         async def new_job_master(graph: JobGraph, recovered: JobProgress | None) -> JobMaster:
             # built from immutable inputs in a thread, handed to the loop finished
             execution_graph = await asyncio.to_thread(build_execution_graph, graph, recovered)
-            return JobMaster(graph, session_id=session_id, resource_manager=resource_manager,
-                             task_executor_gateway=gateway, progress_store=progress_store,
-                             settings=job_master_settings, recovered_progress=recovered, events=self.metrics,
-                             execution_graph=execution_graph)
+            return JobMaster(
+                graph,
+                session_id=session_id,
+                resource_manager=resource_manager,
+                task_executor_gateway=gateway,
+                progress_store=progress_store,
+                settings=job_master_settings,
+                recovered_progress=recovered,
+                events=self.metrics,
+                execution_graph=execution_graph,
+            )
 
-        dispatcher = Dispatcher(session_id=session_id, address=self.address, jobgraph_store=self.ha.jobgraph_store,
-                                job_result_store=self.ha.job_result_store, progress_store=progress_store,
-                                archive=JobArchive(self.settings.archive, check=self.ha.check_leadership),
-                                blob_store=self.ha.blob_store, new_job_master=new_job_master,
-                                cleanup=self.settings.cleanup, events=self.metrics,
-                                limits=self.settings.job_limits)
-        self._leader = LeaderComponents(session_id, dispatcher, resource_manager, self.ha.blob_store,
-                                        BlobCleaner(self.ha.blob_store, self.ha.jobgraph_store,
-                                                    self.settings.blob_cleanup))
+        dispatcher = Dispatcher(
+            session_id=session_id,
+            address=self.address,
+            jobgraph_store=self.ha.jobgraph_store,
+            job_result_store=self.ha.job_result_store,
+            progress_store=progress_store,
+            archive=JobArchive(self.settings.archive, check=self.ha.check_leadership),
+            blob_store=self.ha.blob_store,
+            new_job_master=new_job_master,
+            cleanup=self.settings.cleanup,
+            events=self.metrics,
+            limits=self.settings.job_limits,
+        )
+        self._leader = LeaderComponents(
+            session_id,
+            dispatcher,
+            resource_manager,
+            self.ha.blob_store,
+            BlobCleaner(self.ha.blob_store, self.ha.jobgraph_store, self.settings.blob_cleanup),
+        )
         self._recovery = asyncio.create_task(self._recover(self._leader), name=f"recovery-{session_id}")
 
     async def _recover(self, leader: LeaderComponents) -> None:

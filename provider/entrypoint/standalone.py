@@ -77,19 +77,36 @@ class StandaloneCluster:
             for index, process in enumerate(self.processes):
                 if process.poll() is None:
                     continue
-                log.warning("TaskExecutor %d exited with %s; starting it again in %.0fs (log: %s)", index,
-                            process.returncode, pause[index], self._log_dir / f"taskexecutor-{index}.log")
+                log.warning(
+                    "TaskExecutor %d exited with %s; starting it again in %.0fs (log: %s)",
+                    index,
+                    process.returncode,
+                    pause[index],
+                    self._log_dir / f"taskexecutor-{index}.log",
+                )
                 await asyncio.sleep(pause[index])
                 pause[index] = min(pause[index] * 2, RESTART_BACKOFF_S[1])
                 self.processes[index] = self._spawn_task_executor(index)
 
     def _spawn_task_executor(self, index: int) -> subprocess.Popen[bytes]:
-        argv = [sys.executable, "-m", "sparkdispatch.taskexecutor", "--config", str(self._child_config),
-                "-D", f"taskexecutor.id=standalone-{index}"]
+        argv = [
+            sys.executable,
+            "-m",
+            "sparkdispatch.taskexecutor",
+            "--config",
+            str(self._child_config),
+            "-D",
+            f"taskexecutor.id=standalone-{index}",
+        ]
         # from the event loop's thread, the main thread: the TaskExecutor dies when this process does
         with open(self._log_dir / f"taskexecutor-{index}.log", "ab") as out:
-            return subprocess.Popen(tied_to_parent(argv), stdout=out, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
+            return subprocess.Popen(
+                tied_to_parent(argv),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
 
     async def wait_for_task_executors(self, timeout: float = 120.0) -> int:
         """Wait until every TaskExecutor registered; the number that did."""
@@ -133,8 +150,9 @@ def _signal(process: subprocess.Popen[bytes], sig: int, *, group: bool = False) 
         pass
 
 
-async def run_standalone(config: Configuration, *, taskexecutors: int = 1, slots: int | None = None,
-                         storage: str | None = None) -> int:
+async def run_standalone(
+    config: Configuration, *, taskexecutors: int = 1, slots: int | None = None, storage: str | None = None
+) -> int:
     """Run the standalone cluster until Ctrl-C or SIGTERM."""
     cluster = StandaloneCluster(standalone_config(config, slots=slots, storage=storage), taskexecutors=taskexecutors)
     stop = asyncio.Event()
@@ -146,13 +164,19 @@ async def run_standalone(config: Configuration, *, taskexecutors: int = 1, slots
         assert cluster.master is not None
         address = cluster.master.address
         print(f"sparkdispatch standalone: REST {address}  web UI {address}/ui/", flush=True)
-        print(f"  storage {cluster.config.storage_dir}; starting {taskexecutors} TaskExecutor(s) "
-              f"with {cluster.config.get(TASKEXECUTOR_SLOTS)} slot(s) each", flush=True)
+        print(
+            f"  storage {cluster.config.storage_dir}; starting {taskexecutors} TaskExecutor(s) "
+            f"with {cluster.config.get(TASKEXECUTOR_SLOTS)} slot(s) each",
+            flush=True,
+        )
         waiter = asyncio.create_task(cluster.wait_for_task_executors())
         done, _ = await asyncio.wait({waiter, asyncio.create_task(stop.wait())}, return_when=asyncio.FIRST_COMPLETED)
         if waiter in done:
-            print(f"  {waiter.result()} TaskExecutor(s) ready. Submit with:\n"
-                  f"    sparkdispatch -D rest.port={cluster.master.rest.port} run GRAPH.json --wait", flush=True)
+            print(
+                f"  {waiter.result()} TaskExecutor(s) ready. Submit with:\n"
+                f"    sparkdispatch -D rest.port={cluster.master.rest.port} run GRAPH.json --wait",
+                flush=True,
+            )
         await stop.wait()
         waiter.cancel()
     finally:

@@ -25,8 +25,10 @@ def cluster_id(config: Configuration) -> str:
     """`high-availability.cluster-id`, checked to be one safe path segment (znode and directory)."""
     value: str = config.get(HA_CLUSTER_ID)
     if not CLUSTER_ID_PATTERN.fullmatch(value):
-        raise ConfigurationError(f"high-availability.cluster-id {value!r} must be 1-128 letters, digits, "
-                                 "'_', '.' or '-', not starting with '.' or '-'")
+        raise ConfigurationError(
+            f"high-availability.cluster-id {value!r} must be 1-128 letters, digits, "
+            "'_', '.' or '-', not starting with '.' or '-'"
+        )
     return value
 
 
@@ -42,4 +44,3 @@ def create_leader_retrieval(config: Configuration) -> ClosableLeaderRetrieval:
         cluster_id(config)
         return OwnClientLeaderRetrieval(config)
     return StandaloneLeaderRetrieval(config.rest_url)
-

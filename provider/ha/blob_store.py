@@ -42,8 +42,15 @@ def _check_key(key: str) -> str:
 
 
 def _check_filename(filename: str) -> str:
-    if (not isinstance(filename, str) or not filename or filename in {".", ".."} or "/" in filename
-            or "\\" in filename or "\0" in filename or len(filename.encode()) > 255):
+    if (
+        not isinstance(filename, str)
+        or not filename
+        or filename in {".", ".."}
+        or "/" in filename
+        or "\\" in filename
+        or "\0" in filename
+        or len(filename.encode()) > 255
+    ):
         raise BlobError(f"{filename!r} is not a plain file name (no directories, at most 255 bytes)")
     return filename
 
@@ -172,8 +179,11 @@ def claim_artifacts(store: BlobStore, keys: tuple[str, ...], *, repairing: str |
     if not problems:
         store.touch_blocking(keys)
     elif repairing is not None:
-        raise RepairNotPossible(repairing, "its code is no longer stored (blob.retention): "
-                                + "; ".join(f"{k}: {' '.join(v)}" for k, v in sorted(problems.items())))
+        raise RepairNotPossible(
+            repairing,
+            "its code is no longer stored (blob.retention): "
+            + "; ".join(f"{k}: {' '.join(v)}" for k, v in sorted(problems.items())),
+        )
     else:
         raise InvalidJobGraph(problems)
 
@@ -186,8 +196,9 @@ def artifact_problems(reader: BlobReader, keys: tuple[str, ...]) -> dict[str, li
         try:
             reader.path_blocking(key)
         except BlobNotFound:
-            problems[f"artifacts[{index}]"] = [f"no artifact with key {key} is stored; upload it first "
-                                               "(POST /artifacts)"]
+            problems[f"artifacts[{index}]"] = [
+                f"no artifact with key {key} is stored; upload it first (POST /artifacts)"
+            ]
         except CorruptedBlob:
             problems[f"artifacts[{index}]"] = [f"the artifact with key {key} is corrupted; upload it again"]
     return problems

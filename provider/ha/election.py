@@ -46,8 +46,9 @@ class _Latch(Lock):  # type: ignore[misc]  # kazoo's Lock is untyped (Any)
     def __init__(self, client: KazooClient, path: str, identifier: str) -> None:
         super().__init__(client, path, identifier)
         # kazoo's default lets the retry pause grow to a minute while ZooKeeper is unreachable.
-        self._retry = KazooRetry(max_tries=None, delay=0.05, backoff=1.5, max_delay=0.5,
-                                 sleep_func=client.handler.sleep_func)
+        self._retry = KazooRetry(
+            max_tries=None, delay=0.05, backoff=1.5, max_delay=0.5, sleep_func=client.handler.sleep_func
+        )
 
 
 @dataclass(frozen=True)
@@ -59,8 +60,9 @@ class _Leadership:
 class ZooKeeperLeaderElection:
     """One election per master process; see the module docstring for the protocol."""
 
-    def __init__(self, client: KazooClient, paths: ZooKeeperPaths, *, identifier: str,
-                 tolerate_suspended: bool) -> None:
+    def __init__(
+        self, client: KazooClient, paths: ZooKeeperPaths, *, identifier: str, tolerate_suspended: bool
+    ) -> None:
         self._client = client
         self._paths = paths
         self._identifier = identifier
@@ -92,8 +94,7 @@ class ZooKeeperLeaderElection:
         with self._cond:
             self._connected = self._client.state == KazooState.CONNECTED
         # DataWatch reads at once and retries while disconnected: never on the loop.
-        self._client.handler.spawn(self._client.DataWatch, self._paths.connection_info,
-                                   self._on_leader_info_changed)
+        self._client.handler.spawn(self._client.DataWatch, self._paths.connection_info, self._on_leader_info_changed)
         self._driver = threading.Thread(target=self._drive, name="sparkdispatch-election", daemon=True)
         self._driver.start()
 
@@ -146,8 +147,9 @@ class ZooKeeperLeaderElection:
         session still believes it leads). `StoreError` if ZooKeeper does not answer in `timeout` s.
         """
         latch = self.fence(session_id, component)
-        await fenced_commit(self._client, latch, lambda transaction: None, component=component,
-                            deadline=time.monotonic() + timeout)
+        await fenced_commit(
+            self._client, latch, lambda transaction: None, component=component, deadline=time.monotonic() + timeout
+        )
 
     @property
     def confirmed(self) -> LeaderInfo | None:
@@ -180,8 +182,11 @@ class ZooKeeperLeaderElection:
             return
         if info == confirmed and owner == self._client.client_id[0]:
             return
-        log.warning("leader info of session %s was %s; rewriting it", confirmed.session_id,
-                    "deleted" if info is None else f"changed to {info}")
+        log.warning(
+            "leader info of session %s was %s; rewriting it",
+            confirmed.session_id,
+            "deleted" if info is None else f"changed to {info}",
+        )
         self._publish(leadership, confirmed)
 
     def _publish(self, leadership: _Leadership, info: LeaderInfo) -> None:
@@ -216,8 +221,9 @@ class ZooKeeperLeaderElection:
             self._cond.notify_all()
         self._call_on_loop(self._revoke, "latch node deleted")
 
-    def _on_leader_info_changed(self, data: bytes | None, stat: ZnodeStat | None,
-                                event: WatchedEvent | None = None) -> bool:
+    def _on_leader_info_changed(
+        self, data: bytes | None, stat: ZnodeStat | None, event: WatchedEvent | None = None
+    ) -> bool:
         owner = stat.ephemeralOwner if stat is not None else None
         return self._call_on_loop(self._heal, LeaderInfo.from_bytes(data), owner)
 

@@ -77,8 +77,9 @@ class FileSystemJobResultStore:
             finally:
                 temp.unlink(missing_ok=True)
         except OSError as exc:  # a full disk, an I/O error: nothing of this write is left behind
-            raise StoreError(f"the JobResult of job {result.job_id} cannot be written to {path}: "
-                             f"{exc.strerror or exc}") from exc
+            raise StoreError(
+                f"the JobResult of job {result.job_id} cannot be written to {path}: {exc.strerror or exc}"
+            ) from exc
         log.info("stored dirty JobResult of job %s (%s)", result.job_id, result.status.value)
 
     def _link_dirty(self, job_id: str, temp: Path) -> None:
@@ -133,8 +134,7 @@ class FileSystemJobResultStore:
 
     def _has(self, job_id: str) -> bool:
         with self._lock:
-            return (self._dirty(job_id).exists() or job_id in self._cleaned
-                    or self._clean(job_id).exists())
+            return self._dirty(job_id).exists() or job_id in self._cleaned or self._clean(job_id).exists()
 
     async def dirty_job_ids(self) -> list[str]:
         """The jobs with a dirty entry, whose cleanup a new leader must finish; nothing is read."""
@@ -144,9 +144,13 @@ class FileSystemJobResultStore:
         with self._lock:
             if not self.directory.is_dir():
                 return []
-            return sorted(p.name[:-len(DIRTY_SUFFIX)] for p in self.directory.iterdir()
-                          if p.name.endswith(DIRTY_SUFFIX) and not is_temp(p)
-                          and JOB_ID_PATTERN.fullmatch(p.name[:-len(DIRTY_SUFFIX)]))
+            return sorted(
+                p.name[: -len(DIRTY_SUFFIX)]
+                for p in self.directory.iterdir()
+                if p.name.endswith(DIRTY_SUFFIX)
+                and not is_temp(p)
+                and JOB_ID_PATTERN.fullmatch(p.name[: -len(DIRTY_SUFFIX)])
+            )
 
     async def get(self, job_id: str) -> JobResultEntry | None:
         """The job's entry, dirty or clean; None if there is none, `StoreError` if it cannot be read."""
@@ -164,8 +168,10 @@ class FileSystemJobResultStore:
         try:
             raw = json.loads(path.read_bytes())
             if raw.get("version") != FORMAT_VERSION:
-                raise StoreError(f"JobResult file {path} has version {raw.get('version')!r}; "
-                                 f"this release reads version {FORMAT_VERSION}")
+                raise StoreError(
+                    f"JobResult file {path} has version {raw.get('version')!r}; "
+                    f"this release reads version {FORMAT_VERSION}"
+                )
             fingerprint = raw.get("fingerprint")
             if fingerprint is not None and not isinstance(fingerprint, str):
                 raise ValueError(f"fingerprint must be a string, not {fingerprint!r}")

@@ -84,8 +84,9 @@ async def read_znode(result: IAsyncResult, what: str) -> Any:
     except ConnectionClosedError:
         raise  # this process closed its client: nothing to retry
     except (ConnectionLoss, ConnectionDropped, OperationTimeoutError, SessionExpiredError) as exc:
-        raise StoreUnavailable(f"reading {what}: ZooKeeper did not answer ({type(exc).__name__}); "
-                               "the read may be retried") from None
+        raise StoreUnavailable(
+            f"reading {what}: ZooKeeper did not answer ({type(exc).__name__}); the read may be retried"
+        ) from None
 
 
 def _load_graph(data: bytes, origin: str) -> JobGraph:
@@ -135,8 +136,11 @@ class FileJobGraphStore:
         def scan() -> set[str]:
             if not self.directory.is_dir():
                 return set()
-            return {p.stem for p in self.directory.iterdir()
-                    if p.suffix == ".json" and not is_temp(p) and JOB_ID_PATTERN.fullmatch(p.stem)}
+            return {
+                p.stem
+                for p in self.directory.iterdir()
+                if p.suffix == ".json" and not is_temp(p) and JOB_ID_PATTERN.fullmatch(p.stem)
+            }
 
         return await asyncio.to_thread(scan)
 
@@ -144,8 +148,16 @@ class FileJobGraphStore:
 class ZooKeeperJobGraphStore:
     """Mode `zookeeper`: a znode per job, large graphs in files; see the module docstring."""
 
-    def __init__(self, client: KazooClient, path: str, election: LeaderElection, *, files: Path,
-                 inline_limit: int, write_timeout: float) -> None:
+    def __init__(
+        self,
+        client: KazooClient,
+        path: str,
+        election: LeaderElection,
+        *,
+        files: Path,
+        inline_limit: int,
+        write_timeout: float,
+    ) -> None:
         self._client = client
         self._path = path
         self._election = election
@@ -167,12 +179,14 @@ class ZooKeeperJobGraphStore:
         try:
             # Create first: a new job has no znode, so the pointer it may replace is read only
             # when the znode exists.
-            [created] = await fenced_commit(self._client, latch, lambda t: t.create(znode, data),
-                                            component=COMPONENT, deadline=deadline)
+            [created] = await fenced_commit(
+                self._client, latch, lambda t: t.create(znode, data), component=COMPONENT, deadline=deadline
+            )
             if isinstance(created, NodeExistsError):
                 previous = await self._pointed_file(znode)
-                [updated] = await fenced_commit(self._client, latch, lambda t: t.set_data(znode, data),
-                                                component=COMPONENT, deadline=deadline)
+                [updated] = await fenced_commit(
+                    self._client, latch, lambda t: t.set_data(znode, data), component=COMPONENT, deadline=deadline
+                )
                 if isinstance(updated, Exception):
                     raise StoreError(f"the JobGraph of job {job_id} could not be updated: {updated!r}")
             elif isinstance(created, Exception):
@@ -255,8 +269,9 @@ class ZooKeeperJobGraphStore:
             raise
         except StoreError:
             pointed = None  # an unreadable record: its files go by their name pattern below
-        [deleted] = await fenced_commit(self._client, latch, lambda t: t.delete(znode), component=COMPONENT,
-                                        deadline=deadline)
+        [deleted] = await fenced_commit(
+            self._client, latch, lambda t: t.delete(znode), component=COMPONENT, deadline=deadline
+        )
         if isinstance(deleted, Exception) and not isinstance(deleted, NoNodeError):
             raise StoreError(f"the JobGraph of job {job_id} could not be removed: {deleted!r}")
         await asyncio.to_thread(self._remove_files, job_id, pointed)

@@ -68,21 +68,30 @@ class JobProgress:
 
     def complete_vertices(self, parallelism: dict[str, int]) -> set[str]:
         """The vertices (of `parallelism`: vertex id -> subtasks) whose every subtask finished."""
-        return {vertex_id for vertex_id, count in parallelism.items()
-                if set(self.finished.get(vertex_id, {})) >= set(range(count))}
+        return {
+            vertex_id
+            for vertex_id, count in parallelism.items()
+            if set(self.finished.get(vertex_id, {})) >= set(range(count))
+        }
 
 
 def finished_to_dict(finished: Finished) -> dict[str, dict[str, Any]]:
     """The JSON form of FINISHED subtasks (as the archive keeps them)."""
-    return {vertex_id: {str(index): {"result_path": entry.result_path, "rows": entry.rows}
-                        for index, entry in subtasks.items()}
-            for vertex_id, subtasks in finished.items()}
+    return {
+        vertex_id: {
+            str(index): {"result_path": entry.result_path, "rows": entry.rows} for index, entry in subtasks.items()
+        }
+        for vertex_id, subtasks in finished.items()
+    }
 
 
 def finished_from_dict(data: dict[str, Any]) -> Finished:
-    return {str(vertex_id): {int(index): SubtaskProgress(entry["result_path"], entry["rows"])
-                             for index, entry in subtasks.items()}
-            for vertex_id, subtasks in data.items()}
+    return {
+        str(vertex_id): {
+            int(index): SubtaskProgress(entry["result_path"], entry["rows"]) for index, entry in subtasks.items()
+        }
+        for vertex_id, subtasks in data.items()
+    }
 
 
 class ProgressStore(Protocol):
@@ -90,8 +99,15 @@ class ProgressStore(Protocol):
     writes are fenced by the leader session id (`LeadershipLost` for a former leader's)."""
 
     @abstractmethod
-    async def record_subtask(self, session_id: str, job_id: str, vertex_id: str, subtask_index: int,
-                             result_path: str | None, rows: int | None) -> None:
+    async def record_subtask(
+        self,
+        session_id: str,
+        job_id: str,
+        vertex_id: str,
+        subtask_index: int,
+        result_path: str | None,
+        rows: int | None,
+    ) -> None:
         """A subtask FINISHED, its result at `result_path` (None when it returned nothing)."""
 
     @abstractmethod
@@ -136,8 +152,15 @@ class FileProgressStore:
     def _file(self, job_id: str) -> Path:
         return self.directory / f"{check_job_id(job_id)}.jsonl"
 
-    async def record_subtask(self, session_id: str, job_id: str, vertex_id: str, subtask_index: int,
-                             result_path: str | None, rows: int | None) -> None:
+    async def record_subtask(
+        self,
+        session_id: str,
+        job_id: str,
+        vertex_id: str,
+        subtask_index: int,
+        result_path: str | None,
+        rows: int | None,
+    ) -> None:
         _check_subtask(vertex_id, subtask_index, result_path, rows)
         path = self._file(job_id)
         self._election.fence(session_id, COMPONENT)
@@ -154,8 +177,11 @@ class FileProgressStore:
             for index, entry in subtasks.items():
                 _check_subtask(vertex_id, index, entry.result_path, entry.rows)
         path = self._file(job_id)
-        lines = [json.dumps(_record(vertex_id, index, entry.result_path, entry.rows), sort_keys=True)
-                 for vertex_id, subtasks in kept.items() for index, entry in subtasks.items()]
+        lines = [
+            json.dumps(_record(vertex_id, index, entry.result_path, entry.rows), sort_keys=True)
+            for vertex_id, subtasks in kept.items()
+            for index, entry in subtasks.items()
+        ]
         lines.append(json.dumps({"repair": repair.to_dict()}, sort_keys=True))
         data = ("\n".join(lines) + "\n").encode()
         self._election.fence(session_id, COMPONENT)
@@ -217,8 +243,15 @@ class ZooKeeperProgressStore:
     def _job_node(self, job_id: str) -> str:
         return f"{self._path}/{check_job_id(job_id)}"
 
-    async def record_subtask(self, session_id: str, job_id: str, vertex_id: str, subtask_index: int,
-                             result_path: str | None, rows: int | None) -> None:
+    async def record_subtask(
+        self,
+        session_id: str,
+        job_id: str,
+        vertex_id: str,
+        subtask_index: int,
+        result_path: str | None,
+        rows: int | None,
+    ) -> None:
         _check_subtask(vertex_id, subtask_index, result_path, rows)
         job_node = self._job_node(job_id)
         latch = self._election.fence(session_id, COMPONENT)
@@ -242,8 +275,9 @@ class ZooKeeperProgressStore:
                 data = json.dumps({"result_path": entry.result_path, "rows": entry.rows}, sort_keys=True).encode()
                 await self._upsert(latch, job_node, f"{job_node}/{vertex_id}#{index}", data)
         # last: a repair node names a progress that is whole
-        await self._upsert(latch, job_node, f"{job_node}/{REPAIR_NODE}",
-                           json.dumps(repair.to_dict(), sort_keys=True).encode())
+        await self._upsert(
+            latch, job_node, f"{job_node}/{REPAIR_NODE}", json.dumps(repair.to_dict(), sort_keys=True).encode()
+        )
 
     async def _upsert(self, latch: str, job_node: str, node: str, data: bytes) -> None:
         deadline = time.monotonic() + self._write_timeout
@@ -289,8 +323,7 @@ class ZooKeeperProgressStore:
             except (ValueError, KeyError, TypeError, InvalidShape):
                 raise StoreError(f"the repair znode {node} of job {job_id} is unreadable") from None
         children = [child for child in children if child not in (CANCEL_NODE, REPAIR_NODE)]
-        reads = [read_znode(self._client.get_async(f"{job_node}/{child}"), f"{job_node}/{child}")
-                 for child in children]
+        reads = [read_znode(self._client.get_async(f"{job_node}/{child}"), f"{job_node}/{child}") for child in children]
         outcomes = await asyncio.gather(*reads, return_exceptions=True)
         for child, outcome in zip(children, outcomes, strict=True):
             if isinstance(outcome, NoNodeError):
@@ -320,16 +353,23 @@ class ZooKeeperProgressStore:
         except NoNodeError:
             return
         for start in range(0, len(children), DELETE_BATCH):
-            batch = [f"{job_node}/{child}" for child in children[start:start + DELETE_BATCH]]
-            results = await fenced_commit(self._client, latch, functools.partial(_delete_all, batch),
-                                          component=COMPONENT, deadline=deadline)
+            batch = [f"{job_node}/{child}" for child in children[start : start + DELETE_BATCH]]
+            results = await fenced_commit(
+                self._client, latch, functools.partial(_delete_all, batch), component=COMPONENT, deadline=deadline
+            )
             if any(isinstance(r, Exception) for r in results):
                 # Someone deleted a child meanwhile: delete the rest one by one (still fenced).
                 for path in batch:
-                    await fenced_commit(self._client, latch, functools.partial(_delete_all, [path]),
-                                        component=COMPONENT, deadline=deadline)
-        [deleted] = await fenced_commit(self._client, latch, lambda t: t.delete(job_node), component=COMPONENT,
-                                        deadline=deadline)
+                    await fenced_commit(
+                        self._client,
+                        latch,
+                        functools.partial(_delete_all, [path]),
+                        component=COMPONENT,
+                        deadline=deadline,
+                    )
+        [deleted] = await fenced_commit(
+            self._client, latch, lambda t: t.delete(job_node), component=COMPONENT, deadline=deadline
+        )
         if isinstance(deleted, Exception) and not isinstance(deleted, NoNodeError):
             raise StoreError(f"cannot remove {job_node}: {deleted!r}")
 

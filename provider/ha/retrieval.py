@@ -122,8 +122,10 @@ class OwnClientLeaderRetrieval:
         self._config = config
         self._client = create_client(config)
         self._retrieval = ZooKeeperLeaderRetrieval(
-            self._client, ZooKeeperPaths.from_config(config).connection_info,
-            tolerate_suspended=config.get(HA_ZOOKEEPER_TOLERATE_SUSPENDED_CONNECTIONS))
+            self._client,
+            ZooKeeperPaths.from_config(config).connection_info,
+            tolerate_suspended=config.get(HA_ZOOKEEPER_TOLERATE_SUSPENDED_CONNECTIONS),
+        )
 
     def start(self, listener: LeaderListener | None = None) -> None:
         """Connect (`ServiceUnavailable` if ZooKeeper does not answer in time) and follow the leader."""

@@ -19,8 +19,13 @@ from kazoo.client import KazooClient
 
 from sparkdispatch.config import Configuration
 from sparkdispatch.config.options import (
-    BLOB_MAX_SIZE, HA_MODE, HA_ZOOKEEPER_INLINE_LIMIT, HA_ZOOKEEPER_QUORUM, HA_ZOOKEEPER_SESSION_TIMEOUT,
-    HA_ZOOKEEPER_TOLERATE_SUSPENDED_CONNECTIONS, JOB_RESULT_STORE_DELETE_ON_COMMIT,
+    BLOB_MAX_SIZE,
+    HA_MODE,
+    HA_ZOOKEEPER_INLINE_LIMIT,
+    HA_ZOOKEEPER_QUORUM,
+    HA_ZOOKEEPER_SESSION_TIMEOUT,
+    HA_ZOOKEEPER_TOLERATE_SUSPENDED_CONNECTIONS,
+    JOB_RESULT_STORE_DELETE_ON_COMMIT,
 )
 from sparkdispatch.ha.access import cluster_dir, cluster_id
 from sparkdispatch.ha.blob_store import BlobStore
@@ -52,8 +57,10 @@ class HighAvailabilityServices(ABC):
         self.config = config
         self.cluster_id = cluster_id(config)
         self.job_result_store = FileSystemJobResultStore(
-            self.store_dir("job-result-store"), delete_on_commit=config.get(JOB_RESULT_STORE_DELETE_ON_COMMIT),
-            check=self.check_leadership)
+            self.store_dir("job-result-store"),
+            delete_on_commit=config.get(JOB_RESULT_STORE_DELETE_ON_COMMIT),
+            check=self.check_leadership,
+        )
         self.blob_store = BlobStore(self.store_dir("blobs"), max_size=config.get(BLOB_MAX_SIZE))
 
     def store_dir(self, kind: str) -> Path:
@@ -113,30 +120,42 @@ class ZooKeeperHaServices(HighAvailabilityServices):
         self.client = client if client is not None else create_client(config)
         self._tolerate = config.get(HA_ZOOKEEPER_TOLERATE_SUSPENDED_CONNECTIONS)
         self.election: ZooKeeperLeaderElection = ZooKeeperLeaderElection(
-            self.client, self.paths, identifier=f"{socket.gethostname()}:{os.getpid()}",
-            tolerate_suspended=self._tolerate)
+            self.client,
+            self.paths,
+            identifier=f"{socket.gethostname()}:{os.getpid()}",
+            tolerate_suspended=self._tolerate,
+        )
         write_timeout = config.get(HA_ZOOKEEPER_SESSION_TIMEOUT)
         self._write_timeout = write_timeout
         self.jobgraph_store = ZooKeeperJobGraphStore(
-            self.client, self.paths.jobgraphs, self.election, files=self.store_dir("jobgraphs"),
-            inline_limit=config.get(HA_ZOOKEEPER_INLINE_LIMIT), write_timeout=write_timeout)
-        self.progress_store = ZooKeeperProgressStore(self.client, self.paths.progress, self.election,
-                                                     write_timeout=write_timeout)
+            self.client,
+            self.paths.jobgraphs,
+            self.election,
+            files=self.store_dir("jobgraphs"),
+            inline_limit=config.get(HA_ZOOKEEPER_INLINE_LIMIT),
+            write_timeout=write_timeout,
+        )
+        self.progress_store = ZooKeeperProgressStore(
+            self.client, self.paths.progress, self.election, write_timeout=write_timeout
+        )
         self._retrievals: list[ZooKeeperLeaderRetrieval] = []
         self._closed = False
 
     async def start(self) -> None:
         await asyncio.to_thread(start_client, self.client, self.config)
         await asyncio.to_thread(ensure_cluster_paths, self.client, self.paths)
-        log.info("connected to ZooKeeper at %s, cluster %s under %s", self.config.get(HA_ZOOKEEPER_QUORUM),
-                 self.cluster_id, self.paths.cluster)
+        log.info(
+            "connected to ZooKeeper at %s, cluster %s under %s",
+            self.config.get(HA_ZOOKEEPER_QUORUM),
+            self.cluster_id,
+            self.paths.cluster,
+        )
 
     async def check_leadership(self, session_id: str, component: str) -> None:
         await self.election.check_on_server(session_id, component, timeout=self._write_timeout)
 
     def create_retrieval(self) -> ZooKeeperLeaderRetrieval:
-        retrieval = ZooKeeperLeaderRetrieval(self.client, self.paths.connection_info,
-                                             tolerate_suspended=self._tolerate)
+        retrieval = ZooKeeperLeaderRetrieval(self.client, self.paths.connection_info, tolerate_suspended=self._tolerate)
         self._retrievals.append(retrieval)
         return retrieval
 

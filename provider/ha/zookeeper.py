@@ -35,7 +35,11 @@ from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl
 
 from sparkdispatch.config import Configuration
 from sparkdispatch.config.options import (
-    HA_CLUSTER_ID, HA_ZOOKEEPER_AUTH, HA_ZOOKEEPER_CONNECTION_TIMEOUT, HA_ZOOKEEPER_PATH_ROOT, HA_ZOOKEEPER_QUORUM,
+    HA_CLUSTER_ID,
+    HA_ZOOKEEPER_AUTH,
+    HA_ZOOKEEPER_CONNECTION_TIMEOUT,
+    HA_ZOOKEEPER_PATH_ROOT,
+    HA_ZOOKEEPER_QUORUM,
     HA_ZOOKEEPER_SESSION_TIMEOUT,
 )
 from sparkdispatch.errors import ConfigurationError, LeadershipLost, ServiceUnavailable, StoreError
@@ -54,8 +58,9 @@ class ZooKeeperPaths:
     def from_config(cls, config: Configuration) -> ZooKeeperPaths:
         root = "/" + config.get(HA_ZOOKEEPER_PATH_ROOT).strip("/")
         if root == "/":
-            raise ConfigurationError("high-availability.zookeeper.path.root must name a znode below '/', "
-                                     "e.g. /sparkdispatch")
+            raise ConfigurationError(
+                "high-availability.zookeeper.path.root must name a znode below '/', e.g. /sparkdispatch"
+            )
         return cls(root=root, cluster=f"{root}/{config.get(HA_CLUSTER_ID)}")
 
     @property
@@ -85,8 +90,7 @@ def parse_auth(auth: str) -> tuple[str, str] | None:
         return None
     user, sep, password = auth.partition(":")
     if not sep or not user or not password:
-        raise ConfigurationError("high-availability.zookeeper.auth must be 'user:password' with both parts "
-                                 "non-empty")
+        raise ConfigurationError("high-availability.zookeeper.auth must be 'user:password' with both parts non-empty")
     return user, password
 
 
@@ -120,9 +124,11 @@ def start_client(client: KazooClient, config: Configuration) -> None:
         client.start(timeout)
     except KazooTimeoutError:
         client.stop()
-        raise ServiceUnavailable(f"cannot connect to ZooKeeper at {config.get(HA_ZOOKEEPER_QUORUM)} "
-                                 f"within {timeout:g}s; check high-availability.zookeeper.quorum and that "
-                                 "ZooKeeper runs") from None
+        raise ServiceUnavailable(
+            f"cannot connect to ZooKeeper at {config.get(HA_ZOOKEEPER_QUORUM)} "
+            f"within {timeout:g}s; check high-availability.zookeeper.quorum and that "
+            "ZooKeeper runs"
+        ) from None
 
 
 def ensure_cluster_paths(client: KazooClient, paths: ZooKeeperPaths) -> None:
@@ -169,8 +175,9 @@ def _settle(future: asyncio.Future[Any], result: IAsyncResult) -> None:
         future.set_exception(result.exception)
 
 
-async def fenced_commit(client: KazooClient, latch: str, build: Callable[[TransactionRequest], None], *,
-                        component: str, deadline: float) -> list[Any]:
+async def fenced_commit(
+    client: KazooClient, latch: str, build: Callable[[TransactionRequest], None], *, component: str, deadline: float
+) -> list[Any]:
     """Commit `check(latch)` + the operations `build` adds; the results of those operations.
 
     Raises `LeadershipLost` when the latch node is gone. A lost connection is retried until

@@ -28,8 +28,9 @@ RETRY_INITIAL_S = 0.1
 RETRY_MAX_S = 2.0
 
 
-def deployment_descriptor(graph: ExecutionGraph, ev: ExecutionVertex, slot: AllocatedSlot, *, job_master_id: str,
-                          results: ResultLayout) -> TaskDeploymentDescriptor:
+def deployment_descriptor(
+    graph: ExecutionGraph, ev: ExecutionVertex, slot: AllocatedSlot, *, job_master_id: str, results: ResultLayout
+) -> TaskDeploymentDescriptor:
     """The TaskDeploymentDescriptor of `ev`'s current attempt in `slot`."""
     vertex = ev.vertex
     execution = ev.current
@@ -54,8 +55,15 @@ def deployment_descriptor(graph: ExecutionGraph, ev: ExecutionVertex, slot: Allo
     )
 
 
-async def send_deployment(gateway: TaskExecutorGateway, slot: AllocatedSlot, tdd: TaskDeploymentDescriptor,
-                          session_id: str, *, wanted: Callable[[], bool], outcome: Callable[[bool], None]) -> bool:
+async def send_deployment(
+    gateway: TaskExecutorGateway,
+    slot: AllocatedSlot,
+    tdd: TaskDeploymentDescriptor,
+    session_id: str,
+    *,
+    wanted: Callable[[], bool],
+    outcome: Callable[[bool], None],
+) -> bool:
     """Send `tdd` until the broker takes it (True) or it is no longer `wanted()` (False).
 
     `outcome(went_through)` hears about every try, for the TaskExecutor's failure count. Errors
@@ -72,7 +80,15 @@ async def send_deployment(gateway: TaskExecutorGateway, slot: AllocatedSlot, tdd
                 return False
             (log.warning if tries == 1 else log.debug)(
                 "job %s: the broker did not take %s[%d] attempt %d for %s (try %d), trying again in %.1fs: %s",
-                tdd.job_id, tdd.vertex_id, tdd.subtask_index, tdd.attempt, slot.task_executor_id, tries, pause, exc)
+                tdd.job_id,
+                tdd.vertex_id,
+                tdd.subtask_index,
+                tdd.attempt,
+                slot.task_executor_id,
+                tries,
+                pause,
+                exc,
+            )
             await asyncio.sleep(pause)
             pause = min(pause * 2, RETRY_MAX_S)
             if not wanted():
@@ -83,6 +99,14 @@ async def send_deployment(gateway: TaskExecutorGateway, slot: AllocatedSlot, tdd
         else:
             outcome(True)
             if tries > 1:
-                log.info("job %s: %s[%d] attempt %d sent to %s after %d tries in %.1fs", tdd.job_id, tdd.vertex_id,
-                         tdd.subtask_index, tdd.attempt, slot.task_executor_id, tries, time.monotonic() - started)
+                log.info(
+                    "job %s: %s[%d] attempt %d sent to %s after %d tries in %.1fs",
+                    tdd.job_id,
+                    tdd.vertex_id,
+                    tdd.subtask_index,
+                    tdd.attempt,
+                    slot.task_executor_id,
+                    tries,
+                    time.monotonic() - started,
+                )
             return True

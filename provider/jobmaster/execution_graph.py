@@ -27,8 +27,14 @@ from sparkdispatch.model.snapshot import JobOverview, JobSnapshot, SubtaskSnapsh
 
 # The way an attempt normally goes; a report may skip steps of it (a fast task reports
 # FINISHED while its deployment is still being acknowledged), so reports walk along it.
-_NORMAL_PATH = (ExecutionState.CREATED, ExecutionState.SCHEDULED, ExecutionState.DEPLOYING,
-                ExecutionState.INITIALIZING, ExecutionState.RUNNING, ExecutionState.FINISHED)
+_NORMAL_PATH = (
+    ExecutionState.CREATED,
+    ExecutionState.SCHEDULED,
+    ExecutionState.DEPLOYING,
+    ExecutionState.INITIALIZING,
+    ExecutionState.RUNNING,
+    ExecutionState.FINISHED,
+)
 
 
 @dataclass(frozen=True, order=True, slots=True)
@@ -50,8 +56,7 @@ class Execution:
     """One attempt of one subtask (Flink's Execution); while it is its subtask's current attempt, its
     state counts in its graph's `tally`."""
 
-    __slots__ = ("execution_id", "attempt", "_state", "tally", "slot", "result_path", "rows", "failure",
-                 "deployed_at")
+    __slots__ = ("execution_id", "attempt", "_state", "tally", "slot", "result_path", "rows", "failure", "deployed_at")
 
     def __init__(self, attempt: int, execution_id: str | None = None, *, tally: StateTally | None = None) -> None:
         # 32 random hex digits, as a uuid4's, at a third of the cost
@@ -113,7 +118,7 @@ class Execution:
             here, there = _NORMAL_PATH.index(self.state), _NORMAL_PATH.index(target)
             if there < here:
                 return False
-            for step in _NORMAL_PATH[here + 1:there + 1]:
+            for step in _NORMAL_PATH[here + 1 : there + 1]:
                 self.transition(step)
             return True
         if target in (ExecutionState.INITIALIZING, ExecutionState.RUNNING) and self.state is ExecutionState.CANCELING:
@@ -144,7 +149,7 @@ def _random_ids(count: int) -> Iterator[str]:
     """`count` ids of 32 random hex digits (as `Execution`'s), from one read of the system's random
     source (a read per id made a 10,000-subtask build a fifth slower)."""
     digits = os.urandom(16 * count).hex()
-    return (digits[start:start + 32] for start in range(0, 32 * count, 32))
+    return (digits[start : start + 32] for start in range(0, 32 * count, 32))
 
 
 class ExecutionVertex:
@@ -156,11 +161,28 @@ class ExecutionVertex:
     """
 
     # one per subtask: slots keep the graph of a large job small and quick to build
-    __slots__ = ("vertex", "subtask_index", "id", "current", "deployed_attempts", "recovered", "_partition_lost",
-                 "_progress_recorded", "_consumable", "_listener")
+    __slots__ = (
+        "vertex",
+        "subtask_index",
+        "id",
+        "current",
+        "deployed_attempts",
+        "recovered",
+        "_partition_lost",
+        "_progress_recorded",
+        "_consumable",
+        "_listener",
+    )
 
-    def __init__(self, vertex: JobVertex, subtask_index: int, listener: ConsumabilityListener | None = None,
-                 *, execution_id: str | None = None, tally: StateTally | None = None) -> None:
+    def __init__(
+        self,
+        vertex: JobVertex,
+        subtask_index: int,
+        listener: ConsumabilityListener | None = None,
+        *,
+        execution_id: str | None = None,
+        tally: StateTally | None = None,
+    ) -> None:
         self.vertex = vertex
         self.subtask_index = subtask_index
         self.id = SubtaskId(vertex.id, subtask_index)
@@ -263,24 +285,28 @@ class ExecutionGraph:
         self._tally: StateTally = dict.fromkeys(ExecutionState, 0)
         for vertex_id in self._order:
             vertex = graph.vertex(vertex_id)
-            self._vertices[vertex_id] = [ExecutionVertex(vertex, i, listener, execution_id=next(execution_ids),
-                                                         tally=self._tally)
-                                         for i in range(vertex.parallelism)]
+            self._vertices[vertex_id] = [
+                ExecutionVertex(vertex, i, listener, execution_id=next(execution_ids), tally=self._tally)
+                for i in range(vertex.parallelism)
+            ]
         self._consumers = {vertex_id: graph.consumers(vertex_id) for vertex_id in self._order}
-        self._by_execution: dict[str, ExecutionVertex] = {
-            ev.current.execution_id: ev for ev in self.subtasks()
-        }
+        self._by_execution: dict[str, ExecutionVertex] = {ev.current.execution_id: ev for ev in self.subtasks()}
         # Scheduling state, kept up to date as subtasks become consumable or not, so that a
         # finished subtask costs work in proportion to its consumers, never to the whole graph:
         # per vertex, how many subtasks of its inputs cannot be read yet; how many subtasks can
         # be read in all; and the CREATED subtasks whose inputs can all be read ("candidates").
-        self._unready_inputs = {vertex_id: sum([graph.vertex(name).parallelism for name in set(
-            graph.vertex(vertex_id).inputs)]) for vertex_id in self._order}
+        self._unready_inputs = {
+            vertex_id: sum([graph.vertex(name).parallelism for name in set(graph.vertex(vertex_id).inputs)])
+            for vertex_id in self._order
+        }
         self._subtask_count = len(self._by_execution)
         self._consumable_count = 0
         self._candidates: dict[SubtaskId, ExecutionVertex] = {
-            ev.id: ev for vertex_id in self._order if self._unready_inputs[vertex_id] == 0
-            for ev in self._vertices[vertex_id]}
+            ev.id: ev
+            for vertex_id in self._order
+            if self._unready_inputs[vertex_id] == 0
+            for ev in self._vertices[vertex_id]
+        }
 
     # ---------------------------------------------------------------- structure
 
@@ -434,16 +460,20 @@ class ExecutionGraph:
 
     def partition_paths(self, vertex_id: str) -> tuple[str, ...]:
         """The result paths of a vertex's finished subtasks that returned a DataFrame, by index."""
-        return tuple(ev.current.result_path for ev in self._vertices[vertex_id]
-                     if ev.state is ExecutionState.FINISHED and ev.current.result_path is not None)
+        return tuple(
+            ev.current.result_path
+            for ev in self._vertices[vertex_id]
+            if ev.state is ExecutionState.FINISHED and ev.current.result_path is not None
+        )
 
     def finished(self) -> Finished:
         """Every FINISHED subtask's result and rows (what a repair of the job keeps)."""
         finished: Finished = {}
         for ev in self.subtasks():
             if ev.state is ExecutionState.FINISHED:
-                finished.setdefault(ev.vertex.id, {})[ev.subtask_index] = \
-                    SubtaskProgress(ev.current.result_path, ev.current.rows)
+                finished.setdefault(ev.vertex.id, {})[ev.subtask_index] = SubtaskProgress(
+                    ev.current.result_path, ev.current.rows
+                )
         return finished
 
     def vertex_state(self, vertex_id: str) -> ExecutionState:
@@ -492,8 +522,7 @@ class ExecutionGraph:
             status=self.status,
             start_time=self.start_time,
             end_time=end_time,
-            vertices={vertex_id: self.vertex_result(vertex_id, results=results)
-                      for vertex_id in self._order},
+            vertices={vertex_id: self.vertex_result(vertex_id, results=results) for vertex_id in self._order},
             failure=self.failure if self.status is JobStatus.FAILED else None,
         )
 
@@ -503,9 +532,16 @@ class ExecutionGraph:
         """The job's status, times and subtasks per state, as of now."""
         end = self.end_time
         duration = (end if end is not None else self.now_ms()) - self.start_time
-        return JobOverview(job_id=self.job_id, name=self.name, status=self.status, start_time=self.start_time,
-                           end_time=end, duration_ms=max(0, duration), last_modification=self.last_modification,
-                           tasks=dict(self._tally))
+        return JobOverview(
+            job_id=self.job_id,
+            name=self.name,
+            status=self.status,
+            start_time=self.start_time,
+            end_time=end,
+            duration_ms=max(0, duration),
+            last_modification=self.last_modification,
+            tasks=dict(self._tally),
+        )
 
     def snapshot(self) -> JobSnapshot:
         """The overview and every vertex with its subtasks' current attempts, as of now."""
@@ -514,8 +550,12 @@ class ExecutionGraph:
     def capture(self) -> GraphCapture:
         """The state `snapshot()` shows, as of now, in immutable values: cheap to take on the loop,
         and built into the snapshot anywhere (`GraphCapture.build`, in a thread for a large job)."""
-        return GraphCapture(self.overview(), self.graph, self._order,
-                            tuple([(ev.current.state, ev.current.attempt, ev.current.slot) for ev in self.subtasks()]))
+        return GraphCapture(
+            self.overview(),
+            self.graph,
+            self._order,
+            tuple([(ev.current.state, ev.current.attempt, ev.current.slot) for ev in self.subtasks()]),
+        )
 
 
 SubtaskCapture = tuple[ExecutionState, int, AllocatedSlot | None]
@@ -540,11 +580,18 @@ class GraphCapture:
         for vertex_id in self.order:
             vertex = self.graph.vertex(vertex_id)
             inputs, parallelism = vertex.inputs, vertex.parallelism
-            subtasks = tuple(SubtaskSnapshot(index, state, attempt, None if slot is None else slot.task_executor_id)
-                             for index, (state, attempt, slot)
-                             in enumerate(self.subtasks[position:position + parallelism]))
+            subtasks = tuple(
+                SubtaskSnapshot(index, state, attempt, None if slot is None else slot.task_executor_id)
+                for index, (state, attempt, slot) in enumerate(self.subtasks[position : position + parallelism])
+            )
             position += parallelism
-            vertices.append(VertexSnapshot(
-                id=vertex_id, state=aggregate_state([subtask.state for subtask in subtasks]),
-                parallelism=parallelism, inputs=inputs, subtasks=subtasks))
+            vertices.append(
+                VertexSnapshot(
+                    id=vertex_id,
+                    state=aggregate_state([subtask.state for subtask in subtasks]),
+                    parallelism=parallelism,
+                    inputs=inputs,
+                    subtasks=subtasks,
+                )
+            )
         return JobSnapshot(self.overview, tuple(vertices))

@@ -53,8 +53,10 @@ def unreadable_inputs(graph: ExecutionGraph, consumer: ExecutionVertex, failure:
 
     Which failures blame which partition is `sparkdispatch.storage.results.unreadable_partitions`'s call.
     """
-    finished = {producer.id: producer.current.result_path
-                for producer_vertex in consumer.vertex.inputs
-                for producer in graph.subtasks(producer_vertex)
-                if producer.state is ExecutionState.FINISHED and producer.current.result_path is not None}
+    finished = {
+        producer.id: producer.current.result_path
+        for producer_vertex in consumer.vertex.inputs
+        for producer in graph.subtasks(producer_vertex)
+        if producer.state is ExecutionState.FINISHED and producer.current.result_path is not None
+    }
     return unreadable_partitions(failure, finished)

@@ -57,12 +57,14 @@ log = logging.getLogger(__name__)
 #: may have tens of thousands, scheduled a slice at a time.
 SCHEDULE_SLICE = 1_000
 
-_LIVE = frozenset({ExecutionState.DEPLOYING, ExecutionState.INITIALIZING, ExecutionState.RUNNING,
-                   ExecutionState.CANCELING})
+_LIVE = frozenset(
+    {ExecutionState.DEPLOYING, ExecutionState.INITIALIZING, ExecutionState.RUNNING, ExecutionState.CANCELING}
+)
 
 
-def build_execution_graph(graph: JobGraph, recovered_progress: JobProgress | None = None, *,
-                          clock: Callable[[], float] = time.time) -> ExecutionGraph:
+def build_execution_graph(
+    graph: JobGraph, recovered_progress: JobProgress | None = None, *, clock: Callable[[], float] = time.time
+) -> ExecutionGraph:
     """The ExecutionGraph of `graph`, with the subtasks `recovered_progress` names restored FINISHED.
 
     A large job's takes a second or so (100,000 subtasks: 0.5-2 s on a 2-core machine, by its load); it
@@ -85,15 +87,27 @@ class JobMaster:
     `JobMasterGateway` and the ResourceManager's `SlotListener`, all plain methods but `cancel`.
     """
 
-    def __init__(self, graph: JobGraph, *, session_id: str, resource_manager: ResourceManagerGateway,
-                 task_executor_gateway: TaskExecutorGateway, progress_store: ProgressStore,
-                 settings: JobMasterSettings, recovered_progress: JobProgress | None = None,
-                 clock: Callable[[], float] | None = None, events: TaskEvents | None = None,
-                 execution_graph: ExecutionGraph | None = None) -> None:
+    def __init__(
+        self,
+        graph: JobGraph,
+        *,
+        session_id: str,
+        resource_manager: ResourceManagerGateway,
+        task_executor_gateway: TaskExecutorGateway,
+        progress_store: ProgressStore,
+        settings: JobMasterSettings,
+        recovered_progress: JobProgress | None = None,
+        clock: Callable[[], float] | None = None,
+        events: TaskEvents | None = None,
+        execution_graph: ExecutionGraph | None = None,
+    ) -> None:
         self._clock = clock or time.time
         self._events = events if events is not None else EventCounts()
-        self.execution_graph = execution_graph if execution_graph is not None else \
-            build_execution_graph(graph, recovered_progress, clock=self._clock)
+        self.execution_graph = (
+            execution_graph
+            if execution_graph is not None
+            else build_execution_graph(graph, recovered_progress, clock=self._clock)
+        )
         self.job_master_id = session_id
         self._resource_manager = resource_manager
         self._gateway = task_executor_gateway
@@ -106,8 +120,9 @@ class JobMaster:
         self._held_back: dict[SubtaskId, object] = {}  # waiting out a restart backoff -> that restart
         self._declared: int | None = None
         self._hostnames: dict[str, str] = {}  # TaskExecutor id -> Celery hostname, from its slots
-        self._deployments = ExecutionDeploymentReconciler(missing_threshold=settings.missing_execution_threshold,
-                                                          grace_s=settings.deployment_grace)
+        self._deployments = ExecutionDeploymentReconciler(
+            missing_threshold=settings.missing_execution_threshold, grace_s=settings.deployment_grace
+        )
         self._background: set[asyncio.Task[Any]] = set()
         self._restart_timers: set[asyncio.Task[Any]] = set()
         self._more_to_schedule: asyncio.Handle | None = None  # the next slice of `_schedule`, if one is due
@@ -130,15 +145,29 @@ class JobMaster:
             raise IllegalStateTransition(f"job {self.job_id} was started already ({graph.status.value})")
         if graph.restored is not None:
             restored, skipped = graph.restored
-            log.info("job %s (session %s): %d subtask(s) finished before the failover; not run again",
-                     self.job_id, self.job_master_id, restored)
+            log.info(
+                "job %s (session %s): %d subtask(s) finished before the failover; not run again",
+                self.job_id,
+                self.job_master_id,
+                restored,
+            )
             if skipped:
-                log.warning("job %s (session %s): recovered progress names unknown subtasks %s; ignored",
-                            self.job_id, self.job_master_id, ", ".join(map(str, skipped)))
+                log.warning(
+                    "job %s (session %s): recovered progress names unknown subtasks %s; ignored",
+                    self.job_id,
+                    self.job_master_id,
+                    ", ".join(map(str, skipped)),
+                )
         graph.transition(JobStatus.CREATED)
         graph.transition(JobStatus.RUNNING)
-        log.info("job %s (session %s) %r running: %d subtask(s) in %d vertices", self.job_id,
-                 self.job_master_id, graph.name, graph.subtask_count, len(graph.vertex_ids))
+        log.info(
+            "job %s (session %s) %r running: %d subtask(s) in %d vertices",
+            self.job_id,
+            self.job_master_id,
+            graph.name,
+            graph.subtask_count,
+            len(graph.vertex_ids),
+        )
         self._schedule()
 
     def update_execution_state(self, update: ExecutionStateUpdate) -> None:
@@ -181,9 +210,15 @@ class JobMaster:
             failure = update.failure or Failure("UnknownFailure", "the TaskExecutor reported FAILED without a cause")
             self._on_failed(ev, execution, failure)
         elif update.state is ExecutionState.CANCELED:
-            self._on_failed(ev, execution, Failure(
-                "TaskCanceled", f"attempt {execution.attempt} of {ev.id} was cancelled on its TaskExecutor "
-                                "without the JobMaster asking"))
+            self._on_failed(
+                ev,
+                execution,
+                Failure(
+                    "TaskCanceled",
+                    f"attempt {execution.attempt} of {ev.id} was cancelled on its TaskExecutor "
+                    "without the JobMaster asking",
+                ),
+            )
 
     def _check_result_path(self, ev: ExecutionVertex, update: ExecutionStateUpdate) -> None:
         """A FINISHED report names the partition this master assigned the attempt, or none: a result
@@ -192,8 +227,14 @@ class JobMaster:
             return
         assigned = self._results.attempt_path(self.job_id, ev.vertex.id, ev.subtask_index, update.execution_id)
         if update.result_path != assigned:
-            raise InvalidRequest(f"state of attempt {update.execution_id} of {ev.id}", {"result_path": [
-                f"{update.result_path!r} is not where this master asked the attempt to write: {assigned!r}"]})
+            raise InvalidRequest(
+                f"state of attempt {update.execution_id} of {ev.id}",
+                {
+                    "result_path": [
+                        f"{update.result_path!r} is not where this master asked the attempt to write: {assigned!r}"
+                    ]
+                },
+            )
 
     async def cancel(self) -> None:
         """Stop the job: running tasks are cancelled on their TaskExecutors, slots released, CANCELED.
@@ -230,8 +271,9 @@ class JobMaster:
         if graph.status.is_terminal:
             return
         graph.transition(JobStatus.SUSPENDED)
-        log.info("job %s (session %s): suspended; its HA data stays for the next leader",
-                 self.job_id, self.job_master_id)
+        log.info(
+            "job %s (session %s): suspended; its HA data stays for the next leader", self.job_id, self.job_master_id
+        )
         self._stop_restart_timers()
         self._stop_all()
         self._declare()
@@ -271,8 +313,12 @@ class JobMaster:
         for slot in slots:
             self._hostnames[slot.task_executor_id] = slot.hostname
             if self.status is not JobStatus.RUNNING or not self._waiting:
-                log.info("job %s (session %s): slot %s not needed; released", self.job_id, self.job_master_id,
-                         slot.allocation_id)
+                log.info(
+                    "job %s (session %s): slot %s not needed; released",
+                    self.job_id,
+                    self.job_master_id,
+                    slot.allocation_id,
+                )
                 self._declare()
                 self._call_resource_manager(self._resource_manager.release_slot, self.job_id, slot.allocation_id)
                 continue
@@ -289,8 +335,13 @@ class JobMaster:
         waiting = list(self._waiting.values())
         self._waiting.clear()
         self._declared = None  # the ResourceManager dropped the unmet part; declare afresh
-        log.warning("job %s (session %s): slot request failed for %d subtask(s): %s", self.job_id,
-                    self.job_master_id, len(waiting), error)
+        log.warning(
+            "job %s (session %s): slot request failed for %d subtask(s): %s",
+            self.job_id,
+            self.job_master_id,
+            len(waiting),
+            error,
+        )
         for ev in waiting:
             self._mark_failed(ev, ev.current, failure)
         self._handle_failure([ev.id for ev in waiting], failure)
@@ -307,16 +358,26 @@ class JobMaster:
                 del self._held_slots[allocation_id]  # gone with its TaskExecutor; nothing to release
         if self.status is not JobStatus.RUNNING:
             return
-        affected = [ev for ev in self.execution_graph.subtasks()
-                    if ev.current.slot is not None and not ev.state.is_terminal
-                    and (ev.current.allocation_id in lost_allocations
-                         or ev.current.task_executor_id == task_executor_id)]
+        affected = [
+            ev
+            for ev in self.execution_graph.subtasks()
+            if ev.current.slot is not None
+            and not ev.state.is_terminal
+            and (ev.current.allocation_id in lost_allocations or ev.current.task_executor_id == task_executor_id)
+        ]
         if not affected:
             return
-        failure = Failure("TaskExecutorLost", f"TaskExecutor {task_executor_id} was lost ({reason}); "
-                                              "its tasks run again elsewhere")
-        log.warning("job %s (session %s): TaskExecutor %s lost (%s) with %s", self.job_id, self.job_master_id,
-                    task_executor_id, reason, ", ".join(str(ev.id) for ev in affected))
+        failure = Failure(
+            "TaskExecutorLost", f"TaskExecutor {task_executor_id} was lost ({reason}); its tasks run again elsewhere"
+        )
+        log.warning(
+            "job %s (session %s): TaskExecutor %s lost (%s) with %s",
+            self.job_id,
+            self.job_master_id,
+            task_executor_id,
+            reason,
+            ", ".join(str(ev.id) for ev in affected),
+        )
         for ev in affected:
             self._mark_failed(ev, ev.current, failure)
         self._handle_failure([ev.id for ev in affected], failure)
@@ -342,12 +403,18 @@ class JobMaster:
             self._executions_missing(self._deployments.reconcile(task_executor_id, listed))
 
     def _cancel_stale(self, task_executor_id: str, execution_id: str) -> None:
-        hostname = (self._hostnames.get(task_executor_id)
-                    or self._resource_manager.task_executor_hostname(task_executor_id))
+        hostname = self._hostnames.get(task_executor_id) or self._resource_manager.task_executor_hostname(
+            task_executor_id
+        )
         if hostname is None:
             return
-        log.info("job %s (session %s): %s still runs stale execution %s; cancelling it", self.job_id,
-                 self.job_master_id, task_executor_id, execution_id)
+        log.info(
+            "job %s (session %s): %s still runs stale execution %s; cancelling it",
+            self.job_id,
+            self.job_master_id,
+            task_executor_id,
+            execution_id,
+        )
         self._spawn(self._cancel_on(task_executor_id, hostname, execution_id))
 
     def _executions_missing(self, missing: Sequence[MissingExecution]) -> None:
@@ -360,13 +427,23 @@ class JobMaster:
                 self._deployments.forget(lost.execution_id)
                 continue
             attempt = f"attempt {ev.current.attempt} of {ev.id}"
-            failed.append((ev, Failure(
-                "ExecutionLost", f"TaskExecutor {lost.task_executor_id} no longer lists {attempt} ({lost.heartbeats} "
-                                 "heartbeats in a row), and its final state never arrived: the report was lost")
-                if lost.acknowledged else Failure(
-                "DeploymentLost", f"{attempt} was sent to TaskExecutor {lost.task_executor_id} "
-                                  f"{lost.since_sent_s:.1f}s ago, but its last {lost.heartbeats} heartbeats did not "
-                                  "list it: the deployment was lost on the way (in a broker restart?)")))
+            failed.append(
+                (
+                    ev,
+                    Failure(
+                        "ExecutionLost",
+                        f"TaskExecutor {lost.task_executor_id} no longer lists {attempt} ({lost.heartbeats} "
+                        "heartbeats in a row), and its final state never arrived: the report was lost",
+                    )
+                    if lost.acknowledged
+                    else Failure(
+                        "DeploymentLost",
+                        f"{attempt} was sent to TaskExecutor {lost.task_executor_id} "
+                        f"{lost.since_sent_s:.1f}s ago, but its last {lost.heartbeats} heartbeats did not "
+                        "list it: the deployment was lost on the way (in a broker restart?)",
+                    ),
+                )
+            )
         for ev, failure in failed:
             log.warning("job %s (session %s): %s: %s", self.job_id, self.job_master_id, failure.cls, failure.message)
             self._mark_failed(ev, ev.current, failure)
@@ -420,44 +497,66 @@ class JobMaster:
             ev.deployed_attempts += 1
             self._held_slots[slot.allocation_id] = execution
             self._deployments.deploying(execution.execution_id, slot.task_executor_id)
-            tdd = deployment_descriptor(self.execution_graph, ev, slot, job_master_id=self.job_master_id,
-                                        results=self._results)
-            log.info("job %s (session %s): deploying %s attempt %d (%s) to %s slot %d", self.job_id,
-                     self.job_master_id, ev.id, execution.attempt, execution.execution_id, slot.task_executor_id,
-                     slot.slot_index)
+            tdd = deployment_descriptor(
+                self.execution_graph, ev, slot, job_master_id=self.job_master_id, results=self._results
+            )
+            log.info(
+                "job %s (session %s): deploying %s attempt %d (%s) to %s slot %d",
+                self.job_id,
+                self.job_master_id,
+                ev.id,
+                execution.attempt,
+                execution.execution_id,
+                slot.task_executor_id,
+                slot.slot_index,
+            )
             self._spawn(self._send_deployment(ev, execution, tdd))
 
-    async def _send_deployment(self, ev: ExecutionVertex, execution: Execution,
-                               tdd: TaskDeploymentDescriptor) -> None:
+    async def _send_deployment(self, ev: ExecutionVertex, execution: Execution, tdd: TaskDeploymentDescriptor) -> None:
         slot = execution.slot
         assert slot is not None
 
         def outcome(went_through: bool) -> None:
             # failures count towards the TaskExecutor's unreachable threshold, which its heartbeats overrule
-            record = self._resource_manager.record_rpc_success if went_through \
-                else self._resource_manager.record_rpc_failure
+            record = (
+                self._resource_manager.record_rpc_success if went_through else self._resource_manager.record_rpc_failure
+            )
             self._call_resource_manager(record, slot.task_executor_id)
 
         try:
-            sent = await send_deployment(self._gateway, slot, tdd, self.job_master_id,
-                                         wanted=lambda: self._deploying(ev, execution), outcome=outcome)
+            sent = await send_deployment(
+                self._gateway,
+                slot,
+                tdd,
+                self.job_master_id,
+                wanted=lambda: self._deploying(ev, execution),
+                outcome=outcome,
+            )
         except Exception as exc:  # noqa: BLE001 - not the broker's trouble: this attempt fails
             if self._deploying(ev, execution):
-                log.warning("job %s (session %s): deploying %s to %s failed: %s", self.job_id, self.job_master_id,
-                            ev.id, slot.task_executor_id, exc)
+                log.warning(
+                    "job %s (session %s): deploying %s to %s failed: %s",
+                    self.job_id,
+                    self.job_master_id,
+                    ev.id,
+                    slot.task_executor_id,
+                    exc,
+                )
                 self._on_failed(ev, execution, Failure.from_exception(exc))
             return
         if sent:
             self._deployments.sent(execution.execution_id)
 
     def _deploying(self, ev: ExecutionVertex, execution: Execution) -> bool:
-        return (ev.current is execution and execution.state is ExecutionState.DEPLOYING
-                and self.status is JobStatus.RUNNING)
+        return (
+            ev.current is execution and execution.state is ExecutionState.DEPLOYING and self.status is JobStatus.RUNNING
+        )
 
     # ------------------------------------------------------------------ finished and failed attempts
 
-    def _on_finished(self, ev: ExecutionVertex, execution: Execution, *, result_path: str | None,
-                     rows: int | None) -> None:
+    def _on_finished(
+        self, ev: ExecutionVertex, execution: Execution, *, result_path: str | None, rows: int | None
+    ) -> None:
         execution.result_path = result_path
         execution.rows = rows
         self._release_slot(execution)
@@ -470,33 +569,57 @@ class JobMaster:
         if self.status is not JobStatus.RUNNING:
             return  # cancelled, failed or suspended meanwhile: the record would serve nobody
         try:
-            await self._progress_store.record_subtask(self.job_master_id, self.job_id, ev.vertex.id,
-                                                      ev.subtask_index, execution.result_path, execution.rows)
+            await self._progress_store.record_subtask(
+                self.job_master_id, self.job_id, ev.vertex.id, ev.subtask_index, execution.result_path, execution.rows
+            )
         except LeadershipLost:
-            log.warning("job %s (session %s): %s finished but this master no longer leads; the next leader "
-                        "runs it again", self.job_id, self.job_master_id, ev.id)
+            log.warning(
+                "job %s (session %s): %s finished but this master no longer leads; the next leader runs it again",
+                self.job_id,
+                self.job_master_id,
+                ev.id,
+            )
             return
         except Exception:
             # the job goes on; only a failover before the job ends would run this subtask again
-            log.exception("job %s (session %s): recording %s as finished failed", self.job_id,
-                          self.job_master_id, ev.id)
+            log.exception(
+                "job %s (session %s): recording %s as finished failed", self.job_id, self.job_master_id, ev.id
+            )
         if ev.current is not execution or execution.state is not ExecutionState.FINISHED:
             return  # restarted while the record was written
         ev.progress_recorded = True
-        log.info("job %s (session %s): %s attempt %d finished (%s rows)", self.job_id, self.job_master_id,
-                 ev.id, execution.attempt, execution.rows)
+        log.info(
+            "job %s (session %s): %s attempt %d finished (%s rows)",
+            self.job_id,
+            self.job_master_id,
+            ev.id,
+            execution.attempt,
+            execution.rows,
+        )
         self._schedule()
 
     def _on_failed(self, ev: ExecutionVertex, execution: Execution, failure: Failure) -> None:
         """`execution` (already FAILED or CANCELED, or about to be) failed with `failure`."""
         self._mark_failed(ev, execution, failure)
-        log.warning("job %s (session %s): %s attempt %d failed: %s: %s", self.job_id, self.job_master_id,
-                    ev.id, execution.attempt, failure.cls, failure.message)
+        log.warning(
+            "job %s (session %s): %s attempt %d failed: %s: %s",
+            self.job_id,
+            self.job_master_id,
+            ev.id,
+            execution.attempt,
+            failure.cls,
+            failure.message,
+        )
         graph = self.execution_graph
         for producer_id in unreadable_inputs(graph, ev, failure):
             graph.subtask(producer_id).partition_lost = True
-            log.warning("job %s (session %s): %s could not read the result of %s; running it again",
-                        self.job_id, self.job_master_id, ev.id, producer_id)
+            log.warning(
+                "job %s (session %s): %s could not read the result of %s; running it again",
+                self.job_id,
+                self.job_master_id,
+                ev.id,
+                producer_id,
+            )
         self._handle_failure([ev.id], failure)
 
     def _mark_failed(self, ev: ExecutionVertex, execution: Execution, failure: Failure) -> None:
@@ -514,8 +637,14 @@ class JobMaster:
             return
         self.restart_strategy.notify_failure()
         if not self.restart_strategy.can_restart():
-            log.error("job %s (session %s): no restart left under %r; the job fails: %s: %s", self.job_id,
-                      self.job_master_id, self.restart_strategy, failure.cls, failure.message)
+            log.error(
+                "job %s (session %s): no restart left under %r; the job fails: %s: %s",
+                self.job_id,
+                self.job_master_id,
+                self.restart_strategy,
+                failure.cls,
+                failure.message,
+            )
             self._fail(failure)
             return
         restart = tasks_to_restart(graph, failed)
@@ -530,8 +659,14 @@ class JobMaster:
             graph.new_attempt(ev)
             self._held_back[subtask_id] = token
             restarted.append(subtask_id)
-        log.info("job %s (session %s): restarting %s in %.3fs after %s", self.job_id, self.job_master_id,
-                 ", ".join(map(str, restarted)), backoff_s, failure.cls)
+        log.info(
+            "job %s (session %s): restarting %s in %.3fs after %s",
+            self.job_id,
+            self.job_master_id,
+            ", ".join(map(str, restarted)),
+            backoff_s,
+            failure.cls,
+        )
         timer = asyncio.get_running_loop().create_task(self._restart_after(backoff_s, token))
         self._restart_timers.add(timer)
         timer.add_done_callback(self._restart_timers.discard)
@@ -557,8 +692,13 @@ class JobMaster:
         self._held_back.clear()
         self._declare()
         result = self.execution_graph.job_result(results=self._results)
-        log.info("job %s (session %s) %s after %d ms", self.job_id, self.job_master_id, result.status.value,
-                 result.duration_ms)
+        log.info(
+            "job %s (session %s) %s after %d ms",
+            self.job_id,
+            self.job_master_id,
+            result.status.value,
+            result.duration_ms,
+        )
         if not self.result_future.done():
             self.result_future.set_result(result)
 
@@ -597,8 +737,14 @@ class JobMaster:
         try:
             await asyncio.to_thread(self._gateway.cancel, hostname, execution_id)
         except Exception as exc:  # noqa: BLE001 - the task may run on; its reports are refused as stale
-            log.warning("job %s (session %s): cancelling %s on %s failed: %s", self.job_id,
-                        self.job_master_id, execution_id, hostname, exc)
+            log.warning(
+                "job %s (session %s): cancelling %s on %s failed: %s",
+                self.job_id,
+                self.job_master_id,
+                execution_id,
+                hostname,
+                exc,
+            )
             self._call_resource_manager(self._resource_manager.record_rpc_failure, task_executor_id)
         else:
             self._call_resource_manager(self._resource_manager.record_rpc_success, task_executor_id)
@@ -623,8 +769,12 @@ class JobMaster:
         try:
             method(*args)
         except Exception:
-            log.exception("job %s (session %s): ResourceManager call %s failed", self.job_id,
-                          self.job_master_id, getattr(method, "__name__", method))
+            log.exception(
+                "job %s (session %s): ResourceManager call %s failed",
+                self.job_id,
+                self.job_master_id,
+                getattr(method, "__name__", method),
+            )
 
     def _spawn(self, coroutine: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coroutine)
@@ -635,6 +785,9 @@ class JobMaster:
     def _background_done(self, task: asyncio.Task[Any]) -> None:
         self._background.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            log.error("job %s (session %s): background call failed", self.job_id, self.job_master_id,
-                      exc_info=task.exception())
-
+            log.error(
+                "job %s (session %s): background call failed",
+                self.job_id,
+                self.job_master_id,
+                exc_info=task.exception(),
+            )

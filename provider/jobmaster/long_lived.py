@@ -76,8 +76,10 @@ class LongLivedGraphs:
                     gc.enable()
         finalizer = weakref.finalize(graph, self._freed)
         finalizer.atexit = False
-        log.info("a large %s is built: the heap is frozen out of the garbage collector's walks until it is "
-                 "freed", type(graph).__name__)
+        log.info(
+            "a large %s is built: the heap is frozen out of the garbage collector's walks until it is freed",
+            type(graph).__name__,
+        )
         return graph
 
     def _freed(self) -> None:

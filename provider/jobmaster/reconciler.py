@@ -92,6 +92,9 @@ class ExecutionDeploymentReconciler:
             deployment.missing += 1
             since_sent = now - deployment.sent_at
             if deployment.missing >= self._threshold and (deployment.acknowledged or since_sent >= self._grace_s):
-                lost.append(MissingExecution(execution_id, task_executor_id, deployment.acknowledged,
-                                             deployment.missing, since_sent))
+                lost.append(
+                    MissingExecution(
+                        execution_id, task_executor_id, deployment.acknowledged, deployment.missing, since_sent
+                    )
+                )
         return lost

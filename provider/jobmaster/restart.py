@@ -102,8 +102,10 @@ class FailureRateRestartStrategy:
 
     def __repr__(self) -> str:
         spec = self._spec
-        return (f"FailureRateRestartStrategy(max_failures_per_interval={spec.max_failures_per_interval}, "
-                f"failure_rate_interval_s={spec.failure_rate_interval_s}, delay_s={spec.delay_s})")
+        return (
+            f"FailureRateRestartStrategy(max_failures_per_interval={spec.max_failures_per_interval}, "
+            f"failure_rate_interval_s={spec.failure_rate_interval_s}, delay_s={spec.delay_s})"
+        )
 
 
 class ExponentialDelayRestartStrategy:
@@ -115,8 +117,9 @@ class ExponentialDelayRestartStrategy:
     a random share of up to `jitter_factor` either way.
     """
 
-    def __init__(self, spec: ExponentialDelayRestart, *, clock: Clock = time.monotonic,
-                 rng: random.Random | None = None) -> None:
+    def __init__(
+        self, spec: ExponentialDelayRestart, *, clock: Clock = time.monotonic, rng: random.Random | None = None
+    ) -> None:
         self._spec = spec
         self._clock = clock
         self._rng = rng or random.Random()
@@ -128,7 +131,8 @@ class ExponentialDelayRestartStrategy:
         now = self._clock() if now is None else now
         spec = self._spec
         if self._last_failure is None or (
-                now - self._last_failure >= spec.reset_backoff_threshold_s + self._current_backoff_s):
+            now - self._last_failure >= spec.reset_backoff_threshold_s + self._current_backoff_s
+        ):
             self._current_backoff_s = spec.initial_backoff_s
             self.failures = 0
         else:
@@ -148,14 +152,17 @@ class ExponentialDelayRestartStrategy:
 
     def __repr__(self) -> str:
         spec = self._spec
-        return (f"ExponentialDelayRestartStrategy(initial_backoff_s={spec.initial_backoff_s}, "
-                f"max_backoff_s={spec.max_backoff_s}, backoff_multiplier={spec.backoff_multiplier}, "
-                f"reset_backoff_threshold_s={spec.reset_backoff_threshold_s}, "
-                f"jitter_factor={spec.jitter_factor}, attempts={spec.attempts})")
+        return (
+            f"ExponentialDelayRestartStrategy(initial_backoff_s={spec.initial_backoff_s}, "
+            f"max_backoff_s={spec.max_backoff_s}, backoff_multiplier={spec.backoff_multiplier}, "
+            f"reset_backoff_threshold_s={spec.reset_backoff_threshold_s}, "
+            f"jitter_factor={spec.jitter_factor}, attempts={spec.attempts})"
+        )
 
 
-def create_restart_strategy(spec: RestartStrategy, *, clock: Clock = time.monotonic,
-                            rng: random.Random | None = None) -> RestartBackoffTimeStrategy:
+def create_restart_strategy(
+    spec: RestartStrategy, *, clock: Clock = time.monotonic, rng: random.Random | None = None
+) -> RestartBackoffTimeStrategy:
     """The strategy object for a JobGraph's restart strategy value."""
     if isinstance(spec, FixedDelayRestart):
         return FixedDelayRestartStrategy(spec)

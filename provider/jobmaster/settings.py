@@ -8,12 +8,20 @@ from dataclasses import dataclass
 
 from sparkdispatch.config import Configuration
 from sparkdispatch.config.options import (
-    HEARTBEAT_MISSING_EXECUTION_THRESHOLD, HEARTBEAT_TIMEOUT, RESTART_EXPONENTIAL_DELAY_ATTEMPTS,
-    RESTART_EXPONENTIAL_DELAY_BACKOFF_MULTIPLIER, RESTART_EXPONENTIAL_DELAY_INITIAL_BACKOFF,
-    RESTART_EXPONENTIAL_DELAY_JITTER_FACTOR, RESTART_EXPONENTIAL_DELAY_MAX_BACKOFF,
-    RESTART_EXPONENTIAL_DELAY_RESET_BACKOFF_THRESHOLD, RESTART_FAILURE_RATE_DELAY,
-    RESTART_FAILURE_RATE_FAILURE_RATE_INTERVAL, RESTART_FAILURE_RATE_MAX_FAILURES_PER_INTERVAL,
-    RESTART_FIXED_DELAY_ATTEMPTS, RESTART_FIXED_DELAY_DELAY, RESTART_TYPE,
+    HEARTBEAT_MISSING_EXECUTION_THRESHOLD,
+    HEARTBEAT_TIMEOUT,
+    RESTART_EXPONENTIAL_DELAY_ATTEMPTS,
+    RESTART_EXPONENTIAL_DELAY_BACKOFF_MULTIPLIER,
+    RESTART_EXPONENTIAL_DELAY_INITIAL_BACKOFF,
+    RESTART_EXPONENTIAL_DELAY_JITTER_FACTOR,
+    RESTART_EXPONENTIAL_DELAY_MAX_BACKOFF,
+    RESTART_EXPONENTIAL_DELAY_RESET_BACKOFF_THRESHOLD,
+    RESTART_FAILURE_RATE_DELAY,
+    RESTART_FAILURE_RATE_FAILURE_RATE_INTERVAL,
+    RESTART_FAILURE_RATE_MAX_FAILURES_PER_INTERVAL,
+    RESTART_FIXED_DELAY_ATTEMPTS,
+    RESTART_FIXED_DELAY_DELAY,
+    RESTART_TYPE,
 )
 from sparkdispatch.model.restart import (
     ExponentialDelayRestart,
@@ -28,8 +36,9 @@ def restart_strategy_from_config(config: Configuration) -> RestartStrategy:
     """The `restart-strategy.*` configuration as a strategy value."""
     kind = config.get(RESTART_TYPE)
     if kind == "fixed-delay":
-        return FixedDelayRestart(attempts=config.get(RESTART_FIXED_DELAY_ATTEMPTS),
-                                 delay_s=config.get(RESTART_FIXED_DELAY_DELAY))
+        return FixedDelayRestart(
+            attempts=config.get(RESTART_FIXED_DELAY_ATTEMPTS), delay_s=config.get(RESTART_FIXED_DELAY_DELAY)
+        )
     if kind == "exponential-delay":
         return ExponentialDelayRestart(
             initial_backoff_s=config.get(RESTART_EXPONENTIAL_DELAY_INITIAL_BACKOFF),
@@ -37,11 +46,14 @@ def restart_strategy_from_config(config: Configuration) -> RestartStrategy:
             backoff_multiplier=config.get(RESTART_EXPONENTIAL_DELAY_BACKOFF_MULTIPLIER),
             reset_backoff_threshold_s=config.get(RESTART_EXPONENTIAL_DELAY_RESET_BACKOFF_THRESHOLD),
             jitter_factor=config.get(RESTART_EXPONENTIAL_DELAY_JITTER_FACTOR),
-            attempts=config.get(RESTART_EXPONENTIAL_DELAY_ATTEMPTS))
+            attempts=config.get(RESTART_EXPONENTIAL_DELAY_ATTEMPTS),
+        )
     if kind == "failure-rate":
-        return FailureRateRestart(max_failures_per_interval=config.get(RESTART_FAILURE_RATE_MAX_FAILURES_PER_INTERVAL),
-                                  failure_rate_interval_s=config.get(RESTART_FAILURE_RATE_FAILURE_RATE_INTERVAL),
-                                  delay_s=config.get(RESTART_FAILURE_RATE_DELAY))
+        return FailureRateRestart(
+            max_failures_per_interval=config.get(RESTART_FAILURE_RATE_MAX_FAILURES_PER_INTERVAL),
+            failure_rate_interval_s=config.get(RESTART_FAILURE_RATE_FAILURE_RATE_INTERVAL),
+            delay_s=config.get(RESTART_FAILURE_RATE_DELAY),
+        )
     return NoRestart()
 
 
@@ -57,6 +69,9 @@ class JobMasterSettings:
 
     @classmethod
     def from_config(cls, config: Configuration) -> JobMasterSettings:
-        return cls(results_dir=config.results_dir, restart_strategy=restart_strategy_from_config(config),
-                   missing_execution_threshold=config.get(HEARTBEAT_MISSING_EXECUTION_THRESHOLD),
-                   deployment_grace=config.get(HEARTBEAT_TIMEOUT))
+        return cls(
+            results_dir=config.results_dir,
+            restart_strategy=restart_strategy_from_config(config),
+            missing_execution_threshold=config.get(HEARTBEAT_MISSING_EXECUTION_THRESHOLD),
+            deployment_grace=config.get(HEARTBEAT_TIMEOUT),
+        )

@@ -56,8 +56,11 @@ class _LeaderCollector(Collector):
         if values is None:
             return
         for field in fields(values):
-            yield GaugeMetricFamily(f"sparkdispatch_{field.name}", f"{_LEADER_HELP[field.name]} (leader only).",
-                                    value=getattr(values, field.name))
+            yield GaugeMetricFamily(
+                f"sparkdispatch_{field.name}",
+                f"{_LEADER_HELP[field.name]} (leader only).",
+                value=getattr(values, field.name),
+            )
 
 
 class MasterMetrics:
@@ -67,22 +70,33 @@ class MasterMetrics:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self._submitted = Counter("sparkdispatch_jobs_submitted", "Jobs accepted (new job ids).", registry=r)
-        self._finished = Counter("sparkdispatch_jobs_finished", "Jobs that reached a globally terminal status.",
-                                 ["status"], registry=r)
+        self._finished = Counter(
+            "sparkdispatch_jobs_finished", "Jobs that reached a globally terminal status.", ["status"], registry=r
+        )
         self._result_write_failures = Counter(
             "sparkdispatch_job_result_write_failures",
             "Failed tries to write a terminated job's JobResult (a full or failing disk under storage.dir); each is "
-            "retried, and the job's cleanup waits for it.", registry=r)
+            "retried, and the job's cleanup waits for it.",
+            registry=r,
+        )
         self._deployments = Counter("sparkdispatch_task_deployments", "Task attempts deployed to a slot.", registry=r)
         self._failures = Counter("sparkdispatch_task_failures", "Task attempts that ended FAILED.", registry=r)
-        self._durations = Histogram("sparkdispatch_task_duration_seconds",
-                                    "From deployment to the attempt's terminal state, by that state.", ["state"],
-                                    buckets=TASK_DURATION_BUCKETS, registry=r)
-        self._leader_changes = Counter("sparkdispatch_leader_changes",
-                                       "Leaderships this master was granted.", registry=r)
+        self._durations = Histogram(
+            "sparkdispatch_task_duration_seconds",
+            "From deployment to the attempt's terminal state, by that state.",
+            ["state"],
+            buckets=TASK_DURATION_BUCKETS,
+            registry=r,
+        )
+        self._leader_changes = Counter(
+            "sparkdispatch_leader_changes", "Leaderships this master was granted.", registry=r
+        )
         self._is_leader = Gauge("sparkdispatch_is_leader", "1 while this master leads.", registry=r)
-        self._lag = Gauge("sparkdispatch_event_loop_lag_seconds",
-                          "How late the master's event loop ran a timer, at the last probe.", registry=r)
+        self._lag = Gauge(
+            "sparkdispatch_event_loop_lag_seconds",
+            "How late the master's event loop ran a timer, at the last probe.",
+            registry=r,
+        )
         self._leader = _LeaderCollector()
         r.register(self._leader)
 

@@ -36,8 +36,14 @@ from marshmallow import RAISE, Schema, fields, post_dump, post_load, validate
 from sparkdispatch.errors import InvalidShape
 from sparkdispatch.model.schema import FieldErrors, StrictSchema, WholeMatch, load
 
-def wire(name: str | None = None, *, description: str | None = None, pattern: re.Pattern[str] | None = None,
-         omit_none: bool = False) -> dict[str, object]:
+
+def wire(
+    name: str | None = None,
+    *,
+    description: str | None = None,
+    pattern: re.Pattern[str] | None = None,
+    omit_none: bool = False,
+) -> dict[str, object]:
     """A field's metadata (`field(metadata=wire(...))`): its JSON `name` when it differs from the
     attribute's, a `description` for the OpenAPI document, a `pattern` its whole text must match,
     and `omit_none` to leave the key out while the value is None."""
@@ -62,6 +68,7 @@ class Shape:
     @classmethod
     def from_dict(cls, data: object) -> Self:
         """Parse a JSON form; `InvalidShape` naming each field that does not fit."""
+
         def refused(field_errors: FieldErrors) -> InvalidShape:
             return InvalidShape(cls.__name__, field_errors)
 
@@ -178,8 +185,12 @@ def _field_of(hint: object, where: str) -> fields.Field[Any]:
         return fields.Enum(hint, by_value=fields.String)
     if origin is typing.Literal and all(isinstance(value, str) for value in arguments):
         return fields.String(validate=validate.OneOf(arguments))
-    if origin is tuple and len(arguments) == 2 and arguments[1] is Ellipsis \
-            and typing.get_origin(arguments[0]) is not tuple:  # a tuple of tuples would load as lists
+    if (
+        origin is tuple
+        and len(arguments) == 2
+        and arguments[1] is Ellipsis
+        and typing.get_origin(arguments[0]) is not tuple
+    ):  # a tuple of tuples would load as lists
         return fields.List(_field(arguments[0], where))
     if origin is Mapping and arguments[0] is str:
         return fields.Dict(keys=fields.String(), values=_field(arguments[1], where))

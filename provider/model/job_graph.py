@@ -58,7 +58,6 @@ class _computed_once(Generic[T]):
         return value
 
 
-
 @dataclass(frozen=True)
 class JobVertex:
     """One PySpark task of a job: `entrypoint` runs `parallelism` times, after all of `inputs`."""
@@ -95,8 +94,7 @@ class JobGraph:
         if isinstance(data, Mapping):
             vertices = data.get("vertices")
             if isinstance(vertices, list) and len(vertices) > MAX_VERTICES:
-                raise InvalidJobGraph({"vertices": [f"a job needs 1 to {MAX_VERTICES} vertices, "
-                                                    f"got {len(vertices)}"]})
+                raise InvalidJobGraph({"vertices": [f"a job needs 1 to {MAX_VERTICES} vertices, got {len(vertices)}"]})
         return load(JOB_GRAPH, data, JobGraph, InvalidJobGraph)
 
     @classmethod
@@ -212,7 +210,7 @@ def order_vertices(vertices: Iterable[JobVertex]) -> tuple[list[str], list[str]]
                 if nxt not in inputs:
                     continue
                 if state.get(nxt) == 1:
-                    cycle = path[path.index(nxt):]
+                    cycle = path[path.index(nxt) :]
                     return order, list(reversed(cycle))
                 if nxt not in state:
                     state[nxt] = 1
@@ -272,20 +270,34 @@ class _ParamsField(fields.Dict):
         while level:
             if depth > MAX_PARAMS_DEPTH:
                 raise ValidationError(f"nested deeper than {MAX_PARAMS_DEPTH} levels")
-            level = [child for item in level
-                     for child in (item.values() if isinstance(item, dict) else item)
-                     if isinstance(child, (dict, list))]
+            level = [
+                child
+                for item in level
+                for child in (item.values() if isinstance(item, dict) else item)
+                if isinstance(child, (dict, list))
+            ]
             depth += 1
         return result
 
 
 class JobVertexSchema(StrictSchema):
-    id = fields.String(required=True, validate=WholeMatch(
-        VERTEX_ID_PATTERN, error="must be 1-128 letters, digits, '_', '.' or '-', not starting with '.' or '-'"))
-    entrypoint = fields.String(required=True, validate=WholeMatch(
-        ENTRYPOINT_PATTERN, error="must be 'module.path:function', e.g. 'pipelines.sales:extract'"))
-    parallelism = fields.Integer(load_default=1, strict=True, validate=validate.Range(
-        min=1, max=MAX_PARALLELISM, error=f"parallelism must be between 1 and {MAX_PARALLELISM}"))
+    id = fields.String(
+        required=True,
+        validate=WholeMatch(
+            VERTEX_ID_PATTERN, error="must be 1-128 letters, digits, '_', '.' or '-', not starting with '.' or '-'"
+        ),
+    )
+    entrypoint = fields.String(
+        required=True,
+        validate=WholeMatch(ENTRYPOINT_PATTERN, error="must be 'module.path:function', e.g. 'pipelines.sales:extract'"),
+    )
+    parallelism = fields.Integer(
+        load_default=1,
+        strict=True,
+        validate=validate.Range(
+            min=1, max=MAX_PARALLELISM, error=f"parallelism must be between 1 and {MAX_PARALLELISM}"
+        ),
+    )
     inputs = fields.List(fields.String(), load_default=list)
     params = _ParamsField(load_default=dict)
 
@@ -302,13 +314,23 @@ class JobVertexSchema(StrictSchema):
 
 
 class JobGraphSchema(StrictSchema):
-    job_id = fields.String(allow_none=True, load_default=None, validate=WholeMatch(
-        JOB_ID_PATTERN, error="must be 32 lowercase hex characters"))
+    job_id = fields.String(
+        allow_none=True,
+        load_default=None,
+        validate=WholeMatch(JOB_ID_PATTERN, error="must be 32 lowercase hex characters"),
+    )
     name = fields.String(required=True, validate=validate.Length(min=1, max=200, error="must be 1-200 characters"))
-    vertices = fields.List(fields.Nested(JobVertexSchema), required=True, validate=validate.Length(
-        min=1, max=MAX_VERTICES, error=f"a job needs 1 to {MAX_VERTICES} vertices"))
-    artifacts = fields.List(fields.String(validate=WholeMatch(
-        BLOB_KEY_PATTERN, error="must be a blob key (64 hex characters) from POST /artifacts")), load_default=list)
+    vertices = fields.List(
+        fields.Nested(JobVertexSchema),
+        required=True,
+        validate=validate.Length(min=1, max=MAX_VERTICES, error=f"a job needs 1 to {MAX_VERTICES} vertices"),
+    )
+    artifacts = fields.List(
+        fields.String(
+            validate=WholeMatch(BLOB_KEY_PATTERN, error="must be a blob key (64 hex characters) from POST /artifacts")
+        ),
+        load_default=list,
+    )
     restart_strategy = RestartStrategyField(allow_none=True, load_default=None)
     config = _SparkConfField(load_default=dict)
 
@@ -320,7 +342,8 @@ class JobGraphSchema(StrictSchema):
         for index, vertex in enumerate(vertices):
             if vertex.id in seen:
                 errors.setdefault(f"vertices[{index}].id", []).append(
-                    f"duplicate vertex id {vertex.id!r} (also vertices[{seen[vertex.id]}])")
+                    f"duplicate vertex id {vertex.id!r} (also vertices[{seen[vertex.id]}])"
+                )
             else:
                 seen[vertex.id] = index
         for index, vertex in enumerate(vertices):

@@ -16,6 +16,7 @@ from sparkdispatch.model.job_graph import JOB_ID_PATTERN
 from sparkdispatch.model.schema import StrictSchema, WholeMatch, drop_none, dump, load
 from sparkdispatch.model.states import ExecutionState, JobStatus
 
+
 @dataclass(frozen=True)
 class Failure:
     """An exception as it reaches the JobResult: class name, message and traceback text."""
@@ -26,8 +27,7 @@ class Failure:
 
     @classmethod
     def from_exception(cls, exc: BaseException) -> Failure:
-        return cls(cls=type(exc).__name__, message=str(exc),
-                   traceback="".join(traceback_module.format_exception(exc)))
+        return cls(cls=type(exc).__name__, message=str(exc), traceback="".join(traceback_module.format_exception(exc)))
 
     def to_dict(self) -> dict[str, Any]:
         return dump(FAILURE, self)
@@ -116,8 +116,14 @@ class VertexResultSchema(StrictSchema):
 class JobResultSchema(StrictSchema):
     job_id = fields.String(required=True, validate=WholeMatch(JOB_ID_PATTERN))
     name = fields.String(required=True)
-    status = fields.Enum(JobStatus, required=True, validate=validate.OneOf(
-        [s for s in JobStatus if s.is_globally_terminal], error="a JobResult's status is FINISHED, FAILED or CANCELED"))
+    status = fields.Enum(
+        JobStatus,
+        required=True,
+        validate=validate.OneOf(
+            [s for s in JobStatus if s.is_globally_terminal],
+            error="a JobResult's status is FINISHED, FAILED or CANCELED",
+        ),
+    )
     start_time = fields.Integer(required=True, strict=True)
     end_time = fields.Integer(required=True, strict=True)
     duration_ms = fields.Integer(load_default=None, allow_none=True, strict=True)

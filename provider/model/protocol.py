@@ -207,9 +207,13 @@ class RegistrationAck:
         return load(_REGISTRATION_ACK, data, RegistrationAck, _invalid_request("registration answer"))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"resource_manager_id": self.resource_manager_id, "heartbeat_interval_ms": self.heartbeat_interval_ms,
-                "heartbeat_timeout_ms": self.heartbeat_timeout_ms, "registration_id": self.registration_id,
-                "resumed": self.resumed}
+        return {
+            "resource_manager_id": self.resource_manager_id,
+            "heartbeat_interval_ms": self.heartbeat_interval_ms,
+            "heartbeat_timeout_ms": self.heartbeat_timeout_ms,
+            "registration_id": self.registration_id,
+            "resumed": self.resumed,
+        }
 
 
 @dataclass(frozen=True)
@@ -339,12 +343,21 @@ class ExecutionStateUpdateSchema(StrictSchema):
 
 
 class TaskExecutorRegistrationSchema(StrictSchema):
-    task_executor_id = fields.String(required=True, validate=WholeMatch(
-        TASK_EXECUTOR_ID_PATTERN, error="must be 1-200 letters, digits or '_.@:-', not starting with '.@:-'"))
+    task_executor_id = fields.String(
+        required=True,
+        validate=WholeMatch(
+            TASK_EXECUTOR_ID_PATTERN, error="must be 1-200 letters, digits or '_.@:-', not starting with '.@:-'"
+        ),
+    )
     hostname = fields.String(required=True, validate=_non_empty("hostname"))
     queue = fields.String(required=True, validate=_non_empty("queue"))
-    slots = fields.Integer(required=True, strict=True, validate=validate.Range(
-        min=1, max=MAX_SLOTS_PER_TASK_EXECUTOR, error=f"must be between 1 and {MAX_SLOTS_PER_TASK_EXECUTOR}"))
+    slots = fields.Integer(
+        required=True,
+        strict=True,
+        validate=validate.Range(
+            min=1, max=MAX_SLOTS_PER_TASK_EXECUTOR, error=f"must be between 1 and {MAX_SLOTS_PER_TASK_EXECUTOR}"
+        ),
+    )
     slot_report = fields.Nested(SlotReportSchema, load_default=None)
     spark_master = fields.String(load_default="")
     previous_registration_id = fields.String(allow_none=True, load_default=None)

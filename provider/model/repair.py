@@ -55,9 +55,15 @@ def check_requested(graph: JobGraph, requested: Sequence[str]) -> tuple[str, ...
     known = {vertex.id for vertex in graph.vertices}
     unknown = [v for v in requested if v not in known]
     if unknown:
-        raise InvalidRequest("repair request", {"vertices": [
-            f"job {graph.job_id} has no vertex {', '.join(map(repr, unknown))}; its vertices are "
-            f"{', '.join(graph.topological_order())}"]})
+        raise InvalidRequest(
+            "repair request",
+            {
+                "vertices": [
+                    f"job {graph.job_id} has no vertex {', '.join(map(repr, unknown))}; its vertices are "
+                    f"{', '.join(graph.topological_order())}"
+                ]
+            },
+        )
     return tuple(dict.fromkeys(requested))
 
 

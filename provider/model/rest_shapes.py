@@ -124,8 +124,9 @@ class VertexDetails(Shape):
     parallelism: int | None
     inputs: tuple[str, ...]
     subtasks: tuple[SubtaskDetails, ...]
-    attempts: int | None = field(default=None, metadata=wire(
-        omit_none=True, description="of a job known only from its JobResult"))
+    attempts: int | None = field(
+        default=None, metadata=wire(omit_none=True, description="of a job known only from its JobResult")
+    )
 
 
 @dataclass(frozen=True)
@@ -182,8 +183,7 @@ class JobProgress(Shape):
 
     def outcome(self, vertex: VertexProgress) -> VertexOutcome:
         """`vertex` as `GET /jobs/{job_id}/vertices/{vertex}` answers it."""
-        return VertexOutcome(job_id=self.job_id, job_status=self.job_status, vertex=vertex.vertex,
-                             result=vertex.result)
+        return VertexOutcome(job_id=self.job_id, job_status=self.job_status, vertex=vertex.vertex, result=vertex.result)
 
 
 @dataclass(frozen=True)
@@ -315,5 +315,18 @@ class Empty(Shape):
 
 #: Every shape an answer of the REST API has, in the order the OpenAPI document lists them.
 ANSWERS: tuple[type[Shape], ...] = (
-    Overview, JobList, FlinkJobList, JobDetails, RepairAnswer, AttemptLog, VertexOutcome, JobProgress,
-    ExecutionResult, TaskManagerList, Submitted, Artifact, Unregistered, Empty)
+    Overview,
+    JobList,
+    FlinkJobList,
+    JobDetails,
+    RepairAnswer,
+    AttemptLog,
+    VertexOutcome,
+    JobProgress,
+    ExecutionResult,
+    TaskManagerList,
+    Submitted,
+    Artifact,
+    Unregistered,
+    Empty,
+)

@@ -11,6 +11,7 @@ from marshmallow import Schema, ValidationError, fields, post_load, validate
 
 from sparkdispatch.model.schema import StrictSchema, json_type
 
+
 @dataclass(frozen=True)
 class NoRestart:
     type: ClassVar[str] = "none"
@@ -111,8 +112,10 @@ class _NoRestartSchema(StrictSchema):
 
 
 RESTART_SCHEMAS: dict[str, type[Schema]] = {
-    "none": _NoRestartSchema, "fixed-delay": _FixedDelaySchema,
-    "exponential-delay": _ExponentialDelaySchema, "failure-rate": _FailureRateSchema,
+    "none": _NoRestartSchema,
+    "fixed-delay": _FixedDelaySchema,
+    "exponential-delay": _ExponentialDelaySchema,
+    "failure-rate": _FailureRateSchema,
 }
 _RESTART_SCHEMA_INSTANCES: dict[str, Schema] = {kind: schema() for kind, schema in RESTART_SCHEMAS.items()}
 
@@ -130,8 +133,9 @@ class RestartStrategyField(fields.Field[RestartStrategy]):
         strategy: RestartStrategy = _RESTART_SCHEMA_INSTANCES[kind].load(value)
         return strategy
 
-    def _serialize(self, value: RestartStrategy | None, attr: str | None, obj: Any,
-                   **kwargs: Any) -> dict[str, Any] | None:
+    def _serialize(
+        self, value: RestartStrategy | None, attr: str | None, obj: Any, **kwargs: Any
+    ) -> dict[str, Any] | None:
         if value is None:
             return None
         body: dict[str, Any] = {"type": value.type}

@@ -35,18 +35,30 @@ class JobOverview:
     tasks: Mapping[ExecutionState, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"job_id": self.job_id, "name": self.name, "status": self.status.value,
-                "start_time": self.start_time, "end_time": self.end_time, "duration_ms": self.duration_ms,
-                "last_modification": self.last_modification,
-                "tasks": {state.value: count for state, count in self.tasks.items()}}
+        return {
+            "job_id": self.job_id,
+            "name": self.name,
+            "status": self.status.value,
+            "start_time": self.start_time,
+            "end_time": self.end_time,
+            "duration_ms": self.duration_ms,
+            "last_modification": self.last_modification,
+            "tasks": {state.value: count for state, count in self.tasks.items()},
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> JobOverview:
         end_time = data["end_time"]
-        return cls(job_id=str(data["job_id"]), name=str(data["name"]), status=JobStatus(data["status"]),
-                   start_time=int(data["start_time"]), end_time=None if end_time is None else int(end_time),
-                   duration_ms=int(data["duration_ms"]), last_modification=int(data["last_modification"]),
-                   tasks={ExecutionState(state): int(count) for state, count in data["tasks"].items()})
+        return cls(
+            job_id=str(data["job_id"]),
+            name=str(data["name"]),
+            status=JobStatus(data["status"]),
+            start_time=int(data["start_time"]),
+            end_time=None if end_time is None else int(end_time),
+            duration_ms=int(data["duration_ms"]),
+            last_modification=int(data["last_modification"]),
+            tasks={ExecutionState(state): int(count) for state, count in data["tasks"].items()},
+        )
 
 
 @dataclass(frozen=True)
@@ -59,14 +71,22 @@ class SubtaskSnapshot:
     task_executor_id: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"index": self.index, "state": self.state.value, "attempt": self.attempt,
-                "task_executor_id": self.task_executor_id}
+        return {
+            "index": self.index,
+            "state": self.state.value,
+            "attempt": self.attempt,
+            "task_executor_id": self.task_executor_id,
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SubtaskSnapshot:
         task_executor_id = data["task_executor_id"]
-        return cls(index=int(data["index"]), state=ExecutionState(data["state"]), attempt=int(data["attempt"]),
-                   task_executor_id=None if task_executor_id is None else str(task_executor_id))
+        return cls(
+            index=int(data["index"]),
+            state=ExecutionState(data["state"]),
+            attempt=int(data["attempt"]),
+            task_executor_id=None if task_executor_id is None else str(task_executor_id),
+        )
 
 
 @dataclass(frozen=True)
@@ -85,18 +105,26 @@ class VertexSnapshot:
     attempts: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "state": self.state.value, "parallelism": self.parallelism,
-                "inputs": list(self.inputs), "subtasks": [s.to_dict() for s in self.subtasks],
-                "attempts": self.attempts}
+        return {
+            "id": self.id,
+            "state": self.state.value,
+            "parallelism": self.parallelism,
+            "inputs": list(self.inputs),
+            "subtasks": [s.to_dict() for s in self.subtasks],
+            "attempts": self.attempts,
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> VertexSnapshot:
         parallelism, attempts = data["parallelism"], data["attempts"]
-        return cls(id=str(data["id"]), state=ExecutionState(data["state"]),
-                   parallelism=None if parallelism is None else int(parallelism),
-                   inputs=tuple(str(i) for i in data["inputs"]),
-                   subtasks=tuple(SubtaskSnapshot.from_dict(s) for s in data["subtasks"]),
-                   attempts=None if attempts is None else int(attempts))
+        return cls(
+            id=str(data["id"]),
+            state=ExecutionState(data["state"]),
+            parallelism=None if parallelism is None else int(parallelism),
+            inputs=tuple(str(i) for i in data["inputs"]),
+            subtasks=tuple(SubtaskSnapshot.from_dict(s) for s in data["subtasks"]),
+            attempts=None if attempts is None else int(attempts),
+        )
 
 
 @dataclass(frozen=True)
@@ -117,19 +145,33 @@ class JobSnapshot:
         tasks: dict[ExecutionState, int] = {}
         for vertex in result.vertices.values():
             tasks[vertex.state] = tasks.get(vertex.state, 0) + 1
-        overview = JobOverview(job_id=result.job_id, name=result.name, status=result.status,
-                               start_time=result.start_time, end_time=result.end_time,
-                               duration_ms=result.duration_ms, last_modification=result.end_time, tasks=tasks)
-        vertices = tuple(VertexSnapshot(id=vertex_id, state=vertex.state, parallelism=None, attempts=vertex.attempts)
-                         for vertex_id, vertex in result.vertices.items())
+        overview = JobOverview(
+            job_id=result.job_id,
+            name=result.name,
+            status=result.status,
+            start_time=result.start_time,
+            end_time=result.end_time,
+            duration_ms=result.duration_ms,
+            last_modification=result.end_time,
+            tasks=tasks,
+        )
+        vertices = tuple(
+            VertexSnapshot(id=vertex_id, state=vertex.state, parallelism=None, attempts=vertex.attempts)
+            for vertex_id, vertex in result.vertices.items()
+        )
         return cls(overview, vertices)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"overview": self.overview.to_dict(), "vertices": [v.to_dict() for v in self.vertices],
-                "repairs": [r.to_dict() for r in self.repairs]}
+        return {
+            "overview": self.overview.to_dict(),
+            "vertices": [v.to_dict() for v in self.vertices],
+            "repairs": [r.to_dict() for r in self.repairs],
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> JobSnapshot:
-        return cls(JobOverview.from_dict(data["overview"]),
-                   tuple(VertexSnapshot.from_dict(v) for v in data["vertices"]),
-                   tuple(Repair.from_dict(r) for r in data.get("repairs", ())))
+        return cls(
+            JobOverview.from_dict(data["overview"]),
+            tuple(VertexSnapshot.from_dict(v) for v in data["vertices"]),
+            tuple(Repair.from_dict(r) for r in data.get("repairs", ())),
+        )

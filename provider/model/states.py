@@ -6,6 +6,7 @@ import enum
 
 from sparkdispatch.errors import IllegalStateTransition
 
+
 class JobStatus(str, enum.Enum):
     """A job's state, as Flink's JobStatus; FINISHED, FAILED and CANCELED are globally terminal."""
 
@@ -43,16 +44,33 @@ class JobStatus(str, enum.Enum):
 _GLOBALLY_TERMINAL_JOB = frozenset({JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELED})
 _JOB_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
     JobStatus.INITIALIZING: frozenset({JobStatus.CREATED, JobStatus.FAILED, JobStatus.CANCELED, JobStatus.SUSPENDED}),
-    JobStatus.CREATED: frozenset({JobStatus.RUNNING, JobStatus.RECONCILING, JobStatus.CANCELLING,
-                                  JobStatus.CANCELED, JobStatus.FAILED, JobStatus.SUSPENDED}),
-    JobStatus.RECONCILING: frozenset({JobStatus.RUNNING, JobStatus.FAILING, JobStatus.CANCELLING,
-                                      JobStatus.FAILED, JobStatus.SUSPENDED}),
-    JobStatus.RUNNING: frozenset({JobStatus.FINISHED, JobStatus.FAILING, JobStatus.RESTARTING,
-                                  JobStatus.CANCELLING, JobStatus.SUSPENDED}),
-    JobStatus.FAILING: frozenset({JobStatus.FAILED, JobStatus.RESTARTING, JobStatus.CANCELLING,
-                                  JobStatus.SUSPENDED}),
-    JobStatus.RESTARTING: frozenset({JobStatus.RUNNING, JobStatus.CREATED, JobStatus.CANCELLING,
-                                     JobStatus.CANCELED, JobStatus.FAILED, JobStatus.SUSPENDED}),
+    JobStatus.CREATED: frozenset(
+        {
+            JobStatus.RUNNING,
+            JobStatus.RECONCILING,
+            JobStatus.CANCELLING,
+            JobStatus.CANCELED,
+            JobStatus.FAILED,
+            JobStatus.SUSPENDED,
+        }
+    ),
+    JobStatus.RECONCILING: frozenset(
+        {JobStatus.RUNNING, JobStatus.FAILING, JobStatus.CANCELLING, JobStatus.FAILED, JobStatus.SUSPENDED}
+    ),
+    JobStatus.RUNNING: frozenset(
+        {JobStatus.FINISHED, JobStatus.FAILING, JobStatus.RESTARTING, JobStatus.CANCELLING, JobStatus.SUSPENDED}
+    ),
+    JobStatus.FAILING: frozenset({JobStatus.FAILED, JobStatus.RESTARTING, JobStatus.CANCELLING, JobStatus.SUSPENDED}),
+    JobStatus.RESTARTING: frozenset(
+        {
+            JobStatus.RUNNING,
+            JobStatus.CREATED,
+            JobStatus.CANCELLING,
+            JobStatus.CANCELED,
+            JobStatus.FAILED,
+            JobStatus.SUSPENDED,
+        }
+    ),
     JobStatus.CANCELLING: frozenset({JobStatus.CANCELED, JobStatus.SUSPENDED}),
     JobStatus.FINISHED: frozenset(),
     JobStatus.FAILED: frozenset(),
@@ -90,20 +108,31 @@ class ExecutionState(str, enum.Enum):
 
 _TERMINAL_EXECUTION = frozenset({ExecutionState.FINISHED, ExecutionState.CANCELED, ExecutionState.FAILED})
 _EXECUTION_TRANSITIONS: dict[ExecutionState, frozenset[ExecutionState]] = {
-    ExecutionState.CREATED: frozenset({ExecutionState.SCHEDULED, ExecutionState.RECONCILING,
-                                       ExecutionState.CANCELED, ExecutionState.FAILED}),
-    ExecutionState.SCHEDULED: frozenset({ExecutionState.DEPLOYING, ExecutionState.CANCELING,
-                                         ExecutionState.CANCELED, ExecutionState.FAILED}),
-    ExecutionState.DEPLOYING: frozenset({ExecutionState.INITIALIZING, ExecutionState.CANCELING,
-                                         ExecutionState.CANCELED, ExecutionState.FAILED}),
-    ExecutionState.INITIALIZING: frozenset({ExecutionState.RUNNING, ExecutionState.CANCELING,
-                                            ExecutionState.CANCELED, ExecutionState.FAILED}),
-    ExecutionState.RUNNING: frozenset({ExecutionState.FINISHED, ExecutionState.CANCELING,
-                                       ExecutionState.CANCELED, ExecutionState.FAILED}),
+    ExecutionState.CREATED: frozenset(
+        {ExecutionState.SCHEDULED, ExecutionState.RECONCILING, ExecutionState.CANCELED, ExecutionState.FAILED}
+    ),
+    ExecutionState.SCHEDULED: frozenset(
+        {ExecutionState.DEPLOYING, ExecutionState.CANCELING, ExecutionState.CANCELED, ExecutionState.FAILED}
+    ),
+    ExecutionState.DEPLOYING: frozenset(
+        {ExecutionState.INITIALIZING, ExecutionState.CANCELING, ExecutionState.CANCELED, ExecutionState.FAILED}
+    ),
+    ExecutionState.INITIALIZING: frozenset(
+        {ExecutionState.RUNNING, ExecutionState.CANCELING, ExecutionState.CANCELED, ExecutionState.FAILED}
+    ),
+    ExecutionState.RUNNING: frozenset(
+        {ExecutionState.FINISHED, ExecutionState.CANCELING, ExecutionState.CANCELED, ExecutionState.FAILED}
+    ),
     ExecutionState.CANCELING: frozenset({ExecutionState.CANCELED, ExecutionState.FAILED}),
-    ExecutionState.RECONCILING: frozenset({ExecutionState.INITIALIZING, ExecutionState.RUNNING,
-                                           ExecutionState.FINISHED, ExecutionState.CANCELED,
-                                           ExecutionState.FAILED}),
+    ExecutionState.RECONCILING: frozenset(
+        {
+            ExecutionState.INITIALIZING,
+            ExecutionState.RUNNING,
+            ExecutionState.FINISHED,
+            ExecutionState.CANCELED,
+            ExecutionState.FAILED,
+        }
+    ),
     ExecutionState.FINISHED: frozenset(),
     ExecutionState.CANCELED: frozenset(),
     ExecutionState.FAILED: frozenset(),

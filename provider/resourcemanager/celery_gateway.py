@@ -55,15 +55,20 @@ class CeleryTaskExecutorGateway:
         """Send the task to the slot's TaskExecutor queue; `ServiceUnavailable` if the broker is down or
         did not take it within `broker.timeout`."""
         try:
-            self._app.send_task(DEPLOY_TASK, args=[tdd.to_dict(), session_id], queue=slot.queue,
-                                routing_key=slot.queue, ignore_result=True)
+            self._app.send_task(
+                DEPLOY_TASK,
+                args=[tdd.to_dict(), session_id],
+                queue=slot.queue,
+                routing_key=slot.queue,
+                ignore_result=True,
+            )
         except EncodeError:
             raise  # the deployment itself is bad: no broker would take it
         except Exception as exc:  # kombu raises transport-specific errors
-            raise ServiceUnavailable(f"cannot send execution {tdd.execution_id} of job {tdd.job_id} to "
-                                     f"{slot.queue}: {exc}") from exc
-        log.debug("job %s: execution %s sent to %s (session %s)", tdd.job_id, tdd.execution_id, slot.queue,
-                  session_id)
+            raise ServiceUnavailable(
+                f"cannot send execution {tdd.execution_id} of job {tdd.job_id} to {slot.queue}: {exc}"
+            ) from exc
+        log.debug("job %s: execution %s sent to %s (session %s)", tdd.job_id, tdd.execution_id, slot.queue, session_id)
 
     def cancel(self, task_executor_hostname: str, execution_id: str) -> bool:
         """Ask one worker to cancel an execution; True if it answered that it runs it, False if
@@ -71,10 +76,11 @@ class CeleryTaskExecutorGateway:
         does not answer within the reply timeout."""
         replies = self._broadcast(CANCEL_COMMAND, task_executor_hostname, {"execution_id": execution_id})
         if not replies:
-            raise ServiceUnavailable(f"TaskExecutor {task_executor_hostname} did not answer the cancellation of "
-                                     f"execution {execution_id} within {self._reply_timeout:g}s")
-        return any(bool(body.get("found")) for reply in replies for body in reply.values()
-                   if isinstance(body, dict))
+            raise ServiceUnavailable(
+                f"TaskExecutor {task_executor_hostname} did not answer the cancellation of "
+                f"execution {execution_id} within {self._reply_timeout:g}s"
+            )
+        return any(bool(body.get("found")) for reply in replies for body in reply.values() if isinstance(body, dict))
 
     def close(self) -> None:
         self._app.close()
@@ -82,8 +88,12 @@ class CeleryTaskExecutorGateway:
     def _broadcast(self, command: str, hostname: str, arguments: dict[str, Any]) -> Replies:
         """One worker's replies to a remote-control command (none if it did not answer in time)."""
         try:
-            replies: Replies = self._app.control.broadcast(
-                command, arguments=arguments, destination=[hostname], reply=True, timeout=self._reply_timeout) or []
+            replies: Replies = (
+                self._app.control.broadcast(
+                    command, arguments=arguments, destination=[hostname], reply=True, timeout=self._reply_timeout
+                )
+                or []
+            )
         except Exception as exc:  # kombu raises transport-specific errors
             raise ServiceUnavailable(f"the Celery broker did not take a remote-control call: {exc}") from exc
         # A dead worker's binding keeps collecting message files on the filesystem broker.

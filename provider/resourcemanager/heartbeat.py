@@ -60,8 +60,16 @@ class HeartbeatMonitor(Generic[P]):
     """Watches the heartbeats of many targets and reports the silent and the unreachable ones;
     each heartbeat may carry a payload of type `P`."""
 
-    def __init__(self, listener: HeartbeatListener, *, timeout: float, rpc_failure_threshold: int = 2,
-                 unreachable_silence: float = 0.0, clock: Clock | None = None, name: str = "heartbeat") -> None:
+    def __init__(
+        self,
+        listener: HeartbeatListener,
+        *,
+        timeout: float,
+        rpc_failure_threshold: int = 2,
+        unreachable_silence: float = 0.0,
+        clock: Clock | None = None,
+        name: str = "heartbeat",
+    ) -> None:
         if timeout <= 0:
             raise ValueError(f"heartbeat timeout must be > 0, got {timeout}")
         if rpc_failure_threshold == 0 or rpc_failure_threshold < -1:
@@ -79,14 +87,25 @@ class HeartbeatMonitor(Generic[P]):
         self._targets: OrderedDict[str, _Target[P]] = OrderedDict()
 
     @classmethod
-    def from_settings(cls, settings: HeartbeatSettings, listener: HeartbeatListener, *, clock: Clock | None = None,
-                      name: str = "heartbeat") -> HeartbeatMonitor[P]:
+    def from_settings(
+        cls,
+        settings: HeartbeatSettings,
+        listener: HeartbeatListener,
+        *,
+        clock: Clock | None = None,
+        name: str = "heartbeat",
+    ) -> HeartbeatMonitor[P]:
         """A monitor with the settings' timeout and rpc failure threshold; a target that failed calls is
         unreachable once it has also been silent for half the timeout (at least two intervals): a
         heartbeat late under load is no silence."""
-        return cls(listener, timeout=settings.timeout, rpc_failure_threshold=settings.rpc_failure_threshold,
-                   unreachable_silence=max(2 * settings.interval, settings.timeout / 2), clock=clock,
-                   name=name)
+        return cls(
+            listener,
+            timeout=settings.timeout,
+            rpc_failure_threshold=settings.rpc_failure_threshold,
+            unreachable_silence=max(2 * settings.interval, settings.timeout / 2),
+            clock=clock,
+            name=name,
+        )
 
     @property
     def timeout(self) -> float:
@@ -177,12 +196,20 @@ class HeartbeatMonitor(Generic[P]):
         return expired
 
     def _unreachable(self, target: _Target[P], now: float) -> bool:
-        return (self._threshold != -1 and target.rpc_failures >= self._threshold
-                and now - target.last_heartbeat >= self._silence)
+        return (
+            self._threshold != -1
+            and target.rpc_failures >= self._threshold
+            and now - target.last_heartbeat >= self._silence
+        )
 
     def _notify_unreachable(self, target_id: str, target: _Target[P]) -> None:
-        log.warning("%s: target %s unreachable after %d failed calls and %.1fs without a heartbeat", self._name,
-                    target_id, target.rpc_failures, self._clock() - target.last_heartbeat)
+        log.warning(
+            "%s: target %s unreachable after %d failed calls and %.1fs without a heartbeat",
+            self._name,
+            target_id,
+            target.rpc_failures,
+            self._clock() - target.last_heartbeat,
+        )
         del self._targets[target_id]
         try:
             self._listener.notify_target_unreachable(target_id)

@@ -42,5 +42,8 @@ class ResourceOverview:
     slots_available: int
 
     def to_dict(self) -> dict[str, int]:
-        return {"taskmanagers": self.taskmanagers, "slots_total": self.slots_total,
-                "slots_available": self.slots_available}
+        return {
+            "taskmanagers": self.taskmanagers,
+            "slots_total": self.slots_total,
+            "slots_available": self.slots_available,
+        }

@@ -52,18 +52,23 @@ class ResourceManagerGateway(Protocol):
     """What the other components call on the ResourceManager: plain methods, on the master's loop."""
 
     @abstractmethod
-    def register_task_executor(self, session_id: str | None,
-                               registration: TaskExecutorRegistration) -> RegistrationAck:
+    def register_task_executor(self, session_id: str | None, registration: TaskExecutorRegistration) -> RegistrationAck:
         """A TaskExecutor (re)registers under the leader session `session_id` (fenced)."""
 
     @abstractmethod
-    def heartbeat(self, session_id: str | None, task_executor_id: str, slot_report: SlotReport,
-                  executions: Sequence[ExecutionReport]) -> None:
+    def heartbeat(
+        self,
+        session_id: str | None,
+        task_executor_id: str,
+        slot_report: SlotReport,
+        executions: Sequence[ExecutionReport],
+    ) -> None:
         """A TaskExecutor's heartbeat (fenced); `UnknownTaskExecutor` tells it to register again."""
 
     @abstractmethod
-    def unregister_task_executor(self, task_executor_id: str, reason: str, *,
-                                 registration_id: str | None = None) -> bool:
+    def unregister_task_executor(
+        self, task_executor_id: str, reason: str, *, registration_id: str | None = None
+    ) -> bool:
         """A TaskExecutor is gone (it stopped, or was found lost); False if it is not registered
         (under `registration_id`, if given)."""
 
@@ -105,10 +110,14 @@ class ResourceManager:
         self.resource_manager_id = uuid.uuid4().hex
         self._settings = settings
         self._heartbeats: HeartbeatMonitor[tuple[ExecutionReport, ...]] = HeartbeatMonitor.from_settings(
-            settings.heartbeat, self, clock=clock, name="TaskExecutor heartbeat")
-        self._slots = SlotManager(slot_request_timeout=settings.slot_request_timeout,
-                                  task_executor_idle_timeout=settings.task_executor_idle_timeout,
-                                  clock=clock, on_change=self._schedule_check)
+            settings.heartbeat, self, clock=clock, name="TaskExecutor heartbeat"
+        )
+        self._slots = SlotManager(
+            slot_request_timeout=settings.slot_request_timeout,
+            task_executor_idle_timeout=settings.task_executor_idle_timeout,
+            clock=clock,
+            on_change=self._schedule_check,
+        )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._check_handle: asyncio.Handle | None = None
         self._timeout_task: asyncio.Task[None] | None = None
@@ -120,8 +129,9 @@ class ResourceManager:
         """Start the timer of the heartbeat and slot request timeout checks on the running loop."""
         self._loop = asyncio.get_running_loop()
         if self._timeout_task is None:
-            self._timeout_task = self._loop.create_task(self._check_timeouts_periodically(),
-                                                        name="resource-manager-timeouts")
+            self._timeout_task = self._loop.create_task(
+                self._check_timeouts_periodically(), name="resource-manager-timeouts"
+            )
         log.info("ResourceManager %s started for leader session %s", self.resource_manager_id, self.session_id)
 
     def stop(self) -> None:
@@ -143,8 +153,9 @@ class ResourceManager:
 
     # ---------------------------------------------------------------- TaskExecutor calls (fenced)
 
-    def register_task_executor(self, session_id: str | None,
-                               registration: TaskExecutorRegistration | Mapping[str, Any]) -> RegistrationAck:
+    def register_task_executor(
+        self, session_id: str | None, registration: TaskExecutorRegistration | Mapping[str, Any]
+    ) -> RegistrationAck:
         """Register (or register again) a TaskExecutor under this leader session."""
         self._check_fencing(session_id)
         if not isinstance(registration, TaskExecutorRegistration):
@@ -161,8 +172,13 @@ class ResourceManager:
             resumed=registered.resumed,
         )
 
-    def heartbeat(self, session_id: str | None, task_executor_id: str, slot_report: SlotReport | Mapping[str, Any],
-                  executions: Sequence[ExecutionReport | Mapping[str, Any]] | None = ()) -> None:
+    def heartbeat(
+        self,
+        session_id: str | None,
+        task_executor_id: str,
+        slot_report: SlotReport | Mapping[str, Any],
+        executions: Sequence[ExecutionReport | Mapping[str, Any]] | None = (),
+    ) -> None:
         """A TaskExecutor's heartbeat with its slot report and running executions.
 
         `UnknownTaskExecutor` tells it to register again."""
@@ -170,13 +186,15 @@ class ResourceManager:
         report = as_slot_report(slot_report)
         reports = as_execution_reports(executions)
         if not self._heartbeats.report(task_executor_id, reports):
-            raise UnknownTaskExecutor(f"TaskExecutor {task_executor_id} is not registered with this "
-                                      "ResourceManager; register again")
+            raise UnknownTaskExecutor(
+                f"TaskExecutor {task_executor_id} is not registered with this ResourceManager; register again"
+            )
         self._slots.report_slot_status(task_executor_id, report)
         self._forward_executions(task_executor_id, reports)
 
-    def unregister_task_executor(self, task_executor_id: str, reason: str, *,
-                                 registration_id: str | None = None) -> bool:
+    def unregister_task_executor(
+        self, task_executor_id: str, reason: str, *, registration_id: str | None = None
+    ) -> bool:
         """Remove a TaskExecutor (only under `registration_id`, if given); its slots vanish and
         their jobs are told. False if it is not registered (so)."""
         removed = self._slots.unregister_task_executor(task_executor_id, reason, registration_id=registration_id)
@@ -213,16 +231,25 @@ class ResourceManager:
         return self._slots.hostname_of(task_executor_id)
 
     def overview(self) -> ResourceOverview:
-        return ResourceOverview(taskmanagers=self._slots.task_executor_count, slots_total=self._slots.slots_total,
-                                slots_available=self._slots.slots_free)
+        return ResourceOverview(
+            taskmanagers=self._slots.task_executor_count,
+            slots_total=self._slots.slots_total,
+            slots_available=self._slots.slots_free,
+        )
 
     def task_executors(self) -> list[TaskManager]:
         """The `GET /taskmanagers` entries: slots, allocations, idleness, last heartbeat (epoch ms)
         and the executions of the last heartbeat."""
-        return [dataclasses.replace(entry, last_heartbeat=self._heartbeats.last_heartbeat_ms(entry.id),
-                                    executions=tuple(TaskManagerExecution.of(report)
-                                                     for report in self._heartbeats.payload(entry.id) or ()))
-                for entry in self._slots.describe_all()]
+        return [
+            dataclasses.replace(
+                entry,
+                last_heartbeat=self._heartbeats.last_heartbeat_ms(entry.id),
+                executions=tuple(
+                    TaskManagerExecution.of(report) for report in self._heartbeats.payload(entry.id) or ()
+                ),
+            )
+            for entry in self._slots.describe_all()
+        ]
 
     # ---------------------------------------------------------------- HeartbeatListener
 
@@ -232,8 +259,11 @@ class ResourceManager:
 
     def notify_target_unreachable(self, target_id: str) -> None:
         heartbeat = self._settings.heartbeat
-        self.unregister_task_executor(target_id, f"unreachable after {heartbeat.rpc_failure_threshold} failed calls "
-                                                 f"and no heartbeat for {2 * heartbeat.interval:g}s")
+        self.unregister_task_executor(
+            target_id,
+            f"unreachable after {heartbeat.rpc_failure_threshold} failed calls "
+            f"and no heartbeat for {2 * heartbeat.interval:g}s",
+        )
 
     # ---------------------------------------------------------------- internals
 

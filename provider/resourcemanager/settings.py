@@ -7,7 +7,10 @@ from dataclasses import dataclass
 
 from sparkdispatch.config import Configuration
 from sparkdispatch.config.options import (
-    HEARTBEAT_INTERVAL, HEARTBEAT_RPC_FAILURE_THRESHOLD, HEARTBEAT_TIMEOUT, RESOURCEMANAGER_TASKMANAGER_TIMEOUT,
+    HEARTBEAT_INTERVAL,
+    HEARTBEAT_RPC_FAILURE_THRESHOLD,
+    HEARTBEAT_TIMEOUT,
+    RESOURCEMANAGER_TASKMANAGER_TIMEOUT,
     SLOT_REQUEST_TIMEOUT,
 )
 
@@ -22,8 +25,11 @@ class HeartbeatSettings:
 
     @classmethod
     def from_config(cls, config: Configuration) -> HeartbeatSettings:
-        return cls(interval=config.get(HEARTBEAT_INTERVAL), timeout=config.get(HEARTBEAT_TIMEOUT),
-                   rpc_failure_threshold=config.get(HEARTBEAT_RPC_FAILURE_THRESHOLD))
+        return cls(
+            interval=config.get(HEARTBEAT_INTERVAL),
+            timeout=config.get(HEARTBEAT_TIMEOUT),
+            rpc_failure_threshold=config.get(HEARTBEAT_RPC_FAILURE_THRESHOLD),
+        )
 
 
 @dataclass(frozen=True)
@@ -36,6 +42,8 @@ class ResourceManagerSettings:
 
     @classmethod
     def from_config(cls, config: Configuration) -> ResourceManagerSettings:
-        return cls(heartbeat=HeartbeatSettings.from_config(config),
-                   slot_request_timeout=config.get(SLOT_REQUEST_TIMEOUT),
-                   task_executor_idle_timeout=config.get(RESOURCEMANAGER_TASKMANAGER_TIMEOUT))
+        return cls(
+            heartbeat=HeartbeatSettings.from_config(config),
+            slot_request_timeout=config.get(SLOT_REQUEST_TIMEOUT),
+            task_executor_idle_timeout=config.get(RESOURCEMANAGER_TASKMANAGER_TIMEOUT),
+        )

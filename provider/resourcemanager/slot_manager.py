@@ -106,8 +106,17 @@ class Registered(NamedTuple):
 
 
 class _TaskExecutor:
-    __slots__ = ("id", "registration_id", "hostname", "queue", "spark_master", "slots", "busy", "idle_since",
-                 "registered_at")
+    __slots__ = (
+        "id",
+        "registration_id",
+        "hostname",
+        "queue",
+        "spark_master",
+        "slots",
+        "busy",
+        "idle_since",
+        "registered_at",
+    )
 
     def __init__(self, registration: TaskExecutorRegistration, registration_id: str, now: float) -> None:
         self.id = registration.task_executor_id
@@ -136,8 +145,14 @@ class _Job:
 class SlotManager:
     """Registered TaskExecutors, their slots, and the slot requirements of jobs."""
 
-    def __init__(self, *, slot_request_timeout: float, task_executor_idle_timeout: float,
-                 clock: Clock | None = None, on_change: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        slot_request_timeout: float,
+        task_executor_idle_timeout: float,
+        clock: Clock | None = None,
+        on_change: Callable[[], None] | None = None,
+    ) -> None:
         """`on_change` is called whenever a check could hand out slots (the ResourceManager
         schedules `check_requirements` from it); without it, call the check yourself."""
         self._slot_request_timeout = slot_request_timeout
@@ -166,8 +181,14 @@ class SlotManager:
         if known is not None and _continues(known, registration):
             previous, known.registration_id = known.registration_id, registration_id
             freed = self._apply_report(known, registration.slot_report, now)
-            log.info("TaskExecutor %s (%s) registered again, continuing registration %s; its %d busy slots stay "
-                     "with their jobs", known.id, known.hostname, previous, known.busy)
+            log.info(
+                "TaskExecutor %s (%s) registered again, continuing registration %s; its %d busy slots stay "
+                "with their jobs",
+                known.id,
+                known.hostname,
+                previous,
+                known.busy,
+            )
             if freed:
                 self._on_change()
             return Registered(registration_id, resumed=True, replaced=False)
@@ -178,13 +199,18 @@ class SlotManager:
         for slot in reversed(task_executor.slots):  # taken last in, first out: slot 0 first
             self._free[slot] = None
         self._apply_report(task_executor, registration.slot_report, now)
-        log.info("TaskExecutor %s (%s) registered with %d slots", task_executor.id, task_executor.hostname,
-                 len(task_executor.slots))
+        log.info(
+            "TaskExecutor %s (%s) registered with %d slots",
+            task_executor.id,
+            task_executor.hostname,
+            len(task_executor.slots),
+        )
         self._on_change()
         return Registered(registration_id, resumed=False, replaced=replaced)
 
-    def unregister_task_executor(self, task_executor_id: str, reason: str, *,
-                                 registration_id: str | None = None) -> bool:
+    def unregister_task_executor(
+        self, task_executor_id: str, reason: str, *, registration_id: str | None = None
+    ) -> bool:
         """Remove a TaskExecutor and its slots; each job that held one is told which allocations
         it lost. False if no such TaskExecutor is registered (under `registration_id`, if given)."""
         task_executor = self._task_executors.get(task_executor_id)
@@ -201,8 +227,13 @@ class SlotManager:
                 job = self._jobs[slot.job_id]
                 del job.allocations[slot.allocation_id]
                 lost.setdefault(job.job_id, []).append(slot.allocation_id)
-        log.info("TaskExecutor %s removed (%s); %d allocations of %d jobs lost", task_executor_id, reason,
-                 sum(map(len, lost.values())), len(lost))
+        log.info(
+            "TaskExecutor %s removed (%s); %d allocations of %d jobs lost",
+            task_executor_id,
+            reason,
+            sum(map(len, lost.values())),
+            len(lost),
+        )
         now = self._clock()
         # Jobs that lose slots together wait again in the order they first declared.
         for job_id, allocation_ids in sorted(lost.items(), key=lambda item: self._jobs[item[0]].seq):
@@ -229,8 +260,12 @@ class SlotManager:
         slots = task_executor.slots
         for status in report.slots:
             if not 0 <= status.index < len(slots):
-                log.warning("TaskExecutor %s reported slot %d, but has %d slots; ignored", task_executor.id,
-                            status.index, len(slots))
+                log.warning(
+                    "TaskExecutor %s reported slot %d, but has %d slots; ignored",
+                    task_executor.id,
+                    status.index,
+                    len(slots),
+                )
                 continue
             slot = slots[status.index]
             if slot.occupied:
@@ -242,16 +277,27 @@ class SlotManager:
                     slot.allocation_id, slot.job_id = status.allocation_id, status.job_id
             elif slot.allocation_id is None:
                 if status.allocation_id is not None:
-                    log.info("TaskExecutor %s runs allocation %s (job %s) in slot %d, unknown here; the slot is "
-                             "occupied until it is reported free", task_executor.id, status.allocation_id,
-                             status.job_id, status.index)
+                    log.info(
+                        "TaskExecutor %s runs allocation %s (job %s) in slot %d, unknown here; the slot is "
+                        "occupied until it is reported free",
+                        task_executor.id,
+                        status.allocation_id,
+                        status.job_id,
+                        status.index,
+                    )
                     del self._free[slot]
                     slot.allocation_id, slot.job_id, slot.occupied = status.allocation_id, status.job_id, True
                     self._mark_busy(task_executor)
             elif status.allocation_id is not None and status.allocation_id != slot.allocation_id:
-                log.warning("TaskExecutor %s runs allocation %s in slot %d, which is allocated to %s of job %s; "
-                            "keeping the allocation", task_executor.id, status.allocation_id, status.index,
-                            slot.allocation_id, slot.job_id)
+                log.warning(
+                    "TaskExecutor %s runs allocation %s in slot %d, which is allocated to %s of job %s; "
+                    "keeping the allocation",
+                    task_executor.id,
+                    status.allocation_id,
+                    status.index,
+                    slot.allocation_id,
+                    slot.job_id,
+                )
         return freed
 
     def _mark_busy(self, task_executor: _TaskExecutor) -> None:
@@ -336,8 +382,16 @@ class SlotManager:
                     task_executor.idle_since = None
                 task_executor.busy += 1
                 allocations[allocation_id] = slot
-                batch.append(AllocatedSlot(allocation_id, task_executor.id, slot.index, task_executor.queue,
-                                           task_executor.hostname, task_executor.registration_id))
+                batch.append(
+                    AllocatedSlot(
+                        allocation_id,
+                        task_executor.id,
+                        slot.index,
+                        task_executor.queue,
+                        task_executor.hostname,
+                        task_executor.registration_id,
+                    )
+                )
             handed_out += len(batch)
             batches.append((job, batch))
             if len(allocations) >= job.required:
@@ -358,7 +412,8 @@ class SlotManager:
                 f"job {job.job_id} waited {self._slot_request_timeout:g}s for {wanted - held} more slot(s) "
                 f"(it needs {wanted}, holds {held}); the cluster has {len(self._free)} free of "
                 f"{self._slots_total} slots on {len(self._task_executors)} TaskExecutors. Start more "
-                "TaskExecutors, lower the job's parallelism, or raise slot.request.timeout")
+                "TaskExecutors, lower the job's parallelism, or raise slot.request.timeout"
+            )
             log.warning("%s", error.message)
             job.required = held
             self._update_waiting(job, self._clock())
@@ -411,8 +466,9 @@ class SlotManager:
             registered_at=self._epoch_ms(te.registered_at),
             slots_total=len(te.slots),
             slots_free=len(te.slots) - te.busy,
-            slots=tuple(TaskManagerSlot(index=s.index, allocation_id=s.allocation_id, job_id=s.job_id)
-                        for s in te.slots),
+            slots=tuple(
+                TaskManagerSlot(index=s.index, allocation_id=s.allocation_id, job_id=s.job_id) for s in te.slots
+            ),
             idle_since=None if idle_since is None else self._epoch_ms(idle_since),
             idle=idle_since is not None and now - idle_since >= self._idle_timeout,
             last_heartbeat=None,
@@ -435,9 +491,11 @@ class SlotManager:
 
 def _continues(task_executor: _TaskExecutor, registration: TaskExecutorRegistration) -> bool:
     """Whether `registration` is the same TaskExecutor process registering again."""
-    return (registration.previous_registration_id == task_executor.registration_id
-            and (registration.hostname, registration.queue, registration.slots)
-            == (task_executor.hostname, task_executor.queue, len(task_executor.slots)))
+    return registration.previous_registration_id == task_executor.registration_id and (
+        registration.hostname,
+        registration.queue,
+        registration.slots,
+    ) == (task_executor.hostname, task_executor.queue, len(task_executor.slots))
 
 
 def _call(method: Callable[..., None], *args: object, job_id: str) -> None:

@@ -144,8 +144,9 @@ class TokensFile:
                 return
             tokens = parse_tokens(self.path.read_text(), str(self.path))
         except (OSError, ConfigurationError) as exc:
-            message = (f"rest.auth.tokens-file {self.path}: {exc.strerror or exc}" if isinstance(exc, OSError)
-                       else str(exc))
+            message = (
+                f"rest.auth.tokens-file {self.path}: {exc.strerror or exc}" if isinstance(exc, OSError) else str(exc)
+            )
             if strict:
                 raise ConfigurationError(message) from None
             if self._tokens or self._stamp is not None:
@@ -160,14 +161,16 @@ class TokensFile:
 class Authenticator:
     """Finds the principal of a bearer token: the cluster secret, `rest.auth.token`, or a named token."""
 
-    def __init__(self, *, legacy_token: str = "", tokens_file: TokensFile | None = None,
-                 cluster_secret: str = "") -> None:
+    def __init__(
+        self, *, legacy_token: str = "", tokens_file: TokensFile | None = None, cluster_secret: str = ""
+    ) -> None:
         self._legacy = legacy_token
         self._file = tokens_file
         self._cluster = cluster_secret
         if cluster_secret and cluster_secret == legacy_token:
-            raise ConfigurationError("cluster.secret must differ from rest.auth.token: users would act as "
-                                     "TaskExecutors")
+            raise ConfigurationError(
+                "cluster.secret must differ from rest.auth.token: users would act as TaskExecutors"
+            )
 
     @property
     def users_authenticate(self) -> bool:
@@ -208,8 +211,9 @@ class Authenticator:
     def _user(self, name: str) -> NamedToken | None:
         if name == LEGACY_TOKEN_NAME and self._legacy:
             return NamedToken(LEGACY_TOKEN_NAME, Role.ADMIN, self._legacy)
-        return next((named for named in (self._file.tokens() if self._file is not None else ()) if named.name == name),
-                    None)
+        return next(
+            (named for named in (self._file.tokens() if self._file is not None else ()) if named.name == name), None
+        )
 
 
 def _same(offered: str, expected: str) -> bool:

@@ -44,8 +44,9 @@ def create_app(master: MasterView, settings: RestSettings, guard: BrowserGuard) 
 
     client_max_size = max(settings.max_body_size, settings.blob_max_size + (1 << 16))
     gate, sessions = gate_of(settings)
-    app = web.Application(client_max_size=client_max_size,
-                          middlewares=[track_requests, create_error_middleware(settings, gate, guard)])
+    app = web.Application(
+        client_max_size=client_max_size, middlewares=[track_requests, create_error_middleware(settings, gate, guard)]
+    )
     app[BODY_TIMEOUT] = settings.timeouts.body
     app.on_response_prepare.append(add_security_headers)
     handlers = RestHandlers(master, settings)
@@ -96,15 +97,26 @@ class RestServer:
         # aiohttp answers a longer request line or header itself, before the middleware, in plain
         # text: above its default of 8190 bytes, as a long query string of repeated parameters
         # reached it (schemathesis did), so that every answer a client can provoke is JSON
-        site = TimedTCPSite(self._runner, host, self._settings.port,
-                            ssl_context=tls.context() if tls is not None else None,
-                            header_timeout=timeouts.header, idle_timeout=timeouts.idle,
-                            max_line_size=MAX_LINE_SIZE, max_field_size=MAX_LINE_SIZE)
+        site = TimedTCPSite(
+            self._runner,
+            host,
+            self._settings.port,
+            ssl_context=tls.context() if tls is not None else None,
+            header_timeout=timeouts.header,
+            idle_timeout=timeouts.idle,
+            max_line_size=MAX_LINE_SIZE,
+            max_field_size=MAX_LINE_SIZE,
+        )
         await site.start()
         # the bound socket tells the real port when rest.port is 0
         self.port = int(self._runner.addresses[0][1])
-        log.info("REST endpoint and web UI on %s://%s:%d%s", self._settings.scheme, host, self.port,
-                 " (client certificates required)" if tls is not None and tls.client_ca else "")
+        log.info(
+            "REST endpoint and web UI on %s://%s:%d%s",
+            self._settings.scheme,
+            host,
+            self.port,
+            " (client certificates required)" if tls is not None and tls.client_ca else "",
+        )
 
     async def stop(self) -> None:
         if self._runner is not None:

@@ -37,15 +37,17 @@ LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost
 #: Fetch metadata a browser sends for a request another site's page made (with no `Origin`).
 _OTHER_SITES = frozenset({"cross-site", "same-site"})
 
-SECURITY_HEADERS: Mapping[str, str] = MappingProxyType({
-    # the pages load their scripts, stylesheet and data from the master; the favicon is `data:,`
-    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'none'; "
-                               "form-action 'self'; frame-ancestors 'none'",
-    "X-Frame-Options": "DENY",
-    "X-Content-Type-Options": "nosniff",
-    # no page of another origin embeds an answer as a script, image or stylesheet
-    "Cross-Origin-Resource-Policy": "same-origin",
-})
+SECURITY_HEADERS: Mapping[str, str] = MappingProxyType(
+    {
+        # the pages load their scripts, stylesheet and data from the master; the favicon is `data:,`
+        "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'none'; "
+        "form-action 'self'; frame-ancestors 'none'",
+        "X-Frame-Options": "DENY",
+        "X-Content-Type-Options": "nosniff",
+        # no page of another origin embeds an answer as a script, image or stylesheet
+        "Cross-Origin-Resource-Policy": "same-origin",
+    }
+)
 
 
 def machine_names() -> frozenset[str]:
@@ -77,7 +79,8 @@ class BrowserGuard:
             raise HostRefused(
                 f"{request.method} {request.path}: the Host {shown!r} is none of this master's names, so the call "
                 "may come from a web page that made its own name point at the master (DNS rebinding). If clients "
-                "reach the master under that name (a reverse proxy, a DNS alias), add it to rest.allowed-hosts")
+                "reach the master under that name (a reverse proxy, a DNS alias), add it to rest.allowed-hosts"
+            )
         if request.method not in SAFE_METHODS:
             self._check_origin(request, host)
 
@@ -99,7 +102,8 @@ class BrowserGuard:
                 raise OriginRefused(
                     f"{request.method} {request.path}: a web page of another site ({site}) may not change anything "
                     "on this master; if that page should, have it send its Origin and list the origin in "
-                    "rest.allowed-origins")
+                    "rest.allowed-origins"
+                )
             return
         origin = WebOrigin.parse(sent)
         own = WebOrigin.of_request(request.scheme, host) if host is not None else None
@@ -110,7 +114,8 @@ class BrowserGuard:
         raise OriginRefused(
             f"{request.method} {request.path}: a web page of the origin {shown!r} may not change anything on this "
             f"master (only {own_pages} and those of rest.allowed-origins may); if that page should, list its "
-            "origin in rest.allowed-origins")
+            "origin in rest.allowed-origins"
+        )
 
 
 async def add_security_headers(request: web.Request, response: web.StreamResponse) -> None:

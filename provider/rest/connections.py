@@ -43,11 +43,25 @@ class TimedRequestHandler(web.RequestHandler):
     """aiohttp's handler of one connection, which also closes it when a request head takes longer
     than `header_timeout` seconds from its first byte (from the opening, for the first request)."""
 
-    def __init__(self, manager: web.Server, *, loop: asyncio.AbstractEventLoop, header_timeout: float,
-                 keepalive_timeout: float, max_line_size: int, max_field_size: int) -> None:
+    def __init__(
+        self,
+        manager: web.Server,
+        *,
+        loop: asyncio.AbstractEventLoop,
+        header_timeout: float,
+        keepalive_timeout: float,
+        max_line_size: int,
+        max_field_size: int,
+    ) -> None:
         # no access log (aiohttp's annotation leaves out the None it accepts, as AppRunner passes it)
-        super().__init__(manager, loop=loop, keepalive_timeout=keepalive_timeout, max_line_size=max_line_size,
-                         max_field_size=max_field_size, access_log=cast(logging.Logger, None))
+        super().__init__(
+            manager,
+            loop=loop,
+            keepalive_timeout=keepalive_timeout,
+            max_line_size=max_line_size,
+            max_field_size=max_field_size,
+            access_log=cast(logging.Logger, None),
+        )
         self._timed_loop = loop
         self._header_timeout = header_timeout
         self._header_deadline: asyncio.TimerHandle | None = None
@@ -88,8 +102,11 @@ class TimedRequestHandler(web.RequestHandler):
         if self._answering:
             return
         peer = self.transport.get_extra_info("peername") if self.transport is not None else None
-        log.info("closing the connection of %s: no whole request head within %g s (rest.header-timeout)",
-                 peer, self._header_timeout)
+        log.info(
+            "closing the connection of %s: no whole request head within %g s (rest.header-timeout)",
+            peer,
+            self._header_timeout,
+        )
         self.force_close()
 
 
@@ -116,8 +133,10 @@ async def read_within(request: web.Request, read: Awaitable[T], *, what: str) ->
         async with asyncio.timeout(timeout):
             return await read
     except TimeoutError:
-        raise RequestTimeout(f"{request.method} {request.path}: the {what} stopped coming for more than "
-                             f"{timeout:g} s (rest.body-timeout); the connection is closed") from None
+        raise RequestTimeout(
+            f"{request.method} {request.path}: the {what} stopped coming for more than "
+            f"{timeout:g} s (rest.body-timeout); the connection is closed"
+        ) from None
 
 
 async def answer_and_close(request: web.Request, response: web.StreamResponse) -> web.StreamResponse:
@@ -133,8 +152,18 @@ async def answer_and_close(request: web.Request, response: web.StreamResponse) -
 class TimedTCPSite(web.BaseSite):
     """A TCP site of `runner` on `host:port` whose connections are `TimedRequestHandler`s."""
 
-    def __init__(self, runner: web.AppRunner, host: str, port: int, *, ssl_context: ssl.SSLContext | None,
-                 header_timeout: float, idle_timeout: float, max_line_size: int, max_field_size: int) -> None:
+    def __init__(
+        self,
+        runner: web.AppRunner,
+        host: str,
+        port: int,
+        *,
+        ssl_context: ssl.SSLContext | None,
+        header_timeout: float,
+        idle_timeout: float,
+        max_line_size: int,
+        max_field_size: int,
+    ) -> None:
         super().__init__(runner, ssl_context=ssl_context)
         self._app_runner = runner
         self._host = host
@@ -155,9 +184,15 @@ class TimedTCPSite(web.BaseSite):
         assert server is not None, "the runner is set up before its sites start"
 
         def connection() -> TimedRequestHandler:
-            return TimedRequestHandler(server, loop=loop, header_timeout=self._header_timeout,
-                                       keepalive_timeout=self._idle_timeout, max_line_size=self._max_line_size,
-                                       max_field_size=self._max_field_size)
+            return TimedRequestHandler(
+                server,
+                loop=loop,
+                header_timeout=self._header_timeout,
+                keepalive_timeout=self._idle_timeout,
+                max_line_size=self._max_line_size,
+                max_field_size=self._max_field_size,
+            )
 
-        self._server = await loop.create_server(connection, self._host, self._port, ssl=self._ssl_context,
-                                                reuse_address=True)
+        self._server = await loop.create_server(
+            connection, self._host, self._port, ssl=self._ssl_context, reuse_address=True
+        )

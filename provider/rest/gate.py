@@ -40,8 +40,10 @@ class Gate:
             if principal.role is Role.CLUSTER:
                 if cluster_may_call(method, path):
                     return Caller(Credentials.BEARER, CLUSTER)
-                raise Forbidden(f"{method} {path}: the cluster secret is the TaskExecutors' credential and does not "
-                                "reach users' calls; send a user's token")
+                raise Forbidden(
+                    f"{method} {path}: the cluster secret is the TaskExecutors' credential and does not "
+                    "reach users' calls; send a user's token"
+                )
             return _authorized(Caller(Credentials.BEARER, principal), needed, method, path)
         if not self._users.users_authenticate:
             return None
@@ -52,20 +54,26 @@ class Gate:
             return None
         if (login := to_login_page(request)) is not None:
             raise login
-        raise Unauthorized("missing or wrong bearer token: send `Authorization: Bearer <token>` with a token of "
-                           "rest.auth.tokens-file or rest.auth.token")
+        raise Unauthorized(
+            "missing or wrong bearer token: send `Authorization: Bearer <token>` with a token of "
+            "rest.auth.tokens-file or rest.auth.token"
+        )
 
     def _cluster_call(self, token: str, method: str, path: str) -> Caller | None:
         if not self._users.cluster_authenticates:
             return None
         if self._users.principal(token) is CLUSTER or self._users.is_legacy_cluster_token(token):
             return Caller(Credentials.BEARER, CLUSTER)
-        raise Unauthorized(f"{method} {path} is a TaskExecutor's call: it takes the cluster secret (cluster.secret, "
-                           "else rest.auth.token), never a user's token")
+        raise Unauthorized(
+            f"{method} {path} is a TaskExecutor's call: it takes the cluster secret (cluster.secret, "
+            "else rest.auth.token), never a user's token"
+        )
 
 
 def _authorized(caller: Caller, needed: Role, method: str, path: str) -> Caller:
     if not caller.principal.role.permits(needed):
-        raise Forbidden(f"{method} {path} needs the role {needed.value}; {caller.principal.name} is a "
-                        f"{caller.principal.role.value} (rest.auth.tokens-file)")
+        raise Forbidden(
+            f"{method} {path} needs the role {needed.value}; {caller.principal.name} is a "
+            f"{caller.principal.role.value} (rest.auth.tokens-file)"
+        )
     return caller

@@ -101,8 +101,12 @@ def leader_gauges(leader: LeaderView, job_counts: Mapping[str, int]) -> LeaderGa
     """The leader's TaskExecutors, slots and running jobs (`job_counts`: jobs by status)."""
     resources = leader.resource_manager.overview()
     running = sum(n for status, n in job_counts.items() if not JobStatus(status).is_terminal)
-    return LeaderGauges(jobs_running=running, slots_total=resources.slots_total,
-                        slots_available=resources.slots_available, taskexecutors=resources.taskmanagers)
+    return LeaderGauges(
+        jobs_running=running,
+        slots_total=resources.slots_total,
+        slots_available=resources.slots_available,
+        taskexecutors=resources.taskmanagers,
+    )
 
 
 class RestHandlers:
@@ -128,18 +132,31 @@ class RestHandlers:
         counts = leader.dispatcher.job_counts()
         gauges = leader_gauges(leader, counts)
         return Overview(
-            is_leader=True, leader=self.master.address,
-            taskmanagers=gauges.taskexecutors, slots_total=gauges.slots_total,
-            slots_available=gauges.slots_available, jobs_running=gauges.jobs_running,
-            jobs_finished=counts.get("FINISHED", 0), jobs_failed=counts.get("FAILED", 0),
+            is_leader=True,
+            leader=self.master.address,
+            taskmanagers=gauges.taskexecutors,
+            slots_total=gauges.slots_total,
+            slots_available=gauges.slots_available,
+            jobs_running=gauges.jobs_running,
+            jobs_finished=counts.get("FINISHED", 0),
+            jobs_failed=counts.get("FAILED", 0),
             jobs_cancelled=counts.get("CANCELED", 0),
         )
 
     async def _standby_overview(self) -> Overview:
         """A standby's overview: the leader's counts when it answers, else zeros."""
         leader = self.master.leader_address()
-        body = Overview(is_leader=False, leader=leader, taskmanagers=0, slots_total=0, slots_available=0,
-                        jobs_running=0, jobs_finished=0, jobs_failed=0, jobs_cancelled=0)
+        body = Overview(
+            is_leader=False,
+            leader=leader,
+            taskmanagers=0,
+            slots_total=0,
+            slots_available=0,
+            jobs_running=0,
+            jobs_finished=0,
+            jobs_failed=0,
+            jobs_cancelled=0,
+        )
         if leader and leader != self.master.address:
             try:
                 timeout = aiohttp.ClientTimeout(total=2)
@@ -159,8 +176,10 @@ class RestHandlers:
         graph = await read_job_graph(request, limit=self.settings.max_body_size)
         submission = await leader.dispatcher.submit(graph)
         job_id = submission.job_id
-        return shape_response(Submitted(job_id=job_id, job_url=f"/jobs/{job_id}", status=submission.status),
-                              status=202 if submission.created else 200)
+        return shape_response(
+            Submitted(job_id=job_id, job_url=f"/jobs/{job_id}", status=submission.status),
+            status=202 if submission.created else 200,
+        )
 
     async def list_jobs(self, request: web.Request) -> web.Response:
         overviews = self.master.leader_components().dispatcher.job_overviews()
@@ -174,8 +193,9 @@ class RestHandlers:
         job_id = path_id(request, "job_id")
         dispatcher = self.master.leader_components().dispatcher
         snapshot = await dispatcher.job_snapshot(job_id)
-        return await large_json_response(lambda: views.job_details(snapshot).to_dict(),
-                                         large=len(snapshot.vertices) > views.LARGE_JOB_VERTICES)
+        return await large_json_response(
+            lambda: views.job_details(snapshot).to_dict(), large=len(snapshot.vertices) > views.LARGE_JOB_VERTICES
+        )
 
     async def execution_result(self, request: web.Request) -> web.Response:
         job_id = path_id(request, "job_id")
@@ -183,8 +203,9 @@ class RestHandlers:
         result = await dispatcher.job_result(job_id, wait_s=self.settings.execution_result_long_poll)
         if result is None:
             return shape_response(ExecutionResult.of(None))
-        return await large_json_response(lambda: ExecutionResult.of(result).to_dict(),
-                                         large=len(result.vertices) > views.LARGE_JOB_VERTICES)
+        return await large_json_response(
+            lambda: ExecutionResult.of(result).to_dict(), large=len(result.vertices) > views.LARGE_JOB_VERTICES
+        )
 
     async def vertex_result(self, request: web.Request) -> web.Response:
         job_id = path_id(request, "job_id")
@@ -198,8 +219,9 @@ class RestHandlers:
         job_id = path_id(request, "job_id")
         status, vertices = await self.master.leader_components().dispatcher.vertex_results(job_id)
         results_dir = self.settings.results_dir
-        logs = await asyncio.to_thread(lambda: {vertex_id: latest_log_sizes(results_dir, job_id, vertex_id)
-                                                for vertex_id in vertices})
+        logs = await asyncio.to_thread(
+            lambda: {vertex_id: latest_log_sizes(results_dir, job_id, vertex_id) for vertex_id in vertices}
+        )
         return shape_response(views.job_progress(job_id, status, vertices, logs))
 
     async def vertex_log(self, request: web.Request) -> web.Response:
@@ -209,17 +231,22 @@ class RestHandlers:
         subtask, attempt = query_int(request, "subtask") or 0, query_int(request, "attempt")
         body = await self.attempt_log_body(job_id, vertex_id, subtask, attempt, query_int(request, "offset") or 0)
         if body is None:
-            raise RouteNotFound(f"no log of job {job_id} vertex {vertex_id!r} subtask {subtask}"
-                                + (f" attempt {attempt}" if attempt is not None else "") + " (yet)")
+            raise RouteNotFound(
+                f"no log of job {job_id} vertex {vertex_id!r} subtask {subtask}"
+                + (f" attempt {attempt}" if attempt is not None else "")
+                + " (yet)"
+            )
         return shape_response(body)
 
-    async def attempt_log_body(self, job_id: str, vertex_id: str, subtask: int, attempt: int | None,
-                               offset: int) -> AttemptLog | None:
+    async def attempt_log_body(
+        self, job_id: str, vertex_id: str, subtask: int, attempt: int | None, offset: int
+    ) -> AttemptLog | None:
         """The log endpoint's answer; None while the attempt has no log. `UnknownJob`, or
         `RouteNotFound` for a vertex the job does not have."""
         status, vertex = await self.master.leader_components().dispatcher.vertex_result(job_id, vertex_id)
-        piece = await asyncio.to_thread(read_attempt_log, self.settings.results_dir, job_id, vertex_id,
-                                        subtask, attempt, offset)
+        piece = await asyncio.to_thread(
+            read_attempt_log, self.settings.results_dir, job_id, vertex_id, subtask, attempt, offset
+        )
         if piece is None:
             return None
         return views.attempt_log(job_id, status, vertex_id, vertex.state, piece)
@@ -312,5 +339,3 @@ def _auth_headers(settings: RestSettings) -> dict[str, str]:
     """A standby's credential towards the leader: a master is a member of the cluster."""
     token = settings.cluster_secret or settings.auth_token
     return {"Authorization": f"Bearer {token}"} if token else {}
-
-

@@ -33,10 +33,14 @@ EXECUTION_ID_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 
 PATH_IDS: dict[str, tuple[re.Pattern[str], str]] = {
     "job_id": (JOB_ID_PATTERN, "must be 32 lowercase hex characters"),
-    "task_executor_id": (TASK_EXECUTOR_ID_PATTERN, "must be 1-200 letters, digits or '_.@:-', not starting "
-                                                   "with '.@:-'"),
-    "execution_id": (EXECUTION_ID_PATTERN, "must be 1-128 letters, digits, '_', '.' or '-', not starting "
-                                           "with '.' or '-'"),
+    "task_executor_id": (
+        TASK_EXECUTOR_ID_PATTERN,
+        "must be 1-200 letters, digits or '_.@:-', not starting with '.@:-'",
+    ),
+    "execution_id": (
+        EXECUTION_ID_PATTERN,
+        "must be 1-128 letters, digits, '_', '.' or '-', not starting with '.' or '-'",
+    ),
     "vertex_id": (VERTEX_ID_PATTERN, "must be 1-128 letters, digits, '_', '.' or '-', not starting with '.' or '-'"),
 }
 
@@ -60,8 +64,10 @@ def query_int(request: web.Request, name: str) -> int | None:
         return None
     # ASCII digits only (str.isdigit admits '²', which int() refuses), and few enough for int()
     if not (value.isascii() and value.isdigit()) or len(value) > MAX_QUERY_INT_DIGITS:
-        raise InvalidRequest("request query", {name: [f"must be a non-negative integer of at most "
-                                                      f"{MAX_QUERY_INT_DIGITS} digits, got {value[:64]!r}"]})
+        raise InvalidRequest(
+            "request query",
+            {name: [f"must be a non-negative integer of at most {MAX_QUERY_INT_DIGITS} digits, got {value[:64]!r}"]},
+        )
     return int(value)
 
 
@@ -94,8 +100,9 @@ def require_json(request: web.Request, what: str) -> None:
     if request.content_type != JSON_CONTENT_TYPE:
         sent = request.headers.get("Content-Type")
         instead = f", not {sent!r}" if sent else ""
-        raise UnsupportedMediaType(f"{request.method} {request.path}: the {what} must be sent with "
-                                   f"Content-Type: {JSON_CONTENT_TYPE}{instead}")
+        raise UnsupportedMediaType(
+            f"{request.method} {request.path}: the {what} must be sent with Content-Type: {JSON_CONTENT_TYPE}{instead}"
+        )
 
 
 async def read_json(request: web.Request, *, limit: int, what: str) -> Any:
@@ -141,8 +148,9 @@ def repair_vertices(body: Any) -> list[str]:
     """The vertex ids of a repair request's body `{"vertices": ["id", ...]}`; else `InvalidRequest`."""
     vertices = json_object(body, "repair request").get("vertices")
     if not isinstance(vertices, list) or not vertices or not all(isinstance(v, str) for v in vertices):
-        raise InvalidRequest("repair request", {"vertices": [
-            f"expected a non-empty list of vertex ids, got {json_type(vertices)}"]})
+        raise InvalidRequest(
+            "repair request", {"vertices": [f"expected a non-empty list of vertex ids, got {json_type(vertices)}"]}
+        )
     for vertex_id in vertices:
         checked_id("vertex_id", vertex_id)
     return vertices

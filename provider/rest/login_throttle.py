@@ -20,8 +20,14 @@ MAX_CLIENTS = 10_000
 class LoginThrottle:
     """Failed logins per client address in a sliding window; all of it on the master's loop."""
 
-    def __init__(self, *, max_failures: int, window: float, clock: Callable[[], float] = time.monotonic,
-                 max_clients: int = MAX_CLIENTS) -> None:
+    def __init__(
+        self,
+        *,
+        max_failures: int,
+        window: float,
+        clock: Callable[[], float] = time.monotonic,
+        max_clients: int = MAX_CLIENTS,
+    ) -> None:
         self.max_failures = max_failures
         self.window = window
         self._clock = clock

@@ -67,8 +67,9 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
-def error_response(exc: SparkDispatchError, request: web.Request, *,
-                   headers: Mapping[str, str] | None = None) -> web.Response:
+def error_response(
+    exc: SparkDispatchError, request: web.Request, *, headers: Mapping[str, str] | None = None
+) -> web.Response:
     """The one REST form of an error: its body (`to_body()`) with its class's HTTP status.
 
     Under `/v1/`, Flink's REST version prefix, the body is Flink's own ErrorResponseBody,
@@ -84,8 +85,9 @@ def error_response(exc: SparkDispatchError, request: web.Request, *,
     return json_response(exc.to_body(), status=exc.http_status, headers=headers)
 
 
-def create_error_middleware(settings: RestSettings, gate: Gate | None = None,
-                            guard: BrowserGuard | None = None) -> Middleware:
+def create_error_middleware(
+    settings: RestSettings, gate: Gate | None = None, guard: BrowserGuard | None = None
+) -> Middleware:
     """The middleware that answers every error as `error_response` does, refuses what `guard` refuses
     (browser_guard.py), and lets a call through only when `gate` does (gate.py: tokens, the web UI's
     session, the cluster secret, roles); `gate` defaults to the one `settings` describe."""
@@ -131,8 +133,9 @@ def gate_of(settings: RestSettings) -> tuple[Gate, UiSessions | None]:
 def _http_error(request: web.Request, exc: web.HTTPException, settings: RestSettings) -> SparkDispatchError:
     """The sparkdispatch error for one of aiohttp's own refusals."""
     if isinstance(exc, web.HTTPRequestEntityTooLarge):
-        return RequestTooLarge(f"request body is larger than the {settings.max_body_size} bytes allowed "
-                               "(rest.max-body-size)")
+        return RequestTooLarge(
+            f"request body is larger than the {settings.max_body_size} bytes allowed (rest.max-body-size)"
+        )
     if isinstance(exc, web.HTTPMethodNotAllowed):
         return MethodNotAllowed(request.method, request.path, exc.allowed_methods)
     reason = exc.text if exc.text and not exc.text.startswith(str(exc.status)) else exc.reason
@@ -157,5 +160,3 @@ def only(*methods: str) -> Handler:
         raise web.HTTPMethodNotAllowed(request.method, methods)
 
     return method_not_allowed
-
-

@@ -12,10 +12,21 @@ from pathlib import Path
 
 from sparkdispatch.config import Configuration
 from sparkdispatch.config.options import (
-    BLOB_MAX_SIZE, REST_ADDRESS, REST_ALLOWED_HOSTS, REST_ALLOWED_ORIGINS, REST_AUTH_ALLOW_UNAUTHENTICATED,
+    BLOB_MAX_SIZE,
+    REST_ADDRESS,
+    REST_ALLOWED_HOSTS,
+    REST_ALLOWED_ORIGINS,
+    REST_AUTH_ALLOW_UNAUTHENTICATED,
     REST_AUTH_TOKENS_FILE,
-    REST_BIND_ADDRESS, REST_BODY_TIMEOUT, REST_EXECUTION_RESULT_LONG_POLL, REST_HEADER_TIMEOUT, REST_IDLE_TIMEOUT,
-    REST_LOGIN_FAILURE_WINDOW, REST_LOGIN_MAX_FAILURES, REST_MAX_BODY_SIZE, REST_PORT,
+    REST_BIND_ADDRESS,
+    REST_BODY_TIMEOUT,
+    REST_EXECUTION_RESULT_LONG_POLL,
+    REST_HEADER_TIMEOUT,
+    REST_IDLE_TIMEOUT,
+    REST_LOGIN_FAILURE_WINDOW,
+    REST_LOGIN_MAX_FAILURES,
+    REST_MAX_BODY_SIZE,
+    REST_PORT,
 )
 from sparkdispatch.errors import ConfigurationError
 from sparkdispatch.rest.access import Authenticator, TokensFile
@@ -44,8 +55,10 @@ def allowed_host_names(text: str) -> frozenset[str]:
     names = frozenset(name.strip().lower().rstrip(".") for name in text.split(",") if name.strip())
     for name in names:
         if name != ANY_HOST and not _HOST_NAME.fullmatch(name):
-            raise ConfigurationError(f"rest.allowed-hosts: {name!r} is not a host name; write names without a "
-                                     "scheme or port, separated by commas (`*` allows any)")
+            raise ConfigurationError(
+                f"rest.allowed-hosts: {name!r} is not a host name; write names without a "
+                "scheme or port, separated by commas (`*` allows any)"
+            )
     return names
 
 
@@ -57,8 +70,10 @@ def allowed_origins(text: str) -> frozenset[WebOrigin]:
             continue
         origin = WebOrigin.parse(entry)
         if origin is None:
-            raise ConfigurationError(f"rest.allowed-origins: {entry!r} is not a web origin; write each as "
-                                     "http(s)://host[:port], without a path, separated by commas")
+            raise ConfigurationError(
+                f"rest.allowed-origins: {entry!r} is not a web origin; write each as "
+                "http(s)://host[:port], without a path, separated by commas"
+            )
         origins.add(origin)
     return frozenset(origins)
 
@@ -74,8 +89,11 @@ class ConnectionTimeouts:
 
     @classmethod
     def from_config(cls, config: Configuration) -> ConnectionTimeouts:
-        return cls(header=config.get(REST_HEADER_TIMEOUT), body=config.get(REST_BODY_TIMEOUT),
-                   idle=config.get(REST_IDLE_TIMEOUT))
+        return cls(
+            header=config.get(REST_HEADER_TIMEOUT),
+            body=config.get(REST_BODY_TIMEOUT),
+            idle=config.get(REST_IDLE_TIMEOUT),
+        )
 
 
 @dataclass(frozen=True)
@@ -131,8 +149,12 @@ class RestSettings:
         if is_loopback(self.bind_address):
             return
         if self.users_authenticate and self.tls is None:
-            log.warning("the master serves %s:%d over plain HTTP: its token crosses the network in clear text; "
-                        "serve HTTPS (rest.ssl.enabled) where the network is not trusted", self.bind_address, self.port)
+            log.warning(
+                "the master serves %s:%d over plain HTTP: its token crosses the network in clear text; "
+                "serve HTTPS (rest.ssl.enabled) where the network is not trusted",
+                self.bind_address,
+                self.port,
+            )
         if self.users_authenticate or self.allow_unauthenticated:
             return
         raise ConfigurationError(
@@ -140,18 +162,28 @@ class RestSettings:
             "port could run code on the TaskExecutors: set users' tokens (rest.auth.tokens-file) or a token "
             "(rest.auth.token-file, the "
             "SPARKDISPATCH_AUTH_TOKEN environment variable, or rest.auth.token), or bind to loopback "
-            "(rest.bind-address: 127.0.0.1), or accept the risk with rest.auth.allow-unauthenticated: true")
+            "(rest.bind-address: 127.0.0.1), or accept the risk with rest.auth.allow-unauthenticated: true"
+        )
 
     @classmethod
     def from_config(cls, config: Configuration) -> RestSettings:
         address = config.get(REST_ADDRESS)
-        return cls(address=address, bind_address=config.get(REST_BIND_ADDRESS) or address,
-                   port=config.get(REST_PORT), max_body_size=config.get(REST_MAX_BODY_SIZE),
-                   blob_max_size=config.get(BLOB_MAX_SIZE), auth_token=config.auth_token,
-                   execution_result_long_poll=config.get(REST_EXECUTION_RESULT_LONG_POLL),
-                   results_dir=config.results_dir, allow_unauthenticated=config.get(REST_AUTH_ALLOW_UNAUTHENTICATED),
-                   tls=ServerTls.from_config(config), client_tls=ClientTls.from_config(config),
-                   allowed_hosts=allowed_host_names(config.get(REST_ALLOWED_HOSTS)),
-                   allowed_origins=allowed_origins(config.get(REST_ALLOWED_ORIGINS)),
-                   timeouts=ConnectionTimeouts.from_config(config), login_limits=LoginLimits.from_config(config),
-                   tokens_file=config.get(REST_AUTH_TOKENS_FILE), cluster_secret=config.cluster_secret)
+        return cls(
+            address=address,
+            bind_address=config.get(REST_BIND_ADDRESS) or address,
+            port=config.get(REST_PORT),
+            max_body_size=config.get(REST_MAX_BODY_SIZE),
+            blob_max_size=config.get(BLOB_MAX_SIZE),
+            auth_token=config.auth_token,
+            execution_result_long_poll=config.get(REST_EXECUTION_RESULT_LONG_POLL),
+            results_dir=config.results_dir,
+            allow_unauthenticated=config.get(REST_AUTH_ALLOW_UNAUTHENTICATED),
+            tls=ServerTls.from_config(config),
+            client_tls=ClientTls.from_config(config),
+            allowed_hosts=allowed_host_names(config.get(REST_ALLOWED_HOSTS)),
+            allowed_origins=allowed_origins(config.get(REST_ALLOWED_ORIGINS)),
+            timeouts=ConnectionTimeouts.from_config(config),
+            login_limits=LoginLimits.from_config(config),
+            tokens_file=config.get(REST_AUTH_TOKENS_FILE),
+            cluster_secret=config.cluster_secret,
+        )

@@ -47,8 +47,9 @@ class LeaderForTaskExecutors(Protocol):
         """The running JobMaster of `job_id`; `UnknownJob` if there is none."""
 
 
-def add_task_executor_routes(app: web.Application, get_master: Callable[[], LeaderForTaskExecutors], *,
-                             max_body_size: int = 10 * 1024 * 1024) -> None:
+def add_task_executor_routes(
+    app: web.Application, get_master: Callable[[], LeaderForTaskExecutors], *, max_body_size: int = 10 * 1024 * 1024
+) -> None:
     """Add the TaskExecutor → master calls; `get_master()` gives the leading master's parts.
 
     A body over `max_body_size` bytes (`rest.max-body-size`, 10 MiB by default) is refused unread.
@@ -74,8 +75,13 @@ class TaskExecutorRoutes:
             body = await self._json_body(request, "TaskExecutor registration")
             registration = TaskExecutorRegistration.from_dict(body)
             ack = master.resource_manager.register_task_executor(session_id, registration)
-            log.info("TaskExecutor %s (%s) registered with %d slots (session %s)", registration.task_executor_id,
-                     registration.hostname, registration.slots, session_id)
+            log.info(
+                "TaskExecutor %s (%s) registered with %d slots (session %s)",
+                registration.task_executor_id,
+                registration.hostname,
+                registration.slots,
+                session_id,
+            )
             return web.json_response(ack.to_dict())
 
         return await _answer(request, handle)
@@ -94,6 +100,7 @@ class TaskExecutorRoutes:
         """A stopping TaskExecutor leaves at once (Flink's FLINK-25277): its JobMasters fail its
         tasks over now, not after the heartbeat timeout. `{"registration_id": ...}` names the
         registration it ends, so a late call of a former process removes no newer one."""
+
         async def handle() -> web.Response:
             task_executor_id = path_id(request, "task_executor_id")
             master, _ = self._fenced_master(request)
@@ -102,7 +109,8 @@ class TaskExecutorRoutes:
             if not isinstance(registration_id, str) or not registration_id:
                 raise InvalidRequest("unregistration", {"registration_id": ["must be the registration's id"]})
             removed = master.resource_manager.unregister_task_executor(
-                task_executor_id, "it stopped and unregistered", registration_id=registration_id)
+                task_executor_id, "it stopped and unregistered", registration_id=registration_id
+            )
             if removed:
                 log.info("TaskExecutor %s unregistered (registration %s)", task_executor_id, registration_id)
             return web.json_response(Unregistered(removed).to_dict())
@@ -116,8 +124,9 @@ class TaskExecutorRoutes:
             body = await self._json_body(request, "execution state update")
             for name, value in path.items():
                 if isinstance(body, dict) and body.get(name) != value:
-                    raise InvalidRequest("execution state update",
-                                         {name: [f"must equal the {name} of the path, {value!r}"]})
+                    raise InvalidRequest(
+                        "execution state update", {name: [f"must equal the {name} of the path, {value!r}"]}
+                    )
             try:
                 update = ExecutionStateUpdate.from_dict(body)
             except SparkDispatchError as exc:
@@ -135,8 +144,10 @@ class TaskExecutorRoutes:
         master = self._get_master()
         received = request.headers.get(SESSION_HEADER)
         if received is None:
-            raise InvalidRequest("TaskExecutor call", {SESSION_HEADER: [
-                "missing: send the leader session the TaskExecutor registered under"]})
+            raise InvalidRequest(
+                "TaskExecutor call",
+                {SESSION_HEADER: ["missing: send the leader session the TaskExecutor registered under"]},
+            )
         if received != master.session_id:
             raise FencingTokenMismatch("master", master.session_id, received)
         return master, received

@@ -76,8 +76,9 @@ class UiSessions:
     user's token: every master with the same tokens accepts it, and removing or changing a token
     (in `rest.auth.tokens-file`) ends its sessions."""
 
-    def __init__(self, users: Authenticator, *, lifetime_s: float = SESSION_LIFETIME_S,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, users: Authenticator, *, lifetime_s: float = SESSION_LIFETIME_S, clock: Callable[[], float] = time.time
+    ) -> None:
         self._users = users
         self._lifetime_s = lifetime_s
         self._clock = clock
@@ -133,9 +134,12 @@ class UiSessions:
         if session is None:
             return None
         if request.method not in _SAFE_METHODS and not hmac.compare_digest(
-                request.headers.get(CSRF_HEADER, ""), session.csrf):
-            raise CsrfRefused(f"{request.method} {request.path} with the web UI's session needs its "
-                              f"{CSRF_HEADER} header (the page's csrf-token)")
+            request.headers.get(CSRF_HEADER, ""), session.csrf
+        ):
+            raise CsrfRefused(
+                f"{request.method} {request.path} with the web UI's session needs its "
+                f"{CSRF_HEADER} header (the page's csrf-token)"
+            )
         return Caller(Credentials.SESSION, session.user, session.csrf)
 
 
@@ -179,7 +183,9 @@ def add_login_routes(app: web.Application, sessions: UiSessions | None, throttle
         if (wait := throttle.retry_after_seconds(client)) is not None:
             raise TooManyLoginAttempts(
                 f"{throttle.max_failures} failed logins from {client} within {throttle.window:g} s "
-                f"(rest.login.max-failures, rest.login.failure-window): try again in {wait} s", retry_after=wait)
+                f"(rest.login.max-failures, rest.login.failure-window): try again in {wait} s",
+                retry_after=wait,
+            )
         form = await _login_form(request)
         target = _next_path(form.get("next", ""))
         user = sessions.user_of_token(form.get("token", ""))
@@ -188,8 +194,15 @@ def add_login_routes(app: web.Application, sessions: UiSessions | None, throttle
             return _login_response(target, error="That is no token of this master's users.", status=401)
         throttle.succeeded(client)
         response = web.HTTPSeeOther(target)
-        response.set_cookie(SESSION_COOKIE, sessions.issue(user), max_age=SESSION_LIFETIME_S, path="/", httponly=True,
-                            samesite="Strict", secure=request.secure)
+        response.set_cookie(
+            SESSION_COOKIE,
+            sessions.issue(user),
+            max_age=SESSION_LIFETIME_S,
+            path="/",
+            httponly=True,
+            samesite="Strict",
+            secure=request.secure,
+        )
         raise response
 
     async def logout(request: web.Request) -> web.Response:
@@ -207,10 +220,10 @@ def add_login_routes(app: web.Application, sessions: UiSessions | None, throttle
 async def _login_form(request: web.Request) -> dict[str, str]:
     """The login form's fields (the first value of each), from a body of at most `LOGIN_MAX_BODY` bytes."""
     if request.content_type != FORM_CONTENT_TYPE:
-        raise UnsupportedMediaType(f"POST {LOGIN_PATH} takes the login page's form ({FORM_CONTENT_TYPE}), "
-                                   f"not {request.content_type}")
-    body = await read_body(request, limit=LOGIN_MAX_BODY, what="login form",
-                           limit_name="the login page")
+        raise UnsupportedMediaType(
+            f"POST {LOGIN_PATH} takes the login page's form ({FORM_CONTENT_TYPE}), not {request.content_type}"
+        )
+    body = await read_body(request, limit=LOGIN_MAX_BODY, what="login form", limit_name="the login page")
     try:
         fields = parse_qs(body.decode(request.charset or "utf-8"), max_num_fields=10)
     except (UnicodeDecodeError, LookupError, ValueError):

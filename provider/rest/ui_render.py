@@ -45,8 +45,17 @@ def _e(value: object) -> str:
     return html.escape("" if value is None else str(value), quote=True)
 
 
-def render_page(*, title: str, root: str, page: str, overview: Overview | None, body: str,
-                data: Mapping[str, str] | None = None, csrf: str | None = None, user: Principal | None = None) -> str:
+def render_page(
+    *,
+    title: str,
+    root: str,
+    page: str,
+    overview: Overview | None,
+    body: str,
+    data: Mapping[str, str] | None = None,
+    csrf: str | None = None,
+    user: Principal | None = None,
+) -> str:
     """The layout around a page's ``body``; ``root`` is the relative path back to ``/ui/``.
 
     ``csrf``: the browser session's CSRF token (ui_auth.py), for the page's state-changing calls;
@@ -55,8 +64,10 @@ def render_page(*, title: str, root: str, page: str, overview: Overview | None, 
     session = f'<meta name="csrf-token" content="{_e(csrf)}">\n' if csrf else ""
     logout = f'<a class="logout" href="{root}logout">Log out</a>' if csrf else ""
     if user is not None:
-        logout = (f'<span class="user" id="user">{_e(user.name)} <span class="role">{_e(user.role.value)}</span>'
-                  f'</span>{logout}')
+        logout = (
+            f'<span class="user" id="user">{_e(user.name)} <span class="role">{_e(user.role.value)}</span>'
+            f"</span>{logout}"
+        )
 
     script = f'<script src="{root}static/{page}.js" defer></script>' if page != "error" else ""
     return f"""<!DOCTYPE html>
@@ -100,8 +111,9 @@ def leader_url(overview: Overview | None, path: str) -> str | None:
     return leader.rstrip("/") + path
 
 
-def render_error_page(exc: SparkDispatchError, *, root: str, overview: Overview | None,
-                      elsewhere: str | None = None) -> str:
+def render_error_page(
+    exc: SparkDispatchError, *, root: str, overview: Overview | None, elsewhere: str | None = None
+) -> str:
     """The page saying why a page cannot be shown; ``elsewhere`` links to it on the leader."""
     if isinstance(exc, UnknownJob):
         title = "Job not found"
@@ -110,8 +122,10 @@ def render_error_page(exc: SparkDispatchError, *, root: str, overview: Overview 
         title = "Not available"
         text = _e(exc.message)
     leader_link = f'<p><a href="{_e(elsewhere)}">This page on the leading master</a></p>' if elsewhere else ""
-    body = (f'<section class="panel error-page"><h1>{_e(title)}</h1><p>{text}</p>{leader_link}'
-            f'<p><a href="{root}">Back to the overview</a></p></section>')
+    body = (
+        f'<section class="panel error-page"><h1>{_e(title)}</h1><p>{text}</p>{leader_link}'
+        f'<p><a href="{root}">Back to the overview</a></p></section>'
+    )
     return render_page(title=title, root=root, page="error", overview=overview, body=body)
 
 
@@ -182,8 +196,13 @@ def _table(headers: Sequence[str], rows: Iterable[str], *, body_id: str, empty: 
 # Overview ------------------------------------------------------------------------------------
 
 
-def render_overview(overview: Overview, jobs: Sequence[JobSummary], taskmanagers: Sequence[TaskManager], *,
-                    unavailable: str | None = None) -> str:
+def render_overview(
+    overview: Overview,
+    jobs: Sequence[JobSummary],
+    taskmanagers: Sequence[TaskManager],
+    *,
+    unavailable: str | None = None,
+) -> str:
     """The overview; ``unavailable`` says why the job and TaskExecutor lists are empty here."""
     slots_total = overview.slots_total
     slots_free = overview.slots_available
@@ -219,24 +238,32 @@ def render_job_list(jobs: Sequence[JobSummary], *, root: str = "./") -> str:
     recent = sorted(jobs, key=lambda j: j.start_time, reverse=True)[:RECENT_JOBS_SHOWN]
     rows = (
         f'<tr data-job-id="{_e(j.id)}"><td>{_job_link(root, j.id, j.name or j.id)}</td>'
-        f'<td>{_job_link(root, j.id)}</td><td>{_badge(j.status.value)}</td>'
-        f'<td>{format_time(j.start_time)}</td><td>{format_time(j.end_time)}</td>'
-        f'<td>{format_duration(_job_duration(j.start_time, j.end_time, j.duration_ms))}</td></tr>'
+        f"<td>{_job_link(root, j.id)}</td><td>{_badge(j.status.value)}</td>"
+        f"<td>{format_time(j.start_time)}</td><td>{format_time(j.end_time)}</td>"
+        f"<td>{format_duration(_job_duration(j.start_time, j.end_time, j.duration_ms))}</td></tr>"
         for j in recent
     )
-    return _table(["Name", "Job id", "Status", "Start (UTC)", "End (UTC)", "Duration"], rows,
-                  body_id="jobs-body", empty="No jobs yet.")
+    return _table(
+        ["Name", "Job id", "Status", "Start (UTC)", "End (UTC)", "Duration"],
+        rows,
+        body_id="jobs-body",
+        empty="No jobs yet.",
+    )
 
 
 def render_taskmanager_summary(taskmanagers: Sequence[TaskManager]) -> str:
     rows = (
         f'<tr data-tm-id="{_e(tm.id)}"><td class="mono">{_e(tm.id)}</td><td>{_e(tm.hostname)}</td>'
-        f'<td>{_e(tm.slots_free)} / {_e(tm.slots_total)}</td>'
-        f'<td>{format_time(tm.last_heartbeat)}</td></tr>'
+        f"<td>{_e(tm.slots_free)} / {_e(tm.slots_total)}</td>"
+        f"<td>{format_time(tm.last_heartbeat)}</td></tr>"
         for tm in taskmanagers
     )
-    return _table(["TaskExecutor", "Host", "Slots free / total", "Last heartbeat (UTC)"], rows,
-                  body_id="tm-body", empty="No TaskExecutor is registered.")
+    return _table(
+        ["TaskExecutor", "Host", "Slots free / total", "Last heartbeat (UTC)"],
+        rows,
+        body_id="tm-body",
+        empty="No TaskExecutor is registered.",
+    )
 
 
 # TaskManagers --------------------------------------------------------------------------------
@@ -256,8 +283,8 @@ def render_taskmanager_card(tm: TaskManager) -> str:
         f'<section class="panel tm" data-tm-id="{_e(tm.id)}">'
         f'<h2 class="mono">{_e(tm.id)}</h2>'
         f'<dl class="facts"><dt>Host</dt><dd>{_e(tm.hostname)}</dd>'
-        f'<dt>Slots free / total</dt><dd>{_e(tm.slots_free)} / {_e(tm.slots_total)}</dd>'
-        f'<dt>Last heartbeat (UTC)</dt><dd>{format_time(tm.last_heartbeat)}</dd></dl>'
+        f"<dt>Slots free / total</dt><dd>{_e(tm.slots_free)} / {_e(tm.slots_total)}</dd>"
+        f"<dt>Last heartbeat (UTC)</dt><dd>{format_time(tm.last_heartbeat)}</dd></dl>"
         f'<div class="slots">{slots}</div></section>'
     )
 
@@ -281,8 +308,11 @@ def render_job(page: JobPage, *, may_cancel: bool = True) -> str:
     """The job page's body; `may_cancel` False (a viewer's page) leaves the cancel button out."""
     job, result = page.details, page.result
     vertices = job.vertices
-    cancel = ('<button id="cancel-job" type="button" class="danger">Cancel job</button>'
-              if may_cancel and not job.status.is_terminal else "")
+    cancel = (
+        '<button id="cancel-job" type="button" class="danger">Cancel job</button>'
+        if may_cancel and not job.status.is_terminal
+        else ""
+    )
     header = (
         f'<section class="job-head"><h1 id="job-name">{_e(job.name or job.id)}</h1>{cancel}'
         f'<dl class="facts"><dt>Job id</dt><dd class="mono" id="job-id">{_e(job.id)}</dd>'
@@ -290,10 +320,11 @@ def render_job(page: JobPage, *, may_cancel: bool = True) -> str:
         f'<dt>Start (UTC)</dt><dd id="job-start">{format_time(job.start_time)}</dd>'
         f'<dt>End (UTC)</dt><dd id="job-end">{format_time(job.end_time)}</dd>'
         f'<dt>Duration</dt><dd id="job-duration">{format_duration(_job_duration(job.start_time, job.end_time))}</dd>'
-        '</dl></section>'
+        "</dl></section>"
     )
-    graph = (f'<section class="panel"><h2>Graph</h2><div class="graph">{render_graph_svg(vertices, result)}</div>'
-             "</section>")
+    graph = (
+        f'<section class="panel"><h2>Graph</h2><div class="graph">{render_graph_svg(vertices, result)}</div></section>'
+    )
     vertex_table = f'<section class="panel"><h2>Vertices</h2>{render_vertex_table(vertices, result)}</section>'
     subtasks = f'<section class="panel"><h2>Subtasks</h2>{render_subtask_table(vertices, job.id)}</section>'
     failures = f'<div id="job-failures">{render_failures(result)}</div>'
@@ -308,13 +339,16 @@ def render_repairs(repairs: Sequence[Repair]) -> str:
     rows = (
         f'<tr><td>{_e(r.number)}</td><td class="mono">{_e(", ".join(r.requested))}</td>'
         f'<td class="mono">{_e(", ".join(r.vertices))}</td>'
-        f'<td>{format_time(r.requested_at)}</td><td>{_badge(r.status.value if r.status else "RUNNING")}</td></tr>'
+        f"<td>{format_time(r.requested_at)}</td><td>{_badge(r.status.value if r.status else 'RUNNING')}</td></tr>"
         for r in reversed(repairs)
     )
-    return ('<section class="panel"><h2>Repairs</h2>'
-            + _table(["Repair", "Asked for", "Ran again", "Requested (UTC)", "Outcome"], rows,
-                     body_id="repairs-body", empty="")
-            + "</section>")
+    return (
+        '<section class="panel"><h2>Repairs</h2>'
+        + _table(
+            ["Repair", "Asked for", "Ran again", "Requested (UTC)", "Outcome"], rows, body_id="repairs-body", empty=""
+        )
+        + "</section>"
+    )
 
 
 def log_link(job_id: str, vertex_id: str, subtask: SubtaskDetails) -> str:
@@ -335,8 +369,11 @@ def render_log_page(job_id: str, vertex_id: str, subtask: int, attempt: int | No
         f'<dt>Vertex state</dt><dd id="log-state">{_badge(piece.vertex_state.value if piece else "—")}</dd></dl>'
         f'</section><section class="panel">'
         + ('<p class="empty">Earlier output is left out.</p>' if truncated else "")
-        + (f'<pre class="log" id="log-text">{_e(text)}</pre>' if piece is not None
-           else '<pre class="log" id="log-text"></pre><p class="empty" id="log-empty">No output yet.</p>')
+        + (
+            f'<pre class="log" id="log-text">{_e(text)}</pre>'
+            if piece is not None
+            else '<pre class="log" id="log-text"></pre><p class="empty" id="log-empty">No output yet.</p>'
+        )
         + "</section>"
     )
 
@@ -365,26 +402,34 @@ def render_vertex_table(vertices: Sequence[VertexDetails], result: JobResult | N
         vr = results.get(vertex.id)
         rows.append(
             f'<tr data-vertex="{_e(vertex.id)}"><td class="mono">{_e(vertex.id)}</td>'
-            f'<td>{_badge(vertex.state.value)}</td><td>{_e(vertex.parallelism)}</td>'
-            f'<td>{_e(attempts_label(vertex, vr))}</td>'
-            f'<td>{_e("—" if vr is None or vr.rows is None else vr.rows)}</td>'
+            f"<td>{_badge(vertex.state.value)}</td><td>{_e(vertex.parallelism)}</td>"
+            f"<td>{_e(attempts_label(vertex, vr))}</td>"
+            f"<td>{_e('—' if vr is None or vr.rows is None else vr.rows)}</td>"
             f'<td class="mono path">{_e(vr is not None and vr.result_path or "—")}</td></tr>'
         )
-    return _table(["Vertex", "State", "Parallelism", "Attempts", "Rows", "Result path"], rows,
-                  body_id="vertices-body", empty="This job has no vertices.")
+    return _table(
+        ["Vertex", "State", "Parallelism", "Attempts", "Rows", "Result path"],
+        rows,
+        body_id="vertices-body",
+        empty="This job has no vertices.",
+    )
 
 
 def render_subtask_table(vertices: Sequence[VertexDetails], job_id: str = "") -> str:
     rows = (
         f'<tr><td class="mono">{_e(vertex.id)}</td><td>{_e(subtask.index)}</td>'
-        f'<td>{_badge(subtask.state.value)}</td><td>{_e(attempt_number(subtask))}</td>'
+        f"<td>{_badge(subtask.state.value)}</td><td>{_e(attempt_number(subtask))}</td>"
         f'<td class="mono">{_e(subtask.taskmanager or "—")}</td>'
-        f'<td>{log_link(job_id, vertex.id, subtask)}</td></tr>'
+        f"<td>{log_link(job_id, vertex.id, subtask)}</td></tr>"
         for vertex in vertices
         for subtask in vertex.subtasks
     )
-    return _table(["Vertex", "Subtask", "State", "Attempt", "TaskExecutor", "Output"], rows,
-                  body_id="subtasks-body", empty="No subtasks yet.")
+    return _table(
+        ["Vertex", "Subtask", "State", "Attempt", "TaskExecutor", "Output"],
+        rows,
+        body_id="subtasks-body",
+        empty="No subtasks yet.",
+    )
 
 
 def render_failures(result: JobResult | None) -> str:
@@ -457,9 +502,11 @@ def layout_graph(vertices: Sequence[VertexDetails]) -> tuple[list[PlacedVertex],
     for layer in sorted(layers):
         members = layers[layer]
         if layer > 0:
+
             def barycentre(vertex_id: str) -> float:
                 rows = [row[p] for p in inputs[vertex_id]]
                 return sum(rows) / len(rows) if rows else 0.0
+
             members.sort(key=barycentre)  # stable: ties keep the graph's order
         for index, vertex_id in enumerate(members):
             row[vertex_id] = index
@@ -472,8 +519,11 @@ def layout_graph(vertices: Sequence[VertexDetails]) -> tuple[list[PlacedVertex],
         column_height = len(members) * BOX_HEIGHT + (len(members) - 1) * ROW_GAP
         top = (height - column_height) // 2  # centre each column vertically
         for index, vertex_id in enumerate(members):
-            placed.append(PlacedVertex(vertex_id, layer, MARGIN + layer * (BOX_WIDTH + COLUMN_GAP),
-                                       top + index * (BOX_HEIGHT + ROW_GAP)))
+            placed.append(
+                PlacedVertex(
+                    vertex_id, layer, MARGIN + layer * (BOX_WIDTH + COLUMN_GAP), top + index * (BOX_HEIGHT + ROW_GAP)
+                )
+            )
     edges = [(parent, child) for child in ids for parent in inputs[child]]
     return placed, edges, width, height
 
@@ -512,7 +562,7 @@ def render_graph_svg(vertices: Sequence[VertexDetails], result: JobResult | None
         cx = p.x + BOX_WIDTH // 2
         parts.append(
             f'<g class="vertex state-{_e(state)}" data-vertex="{_e(p.vertex_id)}" data-layer="{p.layer}">'
-            f'<title>{_e(p.vertex_id)}: {_e(state)}</title>'
+            f"<title>{_e(p.vertex_id)}: {_e(state)}</title>"
             f'<rect x="{p.x}" y="{p.y}" width="{BOX_WIDTH}" height="{BOX_HEIGHT}" rx="6"/>'
             f'<text class="v-name" x="{cx}" y="{p.y + 20}">{_e(_label(p.vertex_id))}</text>'
             f'<text class="v-state" x="{cx}" y="{p.y + 38}">{_e(state)}</text>'

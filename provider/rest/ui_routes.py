@@ -108,7 +108,7 @@ async def serve_static_file(request: web.Request) -> web.Response:
     # Only a file that ships in ui/ itself: a name from the listing, never a path.
     if name not in static_file_names():
         raise web.HTTPNotFound(text=f"no static file {name!r}")
-    suffix = name[name.rfind("."):] if "." in name else ""
+    suffix = name[name.rfind(".") :] if "." in name else ""
     data = (importlib.resources.files("sparkdispatch.rest") / "ui" / name).read_bytes()
     return web.Response(
         body=data,
@@ -143,8 +143,9 @@ class _UIPages:
         except SparkDispatchError as exc:
             jobs, taskmanagers, unavailable = [], [], exc.message
         body = render_overview(overview, jobs, taskmanagers, unavailable=unavailable)
-        return _html_response(render_page(title="Overview", root="./", page="overview",
-                                          overview=overview, body=body, **_session(request)))
+        return _html_response(
+            render_page(title="Overview", root="./", page="overview", overview=overview, body=body, **_session(request))
+        )
 
     async def job(self, request: web.Request) -> web.Response:
         job_id = request.match_info["job_id"]
@@ -153,17 +154,29 @@ class _UIPages:
         try:
             job = await view.job(job_id)
         except SparkDispatchError as exc:
-            return _error_response(exc, root="../", overview=overview,
-                                   elsewhere=leader_url(overview, f"/ui/jobs/{job_id}"))
+            return _error_response(
+                exc, root="../", overview=overview, elsewhere=leader_url(overview, f"/ui/jobs/{job_id}")
+            )
         details = job.details
         large = len(details.vertices) > LARGE_JOB_VERTICES
         session = _session(request)
         may_cancel = session["user"] is None or session["user"].role.permits(Role.SUBMITTER)
-        body = (await asyncio.to_thread(partial(render_job, job, may_cancel=may_cancel)) if large
-                else render_job(job, may_cancel=may_cancel))
-        return _html_response(render_page(
-            title=f"Job {details.name or job_id}", root="../", page="job", overview=overview,
-            body=body, data={"job-id": details.id, "status": details.status.value}, **session))
+        body = (
+            await asyncio.to_thread(partial(render_job, job, may_cancel=may_cancel))
+            if large
+            else render_job(job, may_cancel=may_cancel)
+        )
+        return _html_response(
+            render_page(
+                title=f"Job {details.name or job_id}",
+                root="../",
+                page="job",
+                overview=overview,
+                body=body,
+                data={"job-id": details.id, "status": details.status.value},
+                **session,
+            )
+        )
 
     async def attempt_log(self, request: web.Request) -> web.Response:
         job_id = request.match_info["job_id"]
@@ -175,13 +188,25 @@ class _UIPages:
             piece = await view.attempt_log(job_id, vertex_id, subtask, attempt)
         except SparkDispatchError as exc:
             return _error_response(exc, root="../../", overview=overview)
-        data = {"job-id": job_id, "vertex": vertex_id, "subtask": str(subtask),
-                "attempt": "" if attempt is None else str(attempt),
-                "next-offset": str(piece.next_offset if piece is not None else 0),
-                "status": piece.job_status.value if piece is not None else ""}
-        return _html_response(render_page(
-            title=f"Log of {vertex_id}[{subtask}]", root="../../", page="log", overview=overview,
-            body=render_log_page(job_id, vertex_id, subtask, attempt, piece), data=data, **_session(request)))
+        data = {
+            "job-id": job_id,
+            "vertex": vertex_id,
+            "subtask": str(subtask),
+            "attempt": "" if attempt is None else str(attempt),
+            "next-offset": str(piece.next_offset if piece is not None else 0),
+            "status": piece.job_status.value if piece is not None else "",
+        }
+        return _html_response(
+            render_page(
+                title=f"Log of {vertex_id}[{subtask}]",
+                root="../../",
+                page="log",
+                overview=overview,
+                body=render_log_page(job_id, vertex_id, subtask, attempt, piece),
+                data=data,
+                **_session(request),
+            )
+        )
 
     async def taskmanagers(self, request: web.Request) -> web.Response:
         view = self._view
@@ -190,9 +215,16 @@ class _UIPages:
             taskmanagers = await view.taskmanagers()
         except SparkDispatchError as exc:
             return _error_response(exc, root="./", overview=overview)
-        return _html_response(render_page(title="TaskManagers", root="./", page="taskmanagers",
-                                          overview=overview, body=render_taskmanagers(taskmanagers),
-                                          **_session(request)))
+        return _html_response(
+            render_page(
+                title="TaskManagers",
+                root="./",
+                page="taskmanagers",
+                overview=overview,
+                body=render_taskmanagers(taskmanagers),
+                **_session(request),
+            )
+        )
 
 
 def _session(request: web.Request) -> dict[str, Any]:
@@ -214,7 +246,9 @@ def _html_response(text: str, *, status: int = 200) -> web.Response:
     return web.Response(text=text, status=status, content_type="text/html", charset="utf-8")
 
 
-def _error_response(exc: SparkDispatchError, *, root: str, overview: Overview | None,
-                    elsewhere: str | None = None) -> web.Response:
-    return _html_response(render_error_page(exc, root=root, overview=overview, elsewhere=elsewhere),
-                          status=exc.http_status)
+def _error_response(
+    exc: SparkDispatchError, *, root: str, overview: Overview | None, elsewhere: str | None = None
+) -> web.Response:
+    return _html_response(
+        render_error_page(exc, root=root, overview=overview, elsewhere=elsewhere), status=exc.http_status
+    )

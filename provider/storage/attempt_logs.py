@@ -54,8 +54,15 @@ class LogPiece:
     text: str
 
 
-def read_attempt_log(results_dir: str, job_id: str, vertex_id: str, subtask: int, attempt: int | None,
-                     offset: int = 0, limit: int = MAX_READ_BYTES) -> LogPiece | None:
+def read_attempt_log(
+    results_dir: str,
+    job_id: str,
+    vertex_id: str,
+    subtask: int,
+    attempt: int | None,
+    offset: int = 0,
+    limit: int = MAX_READ_BYTES,
+) -> LogPiece | None:
     """The log of `subtask`'s `attempt` (its latest attempt when None) from byte `offset`; None
     when there is none (yet, or the results directory is remote). Blocking.
 
@@ -73,8 +80,13 @@ def read_attempt_log(results_dir: str, job_id: str, vertex_id: str, subtask: int
     with open(directory / match.group(0), "rb") as file:
         file.seek(offset)
         data = file.read(min(limit, MAX_READ_BYTES))
-    return LogPiece(subtask=subtask, attempt=int(match.group(2)), offset=offset, next_offset=offset + len(data),
-                      text=data.decode("utf-8", errors="replace"))
+    return LogPiece(
+        subtask=subtask,
+        attempt=int(match.group(2)),
+        offset=offset,
+        next_offset=offset + len(data),
+        text=data.decode("utf-8", errors="replace"),
+    )
 
 
 @dataclass(frozen=True)

@@ -48,9 +48,11 @@ class CappedLog:
         if not data:
             return
         if not self._held:
-            self._append(f"\n[sparkdispatch] this attempt's log reached {format_size(self._head_size)}; what it "
-                         f"writes next is held back and only its last {format_size(self._tail_size)} are written "
-                         f"when the attempt ends (the cap, {OPTION}, is {format_size(self._max_size)})\n".encode())
+            self._append(
+                f"\n[sparkdispatch] this attempt's log reached {format_size(self._head_size)}; what it "
+                f"writes next is held back and only its last {format_size(self._tail_size)} are written "
+                f"when the attempt ends (the cap, {OPTION}, is {format_size(self._max_size)})\n".encode()
+            )
         self._held += len(data)
         self._tail += data
         if len(self._tail) > self._tail_size:
@@ -62,9 +64,11 @@ class CappedLog:
         """Write the notice of what was dropped and the held-back tail, then close the file."""
         try:
             if self._held:
-                self._append(f"[sparkdispatch] {self.dropped} bytes of this attempt's output were dropped "
-                             f"({OPTION} is {format_size(self._max_size)}); its last {len(self._tail)} bytes "
-                             f"follow\n".encode())
+                self._append(
+                    f"[sparkdispatch] {self.dropped} bytes of this attempt's output were dropped "
+                    f"({OPTION} is {format_size(self._max_size)}); its last {len(self._tail)} bytes "
+                    f"follow\n".encode()
+                )
                 self._append(bytes(self._tail))
         finally:
             self._tail.clear()

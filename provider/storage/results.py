@@ -33,8 +33,13 @@ K = TypeVar("K")
 
 # What a task's failure says when it could not read an input partition (Spark's
 # AnalysisException [PATH_NOT_FOUND], Hadoop's FileNotFoundException, ...).
-_MISSING_FILE_MARKERS = ("PATH_NOT_FOUND", "Path does not exist", "FileNotFoundException",
-                         "No such file or directory", "PartitionNotFound")
+_MISSING_FILE_MARKERS = (
+    "PATH_NOT_FOUND",
+    "Path does not exist",
+    "FileNotFoundException",
+    "No such file or directory",
+    "PartitionNotFound",
+)
 
 
 @dataclass(frozen=True)
@@ -88,8 +93,11 @@ def remove_job_results(layout: ResultLayout, job_id: str) -> None:
     Blocking. A missing directory is not an error.
     """
     if not layout.is_local:
-        log.info("results of job %s live on %s; leaving them to that filesystem's lifecycle rules",
-                 job_id, layout.results_dir)
+        log.info(
+            "results of job %s live on %s; leaving them to that filesystem's lifecycle rules",
+            job_id,
+            layout.results_dir,
+        )
         return
     shutil.rmtree(layout.job_dir(job_id).removeprefix("file://"), ignore_errors=True)
 

@@ -14,10 +14,12 @@ from sparkdispatch.log_context import configure_logging
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sparkdispatch.taskexecutor", description=__doc__)
     parser.add_argument("--config", help="YAML file of flat dotted keys (default: $SPARKDISPATCH_CONF)")
-    parser.add_argument("--id", dest="task_executor_id", help="TaskExecutor id (default: taskexecutor.id, "
-                        "else <hostname>-<random>)")
-    parser.add_argument("-D", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override one configuration key")
+    parser.add_argument(
+        "--id", dest="task_executor_id", help="TaskExecutor id (default: taskexecutor.id, else <hostname>-<random>)"
+    )
+    parser.add_argument(
+        "-D", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override one configuration key"
+    )
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     try:

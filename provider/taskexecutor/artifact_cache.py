@@ -97,8 +97,13 @@ class ArtifactCache:
             entry = self._entries.pop(key)
             shutil.rmtree(self._cache_dir / key, ignore_errors=True)
             total -= entry.size
-            log.info("artifact %s removed from the TaskExecutor's cache (%d bytes; the cache holds %d bytes, "
-                     "bound %d)", key, entry.size, total, self._max_size)
+            log.info(
+                "artifact %s removed from the TaskExecutor's cache (%d bytes; the cache holds %d bytes, bound %d)",
+                key,
+                entry.size,
+                total,
+                self._max_size,
+            )
 
     def _index_fetched(self) -> None:
         """Blobs a former run of this TaskExecutor fetched, oldest first, bound like the others."""

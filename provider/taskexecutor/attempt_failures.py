@@ -10,15 +10,25 @@ from __future__ import annotations
 
 from sparkdispatch.model.job_result import Failure
 
-RDD_UNAVAILABLE = ("ctx.spark is a Spark Connect session: the RDD API (spark.sparkContext, DataFrame.rdd, "
-                   "_jsc, _jvm) is not available to task functions; use the DataFrame API")
-SERVER_UNREACHABLE = ("the TaskExecutor's Spark Connect server stopped answering during the task (it died or "
-                      "is restarting; the TaskExecutor restarts it, see its connect-server.log)")
+RDD_UNAVAILABLE = (
+    "ctx.spark is a Spark Connect session: the RDD API (spark.sparkContext, DataFrame.rdd, "
+    "_jsc, _jvm) is not available to task functions; use the DataFrame API"
+)
+SERVER_UNREACHABLE = (
+    "the TaskExecutor's Spark Connect server stopped answering during the task (it died or "
+    "is restarting; the TaskExecutor restarts it, see its connect-server.log)"
+)
 #: Spark's error conditions of a task reaching for the JVM-side API of a session.
 _JVM_ONLY_CONDITIONS = frozenset({"JVM_ATTRIBUTE_NOT_SUPPORTED"})
 #: Spark's conditions that say the session is gone on the server (it restarted, or timed out).
-_SESSION_GONE_CONDITIONS = frozenset({"NO_ACTIVE_SESSION", "INVALID_HANDLE.SESSION_NOT_FOUND",
-                                      "INVALID_HANDLE.SESSION_CLOSED", "INVALID_HANDLE.SESSION_CHANGED"})
+_SESSION_GONE_CONDITIONS = frozenset(
+    {
+        "NO_ACTIVE_SESSION",
+        "INVALID_HANDLE.SESSION_NOT_FOUND",
+        "INVALID_HANDLE.SESSION_CLOSED",
+        "INVALID_HANDLE.SESSION_CHANGED",
+    }
+)
 
 
 def failure_of(exc: BaseException) -> Failure:
@@ -30,8 +40,9 @@ def failure_of(exc: BaseException) -> Failure:
     failure = Failure.from_exception(exc)
     chain = _chain(exc)
     if any(_condition(e) in _JVM_ONLY_CONDITIONS or _is_rdd_not_implemented(e) for e in chain):
-        return Failure(cls=failure.cls, message=f"{RDD_UNAVAILABLE}. Spark said: {failure.message}",
-                       traceback=failure.traceback)
+        return Failure(
+            cls=failure.cls, message=f"{RDD_UNAVAILABLE}. Spark said: {failure.message}", traceback=failure.traceback
+        )
     if any(_server_unreachable(e) for e in chain):
         return Failure(cls=failure.cls, message=SERVER_UNREACHABLE, traceback=failure.traceback)
     return failure

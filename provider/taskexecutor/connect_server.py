@@ -98,8 +98,9 @@ def server_properties(settings: ConnectServerSettings, *, work_dir: Path, port: 
     properties.update(settings.spark_properties)
     ignored = sorted(key for key in (BIND_ADDRESS_KEY, BIND_PORT_KEY) if key in settings.spark_properties)
     if ignored:
-        log.warning("ignoring %s: the Spark Connect server binds 127.0.0.1 and `taskexecutor.connect.port`",
-                    ", ".join(ignored))
+        log.warning(
+            "ignoring %s: the Spark Connect server binds 127.0.0.1 and `taskexecutor.connect.port`", ", ".join(ignored)
+        )
     properties.update({BIND_ADDRESS_KEY: "127.0.0.1", BIND_PORT_KEY: str(port)})
     return properties
 
@@ -110,8 +111,9 @@ class ConnectServer:
     `start()` and `stop()` may be called from different threads; `is_healthy()` from any.
     """
 
-    def __init__(self, settings: ConnectServerSettings, *, work_dir: Path,
-                 app_name: str = "sparkdispatch-taskexecutor") -> None:
+    def __init__(
+        self, settings: ConnectServerSettings, *, work_dir: Path, app_name: str = "sparkdispatch-taskexecutor"
+    ) -> None:
         self.settings = settings
         self.work_dir = work_dir.absolute()
         self.app_name = app_name
@@ -162,7 +164,8 @@ class ConnectServer:
         try:
             with grpc.insecure_channel(address, options=[("grpc.enable_http_proxy", 0)]) as channel:
                 channel.unary_unary(_RELEASE_SESSION_METHOD)(
-                    _release_session_request(str(uuid.uuid4()), _HEALTH_CHECK_USER), timeout=timeout)
+                    _release_session_request(str(uuid.uuid4()), _HEALTH_CHECK_USER), timeout=timeout
+                )
         except grpc.RpcError as exc:
             log.debug("Spark Connect server at %s did not answer: %s", address, exc)
             return False
@@ -178,8 +181,10 @@ class ConnectServer:
         budget = self.settings.start_timeout if timeout is None else timeout
         with self._lock:
             if self._process is not None:
-                raise ConnectServerError(f"the Spark Connect server was started already (pid {self._process.pid})",
-                                         log_file=str(self.log_path))
+                raise ConnectServerError(
+                    f"the Spark Connect server was started already (pid {self._process.pid})",
+                    log_file=str(self.log_path),
+                )
             started = time.monotonic()
             deadline = started + budget
             self.starts += 1
@@ -192,9 +197,15 @@ class ConnectServer:
                 self._terminate()
                 raise
             self.warm_usage = ProcessUsage.of(self.pid) if self.pid is not None else None
-            log.info("Spark Connect server ready at %s in %.1f s (warm-up %.1f s; pid %d, Spark UI port %s, log %s)",
-                     self.url, time.monotonic() - started, time.monotonic() - serving, self.pid, self.ui_port,
-                     self.log_path)
+            log.info(
+                "Spark Connect server ready at %s in %.1f s (warm-up %.1f s; pid %d, Spark UI port %s, log %s)",
+                self.url,
+                time.monotonic() - started,
+                time.monotonic() - serving,
+                self.pid,
+                self.ui_port,
+                self.log_path,
+            )
 
     def stop(self) -> None:
         """SIGTERM the server's process group, SIGKILL it after `STOP_GRACE_S`; idempotent."""
@@ -215,8 +226,15 @@ class ConnectServer:
         (self.work_dir / "fairscheduler.xml").write_text(_FAIR_SCHEDULER_XML)
         if self.log_path.exists():
             self.log_path.replace(self.log_path.with_name(LOG_FILE_NAME + ".1"))
-        argv = [str(home / "bin" / "spark-submit"), "--class", SERVER_CLASS,
-                "--master", self.settings.spark_master, "--name", self.app_name]
+        argv = [
+            str(home / "bin" / "spark-submit"),
+            "--class",
+            SERVER_CLASS,
+            "--master",
+            self.settings.spark_master,
+            "--name",
+            self.app_name,
+        ]
         for key, value in server_properties(self.settings, work_dir=self.work_dir, port=self._port).items():
             argv += ["--conf", f"{key}={value}"]
         argv.append("spark-internal")
@@ -225,18 +243,29 @@ class ConnectServer:
             submit_opts = f"{submit_opts} -Dlog4j2.configurationFile={log4j.as_uri()}".strip()
         # Python workers must run this interpreter: it has pyarrow (4.3's Python UDFs use Arrow) and
         # cloudpickle needs the clients' Python version. SPARK_HOME: the jars of the installed client.
-        env = job_environment({"SPARK_HOME": str(home), "PYSPARK_PYTHON": sys.executable,
-                               "SPARK_SUBMIT_OPTS": submit_opts})
+        env = job_environment(
+            {"SPARK_HOME": str(home), "PYSPARK_PYTHON": sys.executable, "SPARK_SUBMIT_OPTS": submit_opts}
+        )
         try:
             with open(self.log_path, "wb") as log_file:
-                self._process = subprocess.Popen(tied_to_parent(argv, signal.SIGTERM), stdin=subprocess.DEVNULL,
-                                                 stdout=log_file, stderr=subprocess.STDOUT, env=env,
-                                                 start_new_session=True)
+                self._process = subprocess.Popen(
+                    tied_to_parent(argv, signal.SIGTERM),
+                    stdin=subprocess.DEVNULL,
+                    stdout=log_file,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    start_new_session=True,
+                )
         except OSError as exc:
-            raise ConnectServerError(f"cannot start the Spark Connect server: {exc}",
-                                     log_file=str(self.log_path)) from exc
-        log.info("starting the Spark Connect server (pid %d, master %s), log %s", self._process.pid,
-                 self.settings.spark_master, self.log_path)
+            raise ConnectServerError(
+                f"cannot start the Spark Connect server: {exc}", log_file=str(self.log_path)
+            ) from exc
+        log.info(
+            "starting the Spark Connect server (pid %d, master %s), log %s",
+            self._process.pid,
+            self.settings.spark_master,
+            self.log_path,
+        )
 
     def _wait_until_serving(self, deadline: float, budget: float) -> None:
         process = self._process
@@ -250,8 +279,10 @@ class ConnectServer:
                     for line in lines:
                         self._read_start_line(line.decode(errors="replace"))
                 elif process.poll() is not None:
-                    raise self._failure(f"the Spark Connect server (master {self.settings.spark_master}) exited "
-                                        f"with code {process.returncode} before it served")
+                    raise self._failure(
+                        f"the Spark Connect server (master {self.settings.spark_master}) exited "
+                        f"with code {process.returncode} before it served"
+                    )
                 elif time.monotonic() > deadline:
                     raise self._failure(f"the Spark Connect server did not start within {budget:g} s")
                 else:
@@ -259,8 +290,9 @@ class ConnectServer:
         # the log line comes once the port is bound; a real call proves that it answers
         while not self.is_healthy(timeout=max(0.1, min(2.0, deadline - time.monotonic()))):
             if process.poll() is not None:
-                raise self._failure(f"the Spark Connect server exited with code {process.returncode} "
-                                    "before it answered")
+                raise self._failure(
+                    f"the Spark Connect server exited with code {process.returncode} before it answered"
+                )
             if time.monotonic() > deadline:
                 raise self._failure(f"the Spark Connect server did not answer within {budget:g} s")
             time.sleep(0.1)
@@ -277,16 +309,23 @@ class ConnectServer:
         directory = self.work_dir / "warm-up" / uuid.uuid4().hex
         argv = [sys.executable, "-m", WARM_UP_MODULE, self.url, str(directory)]
         try:
-            done = subprocess.run(tied_to_parent(argv, signal.SIGTERM), stdin=subprocess.DEVNULL, capture_output=True,
-                                  text=True, timeout=max(0.1, deadline - time.monotonic()))
+            done = subprocess.run(
+                tied_to_parent(argv, signal.SIGTERM),
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=max(0.1, deadline - time.monotonic()),
+            )
         except subprocess.TimeoutExpired:
             raise self._failure(f"the Spark Connect server did not finish its warm-up within {budget:g} s") from None
         finally:
             shutil.rmtree(directory.parent, ignore_errors=True)
         if done.returncode != 0:
             errors = [line for line in done.stderr.splitlines() if line.strip()]
-            raise self._failure(f"the Spark Connect server failed its warm-up: "
-                                f"{errors[-1] if errors else f'exit code {done.returncode}'}")
+            raise self._failure(
+                f"the Spark Connect server failed its warm-up: "
+                f"{errors[-1] if errors else f'exit code {done.returncode}'}"
+            )
 
     def _terminate(self) -> None:
         process, self._process, self._address, self.ui_port = self._process, None, None, None
@@ -296,16 +335,18 @@ class ConnectServer:
         try:
             process.wait(STOP_GRACE_S)
         except subprocess.TimeoutExpired:
-            log.warning("the Spark Connect server (pid %d) did not stop within %g s; killing it", process.pid,
-                        STOP_GRACE_S)
+            log.warning(
+                "the Spark Connect server (pid %d) did not stop within %g s; killing it", process.pid, STOP_GRACE_S
+            )
             _signal_group(process.pid, signal.SIGKILL)
             process.wait()
         _signal_group(process.pid, signal.SIGKILL)  # Python workers it may have left behind
         log.info("Spark Connect server (pid %d) stopped with exit code %s", process.pid, process.returncode)
 
     def _failure(self, reason: str) -> ConnectServerError:
-        return ConnectServerError(f"{reason}; its log is {self.log_path}", log_file=str(self.log_path),
-                                  details=_tail(self.log_path))
+        return ConnectServerError(
+            f"{reason}; its log is {self.log_path}", log_file=str(self.log_path), details=_tail(self.log_path)
+        )
 
 
 def _spark_home(log_path: Path) -> Path:
@@ -347,8 +388,7 @@ def release_session(address: str, session_id: str, user_id: str, *, timeout: flo
     try:
         with grpc.insecure_channel(address, options=[("grpc.enable_http_proxy", 0)]) as channel:
             channel.unary_unary(_INTERRUPT_METHOD)(_interrupt_all_request(session_id, user_id), timeout=timeout)
-            channel.unary_unary(_RELEASE_SESSION_METHOD)(_release_session_request(session_id, user_id),
-                                                         timeout=timeout)
+            channel.unary_unary(_RELEASE_SESSION_METHOD)(_release_session_request(session_id, user_id), timeout=timeout)
     except grpc.RpcError as exc:
         log.warning("could not release Spark Connect session %s on %s: %s", session_id, address, exc)
         return False
@@ -368,8 +408,12 @@ def _release_session_request(session_id: str, user_id: str) -> bytes:
 def _interrupt_all_request(session_id: str, user_id: str) -> bytes:
     """A serialized `spark.connect.InterruptRequest{session_id=1, user_context=2{user_id=1},
     interrupt_type=4: INTERRUPT_TYPE_ALL}`."""
-    return (_length_delimited(1, session_id.encode()) + _length_delimited(2, _length_delimited(1, user_id.encode()))
-            + _varint(4 << 3) + _varint(_INTERRUPT_TYPE_ALL))
+    return (
+        _length_delimited(1, session_id.encode())
+        + _length_delimited(2, _length_delimited(1, user_id.encode()))
+        + _varint(4 << 3)
+        + _varint(_INTERRUPT_TYPE_ALL)
+    )
 
 
 def _length_delimited(field_number: int, payload: bytes) -> bytes:
@@ -401,13 +445,18 @@ def _warm_up(url: str, directory: str, *, rounds: int = 3) -> None:
             order = F.col("id")
             orders = spark.range(10_000).select(
                 order.alias("order_id"),
-                F.element_at(F.array(*[F.lit(r) for r in ("north", "south", "east", "west")]),
-                             (order % 4 + 1).cast("int")).alias("region"),
+                F.element_at(
+                    F.array(*[F.lit(r) for r in ("north", "south", "east", "west")]), (order % 4 + 1).cast("int")
+                ).alias("region"),
                 ((order * 13) % 9 - 1).cast("int").alias("quantity"),
-                F.round(F.lit(5.0) + (order * 31) % 100 / 4, 2).alias("unit_price"))
-            revenue = (orders.where(F.col("quantity") > 0)
-                       .withColumn("revenue", F.round(F.col("quantity") * F.col("unit_price"), 2))
-                       .groupBy("region").agg(F.sum("revenue").alias("revenue"), F.count("*").alias("orders")))
+                F.round(F.lit(5.0) + (order * 31) % 100 / 4, 2).alias("unit_price"),
+            )
+            revenue = (
+                orders.where(F.col("quantity") > 0)
+                .withColumn("revenue", F.round(F.col("quantity") * F.col("unit_price"), 2))
+                .groupBy("region")
+                .agg(F.sum("revenue").alias("revenue"), F.count("*").alias("orders"))
+            )
             rows = Observation(f"rows-{round_index}")
             path = f"{directory}/{round_index}"
             revenue.observe(rows, F.count(F.lit(1)).alias("n")).write.mode("overwrite").parquet(path)

@@ -89,8 +89,9 @@ class DriverLog:
             self._active = False
             self._close()
 
-    def __call__(self, stages: Iterable[StageInfo] | None, inflight_tasks: int, operation_id: str | None,
-                 done: bool) -> None:
+    def __call__(
+        self, stages: Iterable[StageInfo] | None, inflight_tasks: int, operation_id: str | None, done: bool
+    ) -> None:
         with self._lock:
             if not self._active:
                 return
@@ -174,8 +175,9 @@ def progress_handler(driver_log: DriverLog) -> ProgressHandler:
     from pyspark.sql.connect.shell.progress import ProgressHandler
 
     class _Reports(ProgressHandler):
-        def __call__(self, stages: Iterable[StageInfo] | None, inflight_tasks: int, operation_id: str | None,
-                     done: bool) -> None:
+        def __call__(
+            self, stages: Iterable[StageInfo] | None, inflight_tasks: int, operation_id: str | None, done: bool
+        ) -> None:
             driver_log(stages, inflight_tasks, operation_id, done)
 
     return _Reports()
@@ -183,8 +185,10 @@ def progress_handler(driver_log: DriverLog) -> ProgressHandler:
 
 def progress_line(operation_id: str, stages: list[StageInfo], inflight_tasks: int) -> str:
     """`[spark driver] operation 1a2b3c4d: stage 12 8/8 done, stage 13 3/8; 2 tasks running, 1.5 MiB read`."""
-    parts = [f"stage {stage.stage_id} {stage.num_completed_tasks}/{stage.num_tasks}{' done' if stage.done else ''}"
-             for stage in sorted(stages, key=lambda stage: stage.stage_id)]
+    parts = [
+        f"stage {stage.stage_id} {stage.num_completed_tasks}/{stage.num_tasks}{' done' if stage.done else ''}"
+        for stage in sorted(stages, key=lambda stage: stage.stage_id)
+    ]
     read = sum(stage.num_bytes_read for stage in stages)
     tail = f"; {inflight_tasks} task{'s' if inflight_tasks != 1 else ''} running"
     if read:

@@ -19,8 +19,12 @@ from pathlib import Path
 from sparkdispatch.broker.celery_app import queue_name
 from sparkdispatch.config import Configuration
 from sparkdispatch.config.options import (
-    SPARK_MASTER, TASKEXECUTOR_ARTIFACT_CACHE_MAX_SIZE, TASKEXECUTOR_ID, TASKEXECUTOR_METRICS_BIND_ADDRESS,
-    TASKEXECUTOR_METRICS_PORT, TASKEXECUTOR_SLOTS,
+    SPARK_MASTER,
+    TASKEXECUTOR_ARTIFACT_CACHE_MAX_SIZE,
+    TASKEXECUTOR_ID,
+    TASKEXECUTOR_METRICS_BIND_ADDRESS,
+    TASKEXECUTOR_METRICS_PORT,
+    TASKEXECUTOR_SLOTS,
 )
 from sparkdispatch.errors import ServiceUnavailable
 from sparkdispatch.ha import ClosableLeaderRetrieval, create_leader_retrieval
@@ -56,24 +60,36 @@ def default_task_executor_id(config: Configuration) -> str:
     return config.get(TASKEXECUTOR_ID) or f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
 
 
-def run_task_executor(config: Configuration, *, task_executor_id: str | None = None,
-                      loglevel: str = "INFO") -> int:
+def run_task_executor(config: Configuration, *, task_executor_id: str | None = None, loglevel: str = "INFO") -> int:
     """Start a TaskExecutor and block until its worker stops (SIGTERM / SIGINT: warm shutdown).
 
     Returns the worker's exit code: 0 after a requested shutdown, non-zero when the worker gave up
     (an unrecoverable error), so a supervisor restarts the TaskExecutor.
     """
     te_id = task_executor_id or default_task_executor_id(config)
-    identity = TaskExecutorIdentity(task_executor_id=te_id, hostname=f"{te_id}@{socket.gethostname()}",
-                                    queue=queue_name(te_id), spark_master=config.get(SPARK_MASTER))
+    identity = TaskExecutorIdentity(
+        task_executor_id=te_id,
+        hostname=f"{te_id}@{socket.gethostname()}",
+        queue=queue_name(te_id),
+        spark_master=config.get(SPARK_MASTER),
+    )
     slot_count = config.get(TASKEXECUTOR_SLOTS)
-    log.info("TaskExecutor %s starting: %d slots, queue %s, Spark %s", te_id, slot_count, identity.queue,
-             identity.spark_master)
+    log.info(
+        "TaskExecutor %s starting: %d slots, queue %s, Spark %s",
+        te_id,
+        slot_count,
+        identity.queue,
+        identity.spark_master,
+    )
+
     # Warm before registering: the ResourceManager sees slots only once they can run tasks at once.
     # The server is started from this thread: it is killed when the thread that started it ends.
     def new_server() -> ConnectServer:
-        return ConnectServer(ConnectServerSettings.from_config(config),
-                             work_dir=config.storage_dir / "te-work" / te_id, app_name=f"sparkdispatch-{te_id}")
+        return ConnectServer(
+            ConnectServerSettings.from_config(config),
+            work_dir=config.storage_dir / "te-work" / te_id,
+            app_name=f"sparkdispatch-{te_id}",
+        )
 
     server = new_server()
     server.start()
@@ -88,8 +104,15 @@ def run_task_executor(config: Configuration, *, task_executor_id: str | None = N
         servers.stop()
 
 
-def _serve(config: Configuration, identity: TaskExecutorIdentity, servers: ConnectServers, pool: SlotProcessPool,
-           pool_settings: SlotPoolSettings, *, loglevel: str) -> int:
+def _serve(
+    config: Configuration,
+    identity: TaskExecutorIdentity,
+    servers: ConnectServers,
+    pool: SlotProcessPool,
+    pool_settings: SlotPoolSettings,
+    *,
+    loglevel: str,
+) -> int:
     """Register and serve deployments until the worker stops; returns its exit code."""
     te_id = identity.task_executor_id
     slot_count = config.get(TASKEXECUTOR_SLOTS)
@@ -100,25 +123,49 @@ def _serve(config: Configuration, identity: TaskExecutorIdentity, servers: Conne
     try:
         retrieval.start(client.leader_changed)
         slots = SlotTable(slot_count)
-        connection = MasterConnection(config, identity=identity, slots=slots, client=client,
-                                      current_leader=retrieval.current)
-        runner = TaskRunner(pool=pool, slots=slots, reporter=connection, task_executor_id=te_id,
-                            artifacts=ArtifactCache(_artifact_fetcher(client, retrieval),
-                                                   config.storage_dir / "te-cache" / te_id,
-                                                   max_size=config.get(TASKEXECUTOR_ARTIFACT_CACHE_MAX_SIZE)),
-                            slot_release_timeout_s=pool_settings.cancellation_timeout + SLOT_RELEASE_MARGIN_S,
-                            start_deadline=connection.start_deadline)
-        runtime = TaskExecutor(config=config, identity=identity, slots=slots, runner=runner, connection=connection,
-                               servers=servers, pool=pool)
+        connection = MasterConnection(
+            config, identity=identity, slots=slots, client=client, current_leader=retrieval.current
+        )
+        runner = TaskRunner(
+            pool=pool,
+            slots=slots,
+            reporter=connection,
+            task_executor_id=te_id,
+            artifacts=ArtifactCache(
+                _artifact_fetcher(client, retrieval),
+                config.storage_dir / "te-cache" / te_id,
+                max_size=config.get(TASKEXECUTOR_ARTIFACT_CACHE_MAX_SIZE),
+            ),
+            slot_release_timeout_s=pool_settings.cancellation_timeout + SLOT_RELEASE_MARGIN_S,
+            start_deadline=connection.start_deadline,
+        )
+        runtime = TaskExecutor(
+            config=config,
+            identity=identity,
+            slots=slots,
+            runner=runner,
+            connection=connection,
+            servers=servers,
+            pool=pool,
+        )
         if config.get(TASKEXECUTOR_METRICS_PORT):
             from sparkdispatch.taskexecutor.metrics import TaskExecutorParts, serve_metrics
 
             parts = TaskExecutorParts(
-                slots=slot_count, busy_slots=lambda: len(slots.running()), ended_attempts=runner.ended_counts,
-                slot_processes_lost=lambda: pool.processes_lost, connect_server_healthy=servers.is_healthy,
-                connect_server_starts=lambda: servers.starts, connect_server_recycles=lambda: servers.recycles)
-            metrics_server, _ = serve_metrics(te_id, parts, port=config.get(TASKEXECUTOR_METRICS_PORT),
-                                              address=config.get(TASKEXECUTOR_METRICS_BIND_ADDRESS))
+                slots=slot_count,
+                busy_slots=lambda: len(slots.running()),
+                ended_attempts=runner.ended_counts,
+                slot_processes_lost=lambda: pool.processes_lost,
+                connect_server_healthy=servers.is_healthy,
+                connect_server_starts=lambda: servers.starts,
+                connect_server_recycles=lambda: servers.recycles,
+            )
+            metrics_server, _ = serve_metrics(
+                te_id,
+                parts,
+                port=config.get(TASKEXECUTOR_METRICS_PORT),
+                address=config.get(TASKEXECUTOR_METRICS_BIND_ADDRESS),
+            )
             stop_metrics.append(metrics_server.shutdown)
         app = create_celery_app(config, task_executor=runtime)
         app.steps["worker"].add(MasterConnectionStep)
@@ -127,9 +174,17 @@ def _serve(config: Configuration, identity: TaskExecutorIdentity, servers: Conne
         # reported, while that attempt's thread still returns. With one thread per slot it then
         # waited for one, and with as many unacknowledged messages as its prefetch count a worker on
         # a polling broker stops looking for messages until its loop acknowledges them (up to 2 s).
-        worker = app.Worker(hostname=identity.hostname, pool="threads", concurrency=2 * slot_count,
-                            queues=[identity.queue], loglevel=loglevel, without_mingle=True,
-                            without_gossip=True, without_heartbeat=True, quiet=True)
+        worker = app.Worker(
+            hostname=identity.hostname,
+            pool="threads",
+            concurrency=2 * slot_count,
+            queues=[identity.queue],
+            loglevel=loglevel,
+            without_mingle=True,
+            without_gossip=True,
+            without_heartbeat=True,
+            quiet=True,
+        )
         worker.start()
         exit_code = int(worker.exitcode or 0)
         log.info("TaskExecutor %s stopped (exit code %s)", te_id, exit_code)
@@ -144,6 +199,7 @@ def _serve(config: Configuration, identity: TaskExecutorIdentity, servers: Conne
 def _artifact_fetcher(client: MasterClient, retrieval: ClosableLeaderRetrieval) -> Callable[[str, Path], Path]:
     """Fetches an artifact from the current leader (Flink's BlobServer role): a TaskExecutor's host
     needs no mount of the masters' storage for user code."""
+
     def fetch(key: str, directory: Path) -> Path:
         leader = retrieval.current()
         if leader is None:

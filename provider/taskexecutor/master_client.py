@@ -61,30 +61,59 @@ class AsyncMasterClient:
             await self._session.close()
             self._session = None
 
-    async def register(self, address: str, session_id: str, *, task_executor_id: str, hostname: str, queue: str,
-                       slots: int, slot_report: SlotReport, spark_master: str,
-                       previous_registration_id: str | None = None) -> RegistrationAck:
-        body = {"task_executor_id": task_executor_id, "hostname": hostname, "queue": queue, "slots": slots,
-                "slot_report": slot_report.to_dict(), "spark_master": spark_master,
-                "previous_registration_id": previous_registration_id}
+    async def register(
+        self,
+        address: str,
+        session_id: str,
+        *,
+        task_executor_id: str,
+        hostname: str,
+        queue: str,
+        slots: int,
+        slot_report: SlotReport,
+        spark_master: str,
+        previous_registration_id: str | None = None,
+    ) -> RegistrationAck:
+        body = {
+            "task_executor_id": task_executor_id,
+            "hostname": hostname,
+            "queue": queue,
+            "slots": slots,
+            "slot_report": slot_report.to_dict(),
+            "spark_master": spark_master,
+            "previous_registration_id": previous_registration_id,
+        }
         return RegistrationAck.from_dict(await self._post(address, "/taskexecutors", session_id, body))
 
     async def unregister(self, address: str, session_id: str, task_executor_id: str, *, registration_id: str) -> bool:
         """Leave the cluster now; False if the ResourceManager did not have this registration."""
-        answer = await self._post(address, f"/taskexecutors/{task_executor_id}/unregister", session_id,
-                                  {"registration_id": registration_id})
+        answer = await self._post(
+            address, f"/taskexecutors/{task_executor_id}/unregister", session_id, {"registration_id": registration_id}
+        )
         return Unregistered.from_dict(answer).unregistered
 
-    async def heartbeat(self, address: str, session_id: str, task_executor_id: str, *, slot_report: SlotReport,
-                        executions: list[dict[str, str]]) -> None:
+    async def heartbeat(
+        self,
+        address: str,
+        session_id: str,
+        task_executor_id: str,
+        *,
+        slot_report: SlotReport,
+        executions: list[dict[str, str]],
+    ) -> None:
         """`UnknownTaskExecutor` means: register again."""
-        await self._post(address, f"/taskexecutors/{task_executor_id}/heartbeat", session_id,
-                         {"slot_report": slot_report.to_dict(), "executions": executions})
+        await self._post(
+            address,
+            f"/taskexecutors/{task_executor_id}/heartbeat",
+            session_id,
+            {"slot_report": slot_report.to_dict(), "executions": executions},
+        )
 
     async def report_state(self, address: str, session_id: str, update: ExecutionStateUpdate) -> None:
         """`FencingTokenMismatch` (a `StaleExecution` too) or `UnknownJob` mean: the report is stale."""
-        await self._post(address, f"/jobs/{update.job_id}/executions/{update.execution_id}/state", session_id,
-                         update.to_dict())
+        await self._post(
+            address, f"/jobs/{update.job_id}/executions/{update.execution_id}/state", session_id, update.to_dict()
+        )
 
     async def fetch_artifact(self, address: str, key: str, directory: Path) -> Path:
         """Download the artifact `key` from the master at `address` into `directory`, under its file
@@ -96,12 +125,14 @@ class AsyncMasterClient:
         try:
             async with self._http().get(url, timeout=ARTIFACT_TIMEOUT) as response:
                 if response.status >= 400:
-                    raise error_from_body(response.status, await response.text(),
-                                          header=response.headers.get(ERROR_HEADER))
+                    raise error_from_body(
+                        response.status, await response.text(), header=response.headers.get(ERROR_HEADER)
+                    )
                 name = response.headers.get(ARTIFACT_NAME_HEADER, "")
                 if not name or name.startswith(".") or "/" in name or "\\" in name:
-                    raise SparkDispatchError(f"the master at {address} named artifact {key} {name!r}, "
-                                             "which is not a plain file name")
+                    raise SparkDispatchError(
+                        f"the master at {address} named artifact {key} {name!r}, which is not a plain file name"
+                    )
                 with open(partial, "wb") as out:
                     async for chunk in response.content.iter_chunked(1 << 16):
                         digest.update(chunk)
@@ -110,15 +141,18 @@ class AsyncMasterClient:
             partial.unlink(missing_ok=True)
             if (tls_error := handshake_failure(address, exc)) is not None:
                 raise tls_error from None
-            raise ServiceUnavailable(f"cannot fetch artifact {key} from the master at {address}: "
-                                     f"{str(exc) or type(exc).__name__}") from None
+            raise ServiceUnavailable(
+                f"cannot fetch artifact {key} from the master at {address}: {str(exc) or type(exc).__name__}"
+            ) from None
         except BaseException:
             partial.unlink(missing_ok=True)
             raise
         if digest.hexdigest() != key:
             partial.unlink(missing_ok=True)
-            raise CorruptedBlob(f"artifact {key} fetched from {address} hashes to {digest.hexdigest()}: "
-                                "it was damaged on the way or in the master's store; upload it again")
+            raise CorruptedBlob(
+                f"artifact {key} fetched from {address} hashes to {digest.hexdigest()}: "
+                "it was damaged on the way or in the master's store; upload it again"
+            )
         target = directory / name
         partial.replace(target)
         return target
@@ -126,8 +160,9 @@ class AsyncMasterClient:
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             # aiohttp reads no proxy or netrc settings unless asked (trust_env): none per state report
-            self._session = aiohttp.ClientSession(timeout=self._timeout, headers=self._headers,
-                                                  connector=aiohttp.TCPConnector(ssl=self._ssl))
+            self._session = aiohttp.ClientSession(
+                timeout=self._timeout, headers=self._headers, connector=aiohttp.TCPConnector(ssl=self._ssl)
+            )
         return self._session
 
     async def _post(self, address: str, path: str, session_id: str, body: dict[str, Any]) -> Any:
@@ -135,8 +170,9 @@ class AsyncMasterClient:
         assert call is not None
         self._in_flight[call] = session_id
         try:
-            async with self._http().post(address.rstrip("/") + path, json=body,
-                                          headers={SESSION_HEADER: session_id}) as response:
+            async with self._http().post(
+                address.rstrip("/") + path, json=body, headers={SESSION_HEADER: session_id}
+            ) as response:
                 text = await response.text()
                 status = response.status
                 error_header = response.headers.get(ERROR_HEADER)
@@ -144,13 +180,16 @@ class AsyncMasterClient:
             if call not in self._abandoned:
                 raise
             call.uncancel()
-            raise ServiceUnavailable(f"the master at {address} no longer leads (session {session_id}); "
-                                     "the call was abandoned") from None
+            raise ServiceUnavailable(
+                f"the master at {address} no longer leads (session {session_id}); the call was abandoned"
+            ) from None
         except (aiohttp.ClientError, TimeoutError) as exc:
             if (tls_error := handshake_failure(address, exc)) is not None:
                 raise tls_error from None
-            raise ServiceUnavailable(f"cannot reach the master at {address}: {str(exc) or type(exc).__name__}"
-                                     f"{refusal_hint(address, exc, self._tls)}") from None
+            raise ServiceUnavailable(
+                f"cannot reach the master at {address}: {str(exc) or type(exc).__name__}"
+                f"{refusal_hint(address, exc, self._tls)}"
+            ) from None
         finally:
             self._in_flight.pop(call, None)
             self._abandoned.discard(call)
@@ -159,23 +198,26 @@ class AsyncMasterClient:
         try:
             return json.loads(text) if text else {}
         except ValueError:
-            raise SparkDispatchError(f"POST {path} at {address} answered {status} with a body that is not JSON: "
-                                     f"{text.strip()[:200]!r}") from None
+            raise SparkDispatchError(
+                f"POST {path} at {address} answered {status} with a body that is not JSON: {text.strip()[:200]!r}"
+            ) from None
 
 
 class MasterClient:
     """`AsyncMasterClient` for synchronous callers: its calls may come from any thread."""
 
     def __init__(self, config: Configuration, *, timeout: float = 5.0) -> None:
-        self.async_client = AsyncMasterClient(token=config.task_executor_credential, timeout=timeout,
-                                              tls=ClientTls.from_config(config))
+        self.async_client = AsyncMasterClient(
+            token=config.task_executor_credential, timeout=timeout, tls=ClientTls.from_config(config)
+        )
         self._loop = LoopThread("sparkdispatch-master-client")
 
     def __enter__(self) -> MasterClient:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
 
     def close(self) -> None:
@@ -193,30 +235,63 @@ class MasterClient:
         if leader is not None and not self._loop.closed:
             self._loop.loop.call_soon_threadsafe(self.async_client.abandon_calls_not_under, leader.session_id)
 
-    def register(self, address: str, session_id: str, *, task_executor_id: str, hostname: str, queue: str,
-                 slots: int, slot_report: SlotReport, spark_master: str,
-                 previous_registration_id: str | None = None) -> RegistrationAck:
-        return self._loop.run(self.async_client.register(
-            address, session_id, task_executor_id=task_executor_id, hostname=hostname, queue=queue, slots=slots,
-            slot_report=slot_report, spark_master=spark_master, previous_registration_id=previous_registration_id))
+    def register(
+        self,
+        address: str,
+        session_id: str,
+        *,
+        task_executor_id: str,
+        hostname: str,
+        queue: str,
+        slots: int,
+        slot_report: SlotReport,
+        spark_master: str,
+        previous_registration_id: str | None = None,
+    ) -> RegistrationAck:
+        return self._loop.run(
+            self.async_client.register(
+                address,
+                session_id,
+                task_executor_id=task_executor_id,
+                hostname=hostname,
+                queue=queue,
+                slots=slots,
+                slot_report=slot_report,
+                spark_master=spark_master,
+                previous_registration_id=previous_registration_id,
+            )
+        )
 
-    def unregister(self, address: str, session_id: str, task_executor_id: str, *, registration_id: str,
-                   timeout: float) -> bool:
+    def unregister(
+        self, address: str, session_id: str, task_executor_id: str, *, registration_id: str, timeout: float
+    ) -> bool:
         """`AsyncMasterClient.unregister`, given up after `timeout` seconds (`ServiceUnavailable`)."""
+
         async def call() -> bool:
             try:
                 async with asyncio.timeout(timeout):
-                    return await self.async_client.unregister(address, session_id, task_executor_id,
-                                                              registration_id=registration_id)
+                    return await self.async_client.unregister(
+                        address, session_id, task_executor_id, registration_id=registration_id
+                    )
             except TimeoutError:
                 raise ServiceUnavailable(f"the master at {address} did not answer within {timeout:g}s") from None
 
         return self._loop.run(call())
 
-    def heartbeat(self, address: str, session_id: str, task_executor_id: str, *, slot_report: SlotReport,
-                  executions: list[dict[str, str]]) -> None:
-        self._loop.run(self.async_client.heartbeat(address, session_id, task_executor_id, slot_report=slot_report,
-                                                   executions=executions))
+    def heartbeat(
+        self,
+        address: str,
+        session_id: str,
+        task_executor_id: str,
+        *,
+        slot_report: SlotReport,
+        executions: list[dict[str, str]],
+    ) -> None:
+        self._loop.run(
+            self.async_client.heartbeat(
+                address, session_id, task_executor_id, slot_report=slot_report, executions=executions
+            )
+        )
 
     def report_state(self, address: str, session_id: str, update: ExecutionStateUpdate) -> None:
         self._loop.run(self.async_client.report_state(address, session_id, update))

@@ -61,23 +61,37 @@ class TaskExecutorCollector(Collector):
 
         yield gauge("slots", "Slots of this TaskExecutor.", parts.slots)
         yield gauge("slots_busy", "Slots running an attempt.", parts.busy_slots())
-        ended = CounterMetricFamily("sparkdispatch_taskexecutor_attempts", "Attempts that ended here, by state.",
-                                    labels=[*labels, "state"])
+        ended = CounterMetricFamily(
+            "sparkdispatch_taskexecutor_attempts", "Attempts that ended here, by state.", labels=[*labels, "state"]
+        )
         for state, count in sorted(parts.ended_attempts().items()):
             ended.add_metric([self._id, state], count)
         yield ended
-        yield counter("slot_processes_lost", "Slot processes that died or were killed under an attempt.",
-                      parts.slot_processes_lost())
-        yield gauge("connect_server_up", "1 when the Spark Connect server answers a gRPC call.",
-                    1 if parts.connect_server_healthy(HEALTH_TIMEOUT_S) else 0)
-        yield counter("connect_server_restarts", "Restarts of the Spark Connect server.",
-                      max(0, parts.connect_server_starts() - 1))
-        yield counter("connect_server_recycles", "Spark Connect servers replaced by a successor once due "
-                      "(taskexecutor.connect.recycle.*).", parts.connect_server_recycles())
+        yield counter(
+            "slot_processes_lost",
+            "Slot processes that died or were killed under an attempt.",
+            parts.slot_processes_lost(),
+        )
+        yield gauge(
+            "connect_server_up",
+            "1 when the Spark Connect server answers a gRPC call.",
+            1 if parts.connect_server_healthy(HEALTH_TIMEOUT_S) else 0,
+        )
+        yield counter(
+            "connect_server_restarts",
+            "Restarts of the Spark Connect server.",
+            max(0, parts.connect_server_starts() - 1),
+        )
+        yield counter(
+            "connect_server_recycles",
+            "Spark Connect servers replaced by a successor once due (taskexecutor.connect.recycle.*).",
+            parts.connect_server_recycles(),
+        )
 
 
-def serve_metrics(task_executor_id: str, parts: TaskExecutorParts, *, port: int,
-                  address: str) -> tuple[WSGIServer, Thread]:
+def serve_metrics(
+    task_executor_id: str, parts: TaskExecutorParts, *, port: int, address: str
+) -> tuple[WSGIServer, Thread]:
     """Serve the metrics on `address:port` from a daemon thread; `shutdown()` the server to stop."""
     registry = CollectorRegistry(auto_describe=True)
     registry.register(TaskExecutorCollector(task_executor_id, parts))

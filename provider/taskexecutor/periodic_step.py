@@ -36,8 +36,9 @@ class PeriodicStep(bootsteps.StartStopStep, metaclass=_AbstractStepType):
     def start(self, w: Any) -> None:
         interval = self.start_ticking(w)
         self._stopped.clear()
-        self._thread = threading.Thread(target=self._run, args=(interval,), daemon=True,
-                                        name=self.label or type(self).__name__)
+        self._thread = threading.Thread(
+            target=self._run, args=(interval,), daemon=True, name=self.label or type(self).__name__
+        )
         self._thread.start()
 
     @abstractmethod

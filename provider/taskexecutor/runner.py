@@ -59,9 +59,15 @@ class StateReporter(Protocol):
 class AttemptRunner(Protocol):
     """Runs attempts in the slots' processes (`SlotProcessPool`)."""
 
-    def run(self, slot_index: int, tdd: TaskDeploymentDescriptor, artifact_paths: Sequence[str],
-            on_state: Callable[[AttemptState], None], *,
-            start_deadline: Callable[[], float | None] | None = None) -> AttemptState:
+    def run(
+        self,
+        slot_index: int,
+        tdd: TaskDeploymentDescriptor,
+        artifact_paths: Sequence[str],
+        on_state: Callable[[AttemptState], None],
+        *,
+        start_deadline: Callable[[], float | None] | None = None,
+    ) -> AttemptState:
         """Run one attempt to its end; `on_state` gets its non-terminal states, the terminal one is
         returned. The function does not start after what `start_deadline()` says (`time.monotonic()`)."""
 
@@ -149,9 +155,14 @@ class SlotTable:
                 received.cancelled = True
             return received is not None
 
-    def occupy(self, tdd: TaskDeploymentDescriptor, session_id: str, *,
-               supersede: Callable[[RunningExecution], object] | None = None,
-               wait_s: float = 0.0) -> RunningExecution | None:
+    def occupy(
+        self,
+        tdd: TaskDeploymentDescriptor,
+        session_id: str,
+        *,
+        supersede: Callable[[RunningExecution], object] | None = None,
+        wait_s: float = 0.0,
+    ) -> RunningExecution | None:
         """Take the slot `tdd` names; None if this execution runs or ran here already (a second
         delivery of its deployment), which must not run again.
 
@@ -165,7 +176,8 @@ class SlotTable:
             with self._lock:
                 if not 0 <= tdd.slot_index < self.count:
                     raise IllegalStateTransition(
-                        f"slot {tdd.slot_index} does not exist on this TaskExecutor (it has {self.count} slots)")
+                        f"slot {tdd.slot_index} does not exist on this TaskExecutor (it has {self.count} slots)"
+                    )
                 if tdd.execution_id in self._recent or self._in_slot(tdd.execution_id) is not None:
                     return None
                 busy = self._by_slot.get(tdd.slot_index)
@@ -182,7 +194,8 @@ class SlotTable:
             if remaining <= 0 or not busy.done.wait(remaining):
                 raise IllegalStateTransition(
                     f"slot {tdd.slot_index} is busy with execution {busy.tdd.execution_id} of job {busy.tdd.job_id}"
-                    + (f", which did not stop within {wait_s:g}s" if wait_s else ""))
+                    + (f", which did not stop within {wait_s:g}s" if wait_s else "")
+                )
 
     def release(self, running: RunningExecution) -> None:
         with self._lock:
@@ -214,9 +227,13 @@ class SlotTable:
             self._held[update.execution_id] = HeldReport(session_id, update)
             if len(self._held) > self.MAX_HELD_REPORTS:
                 _, dropped = self._held.popitem(last=False)
-                log.warning("job %s: dropping the undelivered %s report of execution %s (%d reports held)",
-                            dropped.update.job_id, dropped.update.state.value, dropped.update.execution_id,
-                            self.MAX_HELD_REPORTS)
+                log.warning(
+                    "job %s: dropping the undelivered %s report of execution %s (%d reports held)",
+                    dropped.update.job_id,
+                    dropped.update.state.value,
+                    dropped.update.execution_id,
+                    self.MAX_HELD_REPORTS,
+                )
 
     def held_reports(self) -> list[HeldReport]:
         with self._lock:
@@ -231,11 +248,14 @@ class SlotTable:
         """Every slot, free or allocated; with `session_id`, a task another leader session deployed
         (a former leader's, being cancelled) leaves its slot free for this one."""
         with self._lock:
-            return SlotReport(tuple(
-                SlotStatus(index=i, allocation_id=r.tdd.allocation_id, job_id=r.tdd.job_id)
-                if (r := self._by_slot.get(i)) is not None and session_id in (None, r.session_id)
-                else SlotStatus(index=i)
-                for i in range(self.count)))
+            return SlotReport(
+                tuple(
+                    SlotStatus(index=i, allocation_id=r.tdd.allocation_id, job_id=r.tdd.job_id)
+                    if (r := self._by_slot.get(i)) is not None and session_id in (None, r.session_id)
+                    else SlotStatus(index=i)
+                    for i in range(self.count)
+                )
+            )
 
     def executions(self, session_id: str | None = None) -> list[dict[str, str]]:
         """The heartbeat payload: every execution this TaskExecutor has (of `session_id`, if given):
@@ -249,8 +269,11 @@ class SlotTable:
                     listed.setdefault(d.execution_id, (d.job_id, ExecutionState.DEPLOYING, d.session_id))
             for h in self._held.values():
                 listed.setdefault(h.update.execution_id, (h.update.job_id, h.update.state, h.session_id))
-        return [{"job_id": job_id, "execution_id": execution_id, "state": state.value}
-                for execution_id, (job_id, state, session) in listed.items() if session_id in (None, session)]
+        return [
+            {"job_id": job_id, "execution_id": execution_id, "state": state.value}
+            for execution_id, (job_id, state, session) in listed.items()
+            if session_id in (None, session)
+        ]
 
 
 # --------------------------------------------------------------------------------------------
@@ -275,12 +298,14 @@ class BackgroundReports:
     learns the state from the terminal report or the heartbeats.
     """
 
-    def __init__(self, reporter: StateReporter,
-                 on_refused: Callable[[RunningExecution, SparkDispatchError], None]) -> None:
+    def __init__(
+        self, reporter: StateReporter, on_refused: Callable[[RunningExecution, SparkDispatchError], None]
+    ) -> None:
         self._reporter = reporter
         self._on_refused = on_refused
-        self._queue: queue.SimpleQueue[tuple[RunningExecution, ExecutionStateUpdate, threading.Event]] = \
+        self._queue: queue.SimpleQueue[tuple[RunningExecution, ExecutionStateUpdate, threading.Event]] = (
             queue.SimpleQueue()
+        )
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
@@ -290,8 +315,9 @@ class BackgroundReports:
         self._queue.put((running, update, delivered))
         with self._lock:
             if self._thread is None:
-                self._thread = threading.Thread(target=self._deliver_forever, daemon=True,
-                                                name="sparkdispatch-state-reports")
+                self._thread = threading.Thread(
+                    target=self._deliver_forever, daemon=True, name="sparkdispatch-state-reports"
+                )
                 self._thread.start()
 
     def _deliver_forever(self) -> None:
@@ -302,11 +328,20 @@ class BackgroundReports:
             except (FencingTokenMismatch, UnknownJob) as exc:
                 self._on_refused(running, exc)
             except SparkDispatchError as exc:
-                log.warning("job %s: the %s report of execution %s was not delivered: %s", update.job_id,
-                            update.state.value, update.execution_id, exc)
+                log.warning(
+                    "job %s: the %s report of execution %s was not delivered: %s",
+                    update.job_id,
+                    update.state.value,
+                    update.execution_id,
+                    exc,
+                )
             except Exception:  # the reporting thread must survive any one report
-                log.exception("job %s: the %s report of execution %s failed", update.job_id, update.state.value,
-                              update.execution_id)
+                log.exception(
+                    "job %s: the %s report of execution %s failed",
+                    update.job_id,
+                    update.state.value,
+                    update.execution_id,
+                )
             finally:
                 delivered.set()
 
@@ -318,9 +353,17 @@ class BackgroundReports:
 class TaskRunner:
     """Runs deployed tasks in the slots of one TaskExecutor, each in its slot's process."""
 
-    def __init__(self, *, pool: AttemptRunner, slots: SlotTable, reporter: StateReporter, task_executor_id: str,
-                 artifacts: ArtifactCache | None = None, slot_release_timeout_s: float,
-                 start_deadline: Callable[[], float | None] = lambda: None) -> None:
+    def __init__(
+        self,
+        *,
+        pool: AttemptRunner,
+        slots: SlotTable,
+        reporter: StateReporter,
+        task_executor_id: str,
+        artifacts: ArtifactCache | None = None,
+        slot_release_timeout_s: float,
+        start_deadline: Callable[[], float | None] = lambda: None,
+    ) -> None:
         self.slots = slots
         self._pool = pool
         self._reporter = reporter
@@ -342,16 +385,20 @@ class TaskRunner:
         delivery of an execution that runs or ran here is dropped (CANCELED, reporting nothing)."""
         with log_context(job_id=tdd.job_id, vertex=tdd.vertex_id, subtask=tdd.subtask_index, attempt=tdd.attempt):
             try:
-                running = self.slots.occupy(tdd, session_id, supersede=self._supersede,
-                                            wait_s=self._slot_release_timeout_s)
+                running = self.slots.occupy(
+                    tdd, session_id, supersede=self._supersede, wait_s=self._slot_release_timeout_s
+                )
             except IllegalStateTransition as exc:
                 self.slots.forget_received(tdd.execution_id)
                 log.warning("job %s: refusing execution %s: %s", tdd.job_id, tdd.execution_id, exc)
                 self._report_quietly(tdd, session_id, ExecutionState.FAILED, failure=Failure.from_exception(exc))
                 return ExecutionState.FAILED
             if running is None:
-                log.info("job %s: execution %s was delivered here again; the second delivery is dropped", tdd.job_id,
-                         tdd.execution_id)
+                log.info(
+                    "job %s: execution %s was delivered here again; the second delivery is dropped",
+                    tdd.job_id,
+                    tdd.execution_id,
+                )
                 return ExecutionState.CANCELED
             try:
                 return self._run(running)
@@ -359,8 +406,12 @@ class TaskRunner:
                 self.slots.release(running)
 
     def _supersede(self, busy: RunningExecution) -> None:
-        log.info("job %s: execution %s in slot %d is superseded by a new deployment; stopping it",
-                 busy.tdd.job_id, busy.tdd.execution_id, busy.tdd.slot_index)
+        log.info(
+            "job %s: execution %s in slot %d is superseded by a new deployment; stopping it",
+            busy.tdd.job_id,
+            busy.tdd.execution_id,
+            busy.tdd.slot_index,
+        )
         self.cancel(busy.tdd.execution_id)
 
     def cancel(self, execution_id: str) -> bool:
@@ -369,8 +420,7 @@ class TaskRunner:
         running = self.slots.find(execution_id)
         if running is None:
             return self.slots.cancel_received(execution_id)
-        log.info("job %s: cancelling execution %s in slot %d", running.tdd.job_id, execution_id,
-                 running.tdd.slot_index)
+        log.info("job %s: cancelling execution %s in slot %d", running.tdd.job_id, execution_id, running.tdd.slot_index)
         running.cancelled.set()
         self._pool.cancel(execution_id)
         return True
@@ -382,8 +432,12 @@ class TaskRunner:
         the new leader at once (`SlotTable.slot_report(session_id)`)."""
         for running in self.slots.running():
             if running.session_id != session_id and not running.cancelled.is_set():
-                log.info("job %s: execution %s was deployed under the former leader session %s; cancelling it",
-                         running.tdd.job_id, running.tdd.execution_id, running.session_id)
+                log.info(
+                    "job %s: execution %s was deployed under the former leader session %s; cancelling it",
+                    running.tdd.job_id,
+                    running.tdd.execution_id,
+                    running.session_id,
+                )
                 self.cancel(running.tdd.execution_id)
         for received in self.slots.received():
             if received.session_id != session_id:
@@ -406,18 +460,32 @@ class TaskRunner:
             return self._transition(running, ExecutionState.CANCELED)
         with ExitStack() as artifacts_in_use:  # the cache keeps them while the attempt runs
             try:
-                artifact_paths = artifacts_in_use.enter_context(self._artifacts.use(tdd.artifacts)) \
-                    if self._artifacts is not None else []
+                artifact_paths = (
+                    artifacts_in_use.enter_context(self._artifacts.use(tdd.artifacts))
+                    if self._artifacts is not None
+                    else []
+                )
             except Exception as exc:  # noqa: BLE001 - a missing or bad artifact fails the attempt
                 return self._fail(running, Failure.from_exception(exc))
-            end = self._pool.run(tdd.slot_index, tdd, artifact_paths, lambda state: self._on_state(running, state),
-                                 start_deadline=self._start_deadline)
+            end = self._pool.run(
+                tdd.slot_index,
+                tdd,
+                artifact_paths,
+                lambda state: self._on_state(running, state),
+                start_deadline=self._start_deadline,
+            )
         if running.cancelled.is_set() or end.state is ExecutionState.CANCELED:
             return self._transition(running, ExecutionState.CANCELED)
         if end.state is ExecutionState.FAILED:
             return self._fail(running, end.failure or Failure("SparkDispatchError", "the attempt failed"))
-        log.info("job %s: execution %s of %s[%d] finished (%s rows)", tdd.job_id, tdd.execution_id, tdd.vertex_id,
-                 tdd.subtask_index, end.rows)
+        log.info(
+            "job %s: execution %s of %s[%d] finished (%s rows)",
+            tdd.job_id,
+            tdd.execution_id,
+            tdd.vertex_id,
+            tdd.subtask_index,
+            end.rows,
+        )
         return self._transition(running, ExecutionState.FINISHED, rows=end.rows, result_path=end.result_path)
 
     def _on_state(self, running: RunningExecution, state: AttemptState) -> None:
@@ -427,21 +495,39 @@ class TaskRunner:
         self._transition(running, state.state)
 
     def _fail(self, running: RunningExecution, failure: Failure) -> ExecutionState:
-        log.info("job %s: execution %s of %s[%d] failed: %s: %s", running.tdd.job_id, running.tdd.execution_id,
-                 running.tdd.vertex_id, running.tdd.subtask_index, failure.cls, failure.message)
+        log.info(
+            "job %s: execution %s of %s[%d] failed: %s: %s",
+            running.tdd.job_id,
+            running.tdd.execution_id,
+            running.tdd.vertex_id,
+            running.tdd.subtask_index,
+            failure.cls,
+            failure.message,
+        )
         return self._transition(running, ExecutionState.FAILED, failure=failure)
 
-    def _transition(self, running: RunningExecution, state: ExecutionState, *, rows: int | None = None,
-                    result_path: str | None = None, failure: Failure | None = None) -> ExecutionState:
+    def _transition(
+        self,
+        running: RunningExecution,
+        state: ExecutionState,
+        *,
+        rows: int | None = None,
+        result_path: str | None = None,
+        failure: Failure | None = None,
+    ) -> ExecutionState:
         running.state = state
         update = self._update(running.tdd, state, rows=rows, result_path=result_path, failure=failure)
         if not state.is_terminal:
             self._background.submit(running, update)
             return state
         if running.reported is not None and not running.reported.wait(EARLIER_REPORTS_TIMEOUT_S):
-            log.warning("job %s: the earlier reports of execution %s are still undelivered after %gs; "
-                        "sending %s anyway", running.tdd.job_id, running.tdd.execution_id,
-                        EARLIER_REPORTS_TIMEOUT_S, state.value)
+            log.warning(
+                "job %s: the earlier reports of execution %s are still undelivered after %gs; sending %s anyway",
+                running.tdd.job_id,
+                running.tdd.execution_id,
+                EARLIER_REPORTS_TIMEOUT_S,
+                state.value,
+            )
         with self._ended_lock:
             self._ended[state.value] += 1
         refused = running.stale  # the JobMaster refused this execution already; it does not want the end either
@@ -450,34 +536,63 @@ class TaskRunner:
                 self._reporter.report(running.session_id, update)
             except (FencingTokenMismatch, UnknownJob) as exc:
                 refused = True
-                log.info("job %s: the JobMaster refused the %s report of execution %s: %s", running.tdd.job_id,
-                         state.value, running.tdd.execution_id, exc)
+                log.info(
+                    "job %s: the JobMaster refused the %s report of execution %s: %s",
+                    running.tdd.job_id,
+                    state.value,
+                    running.tdd.execution_id,
+                    exc,
+                )
             except SparkDispatchError as exc:
                 self._hold(running.session_id, update, exc)  # before the slot is released: listed throughout
         if refused or state is not ExecutionState.FINISHED:
             remove_attempt_partition(running.tdd.result_path)  # what it wrote, if anything, nobody reads
         return state
 
-    def _report_quietly(self, tdd: TaskDeploymentDescriptor, session_id: str, state: ExecutionState, *,
-                        failure: Failure | None = None) -> None:
+    def _report_quietly(
+        self, tdd: TaskDeploymentDescriptor, session_id: str, state: ExecutionState, *, failure: Failure | None = None
+    ) -> None:
         update = self._update(tdd, state, failure=failure)
         try:
             self._reporter.report(session_id, update)
         except (FencingTokenMismatch, UnknownJob) as exc:
-            log.info("job %s: the JobMaster refused the %s report of execution %s: %s", tdd.job_id, state.value,
-                     tdd.execution_id, exc)
+            log.info(
+                "job %s: the JobMaster refused the %s report of execution %s: %s",
+                tdd.job_id,
+                state.value,
+                tdd.execution_id,
+                exc,
+            )
         except SparkDispatchError as exc:
             self._hold(session_id, update, exc)
 
     def _hold(self, session_id: str, update: ExecutionStateUpdate, exc: SparkDispatchError) -> None:
         # The master did not take it; the heartbeats list it and deliver it again (MasterConnection).
-        log.warning("job %s: the %s report of execution %s was not delivered, held for the next heartbeats: %s",
-                    update.job_id, update.state.value, update.execution_id, exc)
+        log.warning(
+            "job %s: the %s report of execution %s was not delivered, held for the next heartbeats: %s",
+            update.job_id,
+            update.state.value,
+            update.execution_id,
+            exc,
+        )
         self.slots.hold_report(session_id, update)
 
-    def _update(self, tdd: TaskDeploymentDescriptor, state: ExecutionState, *, rows: int | None = None,
-                result_path: str | None = None, failure: Failure | None = None) -> ExecutionStateUpdate:
-        return ExecutionStateUpdate(job_id=tdd.job_id, job_master_id=tdd.job_master_id,
-                                    execution_id=tdd.execution_id, state=state,
-                                    task_executor_id=self._task_executor_id, rows=rows, result_path=result_path,
-                                    failure=failure)
+    def _update(
+        self,
+        tdd: TaskDeploymentDescriptor,
+        state: ExecutionState,
+        *,
+        rows: int | None = None,
+        result_path: str | None = None,
+        failure: Failure | None = None,
+    ) -> ExecutionStateUpdate:
+        return ExecutionStateUpdate(
+            job_id=tdd.job_id,
+            job_master_id=tdd.job_master_id,
+            execution_id=tdd.execution_id,
+            state=state,
+            task_executor_id=self._task_executor_id,
+            rows=rows,
+            result_path=result_path,
+            failure=failure,
+        )

@@ -90,8 +90,10 @@ class ConnectServers:
         with self._lock:
             former = self._current
             if self._draining is not None or former.serving_url is None:
-                raise ConnectServerError("the Spark Connect server cannot be replaced while a former one drains "
-                                         "or it does not serve", log_file=str(former.log_path))
+                raise ConnectServerError(
+                    "the Spark Connect server cannot be replaced while a former one drains or it does not serve",
+                    log_file=str(former.log_path),
+                )
             self._current, self._draining = successor, (former, former.serving_url)
             self._replaced_starts += former.starts
             self.recycles += 1
@@ -127,9 +129,15 @@ class SlotProcesses(Protocol):
 class ServerRecycler:
     """One step of recycling per `check()`: stop a drained server, or replace a server that is due."""
 
-    def __init__(self, servers: ConnectServers, pool: SlotProcesses, policy: RecyclePolicy, *,
-                 clock: Callable[[], float] = time.monotonic,
-                 usage: Callable[[int], ProcessUsage | None] = ProcessUsage.of) -> None:
+    def __init__(
+        self,
+        servers: ConnectServers,
+        pool: SlotProcesses,
+        policy: RecyclePolicy,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        usage: Callable[[int], ProcessUsage | None] = ProcessUsage.of,
+    ) -> None:
         self._servers = servers
         self._pool = pool
         self._policy = policy
@@ -150,8 +158,9 @@ class ServerRecycler:
         url = current.serving_url
         if url is None or current.pid is None or not current.is_alive() or self._clock() < self._retry_at:
             return  # a dead server is the watch's to restart
-        reason = self._policy.reason(sessions=self._pool.sessions_made(url), usage=self._usage(current.pid),
-                                     warm=current.warm_usage)
+        reason = self._policy.reason(
+            sessions=self._pool.sessions_made(url), usage=self._usage(current.pid), warm=current.warm_usage
+        )
         if reason is not None:
             self.replace(current, reason)
 
@@ -162,10 +171,20 @@ class ServerRecycler:
             successor = self._servers.start_successor()
         except ConnectServerError as exc:
             self._retry_at = self._clock() + RETRY_AFTER_S
-            log.warning("the successor of the Spark Connect server did not start (trying again in %gs; the "
-                        "current server serves on): %s", RETRY_AFTER_S, exc)
+            log.warning(
+                "the successor of the Spark Connect server did not start (trying again in %gs; the "
+                "current server serves on): %s",
+                RETRY_AFTER_S,
+                exc,
+            )
             return
         self._servers.take_over(successor)
         self._pool.switch_server(successor.url)
-        log.info("the Spark Connect server at %s (pid %s) took over in %.1f s; the former one (pid %s) stops once "
-                 "its attempts ended", successor.url, successor.pid, self._clock() - started, current.pid)
+        log.info(
+            "the Spark Connect server at %s (pid %s) took over in %.1f s; the former one (pid %s) stops once "
+            "its attempts ended",
+            successor.url,
+            successor.pid,
+            self._clock() - started,
+            current.pid,
+        )

@@ -8,10 +8,16 @@ from dataclasses import dataclass, field
 
 from sparkdispatch.config import Configuration
 from sparkdispatch.config.options import (
-    SPARK_MASTER, TASKEXECUTOR_ATTEMPT_LOG_MAX_SIZE, TASKEXECUTOR_CANCELLATION_TIMEOUT,
-    TASKEXECUTOR_CONNECT_DRIVER_MEMORY, TASKEXECUTOR_CONNECT_PORT, TASKEXECUTOR_CONNECT_RECYCLE_OPEN_FILE_GROWTH,
-    TASKEXECUTOR_CONNECT_RECYCLE_SESSIONS, TASKEXECUTOR_CONNECT_RECYCLE_THREAD_GROWTH,
-    TASKEXECUTOR_CONNECT_START_TIMEOUT, TASKEXECUTOR_SLOT_PROCESS_SPARES,
+    SPARK_MASTER,
+    TASKEXECUTOR_ATTEMPT_LOG_MAX_SIZE,
+    TASKEXECUTOR_CANCELLATION_TIMEOUT,
+    TASKEXECUTOR_CONNECT_DRIVER_MEMORY,
+    TASKEXECUTOR_CONNECT_PORT,
+    TASKEXECUTOR_CONNECT_RECYCLE_OPEN_FILE_GROWTH,
+    TASKEXECUTOR_CONNECT_RECYCLE_SESSIONS,
+    TASKEXECUTOR_CONNECT_RECYCLE_THREAD_GROWTH,
+    TASKEXECUTOR_CONNECT_START_TIMEOUT,
+    TASKEXECUTOR_SLOT_PROCESS_SPARES,
 )
 from sparkdispatch.taskexecutor.process_usage import ProcessUsage
 
@@ -28,10 +34,13 @@ class ConnectServerSettings:
 
     @classmethod
     def from_config(cls, config: Configuration) -> ConnectServerSettings:
-        return cls(spark_master=config.get(SPARK_MASTER), port=config.get(TASKEXECUTOR_CONNECT_PORT),
-                   start_timeout=config.get(TASKEXECUTOR_CONNECT_START_TIMEOUT),
-                   driver_memory=config.get(TASKEXECUTOR_CONNECT_DRIVER_MEMORY),
-                   spark_properties=config.spark_properties)
+        return cls(
+            spark_master=config.get(SPARK_MASTER),
+            port=config.get(TASKEXECUTOR_CONNECT_PORT),
+            start_timeout=config.get(TASKEXECUTOR_CONNECT_START_TIMEOUT),
+            driver_memory=config.get(TASKEXECUTOR_CONNECT_DRIVER_MEMORY),
+            spark_properties=config.spark_properties,
+        )
 
 
 @dataclass(frozen=True)
@@ -44,9 +53,11 @@ class RecyclePolicy:
 
     @classmethod
     def from_config(cls, config: Configuration) -> RecyclePolicy:
-        return cls(sessions=config.get(TASKEXECUTOR_CONNECT_RECYCLE_SESSIONS),
-                   thread_growth=config.get(TASKEXECUTOR_CONNECT_RECYCLE_THREAD_GROWTH),
-                   open_file_growth=config.get(TASKEXECUTOR_CONNECT_RECYCLE_OPEN_FILE_GROWTH))
+        return cls(
+            sessions=config.get(TASKEXECUTOR_CONNECT_RECYCLE_SESSIONS),
+            thread_growth=config.get(TASKEXECUTOR_CONNECT_RECYCLE_THREAD_GROWTH),
+            open_file_growth=config.get(TASKEXECUTOR_CONNECT_RECYCLE_OPEN_FILE_GROWTH),
+        )
 
     def reason(self, *, sessions: int, usage: ProcessUsage | None, warm: ProcessUsage | None) -> str | None:
         """Why a server with this many job sessions made and this usage (and `warm` after its
@@ -56,11 +67,15 @@ class RecyclePolicy:
         if usage is None or warm is None:
             return None
         if self.thread_growth and usage.threads - warm.threads >= self.thread_growth:
-            return (f"its JVM has {usage.threads} threads, {usage.threads - warm.threads} more than after its "
-                    f"warm-up (bound {self.thread_growth})")
+            return (
+                f"its JVM has {usage.threads} threads, {usage.threads - warm.threads} more than after its "
+                f"warm-up (bound {self.thread_growth})"
+            )
         if self.open_file_growth and usage.open_files - warm.open_files >= self.open_file_growth:
-            return (f"its JVM has {usage.open_files} open files, {usage.open_files - warm.open_files} more than "
-                    f"after its warm-up (bound {self.open_file_growth})")
+            return (
+                f"its JVM has {usage.open_files} open files, {usage.open_files - warm.open_files} more than "
+                f"after its warm-up (bound {self.open_file_growth})"
+            )
         return None
 
 
@@ -77,6 +92,8 @@ class SlotPoolSettings:
 
     @classmethod
     def from_config(cls, config: Configuration) -> SlotPoolSettings:
-        return cls(spares=config.get(TASKEXECUTOR_SLOT_PROCESS_SPARES),
-                   cancellation_timeout=config.get(TASKEXECUTOR_CANCELLATION_TIMEOUT),
-                   attempt_log_max_size=config.get(TASKEXECUTOR_ATTEMPT_LOG_MAX_SIZE))
+        return cls(
+            spares=config.get(TASKEXECUTOR_SLOT_PROCESS_SPARES),
+            cancellation_timeout=config.get(TASKEXECUTOR_CANCELLATION_TIMEOUT),
+            attempt_log_max_size=config.get(TASKEXECUTOR_ATTEMPT_LOG_MAX_SIZE),
+        )

@@ -214,9 +214,15 @@ class SlotProcessPool:
     # ----------------------------------------------------------------------------------------
     # Attempts
 
-    def run(self, slot_index: int, tdd: TaskDeploymentDescriptor, artifact_paths: Sequence[str],
-            on_state: Callable[[AttemptState], None], *,
-            start_deadline: Callable[[], float | None] | None = None) -> AttemptState:
+    def run(
+        self,
+        slot_index: int,
+        tdd: TaskDeploymentDescriptor,
+        artifact_paths: Sequence[str],
+        on_state: Callable[[AttemptState], None],
+        *,
+        start_deadline: Callable[[], float | None] | None = None,
+    ) -> AttemptState:
         """Run one attempt in the slot's process; `on_state` gets INITIALIZING and RUNNING, the end is returned."""
         attempt = _Attempt(execution_id=tdd.execution_id, slot_index=slot_index)
         with self._lock:
@@ -236,9 +242,16 @@ class SlotProcessPool:
                     attempt.connect_url = connect_url = self._connect_url
                     child.running = True
                 try:
-                    child.channel.send(RunRequest(tdd, connect_url, tuple(artifact_paths), self._driver_log,
-                                                  start_deadline() if start_deadline else None,
-                                                  log_max_size=self._settings.attempt_log_max_size).to_message())
+                    child.channel.send(
+                        RunRequest(
+                            tdd,
+                            connect_url,
+                            tuple(artifact_paths),
+                            self._driver_log,
+                            start_deadline() if start_deadline else None,
+                            log_max_size=self._settings.attempt_log_max_size,
+                        ).to_message()
+                    )
                 except OSError:
                     return self._lost(attempt, child)
             while True:
@@ -247,15 +260,15 @@ class SlotProcessPool:
                     return self._lost(attempt, child)
                 if message["type"] == SESSION:
                     child.forget_session(self.released_sessions)  # the process releases its last job's
-                    child.session = _Session(str(message["session_id"]), message.get("server_session_id"),
-                                             connect_url)
+                    child.session = _Session(str(message["session_id"]), message.get("server_session_id"), connect_url)
                     with self._lock:
                         if connect_url == self._connect_url:
                             self._sessions_made += 1
                     continue
                 if message["type"] == MAY_START:  # its deadline passed while it set up: a fresh one, if any
-                    child.channel.send({"type": START_DEADLINE,
-                                        "start_before": start_deadline() if start_deadline else None})
+                    child.channel.send(
+                        {"type": START_DEADLINE, "start_before": start_deadline() if start_deadline else None}
+                    )
                     continue
                 if message["type"] != STATE:
                     log.warning("slot process %d sent an unexpected %r during a task", child.pid, message["type"])
@@ -309,8 +322,12 @@ class SlotProcessPool:
             running = self._attempts.get(attempt.execution_id) is attempt
         if not running or attempt.child is None:
             return
-        log.warning("execution %s did not stop within %gs of its cancellation; killing its slot process %d",
-                    attempt.execution_id, self._settings.cancellation_timeout, attempt.child.pid)
+        log.warning(
+            "execution %s did not stop within %gs of its cancellation; killing its slot process %d",
+            attempt.execution_id,
+            self._settings.cancellation_timeout,
+            attempt.child.pid,
+        )
         attempt.killed = True
         attempt.child.process.kill()
         self._release_session_of(attempt.child)
@@ -328,19 +345,34 @@ class SlotProcessPool:
         if not (attempt.killed or server_lost or self._closed):  # killed: released then; else gone anyway
             self._release_session_of(child)
         if attempt.killed:
-            log.info("execution %s: slot process %d killed (%s); slot %d takes a spare next", attempt.execution_id,
-                     child.pid, how, attempt.slot_index)
+            log.info(
+                "execution %s: slot process %d killed (%s); slot %d takes a spare next",
+                attempt.execution_id,
+                child.pid,
+                how,
+                attempt.slot_index,
+            )
             return AttemptState(ExecutionState.CANCELED)
         if attempt.cancelled:
             return AttemptState(ExecutionState.CANCELED)
         if self._closed:
-            return _failed(SlotProcessLost(f"the TaskExecutor stopped the slot process (pid {child.pid}) "
-                                           f"during the task: {how}"))
+            return _failed(
+                SlotProcessLost(f"the TaskExecutor stopped the slot process (pid {child.pid}) during the task: {how}")
+            )
         if server_lost:
-            return _failed(SlotProcessLost("the TaskExecutor's Spark Connect server died during the task and "
-                                           "was restarted; the task's session was lost with it"))
-        log.warning("execution %s: slot process %d of slot %d died: %s", attempt.execution_id, child.pid,
-                    attempt.slot_index, how)
+            return _failed(
+                SlotProcessLost(
+                    "the TaskExecutor's Spark Connect server died during the task and "
+                    "was restarted; the task's session was lost with it"
+                )
+            )
+        log.warning(
+            "execution %s: slot process %d of slot %d died: %s",
+            attempt.execution_id,
+            child.pid,
+            attempt.slot_index,
+            how,
+        )
         return _failed(SlotProcessLost(f"the slot process (pid {child.pid}) died during the task: {how}"))
 
     def _release_session_of(self, child: _SlotChild) -> None:
@@ -351,8 +383,12 @@ class SlotProcessPool:
             return
         child.forget_session(self.released_sessions)
         address = session.connect_url.removeprefix("sc://").split("/", 1)[0]
-        threading.Thread(target=release_session, args=(address, session.session_id, SESSION_USER), daemon=True,
-                         name=f"release-session-{child.pid}").start()
+        threading.Thread(
+            target=release_session,
+            args=(address, session.session_id, SESSION_USER),
+            daemon=True,
+            name=f"release-session-{child.pid}",
+        ).start()
 
     def switch_server(self, connect_url: str) -> None:
         """Run later attempts on the Connect server at `connect_url`, a successor of the current one
@@ -390,8 +426,9 @@ class SlotProcessPool:
             self._retiring.update(old)
             self._server_lost.update(old)
         for child in old:
-            threading.Thread(target=self._retire, args=(child,), daemon=True,
-                             name=f"retire-slot-process-{child.pid}").start()
+            threading.Thread(
+                target=self._retire, args=(child,), daemon=True, name=f"retire-slot-process-{child.pid}"
+            ).start()
         self._refill()
 
     # ----------------------------------------------------------------------------------------
@@ -409,8 +446,9 @@ class SlotProcessPool:
         if current is not None and not current.alive:
             log.warning("slot process %d of slot %d died while idle: %s", current.pid, slot_index, current.ended(0.0))
         if current is not None:
-            threading.Thread(target=self._retire, args=(current,), daemon=True,
-                             name=f"retire-slot-process-{current.pid}").start()
+            threading.Thread(
+                target=self._retire, args=(current,), daemon=True, name=f"retire-slot-process-{current.pid}"
+            ).start()
         child = self._take_spare()
         child.code = code
         with self._lock:
@@ -485,9 +523,20 @@ class SlotProcessPool:
         ours, theirs = socket.socketpair()
         try:
             process = subprocess.Popen(
-                [sys.executable, "-P", "-m", SLOT_PROCESS_MODULE, "--control-fd", str(theirs.fileno()),
-                 "--parent-pid", str(os.getpid())],
-                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, env=job_environment())
+                [
+                    sys.executable,
+                    "-P",
+                    "-m",
+                    SLOT_PROCESS_MODULE,
+                    "--control-fd",
+                    str(theirs.fileno()),
+                    "--parent-pid",
+                    str(os.getpid()),
+                ],
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                env=job_environment(),
+            )
         except OSError as exc:
             ours.close()
             raise SlotProcessLost(f"could not start a slot process: {exc}") from exc
@@ -505,10 +554,13 @@ class SlotProcessPool:
         if warmed.get("error"):
             if require_warm:
                 child.kill()
-                raise SlotProcessLost(f"a slot process could not warm up against the Spark Connect server at "
-                                      f"{self._connect_url}: {warmed['error']}")
-            log.warning("slot process %d could not warm up against %s: %s", child.pid, self._connect_url,
-                        warmed["error"])
+                raise SlotProcessLost(
+                    f"a slot process could not warm up against the Spark Connect server at "
+                    f"{self._connect_url}: {warmed['error']}"
+                )
+            log.warning(
+                "slot process %d could not warm up against %s: %s", child.pid, self._connect_url, warmed["error"]
+            )
         log.info("slot process %d ready in %.2fs", child.pid, time.monotonic() - started)
         return child
 
@@ -518,8 +570,9 @@ class SlotProcessPool:
         if message is not None and message["type"] == kind:
             return message
         if child.alive:
-            raise SlotProcessLost(f"slot process {child.pid} did not say {kind!r} within "
-                                  f"{self._settings.start_timeout:g}s")
+            raise SlotProcessLost(
+                f"slot process {child.pid} did not say {kind!r} within {self._settings.start_timeout:g}s"
+            )
         raise SlotProcessLost(f"slot process {child.pid} {child.ended(0.0)} while starting")
 
     # ----------------------------------------------------------------------------------------
@@ -547,8 +600,7 @@ class SlotProcessPool:
             try:
                 child.process.wait(max(deadline - time.monotonic(), 0.0))
             except subprocess.TimeoutExpired:
-                log.warning("slot process %d did not stop within %gs; killing it", child.pid,
-                            self._settings.stop_grace)
+                log.warning("slot process %d did not stop within %gs; killing it", child.pid, self._settings.stop_grace)
             child.kill()
         with self._lock:
             retiring = list(self._retiring)

@@ -99,8 +99,10 @@ WARM_SESSION_MAX_AGE_S = 600.0
 WARM_WHEN_IDLE_S = 0.5
 WARM_RETRY_S = 30.0
 
-NOT_STARTED_LATE = ("not started: the TaskExecutor had not heard from the master for a heartbeat timeout, so the "
-                    "master may have declared it lost and run this attempt elsewhere")
+NOT_STARTED_LATE = (
+    "not started: the TaskExecutor had not heard from the master for a heartbeat timeout, so the "
+    "master may have declared it lost and run this attempt elsewhere"
+)
 
 
 def session_url(connect_url: str) -> str:
@@ -114,9 +116,16 @@ def new_session(connect_url: str) -> SparkSession:
     from pyspark.sql.connect.session import SparkSession
 
     session = SparkSession.builder.remote(session_url(connect_url)).create()
-    session.client.set_retry_policies([DefaultPolicy(
-        max_retries=RETRY_MAX_RETRIES, initial_backoff=RETRY_INITIAL_BACKOFF_MS, backoff_multiplier=2.0,
-        max_backoff=RETRY_MAX_BACKOFF_MS)])
+    session.client.set_retry_policies(
+        [
+            DefaultPolicy(
+                max_retries=RETRY_MAX_RETRIES,
+                initial_backoff=RETRY_INITIAL_BACKOFF_MS,
+                backoff_multiplier=2.0,
+                max_backoff=RETRY_MAX_BACKOFF_MS,
+            )
+        ]
+    )
     return session
 
 
@@ -202,13 +211,16 @@ def load_entrypoint(entrypoint: str) -> Callable[[TaskContext], Any]:
     except ModuleNotFoundError as exc:
         if exc.name is None or not (module_name == exc.name or module_name.startswith(exc.name + ".")):
             raise
-        raise EntrypointNotFound(f"entrypoint {entrypoint!r}: no module named {exc.name!r} in the job's code "
-                                 f"(its artifacts) or the slot process's installed packages") from None
+        raise EntrypointNotFound(
+            f"entrypoint {entrypoint!r}: no module named {exc.name!r} in the job's code "
+            f"(its artifacts) or the slot process's installed packages"
+        ) from None
     try:
         function: object = getattr(module, function_name)
     except AttributeError:
-        raise EntrypointNotFound(f"entrypoint {entrypoint!r}: module {module_name!r} has no function "
-                                 f"{function_name!r}") from None
+        raise EntrypointNotFound(
+            f"entrypoint {entrypoint!r}: module {module_name!r} has no function {function_name!r}"
+        ) from None
     if not callable(function):
         raise EntrypointNotFound(f"entrypoint {entrypoint!r} is not a function")
     return function
@@ -307,8 +319,9 @@ class SlotProcess:
                 request = RunRequest.from_message(message)
             except Exception as exc:  # noqa: BLE001 - the pool sends valid runs; say so if one is not
                 return self._failed(exc)
-            with output_to(attempt_log_path(request.tdd.result_path, request.tdd.attempt),
-                           max_size=request.log_max_size):
+            with output_to(
+                attempt_log_path(request.tdd.result_path, request.tdd.attempt), max_size=request.log_max_size
+            ):
                 self._driver_log.begin(Path(request.driver_log) if request.driver_log else None)
                 try:
                     return self._outcome(request, attempt)
@@ -324,9 +337,12 @@ class SlotProcess:
         self._send_state(ExecutionState.INITIALIZING)
         code = tuple(request.artifact_paths)
         if self._code is not None and code != self._code:
-            return self._failed(IllegalStateTransition(
-                f"this slot process runs the code of artifacts {list(self._code)}; it does not run tasks of "
-                f"job {tdd.job_id}, whose artifacts are {list(code)}"))
+            return self._failed(
+                IllegalStateTransition(
+                    f"this slot process runs the code of artifacts {list(self._code)}; it does not run tasks of "
+                    f"job {tdd.job_id}, whose artifacts are {list(code)}"
+                )
+            )
         self._code = code
         if tdd.job_id != self._job_id:
             self._release_job_session()
@@ -343,9 +359,16 @@ class SlotProcess:
             return AttemptState(ExecutionState.FAILED, failure=Failure("StaleExecution", NOT_STARTED_LATE))
         self._send_state(ExecutionState.RUNNING)
         try:
-            ctx = TaskContext(spark=session, params=dict(tdd.params), subtask_index=tdd.subtask_index,
-                              parallelism=tdd.parallelism, job_id=tdd.job_id, vertex_id=tdd.vertex_id,
-                              attempt=tdd.attempt, inputs=LazyInputs(session, tdd.inputs))
+            ctx = TaskContext(
+                spark=session,
+                params=dict(tdd.params),
+                subtask_index=tdd.subtask_index,
+                parallelism=tdd.parallelism,
+                job_id=tdd.job_id,
+                vertex_id=tdd.vertex_id,
+                attempt=tdd.attempt,
+                inputs=LazyInputs(session, tdd.inputs),
+            )
             result = function(ctx)
             rows: int | None = None
             if result is not None and not attempt.cancelled.is_set():
@@ -357,8 +380,9 @@ class SlotProcess:
             return self._failed(exc)
         if attempt.cancelled.is_set():
             return AttemptState(ExecutionState.CANCELED)
-        return AttemptState(ExecutionState.FINISHED, rows=rows,
-                            result_path=tdd.result_path if result is not None else None)
+        return AttemptState(
+            ExecutionState.FINISHED, rows=rows, result_path=tdd.result_path if result is not None else None
+        )
 
     def _may_start(self, start_before: float | None) -> bool:
         """Whether the function may start: before `start_before`, or before the fresh deadline the
@@ -391,8 +415,9 @@ class SlotProcess:
         if attempt is None or attempt.execution_id != execution_id or attempt.cancelled.is_set():
             return
         attempt.cancelled.set()
-        threading.Thread(target=self._keep_interrupting, args=(attempt,), daemon=True,
-                         name=f"interrupt-{execution_id}").start()
+        threading.Thread(
+            target=self._keep_interrupting, args=(attempt,), daemon=True, name=f"interrupt-{execution_id}"
+        ).start()
 
     def _keep_interrupting(self, attempt: _Attempt) -> None:
         while not attempt.done.is_set():
@@ -419,9 +444,10 @@ class SlotProcess:
                 try:
                     session.conf.set(key, value)
                 except Exception as exc:
-                    raise ConfigurationError(f"Spark refused the job's configuration {key}={value!r}: "
-                                             f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") \
-                        from exc
+                    raise ConfigurationError(
+                        f"Spark refused the job's configuration {key}={value!r}: "
+                        f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+                    ) from exc
             if request.artifact_paths:
                 session.addArtifacts(*request.artifact_paths, pyfile=True)
         except BaseException:
@@ -436,8 +462,9 @@ class SlotProcess:
         session.registerProgressHandler(progress_handler(self._driver_log))
         self._session = session
         # the TaskExecutor releases it should it have to kill this process
-        self._channel.send({"type": SESSION, "session_id": session.session_id,
-                            "server_session_id": server_session_id(session)})
+        self._channel.send(
+            {"type": SESSION, "session_id": session.session_id, "server_session_id": server_session_id(session)}
+        )
         return session
 
     def move_to(self, connect_url: str) -> None:
@@ -457,21 +484,24 @@ class SlotProcess:
     def _forget_session_if_gone(self, exc: BaseException) -> None:
         """After the server lost the session (it restarted), the job's next task here makes a new one."""
         if session_gone(exc):
-            log.info("the Connect session of job %s is gone on the server; the next task makes a new one",
-                     self._job_id)
+            log.info("the Connect session of job %s is gone on the server; the next task makes a new one", self._job_id)
             self._session = None
 
     def _release_job_session(self) -> None:
         """The previous job's session, released in the background: the next job's task goes on."""
         session, self._session = self._session, None
         if session is not None:
-            threading.Thread(target=self._stop_quietly, args=(session,), daemon=True,
-                             name="release-previous-session").start()
+            threading.Thread(
+                target=self._stop_quietly, args=(session,), daemon=True, name="release-previous-session"
+            ).start()
 
     def _wants_warm_session(self) -> bool:
-        return (self._connect_url is not None and self._warm_session is None
-                and (self._warming is None or not self._warming.is_alive())
-                and time.monotonic() >= self._warm_again_at)
+        return (
+            self._connect_url is not None
+            and self._warm_session is None
+            and (self._warming is None or not self._warming.is_alive())
+            and time.monotonic() >= self._warm_again_at
+        )
 
     def _warm_in_background(self) -> None:
         """Make the next job's session while idle, in a thread: a run that comes meanwhile is not held up."""
@@ -559,8 +589,9 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signum, _leave_it_to_the_task_executor)
     # a task's prints reach the log before the process dies
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s slot-process[%(process)d] "
-                                                   "%(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s slot-process[%(process)d] %(name)s: %(message)s"
+    )
     # the Connect client (pandas and pyarrow included): a spare pays this before any task
     import pyspark.sql.connect.session
     import pyspark.sql.functions

@@ -106,18 +106,27 @@ class RunRequest:
     log_max_size: int = TASKEXECUTOR_ATTEMPT_LOG_MAX_SIZE.default
 
     def to_message(self) -> Message:
-        return {"type": RUN, "tdd": self.tdd.to_dict(), "connect_url": self.connect_url,
-                "artifact_paths": list(self.artifact_paths), "driver_log": self.driver_log,
-                "start_before": self.start_before, "log_max_size": self.log_max_size}
+        return {
+            "type": RUN,
+            "tdd": self.tdd.to_dict(),
+            "connect_url": self.connect_url,
+            "artifact_paths": list(self.artifact_paths),
+            "driver_log": self.driver_log,
+            "start_before": self.start_before,
+            "log_max_size": self.log_max_size,
+        }
 
     @classmethod
     def from_message(cls, message: Message) -> RunRequest:
         driver_log = message.get("driver_log")
-        return cls(tdd=TaskDeploymentDescriptor.from_dict(message["tdd"]), connect_url=str(message["connect_url"]),
-                   artifact_paths=tuple(str(p) for p in message.get("artifact_paths", ())),
-                   driver_log=str(driver_log) if driver_log else None,
-                   start_before=float(message["start_before"]) if message.get("start_before") is not None else None,
-                   log_max_size=int(message.get("log_max_size", TASKEXECUTOR_ATTEMPT_LOG_MAX_SIZE.default)))
+        return cls(
+            tdd=TaskDeploymentDescriptor.from_dict(message["tdd"]),
+            connect_url=str(message["connect_url"]),
+            artifact_paths=tuple(str(p) for p in message.get("artifact_paths", ())),
+            driver_log=str(driver_log) if driver_log else None,
+            start_before=float(message["start_before"]) if message.get("start_before") is not None else None,
+            log_max_size=int(message.get("log_max_size", TASKEXECUTOR_ATTEMPT_LOG_MAX_SIZE.default)),
+        )
 
 
 @dataclass(frozen=True)
@@ -130,14 +139,25 @@ class AttemptState:
     failure: Failure | None = None
 
     def to_message(self) -> Message:
-        return {"type": STATE, "state": self.state.value, "rows": self.rows, "result_path": self.result_path,
-                "failure": self.failure.to_dict() if self.failure is not None else None}
+        return {
+            "type": STATE,
+            "state": self.state.value,
+            "rows": self.rows,
+            "result_path": self.result_path,
+            "failure": self.failure.to_dict() if self.failure is not None else None,
+        }
 
     @classmethod
     def from_message(cls, message: Message) -> AttemptState:
         failure: Any = message.get("failure")
         rows: Any = message.get("rows")
-        return cls(state=ExecutionState(message["state"]), rows=int(rows) if rows is not None else None,
-                   result_path=message.get("result_path"),
-                   failure=Failure(cls=str(failure["class"]), message=str(failure["message"]),
-                                   traceback=str(failure.get("traceback", ""))) if failure else None)
+        return cls(
+            state=ExecutionState(message["state"]),
+            rows=int(rows) if rows is not None else None,
+            result_path=message.get("result_path"),
+            failure=Failure(
+                cls=str(failure["class"]), message=str(failure["message"]), traceback=str(failure.get("traceback", ""))
+            )
+            if failure
+            else None,
+        )

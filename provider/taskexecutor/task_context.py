@@ -45,8 +45,18 @@ class TaskContext:
     (`spark.sparkContext`, `DataFrame.rdd`) does not exist on it.
     """
 
-    def __init__(self, *, spark: SparkSession, params: Mapping[str, Any], subtask_index: int, parallelism: int,
-                 job_id: str, vertex_id: str, attempt: int, inputs: Mapping[str, DataFrame | None]) -> None:
+    def __init__(
+        self,
+        *,
+        spark: SparkSession,
+        params: Mapping[str, Any],
+        subtask_index: int,
+        parallelism: int,
+        job_id: str,
+        vertex_id: str,
+        attempt: int,
+        inputs: Mapping[str, DataFrame | None],
+    ) -> None:
         self.spark = spark
         self.params = params
         self.subtask_index = subtask_index
@@ -57,5 +67,7 @@ class TaskContext:
         self.inputs = inputs
 
     def __repr__(self) -> str:
-        return (f"TaskContext(job_id={self.job_id!r}, vertex_id={self.vertex_id!r}, "
-                f"subtask={self.subtask_index}/{self.parallelism}, attempt={self.attempt})")
+        return (
+            f"TaskContext(job_id={self.job_id!r}, vertex_id={self.vertex_id!r}, "
+            f"subtask={self.subtask_index}/{self.parallelism}, attempt={self.attempt})"
+        )

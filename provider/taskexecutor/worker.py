@@ -86,9 +86,16 @@ class MasterConnection:
     `admits()` and `refuse()` are called from task threads.
     """
 
-    def __init__(self, config: Configuration, *, identity: TaskExecutorIdentity, slots: SlotTable,
-                 client: MasterClient, current_leader: Callable[[], LeaderInfo | None],
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        config: Configuration,
+        *,
+        identity: TaskExecutorIdentity,
+        slots: SlotTable,
+        client: MasterClient,
+        current_leader: Callable[[], LeaderInfo | None],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._config = config
         self._identity = identity
         self._slots = slots
@@ -135,8 +142,11 @@ class MasterConnection:
             return
         if registered != leader:
             if registered is not None:
-                log.info("the leading master changed to %s (session %s); registering with it", leader.address,
-                         leader.session_id)
+                log.info(
+                    "the leading master changed to %s (session %s); registering with it",
+                    leader.address,
+                    leader.session_id,
+                )
                 self._forget()
             if now >= self._next_registration:
                 self._register(leader, now)
@@ -150,13 +160,24 @@ class MasterConnection:
             previous = self._registration_id
         try:
             ack = self._client.register(
-                leader.address, leader.session_id, task_executor_id=self._identity.task_executor_id,
-                hostname=self._identity.hostname, queue=self._identity.queue, slots=self._slots.count,
-                slot_report=self._slots.slot_report(leader.session_id), spark_master=self._identity.spark_master,
-                previous_registration_id=previous)
+                leader.address,
+                leader.session_id,
+                task_executor_id=self._identity.task_executor_id,
+                hostname=self._identity.hostname,
+                queue=self._identity.queue,
+                slots=self._slots.count,
+                slot_report=self._slots.slot_report(leader.session_id),
+                spark_master=self._identity.spark_master,
+                previous_registration_id=previous,
+            )
         except SparkDispatchError as exc:
-            log.warning("registration with the master at %s (session %s) failed, next try in %.2fs: %s",
-                        leader.address, leader.session_id, self._backoff, exc)
+            log.warning(
+                "registration with the master at %s (session %s) failed, next try in %.2fs: %s",
+                leader.address,
+                leader.session_id,
+                self._backoff,
+                exc,
+            )
             self._next_registration = now + self._backoff
             self._backoff = min(self._backoff * 2.0, self._max_backoff)
             with self._registration_changed:
@@ -177,28 +198,43 @@ class MasterConnection:
             self._interval = ack.heartbeat_interval_s
         if ack.heartbeat_timeout_s > 0:
             self._timeout = ack.heartbeat_timeout_s
-        log.info("registered as %s with the ResourceManager %s at %s (session %s, registration %s%s)",
-                 self._identity.task_executor_id, ack.resource_manager_id, leader.address, leader.session_id,
-                 ack.registration_id, f", continuing {previous}" if ack.resumed else "")
+        log.info(
+            "registered as %s with the ResourceManager %s at %s (session %s, registration %s%s)",
+            self._identity.task_executor_id,
+            ack.resource_manager_id,
+            leader.address,
+            leader.session_id,
+            ack.registration_id,
+            f", continuing {previous}" if ack.resumed else "",
+        )
 
     def _heartbeat(self, leader: LeaderInfo, now: float) -> None:
         self._last_heartbeat_sent = now
         try:
-            self._client.heartbeat(leader.address, leader.session_id, self._identity.task_executor_id,
-                                   slot_report=self._slots.slot_report(leader.session_id),
-                                   executions=self._slots.executions(leader.session_id))
+            self._client.heartbeat(
+                leader.address,
+                leader.session_id,
+                self._identity.task_executor_id,
+                slot_report=self._slots.slot_report(leader.session_id),
+                executions=self._slots.executions(leader.session_id),
+            )
         except UnknownTaskExecutor:
             log.info("the ResourceManager at %s does not know this TaskExecutor; registering again", leader.address)
             self._forget()
         except FencingTokenMismatch as exc:
-            log.info("the master at %s refused session %s; registering again: %s", leader.address,
-                     leader.session_id, exc)
+            log.info(
+                "the master at %s refused session %s; registering again: %s", leader.address, leader.session_id, exc
+            )
             self._forget()
         except SparkDispatchError as exc:
             silent = now - self._last_heartbeat_ok
             if silent >= self._timeout:
-                log.warning("the ResourceManager at %s has not answered for %.1fs; tasks keep running, "
-                            "registering again: %s", leader.address, silent, exc)
+                log.warning(
+                    "the ResourceManager at %s has not answered for %.1fs; tasks keep running, registering again: %s",
+                    leader.address,
+                    silent,
+                    exc,
+                )
                 self._forget()
             else:
                 log.debug("heartbeat to %s failed: %s", leader.address, exc)
@@ -231,16 +267,30 @@ class MasterConnection:
                     raise FencingTokenMismatch("JobMaster", leader.session_id, held.session_id)
                 self._client.report_state(leader.address, held.session_id, update)
             except (FencingTokenMismatch, UnknownJob) as exc:
-                log.info("job %s: the held %s report of execution %s is refused; dropped: %s", update.job_id,
-                         update.state.value, update.execution_id, exc)
+                log.info(
+                    "job %s: the held %s report of execution %s is refused; dropped: %s",
+                    update.job_id,
+                    update.state.value,
+                    update.execution_id,
+                    exc,
+                )
                 discard_result(update)
             except SparkDispatchError as exc:
-                log.info("job %s: the held %s report of execution %s is still not delivered: %s", update.job_id,
-                         update.state.value, update.execution_id, exc)
+                log.info(
+                    "job %s: the held %s report of execution %s is still not delivered: %s",
+                    update.job_id,
+                    update.state.value,
+                    update.execution_id,
+                    exc,
+                )
                 return
             else:
-                log.info("job %s: the held %s report of execution %s was delivered", update.job_id,
-                         update.state.value, update.execution_id)
+                log.info(
+                    "job %s: the held %s report of execution %s was delivered",
+                    update.job_id,
+                    update.state.value,
+                    update.execution_id,
+                )
             self._slots.report_taken(update.execution_id)
 
     def _forget(self) -> None:
@@ -248,8 +298,9 @@ class MasterConnection:
             self._registered = None
         self._next_registration = 0.0
 
-    def admits(self, tdd: TaskDeploymentDescriptor, session_id: str, *,
-               wait_s: float = REGISTRATION_WAIT_S) -> str | None:
+    def admits(
+        self, tdd: TaskDeploymentDescriptor, session_id: str, *, wait_s: float = REGISTRATION_WAIT_S
+    ) -> str | None:
         """Why this deployment must not run here (None: it may): it runs only while this
         TaskExecutor is registered under the deploying leader's session `session_id` and the
         registration its slot was allocated under. Waits up to `wait_s` for a registration
@@ -260,8 +311,9 @@ class MasterConnection:
             # Silent for long (frozen, cut off): the master may have given this TaskExecutor up and
             # its tasks to others. A heartbeat answered after now, or a new registration, tells.
             confirm = asked - self._last_heartbeat_ok > self._silence_limit()
-            while not self._stopped and (self._registered is None or self._registering
-                                         or (confirm and self._last_heartbeat_ok < asked)):
+            while not self._stopped and (
+                self._registered is None or self._registering or (confirm and self._last_heartbeat_ok < asked)
+            ):
                 remaining = deadline - self._clock()
                 if remaining <= 0:
                     break
@@ -271,28 +323,45 @@ class MasterConnection:
         if registered is None:
             return "this TaskExecutor is not registered with a ResourceManager"
         if unconfirmed:
-            return (f"this TaskExecutor had not heard from the master for over {self._silence_limit():g}s "
-                    f"and could not confirm its registration within {wait_s:g}s")
+            return (
+                f"this TaskExecutor had not heard from the master for over {self._silence_limit():g}s "
+                f"and could not confirm its registration within {wait_s:g}s"
+            )
         if session_id != registered.session_id:
-            return (f"it comes from leader session {session_id}, but this TaskExecutor is registered under "
-                    f"session {registered.session_id}")
+            return (
+                f"it comes from leader session {session_id}, but this TaskExecutor is registered under "
+                f"session {registered.session_id}"
+            )
         if tdd.registration_id not in admitted:
-            return (f"its slot was allocated to registration {tdd.registration_id or '(none)'} of this "
-                    f"TaskExecutor, not to the current one, {current} (it was sent before this "
-                    "TaskExecutor started or registered again)")
+            return (
+                f"its slot was allocated to registration {tdd.registration_id or '(none)'} of this "
+                f"TaskExecutor, not to the current one, {current} (it was sent before this "
+                "TaskExecutor started or registered again)"
+            )
         return None
 
     def refuse(self, tdd: TaskDeploymentDescriptor, session_id: str, reason: str) -> None:
         """Report a deployment that `admits` refused FAILED to its JobMaster, which fails it over
         (held for the next heartbeats if the master does not answer); a JobMaster of a former
         leader does not take the report, and needs none."""
-        log.warning("job %s: refusing execution %s of %s[%d]: %s", tdd.job_id, tdd.execution_id, tdd.vertex_id,
-                    tdd.subtask_index, reason)
+        log.warning(
+            "job %s: refusing execution %s of %s[%d]: %s",
+            tdd.job_id,
+            tdd.execution_id,
+            tdd.vertex_id,
+            tdd.subtask_index,
+            reason,
+        )
         update = ExecutionStateUpdate(
-            job_id=tdd.job_id, job_master_id=tdd.job_master_id, execution_id=tdd.execution_id,
-            state=ExecutionState.FAILED, task_executor_id=self._identity.task_executor_id,
-            failure=Failure("DeploymentRefused",
-                            f"TaskExecutor {self._identity.task_executor_id} refused the deployment: {reason}"))
+            job_id=tdd.job_id,
+            job_master_id=tdd.job_master_id,
+            execution_id=tdd.execution_id,
+            state=ExecutionState.FAILED,
+            task_executor_id=self._identity.task_executor_id,
+            failure=Failure(
+                "DeploymentRefused", f"TaskExecutor {self._identity.task_executor_id} refused the deployment: {reason}"
+            ),
+        )
         leader = self._current_leader()
         try:
             if leader is None:
@@ -301,8 +370,12 @@ class MasterConnection:
         except (FencingTokenMismatch, UnknownJob) as exc:
             log.info("job %s: the refusal of execution %s was not taken: %s", tdd.job_id, tdd.execution_id, exc)
         except SparkDispatchError as exc:
-            log.info("job %s: the refusal of execution %s was not delivered, held for the next heartbeats: %s",
-                     tdd.job_id, tdd.execution_id, exc)
+            log.info(
+                "job %s: the refusal of execution %s was not delivered, held for the next heartbeats: %s",
+                tdd.job_id,
+                tdd.execution_id,
+                exc,
+            )
             self._slots.hold_report(session_id, update)
         finally:
             self._slots.forget_received(tdd.execution_id)
@@ -318,11 +391,19 @@ class MasterConnection:
         if registered is None or registration_id is None:
             return
         try:
-            self._client.unregister(registered.address, registered.session_id, self._identity.task_executor_id,
-                                    registration_id=registration_id, timeout=timeout)
+            self._client.unregister(
+                registered.address,
+                registered.session_id,
+                self._identity.task_executor_id,
+                registration_id=registration_id,
+                timeout=timeout,
+            )
         except SparkDispatchError as exc:
-            log.warning("could not unregister from the master at %s; it finds this TaskExecutor gone by its "
-                        "heartbeats: %s", registered.address, exc)
+            log.warning(
+                "could not unregister from the master at %s; it finds this TaskExecutor gone by its heartbeats: %s",
+                registered.address,
+                exc,
+            )
         else:
             log.info("unregistered from the master at %s", registered.address)
 

@@ -63,31 +63,58 @@ def plan_faults(settings: ChaosSettings) -> list[PlannedFault]:
         "redis-restart": lambda: rng.uniform(2.0, 5.0),
         "zookeeper-pause": lambda: settings.session_timeout_s + rng.uniform(1.0, 3.0),
     }
-    return [PlannedFault(number=n, kind=kind, after_job=point, delay_s=round(rng.uniform(0.0, 2.0), 2),
-                         target=rng.randrange(2), hold_s=round(holds[kind](), 2))
-            for n, (kind, point) in enumerate(zip(kinds, points, strict=True), 1)]
+    return [
+        PlannedFault(
+            number=n,
+            kind=kind,
+            after_job=point,
+            delay_s=round(rng.uniform(0.0, 2.0), 2),
+            target=rng.randrange(2),
+            hold_s=round(holds[kind](), 2),
+        )
+        for n, (kind, point) in enumerate(zip(kinds, points, strict=True), 1)
+    ]
 
 
 def plan_jobs(settings: ChaosSettings) -> list[JobSpec]:
     """The jobs of a run, from `settings.seed`: ids, row counts and each vertex's pause."""
     rng = random.Random(f"jobs-{settings.seed}")
-    return [JobSpec(index=i, job_id=f"{rng.getrandbits(128):032x}", rows=rng.randint(50, 500),
-                    sleeps={v: round(rng.uniform(0.0, settings.max_task_sleep_s), 2)
-                            for v in ("produce", "transform", "summarize")})
-            for i in range(settings.jobs)]
+    return [
+        JobSpec(
+            index=i,
+            job_id=f"{rng.getrandbits(128):032x}",
+            rows=rng.randint(50, 500),
+            sleeps={
+                v: round(rng.uniform(0.0, settings.max_task_sleep_s), 2) for v in ("produce", "transform", "summarize")
+            },
+        )
+        for i in range(settings.jobs)
+    ]
 
 
 def chaos_graph(spec: JobSpec, *, artifact: str, markers: Path, restart_attempts: int) -> dict[str, Any]:
     """The JobGraph of one chaos job (task functions in `bench/tasks/chaos_tasks.py`)."""
 
     def vertex(vid: str, parallelism: int, inputs: list[str]) -> dict[str, Any]:
-        return {"id": vid, "entrypoint": f"chaos_tasks:{vid}", "parallelism": parallelism, "inputs": inputs,
-                "params": {"markers": str(markers), "rows": spec.rows, "sleep_s": spec.sleeps[vid]}}
+        return {
+            "id": vid,
+            "entrypoint": f"chaos_tasks:{vid}",
+            "parallelism": parallelism,
+            "inputs": inputs,
+            "params": {"markers": str(markers), "rows": spec.rows, "sleep_s": spec.sleeps[vid]},
+        }
 
-    return {"job_id": spec.job_id, "name": f"chaos-{spec.index:04d}", "artifacts": [artifact],
-            "vertices": [vertex("produce", 2, []), vertex("transform", 2, ["produce"]),
-                         vertex("summarize", 1, ["transform"])],
-            "restart_strategy": {"type": "fixed-delay", "attempts": restart_attempts, "delay_s": 0.5}}
+    return {
+        "job_id": spec.job_id,
+        "name": f"chaos-{spec.index:04d}",
+        "artifacts": [artifact],
+        "vertices": [
+            vertex("produce", 2, []),
+            vertex("transform", 2, ["produce"]),
+            vertex("summarize", 1, ["transform"]),
+        ],
+        "restart_strategy": {"type": "fixed-delay", "attempts": restart_attempts, "delay_s": 0.5},
+    }
 
 
 class FaultSchedule:
@@ -155,8 +182,16 @@ class Leader:
 class JobStream:
     """Submits the jobs, `in_flight` at a time, and waits for each one's JobResult."""
 
-    def __init__(self, cluster: LocalCluster, records: list[JobRecord], graphs: list[dict[str, Any]], *,
-                 settings: ChaosSettings, schedule: FaultSchedule, echo: Echo) -> None:
+    def __init__(
+        self,
+        cluster: LocalCluster,
+        records: list[JobRecord],
+        graphs: list[dict[str, Any]],
+        *,
+        settings: ChaosSettings,
+        schedule: FaultSchedule,
+        echo: Echo,
+    ) -> None:
         self._cluster = cluster
         self._records = records
         self._graphs = graphs
@@ -169,8 +204,10 @@ class JobStream:
         self._lock = threading.Lock()
 
     def run(self) -> None:
-        workers = [threading.Thread(target=self._work, name=f"chaos-jobs-{n}", daemon=True)
-                   for n in range(self._settings.in_flight)]
+        workers = [
+            threading.Thread(target=self._work, name=f"chaos-jobs-{n}", daemon=True)
+            for n in range(self._settings.in_flight)
+        ]
         for worker in workers:
             worker.start()
         for worker in workers:
@@ -252,8 +289,16 @@ class JobStream:
 class FaultInjector:
     """Injects one planned fault into the cluster and its services, then waits until it healed."""
 
-    def __init__(self, cluster: LocalCluster, zookeeper: ZooKeeperServer, redis: RedisServer, *,
-                 settings: ChaosSettings, schedule: FaultSchedule, echo: Echo) -> None:
+    def __init__(
+        self,
+        cluster: LocalCluster,
+        zookeeper: ZooKeeperServer,
+        redis: RedisServer,
+        *,
+        settings: ChaosSettings,
+        schedule: FaultSchedule,
+        echo: Echo,
+    ) -> None:
         self._cluster = cluster
         self._zookeeper = zookeeper
         self._redis = redis
@@ -273,8 +318,10 @@ class FaultInjector:
         problem = self.heal(since=record.ended)
         record.healed = None if problem else time.time()
         record.error = "; ".join(filter(None, [record.error, problem])) or None
-        self._echo(f"fault #{fault.number} {fault.kind}: {record.detail or ''}"
-                   + (f" — ERROR {record.error}" if record.error else f"; healed after {record.healed_s:.1f}s"))
+        self._echo(
+            f"fault #{fault.number} {fault.kind}: {record.detail or ''}"
+            + (f" — ERROR {record.error}" if record.error else f"; healed after {record.healed_s:.1f}s")
+        )
         return record
 
     def _leader_kill(self, fault: PlannedFault) -> str:
@@ -288,8 +335,9 @@ class FaultInjector:
             time.sleep(fault.hold_s)
         finally:
             self._cluster.start_master(leader)
-        return (f"SIGKILL master {leader} (leader); master {new_leader} leads after {took:.1f}s; "
-                f"master {leader} restarted")
+        return (
+            f"SIGKILL master {leader} (leader); master {new_leader} leads after {took:.1f}s; master {leader} restarted"
+        )
 
     def _taskexecutor_kill(self, fault: PlannedFault) -> str:
         self._cluster.kill_task_executor(fault.target, signal.SIGKILL)
@@ -320,8 +368,9 @@ class FaultInjector:
         return f"ZooKeeper SIGSTOPped for {fault.hold_s:.1f}s"
 
     def _leader(self, deadline: float, *, exclude: int | None = None) -> int:
-        return self._cluster.wait_for_leader(timeout=max(0.0, deadline - time.monotonic()), exclude=exclude,
-                                             watch=False)
+        return self._cluster.wait_for_leader(
+            timeout=max(0.0, deadline - time.monotonic()), exclude=exclude, watch=False
+        )
 
     def heal(self, *, since: float) -> str | None:
         """Wait until a master leads, every master answers and every TaskExecutor has heartbeated the
@@ -366,14 +415,17 @@ class FaultInjector:
 
     def _restart_crashed(self) -> None:
         cluster = self._cluster
-        for kind, processes, restart in (("master", cluster.masters, cluster.start_master),
-                                         ("taskexecutor", cluster.taskexecutors, cluster.start_task_executor)):
+        for kind, processes, restart in (
+            ("master", cluster.masters, cluster.start_master),
+            ("taskexecutor", cluster.taskexecutors, cluster.start_task_executor),
+        ):
             for index, process in enumerate(processes):
                 if process is not None and process.poll() is not None:
                     log = cluster.log_dir / f"{kind}-{index}.log"
                     tail = log.read_text(errors="replace").splitlines()[-15:] if log.exists() else []
-                    crash = Crash(process=f"{kind}-{index}", exit_code=process.returncode, at=time.time(),
-                                  log_tail=tail)
+                    crash = Crash(
+                        process=f"{kind}-{index}", exit_code=process.returncode, at=time.time(), log_tail=tail
+                    )
                     self.crashes.append(crash)
                     self._echo(f"{crash.process} exited by itself with {crash.exit_code}; restarting it")
                     restart(index)
@@ -392,8 +444,9 @@ class ChaosRun:
     def run(self) -> ChaosReport:
         settings = self.settings
         began = time.monotonic()
-        self._say(f"chaos run: seed {settings.seed}, {settings.jobs} jobs, {settings.faults} faults; "
-                  f"work dir {self.work_dir}")
+        self._say(
+            f"chaos run: seed {settings.seed}, {settings.jobs} jobs, {settings.faults} faults; work dir {self.work_dir}"
+        )
         plan = plan_faults(settings)
         for fault in plan:
             self._say(f"  planned #{fault.number}: {fault.describe()}")
@@ -407,18 +460,22 @@ class ChaosRun:
         try:
             zookeeper.start()
             redis.start()
-            config = settings.cluster_config(self.work_dir / "storage", zookeeper_hosts=zookeeper.hosts,
-                                             redis_url=redis.url)
+            config = settings.cluster_config(
+                self.work_dir / "storage", zookeeper_hosts=zookeeper.hosts, redis_url=redis.url
+            )
             cluster = LocalCluster(config, masters=2, taskexecutors=2, log_dir=self.work_dir / "log")
             cluster.start(timeout=settings.heal_timeout_s)
             self._say(f"cluster up after {time.monotonic() - began:.0f}s; logs in {cluster.log_dir}")
             artifact = cluster.upload_artifact(self.tasks)
-            graphs = [chaos_graph(spec, artifact=artifact, markers=markers, restart_attempts=settings.restart_attempts)
-                      for spec in specs]
+            graphs = [
+                chaos_graph(spec, artifact=artifact, markers=markers, restart_attempts=settings.restart_attempts)
+                for spec in specs
+            ]
             injector = FaultInjector(cluster, zookeeper, redis, settings=settings, schedule=schedule, echo=self._say)
             stream = JobStream(cluster, records, graphs, settings=settings, schedule=schedule, echo=self._say)
-            fault_thread = threading.Thread(target=self._inject_all, args=(plan, injector, schedule),
-                                            name="chaos-faults", daemon=True)
+            fault_thread = threading.Thread(
+                target=self._inject_all, args=(plan, injector, schedule), name="chaos-faults", daemon=True
+            )
             fault_thread.start()
             stream.run()
             fault_thread.join()
@@ -428,8 +485,9 @@ class ChaosRun:
                 self._say(f"after the run: {problem}")
             self._sweep(stream, records)
             wait_for_cleanup(cluster, records, timeout=settings.cleanup_grace_s)
-            report = audit(cluster, records, faults=self.faults, crashes=injector.crashes, markers=markers,
-                           settings=settings)
+            report = audit(
+                cluster, records, faults=self.faults, crashes=injector.crashes, markers=markers, settings=settings
+            )
             report.duration_s = round(time.monotonic() - began, 1)
             report.stream_s = round(stream_s, 1)
             return report
@@ -461,4 +519,3 @@ class ChaosRun:
 
     def _say(self, line: str) -> None:
         self.echo(f"[chaos {time.strftime('%H:%M:%S')}] {line}")
-

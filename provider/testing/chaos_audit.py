@@ -50,8 +50,18 @@ from sparkdispatch.testing.local_cluster import LocalCluster
 from sparkdispatch.testing.waiting import eventually_blocking
 from sparkdispatch.config.options import HA_CLUSTER_ID, HA_ZOOKEEPER_PATH_ROOT, HA_ZOOKEEPER_QUORUM
 
-CATEGORIES = ("lost", "duplicated", "hung", "failed", "wrong-result", "forgotten", "refused", "leftover",
-              "crashed", "unhealed")
+CATEGORIES = (
+    "lost",
+    "duplicated",
+    "hung",
+    "failed",
+    "wrong-result",
+    "forgotten",
+    "refused",
+    "leftover",
+    "crashed",
+    "unhealed",
+)
 VERTICES = {"produce": 2, "transform": 2, "summarize": 1}  # vertex -> parallelism of a chaos job
 CONSUMER = {"produce": "transform", "transform": "summarize"}
 HEX_ID = re.compile(r"\b[0-9a-f]{32}\b")
@@ -70,8 +80,14 @@ class Finding:
     evidence: tuple[str, ...] = ()  # log lines about it
 
     def to_dict(self) -> dict[str, Any]:
-        return {"category": self.category, "subject": self.subject, "job": self.job, "message": self.message,
-                "faults": list(self.faults), "evidence": list(self.evidence)}
+        return {
+            "category": self.category,
+            "subject": self.subject,
+            "job": self.job,
+            "message": self.message,
+            "faults": list(self.faults),
+            "evidence": list(self.evidence),
+        }
 
 
 @dataclass(frozen=True)
@@ -130,15 +146,20 @@ class ChaosReport:
             f"chaos run, seed {self.seed}: {self.jobs} jobs ({self.accepted} accepted, {self.finished} FINISHED), "
             f"{len(self.faults)} faults, {self.duration_s:.0f}s ({self.stream_s:.0f}s of jobs and faults)",
             "faults injected: " + ", ".join(f"{kind} {n}" for kind, n in self.faults_by_kind().items()),
-            *(f"  #{r.fault.number} {r.fault.kind} after job {r.fault.after_job}: {r.detail}"
-              + (f" — {r.error}" if r.error else f"; healed after {r.healed_s:.1f}s") for r in self.faults),
+            *(
+                f"  #{r.fault.number} {r.fault.kind} after job {r.fault.after_job}: {r.detail}"
+                + (f" — {r.error}" if r.error else f"; healed after {r.healed_s:.1f}s")
+                for r in self.faults
+            ),
             f"executions {self.executions}, re-executions {self.re_executions} "
             f"(of subtasks that had completed: {self.reruns_of_completed}), crashes {len(self.crashes)}",
             ", ".join(f"{category} {n}" for category, n in counts.items()),
         ]
         if latencies:
-            lines.append(f"job latency (accepted -> JobResult): median {statistics.median(latencies):.1f}s, "
-                         f"p95 {latencies[max(0, round(0.95 * len(latencies)) - 1)]:.1f}s, max {latencies[-1]:.1f}s")
+            lines.append(
+                f"job latency (accepted -> JobResult): median {statistics.median(latencies):.1f}s, "
+                f"p95 {latencies[max(0, round(0.95 * len(latencies)) - 1)]:.1f}s, max {latencies[-1]:.1f}s"
+            )
         for finding in self.findings:
             job = f" ({finding.job})" if finding.job else ""
             during = f"; during faults {', '.join(f'#{n}' for n in finding.faults)}" if finding.faults else ""
@@ -147,13 +168,24 @@ class ChaosReport:
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"seed": self.seed, "settings": self.settings, "jobs": self.jobs, "accepted": self.accepted,
-                "finished": self.finished, "duration_s": self.duration_s, "stream_s": self.stream_s,
-                "faults_by_kind": self.faults_by_kind(), "faults": [r.to_dict() for r in self.faults],
-                "crashes": [vars(c) for c in self.crashes], "executions": self.executions,
-                "re_executions": self.re_executions, "reruns_of_completed": self.reruns_of_completed,
-                "counts": self.counts(), "latencies_s": [round(x, 2) for x in self.latencies],
-                "findings": [f.to_dict() for f in self.findings]}
+        return {
+            "seed": self.seed,
+            "settings": self.settings,
+            "jobs": self.jobs,
+            "accepted": self.accepted,
+            "finished": self.finished,
+            "duration_s": self.duration_s,
+            "stream_s": self.stream_s,
+            "faults_by_kind": self.faults_by_kind(),
+            "faults": [r.to_dict() for r in self.faults],
+            "crashes": [vars(c) for c in self.crashes],
+            "executions": self.executions,
+            "re_executions": self.re_executions,
+            "reruns_of_completed": self.reruns_of_completed,
+            "counts": self.counts(),
+            "latencies_s": [round(x, 2) for x in self.latencies],
+            "findings": [f.to_dict() for f in self.findings],
+        }
 
 
 @dataclass
@@ -173,8 +205,10 @@ class StoredState:
         config = cluster.config
         cluster_id = config.get(HA_CLUSTER_ID)
         storage = config.storage_dir
-        state = cls(results_dir=config.results_dir,
-                    zk_root="/" + config.get(HA_ZOOKEEPER_PATH_ROOT).strip("/") + f"/{cluster_id}")
+        state = cls(
+            results_dir=config.results_dir,
+            zk_root="/" + config.get(HA_ZOOKEEPER_PATH_ROOT).strip("/") + f"/{cluster_id}",
+        )
         for path in _files(storage / "job-result-store" / cluster_id):
             dirty = path.name.endswith("_DIRTY.json")
             job_id = path.name.removesuffix("_DIRTY.json" if dirty else ".json")
@@ -255,10 +289,17 @@ def slot_leftovers(cluster: LocalCluster, records: list[JobRecord]) -> list[Find
         busy = overview.slots_total - overview.slots_available
         if busy and not _open_jobs(records):
             _, body = cluster.request("GET", leader + "/taskmanagers", timeout=10)
-            held = [f"{te.id}#{slot.index}: {slot.job_id}" for te in TaskManagerList.from_dict(body).taskmanagers
-                    for slot in te.slots if slot.allocation_id]
-            found.append(Finding("leftover", "slots", f"{busy} of {overview.slots_total} slots still allocated: "
-                                 + ", ".join(held)))
+            held = [
+                f"{te.id}#{slot.index}: {slot.job_id}"
+                for te in TaskManagerList.from_dict(body).taskmanagers
+                for slot in te.slots
+                if slot.allocation_id
+            ]
+            found.append(
+                Finding(
+                    "leftover", "slots", f"{busy} of {overview.slots_total} slots still allocated: " + ", ".join(held)
+                )
+            )
     except (OSError, TimeoutError, KeyError, TypeError, InvalidShape) as exc:
         found.append(Finding("leftover", "slots", f"the leader's slots could not be read: {exc}"))
     return found
@@ -273,8 +314,12 @@ def wait_for_cleanup(cluster: LocalCluster, records: list[JobRecord], *, timeout
     """Wait until nothing is left behind (see `leftovers`), or `timeout` seconds."""
     zookeeper = _zookeeper(cluster)
     try:
-        eventually_blocking(lambda: not leftovers(cluster, records, StoredState.read(cluster, zookeeper)),
-                            "nothing left behind", timeout=timeout, interval=0.5)
+        eventually_blocking(
+            lambda: not leftovers(cluster, records, StoredState.read(cluster, zookeeper)),
+            "nothing left behind",
+            timeout=timeout,
+            interval=0.5,
+        )
     except TimeoutError:
         pass  # what is left is what the audit reports
     finally:
@@ -291,9 +336,17 @@ def read_markers(markers: Path) -> dict[str, list[Execution]]:
         raw = _read_json(path)
         if "execution" not in raw:
             continue
-        executions.setdefault(raw["job_id"], []).append(Execution(
-            vertex=raw["vertex"], subtask=int(raw["subtask"]), attempt=int(raw["attempt"]),
-            execution=raw["execution"], start=float(raw["start"]), end=raw["end"], output=raw["output"]))
+        executions.setdefault(raw["job_id"], []).append(
+            Execution(
+                vertex=raw["vertex"],
+                subtask=int(raw["subtask"]),
+                attempt=int(raw["attempt"]),
+                execution=raw["execution"],
+                start=float(raw["start"]),
+                end=raw["end"],
+                output=raw["output"],
+            )
+        )
     return executions
 
 
@@ -312,8 +365,15 @@ class LogIndex:
         return tuple(self._lines.get(job_id, [])[-limit:])
 
 
-def audit(cluster: LocalCluster, records: list[JobRecord], *, faults: list[FaultRecord], crashes: list[Crash],
-          markers: Path, settings: ChaosSettings) -> ChaosReport:
+def audit(
+    cluster: LocalCluster,
+    records: list[JobRecord],
+    *,
+    faults: list[FaultRecord],
+    crashes: list[Crash],
+    markers: Path,
+    settings: ChaosSettings,
+) -> ChaosReport:
     """Judge the run (see the module docstring)."""
     executions = read_markers(markers)
     zookeeper = _zookeeper(cluster)
@@ -332,25 +392,43 @@ def audit(cluster: LocalCluster, records: list[JobRecord], *, faults: list[Fault
             life = (record.submitted_at or end, record.result_at or end)
             during = tuple(f.fault.number for f in faults if f.overlaps(*life))
             evidence = logs.about(record.spec.job_id)
-            findings += [Finding(category, record.spec.job_id, message, job=f"chaos-{record.spec.index:04d}",
-                                 faults=during, evidence=evidence) for category, message in problems]
+            findings += [
+                Finding(
+                    category,
+                    record.spec.job_id,
+                    message,
+                    job=f"chaos-{record.spec.index:04d}",
+                    faults=during,
+                    evidence=evidence,
+                )
+                for category, message in problems
+            ]
     findings += leftovers(cluster, records, stored)
-    findings += [Finding("crashed", c.process, f"exited by itself with {c.exit_code}", evidence=tuple(c.log_tail))
-                 for c in crashes]
-    findings += [Finding("unhealed", f"fault #{f.fault.number}", f"{f.fault.kind}: {f.error}")
-                 for f in faults if f.error]
+    findings += [
+        Finding("crashed", c.process, f"exited by itself with {c.exit_code}", evidence=tuple(c.log_tail))
+        for c in crashes
+    ]
+    findings += [
+        Finding("unhealed", f"fault #{f.fault.number}", f"{f.fault.kind}: {f.error}") for f in faults if f.error
+    ]
     if listing is None:
         findings.append(Finding("unhealed", "GET /jobs", "no leader answered GET /jobs at the end"))
     per_subtask = Counter((job_id, e.vertex, e.subtask) for job_id, job in executions.items() for e in job)
     return ChaosReport(
-        seed=settings.seed, settings={k: v for k, v in vars(settings).items() if k != "overrides"}
+        seed=settings.seed,
+        settings={k: v for k, v in vars(settings).items() if k != "overrides"}
         | {"overrides": dict(settings.overrides)},
-        jobs=len(records), accepted=sum(1 for r in records if r.accepted_at is not None),
+        jobs=len(records),
+        accepted=sum(1 for r in records if r.accepted_at is not None),
         finished=sum(1 for r in records if r.result and r.result["status"] == "FINISHED"),
-        faults=faults, crashes=crashes, executions=sum(per_subtask.values()),
+        faults=faults,
+        crashes=crashes,
+        executions=sum(per_subtask.values()),
         re_executions=sum(n - 1 for n in per_subtask.values()),
         reruns_of_completed=sum(_reruns_of_completed(job) for job in executions.values()),
-        latencies=[r.latency_s for r in records if r.latency_s is not None], findings=findings)
+        latencies=[r.latency_s for r in records if r.latency_s is not None],
+        findings=findings,
+    )
 
 
 def _listing(cluster: LocalCluster) -> dict[str, list[dict[str, Any]]] | None:
@@ -382,8 +460,13 @@ def _brief(result: dict[str, Any]) -> str:
     return f"{result.get('status')} ending {result.get('end_time')}"
 
 
-def judge_job(record: JobRecord, stored: StoredState, listing: dict[str, list[dict[str, Any]]] | None,
-              executions: list[Execution], settings: ChaosSettings) -> list[tuple[str, str]]:
+def judge_job(
+    record: JobRecord,
+    stored: StoredState,
+    listing: dict[str, list[dict[str, Any]]] | None,
+    executions: list[Execution],
+    settings: ChaosSettings,
+) -> list[tuple[str, str]]:
     """(category, message) for each problem of one job."""
     job_id = record.spec.job_id
     problems: list[tuple[str, str]] = []
@@ -391,12 +474,17 @@ def judge_job(record: JobRecord, stored: StoredState, listing: dict[str, list[di
         problems.append(("refused", record.refused))
     if record.accepted_at is None:
         if not record.refused:
-            problems.append(("hung", f"not accepted within {settings.hang_after_s:.0f}s; POST answers "
-                                     f"{record.answers}"))
+            problems.append(
+                ("hung", f"not accepted within {settings.hang_after_s:.0f}s; POST answers {record.answers}")
+            )
         return problems
     if record.unknown_answers:
-        problems.append(("forgotten", f"execution-result answered 404 after the job was accepted: "
-                                      f"{', '.join(record.unknown_answers)}"))
+        problems.append(
+            (
+                "forgotten",
+                f"execution-result answered 404 after the job was accepted: {', '.join(record.unknown_answers)}",
+            )
+        )
     entries = stored.job_results.get(job_id, {})
     listed = listing.get(job_id, []) if listing is not None else None
     result = record.result
@@ -406,18 +494,25 @@ def judge_job(record: JobRecord, stored: StoredState, listing: dict[str, list[di
         else:
             state = listed[0]["status"] if listed else "not listed"
             waited = settings.hang_after_s + settings.final_grace_s
-            problems.append(("hung", f"no JobResult answered within {waited:.0f}s"
-                                     f" (GET /jobs: {state}; stored: {sorted(entries) or 'none'})"))
+            problems.append(
+                (
+                    "hung",
+                    f"no JobResult answered within {waited:.0f}s"
+                    f" (GET /jobs: {state}; stored: {sorted(entries) or 'none'})",
+                )
+            )
         return problems
     latency = record.latency_s or 0.0
     if latency > settings.hang_after_s:
-        problems.append(("hung", f"its JobResult came {latency:.0f}s after acceptance "
-                                 f"(bound {settings.hang_after_s:.0f}s)"))
+        problems.append(
+            ("hung", f"its JobResult came {latency:.0f}s after acceptance (bound {settings.hang_after_s:.0f}s)")
+        )
     if result["status"] != "FINISHED":
         failure = result.get("failure") or {}
         message = str(failure.get("message", "")).strip().splitlines()
-        problems.append(("failed", f"{result['status']}: {failure.get('class', '?')}: "
-                                   f"{message[0][:300] if message else ''}"))
+        problems.append(
+            ("failed", f"{result['status']}: {failure.get('class', '?')}: {message[0][:300] if message else ''}")
+        )
     else:
         problems += [("wrong-result", m) for m in _wrong_results(record, executions)]
     if not entries:
@@ -426,12 +521,17 @@ def judge_job(record: JobRecord, stored: StoredState, listing: dict[str, list[di
         problems.append(("duplicated", "it has both a dirty and a clean JobResult entry"))
     for kind, entry in entries.items():
         if _brief(entry) != _brief(result):
-            problems.append(("duplicated", f"the {kind} JobResult ({_brief(entry)}) differs from the one answered "
-                                           f"first ({_brief(result)})"))
+            problems.append(
+                (
+                    "duplicated",
+                    f"the {kind} JobResult ({_brief(entry)}) differs from the one answered first ({_brief(result)})",
+                )
+            )
     archived = stored.archive.get(job_id)
     if archived is not None and _brief(archived) != _brief(result):
-        problems.append(("duplicated", f"the archive holds {_brief(archived)}, the JobResult answered was "
-                                       f"{_brief(result)}"))
+        problems.append(
+            ("duplicated", f"the archive holds {_brief(archived)}, the JobResult answered was {_brief(result)}")
+        )
     if listed is not None:
         if not listed:
             problems.append(("forgotten", "the leader's GET /jobs does not list it"))
@@ -447,8 +547,13 @@ def judge_job(record: JobRecord, stored: StoredState, listing: dict[str, list[di
         consumed = min((e.start for e in executions if e.vertex == consumer), default=None)
         for e in executions:
             if consumed is not None and e.vertex == producer and e.start > consumed:
-                problems.append(("duplicated", f"{e.name} started {e.start - consumed:.1f}s after {consumer} had "
-                                               f"started: it ran again after its vertex's result was complete"))
+                problems.append(
+                    (
+                        "duplicated",
+                        f"{e.name} started {e.start - consumed:.1f}s after {consumer} had "
+                        f"started: it ran again after its vertex's result was complete",
+                    )
+                )
     return problems
 
 

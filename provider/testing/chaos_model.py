@@ -42,30 +42,32 @@ class ChaosSettings:
     def cluster_config(self, storage: Path, *, zookeeper_hosts: str, redis_url: str) -> Configuration:
         """Two masters' and two TaskExecutors' configuration; JobResults kept as `<id>.json` when clean
         and results deleted at cleanup, so the audit can count both."""
-        return Configuration.from_mapping({
-            "high-availability.mode": "zookeeper",
-            "high-availability.zookeeper.quorum": zookeeper_hosts,
-            "high-availability.zookeeper.path.root": "/chaos",
-            "high-availability.zookeeper.session-timeout": _ms(self.session_timeout_s),
-            "storage.dir": str(storage),
-            "broker.url": redis_url,
-            "heartbeat.interval": _ms(self.heartbeat_interval_s),
-            "heartbeat.timeout": _ms(self.heartbeat_timeout_s),
-            "slot.request.timeout": _ms(self.slot_request_timeout_s),
-            "taskexecutor.slots": 2,
-            "taskexecutor.slot-process.spares": 2,  # every job needs fresh slot processes
-            "taskexecutor.registration.max-backoff": "1s",
-            "taskexecutor.cancellation.timeout": "5s",
-            "job-result-store.delete-on-commit": "false",
-            "results.retention": "delete",
-            "cleanup-strategy.initial-backoff": "200ms",
-            "cleanup-strategy.max-backoff": "2s",
-            "rest.execution-result.long-poll": "1s",
-            "spark.master": "local[2]",
-            "spark.ui.enabled": "false",
-            "spark.sql.shuffle.partitions": "2",
-            **dict(self.overrides),
-        })
+        return Configuration.from_mapping(
+            {
+                "high-availability.mode": "zookeeper",
+                "high-availability.zookeeper.quorum": zookeeper_hosts,
+                "high-availability.zookeeper.path.root": "/chaos",
+                "high-availability.zookeeper.session-timeout": _ms(self.session_timeout_s),
+                "storage.dir": str(storage),
+                "broker.url": redis_url,
+                "heartbeat.interval": _ms(self.heartbeat_interval_s),
+                "heartbeat.timeout": _ms(self.heartbeat_timeout_s),
+                "slot.request.timeout": _ms(self.slot_request_timeout_s),
+                "taskexecutor.slots": 2,
+                "taskexecutor.slot-process.spares": 2,  # every job needs fresh slot processes
+                "taskexecutor.registration.max-backoff": "1s",
+                "taskexecutor.cancellation.timeout": "5s",
+                "job-result-store.delete-on-commit": "false",
+                "results.retention": "delete",
+                "cleanup-strategy.initial-backoff": "200ms",
+                "cleanup-strategy.max-backoff": "2s",
+                "rest.execution-result.long-poll": "1s",
+                "spark.master": "local[2]",
+                "spark.ui.enabled": "false",
+                "spark.sql.shuffle.partitions": "2",
+                **dict(self.overrides),
+            }
+        )
 
 
 @dataclass(frozen=True)
@@ -82,16 +84,24 @@ class PlannedFault:
     hold_s: float
 
     def describe(self) -> str:
-        what = {"leader-kill": "SIGKILL the leader master, restart it",
-                "taskexecutor-kill": f"SIGKILL TaskExecutor {self.target}, restart it after {self.hold_s:.1f}s",
-                "taskexecutor-stop": f"SIGSTOP TaskExecutor {self.target} for {self.hold_s:.1f}s",
-                "redis-restart": f"stop Redis for {self.hold_s:.1f}s",
-                "zookeeper-pause": f"SIGSTOP ZooKeeper for {self.hold_s:.1f}s"}[self.kind]
+        what = {
+            "leader-kill": "SIGKILL the leader master, restart it",
+            "taskexecutor-kill": f"SIGKILL TaskExecutor {self.target}, restart it after {self.hold_s:.1f}s",
+            "taskexecutor-stop": f"SIGSTOP TaskExecutor {self.target} for {self.hold_s:.1f}s",
+            "redis-restart": f"stop Redis for {self.hold_s:.1f}s",
+            "zookeeper-pause": f"SIGSTOP ZooKeeper for {self.hold_s:.1f}s",
+        }[self.kind]
         return f"{self.kind} after job {self.after_job} + {self.delay_s:.1f}s: {what}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"number": self.number, "kind": self.kind, "after_job": self.after_job, "delay_s": self.delay_s,
-                "target": self.target, "hold_s": self.hold_s}
+        return {
+            "number": self.number,
+            "kind": self.kind,
+            "after_job": self.after_job,
+            "delay_s": self.delay_s,
+            "target": self.target,
+            "hold_s": self.hold_s,
+        }
 
 
 @dataclass
@@ -113,9 +123,15 @@ class FaultRecord:
         return self.started <= end and (self.healed or float("inf")) >= start
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.fault.to_dict(), "started": self.started, "ended": self.ended, "healed": self.healed,
-                "healed_after_s": round(self.healed_s, 2) if self.healed else None, "detail": self.detail,
-                "error": self.error}
+        return {
+            **self.fault.to_dict(),
+            "started": self.started,
+            "ended": self.ended,
+            "healed": self.healed,
+            "healed_after_s": round(self.healed_s, 2) if self.healed else None,
+            "detail": self.detail,
+            "error": self.error,
+        }
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,10 @@ class ContenderProcess:
         self.events: queue.Queue[dict[str, Any]] = queue.Queue()
         self.process = subprocess.Popen(
             [sys.executable, "-m", __name__, "--name", name, "--address", address, *overrides],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -124,8 +127,9 @@ async def _main() -> None:
     parser.add_argument("--address", required=True)
     parser.add_argument("-D", dest="overrides", action="append", default=[])
     args = parser.parse_args()
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
-                        format=f"%(asctime)s {args.name} %(name)s %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=logging.WARNING, stream=sys.stderr, format=f"%(asctime)s {args.name} %(name)s %(levelname)s %(message)s"
+    )
     services = create_ha_services(Configuration.from_mapping(parse_overrides(args.overrides)))
     await services.start()
     stop = asyncio.Event()

@@ -50,12 +50,21 @@ class FakeJobMaster:
         """End the job with `status`; a FINISHED job reports every subtask finished."""
         self.status = status
         if status is JobStatus.FINISHED:
-            self.done = {v.id: {i: SubtaskProgress(f"/results/{v.id}/{i}", 1) for i in range(v.parallelism)}
-                         for v in self.graph.vertices}
+            self.done = {
+                v.id: {i: SubtaskProgress(f"/results/{v.id}/{i}", 1) for i in range(v.parallelism)}
+                for v in self.graph.vertices
+            }
         assert self.graph.job_id is not None
-        self.result_future.set_result(JobResult(
-            job_id=self.graph.job_id, name=self.graph.name, status=status, start_time=1, end_time=5,
-            vertices={v.id: VertexResult(state=ExecutionState.FINISHED, attempts=1) for v in self.graph.vertices}))
+        self.result_future.set_result(
+            JobResult(
+                job_id=self.graph.job_id,
+                name=self.graph.name,
+                status=status,
+                start_time=1,
+                end_time=5,
+                vertices={v.id: VertexResult(state=ExecutionState.FINISHED, attempts=1) for v in self.graph.vertices},
+            )
+        )
 
     async def cancel(self) -> None:
         self.cancelled = True
@@ -70,8 +79,15 @@ class FakeJobMaster:
 
     def overview(self) -> JobOverview:
         assert self.graph.job_id is not None
-        return JobOverview(job_id=self.graph.job_id, name=self.graph.name, status=self.status, start_time=1,
-                           end_time=None, duration_ms=0, last_modification=1)
+        return JobOverview(
+            job_id=self.graph.job_id,
+            name=self.graph.name,
+            status=self.status,
+            start_time=1,
+            end_time=None,
+            duration_ms=0,
+            last_modification=1,
+        )
 
     def snapshot(self) -> JobSnapshot:
         return JobSnapshot(self.overview())

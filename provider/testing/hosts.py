@@ -41,9 +41,16 @@ REST_PORT = 8081
 CLUSTER_TOKEN = "multi-host-token"
 COMPOSE_CONFIG = Path(__file__).resolve().parents[2] / "docker" / "sparkdispatch.yaml"
 # docker-compose.yaml's services → the hosts that stand in for them
-COMPOSE_HOSTS = {"zookeeper-1": "zookeeper-1", "zookeeper-2": "zookeeper-2", "zookeeper-3": "zookeeper-3",
-                 "redis": "redis", "sparkdispatch-master-1": "master-1", "sparkdispatch-master-2": "master-2",
-                 "sparkdispatch-taskexecutor-1": "taskexecutor-1", "sparkdispatch-taskexecutor-2": "taskexecutor-2"}
+COMPOSE_HOSTS = {
+    "zookeeper-1": "zookeeper-1",
+    "zookeeper-2": "zookeeper-2",
+    "zookeeper-3": "zookeeper-3",
+    "redis": "redis",
+    "sparkdispatch-master-1": "master-1",
+    "sparkdispatch-master-2": "master-2",
+    "sparkdispatch-taskexecutor-1": "taskexecutor-1",
+    "sparkdispatch-taskexecutor-2": "taskexecutor-2",
+}
 
 
 def _ip(*args: str) -> None:
@@ -57,8 +64,18 @@ def master_command(config_file: Path, address: str) -> list[str]:
 
 def task_executor_command(config_file: Path, name: str, address: str, spark_master: str) -> list[str]:
     """docker-compose.yaml's TaskExecutor command."""
-    return ["sparkdispatch.entrypoint.cli", "--config", str(config_file), "-D", f"taskexecutor.id={name}",
-            "-D", f"spark.master={spark_master}", "-D", f"spark.driver.host={address}", "taskexecutor"]
+    return [
+        "sparkdispatch.entrypoint.cli",
+        "--config",
+        str(config_file),
+        "-D",
+        f"taskexecutor.id={name}",
+        "-D",
+        f"spark.master={spark_master}",
+        "-D",
+        f"spark.driver.host={address}",
+        "taskexecutor",
+    ]
 
 
 def available() -> bool:
@@ -79,9 +96,14 @@ class Host:
     def popen(self, argv: Sequence[str], log: Path, env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
         """Run `argv` on this host (in its namespace), in a process group of its own."""
         with open(log, "ab") as out:
-            return subprocess.Popen(["ip", "netns", "exec", self.namespace, *argv], stdout=out,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                                    env={**os.environ, **(env or {})})
+            return subprocess.Popen(
+                ["ip", "netns", "exec", self.namespace, *argv],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env={**os.environ, **(env or {})},
+            )
 
 
 class HostNetwork:
@@ -101,8 +123,13 @@ class HostNetwork:
 
     def add(self, name: str) -> Host:
         index = len(self.hosts) + 10
-        host = Host(name=name, namespace=f"{self.prefix}-{name}", address=f"{self.subnet}.{index}",
-                    inner=f"{self.prefix}i{index}", outer=f"{self.prefix}o{index}")
+        host = Host(
+            name=name,
+            namespace=f"{self.prefix}-{name}",
+            address=f"{self.subnet}.{index}",
+            inner=f"{self.prefix}i{index}",
+            outer=f"{self.prefix}o{index}",
+        )
         _ip("netns", "add", host.namespace)
         _ip("link", "add", host.outer, "type", "veth", "peer", "name", host.inner)
         _ip("link", "set", host.inner, "netns", host.namespace)
@@ -121,26 +148,47 @@ class HostNetwork:
     def drop(self, name: str) -> None:
         """The host's interface drops every packet it sends (its link stays up)."""
         host = self.hosts[name]
-        subprocess.run(["ip", "netns", "exec", host.namespace, "tc", "qdisc", "replace", "dev", host.inner, "root",
-                        "blackhole"], check=True, capture_output=True)
+        subprocess.run(
+            ["ip", "netns", "exec", host.namespace, "tc", "qdisc", "replace", "dev", host.inner, "root", "blackhole"],
+            check=True,
+            capture_output=True,
+        )
 
     def separate(self, name: str, peers: Sequence[str]) -> None:
         """Drop every packet between the host and each of `peers`, both ways; other traffic flows."""
         for peer in peers:
             for source, target in ((name, peer), (peer, name)):
-                _ip("netns", "exec", self.hosts[source].namespace, "ip", "route", "replace", "blackhole",
-                    f"{self.hosts[target].address}/32")
+                _ip(
+                    "netns",
+                    "exec",
+                    self.hosts[source].namespace,
+                    "ip",
+                    "route",
+                    "replace",
+                    "blackhole",
+                    f"{self.hosts[target].address}/32",
+                )
                 self._separated.add((source, target))
 
     def heal(self, name: str) -> None:
         """Undo every partition of the host: link, dropped packets, separations."""
         host = self.hosts[name]
-        subprocess.run(["ip", "netns", "exec", host.namespace, "tc", "qdisc", "del", "dev", host.inner, "root"],
-                       capture_output=True)
+        subprocess.run(
+            ["ip", "netns", "exec", host.namespace, "tc", "qdisc", "del", "dev", host.inner, "root"],
+            capture_output=True,
+        )
         _ip("link", "set", host.outer, "up")
         for source, target in [pair for pair in self._separated if name in pair]:
-            _ip("netns", "exec", self.hosts[source].namespace, "ip", "route", "del", "blackhole",
-                f"{self.hosts[target].address}/32")
+            _ip(
+                "netns",
+                "exec",
+                self.hosts[source].namespace,
+                "ip",
+                "route",
+                "del",
+                "blackhole",
+                f"{self.hosts[target].address}/32",
+            )
             self._separated.discard((source, target))
 
     def close(self) -> None:
@@ -154,8 +202,15 @@ class HostNetwork:
 class MultiHostCluster:
     """ZooKeeper ×3, Redis, `masters` masters and `task_executors` TaskExecutors, each on a host."""
 
-    def __init__(self, *, masters: int = 2, task_executors: int = 2, extra: Mapping[str, str] | None = None,
-                 workdir: Path | None = None, spark_master: str = "local[1]") -> None:
+    def __init__(
+        self,
+        *,
+        masters: int = 2,
+        task_executors: int = 2,
+        extra: Mapping[str, str] | None = None,
+        workdir: Path | None = None,
+        spark_master: str = "local[1]",
+    ) -> None:
         if not available():
             raise ServiceMissing("the multi-host topology needs root (CAP_NET_ADMIN) and iproute2's `ip`")
         if not all(os.path.exists(jar) for jar in ZOOKEEPER_JARS):
@@ -204,16 +259,36 @@ class MultiHostCluster:
     def start(self, *, timeout: float = 120.0) -> None:
         self.network = HostNetwork()
         try:
-            for name in ("zookeeper-1", "zookeeper-2", "zookeeper-3", "redis",
-                         *(f"master-{n}" for n in range(1, self.master_count + 1)),
-                         *(f"taskexecutor-{n}" for n in range(1, self.task_executor_count + 1))):
+            for name in (
+                "zookeeper-1",
+                "zookeeper-2",
+                "zookeeper-3",
+                "redis",
+                *(f"master-{n}" for n in range(1, self.master_count + 1)),
+                *(f"taskexecutor-{n}" for n in range(1, self.task_executor_count + 1)),
+            ):
                 self.network.add(name)
             self._config = self.config_file()
             for n in (1, 2, 3):
                 self._start_zookeeper(n)
-            self._start("redis", ["redis-server", "--port", str(REDIS_PORT), "--bind", self.host("redis").address,
-                                  "--save", "", "--appendonly", "no", "--protected-mode", "no",
-                                  "--dir", str(self.workdir)])
+            self._start(
+                "redis",
+                [
+                    "redis-server",
+                    "--port",
+                    str(REDIS_PORT),
+                    "--bind",
+                    self.host("redis").address,
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--protected-mode",
+                    "no",
+                    "--dir",
+                    str(self.workdir),
+                ],
+            )
             for n in range(1, self.master_count + 1):
                 self.start_master(n)
             for n in range(1, self.task_executor_count + 1):
@@ -233,10 +308,20 @@ class MultiHostCluster:
             f"tickTime=500\ninitLimit=20\nsyncLimit=10\ndataDir={data}\nclientPort={ZOOKEEPER_PORT}\n"
             f"clientPortAddress={self.host(f'zookeeper-{n}').address}\nadmin.enableServer=false\n"
             "4lw.commands.whitelist=ruok,srvr,stat,mntr\nmaxClientCnxns=500\nminSessionTimeout=2000\n"
-            f"maxSessionTimeout=60000\n{servers}")
-        self._start(f"zookeeper-{n}", ["java", "-Xmx256m", "-Dzookeeper.admin.enableServer=false", "-cp",
-                                       ":".join(ZOOKEEPER_JARS), "org.apache.zookeeper.server.quorum.QuorumPeerMain",
-                                       str(config)])
+            f"maxSessionTimeout=60000\n{servers}"
+        )
+        self._start(
+            f"zookeeper-{n}",
+            [
+                "java",
+                "-Xmx256m",
+                "-Dzookeeper.admin.enableServer=false",
+                "-cp",
+                ":".join(ZOOKEEPER_JARS),
+                "org.apache.zookeeper.server.quorum.QuorumPeerMain",
+                str(config),
+            ],
+        )
 
     def start_master(self, n: int) -> None:
         host = self.host(f"master-{n}")
@@ -244,9 +329,11 @@ class MultiHostCluster:
 
     def start_task_executor(self, n: int) -> None:
         host = self.host(f"taskexecutor-{n}")
-        self._start(host.name, [sys.executable, "-m",
-                                *task_executor_command(self._config, host.name, host.address, self.spark_master)],
-                    env={**self._env, "SPARK_LOCAL_IP": host.address})
+        self._start(
+            host.name,
+            [sys.executable, "-m", *task_executor_command(self._config, host.name, host.address, self.spark_master)],
+            env={**self._env, "SPARK_LOCAL_IP": host.address},
+        )
 
     def _start(self, name: str, argv: Sequence[str], env: Mapping[str, str] | None = None) -> None:
         self.processes[name] = self.host(name).popen(argv, self.workdir / f"{name}.log", env=env)
@@ -277,14 +364,16 @@ class MultiHostCluster:
         self.start()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sparkdispatch.testing.hosts",
-                                     description="the multi-host test topology on network namespaces")
+    parser = argparse.ArgumentParser(
+        prog="python -m sparkdispatch.testing.hosts", description="the multi-host test topology on network namespaces"
+    )
     parser.add_argument("command", choices=["up"])
     parser.add_argument("--task-executors", type=int, default=2)
     args = parser.parse_args(argv)
@@ -294,8 +383,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         assert cluster.network is not None
         for host in cluster.network.hosts.values():
             print(f"{host.name:<16} {host.address:<16} netns {host.namespace}")
-        print(f"masters: {', '.join(cluster.master_addresses)} (token {CLUSTER_TOKEN}); "
-              f"logs in {cluster.workdir}; Ctrl-C stops everything")
+        print(
+            f"masters: {', '.join(cluster.master_addresses)} (token {CLUSTER_TOKEN}); "
+            f"logs in {cluster.workdir}; Ctrl-C stops everything"
+        )
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:

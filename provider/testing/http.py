@@ -19,8 +19,9 @@ from sparkdispatch.client.loop_thread import LoopThread
 from sparkdispatch.model.rest_shapes import Artifact
 
 
-async def request_json(method: str, url: str, body: Any = None, *, token: str = "",
-                       timeout: float = 30.0) -> tuple[int, Any]:
+async def request_json(
+    method: str, url: str, body: Any = None, *, token: str = "", timeout: float = 30.0
+) -> tuple[int, Any]:
     """One HTTP call with a JSON body (bytes are sent as they are) → (status, decoded JSON answer or its text)."""
     data = json.dumps(body).encode() if body is not None and not isinstance(body, bytes) else body
     headers = {"Content-Type": "application/json"}
@@ -48,8 +49,9 @@ async def upload_file(url: str, path: Path, *, token: str = "", timeout: float =
     return await _call("POST", url, form, headers, timeout)
 
 
-async def _call(method: str, url: str, data: bytes | aiohttp.FormData | None, headers: dict[str, str],
-                timeout: float) -> tuple[int, Any]:
+async def _call(
+    method: str, url: str, data: bytes | aiohttp.FormData | None, headers: dict[str, str], timeout: float
+) -> tuple[int, Any]:
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as session:
             async with session.request(method, url, data=data, headers=headers) as answer:

@@ -48,7 +48,6 @@ STEP_TIMEOUT_S = 10  # a hang fails the test instead of waiting for pytest's tim
 THREE_RESTARTS = FixedDelayRestart(attempts=3, delay_s=0.0)
 
 
-
 class FakeResourceManager:
     """Slots of a few TaskExecutors, given to the job whenever it declares it needs more in all."""
 
@@ -90,16 +89,21 @@ class FakeResourceManager:
 
     # what TaskExecutors and the REST endpoint call: never a JobMaster
 
-    def register_task_executor(self, session_id: str | None,
-                               registration: TaskExecutorRegistration) -> RegistrationAck:
+    def register_task_executor(self, session_id: str | None, registration: TaskExecutorRegistration) -> RegistrationAck:
         raise AssertionError("a JobMaster registers no TaskExecutor")
 
-    def heartbeat(self, session_id: str | None, task_executor_id: str, slot_report: SlotReport,
-                  executions: Sequence[ExecutionReport]) -> None:
+    def heartbeat(
+        self,
+        session_id: str | None,
+        task_executor_id: str,
+        slot_report: SlotReport,
+        executions: Sequence[ExecutionReport],
+    ) -> None:
         raise AssertionError("a JobMaster sends no heartbeat")
 
-    def unregister_task_executor(self, task_executor_id: str, reason: str, *,
-                                 registration_id: str | None = None) -> bool:
+    def unregister_task_executor(
+        self, task_executor_id: str, reason: str, *, registration_id: str | None = None
+    ) -> bool:
         raise AssertionError("a JobMaster unregisters no TaskExecutor")
 
     def overview(self) -> ResourceOverview:
@@ -112,8 +116,9 @@ class FakeResourceManager:
         new: list[AllocatedSlot] = []
         while self.required > len(self.allocated) + len(new) and self.free:
             te, index = self.free.pop(0)
-            new.append(AllocatedSlot(uuid.uuid4().hex, te, index, f"sparkdispatch.te.{te}", f"celery@{te}",
-                                     "registration-1"))
+            new.append(
+                AllocatedSlot(uuid.uuid4().hex, te, index, f"sparkdispatch.te.{te}", f"celery@{te}", "registration-1")
+            )
         for slot in new:
             self.allocated[slot.allocation_id] = slot
         if new and self.listener is not None:
@@ -197,8 +202,15 @@ class FakeProgressStore:
     gate: asyncio.Event | None = None
     error: Exception | None = None
 
-    async def record_subtask(self, session_id: str, job_id: str, vertex_id: str, subtask_index: int,
-                             result_path: str | None, rows: int | None) -> None:
+    async def record_subtask(
+        self,
+        session_id: str,
+        job_id: str,
+        vertex_id: str,
+        subtask_index: int,
+        result_path: str | None,
+        rows: int | None,
+    ) -> None:
         if self.gate is not None:
             await self.gate.wait()
         if self.error is not None:
@@ -224,8 +236,14 @@ class FakeProgressStore:
 
 
 def graph_of(*vertices: JobVertex, restart: RestartStrategy | None = None) -> JobGraph:
-    return JobGraph(name="test-job", job_id=JOB_ID, vertices=vertices, restart_strategy=restart,
-                    artifacts=(ARTIFACT,), config={"spark.sql.shuffle.partitions": "4"})
+    return JobGraph(
+        name="test-job",
+        job_id=JOB_ID,
+        vertices=vertices,
+        restart_strategy=restart,
+        artifacts=(ARTIFACT,),
+        config={"spark.sql.shuffle.partitions": "4"},
+    )
 
 
 def diamond(restart: RestartStrategy | None = THREE_RESTARTS) -> JobGraph:
@@ -246,18 +264,34 @@ def chain(restart: RestartStrategy | None = THREE_RESTARTS) -> JobGraph:
 class Harness:
     """A JobMaster on the fakes; with `resource_manager`, on that real one instead (`rm` is then unused)."""
 
-    def __init__(self, graph: JobGraph, *, recovered: JobProgress | None = None, slots_each: int = 2,
-                 resource_manager: ResourceManager | None = None, missing_execution_threshold: int = 3,
-                 deployment_grace: float = 25.0) -> None:
+    def __init__(
+        self,
+        graph: JobGraph,
+        *,
+        recovered: JobProgress | None = None,
+        slots_each: int = 2,
+        resource_manager: ResourceManager | None = None,
+        missing_execution_threshold: int = 3,
+        deployment_grace: float = 25.0,
+    ) -> None:
         self.rm = FakeResourceManager(slots_each=slots_each)
         self.gateway = FakeGateway()
         self.store = FakeProgressStore()
-        settings = JobMasterSettings(results_dir=RESULTS + "/", restart_strategy=DEFAULT_RESTART,
-                                     missing_execution_threshold=missing_execution_threshold,
-                                     deployment_grace=deployment_grace)
-        self.jm = JobMaster(graph, session_id=SESSION, resource_manager=resource_manager or self.rm,
-                            task_executor_gateway=self.gateway, progress_store=self.store, settings=settings,
-                            recovered_progress=recovered)
+        settings = JobMasterSettings(
+            results_dir=RESULTS + "/",
+            restart_strategy=DEFAULT_RESTART,
+            missing_execution_threshold=missing_execution_threshold,
+            deployment_grace=deployment_grace,
+        )
+        self.jm = JobMaster(
+            graph,
+            session_id=SESSION,
+            resource_manager=resource_manager or self.rm,
+            task_executor_gateway=self.gateway,
+            progress_store=self.store,
+            settings=settings,
+            recovered_progress=recovered,
+        )
 
     async def deployment(self) -> Deployment:
         async with asyncio.timeout(STEP_TIMEOUT_S):
@@ -267,9 +301,14 @@ class Harness:
         return [await self.deployment() for _ in range(count)]
 
     def update(self, d: Deployment, state: ExecutionState, **kwargs: object) -> ExecutionStateUpdate:
-        return ExecutionStateUpdate(job_id=d.tdd.job_id, job_master_id=d.tdd.job_master_id,
-                                    execution_id=d.tdd.execution_id, state=state,
-                                    task_executor_id=d.slot.task_executor_id, **kwargs)  # type: ignore[arg-type]
+        return ExecutionStateUpdate(
+            job_id=d.tdd.job_id,
+            job_master_id=d.tdd.job_master_id,
+            execution_id=d.tdd.execution_id,
+            state=state,
+            task_executor_id=d.slot.task_executor_id,
+            **kwargs,  # type: ignore[arg-type]
+        )
 
     async def report(self, d: Deployment, state: ExecutionState, **kwargs: object) -> None:
         """Report as the TaskExecutor does; after FINISHED, wait for the record written after the answer."""
@@ -316,14 +355,18 @@ class Harness:
         graph = self.jm.execution_graph
         for vertex_id in graph.inputs_of(d.tdd.vertex_id):
             for producer in graph.subtasks(vertex_id):
-                assert producer.id in self.store.finished() or producer.recovered, \
+                assert producer.id in self.store.finished() or producer.recovered, (
                     f"{d.subtask} deployed before {producer.id} finished"
+                )
 
 
 def boom(d: Deployment) -> Failure:
-    return Failure("ValueError", f"bad row in {d.subtask} attempt {d.tdd.attempt}",
-                   f'Traceback (most recent call last):\n  File "pipe.py", line 3, in {d.tdd.vertex_id}\n'
-                   f"ValueError: bad row in {d.subtask} attempt {d.tdd.attempt}\n")
+    return Failure(
+        "ValueError",
+        f"bad row in {d.subtask} attempt {d.tdd.attempt}",
+        f'Traceback (most recent call last):\n  File "pipe.py", line 3, in {d.tdd.vertex_id}\n'
+        f"ValueError: bad row in {d.subtask} attempt {d.tdd.attempt}\n",
+    )
 
 
 def attempts_of(h: Harness, subtask: SubtaskId) -> list[int]:
@@ -336,7 +379,14 @@ def resource_manager(*, rpc_failure_threshold: int, **keys: str) -> ResourceMana
 
 
 def register(rm: ResourceManager, task_executor_id: str, slots: int) -> None:
-    rm.register_task_executor(SESSION, TaskExecutorRegistration(
-        task_executor_id=task_executor_id, hostname=f"celery@{task_executor_id}",
-        queue=f"sparkdispatch.te.{task_executor_id}", slots=slots, slot_report=SlotReport.free(slots),
-        spark_master="local[2]"))
+    rm.register_task_executor(
+        SESSION,
+        TaskExecutorRegistration(
+            task_executor_id=task_executor_id,
+            hostname=f"celery@{task_executor_id}",
+            queue=f"sparkdispatch.te.{task_executor_id}",
+            slots=slots,
+            slot_report=SlotReport.free(slots),
+            spark_master="local[2]",
+        ),
+    )

@@ -16,9 +16,16 @@ from sparkdispatch.testing.waiting import eventually_blocking
 POLL_INTERVAL_S = 0.05
 
 
-def wait_for_result(masters: Callable[[], Iterable[str]], job_id: str, *, timeout: float, token: str = "",
-                    strict: bool = False, request_timeout: float = 10.0,
-                    interval: float = POLL_INTERVAL_S) -> JobResult:
+def wait_for_result(
+    masters: Callable[[], Iterable[str]],
+    job_id: str,
+    *,
+    timeout: float,
+    token: str = "",
+    strict: bool = False,
+    request_timeout: float = 10.0,
+    interval: float = POLL_INTERVAL_S,
+) -> JobResult:
     """The JobResult of `job_id`, asked of the masters (REST addresses) `masters()` names at each round
     until one answers COMPLETED. Any other answer, or none, is asked again (a standby's 503, a leader
     recovering, a failover), unless `strict`: then an answer other than 200 is a `RuntimeError` at once.
@@ -27,8 +34,9 @@ def wait_for_result(masters: Callable[[], Iterable[str]], job_id: str, *, timeou
     def completed() -> JobResult | None:
         for url in masters():
             try:
-                status, body = http_json("GET", f"{url}/jobs/{job_id}/execution-result", token=token,
-                                         timeout=request_timeout)
+                status, body = http_json(
+                    "GET", f"{url}/jobs/{job_id}/execution-result", token=token, timeout=request_timeout
+                )
             except OSError:
                 if strict:
                     raise

@@ -37,8 +37,9 @@ from sparkdispatch.testing.waiting import Watched, eventually, eventually_blocki
 class LocalCluster:
     """`masters` master processes and `taskexecutors` TaskExecutor processes sharing `config`."""
 
-    def __init__(self, config: Configuration, *, masters: int = 1, taskexecutors: int = 1,
-                 log_dir: Path | None = None) -> None:
+    def __init__(
+        self, config: Configuration, *, masters: int = 1, taskexecutors: int = 1, log_dir: Path | None = None
+    ) -> None:
         if masters > 1 and config.get(HA_MODE) != "zookeeper":
             raise ValueError("several masters need high-availability.mode: zookeeper")
         self.config = config
@@ -69,13 +70,26 @@ class LocalCluster:
             raise
 
     def start_master(self, index: int) -> None:
-        argv = [sys.executable, "-m", "sparkdispatch.entrypoint.cli", *self.config.to_overrides(),
-                "-D", f"rest.port={self.master_ports[index]}", "master"]
+        argv = [
+            sys.executable,
+            "-m",
+            "sparkdispatch.entrypoint.cli",
+            *self.config.to_overrides(),
+            "-D",
+            f"rest.port={self.master_ports[index]}",
+            "master",
+        ]
         self.masters[index] = self._spawn(argv, f"master-{index}.log")
 
     def start_task_executor(self, index: int) -> None:
-        argv = [sys.executable, "-m", "sparkdispatch.taskexecutor", *self.config.to_overrides(),
-                "-D", f"taskexecutor.id={self.task_executor_id(index)}"]
+        argv = [
+            sys.executable,
+            "-m",
+            "sparkdispatch.taskexecutor",
+            *self.config.to_overrides(),
+            "-D",
+            f"taskexecutor.id={self.task_executor_id(index)}",
+        ]
         self.taskexecutors[index] = self._spawn(argv, f"taskexecutor-{index}.log")
 
     def task_executor_id(self, index: int) -> str:
@@ -86,11 +100,14 @@ class LocalCluster:
         env = {**os.environ, "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")}
         with open(self.log_dir / log_name, "ab") as out:
             # a restarted process appends to the same log: mark where each run begins
-            out.write(f"=== {log_name.removesuffix('.log')} started at {time.strftime('%H:%M:%S')} "
-                      f"({time.time():.3f})\n".encode())
+            out.write(
+                f"=== {log_name.removesuffix('.log')} started at {time.strftime('%H:%M:%S')} "
+                f"({time.time():.3f})\n".encode()
+            )
             out.flush()
-            return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                    start_new_session=True)
+            return subprocess.Popen(
+                argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True
+            )
 
     def kill_master(self, index: int, sig: int = signal.SIGKILL) -> None:
         self._kill(self.masters[index], sig)
@@ -188,8 +205,11 @@ class LocalCluster:
 
     def leaders(self) -> list[int]:
         """The masters whose `/overview` says they lead (two while a deposed leader has not noticed yet)."""
-        return [index for index in range(len(self.masters))
-                if (overview := self.overview(index)) is not None and overview.is_leader]
+        return [
+            index
+            for index in range(len(self.masters))
+            if (overview := self.overview(index)) is not None and overview.is_leader
+        ]
 
     def leader_index(self) -> int | None:
         return next(iter(self.leaders()), None)
@@ -208,8 +228,9 @@ class LocalCluster:
             overview = self.overview(leaders[0]) if len(leaders) == 1 else None
             return overview is not None and overview.taskmanagers >= count
 
-        eventually_blocking(registered, f"{count} registered TaskExecutor(s)", timeout=timeout, interval=0.2,
-                            processes=[self])
+        eventually_blocking(
+            registered, f"{count} registered TaskExecutor(s)", timeout=timeout, interval=0.2, processes=[self]
+        )
 
     def exited(self) -> str | None:
         for name, processes in (("master", self.masters), ("taskexecutor", self.taskexecutors)):
@@ -230,8 +251,12 @@ class LocalCluster:
 
     def wait_for_result(self, job_id: str, *, timeout: float = 180.0) -> JobResult:
         """The job's JobResult, asked of whichever master leads (following failovers)."""
-        return wait_for_result(lambda: [self.master_url(index) for index in self.leaders()], job_id,
-                               token=self.config.auth_token, timeout=timeout)
+        return wait_for_result(
+            lambda: [self.master_url(index) for index in self.leaders()],
+            job_id,
+            token=self.config.auth_token,
+            timeout=timeout,
+        )
 
     def upload_artifact(self, path: Path) -> str:
         return upload_artifact(self.leader_url(), path, token=self.config.auth_token)
@@ -247,8 +272,12 @@ class TaskExecutorProcess:
         with open(self.log, "wb") as out:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "sparkdispatch.taskexecutor", "--id", self.id, *config.to_overrides()],
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"},
+            )
 
     def kill(self) -> None:
         """SIGKILL the process group, as a machine dying."""
@@ -266,10 +295,16 @@ class TaskExecutorProcess:
         return f"--- {self.id}\n{self.log_tail()}"
 
 
-def single_leader(leaders: Callable[[], Sequence[int]], *, exclude: int | None = None, timeout: float,
-                  processes: Sequence[Watched] = ()) -> int:
+def single_leader(
+    leaders: Callable[[], Sequence[int]],
+    *,
+    exclude: int | None = None,
+    timeout: float,
+    processes: Sequence[Watched] = (),
+) -> int:
     """The index `leaders()` names once it names exactly one, other than `exclude`: the one leader wait
     of local clusters and the multi-host ensemble's benchmarks."""
+
     def one() -> list[int]:
         current = leaders()
         return list(current) if len(current) == 1 and current[0] != exclude else []
@@ -279,17 +314,20 @@ def single_leader(leaders: Callable[[], Sequence[int]], *, exclude: int | None =
     return index
 
 
-async def task_executors_registered(client: SparkDispatchClient, count: int, *,
-                                    processes: Sequence[TaskExecutorProcess], timeout: float) -> None:
+async def task_executors_registered(
+    client: SparkDispatchClient, count: int, *, processes: Sequence[TaskExecutorProcess], timeout: float
+) -> None:
     """Wait until the leader lists `count` TaskExecutors (an AssertionError as `eventually`'s)."""
+
     async def registered() -> bool:
         try:
             return (await client.overview()).taskmanagers == count
         except SparkDispatchError:  # no leader yet
             return False
 
-    await eventually(registered, f"{count} registered TaskExecutor(s)", processes=processes, timeout=timeout,
-                     interval=0.05)
+    await eventually(
+        registered, f"{count} registered TaskExecutor(s)", processes=processes, timeout=timeout, interval=0.05
+    )
 
 
 ProcessId = tuple[int, int]  # (pid, start time in clock ticks): a pid the kernel reused is another process
@@ -307,7 +345,7 @@ def process_tree(pid: int) -> list[ProcessId]:
         except OSError:
             continue
         # pid (comm) state ppid ... starttime (field 22); comm may hold spaces and parentheses
-        fields = stat[stat.rfind(")") + 2:].split()
+        fields = stat[stat.rfind(")") + 2 :].split()
         member = (int(entry.name), int(fields[19]))
         started[member[0]] = member[1]
         children.setdefault(int(fields[1]), []).append(member)
@@ -326,7 +364,7 @@ def _signal(member: ProcessId, sig: int) -> None:
     pid, started = member
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-        if int(stat[stat.rfind(")") + 2:].split()[19]) == started:
+        if int(stat[stat.rfind(")") + 2 :].split()[19]) == started:
             os.kill(pid, sig)
     except (OSError, ValueError, IndexError):
         pass

@@ -147,8 +147,9 @@ class ScriptedTaskExecutor:
     until `end_job`. Sends no heartbeats: the InProcessMaster's heartbeat timeout is long.
     """
 
-    def __init__(self, master: InProcessMaster, *, task_executor_id: str, slots: int,
-                 script: Script | None = None) -> None:
+    def __init__(
+        self, master: InProcessMaster, *, task_executor_id: str, slots: int, script: Script | None = None
+    ) -> None:
         self.master = master
         self.task_executor_id = task_executor_id
         self.hostname = f"{task_executor_id}@in-process"
@@ -165,9 +166,15 @@ class ScriptedTaskExecutor:
         self._loop = asyncio.get_running_loop()
         self.master.gateway.listen(self._on_gateway_call)
         return await self._client.register(
-            self.master.url, self.master.session_id, task_executor_id=self.task_executor_id, hostname=self.hostname,
-            queue=f"sparkdispatch.te.{self.task_executor_id}", slots=self.slots,
-            slot_report=SlotReport.free(self.slots), spark_master="local[1]")
+            self.master.url,
+            self.master.session_id,
+            task_executor_id=self.task_executor_id,
+            hostname=self.hostname,
+            queue=f"sparkdispatch.te.{self.task_executor_id}",
+            slots=self.slots,
+            slot_report=SlotReport.free(self.slots),
+            spark_master="local[1]",
+        )
 
     async def end_job(self, job_id: str, outcome: TaskOutcome | Script = TaskOutcome()) -> None:
         """End the job's running tasks with `outcome`, and every later task of the job as well."""
@@ -215,15 +222,26 @@ class ScriptedTaskExecutor:
 
     async def _report(self, deployment: Deployment, outcome: TaskOutcome) -> bool:
         tdd = deployment.tdd
-        update = ExecutionStateUpdate(job_id=tdd.job_id, job_master_id=tdd.job_master_id,
-                                      execution_id=tdd.execution_id, state=outcome.state,
-                                      task_executor_id=self.task_executor_id, rows=outcome.rows,
-                                      result_path=outcome.result_path, failure=outcome.failure)
+        update = ExecutionStateUpdate(
+            job_id=tdd.job_id,
+            job_master_id=tdd.job_master_id,
+            execution_id=tdd.execution_id,
+            state=outcome.state,
+            task_executor_id=self.task_executor_id,
+            rows=outcome.rows,
+            result_path=outcome.result_path,
+            failure=outcome.failure,
+        )
         try:
             await self._client.report_state(self.master.url, deployment.session_id, update)
         except SparkDispatchError as exc:  # a real TaskExecutor cancels a task whose report is refused
-            log.info("%s: the %s report of %s was refused: %s", self.task_executor_id, outcome.state.value,
-                     tdd.execution_id, exc)
+            log.info(
+                "%s: the %s report of %s was refused: %s",
+                self.task_executor_id,
+                outcome.state.value,
+                tdd.execution_id,
+                exc,
+            )
             self.refused.append(exc)
             self._running.pop(tdd.execution_id, None)
             return False
@@ -239,22 +257,34 @@ class InProcessMaster:
     takes the advertised address, so every REST call the master gets is recorded.
     """
 
-    def __init__(self, *, storage_dir: str | Path | None = None, port: int | None = None,
-                 overrides: Mapping[str, object] | None = None, record_requests: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        storage_dir: str | Path | None = None,
+        port: int | None = None,
+        overrides: Mapping[str, object] | None = None,
+        record_requests: bool = False,
+    ) -> None:
         self.port = port or free_port()
         self._temp_dir: tempfile.TemporaryDirectory[str] | None = None
         if storage_dir is None:
             self._temp_dir = tempfile.TemporaryDirectory(prefix="sparkdispatch-master-", ignore_cleanup_errors=True)
             storage_dir = self._temp_dir.name
-        keys: dict[str, object] = {"storage.dir": str(storage_dir), "rest.address": ADVERTISED_HOST,
-                                   "rest.port": self.port, "heartbeat.timeout": "10min", **(overrides or {})}
+        keys: dict[str, object] = {
+            "storage.dir": str(storage_dir),
+            "rest.address": ADVERTISED_HOST,
+            "rest.port": self.port,
+            "heartbeat.timeout": "10min",
+            **(overrides or {}),
+        }
         if record_requests:
             keys["rest.bind-address"] = BEHIND_PROXY_HOST
         self.config = Configuration.from_mapping(keys)
         self.url = f"http://{ADVERTISED_HOST}:{self.port}"
         self.gateway = RecordingTaskExecutorGateway()
-        self.proxy = RecordingProxy(f"http://{BEHIND_PROXY_HOST}:{self.port}", port=self.port) if record_requests \
-            else None
+        self.proxy = (
+            RecordingProxy(f"http://{BEHIND_PROXY_HOST}:{self.port}", port=self.port) if record_requests else None
+        )
         self.task_executors: list[ScriptedTaskExecutor] = []
         self._master: Master | None = None
         self._loop_thread: LoopThread | None = None
@@ -314,8 +344,9 @@ class InProcessMaster:
         if self._temp_dir is not None:
             await _remove_tree(self._temp_dir)
 
-    async def add_task_executor(self, task_executor_id: str = "te-1", *, slots: int = 2,
-                                script: Script | None = None) -> ScriptedTaskExecutor:
+    async def add_task_executor(
+        self, task_executor_id: str = "te-1", *, slots: int = 2, script: Script | None = None
+    ) -> ScriptedTaskExecutor:
         """A ScriptedTaskExecutor registered with this master."""
         task_executor = ScriptedTaskExecutor(self, task_executor_id=task_executor_id, slots=slots, script=script)
         self.task_executors.append(task_executor)
@@ -330,8 +361,9 @@ class InProcessMaster:
             raise
         return self
 
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         await self.stop()
 
     # -- from synchronous tests ---------------------------------------------------------------
@@ -345,8 +377,9 @@ class InProcessMaster:
             raise
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         assert self._loop_thread is not None
         try:
             self._loop_thread.run(self.stop())
@@ -446,4 +479,3 @@ async def _remove_tree(temp_dir: tempfile.TemporaryDirectory[str]) -> None:
             return
         await asyncio.sleep(0.02)
         shutil.rmtree(temp_dir.name, ignore_errors=True)
-

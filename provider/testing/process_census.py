@@ -39,8 +39,12 @@ class KindTotals:
         return float(getattr(self, metric))
 
     def to_dict(self) -> dict[str, object]:
-        out: dict[str, object] = {"processes": self.processes, "rss_mib": round(self.rss_mib, 1),
-                                  "threads": self.threads, "open_files": self.open_files}
+        out: dict[str, object] = {
+            "processes": self.processes,
+            "rss_mib": round(self.rss_mib, 1),
+            "threads": self.threads,
+            "open_files": self.open_files,
+        }
         if self.commands:
             out["commands"] = self.commands
         return out

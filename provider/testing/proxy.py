@@ -15,8 +15,19 @@ import aiohttp
 from aiohttp import web
 
 # hop-by-hop headers and those aiohttp sets itself from the body
-_NOT_FORWARDED = {"host", "connection", "keep-alive", "transfer-encoding", "content-length", "te", "trailer",
-                  "upgrade", "proxy-authorization", "proxy-connection", "content-encoding"}
+_NOT_FORWARDED = {
+    "host",
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "content-length",
+    "te",
+    "trailer",
+    "upgrade",
+    "proxy-authorization",
+    "proxy-connection",
+    "content-encoding",
+}
 
 
 @dataclass(frozen=True)
@@ -70,8 +81,16 @@ class RecordingProxy:
             await self._session.close()
             self._session = None
 
-    def inject(self, method: str, path: str, *, status: int, text: str = "",
-               headers: Mapping[str, str] | None = None, times: int | None = 1) -> None:
+    def inject(
+        self,
+        method: str,
+        path: str,
+        *,
+        status: int,
+        text: str = "",
+        headers: Mapping[str, str] | None = None,
+        times: int | None = 1,
+    ) -> None:
         """Answer the next `times` calls of `method path` (None: all of them) without the master."""
         self._injected.setdefault((method, path), []).append(_Injected(status, text, dict(headers or {}), times))
 
@@ -93,8 +112,9 @@ class RecordingProxy:
         assert self._session is not None
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _NOT_FORWARDED}
         try:
-            async with self._session.request(request.method, self.target + request.path_qs, data=body,
-                                             headers=headers, allow_redirects=False) as upstream:
+            async with self._session.request(
+                request.method, self.target + request.path_qs, data=body, headers=headers, allow_redirects=False
+            ) as upstream:
                 payload = await upstream.read()
                 forwarded = {k: v for k, v in upstream.headers.items() if k.lower() not in _NOT_FORWARDED}
                 return web.Response(status=upstream.status, body=payload, headers=forwarded)

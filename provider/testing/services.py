@@ -92,8 +92,9 @@ class _ChildServer(ABC):
         self.start()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()
 
     @abstractmethod
@@ -105,8 +106,9 @@ class _ChildServer(ABC):
         self._argv, self._log_name = argv, log_name
         log = open(self.workdir / log_name, "ab")
         try:
-            self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                            start_new_session=True)
+            self.process = subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+            )
         finally:
             log.close()
 
@@ -175,8 +177,10 @@ class ZooKeeperServer(_ChildServer):
 
     def start(self) -> None:
         if not self.available():
-            raise ServiceMissing("ZooKeeper needs `java` and Debian's zookeeper package "
-                                 "(apt-get install zookeeper): " + ", ".join(ZOOKEEPER_JARS))
+            raise ServiceMissing(
+                "ZooKeeper needs `java` and Debian's zookeeper package "
+                "(apt-get install zookeeper): " + ", ".join(ZOOKEEPER_JARS)
+            )
         self.port = self.requested_port or free_port()
         self.workdir = Path(tempfile.mkdtemp(prefix="sparkdispatch-zk-"))
         (self.workdir / "data").mkdir()
@@ -184,10 +188,20 @@ class ZooKeeperServer(_ChildServer):
             "tickTime=1000\ninitLimit=10\nsyncLimit=5\n"
             f"dataDir={self.workdir / 'data'}\nclientPort={self.port}\nclientPortAddress=127.0.0.1\n"
             "admin.enableServer=false\n4lw.commands.whitelist=ruok,srvr,stat,mntr,envi\n"
-            "maxClientCnxns=500\nminSessionTimeout=2000\nmaxSessionTimeout=60000\n")
-        self._spawn([self.java, "-Xmx256m", "-Dzookeeper.admin.enableServer=false",
-                     "-cp", ":".join(ZOOKEEPER_JARS), "org.apache.zookeeper.server.quorum.QuorumPeerMain",
-                     str(self.workdir / "zoo.cfg")], "zookeeper.log")
+            "maxClientCnxns=500\nminSessionTimeout=2000\nmaxSessionTimeout=60000\n"
+        )
+        self._spawn(
+            [
+                self.java,
+                "-Xmx256m",
+                "-Dzookeeper.admin.enableServer=false",
+                "-cp",
+                ":".join(ZOOKEEPER_JARS),
+                "org.apache.zookeeper.server.quorum.QuorumPeerMain",
+                str(self.workdir / "zoo.cfg"),
+            ],
+            "zookeeper.log",
+        )
         try:
             wait_for_port(self.port, timeout=self.start_timeout, process=self.process)
         except Exception:  # noqa: BLE001 - raised again with the log's tail
@@ -219,8 +233,24 @@ class RedisServer(_ChildServer):
             raise ServiceMissing("Redis needs `redis-server` (apt-get install redis-server)")
         self.port = self.requested_port or free_port()
         self.workdir = Path(tempfile.mkdtemp(prefix="sparkdispatch-redis-"))
-        self._spawn([self.executable, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                     "--appendonly", "no", "--dir", str(self.workdir), "--daemonize", "no"], "redis.log")
+        self._spawn(
+            [
+                self.executable,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.workdir),
+                "--daemonize",
+                "no",
+            ],
+            "redis.log",
+        )
         try:
             wait_for_port(self.port, timeout=self.start_timeout, process=self.process)
         except Exception:  # noqa: BLE001 - raised again with the log's tail

@@ -39,16 +39,34 @@ def new_job_id() -> str:
     return uuid.uuid4().hex
 
 
-def deployment(tmp_path: Path, entrypoint: str, *, job_id: str, slot_index: int = 0, subtask_index: int = 0,
-               parallelism: int = 1, attempt: int = 0, params: dict[str, Any] | None = None,
-               **fields: Any) -> TaskDeploymentDescriptor:
+def deployment(
+    tmp_path: Path,
+    entrypoint: str,
+    *,
+    job_id: str,
+    slot_index: int = 0,
+    subtask_index: int = 0,
+    parallelism: int = 1,
+    attempt: int = 0,
+    params: dict[str, Any] | None = None,
+    **fields: Any,
+) -> TaskDeploymentDescriptor:
     execution_id = uuid.uuid4().hex
     return TaskDeploymentDescriptor(
-        job_id=job_id, job_master_id="jm-1", execution_id=execution_id, vertex_id="v", entrypoint=entrypoint,
-        subtask_index=subtask_index, parallelism=parallelism, attempt=attempt, allocation_id=f"alloc-{slot_index}",
+        job_id=job_id,
+        job_master_id="jm-1",
+        execution_id=execution_id,
+        vertex_id="v",
+        entrypoint=entrypoint,
+        subtask_index=subtask_index,
+        parallelism=parallelism,
+        attempt=attempt,
+        allocation_id=f"alloc-{slot_index}",
         slot_index=slot_index,
         result_path=ResultLayout(str(tmp_path / "results")).attempt_path(job_id, "v", subtask_index, execution_id),
-        params={"marker_dir": str(tmp_path / "markers"), **(params or {})}, **fields)
+        params={"marker_dir": str(tmp_path / "markers"), **(params or {})},
+        **fields,
+    )
 
 
 class Attempt:
@@ -75,7 +93,7 @@ class Attempt:
 def run(pool: SlotProcessPool, tdd: TaskDeploymentDescriptor, artifacts: list[str]) -> AttemptState:
     states: list[ExecutionState] = []
     end = pool.run(tdd.slot_index, tdd, artifacts, lambda s: states.append(s.state))
-    assert states == [ExecutionState.INITIALIZING, ExecutionState.RUNNING][:len(states)]
+    assert states == [ExecutionState.INITIALIZING, ExecutionState.RUNNING][: len(states)]
     return end
 
 
@@ -88,15 +106,17 @@ def rows_of(end: AttemptState) -> list[dict[str, Any]]:
 def wait_for_marker(tmp_path: Path, name: str, timeout: float = WAIT_S) -> int:
     """The pid a task wrote into its marker file."""
     path = tmp_path / "markers" / name
-    return int(eventually_blocking(lambda: path.read_text() if path.exists() else None, f"the marker {name}",
-                                   timeout=timeout))
+    return int(
+        eventually_blocking(lambda: path.read_text() if path.exists() else None, f"the marker {name}", timeout=timeout)
+    )
 
 
 def session_state(server: ConnectServer, session_id: str) -> str:
     """`open` when the server takes a call in the slot processes' session `session_id`, `closed` when it
     says the session was released (asked with grpc alone: no Connect client in this process)."""
-    request = (_field(1, session_id.encode()) + _field(2, _field(1, SESSION_USER.encode()))
-               + bytes([4 << 3, 1]))  # InterruptRequest{session_id, user_context{user_id}, interrupt_type: ALL}
+    request = (
+        _field(1, session_id.encode()) + _field(2, _field(1, SESSION_USER.encode())) + bytes([4 << 3, 1])
+    )  # InterruptRequest{session_id, user_context{user_id}, interrupt_type: ALL}
     with grpc.insecure_channel(server.url.removeprefix("sc://")) as channel:
         try:
             channel.unary_unary("/spark.connect.SparkConnectService/Interrupt")(request, timeout=10)

@@ -110,8 +110,11 @@ class SoakJobs:
         elif kind == "repair":
             result = self._repaired(index, artifact)
         else:
-            result = self._wait(self._submit(self._graph(index, artifact, {"fail_first": kind == "retry"},
-                                                          attempts=1 if kind == "retry" else 0)))
+            result = self._wait(
+                self._submit(
+                    self._graph(index, artifact, {"fail_first": kind == "retry"}, attempts=1 if kind == "retry" else 0)
+                )
+            )
         status = str(result["status"])
         expected = status == ("CANCELED" if kind == "cancel" else "FINISHED")
         failure = "" if expected else str(result.get("failure") or result.get("vertices"))
@@ -131,11 +134,15 @@ class SoakJobs:
         return upload_artifact(self.base_url, path, timeout=60)
 
     def _graph(self, index: int, artifact: str, report_params: dict[str, Any], *, attempts: int) -> dict[str, Any]:
-        return {"name": f"soak-{index}", "artifacts": [artifact],
-                "vertices": [{"id": "extract", "entrypoint": f"{MODULE}:extract", "parallelism": 2},
-                             {"id": "report", "entrypoint": f"{MODULE}:report", "inputs": ["extract"],
-                              "params": report_params}],
-                "restart_strategy": {"type": "fixed-delay", "attempts": attempts, "delay_s": 0.0}}
+        return {
+            "name": f"soak-{index}",
+            "artifacts": [artifact],
+            "vertices": [
+                {"id": "extract", "entrypoint": f"{MODULE}:extract", "parallelism": 2},
+                {"id": "report", "entrypoint": f"{MODULE}:report", "inputs": ["extract"], "params": report_params},
+            ],
+            "restart_strategy": {"type": "fixed-delay", "attempts": attempts, "delay_s": 0.0},
+        }
 
     def _repaired(self, index: int, artifact: str) -> dict[str, Any]:
         fixed = self.work_dir / "fixed" / f"soak-{index}"
@@ -153,20 +160,24 @@ class SoakJobs:
                 raise RuntimeError(f"the repair of {job_id} was refused with {status}: {body}")
             return status in (200, 202)
 
-        eventually_blocking(repair_taken, f"the repair of job {job_id} to be taken", timeout=JOB_TIMEOUT_S,
-                            interval=POLL_S)
+        eventually_blocking(
+            repair_taken, f"the repair of job {job_id} to be taken", timeout=JOB_TIMEOUT_S, interval=POLL_S
+        )
         return self._wait(job_id, after_end=first["end_time"])
 
     def _cancelled(self, index: int, artifact: str) -> dict[str, Any]:
         started = self.work_dir / "started" / f"soak-{index}"
         started.parent.mkdir(parents=True, exist_ok=True)
-        graph = {"name": f"soak-{index}", "artifacts": [artifact],
-                 "vertices": [{"id": "endless", "entrypoint": f"{MODULE}:endless",
-                               "params": {"started": str(started)}}],
-                 "restart_strategy": {"type": "fixed-delay", "attempts": 0, "delay_s": 0.0}}
+        graph = {
+            "name": f"soak-{index}",
+            "artifacts": [artifact],
+            "vertices": [{"id": "endless", "entrypoint": f"{MODULE}:endless", "params": {"started": str(started)}}],
+            "restart_strategy": {"type": "fixed-delay", "attempts": 0, "delay_s": 0.0},
+        }
         job_id = self._submit(graph)
-        eventually_blocking(started.exists, f"job {job_id} to start its Spark operation", timeout=JOB_TIMEOUT_S,
-                            interval=POLL_S)
+        eventually_blocking(
+            started.exists, f"job {job_id} to start its Spark operation", timeout=JOB_TIMEOUT_S, interval=POLL_S
+        )
         time.sleep(CANCEL_AFTER_S)
         status, body = self._call("PATCH", f"/jobs/{job_id}?mode=cancel")
         if status != 202:

@@ -48,17 +48,38 @@ class SparkStandaloneCluster:
     def start(self) -> None:
         self.workdir = Path(tempfile.mkdtemp(prefix="sparkdispatch-spark-"))
         self.port, self.ui_port = free_port(), free_port()
-        self.master = self._spawn("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                                  "--port", str(self.port), "--webui-port", str(self.ui_port))
+        self.master = self._spawn(
+            "master",
+            "org.apache.spark.deploy.master.Master",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--webui-port",
+            str(self.ui_port),
+        )
         try:
             wait_for_port(self.port, timeout=self.start_timeout, process=self.master)
             for index in range(self.worker_count):
                 work = self.workdir / f"worker-{index}"
                 work.mkdir()
-                self.workers.append(self._spawn(
-                    f"worker-{index}", "org.apache.spark.deploy.worker.Worker", self.url, "--host", "127.0.0.1",
-                    "--cores", str(self.cores), "--memory", self.memory, "--webui-port", "0",
-                    "--work-dir", str(work)))
+                self.workers.append(
+                    self._spawn(
+                        f"worker-{index}",
+                        "org.apache.spark.deploy.worker.Worker",
+                        self.url,
+                        "--host",
+                        "127.0.0.1",
+                        "--cores",
+                        str(self.cores),
+                        "--memory",
+                        self.memory,
+                        "--webui-port",
+                        "0",
+                        "--work-dir",
+                        str(work),
+                    )
+                )
             self.wait_for_workers(self.worker_count)
         except BaseException:
             self.stop()
@@ -78,8 +99,10 @@ class SparkStandaloneCluster:
             except OSError:
                 pass
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{count} Spark workers did not register within {self.start_timeout:.0f}s:\n"
-                                   + self.log_tail("master"))
+                raise TimeoutError(
+                    f"{count} Spark workers did not register within {self.start_timeout:.0f}s:\n"
+                    + self.log_tail("master")
+                )
             time.sleep(0.3)
 
     def worker_of_executor(self, executor_id: str) -> int | None:
@@ -117,16 +140,28 @@ class SparkStandaloneCluster:
 
     def _spawn(self, name: str, main_class: str, *args: str) -> subprocess.Popen[bytes]:
         assert self.workdir is not None
-        env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_NO_DAEMONIZE": "1",
-               "SPARK_LOG_DIR": str(self.workdir), "SPARK_PID_DIR": str(self.workdir)}
+        env = {
+            **os.environ,
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "SPARK_NO_DAEMONIZE": "1",
+            "SPARK_LOG_DIR": str(self.workdir),
+            "SPARK_PID_DIR": str(self.workdir),
+        }
         with open(self.workdir / f"{name}.log", "wb") as out:
-            return subprocess.Popen([str(_spark_class()), main_class, *args], stdout=out, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True, env=env)
+            return subprocess.Popen(
+                [str(_spark_class()), main_class, *args],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env=env,
+            )
 
     def __enter__(self) -> SparkStandaloneCluster:
         self.start()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()

@@ -27,8 +27,15 @@ STOP_GRACE_S = 30.0
 class StandaloneProcess:
     """One `sparkdispatch standalone`; `overrides` are its `-D` keys, `env` its environment."""
 
-    def __init__(self, storage: Path, *, slots: int, overrides: Mapping[str, object] | None = None,
-                 env: Mapping[str, str] | None = None, log_level: str = "INFO") -> None:
+    def __init__(
+        self,
+        storage: Path,
+        *,
+        slots: int,
+        overrides: Mapping[str, object] | None = None,
+        env: Mapping[str, str] | None = None,
+        log_level: str = "INFO",
+    ) -> None:
         self.storage = storage
         self.slots = slots
         self.overrides = dict(overrides or {})
@@ -48,15 +55,28 @@ class StandaloneProcess:
 
     def launch(self) -> None:
         self.port = free_port()
-        argv = [sys.executable, "-m", "sparkdispatch.entrypoint.cli", "--log-level", self.log_level,
-                "-D", f"rest.port={self.port}"]
+        argv = [
+            sys.executable,
+            "-m",
+            "sparkdispatch.entrypoint.cli",
+            "--log-level",
+            self.log_level,
+            "-D",
+            f"rest.port={self.port}",
+        ]
         for key, value in self.overrides.items():
             argv += ["-D", f"{key}={value}"]
         argv += ["standalone", "--storage", str(self.storage), "--slots", str(self.slots)]
         self.log_dir.mkdir(parents=True, exist_ok=True)
         with open(self.log_dir / "standalone.log", "ab") as out:
-            self.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                            env=self.env, start_new_session=True)
+            self.process = subprocess.Popen(
+                argv,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.env,
+                start_new_session=True,
+            )
 
     def task_executors_registered(self) -> int:
         """TaskExecutors the master counts (0 while it does not answer)."""
@@ -67,17 +87,23 @@ class StandaloneProcess:
         return int(body.get("taskmanagers", 0)) if status == 200 else 0
 
     def wait_for_task_executors(self, count: int = 1, *, timeout: float) -> None:
-        eventually_blocking(lambda: self.task_executors_registered() >= count,
-                            f"{count} TaskExecutor(s) registered at {self.base_url}", timeout=timeout, interval=0.3,
-                            processes=[self])
+        eventually_blocking(
+            lambda: self.task_executors_registered() >= count,
+            f"{count} TaskExecutor(s) registered at {self.base_url}",
+            timeout=timeout,
+            interval=0.3,
+            processes=[self],
+        )
         self._task_executors.update(self.task_executor_pids())
 
     def exited(self) -> str | None:
         """Why the standalone is gone, with its log's tail; None while it runs."""
         if self.process is None or self.process.poll() is None:
             return None
-        return (f"sparkdispatch standalone at {self.base_url} exited with {self.process.returncode}:\n"
-                f"{file_tail(self.log_dir / 'standalone.log', 40)}")
+        return (
+            f"sparkdispatch standalone at {self.base_url} exited with {self.process.returncode}:\n"
+            f"{file_tail(self.log_dir / 'standalone.log', 40)}"
+        )
 
     def logs(self) -> str:
         return f"logs in {self.log_dir}"
@@ -87,8 +113,7 @@ class StandaloneProcess:
         return child_pids(self.process.pid) if self.process is not None else []
 
     def stop(self) -> None:
-        trees = {pid for te in self._task_executors | set(self.task_executor_pids())
-                 for pid, _ in process_tree(te)}
+        trees = {pid for te in self._task_executors | set(self.task_executor_pids()) for pid, _ in process_tree(te)}
         if self.process is not None:
             stop_process_group(self.process, grace=STOP_GRACE_S)
         for pid in sorted(trees):

@@ -68,18 +68,35 @@ class WatchedProcessExited(RuntimeError, AssertionError):
 
 
 @overload
-async def eventually(predicate: Callable[[], Awaitable[T | None]], what: str, *, timeout: float = DEFAULT_TIMEOUT_S,
-                     interval: float = DEFAULT_INTERVAL_S, processes: Sequence[Watched] = ()) -> T: ...
+async def eventually(
+    predicate: Callable[[], Awaitable[T | None]],
+    what: str,
+    *,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    interval: float = DEFAULT_INTERVAL_S,
+    processes: Sequence[Watched] = (),
+) -> T: ...
 
 
 @overload
-async def eventually(predicate: Callable[[], T | None], what: str, *, timeout: float = DEFAULT_TIMEOUT_S,
-                     interval: float = DEFAULT_INTERVAL_S, processes: Sequence[Watched] = ()) -> T: ...
+async def eventually(
+    predicate: Callable[[], T | None],
+    what: str,
+    *,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    interval: float = DEFAULT_INTERVAL_S,
+    processes: Sequence[Watched] = (),
+) -> T: ...
 
 
-async def eventually(predicate: Callable[[], T | None | Awaitable[T | None]], what: str, *,
-                     timeout: float = DEFAULT_TIMEOUT_S, interval: float = DEFAULT_INTERVAL_S,
-                     processes: Sequence[Watched] = ()) -> T:
+async def eventually(
+    predicate: Callable[[], T | None | Awaitable[T | None]],
+    what: str,
+    *,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    interval: float = DEFAULT_INTERVAL_S,
+    processes: Sequence[Watched] = (),
+) -> T:
     """The first true value of `predicate()` (awaited when it is awaitable), asked every `interval`
     seconds; `WaitTimedOut` after `timeout` seconds, `WatchedProcessExited` if one of `processes` ends."""
     pace = _Pace(what, timeout=timeout, interval=interval, processes=processes)
@@ -92,8 +109,14 @@ async def eventually(predicate: Callable[[], T | None | Awaitable[T | None]], wh
         await asyncio.sleep(pace.next_pause(asked))
 
 
-def eventually_blocking(predicate: Callable[[], T | None], what: str, *, timeout: float = DEFAULT_TIMEOUT_S,
-                        interval: float = DEFAULT_INTERVAL_S, processes: Sequence[Watched] = ()) -> T:
+def eventually_blocking(
+    predicate: Callable[[], T | None],
+    what: str,
+    *,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    interval: float = DEFAULT_INTERVAL_S,
+    processes: Sequence[Watched] = (),
+) -> T:
     """`eventually` for synchronous code: the calling thread sleeps between the questions."""
     pace = _Pace(what, timeout=timeout, interval=interval, processes=processes)
     while True:

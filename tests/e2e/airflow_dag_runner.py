@@ -31,11 +31,16 @@ def main() -> int:
                 # second poke with a TypeError (apache/airflow#58777); a scheduler does not
                 task.mode = "poke"
         run = dag.test(run_conf={"rows": 3000})
-        runs[dag_id] = {"state": str(run.state),
-                        "tasks": {ti.task_id: str(ti.state) for ti in run.get_task_instances()}}
+        runs[dag_id] = {
+            "state": str(run.state),
+            "tasks": {ti.task_id: str(ti.state) for ti in run.get_task_instances()},
+        }
     import_errors = {k: str(v) for k, v in bag.import_errors.items()}
-    print(json.dumps({"airflow": airflow.__version__, "import_errors": import_errors,
-                      "dags": sorted(bag.dags), "runs": runs}))
+    print(
+        json.dumps(
+            {"airflow": airflow.__version__, "import_errors": import_errors, "dags": sorted(bag.dags), "runs": runs}
+        )
+    )
     return 0
 
 

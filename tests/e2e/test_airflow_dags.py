@@ -36,8 +36,16 @@ ROWS = 3000
 CLUSTER_START_TIMEOUT_S = 600  # an upper bound: a loaded machine starts Spark slowly
 OUTPUT = REPO / "tests" / "output"  # screenshots, git-ignored
 CHROMIUM = os.environ.get("SPARKDISPATCH_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--disable-quic"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-quic",
+]
 
 
 @pytest.fixture(scope="module")
@@ -52,15 +60,38 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     log_path = storage / "standalone.log"
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
-            [command, "-D", f"rest.port={port}", "-D", "heartbeat.interval=500ms", "-D", "heartbeat.timeout=5s",
-             "-D", "taskexecutor.connect.start-timeout=5min",
-             "standalone", "--storage", str(storage / "data"), "--taskexecutors", "1", "--slots", "3"],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-            env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
+            [
+                command,
+                "-D",
+                f"rest.port={port}",
+                "-D",
+                "heartbeat.interval=500ms",
+                "-D",
+                "heartbeat.timeout=5s",
+                "-D",
+                "taskexecutor.connect.start-timeout=5min",
+                "standalone",
+                "--storage",
+                str(storage / "data"),
+                "--taskexecutors",
+                "1",
+                "--slots",
+                "3",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"},
+        )
     try:
-        eventually_blocking(lambda: answers(f"{url}/overview", lambda overview: overview.get("slots_total", 0) >= 3),
-                            "the standalone cluster's 3 slots", timeout=CLUSTER_START_TIMEOUT_S, interval=0.5,
-                            processes=[WatchedProcess("sparkdispatch standalone", process, log_path.read_text)])
+        eventually_blocking(
+            lambda: answers(f"{url}/overview", lambda overview: overview.get("slots_total", 0) >= 3),
+            "the standalone cluster's 3 slots",
+            timeout=CLUSTER_START_TIMEOUT_S,
+            interval=0.5,
+            processes=[WatchedProcess("sparkdispatch standalone", process, log_path.read_text)],
+        )
         yield url
     finally:
         if process.poll() is None:
@@ -89,11 +120,18 @@ def airflow(cluster: str, lineage_file: Path) -> Iterator[dict[str, Any]]:
     OpenLineage events written to `lineage_file`."""
     port = cluster.rsplit(":", 1)[1]
     os.environ["AIRFLOW_CONN_SPARKDISPATCH_DEFAULT"] = json.dumps(
-        {"conn_type": "sparkdispatch", "host": "127.0.0.1", "port": int(port)})
+        {"conn_type": "sparkdispatch", "host": "127.0.0.1", "port": int(port)}
+    )
     os.environ["AIRFLOW__OPENLINEAGE__TRANSPORT"] = json.dumps(
-        {"type": "file", "log_file_path": str(lineage_file), "append": True})
-    subprocess.run([str(Path(sys.executable).parent / "airflow"), "db", "migrate"], check=True,
-                   capture_output=True, env=os.environ.copy(), timeout=240)
+        {"type": "file", "log_file_path": str(lineage_file), "append": True}
+    )
+    subprocess.run(
+        [str(Path(sys.executable).parent / "airflow"), "db", "migrate"],
+        check=True,
+        capture_output=True,
+        env=os.environ.copy(),
+        timeout=240,
+    )
     from airflow.dag_processing.dagbag import DagBag
 
     bag = DagBag(dag_folder=str(DAGS))
@@ -176,8 +214,10 @@ def drive(dag: Any, run: Any, session: Any, *, until_deferred: str | None = None
 
     while run.state == DagRunState.RUNNING:
         session.expire_all()
-        if until_deferred and run.get_task_instance(until_deferred, session=session).state == \
-                TaskInstanceState.DEFERRED:
+        if (
+            until_deferred
+            and run.get_task_instance(until_deferred, session=session).state == TaskInstanceState.DEFERRED
+        ):
             return
         schedulable, _ = run.update_state(session=session)
         for ti in schedulable:
@@ -189,8 +229,15 @@ def drive(dag: Any, run: Any, session: Any, *, until_deferred: str | None = None
     assert until_deferred is None, f"the run ended {run.state} before {until_deferred} deferred"
 
 
-@pytest.mark.parametrize("dag_id", ["sparkdispatch_sales_pipeline", "sparkdispatch_sales_pipeline_deferrable",
-                                    "sparkdispatch_submit_then_sense", "sparkdispatch_sales_job_group"])
+@pytest.mark.parametrize(
+    "dag_id",
+    [
+        "sparkdispatch_sales_pipeline",
+        "sparkdispatch_sales_pipeline_deferrable",
+        "sparkdispatch_submit_then_sense",
+        "sparkdispatch_sales_job_group",
+    ],
+)
 def test_an_example_dag_runs_to_one_finished_job(cluster: str, airflow: dict[str, Any], dag_id: str) -> None:
     before = jobs(cluster)
     run = run_dag(airflow[dag_id])
@@ -207,8 +254,13 @@ def test_an_example_dag_runs_to_one_finished_job(cluster: str, airflow: dict[str
 
 
 OLDEST_AIRFLOW = REPO / ".venv-airflow30"  # made by scripts/install.sh
-EXAMPLE_DAGS = ["sparkdispatch_sales_pipeline", "sparkdispatch_sales_pipeline_deferrable",
-                "sparkdispatch_submit_then_sense", "sparkdispatch_sales_job_group", "sparkdispatch_sales_by_size"]
+EXAMPLE_DAGS = [
+    "sparkdispatch_sales_pipeline",
+    "sparkdispatch_sales_pipeline_deferrable",
+    "sparkdispatch_submit_then_sense",
+    "sparkdispatch_sales_job_group",
+    "sparkdispatch_sales_by_size",
+]
 
 
 @pytest.mark.timeout(1200)  # five DAG runs, seven jobs, in a second Airflow that migrates its database first
@@ -221,13 +273,24 @@ def test_the_example_dags_parse_and_run_on_the_oldest_supported_airflow(cluster:
         pytest.fail(f"{OLDEST_AIRFLOW} is missing: run scripts/install.sh")
     port = int(cluster.rsplit(":", 1)[1])
     env = {key: value for key, value in os.environ.items() if not key.startswith("AIRFLOW")}
-    env.update({"AIRFLOW_HOME": str(tmp_path / "airflow-home"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-                "AIRFLOW_CONN_SPARKDISPATCH_DEFAULT": json.dumps(
-                    {"conn_type": "sparkdispatch", "host": "127.0.0.1", "port": port}),
-                "PATH": f"{python.parent}{os.pathsep}{os.environ.get('PATH', '')}"})
+    env.update(
+        {
+            "AIRFLOW_HOME": str(tmp_path / "airflow-home"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW_CONN_SPARKDISPATCH_DEFAULT": json.dumps(
+                {"conn_type": "sparkdispatch", "host": "127.0.0.1", "port": port}
+            ),
+            "PATH": f"{python.parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        }
+    )
     before = jobs(cluster)
-    done = subprocess.run([str(python), str(Path(__file__).with_name("airflow_dag_runner.py")), str(DAGS),
-                           *EXAMPLE_DAGS], env=env, capture_output=True, text=True, timeout=1200)
+    done = subprocess.run(
+        [str(python), str(Path(__file__).with_name("airflow_dag_runner.py")), str(DAGS), *EXAMPLE_DAGS],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     assert summary["airflow"].startswith("3.0."), summary["airflow"]
@@ -277,8 +340,14 @@ def _sales_operator(**kwargs: Any) -> Any:
     finally:
         sys.path.remove(str(DAGS))
     graph = json.loads(json.dumps(example_pipeline.SALES_REPORT).replace("{{ params.rows }}", str(ROWS)))
-    return SparkDispatchSubmitJobOperator(task_id="submit", job_graph=graph, artifacts=[str(DAGS / "pipelines")],
-                                  poll_interval=0.5, deferrable=False, **kwargs)
+    return SparkDispatchSubmitJobOperator(
+        task_id="submit",
+        job_graph=graph,
+        artifacts=[str(DAGS / "pipelines")],
+        poll_interval=0.5,
+        deferrable=False,
+        **kwargs,
+    )
 
 
 def test_a_retried_task_reattaches_to_its_running_job(cluster: str, airflow: dict[str, Any]) -> None:
@@ -304,8 +373,12 @@ def test_killing_a_running_operator_cancels_its_job(cluster: str, airflow: dict[
 
     thread = threading.Thread(target=execute)
     thread.start()
-    eventually_blocking(lambda: op.job_id is not None and jobs(cluster).get(op.job_id) == "RUNNING", "the job to run",
-                        timeout=60, interval=0.2)
+    eventually_blocking(
+        lambda: op.job_id is not None and jobs(cluster).get(op.job_id) == "RUNNING",
+        "the job to run",
+        timeout=60,
+        interval=0.2,
+    )
     op.on_kill()
     thread.join(120)
     assert jobs(cluster)[op.job_id] == "CANCELED"
@@ -330,7 +403,8 @@ def test_an_execution_timeout_cancels_the_running_job(cluster: str, airflow: dic
 
 
 def test_a_deferred_vertex_task_marked_failed_leaves_its_job_running_and_a_run_timeout_cancels_it(
-        cluster: str, airflow: dict[str, Any], tmp_path: Path) -> None:
+    cluster: str, airflow: dict[str, Any], tmp_path: Path
+) -> None:
     """A real `airflow triggerer` runs the triggers of two deferred vertex tasks of one job. Marking one
     failed as the UI does (`set_task_instance_state`) makes the triggerer cancel its trigger "by user
     action" and call its `on_kill`, which asks Airflow why (the task instance is FAILED) and leaves
@@ -351,8 +425,13 @@ def test_a_deferred_vertex_task_marked_failed_leaves_its_job_running_and_a_run_t
     with DAG(f"e2e_triggerer_{time.time_ns()}", schedule=None, start_date=datetime(2026, 1, 1)) as dag:
         with SparkDispatchJobGroup(group_id="slow", artifacts=[str(DAGS / "pipelines")]):
             for name in ("generate", "other"):  # each runs for minutes
-                SparkDispatchVertexOperator(task_id=name, entrypoint="pipelines.sales:generate", deferrable=True,
-                                            vertex_params={"rows": "50000000"}, poll_interval=0.5)
+                SparkDispatchVertexOperator(
+                    task_id=name,
+                    entrypoint="pipelines.sales:generate",
+                    deferrable=True,
+                    vertex_params={"rows": "50000000"},
+                    poll_interval=0.5,
+                )
     serialize(dag)
     before = jobs(cluster)
     assert settings.Session is not None  # set up by Airflow's configuration
@@ -363,27 +442,50 @@ def test_a_deferred_vertex_task_marked_failed_leaves_its_job_running_and_a_run_t
         scheduler_dag = DagSerialization.deserialize_dag(DagSerialization.serialize_dag(dag))
         now = timezone.utcnow()
         run = get_or_create_dagrun(
-            dag=scheduler_dag, run_id=f"kill-{time.time_ns()}", logical_date=None, data_interval=None, run_after=now,
-            conf=None, triggered_by=DagRunTriggeredByType.TEST, triggering_user_name="e2e", start_date=now,
-            session=session)
+            dag=scheduler_dag,
+            run_id=f"kill-{time.time_ns()}",
+            logical_date=None,
+            data_interval=None,
+            run_after=now,
+            conf=None,
+            triggered_by=DagRunTriggeredByType.TEST,
+            triggering_user_name="e2e",
+            start_date=now,
+            session=session,
+        )
         drive(dag, run, session, until_deferred="slow.generate")  # the launch task ran; generate deferred
         drive(dag, run, session, until_deferred="slow.other")
         [job_id] = [job_id for job_id in jobs(cluster) if job_id not in before]
         with open(log_path, "wb") as log:
             triggerer = subprocess.Popen(
                 [str(Path(sys.executable).parent / "airflow"), "triggerer", "--skip-serve-logs"],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                env=os.environ.copy())
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env=os.environ.copy(),
+            )
         watched = WatchedProcess("the triggerer", triggerer, lambda: trigger_logs(log_path))
         started = re.compile(r"trigger \S+/slow\.(generate|other)/\S+ \(ID \d+\) starting")
-        eventually_blocking(lambda: {m[1] for m in started.finditer(trigger_logs(log_path))} == {"generate", "other"},
-                            "the triggerer to start both triggers", timeout=120, interval=0.5, processes=[watched])
+        eventually_blocking(
+            lambda: {m[1] for m in started.finditer(trigger_logs(log_path))} == {"generate", "other"},
+            "the triggerer to start both triggers",
+            timeout=120,
+            interval=0.5,
+            processes=[watched],
+        )
         assert jobs(cluster)[job_id] == "RUNNING"
-        scheduler_dag.set_task_instance_state(task_id="slow.generate", run_id=run.run_id,
-                                              state=TaskInstanceState.FAILED, session=session)  # "Mark as failed"
+        scheduler_dag.set_task_instance_state(
+            task_id="slow.generate", run_id=run.run_id, state=TaskInstanceState.FAILED, session=session
+        )  # "Mark as failed"
         session.commit()
-        eventually_blocking(lambda: "the job runs on" in trigger_logs(log_path), "the marked task's on_kill",
-                            timeout=90, interval=0.5, processes=[watched])
+        eventually_blocking(
+            lambda: "the job runs on" in trigger_logs(log_path),
+            "the marked task's on_kill",
+            timeout=90,
+            interval=0.5,
+            processes=[watched],
+        )
         assert "invoking on_kill" in trigger_logs(log_path)
         assert jobs(cluster)[job_id] == "RUNNING"
         # the DAG run's timeout, as SchedulerJobRunner applies it
@@ -393,8 +495,13 @@ def test_a_deferred_vertex_task_marked_failed_leaves_its_job_running_and_a_run_t
         other.state = TaskInstanceState.SKIPPED
         session.merge(other)
         session.commit()
-        eventually_blocking(lambda: jobs(cluster)[job_id] == "CANCELED", f"job {job_id} to be CANCELED", timeout=90,
-                            interval=0.5, processes=[watched])
+        eventually_blocking(
+            lambda: jobs(cluster)[job_id] == "CANCELED",
+            f"job {job_id} to be CANCELED",
+            timeout=90,
+            interval=0.5,
+            processes=[watched],
+        )
     finally:
         session.close()
         if triggerer is not None:
@@ -410,7 +517,8 @@ def trigger_logs(triggerer_log: Path) -> str:
 
 
 def test_decorated_functions_run_as_vertices_of_a_group_and_as_a_job_of_their_own(
-        cluster: str, airflow: dict[str, Any], capfd: pytest.CaptureFixture[str]) -> None:
+    cluster: str, airflow: dict[str, Any], capfd: pytest.CaptureFixture[str]
+) -> None:
     from datetime import datetime
 
     from airflow.sdk import DAG, task
@@ -418,8 +526,10 @@ def test_decorated_functions_run_as_vertices_of_a_group_and_as_a_job_of_their_ow
     from sparkdispatch.operators import SparkDispatchJobGroup
 
     with DAG(f"e2e_decorated_{time.time_ns()}", schedule=None, start_date=datetime(2026, 1, 1)) as dag:
-        with SparkDispatchJobGroup(group_id="numbers", restart_strategy={"type": "fixed-delay", "attempts": 0,
-                                                                          "delay_s": 0}):
+        with SparkDispatchJobGroup(
+            group_id="numbers", restart_strategy={"type": "fixed-delay", "attempts": 0, "delay_s": 0}
+        ):
+
             @task.sparkdispatch(parallelism=2, vertex_params={"n": "100"}, poll_interval=0.5)
             def numbers(ctx: Any) -> Any:
                 print(f"numbers says hello from subtask {ctx.subtask_index}")
@@ -452,8 +562,12 @@ def test_decorated_functions_run_as_vertices_of_a_group_and_as_a_job_of_their_ow
     assert "success" in str(run.state).lower(), run.state
     new = {job_id: status for job_id, status in jobs(cluster).items() if job_id not in before}
     assert sorted(new.values()) == ["FINISHED"] * 3, new
-    results = {job_id: http_json("GET", f"{cluster}/jobs/{job_id}/execution-result", timeout=10)[1]
-               ["job_execution_result"]["vertices"] for job_id in new}
+    results = {
+        job_id: http_json("GET", f"{cluster}/jobs/{job_id}/execution-result", timeout=10)[1]["job_execution_result"][
+            "vertices"
+        ]
+        for job_id in new
+    }
     rows = {vertex: result["rows"] for vertices in results.values() for vertex, result in vertices.items()}
     assert rows == {"numbers": 100, "total": 1, "alone": 7, "alone_deferred": 5}
     # what the function printed: in the vertex task's Airflow log, and served by the master
@@ -470,13 +584,15 @@ def test_decorated_functions_run_as_vertices_of_a_group_and_as_a_job_of_their_ow
     assert status == 200 and printed == ["numbers says hello from subtask 1"], piece
 
 
-def test_a_decorated_task_mapped_outside_a_group_runs_one_job_per_map_index(cluster: str,
-                                                                           airflow: dict[str, Any]) -> None:
+def test_a_decorated_task_mapped_outside_a_group_runs_one_job_per_map_index(
+    cluster: str, airflow: dict[str, Any]
+) -> None:
     from datetime import datetime
 
     from airflow.sdk import DAG, task
 
     with DAG(f"e2e_mapped_{time.time_ns()}", schedule=None, start_date=datetime(2026, 1, 1)) as dag:
+
         @task.sparkdispatch(poll_interval=0.5)
         def sized(ctx: Any, rows: int) -> Any:
             return ctx.spark.range(rows)
@@ -488,13 +604,18 @@ def test_a_decorated_task_mapped_outside_a_group_runs_one_job_per_map_index(clus
     assert "success" in str(run.state).lower(), run.state
     new = {job_id: status for job_id, status in jobs(cluster).items() if job_id not in before}
     assert sorted(new.values()) == ["FINISHED"] * 2, new
-    rows = sorted(http_json("GET", f"{cluster}/jobs/{job_id}/execution-result", timeout=10)[1]
-                  ["job_execution_result"]["vertices"]["sized"]["rows"] for job_id in new)
+    rows = sorted(
+        http_json("GET", f"{cluster}/jobs/{job_id}/execution-result", timeout=10)[1]["job_execution_result"][
+            "vertices"
+        ]["sized"]["rows"]
+        for job_id in new
+    )
     assert rows == [2, 3]
 
 
 def test_a_failed_vertex_cleared_in_airflow_is_repaired_without_running_its_upstream_again(
-        cluster: str, airflow: dict[str, Any], tmp_path: Path, lineage_file: Path) -> None:
+    cluster: str, airflow: dict[str, Any], tmp_path: Path, lineage_file: Path
+) -> None:
     from datetime import datetime
 
     from airflow.sdk import DAG, task
@@ -505,6 +626,7 @@ def test_a_failed_vertex_cleared_in_airflow_is_repaired_without_running_its_upst
     markers.mkdir()
     with DAG(f"e2e_repair_{time.time_ns()}", schedule=None, start_date=datetime(2026, 1, 1)) as dag:
         with SparkDispatchJobGroup(group_id="fix", restart_strategy={"type": "none"}):
+
             @task.sparkdispatch(vertex_params={"markers": str(markers)}, poll_interval=0.5, deferrable=False)
             def gen(ctx: Any) -> Any:
                 with open(f"{ctx.params['markers']}/gen", "a") as marker:
@@ -543,18 +665,21 @@ def test_a_failed_vertex_cleared_in_airflow_is_repaired_without_running_its_upst
     details = http_json("GET", f"{cluster}/jobs/{job_id}", timeout=10)[1]
     assert details["status"] == "FINISHED"
     assert [(r["number"], r["requested"], r["vertices"], r["status"]) for r in details["repairs"]] == [
-        (1, ["flaky"], ["flaky", "after"], "FINISHED")]
+        (1, ["flaky"], ["flaky", "after"], "FINISHED")
+    ]
     runs = {name: (markers / name).read_text().split() for name in ("gen", "flaky", "after")}
     assert runs == {"gen": ["0"], "flaky": ["0", "0"], "after": ["0"]}, runs  # gen ran once
-    vertices = http_json("GET", f"{cluster}/jobs/{job_id}/execution-result", timeout=10)[1][
-        "job_execution_result"]["vertices"]
+    vertices = http_json("GET", f"{cluster}/jobs/{job_id}/execution-result", timeout=10)[1]["job_execution_result"][
+        "vertices"
+    ]
     assert {v: vertices[v]["rows"] for v in ("gen", "flaky", "after")} == {"gen": 10, "flaky": 4, "after": 4}
     # OpenLineage (the provider is installed): each vertex task's COMPLETE event names the job and
     # the vertex's result directory as its output; the provider adds the parent run (the DAG run)
     events = lineage_events(lineage_file, dag.dag_id)
     for vertex in ("gen", "flaky", "after"):
-        [complete] = [e for e in events if e["job"]["name"] == f"{dag.dag_id}.fix.{vertex}"
-                      and e["eventType"] == "COMPLETE"]
+        [complete] = [
+            e for e in events if e["job"]["name"] == f"{dag.dag_id}.fix.{vertex}" and e["eventType"] == "COMPLETE"
+        ]
         assert [(o["namespace"], o["name"]) for o in complete["outputs"]] == [("file", vertices[vertex]["result_path"])]
         assert complete["run"]["facets"]["externalQuery"]["externalQueryId"] == job_id
         assert complete["run"]["facets"]["parent"]["job"]["name"] == dag.dag_id
@@ -563,6 +688,7 @@ def test_a_failed_vertex_cleared_in_airflow_is_repaired_without_running_its_upst
 def lineage_events(path: Path, dag_id: str, timeout: float = 30.0) -> list[dict[str, Any]]:
     """The OpenLineage events of `dag_id`'s tasks in `path` (written from forked processes: waited for until
     three tasks completed, or `timeout`: the test says what is missing)."""
+
     def events() -> list[dict[str, Any]]:
         lines = path.read_text().splitlines() if path.exists() else []
         return [json.loads(line) for line in lines if dag_id in line]
@@ -583,13 +709,18 @@ def test_the_mapped_example_runs_a_job_per_input(cluster: str, airflow: dict[str
     assert "success" in str(run.state).lower(), run.state
     new = [job_id for job_id in jobs(cluster) if job_id not in before]
     assert len(new) == 3
-    generated = sorted(http_json("GET", f"{cluster}/jobs/{job_id}/execution-result", timeout=10)[1]
-                       ["job_execution_result"]["vertices"]["generate"]["rows"] for job_id in new)
+    generated = sorted(
+        http_json("GET", f"{cluster}/jobs/{job_id}/execution-result", timeout=10)[1]["job_execution_result"][
+            "vertices"
+        ]["generate"]["rows"]
+        for job_id in new
+    )
     assert generated == [1000, 2000, 3000]
 
 
-def test_the_sensor_fails_with_the_remote_traceback(cluster: str, airflow: dict[str, Any], tmp_path: Path,
-                                                    capfd: pytest.CaptureFixture[str]) -> None:
+def test_the_sensor_fails_with_the_remote_traceback(
+    cluster: str, airflow: dict[str, Any], tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
     from airflow.sdk.exceptions import AirflowFailException
 
     from sparkdispatch.client import SparkDispatchClient, SyncSparkDispatchClient
@@ -601,8 +732,14 @@ def test_the_sensor_fails_with_the_remote_traceback(cluster: str, airflow: dict[
     (package / "tasks.py").write_text("def explode(ctx):\n    raise ValueError('order 42 has no price')\n")
     with SyncSparkDispatchClient(SparkDispatchClient(addresses=[cluster])) as client:
         key = client.upload_artifact(package)
-        job_id = client.submit({"name": "broken", "artifacts": [key], "restart_strategy": {"type": "none"},
-                                "vertices": [{"id": "explode", "entrypoint": "broken_tasks.tasks:explode"}]}).job_id
+        job_id = client.submit(
+            {
+                "name": "broken",
+                "artifacts": [key],
+                "restart_strategy": {"type": "none"},
+                "vertices": [{"id": "explode", "entrypoint": "broken_tasks.tasks:explode"}],
+            }
+        ).job_id
     sensor = SparkDispatchJobSensor(task_id="wait", job_id=job_id, poke_interval=0.5, timeout=120, deferrable=False)
     with pytest.raises(AirflowFailException, match="ValueError: order 42 has no price"):
         sensor.execute(cast("Context", {"ti": _TI("sensor")}))
@@ -617,8 +754,9 @@ def test_test_connection_reports_the_live_cluster(cluster: str, airflow: dict[st
     assert message.startswith(f"leader {cluster}, 1 TaskExecutors, 3 slots")
 
 
-def test_airflows_grid_shows_one_task_per_vertex_of_the_group(cluster: str, airflow: dict[str, Any],
-                                                               tmp_path: Path) -> None:
+def test_airflows_grid_shows_one_task_per_vertex_of_the_group(
+    cluster: str, airflow: dict[str, Any], tmp_path: Path
+) -> None:
     """Airflow's own web server (`airflow api-server`) and UI in headless Chromium: with its groups
     expanded, the example group's run has a grid row per vertex task (and the launch task), each
     green. Screenshot: tests/output/airflow-grid.png."""
@@ -632,12 +770,20 @@ def test_airflows_grid_shows_one_task_per_vertex_of_the_group(cluster: str, airf
     with open(log_path, "wb") as log:
         server = subprocess.Popen(
             [str(Path(sys.executable).parent / "airflow"), "api-server", "--host", "127.0.0.1", "--port", str(port)],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-            env={**os.environ, "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True"})
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env={**os.environ, "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True"},
+        )
     try:
-        eventually_blocking(lambda: answers(f"http://127.0.0.1:{port}/api/v2/monitor/health"),
-                            "Airflow's api-server to answer", timeout=120, interval=0.5,
-                            processes=[WatchedProcess("Airflow's api-server", server, log_path.read_text)])
+        eventually_blocking(
+            lambda: answers(f"http://127.0.0.1:{port}/api/v2/monitor/health"),
+            "Airflow's api-server to answer",
+            timeout=120,
+            interval=0.5,
+            processes=[WatchedProcess("Airflow's api-server", server, log_path.read_text)],
+        )
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
             try:

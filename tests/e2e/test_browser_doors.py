@@ -33,9 +33,17 @@ pytestmark = pytest.mark.slow
 UNDER_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 CHROMIUM = os.environ.get("SPARKDISPATCH_CHROMIUM", "/usr/bin/chromium")
 EVIL = "evil.example"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--disable-quic",
-                 f"--host-resolver-rules=MAP {EVIL} 127.0.0.1"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-quic",
+    f"--host-resolver-rules=MAP {EVIL} 127.0.0.1",
+]
 WAIT_MS = 20_000
 EVIL_CODE = b"import os\nos.system('touch /tmp/owned')\n"
 GRAPH = {"name": "owned", "vertices": [{"id": "a", "entrypoint": "evil:run"}]}
@@ -142,20 +150,30 @@ class StatusesSeen:
 
     async def watch(self, page: Any) -> None:
         devtools = await page.context.new_cdp_session(page)
-        devtools.on("Network.requestWillBeSent",
-                    lambda event: self.sent.__setitem__(event["requestId"],
-                                                        (event["request"]["method"], event["request"]["url"])))
-        devtools.on("Network.responseReceivedExtraInfo",
-                    lambda event: self.statuses.setdefault(event["requestId"], []).append(event["statusCode"]))
+        devtools.on(
+            "Network.requestWillBeSent",
+            lambda event: self.sent.__setitem__(
+                event["requestId"], (event["request"]["method"], event["request"]["url"])
+            ),
+        )
+        devtools.on(
+            "Network.responseReceivedExtraInfo",
+            lambda event: self.statuses.setdefault(event["requestId"], []).append(event["statusCode"]),
+        )
         await devtools.send("Network.enable")
 
     def __getitem__(self, request: tuple[str, str]) -> list[int]:
-        return [status for request_id, statuses in self.statuses.items() if self.sent.get(request_id) == request
-                for status in statuses]
+        return [
+            status
+            for request_id, statuses in self.statuses.items()
+            if self.sent.get(request_id) == request
+            for status in statuses
+        ]
 
 
 async def test_a_page_of_another_site_cannot_submit_a_job_or_upload_code(
-        master: InProcessMaster, control: InProcessMaster, evil_site: str, browser_page: Any) -> None:
+    master: InProcessMaster, control: InProcessMaster, evil_site: str, browser_page: Any
+) -> None:
     page = browser_page
     statuses = StatusesSeen()
     await statuses.watch(page)
@@ -163,8 +181,9 @@ async def test_a_page_of_another_site_cannot_submit_a_job_or_upload_code(
     for target in (master, control):
         await page.goto(evil_site)
         await page.evaluate("master => submitJob(master)", target.url)  # settles once the master answered
-        await page.set_input_files("#file", files=[{"name": "evil.py", "mimeType": "text/x-python",
-                                                    "buffer": EVIL_CODE}])
+        await page.set_input_files(
+            "#file", files=[{"name": "evil.py", "mimeType": "text/x-python", "buffer": EVIL_CODE}]
+        )
         async with page.expect_navigation(timeout=WAIT_MS) as navigated:
             await page.evaluate("master => upload(master)", target.url)
         answer = await navigated.value
@@ -188,9 +207,11 @@ async def test_a_page_of_another_site_cannot_submit_a_job_or_upload_code(
 
 
 async def test_dns_rebinding_does_not_let_a_page_read_the_masters_answers(
-        master: InProcessMaster, browser_page: Any) -> None:
-    status, submitted = await request_json("POST", f"{master.url}/jobs",
-                                           {"name": "secret-pipeline", "vertices": [{"id": "a", "entrypoint": "m:f"}]})
+    master: InProcessMaster, browser_page: Any
+) -> None:
+    status, submitted = await request_json(
+        "POST", f"{master.url}/jobs", {"name": "secret-pipeline", "vertices": [{"id": "a", "entrypoint": "m:f"}]}
+    )
     assert status == 202, submitted
     status, listed = await request_json("GET", f"{master.url}/jobs")
     assert status == 200 and submitted["job_id"] in json.dumps(listed)  # what a rebinding page would be after
@@ -203,7 +224,8 @@ async def test_dns_rebinding_does_not_let_a_page_read_the_masters_answers(
     assert answer.status == 403 and "HostRefused" in await page.content()
     for path in ("/jobs", "/v1/jobs/overview", f"/jobs/{submitted['job_id']}", "/overview"):
         status, text = await page.evaluate(
-            "async path => { const r = await fetch(path); return [r.status, await r.text()]; }", path)
+            "async path => { const r = await fetch(path); return [r.status, await r.text()]; }", path
+        )
         assert status == 403 and "is none of this master's names" in text, (path, status, text)
         answered = text.replace(path, "")  # the refusal names the path it refused
         assert submitted["job_id"] not in answered and "secret-pipeline" not in answered

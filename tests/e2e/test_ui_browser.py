@@ -41,8 +41,14 @@ UNDER_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 CHROMIUM = os.environ.get("SPARKDISPATCH_CHROMIUM", "/usr/bin/chromium")
 OUTPUT = Path(__file__).resolve().parents[1] / "output"
 CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--disable-quic",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-quic",
 ]
 TERMINAL = {"FINISHED", "FAILED", "CANCELED"}
 POLL_WAIT_MS = 15_000  # generous: the page polls every second; this only bounds a hang
@@ -61,14 +67,26 @@ def subtasks(state: str, parallelism: int, te: str | None, attempt: int = 0) -> 
 
 def sales_job(*, status: str, states: dict[str, str]) -> dict[str, Any]:
     """A four-vertex diamond: extract -> (clean, enrich) -> report."""
-    shape = [("extract", 1, []), ("clean", 2, ["extract"]), ("enrich", 2, ["extract"]),
-             ("report", 1, ["clean", "enrich"])]
+    shape = [
+        ("extract", 1, []),
+        ("clean", 2, ["extract"]),
+        ("enrich", 2, ["extract"]),
+        ("report", 1, ["clean", "enrich"]),
+    ]
     return {
-        "id": JOB_ID, "name": "nightly-sales", "status": status,
-        "start_time": 1_763_800_000_000, "end_time": 1_763_800_004_200 if status in TERMINAL else None,
+        "id": JOB_ID,
+        "name": "nightly-sales",
+        "status": status,
+        "start_time": 1_763_800_000_000,
+        "end_time": 1_763_800_004_200 if status in TERMINAL else None,
         "vertices": [
-            {"id": vid, "state": states[vid], "parallelism": p, "inputs": inputs,
-             "subtasks": subtasks(states[vid], p, TE_IDS[0] if states[vid] != "CREATED" else None)}
+            {
+                "id": vid,
+                "state": states[vid],
+                "parallelism": p,
+                "inputs": inputs,
+                "subtasks": subtasks(states[vid], p, TE_IDS[0] if states[vid] != "CREATED" else None),
+            }
             for vid, p, inputs in shape
         ],
     }
@@ -76,11 +94,14 @@ def sales_job(*, status: str, states: dict[str, str]) -> dict[str, Any]:
 
 def sales_result() -> dict[str, Any]:
     return {
-        "job_id": JOB_ID, "name": "nightly-sales", "status": "FINISHED",
-        "start_time": 1_763_800_000_000, "end_time": 1_763_800_004_200, "duration_ms": 4200,
+        "job_id": JOB_ID,
+        "name": "nightly-sales",
+        "status": "FINISHED",
+        "start_time": 1_763_800_000_000,
+        "end_time": 1_763_800_004_200,
+        "duration_ms": 4200,
         "vertices": {
-            vid: {"state": "FINISHED", "attempts": 1, "rows": rows,
-                  "result_path": f"/data/results/{JOB_ID}/{vid}"}
+            vid: {"state": "FINISHED", "attempts": 1, "rows": rows, "result_path": f"/data/results/{JOB_ID}/{vid}"}
             for vid, rows in [("extract", 1000), ("clean", 990), ("enrich", 1000), ("report", 12)]
         },
     }
@@ -100,18 +121,29 @@ class ScriptedView:
     async def overview(self) -> Overview:
         statuses = [job["status"] for job in self.jobs_by_id.values()]
         return Overview(
-            is_leader=self.is_leader, leader=self.leader, taskmanagers=len(self.tms),
+            is_leader=self.is_leader,
+            leader=self.leader,
+            taskmanagers=len(self.tms),
             slots_total=sum(tm["slots_total"] for tm in self.tms),
             slots_available=sum(tm["slots_free"] for tm in self.tms),
             jobs_running=sum(s not in TERMINAL for s in statuses),
-            jobs_finished=statuses.count("FINISHED"), jobs_failed=statuses.count("FAILED"),
+            jobs_finished=statuses.count("FINISHED"),
+            jobs_failed=statuses.count("FAILED"),
             jobs_cancelled=statuses.count("CANCELED"),
         )
 
     async def jobs(self) -> list[JobSummary]:
         return [
-            JobSummary.from_dict({"id": job["id"], "name": job["name"], "status": job["status"],
-                                  "start_time": job["start_time"], "end_time": job["end_time"], "duration_ms": None})
+            JobSummary.from_dict(
+                {
+                    "id": job["id"],
+                    "name": job["name"],
+                    "status": job["status"],
+                    "start_time": job["start_time"],
+                    "end_time": job["end_time"],
+                    "duration_ms": None,
+                }
+            )
             for job in self.jobs_by_id.values()
         ]
 
@@ -119,8 +151,10 @@ class ScriptedView:
         if job_id not in self.jobs_by_id:
             raise UnknownJob(job_id)
         result = self.results.get(job_id)
-        return JobPage(JobDetails.from_dict({"repairs": [], **self.jobs_by_id[job_id]}),
-                       None if result is None else JobResult.from_dict(result))
+        return JobPage(
+            JobDetails.from_dict({"repairs": [], **self.jobs_by_id[job_id]}),
+            None if result is None else JobResult.from_dict(result),
+        )
 
     async def taskmanagers(self) -> list[TaskManager]:
         return [TaskManager.from_dict(tm) for tm in self.tms]
@@ -130,12 +164,24 @@ class ScriptedView:
 
 
 def taskmanager(te_id: str, *, busy_with: str | None) -> dict[str, Any]:
-    slots = [{"index": 0, "allocation_id": "alloc-1" if busy_with else None, "job_id": busy_with},
-             {"index": 1, "allocation_id": None, "job_id": None}]
-    return {"id": te_id, "hostname": f"{te_id}.local", "queue": f"sparkdispatch.te.{te_id}", "spark_master": "local[2]",
-            "registered_at": 1_763_799_000_000, "slots_total": 2, "slots_free": 1 if busy_with else 2,
-            "slots": slots, "idle_since": None, "idle": False, "last_heartbeat": 1_763_800_003_000,
-            "executions": []}
+    slots = [
+        {"index": 0, "allocation_id": "alloc-1" if busy_with else None, "job_id": busy_with},
+        {"index": 1, "allocation_id": None, "job_id": None},
+    ]
+    return {
+        "id": te_id,
+        "hostname": f"{te_id}.local",
+        "queue": f"sparkdispatch.te.{te_id}",
+        "spark_master": "local[2]",
+        "registered_at": 1_763_799_000_000,
+        "slots_total": 2,
+        "slots_free": 1 if busy_with else 2,
+        "slots": slots,
+        "idle_since": None,
+        "idle": False,
+        "last_heartbeat": 1_763_800_003_000,
+        "executions": [],
+    }
 
 
 def add_rest_routes(app: web.Application, view: ScriptedView) -> None:
@@ -213,14 +259,18 @@ async def chromium_page(profile: Path) -> AsyncIterator[Any]:
     errors: list[str] = []
     async with async_playwright() as playwright:
         context = await playwright.chromium.launch_persistent_context(
-            str(profile), executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS,
+            str(profile),
+            executable_path=CHROMIUM,
+            headless=True,
+            args=CHROMIUM_ARGS,
             viewport={"width": 1280, "height": 900},
         )
         try:
             browser_page = context.pages[0] if context.pages else await context.new_page()
             browser_page.on("pageerror", lambda exc: errors.append(f"page error: {exc}"))
-            browser_page.on("console", lambda msg: errors.append(f"console {msg.type}: {msg.text}")
-                            if msg.type == "error" else None)
+            browser_page.on(
+                "console", lambda msg: errors.append(f"console {msg.type}: {msg.text}") if msg.type == "error" else None
+            )
             yield browser_page
         finally:
             await context.close()
@@ -273,29 +323,41 @@ async def test_finished_job_page_shows_id_every_vertex_and_state(ui_server: str,
         box = page.locator(f'#job-graph g.vertex[data-vertex="{vertex_id}"] rect')
         # FINISHED is drawn green (Flink's colour), whatever the exact shade.
         fill = await box.evaluate("rect => getComputedStyle(rect).fill")
-        red, green, blue = (int(c) for c in fill[fill.index("(") + 1:-1].split(","))
+        red, green, blue = (int(c) for c in fill[fill.index("(") + 1 : -1].split(","))
         assert green > red and green > blue, fill
     assert f"/data/results/{JOB_ID}/report" in await page.inner_text("#vertices-body")
     await screenshot(page, "job-finished.png")
 
 
 async def test_running_job_page_updates_without_reload(ui_server: str, view: ScriptedView, page: Any) -> None:
-    view.jobs_by_id[JOB_ID] = sales_job(status="RUNNING", states={
-        "extract": "FINISHED", "clean": "RUNNING", "enrich": "DEPLOYING", "report": "CREATED"})
+    view.jobs_by_id[JOB_ID] = sales_job(
+        status="RUNNING", states={"extract": "FINISHED", "clean": "RUNNING", "enrich": "DEPLOYING", "report": "CREATED"}
+    )
     await page.goto(f"{ui_server}/ui/jobs/{JOB_ID}")
     assert (await vertex_states(page))["clean"] == "RUNNING"
     await page.evaluate("window.__loadedOnce = 'same document'")
     await screenshot(page, "job-running.png")
 
-    view.jobs_by_id[JOB_ID] = sales_job(status="FAILED", states={
-        "extract": "FINISHED", "clean": "FAILED", "enrich": "CANCELED", "report": "CANCELED"})
+    view.jobs_by_id[JOB_ID] = sales_job(
+        status="FAILED", states={"extract": "FINISHED", "clean": "FAILED", "enrich": "CANCELED", "report": "CANCELED"}
+    )
     view.results[JOB_ID] = {
-        **sales_result(), "status": "FAILED",
-        "vertices": {"extract": {"state": "FINISHED", "attempts": 1, "rows": 1000, "result_path": "/r/extract"},
-                     "clean": {"state": "FAILED", "attempts": 3, "failure": {
-                         "class": "ValueError", "message": "negative amount <-5>",
-                         "traceback": 'Traceback (most recent call last):\n  File "sales.py", line 9\nValueError'}},
-                     "enrich": {"state": "CANCELED", "attempts": 1}, "report": {"state": "CANCELED", "attempts": 1}},
+        **sales_result(),
+        "status": "FAILED",
+        "vertices": {
+            "extract": {"state": "FINISHED", "attempts": 1, "rows": 1000, "result_path": "/r/extract"},
+            "clean": {
+                "state": "FAILED",
+                "attempts": 3,
+                "failure": {
+                    "class": "ValueError",
+                    "message": "negative amount <-5>",
+                    "traceback": 'Traceback (most recent call last):\n  File "sales.py", line 9\nValueError',
+                },
+            },
+            "enrich": {"state": "CANCELED", "attempts": 1},
+            "report": {"state": "CANCELED", "attempts": 1},
+        },
         "failure": {"class": "ValueError", "message": "negative amount <-5>", "traceback": "Traceback ..."},
     }
 
@@ -303,8 +365,12 @@ async def test_running_job_page_updates_without_reload(ui_server: str, view: Scr
 
     assert await page.evaluate("window.__loadedOnce") == "same document"  # no reload happened
     assert await page.text_content("#job-status") == "FAILED"
-    assert await vertex_states(page) == {"extract": "FINISHED", "clean": "FAILED", "enrich": "CANCELED",
-                                         "report": "CANCELED"}
+    assert await vertex_states(page) == {
+        "extract": "FINISHED",
+        "clean": "FAILED",
+        "enrich": "CANCELED",
+        "report": "CANCELED",
+    }
     assert await page.get_attribute('#job-graph g.vertex[data-vertex="clean"]', "class") == "vertex state-FAILED"
     assert "negative amount <-5>" in await page.inner_text("#job-failures")
     assert 'File "sales.py", line 9' in await page.inner_text("#job-failures")
@@ -318,8 +384,9 @@ async def test_running_job_page_updates_without_reload(ui_server: str, view: Scr
 
 
 async def test_overview_lists_the_job_and_the_taskexecutors(ui_server: str, view: ScriptedView, page: Any) -> None:
-    view.jobs_by_id[JOB_ID] = sales_job(status="RUNNING", states=dict.fromkeys(
-        ["extract", "clean", "enrich", "report"], "RUNNING"))
+    view.jobs_by_id[JOB_ID] = sales_job(
+        status="RUNNING", states=dict.fromkeys(["extract", "clean", "enrich", "report"], "RUNNING")
+    )
     await page.goto(f"{ui_server}/ui/")
 
     assert JOB_ID in await page.inner_text("#jobs-body")
@@ -330,9 +397,13 @@ async def test_overview_lists_the_job_and_the_taskexecutors(ui_server: str, view
 
     # A job submitted later appears without a reload.
     later = "0123456789abcdef0123456789abcdef"
-    view.jobs_by_id[later] = {**sales_job(status="FINISHED", states=dict.fromkeys(
-        ["extract", "clean", "enrich", "report"], "FINISHED")), "id": later, "name": "later-job",
-        "start_time": 1_763_800_100_000, "end_time": 1_763_800_165_000}
+    view.jobs_by_id[later] = {
+        **sales_job(status="FINISHED", states=dict.fromkeys(["extract", "clean", "enrich", "report"], "FINISHED")),
+        "id": later,
+        "name": "later-job",
+        "start_time": 1_763_800_100_000,
+        "end_time": 1_763_800_165_000,
+    }
     await page.wait_for_selector(f'#jobs-body tr[data-job-id="{later}"]', timeout=POLL_WAIT_MS)
     assert await page.text_content("#ov-jobs-finished") == "1"
     await screenshot(page, "overview.png")
@@ -343,8 +414,9 @@ async def test_overview_lists_the_job_and_the_taskexecutors(ui_server: str, view
 
 
 async def test_taskmanagers_page_shows_slots_and_their_jobs(ui_server: str, view: ScriptedView, page: Any) -> None:
-    view.jobs_by_id[JOB_ID] = sales_job(status="RUNNING", states=dict.fromkeys(
-        ["extract", "clean", "enrich", "report"], "RUNNING"))
+    view.jobs_by_id[JOB_ID] = sales_job(
+        status="RUNNING", states=dict.fromkeys(["extract", "clean", "enrich", "report"], "RUNNING")
+    )
     await page.goto(f"{ui_server}/ui/taskmanagers")
     busy = page.locator(f'section[data-tm-id="{TE_IDS[0]}"] .slot.busy')
     assert await busy.count() == 1
@@ -356,7 +428,8 @@ async def test_taskmanagers_page_shows_slots_and_their_jobs(ui_server: str, view
     view.tms[0] = taskmanager(TE_IDS[0], busy_with=None)
     await page.wait_for_function(
         f"document.querySelectorAll('section[data-tm-id=\"{TE_IDS[0]}\"] .slot.free').length === 2",
-        timeout=POLL_WAIT_MS)
+        timeout=POLL_WAIT_MS,
+    )
 
 
 async def test_standby_pages_name_the_leader(ui_server: str, view: ScriptedView, page: Any) -> None:
@@ -380,10 +453,16 @@ TASKS = Path(__file__).resolve().parents[1] / "integration" / "job_tasks.py"
 
 @pytest.fixture(scope="module")
 def live_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    config = Configuration.from_mapping({
-        "storage.dir": str(tmp_path_factory.mktemp("ui-live")), "broker.url": "filesystem://",
-        "taskexecutor.slots": 2, "heartbeat.interval": "500ms", "spark.ui.enabled": "false",
-        "spark.sql.shuffle.partitions": "2"})
+    config = Configuration.from_mapping(
+        {
+            "storage.dir": str(tmp_path_factory.mktemp("ui-live")),
+            "broker.url": "filesystem://",
+            "taskexecutor.slots": 2,
+            "heartbeat.interval": "500ms",
+            "spark.ui.enabled": "false",
+            "spark.sql.shuffle.partitions": "2",
+        }
+    )
     cluster = LocalCluster(config, masters=1, taskexecutors=1)
     cluster.start()
     try:
@@ -394,21 +473,30 @@ def live_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClus
 
 async def test_a_real_job_page_follows_the_job_to_its_end(live_cluster: LocalCluster, tmp_path: Path) -> None:
     key = live_cluster.upload_artifact(TASKS)
-    job_id = live_cluster.submit({"name": "live-ui", "artifacts": [key], "vertices": [
-        {"id": "numbers", "entrypoint": "job_tasks:numbers", "parallelism": 2, "params": {"rows": 40}},
-        {"id": "slow", "entrypoint": "job_tasks:sleepy", "inputs": ["numbers"], "params": {"seconds": 4}},
-        {"id": "report", "entrypoint": "job_tasks:sleepy", "inputs": ["slow"], "params": {"seconds": 0}},
-    ]})
+    job_id = live_cluster.submit(
+        {
+            "name": "live-ui",
+            "artifacts": [key],
+            "vertices": [
+                {"id": "numbers", "entrypoint": "job_tasks:numbers", "parallelism": 2, "params": {"rows": 40}},
+                {"id": "slow", "entrypoint": "job_tasks:sleepy", "inputs": ["numbers"], "params": {"seconds": 4}},
+                {"id": "report", "entrypoint": "job_tasks:sleepy", "inputs": ["slow"], "params": {"seconds": 0}},
+            ],
+        }
+    )
     base = live_cluster.leader_url()
     async with chromium_page(tmp_path / "profile") as browser_page:
         await browser_page.goto(f"{base}/ui/jobs/{job_id}")
         assert await browser_page.text_content("#job-id") == job_id
         await browser_page.wait_for_function(
             "() => document.querySelector('#job-graph g.vertex[data-vertex=\"slow\"] .v-state')"
-            ".textContent === 'RUNNING'", timeout=120_000)
+            ".textContent === 'RUNNING'",
+            timeout=120_000,
+        )
         await screenshot(browser_page, "live-job-running.png")
         await browser_page.wait_for_function(
-            "() => document.querySelector('#job-status').textContent === 'FINISHED'", timeout=120_000)
+            "() => document.querySelector('#job-status').textContent === 'FINISHED'", timeout=120_000
+        )
         assert await vertex_states(browser_page) == dict.fromkeys(["numbers", "slow", "report"], "FINISHED")
         assert await browser_page.locator("#job-graph path.edge").count() == 2
         await screenshot(browser_page, "live-job-finished.png")

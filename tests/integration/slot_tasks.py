@@ -29,8 +29,15 @@ def _wait_for(path: Path, timeout_s: float = 60.0) -> None:
 
 def context(ctx: Any) -> Any:
     """One row: what `ctx` holds, and which process ran the task."""
-    seen = {"params": dict(ctx.params), "subtask_index": ctx.subtask_index, "parallelism": ctx.parallelism,
-            "job_id": ctx.job_id, "vertex_id": ctx.vertex_id, "attempt": ctx.attempt, "inputs": sorted(ctx.inputs)}
+    seen = {
+        "params": dict(ctx.params),
+        "subtask_index": ctx.subtask_index,
+        "parallelism": ctx.parallelism,
+        "job_id": ctx.job_id,
+        "vertex_id": ctx.vertex_id,
+        "attempt": ctx.attempt,
+        "inputs": sorted(ctx.inputs),
+    }
     return ctx.spark.createDataFrame([(json.dumps(seen, sort_keys=True), os.getpid())], "ctx string, pid long")
 
 
@@ -83,9 +90,17 @@ def session_facts(ctx: Any) -> Any:
     views = ",".join(sorted(t.name for t in ctx.spark.catalog.listTables() if t.isTemporary))
     active = SparkSession.getActiveSession()
     return ctx.spark.createDataFrame(
-        [(ctx.spark.session_id, ctx.spark.conf.get("spark.sql.shuffle.partitions"), views,
-          getattr(active, "session_id", None) == ctx.spark.session_id, os.getpid())],
-        "session_id string, partitions string, views string, active boolean, pid long")
+        [
+            (
+                ctx.spark.session_id,
+                ctx.spark.conf.get("spark.sql.shuffle.partitions"),
+                views,
+                getattr(active, "session_id", None) == ctx.spark.session_id,
+                os.getpid(),
+            )
+        ],
+        "session_id string, partitions string, views string, active boolean, pid long",
+    )
 
 
 def versions(ctx: Any) -> Any:
@@ -104,11 +119,11 @@ def versions(ctx: Any) -> Any:
         return str(importlib.import_module(module_name).VERSION)
 
     on_executors = ctx.spark.range(1).select(F.udf(on_workers, StringType())("id")).collect()[0][0]
-    partitions = (ctx.spark.range(200).repartition("id").select(F.spark_partition_id().alias("p"))
-                  .distinct().count())
+    partitions = ctx.spark.range(200).repartition("id").select(F.spark_partition_id().alias("p")).distinct().count()
     return ctx.spark.createDataFrame(
         [(str(here), on_executors, ctx.spark.conf.get("spark.sql.shuffle.partitions"), partitions, os.getpid())],
-        "here string, on_executors string, conf string, partitions long, pid long")
+        "here string, on_executors string, conf string, partitions long, pid long",
+    )
 
 
 def swallow_cancellation(ctx: Any) -> None:

@@ -39,12 +39,23 @@ def master() -> Iterator[InProcessMaster]:
 
 
 def test_the_master_keeps_every_promise_of_its_openapi_document(master: InProcessMaster, tmp_path: Path) -> None:
-    argv = [str(SCHEMATHESIS), "run", f"{master.url}/openapi.json", "--checks", "all",
-            "--exclude-checks", "positive_data_acceptance", "--max-examples", str(MAX_EXAMPLES),
-            # one worker: with two, Hypothesis describing filter lambdas in both threads at once
-            # trips CPython 3.11.7's "AST constructor recursion depth mismatch" (a tool error)
-            "--workers", "1",
-            "--header", f"{SESSION_HEADER}: {master.session_id}"]
+    argv = [
+        str(SCHEMATHESIS),
+        "run",
+        f"{master.url}/openapi.json",
+        "--checks",
+        "all",
+        "--exclude-checks",
+        "positive_data_acceptance",
+        "--max-examples",
+        str(MAX_EXAMPLES),
+        # one worker: with two, Hypothesis describing filter lambdas in both threads at once
+        # trips CPython 3.11.7's "AST constructor recursion depth mismatch" (a tool error)
+        "--workers",
+        "1",
+        "--header",
+        f"{SESSION_HEADER}: {master.session_id}",
+    ]
     # in tmp_path, so schemathesis keeps its Hypothesis database and reports out of the checkout
     run = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
     output = run.stdout + run.stderr

@@ -18,8 +18,9 @@ JOBS = ["a1" * 16, "a2" * 16, "a3" * 16]
 
 
 def graph(job_id: str) -> dict[str, Any]:
-    return JobGraph.from_dict({"job_id": job_id, "name": f"job-{job_id[:2]}", "vertices": [
-        {"id": "only", "entrypoint": "tasks:noop"}]}).to_dict()
+    return JobGraph.from_dict(
+        {"job_id": job_id, "name": f"job-{job_id[:2]}", "vertices": [{"id": "only", "entrypoint": "tasks:noop"}]}
+    ).to_dict()
 
 
 async def finished(url: str, job_id: str) -> bool:
@@ -39,7 +40,8 @@ def archived_files(storage: Path) -> list[str]:
 
 
 async def test_finished_jobs_expire_by_count_then_by_age_and_a_restarted_master_keeps_them_expired(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     storage = tmp_path / "storage"
     keep_results = {"job-result-store.delete-on-commit": "false", "jobstore.max-capacity": "2"}
     async with InProcessMaster(storage_dir=storage, overrides=keep_results) as master:
@@ -48,16 +50,20 @@ async def test_finished_jobs_expire_by_count_then_by_age_and_a_restarted_master_
             assert (await request_json("POST", f"{master.url}/jobs", graph(job_id)))[0] == 202
             await eventually(partial(finished, master.url, job_id), f"job {job_id} ends", timeout=WAIT, interval=0.05)
         # the oldest left the archive, in memory and on disk, once the third was archived
-        await eventually(lambda: archived_files(storage) == [f"{JOBS[1]}.json", f"{JOBS[2]}.json"],
-                         "the oldest archived job's file removed", timeout=WAIT)
+        await eventually(
+            lambda: archived_files(storage) == [f"{JOBS[1]}.json", f"{JOBS[2]}.json"],
+            "the oldest archived job's file removed",
+            timeout=WAIT,
+        )
         assert await listed(master.url) == JOBS[1:]
         assert (await request_json("GET", f"{master.url}/jobs/{JOBS[0]}"))[0] == 404
 
     async with InProcessMaster(storage_dir=storage, overrides=keep_results) as restarted:
         assert await listed(restarted.url) == JOBS[1:]
 
-    async with InProcessMaster(storage_dir=storage, overrides={**keep_results,
-                                                               "jobstore.expiration-time": "1s"}) as expiring:
+    async with InProcessMaster(
+        storage_dir=storage, overrides={**keep_results, "jobstore.expiration-time": "1s"}
+    ) as expiring:
         # the two jobs ended longer ago than that by the time this master leads, or soon after
         await eventually(partial(no_jobs_listed, expiring.url), "every archived job expired", timeout=WAIT)
         await eventually(lambda: archived_files(storage) == [], "their entry files removed", timeout=WAIT)

@@ -27,10 +27,16 @@ TOKEN = "blob-t0ken"
 
 
 def master_config(tmp_path: Path, **extra: str) -> Configuration:
-    return Configuration.from_mapping({
-        "rest.port": str(free_port()), "storage.dir": str(tmp_path / "master-storage"),
-        "storage.results-dir": str(tmp_path / "results"), "rest.auth.token": TOKEN,
-        "rest.execution-result.long-poll": "200ms", **extra})
+    return Configuration.from_mapping(
+        {
+            "rest.port": str(free_port()),
+            "storage.dir": str(tmp_path / "master-storage"),
+            "storage.results-dir": str(tmp_path / "results"),
+            "rest.auth.token": TOKEN,
+            "rest.execution-result.long-poll": "200ms",
+            **extra,
+        }
+    )
 
 
 async def test_the_leader_serves_an_artifact_to_a_caller_with_the_token_only(tmp_path: Path) -> None:
@@ -64,8 +70,7 @@ async def test_bytes_that_do_not_hash_to_the_key_are_refused_and_left_nowhere(tm
     key = "a" * 64
 
     async def damaged(request: aiohttp.web.Request) -> aiohttp.web.Response:
-        return aiohttp.web.Response(body=b"print('not what was uploaded')\n",
-                                    headers={ARTIFACT_NAME_HEADER: "job.py"})
+        return aiohttp.web.Response(body=b"print('not what was uploaded')\n", headers={ARTIFACT_NAME_HEADER: "job.py"})
 
     app = aiohttp.web.Application()
     app.router.add_get("/artifacts/{key}", damaged)
@@ -92,21 +97,39 @@ async def test_a_task_executor_without_the_masters_storage_runs_a_job_with_code_
     master = Master(config)
     await master.start()
     # the TaskExecutor's host: a storage directory of its own; the results directory is shared
-    te_config = config.with_overrides({"storage.dir": str(tmp_path / "te-host"), "taskexecutor.slots": "1",
-                                       "spark.master": "local[1]", "spark.ui.enabled": "false",
-                                       "spark.sql.shuffle.partitions": "1",
-                                       "taskexecutor.registration.max-backoff": "500ms"})
+    te_config = config.with_overrides(
+        {
+            "storage.dir": str(tmp_path / "te-host"),
+            "taskexecutor.slots": "1",
+            "spark.master": "local[1]",
+            "spark.ui.enabled": "false",
+            "spark.sql.shuffle.partitions": "1",
+            "taskexecutor.registration.max-backoff": "500ms",
+        }
+    )
     te = TaskExecutorProcess(te_config, tmp_path)
     try:
         async with SparkDispatchClient(addresses=[master.address], token=TOKEN) as client:
             await task_executors_registered(client, 1, processes=[te], timeout=WAIT_S)
             key = await client.upload_artifact(TASKS)
-            job_id = (await client.submit({
-                "name": "fetched-code", "artifacts": [key], "restart_strategy": {"type": "none"},
-                "vertices": [{"id": "numbers", "entrypoint": "job_tasks:numbers", "parallelism": 1,
-                              "params": {"rows": 10}},
-                             {"id": "double", "entrypoint": "job_tasks:double", "parallelism": 1,
-                              "inputs": ["numbers"]}]})).job_id
+            job_id = (
+                await client.submit(
+                    {
+                        "name": "fetched-code",
+                        "artifacts": [key],
+                        "restart_strategy": {"type": "none"},
+                        "vertices": [
+                            {
+                                "id": "numbers",
+                                "entrypoint": "job_tasks:numbers",
+                                "parallelism": 1,
+                                "params": {"rows": 10},
+                            },
+                            {"id": "double", "entrypoint": "job_tasks:double", "parallelism": 1, "inputs": ["numbers"]},
+                        ],
+                    }
+                )
+            ).job_id
             result = await asyncio.wait_for(client.wait_for_result(job_id, poll_interval=0.2), WAIT_S)
         assert result.status == "FINISHED", result.failure
         assert result.vertices["double"].rows == 10

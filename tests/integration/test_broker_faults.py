@@ -54,26 +54,54 @@ class DroppingGateway(CeleryTaskExecutorGateway):
 
 
 def master_config(tmp_path: Path, broker_url: str, **extra: str) -> Configuration:
-    return Configuration.from_mapping({
-        "rest.port": str(free_port()), "storage.dir": str(tmp_path / "storage"), "broker.url": broker_url,
-        "taskexecutor.slots": "1", "spark.master": "local[1]", "spark.ui.enabled": "false",
-        "spark.sql.shuffle.partitions": "1", "rest.execution-result.long-poll": "200ms",
-        "taskexecutor.registration.max-backoff": "500ms", **extra})
+    return Configuration.from_mapping(
+        {
+            "rest.port": str(free_port()),
+            "storage.dir": str(tmp_path / "storage"),
+            "broker.url": broker_url,
+            "taskexecutor.slots": "1",
+            "spark.master": "local[1]",
+            "spark.ui.enabled": "false",
+            "spark.sql.shuffle.partitions": "1",
+            "rest.execution-result.long-poll": "200ms",
+            "taskexecutor.registration.max-backoff": "500ms",
+            **extra,
+        }
+    )
 
 
 def graph(name: str, key: str, log_dir: Path, *, sleep_s: float, restart: dict[str, Any]) -> dict[str, Any]:
     """numbers (10 rows, after `sleep_s`) → double."""
-    return {"name": name, "artifacts": [key], "restart_strategy": restart,
-            "vertices": [{"id": "numbers", "entrypoint": "job_tasks:numbers", "parallelism": 1,
-                          "params": {"log_dir": str(log_dir), "rows": 10, "sleep_s": sleep_s}},
-                         {"id": "double", "entrypoint": "job_tasks:double", "parallelism": 1, "inputs": ["numbers"],
-                          "params": {"log_dir": str(log_dir)}}]}
+    return {
+        "name": name,
+        "artifacts": [key],
+        "restart_strategy": restart,
+        "vertices": [
+            {
+                "id": "numbers",
+                "entrypoint": "job_tasks:numbers",
+                "parallelism": 1,
+                "params": {"log_dir": str(log_dir), "rows": 10, "sleep_s": sleep_s},
+            },
+            {
+                "id": "double",
+                "entrypoint": "job_tasks:double",
+                "parallelism": 1,
+                "inputs": ["numbers"],
+                "params": {"log_dir": str(log_dir)},
+            },
+        ],
+    }
 
 
 async def test_a_deployment_lost_on_the_way_fails_over_and_the_job_finishes(
-        redis_server: RedisServer, tmp_path: Path) -> None:
-    config = master_config(tmp_path, redis_server.url, **{
-        "heartbeat.interval": "300ms", "heartbeat.timeout": "3s", "heartbeat.missing-execution-threshold": "3"})
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    config = master_config(
+        tmp_path,
+        redis_server.url,
+        **{"heartbeat.interval": "300ms", "heartbeat.timeout": "3s", "heartbeat.missing-execution-threshold": "3"},
+    )
     gateway = DroppingGateway(config, "double")
     master = Master(config, task_executor_gateway=gateway)
     await master.start()
@@ -82,8 +110,17 @@ async def test_a_deployment_lost_on_the_way_fails_over_and_the_job_finishes(
         async with SparkDispatchClient(addresses=[master.address]) as client:
             await task_executors_registered(client, 1, processes=[te], timeout=WAIT_S)
             key = await client.upload_artifact(TASKS)
-            job_id = (await client.submit(graph("dropped", key, tmp_path, sleep_s=0, restart={
-                "type": "fixed-delay", "attempts": 1, "delay_s": 0.1}))).job_id
+            job_id = (
+                await client.submit(
+                    graph(
+                        "dropped",
+                        key,
+                        tmp_path,
+                        sleep_s=0,
+                        restart={"type": "fixed-delay", "attempts": 1, "delay_s": 0.1},
+                    )
+                )
+            ).job_id
             result = await asyncio.wait_for(client.wait_for_result(job_id, poll_interval=0.2), WAIT_S)
         assert result.status == "FINISHED", result.failure
         assert result.vertices["double"].attempts == 2 and result.vertices["numbers"].attempts == 1
@@ -103,8 +140,9 @@ async def test_a_deployment_lost_on_the_way_fails_over_and_the_job_finishes(
 async def test_a_redis_restart_while_a_job_deploys_costs_no_restart_and_no_task_executor(tmp_path: Path) -> None:
     redis = RedisServer()
     redis.start()
-    config = master_config(tmp_path, redis.url, **{
-        "heartbeat.interval": "500ms", "heartbeat.timeout": "15s", "broker.timeout": "1s"})
+    config = master_config(
+        tmp_path, redis.url, **{"heartbeat.interval": "500ms", "heartbeat.timeout": "15s", "broker.timeout": "1s"}
+    )
     master = Master(config)
     await master.start()
     te = TaskExecutorProcess(config, tmp_path)
@@ -114,10 +152,12 @@ async def test_a_redis_restart_while_a_job_deploys_costs_no_restart_and_no_task_
             [before] = await client.taskmanagers()
             key = await client.upload_artifact(TASKS)
             # under no restart: any failure would fail the job
-            job_id = (await client.submit(graph("redis-restart", key, tmp_path, sleep_s=2,
-                                                restart={"type": "none"}))).job_id
-            await eventually(lambda: list(tmp_path.glob("numbers.*.run.*")), "`numbers` to run", processes=[te],
-                             timeout=WAIT_S)
+            job_id = (
+                await client.submit(graph("redis-restart", key, tmp_path, sleep_s=2, restart={"type": "none"}))
+            ).job_id
+            await eventually(
+                lambda: list(tmp_path.glob("numbers.*.run.*")), "`numbers` to run", processes=[te], timeout=WAIT_S
+            )
             # Redis dies while `numbers` runs: `double` is deployed while it is down
             port = redis.port
             redis.stop()
@@ -145,9 +185,19 @@ def test_broker_calls_end_within_their_timeout_while_redis_hangs() -> None:
     config = Configuration.from_mapping({"broker.url": redis.url, "broker.timeout": "1s"})
     gateway = CeleryTaskExecutorGateway(config)
     slot = AllocatedSlot("alloc-1", "te-1", 0, "sparkdispatch.te.te-1", "te-1@host", "reg-1")
-    tdd = TaskDeploymentDescriptor(job_id=uuid.uuid4().hex, job_master_id="s", execution_id=uuid.uuid4().hex,
-                                   vertex_id="v", entrypoint="m:f", subtask_index=0, parallelism=1, attempt=0,
-                                   allocation_id="alloc-1", slot_index=0, result_path="/r")
+    tdd = TaskDeploymentDescriptor(
+        job_id=uuid.uuid4().hex,
+        job_master_id="s",
+        execution_id=uuid.uuid4().hex,
+        vertex_id="v",
+        entrypoint="m:f",
+        subtask_index=0,
+        parallelism=1,
+        attempt=0,
+        allocation_id="alloc-1",
+        slot_index=0,
+        result_path="/r",
+    )
     try:
         gateway.deploy(slot, tdd, "s")  # the connections exist: a hang, not a refusal, comes next
         redis.pause()

@@ -29,8 +29,9 @@ TASKS = Path(__file__).resolve().parents[2] / "bench" / "tasks" / "chaos_tasks.p
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_jobs_survive_killed_paused_and_restarted_processes(tmp_path: Path,
-                                                           service_missing: Callable[[str], None]) -> None:
+def test_jobs_survive_killed_paused_and_restarted_processes(
+    tmp_path: Path, service_missing: Callable[[str], None]
+) -> None:
     seed = int(os.environ.get("SPARKDISPATCH_CHAOS_SEED") or random.randrange(1_000_000))
     settings = ChaosSettings(jobs=20, faults=5, seed=seed)  # every kind of fault once
     try:
@@ -72,26 +73,54 @@ class Case:
     listing: dict[str, list[dict[str, Any]]]
 
     def judge(self) -> set[str]:
-        return {category for category, _ in judge_job(self.record, self.stored, self.listing, self.executions,
-                                                      ChaosSettings())}
+        return {
+            category
+            for category, _ in judge_job(self.record, self.stored, self.listing, self.executions, ChaosSettings())
+        }
 
 
 def finished_job() -> Case:
     def partitions(vertex: str, parallelism: int) -> list[str]:
         return [f"/results/{JOB}/{vertex}/{i}-{vertex}{i}" for i in range(parallelism)]
 
-    result = {"job_id": JOB, "name": "chaos-0000", "status": "FINISHED", "start_time": 1_000_000,
-              "end_time": 1_010_000, "vertices": {
-                  "produce": {"rows": ROWS, "partitions": partitions("produce", 2)},
-                  "transform": {"rows": ROWS, "partitions": partitions("transform", 2)},
-                  "summarize": {"rows": 1, "partitions": partitions("summarize", 1)}}}
-    record = JobRecord(JobSpec(0, JOB, ROWS, {}), submitted_at=999.0, accepted_at=1000.0, answers=["202"],
-                       result=copy.deepcopy(result), result_at=1010.5)
-    executions = [Execution(vertex, subtask, 0, f"{vertex}{subtask}", start=start, end=start + 0.5,
-                            output={"rows": ROWS, "total": ROWS * (ROWS - 1)} if vertex == "summarize" else None)
-                  for vertex, subtask, start in [("produce", 0, 1001.0), ("produce", 1, 1001.0),
-                                                 ("transform", 0, 1003.0), ("transform", 1, 1003.0),
-                                                 ("summarize", 0, 1005.0)]]
+    result = {
+        "job_id": JOB,
+        "name": "chaos-0000",
+        "status": "FINISHED",
+        "start_time": 1_000_000,
+        "end_time": 1_010_000,
+        "vertices": {
+            "produce": {"rows": ROWS, "partitions": partitions("produce", 2)},
+            "transform": {"rows": ROWS, "partitions": partitions("transform", 2)},
+            "summarize": {"rows": 1, "partitions": partitions("summarize", 1)},
+        },
+    }
+    record = JobRecord(
+        JobSpec(0, JOB, ROWS, {}),
+        submitted_at=999.0,
+        accepted_at=1000.0,
+        answers=["202"],
+        result=copy.deepcopy(result),
+        result_at=1010.5,
+    )
+    executions = [
+        Execution(
+            vertex,
+            subtask,
+            0,
+            f"{vertex}{subtask}",
+            start=start,
+            end=start + 0.5,
+            output={"rows": ROWS, "total": ROWS * (ROWS - 1)} if vertex == "summarize" else None,
+        )
+        for vertex, subtask, start in [
+            ("produce", 0, 1001.0),
+            ("produce", 1, 1001.0),
+            ("transform", 0, 1003.0),
+            ("transform", 1, 1003.0),
+            ("summarize", 0, 1005.0),
+        ]
+    ]
     stored = StoredState(job_results={JOB: {"clean": copy.deepcopy(result)}}, archive={JOB: copy.deepcopy(result)})
     return Case(record, executions, stored, {JOB: [{"id": JOB, "status": "FINISHED"}]})
 
@@ -111,28 +140,36 @@ def lose_everywhere(c: Case) -> None:
     c.listing.clear()
 
 
-@pytest.mark.parametrize(("break_it", "category"), [
-    (lambda c: c.executions.append(late("summarize", 0, 1010.2)), "duplicated"),  # after the JobResult's end
-    (lambda c: c.executions.append(late("produce", 1, 1003.5)), "duplicated"),  # after transform started
-    (lambda c: c.stored.job_results[JOB].update(dirty=c.record.result), "duplicated"),
-    (lambda c: c.stored.job_results[JOB]["clean"].update(status="CANCELED"), "duplicated"),
-    (lambda c: c.stored.archive[JOB].update(end_time=1_020_000), "duplicated"),
-    (lambda c: c.listing[JOB].append({"id": JOB, "status": "FINISHED"}), "duplicated"),
-    (lambda c: c.record.unknown_answers.append("12:00:00 from http://master"), "forgotten"),
-    (lambda c: c.listing.clear(), "forgotten"),
-    (lambda c: lose_everywhere(c), "lost"),
-    (lambda c: c.stored.job_results.clear(), "lost"),
-    (lambda c: setattr(c.record, "result", None), "hung"),
-    (lambda c: setattr(c.record, "result_at", 1000.0 + ChaosSettings().hang_after_s + 1), "hung"),
-    (lambda c: setattr(c.record, "accepted_at", None), "hung"),
-    (lambda c: setattr(c.record, "refused", "POST /jobs answered 409"), "refused"),
-    (lambda c: [r.update(status="FAILED") for r in (c.record.result, c.stored.job_results[JOB]["clean"],
-                                                    c.stored.archive[JOB], c.listing[JOB][0])], "failed"),
-    (lambda c: c.record.result["vertices"]["transform"].update(rows=2 * ROWS), "wrong-result"),
-    (lambda c: c.record.result["vertices"]["produce"]["partitions"].append("/r/produce/1-again"), "wrong-result"),
-    (lambda c: c.executions[-1].output.update(rows=ROWS + 1), "wrong-result"),
-    (lambda c: c.executions.pop(1), "wrong-result"),  # produce[1] FINISHED without a completed execution
-])
+@pytest.mark.parametrize(
+    ("break_it", "category"),
+    [
+        (lambda c: c.executions.append(late("summarize", 0, 1010.2)), "duplicated"),  # after the JobResult's end
+        (lambda c: c.executions.append(late("produce", 1, 1003.5)), "duplicated"),  # after transform started
+        (lambda c: c.stored.job_results[JOB].update(dirty=c.record.result), "duplicated"),
+        (lambda c: c.stored.job_results[JOB]["clean"].update(status="CANCELED"), "duplicated"),
+        (lambda c: c.stored.archive[JOB].update(end_time=1_020_000), "duplicated"),
+        (lambda c: c.listing[JOB].append({"id": JOB, "status": "FINISHED"}), "duplicated"),
+        (lambda c: c.record.unknown_answers.append("12:00:00 from http://master"), "forgotten"),
+        (lambda c: c.listing.clear(), "forgotten"),
+        (lambda c: lose_everywhere(c), "lost"),
+        (lambda c: c.stored.job_results.clear(), "lost"),
+        (lambda c: setattr(c.record, "result", None), "hung"),
+        (lambda c: setattr(c.record, "result_at", 1000.0 + ChaosSettings().hang_after_s + 1), "hung"),
+        (lambda c: setattr(c.record, "accepted_at", None), "hung"),
+        (lambda c: setattr(c.record, "refused", "POST /jobs answered 409"), "refused"),
+        (
+            lambda c: [
+                r.update(status="FAILED")
+                for r in (c.record.result, c.stored.job_results[JOB]["clean"], c.stored.archive[JOB], c.listing[JOB][0])
+            ],
+            "failed",
+        ),
+        (lambda c: c.record.result["vertices"]["transform"].update(rows=2 * ROWS), "wrong-result"),
+        (lambda c: c.record.result["vertices"]["produce"]["partitions"].append("/r/produce/1-again"), "wrong-result"),
+        (lambda c: c.executions[-1].output.update(rows=ROWS + 1), "wrong-result"),
+        (lambda c: c.executions.pop(1), "wrong-result"),  # produce[1] FINISHED without a completed execution
+    ],
+)
 def test_the_audit_finds_what_was_broken(break_it: Callable[[Case], Any], category: str) -> None:
     case = finished_job()
     break_it(case)

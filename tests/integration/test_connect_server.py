@@ -27,9 +27,16 @@ pytestmark = pytest.mark.slow
 
 
 def settings(**keys: str) -> ConnectServerSettings:
-    return ConnectServerSettings.from_config(Configuration.from_mapping({
-        "spark.master": "local[2]", "spark.sql.shuffle.partitions": "3",
-        "taskexecutor.connect.driver-memory": "512mb", **keys}))
+    return ConnectServerSettings.from_config(
+        Configuration.from_mapping(
+            {
+                "spark.master": "local[2]",
+                "spark.sql.shuffle.partitions": "3",
+                "taskexecutor.connect.driver-memory": "512mb",
+                **keys,
+            }
+        )
+    )
 
 
 def processes_of_group(pgid: int) -> list[psutil.Process]:
@@ -65,8 +72,9 @@ def server(tmp_path_factory: pytest.TempPathFactory, service_missing: Callable[[
         server.stop()
 
 
-def test_a_connect_session_runs_queries_with_the_configured_properties(server: ConnectServer,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_connect_session_runs_queries_with_the_configured_properties(
+    server: ConnectServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
@@ -88,8 +96,11 @@ def test_a_connect_session_runs_queries_with_the_configured_properties(server: C
 def test_the_server_listens_on_loopback_only_and_answers_health_checks_quickly(server: ConnectServer) -> None:
     assert server.pid is not None
     port = int(server.url.rpartition(":")[2])
-    listening = [c.laddr for c in psutil.Process(server.pid).net_connections(kind="tcp")
-                 if c.status == psutil.CONN_LISTEN and c.laddr.port == port]
+    listening = [
+        c.laddr
+        for c in psutil.Process(server.pid).net_connections(kind="tcp")
+        if c.status == psutil.CONN_LISTEN and c.laddr.port == port
+    ]
     assert listening and all(address.ip in ("127.0.0.1", "::ffff:127.0.0.1") for address in listening)
     assert server.ui_port is not None and server.ui_port not in (0, 4040, port)  # a free port of its own
     started = time.monotonic()

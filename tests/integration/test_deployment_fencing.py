@@ -35,20 +35,31 @@ FORMER_SESSION = "99999999-2222-3333-4444-555555555555"
 
 @pytest.mark.slow
 async def test_a_deployment_carrying_a_stale_session_is_refused_and_its_function_never_runs(tmp_path: Path) -> None:
-    config = Configuration.from_mapping({
-        "rest.port": str(free_port()), "storage.dir": str(tmp_path / "storage"), "broker.url": "filesystem://",
-        # a long heartbeat timeout: the TaskExecutor is gone at once only because it unregisters
-        "heartbeat.interval": "300ms", "heartbeat.timeout": "20s", "taskexecutor.slots": "1",
-        "spark.master": "local[1]", "spark.ui.enabled": "false"})
+    config = Configuration.from_mapping(
+        {
+            "rest.port": str(free_port()),
+            "storage.dir": str(tmp_path / "storage"),
+            "broker.url": "filesystem://",
+            # a long heartbeat timeout: the TaskExecutor is gone at once only because it unregisters
+            "heartbeat.interval": "300ms",
+            "heartbeat.timeout": "20s",
+            "taskexecutor.slots": "1",
+            "spark.master": "local[1]",
+            "spark.ui.enabled": "false",
+        }
+    )
     markers = tmp_path / "markers"
     markers.mkdir()
     module = f"fenced_{uuid.uuid4().hex[:10]}"
-    key = create_ha_services(config).blob_store.put_blocking(textwrap.dedent(f"""
+    key = create_ha_services(config).blob_store.put_blocking(
+        textwrap.dedent(f"""
         from pathlib import Path
 
         def task(ctx):
             Path({str(markers)!r}, ctx.params["marker"]).write_text("ran")
-    """).encode(), f"{module}.py")
+    """).encode(),
+        f"{module}.py",
+    )
     master = MasterForTaskExecutors(config)
     await master.start()
     te = TaskExecutorProcess(config, tmp_path)
@@ -65,17 +76,32 @@ async def test_a_deployment_carrying_a_stale_session_is_refused_and_its_function
         def tdd(marker: str, **fields: Any) -> TaskDeploymentDescriptor:
             execution_id = uuid.uuid4().hex
             return TaskDeploymentDescriptor(
-                job_id=job_id, job_master_id=master.session_id, execution_id=execution_id, vertex_id="v",
-                entrypoint=f"{module}:task", subtask_index=0, parallelism=1, attempt=0,
-                allocation_id=slot.allocation_id, slot_index=slot.slot_index, registration_id=slot.registration_id,
-                result_path=f"{config.results_dir}/{job_id}/v/0-{execution_id}", artifacts=(key,),
-                params={"marker": marker}, **fields)
+                job_id=job_id,
+                job_master_id=master.session_id,
+                execution_id=execution_id,
+                vertex_id="v",
+                entrypoint=f"{module}:task",
+                subtask_index=0,
+                parallelism=1,
+                attempt=0,
+                allocation_id=slot.allocation_id,
+                slot_index=slot.slot_index,
+                registration_id=slot.registration_id,
+                result_path=f"{config.results_dir}/{job_id}/v/0-{execution_id}",
+                artifacts=(key,),
+                params={"marker": marker},
+                **fields,
+            )
 
         # a slot allocated to an earlier registration (e.g. queued before this process registered)
         old_registration = dataclasses.replace(tdd("old-registration"), registration_id=uuid.uuid4().hex)
         await asyncio.to_thread(gateway.deploy, slot, old_registration, master.session_id)
-        await eventually(lambda: master.jobs.final(old_registration.execution_id) is not None, "the refusal",
-                         processes=[te], timeout=WAIT_S)
+        await eventually(
+            lambda: master.jobs.final(old_registration.execution_id) is not None,
+            "the refusal",
+            processes=[te],
+            timeout=WAIT_S,
+        )
         refused = master.jobs.final(old_registration.execution_id)
         assert refused is not None and refused.state is ExecutionState.FAILED and refused.failure is not None
         assert refused.failure.cls == "DeploymentRefused" and "registration" in refused.failure.message
@@ -83,14 +109,22 @@ async def test_a_deployment_carrying_a_stale_session_is_refused_and_its_function
         # a former leader's deployment: refused; its report is fenced out as well
         former = dataclasses.replace(tdd("former-session"), job_master_id=FORMER_SESSION)
         await asyncio.to_thread(gateway.deploy, slot, former, FORMER_SESSION)
-        await eventually(lambda: f"refusing execution {former.execution_id}" in te.log.read_text(errors="replace"),
-                         "the former leader's deployment to be refused", processes=[te], timeout=WAIT_S)
+        await eventually(
+            lambda: f"refusing execution {former.execution_id}" in te.log.read_text(errors="replace"),
+            "the former leader's deployment to be refused",
+            processes=[te],
+            timeout=WAIT_S,
+        )
 
         # the current one runs in the same slot: the function does run when admitted
         current = tdd("current")
         await asyncio.to_thread(gateway.deploy, slot, current, master.session_id)
-        await eventually(lambda: master.jobs.final(current.execution_id) is not None, "the current task",
-                         processes=[te], timeout=WAIT_S)
+        await eventually(
+            lambda: master.jobs.final(current.execution_id) is not None,
+            "the current task",
+            processes=[te],
+            timeout=WAIT_S,
+        )
         done = master.jobs.final(current.execution_id)
         assert done is not None and done.state is ExecutionState.FINISHED, done
         assert sorted(p.name for p in markers.iterdir()) == ["current"]

@@ -27,9 +27,14 @@ WAIT = 30.0
 
 
 def graph(job_id: str, *, vertices: int = 1) -> JobGraph:
-    return JobGraph(name="etl", job_id=job_id, vertices=tuple(
-        JobVertex(id=f"v{i}", entrypoint="pipelines.sales:extract", inputs=(f"v{i - 1}",) if i else ())
-        for i in range(vertices)))
+    return JobGraph(
+        name="etl",
+        job_id=job_id,
+        vertices=tuple(
+            JobVertex(id=f"v{i}", entrypoint="pipelines.sales:extract", inputs=(f"v{i - 1}",) if i else ())
+            for i in range(vertices)
+        ),
+    )
 
 
 def dispatcher_of(services: ZooKeeperHaServices, session_id: str) -> Dispatcher:
@@ -38,21 +43,31 @@ def dispatcher_of(services: ZooKeeperHaServices, session_id: str) -> Dispatcher:
     async def new_job_master(graph: JobGraph, recovered: JobProgress | None) -> FakeJobMaster:
         return FakeJobMaster(graph, recovered)
 
-    return Dispatcher(session_id=session_id, address="http://m:8081", jobgraph_store=services.jobgraph_store,
-                      job_result_store=services.job_result_store, progress_store=services.progress_store,
-                      archive=JobArchive(ArchiveSettings.from_config(config), check=services.check_leadership),
-                      blob_store=services.blob_store, new_job_master=new_job_master,
-                      cleanup=CleanupSettings.from_config(config))
+    return Dispatcher(
+        session_id=session_id,
+        address="http://m:8081",
+        jobgraph_store=services.jobgraph_store,
+        job_result_store=services.job_result_store,
+        progress_store=services.progress_store,
+        archive=JobArchive(ArchiveSettings.from_config(config), check=services.check_leadership),
+        blob_store=services.blob_store,
+        new_job_master=new_job_master,
+        cleanup=CleanupSettings.from_config(config),
+    )
 
 
 @pytest.fixture
 def zk_config(zk_config: Configuration) -> Configuration:
     """The masters of this module (`zk_masters`): large graphs live in files, cleanups retry at once,
     and FakeJobMaster's jobs, which end in 1970, are not expired from the archive."""
-    return zk_config.with_overrides({"high-availability.zookeeper.inline-limit": "1kb",
-                                     "cleanup-strategy.initial-backoff": "20ms",
-                                     "cleanup-strategy.max-backoff": "100ms",
-                                     "jobstore.expiration-time": "36500d"})
+    return zk_config.with_overrides(
+        {
+            "high-availability.zookeeper.inline-limit": "1kb",
+            "cleanup-strategy.initial-backoff": "20ms",
+            "cleanup-strategy.max-backoff": "100ms",
+            "jobstore.expiration-time": "36500d",
+        }
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -83,7 +98,8 @@ async def test_a_job_whose_graph_file_is_gone_fails_alone(zk_masters: list[ZooKe
 
 
 async def test_a_cancel_answered_before_leadership_was_lost_is_finished_by_the_next_leader(
-        zk_masters: list[ZooKeeperHaServices], zk_admin: KazooClient) -> None:
+    zk_masters: list[ZooKeeperHaServices], zk_admin: KazooClient
+) -> None:
     first, second = zk_masters
     job_id = "d" * 32
     old_session = await leading(first.election)

@@ -49,8 +49,11 @@ def test_flink_list_and_cancel(master: LocalCluster) -> None:
 
     cancelled = flink("cancel", "-m", target, "-Drest.retry.max-attempts=0", job_id)
     assert cancelled.returncode == 0, cancelled.stdout + cancelled.stderr
-    eventually_blocking(lambda: master.request("GET", f"{master.leader_url()}/jobs/{job_id}")[1]["status"]
-                        == "CANCELED", "the job CANCELED", interval=0.1)
+    eventually_blocking(
+        lambda: master.request("GET", f"{master.leader_url()}/jobs/{job_id}")[1]["status"] == "CANCELED",
+        "the job CANCELED",
+        interval=0.1,
+    )
     listed = flink("list", "-a", "-m", target, "-Drest.retry.max-attempts=0")
     assert re.search(rf"{job_id} : seen-by-flink \(CANCELED\)", listed.stdout), listed.stdout
 

@@ -52,10 +52,12 @@ def follows(retrieval: ClosableLeaderRetrieval, master: InProcessMaster) -> bool
     return info is not None and master.master.is_leader and info == LeaderInfo(master.url, master.session_id)
 
 
-async def test_followers_create_no_znode_and_follow_the_leader(zk_config: Configuration, zk: KazooClient,
-                                                               zk_root: str) -> None:
-    target = ZooKeeperTarget(quorum=zk_config.get(HA_ZOOKEEPER_QUORUM),
-                             cluster_id=zk_config.get(HA_CLUSTER_ID), root=zk_root)
+async def test_followers_create_no_znode_and_follow_the_leader(
+    zk_config: Configuration, zk: KazooClient, zk_root: str
+) -> None:
+    target = ZooKeeperTarget(
+        quorum=zk_config.get(HA_ZOOKEEPER_QUORUM), cluster_id=zk_config.get(HA_CLUSTER_ID), root=zk_root
+    )
     task_executor_side = create_leader_retrieval(zk_config)
     first = InProcessMaster(overrides=zk_config.to_flat())
     second = InProcessMaster(overrides=zk_config.to_flat())
@@ -89,8 +91,9 @@ async def test_followers_create_no_znode_and_follow_the_leader(zk_config: Config
 
             # The leader goes: both follow the standby that takes over.
             await first.stop()
-            await eventually(lambda: follows(task_executor_side, second),
-                             "the TaskExecutor side to follow the new leader")
+            await eventually(
+                lambda: follows(task_executor_side, second), "the TaskExecutor side to follow the new leader"
+            )
             assert await client.jobs() == [] and client.leader_address == second.url
     finally:
         task_executor_side.close()

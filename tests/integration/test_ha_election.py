@@ -81,8 +81,9 @@ class Contender:
 
 
 @asynccontextmanager
-async def contenders(config: Configuration, names: list[str],
-                     timeline: Timeline) -> AsyncIterator[dict[str, Contender]]:
+async def contenders(
+    config: Configuration, names: list[str], timeline: Timeline
+) -> AsyncIterator[dict[str, Contender]]:
     started: dict[str, Contender] = {}
     try:
         for name in names:
@@ -154,8 +155,9 @@ async def test_stale_confirmation_is_ignored(zk_config: Configuration) -> None:
         assert retrieval.current() == LeaderInfo(contender.address, session_id)
 
 
-async def test_deleted_or_changed_leader_info_is_rewritten(zk_config: Configuration,
-                                                           zookeeper_server: ZooKeeperServer) -> None:
+async def test_deleted_or_changed_leader_info_is_rewritten(
+    zk_config: Configuration, zookeeper_server: ZooKeeperServer
+) -> None:
     timeline = Timeline()
     async with contenders(zk_config, ["a"], timeline) as group:
         contender = group["a"]
@@ -175,8 +177,10 @@ async def test_deleted_or_changed_leader_info_is_rewritten(zk_config: Configurat
         try:
             before = intruder.exists(path)
             intruder.delete(path)
-            await eventually(lambda: (s := intruder.exists(path)) is not None and s.czxid != before.czxid,
-                             what="the deleted info to be written again")
+            await eventually(
+                lambda: (s := intruder.exists(path)) is not None and s.czxid != before.czxid,
+                what="the deleted info to be written again",
+            )
             assert stored() == expected
             intruder.set(path, b'{"address": "http://evil:1", "session_id": "x"}')
             await eventually(lambda: stored() == expected, what="the changed info to be rewritten")
@@ -187,8 +191,9 @@ async def test_deleted_or_changed_leader_info_is_rewritten(zk_config: Configurat
         assert contender.grants == [expected.session_id]  # healing never re-granted
 
 
-async def test_paused_zookeeper_revokes_then_a_leader_returns(zk_config: Configuration,
-                                                              zookeeper_server: ZooKeeperServer) -> None:
+async def test_paused_zookeeper_revokes_then_a_leader_returns(
+    zk_config: Configuration, zookeeper_server: ZooKeeperServer
+) -> None:
     timeline = Timeline()
     async with contenders(zk_config, ["a", "b"], timeline) as group:
         await eventually(lambda: len(leaders(group)) == 1, what="a leader")
@@ -199,21 +204,27 @@ async def test_paused_zookeeper_revokes_then_a_leader_returns(zk_config: Configu
         zookeeper_server.pause()
         try:
             paused = time.monotonic()
-            await eventually(lambda: not leaders(group) and retrieval.current() is None, timeout=15,
-                             what="revocation while ZooKeeper is paused")
+            await eventually(
+                lambda: not leaders(group) and retrieval.current() is None,
+                timeout=15,
+                what="revocation while ZooKeeper is paused",
+            )
             print(f"leader revoked {time.monotonic() - paused:.2f}s after the pause")
         finally:
             zookeeper_server.resume()
         await eventually(lambda: len(leaders(group)) == 1, what="a leader after resume")
         [leader] = leaders(group)
-        await eventually(lambda: retrieval.current() == LeaderInfo(leader.address, leader.session_id or ""),
-                         what="retrievers to see the new leader")
+        await eventually(
+            lambda: retrieval.current() == LeaderInfo(leader.address, leader.session_id or ""),
+            what="retrievers to see the new leader",
+        )
         assert leader.session_id != first.grants[0]
     timeline.assert_no_overlap()
 
 
-async def test_tolerated_suspension_keeps_leadership(zk_config: Configuration,
-                                                     zookeeper_server: ZooKeeperServer) -> None:
+async def test_tolerated_suspension_keeps_leadership(
+    zk_config: Configuration, zookeeper_server: ZooKeeperServer
+) -> None:
     config = zk_config.with_overrides({"high-availability.zookeeper.tolerate-suspended-connections": "true"})
     timeline = Timeline()
     async with contenders(config, ["a"], timeline) as group:
@@ -271,6 +282,7 @@ async def test_sigkilled_leader_process_is_replaced(zk_config: Configuration) ->
             takeover = new_grant["t"] - killed_at
             session_timeout = zk_config.get(HA_ZOOKEEPER_SESSION_TIMEOUT)
             print(f"SIGKILL takeover: {takeover:.2f}s (session timeout {session_timeout:g}s)")
+
             def names_the_new_leader() -> LeaderInfo | None:
                 info = retrieval.current()
                 return info if info is not None and info.session_id == new_grant["session_id"] else None

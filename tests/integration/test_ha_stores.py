@@ -56,15 +56,27 @@ def new_job_id() -> str:
 
 
 def graph(job_id: str, *, vertices: int = 2) -> JobGraph:
-    return JobGraph(name="etl", job_id=job_id, vertices=tuple(
-        JobVertex(id=f"v{i}", entrypoint="pipelines.sales:extract", parallelism=2,
-                  inputs=(f"v{i - 1}",) if i else ()) for i in range(vertices)))
+    return JobGraph(
+        name="etl",
+        job_id=job_id,
+        vertices=tuple(
+            JobVertex(
+                id=f"v{i}", entrypoint="pipelines.sales:extract", parallelism=2, inputs=(f"v{i - 1}",) if i else ()
+            )
+            for i in range(vertices)
+        ),
+    )
 
 
 def result(job_id: str, status: JobStatus = JobStatus.FINISHED) -> JobResult:
-    return JobResult(job_id=job_id, name="etl", status=status, start_time=1000, end_time=2500,
-                     vertices={"v0": VertexResult(state=ExecutionState.FINISHED, attempts=1, rows=3,
-                                                  result_path="/tmp/r/v0")})
+    return JobResult(
+        job_id=job_id,
+        name="etl",
+        status=status,
+        start_time=1000,
+        end_time=2500,
+        vertices={"v0": VertexResult(state=ExecutionState.FINISHED, attempts=1, rows=3, result_path="/tmp/r/v0")},
+    )
 
 
 def archived(job_id: str, status: JobStatus) -> ArchivedJob:
@@ -131,8 +143,9 @@ def znodes_of(client: KazooClient, path: str, job_id: str) -> list[str]:
 def audit_job(services: HighAvailabilityServices, job_id: str) -> tuple[list[Path], list[str]]:
     """Every file and znode of `job_id` this cluster still has."""
     files = files_of(services.config.storage_dir, job_id)
-    znodes = znodes_of(services.client, services.paths.cluster, job_id) if isinstance(
-        services, ZooKeeperHaServices) else []
+    znodes = (
+        znodes_of(services.client, services.paths.cluster, job_id) if isinstance(services, ZooKeeperHaServices) else []
+    )
     return files, znodes
 
 
@@ -191,7 +204,8 @@ async def test_large_jobgraph_lives_in_a_file_behind_a_pointer(zk_config: Config
 
 
 async def test_deposed_leader_cannot_write_and_the_new_leader_removes_its_jobs(
-        zk_masters: list[ZooKeeperHaServices], zk_admin: KazooClient) -> None:
+    zk_masters: list[ZooKeeperHaServices], zk_admin: KazooClient
+) -> None:
     first, second = zk_masters
     old_session = await leading(first.election)
     job = new_job_id()
@@ -206,10 +220,12 @@ async def test_deposed_leader_cannot_write_and_the_new_leader_removes_its_jobs(
     await asyncio.wait_for(second_contender.granted.wait(), WAIT)
     new_session = second_contender.session_id
     assert new_session is not None and new_session != old_session
-    for write in (first.jobgraph_store.put(old_session, graph(job, vertices=1)),
-                  first.jobgraph_store.remove(old_session, job),
-                  first.progress_store.record_subtask(old_session, job, "v0", 1, None, None),
-                  first.progress_store.remove(old_session, job)):
+    for write in (
+        first.jobgraph_store.put(old_session, graph(job, vertices=1)),
+        first.jobgraph_store.remove(old_session, job),
+        first.progress_store.record_subtask(old_session, job, "v0", 1, None, None),
+        first.progress_store.remove(old_session, job),
+    ):
         with pytest.raises(LeadershipLost):
             await write
     # Nothing of the deposed leader blocks the new one (FLINK-10011): it removes the job for good.
@@ -232,17 +248,25 @@ async def test_write_is_refused_by_zookeeper_when_the_latch_node_is_gone(zk_conf
             def fence(self, session_id: str, component: str) -> str:
                 return gone
 
-        store = ZooKeeperJobGraphStore(services.client, services.paths.jobgraphs,
-                                       BelievesItLeads(),  # type: ignore[arg-type]
-                                       files=services.store_dir("jobgraphs"), inline_limit=0, write_timeout=4.0)
+        store = ZooKeeperJobGraphStore(
+            services.client,
+            services.paths.jobgraphs,
+            BelievesItLeads(),  # type: ignore[arg-type]
+            files=services.store_dir("jobgraphs"),
+            inline_limit=0,
+            write_timeout=4.0,
+        )
         job = new_job_id()
         with pytest.raises(LeadershipLost):
             await store.put("any-session", graph(job))
         assert await store.job_ids() == set()
         assert audit_job(services, job) == ([], [])  # the file written first was taken back
-        progress = ZooKeeperProgressStore(services.client, services.paths.progress,
-                                          BelievesItLeads(),  # type: ignore[arg-type]
-                                          write_timeout=4.0)
+        progress = ZooKeeperProgressStore(
+            services.client,
+            services.paths.progress,
+            BelievesItLeads(),  # type: ignore[arg-type]
+            write_timeout=4.0,
+        )
         with pytest.raises(LeadershipLost):
             await progress.record_subtask("any-session", job, "v", 0, "/r/0", 1)
         assert (await progress.get(job)).finished == {}
@@ -278,7 +302,8 @@ async def test_progress_store_records_and_removes(services: HighAvailabilityServ
 
 
 async def test_an_accepted_cancel_is_recorded_with_the_job_and_removed_with_it(
-        services: HighAvailabilityServices) -> None:
+    services: HighAvailabilityServices,
+) -> None:
     session = await leading(services.election)
     store = services.progress_store
     job, cancelled_only = new_job_id(), new_job_id()
@@ -334,8 +359,9 @@ async def test_progress_of_many_subtasks(zk_config: Configuration) -> None:
     async with started(zk_config) as services:
         session = await leading(services.election)
         job = new_job_id()
-        await asyncio.gather(*(services.progress_store.record_subtask(session, job, "v", i, f"/r/{i}", i)
-                               for i in range(600)))
+        await asyncio.gather(
+            *(services.progress_store.record_subtask(session, job, "v", i, f"/r/{i}", i) for i in range(600))
+        )
         progress = await services.progress_store.get(job)
         assert len(progress.finished["v"]) == 600 and progress.finished["v"][599] == SubtaskProgress("/r/599", 599)
         await services.progress_store.remove(session, job)
@@ -355,7 +381,8 @@ async def test_stopped_standalone_leader_cannot_write(standalone_config: Configu
 
 
 async def test_a_repair_replaces_the_progress_by_what_it_keeps_and_its_record(
-        services: HighAvailabilityServices) -> None:
+    services: HighAvailabilityServices,
+) -> None:
     session = await leading(services.election)
     store = services.progress_store
     job = new_job_id()
@@ -469,8 +496,11 @@ async def test_dirty_entry_is_written_atomically_and_readable(standalone_config:
 
 
 async def test_a_deposed_leader_cannot_write_a_job_result_or_change_an_archived_job(
-        zk_config: Configuration, zk_masters: list[ZooKeeperHaServices], zk_admin: KazooClient,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    zk_config: Configuration,
+    zk_masters: list[ZooKeeperHaServices],
+    zk_admin: KazooClient,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A leader paused past its session still believes it leads: ZooKeeper itself refuses it."""
     first, second = zk_masters
     old_session = await leading(first.election)
@@ -486,9 +516,11 @@ async def test_a_deposed_leader_cannot_write_a_job_result_or_change_an_archived_
     zk_admin.delete(latch)
     await asyncio.wait_for(second_contender.granted.wait(), WAIT)
 
-    for write in (archive.put(old_session, archived(finished, JobStatus.CANCELED)),
-                  first.job_result_store.mark_clean(old_session, finished),
-                  first.job_result_store.create_dirty(old_session, JobResultEntry(result(running)))):
+    for write in (
+        archive.put(old_session, archived(finished, JobStatus.CANCELED)),
+        first.job_result_store.mark_clean(old_session, finished),
+        first.job_result_store.create_dirty(old_session, JobResultEntry(result(running))),
+    ):
         with pytest.raises(LeadershipLost):
             await write
     fresh = JobArchive(ArchiveSettings.from_config(zk_config), check=second.check_leadership)
@@ -530,14 +562,17 @@ async def test_corrupted_blob_is_refused(services: HighAvailabilityServices) -> 
 # ---------------------------------------------------------------------------- ACLs
 
 
-async def test_digest_acl_keeps_other_zookeeper_users_out(zk_config: Configuration,
-                                                          zookeeper_server: ZooKeeperServer) -> None:
+async def test_digest_acl_keeps_other_zookeeper_users_out(
+    zk_config: Configuration, zookeeper_server: ZooKeeperServer
+) -> None:
     config = zk_config.with_overrides({"high-availability.zookeeper.auth": "sparkdispatch:s3cret"})
     services = create_ha_services(config)
     assert isinstance(services, ZooKeeperHaServices)
     await services.start()
-    strangers = [KazooClient(hosts=zookeeper_server.hosts, timeout=4.0),
-                 KazooClient(hosts=zookeeper_server.hosts, timeout=4.0, auth_data=[("digest", "mallory:guess")])]
+    strangers = [
+        KazooClient(hosts=zookeeper_server.hosts, timeout=4.0),
+        KazooClient(hosts=zookeeper_server.hosts, timeout=4.0, auth_data=[("digest", "mallory:guess")]),
+    ]
     try:
         session = await leading(services.election)
         job = new_job_id()
@@ -551,15 +586,21 @@ async def test_digest_acl_keeps_other_zookeeper_users_out(zk_config: Configurati
         jobgraph = f"{services.paths.jobgraphs}/{job}"
         for stranger in strangers:
             stranger.start()
-            for read in (partial(stranger.get, jobgraph), partial(stranger.get, services.paths.connection_info),
-                         partial(stranger.get_children, services.paths.cluster),
-                         partial(stranger.get_children, services.paths.latch)):
+            for read in (
+                partial(stranger.get, jobgraph),
+                partial(stranger.get, services.paths.connection_info),
+                partial(stranger.get_children, services.paths.cluster),
+                partial(stranger.get_children, services.paths.latch),
+            ):
                 with pytest.raises(NoAuthError):
                     read()
-            for write in (partial(stranger.set, jobgraph, b"{}"), partial(stranger.delete, jobgraph),
-                          partial(stranger.create, f"{services.paths.jobgraphs}/{new_job_id()}", b"{}"),
-                          partial(stranger.delete, services.paths.connection_info),
-                          partial(stranger.create, f"{services.paths.latch}/x__lock__0000000000", b"")):
+            for write in (
+                partial(stranger.set, jobgraph, b"{}"),
+                partial(stranger.delete, jobgraph),
+                partial(stranger.create, f"{services.paths.jobgraphs}/{new_job_id()}", b"{}"),
+                partial(stranger.delete, services.paths.connection_info),
+                partial(stranger.create, f"{services.paths.latch}/x__lock__0000000000", b""),
+            ):
                 with pytest.raises(NoAuthError):
                     write()
         assert await services.jobgraph_store.get(job) == graph(job)

@@ -25,26 +25,29 @@ TASKS = Path(__file__).with_name("job_tasks.py")
 
 
 @pytest.fixture(scope="module")
-def cluster(zookeeper_server: ZooKeeperServer, redis_server: RedisServer,
-            tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+def cluster(
+    zookeeper_server: ZooKeeperServer, redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LocalCluster]:
     storage = tmp_path_factory.mktemp("cluster")
-    config = Configuration.from_mapping({
-        "high-availability.mode": "zookeeper",
-        "high-availability.zookeeper.quorum": zookeeper_server.hosts,
-        "high-availability.zookeeper.path.root": f"/it-{uuid.uuid4().hex[:8]}",
-        "high-availability.zookeeper.session-timeout": "4s",
-        "storage.dir": str(storage),
-        "broker.url": redis_server.url,
-        "heartbeat.interval": "500ms",
-        "heartbeat.timeout": "4s",
-        "taskexecutor.slots": 2,
-        "restart-strategy.fixed-delay.delay": "200ms",
-        "cleanup-strategy.initial-backoff": "200ms",
-        "cleanup-strategy.max-backoff": "1s",
-        "rest.execution-result.long-poll": "200ms",
-        "spark.sql.shuffle.partitions": "2",
-        "spark.ui.enabled": "false",
-    })
+    config = Configuration.from_mapping(
+        {
+            "high-availability.mode": "zookeeper",
+            "high-availability.zookeeper.quorum": zookeeper_server.hosts,
+            "high-availability.zookeeper.path.root": f"/it-{uuid.uuid4().hex[:8]}",
+            "high-availability.zookeeper.session-timeout": "4s",
+            "storage.dir": str(storage),
+            "broker.url": redis_server.url,
+            "heartbeat.interval": "500ms",
+            "heartbeat.timeout": "4s",
+            "taskexecutor.slots": 2,
+            "restart-strategy.fixed-delay.delay": "200ms",
+            "cleanup-strategy.initial-backoff": "200ms",
+            "cleanup-strategy.max-backoff": "1s",
+            "rest.execution-result.long-poll": "200ms",
+            "spark.sql.shuffle.partitions": "2",
+            "spark.ui.enabled": "false",
+        }
+    )
     local = LocalCluster(config, masters=2, taskexecutors=2)
     local.start()
     try:
@@ -58,10 +61,14 @@ def tasks_key(cluster: LocalCluster) -> str:
     return cluster.upload_artifact(TASKS)
 
 
-def vertex(vid: str, fn: str, *, inputs: tuple[str, ...] = (), parallelism: int = 1,
-           **params: Any) -> dict[str, Any]:
-    return {"id": vid, "entrypoint": f"job_tasks:{fn}", "parallelism": parallelism, "inputs": list(inputs),
-            "params": params}
+def vertex(vid: str, fn: str, *, inputs: tuple[str, ...] = (), parallelism: int = 1, **params: Any) -> dict[str, Any]:
+    return {
+        "id": vid,
+        "entrypoint": f"job_tasks:{fn}",
+        "parallelism": parallelism,
+        "inputs": list(inputs),
+        "params": params,
+    }
 
 
 def job(name: str, vertices: list[dict[str, Any]], key: str, **extra: Any) -> dict[str, Any]:
@@ -74,19 +81,25 @@ def runs(log_dir: Path, vertex_id: str, what: str = "run") -> list[str]:
 
 def wait_for_run(log_dir: Path, vertex_id: str, what: str = "run", timeout: float = 120.0) -> None:
     """Wait until a subtask of `vertex_id` left its `what` marker."""
-    eventually_blocking(lambda: runs(log_dir, vertex_id, what), f"{vertex_id} to reach {what!r}", timeout=timeout,
-                        interval=0.1)
+    eventually_blocking(
+        lambda: runs(log_dir, vertex_id, what), f"{vertex_id} to reach {what!r}", timeout=timeout, interval=0.1
+    )
 
 
-def test_fan_out_fan_in_graph_produces_the_expected_rows(cluster: LocalCluster, tasks_key: str,
-                                                         tmp_path: Path, spark: Any) -> None:
+def test_fan_out_fan_in_graph_produces_the_expected_rows(
+    cluster: LocalCluster, tasks_key: str, tmp_path: Path, spark: Any
+) -> None:
     log = str(tmp_path)
-    graph = job("fan-in", [
-        vertex("numbers", "numbers", parallelism=2, rows=100, log_dir=log),
-        vertex("double", "double", inputs=("numbers",), parallelism=2, log_dir=log),
-        vertex("square", "square", inputs=("numbers",), parallelism=2, log_dir=log),
-        vertex("total", "total", inputs=("double", "square"), log_dir=log),
-    ], tasks_key)
+    graph = job(
+        "fan-in",
+        [
+            vertex("numbers", "numbers", parallelism=2, rows=100, log_dir=log),
+            vertex("double", "double", inputs=("numbers",), parallelism=2, log_dir=log),
+            vertex("square", "square", inputs=("numbers",), parallelism=2, log_dir=log),
+            vertex("total", "total", inputs=("double", "square"), log_dir=log),
+        ],
+        tasks_key,
+    )
     result = cluster.wait_for_result(cluster.submit(graph))
     assert result.status == "FINISHED", result.failure
     rows = {vid: v.rows for vid, v in result.vertices.items()}
@@ -99,10 +112,15 @@ def test_fan_out_fan_in_graph_produces_the_expected_rows(cluster: LocalCluster, 
 
 def test_a_vertex_failing_twice_restarts_only_itself(cluster: LocalCluster, tasks_key: str, tmp_path: Path) -> None:
     log = str(tmp_path)
-    graph = job("flaky", [
-        vertex("numbers", "numbers", rows=10, log_dir=log),
-        vertex("flaky", "flaky", inputs=("numbers",), fail_attempts=2, log_dir=log),
-    ], tasks_key, restart_strategy={"type": "fixed-delay", "attempts": 3, "delay_s": 0.1})
+    graph = job(
+        "flaky",
+        [
+            vertex("numbers", "numbers", rows=10, log_dir=log),
+            vertex("flaky", "flaky", inputs=("numbers",), fail_attempts=2, log_dir=log),
+        ],
+        tasks_key,
+        restart_strategy={"type": "fixed-delay", "attempts": 3, "delay_s": 0.1},
+    )
     result = cluster.wait_for_result(cluster.submit(graph))
     assert result.status == "FINISHED", result.failure
     assert result.vertices["flaky"].attempts == 3
@@ -112,8 +130,12 @@ def test_a_vertex_failing_twice_restarts_only_itself(cluster: LocalCluster, task
 
 
 def test_exhausted_restarts_fail_the_job_with_the_remote_traceback(cluster: LocalCluster, tasks_key: str) -> None:
-    graph = job("failing", [vertex("bad", "failing")], tasks_key,
-                restart_strategy={"type": "fixed-delay", "attempts": 1, "delay_s": 0.05})
+    graph = job(
+        "failing",
+        [vertex("bad", "failing")],
+        tasks_key,
+        restart_strategy={"type": "fixed-delay", "attempts": 1, "delay_s": 0.05},
+    )
     result = cluster.wait_for_result(cluster.submit(graph))
     assert result.status == "FAILED" and result.failure is not None
     assert result.failure.cls == "ValueError"
@@ -122,8 +144,9 @@ def test_exhausted_restarts_fail_the_job_with_the_remote_traceback(cluster: Loca
     assert result.vertices["bad"].attempts == 2
 
 
-def test_cancel_stops_running_spark_work_and_frees_the_slots(cluster: LocalCluster, tasks_key: str,
-                                                             tmp_path: Path) -> None:
+def test_cancel_stops_running_spark_work_and_frees_the_slots(
+    cluster: LocalCluster, tasks_key: str, tmp_path: Path
+) -> None:
     job_id = cluster.submit(job("endless", [vertex("spin", "endless_spark", log_dir=str(tmp_path))], tasks_key))
     wait_for_run(tmp_path, "spin", "start")
     time.sleep(1.0)  # the scenario: its Spark job gets going (cancelled before, it stops all the same)
@@ -131,6 +154,7 @@ def test_cancel_stops_running_spark_work_and_frees_the_slots(cluster: LocalClust
     assert status == 202
     result = cluster.wait_for_result(job_id, timeout=60)
     assert result.status == "CANCELED"
+
     def slots_free() -> bool:
         overview = cluster.request("GET", cluster.leader_url() + "/overview")[1]
         return bool(overview["slots_available"] == overview["slots_total"])
@@ -141,11 +165,11 @@ def test_cancel_stops_running_spark_work_and_frees_the_slots(cluster: LocalClust
     assert status == 202, body  # cancelling a cancelled job is idempotent
 
 
-def test_the_same_id_submitted_20_times_at_once_runs_once(cluster: LocalCluster, tasks_key: str,
-                                                          tmp_path: Path) -> None:
+def test_the_same_id_submitted_20_times_at_once_runs_once(
+    cluster: LocalCluster, tasks_key: str, tmp_path: Path
+) -> None:
     job_id = uuid.uuid4().hex
-    graph = job("idempotent", [vertex("numbers", "numbers", rows=5, log_dir=str(tmp_path))], tasks_key,
-                job_id=job_id)
+    graph = job("idempotent", [vertex("numbers", "numbers", rows=5, log_dir=str(tmp_path))], tasks_key, job_id=job_id)
     url = cluster.leader_url() + "/jobs"
     with concurrent.futures.ThreadPoolExecutor(20) as pool:
         answers = list(pool.map(lambda _: cluster.request("POST", url, graph), range(20)))
@@ -170,20 +194,36 @@ def test_fifty_concurrent_submissions_all_finish(cluster: LocalCluster, tasks_ke
         assert cluster.wait_for_result(job_id).status == "FINISHED"
 
 
-@pytest.mark.parametrize(("body", "status", "words"), [
-    (b"{not json", 400, "not valid JSON"),
-    ({"name": "x", "vertices": []}, 400, "vertices"),
-    ({"name": "x", "vertices": [{"id": "a", "entrypoint": "m:f", "inputs": ["b"]},
-                                {"id": "b", "entrypoint": "m:f", "inputs": ["a"]}]}, 400, "cycle"),
-    ({"name": "x", "vertices": [{"id": "a", "entrypoint": "m:f", "inputs": ["ghost"]}]}, 400, "ghost"),
-    ({"name": "x", "vertices": [{"id": "a", "entrypoint": "no-colon"}]}, 400, "entrypoint"),
-    ({"name": "x", "vertices": [{"id": "a", "entrypoint": "m:f", "parallelism": 0}]}, 400, "parallelism"),
-    ({"name": "x", "vertices": [{"id": "a", "entrypoint": "m:f"}, {"id": "a", "entrypoint": "m:g"}]}, 400,
-     "duplicate"),
-    ({"name": "x" * 20_000_000, "vertices": []}, 413, "max-body-size"),
-])
-def test_malformed_graphs_are_refused_and_change_nothing(cluster: LocalCluster, body: Any, status: int,
-                                                         words: str) -> None:
+@pytest.mark.parametrize(
+    ("body", "status", "words"),
+    [
+        (b"{not json", 400, "not valid JSON"),
+        ({"name": "x", "vertices": []}, 400, "vertices"),
+        (
+            {
+                "name": "x",
+                "vertices": [
+                    {"id": "a", "entrypoint": "m:f", "inputs": ["b"]},
+                    {"id": "b", "entrypoint": "m:f", "inputs": ["a"]},
+                ],
+            },
+            400,
+            "cycle",
+        ),
+        ({"name": "x", "vertices": [{"id": "a", "entrypoint": "m:f", "inputs": ["ghost"]}]}, 400, "ghost"),
+        ({"name": "x", "vertices": [{"id": "a", "entrypoint": "no-colon"}]}, 400, "entrypoint"),
+        ({"name": "x", "vertices": [{"id": "a", "entrypoint": "m:f", "parallelism": 0}]}, 400, "parallelism"),
+        (
+            {"name": "x", "vertices": [{"id": "a", "entrypoint": "m:f"}, {"id": "a", "entrypoint": "m:g"}]},
+            400,
+            "duplicate",
+        ),
+        ({"name": "x" * 20_000_000, "vertices": []}, 413, "max-body-size"),
+    ],
+)
+def test_malformed_graphs_are_refused_and_change_nothing(
+    cluster: LocalCluster, body: Any, status: int, words: str
+) -> None:
     leader = cluster.leader_url()
     before = cluster.request("GET", leader + "/jobs")[1]["jobs"]
     answer_status, answer = cluster.request("POST", leader + "/jobs", body)
@@ -202,13 +242,16 @@ def test_a_standby_answers_overview_and_names_the_leader(cluster: LocalCluster) 
     assert status == 503 and body["leader"] == cluster.master_url(leader)
 
 
-def test_a_taskexecutor_killed_mid_task_loses_nothing(cluster: LocalCluster, tasks_key: str,
-                                                      tmp_path: Path) -> None:
+def test_a_taskexecutor_killed_mid_task_loses_nothing(cluster: LocalCluster, tasks_key: str, tmp_path: Path) -> None:
     log = str(tmp_path)
-    graph = job("te-loss", [
-        vertex("numbers", "numbers", rows=10, log_dir=log),
-        vertex("slow", "sleepy", inputs=("numbers",), seconds=6, log_dir=log),
-    ], tasks_key)
+    graph = job(
+        "te-loss",
+        [
+            vertex("numbers", "numbers", rows=10, log_dir=log),
+            vertex("slow", "sleepy", inputs=("numbers",), seconds=6, log_dir=log),
+        ],
+        tasks_key,
+    )
     job_id = cluster.submit(graph)
     wait_for_run(tmp_path, "slow", "start")
     details = cluster.request("GET", f"{cluster.leader_url()}/jobs/{job_id}")[1]
@@ -227,15 +270,22 @@ def test_a_taskexecutor_killed_mid_task_loses_nothing(cluster: LocalCluster, tas
         cluster.wait_for_task_executors(2)
 
 
-def submit_three_stages(cluster: LocalCluster, name: str, tasks_key: str, log_dir: Path, *, rows: int,
-                        slow_s: float) -> str:
+def submit_three_stages(
+    cluster: LocalCluster, name: str, tasks_key: str, log_dir: Path, *, rows: int, slow_s: float
+) -> str:
     """numbers (`rows`) → slow (sleeps `slow_s`) → last, submitted; its id once `slow` has started."""
     log = str(log_dir)
-    job_id = cluster.submit(job(name, [
-        vertex("numbers", "numbers", rows=rows, log_dir=log),
-        vertex("slow", "sleepy", inputs=("numbers",), seconds=slow_s, log_dir=log),
-        vertex("last", "sleepy", inputs=("slow",), seconds=0, log_dir=log),
-    ], tasks_key))
+    job_id = cluster.submit(
+        job(
+            name,
+            [
+                vertex("numbers", "numbers", rows=rows, log_dir=log),
+                vertex("slow", "sleepy", inputs=("numbers",), seconds=slow_s, log_dir=log),
+                vertex("last", "sleepy", inputs=("slow",), seconds=0, log_dir=log),
+            ],
+            tasks_key,
+        )
+    )
     wait_for_run(log_dir, "slow", "start")
     return job_id
 
@@ -251,7 +301,8 @@ def assert_finished_once(cluster: LocalCluster, job_id: str, log_dir: Path) -> N
 
 
 def test_a_zookeeper_outage_longer_than_the_session_loses_and_repeats_nothing(
-        cluster: LocalCluster, zookeeper_server: ZooKeeperServer, tasks_key: str, tmp_path: Path) -> None:
+    cluster: LocalCluster, zookeeper_server: ZooKeeperServer, tasks_key: str, tmp_path: Path
+) -> None:
     job_id = submit_three_stages(cluster, "zk-outage", tasks_key, tmp_path, rows=10, slow_s=4)
     zookeeper_server.pause()
     try:
@@ -261,8 +312,9 @@ def test_a_zookeeper_outage_longer_than_the_session_loses_and_repeats_nothing(
     assert_finished_once(cluster, job_id, tmp_path)
 
 
-def test_sigkill_of_the_leader_mid_job_loses_and_repeats_nothing(cluster: LocalCluster, tasks_key: str,
-                                                                 tmp_path: Path) -> None:
+def test_sigkill_of_the_leader_mid_job_loses_and_repeats_nothing(
+    cluster: LocalCluster, tasks_key: str, tmp_path: Path
+) -> None:
     job_id = submit_three_stages(cluster, "failover", tasks_key, tmp_path, rows=20, slow_s=8)
     old_leader = cluster.wait_for_leader()
     killed_at = time.monotonic()
@@ -274,24 +326,27 @@ def test_sigkill_of_the_leader_mid_job_loses_and_repeats_nothing(cluster: LocalC
 
 
 def test_a_job_whose_cleanup_fails_is_cleaned_by_the_next_leader_and_not_rerun(
-        cluster: LocalCluster, tasks_key: str, tmp_path: Path) -> None:
+    cluster: LocalCluster, tasks_key: str, tmp_path: Path
+) -> None:
     from kazoo.client import KazooClient
     from kazoo.security import OPEN_ACL_UNSAFE, make_acl
 
     cluster.wait_for_task_executors(2)
-    jobgraphs = f"{cluster.config.get(HA_ZOOKEEPER_PATH_ROOT)}/" \
-                f"{cluster.config.get(HA_CLUSTER_ID)}/jobgraphs"
+    jobgraphs = f"{cluster.config.get(HA_ZOOKEEPER_PATH_ROOT)}/{cluster.config.get(HA_CLUSTER_ID)}/jobgraphs"
     zk = KazooClient(hosts=cluster.config.get(HA_ZOOKEEPER_QUORUM))
     zk.start()
     try:
         # no one may delete JobGraphs: the leader's cleanup fails and keeps retrying
-        zk.set_acls(jobgraphs, [make_acl("world", "anyone", read=True, write=True, create=True, delete=False,
-                                         admin=True)])
-        job_id = cluster.submit(job("cleanup", [vertex("numbers", "numbers", rows=5, log_dir=str(tmp_path))],
-                                    tasks_key))
+        zk.set_acls(
+            jobgraphs, [make_acl("world", "anyone", read=True, write=True, create=True, delete=False, admin=True)]
+        )
+        job_id = cluster.submit(
+            job("cleanup", [vertex("numbers", "numbers", rows=5, log_dir=str(tmp_path))], tasks_key)
+        )
         assert cluster.wait_for_result(job_id).status == "FINISHED"
-        dirty = cluster.config.storage_dir / "job-result-store" / cluster.config.get(HA_CLUSTER_ID) \
-            / f"{job_id}_DIRTY.json"
+        dirty = (
+            cluster.config.storage_dir / "job-result-store" / cluster.config.get(HA_CLUSTER_ID) / f"{job_id}_DIRTY.json"
+        )
         time.sleep(1.0)  # room for a cleanup, which cannot succeed
         assert dirty.exists() and zk.exists(f"{jobgraphs}/{job_id}")
         old_leader = cluster.wait_for_leader()
@@ -300,8 +355,11 @@ def test_a_job_whose_cleanup_fails_is_cleaned_by_the_next_leader_and_not_rerun(
         time.sleep(1.0)  # as above, for the new leader
         assert dirty.exists()  # the new leader cannot clean up either, and does not re-run the job
         zk.set_acls(jobgraphs, OPEN_ACL_UNSAFE)
-        eventually_blocking(lambda: not dirty.exists() and not zk.exists(f"{jobgraphs}/{job_id}"),
-                            "the new leader to finish the cleanup", interval=0.2)
+        eventually_blocking(
+            lambda: not dirty.exists() and not zk.exists(f"{jobgraphs}/{job_id}"),
+            "the new leader to finish the cleanup",
+            interval=0.2,
+        )
         assert len(runs(tmp_path, "numbers")) == 1
         status, body = cluster.request("GET", f"{cluster.leader_url()}/jobs/{job_id}/execution-result")
         assert status == 200 and body["job_execution_result"]["status"] == "FINISHED"

@@ -59,7 +59,7 @@ def marked(marker: str) -> dict[ProcessId, str]:
             command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        fields = stat[stat.rfind(")") + 2:].split()
+        fields = stat[stat.rfind(")") + 2 :].split()
         if fields[0] != "Z":
             found[(int(entry.name), int(fields[19]))] = command[:160]
     return found
@@ -88,9 +88,18 @@ def marker() -> Iterator[str]:
 
 class Standalone(StandaloneProcess):
     def __init__(self, tmp_path: Path, marker: str) -> None:
-        super().__init__(tmp_path / "storage", slots=1, env={**os.environ, MARKER_VARIABLE: marker}, overrides={
-            "heartbeat.interval": "500ms", "heartbeat.timeout": "5s", "spark.master": "local[1]",
-            "spark.ui.enabled": "false", "taskexecutor.connect.start-timeout": "6min"})
+        super().__init__(
+            tmp_path / "storage",
+            slots=1,
+            env={**os.environ, MARKER_VARIABLE: marker},
+            overrides={
+                "heartbeat.interval": "500ms",
+                "heartbeat.timeout": "5s",
+                "spark.master": "local[1]",
+                "spark.ui.enabled": "false",
+                "taskexecutor.connect.start-timeout": "6min",
+            },
+        )
         self.artifact = ""
         self.tasks = tmp_path / "orphan_tasks.py"
         self.tasks.write_text(TASKS)
@@ -99,13 +108,18 @@ class Standalone(StandaloneProcess):
         """Submit a job whose task runs a sleeping Python UDF; return once a Python worker runs it."""
         if not self.artifact:
             self.artifact = upload_artifact(self.base_url, self.tasks)
-        graph = {"name": "orphans", "artifacts": [self.artifact],
-                 "vertices": [{"id": "udf", "entrypoint": "orphan_tasks:udf_sleeps"}],
-                 "restart_strategy": {"type": "fixed-delay", "attempts": 0, "delay_s": 0}}
+        graph = {
+            "name": "orphans",
+            "artifacts": [self.artifact],
+            "vertices": [{"id": "udf", "entrypoint": "orphan_tasks:udf_sleeps"}],
+            "restart_strategy": {"type": "fixed-delay", "attempts": 0, "delay_s": 0},
+        }
         status, body = http_json("POST", self.base_url + "/jobs", graph, timeout=30)
         assert status == 202, body
-        wait_until(lambda: any("pyspark.worker" in command for command in self.tree().values()),
-                   "a Python worker to run the UDF")
+        wait_until(
+            lambda: any("pyspark.worker" in command for command in self.tree().values()),
+            "a Python worker to run the UDF",
+        )
 
     def registrations(self) -> int:
         """How often a TaskExecutor of this standalone registered (its processes share one log)."""
@@ -119,8 +133,7 @@ class Standalone(StandaloneProcess):
 
 
 @pytest.mark.timeout(2 * WAIT_S + 4 * GONE_WITHIN_S)  # two TaskExecutors start, each within WAIT_S
-def test_a_killed_taskexecutor_and_a_killed_standalone_leave_no_process_behind(tmp_path: Path,
-                                                                               marker: str) -> None:
+def test_a_killed_taskexecutor_and_a_killed_standalone_leave_no_process_behind(tmp_path: Path, marker: str) -> None:
     standalone = Standalone(tmp_path, marker)
     standalone.launch()
     assert standalone.process is not None
@@ -134,8 +147,9 @@ def test_a_killed_taskexecutor_and_a_killed_standalone_leave_no_process_behind(t
 
         os.kill(task_executor, signal.SIGKILL)  # the TaskExecutor alone, not its process group
 
-        wait_until(lambda: not set(its_tree) & set(marked(marker)), "the killed TaskExecutor's children to end",
-                   GONE_WITHIN_S)
+        wait_until(
+            lambda: not set(its_tree) & set(marked(marker)), "the killed TaskExecutor's children to end", GONE_WITHIN_S
+        )
 
         # the standalone starts another, under the same id: wait for its own registration
         wait_until(lambda: standalone.registrations() == 2, "a new TaskExecutor to register")

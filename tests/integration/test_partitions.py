@@ -36,12 +36,20 @@ WAIT_S = 120.0
 def cluster(tmp_path_factory: pytest.TempPathFactory, service_missing: Any) -> Iterator[MultiHostCluster]:
     if not available():
         service_missing("network namespaces need root (CAP_NET_ADMIN) and iproute2's `ip`")
-    hosts = MultiHostCluster(workdir=tmp_path_factory.mktemp("hosts"), extra={
-        "high-availability.zookeeper.session-timeout": f"{SESSION_TIMEOUT_S:g}s", "taskexecutor.slots": "1",
-        "spark.sql.shuffle.partitions": "1",
-        "heartbeat.interval": "500ms", "heartbeat.timeout": "4s", "taskexecutor.registration.max-backoff": "1s",
-        "rest.execution-result.long-poll": "200ms", "slot.request.timeout": "60s",
-        "taskexecutor.cancellation.timeout": "3s"})
+    hosts = MultiHostCluster(
+        workdir=tmp_path_factory.mktemp("hosts"),
+        extra={
+            "high-availability.zookeeper.session-timeout": f"{SESSION_TIMEOUT_S:g}s",
+            "taskexecutor.slots": "1",
+            "spark.sql.shuffle.partitions": "1",
+            "heartbeat.interval": "500ms",
+            "heartbeat.timeout": "4s",
+            "taskexecutor.registration.max-backoff": "1s",
+            "rest.execution-result.long-poll": "200ms",
+            "slot.request.timeout": "60s",
+            "taskexecutor.cancellation.timeout": "3s",
+        },
+    )
     hosts.start()
     try:
         yield hosts
@@ -51,8 +59,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, service_missing: Any) -> I
 
 @pytest.fixture
 async def client(cluster: MultiHostCluster) -> AsyncIterator[SparkDispatchClient]:
-    async with SparkDispatchClient(addresses=cluster.master_addresses, token=CLUSTER_TOKEN,
-                                   retry=RetryPolicy(attempts=30, max_backoff=1.0), request_timeout=5.0) as made:
+    async with SparkDispatchClient(
+        addresses=cluster.master_addresses,
+        token=CLUSTER_TOKEN,
+        retry=RetryPolicy(attempts=30, max_backoff=1.0),
+        request_timeout=5.0,
+    ) as made:
         yield made
 
 
@@ -71,18 +83,38 @@ async def overviews(cluster: MultiHostCluster, among: list[str] | None = None) -
 
 
 async def leaders(cluster: MultiHostCluster, among: list[str] | None = None) -> list[str]:
-    return [address for address, overview in (await overviews(cluster, among)).items()
-            if overview and overview["is_leader"]]
+    return [
+        address for address, overview in (await overviews(cluster, among)).items() if overview and overview["is_leader"]
+    ]
 
 
-async def run_job(client: SparkDispatchClient, key: str, log_dir: Path, name: str, *, sleep_s: float = 0.0,
-                  while_running: Any = None) -> JobResult:
-    job_id = (await client.submit({
-        "name": name, "artifacts": [key], "restart_strategy": {"type": "fixed-delay", "attempts": 3, "delay_s": 0.5},
-        "vertices": [{"id": "numbers", "entrypoint": "job_tasks:numbers", "parallelism": 2,
-                      "params": {"log_dir": str(log_dir), "rows": 10, "sleep_s": sleep_s}},
-                     {"id": "double", "entrypoint": "job_tasks:double", "parallelism": 1, "inputs": ["numbers"],
-                      "params": {"log_dir": str(log_dir)}}]})).job_id
+async def run_job(
+    client: SparkDispatchClient, key: str, log_dir: Path, name: str, *, sleep_s: float = 0.0, while_running: Any = None
+) -> JobResult:
+    job_id = (
+        await client.submit(
+            {
+                "name": name,
+                "artifacts": [key],
+                "restart_strategy": {"type": "fixed-delay", "attempts": 3, "delay_s": 0.5},
+                "vertices": [
+                    {
+                        "id": "numbers",
+                        "entrypoint": "job_tasks:numbers",
+                        "parallelism": 2,
+                        "params": {"log_dir": str(log_dir), "rows": 10, "sleep_s": sleep_s},
+                    },
+                    {
+                        "id": "double",
+                        "entrypoint": "job_tasks:double",
+                        "parallelism": 1,
+                        "inputs": ["numbers"],
+                        "params": {"log_dir": str(log_dir)},
+                    },
+                ],
+            }
+        )
+    ).job_id
     if while_running is not None:
         await eventually(lambda: _started(log_dir), f"{name} to run", timeout=WAIT_S, interval=0.05)
         await while_running()
@@ -101,7 +133,8 @@ def successful_runs(log_dir: Path, vertex: str, subtask: int) -> int:
 
 
 async def test_partitions_of_masters_zookeeper_and_task_executors(
-        cluster: MultiHostCluster, client: SparkDispatchClient, tmp_path: Path) -> None:
+    cluster: MultiHostCluster, client: SparkDispatchClient, tmp_path: Path
+) -> None:
     await eventually(lambda: _task_executors(client, 2), "two registered TaskExecutors", timeout=WAIT_S, interval=0.05)
     key = await client.upload_artifact(TASKS)
     await run_job(client, key, tmp_path / "warm", "warm-up")
@@ -133,9 +166,11 @@ async def test_partitions_of_masters_zookeeper_and_task_executors(
     #    does cutting the ensemble's own leader, whose followers drop their clients while they elect
     #    another: with tolerate-suspended-connections off, Flink's default, the master steps down.)
     leader_address = urlsplit(current[0]).hostname or ""
-    [other_node, *_] = [name for name in ("zookeeper-1", "zookeeper-2", "zookeeper-3")
-                        if leader_address not in (stat := zookeeper_stat(network.hosts[name].address))
-                        and "Mode: follower" in stat]
+    [other_node, *_] = [
+        name
+        for name in ("zookeeper-1", "zookeeper-2", "zookeeper-3")
+        if leader_address not in (stat := zookeeper_stat(network.hosts[name].address)) and "Mode: follower" in stat
+    ]
     network.cut(other_node)
     await run_job(client, key, tmp_path / "zk-one", "zookeeper-node-cut")
     assert await leaders(cluster) == current
@@ -148,13 +183,19 @@ async def test_partitions_of_masters_zookeeper_and_task_executors(
         await eventually(lambda: _task_executors(client, 1), "the TaskExecutor lost", timeout=WAIT_S, interval=0.05)
         network.heal("taskexecutor-1")
 
-    result = await run_job(client, key, tmp_path / "te-drop", "taskexecutor-dropped", sleep_s=8.0,
-                           while_running=drop_a_task_executor)
+    result = await run_job(
+        client, key, tmp_path / "te-drop", "taskexecutor-dropped", sleep_s=8.0, while_running=drop_a_task_executor
+    )
     assert result.vertices["numbers"].attempts == 2
-    await eventually(lambda: _task_executors(client, 2), "both TaskExecutors registered again", timeout=WAIT_S,
-                     interval=0.05)
-    stale = [line for name in ("master-1", "master-2") for line in cluster.log_lines(name)
-             if "still runs stale execution" in line and result.job_id in line]
+    await eventually(
+        lambda: _task_executors(client, 2), "both TaskExecutors registered again", timeout=WAIT_S, interval=0.05
+    )
+    stale = [
+        line
+        for name in ("master-1", "master-2")
+        for line in cluster.log_lines(name)
+        if "still runs stale execution" in line and result.job_id in line
+    ]
     assert stale and "taskexecutor-1" in stale[0], stale
 
     # 4. a TaskExecutor's packets dropped while a job runs, until it ends; right after it is back, the
@@ -165,21 +206,28 @@ async def test_partitions_of_masters_zookeeper_and_task_executors(
     async def drop_until_the_end() -> None:
         network.drop("taskexecutor-1")
 
-    await run_job(client, key, tmp_path / "te-drop-long", "taskexecutor-dropped-long", sleep_s=3.0,
-                  while_running=drop_until_the_end)
+    await run_job(
+        client,
+        key,
+        tmp_path / "te-drop-long",
+        "taskexecutor-dropped-long",
+        sleep_s=3.0,
+        while_running=drop_until_the_end,
+    )
     network.heal("taskexecutor-1")
-    await eventually(lambda: _task_executors(client, 2), "both TaskExecutors registered again", timeout=WAIT_S,
-                     interval=0.05)
+    await eventually(
+        lambda: _task_executors(client, 2), "both TaskExecutors registered again", timeout=WAIT_S, interval=0.05
+    )
 
     async def separate_the_broker() -> None:
         network.separate("redis", ["master-1", "master-2"])
         await asyncio.sleep(2.5)  # the partition itself: shorter than the heartbeat timeout
         network.heal("redis")
 
-    result = await run_job(client, key, tmp_path / "broker-cut", "broker-cut", sleep_s=1.0,
-                           while_running=separate_the_broker)
-    assert {vertex: outcome.attempts for vertex, outcome in result.vertices.items()} == {
-        "numbers": 1, "double": 1}
+    result = await run_job(
+        client, key, tmp_path / "broker-cut", "broker-cut", sleep_s=1.0, while_running=separate_the_broker
+    )
+    assert {vertex: outcome.attempts for vertex, outcome in result.vertices.items()} == {"numbers": 1, "double": 1}
 
     # 5. the ZooKeeper majority cut off: no master leads; nothing is lost; work resumes afterwards
     network.cut("zookeeper-1")
@@ -191,8 +239,16 @@ async def test_partitions_of_masters_zookeeper_and_task_executors(
     await run_job(client, key, tmp_path / "after-quorum", "after-quorum")
     jobs = await client.jobs()
     assert sorted(job.name for job in jobs if job.status == "FINISHED") == sorted(
-        ["warm-up", "leader-cut", "zookeeper-node-cut", "taskexecutor-dropped", "taskexecutor-dropped-long",
-         "broker-cut", "after-quorum"])
+        [
+            "warm-up",
+            "leader-cut",
+            "zookeeper-node-cut",
+            "taskexecutor-dropped",
+            "taskexecutor-dropped-long",
+            "broker-cut",
+            "after-quorum",
+        ]
+    )
     for log_dir in ("zk-one", "broker-cut", "after-quorum"):  # nothing failed there: each subtask ran once
         for vertex, subtask in (("numbers", 0), ("numbers", 1), ("double", 0)):
             assert successful_runs(tmp_path / log_dir, vertex, subtask) == 1, (log_dir, vertex, subtask)

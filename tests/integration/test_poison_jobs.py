@@ -31,15 +31,29 @@ GOOD, TOO_LARGE, CORRUPT, WRONG_SCHEMA, MISFILED = "a" * 32, "b" * 32, "c" * 32,
 def report_graph(job_id: str | None = None) -> dict[str, Any]:
     """The JobGraph of the round-3 report: 10,000 vertices of parallelism 10,000, every field within
     its own limit (779 KB of JSON)."""
-    vertices = [{"id": f"v{index}", "entrypoint": "tasks:noop", "parallelism": 10_000,
-                 "inputs": [f"v{index - 1}"] if index else []} for index in range(10_000)]
+    vertices = [
+        {
+            "id": f"v{index}",
+            "entrypoint": "tasks:noop",
+            "parallelism": 10_000,
+            "inputs": [f"v{index - 1}"] if index else [],
+        }
+        for index in range(10_000)
+    ]
     return {"job_id": job_id, "name": "poison", "vertices": vertices}
 
 
 def good_graph() -> JobGraph:
-    return JobGraph.from_dict({"job_id": GOOD, "name": "good", "vertices": [
-        {"id": "extract", "entrypoint": "tasks:noop", "parallelism": 2},
-        {"id": "load", "entrypoint": "tasks:noop", "inputs": ["extract"]}]})
+    return JobGraph.from_dict(
+        {
+            "job_id": GOOD,
+            "name": "good",
+            "vertices": [
+                {"id": "extract", "entrypoint": "tasks:noop", "parallelism": 2},
+                {"id": "load", "entrypoint": "tasks:noop", "inputs": ["extract"]},
+            ],
+        }
+    )
 
 
 async def test_the_graph_of_the_report_is_refused_with_400_naming_the_limit_and_nothing_is_stored() -> None:
@@ -49,8 +63,10 @@ async def test_the_graph_of_the_report_is_refused_with_400_naming_the_limit_and_
 
         assert status == 400 and body["type"] == "JobTooLarge"
         assert (body["subtasks"], body["limit"], body["option"]) == (100_000_000, 100_000, "jobgraph.max-subtasks")
-        assert body["errors"] == ["vertices: the job has 100000000 subtasks (the sum of its vertices' parallelism); "
-                                  "jobgraph.max-subtasks allows at most 100000"]
+        assert body["errors"] == [
+            "vertices: the job has 100000000 subtasks (the sum of its vertices' parallelism); "
+            "jobgraph.max-subtasks allows at most 100000"
+        ]
         ha = master.master.ha
         assert await ha.jobgraph_store.job_ids() == set()
         assert await ha.progress_store.get(TOO_LARGE) == JobProgress(TOO_LARGE)
@@ -106,9 +122,12 @@ async def store_poison_jobs(config: Configuration) -> None:
         session = await leading(services.election)
         await services.jobgraph_store.put(session, good_graph())
         await services.jobgraph_store.put(session, JobGraph.from_dict(report_graph(TOO_LARGE)))  # an older release's
-        wrong = {"job_id": WRONG_SCHEMA, "name": "wrong", "vertices": [
-            {"id": "a", "entrypoint": "tasks:noop", "parallelism": "many"}]}
-        write_record(services, CORRUPT, b"\x00\xff{\"graph\": not json")
+        wrong = {
+            "job_id": WRONG_SCHEMA,
+            "name": "wrong",
+            "vertices": [{"id": "a", "entrypoint": "tasks:noop", "parallelism": "many"}],
+        }
+        write_record(services, CORRUPT, b'\x00\xff{"graph": not json')
         write_record(services, WRONG_SCHEMA, inline(json.dumps(wrong).encode(), services))
         write_record(services, MISFILED, inline(good_graph().to_json().encode(), services))
     finally:
@@ -117,28 +136,37 @@ async def store_poison_jobs(config: Configuration) -> None:
 
 
 async def test_stored_jobs_that_cannot_be_read_or_run_fail_alone_finally_and_the_master_serves_the_rest(
-        ha_config: Configuration) -> None:
+    ha_config: Configuration,
+) -> None:
     await store_poison_jobs(ha_config)
     overrides = ha_config.to_flat()
     master = InProcessMaster(storage_dir=ha_config.storage_dir, overrides=overrides)
     starting = asyncio.create_task(master.start())
     try:
         # /overview answers while the master recovers (it parses and refuses the 10^8-subtask graph meanwhile)
-        await eventually(lambda: overview_of(master.url), "/overview answers during recovery", timeout=WAIT,
-                         interval=0.05)
+        await eventually(
+            lambda: overview_of(master.url), "/overview answers during recovery", timeout=WAIT, interval=0.05
+        )
         await starting
         await master.wait_for_leadership(timeout=WAIT)
         await master.add_task_executor(script=finish_every_task)
 
-        results = {job_id: await eventually(partial(finished, master.url, job_id), f"job {job_id} ends", timeout=WAIT,
-                                            interval=0.05)
-                   for job_id in (GOOD, TOO_LARGE, CORRUPT, WRONG_SCHEMA, MISFILED)}
+        results = {
+            job_id: await eventually(
+                partial(finished, master.url, job_id), f"job {job_id} ends", timeout=WAIT, interval=0.05
+            )
+            for job_id in (GOOD, TOO_LARGE, CORRUPT, WRONG_SCHEMA, MISFILED)
+        }
         assert results[GOOD]["status"] == "FINISHED"
-        expected = {TOO_LARGE: ("JobTooLarge", "has 100000000 subtasks"),
-                    CORRUPT: ("StoreError", "cannot be read" if ha_config.get(HA_MODE) == "none"
-                              else "holds no JobGraph record"),
-                    WRONG_SCHEMA: ("StoreError", "vertices[0].parallelism: Not a valid integer"),
-                    MISFILED: ("StoreError", f"names job {GOOD}")}
+        expected = {
+            TOO_LARGE: ("JobTooLarge", "has 100000000 subtasks"),
+            CORRUPT: (
+                "StoreError",
+                "cannot be read" if ha_config.get(HA_MODE) == "none" else "holds no JobGraph record",
+            ),
+            WRONG_SCHEMA: ("StoreError", "vertices[0].parallelism: Not a valid integer"),
+            MISFILED: ("StoreError", f"names job {GOOD}"),
+        }
         for job_id, (cls, cause) in expected.items():
             result = results[job_id]
             assert result["status"] == "FAILED", job_id
@@ -149,8 +177,12 @@ async def test_stored_jobs_that_cannot_be_read_or_run_fail_alone_finally_and_the
         # terminal as any failed job: its JobGraph removed, its JobResult written and cleaned up
         store = master.master.ha.jobgraph_store
         await eventually(lambda: empty(store.job_ids()), "every JobGraph removed", timeout=WAIT, interval=0.05)
-        await eventually(lambda: empty(master.master.ha.job_result_store.dirty_job_ids()), "every JobResult clean",
-                         timeout=WAIT, interval=0.05)
+        await eventually(
+            lambda: empty(master.master.ha.job_result_store.dirty_job_ids()),
+            "every JobResult clean",
+            timeout=WAIT,
+            interval=0.05,
+        )
         overview = await overview_of(master.url)
         assert overview is not None and (overview["jobs_finished"], overview["jobs_failed"]) == (1, 4)
     finally:
@@ -164,7 +196,9 @@ async def test_stored_jobs_that_cannot_be_read_or_run_fail_alone_finally_and_the
         assert await later.master.ha.jobgraph_store.job_ids() == set()
         status, listed = await request_json("GET", f"{later.url}/jobs")
         assert status == 200 and sorted((job["id"], job["status"]) for job in listed["jobs"]) == [
-            (GOOD, "FINISHED"), *((job_id, "FAILED") for job_id in (TOO_LARGE, CORRUPT, WRONG_SCHEMA, MISFILED))]
+            (GOOD, "FINISHED"),
+            *((job_id, "FAILED") for job_id in (TOO_LARGE, CORRUPT, WRONG_SCHEMA, MISFILED)),
+        ]
         for job_id in expected:
             assert (await finished(later.url, job_id)) == results[job_id]
 

@@ -33,8 +33,13 @@ from sparkdispatch.testing.slot_attempts import (
 pytestmark = pytest.mark.slow
 
 TASKS = Path(__file__).with_name("slot_tasks.py")
-SETTINGS = ConnectServerSettings(spark_master="local[2]", port=0, start_timeout=240.0, driver_memory=768 << 20,
-                                 spark_properties={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"})
+SETTINGS = ConnectServerSettings(
+    spark_master="local[2]",
+    port=0,
+    start_timeout=240.0,
+    driver_memory=768 << 20,
+    spark_properties={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"},
+)
 
 
 @pytest.fixture
@@ -56,21 +61,33 @@ def servers(tmp_path: Path, service_missing: Callable[[str], None]) -> Iterator[
 
 @pytest.mark.timeout(900)  # a successor server starts and warms up (its start timeout: 240 s) amid the attempts
 def test_a_recycled_server_hands_its_slot_processes_over_without_failing_an_attempt(
-        servers: ConnectServers, tmp_path: Path) -> None:
+    servers: ConnectServers, tmp_path: Path
+) -> None:
     old = servers.current
     old_url, old_pid = old.url, old.pid
     assert old_pid is not None
-    pool = SlotProcessPool(SlotPoolSettings(spares=1, cancellation_timeout=2.0), connect_url=old_url,
-                           driver_log=str(old.log_path))
+    pool = SlotProcessPool(
+        SlotPoolSettings(spares=1, cancellation_timeout=2.0), connect_url=old_url, driver_log=str(old.log_path)
+    )
     pool.start()
     try:
         tasks = artifact(tmp_path, "slot_tasks.py", TASKS.read_bytes())
         job_id = new_job_id()
         conf = {"spark.sql.shuffle.partitions": "3"}
-        [first] = rows_of(run(pool, deployment(tmp_path, "slot_tasks:session_facts", job_id=job_id,
-                                               spark_conf=conf), [tasks]))
-        busy = Attempt(pool, deployment(tmp_path, "slot_tasks:udf_after_marker", job_id=job_id, slot_index=1,
-                                        params={"wait_for": "go", "timeout_s": 900}), [tasks])
+        [first] = rows_of(
+            run(pool, deployment(tmp_path, "slot_tasks:session_facts", job_id=job_id, spark_conf=conf), [tasks])
+        )
+        busy = Attempt(
+            pool,
+            deployment(
+                tmp_path,
+                "slot_tasks:udf_after_marker",
+                job_id=job_id,
+                slot_index=1,
+                params={"wait_for": "go", "timeout_s": 900},
+            ),
+            [tasks],
+        )
         busy_pid = wait_for_marker(tmp_path, "waiting")
         wait_for_marker(tmp_path, "in-udf")  # its Python UDF runs, in a worker of the old server
         assert pool.sessions_made(old_url) == 2
@@ -87,8 +104,9 @@ def test_a_recycled_server_hands_its_slot_processes_over_without_failing_an_atte
         assert old.is_alive(), "the old server stopped while an attempt still ran on it"
         # the job's next task in the idle process: same process, a new session on the new server,
         # the job's configuration set again; its session on the old server was released
-        [second] = rows_of(run(pool, deployment(tmp_path, "slot_tasks:session_facts", job_id=job_id,
-                                                spark_conf=conf), [tasks]))
+        [second] = rows_of(
+            run(pool, deployment(tmp_path, "slot_tasks:session_facts", job_id=job_id, spark_conf=conf), [tasks])
+        )
         assert second["pid"] == first["pid"] and second["session_id"] != first["session_id"]
         assert second["partitions"] == "3"
         assert session_state(old, first["session_id"]) == "closed"
@@ -101,8 +119,9 @@ def test_a_recycled_server_hands_its_slot_processes_over_without_failing_an_atte
         recycler.check()
         assert servers.draining is None and old.pid is None and gone(old_pid)
         # the busy process moved over after its attempt: the next job's task there runs on the new server
-        [later] = rows_of(run(pool, deployment(tmp_path, "slot_tasks:session_facts", job_id=new_job_id(),
-                                               slot_index=1), [tasks]))
+        [later] = rows_of(
+            run(pool, deployment(tmp_path, "slot_tasks:session_facts", job_id=new_job_id(), slot_index=1), [tasks])
+        )
         assert later["pid"] == busy_pid and later["partitions"] == "2"
         assert (servers.recycles, servers.starts) == (1, 1)
     finally:
@@ -117,17 +136,22 @@ def daemons_of(server: ConnectServer) -> set[str]:
 
 
 def test_the_worker_daemon_of_a_released_session_ends_and_a_live_sessions_stays(
-        servers: ConnectServers, tmp_path: Path) -> None:
+    servers: ConnectServers, tmp_path: Path
+) -> None:
     server = servers.current
-    pool = SlotProcessPool(SlotPoolSettings(spares=1, cancellation_timeout=2.0), connect_url=server.url,
-                           driver_log=str(server.log_path))
+    pool = SlotProcessPool(
+        SlotPoolSettings(spares=1, cancellation_timeout=2.0), connect_url=server.url, driver_log=str(server.log_path)
+    )
     pool.start()
     try:
         tasks = artifact(tmp_path, "slot_tasks.py", TASKS.read_bytes())
         reaper = WorkerDaemonReaper(servers.pids, pool.released_sessions)
         first_job, second_job = new_job_id(), new_job_id()
         assert rows_of(run(pool, deployment(tmp_path, "slot_tasks:python_udf", job_id=first_job), [tasks])) == [
-            {"doubled": 0}, {"doubled": 2}, {"doubled": 4}]
+            {"doubled": 0},
+            {"doubled": 2},
+            {"doubled": 4},
+        ]
         [first_session] = daemons_of(server)
         assert reaper.check() == 0  # its session lives: the job may run another task here
         rows_of(run(pool, deployment(tmp_path, "slot_tasks:python_udf", job_id=second_job), [tasks]))

@@ -51,13 +51,18 @@ CANCELLATION_TIMEOUT_S = 2.0
 
 
 @pytest.fixture(scope="module")
-def connect_server(tmp_path_factory: pytest.TempPathFactory, service_missing: Callable[[str], None]) \
-        -> Iterator[ConnectServer]:
+def connect_server(
+    tmp_path_factory: pytest.TempPathFactory, service_missing: Callable[[str], None]
+) -> Iterator[ConnectServer]:
     if shutil.which("java") is None:
         service_missing("Spark needs java on PATH")
-    settings = ConnectServerSettings(spark_master="local[2]", port=0, start_timeout=240.0, driver_memory=768 << 20,
-                                     spark_properties={"spark.ui.enabled": "false",
-                                                       "spark.sql.shuffle.partitions": "2"})
+    settings = ConnectServerSettings(
+        spark_master="local[2]",
+        port=0,
+        start_timeout=240.0,
+        driver_memory=768 << 20,
+        spark_properties={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"},
+    )
     server = ConnectServer(settings, work_dir=tmp_path_factory.mktemp("connect-server"))
     server.start()
     try:
@@ -68,8 +73,11 @@ def connect_server(tmp_path_factory: pytest.TempPathFactory, service_missing: Ca
 
 @pytest.fixture
 def pool(connect_server: ConnectServer) -> Iterator[SlotProcessPool]:
-    pool = SlotProcessPool(SlotPoolSettings(spares=1, cancellation_timeout=CANCELLATION_TIMEOUT_S),
-                           connect_url=connect_server.url, driver_log=str(connect_server.log_path))
+    pool = SlotProcessPool(
+        SlotPoolSettings(spares=1, cancellation_timeout=CANCELLATION_TIMEOUT_S),
+        connect_url=connect_server.url,
+        driver_log=str(connect_server.log_path),
+    )
     pool.start()
     try:
         yield pool
@@ -92,41 +100,82 @@ def no_successor() -> ConnectServer:
 # ctx, results and failures
 
 
-def test_ctx_results_and_failures_of_one_job_in_its_slot_process(pool: SlotProcessPool, tasks: str,
-                                                                 tmp_path: Path) -> None:
+def test_ctx_results_and_failures_of_one_job_in_its_slot_process(
+    pool: SlotProcessPool, tasks: str, tmp_path: Path
+) -> None:
     job_id = new_job_id()
-    tdd = deployment(tmp_path, "slot_tasks:context", job_id=job_id, slot_index=1, subtask_index=2, parallelism=3,
-                     attempt=4, params={"day": "2026-01-01"}, inputs={"up": ()})
+    tdd = deployment(
+        tmp_path,
+        "slot_tasks:context",
+        job_id=job_id,
+        slot_index=1,
+        subtask_index=2,
+        parallelism=3,
+        attempt=4,
+        params={"day": "2026-01-01"},
+        inputs={"up": ()},
+    )
     [row] = rows_of(run(pool, tdd, [tasks]))
-    assert json.loads(row["ctx"]) == {"params": {"day": "2026-01-01", "marker_dir": str(tmp_path / "markers")},
-                                      "subtask_index": 2, "parallelism": 3, "job_id": job_id, "vertex_id": "v",
-                                      "attempt": 4, "inputs": ["up"]}
+    assert json.loads(row["ctx"]) == {
+        "params": {"day": "2026-01-01", "marker_dir": str(tmp_path / "markers")},
+        "subtask_index": 2,
+        "parallelism": 3,
+        "job_id": job_id,
+        "vertex_id": "v",
+        "attempt": 4,
+        "inputs": ["up"],
+    }
     process = row["pid"]
 
     # rows come from the write itself and equal the DataFrame's count, also for an empty one
     seven = run(pool, deployment(tmp_path, "slot_tasks:multiples_of_seven", job_id=job_id, slot_index=1), [tasks])
     assert (seven.rows, len(rows_of(seven))) == (143, 143)
-    few = run(pool, deployment(tmp_path, "slot_tasks:multiples_of_seven", job_id=job_id, slot_index=1,
-                               params={"below": 20}), [tasks])
+    few = run(
+        pool,
+        deployment(tmp_path, "slot_tasks:multiples_of_seven", job_id=job_id, slot_index=1, params={"below": 20}),
+        [tasks],
+    )
     assert (few.rows, len(rows_of(few))) == (3, 3)
-    assert run(pool, deployment(tmp_path, "slot_tasks:multiples_of_seven", job_id=job_id, slot_index=1,
-                                params={"below": 0}), [tasks]).rows == 0
+    assert (
+        run(
+            pool,
+            deployment(tmp_path, "slot_tasks:multiples_of_seven", job_id=job_id, slot_index=1, params={"below": 0}),
+            [tasks],
+        ).rows
+        == 0
+    )
 
     # inputs: all partitions of a vertex together, read lazily (`never_read` does not exist)
-    inputs = run(pool, deployment(tmp_path, "slot_tasks:even_inputs", job_id=job_id, slot_index=1,
-                                  inputs={"up": (str(seven.result_path), str(few.result_path)), "empty": (),
-                                          "never_read": (str(tmp_path / "missing"),)}), [tasks])
+    inputs = run(
+        pool,
+        deployment(
+            tmp_path,
+            "slot_tasks:even_inputs",
+            job_id=job_id,
+            slot_index=1,
+            inputs={
+                "up": (str(seven.result_path), str(few.result_path)),
+                "empty": (),
+                "never_read": (str(tmp_path / "missing"),),
+            },
+        ),
+        [tasks],
+    )
     assert inputs.state is ExecutionState.FINISHED, inputs.failure
     assert inputs.rows == len([i for i in range(0, 1000, 7) if i % 2 == 0]) + len([0, 14])
 
     # failures: class, message and traceback of the function's exception; bad entrypoints and results
-    failed = run(pool, deployment(tmp_path, "slot_tasks:fails", job_id=job_id, slot_index=1,
-                                  params={"day": "monday"}), [tasks])
+    failed = run(
+        pool, deployment(tmp_path, "slot_tasks:fails", job_id=job_id, slot_index=1, params={"day": "monday"}), [tasks]
+    )
     assert failed.state is ExecutionState.FAILED and failed.failure is not None
     assert (failed.failure.cls, failed.failure.message) == ("ValueError", "no sales on monday")
     assert 'raise ValueError("no sales on "' in failed.failure.traceback and "slot_tasks.py" in failed.failure.traceback
-    for entrypoint, cls in [("nowhere_module_x:task", "EntrypointNotFound"),
-                            ("slot_tasks:absent", "EntrypointNotFound"), ("slot_tasks:not_a_frame", "TypeError")]:
+    for entrypoint, cls in [
+        ("nowhere_module_x:task", "EntrypointNotFound"),
+        ("slot_tasks:absent", "EntrypointNotFound"),
+        ("slot_tasks:not_a_frame", "TypeError"),
+    ]:
         end = run(pool, deployment(tmp_path, entrypoint, job_id=job_id, slot_index=1), [tasks])
         assert (end.state, end.failure.cls if end.failure else None) == (ExecutionState.FAILED, cls)
 
@@ -142,9 +191,9 @@ def test_ctx_results_and_failures_of_one_job_in_its_slot_process(pool: SlotProce
     assert again["pid"] == process
 
 
-def test_what_a_task_prints_or_logs_goes_to_its_attempts_log_file(pool: SlotProcessPool, tasks: str,
-                                                                    tmp_path: Path,
-                                                                    capfd: pytest.CaptureFixture[str]) -> None:
+def test_what_a_task_prints_or_logs_goes_to_its_attempts_log_file(
+    pool: SlotProcessPool, tasks: str, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
     tdd = deployment(tmp_path, "slot_tasks:chatty", job_id=new_job_id(), subtask_index=1, attempt=2)
     assert run(pool, tdd, [tasks]).state is ExecutionState.FINISHED
     path = attempt_log_path(tdd.result_path, tdd.attempt)
@@ -156,11 +205,14 @@ def test_what_a_task_prints_or_logs_goes_to_its_attempts_log_file(pool: SlotProc
 
 
 def test_a_chatty_attempts_log_is_capped_keeping_its_head_and_its_last_words(
-        connect_server: ConnectServer, tasks: str, tmp_path: Path) -> None:
+    connect_server: ConnectServer, tasks: str, tmp_path: Path
+) -> None:
     cap = 64 << 10
-    pool = SlotProcessPool(SlotPoolSettings(spares=0, cancellation_timeout=CANCELLATION_TIMEOUT_S,
-                                            attempt_log_max_size=cap),
-                           connect_url=connect_server.url, driver_log=str(connect_server.log_path))
+    pool = SlotProcessPool(
+        SlotPoolSettings(spares=0, cancellation_timeout=CANCELLATION_TIMEOUT_S, attempt_log_max_size=cap),
+        connect_url=connect_server.url,
+        driver_log=str(connect_server.log_path),
+    )
     pool.start()
     try:
         tdd = deployment(tmp_path, "slot_tasks:very_chatty", job_id=new_job_id(), params={"lines": 200_000})
@@ -184,23 +236,28 @@ def test_a_chatty_attempts_log_is_capped_keeping_its_head_and_its_last_words(
     assert slot_processes() == set()
 
 
-def test_the_drivers_messages_about_an_attempt_go_to_its_log_file(pool: SlotProcessPool, tasks: str,
-                                                                   tmp_path: Path) -> None:
+def test_the_drivers_messages_about_an_attempt_go_to_its_log_file(
+    pool: SlotProcessPool, tasks: str, tmp_path: Path
+) -> None:
     """The Connect server's warnings on the attempt's operations, and a long operation's progress."""
     tdd = deployment(tmp_path, "slot_tasks:driver_messages", job_id=new_job_id())
     assert run(pool, tdd, [tasks]).state is ExecutionState.FINISHED
     path = attempt_log_path(tdd.result_path, tdd.attempt)
     assert path is not None
     driver = [line.removeprefix(PREFIX) for line in path.read_text().splitlines() if line.startswith(PREFIX)]
-    assert any(re.search(r" WARN WindowExec \[SparkConnectExecuteThread_opId=[0-9a-f-]+\]: No Partition Defined",
-                         line) for line in driver), driver
-    assert any(re.fullmatch(r"operation [0-9a-f]{8}: stage \d+ \d/2(, .*)?; \d tasks? running", line)
-               for line in driver), driver
+    assert any(
+        re.search(r" WARN WindowExec \[SparkConnectExecuteThread_opId=[0-9a-f-]+\]: No Partition Defined", line)
+        for line in driver
+    ), driver
+    assert any(
+        re.fullmatch(r"operation [0-9a-f]{8}: stage \d+ \d/2(, .*)?; \d tasks? running", line) for line in driver
+    ), driver
     assert re.fullmatch(r"operation [0-9a-f]{8} ended", driver[-1]), driver
 
 
 def test_an_attempt_whose_start_deadline_passed_fails_without_running_its_function(
-        pool: SlotProcessPool, tasks: str, tmp_path: Path) -> None:
+    pool: SlotProcessPool, tasks: str, tmp_path: Path
+) -> None:
     """A TaskExecutor frozen between admitting an attempt and starting it (the chaos suite's
     SIGSTOP): past the deadline, and without a fresh one (no heartbeat answered since), the
     master may have run the attempt elsewhere; with a fresh one, it runs."""
@@ -221,15 +278,25 @@ def test_an_attempt_whose_start_deadline_passed_fails_without_running_its_functi
     # its deadline passed while it set up, but the TaskExecutor has a fresh one: it runs
     deadlines = iter([time.monotonic() - 1, time.monotonic() + 60])
     again = deployment(tmp_path, "slot_tasks:chatty", job_id=tdd.job_id)
-    assert pool.run(again.slot_index, again, [tasks], lambda s: None,
-                    start_deadline=lambda: next(deadlines)).state is ExecutionState.FINISHED
+    assert (
+        pool.run(again.slot_index, again, [tasks], lambda s: None, start_deadline=lambda: next(deadlines)).state
+        is ExecutionState.FINISHED
+    )
 
 
-def test_a_configuration_key_spark_refuses_fails_the_attempt_naming_it(pool: SlotProcessPool, tasks: str,
-                                                                       tmp_path: Path) -> None:
-    end = run(pool, deployment(tmp_path, "slot_tasks:context", job_id=new_job_id(),
-                               spark_conf={"spark.sql.shuffle.partitions": "4", "spark.executor.memory": "2g"}),
-              [tasks])
+def test_a_configuration_key_spark_refuses_fails_the_attempt_naming_it(
+    pool: SlotProcessPool, tasks: str, tmp_path: Path
+) -> None:
+    end = run(
+        pool,
+        deployment(
+            tmp_path,
+            "slot_tasks:context",
+            job_id=new_job_id(),
+            spark_conf={"spark.sql.shuffle.partitions": "4", "spark.executor.memory": "2g"},
+        ),
+        [tasks],
+    )
     assert end.state is ExecutionState.FAILED and end.failure is not None
     assert end.failure.cls == "ConfigurationError"
     assert "spark.executor.memory='2g'" in end.failure.message and "CANNOT_MODIFY_CONFIG" in end.failure.message
@@ -243,14 +310,18 @@ def versioned_module(tmp_path: Path, name: str, version: str) -> str:
     return artifact(tmp_path, f"{name}.py", f"VERSION = {version!r}\n".encode())
 
 
-def test_a_reuploaded_module_runs_its_new_code_in_a_later_job(pool: SlotProcessPool, tasks: str,
-                                                              tmp_path: Path) -> None:
+def test_a_reuploaded_module_runs_its_new_code_in_a_later_job(
+    pool: SlotProcessPool, tasks: str, tmp_path: Path
+) -> None:
     module = f"pipeline_{uuid.uuid4().hex[:8]}"
     seen = []
     for version in ("v1", "v2"):  # same file name, new content: a new blob, a new job
         code = versioned_module(tmp_path, module, version)
-        end = run(pool, deployment(tmp_path, "slot_tasks:versions", job_id=new_job_id(), params={"module": module}),
-                  [tasks, code])
+        end = run(
+            pool,
+            deployment(tmp_path, "slot_tasks:versions", job_id=new_job_id(), params={"module": module}),
+            [tasks, code],
+        )
         [row] = rows_of(end)
         seen.append(row)
     assert [(r["here"], r["on_executors"]) for r in seen] == [("v1", "v1"), ("v2", "v2")]
@@ -259,35 +330,58 @@ def test_a_reuploaded_module_runs_its_new_code_in_a_later_job(pool: SlotProcessP
 
 
 def test_a_later_job_of_the_same_code_runs_in_the_same_process_in_a_session_of_its_own(
-        pool: SlotProcessPool, tasks: str, tmp_path: Path, connect_server: ConnectServer) -> None:
-    first = rows_of(run(pool, deployment(tmp_path, "slot_tasks:session_facts", job_id=new_job_id(),
-                                         params={"view": "first_jobs_view"},
-                                         spark_conf={"spark.sql.shuffle.partitions": "3"}), [tasks]))[0]
+    pool: SlotProcessPool, tasks: str, tmp_path: Path, connect_server: ConnectServer
+) -> None:
+    first = rows_of(
+        run(
+            pool,
+            deployment(
+                tmp_path,
+                "slot_tasks:session_facts",
+                job_id=new_job_id(),
+                params={"view": "first_jobs_view"},
+                spark_conf={"spark.sql.shuffle.partitions": "3"},
+            ),
+            [tasks],
+        )
+    )[0]
     time.sleep(1.0)  # idle: the process makes the next job's session ahead
     second = rows_of(run(pool, deployment(tmp_path, "slot_tasks:session_facts", job_id=new_job_id()), [tasks]))[0]
     assert second["pid"] == first["pid"]  # the same code: no new process
     assert second["session_id"] != first["session_id"]
     assert [(r["partitions"], r["views"], r["active"]) for r in (first, second)] == [
-        ("3", "first_jobs_view", True), ("2", "", True)]  # the second job sees none of the first's settings or views
+        ("3", "first_jobs_view", True),
+        ("2", "", True),
+    ]  # the second job sees none of the first's settings or views
     # released once the next job came
-    eventually_blocking(lambda: session_state(connect_server, first["session_id"]) != "open",
-                        "the first job's session to be released on the server", interval=0.2)
+    eventually_blocking(
+        lambda: session_state(connect_server, first["session_id"]) != "open",
+        "the first job's session to be released on the server",
+        interval=0.2,
+    )
 
 
 def test_two_concurrent_jobs_run_their_own_module_version_and_shuffle_partitions(
-        pool: SlotProcessPool, tasks: str, tmp_path: Path) -> None:
+    pool: SlotProcessPool, tasks: str, tmp_path: Path
+) -> None:
     module = f"pipeline_{uuid.uuid4().hex[:8]}"
     jobs = {new_job_id(): ("v1", "3"), new_job_id(): ("v2", "5")}
     attempts = []
     for slot_index, (job_id, (version, partitions)) in enumerate(jobs.items()):
         peers = [other for other in jobs if other != job_id]
-        tdd = deployment(tmp_path, "slot_tasks:versions", job_id=job_id, slot_index=slot_index,
-                         params={"module": module, "peers": peers},
-                         spark_conf={"spark.sql.shuffle.partitions": partitions, "spark.sql.adaptive.enabled": "false"})
+        tdd = deployment(
+            tmp_path,
+            "slot_tasks:versions",
+            job_id=job_id,
+            slot_index=slot_index,
+            params={"module": module, "peers": peers},
+            spark_conf={"spark.sql.shuffle.partitions": partitions, "spark.sql.adaptive.enabled": "false"},
+        )
         attempts.append(Attempt(pool, tdd, [tasks, versioned_module(tmp_path, module, version)]))
     seen = {attempt.tdd.job_id: rows_of(attempt.join())[0] for attempt in attempts}
     assert {job_id: (r["here"], r["on_executors"], r["conf"], r["partitions"]) for job_id, r in seen.items()} == {
-        job_id: (version, version, partitions, int(partitions)) for job_id, (version, partitions) in jobs.items()}
+        job_id: (version, version, partitions, int(partitions)) for job_id, (version, partitions) in jobs.items()
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -295,11 +389,15 @@ def test_two_concurrent_jobs_run_their_own_module_version_and_shuffle_partitions
 
 
 def test_cancelling_interrupts_the_spark_operation_at_once_and_leaves_the_other_slot_running(
-        pool: SlotProcessPool, tasks: str, tmp_path: Path) -> None:
+    pool: SlotProcessPool, tasks: str, tmp_path: Path
+) -> None:
     job_id = new_job_id()
     endless = Attempt(pool, deployment(tmp_path, "slot_tasks:endless_spark", job_id=job_id, slot_index=0), [tasks])
-    other = Attempt(pool, deployment(tmp_path, "slot_tasks:after_marker", job_id=job_id, slot_index=1,
-                                     params={"wait_for": "go"}), [tasks])
+    other = Attempt(
+        pool,
+        deployment(tmp_path, "slot_tasks:after_marker", job_id=job_id, slot_index=1, params={"wait_for": "go"}),
+        [tasks],
+    )
     process = wait_for_marker(tmp_path, "spark-started")
     wait_for_marker(tmp_path, "waiting")
     time.sleep(1.0)  # the Spark operation runs
@@ -319,7 +417,8 @@ def test_cancelling_interrupts_the_spark_operation_at_once_and_leaves_the_other_
 
 
 def test_a_task_that_swallows_cancellation_is_killed_after_the_timeout_and_its_slot_runs_the_next_job(
-        pool: SlotProcessPool, connect_server: ConnectServer, tasks: str, tmp_path: Path) -> None:
+    pool: SlotProcessPool, connect_server: ConnectServer, tasks: str, tmp_path: Path
+) -> None:
     stubborn = Attempt(pool, deployment(tmp_path, "slot_tasks:swallow_cancellation", job_id=new_job_id()), [tasks])
     process = wait_for_marker(tmp_path, "swallowing")
 
@@ -332,21 +431,29 @@ def test_a_task_that_swallows_cancellation_is_killed_after_the_timeout_and_its_s
     assert CANCELLATION_TIMEOUT_S <= stubborn.ended_at - cancelled_at < CANCELLATION_TIMEOUT_S + 3.0
     assert gone(process)
     # its session was released on the server, not left until the server's session timeout
-    eventually_blocking(lambda: session_state(connect_server, session_id) != "open",
-                        f"session {session_id} of the killed process to be released", interval=0.1)
+    eventually_blocking(
+        lambda: session_state(connect_server, session_id) != "open",
+        f"session {session_id} of the killed process to be released",
+        interval=0.1,
+    )
     assert session_state(connect_server, session_id) == "closed"
 
     [row] = rows_of(run(pool, deployment(tmp_path, "slot_tasks:context", job_id=new_job_id()), [tasks]))
     assert row["pid"] != process
 
 
-@pytest.mark.parametrize("params, how", [({"code": 1}, "exited with code 1"),
-                                         ({"signal": "SIGSEGV"}, "killed by signal 11 (SIGSEGV)")])
+@pytest.mark.parametrize(
+    "params, how", [({"code": 1}, "exited with code 1"), ({"signal": "SIGSEGV"}, "killed by signal 11 (SIGSEGV)")]
+)
 def test_a_dying_slot_process_fails_only_its_attempt_and_the_next_task_runs(
-        pool: SlotProcessPool, tasks: str, tmp_path: Path, params: dict[str, Any], how: str) -> None:
+    pool: SlotProcessPool, tasks: str, tmp_path: Path, params: dict[str, Any], how: str
+) -> None:
     job_id = new_job_id()
-    neighbour = Attempt(pool, deployment(tmp_path, "slot_tasks:after_marker", job_id=job_id, slot_index=1,
-                                         params={"wait_for": "dying"}), [tasks])
+    neighbour = Attempt(
+        pool,
+        deployment(tmp_path, "slot_tasks:after_marker", job_id=job_id, slot_index=1, params={"wait_for": "dying"}),
+        [tasks],
+    )
     wait_for_marker(tmp_path, "waiting")
 
     end = run(pool, deployment(tmp_path, "slot_tasks:die", job_id=job_id, slot_index=0, params=params), [tasks])
@@ -354,7 +461,9 @@ def test_a_dying_slot_process_fails_only_its_attempt_and_the_next_task_runs(
     process = wait_for_marker(tmp_path, "dying")
     assert end.state is ExecutionState.FAILED and end.failure is not None
     assert (end.failure.cls, end.failure.message) == (
-        "SlotProcessLost", f"the slot process (pid {process}) died during the task: {how}")
+        "SlotProcessLost",
+        f"the slot process (pid {process}) died during the task: {how}",
+    )
     assert neighbour.join().rows == 3  # the other slot's task went on
     [row] = rows_of(run(pool, deployment(tmp_path, "slot_tasks:context", job_id=job_id, slot_index=0), [tasks]))
     assert row["pid"] != process
@@ -365,7 +474,8 @@ def test_a_dying_slot_process_fails_only_its_attempt_and_the_next_task_runs(
 
 
 def test_a_dead_connect_server_is_restarted_and_the_slot_processes_follow_it(
-        pool: SlotProcessPool, connect_server: ConnectServer, tasks: str, tmp_path: Path) -> None:
+    pool: SlotProcessPool, connect_server: ConnectServer, tasks: str, tmp_path: Path
+) -> None:
     job_id = new_job_id()
     [before] = rows_of(run(pool, deployment(tmp_path, "slot_tasks:context", job_id=job_id), [tasks]))
     running = Attempt(pool, deployment(tmp_path, "slot_tasks:endless_spark", job_id=job_id, slot_index=1), [tasks])

@@ -44,10 +44,16 @@ SETTLE_S = 300.0
 JVM_THREADS_TOLERANCE = 150
 JVM_OPEN_FILES_TOLERANCE = 200
 TASK_EXECUTOR_THREADS_TOLERANCE = 4
-OVERRIDES = {"spark.master": "local[2]", "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
-             "rest.execution-result.long-poll": "5s", "taskexecutor.connect.recycle.sessions": 20,
-             "taskexecutor.artifact-cache.max-size": "64kb", "taskexecutor.connect.start-timeout": "6min",
-             "taskexecutor.slot-process.spares": SPARES}
+OVERRIDES = {
+    "spark.master": "local[2]",
+    "spark.ui.enabled": "false",
+    "spark.sql.shuffle.partitions": "2",
+    "rest.execution-result.long-poll": "5s",
+    "taskexecutor.connect.recycle.sessions": 20,
+    "taskexecutor.artifact-cache.max-size": "64kb",
+    "taskexecutor.connect.start-timeout": "6min",
+    "taskexecutor.slot-process.spares": SPARES,
+}
 
 
 def settled(standalone: StandaloneProcess) -> dict[str, KindTotals]:
@@ -57,14 +63,16 @@ def settled(standalone: StandaloneProcess) -> dict[str, KindTotals]:
 
     def settled_totals() -> dict[str, KindTotals] | None:
         totals = census(root)
-        if (totals[SERVER].processes, totals[SLOT].processes) == (1, SLOTS + SPARES) \
-                and totals[PYTHON_WORKER].processes <= SLOTS:
+        if (totals[SERVER].processes, totals[SLOT].processes) == (1, SLOTS + SPARES) and totals[
+            PYTHON_WORKER
+        ].processes <= SLOTS:
             return totals
         return None
 
     try:
-        return eventually_blocking(settled_totals, "the TaskExecutor to settle", timeout=SETTLE_S, interval=2.0,
-                                   processes=[standalone])
+        return eventually_blocking(
+            settled_totals, "the TaskExecutor to settle", timeout=SETTLE_S, interval=2.0, processes=[standalone]
+        )
     except WaitTimedOut:
         raise AssertionError(f"the TaskExecutor did not settle: {describe(census(root))}") from None
 

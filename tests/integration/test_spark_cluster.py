@@ -61,12 +61,21 @@ async def test_the_sales_pipeline_runs_on_a_spark_cluster_and_spark_recovers_a_l
     try:
         spark.start()
         ui_port = free_port()
-        config = Configuration.from_mapping({
-            "rest.port": str(free_port()), "storage.dir": str(tmp_path / "storage"), "broker.url": redis.url,
-            "rest.execution-result.long-poll": "200ms", "taskexecutor.slots": "2",
-            "taskexecutor.registration.max-backoff": "500ms", "spark.master": spark.url,
-            "spark.cores.max": "2", "spark.executor.cores": "1", "spark.executor.memory": "512m",
-            "spark.ui.port": str(ui_port)})  # the driver's monitoring API tells which executor is busy
+        config = Configuration.from_mapping(
+            {
+                "rest.port": str(free_port()),
+                "storage.dir": str(tmp_path / "storage"),
+                "broker.url": redis.url,
+                "rest.execution-result.long-poll": "200ms",
+                "taskexecutor.slots": "2",
+                "taskexecutor.registration.max-backoff": "500ms",
+                "spark.master": spark.url,
+                "spark.cores.max": "2",
+                "spark.executor.cores": "1",
+                "spark.executor.memory": "512m",
+                "spark.ui.port": str(ui_port),
+            }
+        )  # the driver's monitoring API tells which executor is busy
         master = Master(config)
         await master.start()
         te = TaskExecutorProcess(config, tmp_path)
@@ -77,6 +86,7 @@ async def test_the_sales_pipeline_runs_on_a_spark_cluster_and_spark_recovers_a_l
             async def run(graph: dict[str, Any], *, kill_a_busy_worker: bool = False) -> JobResult:
                 job_id = (await client.submit(graph)).job_id
                 if kill_a_busy_worker:  # the worker of an executor that runs tasks of this job right now
+
                     async def busy_worker() -> int | None:
                         executor = await asyncio.to_thread(busy_executor, ui_port)
                         return spark.worker_of_executor(executor) if executor is not None else None
@@ -93,10 +103,14 @@ async def test_the_sales_pipeline_runs_on_a_spark_cluster_and_spark_recovers_a_l
             assert rows["report"] == 4 and rows["revenue_by_product"] == 5
             # three times the orders: longer Spark tasks, which the kill is more likely to interrupt
             second = await run(sales_graph(key, rows=3 * ROWS), kill_a_busy_worker=True)
-            assert {vertex: outcome.rows for vertex, outcome in second.vertices.items()} == \
-                {**rows, "generate": 3 * ROWS, "clean": 3 * ROWS * 7 // 9}
-            assert {vertex: outcome.attempts for vertex, outcome in second.vertices.items()} == \
-                {vertex: 1 for vertex in rows}
+            assert {vertex: outcome.rows for vertex, outcome in second.vertices.items()} == {
+                **rows,
+                "generate": 3 * ROWS,
+                "clean": 3 * ROWS * 7 // 9,
+            }
+            assert {vertex: outcome.attempts for vertex, outcome in second.vertices.items()} == {
+                vertex: 1 for vertex in rows
+            }
             assert spark.alive_workers() == 1
         driver_log = "".join(p.read_text() for p in (tmp_path / "storage" / "te-work").glob("*/connect-server.log"))
         assert "Lost executor" in driver_log  # the driver saw the executor go while the job ran

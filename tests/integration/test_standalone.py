@@ -53,15 +53,36 @@ def test_standalone_restarts_a_dead_taskexecutor_and_stops_everything_on_ctrl_c(
     base = f"http://127.0.0.1:{port}"
     storage = tmp_path / "storage"
     (tmp_path / "conf.yaml").write_text(f"spark.hadoop.fs.s3a.secret.key: {SPARK_SECRET}\n")
-    cli = [sys.executable, "-m", "sparkdispatch.entrypoint.cli", "--config", str(tmp_path / "conf.yaml"),
-           "-D", f"rest.port={port}", "-D", "heartbeat.interval=300ms",
-           "-D", "heartbeat.timeout=3s", "standalone", "--storage", str(storage), "--slots", "1"]
+    cli = [
+        sys.executable,
+        "-m",
+        "sparkdispatch.entrypoint.cli",
+        "--config",
+        str(tmp_path / "conf.yaml"),
+        "-D",
+        f"rest.port={port}",
+        "-D",
+        "heartbeat.interval=300ms",
+        "-D",
+        "heartbeat.timeout=3s",
+        "standalone",
+        "--storage",
+        str(storage),
+        "--slots",
+        "1",
+    ]
     with open(tmp_path / "standalone.log", "wb") as out:
-        process = subprocess.Popen(cli, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                   env={**os.environ, "SPARKDISPATCH_AUTH_TOKEN": TOKEN})
+        process = subprocess.Popen(
+            cli,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, "SPARKDISPATCH_AUTH_TOKEN": TOKEN},
+        )
     try:
-        eventually_blocking(lambda: serving(base, taskmanagers=1), "the TaskExecutor to register", timeout=START_S,
-                            interval=0.3)
+        eventually_blocking(
+            lambda: serving(base, taskmanagers=1), "the TaskExecutor to register", timeout=START_S, interval=0.3
+        )
         # the TaskExecutors got the token, the Spark secret and the cluster secret by a file only they may read
         # (the Spark Connect server's JVM still gets Spark properties as --conf arguments: issue 25, not done)
         assert processes_mentioning(TOKEN) == []
@@ -69,29 +90,44 @@ def test_standalone_restarts_a_dead_taskexecutor_and_stops_everything_on_ctrl_c(
         child_config = storage / "standalone" / "taskexecutor.yaml"
         assert child_config.stat().st_mode & 0o777 == 0o600 and SPARK_SECRET in child_config.read_text()
         assert "cluster.secret" in child_config.read_text()
-        [cluster_secret] = [line.split(":", 1)[1].strip() for line in child_config.read_text().splitlines()
-                            if line.startswith("cluster.secret:")]
+        [cluster_secret] = [
+            line.split(":", 1)[1].strip()
+            for line in child_config.read_text().splitlines()
+            if line.startswith("cluster.secret:")
+        ]
         assert processes_mentioning(cluster_secret) == []
         # users' tokens do not reach the TaskExecutors' routes
         status, _ = http_json("POST", base + "/taskexecutors", {}, token=TOKEN)
         assert status == 401
         # Celery retitles the worker process; its -D arguments stay in the title
         # (and this cluster's storage: a standalone cluster elsewhere on the machine has the same id)
-        [worker] = [p for p in processes_mentioning("taskexecutor.id=standalone-0")
-                    if p in processes_mentioning(str(storage))]
+        [worker] = [
+            p for p in processes_mentioning("taskexecutor.id=standalone-0") if p in processes_mentioning(str(storage))
+        ]
         os.killpg(worker, signal.SIGKILL)  # the worker and its Spark JVM, as if its host died
-        eventually_blocking(lambda: worker not in processes_mentioning(str(storage)), "the worker to die",
-                            interval=0.3)
-        eventually_blocking(lambda: [p for p in processes_mentioning("taskexecutor.id=standalone-0")
-                                     if p != worker and p in processes_mentioning(str(storage))],
-                            "a new TaskExecutor process", timeout=START_S, interval=0.3)
-        eventually_blocking(lambda: serving(base, taskmanagers=1, slots_available=1),
-                            "the new TaskExecutor to register", timeout=START_S, interval=0.3)
+        eventually_blocking(lambda: worker not in processes_mentioning(str(storage)), "the worker to die", interval=0.3)
+        eventually_blocking(
+            lambda: [
+                p
+                for p in processes_mentioning("taskexecutor.id=standalone-0")
+                if p != worker and p in processes_mentioning(str(storage))
+            ],
+            "a new TaskExecutor process",
+            timeout=START_S,
+            interval=0.3,
+        )
+        eventually_blocking(
+            lambda: serving(base, taskmanagers=1, slots_available=1),
+            "the new TaskExecutor to register",
+            timeout=START_S,
+            interval=0.3,
+        )
 
         process.send_signal(signal.SIGINT)
         assert process.wait(timeout=60) == 0
-        eventually_blocking(lambda: processes_mentioning(str(storage)) == [], "every started process to end",
-                            interval=0.3)
+        eventually_blocking(
+            lambda: processes_mentioning(str(storage)) == [], "every started process to end", interval=0.3
+        )
         assert "stopping" in (tmp_path / "standalone.log").read_text()
     finally:
         if process.poll() is None:

@@ -27,8 +27,13 @@ GRAPH = {"name": "roles", "vertices": [{"id": "a", "entrypoint": "m:f", "paralle
 @pytest.fixture
 async def master(tmp_path: Path) -> AsyncIterator[InProcessMaster]:
     (tmp_path / "tokens").write_text(f"grafana viewer {VIEWER}\nci submitter {SUBMITTER}\n")
-    async with InProcessMaster(overrides={"rest.auth.tokens-file": str(tmp_path / "tokens"),
-                                          "rest.auth.token": ADMIN, "cluster.secret": SECRET}) as running:
+    async with InProcessMaster(
+        overrides={
+            "rest.auth.tokens-file": str(tmp_path / "tokens"),
+            "rest.auth.token": ADMIN,
+            "cluster.secret": SECRET,
+        }
+    ) as running:
         yield running
 
 
@@ -69,8 +74,14 @@ async def test_each_role_does_its_own_part_and_a_refusal_changes_nothing(master:
 async def test_only_the_cluster_secret_reaches_the_taskexecutor_routes(master: InProcessMaster) -> None:
     deployed: list[TaskDeploymentDescriptor] = []
     te = await master.add_task_executor("te-1", script=deployed.append)  # registers with the cluster secret
-    registration = {"task_executor_id": "te-1", "hostname": "evil", "queue": "evil", "slots": 2,
-                    "slot_report": SlotReport.free(2).to_dict(), "spark_master": "local[1]"}
+    registration = {
+        "task_executor_id": "te-1",
+        "hostname": "evil",
+        "queue": "evil",
+        "slots": 2,
+        "slot_report": SlotReport.free(2).to_dict(),
+        "spark_master": "local[1]",
+    }
     for token in (VIEWER, SUBMITTER, ADMIN, ""):
         status, refused = await request_json("POST", f"{master.url}/taskexecutors", registration, token=token)
         assert status == 401, (token, refused)
@@ -83,10 +94,12 @@ async def test_only_the_cluster_secret_reaches_the_taskexecutor_routes(master: I
     heartbeat = AsyncMasterClient(token=SECRET)
     try:
         await heartbeat.heartbeat(
-            master.url, master.session_id, "te-1",
+            master.url,
+            master.session_id,
+            "te-1",
             slot_report=SlotReport(tuple(SlotStatus(t.slot_index, t.allocation_id, t.job_id) for t in deployed)),
-            executions=[ExecutionReport(t.job_id, t.execution_id, ExecutionState.RUNNING).to_dict()
-                        for t in deployed])
+            executions=[ExecutionReport(t.job_id, t.execution_id, ExecutionState.RUNNING).to_dict() for t in deployed],
+        )
     finally:
         await heartbeat.close()
     assert await _executions(master, ADMIN) == sorted(t.execution_id for t in deployed)
@@ -123,7 +136,8 @@ async def test_a_finished_report_naming_another_result_is_refused(master: InProc
 
 
 async def test_a_token_removed_from_the_file_is_refused_without_a_restart(
-        master: InProcessMaster, tmp_path: Path) -> None:
+    master: InProcessMaster, tmp_path: Path
+) -> None:
     assert (await request_json("GET", f"{master.url}/jobs", token=VIEWER))[0] == 200
     (tmp_path / "tokens").write_text(f"ci submitter {SUBMITTER}\n")
 
@@ -140,8 +154,9 @@ async def test_the_web_ui_names_the_user_and_offers_a_viewer_no_cancel(master: I
     pages = {}
     for name, token in (("grafana", VIEWER), ("ci", SUBMITTER)):
         async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as browser:  # an IP host
-            async with browser.post(f"{master.url}/ui/login", data={"token": token, "next": "/ui/"},
-                                    allow_redirects=False) as login:
+            async with browser.post(
+                f"{master.url}/ui/login", data={"token": token, "next": "/ui/"}, allow_redirects=False
+            ) as login:
                 assert login.status == 303
             async with browser.get(f"{master.url}/ui/jobs/{submitted['job_id']}") as page:
                 assert page.status == 200
@@ -149,6 +164,8 @@ async def test_the_web_ui_names_the_user_and_offers_a_viewer_no_cancel(master: I
     assert 'id="user">grafana <span class="role">viewer</span>' in pages["grafana"]
     assert 'id="cancel-job"' not in pages["grafana"]
     assert 'id="user">ci <span class="role">submitter</span>' in pages["ci"] and 'id="cancel-job"' in pages["ci"]
-    async with aiohttp.ClientSession() as browser, browser.post(
-            f"{master.url}/ui/login", data={"token": SECRET, "next": "/ui/"}, allow_redirects=False) as login:
+    async with (
+        aiohttp.ClientSession() as browser,
+        browser.post(f"{master.url}/ui/login", data={"token": SECRET, "next": "/ui/"}, allow_redirects=False) as login,
+    ):
         assert login.status == 401  # the cluster secret is no user's login

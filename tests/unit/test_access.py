@@ -30,19 +30,24 @@ ci        submitter  {SUBMITTER_TOKEN}   # the deploy pipeline
 
 def test_a_tokens_file_names_each_token_and_its_role() -> None:
     tokens = parse_tokens(TOKENS, "tokens")
-    assert [(t.name, t.role, t.token) for t in tokens] == [("grafana", Role.VIEWER, VIEWER_TOKEN),
-                                                           ("ci", Role.SUBMITTER, SUBMITTER_TOKEN)]
+    assert [(t.name, t.role, t.token) for t in tokens] == [
+        ("grafana", Role.VIEWER, VIEWER_TOKEN),
+        ("ci", Role.SUBMITTER, SUBMITTER_TOKEN),
+    ]
 
 
-@pytest.mark.parametrize(("line", "problem"), [
-    ("ci submitter", "write `<name> <role> <token>` (2 words found)"),
-    ("ops owner 0123456789abcdefgh", "the role 'owner' is none of viewer, submitter, admin"),
-    ("ops cluster 0123456789abcdefgh", "the role 'cluster' is none of viewer, submitter, admin"),
-    ("c.i viewer 0123456789abcdefgh", "the name 'c.i' is not 1-64 letters"),
-    ("cluster admin 0123456789abcdefgh", "the name 'cluster' is taken"),
-    (f"grafana admin {SUBMITTER_TOKEN}x", "line 4: the name 'grafana' is taken"),
-    ("ci2 viewer short", "the token of 'ci2' is shorter than 16 characters"),
-])
+@pytest.mark.parametrize(
+    ("line", "problem"),
+    [
+        ("ci submitter", "write `<name> <role> <token>` (2 words found)"),
+        ("ops owner 0123456789abcdefgh", "the role 'owner' is none of viewer, submitter, admin"),
+        ("ops cluster 0123456789abcdefgh", "the role 'cluster' is none of viewer, submitter, admin"),
+        ("c.i viewer 0123456789abcdefgh", "the name 'c.i' is not 1-64 letters"),
+        ("cluster admin 0123456789abcdefgh", "the name 'cluster' is taken"),
+        (f"grafana admin {SUBMITTER_TOKEN}x", "line 4: the name 'grafana' is taken"),
+        ("ci2 viewer short", "the token of 'ci2' is shorter than 16 characters"),
+    ],
+)
 def test_a_wrong_line_is_refused_with_its_number_and_the_problem(line: str, problem: str) -> None:
     with pytest.raises(ConfigurationError) as refused:
         parse_tokens(TOKENS + line + "\n", "tokens")
@@ -51,25 +56,34 @@ def test_a_wrong_line_is_refused_with_its_number_and_the_problem(line: str, prob
 
 def test_roles_are_ordered_and_the_cluster_is_apart() -> None:
     allowed = {(have, need) for have in Role for need in Role if have.permits(need)}
-    assert allowed == {(Role.VIEWER, Role.VIEWER), (Role.SUBMITTER, Role.VIEWER), (Role.SUBMITTER, Role.SUBMITTER),
-                       (Role.ADMIN, Role.VIEWER), (Role.ADMIN, Role.SUBMITTER), (Role.ADMIN, Role.ADMIN),
-                       (Role.CLUSTER, Role.CLUSTER)}
+    assert allowed == {
+        (Role.VIEWER, Role.VIEWER),
+        (Role.SUBMITTER, Role.VIEWER),
+        (Role.SUBMITTER, Role.SUBMITTER),
+        (Role.ADMIN, Role.VIEWER),
+        (Role.ADMIN, Role.SUBMITTER),
+        (Role.ADMIN, Role.ADMIN),
+        (Role.CLUSTER, Role.CLUSTER),
+    }
 
 
-@pytest.mark.parametrize(("method", "path", "role", "cluster"), [
-    ("GET", "/jobs", Role.VIEWER, False),
-    ("GET", "/v1/jobs/overview", Role.VIEWER, False),
-    ("GET", "/overview", Role.VIEWER, True),
-    ("POST", "/jobs", Role.SUBMITTER, False),
-    ("PATCH", "/jobs/abc", Role.SUBMITTER, False),
-    ("POST", "/jobs/abc/repair", Role.SUBMITTER, False),
-    ("POST", "/artifacts", Role.SUBMITTER, False),
-    ("GET", "/artifacts/" + "a" * 64, Role.VIEWER, True),
-    ("POST", "/taskexecutors", Role.CLUSTER, True),
-    ("POST", "/v1/taskexecutors/te-1/heartbeat", Role.CLUSTER, True),
-    ("POST", "/jobs/abc/executions/e1/state", Role.CLUSTER, True),
-    ("GET", "/jobs/abc/executions/e1/state/x", Role.VIEWER, False),
-])
+@pytest.mark.parametrize(
+    ("method", "path", "role", "cluster"),
+    [
+        ("GET", "/jobs", Role.VIEWER, False),
+        ("GET", "/v1/jobs/overview", Role.VIEWER, False),
+        ("GET", "/overview", Role.VIEWER, True),
+        ("POST", "/jobs", Role.SUBMITTER, False),
+        ("PATCH", "/jobs/abc", Role.SUBMITTER, False),
+        ("POST", "/jobs/abc/repair", Role.SUBMITTER, False),
+        ("POST", "/artifacts", Role.SUBMITTER, False),
+        ("GET", "/artifacts/" + "a" * 64, Role.VIEWER, True),
+        ("POST", "/taskexecutors", Role.CLUSTER, True),
+        ("POST", "/v1/taskexecutors/te-1/heartbeat", Role.CLUSTER, True),
+        ("POST", "/jobs/abc/executions/e1/state", Role.CLUSTER, True),
+        ("GET", "/jobs/abc/executions/e1/state/x", Role.VIEWER, False),
+    ],
+)
 def test_what_a_call_needs(method: str, path: str, role: Role, cluster: bool) -> None:
     assert required_role(method, path) is role
     assert cluster_may_call(method, path) is cluster
@@ -77,8 +91,11 @@ def test_what_a_call_needs(method: str, path: str, role: Role, cluster: bool) ->
 
 def test_the_authenticator_knows_the_cluster_the_legacy_token_and_the_named_users(tmp_path: Path) -> None:
     (tmp_path / "tokens").write_text(TOKENS)
-    users = Authenticator(legacy_token="legacy-token-0123456789", tokens_file=TokensFile(tmp_path / "tokens"),
-                          cluster_secret="cluster-secret-0123456789")
+    users = Authenticator(
+        legacy_token="legacy-token-0123456789",
+        tokens_file=TokensFile(tmp_path / "tokens"),
+        cluster_secret="cluster-secret-0123456789",
+    )
     assert users.principal("cluster-secret-0123456789") is CLUSTER
     assert users.principal("legacy-token-0123456789") == Principal(LEGACY_TOKEN_NAME, Role.ADMIN)
     assert users.principal(VIEWER_TOKEN) == Principal("grafana", Role.VIEWER)
@@ -92,8 +109,7 @@ def test_the_authenticator_knows_the_cluster_the_legacy_token_and_the_named_user
         Authenticator(legacy_token="same-0123456789abc", cluster_secret="same-0123456789abc")
 
 
-def test_a_token_removed_from_the_file_is_refused_within_a_second_and_a_broken_file_refuses_all(
-        tmp_path: Path) -> None:
+def test_a_token_removed_from_the_file_is_refused_within_a_second_and_a_broken_file_refuses_all(tmp_path: Path) -> None:
     now = [0.0]
     path = tmp_path / "tokens"
     path.write_text(TOKENS)

@@ -34,13 +34,38 @@ def archive(tmp_path: Path) -> JobArchive:
 
 
 def finished_job(job_id: str = JOB_ID, status: JobStatus = JobStatus.FINISHED) -> ArchivedJob:
-    result = JobResult(job_id=job_id, name="sales", status=status, start_time=1_000, end_time=4_000,
-                       vertices={"only": VertexResult(ExecutionState.FINISHED, 1, rows=3, result_path="/r/only")})
-    overview = JobOverview(job_id=job_id, name="sales", status=status, start_time=1_000, end_time=4_000,
-                           duration_ms=3_000, last_modification=3_900, tasks={ExecutionState.FINISHED: 2})
-    snapshot = JobSnapshot(overview, (VertexSnapshot("only", ExecutionState.FINISHED, 2, subtasks=(
-        SubtaskSnapshot(0, ExecutionState.FINISHED, 0, "te-1"),
-        SubtaskSnapshot(1, ExecutionState.FINISHED, 1, "te-2"))),))
+    result = JobResult(
+        job_id=job_id,
+        name="sales",
+        status=status,
+        start_time=1_000,
+        end_time=4_000,
+        vertices={"only": VertexResult(ExecutionState.FINISHED, 1, rows=3, result_path="/r/only")},
+    )
+    overview = JobOverview(
+        job_id=job_id,
+        name="sales",
+        status=status,
+        start_time=1_000,
+        end_time=4_000,
+        duration_ms=3_000,
+        last_modification=3_900,
+        tasks={ExecutionState.FINISHED: 2},
+    )
+    snapshot = JobSnapshot(
+        overview,
+        (
+            VertexSnapshot(
+                "only",
+                ExecutionState.FINISHED,
+                2,
+                subtasks=(
+                    SubtaskSnapshot(0, ExecutionState.FINISHED, 0, "te-1"),
+                    SubtaskSnapshot(1, ExecutionState.FINISHED, 1, "te-2"),
+                ),
+            ),
+        ),
+    )
     return ArchivedJob(result, snapshot, fingerprint="f1" * 32)
 
 
@@ -61,27 +86,66 @@ async def test_an_archived_job_is_read_back_by_another_master(tmp_path: Path) ->
 async def test_an_entry_of_the_first_format_is_converted_as_it_is_read(tmp_path: Path) -> None:
     result = finished_job().result
     details: dict[str, Any] = {
-        "id": JOB_ID, "name": "sales", "status": "FINISHED", "start_time": 1_000, "end_time": 4_000,
-        "vertices": [{"id": "only", "state": "FINISHED", "parallelism": 2, "inputs": [], "subtasks": [
-            {"index": 0, "state": "FINISHED", "attempt": 0, "taskmanager": "te-1"},
-            {"index": 1, "state": "FINISHED", "attempt": 1, "taskmanager": "te-2"}]}]}
+        "id": JOB_ID,
+        "name": "sales",
+        "status": "FINISHED",
+        "start_time": 1_000,
+        "end_time": 4_000,
+        "vertices": [
+            {
+                "id": "only",
+                "state": "FINISHED",
+                "parallelism": 2,
+                "inputs": [],
+                "subtasks": [
+                    {"index": 0, "state": "FINISHED", "attempt": 0, "taskmanager": "te-1"},
+                    {"index": 1, "state": "FINISHED", "attempt": 1, "taskmanager": "te-2"},
+                ],
+            }
+        ],
+    }
     flink: dict[str, Any] = {
-        "jid": JOB_ID, "name": "sales", "state": "FINISHED", "start-time": 1_000, "end-time": 4_000,
-        "duration": 3_000, "last-modification": 3_900, "pending-operators": 0,
-        "tasks": {"created": 0, "scheduled": 0, "deploying": 0, "running": 0, "finished": 2, "canceling": 0,
-                  "canceled": 0, "failed": 0, "reconciling": 0, "initializing": 0, "total": 2}}
+        "jid": JOB_ID,
+        "name": "sales",
+        "state": "FINISHED",
+        "start-time": 1_000,
+        "end-time": 4_000,
+        "duration": 3_000,
+        "last-modification": 3_900,
+        "pending-operators": 0,
+        "tasks": {
+            "created": 0,
+            "scheduled": 0,
+            "deploying": 0,
+            "running": 0,
+            "finished": 2,
+            "canceling": 0,
+            "canceled": 0,
+            "failed": 0,
+            "reconciling": 0,
+            "initializing": 0,
+            "total": 2,
+        },
+    }
     directory = tmp_path / "archive"
     directory.mkdir()
-    (directory / f"{JOB_ID}.json").write_text(json.dumps(
-        {"result": result.to_dict(), "details": details, "flink_details": flink, "version": 1}))
+    (directory / f"{JOB_ID}.json").write_text(
+        json.dumps({"result": result.to_dict(), "details": details, "flink_details": flink, "version": 1})
+    )
 
     old = archive(tmp_path)
     await old.load()
 
     [overview] = old.overviews()
     assert flink_job_details(overview).to_dict() == flink
-    assert job_summary(overview).to_dict() == {"id": JOB_ID, "name": "sales", "status": "FINISHED", "start_time": 1_000,
-                                     "end_time": 4_000, "duration_ms": 3_000}
+    assert job_summary(overview).to_dict() == {
+        "id": JOB_ID,
+        "name": "sales",
+        "status": "FINISHED",
+        "start_time": 1_000,
+        "end_time": 4_000,
+        "duration_ms": 3_000,
+    }
     entry = await old.get(JOB_ID)
     assert entry is not None and entry.result == result
     assert job_details(entry.snapshot).to_dict() == {**details, "repairs": []}
@@ -177,13 +241,18 @@ def ended_at(job_id: str, end_ms: int) -> ArchivedJob:
     """A finished job that ended at `end_ms`."""
     job = finished_job(job_id)
     overview = dataclasses.replace(job.snapshot.overview, end_time=end_ms)
-    return dataclasses.replace(job, result=dataclasses.replace(job.result, end_time=end_ms),
-                               snapshot=dataclasses.replace(job.snapshot, overview=overview))
+    return dataclasses.replace(
+        job,
+        result=dataclasses.replace(job.result, end_time=end_ms),
+        snapshot=dataclasses.replace(job.snapshot, overview=overview),
+    )
 
 
 def expiring(tmp_path: Path, *, expiration_s: float = 3600.0, max_capacity: int = 100) -> JobArchive:
-    return JobArchive(ArchiveSettings(directory=tmp_path / "archive", capacity=2, expiration=expiration_s,
-                                      max_capacity=max_capacity), check=leading)
+    return JobArchive(
+        ArchiveSettings(directory=tmp_path / "archive", capacity=2, expiration=expiration_s, max_capacity=max_capacity),
+        check=leading,
+    )
 
 
 def entry_files(tmp_path: Path) -> set[str]:

@@ -34,8 +34,9 @@ def test_a_blob_is_fetched_once_into_a_directory_of_its_own(blobs: Blobs, tmp_pa
     assert first == again == [str(tmp_path / "cache" / key / "tasks.py")] and blobs.fetched == [key]
 
 
-def test_beyond_the_bound_the_least_recently_used_blobs_go_and_come_back_when_used(blobs: Blobs,
-                                                                                   tmp_path: Path) -> None:
+def test_beyond_the_bound_the_least_recently_used_blobs_go_and_come_back_when_used(
+    blobs: Blobs, tmp_path: Path
+) -> None:
     a, b, c = (blobs.put_sized(f"{name}.py", 400) for name in "abc")
     cache = ArtifactCache(blobs.fetch, tmp_path / "cache", max_size=KIB)
     for key in (a, b, a, c):  # b is the least recently used when c comes

@@ -52,9 +52,17 @@ class FakeMaster:
             raise RouteNotFound("no log yet")
         attempt = len(attempts) - 1 if attempt is None else attempt
         data = attempts[attempt].encode()[offset:]
-        return AttemptLog(job_id=JOB, job_status=JobStatus.RUNNING, vertex="clean",
-                          vertex_state=ExecutionState.RUNNING, subtask=subtask, attempt=attempt, offset=offset,
-                          next_offset=offset + len(data), text=data.decode())
+        return AttemptLog(
+            job_id=JOB,
+            job_status=JobStatus.RUNNING,
+            vertex="clean",
+            vertex_state=ExecutionState.RUNNING,
+            subtask=subtask,
+            attempt=attempt,
+            offset=offset,
+            next_offset=offset + len(data),
+            text=data.decode(),
+        )
 
 
 def test_the_follower_gives_complete_lines_once_and_finishes_an_attempt_before_the_next() -> None:
@@ -65,8 +73,11 @@ def test_the_follower_gives_complete_lines_once_and_finishes_an_attempt_before_t
     assert follower.poll(master.fetch) == ["clean[0] attempt 0: hello"]  # the partial line waits
     master.logs[0] = ["hello\npartial line\ncrash\n"]
     master.logs[1] = ["ünïcode\n"]
-    assert follower.poll(master.fetch) == ["clean[0] attempt 0: partial line", "clean[0] attempt 0: crash",
-                                           "clean[1] attempt 0: ünïcode"]
+    assert follower.poll(master.fetch) == [
+        "clean[0] attempt 0: partial line",
+        "clean[0] attempt 0: crash",
+        "clean[1] attempt 0: ünïcode",
+    ]
     master.logs[0] = ["hello\npartial line\ncrash\nlast words\n", "again\n"]  # a new attempt
     assert follower.poll(master.fetch) == ["clean[0] attempt 0: last words", "clean[0] attempt 1: again"]
     assert follower.poll(master.fetch) == []

@@ -29,8 +29,12 @@ def code(tmp_path: Path, name: str) -> Path:
 
 
 def graph(key: str, name: str = "uses-code") -> dict[str, object]:
-    return {"name": name, "artifacts": [key], "restart_strategy": {"type": "none"},
-            "vertices": [{"id": "only", "entrypoint": "job:run", "parallelism": 1}]}
+    return {
+        "name": name,
+        "artifacts": [key],
+        "restart_strategy": {"type": "none"},
+        "vertices": [{"id": "only", "entrypoint": "job:run", "parallelism": 1}],
+    }
 
 
 async def stored(master: InProcessMaster, key: str) -> bool:
@@ -49,7 +53,8 @@ async def wait_until_removed(master: InProcessMaster, key: str) -> None:
 
 
 async def test_an_unused_artifact_goes_and_one_a_waiting_job_names_stays(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     rounds: list[float] = []  # when each cleanup round began (monotonic)
     sweep = BlobCleaner.sweep
 
@@ -58,16 +63,17 @@ async def test_an_unused_artifact_goes_and_one_a_waiting_job_names_stays(
         return await sweep(self)
 
     monkeypatch.setattr(BlobCleaner, "sweep", counted)
-    async with InProcessMaster(overrides=RETENTION) as master, \
-            SparkDispatchClient(addresses=[master.url]) as client:
+    async with InProcessMaster(overrides=RETENTION) as master, SparkDispatchClient(addresses=[master.url]) as client:
         unused = await client.upload_artifact(code(tmp_path, "unused.py"))
         named = await client.upload_artifact(code(tmp_path, "named.py"))
         # no TaskExecutor: the job waits for slots, its JobGraph stored
         job_id = (await client.submit(graph(named))).job_id
         past_retention = time.monotonic() + 1.0  # its last use: the submission
         await wait_until_removed(master, unused)
-        await eventually(lambda: sum(began > past_retention for began in rounds) >= 2,
-                         "two cleanup rounds past the retention of the named artifact")
+        await eventually(
+            lambda: sum(began > past_retention for began in rounds) >= 2,
+            "two cleanup rounds past the retention of the named artifact",
+        )
         assert await stored(master, named)
         await client.cancel(job_id)
         await asyncio.wait_for(client.wait_for_result(job_id, poll_interval=0.1), 30)
@@ -75,8 +81,7 @@ async def test_an_unused_artifact_goes_and_one_a_waiting_job_names_stays(
 
 
 async def test_a_repair_of_a_job_whose_code_was_removed_is_refused_naming_why(tmp_path: Path) -> None:
-    async with InProcessMaster(overrides=RETENTION) as master, \
-            SparkDispatchClient(addresses=[master.url]) as client:
+    async with InProcessMaster(overrides=RETENTION) as master, SparkDispatchClient(addresses=[master.url]) as client:
         await master.add_task_executor(script=lambda tdd: TaskOutcome(rows=1, result_path=tdd.result_path))
         key = await client.upload_artifact(code(tmp_path, "job.py"))
         job_id = (await client.submit(graph(key))).job_id

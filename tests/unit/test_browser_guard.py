@@ -63,10 +63,12 @@ def evil_form() -> aiohttp.FormData:
 
 
 async def test_a_page_of_another_origin_can_neither_submit_nor_upload_and_nothing_is_stored(
-        master: InProcessMaster) -> None:
+    master: InProcessMaster,
+) -> None:
     # a browser's simple requests: no preflight, so the server's answer is the only check
-    status, text, headers = await call("POST", master.url + "/jobs", data=json.dumps(GRAPH),
-                                       headers={"Content-Type": "text/plain", "Origin": EVIL})
+    status, text, headers = await call(
+        "POST", master.url + "/jobs", data=json.dumps(GRAPH), headers={"Content-Type": "text/plain", "Origin": EVIL}
+    )
     error = refusal(status, text, headers)
     assert status == 403 and isinstance(error, OriginRefused), text
     assert "'http://evil.example'" in error.message and "rest.allowed-origins" in error.message
@@ -106,10 +108,11 @@ async def test_the_masters_own_pages_and_clients_without_an_origin_may_change_st
     port = master.port
     status, text, _ = await call("POST", master.url + "/jobs", json=GRAPH)  # the CLI, the hook, curl
     assert status == 202, text
-    for host, origin in ((f"127.0.0.1:{port}", f"http://127.0.0.1:{port}"),
-                         (f"localhost:{port}", f"http://LOCALHOST:{port}/")):
-        status, text, _ = await call("POST", master.url + "/jobs", json=GRAPH,
-                                     headers={"Host": host, "Origin": origin})
+    for host, origin in (
+        (f"127.0.0.1:{port}", f"http://127.0.0.1:{port}"),
+        (f"localhost:{port}", f"http://LOCALHOST:{port}/"),
+    ):
+        status, text, _ = await call("POST", master.url + "/jobs", json=GRAPH, headers={"Host": host, "Origin": origin})
         assert status == 202, (host, text)
     # same host, another port or scheme: another origin
     for origin in (f"http://127.0.0.1:{port + 1}", f"https://127.0.0.1:{port}", "null"):
@@ -137,10 +140,18 @@ async def test_allowed_origins_may_change_state_and_no_other() -> None:
 
 async def test_a_host_that_is_none_of_the_masters_names_is_refused_for_every_call(master: InProcessMaster) -> None:
     host = f"evil.example:{master.port}"  # what a page at http://evil.example:PORT sends once DNS rebinds
-    for method, path in (("GET", "/jobs"), ("GET", "/overview"), ("GET", "/ui/"), ("GET", "/ui/static/ui.css"),
-                         ("GET", "/v1/jobs/overview"), ("POST", "/jobs"), ("GET", "/metrics")):
-        status, text, headers = await call(method, master.url + path, json=GRAPH if method == "POST" else None,
-                                           headers={"Host": host})
+    for method, path in (
+        ("GET", "/jobs"),
+        ("GET", "/overview"),
+        ("GET", "/ui/"),
+        ("GET", "/ui/static/ui.css"),
+        ("GET", "/v1/jobs/overview"),
+        ("POST", "/jobs"),
+        ("GET", "/metrics"),
+    ):
+        status, text, headers = await call(
+            method, master.url + path, json=GRAPH if method == "POST" else None, headers={"Host": host}
+        )
         error = refusal(status, text, headers)
         assert status == 403 and isinstance(error, HostRefused), (path, text)
         assert "'evil.example:" in error.message and "rest.allowed-hosts" in error.message
@@ -155,12 +166,15 @@ async def test_the_masters_own_names_and_ip_addresses_are_accepted(master: InPro
     assert (await call("GET", master.url + "/overview", headers={"Host": "localhost"}))[0] == 200  # no port
 
 
-@pytest.mark.parametrize(("allowed", "host", "status"), [
-    ("master.internal, proxy.example", "proxy.example:443", 200),
-    ("master.internal", "MASTER.internal", 200),
-    ("master.internal", "evil.example", 403),
-    ("*", "evil.example:8081", 200),
-])
+@pytest.mark.parametrize(
+    ("allowed", "host", "status"),
+    [
+        ("master.internal, proxy.example", "proxy.example:443", 200),
+        ("master.internal", "MASTER.internal", 200),
+        ("master.internal", "evil.example", 403),
+        ("*", "evil.example:8081", 200),
+    ],
+)
 async def test_allowed_hosts_extend_the_names(allowed: str, host: str, status: int) -> None:
     async with InProcessMaster(overrides={"rest.allowed-hosts": allowed}) as master:
         assert (await call("GET", master.url + "/jobs", headers={"Host": host}))[0] == status
@@ -168,10 +182,12 @@ async def test_allowed_hosts_extend_the_names(allowed: str, host: str, status: i
 
 async def test_an_advertised_name_is_one_of_the_masters_names() -> None:
     # docker-compose's masters advertise their service name and are called by it
-    async with InProcessMaster(overrides={"rest.address": "sparkdispatch-master-1",
-                                          "rest.bind-address": "127.0.0.1"}) as master:
-        status, text, _ = await call("POST", master.url + "/jobs", json=GRAPH,
-                                     headers={"Host": f"sparkdispatch-master-1:{master.port}"})
+    async with InProcessMaster(
+        overrides={"rest.address": "sparkdispatch-master-1", "rest.bind-address": "127.0.0.1"}
+    ) as master:
+        status, text, _ = await call(
+            "POST", master.url + "/jobs", json=GRAPH, headers={"Host": f"sparkdispatch-master-1:{master.port}"}
+        )
         assert status == 202, text
         assert (await call("GET", master.url + "/jobs", headers={"Host": "sparkdispatch-master-2"}))[0] == 403
 
@@ -179,8 +195,10 @@ async def test_an_advertised_name_is_one_of_the_masters_names() -> None:
 # -- Content-Type -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("content_type", [None, "text/plain", "application/x-www-form-urlencoded",
-                                          "multipart/form-data; boundary=x", "application/jsonp"])
+@pytest.mark.parametrize(
+    "content_type",
+    [None, "text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", "application/jsonp"],
+)
 async def test_a_json_body_needs_its_content_type(master: InProcessMaster, content_type: str | None) -> None:
     headers = {"Content-Type": content_type} if content_type else {}
     body = json.dumps(GRAPH).encode()
@@ -188,13 +206,15 @@ async def test_a_json_body_needs_its_content_type(master: InProcessMaster, conte
     error = refusal(status, text, answer)
     assert status == 415 and isinstance(error, UnsupportedMediaType), text
     assert "application/json" in error.message
-    status, text, _ = await call("POST", master.url + "/taskexecutors", data=b"{}",
-                                 headers={**headers, SESSION_HEADER: master.session_id})
+    status, text, _ = await call(
+        "POST", master.url + "/taskexecutors", data=b"{}", headers={**headers, SESSION_HEADER: master.session_id}
+    )
     assert status == 415 and "UnsupportedMediaType" in text, text
     assert await stored_jobs(master) == []
     # a charset parameter is fine
-    status, text, _ = await call("POST", master.url + "/jobs", data=body,
-                                 headers={"Content-Type": "application/json; charset=utf-8"})
+    status, text, _ = await call(
+        "POST", master.url + "/jobs", data=body, headers={"Content-Type": "application/json; charset=utf-8"}
+    )
     assert status == 202, text
 
 
@@ -202,9 +222,14 @@ async def test_a_json_body_needs_its_content_type(master: InProcessMaster, conte
 
 
 async def test_every_answer_carries_the_security_headers(master: InProcessMaster) -> None:
-    for method, path, expected in (("GET", "/ui/", 200), ("GET", "/ui/static/common.js", 200),
-                                   ("GET", "/jobs", 200), ("GET", "/nowhere", 404), ("GET", "/ui", 302),
-                                   ("POST", "/jobs", 415)):
+    for method, path, expected in (
+        ("GET", "/ui/", 200),
+        ("GET", "/ui/static/common.js", 200),
+        ("GET", "/jobs", 200),
+        ("GET", "/nowhere", 404),
+        ("GET", "/ui", 302),
+        ("POST", "/jobs", 415),
+    ):
         status, _, headers = await call(method, master.url + path)
         assert status == expected, path
         for name, value in SECURITY_HEADERS.items():
@@ -230,11 +255,29 @@ def guard(**keys: str) -> BrowserGuard:
 
 def test_host_names_are_compared_without_port_case_or_final_dot() -> None:
     rules = guard(**{"rest.address": "Master-1.corp.", "rest.allowed-hosts": "proxy.example"})
-    for host in ("master-1.corp", "MASTER-1.CORP.:8081", "box:1", "box.corp", "proxy.example:443", "localhost",
-                 "a.b.localhost:3000", "192.168.0.7:8081", "[fe80::1]:8081"):
+    for host in (
+        "master-1.corp",
+        "MASTER-1.CORP.:8081",
+        "box:1",
+        "box.corp",
+        "proxy.example:443",
+        "localhost",
+        "a.b.localhost:3000",
+        "192.168.0.7:8081",
+        "[fe80::1]:8081",
+    ):
         assert rules.allows_host(host), host
-    for host in ("evil.example", "master-1.corp.evil.example", "localhost.evil.example", "box.evil", "",
-                 "a b", "x/y", "user@box", "box:notaport"):
+    for host in (
+        "evil.example",
+        "master-1.corp.evil.example",
+        "localhost.evil.example",
+        "box.evil",
+        "",
+        "a b",
+        "x/y",
+        "user@box",
+        "box:notaport",
+    ):
         assert not rules.allows_host(host), host
     assert guard(**{"rest.allowed-hosts": "*"}).allows_host("anything.at.all:1")
 
@@ -243,19 +286,31 @@ def test_origins_parse_to_scheme_host_and_port() -> None:
     assert WebOrigin.parse("http://LocalHost") == WebOrigin("http", "localhost", 80)
     assert WebOrigin.parse("https://a.example:8443/") == WebOrigin("https", "a.example", 8443)
     assert str(WebOrigin.parse("http://[::1]:8081")) == "http://[::1]:8081"
-    for text in ("null", "", "file:///etc", "http://a.example/path", "ftp://a.example", "http://u:p@a.example",
-                 "http://a.example:99999", "http://a.example:x", "http://"):
+    for text in (
+        "null",
+        "",
+        "file:///etc",
+        "http://a.example/path",
+        "ftp://a.example",
+        "http://u:p@a.example",
+        "http://a.example:99999",
+        "http://a.example:x",
+        "http://",
+    ):
         assert WebOrigin.parse(text) is None, text
     assert WebOrigin.of_request("http", "a.example") == WebOrigin("http", "a.example", 80)
     assert WebOrigin.of_request("https", "a.example:443") == WebOrigin("https", "a.example", 443)
 
 
-@pytest.mark.parametrize(("key", "value", "named"), [
-    ("rest.allowed-origins", "evil.example", "'evil.example'"),
-    ("rest.allowed-origins", "http://a.example/app", "'http://a.example/app'"),
-    ("rest.allowed-hosts", "a.example:8081", "'a.example:8081'"),
-    ("rest.allowed-hosts", "http://a.example", "'http://a.example'"),
-])
+@pytest.mark.parametrize(
+    ("key", "value", "named"),
+    [
+        ("rest.allowed-origins", "evil.example", "'evil.example'"),
+        ("rest.allowed-origins", "http://a.example/app", "'http://a.example/app'"),
+        ("rest.allowed-hosts", "a.example:8081", "'a.example:8081'"),
+        ("rest.allowed-hosts", "http://a.example", "'http://a.example'"),
+    ],
+)
 def test_a_malformed_allowed_entry_stops_the_master_naming_it(key: str, value: str, named: str) -> None:
     with pytest.raises(ConfigurationError, match=f"{key}: {named}"):
         RestSettings.from_config(Configuration.from_mapping({key: value}))

@@ -22,7 +22,7 @@ def test_a_log_under_its_cap_is_written_whole_without_notice(tmp_path: Path) -> 
     log = CappedLog(open(path, "ab"), max_size=16 * KIB)
     data = numbered(1000)  # 12,000 bytes: within the head of 12 KiB
     for start in range(0, len(data), 100):
-        log.write(data[start:start + 100])
+        log.write(data[start : start + 100])
     log.close()
     assert path.read_bytes() == data and log.dropped == 0
 
@@ -32,17 +32,19 @@ def test_past_its_cap_a_log_keeps_the_head_a_notice_the_dropped_count_and_the_ta
     log = CappedLog(open(path, "ab"), max_size=16 * KIB)
     data = numbered(10_000)  # 120,000 bytes
     for start in range(0, len(data), 4096):
-        log.write(data[start:start + 4096])
+        log.write(data[start : start + 4096])
     head = path.read_bytes()  # what a live reader sees before the attempt ends
-    assert head.startswith(data[:12 * KIB]) and head.endswith(b"(the cap, " + OPTION.encode() + b", is 16kb)\n")
+    assert head.startswith(data[: 12 * KIB]) and head.endswith(b"(the cap, " + OPTION.encode() + b", is 16kb)\n")
     log.close()
 
     text = path.read_bytes()
     dropped = len(data) - 12 * KIB - 4 * KIB
     assert log.dropped == dropped
-    notice = (f"[sparkdispatch] {dropped} bytes of this attempt's output were dropped ({OPTION} is 16kb); "
-              f"its last {4 * KIB} bytes follow\n").encode()
-    assert text == head + notice + data[-4 * KIB:]
+    notice = (
+        f"[sparkdispatch] {dropped} bytes of this attempt's output were dropped ({OPTION} is 16kb); "
+        f"its last {4 * KIB} bytes follow\n"
+    ).encode()
+    assert text == head + notice + data[-4 * KIB :]
     assert text.endswith(b"line 009999\n")
     assert len(text) < 16 * KIB + 400
 
@@ -54,9 +56,9 @@ def test_a_log_filled_to_the_byte_says_so_at_the_next_write(tmp_path: Path) -> N
     assert b"[sparkdispatch]" not in path.read_bytes()
     log.write(b"y")
     log.close()
-    assert b"reached 3kb" in path.read_bytes() and path.read_bytes().endswith(b"0 bytes of this attempt's output "
-                                                                              b"were dropped (" + OPTION.encode()
-                                                                              + b" is 4kb); its last 1 bytes follow\ny")
+    assert b"reached 3kb" in path.read_bytes() and path.read_bytes().endswith(
+        b"0 bytes of this attempt's output were dropped (" + OPTION.encode() + b" is 4kb); its last 1 bytes follow\ny"
+    )
 
 
 class FullDisk(io.BytesIO):
@@ -79,7 +81,7 @@ def test_the_pump_drains_its_pipe_to_the_end_even_when_the_disk_is_full() -> Non
     pump = threading.Thread(target=log.copy_from, args=(read_end,))
     pump.start()
     data = numbered(200_000)  # 2.4 MB, far more than a pipe holds: the writer would block if nobody read
-    written = os.write(write_end, data[:1 << 16])
+    written = os.write(write_end, data[: 1 << 16])
     with os.fdopen(write_end, "wb") as pipe:
         pipe.write(data[written:])
     pump.join(30)

@@ -44,18 +44,28 @@ def cli(master: InProcessMaster, *args: str) -> list[str]:
     return ["-D", "rest.address=127.0.0.1", *args, "-D", f"rest.port={master.url.rsplit(':', 1)[1]}"]
 
 
-def test_run_wait_shows_each_vertex_progress_then_the_jobs_table(master: InProcessMaster, tmp_path: Path,
-                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_run_wait_shows_each_vertex_progress_then_the_jobs_table(
+    master: InProcessMaster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     graph = tmp_path / "graph.json"
-    graph.write_text(json.dumps({"name": "sales", "restart_strategy": {"type": "none"}, "vertices": [
-        {"id": "extract", "entrypoint": "m:f", "parallelism": 2},
-        {"id": "report", "entrypoint": "m:g", "inputs": ["extract"]}]}))
+    graph.write_text(
+        json.dumps(
+            {
+                "name": "sales",
+                "restart_strategy": {"type": "none"},
+                "vertices": [
+                    {"id": "extract", "entrypoint": "m:f", "parallelism": 2},
+                    {"id": "report", "entrypoint": "m:g", "inputs": ["extract"]},
+                ],
+            }
+        )
+    )
     assert main(cli(master, "run", str(graph), "--wait")) == 0
     out = capsys.readouterr().out
     # a line per vertex when its progress changes (the scripted tasks end too fast to see them all)
     assert re.search(r"\d\d:\d\d:\d\d  extract {18}[A-Z]+ +[0-2]/2 subtasks finished, attempt 1\n", out), out
     job_id = out.split("job ", 1)[1].split(" ", 1)[0]
-    table = out[out.index(f"job {job_id}  sales  FINISHED"):].splitlines()
+    table = out[out.index(f"job {job_id}  sales  FINISHED") :].splitlines()
     assert table[3].split() == ["VERTEX", "STATE", "SUBTASKS", "ATTEMPTS", "ROWS", "RESULT"]
     assert table[4].split()[:5] == ["extract", "FINISHED", "2/2", "1", "21"]
 
@@ -66,32 +76,47 @@ def test_run_wait_shows_each_vertex_progress_then_the_jobs_table(master: InProce
 
     assert main(cli(master, "logs", job_id)) == 0
     assert sorted(capsys.readouterr().out.splitlines()) == [
-        "extract[0] attempt 0: hello from extract[0]", "extract[1] attempt 0: hello from extract[1]",
-        "report[0] attempt 0: hello from report[0]"]
+        "extract[0] attempt 0: hello from extract[0]",
+        "extract[1] attempt 0: hello from extract[1]",
+        "report[0] attempt 0: hello from report[0]",
+    ]
     assert main(cli(master, "logs", job_id, "report", "--follow")) == 0  # an ended job: its lines, then done
     assert capsys.readouterr().out.splitlines() == ["report[0] attempt 0: hello from report[0]"]
     assert main(cli(master, "logs", job_id, "nope")) == 2
     assert f"job {job_id} has no vertex 'nope'" in capsys.readouterr().err
 
 
-def test_a_failed_jobs_status_names_its_failure(master: InProcessMaster, tmp_path: Path,
-                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_failed_jobs_status_names_its_failure(
+    master: InProcessMaster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     graph = tmp_path / "graph.json"
-    graph.write_text(json.dumps({"name": "broken", "restart_strategy": {"type": "none"},
-                                 "vertices": [{"id": "bad", "entrypoint": "m:f"}]}))
+    graph.write_text(
+        json.dumps(
+            {"name": "broken", "restart_strategy": {"type": "none"}, "vertices": [{"id": "bad", "entrypoint": "m:f"}]}
+        )
+    )
     assert main(cli(master, "run", str(graph), "--wait")) == 1
     out = capsys.readouterr().out
     assert re.search(r"  bad {22}[A-Z]+ +0/1 subtasks finished, attempt 1\n", out), out
-    assert out.splitlines()[-4:] == ["bad     FAILED  0/1       1         -     -", "",
-                                     "failure: ValueError: order 42 has no price",
-                                     "  bad: ValueError: order 42 has no price"]
+    assert out.splitlines()[-4:] == [
+        "bad     FAILED  0/1       1         -     -",
+        "",
+        "failure: ValueError: order 42 has no price",
+        "  bad: ValueError: order 42 has no price",
+    ]
 
 
-@pytest.mark.parametrize(("terminal", "answer", "status"), [(True, "y", "CANCELED"), (True, "", "RUNNING"),
-                                                            (False, "y", "RUNNING")])
+@pytest.mark.parametrize(
+    ("terminal", "answer", "status"), [(True, "y", "CANCELED"), (True, "", "RUNNING"), (False, "y", "RUNNING")]
+)
 def test_ctrl_c_while_waiting_asks_on_a_terminal_whether_to_cancel_the_job(
-        master: InProcessMaster, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-        terminal: bool, answer: str, status: str) -> None:
+    master: InProcessMaster,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    terminal: bool,
+    answer: str,
+    status: str,
+) -> None:
     from sparkdispatch.entrypoint.cli import _offer_cancel
     from sparkdispatch.client import SparkDispatchClient
 
@@ -102,6 +127,7 @@ def test_ctrl_c_while_waiting_asks_on_a_terminal_whether_to_cancel_the_job(
         async with SparkDispatchClient(addresses=[master.url]) as client:
             submitted = await client.submit({"name": "long", "vertices": [{"id": "forever", "entrypoint": "m:f"}]})
             await _offer_cancel(client, submitted.job_id)
+
             async def reached() -> str | None:
                 current = (await client.job(submitted.job_id)).status.value
                 return current if current == status else None

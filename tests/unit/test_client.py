@@ -189,8 +189,13 @@ async def test_5xx_and_429_are_retried_then_succeed(master: InProcessMaster) -> 
 
 async def test_retries_are_bounded(master: InProcessMaster) -> None:
     proxy = proxy_of(master)
-    proxy.inject("GET", "/jobs", status=500, text=json.dumps({"errors": ["the store is broken"], "type": "StoreError"}),
-                 times=None)
+    proxy.inject(
+        "GET",
+        "/jobs",
+        status=500,
+        text=json.dumps({"errors": ["the store is broken"], "type": "StoreError"}),
+        times=None,
+    )
     async with SparkDispatchClient(addresses=[master.url], retry=FAST) as client:
         with pytest.raises(StoreError, match="the store is broken") as caught:
             await client.jobs()
@@ -202,7 +207,8 @@ async def test_retries_are_bounded(master: InProcessMaster) -> None:
 
 
 async def test_a_standby_answering_503_sends_the_client_to_the_leader(
-        ha_pair: tuple[InProcessMaster, InProcessMaster]) -> None:
+    ha_pair: tuple[InProcessMaster, InProcessMaster],
+) -> None:
     leader, standby = ha_pair
     async with SparkDispatchClient(addresses=[standby.url], retry=FAST) as client:
         client._leader = leader.url
@@ -214,7 +220,8 @@ async def test_a_standby_answering_503_sends_the_client_to_the_leader(
 
 
 async def test_discovery_asks_a_standby_for_the_leader_and_skips_dead_addresses(
-        ha_pair: tuple[InProcessMaster, InProcessMaster]) -> None:
+    ha_pair: tuple[InProcessMaster, InProcessMaster],
+) -> None:
     leader, standby = ha_pair
     dead = f"http://127.0.0.1:{free_port()}"
     async with SparkDispatchClient(addresses=[dead, standby.url], retry=FAST) as client:
@@ -266,8 +273,10 @@ async def test_wait_for_result_keeps_waiting_through_a_failover(tmp_path: Path) 
         async with SparkDispatchClient(addresses=[first.url, successor.url], retry=FAST) as client:
             await client.submit({**GRAPH, "job_id": JOB})
             waiting = asyncio.create_task(client.wait_for_result(JOB, poll_interval=0.02))
-            await eventually(lambda: proxy_of(first).count("GET", f"/jobs/{JOB}/execution-result") >= 2,
-                             "the client to poll the leader")
+            await eventually(
+                lambda: proxy_of(first).count("GET", f"/jobs/{JOB}/execution-result") >= 2,
+                "the client to poll the leader",
+            )
             await first.stop()  # the leader dies; for a while nobody leads
             await asyncio.sleep(0.3)  # that while: the client must wait through it
             assert not waiting.done()
@@ -282,12 +291,15 @@ async def test_wait_for_result_keeps_waiting_through_a_failover(tmp_path: Path) 
 
 
 async def test_zookeeper_retrieval_finds_and_follows_the_leader(
-        ha_pair: tuple[InProcessMaster, InProcessMaster], zk_config: Configuration) -> None:
+    ha_pair: tuple[InProcessMaster, InProcessMaster], zk_config: Configuration
+) -> None:
     """Against a real ZooKeeper: the leader node names the master; a new leader is followed."""
     first, second = ha_pair
-    target = ZooKeeperTarget(quorum=zk_config.get(HA_ZOOKEEPER_QUORUM),
-                             cluster_id=zk_config.get(HA_CLUSTER_ID),
-                             root=zk_config.get(HA_ZOOKEEPER_PATH_ROOT))
+    target = ZooKeeperTarget(
+        quorum=zk_config.get(HA_ZOOKEEPER_QUORUM),
+        cluster_id=zk_config.get(HA_CLUSTER_ID),
+        root=zk_config.get(HA_ZOOKEEPER_PATH_ROOT),
+    )
     patient = RetryPolicy(attempts=40, initial_backoff=0.05, max_backoff=0.2)
     async with SparkDispatchClient(zookeeper=target, retry=patient) as client:
         assert await client.jobs() == []

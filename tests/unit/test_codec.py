@@ -73,12 +73,25 @@ class Example(Shape):
 
 
 def example(**changes: object) -> Example:
-    result = JobResult(JOB_ID, "j", JobStatus.FAILED, 1, 5, {"a": VertexResult(ExecutionState.FAILED, 2)},
-                       Failure("E", "boom"))
+    result = JobResult(
+        JOB_ID, "j", JobStatus.FAILED, 1, 5, {"a": VertexResult(ExecutionState.FAILED, 2)}, Failure("E", "boom")
+    )
     values: dict[str, object] = dict(
-        name="n", count=3, ratio=0.5, flag=True, status=JobStatus.RUNNING, kind="small", note=None, tags=("x", "y"),
-        inner=Inner("i", ExecutionState.CREATED), inners=(Inner("j", ExecutionState.FAILED),), sizes={"a": 1},
-        result=result, dashed=7, ident="0a1b")
+        name="n",
+        count=3,
+        ratio=0.5,
+        flag=True,
+        status=JobStatus.RUNNING,
+        kind="small",
+        note=None,
+        tags=("x", "y"),
+        inner=Inner("i", ExecutionState.CREATED),
+        inners=(Inner("j", ExecutionState.FAILED),),
+        sizes={"a": 1},
+        result=result,
+        dashed=7,
+        ident="0a1b",
+    )
     values.update(changes)
     return Example(**values)  # type: ignore[arg-type]
 
@@ -87,9 +100,21 @@ def test_the_json_form_follows_the_declaration_and_parses_back() -> None:
     value = example()
     body = value.to_dict()
     expected = {
-        "name": "n", "count": 3, "ratio": 0.5, "flag": True, "status": "RUNNING", "kind": "small", "note": None,
-        "tags": ["x", "y"], "inner": {"label": "i", "level": "CREATED"}, "inners": [{"label": "j", "level": "FAILED"}],
-        "sizes": {"a": 1}, "result": value.result.to_dict(), "dashed-name": 7, "ident": "0a1b"}
+        "name": "n",
+        "count": 3,
+        "ratio": 0.5,
+        "flag": True,
+        "status": "RUNNING",
+        "kind": "small",
+        "note": None,
+        "tags": ["x", "y"],
+        "inner": {"label": "i", "level": "CREATED"},
+        "inners": [{"label": "j", "level": "FAILED"}],
+        "sizes": {"a": 1},
+        "result": value.result.to_dict(),
+        "dashed-name": 7,
+        "ident": "0a1b",
+    }
     assert list(body.items()) == list(expected.items())  # in the order declared, `null` kept, `extra` left out
     assert type(body["status"]) is str  # the value itself, not the enum
     assert Example.from_dict(body) == value
@@ -97,20 +122,23 @@ def test_the_json_form_follows_the_declaration_and_parses_back() -> None:
     assert with_extra.to_dict()["extra"] == 4 and Example.from_dict(with_extra.to_dict()) == with_extra
 
 
-@pytest.mark.parametrize(("change", "field_name"), [
-    ({"count": "3"}, "count"),
-    ({"count": None}, "count"),
-    ({"flag": "maybe"}, "flag"),
-    ({"status": "DANCING"}, "status"),
-    ({"kind": "medium"}, "kind"),
-    ({"tags": "x"}, "tags"),
-    ({"inner": {"label": "i"}}, "inner.level"),
-    ({"inners": [{"label": "j", "level": "FAILED", "more": 1}]}, "inners[0].more"),
-    ({"result": {"job_id": JOB_ID}}, "result.name"),
-    ({"ident": "0a1b\n"}, "ident"),
-    ({"extra": None}, "extra"),
-    ({"unknown": 1}, "unknown"),
-])
+@pytest.mark.parametrize(
+    ("change", "field_name"),
+    [
+        ({"count": "3"}, "count"),
+        ({"count": None}, "count"),
+        ({"flag": "maybe"}, "flag"),
+        ({"status": "DANCING"}, "status"),
+        ({"kind": "medium"}, "kind"),
+        ({"tags": "x"}, "tags"),
+        ({"inner": {"label": "i"}}, "inner.level"),
+        ({"inners": [{"label": "j", "level": "FAILED", "more": 1}]}, "inners[0].more"),
+        ({"result": {"job_id": JOB_ID}}, "result.name"),
+        ({"ident": "0a1b\n"}, "ident"),
+        ({"extra": None}, "extra"),
+        ({"unknown": 1}, "unknown"),
+    ],
+)
 def test_a_json_form_that_does_not_fit_is_refused_naming_the_field(change: dict[str, object], field_name: str) -> None:
     with pytest.raises(InvalidShape) as refused:
         Example.from_dict({**example().to_dict(), **change})
@@ -144,28 +172,79 @@ def test_a_field_without_a_json_form_is_refused_when_the_shape_is_first_used() -
 
 def answers() -> list[Shape]:
     """One example of every answer of the REST API, every optional part present once."""
-    result = JobResult(JOB_ID, "sales", JobStatus.FINISHED, 1_000, 4_000,
-                       {"a": VertexResult(ExecutionState.FINISHED, 1, rows=5, result_path="/r/a", partitions=("p",))})
+    result = JobResult(
+        JOB_ID,
+        "sales",
+        JobStatus.FINISHED,
+        1_000,
+        4_000,
+        {"a": VertexResult(ExecutionState.FINISHED, 1, rows=5, result_path="/r/a", partitions=("p",))},
+    )
     repair = Repair(1, ("a",), ("a", "b"), 2_000, JobStatus.FINISHED)
     return [
         Overview(True, "http://m:8081", 1, 4, 3, 1, 2, 0, 0),
         JobList((JobSummary(JOB_ID, "sales", JobStatus.RUNNING, 1_000, None, None),)),
-        FlinkJobList((FlinkJobDetails(JOB_ID, "sales", JobStatus.RUNNING, 1_000, -1, 20, 1_020, 0,
-                                      FlinkTaskCounts.of({ExecutionState.RUNNING: 2})),)),
-        JobDetails(JOB_ID, "sales", JobStatus.FINISHED, 1_000, 4_000, (
-            VertexDetails("a", ExecutionState.FINISHED, 2, (), (SubtaskDetails(0, ExecutionState.FINISHED, 0, "te"),)),
-            VertexDetails("b", ExecutionState.FINISHED, None, ("a",), (), attempts=1)), (repair,)),
+        FlinkJobList(
+            (
+                FlinkJobDetails(
+                    JOB_ID,
+                    "sales",
+                    JobStatus.RUNNING,
+                    1_000,
+                    -1,
+                    20,
+                    1_020,
+                    0,
+                    FlinkTaskCounts.of({ExecutionState.RUNNING: 2}),
+                ),
+            )
+        ),
+        JobDetails(
+            JOB_ID,
+            "sales",
+            JobStatus.FINISHED,
+            1_000,
+            4_000,
+            (
+                VertexDetails(
+                    "a", ExecutionState.FINISHED, 2, (), (SubtaskDetails(0, ExecutionState.FINISHED, 0, "te"),)
+                ),
+                VertexDetails("b", ExecutionState.FINISHED, None, ("a",), (), attempts=1),
+            ),
+            (repair,),
+        ),
         RepairAnswer(JOB_ID, True, Repair(2, ("b",), ("b",), 3_000)),
         AttemptLog(JOB_ID, JobStatus.RUNNING, "a", ExecutionState.RUNNING, 0, 1, 0, 6, "hello\n"),
         VertexOutcome(JOB_ID, JobStatus.RUNNING, "a", VertexResult(ExecutionState.RUNNING, 1)),
-        JobProgress(JOB_ID, JobStatus.RUNNING, (
-            VertexProgress("a", VertexResult(ExecutionState.RUNNING, 1), (SubtaskLogSize(0, 0, 12),)),)),
-        ExecutionResult.of(None), ExecutionResult.of(result),
-        TaskManagerList((TaskManager("te", "te@h", "q", "local[1]", 1, 2, 1, (
-            TaskManagerSlot(0, "al", JOB_ID), TaskManagerSlot(1, None, None)), None, False, 5,
-            (TaskManagerExecution(JOB_ID, "e1", ExecutionState.RUNNING),)),)),
-        Submitted(JOB_ID, f"/jobs/{JOB_ID}", JobStatus.INITIALIZING), Artifact("ab" * 32, "job.py"),
-        Unregistered(True), Empty(),
+        JobProgress(
+            JOB_ID,
+            JobStatus.RUNNING,
+            (VertexProgress("a", VertexResult(ExecutionState.RUNNING, 1), (SubtaskLogSize(0, 0, 12),)),),
+        ),
+        ExecutionResult.of(None),
+        ExecutionResult.of(result),
+        TaskManagerList(
+            (
+                TaskManager(
+                    "te",
+                    "te@h",
+                    "q",
+                    "local[1]",
+                    1,
+                    2,
+                    1,
+                    (TaskManagerSlot(0, "al", JOB_ID), TaskManagerSlot(1, None, None)),
+                    None,
+                    False,
+                    5,
+                    (TaskManagerExecution(JOB_ID, "e1", ExecutionState.RUNNING),),
+                ),
+            )
+        ),
+        Submitted(JOB_ID, f"/jobs/{JOB_ID}", JobStatus.INITIALIZING),
+        Artifact("ab" * 32, "job.py"),
+        Unregistered(True),
+        Empty(),
     ]
 
 

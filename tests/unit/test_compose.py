@@ -29,7 +29,14 @@ from sparkdispatch.entrypoint.cli import _parser
 from sparkdispatch.client.leader import parse_addresses
 from sparkdispatch.config import SPARK_PREFIX, Configuration, parse_overrides, read_yaml_file
 from sparkdispatch.config.options import (
-    BROKER_URL, HA_MODE, HA_ZOOKEEPER_QUORUM, OPTIONS_BY_KEY, REST_ADDRESS, REST_BIND_ADDRESS, REST_PORT, SPARK_MASTER,
+    BROKER_URL,
+    HA_MODE,
+    HA_ZOOKEEPER_QUORUM,
+    OPTIONS_BY_KEY,
+    REST_ADDRESS,
+    REST_BIND_ADDRESS,
+    REST_PORT,
+    SPARK_MASTER,
     TASKEXECUTOR_ID,
 )
 from sparkdispatch.errors import ConfigurationError
@@ -71,18 +78,23 @@ def compose_fixture(service_missing: Callable[[str], NoReturn]) -> Path:
     return binary
 
 
-def run_compose(binary: Path, *args: str, cwd: Path = REPO,
-                variables: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_compose(
+    binary: Path, *args: str, cwd: Path = REPO, variables: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     # A bare environment: no variables of this machine leak into the interpolation, and no
     # Docker context or engine is consulted. The token is the one variable a user must set.
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(cwd),
-           **({"SPARKDISPATCH_AUTH_TOKEN": "compose-test-token"} if variables is None else variables)}
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(cwd),
+        **({"SPARKDISPATCH_AUTH_TOKEN": "compose-test-token"} if variables is None else variables),
+    }
     return subprocess.run([str(binary), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
 
 
 def interpolate(value: Any) -> Any:
     """Compose's `${VAR:-default}` interpolation with every variable unset; `$$` is a `$`."""
     if isinstance(value, str):
+
         def default(match: re.Match[str]) -> str:
             return match.group(3) or "" if match.group(2) in (":-", "-") else ""
 
@@ -149,16 +161,26 @@ def test_compose_v2_validates_the_file(compose: Path) -> None:
     result = run_compose(compose, "-f", str(COMPOSE_FILE), "config", "-q")
     assert result.returncode == 0, result.stderr
     model = json.loads(run_compose(compose, "-f", str(COMPOSE_FILE), "config", "--format", "json").stdout)
-    assert set(model["services"]) == {*ZOOKEEPERS, "redis", *MASTERS, *TASK_EXECUTORS, "spark-master",
-                                      "spark-worker", "postgres", *AIRFLOW}
+    assert set(model["services"]) == {
+        *ZOOKEEPERS,
+        "redis",
+        *MASTERS,
+        *TASK_EXECUTORS,
+        "spark-master",
+        "spark-worker",
+        "postgres",
+        *AIRFLOW,
+    }
 
 
 def test_compose_refuses_to_start_without_the_token_and_puts_it_in_no_command_line(
-        compose: Path, services: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    compose: Path, services: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
     result = run_compose(compose, "-f", str(COMPOSE_FILE), "config", "-q", variables={})
     assert result.returncode != 0
-    assert ("required variable SPARKDISPATCH_AUTH_TOKEN is missing a value: set SPARKDISPATCH_AUTH_TOKEN"
-            in result.stderr)
+    assert (
+        "required variable SPARKDISPATCH_AUTH_TOKEN is missing a value: set SPARKDISPATCH_AUTH_TOKEN" in result.stderr
+    )
     monkeypatch.setenv("SPARKDISPATCH_AUTH_TOKEN", "from-the-environment")
     for name in [*MASTERS, *TASK_EXECUTORS]:
         assert not any("token" in arg for arg in sparkdispatch_commands(services)[name]), name
@@ -174,8 +196,10 @@ def test_compose_refuses_to_start_without_the_token_and_puts_it_in_no_command_li
 def test_compose_v2_rejects_a_broken_file(compose: Path, tmp_path: Path) -> None:
     # The validator must be able to say no: a dependency on a service that does not exist.
     broken = tmp_path / "docker-compose.yaml"
-    broken.write_text("services:\n  master:\n    image: sparkdispatch\n    depends_on:\n"
-                      "      zookeeper:\n        condition: service_healthy\n")
+    broken.write_text(
+        "services:\n  master:\n    image: sparkdispatch\n    depends_on:\n"
+        "      zookeeper:\n        condition: service_healthy\n"
+    )
     result = run_compose(compose, "-f", str(broken), "config", "-q", cwd=tmp_path)
     assert result.returncode != 0
     assert "zookeeper" in result.stderr
@@ -225,16 +249,18 @@ def test_task_executors_use_the_spark_cluster_under_their_own_identity(services:
         assert config.get(TASKEXECUTOR_ID) == name == services[name]["hostname"]
         # executors on spark-worker connect back to this container's driver
         assert config.spark_properties["spark.driver.host"] == name
-        assert int(config.spark_properties["spark.cores.max"]) * len(TASK_EXECUTORS) <= \
-            int(services["spark-worker"]["command"][services["spark-worker"]["command"].index("--cores") + 1])
+        assert int(config.spark_properties["spark.cores.max"]) * len(TASK_EXECUTORS) <= int(
+            services["spark-worker"]["command"][services["spark-worker"]["command"].index("--cores") + 1]
+        )
     assert services["spark-master"]["command"][1] == "org.apache.spark.deploy.master.Master"
     assert services["spark-worker"]["command"][-1] == "spark://spark-master:7077"
 
 
 def test_storage_dir_is_one_volume_at_the_same_path_everywhere_results_are_written(services: dict[str, Any]) -> None:
     storage = service_config(MASTERS[0], services[MASTERS[0]]).storage_dir
-    volumes = {name: named_volume_at(services[name], str(storage))
-               for name in (*MASTERS, *TASK_EXECUTORS, "spark-worker")}
+    volumes = {
+        name: named_volume_at(services[name], str(storage)) for name in (*MASTERS, *TASK_EXECUTORS, "spark-worker")
+    }
     assert set(volumes.values()) == {"sparkdispatch-storage"}, volumes
     for name in (*MASTERS, *TASK_EXECUTORS):
         config = service_config(name, services[name])
@@ -292,8 +318,12 @@ def test_every_service_has_a_healthcheck_restarts_and_waits_for_healthy_dependen
             if spec["condition"] == "service_healthy":
                 assert services[dependency].get("healthcheck"), f"{dependency} has no healthcheck to wait for"
     for name in MASTERS:
-        assert services[name]["healthcheck"]["test"] == ["CMD", "sparkdispatch-healthcheck", "master",
-                                                         "http://127.0.0.1:8081"]
+        assert services[name]["healthcheck"]["test"] == [
+            "CMD",
+            "sparkdispatch-healthcheck",
+            "master",
+            "http://127.0.0.1:8081",
+        ]
         assert set(services[name]["depends_on"]) == {*ZOOKEEPERS, "redis"}
     for name in TASK_EXECUTORS:
         assert {*ZOOKEEPERS, "redis", "spark-master"} <= set(services[name]["depends_on"])
@@ -319,15 +349,26 @@ async def healthcheck(*args: str, token: str = "") -> int:
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
     if token:
         env["SPARKDISPATCH_AUTH_TOKEN"] = token
-    process = await asyncio.create_subprocess_exec(sys.executable, str(HEALTHCHECK), *args, env=env,
-                                                   stdout=asyncio.subprocess.DEVNULL,
-                                                   stderr=asyncio.subprocess.DEVNULL)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(HEALTHCHECK),
+        *args,
+        env=env,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
     return await asyncio.wait_for(process.wait(), 30)
 
 
 async def test_healthcheck_script_against_a_real_master(tmp_path: Path) -> None:
-    config = Configuration.from_mapping({"storage.dir": str(tmp_path / "storage"), "rest.port": 0,
-                                         "broker.url": "filesystem://", "rest.auth.token": "s3cret"})
+    config = Configuration.from_mapping(
+        {
+            "storage.dir": str(tmp_path / "storage"),
+            "rest.port": 0,
+            "broker.url": "filesystem://",
+            "rest.auth.token": "s3cret",
+        }
+    )
     master = Master(config)
     await master.start()
     try:
@@ -336,12 +377,15 @@ async def test_healthcheck_script_against_a_real_master(tmp_path: Path) -> None:
         assert await healthcheck("master", url) == 1  # no token: 401
         assert await healthcheck("master", "http://127.0.0.1:1") == 1
         assert await healthcheck("taskexecutor", "te-1", url, token="s3cret") == 1  # not registered
-        registration = TaskExecutorRegistration(task_executor_id="te-1", hostname="te-1@host", queue="q",
-                                                slots=1, slot_report=SlotReport.free(1))
+        registration = TaskExecutorRegistration(
+            task_executor_id="te-1", hostname="te-1@host", queue="q", slots=1, slot_report=SlotReport.free(1)
+        )
         async with aiohttp.ClientSession() as session:
-            async with session.post(f"{url}/v1/taskexecutors", json=registration.to_dict(),
-                                    headers={"Authorization": "Bearer s3cret",
-                                             "X-SparkDispatch-Session": STANDALONE_SESSION_ID}) as answer:
+            async with session.post(
+                f"{url}/v1/taskexecutors",
+                json=registration.to_dict(),
+                headers={"Authorization": "Bearer s3cret", "X-SparkDispatch-Session": STANDALONE_SESSION_ID},
+            ) as answer:
                 assert answer.status == 200, await answer.text()
         # the first master URL is down, the second names the leader
         assert await healthcheck("taskexecutor", "te-1", "http://127.0.0.1:1", url, token="s3cret") == 0
@@ -362,8 +406,9 @@ def test_the_multi_host_topology_is_the_compose_deployment(services: dict[str, A
     assert topology == {name for name in services if name in (*ZOOKEEPERS, "redis", *MASTERS, *TASK_EXECUTORS)}
     assert topology == {*ZOOKEEPERS, "redis", *MASTERS, *TASK_EXECUTORS}
     commands = sparkdispatch_commands(services)
-    mounted = {host_file(services[name], "/etc/sparkdispatch/sparkdispatch.yaml")
-               for name in (*MASTERS, *TASK_EXECUTORS)}
+    mounted = {
+        host_file(services[name], "/etc/sparkdispatch/sparkdispatch.yaml") for name in (*MASTERS, *TASK_EXECUTORS)
+    }
     assert mounted == {hosts.COMPOSE_CONFIG}
     compose_file = "/etc/sparkdispatch/sparkdispatch.yaml"
     for name in MASTERS:

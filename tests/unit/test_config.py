@@ -18,10 +18,20 @@ from sparkdispatch.errors import ConfigurationError
 from sparkdispatch.model.restart import FailureRateRestart
 from sparkdispatch.entrypoint.master import MasterSettings
 
-@pytest.mark.parametrize(("text", "seconds"), [
-    ("500ms", 0.5), ("4s", 4.0), ("1min", 60.0), ("2 h", 7200.0), ("1d", 86400.0), ("250", 0.25), (1500, 1.5),
-    ("1.5s", 1.5),
-])
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("500ms", 0.5),
+        ("4s", 4.0),
+        ("1min", 60.0),
+        ("2 h", 7200.0),
+        ("1d", 86400.0),
+        ("250", 0.25),
+        (1500, 1.5),
+        ("1.5s", 1.5),
+    ],
+)
 def test_durations_are_read_as_flink_writes_them(text: str | int, seconds: float) -> None:
     assert parse_duration(text) == pytest.approx(seconds)
 
@@ -76,13 +86,16 @@ def test_unknown_key_is_named_with_a_suggestion() -> None:
     assert "heartbeat.interval" in info.value.message
 
 
-@pytest.mark.parametrize(("key", "value", "words"), [
-    ("rest.port", "eighty", "whole number"),
-    ("heartbeat.timeout", "soon", "duration"),
-    ("high-availability.mode", "kubernetes", "one of"),
-    ("taskexecutor.slots", "0", "minimum"),
-    ("job-result-store.delete-on-commit", "maybe", "true or false"),
-])
+@pytest.mark.parametrize(
+    ("key", "value", "words"),
+    [
+        ("rest.port", "eighty", "whole number"),
+        ("heartbeat.timeout", "soon", "duration"),
+        ("high-availability.mode", "kubernetes", "one of"),
+        ("taskexecutor.slots", "0", "minimum"),
+        ("job-result-store.delete-on-commit", "maybe", "true or false"),
+    ],
+)
 def test_bad_values_are_named(key: str, value: str, words: str) -> None:
     with pytest.raises(ConfigurationError) as info:
         Configuration.from_mapping({key: value})
@@ -113,8 +126,14 @@ def test_bad_override_syntax() -> None:
 
 
 def test_overrides_rebuild_the_same_configuration() -> None:
-    config = Configuration.from_mapping({"heartbeat.interval": "250ms", "rest.port": 0, "spark.x.y": "z",
-                                         "high-availability.zookeeper.tolerate-suspended-connections": True})
+    config = Configuration.from_mapping(
+        {
+            "heartbeat.interval": "250ms",
+            "rest.port": 0,
+            "spark.x.y": "z",
+            "high-availability.zookeeper.tolerate-suspended-connections": True,
+        }
+    )
     args = config.to_overrides()
     rebuilt = Configuration.load(overrides=[a for a in args if a != "-D"])
     assert rebuilt == config and rebuilt.to_flat() == config.to_flat()
@@ -129,12 +148,23 @@ def test_configuration_is_frozen() -> None:
 
 
 def test_master_settings_carry_typed_values(tmp_path: Path) -> None:
-    config = Configuration.from_mapping({
-        "storage.dir": str(tmp_path), "high-availability.cluster-id": "blue", "rest.address": "10.0.0.5",
-        "rest.auth.token": "s3cret", "rest.max-body-size": "2mb", "heartbeat.interval": "500ms",
-        "heartbeat.timeout": "3s", "heartbeat.rpc-failure-threshold": -1, "slot.request.timeout": "1min",
-        "cleanup-strategy.initial-backoff": "10ms", "results.retention": "delete",
-        "restart-strategy.type": "failure-rate", "jobstore.max-in-memory": 7})
+    config = Configuration.from_mapping(
+        {
+            "storage.dir": str(tmp_path),
+            "high-availability.cluster-id": "blue",
+            "rest.address": "10.0.0.5",
+            "rest.auth.token": "s3cret",
+            "rest.max-body-size": "2mb",
+            "heartbeat.interval": "500ms",
+            "heartbeat.timeout": "3s",
+            "heartbeat.rpc-failure-threshold": -1,
+            "slot.request.timeout": "1min",
+            "cleanup-strategy.initial-backoff": "10ms",
+            "results.retention": "delete",
+            "restart-strategy.type": "failure-rate",
+            "jobstore.max-in-memory": 7,
+        }
+    )
     settings = MasterSettings.from_config(config)
     rest = settings.rest
     assert (rest.address, rest.bind_address, rest.port, rest.max_body_size) == ("10.0.0.5", "10.0.0.5", 8081, 2 << 20)
@@ -151,8 +181,9 @@ def test_master_settings_carry_typed_values(tmp_path: Path) -> None:
 # -- the REST token and who may reach a master without one ------------------------------------
 
 
-def test_the_token_comes_from_the_key_else_its_file_else_the_environment(tmp_path: Path,
-                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_token_comes_from_the_key_else_its_file_else_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("SPARKDISPATCH_AUTH_TOKEN", raising=False)
     assert Configuration.from_mapping({}).auth_token == ""
     monkeypatch.setenv("SPARKDISPATCH_AUTH_TOKEN", " from-env\n")
@@ -160,10 +191,16 @@ def test_the_token_comes_from_the_key_else_its_file_else_the_environment(tmp_pat
     token_file = tmp_path / "token"
     token_file.write_text("from-file\n")
     assert Configuration.from_mapping({"rest.auth.token-file": str(token_file)}).auth_token == "from-file"
-    assert Configuration.from_mapping({"rest.auth.token-file": str(token_file),
-                                       "rest.auth.token": "from-key"}).auth_token == "from-key"
-    assert MasterSettings.from_config(Configuration.from_mapping(
-        {"rest.auth.token-file": str(token_file)})).rest.auth_token == "from-file"
+    assert (
+        Configuration.from_mapping({"rest.auth.token-file": str(token_file), "rest.auth.token": "from-key"}).auth_token
+        == "from-key"
+    )
+    assert (
+        MasterSettings.from_config(
+            Configuration.from_mapping({"rest.auth.token-file": str(token_file)})
+        ).rest.auth_token
+        == "from-file"
+    )
     with pytest.raises(ConfigurationError, match=r"rest.auth.token-file '.*missing' cannot be read: No such file"):
         _ = Configuration.from_mapping({"rest.auth.token-file": str(tmp_path / "missing")}).auth_token
     (tmp_path / "empty").write_text("  \n")
@@ -171,18 +208,34 @@ def test_the_token_comes_from_the_key_else_its_file_else_the_environment(tmp_pat
         _ = Configuration.from_mapping({"rest.auth.token-file": str(tmp_path / "empty")}).auth_token
 
 
-@pytest.mark.parametrize(("bind", "token", "allow", "refused"), [
-    ("127.0.0.1", "", False, False), ("localhost", "", False, False), ("::1", "", False, False),
-    ("127.0.0.2", "", False, False), ("0.0.0.0", "", False, True), ("10.0.0.5", "", False, True),
-    ("master-1", "", False, True), ("0.0.0.0", "s3cret", False, False), ("0.0.0.0", "", True, False)])
+@pytest.mark.parametrize(
+    ("bind", "token", "allow", "refused"),
+    [
+        ("127.0.0.1", "", False, False),
+        ("localhost", "", False, False),
+        ("::1", "", False, False),
+        ("127.0.0.2", "", False, False),
+        ("0.0.0.0", "", False, True),
+        ("10.0.0.5", "", False, True),
+        ("master-1", "", False, True),
+        ("0.0.0.0", "s3cret", False, False),
+        ("0.0.0.0", "", True, False),
+    ],
+)
 def test_a_master_without_a_token_listens_on_loopback_only_unless_allowed(
-        bind: str, token: str, allow: bool, refused: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    bind: str, token: str, allow: bool, refused: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("SPARKDISPATCH_AUTH_TOKEN", raising=False)
-    rest = MasterSettings.from_config(Configuration.from_mapping({
-        "rest.bind-address": bind, "rest.auth.token": token, "rest.auth.allow-unauthenticated": allow})).rest
+    rest = MasterSettings.from_config(
+        Configuration.from_mapping(
+            {"rest.bind-address": bind, "rest.auth.token": token, "rest.auth.allow-unauthenticated": allow}
+        )
+    ).rest
     if refused:
-        with pytest.raises(ConfigurationError, match=f"would listen on {bind}:8081 without a token.*"
-                                                     "rest.auth.allow-unauthenticated: true"):
+        with pytest.raises(
+            ConfigurationError,
+            match=f"would listen on {bind}:8081 without a token.*rest.auth.allow-unauthenticated: true",
+        ):
             rest.check_exposure()
     else:
         rest.check_exposure()
@@ -192,14 +245,18 @@ def test_d_options_may_follow_the_command_as_flink_users_type_them() -> None:
     from sparkdispatch.entrypoint.cli import _parser
 
     args = _parser().parse_args(["-D", "rest.port=8082", "master", "-D", "rest.address=m-2", "-D", "a.b=c"])
-    assert (args.command, args.overrides, args.late_overrides) == ("master", ["rest.port=8082"],
-                                                                    ["rest.address=m-2", "a.b=c"])
+    assert (args.command, args.overrides, args.late_overrides) == (
+        "master",
+        ["rest.port=8082"],
+        ["rest.address=m-2", "a.b=c"],
+    )
     args = _parser().parse_args(["run", "graph.json", "-D", "rest.port=1", "--wait"])
     assert (args.graph, args.wait, args.late_overrides) == ("graph.json", True, ["rest.port=1"])
 
 
-def test_the_master_command_refuses_a_network_address_without_a_token(capsys: pytest.CaptureFixture[str],
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_master_command_refuses_a_network_address_without_a_token(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     from sparkdispatch.entrypoint.cli import main
 
     monkeypatch.delenv("SPARKDISPATCH_AUTH_TOKEN", raising=False)

@@ -28,7 +28,7 @@ _SHORT_PREFIXES = (("high-availability.", "ha."), ("restart-strategy.", "restart
 def _constant_name(key: str) -> str:
     for prefix, short in _SHORT_PREFIXES:
         if key.startswith(prefix):
-            key = short + key[len(prefix):]
+            key = short + key[len(prefix) :]
     return re.sub(r"[.-]", "_", key).upper()
 
 
@@ -60,8 +60,9 @@ def test_a_key_declared_twice_is_refused() -> None:
 
 def test_every_declared_constant_stands_in_a_section_and_is_named_after_its_key() -> None:
     declared = {name: value for name, value in vars(options).items() if isinstance(value, ConfigOption)}
-    assert {id(option) for option in declared.values()} == {id(option) for option in OPTIONS}, \
+    assert {id(option) for option in declared.values()} == {id(option) for option in OPTIONS}, (
         "an option outside every section of SECTIONS, or a constant bound twice"
+    )
     for name, option in declared.items():
         assert name == _constant_name(option.key)
 
@@ -78,17 +79,20 @@ def _seconds_for_duration() -> object:
     return Section("s").duration("a.b", 5, "seconds where a timedelta belongs")  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize(("declare", "words"), [
-    (_wrong_type, "its default '8081' is not of its type (integer, a Python int)"),
-    (_bool_for_int, "its default True is not of its type (integer, a Python int)"),
-    (_seconds_for_duration, "a duration's default and minimum are timedeltas"),
-    (lambda: ConfigOption("a.b", INTEGER, 0, "d", minimum=1), "below the minimum 1"),
-    (lambda: Section("s").choice("a.b", ("x", "y"), "z", "d"), "'z' is not one of x, y"),
-    (lambda: ConfigOption("a.b", DURATION, 0.0004, "below a millisecond"), "reads back as 0.0"),
-    (lambda: ConfigOption("a_b", STRING, "", "d"), "is not lower-case words"),
-], ids=["str-for-int", "bool-for-int", "int-for-duration", "below-minimum", "not-a-choice", "not-whole-ms", "key"])
-def test_a_declaration_that_contradicts_itself_is_refused_when_made(declare: Callable[[], object],
-                                                                   words: str) -> None:
+@pytest.mark.parametrize(
+    ("declare", "words"),
+    [
+        (_wrong_type, "its default '8081' is not of its type (integer, a Python int)"),
+        (_bool_for_int, "its default True is not of its type (integer, a Python int)"),
+        (_seconds_for_duration, "a duration's default and minimum are timedeltas"),
+        (lambda: ConfigOption("a.b", INTEGER, 0, "d", minimum=1), "below the minimum 1"),
+        (lambda: Section("s").choice("a.b", ("x", "y"), "z", "d"), "'z' is not one of x, y"),
+        (lambda: ConfigOption("a.b", DURATION, 0.0004, "below a millisecond"), "reads back as 0.0"),
+        (lambda: ConfigOption("a_b", STRING, "", "d"), "is not lower-case words"),
+    ],
+    ids=["str-for-int", "bool-for-int", "int-for-duration", "below-minimum", "not-a-choice", "not-whole-ms", "key"],
+)
+def test_a_declaration_that_contradicts_itself_is_refused_when_made(declare: Callable[[], object], words: str) -> None:
     with pytest.raises(TypeError, match=re.escape(words)):
         declare()
 

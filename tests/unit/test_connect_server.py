@@ -16,47 +16,91 @@ from sparkdispatch.taskexecutor.connect_server import ConnectServer, server_prop
 def test_settings_default_to_a_free_port_two_minutes_and_a_one_gigabyte_heap() -> None:
     settings = ConnectServerSettings.from_config(Configuration.from_mapping({}))
     assert (settings.spark_master, settings.port, settings.start_timeout, settings.driver_memory) == (
-        "local[*]", 0, 120.0, 1 << 30)
+        "local[*]",
+        0,
+        120.0,
+        1 << 30,
+    )
     assert dict(settings.spark_properties) == {}
 
 
 def test_settings_carry_the_configured_values_and_hide_spark_properties_from_repr() -> None:
-    settings = ConnectServerSettings.from_config(Configuration.from_mapping({
-        "spark.master": "spark://m:7077", "taskexecutor.connect.port": 15002,
-        "taskexecutor.connect.start-timeout": "45s", "taskexecutor.connect.driver-memory": "2g",
-        "spark.hadoop.fs.s3a.secret.key": "s3cret"}))
+    settings = ConnectServerSettings.from_config(
+        Configuration.from_mapping(
+            {
+                "spark.master": "spark://m:7077",
+                "taskexecutor.connect.port": 15002,
+                "taskexecutor.connect.start-timeout": "45s",
+                "taskexecutor.connect.driver-memory": "2g",
+                "spark.hadoop.fs.s3a.secret.key": "s3cret",
+            }
+        )
+    )
     assert (settings.spark_master, settings.port, settings.start_timeout, settings.driver_memory) == (
-        "spark://m:7077", 15002, 45.0, 2 << 30)
+        "spark://m:7077",
+        15002,
+        45.0,
+        2 << 30,
+    )
     assert settings.spark_properties == {"spark.hadoop.fs.s3a.secret.key": "s3cret"}
     assert "s3cret" not in repr(settings)
 
 
-@pytest.mark.parametrize(("key", "value"), [
-    ("taskexecutor.connect.port", "-1"), ("taskexecutor.connect.start-timeout", "10ms"),
-    ("taskexecutor.connect.driver-memory", "lots"), ("taskexecutor.connect.driver-memory", "64mb")])
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("taskexecutor.connect.port", "-1"),
+        ("taskexecutor.connect.start-timeout", "10ms"),
+        ("taskexecutor.connect.driver-memory", "lots"),
+        ("taskexecutor.connect.driver-memory", "64mb"),
+    ],
+)
 def test_bad_values_are_refused_naming_the_key(key: str, value: str) -> None:
     with pytest.raises(ConfigurationError, match=key):
         Configuration.from_mapping({key: value})
 
 
 def test_server_properties_default_then_configured_then_the_loopback_binding(tmp_path: Path) -> None:
-    defaults = server_properties(ConnectServerSettings.from_config(Configuration.from_mapping({})),
-                                 work_dir=tmp_path, port=0)
+    defaults = server_properties(
+        ConnectServerSettings.from_config(Configuration.from_mapping({})), work_dir=tmp_path, port=0
+    )
     assert defaults == {
-        "spark.ui.showConsoleProgress": "false", "spark.ui.port": "0", "spark.driver.memory": "1024m",
-        "spark.scheduler.mode": "FAIR", "spark.scheduler.allocation.file": str(tmp_path / "fairscheduler.xml"),
-        "spark.local.dir": str(tmp_path / "local"), "spark.sql.warehouse.dir": str(tmp_path / "warehouse"),
-        "spark.connect.grpc.binding.address": "127.0.0.1", "spark.connect.grpc.binding.port": "0"}
-    configured = server_properties(ConnectServerSettings.from_config(Configuration.from_mapping({
-        "taskexecutor.connect.driver-memory": "1536mb", "spark.ui.enabled": "false",
-        "spark.local.dir": "/fast/disk", "spark.connect.grpc.binding.address": "0.0.0.0",
-        "spark.connect.grpc.binding.port": "15002"})), work_dir=tmp_path, port=4321)
+        "spark.ui.showConsoleProgress": "false",
+        "spark.ui.port": "0",
+        "spark.driver.memory": "1024m",
+        "spark.scheduler.mode": "FAIR",
+        "spark.scheduler.allocation.file": str(tmp_path / "fairscheduler.xml"),
+        "spark.local.dir": str(tmp_path / "local"),
+        "spark.sql.warehouse.dir": str(tmp_path / "warehouse"),
+        "spark.connect.grpc.binding.address": "127.0.0.1",
+        "spark.connect.grpc.binding.port": "0",
+    }
+    configured = server_properties(
+        ConnectServerSettings.from_config(
+            Configuration.from_mapping(
+                {
+                    "taskexecutor.connect.driver-memory": "1536mb",
+                    "spark.ui.enabled": "false",
+                    "spark.local.dir": "/fast/disk",
+                    "spark.connect.grpc.binding.address": "0.0.0.0",
+                    "spark.connect.grpc.binding.port": "15002",
+                }
+            )
+        ),
+        work_dir=tmp_path,
+        port=4321,
+    )
     assert configured["spark.driver.memory"] == "1536m"
     assert (configured["spark.ui.enabled"], configured["spark.local.dir"]) == ("false", "/fast/disk")
     assert (configured["spark.connect.grpc.binding.address"], configured["spark.connect.grpc.binding.port"]) == (
-        "127.0.0.1", "4321")
-    overridden = server_properties(ConnectServerSettings.from_config(Configuration.from_mapping({
-        "spark.driver.memory": "3g"})), work_dir=tmp_path, port=0)
+        "127.0.0.1",
+        "4321",
+    )
+    overridden = server_properties(
+        ConnectServerSettings.from_config(Configuration.from_mapping({"spark.driver.memory": "3g"})),
+        work_dir=tmp_path,
+        port=0,
+    )
     assert overridden["spark.driver.memory"] == "3g"
 
 
@@ -81,9 +125,12 @@ def test_a_server_never_started_is_not_alive_nor_healthy_and_stops_quietly(tmp_p
 
 def test_a_failure_names_the_log_and_its_last_lines_without_stack_frames(tmp_path: Path) -> None:
     log = tmp_path / "server.log"
-    log.write_text("line 0\n" + "".join(f"line {i}\n" for i in range(1, 30)) +
-                   'Exception in thread "main" java.lang.IllegalStateException: boom\n'
-                   "\tat org.apache.spark.X.y(X.scala:1)\n\t... 12 more\n")
+    log.write_text(
+        "line 0\n"
+        + "".join(f"line {i}\n" for i in range(1, 30))
+        + 'Exception in thread "main" java.lang.IllegalStateException: boom\n'
+        "\tat org.apache.spark.X.y(X.scala:1)\n\t... 12 more\n"
+    )
     tail = connect_server._tail(log)
     assert len(tail) == 20 and tail[-1].endswith("IllegalStateException: boom") and tail[0] == "line 11"
     assert connect_server._tail(tmp_path / "missing.log") == []

@@ -23,8 +23,9 @@ from sparkdispatch.testing.master import InProcessMaster
 
 LEADER = LeaderInfo("http://master:8081", "11111111-2222-3333-4444-555555555555")
 FORMER_LEADER = LeaderInfo("http://old-master:8081", "99999999-2222-3333-4444-555555555555")
-IDENTITY = TaskExecutorIdentity(task_executor_id="te-1", hostname="te-1@host", queue="sparkdispatch.te.te-1",
-                                spark_master="local[1]")
+IDENTITY = TaskExecutorIdentity(
+    task_executor_id="te-1", hostname="te-1@host", queue="sparkdispatch.te.te-1", spark_master="local[1]"
+)
 
 
 class RecordingClient:
@@ -42,15 +43,27 @@ class RecordingClient:
         self.unregistered: list[tuple[str, str, str, str]] = []
         self.gave_up = False  # the ResourceManager found this TaskExecutor lost and dropped it
 
-    def register(self, address: str, session_id: str, *, previous_registration_id: str | None = None,
-                 slot_report: SlotReport, **_: Any) -> RegistrationAck:
+    def register(
+        self,
+        address: str,
+        session_id: str,
+        *,
+        previous_registration_id: str | None = None,
+        slot_report: SlotReport,
+        **_: Any,
+    ) -> RegistrationAck:
         self.registering.set()
         if self.hold_registration is not None:
             self.hold_registration.wait(10)
         self.registrations.append(previous_registration_id)
         self.slot_reports.append(slot_report)
-        return RegistrationAck("rm-1", 300, 2000, registration_id=f"reg-{len(self.registrations)}",
-                               resumed=self.resume and previous_registration_id is not None)
+        return RegistrationAck(
+            "rm-1",
+            300,
+            2000,
+            registration_id=f"reg-{len(self.registrations)}",
+            resumed=self.resume and previous_registration_id is not None,
+        )
 
     def heartbeat(self, *args: Any, executions: list[dict[str, str]], **kwargs: Any) -> None:
         if self.gave_up:
@@ -63,8 +76,9 @@ class RecordingClient:
             raise ServiceUnavailable(f"cannot reach the master at {address}")
         self.reports.append((address, session_id, update))
 
-    def unregister(self, address: str, session_id: str, task_executor_id: str, *, registration_id: str,
-                   timeout: float) -> bool:
+    def unregister(
+        self, address: str, session_id: str, task_executor_id: str, *, registration_id: str, timeout: float
+    ) -> bool:
         self.unregistered.append((address, session_id, task_executor_id, registration_id))
         return True
 
@@ -108,20 +122,38 @@ def slots() -> SlotTable:
 @pytest.fixture
 def connection(client: RecordingClient, leader: Leader, slots: SlotTable, clock: Clock) -> MasterConnection:
     config = Configuration.from_mapping({"heartbeat.interval": "300ms", "heartbeat.timeout": "2s"})
-    return MasterConnection(config, identity=IDENTITY, slots=slots, client=client,  # type: ignore[arg-type]
-                            current_leader=leader, clock=clock)
+    return MasterConnection(
+        config,
+        identity=IDENTITY,
+        slots=slots,
+        client=client,  # type: ignore[arg-type]
+        current_leader=leader,
+        clock=clock,
+    )
 
 
 def deployment(registration_id: str, session_id: str = LEADER.session_id) -> TaskDeploymentDescriptor:
     return TaskDeploymentDescriptor(
-        job_id="a" * 32, job_master_id=session_id, execution_id="e-1", vertex_id="v", entrypoint="m:f",
-        subtask_index=0, parallelism=1, attempt=0, allocation_id="alloc-1", slot_index=0, result_path="/r",
-        registration_id=registration_id)
+        job_id="a" * 32,
+        job_master_id=session_id,
+        execution_id="e-1",
+        vertex_id="v",
+        entrypoint="m:f",
+        subtask_index=0,
+        parallelism=1,
+        attempt=0,
+        allocation_id="alloc-1",
+        slot_index=0,
+        result_path="/r",
+        registration_id=registration_id,
+    )
 
 
 def test_a_deployment_runs_only_under_the_current_session_and_registration(connection: MasterConnection) -> None:
-    assert connection.admits(deployment("reg-1"), LEADER.session_id, wait_s=0) == \
-        "this TaskExecutor is not registered with a ResourceManager"
+    assert (
+        connection.admits(deployment("reg-1"), LEADER.session_id, wait_s=0)
+        == "this TaskExecutor is not registered with a ResourceManager"
+    )
     connection.tick()
     assert connection.admits(deployment("reg-1"), LEADER.session_id) is None
     stale = connection.admits(deployment("reg-1", FORMER_LEADER.session_id), FORMER_LEADER.session_id)
@@ -132,7 +164,8 @@ def test_a_deployment_runs_only_under_the_current_session_and_registration(conne
 
 
 def test_registering_again_keeps_the_old_registration_only_when_resumed(
-        connection: MasterConnection, client: RecordingClient, leader: Leader) -> None:
+    connection: MasterConnection, client: RecordingClient, leader: Leader
+) -> None:
     connection.tick()
     leader.current = None  # ZooKeeper blip: no leader known for a while
     connection.tick()
@@ -154,8 +187,7 @@ def test_registering_again_keeps_the_old_registration_only_when_resumed(
     assert connection.admits(deployment("reg-1"), LEADER.session_id) is not None
 
 
-def test_a_new_leader_refuses_the_former_leaders_deployments(
-        connection: MasterConnection, leader: Leader) -> None:
+def test_a_new_leader_refuses_the_former_leaders_deployments(connection: MasterConnection, leader: Leader) -> None:
     leader.current = FORMER_LEADER
     connection.tick()
     leader.current = LEADER
@@ -166,7 +198,8 @@ def test_a_new_leader_refuses_the_former_leaders_deployments(
 
 
 def test_a_deployment_that_overtakes_its_registration_waits_for_it(
-        connection: MasterConnection, client: RecordingClient) -> None:
+    connection: MasterConnection, client: RecordingClient
+) -> None:
     client.hold_registration = threading.Event()
     ticking = threading.Thread(target=connection.tick)
     ticking.start()
@@ -180,20 +213,23 @@ def test_a_deployment_that_overtakes_its_registration_waits_for_it(
 
 
 def test_after_a_long_silence_a_deployment_waits_for_an_answered_heartbeat(
-        connection: MasterConnection, client: RecordingClient, clock: Clock) -> None:
+    connection: MasterConnection, client: RecordingClient, clock: Clock
+) -> None:
     """The TaskExecutor was frozen (SIGSTOP) or cut off for longer than half the heartbeat timeout:
     the master may have given it up and its tasks to others, so a deployment it finds on waking
     runs only once a heartbeat has been answered after it, under the registration it names."""
     connection.tick()
     clock.now += 10
     refusal = connection.admits(deployment("reg-1"), LEADER.session_id, wait_s=0)
-    assert refusal == ("this TaskExecutor had not heard from the master for over 1s and could not confirm "
-                       "its registration within 0s")
+    assert refusal == (
+        "this TaskExecutor had not heard from the master for over 1s and could not confirm its registration within 0s"
+    )
     threading.Timer(0.2, connection.tick).start()  # the master still has it: the heartbeat is answered
     assert connection.admits(deployment("reg-1"), LEADER.session_id, wait_s=10) is None
 
     clock.now += 10
     client.gave_up = True  # meanwhile the master found it lost and failed its tasks over
+
     def tick_twice() -> None:  # the heartbeat refused; it registers anew
         connection.tick()
         connection.tick()
@@ -205,18 +241,26 @@ def test_after_a_long_silence_a_deployment_waits_for_an_answered_heartbeat(
 
 
 def test_a_refused_deployment_is_reported_failed_saying_why(
-        connection: MasterConnection, client: RecordingClient) -> None:
+    connection: MasterConnection, client: RecordingClient
+) -> None:
     connection.refuse(deployment("reg-0"), LEADER.session_id, "its slot was allocated to registration reg-0")
     [(address, session_id, update)] = client.reports
     assert (address, session_id, update.state, update.execution_id) == (
-        LEADER.address, LEADER.session_id, ExecutionState.FAILED, "e-1")
+        LEADER.address,
+        LEADER.session_id,
+        ExecutionState.FAILED,
+        "e-1",
+    )
     assert update.failure is not None and update.failure.cls == "DeploymentRefused"
-    assert "TaskExecutor te-1 refused the deployment: its slot was allocated to registration reg-0" == \
-        update.failure.message
+    assert (
+        "TaskExecutor te-1 refused the deployment: its slot was allocated to registration reg-0"
+        == update.failure.message
+    )
 
 
 def test_a_refusal_the_master_did_not_take_is_held_for_the_heartbeats(
-        connection: MasterConnection, client: RecordingClient, slots: SlotTable, clock: Clock) -> None:
+    connection: MasterConnection, client: RecordingClient, slots: SlotTable, clock: Clock
+) -> None:
     connection.tick()
     client.master_away = True
     slots.receive("a" * 32, "e-1", LEADER.session_id)
@@ -229,16 +273,25 @@ def test_a_refusal_the_master_did_not_take_is_held_for_the_heartbeats(
     assert client.heartbeats[-1] == [{"job_id": "a" * 32, "execution_id": "e-1", "state": "FAILED"}]
     [(_, session_id, update)] = client.reports
     assert (session_id, update.state, update.failure.cls) == (  # type: ignore[union-attr]
-        LEADER.session_id, ExecutionState.FAILED, "DeploymentRefused")
+        LEADER.session_id,
+        ExecutionState.FAILED,
+        "DeploymentRefused",
+    )
     assert slots.held_reports() == [] and slots.executions() == []
 
 
 def test_held_reports_go_with_the_heartbeats_until_taken_and_the_former_leaders_are_dropped(
-        connection: MasterConnection, client: RecordingClient, slots: SlotTable, clock: Clock,
-        leader: Leader) -> None:
+    connection: MasterConnection, client: RecordingClient, slots: SlotTable, clock: Clock, leader: Leader
+) -> None:
     def finished(execution_id: str, session_id: str) -> ExecutionStateUpdate:
-        return ExecutionStateUpdate(job_id="a" * 32, job_master_id=session_id, execution_id=execution_id,
-                                    state=ExecutionState.FINISHED, rows=7, result_path="/r")
+        return ExecutionStateUpdate(
+            job_id="a" * 32,
+            job_master_id=session_id,
+            execution_id=execution_id,
+            state=ExecutionState.FINISHED,
+            rows=7,
+            result_path="/r",
+        )
 
     connection.tick()
     slots.hold_report(LEADER.session_id, finished("e-1", LEADER.session_id))
@@ -261,7 +314,8 @@ def test_held_reports_go_with_the_heartbeats_until_taken_and_the_former_leaders_
 
 
 def test_registering_with_a_new_leader_reports_the_former_leaders_slots_free(
-        connection: MasterConnection, client: RecordingClient, slots: SlotTable, leader: Leader) -> None:
+    connection: MasterConnection, client: RecordingClient, slots: SlotTable, leader: Leader
+) -> None:
     leader.current = FORMER_LEADER
     connection.tick()
     assert connection.registered_session == FORMER_LEADER.session_id
@@ -279,8 +333,7 @@ def test_registering_with_a_new_leader_reports_the_former_leaders_slots_free(
     assert [s.allocation_id for s in client.slot_reports[-1].slots] == [None, None]
 
 
-def test_stopping_unregisters_once_and_registers_no_more(
-        connection: MasterConnection, client: RecordingClient) -> None:
+def test_stopping_unregisters_once_and_registers_no_more(connection: MasterConnection, client: RecordingClient) -> None:
     connection.tick()
     connection.unregister()
     connection.unregister()
@@ -297,14 +350,22 @@ async def test_the_unregister_route_removes_the_named_registration_only() -> Non
     async with InProcessMaster() as master, aiohttp.ClientSession() as http:
         te = AsyncMasterClient()
         try:
-            ack = await te.register(master.url, master.session_id, task_executor_id="te-1", hostname="te-1@h",
-                                    queue="sparkdispatch.te.te-1", slots=2, slot_report=SlotReport.free(2),
-                                    spark_master="local[1]")
+            ack = await te.register(
+                master.url,
+                master.session_id,
+                task_executor_id="te-1",
+                hostname="te-1@h",
+                queue="sparkdispatch.te.te-1",
+                slots=2,
+                slot_report=SlotReport.free(2),
+                spark_master="local[1]",
+            )
             with pytest.raises(FencingTokenMismatch):
                 await te.unregister(master.url, FORMER_LEADER.session_id, "te-1", registration_id=ack.registration_id)
             assert not await te.unregister(master.url, master.session_id, "te-1", registration_id="another")
-            async with http.post(f"{master.url}/v1/taskexecutors/te-1/unregister", json={},
-                                 headers={SESSION_HEADER: master.session_id}) as response:
+            async with http.post(
+                f"{master.url}/v1/taskexecutors/te-1/unregister", json={}, headers={SESSION_HEADER: master.session_id}
+            ) as response:
                 assert response.status == 400 and "registration_id" in (await response.json())["errors"][0]
             async with http.get(f"{master.url}/taskmanagers") as response:
                 assert [e["id"] for e in (await response.json())["taskmanagers"]] == ["te-1"]
@@ -325,7 +386,8 @@ def test_unregistering_from_a_master_that_does_not_answer_gives_up_in_time() -> 
 
 
 def test_an_admitted_attempt_may_start_until_a_heartbeat_timeout_less_an_interval_after_the_last_answer(
-        connection: MasterConnection, clock: Clock) -> None:
+    connection: MasterConnection, clock: Clock
+) -> None:
     assert connection.start_deadline() is None  # never answered: registration fences
     connection.tick()  # registered: the master answered now
     assert connection.start_deadline() == pytest.approx(clock.now + 2.0 - 0.3)

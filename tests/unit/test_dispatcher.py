@@ -47,17 +47,20 @@ SESSION = "00000000-0000-0000-0000-000000000000"
 
 
 def graph(name: str = "job", job_id: str | None = "a" * 32) -> JobGraph:
-    return JobGraph.from_dict({"job_id": job_id, "name": name,
-                               "vertices": [{"id": "only", "entrypoint": "m:f"}]})
+    return JobGraph.from_dict({"job_id": job_id, "name": name, "vertices": [{"id": "only", "entrypoint": "m:f"}]})
 
 
 @pytest.fixture
 def config(tmp_path: Path) -> Configuration:
     # FakeJobMaster's jobs end in 1970: not expired from the archive here
-    return Configuration.from_mapping({"storage.dir": str(tmp_path / "storage"),
-                                       "cleanup-strategy.initial-backoff": "10ms",
-                                       "cleanup-strategy.max-backoff": "20ms",
-                                       "jobstore.expiration-time": "36500d"})
+    return Configuration.from_mapping(
+        {
+            "storage.dir": str(tmp_path / "storage"),
+            "cleanup-strategy.initial-backoff": "10ms",
+            "cleanup-strategy.max-backoff": "20ms",
+            "jobstore.expiration-time": "36500d",
+        }
+    )
 
 
 @pytest.fixture
@@ -71,8 +74,14 @@ async def ha(config: Configuration) -> Any:
     await services.close()
 
 
-def make_dispatcher(config: Configuration, ha: HighAvailabilityServices, *, new_job_master: Any = None,
-                    build: Any = None, limits: JobLimits = JobLimits()) -> Dispatcher:
+def make_dispatcher(
+    config: Configuration,
+    ha: HighAvailabilityServices,
+    *,
+    new_job_master: Any = None,
+    build: Any = None,
+    limits: JobLimits = JobLimits(),
+) -> Dispatcher:
     """A Dispatcher whose JobMasters `new_job_master(graph, progress)` makes at once (FakeJobMaster by
     default), or the coroutine function `build(graph, progress)`."""
     FakeJobMaster.reset()
@@ -81,11 +90,18 @@ def make_dispatcher(config: Configuration, ha: HighAvailabilityServices, *, new_
     async def at_once(graph: JobGraph, recovered: JobProgress | None) -> Any:
         return make(graph, recovered)
 
-    return Dispatcher(session_id=SESSION, address="http://master:8081", jobgraph_store=ha.jobgraph_store,
-                      job_result_store=ha.job_result_store, progress_store=ha.progress_store,
-                      archive=JobArchive(ArchiveSettings.from_config(config), check=ha.check_leadership),
-                      blob_store=ha.blob_store, new_job_master=build or at_once,
-                      cleanup=CleanupSettings.from_config(config), limits=limits)
+    return Dispatcher(
+        session_id=SESSION,
+        address="http://master:8081",
+        jobgraph_store=ha.jobgraph_store,
+        job_result_store=ha.job_result_store,
+        progress_store=ha.progress_store,
+        archive=JobArchive(ArchiveSettings.from_config(config), check=ha.check_leadership),
+        blob_store=ha.blob_store,
+        new_job_master=build or at_once,
+        cleanup=CleanupSettings.from_config(config),
+        limits=limits,
+    )
 
 
 def settled(dispatcher: Dispatcher) -> bool:
@@ -182,8 +198,10 @@ async def test_recovery_cleans_dirty_jobs_and_resumes_the_rest(config: Configura
     await ha.jobgraph_store.put(SESSION, finished)
     await ha.jobgraph_store.put(SESSION, running)
     await ha.progress_store.record_subtask(SESSION, "b" * 32, "only", 0, None, None)
-    await ha.job_result_store.create_dirty(SESSION, JobResultEntry(JobResult(
-        job_id="a" * 32, name="job", status=JobStatus.FINISHED, start_time=1, end_time=2)))
+    await ha.job_result_store.create_dirty(
+        SESSION,
+        JobResultEntry(JobResult(job_id="a" * 32, name="job", status=JobStatus.FINISHED, start_time=1, end_time=2)),
+    )
     dispatcher = make_dispatcher(config, ha)
     await dispatcher.start()
     assert [m.graph.job_id for m in FakeJobMaster.created] == ["b" * 32]  # the finished job is not re-run
@@ -198,8 +216,7 @@ async def test_recovery_cleans_dirty_jobs_and_resumes_the_rest(config: Configura
     assert await ha.jobgraph_store.job_ids() == {"b" * 32}  # suspension keeps HA data
 
 
-async def test_a_failing_cleanup_is_retried_until_it_succeeds(config: Configuration, ha: Any,
-                                                               monkeypatch: Any) -> None:
+async def test_a_failing_cleanup_is_retried_until_it_succeeds(config: Configuration, ha: Any, monkeypatch: Any) -> None:
     dispatcher = make_dispatcher(config, ha)
     await dispatcher.start()
     await dispatcher.submit(graph())
@@ -214,35 +231,80 @@ async def test_a_failing_cleanup_is_retried_until_it_succeeds(config: Configurat
 
     monkeypatch.setattr(ha.jobgraph_store, "remove", flaky_remove)
     FakeJobMaster.created[0].finish()
-    await eventually(lambda: failures["left"] == 0 and "a" * 32 not in dispatcher._cleanups,
-                     "the cleanup after its failures")
+    await eventually(
+        lambda: failures["left"] == 0 and "a" * 32 not in dispatcher._cleanups, "the cleanup after its failures"
+    )
     assert await ha.jobgraph_store.job_ids() == set()
     assert "a" * 32 not in await dirty_ids(ha)
     await dispatcher.stop()
 
 
 async def test_a_job_recovered_from_its_dirty_result_is_shown_from_the_result_alone(
-        config: Configuration, ha: Any) -> None:
+    config: Configuration, ha: Any
+) -> None:
     job_id = "c" * 32
-    await ha.job_result_store.create_dirty(SESSION, JobResultEntry(JobResult(
-        job_id=job_id, name="job", status=JobStatus.FAILED, start_time=1_000, end_time=5_200,
-        vertices={"a": VertexResult(state=ExecutionState.FINISHED, attempts=1),
-                  "b": VertexResult(state=ExecutionState.FAILED, attempts=3)})))
+    await ha.job_result_store.create_dirty(
+        SESSION,
+        JobResultEntry(
+            JobResult(
+                job_id=job_id,
+                name="job",
+                status=JobStatus.FAILED,
+                start_time=1_000,
+                end_time=5_200,
+                vertices={
+                    "a": VertexResult(state=ExecutionState.FINISHED, attempts=1),
+                    "b": VertexResult(state=ExecutionState.FAILED, attempts=3),
+                },
+            )
+        ),
+    )
     dispatcher = make_dispatcher(config, ha)
     await dispatcher.start()
     [overview] = dispatcher.job_overviews()
-    assert job_summary(overview).to_dict() == {"id": job_id, "name": "job", "status": "FAILED", "start_time": 1_000,
-                                     "end_time": 5_200, "duration_ms": 4_200}
+    assert job_summary(overview).to_dict() == {
+        "id": job_id,
+        "name": "job",
+        "status": "FAILED",
+        "start_time": 1_000,
+        "end_time": 5_200,
+        "duration_ms": 4_200,
+    }
     assert flink_job_details(overview).to_dict() == {
-        "jid": job_id, "name": "job", "state": "FAILED", "start-time": 1_000, "end-time": 5_200, "duration": 4_200,
-        "last-modification": 5_200, "pending-operators": 0,
-        "tasks": {"created": 0, "scheduled": 0, "deploying": 0, "running": 0, "finished": 1, "canceling": 0,
-                  "canceled": 0, "failed": 1, "reconciling": 0, "initializing": 0, "total": 2}}
+        "jid": job_id,
+        "name": "job",
+        "state": "FAILED",
+        "start-time": 1_000,
+        "end-time": 5_200,
+        "duration": 4_200,
+        "last-modification": 5_200,
+        "pending-operators": 0,
+        "tasks": {
+            "created": 0,
+            "scheduled": 0,
+            "deploying": 0,
+            "running": 0,
+            "finished": 1,
+            "canceling": 0,
+            "canceled": 0,
+            "failed": 1,
+            "reconciling": 0,
+            "initializing": 0,
+            "total": 2,
+        },
+    }
     assert job_details(await dispatcher.job_snapshot(job_id)).to_dict() == {
-        "id": job_id, "name": "job", "status": "FAILED", "start_time": 1_000, "end_time": 5_200,
-        "vertices": [{"id": "a", "state": "FINISHED", "parallelism": None, "inputs": [], "attempts": 1, "subtasks": []},
-                     {"id": "b", "state": "FAILED", "parallelism": None, "inputs": [], "attempts": 3, "subtasks": []}],
-        "repairs": []}
+        "id": job_id,
+        "name": "job",
+        "status": "FAILED",
+        "start_time": 1_000,
+        "end_time": 5_200,
+        "vertices": [
+            {"id": "a", "state": "FINISHED", "parallelism": None, "inputs": [], "attempts": 1, "subtasks": []},
+            {"id": "b", "state": "FAILED", "parallelism": None, "inputs": [], "attempts": 3, "subtasks": []},
+        ],
+        "repairs": [],
+    }
     assert dispatcher.job_counts() == {"FAILED": 1}
     with pytest.raises(UnknownJob):
         await dispatcher.job_snapshot("d" * 32)
@@ -257,7 +319,9 @@ async def test_running_and_archived_jobs_are_listed_newest_first(config: Configu
     await eventually(lambda: not dispatcher._jobs, "no job left")
     await dispatcher.submit(graph(job_id="b" * 32))  # running, started at 1 too: the id breaks the tie
     assert [(o.job_id, o.status) for o in dispatcher.job_overviews()] == [
-        ("b" * 32, JobStatus.RUNNING), ("a" * 32, JobStatus.FINISHED)]
+        ("b" * 32, JobStatus.RUNNING),
+        ("a" * 32, JobStatus.FINISHED),
+    ]
     assert (await dispatcher.job_snapshot("b" * 32)).overview == FakeJobMaster.created[1].overview()
     assert dispatcher.job_counts() == {"FINISHED": 1, "RUNNING": 1}
     await dispatcher.stop()
@@ -267,7 +331,8 @@ async def test_running_and_archived_jobs_are_listed_newest_first(config: Configu
 
 
 async def test_while_it_recovers_every_call_answers_retry_after_and_no_job_starts_twice(
-        config: Configuration, ha: Any, monkeypatch: Any) -> None:
+    config: Configuration, ha: Any, monkeypatch: Any
+) -> None:
     running, finished = graph(job_id="b" * 32), graph(job_id="a" * 32)
     first = make_dispatcher(config, ha)
     await first.start()
@@ -289,8 +354,13 @@ async def test_while_it_recovers_every_call_answers_retry_after_and_no_job_start
     dispatcher = make_dispatcher(config, ha)
     recovery = asyncio.create_task(dispatcher.start())
     await entered.wait()
-    for call in (dispatcher.submit(running), dispatcher.submit(finished), dispatcher.job_snapshot("b" * 32),
-                 dispatcher.job_result("a" * 32), dispatcher.cancel("b" * 32)):
+    for call in (
+        dispatcher.submit(running),
+        dispatcher.submit(finished),
+        dispatcher.job_snapshot("b" * 32),
+        dispatcher.job_result("a" * 32),
+        dispatcher.cancel("b" * 32),
+    ):
         with pytest.raises(RecoveryInProgress) as refused:
             await call
         assert refused.value.retry_after == 1 and refused.value.leader == "http://master:8081"
@@ -313,7 +383,8 @@ async def test_while_it_recovers_every_call_answers_retry_after_and_no_job_start
 
 
 async def test_a_cancel_in_flight_when_leadership_ends_is_finished_by_the_next_leader(
-        config: Configuration, ha: Any) -> None:
+    config: Configuration, ha: Any
+) -> None:
     first = make_dispatcher(config, ha)
     gate = FakeJobMaster.cancel_gate = asyncio.Event()  # its cancel takes until the gate opens
     await first.start()
@@ -340,7 +411,8 @@ async def test_a_cancel_in_flight_when_leadership_ends_is_finished_by_the_next_l
 
 
 async def test_a_job_that_finished_before_its_cancel_took_effect_is_not_cancelled_by_the_next_leader(
-        config: Configuration, ha: Any) -> None:
+    config: Configuration, ha: Any
+) -> None:
     await ha.jobgraph_store.put(SESSION, graph())
     await ha.progress_store.record_subtask(SESSION, "a" * 32, "only", 0, "/r/only/0", 3)
     await ha.progress_store.record_cancel(SESSION, "a" * 32)  # accepted, but every subtask had finished
@@ -355,7 +427,8 @@ async def test_a_job_that_finished_before_its_cancel_took_effect_is_not_cancelle
 
 
 async def test_a_stored_job_that_cannot_be_read_fails_alone_and_the_others_recover(
-        config: Configuration, ha: Any) -> None:
+    config: Configuration, ha: Any
+) -> None:
     good, broken, refused, unreadable_result = "b" * 32, "c" * 32, "d" * 32, "e" * 32
     await ha.jobgraph_store.put(SESSION, graph(job_id=good))
     await ha.jobgraph_store.put(SESSION, graph(job_id=unreadable_result))
@@ -373,8 +446,11 @@ async def test_a_stored_job_that_cannot_be_read_fails_alone_and_the_others_recov
 
     assert [m.graph.job_id for m in FakeJobMaster.created] == [good]
     await eventually(lambda: not dispatcher._cleanups and set(dispatcher._jobs) == {good}, "only the good job left")
-    for job_id, cause in ((broken, "not valid JSON"), (refused, "spark.executor.memory"),
-                          (unreadable_result, "cannot be read")):
+    for job_id, cause in (
+        (broken, "not valid JSON"),
+        (refused, "spark.executor.memory"),
+        (unreadable_result, "cannot be read"),
+    ):
         result = await dispatcher.job_result(job_id)
         assert result is not None and result.status is JobStatus.FAILED, job_id
         assert result.failure is not None and cause in result.failure.message and job_id in result.failure.message
@@ -384,8 +460,9 @@ async def test_a_stored_job_that_cannot_be_read_fails_alone_and_the_others_recov
     await dispatcher.stop()
 
 
-async def test_transient_read_errors_during_recovery_are_retried(config: Configuration, ha: Any,
-                                                                 monkeypatch: Any) -> None:
+async def test_transient_read_errors_during_recovery_are_retried(
+    config: Configuration, ha: Any, monkeypatch: Any
+) -> None:
     await ha.jobgraph_store.put(SESSION, graph(job_id="b" * 32))
     failures = {"job_ids": 2, "get": 3, "dirty_job_ids": 1}
 
@@ -419,8 +496,10 @@ async def test_a_job_master_that_cannot_start_ends_the_job_failed(config: Config
     def cannot_build(graph: JobGraph, recovered: JobProgress | None) -> FakeJobMaster:
         raise RuntimeError("no JobMaster for this graph")
 
-    for job_id, factory, cause in (("a" * 32, cannot_build, "RuntimeError"),
-                                   ("b" * 32, FailingStartJobMaster, "ValueError")):
+    for job_id, factory, cause in (
+        ("a" * 32, cannot_build, "RuntimeError"),
+        ("b" * 32, FailingStartJobMaster, "ValueError"),
+    ):
         dispatcher = make_dispatcher(config, ha, new_job_master=factory)
         await dispatcher.start()
         submission = await dispatcher.submit(graph(job_id=job_id))
@@ -437,13 +516,21 @@ async def test_a_job_master_that_cannot_start_ends_the_job_failed(config: Config
 
 def wide(job_id: str | None = "a" * 32, parallelism: int = 3) -> JobGraph:
     """Two vertices of `parallelism` subtasks each."""
-    return JobGraph.from_dict({"job_id": job_id, "name": "wide", "vertices": [
-        {"id": "left", "entrypoint": "m:f", "parallelism": parallelism},
-        {"id": "right", "entrypoint": "m:f", "parallelism": parallelism, "inputs": ["left"]}]})
+    return JobGraph.from_dict(
+        {
+            "job_id": job_id,
+            "name": "wide",
+            "vertices": [
+                {"id": "left", "entrypoint": "m:f", "parallelism": parallelism},
+                {"id": "right", "entrypoint": "m:f", "parallelism": parallelism, "inputs": ["left"]},
+            ],
+        }
+    )
 
 
 async def test_a_graph_over_the_subtask_limit_is_refused_naming_it_and_leaves_no_trace(
-        config: Configuration, ha: Any) -> None:
+    config: Configuration, ha: Any
+) -> None:
     dispatcher = make_dispatcher(config, ha, limits=JobLimits(max_subtasks=5))
     await dispatcher.start()
     with pytest.raises(JobTooLarge) as refused:
@@ -461,7 +548,8 @@ async def test_a_graph_over_the_subtask_limit_is_refused_naming_it_and_leaves_no
 
 
 async def test_a_stored_job_over_todays_limits_or_whose_job_master_fails_to_build_fails_alone(
-        config: Configuration, ha: Any) -> None:
+    config: Configuration, ha: Any
+) -> None:
     good, too_large, unbuildable, misfiled = "b" * 32, "c" * 32, "d" * 32, "e" * 32
     for stored in (graph(job_id=good), wide(too_large), graph(job_id=unbuildable)):
         await ha.jobgraph_store.put(SESSION, stored)  # accepted under a higher limit
@@ -477,9 +565,11 @@ async def test_a_stored_job_over_todays_limits_or_whose_job_master_fails_to_buil
 
     assert [m.graph.job_id for m in FakeJobMaster.created] == [good] and FakeJobMaster.created[0].started
     await eventually(lambda: not dispatcher._cleanups and set(dispatcher._jobs) == {good}, "only the good job left")
-    for job_id, cls, cause in ((too_large, "JobTooLarge", "jobgraph.max-subtasks allows at most 5"),
-                               (unbuildable, "MemoryError", "no memory left"),
-                               (misfiled, "StoreError", f"names job {good}")):
+    for job_id, cls, cause in (
+        (too_large, "JobTooLarge", "jobgraph.max-subtasks allows at most 5"),
+        (unbuildable, "MemoryError", "no memory left"),
+        (misfiled, "StoreError", f"names job {good}"),
+    ):
         result = await dispatcher.job_result(job_id)
         assert result is not None and result.status is JobStatus.FAILED, job_id
         assert result.failure is not None and (result.failure.cls, cause in result.failure.message) == (cls, True)
@@ -531,7 +621,8 @@ async def test_calls_naming_a_job_whose_job_master_is_built_wait_for_it(config: 
 
 
 async def test_a_dispatcher_stopped_during_a_build_answers_the_submission_and_keeps_the_job(
-        config: Configuration, ha: Any) -> None:
+    config: Configuration, ha: Any
+) -> None:
     gate = GatedBuild()
     dispatcher = make_dispatcher(config, ha, build=gate)
     await dispatcher.start()
@@ -547,7 +638,8 @@ async def test_a_dispatcher_stopped_during_a_build_answers_the_submission_and_ke
 
 
 async def test_a_job_persisted_just_as_the_dispatcher_stops_gets_no_job_master_here(
-        config: Configuration, ha: Any, monkeypatch: Any) -> None:
+    config: Configuration, ha: Any, monkeypatch: Any
+) -> None:
     dispatcher = make_dispatcher(config, ha)
     await dispatcher.start()
     persisting, release = asyncio.Event(), asyncio.Event()
@@ -649,24 +741,34 @@ async def test_a_terminated_job_is_the_same_job_for_every_later_leader(config: C
 
 def chain(job_id: str = "e" * 32) -> JobGraph:
     """a -> b -> c, and x on its own."""
-    return JobGraph.from_dict({"job_id": job_id, "name": "chain", "vertices": [
-        {"id": "a", "entrypoint": "m:f", "parallelism": 2}, {"id": "b", "entrypoint": "m:f", "inputs": ["a"]},
-        {"id": "c", "entrypoint": "m:f", "inputs": ["b"]}, {"id": "x", "entrypoint": "m:f"}]})
+    return JobGraph.from_dict(
+        {
+            "job_id": job_id,
+            "name": "chain",
+            "vertices": [
+                {"id": "a", "entrypoint": "m:f", "parallelism": 2},
+                {"id": "b", "entrypoint": "m:f", "inputs": ["a"]},
+                {"id": "c", "entrypoint": "m:f", "inputs": ["b"]},
+                {"id": "x", "entrypoint": "m:f"},
+            ],
+        }
+    )
 
 
 async def failed_at_b(dispatcher: Dispatcher) -> FakeJobMaster:
     """Submit `chain()` and end it FAILED with a and x finished (b failed, c never ran)."""
     await dispatcher.submit(chain())
     job_master = FakeJobMaster.created[-1]
-    job_master.done = {"a": {0: SubtaskProgress("/r/a/0", 3), 1: SubtaskProgress("/r/a/1", 4)},
-                       "x": {0: SubtaskProgress(None, None)}}
+    job_master.done = {
+        "a": {0: SubtaskProgress("/r/a/0", 3), 1: SubtaskProgress("/r/a/1", 4)},
+        "x": {0: SubtaskProgress(None, None)},
+    }
     job_master.finish(JobStatus.FAILED)
     await eventually(partial(settled, dispatcher), "the Dispatcher settled")
     return job_master
 
 
-async def test_a_failed_job_is_repaired_under_its_id_reusing_the_other_results(config: Configuration,
-                                                                                ha: Any) -> None:
+async def test_a_failed_job_is_repaired_under_its_id_reusing_the_other_results(config: Configuration, ha: Any) -> None:
     dispatcher = make_dispatcher(config, ha)
     await dispatcher.start()
     job_id = "e" * 32
@@ -678,8 +780,10 @@ async def test_a_failed_job_is_repaired_under_its_id_reusing_the_other_results(c
     assert len(FakeJobMaster.created) == 2 and repairing.started and repairing.graph == chain()
     progress = repairing.recovered_progress
     assert progress is not None and progress.repair == answer.repair
-    assert progress.finished == {"a": {0: SubtaskProgress("/r/a/0", 3), 1: SubtaskProgress("/r/a/1", 4)},
-                                 "x": {0: SubtaskProgress(None, None)}}
+    assert progress.finished == {
+        "a": {0: SubtaskProgress("/r/a/0", 3), 1: SubtaskProgress("/r/a/1", 4)},
+        "x": {0: SubtaskProgress(None, None)},
+    }
     # persisted before the answer: the graph, the progress with the repair, no JobResult any more
     assert await ha.jobgraph_store.job_ids() == {job_id}
     assert (await ha.progress_store.get(job_id)).repair == answer.repair
@@ -703,8 +807,7 @@ async def test_a_failed_job_is_repaired_under_its_id_reusing_the_other_results(c
     await dispatcher.stop()
 
 
-async def test_a_repair_that_cannot_be_made_is_refused_and_changes_nothing(config: Configuration,
-                                                                            ha: Any) -> None:
+async def test_a_repair_that_cannot_be_made_is_refused_and_changes_nothing(config: Configuration, ha: Any) -> None:
     dispatcher = make_dispatcher(config, ha)
     await dispatcher.start()
     job_id = "e" * 32
@@ -721,17 +824,19 @@ async def test_a_repair_that_cannot_be_made_is_refused_and_changes_nothing(confi
 
 
 async def test_results_deleted_at_cleanup_or_a_job_known_from_its_result_alone_cannot_be_repaired(
-        tmp_path: Path, ha: Any) -> None:
-    deleting = Configuration.from_mapping({"storage.dir": str(tmp_path / "storage"),
-                                           "results.retention": "delete"})
+    tmp_path: Path, ha: Any
+) -> None:
+    deleting = Configuration.from_mapping({"storage.dir": str(tmp_path / "storage"), "results.retention": "delete"})
     dispatcher = make_dispatcher(deleting, ha)
     await dispatcher.start()
     await failed_at_b(dispatcher)
     with pytest.raises(RepairNotPossible, match="results.retention is `delete`") as refused:
         await dispatcher.repair("e" * 32, ["b"])
     assert not refused.value.running
-    await ha.job_result_store.create_dirty(SESSION, JobResultEntry(JobResult(
-        job_id="f" * 32, name="job", status=JobStatus.FAILED, start_time=1, end_time=2)))
+    await ha.job_result_store.create_dirty(
+        SESSION,
+        JobResultEntry(JobResult(job_id="f" * 32, name="job", status=JobStatus.FAILED, start_time=1, end_time=2)),
+    )
     await dispatcher.stop()
     dispatcher = make_dispatcher(deleting, ha)
     await dispatcher.start()
@@ -740,8 +845,9 @@ async def test_results_deleted_at_cleanup_or_a_job_known_from_its_result_alone_c
     await dispatcher.stop()
 
 
-async def test_a_repair_survives_a_failover_and_one_half_written_is_dropped(config: Configuration, ha: Any,
-                                                                            monkeypatch: Any) -> None:
+async def test_a_repair_survives_a_failover_and_one_half_written_is_dropped(
+    config: Configuration, ha: Any, monkeypatch: Any
+) -> None:
     job_id = "e" * 32
     first = make_dispatcher(config, ha)
     await first.start()
@@ -779,7 +885,8 @@ async def test_a_repair_survives_a_failover_and_one_half_written_is_dropped(conf
 
 
 async def test_a_job_result_write_failing_on_a_full_disk_is_retried_logged_once_and_counted(
-        config: Configuration, ha: Any, monkeypatch: Any, caplog: Any) -> None:
+    config: Configuration, ha: Any, monkeypatch: Any, caplog: Any
+) -> None:
     dispatcher = make_dispatcher(config, ha)
     await dispatcher.start()
     await dispatcher.submit(graph())

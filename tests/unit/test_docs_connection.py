@@ -82,8 +82,10 @@ def _expected(result: str) -> dict[str, Any]:
     named = dict(part.split(" ", 1) for part in parts)
     assert set(named) <= {"token", "CA", "client"}, f"docs/connection.md: cannot read {result!r}"
     certificate, _, key = named.get("client", "").removeprefix("certificate ").partition(", key ")
-    settings: dict[str, Any] = {"token": named.get("token"),
-                                "tls": ClientTls(ca_file=named.get("CA", ""), certificate=certificate, key=key)}
+    settings: dict[str, Any] = {
+        "token": named.get("token"),
+        "tls": ClientTls(ca_file=named.get("CA", ""), certificate=certificate, key=key),
+    }
     zookeeper = ZOOKEEPER.fullmatch(where)
     if zookeeper:
         return {"zookeeper": ZooKeeperTarget(*zookeeper.groups()), **settings}
@@ -98,14 +100,16 @@ def _examples() -> list[Example]:
             env, cli = ENV.match(line), CLI.match(line)
             if not (env or cli):
                 # A connection written in a form this test cannot read would go unchecked.
-                assert not re.search(r"AIRFLOW_CONN_|--conn-|sparkdispatch://", line), \
+                assert not re.search(r"AIRFLOW_CONN_|--conn-|sparkdispatch://", line), (
                     f"docs/connection.md: an example this test does not read: {line!r}"
+                )
                 continue
             result = RESULT.match(lines[number + 1]) if number + 1 < len(lines) else None
             assert result, f"docs/connection.md: no '# → ...' line under {line!r}"
             if env:
-                examples.append(Example("env", env.group(1), env.group(2).lower(), env.group(3),
-                                        _expected(result.group(1))))
+                examples.append(
+                    Example("env", env.group(1), env.group(2).lower(), env.group(3), _expected(result.group(1)))
+                )
             elif cli:
                 examples.append(Example("cli", None, cli.group(1), cli.group(2), _expected(result.group(1))))
     return examples
@@ -160,9 +164,13 @@ def test_the_rejected_uri_is_rejected() -> None:
 
 
 def test_the_field_table_is_the_connection_form() -> None:
-    section = TEXT[TEXT.index("## Fields"):TEXT.index("## Defining it")]
-    rows = {name: (label, default) for name, label, default in
-            re.findall(r"^\| `(\w+)` \| ([^|]+?) \| [^|]+ \| ([^|]+?) \|$", section, re.MULTILINE)}
+    section = TEXT[TEXT.index("## Fields") : TEXT.index("## Defining it")]
+    rows = {
+        name: (label, default)
+        for name, label, default in re.findall(
+            r"^\| `(\w+)` \| ([^|]+?) \| [^|]+ \| ([^|]+?) \|$", section, re.MULTILINE
+        )
+    }
     hidden = set(BEHAVIOUR["hidden-fields"])
     assert set(rows) == (STANDARD_FIELDS - {"conn_type", "description", "extra"} - hidden) | set(FORM_FIELDS)
     for name, (label, default) in rows.items():
@@ -195,12 +203,16 @@ class _UndecodableExtra(Connection):
         raise ValueError("Expecting value")
 
 
-@pytest.mark.parametrize("connection", [
-    Connection(conn_id="sparkdispatch_default", conn_type="sparkdispatch"),
-    Connection(conn_id="sparkdispatch_default", conn_type="sparkdispatch", host="master-1:80a"),
-    Connection(conn_id="sparkdispatch_default", conn_type="sparkdispatch", host="ftp://master-1"),
-    _UndecodableExtra(conn_id="sparkdispatch_default", conn_type="sparkdispatch", host="master-1"),
-], ids=["no-master", "bad-port", "not-an-address", "bad-extra"])
+@pytest.mark.parametrize(
+    "connection",
+    [
+        Connection(conn_id="sparkdispatch_default", conn_type="sparkdispatch"),
+        Connection(conn_id="sparkdispatch_default", conn_type="sparkdispatch", host="master-1:80a"),
+        Connection(conn_id="sparkdispatch_default", conn_type="sparkdispatch", host="ftp://master-1"),
+        _UndecodableExtra(conn_id="sparkdispatch_default", conn_type="sparkdispatch", host="master-1"),
+    ],
+    ids=["no-master", "bad-port", "not-an-address", "bad-extra"],
+)
 def test_the_troubleshooting_messages_are_the_codes(connection: Connection) -> None:
     with pytest.raises(ConfigurationError) as raised:
         client_settings(connection)
@@ -218,16 +230,26 @@ class _FakeClient:
     def overview(self) -> Overview:
         if self.failure is not None:
             raise self.failure
-        return Overview(is_leader=True, leader=self.leader_address, taskmanagers=3, slots_total=12, slots_available=9,
-                        jobs_running=0, jobs_finished=0, jobs_failed=0, jobs_cancelled=0)
+        return Overview(
+            is_leader=True,
+            leader=self.leader_address,
+            taskmanagers=3,
+            slots_total=12,
+            slots_available=9,
+            jobs_running=0,
+            jobs_finished=0,
+            jobs_failed=0,
+            jobs_cancelled=0,
+        )
 
     def close(self) -> None:
         pass
 
 
 def test_the_test_buttons_reports_are_the_hooks(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AIRFLOW_CONN_SPARKDISPATCH_DEFAULT",
-                       json.dumps({"conn_type": "sparkdispatch", "host": "master-1,master-2"}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_SPARKDISPATCH_DEFAULT", json.dumps({"conn_type": "sparkdispatch", "host": "master-1,master-2"})
+    )
     monkeypatch.setattr(hook_module, "SyncSparkDispatchClient", _FakeClient)
     ok, message = SparkDispatchHook().test_connection()
     assert ok and f"- `{message}`;" in TEXT

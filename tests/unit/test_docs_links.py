@@ -51,8 +51,9 @@ def _anchors(document: Path) -> set[str]:
 
 
 def _relative_links(document: Path) -> list[str]:
-    return [target for target in LINK.findall(_prose(document.read_text(encoding="utf-8")))
-            if not EXTERNAL.match(target)]
+    return [
+        target for target in LINK.findall(_prose(document.read_text(encoding="utf-8"))) if not EXTERNAL.match(target)
+    ]
 
 
 def test_the_documents_are_found() -> None:
@@ -79,26 +80,28 @@ def test_relative_links_resolve_inside_the_repository(document: Path) -> None:
 def test_named_markdown_files_exist_here(document: Path) -> None:
     text = FENCE.sub("", document.read_text(encoding="utf-8"))
     named = {match.strip("`") for match in INLINE_CODE.findall(text) if match.strip("`").endswith(".md")}
-    missing = sorted(name for name in named
-                     if not (document.parent / name).exists() and not (REPO / name).exists())
+    missing = sorted(name for name in named if not (document.parent / name).exists() and not (REPO / name).exists())
     assert not missing, f"{document.relative_to(REPO)} names files this repository does not have: {missing}"
 
 
 def test_readme_places_every_module_of_the_package() -> None:
     readme = (REPO / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("## Where things are"):]
+    section = readme[readme.index("## Where things are") :]
     placed = {match.strip("`") for match in INLINE_CODE.findall(section)}
     provider = REPO / "provider"
     entries = [f"provider/{path.name}" for path in provider.glob("*.py")]
     entries += [f"provider/{path.parent.name}/" for path in provider.glob("*/__init__.py")]
     missing = sorted(entry for entry in entries if entry not in placed)
-    assert not missing, f"README's \"Where things are\" does not place {missing}"
+    assert not missing, f'README\'s "Where things are" does not place {missing}'
 
 
 def test_the_rest_error_table_matches_the_registry() -> None:
     text = (REPO / "docs" / "rest-api.md").read_text(encoding="utf-8")
     rows = re.findall(r"^\| `(\w+)` \| (\d{3}) \|", text, re.MULTILINE)
     assert len(rows) >= 10, "docs/rest-api.md lost its error table"
-    wrong = [f"{name} {status}" for name, status in rows
-             if name not in ERROR_TYPES or ERROR_TYPES[name].http_status != int(status)]
+    wrong = [
+        f"{name} {status}"
+        for name, status in rows
+        if name not in ERROR_TYPES or ERROR_TYPES[name].http_status != int(status)
+    ]
     assert not wrong, f"docs/rest-api.md names error types or statuses the registry does not have: {wrong}"

@@ -41,13 +41,14 @@ def test_an_attempt_gets_the_lines_of_its_operations_threads_and_stages_only(tmp
     with open(log, "a") as server:
         server.write(line(op_thread(OURS), "Job 2 finished: count at <unknown>:0, took 12.5 ms"))
         server.write(line(op_thread(THEIRS), "Job 3 finished: another session's, took 3 ms"))
-        server.write(line("task-result-getter-0", "Lost task 0.0 in stage 7.0 (TID 9): boom", "WARN",
-                          "TaskSetManager"))
+        server.write(line("task-result-getter-0", "Lost task 0.0 in stage 7.0 (TID 9): boom", "WARN", "TaskSetManager"))
         server.write("org.apache.spark.api.python.PythonException: boom\n\tat frame.one\n")
-        server.write(line("task-result-getter-1", "Lost task 1.0 in stage 8.0 (TID 10): other", "WARN",
-                          "TaskSetManager"))
-        server.write(line("Executor task launch worker for task 0.0 in stage 7.0 (TID 9)", "Fetching a file",
-                          "INFO", "Utils"))  # INFO: the server's own start lines' level, never copied
+        server.write(
+            line("task-result-getter-1", "Lost task 1.0 in stage 8.0 (TID 10): other", "WARN", "TaskSetManager")
+        )
+        server.write(
+            line("Executor task launch worker for task 0.0 in stage 7.0 (TID 9)", "Fetching a file", "INFO", "Utils")
+        )  # INFO: the server's own start lines' level, never copied
         server.write("\tat not.ours\n")
         server.write("26/11/23 12:00:02 WARN WindowExec")  # no newline yet: copied once complete
     driver([stage(7)], 1, OURS, done=True)
@@ -57,12 +58,14 @@ def test_an_attempt_gets_the_lines_of_its_operations_threads_and_stages_only(tmp
         f"{PREFIX}26/11/23 12:00:01 WARN TaskSetManager [task-result-getter-0]: Lost task 0.0 in stage 7.0 (TID 9): "
         "boom\n"
         f"{PREFIX}org.apache.spark.api.python.PythonException: boom\n"
-        f"{PREFIX}\tat frame.one\n")
+        f"{PREFIX}\tat frame.one\n"
+    )
     with open(log, "a") as server:
         server.write(f" [{op_thread(OURS)}]: No Partition Defined for Window operation!\n")
     driver.end()
     assert out.text.endswith(
-        f"{PREFIX}26/11/23 12:00:02 WARN WindowExec [{op_thread(OURS)}]: No Partition Defined for Window operation!\n")
+        f"{PREFIX}26/11/23 12:00:02 WARN WindowExec [{op_thread(OURS)}]: No Partition Defined for Window operation!\n"
+    )
 
 
 def test_nothing_is_copied_outside_an_attempt_or_without_a_log(tmp_path: Path) -> None:
@@ -87,8 +90,10 @@ def test_a_stack_trace_is_cut_and_a_restarted_servers_new_log_is_read_from_its_s
     out = Collected()
     driver = DriverLog(out)
     driver.begin(log)
-    log.write_text(line(op_thread(OURS), "Job 5 failed: collect, took 2 ms")
-                   + "".join(f"\tat frame{i}\n" for i in range(MAX_CONTINUATION_LINES + 5)))
+    log.write_text(
+        line(op_thread(OURS), "Job 5 failed: collect, took 2 ms")
+        + "".join(f"\tat frame{i}\n" for i in range(MAX_CONTINUATION_LINES + 5))
+    )
     driver([], 0, OURS, done=True)
     lines = out.text.splitlines()
     assert lines[0].endswith("Job 5 failed: collect, took 2 ms")
@@ -109,8 +114,10 @@ def test_a_long_operations_progress_reports_are_lines_of_its_stages(tmp_path: Pa
     driver([finished], 0, THEIRS, done=True)  # an operation that reported no running stage: no end line
     driver([], 0, OURS, done=True)
     driver.end()
-    assert out.text == (f"{PREFIX}operation 5f0c3a52: stage 31 2/2 done, stage 32 3/8; 2 tasks running, 3.0 MiB read\n"
-                        f"{PREFIX}operation 5f0c3a52 ended\n")
+    assert out.text == (
+        f"{PREFIX}operation 5f0c3a52: stage 31 2/2 done, stage 32 3/8; 2 tasks running, 3.0 MiB read\n"
+        f"{PREFIX}operation 5f0c3a52 ended\n"
+    )
 
 
 def test_an_attempt_reads_the_log_it_began_with_after_a_newer_server_takes_its_name(tmp_path: Path) -> None:
@@ -120,11 +127,15 @@ def test_an_attempt_reads_the_log_it_began_with_after_a_newer_server_takes_its_n
     driver = DriverLog(out)
     driver.begin(log)
     log.replace(tmp_path / "connect-server.log.1")  # a recycled server's successor starts its own log
-    log.write_text(line(op_thread(THEIRS), "Job 1 finished: the new server's", "WARN")
-                   + line("task-result-getter-0", "Lost task 0.0 in stage 3.0 (TID 1): not ours", "WARN"))
+    log.write_text(
+        line(op_thread(THEIRS), "Job 1 finished: the new server's", "WARN")
+        + line("task-result-getter-0", "Lost task 0.0 in stage 3.0 (TID 1): not ours", "WARN")
+    )
     with open(tmp_path / "connect-server.log.1", "a") as old_server:
         old_server.write(line("task-result-getter-1", "Lost task 0.0 in stage 3.0 (TID 2): ours", "WARN"))
     driver([stage(3)], 1, None, done=True)
     driver.end()
-    assert out.text == f"{PREFIX}26/11/23 12:00:01 WARN DAGScheduler [task-result-getter-1]: " \
-                       "Lost task 0.0 in stage 3.0 (TID 2): ours\n"
+    assert (
+        out.text == f"{PREFIX}26/11/23 12:00:01 WARN DAGScheduler [task-result-getter-1]: "
+        "Lost task 0.0 in stage 3.0 (TID 2): ours\n"
+    )

@@ -80,8 +80,11 @@ EXAMPLES: list[SparkDispatchError] = [
     errors.InternalError("internal error: KeyError: 'x'"),
     errors.EntrypointNotFound("entrypoint 'pipelines.sales:gen': module 'pipelines.sales' has no function 'gen'"),
     errors.MissingExtra("sparkdispatch master needs the 'master' extra", extra="master"),
-    errors.ConnectServerError("the Spark Connect server exited with code 1 before it served; its log is /w/s.log",
-                              log_file="/w/s.log", details=["ERROR SparkContext: Error initializing SparkContext."]),
+    errors.ConnectServerError(
+        "the Spark Connect server exited with code 1 before it served; its log is /w/s.log",
+        log_file="/w/s.log",
+        details=["ERROR SparkContext: Error initializing SparkContext."],
+    ),
     errors.ServiceUnavailable("this master is a standby; the leader is http://m1:8081", leader="http://m1:8081"),
     errors.LeadershipLost("JobGraph store"),
     errors.RecoveryInProgress("this master is recovering its jobs", leader="http://m1:8081", retry_after=1),
@@ -166,15 +169,19 @@ def test_a_fencing_refusal_keeps_the_session_ids_out_of_its_body() -> None:
     assert "fencing token mismatch at the ResourceManager" in error.messages()[0]
 
 
-@pytest.mark.parametrize(("status", "text", "messages"), [
-    (502, "<html><body>Bad Gateway</body></html>", ["<html><body>Bad Gateway</body></html>"]),
-    (500, json.dumps({"errors": ["boom", "more"], "type": "NoSuchErrorClass"}), ["boom", "more"]),
-    (404, json.dumps({"errors": ["no job"], "type": "UnknownJob"}), ["no job"]),  # its field is missing
-    (409, json.dumps({"errors": ["old master"]}), ["old master"]),
-    (503, "", ["HTTP 503 without a body"]),
-])
+@pytest.mark.parametrize(
+    ("status", "text", "messages"),
+    [
+        (502, "<html><body>Bad Gateway</body></html>", ["<html><body>Bad Gateway</body></html>"]),
+        (500, json.dumps({"errors": ["boom", "more"], "type": "NoSuchErrorClass"}), ["boom", "more"]),
+        (404, json.dumps({"errors": ["no job"], "type": "UnknownJob"}), ["no job"]),  # its field is missing
+        (409, json.dumps({"errors": ["old master"]}), ["old master"]),
+        (503, "", ["HTTP 503 without a body"]),
+    ],
+)
 def test_answers_naming_no_known_class_become_the_root_class_with_status_and_text(
-        status: int, text: str, messages: list[str]) -> None:
+    status: int, text: str, messages: list[str]
+) -> None:
     error = error_from_body(status, text)
     assert type(error) is SparkDispatchError
     assert error.http_status == status and error.messages() == messages
@@ -212,10 +219,13 @@ async def master() -> AsyncIterator[InProcessMaster]:
         yield running
 
 
-async def answer(method: str, url: str, *, data: bytes | None = None, json_body: object = None,
-                 headers: dict[str, str] | None = None) -> tuple[int, str, dict[str, str]]:
-    async with aiohttp.ClientSession() as http, http.request(method, url, data=data, json=json_body,
-                                                             headers=headers) as response:
+async def answer(
+    method: str, url: str, *, data: bytes | None = None, json_body: object = None, headers: dict[str, str] | None = None
+) -> tuple[int, str, dict[str, str]]:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.request(method, url, data=data, json=json_body, headers=headers) as response,
+    ):
         return response.status, await response.text(), dict(response.headers)
 
 
@@ -228,9 +238,12 @@ async def test_aiohttps_own_refusals_carry_a_type(master: InProcessMaster) -> No
     assert status == 405 and isinstance(error, errors.MethodNotAllowed)
     assert set(headers["Allow"].split(",")) == {"GET", "POST"} == set(error.allowed)
 
-    status, text, _ = await answer("POST", master.url + "/taskexecutors", data=b"x" * 200_000,
-                                   headers={"Content-Type": "application/json",
-                                            SESSION_HEADER: master.session_id})
+    status, text, _ = await answer(
+        "POST",
+        master.url + "/taskexecutors",
+        data=b"x" * 200_000,
+        headers={"Content-Type": "application/json", SESSION_HEADER: master.session_id},
+    )
     assert status == 413 and isinstance(error_from_body(status, text), errors.RequestTooLarge)
 
 
@@ -248,9 +261,11 @@ async def test_v1_errors_have_flinks_error_body_and_the_class_in_a_header(master
 
 
 async def test_every_error_answer_of_the_master_names_its_class(master: InProcessMaster) -> None:
-    for method, path, expected in [("GET", f"/jobs/{JOB}", UnknownJob), ("PATCH", f"/jobs/{JOB}?mode=stop",
-                                                                         InvalidRequest),
-                                   ("POST", "/jobs", errors.InvalidJobGraph)]:
+    for method, path, expected in [
+        ("GET", f"/jobs/{JOB}", UnknownJob),
+        ("PATCH", f"/jobs/{JOB}?mode=stop", InvalidRequest),
+        ("POST", "/jobs", errors.InvalidJobGraph),
+    ]:
         status, text, _ = await answer(method, master.url + path, json_body={"name": "no vertices"})
         body = json.loads(text)
         assert body["type"] == expected.__name__ and isinstance(body["errors"], list)
@@ -265,9 +280,16 @@ async def test_the_taskexecutor_client_raises_the_masters_own_classes(master: In
     client = MasterClient(master.config)
 
     def register(session_id: str, slots: int = 2) -> object:
-        return client.register(master.url, session_id, task_executor_id="te-1", hostname="te-1@h",
-                               queue="sparkdispatch.te.te-1", slots=slots, slot_report=SlotReport.free(2),
-                               spark_master="local[1]")
+        return client.register(
+            master.url,
+            session_id,
+            task_executor_id="te-1",
+            hostname="te-1@h",
+            queue="sparkdispatch.te.te-1",
+            slots=slots,
+            slot_report=SlotReport.free(2),
+            spark_master="local[1]",
+        )
 
     try:
         with pytest.raises(FencingTokenMismatch) as fenced:
@@ -280,23 +302,36 @@ async def test_the_taskexecutor_client_raises_the_masters_own_classes(master: In
         assert invalid.value.what == "TaskExecutor registration" and "slots" in invalid.value.field_errors
 
         with pytest.raises(UnknownTaskExecutor, match="register again"):
-            await asyncio.to_thread(client.heartbeat, master.url, master.session_id, "te-unknown",
-                                    slot_report=SlotReport.free(1), executions=[])
+            await asyncio.to_thread(
+                client.heartbeat,
+                master.url,
+                master.session_id,
+                "te-unknown",
+                slot_report=SlotReport.free(1),
+                executions=[],
+            )
 
-        update = ExecutionStateUpdate(job_id=JOB, job_master_id=master.session_id, execution_id="e1",
-                                      state=ExecutionState.RUNNING)
+        update = ExecutionStateUpdate(
+            job_id=JOB, job_master_id=master.session_id, execution_id="e1", state=ExecutionState.RUNNING
+        )
         with pytest.raises(UnknownJob) as unknown:
             await asyncio.to_thread(client.report_state, master.url, master.session_id, update)
         assert unknown.value.job_id == JOB
 
         await master.add_task_executor("te-2")
         async with aiohttp.ClientSession() as http:
-            async with http.post(master.url + "/jobs", json={"job_id": JOB, "name": "held", "vertices": [
-                    {"id": "a", "entrypoint": "m:f"}]}) as submitted:
+            async with http.post(
+                master.url + "/jobs",
+                json={"job_id": JOB, "name": "held", "vertices": [{"id": "a", "entrypoint": "m:f"}]},
+            ) as submitted:
                 assert submitted.status == 202
         (deployment,) = await _deployments(master, JOB, 1)
-        stale = ExecutionStateUpdate(job_id=JOB, job_master_id=deployment.tdd.job_master_id,
-                                     execution_id="not-an-attempt", state=ExecutionState.RUNNING)
+        stale = ExecutionStateUpdate(
+            job_id=JOB,
+            job_master_id=deployment.tdd.job_master_id,
+            execution_id="not-an-attempt",
+            state=ExecutionState.RUNNING,
+        )
         with pytest.raises(StaleExecution) as refused:
             await asyncio.to_thread(client.report_state, master.url, deployment.session_id, stale)
         assert (refused.value.job_id, refused.value.execution_id) == (JOB, "not-an-attempt")

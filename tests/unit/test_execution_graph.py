@@ -25,12 +25,16 @@ JOB_ID = "ab" * 16
 
 
 def diamond(parallelism: int = 2) -> JobGraph:
-    return JobGraph(name="diamond", job_id=JOB_ID, vertices=(
-        JobVertex("sink", "m:sink", 1, ("left", "right")),
-        JobVertex("left", "m:left", parallelism, ("source",)),
-        JobVertex("right", "m:right", parallelism, ("source",)),
-        JobVertex("source", "m:source", parallelism),
-    ))
+    return JobGraph(
+        name="diamond",
+        job_id=JOB_ID,
+        vertices=(
+            JobVertex("sink", "m:sink", 1, ("left", "right")),
+            JobVertex("left", "m:left", parallelism, ("source",)),
+            JobVertex("right", "m:right", parallelism, ("source",)),
+            JobVertex("source", "m:source", parallelism),
+        ),
+    )
 
 
 class Clock:
@@ -174,10 +178,16 @@ def test_the_graph_is_built_in_a_few_passes_over_the_job_graph() -> None:
 
 def test_restore_marks_recovered_subtasks_finished_via_reconciling() -> None:
     graph = ExecutionGraph(diamond())
-    skipped = graph.restore(JobProgress(JOB_ID, {"source": {0: SubtaskProgress("/r/s0", 3),
-                                                            1: SubtaskProgress(None, None)},
-                                                 "ghost": {0: SubtaskProgress("/x", 1)},
-                                                 "left": {5: SubtaskProgress("/y", 1)}}))
+    skipped = graph.restore(
+        JobProgress(
+            JOB_ID,
+            {
+                "source": {0: SubtaskProgress("/r/s0", 3), 1: SubtaskProgress(None, None)},
+                "ghost": {0: SubtaskProgress("/x", 1)},
+                "left": {5: SubtaskProgress("/y", 1)},
+            },
+        )
+    )
     assert set(skipped) == {SubtaskId("ghost", 0), SubtaskId("left", 5)}
     s0, s1 = graph.subtasks("source")
     assert s0.state is ExecutionState.FINISHED and s0.current.rows == 3 and s0.current.result_path == "/r/s0"
@@ -205,12 +215,32 @@ def test_flink_job_details_while_running_and_after() -> None:
     finish(graph, SubtaskId("source", 0))
     clock.now += 2
     details = flink_job_details(graph.overview()).to_dict()
-    assert set(details) == {"jid", "name", "state", "start-time", "end-time", "duration", "last-modification",
-                            "pending-operators", "tasks"}
+    assert set(details) == {
+        "jid",
+        "name",
+        "state",
+        "start-time",
+        "end-time",
+        "duration",
+        "last-modification",
+        "pending-operators",
+        "tasks",
+    }
     assert details["jid"] == JOB_ID and details["state"] == "RUNNING"
     assert details["end-time"] == -1 and details["duration"] == 2000
-    assert set(details["tasks"]) == {"created", "scheduled", "deploying", "running", "finished", "canceling",
-                                     "canceled", "failed", "reconciling", "initializing", "total"}
+    assert set(details["tasks"]) == {
+        "created",
+        "scheduled",
+        "deploying",
+        "running",
+        "finished",
+        "canceling",
+        "canceled",
+        "failed",
+        "reconciling",
+        "initializing",
+        "total",
+    }
     assert details["tasks"]["finished"] == 1 and details["tasks"]["created"] == 6 and details["tasks"]["total"] == 7
     for ev in graph.subtasks():
         if ev.state is not ExecutionState.FINISHED:
@@ -236,8 +266,7 @@ def test_job_result_sums_rows_and_names_the_vertex_dir() -> None:
     graph.transition(JobStatus.CREATED)
     graph.transition(JobStatus.RUNNING)
     for ev in graph.subtasks():
-        finish(graph, ev.id, rows=None if ev.vertex.id == "sink" else 4,
-               path=None if ev.vertex.id == "sink" else "p")
+        finish(graph, ev.id, rows=None if ev.vertex.id == "sink" else 4, path=None if ev.vertex.id == "sink" else "p")
         ev.deployed_attempts = 1
     graph.subtask(SubtaskId("left", 1)).deployed_attempts = 3
     graph.transition(JobStatus.FINISHED)
@@ -275,11 +304,19 @@ def snapshot_subtask_by_subtask(graph: ExecutionGraph) -> JobSnapshot:
     """What `snapshot()` shows, read straight off the graph (as it was built before captures)."""
     vertices = []
     for vertex_id in graph.vertex_ids:
-        subtasks = tuple(SubtaskSnapshot(ev.subtask_index, ev.current.state, ev.current.attempt,
-                                         ev.current.task_executor_id) for ev in graph.subtasks(vertex_id))
-        vertices.append(VertexSnapshot(id=vertex_id, state=aggregate_state([s.state for s in subtasks]),
-                                       parallelism=len(subtasks), inputs=graph.inputs_of(vertex_id),
-                                       subtasks=subtasks))
+        subtasks = tuple(
+            SubtaskSnapshot(ev.subtask_index, ev.current.state, ev.current.attempt, ev.current.task_executor_id)
+            for ev in graph.subtasks(vertex_id)
+        )
+        vertices.append(
+            VertexSnapshot(
+                id=vertex_id,
+                state=aggregate_state([s.state for s in subtasks]),
+                parallelism=len(subtasks),
+                inputs=graph.inputs_of(vertex_id),
+                subtasks=subtasks,
+            )
+        )
     return JobSnapshot(graph.overview(), tuple(vertices))
 
 
@@ -291,12 +328,19 @@ def vertex_result_by_definition(graph: ExecutionGraph, vertex_id: str, results: 
     finished = [e for e in executions if e.state is ExecutionState.FINISHED]
     rows_seen = [e.rows for e in finished if e.rows is not None]
     partitions = tuple(e.result_path for e in finished if e.result_path is not None)
-    failure = next(e.failure for e in executions if e.state is ExecutionState.FAILED) \
-        if state is ExecutionState.FAILED else None
-    return VertexResult(state=state, attempts=max(ev.deployed_attempts for ev in subtasks),
-                        rows=sum(rows_seen) if rows_seen else None,
-                        result_path=results.vertex_dir(graph.job_id, vertex_id) if partitions else None,
-                        partitions=partitions, failure=failure)
+    failure = (
+        next(e.failure for e in executions if e.state is ExecutionState.FAILED)
+        if state is ExecutionState.FAILED
+        else None
+    )
+    return VertexResult(
+        state=state,
+        attempts=max(ev.deployed_attempts for ev in subtasks),
+        rows=sum(rows_seen) if rows_seen else None,
+        result_path=results.vertex_dir(graph.job_id, vertex_id) if partitions else None,
+        partitions=partitions,
+        failure=failure,
+    )
 
 
 def slot(index: int) -> AllocatedSlot:
@@ -366,8 +410,9 @@ def test_the_job_result_is_each_vertex_outcome_by_its_definition() -> None:
         graph.transition(JobStatus.CANCELLING)
         graph.transition(JobStatus.CANCELED)
         result = graph.job_result(results=results)
-        assert result.vertices == {vertex_id: vertex_result_by_definition(graph, vertex_id, results)
-                                   for vertex_id in graph.vertex_ids}
+        assert result.vertices == {
+            vertex_id: vertex_result_by_definition(graph, vertex_id, results) for vertex_id in graph.vertex_ids
+        }
 
 
 def test_a_dropped_graph_is_freed_by_reference_counting_alone() -> None:

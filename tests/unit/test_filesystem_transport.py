@@ -58,14 +58,20 @@ def test_the_master_and_workers_use_the_atomic_transport(tmp_path: Path) -> None
 
 def test_an_expected_message_wakes_a_slowly_polling_consumer(tmp_path: Path) -> None:
     # polled every 60 s, a message would not arrive within the drain's 20 s: expect_message wakes it
-    config = Configuration.from_mapping({"broker.url": "filesystem://", "storage.dir": str(tmp_path),
-                                         "broker.polling-interval": "60s"})
+    config = Configuration.from_mapping(
+        {"broker.url": "filesystem://", "storage.dir": str(tmp_path), "broker.polling-interval": "60s"}
+    )
     app = create_celery_app(config)
     received: list[Any] = []
     with app.connection() as producer, app.connection() as consumer:
         queue = Queue("jobs", routing_key="jobs")
-        with Consumer(consumer.default_channel, queues=[queue], accept=["json"],
-                      callbacks=[lambda body, message: received.append(body)]):
+        with Consumer(
+            consumer.default_channel,
+            queues=[queue],
+            accept=["json"],
+            callbacks=[lambda body, message: received.append(body)],
+        ):
+
             def send() -> None:
                 time.sleep(0.3)  # the consumer is asleep in its slow poll by now
                 Producer(producer.default_channel).publish({"n": 1}, routing_key="jobs", declare=[queue])

@@ -77,7 +77,8 @@ async def test_a_follower_reads_the_clusters_blobs_and_checks_them(standalone_co
 
 
 async def test_a_read_during_a_sweep_finds_the_whole_blob_or_none(
-        blobs: BlobStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    blobs: BlobStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     key = await blobs.put(b"def run(ctx):\n    return 3\n", "job.py")
     seen: list[type[Exception]] = []
     real_rmtree = shutil.rmtree

@@ -52,8 +52,7 @@ async def test_standalone_election_grants_the_fixed_session_on_the_loop() -> Non
 
 
 async def test_standalone_retrieval_answers_the_configured_address(tmp_path: Path) -> None:
-    config = Configuration.from_mapping({"storage.dir": str(tmp_path), "rest.address": "10.0.0.5",
-                                         "rest.port": "9091"})
+    config = Configuration.from_mapping({"storage.dir": str(tmp_path), "rest.address": "10.0.0.5", "rest.port": "9091"})
     services = create_ha_services(config)
     await services.start()
     retrieval = services.create_retrieval()
@@ -77,8 +76,11 @@ def test_auth_and_paths_are_checked() -> None:
     for bad in ("user", ":pw", "user:"):
         with pytest.raises(ConfigurationError, match="user:password"):
             parse_auth(bad)
-    paths = ZooKeeperPaths.from_config(Configuration.from_mapping({
-        "high-availability.zookeeper.path.root": "/a/b/", "high-availability.cluster-id": "prod"}))
+    paths = ZooKeeperPaths.from_config(
+        Configuration.from_mapping(
+            {"high-availability.zookeeper.path.root": "/a/b/", "high-availability.cluster-id": "prod"}
+        )
+    )
     assert paths.connection_info == "/a/b/prod/leader/connection_info"
     assert paths.jobgraphs == "/a/b/prod/jobgraphs"
     with pytest.raises(ConfigurationError):
@@ -116,8 +118,9 @@ def test_a_follower_in_mode_none_finds_the_configured_address() -> None:
 
 @pytest.mark.parametrize("mode", ["none", "zookeeper"])
 def test_followers_check_the_cluster_id_too(tmp_path: Path, mode: str) -> None:
-    config = Configuration.from_mapping({"storage.dir": str(tmp_path), "high-availability.cluster-id": "a/b",
-                                         "high-availability.mode": mode})
+    config = Configuration.from_mapping(
+        {"storage.dir": str(tmp_path), "high-availability.cluster-id": "a/b", "high-availability.mode": mode}
+    )
     with pytest.raises(ConfigurationError, match="cluster-id"):
         cluster_dir(config, "blobs")
     if mode == "zookeeper":

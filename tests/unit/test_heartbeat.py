@@ -148,19 +148,27 @@ def test_a_failing_listener_does_not_stop_other_timeouts(clock: ManualClock) -> 
     assert listener.timeouts == ["a", "b"]
 
 
-@pytest.mark.parametrize("kwargs", [{"timeout": 0}, {"timeout": 1, "rpc_failure_threshold": 0},
-                                    {"timeout": 1, "rpc_failure_threshold": -2},
-                                    {"timeout": 1, "unreachable_silence": -1}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"timeout": 0},
+        {"timeout": 1, "rpc_failure_threshold": 0},
+        {"timeout": 1, "rpc_failure_threshold": -2},
+        {"timeout": 1, "unreachable_silence": -1},
+    ],
+)
 def test_bad_settings_are_refused(kwargs: dict[str, Any], listener: RecordingListener) -> None:
     with pytest.raises(ValueError):
         HeartbeatMonitor(listener, **kwargs)
 
 
 def test_from_settings_takes_the_timeout_and_threshold(listener: RecordingListener, clock: ManualClock) -> None:
-    config = Configuration.from_mapping({"heartbeat.interval": "1s", "heartbeat.timeout": "3s",
-                                         "heartbeat.rpc-failure-threshold": 1})
-    monitor: HeartbeatMonitor[None] = HeartbeatMonitor.from_settings(HeartbeatSettings.from_config(config), listener,
-                                                                     clock=clock)
+    config = Configuration.from_mapping(
+        {"heartbeat.interval": "1s", "heartbeat.timeout": "3s", "heartbeat.rpc-failure-threshold": 1}
+    )
+    monitor: HeartbeatMonitor[None] = HeartbeatMonitor.from_settings(
+        HeartbeatSettings.from_config(config), listener, clock=clock
+    )
     assert monitor.timeout == 3.0
     monitor.monitor("a")
     clock.advance(2)  # silent for two heartbeat intervals
@@ -170,8 +178,9 @@ def test_from_settings_takes_the_timeout_and_threshold(listener: RecordingListen
 
 def test_a_target_that_heartbeats_is_never_unreachable(listener: RecordingListener, clock: ManualClock) -> None:
     """Calls that fail while the target's heartbeats arrive failed on the way, not at the target."""
-    monitor: HeartbeatMonitor[None] = HeartbeatMonitor(listener, timeout=10.0, rpc_failure_threshold=2,
-                                                       unreachable_silence=4.0, clock=clock)
+    monitor: HeartbeatMonitor[None] = HeartbeatMonitor(
+        listener, timeout=10.0, rpc_failure_threshold=2, unreachable_silence=4.0, clock=clock
+    )
     monitor.monitor("te-1")
     monitor.monitor("te-2")
     for _ in range(20):

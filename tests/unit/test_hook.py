@@ -34,8 +34,9 @@ def settings(conn_id: str = "sparkdispatch_default") -> dict[str, Any]:
 
 
 def test_the_json_connection_of_the_issue_works(monkeypatch: pytest.MonkeyPatch) -> None:
-    set_connection(monkeypatch, "sparkdispatch_default",
-                   {"conn_type": "sparkdispatch", "host": "127.0.0.1", "port": 8081})
+    set_connection(
+        monkeypatch, "sparkdispatch_default", {"conn_type": "sparkdispatch", "host": "127.0.0.1", "port": 8081}
+    )
     assert settings() == {"addresses": ["http://127.0.0.1:8081"], "token": None, "tls": ClientTls()}
     assert SparkDispatchHook().sparkdispatch_conn_id == "sparkdispatch_default"
 
@@ -46,21 +47,43 @@ def test_a_uri_connection_with_a_token_in_the_password(monkeypatch: pytest.Monke
 
 
 def test_a_list_of_addresses_in_host(monkeypatch: pytest.MonkeyPatch) -> None:
-    set_connection(monkeypatch, "sd_list", {"conn_type": "sparkdispatch", "host": "m1:8081, m2:8082,m3",
-                                            "port": 9999, "schema": "https",
-                                            "extra": {"token": "t", "ca_file": "/etc/ca.pem",
-                                                      "extra__sparkdispatch__client_certificate": "/etc/a.crt",
-                                                      "client_key": "/etc/a.key"}})
-    assert settings("sd_list") == {"addresses": ["https://m1:8081", "https://m2:8082", "https://m3:9999"],
-                                   "token": "t", "tls": ClientTls("/etc/ca.pem", "/etc/a.crt", "/etc/a.key")}
+    set_connection(
+        monkeypatch,
+        "sd_list",
+        {
+            "conn_type": "sparkdispatch",
+            "host": "m1:8081, m2:8082,m3",
+            "port": 9999,
+            "schema": "https",
+            "extra": {
+                "token": "t",
+                "ca_file": "/etc/ca.pem",
+                "extra__sparkdispatch__client_certificate": "/etc/a.crt",
+                "client_key": "/etc/a.key",
+            },
+        },
+    )
+    assert settings("sd_list") == {
+        "addresses": ["https://m1:8081", "https://m2:8082", "https://m3:9999"],
+        "token": "t",
+        "tls": ClientTls("/etc/ca.pem", "/etc/a.crt", "/etc/a.key"),
+    }
 
 
 def test_zookeeper_retrieval_from_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    set_connection(monkeypatch, "sd_zk", {"conn_type": "sparkdispatch",
-                                          "extra": {"zookeeper_quorum": "zk1:2181,zk2:2181",
-                                                    "extra__sparkdispatch__cluster_id": "prod"}})
-    assert settings("sd_zk") == {"zookeeper": ZooKeeperTarget("zk1:2181,zk2:2181", "prod", "/sparkdispatch"),
-                                 "token": None, "tls": ClientTls()}
+    set_connection(
+        monkeypatch,
+        "sd_zk",
+        {
+            "conn_type": "sparkdispatch",
+            "extra": {"zookeeper_quorum": "zk1:2181,zk2:2181", "extra__sparkdispatch__cluster_id": "prod"},
+        },
+    )
+    assert settings("sd_zk") == {
+        "zookeeper": ZooKeeperTarget("zk1:2181,zk2:2181", "prod", "/sparkdispatch"),
+        "token": None,
+        "tls": ClientTls(),
+    }
 
 
 def test_a_connection_naming_no_master_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -71,8 +94,7 @@ def test_a_connection_naming_no_master_is_a_clear_error(monkeypatch: pytest.Monk
     assert not ok and "names no master" in message
 
 
-async def test_the_async_client_reads_the_connection_without_blocking_calls(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_the_async_client_reads_the_connection_without_blocking_calls(monkeypatch: pytest.MonkeyPatch) -> None:
     set_connection(monkeypatch, "sparkdispatch_default", {"conn_type": "sparkdispatch", "host": "10.0.0.7"})
 
     def forbidden(*args: object, **kwargs: object) -> None:
@@ -96,19 +118,23 @@ async def live_master() -> AsyncIterator[InProcessMaster]:
         yield master
 
 
-async def test_test_connection_reports_the_leader_and_its_slots(monkeypatch: pytest.MonkeyPatch,
-                                                                live_master: InProcessMaster) -> None:
-    set_connection(monkeypatch, "sd_live", {"conn_type": "sparkdispatch", "host": "127.0.0.1",
-                                            "port": live_master.port})
+async def test_test_connection_reports_the_leader_and_its_slots(
+    monkeypatch: pytest.MonkeyPatch, live_master: InProcessMaster
+) -> None:
+    set_connection(
+        monkeypatch, "sd_live", {"conn_type": "sparkdispatch", "host": "127.0.0.1", "port": live_master.port}
+    )
     ok, message = await asyncio.to_thread(SparkDispatchHook("sd_live").test_connection)
     assert ok, message
     assert message == f"leader {live_master.url}, 2 TaskExecutors, 4 slots (3 free)"
 
 
-async def test_the_hooks_clients_raise_the_masters_own_error_classes(monkeypatch: pytest.MonkeyPatch,
-                                                                     live_master: InProcessMaster) -> None:
-    set_connection(monkeypatch, "sd_live", {"conn_type": "sparkdispatch", "host": "127.0.0.1",
-                                            "port": live_master.port})
+async def test_the_hooks_clients_raise_the_masters_own_error_classes(
+    monkeypatch: pytest.MonkeyPatch, live_master: InProcessMaster
+) -> None:
+    set_connection(
+        monkeypatch, "sd_live", {"conn_type": "sparkdispatch", "host": "127.0.0.1", "port": live_master.port}
+    )
     hook = SparkDispatchHook("sd_live", retry=RetryPolicy(attempts=1))
     try:
         client = await asyncio.to_thread(hook.get_conn)
@@ -116,8 +142,9 @@ async def test_the_hooks_clients_raise_the_masters_own_error_classes(monkeypatch
             await asyncio.to_thread(client.job, OTHER)
         assert unknown.value.job_id == OTHER
         with pytest.raises(DuplicateJobSubmission) as duplicate:
-            await asyncio.to_thread(client.submit, {"job_id": JOB, "name": "other", "vertices": [
-                {"id": "b", "entrypoint": "m:g"}]})
+            await asyncio.to_thread(
+                client.submit, {"job_id": JOB, "name": "other", "vertices": [{"id": "b", "entrypoint": "m:g"}]}
+            )
         assert duplicate.value.job_id == JOB
     finally:
         await asyncio.to_thread(hook.close)

@@ -22,8 +22,13 @@ LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
 def test_every_import_contract_is_kept() -> None:
     assert LINT_IMPORTS.exists(), f"{LINT_IMPORTS} is missing: install the dev extra (scripts/install.sh)"
-    done = subprocess.run([str(LINT_IMPORTS), "--no-cache", "--no-logo", "--config", str(REPO / "setup.cfg")],
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache", "--no-logo", "--config", str(REPO / "setup.cfg")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, f"lint-imports found broken import contracts:\n{done.stdout}\n{done.stderr}"
     assert "0 broken" in done.stdout, done.stdout
 

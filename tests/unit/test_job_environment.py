@@ -19,7 +19,11 @@ def test_the_credentials_are_withheld_and_the_rest_kept(monkeypatch: pytest.Monk
     assert TOKEN_ENV_VAR not in env and CLUSTER_SECRET_ENV_VAR not in env
     assert env["TEAM_SETTING"] == "kept" and env["SPARK_HOME"] == "/opt/spark"
     # a process started with it sees none of them
-    printed = subprocess.run([sys.executable, "-c", "import os; print(sorted(k for k in os.environ "
-                              "if k.startswith('SPARKDISPATCH_')))"], env=env, capture_output=True, text=True,
-                             check=True).stdout
+    printed = subprocess.run(
+        [sys.executable, "-c", "import os; print(sorted(k for k in os.environ if k.startswith('SPARKDISPATCH_')))"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "SPARKDISPATCH_AUTH_TOKEN" not in printed and "SPARKDISPATCH_CLUSTER_SECRET" not in printed

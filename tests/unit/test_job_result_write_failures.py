@@ -41,7 +41,8 @@ def failing_fsync(monkeypatch: Any, code: int) -> list[str]:
 
 @pytest.mark.parametrize("code", [errno.ENOSPC, errno.EIO])
 async def test_a_failed_write_leaves_no_temp_file_and_names_the_file_and_the_cause(
-        tmp_path: Path, monkeypatch: Any, code: int) -> None:
+    tmp_path: Path, monkeypatch: Any, code: int
+) -> None:
     store = FileSystemJobResultStore(tmp_path / "job-results", delete_on_commit=True, check=always_leading)
     failed = failing_fsync(monkeypatch, code)
     entry = JobResultEntry(JobResult(job_id=JOB_ID, name="j", status=JobStatus.FINISHED, start_time=1, end_time=2))

@@ -49,12 +49,16 @@ def test_defaults_of_a_vertex() -> None:
 
 
 def test_a_cycle_is_refused_naming_its_vertices() -> None:
-    errors = refusal(graph(vertices=[
-        {"id": "a", "entrypoint": "m:f", "inputs": ["c"]},
-        {"id": "b", "entrypoint": "m:f", "inputs": ["a"]},
-        {"id": "c", "entrypoint": "m:f", "inputs": ["b"]},
-        {"id": "d", "entrypoint": "m:f"},
-    ]))
+    errors = refusal(
+        graph(
+            vertices=[
+                {"id": "a", "entrypoint": "m:f", "inputs": ["c"]},
+                {"id": "b", "entrypoint": "m:f", "inputs": ["a"]},
+                {"id": "c", "entrypoint": "m:f", "inputs": ["b"]},
+                {"id": "d", "entrypoint": "m:f"},
+            ]
+        )
+    )
     message = errors["vertices"][0]
     assert "cycle" in message
     for name in ("a", "b", "c"):
@@ -62,39 +66,51 @@ def test_a_cycle_is_refused_naming_its_vertices() -> None:
     assert "d" not in message.replace("graph has", "")
 
 
-@pytest.mark.parametrize(("body", "field", "words"), [
-    (graph(colour="red"), "colour", "unknown field"),
-    ({"vertices": graph()["vertices"]}, "name", "missing"),
-    (graph(vertices=[]), "vertices", "1 to"),
-    (graph(vertices=[{"id": "a", "entrypoint": "m:f"}, {"id": "a", "entrypoint": "m:g"}]), "vertices[1].id",
-     "duplicate"),
-    (graph(vertices=[{"id": "a", "entrypoint": "m:f", "inputs": ["ghost"]}]), "vertices[0].inputs", "ghost"),
-    (graph(vertices=[{"id": "a", "entrypoint": "m:f", "inputs": ["a"]}]), "vertices[0].inputs", "itself"),
-    (graph(vertices=[{"id": "a", "entrypoint": "m:f", "parallelism": 0}]), "vertices[0].parallelism", "between"),
-    (graph(vertices=[{"id": "a", "entrypoint": "m:f", "parallelism": "2"}]), "vertices[0].parallelism", "integer"),
-    (graph(vertices=[{"id": "a", "entrypoint": "not an entrypoint"}]), "vertices[0].entrypoint", "module.path"),
-    (graph(vertices=[{"id": "a", "entrypoint": "m.f"}]), "vertices[0].entrypoint", "module.path"),
-    (graph(vertices=[{"id": "../etc", "entrypoint": "m:f"}]), "vertices[0].id", "letters"),
-    (graph(vertices=[{"id": "a"}]), "vertices[0].entrypoint", "missing"),
-    (graph(job_id="xyz"), "job_id", "32"),
-    (graph(job_id="A" * 31), "job_id", "32"),
-    (graph(artifacts=["not-a-key"]), "artifacts[0]", "blob key"),
-    (graph(restart_strategy={"type": "sometimes"}), "restart_strategy.type", "fixed-delay"),
-    (graph(restart_strategy={"type": "fixed-delay", "attempts": -1}), "restart_strategy.attempts", ">= 0"),
-    (graph(restart_strategy={"type": "fixed-delay", "tries": 3}), "restart_strategy.tries", "unknown"),
-    (graph(restart_strategy={"type": {}}), "restart_strategy.type", "got a JSON object"),
-    (graph(restart_strategy={"type": ["none"]}), "restart_strategy.type", "got a JSON array"),
-    (graph(restart_strategy={"type": None}), "restart_strategy.type", "got None"),
-    (graph(restart_strategy={"type": "fixed-delay", "delay_s": "1"}), "restart_strategy.delay_s", "number"),
-    (graph(restart_strategy={"type": "failure-rate", "delay_s": True}), "restart_strategy.delay_s", "number"),
-    (graph(restart_strategy={"type": "exponential-delay", "jitter_factor": {}}), "restart_strategy.jitter_factor",
-     "number"),
-    (graph(config={"spark.sql.x": {"nested": 1}}), "config.spark.sql.x", "string"),
-    (graph(vertices=[{"id": "a", "entrypoint": "m:f", "params": {"p": json.loads("[" * 64 + "]" * 64)}}]),
-     "vertices[0].params", "deeper than 64"),
-    (graph(config={"spark.executor.memory": "2g"}), "config.spark.executor.memory", "static Spark setting"),
-    (graph(config={"spark.sql.warehouse.dir": "/w"}), "config.spark.sql.warehouse.dir", "static Spark setting"),
-])
+@pytest.mark.parametrize(
+    ("body", "field", "words"),
+    [
+        (graph(colour="red"), "colour", "unknown field"),
+        ({"vertices": graph()["vertices"]}, "name", "missing"),
+        (graph(vertices=[]), "vertices", "1 to"),
+        (
+            graph(vertices=[{"id": "a", "entrypoint": "m:f"}, {"id": "a", "entrypoint": "m:g"}]),
+            "vertices[1].id",
+            "duplicate",
+        ),
+        (graph(vertices=[{"id": "a", "entrypoint": "m:f", "inputs": ["ghost"]}]), "vertices[0].inputs", "ghost"),
+        (graph(vertices=[{"id": "a", "entrypoint": "m:f", "inputs": ["a"]}]), "vertices[0].inputs", "itself"),
+        (graph(vertices=[{"id": "a", "entrypoint": "m:f", "parallelism": 0}]), "vertices[0].parallelism", "between"),
+        (graph(vertices=[{"id": "a", "entrypoint": "m:f", "parallelism": "2"}]), "vertices[0].parallelism", "integer"),
+        (graph(vertices=[{"id": "a", "entrypoint": "not an entrypoint"}]), "vertices[0].entrypoint", "module.path"),
+        (graph(vertices=[{"id": "a", "entrypoint": "m.f"}]), "vertices[0].entrypoint", "module.path"),
+        (graph(vertices=[{"id": "../etc", "entrypoint": "m:f"}]), "vertices[0].id", "letters"),
+        (graph(vertices=[{"id": "a"}]), "vertices[0].entrypoint", "missing"),
+        (graph(job_id="xyz"), "job_id", "32"),
+        (graph(job_id="A" * 31), "job_id", "32"),
+        (graph(artifacts=["not-a-key"]), "artifacts[0]", "blob key"),
+        (graph(restart_strategy={"type": "sometimes"}), "restart_strategy.type", "fixed-delay"),
+        (graph(restart_strategy={"type": "fixed-delay", "attempts": -1}), "restart_strategy.attempts", ">= 0"),
+        (graph(restart_strategy={"type": "fixed-delay", "tries": 3}), "restart_strategy.tries", "unknown"),
+        (graph(restart_strategy={"type": {}}), "restart_strategy.type", "got a JSON object"),
+        (graph(restart_strategy={"type": ["none"]}), "restart_strategy.type", "got a JSON array"),
+        (graph(restart_strategy={"type": None}), "restart_strategy.type", "got None"),
+        (graph(restart_strategy={"type": "fixed-delay", "delay_s": "1"}), "restart_strategy.delay_s", "number"),
+        (graph(restart_strategy={"type": "failure-rate", "delay_s": True}), "restart_strategy.delay_s", "number"),
+        (
+            graph(restart_strategy={"type": "exponential-delay", "jitter_factor": {}}),
+            "restart_strategy.jitter_factor",
+            "number",
+        ),
+        (graph(config={"spark.sql.x": {"nested": 1}}), "config.spark.sql.x", "string"),
+        (
+            graph(vertices=[{"id": "a", "entrypoint": "m:f", "params": {"p": json.loads("[" * 64 + "]" * 64)}}]),
+            "vertices[0].params",
+            "deeper than 64",
+        ),
+        (graph(config={"spark.executor.memory": "2g"}), "config.spark.executor.memory", "static Spark setting"),
+        (graph(config={"spark.sql.warehouse.dir": "/w"}), "config.spark.sql.warehouse.dir", "static Spark setting"),
+    ],
+)
 def test_malformed_graphs_are_refused_naming_the_field(body: Any, field: str, words: str) -> None:
     errors = refusal(body)
     assert field in errors, errors
@@ -107,13 +123,18 @@ def test_not_an_object_and_not_json() -> None:
         JobGraph.from_json(b"{nope")
 
 
-@pytest.mark.parametrize(("text", "words"), [
-    (b'{"name": "x", "vertices": [{"id": "a", "entrypoint": "m:f", "params": {"p": NaN}}]}', "NaN is not"),
-    (b'{"name": "x", "vertices": [], "restart_strategy": {"type": "fixed-delay", "delay_s": Infinity}}',
-     "Infinity is not"),
-    (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
-    ('{"name": "\udc00"}'.encode("utf-8", "surrogatepass"), "not valid JSON"),
-])
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        (b'{"name": "x", "vertices": [{"id": "a", "entrypoint": "m:f", "params": {"p": NaN}}]}', "NaN is not"),
+        (
+            b'{"name": "x", "vertices": [], "restart_strategy": {"type": "fixed-delay", "delay_s": Infinity}}',
+            "Infinity is not",
+        ),
+        (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+        ('{"name": "\udc00"}'.encode("utf-8", "surrogatepass"), "not valid JSON"),
+    ],
+)
 def test_what_is_not_strict_json_is_refused_as_the_body(text: bytes, words: str) -> None:
     with pytest.raises(InvalidJobGraph) as info:
         JobGraph.from_json(text)
@@ -127,8 +148,9 @@ def test_too_many_vertices_are_refused_before_any_vertex_is_read() -> None:
 
 
 def test_the_canonical_json_and_fingerprint_are_those_of_the_whole_dict() -> None:
-    job = JobGraph.from_dict(graph(restart_strategy={"type": "fixed-delay"}, config={"spark.sql.x": 1},
-                                   artifacts=["a" * 64]))
+    job = JobGraph.from_dict(
+        graph(restart_strategy={"type": "fixed-delay"}, config={"spark.sql.x": 1}, artifacts=["a" * 64])
+    )
     for graph_ in (job, job.with_job_id("ab" * 16), job.with_job_id("ab" * 16).prepare()):
         whole = graph_.to_dict()
         assert graph_.to_json() == json.dumps(whole, sort_keys=True, separators=(",", ":"))
@@ -162,9 +184,13 @@ def test_restart_strategies_parse_with_flink_defaults() -> None:
 
 
 def test_restart_strategy_from_configuration() -> None:
-    config = Configuration.from_mapping({"restart-strategy.type": "failure-rate",
-                                         "restart-strategy.failure-rate.max-failures-per-interval": 3,
-                                         "restart-strategy.failure-rate.failure-rate-interval": "2min"})
+    config = Configuration.from_mapping(
+        {
+            "restart-strategy.type": "failure-rate",
+            "restart-strategy.failure-rate.max-failures-per-interval": 3,
+            "restart-strategy.failure-rate.failure-rate-interval": "2min",
+        }
+    )
     assert restart_strategy_from_config(config) == FailureRateRestart(3, 120.0, 1.0)
     assert restart_strategy_from_config(Configuration.from_mapping({})) == FixedDelayRestart(3, 1.0)
 
@@ -175,19 +201,35 @@ def test_spark_config_values_are_kept_as_strings() -> None:
 
 
 def test_settings_spark_will_not_change_at_run_time_are_refused_each_by_name() -> None:
-    errors = refusal(graph(config={
-        "spark.executor.memory": "2g",  # core: CANNOT_MODIFY_CONFIG
-        "spark.master": "yarn",  # accepted by Spark, without effect on a running driver
-        "spark.sql.catalogImplementation": "hive",  # static SQL: CANNOT_MODIFY_STATIC_CONFIG
-        "spark.sql.hive.metastore.version": "2.3.10",  # static, from HiveUtils
-        "spark.sql.shuffle.partitions": "4", "spark.hadoop.fs.s3a.endpoint": "http://s3", "my.key": "v"}))
-    assert set(errors) == {"config.spark.executor.memory", "config.spark.master",
-                           "config.spark.sql.catalogImplementation", "config.spark.sql.hive.metastore.version"}
+    errors = refusal(
+        graph(
+            config={
+                "spark.executor.memory": "2g",  # core: CANNOT_MODIFY_CONFIG
+                "spark.master": "yarn",  # accepted by Spark, without effect on a running driver
+                "spark.sql.catalogImplementation": "hive",  # static SQL: CANNOT_MODIFY_STATIC_CONFIG
+                "spark.sql.hive.metastore.version": "2.3.10",  # static, from HiveUtils
+                "spark.sql.shuffle.partitions": "4",
+                "spark.hadoop.fs.s3a.endpoint": "http://s3",
+                "my.key": "v",
+            }
+        )
+    )
+    assert set(errors) == {
+        "config.spark.executor.memory",
+        "config.spark.master",
+        "config.spark.sql.catalogImplementation",
+        "config.spark.sql.hive.metastore.version",
+    }
     assert errors["config.spark.master"] == [
         "spark.master is a static Spark setting: set it on the TaskExecutor's Spark (spark.* in its configuration), "
-        "not per job"]
-    accepted = {"spark.sql.shuffle.partitions": "4", "spark.sql.hive.convertMetastoreParquet": "false",
-                "spark.hadoop.fs.s3a.endpoint": "http://s3", "my.key": "v"}
+        "not per job"
+    ]
+    accepted = {
+        "spark.sql.shuffle.partitions": "4",
+        "spark.sql.hive.convertMetastoreParquet": "false",
+        "spark.hadoop.fs.s3a.endpoint": "http://s3",
+        "my.key": "v",
+    }
     assert JobGraph.from_dict(graph(config=accepted)).config == accepted
 
 
@@ -200,7 +242,7 @@ def test_fingerprint_ignores_the_job_id_only() -> None:
 # -- property-based: round trips and refusals -----------------------------------------------
 
 identifiers = st.from_regex(r"[a-z][a-z0-9_]{0,8}", fullmatch=True)
-json_scalars = st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.text(max_size=10)
+json_scalars = st.none() | st.booleans() | st.integers(-(10**6), 10**6) | st.text(max_size=10)
 
 
 @st.composite
@@ -222,14 +264,33 @@ def job_graphs(draw: st.DrawFn) -> dict[str, Any]:
         "name": draw(st.text(min_size=1, max_size=20)),
         "vertices": draw(st.permutations(vertices)),
         "artifacts": draw(st.lists(st.from_regex(r"[0-9a-f]{64}", fullmatch=True), max_size=2)),
-        "restart_strategy": draw(st.sampled_from([
-            None, {"type": "none"}, {"type": "fixed-delay", "attempts": 2, "delay_s": 0.5},
-            {"type": "exponential-delay", "initial_backoff_s": 1.0, "max_backoff_s": 60.0, "backoff_multiplier": 2.0,
-             "reset_backoff_threshold_s": 3600.0, "jitter_factor": 0.1, "attempts": 5},
-            {"type": "failure-rate", "max_failures_per_interval": 2, "failure_rate_interval_s": 60.0,
-             "delay_s": 1.0}])),
-        "config": draw(st.dictionaries(st.from_regex(r"spark\.sql\.x[a-z.]{0,9}", fullmatch=True),
-                                       st.text(max_size=5), max_size=3)),
+        "restart_strategy": draw(
+            st.sampled_from(
+                [
+                    None,
+                    {"type": "none"},
+                    {"type": "fixed-delay", "attempts": 2, "delay_s": 0.5},
+                    {
+                        "type": "exponential-delay",
+                        "initial_backoff_s": 1.0,
+                        "max_backoff_s": 60.0,
+                        "backoff_multiplier": 2.0,
+                        "reset_backoff_threshold_s": 3600.0,
+                        "jitter_factor": 0.1,
+                        "attempts": 5,
+                    },
+                    {
+                        "type": "failure-rate",
+                        "max_failures_per_interval": 2,
+                        "failure_rate_interval_s": 60.0,
+                        "delay_s": 1.0,
+                    },
+                ]
+            )
+        ),
+        "config": draw(
+            st.dictionaries(st.from_regex(r"spark\.sql\.x[a-z.]{0,9}", fullmatch=True), st.text(max_size=5), max_size=3)
+        ),
     }
     return body
 
@@ -276,10 +337,16 @@ def test_any_single_corruption_is_refused(body: dict[str, Any], what: str, data:
 
 # -- lifecycles -------------------------------------------------------------------------------
 
+
 def test_execution_lifecycle_follows_flink() -> None:
     state = ExecutionState.CREATED
-    for target in (ExecutionState.SCHEDULED, ExecutionState.DEPLOYING, ExecutionState.INITIALIZING,
-                   ExecutionState.RUNNING, ExecutionState.FINISHED):
+    for target in (
+        ExecutionState.SCHEDULED,
+        ExecutionState.DEPLOYING,
+        ExecutionState.INITIALIZING,
+        ExecutionState.RUNNING,
+        ExecutionState.FINISHED,
+    ):
         state = state.transition(target)
     assert state.is_terminal
     with pytest.raises(IllegalStateTransition, match="FINISHED to RUNNING"):
@@ -302,13 +369,18 @@ def test_job_lifecycle_follows_flink() -> None:
 
 # -- JobResult -------------------------------------------------------------------------------
 
+
 def test_job_result_round_trip_and_shape() -> None:
     try:
         raise ValueError("bad row")
     except ValueError as exc:
         failure = Failure.from_exception(exc)
     body = {
-        "job_id": "ab" * 16, "name": "n", "status": "FAILED", "start_time": 1000, "end_time": 5200,
+        "job_id": "ab" * 16,
+        "name": "n",
+        "status": "FAILED",
+        "start_time": 1000,
+        "end_time": 5200,
         "duration_ms": 4200,
         "vertices": {
             "extract": {"state": "FINISHED", "attempts": 1, "rows": 1000, "result_path": "/r/extract"},

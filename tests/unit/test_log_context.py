@@ -72,14 +72,14 @@ def test_the_text_and_json_formats_carry_the_fields() -> None:
     assert "job_id" not in plain and TextFormatter().format(record("no job here")).endswith(": no job here")
 
 
-async def test_a_real_masters_deployment_line_names_its_job_vertex_subtask_and_attempt(
-        lines: io.StringIO) -> None:
+async def test_a_real_masters_deployment_line_names_its_job_vertex_subtask_and_attempt(lines: io.StringIO) -> None:
     async with InProcessMaster() as master:
         await master.wait_for_leadership()
         await master.add_task_executor(slots=2)
         graph = {"name": "g", "vertices": [{"id": "clean", "entrypoint": "m:f", "parallelism": 2}]}
         async with aiohttp.ClientSession() as http, http.post(master.url + "/jobs", json=graph) as answer:
             job_id = (await answer.json())["job_id"]
+
         def logged() -> list[dict[str, Any]]:
             return [json.loads(line) for line in lines.getvalue().splitlines()]
 
@@ -87,7 +87,9 @@ async def test_a_real_masters_deployment_line_names_its_job_vertex_subtask_and_a
         entries = logged()
         deploying = [e for e in entries if "deploying" in e["message"]]
     assert {(e["job_id"], e["vertex"], e["subtask"], e["attempt"]) for e in deploying} == {
-        (job_id, "clean", 0, 0), (job_id, "clean", 1, 0)}
+        (job_id, "clean", 0, 0),
+        (job_id, "clean", 1, 0),
+    }
     running = [e for e in entries if e["logger"].startswith("sparkdispatch.jobmaster") and "job_id" in e]
     assert running and all(e["job_id"] == job_id for e in running)
 

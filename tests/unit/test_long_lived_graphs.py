@@ -40,12 +40,14 @@ def test_a_small_graph_is_built_as_it_is() -> None:
 # a graph of `min_subtasks` or more, and one of a size known only once it is made (`keep`): any size
 KEPT: dict[str, Callable[[LongLivedGraphs, Callable[[], Graph]], Graph]] = {
     "large": lambda graphs, make: graphs.build(make, subtasks=1_000),
-    "kept whatever its size": lambda graphs, make: graphs.keep(make)}
+    "kept whatever its size": lambda graphs, make: graphs.keep(make),
+}
 
 
 @pytest.mark.parametrize("keep", KEPT.values(), ids=KEPT.keys())
 def test_a_large_graph_is_built_without_collections_and_frozen_until_freed(
-        keep: Callable[[LongLivedGraphs, Callable[[], Graph]], Graph]) -> None:
+    keep: Callable[[LongLivedGraphs, Callable[[], Graph]], Graph],
+) -> None:
     graphs = LongLivedGraphs(min_subtasks=1_000)
     collecting_during_build: list[bool] = []
 

@@ -42,8 +42,7 @@ async def silent_master() -> AsyncIterator[tuple[str, list[str]]]:
         await runner.cleanup()
 
 
-async def test_a_new_leader_ends_calls_under_the_old_session_at_once(
-        silent_master: tuple[str, list[str]]) -> None:
+async def test_a_new_leader_ends_calls_under_the_old_session_at_once(silent_master: tuple[str, list[str]]) -> None:
     address, taken = silent_master
     client = MasterClient(Configuration.from_mapping({}), timeout=30.0)
 

@@ -38,7 +38,8 @@ async def result_of(master: InProcessMaster, job_id: str) -> JobResult:
 
 
 async def test_a_new_leader_answers_503_with_retry_after_until_it_has_recovered(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     async with InProcessMaster(storage_dir=tmp_path) as first:
         assert (await call("POST", first.url + "/jobs", GRAPH))[0] == 202
     # the job stays in the stores; the next master's recovery is held back at its start
@@ -55,9 +56,14 @@ async def test_a_new_leader_answers_503_with_retry_after_until_it_has_recovered(
     starting = asyncio.create_task(master.start())
     try:
         await entered.wait()
-        for method, path, body in (("GET", f"/jobs/{JOB}", None), ("GET", f"/jobs/{JOB}/execution-result", None),
-                                   ("POST", "/jobs", GRAPH), ("GET", "/jobs", None),
-                                   ("PATCH", f"/jobs/{JOB}?mode=cancel", None), ("GET", f"/v1/jobs/{JOB}", None)):
+        for method, path, body in (
+            ("GET", f"/jobs/{JOB}", None),
+            ("GET", f"/jobs/{JOB}/execution-result", None),
+            ("POST", "/jobs", GRAPH),
+            ("GET", "/jobs", None),
+            ("PATCH", f"/jobs/{JOB}?mode=cancel", None),
+            ("GET", f"/v1/jobs/{JOB}", None),
+        ):
             status, answer, headers = await call(method, master.url + path, body)
             assert status == 503 and headers.get("Retry-After") == "1", (method, path, status, answer)
             if not path.startswith("/v1/"):

@@ -33,15 +33,19 @@ async def scrape(url: str, *, token: str | None = TOKEN) -> tuple[int, dict[str,
 
 
 async def submit(url: str, graph: dict[str, Any]) -> str:
-    async with aiohttp.ClientSession() as http, http.post(
-            url + "/jobs", json=graph, headers={"Authorization": f"Bearer {TOKEN}"}) as answer:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(url + "/jobs", json=graph, headers={"Authorization": f"Bearer {TOKEN}"}) as answer,
+    ):
         assert answer.status == 202, await answer.text()
         return str((await answer.json())["job_id"])
 
 
 async def status(url: str, job_id: str) -> str:
-    async with aiohttp.ClientSession() as http, http.get(
-            f"{url}/jobs/{job_id}", headers={"Authorization": f"Bearer {TOKEN}"}) as answer:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(f"{url}/jobs/{job_id}", headers={"Authorization": f"Bearer {TOKEN}"}) as answer,
+    ):
         return str((await answer.json())["status"])
 
 
@@ -63,10 +67,14 @@ async def test_metrics_count_submitted_finished_jobs_and_their_tasks_and_show_th
         assert before["sparkdispatch_leader_changes_total"] == 1
 
         await master.add_task_executor(slots=3, script=fail_vertex_b)
-        finished = await submit(master.url, {"name": "ok", "vertices": [
-            {"id": "a", "entrypoint": "m:f", "parallelism": 2}]})
-        failed = await submit(master.url, {"name": "bad", "restart_strategy": {"type": "none"}, "vertices": [
-            {"id": "b", "entrypoint": "m:f"}]})
+        finished = await submit(
+            master.url, {"name": "ok", "vertices": [{"id": "a", "entrypoint": "m:f", "parallelism": 2}]}
+        )
+        failed = await submit(
+            master.url,
+            {"name": "bad", "restart_strategy": {"type": "none"}, "vertices": [{"id": "b", "entrypoint": "m:f"}]},
+        )
+
         async def both_ended() -> bool:
             return {await status(master.url, finished), await status(master.url, failed)} == {"FINISHED", "FAILED"}
 
@@ -80,8 +88,11 @@ async def test_metrics_count_submitted_finished_jobs_and_their_tasks_and_show_th
         assert after["sparkdispatch_task_duration_seconds_count{state=FINISHED}"] == 2
         assert after["sparkdispatch_task_duration_seconds_count{state=FAILED}"] == 1
         assert after["sparkdispatch_jobs_running"] == 0
-        assert (after["sparkdispatch_taskexecutors"], after["sparkdispatch_slots_total"],
-                after["sparkdispatch_slots_available"]) == (1, 3, 3)
+        assert (
+            after["sparkdispatch_taskexecutors"],
+            after["sparkdispatch_slots_total"],
+            after["sparkdispatch_slots_available"],
+        ) == (1, 3, 3)
 
         await master.step_down()
         _, standby = await scrape(master.url)
@@ -101,8 +112,13 @@ async def test_a_job_result_write_failing_on_a_full_disk_is_counted_until_it_suc
         real_fsync(fd)
 
     monkeypatch.setattr(os, "fsync", full_disk)
-    async with InProcessMaster(overrides={"rest.auth.token": TOKEN, "cleanup-strategy.initial-backoff": "10ms",
-                                          "cleanup-strategy.max-backoff": "20ms"}) as master:
+    async with InProcessMaster(
+        overrides={
+            "rest.auth.token": TOKEN,
+            "cleanup-strategy.initial-backoff": "10ms",
+            "cleanup-strategy.max-backoff": "20ms",
+        }
+    ) as master:
         await master.add_task_executor(script=lambda tdd: TaskOutcome(rows=1))
         job_id = await submit(master.url, {"name": "ok", "vertices": [{"id": "a", "entrypoint": "m:f"}]})
 

@@ -44,9 +44,14 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 # one restart: a vertex that keeps failing ends FAILED after 2 attempts
-GRAPH = {"name": "sales", "vertices": [{"id": "a", "entrypoint": "pipelines.sales:generate"},
-                                       {"id": "b", "entrypoint": "pipelines.sales:clean", "inputs": ["a"]}],
-         "restart_strategy": {"type": "fixed-delay", "attempts": 1, "delay_s": 0}}
+GRAPH = {
+    "name": "sales",
+    "vertices": [
+        {"id": "a", "entrypoint": "pipelines.sales:generate"},
+        {"id": "b", "entrypoint": "pipelines.sales:clean", "inputs": ["a"]},
+    ],
+    "restart_strategy": {"type": "fixed-delay", "attempts": 1, "delay_s": 0},
+}
 TRACEBACK = 'Traceback (most recent call last):\n  File "sales.py", line 3\nValueError: bad row 7\n'
 
 
@@ -55,8 +60,12 @@ def finish(tdd: TaskDeploymentDescriptor) -> TaskOutcome:
 
 
 def missing_entrypoint(tdd: TaskDeploymentDescriptor) -> TaskOutcome:
-    return TaskOutcome(ExecutionState.FAILED, Failure(
-        "EntrypointNotFound", f"entrypoint {tdd.entrypoint!r}: module 'pipelines.sales' has no function 'x'", ""))
+    return TaskOutcome(
+        ExecutionState.FAILED,
+        Failure(
+            "EntrypointNotFound", f"entrypoint {tdd.entrypoint!r}: module 'pipelines.sales' has no function 'x'", ""
+        ),
+    )
 
 
 def fail_b(tdd: TaskDeploymentDescriptor) -> TaskOutcome:
@@ -77,8 +86,9 @@ class Cluster:
     def posts(self) -> list[str]:
         """The job ids of every `POST /jobs` the master received, in order."""
         assert self.master.proxy is not None
-        return [json.loads(r.body)["job_id"] for r in self.master.proxy.requests
-                if (r.method, r.path) == ("POST", "/jobs")]
+        return [
+            json.loads(r.body)["job_id"] for r in self.master.proxy.requests if (r.method, r.path) == ("POST", "/jobs")
+        ]
 
     def requests_to(self, path: str) -> int:
         """How many calls of `path` the master received."""
@@ -145,13 +155,14 @@ class FakeStore(dict[str, Any]):
 @pytest.fixture
 def cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
     with InProcessMaster(overrides={"rest.execution-result.long-poll": "50ms"}, record_requests=True) as master:
-        monkeypatch.setenv("AIRFLOW_CONN_SPARKDISPATCH_DEFAULT", json.dumps(
-            {"conn_type": "sparkdispatch", "host": "127.0.0.1", "port": master.port}))
+        monkeypatch.setenv(
+            "AIRFLOW_CONN_SPARKDISPATCH_DEFAULT",
+            json.dumps({"conn_type": "sparkdispatch", "host": "127.0.0.1", "port": master.port}),
+        )
         yield Cluster(master)
 
 
-def context(ti: FakeTI | None = None, *, store: FakeStore | None = None, durable: bool = True,
-            **extra: Any) -> Context:
+def context(ti: FakeTI | None = None, *, store: FakeStore | None = None, durable: bool = True, **extra: Any) -> Context:
     """What Airflow hands a task's run: its task instance, (`durable`) its task state store, and `extra`."""
     values: dict[str, Any] = {"ti": ti or FakeTI(), **extra}
     if durable:
@@ -179,15 +190,21 @@ def task_of(dag: DAG, task_id: str, kind: type[T]) -> T:
 
 
 def operator(**kwargs: Any) -> SparkDispatchSubmitJobOperator:
-    return SparkDispatchSubmitJobOperator(task_id="submit", **{"job_graph": GRAPH, "poll_interval": 0.02,
-                                                       "deferrable": False, **kwargs})
+    return SparkDispatchSubmitJobOperator(
+        task_id="submit", **{"job_graph": GRAPH, "poll_interval": 0.02, "deferrable": False, **kwargs}
+    )
 
 
 def test_job_ids_are_deterministic_per_task_instance() -> None:
     first = task_job_id("d", "r", "t", -1)
     assert first == task_job_id("d", "r", "t", None) and len(first) == 32 and int(first, 16) >= 0
-    others = {task_job_id("d", "r", "t", 0), task_job_id("d", "r2", "t", -1), task_job_id("d", "r", "t2", -1),
-              task_job_id("d2", "r", "t", -1), task_job_id("d", "rt", "", -1)}
+    others = {
+        task_job_id("d", "r", "t", 0),
+        task_job_id("d", "r2", "t", -1),
+        task_job_id("d", "r", "t2", -1),
+        task_job_id("d2", "r", "t", -1),
+        task_job_id("d", "rt", "", -1),
+    }
     assert first not in others and len(others) == 5
     chain = [attempt_job_id(first, n) for n in range(4)]
     assert chain[0] == first and len(set(chain)) == 4 and chain == [attempt_job_id(first, n) for n in range(4)]
@@ -233,7 +250,8 @@ def test_a_retry_after_a_finished_job_returns_without_running_it_again(cluster: 
 
 
 def test_a_failed_job_fails_the_task_with_the_remote_cause_and_a_retry_runs_a_fresh_job(
-        cluster: Cluster, capfd: pytest.CaptureFixture[str]) -> None:
+    cluster: Cluster, capfd: pytest.CaptureFixture[str]
+) -> None:
     cluster.end_new_jobs(fail_b)
     with pytest.raises(AirflowException, match="ended FAILED: ValueError: bad row 7"):
         operator().execute(context())
@@ -247,8 +265,9 @@ def test_a_failed_job_fails_the_task_with_the_remote_cause_and_a_retry_runs_a_fr
 
 
 @pytest.mark.parametrize("durable", [True, False], ids=["task-state-store", "no-store"])
-def test_a_cleared_task_runs_its_job_again_and_a_retry_after_the_clear_reattaches(cluster: Cluster,
-                                                                                   durable: bool) -> None:
+def test_a_cleared_task_runs_its_job_again_and_a_retry_after_the_clear_reattaches(
+    cluster: Cluster, durable: bool
+) -> None:
     """Airflow's bookkeeping with retries=2: max_tries is 2, and `try_number + 2` after a clear."""
     cluster.end_new_jobs(finish)
     store = FakeStore()  # Airflow's task state store keeps the job id across retries and clears
@@ -287,7 +306,8 @@ def test_a_cleared_task_reattaches_to_its_job_that_still_runs(cluster: Cluster) 
 
 @pytest.mark.parametrize("script, expected", [(finish, "FINISHED"), (fail_b, "FAILED")])
 def test_a_job_another_try_submitted_meanwhile_is_taken_as_the_master_answers(
-        cluster: Cluster, script: Script, expected: str) -> None:
+    cluster: Cluster, script: Script, expected: str
+) -> None:
     """This try finds no job, another try submits it and it ends, then this try submits the same graph:
     the master answers 200 with that job and its status, which the try takes as if it had found it,
     without asking for the status again."""
@@ -362,8 +382,8 @@ def test_artifacts_are_uploaded_and_added_to_the_graph(cluster: Cluster, tmp_pat
 def test_a_graph_file_is_found_beside_the_dag_and_rendered(tmp_path: Path) -> None:
     (tmp_path / "graphs").mkdir()
     (tmp_path / "graphs" / "g.yaml").write_text(
-        "name: rows-{{ params.rows }}\n"
-        "vertices:\n  - {id: a, entrypoint: 'm:f', params: {rows: '{{ params.rows }}'}}\n")
+        "name: rows-{{ params.rows }}\nvertices:\n  - {id: a, entrypoint: 'm:f', params: {rows: '{{ params.rows }}'}}\n"
+    )
 
     class Dag:
         folder = str(tmp_path)
@@ -398,8 +418,9 @@ def test_the_sensor_fails_with_the_remote_cause(cluster: Cluster, capfd: pytest.
         sensor.poke(context())
     assert TRACEBACK.splitlines()[1] in capfd.readouterr().out
     with pytest.raises(AirflowFailException, match="bad row 7"):  # deferred: the same, no retries
-        sensor.execute_complete(context(), {"status": "terminal", "job_id": job_id,
-                                            "result": cluster.result(job_id).to_dict()})
+        sensor.execute_complete(
+            context(), {"status": "terminal", "job_id": job_id, "result": cluster.result(job_id).to_dict()}
+        )
 
 
 def test_the_sensor_soft_fail_skips_on_a_failed_job(cluster: Cluster) -> None:
@@ -421,8 +442,14 @@ def test_the_deferrable_sensor_defers_while_the_job_runs(cluster: Cluster) -> No
 
 
 def test_the_summary_lists_every_vertex() -> None:
-    result = JobResult(job_id="j", name="n", status=JobStatus.FINISHED, start_time=1000, end_time=5200,
-                       vertices={"a": VertexResult(ExecutionState.FINISHED, 1, rows=10)})
+    result = JobResult(
+        job_id="j",
+        name="n",
+        status=JobStatus.FINISHED,
+        start_time=1000,
+        end_time=5200,
+        vertices={"a": VertexResult(ExecutionState.FINISHED, 1, rows=10)},
+    )
     assert result_summary(result) == "job j (n) FINISHED in 4.2s\n  a: FINISHED, 1 attempt(s), 10 rows"
 
 
@@ -455,13 +482,16 @@ def test_openlineage_names_the_job_and_each_finished_vertexs_results_as_outputs(
     assert not lineage.inputs
 
 
-@pytest.mark.parametrize(("path", "expected"), [
-    ("/data/results/j/v", ("file", "/data/results/j/v")),
-    ("file:///data/results/j/v", ("file", "/data/results/j/v")),
-    ("s3a://bucket/results/j/v", ("s3://bucket", "results/j/v")),
-    ("hdfs://nn:8020/results/j/v", ("hdfs://nn:8020", "/results/j/v")),
-    ("gs://bucket/r", ("gs://bucket", "/r")),
-])
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("/data/results/j/v", ("file", "/data/results/j/v")),
+        ("file:///data/results/j/v", ("file", "/data/results/j/v")),
+        ("s3a://bucket/results/j/v", ("s3://bucket", "results/j/v")),
+        ("hdfs://nn:8020/results/j/v", ("hdfs://nn:8020", "/results/j/v")),
+        ("gs://bucket/r", ("gs://bucket", "/r")),
+    ],
+)
 def test_result_paths_are_named_as_openlineage_names_datasets(path: str, expected: tuple[str, str]) -> None:
     assert dataset_name(path) == expected
 
@@ -498,14 +528,16 @@ def test_errors_no_retry_can_fix_fail_the_task_without_retries(cluster: Cluster)
 
 
 def test_a_master_refusing_the_connections_host_name_or_body_fails_the_task_without_retries() -> None:
-    for refused in (HostRefused("GET /overview: the Host 'alias.example:8081' is none of this master's names"),
-                    UnsupportedMediaType("POST /jobs: the JobGraph must be sent with Content-Type: application/json")):
+    for refused in (
+        HostRefused("GET /overview: the Host 'alias.example:8081' is none of this master's names"),
+        UnsupportedMediaType("POST /jobs: the JobGraph must be sent with Content-Type: application/json"),
+    ):
         failure = task_failure(refused)
         assert isinstance(failure, AirflowFailException) and "not retried" in str(failure), refused
 
 
-
 # -- SparkDispatchJobGroup and its vertex tasks ---------------------------------------------------
+
 
 def sales_group(**vertex_kwargs: Any) -> tuple[Any, Any]:
     """A DAG with a group of three vertices (a >> b, a >> c); the DAG and the group."""
@@ -516,13 +548,21 @@ def sales_group(**vertex_kwargs: Any) -> tuple[Any, Any]:
     from sparkdispatch.operators import SparkDispatchJobGroup, SparkDispatchVertexOperator
 
     with DAG("sales_dag", schedule=None, start_date=datetime(2026, 1, 1)) as dag:
-        with SparkDispatchJobGroup(group_id="sales", job_name="sales-report",
-                                   config={"spark.sql.shuffle.partitions": 4},
-                                   restart_strategy={"type": "fixed-delay", "attempts": 1, "delay_s": 0}) as group:
-            a = SparkDispatchVertexOperator(task_id="a", entrypoint="pipelines.sales:generate",
-                                            vertex_params={"run": "{{ ti.run_id }}"}, **vertex_kwargs)
-            b = SparkDispatchVertexOperator(task_id="b", entrypoint="pipelines.sales:clean", parallelism=2,
-                                            **vertex_kwargs)
+        with SparkDispatchJobGroup(
+            group_id="sales",
+            job_name="sales-report",
+            config={"spark.sql.shuffle.partitions": 4},
+            restart_strategy={"type": "fixed-delay", "attempts": 1, "delay_s": 0},
+        ) as group:
+            a = SparkDispatchVertexOperator(
+                task_id="a",
+                entrypoint="pipelines.sales:generate",
+                vertex_params={"run": "{{ ti.run_id }}"},
+                **vertex_kwargs,
+            )
+            b = SparkDispatchVertexOperator(
+                task_id="b", entrypoint="pipelines.sales:clean", parallelism=2, **vertex_kwargs
+            )
             c = SparkDispatchVertexOperator(task_id="c", entrypoint="pipelines.sales:report", **vertex_kwargs)
             a >> [b, c]
     return dag, group
@@ -560,7 +600,10 @@ def test_the_launch_submits_the_groups_graph_once_and_each_vertex_task_follows_i
     details: JobDetails = cluster.master.run(cluster._ask(lambda client: client.job(job_id)))
     assert details.name == "sales-report"
     assert {v.id: (v.parallelism, list(v.inputs)) for v in details.vertices} == {
-        "a": (1, []), "b": (2, ["a"]), "c": (1, ["a"])}
+        "a": (1, []),
+        "b": (2, ["a"]),
+        "c": (1, ["a"]),
+    }
     # vertex a's task carries its params, rendered by the launch task
     deployments = eventually_blocking(lambda: cluster.master.gateway.of_job(job_id), "vertex a's task")
     assert [(d.tdd.vertex_id, dict(d.tdd.params)) for d in deployments] == [("a", {"run": "manual__1"})]
@@ -574,11 +617,15 @@ def test_the_launch_submits_the_groups_graph_once_and_each_vertex_task_follows_i
     cluster.end(job_id)  # every vertex FINISHED with 10 rows per subtask
     output = dag.task_dict["sales.b"].execute(context(vertex_ti("b")))
     assert {k: output[k] for k in ("job_id", "vertex", "state", "rows", "attempts")} == {
-        "job_id": job_id, "vertex": "b", "state": "FINISHED", "rows": 20, "attempts": 1}
+        "job_id": job_id,
+        "vertex": "b",
+        "state": "FINISHED",
+        "rows": 20,
+        "attempts": 1,
+    }
 
 
-def test_a_vertex_task_fails_with_its_vertexs_failure_and_its_retry_repairs_that_vertex_alone(
-        cluster: Cluster) -> None:
+def test_a_vertex_task_fails_with_its_vertexs_failure_and_its_retry_repairs_that_vertex_alone(cluster: Cluster) -> None:
     dag, group = sales_group(deferrable=False, poll_interval=0.02)
     launch_ti = FakeTI()
     launch_ti.task_id = "sales.launch"
@@ -592,8 +639,10 @@ def test_a_vertex_task_fails_with_its_vertexs_failure_and_its_retry_repairs_that
     ti = FakeTI()
     ti.task_id = "sales.b"
     ti.others[("sales.launch", "return_value")] = job_id
-    with pytest.raises(AirflowException, match=f"vertex b of sparkdispatch job {job_id} ended FAILED: "
-                                               "ValueError: bad row 7; a retry or a clear") as failed:
+    with pytest.raises(
+        AirflowException,
+        match=f"vertex b of sparkdispatch job {job_id} ended FAILED: ValueError: bad row 7; a retry or a clear",
+    ) as failed:
         dag.task_dict["sales.b"].execute(context(ti))
     assert not isinstance(failed.value, AirflowFailException)  # retried: the retry repairs
     before = [d.tdd.vertex_id for d in cluster.master.gateway.of_job(job_id)]
@@ -602,7 +651,7 @@ def test_a_vertex_task_fails_with_its_vertexs_failure_and_its_retry_repairs_that
     ti.try_number = 2
     output = dag.task_dict["sales.b"].execute(context(ti))
     assert (output["state"], output["rows"]) == ("FINISHED", 20)
-    again = [d.tdd.vertex_id for d in cluster.master.gateway.of_job(job_id)][len(before):]
+    again = [d.tdd.vertex_id for d in cluster.master.gateway.of_job(job_id)][len(before) :]
     assert "b" in again and "a" not in again  # a's result is reused
     details = cluster.master.run(cluster._ask(lambda client: client.job(job_id)))
     assert details.status == "FINISHED" and [list(r.requested) for r in details.repairs] == [["b"]]
@@ -613,13 +662,19 @@ def test_the_vertex_endpoint_answers_a_running_and_an_unknown_vertex(cluster: Cl
     job_id = operator(wait_for_completion=False).execute(context())
     body: VertexOutcome = cluster.master.run(cluster._ask(lambda client: client.vertex(job_id, "a")))
     assert (body.job_id, body.vertex, body.job_status) == (job_id, "a", "RUNNING")
-    assert body.result.attempts == 1 and body.result.state in ("DEPLOYING", "INITIALIZING", "RUNNING",
-                                                               "SCHEDULED", "CREATED")
+    assert body.result.attempts == 1 and body.result.state in (
+        "DEPLOYING",
+        "INITIALIZING",
+        "RUNNING",
+        "SCHEDULED",
+        "CREATED",
+    )
     with pytest.raises(RouteNotFound, match=f"job {job_id} has no vertex 'nope'"):
         cluster.master.run(cluster._ask(lambda client: client.vertex(job_id, "nope")))
 
 
 # -- @task.sparkdispatch --------------------------------------------------------------------------
+
 
 def test_the_decorator_makes_a_vertex_that_ships_the_functions_source(cluster: Cluster) -> None:
     from datetime import datetime
@@ -630,8 +685,9 @@ def test_the_decorator_makes_a_vertex_that_ships_the_functions_source(cluster: C
 
     with DAG("sales_dag", schedule=None, start_date=datetime(2026, 1, 1)) as dag:
         with SparkDispatchJobGroup(group_id="sales"):
-            generate = SparkDispatchVertexOperator(task_id="generate", entrypoint="pipelines.sales:generate",
-                                                   deferrable=False)
+            generate = SparkDispatchVertexOperator(
+                task_id="generate", entrypoint="pipelines.sales:generate", deferrable=False
+            )
 
             @task.sparkdispatch(parallelism=2, vertex_params={"day": "{{ ti.run_id }}"}, deferrable=False)
             def clean(ctx: Any) -> Any:
@@ -640,8 +696,10 @@ def test_the_decorator_makes_a_vertex_that_ships_the_functions_source(cluster: C
             generate >> clean()  # type: ignore[call-arg,misc]  # Airflow types a @task function's call as its own
     op = task_of(dag, "sales.clean", SparkDispatchFunctionOperator)
     assert op.entrypoint == f"{op.module_name}:clean" and op.module_name.startswith("sparkdispatch_fn_")
-    assert op.source.startswith('from __future__ import annotations\n\n\n'
-                                'def clean(ctx: Any) -> Any:\n    return ctx.inputs["generate"].dropna()\n')
+    assert op.source.startswith(
+        "from __future__ import annotations\n\n\n"
+        'def clean(ctx: Any) -> Any:\n    return ctx.inputs["generate"].dropna()\n'
+    )
     assert "\ndef clean(ctx):\n" in op.source  # the entrypoint, calling it with its task's arguments
     assert op.upstream_task_ids == {"sales.generate", "sales.launch"}
 
@@ -651,11 +709,14 @@ def test_the_decorator_makes_a_vertex_that_ships_the_functions_source(cluster: C
     blobs = {p.name for p in cluster.master.master.ha.blob_store.directory.iterdir()}
     [module_key] = [key for key in blobs]  # the function's module, the job's only artifact
     cluster.end(job_id)
-    eventually_blocking(lambda: any(d.tdd.vertex_id == "clean" for d in cluster.master.gateway.of_job(job_id)),
-                        "the clean vertex's tasks")
+    eventually_blocking(
+        lambda: any(d.tdd.vertex_id == "clean" for d in cluster.master.gateway.of_job(job_id)),
+        "the clean vertex's tasks",
+    )
     cleans = [d.tdd for d in cluster.master.gateway.of_job(job_id) if d.tdd.vertex_id == "clean"]
     assert {(t.entrypoint, t.artifacts, dict(t.params)["day"]) for t in cleans} == {
-        (op.entrypoint, (module_key,), "manual__1")}
+        (op.entrypoint, (module_key,), "manual__1")
+    }
 
 
 def test_a_decorated_task_names_its_connection_outside_a_group_and_may_not_differ_from_its_group() -> None:
@@ -666,12 +727,14 @@ def test_a_decorated_task_names_its_connection_outside_a_group_and_may_not_diffe
     from sparkdispatch.operators import SparkDispatchJobGroup, SparkDispatchVertexOperator
 
     with DAG("conn_dag", schedule=None, start_date=datetime(2026, 1, 1)) as dag:
+
         @task.sparkdispatch(sparkdispatch_conn_id="sparkdispatch_prod")
         def alone(ctx: Any) -> Any:
             return ctx.spark.range(1)
 
         alone()  # type: ignore[call-arg,misc]  # as above
         with SparkDispatchJobGroup(group_id="same", sparkdispatch_conn_id="sparkdispatch_prod"):
+
             @task.sparkdispatch(sparkdispatch_conn_id="sparkdispatch_prod")
             def inside(ctx: Any) -> Any:
                 return ctx.spark.range(1)
@@ -680,11 +743,15 @@ def test_a_decorated_task_names_its_connection_outside_a_group_and_may_not_diffe
     assert task_of(dag, "alone", SparkDispatchVertexOperator).sparkdispatch_conn_id == "sparkdispatch_prod"
     assert task_of(dag, "alone", SparkDispatchVertexOperator).hook.sparkdispatch_conn_id == "sparkdispatch_prod"
     assert task_of(dag, "same.inside", SparkDispatchVertexOperator).sparkdispatch_conn_id == "sparkdispatch_prod"
-    with pytest.raises(ValueError, match="task 'other.inside' names connection 'sparkdispatch_prod', but the "
-                                         "vertices of SparkDispatchJobGroup 'other' use the group's, "
-                                         "'sparkdispatch_default'"):
+    with pytest.raises(
+        ValueError,
+        match="task 'other.inside' names connection 'sparkdispatch_prod', but the "
+        "vertices of SparkDispatchJobGroup 'other' use the group's, "
+        "'sparkdispatch_default'",
+    ):
         with DAG("conn_dag_2", schedule=None, start_date=datetime(2026, 1, 1)):
             with SparkDispatchJobGroup(group_id="other"):
+
                 @task.sparkdispatch(sparkdispatch_conn_id="sparkdispatch_prod")
                 def inside(ctx: Any) -> Any:  # a second DAG's task of the same name
                     return ctx.spark.range(1)
@@ -693,8 +760,9 @@ def test_a_decorated_task_names_its_connection_outside_a_group_and_may_not_diffe
 
 
 @pytest.mark.parametrize("cancel_on_kill", [False, True])
-def test_a_vertex_task_whose_deferral_times_out_fails_alone_unless_it_cancels_on_kill(cluster: Cluster,
-                                                                                      cancel_on_kill: bool) -> None:
+def test_a_vertex_task_whose_deferral_times_out_fails_alone_unless_it_cancels_on_kill(
+    cluster: Cluster, cancel_on_kill: bool
+) -> None:
     from airflow.sdk.bases.operator import TriggerFailureReason
     from airflow.sdk.exceptions import TaskDeferralTimeout
 
@@ -708,8 +776,9 @@ def test_a_vertex_task_whose_deferral_times_out_fails_alone_unless_it_cancels_on
     with pytest.raises(TaskDeferred):
         dag.task_dict["sales.b"].execute(context(ti))
     with pytest.raises(TaskDeferralTimeout):
-        dag.task_dict["sales.b"].resume_execution("__fail__", {"error": TriggerFailureReason.TRIGGER_TIMEOUT},
-                                                  context(ti))
+        dag.task_dict["sales.b"].resume_execution(
+            "__fail__", {"error": TriggerFailureReason.TRIGGER_TIMEOUT}, context(ti)
+        )
     if cancel_on_kill:
         cluster.wait_for_status(job_id, "CANCELED")
     else:
@@ -717,6 +786,7 @@ def test_a_vertex_task_whose_deferral_times_out_fails_alone_unless_it_cancels_on
 
 
 # -- names, params, deferral defaults ---------------------------------------------------------------
+
 
 def test_the_earlier_names_warn_and_work_as_the_new_ones() -> None:
     from airflow.exceptions import AirflowProviderDeprecationWarning
@@ -756,11 +826,19 @@ def test_vertex_params_are_the_vertexs_and_airflows_params_stay_airflows() -> No
 
     from sparkdispatch.operators import SparkDispatchJobGroup, SparkDispatchVertexOperator
 
-    with DAG("params_dag", schedule=None, start_date=datetime(2026, 1, 1), params={"rows": 5},
-             default_args={"params": {"airflow_only": 1}}) as dag:
+    with DAG(
+        "params_dag",
+        schedule=None,
+        start_date=datetime(2026, 1, 1),
+        params={"rows": 5},
+        default_args={"params": {"airflow_only": 1}},
+    ) as dag:
         with SparkDispatchJobGroup(group_id="g"):
-            mine = SparkDispatchVertexOperator(task_id="mine", entrypoint="m:f",
-                                               vertex_params={"me": "{{ task.task_id }}", "rows": "{{ params.rows }}"})
+            mine = SparkDispatchVertexOperator(
+                task_id="mine",
+                entrypoint="m:f",
+                vertex_params={"me": "{{ task.task_id }}", "rows": "{{ params.rows }}"},
+            )
             with pytest.warns(AirflowProviderDeprecationWarning, match=r"use vertex_params=\.\.\."):
                 old = SparkDispatchVertexOperator(task_id="old", entrypoint="m:f", params={"kept": "yes"})
     assert old.vertex_params == {"kept": "yes"}
@@ -783,6 +861,7 @@ def test_a_mapped_decorated_task_unmapped_by_airflow_does_not_warn_of_params() -
     from airflow.sdk.definitions.mappedoperator import MappedOperator
 
     with DAG("mapped_params_dag", schedule=None, start_date=datetime(2026, 1, 1), params={"rows": 5}) as dag:
+
         @task.sparkdispatch(parallelism=2)
         def sized(ctx: Any, rows: int) -> Any:
             return ctx.spark.range(rows)
@@ -809,6 +888,7 @@ def test_vertex_tasks_defer_by_default_and_the_setting_still_decides(monkeypatch
 
 # -- TaskFlow ----------------------------------------------------------------------------------------
 
+
 def test_decorated_vertices_take_xcom_arguments_as_inputs_and_values_resolved_at_launch() -> None:
     from datetime import datetime
 
@@ -818,12 +898,14 @@ def test_decorated_vertices_take_xcom_arguments_as_inputs_and_values_resolved_at
     from sparkdispatch.operators.decorators import CALL_PARAM
 
     with DAG("flow_dag", schedule=None, start_date=datetime(2026, 1, 1)) as dag:
+
         @task
         def threshold() -> int:
             return 3
 
         minimum = threshold()
         with SparkDispatchJobGroup(group_id="g"):
+
             @task.sparkdispatch(parallelism=2)
             def numbers(ctx: Any) -> Any:
                 return ctx.spark.range(10)
@@ -846,8 +928,10 @@ def test_decorated_vertices_take_xcom_arguments_as_inputs_and_values_resolved_at
     graph = launch.load_graph(context(ti, durable=False, task=launch))
     total_spec = next(v for v in graph["vertices"] if v["id"] == "total")
     assert total_spec["inputs"] == ["numbers"]
-    assert total_spec["params"][CALL_PARAM] == {"args": [{"input": "numbers"}, {"value": 3}],
-                                                "kwargs": {"column": {"value": "g.total"}}}
+    assert total_spec["params"][CALL_PARAM] == {
+        "args": [{"input": "numbers"}, {"value": 3}],
+        "kwargs": {"column": {"value": "g.total"}},
+    }
 
 
 def test_the_decorated_functions_entrypoint_calls_it_with_its_arguments(tmp_path: Path) -> None:
@@ -866,8 +950,13 @@ def test_the_decorated_functions_entrypoint_calls_it_with_its_arguments(tmp_path
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    ctx = SimpleNamespace(inputs={"numbers": "the numbers DataFrame"}, params={
-        "tag": "t", CALL_PARAM: {"args": [{"input": "numbers"}, {"value": 3}], "kwargs": {"column": {"value": "x"}}}})
+    ctx = SimpleNamespace(
+        inputs={"numbers": "the numbers DataFrame"},
+        params={
+            "tag": "t",
+            CALL_PARAM: {"args": [{"input": "numbers"}, {"value": 3}], "kwargs": {"column": {"value": "x"}}},
+        },
+    )
     assert module.total(ctx) == ("t", "the numbers DataFrame", 3, "x")
 
 
@@ -879,6 +968,7 @@ def test_a_decorated_task_maps_outside_a_group_and_is_refused_mapped_in_one() ->
     from sparkdispatch.operators import SparkDispatchJobGroup
 
     with DAG("mapped_dag", schedule=None, start_date=datetime(2026, 1, 1)) as dag:
+
         @task.sparkdispatch
         def sized(ctx: Any, rows: int) -> Any:
             return ctx.spark.range(rows)
@@ -888,6 +978,7 @@ def test_a_decorated_task_maps_outside_a_group_and_is_refused_mapped_in_one() ->
     with pytest.raises(ValueError, match="g.sized is mapped .* map it outside a group"):
         with DAG("mapped_group_dag", schedule=None, start_date=datetime(2026, 1, 1)):
             with SparkDispatchJobGroup(group_id="g"):
+
                 @task.sparkdispatch
                 def sized(ctx: Any, rows: int) -> Any:
                     return ctx.spark.range(rows)
@@ -910,16 +1001,20 @@ def openlineage_errors(event: dict[str, Any]) -> list[str]:
 
     schemas = [json.loads(path.read_text()) for path in OPENLINEAGE_SPEC.glob("*.json")]
     registry: Registry[Any] = Registry().with_resources(
-        (schema["$id"], Resource.from_contents(schema)) for schema in schemas)
+        (schema["$id"], Resource.from_contents(schema)) for schema in schemas
+    )
     facets = event["run"]["facets"].values()
     checked = [(event["schemaURL"], event), *((facet["_schemaURL"], facet) for facet in facets)]
-    return [f"{url}: {error.message}" for url, document in checked
-            for error in Draft202012Validator({"$ref": url}, registry=registry,
-                                              format_checker=Draft202012Validator.FORMAT_CHECKER).iter_errors(document)]
+    return [
+        f"{url}: {error.message}"
+        for url, document in checked
+        for error in Draft202012Validator(
+            {"$ref": url}, registry=registry, format_checker=Draft202012Validator.FORMAT_CHECKER
+        ).iter_errors(document)
+    ]
 
 
-def test_a_vertex_tasks_lineage_names_the_vertices_it_read_as_inputs_and_its_result_as_output(
-        cluster: Cluster) -> None:
+def test_a_vertex_tasks_lineage_names_the_vertices_it_read_as_inputs_and_its_result_as_output(cluster: Cluster) -> None:
     """The datasets and facets make a RunEvent of openlineage-python's model (generated from the
     OpenLineage JSON schema), which serializes with every facet's schema URL."""
     import uuid
@@ -944,12 +1039,18 @@ def test_a_vertex_tasks_lineage_names_the_vertices_it_read_as_inputs_and_its_res
     assert paths["a"] is not None and paths["b"] is not None
     assert lineage.inputs == [Dataset(namespace="file", name=paths["a"])]
     assert lineage.outputs == [Dataset(namespace="file", name=paths["b"])]
-    parent = parent_run.ParentRunFacet(run=parent_run.Run(runId=str(uuid.uuid4())),
-                                       job=parent_run.Job(namespace="airflow", name="sales_dag.sales.b"))
-    event = RunEvent(eventType=RunState.COMPLETE, eventTime=datetime.now(UTC).isoformat(),
-                     run=Run(runId=str(uuid.uuid4()), facets={**lineage.run_facets, "parent": parent}),
-                     job=Job(namespace="airflow", name="sales_dag.sales.b"), producer="https://example.org/sparkdispatch",
-                     inputs=lineage.inputs, outputs=lineage.outputs)
+    parent = parent_run.ParentRunFacet(
+        run=parent_run.Run(runId=str(uuid.uuid4())), job=parent_run.Job(namespace="airflow", name="sales_dag.sales.b")
+    )
+    event = RunEvent(
+        eventType=RunState.COMPLETE,
+        eventTime=datetime.now(UTC).isoformat(),
+        run=Run(runId=str(uuid.uuid4()), facets={**lineage.run_facets, "parent": parent}),
+        job=Job(namespace="airflow", name="sales_dag.sales.b"),
+        producer="https://example.org/sparkdispatch",
+        inputs=lineage.inputs,
+        outputs=lineage.outputs,
+    )
     body = json.loads(Serde.to_json(event))
     assert body["eventType"] == "COMPLETE" and set(body["run"]["facets"]) == {"externalQuery", "parent"}
     assert openlineage_errors(body) == []

@@ -45,8 +45,9 @@ def _build_wheel(tmp_path: Path) -> zipfile.ZipFile:
     backend = tomllib.loads((REPO / "pyproject.toml").read_text())["build-system"]["build-backend"]
     out = tmp_path / "dist"
     code = f"import importlib, sys; print(importlib.import_module({backend!r}).build_wheel(sys.argv[1]))"
-    done = subprocess.run([sys.executable, "-c", code, str(out)], cwd=source, capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(out)], cwd=source, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, f"building the wheel failed:\n{done.stdout}\n{done.stderr}"
     return zipfile.ZipFile(out / done.stdout.strip().splitlines()[-1])
 
@@ -90,9 +91,11 @@ def test_distribution_and_entry_point() -> None:
 
 
 def test_master_side_imports_no_airflow() -> None:
-    code = ("import sys, sparkdispatch, sparkdispatch.model.job_graph, sparkdispatch.config; "
-            "import sparkdispatch.ha, sparkdispatch.taskexecutor; "
-            "print(any(m == 'airflow' or m.startswith('airflow.') for m in sys.modules))")
+    code = (
+        "import sys, sparkdispatch, sparkdispatch.model.job_graph, sparkdispatch.config; "
+        "import sparkdispatch.ha, sparkdispatch.taskexecutor; "
+        "print(any(m == 'airflow' or m.startswith('airflow.') for m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -103,9 +106,16 @@ def test_master_side_imports_no_airflow() -> None:
 #: the master uses. (Airflow itself pulls grpcio, for OpenTelemetry.)
 SERVER_ONLY = ("pyspark", "py4j", "celery", "kombu", "pandas", "pyarrow", "apispec", "prometheus_client")
 #: The provider's Airflow-facing modules: what Airflow's workers, triggerers and scheduler import.
-AIRFLOW_SIDE = ("sparkdispatch.hooks.sparkdispatch", "sparkdispatch.operators", "sparkdispatch.operators.submit",
-                "sparkdispatch.operators.sensors", "sparkdispatch.operators.triggers",
-                "sparkdispatch.operators.links", "sparkdispatch.provider_info", "sparkdispatch.entrypoint.cli")
+AIRFLOW_SIDE = (
+    "sparkdispatch.hooks.sparkdispatch",
+    "sparkdispatch.operators",
+    "sparkdispatch.operators.submit",
+    "sparkdispatch.operators.sensors",
+    "sparkdispatch.operators.triggers",
+    "sparkdispatch.operators.links",
+    "sparkdispatch.provider_info",
+    "sparkdispatch.entrypoint.cli",
+)
 
 
 def _requirement_name(requirement: str) -> str:
@@ -145,12 +155,16 @@ for module in {AIRFLOW_SIDE!r}:
 
 
 def test_a_server_command_without_its_extra_names_the_extra_to_install() -> None:
-    code = ("import sys; sys.modules['pyspark'] = None; "  # find_spec then says: not installed
-            "from sparkdispatch.entrypoint.cli import main; sys.exit(main(['taskexecutor']))")
+    code = (
+        "import sys; sys.modules['pyspark'] = None; "  # find_spec then says: not installed
+        "from sparkdispatch.entrypoint.cli import main; sys.exit(main(['taskexecutor']))"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stderr
-    assert done.stderr.strip() == ("sparkdispatch: `sparkdispatch taskexecutor` needs packages this installation "
-                                   "lacks (pyspark): install them with `pip install 'sparkdispatch[taskexecutor]'`")
+    assert done.stderr.strip() == (
+        "sparkdispatch: `sparkdispatch taskexecutor` needs packages this installation "
+        "lacks (pyspark): install them with `pip install 'sparkdispatch[taskexecutor]'`"
+    )
 
 
 @pytest.mark.slow
@@ -162,9 +176,21 @@ def test_installing_the_airflow_extra_into_a_fresh_venv_brings_no_server_package
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     report = tmp_path / "report.json"
-    done = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "--dry-run", "--ignore-installed",
-                           "--report", str(report), f"{wheel_path}[airflow]"],
-                          capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [
+            str(venv / "bin" / "pip"),
+            "install",
+            "-q",
+            "--dry-run",
+            "--ignore-installed",
+            "--report",
+            str(report),
+            f"{wheel_path}[airflow]",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     installed = {item["metadata"]["name"].lower() for item in json.loads(report.read_text())["install"]}
     assert {"apache-airflow", "sparkdispatch", "kazoo"} <= installed

@@ -34,38 +34,74 @@ def test_slot_report_deployment_and_update_round_trips() -> None:
     report = SlotReport.free(2)
     assert SlotReport.from_dict(report.to_dict()) == report
     tdd = TaskDeploymentDescriptor(
-        job_id=JOB_ID, job_master_id="s", execution_id="e" * 32, vertex_id="clean",
-        entrypoint="pipelines.sales:clean", subtask_index=1, parallelism=2, attempt=0, allocation_id="a",
-        slot_index=0, result_path="/r/clean/1-e", inputs={"extract": ("/r/extract/0",)}, params={"k": 1},
-        artifacts=("f" * 64,), spark_conf={"spark.x": "1"})
+        job_id=JOB_ID,
+        job_master_id="s",
+        execution_id="e" * 32,
+        vertex_id="clean",
+        entrypoint="pipelines.sales:clean",
+        subtask_index=1,
+        parallelism=2,
+        attempt=0,
+        allocation_id="a",
+        slot_index=0,
+        result_path="/r/clean/1-e",
+        inputs={"extract": ("/r/extract/0",)},
+        params={"k": 1},
+        artifacts=("f" * 64,),
+        spark_conf={"spark.x": "1"},
+    )
     assert TaskDeploymentDescriptor.from_dict(json.loads(json.dumps(tdd.to_dict()))) == tdd
-    update = ExecutionStateUpdate(job_id=JOB_ID, job_master_id="s", execution_id="e" * 32,
-                                  state=ExecutionState.FINISHED, rows=3, result_path="/r")
+    update = ExecutionStateUpdate(
+        job_id=JOB_ID, job_master_id="s", execution_id="e" * 32, state=ExecutionState.FINISHED, rows=3, result_path="/r"
+    )
     assert ExecutionStateUpdate.from_dict(update.to_dict()) == update
 
 
 def test_a_failed_update_carries_its_failure_and_drops_empty_fields() -> None:
-    update = ExecutionStateUpdate(job_id=JOB_ID, job_master_id="s", execution_id="e1", state=ExecutionState.FAILED,
-                                  task_executor_id="te-1", failure=Failure("ValueError", "bad row", "Traceback"))
+    update = ExecutionStateUpdate(
+        job_id=JOB_ID,
+        job_master_id="s",
+        execution_id="e1",
+        state=ExecutionState.FAILED,
+        task_executor_id="te-1",
+        failure=Failure("ValueError", "bad row", "Traceback"),
+    )
     body = update.to_dict()
-    assert body == {"job_id": JOB_ID, "job_master_id": "s", "execution_id": "e1", "state": "FAILED",
-                    "task_executor_id": "te-1",
-                    "failure": {"class": "ValueError", "message": "bad row", "traceback": "Traceback"}}
+    assert body == {
+        "job_id": JOB_ID,
+        "job_master_id": "s",
+        "execution_id": "e1",
+        "state": "FAILED",
+        "task_executor_id": "te-1",
+        "failure": {"class": "ValueError", "message": "bad row", "traceback": "Traceback"},
+    }
     assert ExecutionStateUpdate.from_dict(over_the_wire(body)) == update
 
 
 def test_registration_heartbeat_and_ack_round_trips() -> None:
     registration = TaskExecutorRegistration(
-        task_executor_id="te-1", hostname="celery@host", queue="te-1", slots=2,
-        slot_report=SlotReport((SlotStatus(0, "alloc-1", JOB_ID), SlotStatus(1))), spark_master="local[2]")
+        task_executor_id="te-1",
+        hostname="celery@host",
+        queue="te-1",
+        slots=2,
+        slot_report=SlotReport((SlotStatus(0, "alloc-1", JOB_ID), SlotStatus(1))),
+        spark_master="local[2]",
+    )
     assert TaskExecutorRegistration.from_dict(over_the_wire(registration.to_dict())) == registration
-    again = TaskExecutorRegistration(task_executor_id="te-1", hostname="celery@host", queue="te-1", slots=1,
-                                     slot_report=SlotReport.free(1), previous_registration_id="reg-1")
+    again = TaskExecutorRegistration(
+        task_executor_id="te-1",
+        hostname="celery@host",
+        queue="te-1",
+        slots=1,
+        slot_report=SlotReport.free(1),
+        previous_registration_id="reg-1",
+    )
     assert TaskExecutorRegistration.from_dict(over_the_wire(again.to_dict())) == again
     heartbeat = HeartbeatPayload(SlotReport.free(1), (ExecutionReport(JOB_ID, "e1", ExecutionState.RUNNING),))
     assert HeartbeatPayload.from_dict(over_the_wire(heartbeat.to_dict())) == heartbeat
-    ack = RegistrationAck("rm-1", heartbeat_interval_ms=300, heartbeat_timeout_ms=2_000, registration_id="reg-2",
-                          resumed=True)
+    ack = RegistrationAck(
+        "rm-1", heartbeat_interval_ms=300, heartbeat_timeout_ms=2_000, registration_id="reg-2", resumed=True
+    )
     assert RegistrationAck.from_dict(over_the_wire(ack.to_dict())) == ack
     with pytest.raises(InvalidRequest, match="registration_id"):
         RegistrationAck.from_dict({**ack.to_dict(), "registration_id": ""})
@@ -73,19 +109,32 @@ def test_registration_heartbeat_and_ack_round_trips() -> None:
 
 
 def test_a_registration_without_a_slot_report_has_all_slots_free() -> None:
-    registration = TaskExecutorRegistration.from_dict({"task_executor_id": "te-1", "hostname": "h", "queue": "q",
-                                                       "slots": 3})
+    registration = TaskExecutorRegistration.from_dict(
+        {"task_executor_id": "te-1", "hostname": "h", "queue": "q", "slots": 3}
+    )
     assert registration.slot_report == SlotReport.free(3)
 
 
-@pytest.mark.parametrize(("body", "field", "words"), [
-    ({"task_executor_id": ".bad", "hostname": "h", "queue": "q", "slots": 1}, "task_executor_id", "letters"),
-    ({"task_executor_id": "te", "hostname": "h", "queue": "q", "slots": 0}, "slots", "between 1 and"),
-    ({"task_executor_id": "te", "hostname": "h", "queue": "q", "slots": 1, "colour": "red"}, "colour", "unknown"),
-    ({"task_executor_id": "te", "hostname": "h", "queue": "q"}, "slots", "missing"),
-    ({"task_executor_id": "te", "hostname": "h", "queue": "q", "slots": 1,
-      "slot_report": {"slots": [{"index": 1}]}}, "slot_report", "out of range"),
-])
+@pytest.mark.parametrize(
+    ("body", "field", "words"),
+    [
+        ({"task_executor_id": ".bad", "hostname": "h", "queue": "q", "slots": 1}, "task_executor_id", "letters"),
+        ({"task_executor_id": "te", "hostname": "h", "queue": "q", "slots": 0}, "slots", "between 1 and"),
+        ({"task_executor_id": "te", "hostname": "h", "queue": "q", "slots": 1, "colour": "red"}, "colour", "unknown"),
+        ({"task_executor_id": "te", "hostname": "h", "queue": "q"}, "slots", "missing"),
+        (
+            {
+                "task_executor_id": "te",
+                "hostname": "h",
+                "queue": "q",
+                "slots": 1,
+                "slot_report": {"slots": [{"index": 1}]},
+            },
+            "slot_report",
+            "out of range",
+        ),
+    ],
+)
 def test_bad_registrations_are_refused_naming_the_field(body: dict[str, Any], field: str, words: str) -> None:
     with pytest.raises(InvalidRequest, match="invalid TaskExecutor registration") as refused:
         TaskExecutorRegistration.from_dict(body)
@@ -96,16 +145,30 @@ def test_each_message_refuses_with_its_own_error_class() -> None:
     with pytest.raises(InvalidRequest, match="invalid heartbeat: body: expected a JSON object, got list"):
         HeartbeatPayload.from_dict([])
     with pytest.raises(InvalidRequest, match="invalid registration answer: heartbeat_interval_ms"):
-        RegistrationAck.from_dict({"resource_manager_id": "rm", "heartbeat_interval_ms": 0,
-                                   "heartbeat_timeout_ms": 1})
+        RegistrationAck.from_dict({"resource_manager_id": "rm", "heartbeat_interval_ms": 0, "heartbeat_timeout_ms": 1})
     with pytest.raises(InvalidJobGraph, match="entrypoint"):
-        TaskDeploymentDescriptor.from_dict({**TaskDeploymentDescriptor(
-            job_id=JOB_ID, job_master_id="s", execution_id="e", vertex_id="v", entrypoint="m:f", subtask_index=0,
-            parallelism=1, attempt=0, allocation_id="a", slot_index=0, result_path="/r").to_dict(),
-            "entrypoint": "not one"})
+        TaskDeploymentDescriptor.from_dict(
+            {
+                **TaskDeploymentDescriptor(
+                    job_id=JOB_ID,
+                    job_master_id="s",
+                    execution_id="e",
+                    vertex_id="v",
+                    entrypoint="m:f",
+                    subtask_index=0,
+                    parallelism=1,
+                    attempt=0,
+                    allocation_id="a",
+                    slot_index=0,
+                    result_path="/r",
+                ).to_dict(),
+                "entrypoint": "not one",
+            }
+        )
     with pytest.raises(InvalidJobGraph, match="state"):
-        ExecutionStateUpdate.from_dict({"job_id": JOB_ID, "job_master_id": "s", "execution_id": "e",
-                                        "state": "DANCING"})
+        ExecutionStateUpdate.from_dict(
+            {"job_id": JOB_ID, "job_master_id": "s", "execution_id": "e", "state": "DANCING"}
+        )
     with pytest.raises(InvalidJobGraph, match="slots"):
         SlotReport.from_dict({})
 

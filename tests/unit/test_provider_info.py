@@ -31,11 +31,23 @@ def test_provider_info_is_valid_for_the_installed_airflow() -> None:
 def test_the_connection_form_behaviour_is_valid() -> None:
     (conn,) = get_provider_info()["connection-types"]
     behaviour = conn["ui-field-behaviour"]
-    jsonschema.validate({"hidden_fields": behaviour["hidden-fields"], "relabeling": behaviour["relabeling"],
-                         "placeholders": behaviour["placeholders"]},
-                        airflow_schema("customized_form_field_behaviours.schema.json"))
-    assert set(conn["conn-fields"]) == {"zookeeper_quorum", "cluster_id", "zookeeper_root", "token", "ca_file",
-                                      "client_certificate", "client_key"}
+    jsonschema.validate(
+        {
+            "hidden_fields": behaviour["hidden-fields"],
+            "relabeling": behaviour["relabeling"],
+            "placeholders": behaviour["placeholders"],
+        },
+        airflow_schema("customized_form_field_behaviours.schema.json"),
+    )
+    assert set(conn["conn-fields"]) == {
+        "zookeeper_quorum",
+        "cluster_id",
+        "zookeeper_root",
+        "token",
+        "ca_file",
+        "client_certificate",
+        "client_key",
+    }
     assert conn["conn-fields"]["token"]["schema"]["format"] == "password"  # kept secret by Airflow
 
 
@@ -54,8 +66,11 @@ def test_everything_named_exists() -> None:
 
 
 def test_airflow_discovers_the_provider_through_its_entry_point() -> None:
-    points = [ep for ep in metadata.entry_points(group="apache_airflow_provider")
-              if ep.dist is not None and ep.dist.name == "sparkdispatch"]
+    points = [
+        ep
+        for ep in metadata.entry_points(group="apache_airflow_provider")
+        if ep.dist is not None and ep.dist.name == "sparkdispatch"
+    ]
     assert len(points) == 1 and points[0].load() is get_provider_info
 
     from airflow.providers_manager import ProvidersManager

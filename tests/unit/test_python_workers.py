@@ -19,9 +19,13 @@ WAIT_S = 30.0
 def daemons() -> Iterator[dict[str, subprocess.Popen[bytes]]]:
     """Two processes that look like Spark's worker daemons of sessions `gone` and `live` (children of
     this process, as the daemons are children of the server)."""
-    started = {session: subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(120)", "-m", "pyspark.daemon"],
-        env={**os.environ, "SPARK_JOB_ARTIFACT_UUID": session}) for session in ("gone", "live")}
+    started = {
+        session: subprocess.Popen(
+            [sys.executable, "-c", "import time; time.sleep(120)", "-m", "pyspark.daemon"],
+            env={**os.environ, "SPARK_JOB_ARTIFACT_UUID": session},
+        )
+        for session in ("gone", "live")
+    }
     try:
         yield started
     finally:

@@ -15,12 +15,18 @@ RESULTS = ResultLayout("/results")
 
 def chain_graph() -> ExecutionGraph:
     """a (2) -> b (2) -> c (1), and d (1) reading a: a fan-out with a branch."""
-    return ExecutionGraph(JobGraph(name="chain", job_id=JOB_ID, vertices=(
-        JobVertex("a", "m:a", 2),
-        JobVertex("b", "m:b", 2, ("a",)),
-        JobVertex("c", "m:c", 1, ("b",)),
-        JobVertex("d", "m:d", 1, ("a",)),
-    )))
+    return ExecutionGraph(
+        JobGraph(
+            name="chain",
+            job_id=JOB_ID,
+            vertices=(
+                JobVertex("a", "m:a", 2),
+                JobVertex("b", "m:b", 2, ("a",)),
+                JobVertex("c", "m:c", 1, ("b",)),
+                JobVertex("d", "m:d", 1, ("a",)),
+            ),
+        )
+    )
 
 
 def finish(graph: ExecutionGraph, vertex_id: str, index: int) -> None:

@@ -68,9 +68,15 @@ class Job:
 
 
 def registration_body(te_id: str, slots: int = 2, **overrides: Any) -> dict[str, Any]:
-    return {"task_executor_id": te_id, "hostname": f"celery@{te_id}", "queue": f"sparkdispatch.te.{te_id}",
-            "slots": slots, "slot_report": SlotReport.free(slots).to_dict(), "spark_master": "local[2]",
-            **overrides}
+    return {
+        "task_executor_id": te_id,
+        "hostname": f"celery@{te_id}",
+        "queue": f"sparkdispatch.te.{te_id}",
+        "slots": slots,
+        "slot_report": SlotReport.free(slots).to_dict(),
+        "spark_master": "local[2]",
+        **overrides,
+    }
 
 
 @pytest.fixture
@@ -80,9 +86,15 @@ def clock() -> ManualClock:
 
 @pytest.fixture
 def config() -> Configuration:
-    return Configuration.from_mapping({"heartbeat.interval": "1s", "heartbeat.timeout": "4s",
-                                       "heartbeat.rpc-failure-threshold": 2, "slot.request.timeout": "10s",
-                                       "resourcemanager.taskmanager-timeout": "5s"})
+    return Configuration.from_mapping(
+        {
+            "heartbeat.interval": "1s",
+            "heartbeat.timeout": "4s",
+            "heartbeat.rpc-failure-threshold": 2,
+            "slot.request.timeout": "10s",
+            "resourcemanager.taskmanager-timeout": "5s",
+        }
+    )
 
 
 @pytest.fixture
@@ -170,7 +182,8 @@ async def test_release_makes_the_slot_available_to_another_job(rm: ResourceManag
 
 
 async def test_heartbeat_timeout_removes_the_task_executor_and_tells_the_jobs(
-        rm: ResourceManager, clock: ManualClock) -> None:
+    rm: ResourceManager, clock: ManualClock
+) -> None:
     rm.register_task_executor(SESSION, registration_body("te-1", 2))
     rm.register_task_executor(SESSION, registration_body("te-2", 2))
     a = Job(JOB_A)
@@ -201,12 +214,12 @@ async def test_unreachable_after_failed_calls(rm: ResourceManager, clock: Manual
     assert rm.overview().taskmanagers == 1
     rm.record_rpc_failure("te-1")
     assert rm.overview().taskmanagers == 0
-    assert a.lost == [("te-1", [a.slots[0].allocation_id],
-                       "unreachable after 2 failed calls and no heartbeat for 2s")]
+    assert a.lost == [("te-1", [a.slots[0].allocation_id], "unreachable after 2 failed calls and no heartbeat for 2s")]
 
 
-async def test_failed_calls_do_not_lose_a_task_executor_that_heartbeats(rm: ResourceManager,
-                                                                       clock: ManualClock) -> None:
+async def test_failed_calls_do_not_lose_a_task_executor_that_heartbeats(
+    rm: ResourceManager, clock: ManualClock
+) -> None:
     """The calls go through the broker; a TaskExecutor whose heartbeats arrive is alive (a broker restart)."""
     rm.register_task_executor(SESSION, registration_body("te-1", 1))
     a = Job(JOB_A)
@@ -224,8 +237,7 @@ async def test_failed_calls_do_not_lose_a_task_executor_that_heartbeats(rm: Reso
     clock.advance(0.2)
     rm.check_timeouts()  # the timer finds it: ten failed calls in a row and two intervals of silence
     assert rm.overview().taskmanagers == 0
-    assert a.lost == [("te-1", [a.slots[0].allocation_id],
-                       "unreachable after 2 failed calls and no heartbeat for 2s")]
+    assert a.lost == [("te-1", [a.slots[0].allocation_id], "unreachable after 2 failed calls and no heartbeat for 2s")]
 
 
 async def test_registering_again_reports_the_old_allocations_lost(rm: ResourceManager) -> None:
@@ -249,8 +261,10 @@ async def test_registering_again_from_the_same_process_keeps_the_running_tasks(r
     slot = a.slots[0]
     # the TaskExecutor lost sight of the leader for a while; its slot report says what runs
     report = SlotReport((SlotStatus(slot.slot_index, slot.allocation_id, JOB_A), SlotStatus(1 - slot.slot_index)))
-    again = rm.register_task_executor(SESSION, registration_body(
-        "te-1", 2, slot_report=report.to_dict(), previous_registration_id=first.registration_id))
+    again = rm.register_task_executor(
+        SESSION,
+        registration_body("te-1", 2, slot_report=report.to_dict(), previous_registration_id=first.registration_id),
+    )
     assert again.resumed and again.registration_id != first.registration_id
     await settle()
     assert a.lost == [] and len(a.slots) == 1
@@ -270,16 +284,23 @@ async def test_unregistering_tells_the_jobs(rm: ResourceManager) -> None:
 
 
 async def test_heartbeats_reconcile_slots_and_reach_the_jobs(rm: ResourceManager) -> None:
-    rm.register_task_executor(SESSION, registration_body(
-        "te-1", 2, slot_report={"slots": [{"index": 0, "allocation_id": "from-old-leader", "job_id": JOB_B}]}))
+    rm.register_task_executor(
+        SESSION,
+        registration_body(
+            "te-1", 2, slot_report={"slots": [{"index": 0, "allocation_id": "from-old-leader", "job_id": JOB_B}]}
+        ),
+    )
     assert rm.overview().slots_available == 1
     a = Job(JOB_A)
     rm.declare_requirements(JOB_A, 1, a)
     await a.wait_for(lambda: a.slots)
     allocation = a.slots[0].allocation_id
-    rm.heartbeat(SESSION, "te-1", {"slots": [{"index": 0}, {"index": 1, "allocation_id": allocation,
-                                                             "job_id": JOB_A}]},
-                 [{"job_id": JOB_A, "execution_id": "e1", "state": "RUNNING"}])
+    rm.heartbeat(
+        SESSION,
+        "te-1",
+        {"slots": [{"index": 0}, {"index": 1, "allocation_id": allocation, "job_id": JOB_A}]},
+        [{"job_id": JOB_A, "execution_id": "e1", "state": "RUNNING"}],
+    )
     assert rm.overview().slots_available == 1  # the old task ended
     assert a.heartbeats == [("te-1", [ExecutionReport(JOB_A, "e1", ExecutionState.RUNNING)])]
     entry = rm.task_executors()[0]

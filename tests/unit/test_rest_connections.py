@@ -22,8 +22,11 @@ async def connect(master: InProcessMaster) -> tuple[asyncio.StreamReader, asynci
 
 
 def head(master: InProcessMaster, method: str, path: str, **headers: str) -> bytes:
-    lines = [f"{method} {path} HTTP/1.1", f"Host: 127.0.0.1:{master.port}",
-             *(f"{name.replace('_', '-')}: {value}" for name, value in headers.items())]
+    lines = [
+        f"{method} {path} HTTP/1.1",
+        f"Host: 127.0.0.1:{master.port}",
+        *(f"{name.replace('_', '-')}: {value}" for name, value in headers.items()),
+    ]
     return ("\r\n".join(lines) + "\r\n\r\n").encode()
 
 
@@ -34,8 +37,10 @@ async def jobs(master: InProcessMaster) -> list[object]:
 
 def multipart(content: bytes) -> tuple[bytes, bytes]:
     """The multipart body of an artifact upload, as the part before the file's bytes and the part after."""
-    before = (f"--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"big.py\"\r\n"
-              "Content-Type: text/x-python\r\n\r\n").encode()
+    before = (
+        f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="big.py"\r\n'
+        "Content-Type: text/x-python\r\n\r\n"
+    ).encode()
     return before, f"\r\n--{BOUNDARY}--\r\n".encode()
 
 
@@ -62,9 +67,10 @@ async def test_a_request_head_dribbled_byte_by_byte_is_cut_off() -> None:
 
 async def test_a_body_that_stalls_is_refused_and_its_connection_closed() -> None:
     async with InProcessMaster(overrides={"rest.body-timeout": "500ms"}) as master:
-        for path, content_type, start in (("/jobs", "application/json", GRAPH[:10]),
-                                          ("/artifacts", f"multipart/form-data; boundary={BOUNDARY}",
-                                           multipart(b"x" * 100)[0] + b"x" * 10)):
+        for path, content_type, start in (
+            ("/jobs", "application/json", GRAPH[:10]),
+            ("/artifacts", f"multipart/form-data; boundary={BOUNDARY}", multipart(b"x" * 100)[0] + b"x" * 10),
+        ):
             reader, writer = await connect(master)
             writer.write(head(master, "POST", path, Content_Type=content_type, Content_Length="100000") + start)
             await writer.drain()
@@ -92,8 +98,12 @@ async def test_an_idle_kept_alive_connection_is_closed() -> None:
 
 
 async def test_long_polls_slow_steady_uploads_and_large_uploads_are_answered() -> None:
-    overrides = {"rest.header-timeout": "1s", "rest.idle-timeout": "1s", "rest.body-timeout": "2s",
-                 "rest.execution-result.long-poll": "2s"}
+    overrides = {
+        "rest.header-timeout": "1s",
+        "rest.idle-timeout": "1s",
+        "rest.body-timeout": "2s",
+        "rest.execution-result.long-poll": "2s",
+    }
     async with InProcessMaster(overrides=overrides) as master, aiohttp.ClientSession() as http:
         await master.add_task_executor(script=lambda tdd: None)  # its tasks run until cancelled
         async with http.post(master.url + "/jobs", data=GRAPH, headers={"Content-Type": "application/json"}) as answer:

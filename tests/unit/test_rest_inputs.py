@@ -14,8 +14,14 @@ import aiohttp
 import pytest
 
 from sparkdispatch.dispatcher.archive import ArchivedJob
-from sparkdispatch.errors import BlobError, InvalidJobGraph, InvalidRequest, MethodNotAllowed, RequestTooLarge, \
-    error_from_body
+from sparkdispatch.errors import (
+    BlobError,
+    InvalidJobGraph,
+    InvalidRequest,
+    MethodNotAllowed,
+    RequestTooLarge,
+    error_from_body,
+)
 from sparkdispatch.model.states import ExecutionState, JobStatus
 from sparkdispatch.model.job_graph import JobGraph
 from sparkdispatch.model.job_result import JobResult, VertexResult
@@ -47,12 +53,22 @@ def graph(**overrides: Any) -> dict[str, Any]:
 
 
 async def test_a_job_id_cannot_name_a_file_outside_the_archive(master: InProcessMaster) -> None:
-    result = JobResult(job_id=PLANTED, name="planted", status=JobStatus.FINISHED, start_time=1, end_time=2,
-                       vertices={"a": VertexResult(ExecutionState.FINISHED, 1)})
+    result = JobResult(
+        job_id=PLANTED,
+        name="planted",
+        status=JobStatus.FINISHED,
+        start_time=1,
+        end_time=2,
+        vertices={"a": VertexResult(ExecutionState.FINISHED, 1)},
+    )
     planted = master.config.storage_dir / "x.json"  # the archive is <storage.dir>/archive/<cluster-id>
     planted.write_text(json.dumps(ArchivedJob(result, JobSnapshot.from_result(result)).to_dict()))
-    for method, path in (("GET", "/jobs/..%2F..%2Fx"), ("GET", "/jobs/..%2F..%2Fx/execution-result"),
-                         ("PATCH", "/jobs/..%2F..%2Fx?mode=cancel"), ("GET", "/v1/jobs/..%2F..%2Fx")):
+    for method, path in (
+        ("GET", "/jobs/..%2F..%2Fx"),
+        ("GET", "/jobs/..%2F..%2Fx/execution-result"),
+        ("PATCH", "/jobs/..%2F..%2Fx?mode=cancel"),
+        ("GET", "/v1/jobs/..%2F..%2Fx"),
+    ):
         status, text, headers = await call(method, master.url + path)
         error = error_from_body(status, text, header=headers.get("X-SparkDispatch-Error"))
         assert status == 400 and isinstance(error, InvalidRequest), (path, text)
@@ -63,19 +79,22 @@ async def test_a_job_id_cannot_name_a_file_outside_the_archive(master: InProcess
     assert status == 200 and json.loads(text) == {"jobs": []}
 
 
-@pytest.mark.parametrize(("method", "path", "field"), [
-    ("GET", "/jobs/NOT-A-JOB", "job_id"),
-    ("GET", "/jobs/" + "a" * 33, "job_id"),
-    ("PATCH", "/jobs/overview", None),  # not a job id: the resource takes GET only
-    ("POST", "/taskexecutors/..%2Fte/heartbeat", "task_executor_id"),
-    ("POST", "/taskexecutors/%20te/unregister", "task_executor_id"),
-    ("POST", f"/jobs/{'ab' * 16}/executions/..%2Fx/state", "execution_id"),
-    ("POST", "/jobs/ab/executions/e1/state", "job_id"),
-])
-async def test_every_route_names_a_malformed_id(master: InProcessMaster, method: str, path: str,
-                                                field: str | None) -> None:
-    status, text, headers = await call(method, master.url + path, json={},
-                                       headers={SESSION_HEADER: master.session_id})
+@pytest.mark.parametrize(
+    ("method", "path", "field"),
+    [
+        ("GET", "/jobs/NOT-A-JOB", "job_id"),
+        ("GET", "/jobs/" + "a" * 33, "job_id"),
+        ("PATCH", "/jobs/overview", None),  # not a job id: the resource takes GET only
+        ("POST", "/taskexecutors/..%2Fte/heartbeat", "task_executor_id"),
+        ("POST", "/taskexecutors/%20te/unregister", "task_executor_id"),
+        ("POST", f"/jobs/{'ab' * 16}/executions/..%2Fx/state", "execution_id"),
+        ("POST", "/jobs/ab/executions/e1/state", "job_id"),
+    ],
+)
+async def test_every_route_names_a_malformed_id(
+    master: InProcessMaster, method: str, path: str, field: str | None
+) -> None:
+    status, text, headers = await call(method, master.url + path, json={}, headers={SESSION_HEADER: master.session_id})
     error = error_from_body(status, text)
     if field is None:
         assert status == 405 and isinstance(error, MethodNotAllowed) and headers["Allow"] == "GET"
@@ -83,30 +102,41 @@ async def test_every_route_names_a_malformed_id(master: InProcessMaster, method:
         assert status == 400 and isinstance(error, InvalidRequest) and field in error.field_errors, text
 
 
-@pytest.mark.parametrize(("path", "field"), [
-    (f"/jobs/{'ab' * 16}%0A", "job_id"),
-    (f"/v1/jobs/{'ab' * 16}%0A/execution-result", "job_id"),
-    (f"/jobs/{'ab' * 16}/vertices/a%0A", "vertex_id"),
-])
+@pytest.mark.parametrize(
+    ("path", "field"),
+    [
+        (f"/jobs/{'ab' * 16}%0A", "job_id"),
+        (f"/v1/jobs/{'ab' * 16}%0A/execution-result", "job_id"),
+        (f"/jobs/{'ab' * 16}/vertices/a%0A", "vertex_id"),
+    ],
+)
 async def test_an_id_with_a_trailing_newline_is_refused(master: InProcessMaster, path: str, field: str) -> None:
     status, text, headers = await call("GET", master.url + path)
     error = error_from_body(status, text, header=headers.get("X-SparkDispatch-Error"))
     assert status == 400 and isinstance(error, InvalidRequest) and field in error.field_errors, text
 
 
-@pytest.mark.parametrize(("changes", "field"), [
-    ({"job_id": "ab" * 16 + "\n"}, "job_id"),
-    ({"vertices": [{"id": "a\n", "entrypoint": "m:f"}]}, "vertices[0].id"),
-    ({"vertices": [{"id": "a", "entrypoint": "m:f\n"}]}, "vertices[0].entrypoint"),
-    ({"artifacts": ["cd" * 32 + "\n"]}, "artifacts[0]"),
-])
-async def test_a_graph_with_a_trailing_newline_in_an_id_is_refused(master: InProcessMaster, changes: dict[str, Any],
-                                                                   field: str) -> None:
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"job_id": "ab" * 16 + "\n"}, "job_id"),
+        ({"vertices": [{"id": "a\n", "entrypoint": "m:f"}]}, "vertices[0].id"),
+        ({"vertices": [{"id": "a", "entrypoint": "m:f\n"}]}, "vertices[0].entrypoint"),
+        ({"artifacts": ["cd" * 32 + "\n"]}, "artifacts[0]"),
+    ],
+)
+async def test_a_graph_with_a_trailing_newline_in_an_id_is_refused(
+    master: InProcessMaster, changes: dict[str, Any], field: str
+) -> None:
     status, text, _ = await call("POST", master.url + "/jobs", json=graph(**changes))
     error = error_from_body(status, text)
     assert status == 400 and isinstance(error, InvalidJobGraph) and field in error.field_errors, text
-    status, text, _ = await call("POST", master.url + "/taskexecutors", json={
-        "task_executor_id": "te-1\n", "hostname": "h", "slots": 1}, headers={SESSION_HEADER: master.session_id})
+    status, text, _ = await call(
+        "POST",
+        master.url + "/taskexecutors",
+        json={"task_executor_id": "te-1\n", "hostname": "h", "slots": 1},
+        headers={SESSION_HEADER: master.session_id},
+    )
     error = error_from_body(status, text)
     assert status == 400 and isinstance(error, InvalidRequest) and "task_executor_id" in error.field_errors, text
 
@@ -120,13 +150,17 @@ async def test_a_taskexecutor_call_without_its_session_is_malformed(master: InPr
 # -- bodies --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("restart_strategy", "field"), [
-    ({"type": {}}, "restart_strategy.type"),
-    ({"type": ["fixed-delay"]}, "restart_strategy.type"),
-    ({"type": "fixed-delay", "delay_s": "0.5"}, "restart_strategy.delay_s"),
-])
-async def test_a_wrong_typed_field_is_a_400_naming_it(master: InProcessMaster, restart_strategy: Any,
-                                                      field: str) -> None:
+@pytest.mark.parametrize(
+    ("restart_strategy", "field"),
+    [
+        ({"type": {}}, "restart_strategy.type"),
+        ({"type": ["fixed-delay"]}, "restart_strategy.type"),
+        ({"type": "fixed-delay", "delay_s": "0.5"}, "restart_strategy.delay_s"),
+    ],
+)
+async def test_a_wrong_typed_field_is_a_400_naming_it(
+    master: InProcessMaster, restart_strategy: Any, field: str
+) -> None:
     status, text, _ = await call("POST", master.url + "/jobs", json=graph(restart_strategy=restart_strategy))
     error = error_from_body(status, text)
     assert status == 400 and isinstance(error, InvalidJobGraph) and list(error.field_errors) == [field], text
@@ -143,15 +177,19 @@ async def test_a_body_over_the_limit_is_refused_while_it_is_still_being_sent(mas
 
     for path in ("/jobs", "/taskexecutors/te-1/heartbeat"):
         async with asyncio.timeout(10):
-            status, text, _ = await call("POST", master.url + path, data=endless_graph(),
-                                         headers={"Content-Type": "application/json",
-                                                  SESSION_HEADER: master.session_id})
+            status, text, _ = await call(
+                "POST",
+                master.url + path,
+                data=endless_graph(),
+                headers={"Content-Type": "application/json", SESSION_HEADER: master.session_id},
+            )
         assert status == 413 and isinstance(error_from_body(status, text), RequestTooLarge), text
     answered.set()
 
 
-async def test_a_large_graph_is_parsed_and_validated_off_the_loop(master: InProcessMaster,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_large_graph_is_parsed_and_validated_off_the_loop(
+    master: InProcessMaster, monkeypatch: pytest.MonkeyPatch
+) -> None:
     threads: list[threading.Thread] = []
     parse = inputs._job_graph
 
@@ -175,12 +213,19 @@ async def test_a_large_graph_is_parsed_and_validated_off_the_loop(master: InProc
     assert details["vertices"][1]["inputs"] == ["v0"] and details["vertices"][0]["state"] == "SCHEDULED"
 
 
-@pytest.mark.parametrize(("content_type", "body"), [
-    ("multipart/form-data", b"no boundary"),
-    ("multipart/form-data; boundary=xx", b'--xx\r\nContent-Disposition: form-data; name="\x7f"\r\n\r\n1\r\n--xx--\r\n'),
-])
-async def test_a_malformed_multipart_upload_is_a_blob_error(master: InProcessMaster, content_type: str,
-                                                            body: bytes) -> None:
+@pytest.mark.parametrize(
+    ("content_type", "body"),
+    [
+        ("multipart/form-data", b"no boundary"),
+        (
+            "multipart/form-data; boundary=xx",
+            b'--xx\r\nContent-Disposition: form-data; name="\x7f"\r\n\r\n1\r\n--xx--\r\n',
+        ),
+    ],
+)
+async def test_a_malformed_multipart_upload_is_a_blob_error(
+    master: InProcessMaster, content_type: str, body: bytes
+) -> None:
     status, text, _ = await call("POST", master.url + "/artifacts", data=body, headers={"Content-Type": content_type})
     assert status == 400 and isinstance(error_from_body(status, text), BlobError), text
 
@@ -206,10 +251,19 @@ async def test_the_openapi_document_states_every_body(master: InProcessMaster) -
                     continue
                 schema = resolved(response["content"]["application/json"]["schema"])
                 assert schema.get("properties") is not None or "oneOf" in schema, (method, path, code)
-    assert set(schemas["JobDetails"]["required"]) == {"id", "name", "status", "start_time", "end_time", "vertices",
-                                                       "repairs"}
-    kinds = [resolved(choice)["properties"]["type"]["enum"] for choice in
-             schemas["JobGraph"]["properties"]["restart_strategy"]["oneOf"]]
+    assert set(schemas["JobDetails"]["required"]) == {
+        "id",
+        "name",
+        "status",
+        "start_time",
+        "end_time",
+        "vertices",
+        "repairs",
+    }
+    kinds = [
+        resolved(choice)["properties"]["type"]["enum"]
+        for choice in schemas["JobGraph"]["properties"]["restart_strategy"]["oneOf"]
+    ]
     assert kinds == [["none"], ["fixed-delay"], ["exponential-delay"], ["failure-rate"]]
 
 

@@ -53,7 +53,8 @@ def test_fixed_delay_with_zero_attempts_fails_at_the_first_failure() -> None:
 def test_failure_rate_allows_max_failures_per_interval() -> None:
     clock = FakeClock()
     strategy = create_restart_strategy(
-        FailureRateRestart(max_failures_per_interval=2, failure_rate_interval_s=10.0, delay_s=0.5), clock=clock)
+        FailureRateRestart(max_failures_per_interval=2, failure_rate_interval_s=10.0, delay_s=0.5), clock=clock
+    )
     assert isinstance(strategy, FailureRateRestartStrategy)
     strategy.notify_failure()
     assert strategy.can_restart()
@@ -69,7 +70,8 @@ def test_failure_rate_allows_max_failures_per_interval() -> None:
 def test_failure_rate_forgets_failures_older_than_the_interval() -> None:
     clock = FakeClock()
     strategy = create_restart_strategy(
-        FailureRateRestart(max_failures_per_interval=1, failure_rate_interval_s=10.0, delay_s=0.0), clock=clock)
+        FailureRateRestart(max_failures_per_interval=1, failure_rate_interval_s=10.0, delay_s=0.0), clock=clock
+    )
     for _ in range(5):
         strategy.notify_failure()
         assert strategy.can_restart()
@@ -82,8 +84,14 @@ def test_failure_rate_forgets_failures_older_than_the_interval() -> None:
 
 def test_exponential_delay_grows_to_the_cap_without_jitter() -> None:
     clock = FakeClock()
-    spec = ExponentialDelayRestart(initial_backoff_s=1.0, max_backoff_s=5.0, backoff_multiplier=2.0,
-                                   reset_backoff_threshold_s=100.0, jitter_factor=0.0, attempts=10)
+    spec = ExponentialDelayRestart(
+        initial_backoff_s=1.0,
+        max_backoff_s=5.0,
+        backoff_multiplier=2.0,
+        reset_backoff_threshold_s=100.0,
+        jitter_factor=0.0,
+        attempts=10,
+    )
     strategy = create_restart_strategy(spec, clock=clock)
     assert isinstance(strategy, ExponentialDelayRestartStrategy)
     pauses = []
@@ -97,8 +105,14 @@ def test_exponential_delay_grows_to_the_cap_without_jitter() -> None:
 
 def test_exponential_delay_resets_after_a_quiet_threshold() -> None:
     clock = FakeClock()
-    spec = ExponentialDelayRestart(initial_backoff_s=1.0, max_backoff_s=60.0, backoff_multiplier=3.0,
-                                   reset_backoff_threshold_s=30.0, jitter_factor=0.0, attempts=2)
+    spec = ExponentialDelayRestart(
+        initial_backoff_s=1.0,
+        max_backoff_s=60.0,
+        backoff_multiplier=3.0,
+        reset_backoff_threshold_s=30.0,
+        jitter_factor=0.0,
+        attempts=2,
+    )
     strategy = create_restart_strategy(spec, clock=clock)
     strategy.notify_failure()
     clock.now += 2
@@ -132,8 +146,9 @@ def test_exponential_delay_jitter_stays_within_its_factor() -> None:
 
 
 def test_strategy_from_configuration() -> None:
-    config = Configuration.from_mapping({"restart-strategy.type": "failure-rate",
-                                         "restart-strategy.failure-rate.max-failures-per-interval": "3"})
+    config = Configuration.from_mapping(
+        {"restart-strategy.type": "failure-rate", "restart-strategy.failure-rate.max-failures-per-interval": "3"}
+    )
     strategy = create_restart_strategy(restart_strategy_from_config(config))
     assert isinstance(strategy, FailureRateRestartStrategy)
     for _ in range(3):

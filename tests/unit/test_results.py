@@ -88,8 +88,11 @@ def test_a_missing_file_failure_names_the_partitions_it_could_not_read() -> None
     partitions = {"a0": f"/r/{JOB_ID}/a/0-x", "a1": f"/r/{JOB_ID}/a/1-y", "b0": f"/r/{JOB_ID}/b/0-z"}
     failure = Failure("AnalysisException", f"[PATH_NOT_FOUND] Path does not exist: file:{partitions['a1']}.", "")
     assert unreadable_partitions(failure, partitions) == ["a1"]
-    in_traceback = Failure("Py4JJavaError", "An error occurred",
-                           f"java.io.FileNotFoundException: File {partitions['b0']}/part-0.parquet does not exist")
+    in_traceback = Failure(
+        "Py4JJavaError",
+        "An error occurred",
+        f"java.io.FileNotFoundException: File {partitions['b0']}/part-0.parquet does not exist",
+    )
     assert unreadable_partitions(in_traceback, partitions) == ["b0"]
 
 

@@ -61,13 +61,23 @@ class AcceptingGateway:
     def cancel(self, task_executor_hostname: str, execution_id: str) -> bool:
         return True
 
+    def close(self) -> None:
+        pass
+
 
 class RecordingProgressStore:
     def __init__(self) -> None:
         self.records = 0
 
-    async def record_subtask(self, session_id: str, job_id: str, vertex_id: str, subtask_index: int,
-                             result_path: str | None, rows: int | None) -> None:
+    async def record_subtask(
+        self,
+        session_id: str,
+        job_id: str,
+        vertex_id: str,
+        subtask_index: int,
+        result_path: str | None,
+        rows: int | None,
+    ) -> None:
         self.records += 1
 
     async def record_cancel(self, session_id: str, job_id: str) -> None:
@@ -90,20 +100,31 @@ class StateReads:
 
 
 def slots(count: int) -> Sequence[AllocatedSlot]:
-    return [AllocatedSlot(uuid.uuid4().hex, "te-1", index, "sparkdispatch.te.te-1", "celery@te-1", "registration-1")
-            for index in range(count)]
+    return [
+        AllocatedSlot(uuid.uuid4().hex, "te-1", index, "sparkdispatch.te.te-1", "celery@te-1", "registration-1")
+        for index in range(count)
+    ]
 
 
 async def test_a_finished_subtask_costs_work_in_proportion_to_its_consumers(monkeypatch: pytest.MonkeyPatch) -> None:
-    graph = JobGraph(name="a-to-b", job_id=JOB_ID, restart_strategy=NoRestart(), vertices=(
-        JobVertex("a", "m:a", PARALLELISM), JobVertex("b", "m:b", PARALLELISM, ("a",))))
+    graph = JobGraph(
+        name="a-to-b",
+        job_id=JOB_ID,
+        restart_strategy=NoRestart(),
+        vertices=(JobVertex("a", "m:a", PARALLELISM), JobVertex("b", "m:b", PARALLELISM, ("a",))),
+    )
     subtasks = 2 * PARALLELISM
     reads = StateReads(limit=20 * subtasks)
     monkeypatch.setattr(ExecutionVertex, "state", property(reads.read))
     store = RecordingProgressStore()
-    job_master = JobMaster(graph, session_id=SESSION, resource_manager=SlotsByHand(),  # type: ignore[arg-type]
-                           task_executor_gateway=AcceptingGateway(), progress_store=store,  # type: ignore[arg-type]
-                           settings=JobMasterSettings(results_dir="/results/", restart_strategy=NoRestart()))
+    job_master = JobMaster(
+        graph,
+        session_id=SESSION,
+        resource_manager=SlotsByHand(),  # type: ignore[arg-type]
+        task_executor_gateway=AcceptingGateway(),
+        progress_store=store,  # type: ignore[arg-type]
+        settings=JobMasterSettings(results_dir="/results/", restart_strategy=NoRestart()),
+    )
     execution_graph = job_master.execution_graph
 
     job_master.start()
@@ -112,10 +133,19 @@ async def test_a_finished_subtask_costs_work_in_proportion_to_its_consumers(monk
     producers = list(execution_graph.subtasks("a"))
     assert all(ev.current.state is ExecutionState.DEPLOYING for ev in producers)
     for ev in producers:
-        job_master.update_execution_state(ExecutionStateUpdate(
-            job_id=JOB_ID, job_master_id=SESSION, execution_id=ev.current.execution_id,
-            state=ExecutionState.FINISHED, task_executor_id="te-1", rows=1,
-            result_path=ResultLayout("/results/").attempt_path(JOB_ID, "a", ev.subtask_index, ev.current.execution_id)))
+        job_master.update_execution_state(
+            ExecutionStateUpdate(
+                job_id=JOB_ID,
+                job_master_id=SESSION,
+                execution_id=ev.current.execution_id,
+                state=ExecutionState.FINISHED,
+                task_executor_id="te-1",
+                rows=1,
+                result_path=ResultLayout("/results/").attempt_path(
+                    JOB_ID, "a", ev.subtask_index, ev.current.execution_id
+                ),
+            )
+        )
     await job_master.join()
 
     assert store.records == PARALLELISM
@@ -126,17 +156,25 @@ async def test_a_finished_subtask_costs_work_in_proportion_to_its_consumers(monk
 
 
 def job_master_of(graph: JobGraph, resource_manager: SlotsByHand, **kwargs: object) -> JobMaster:
-    return JobMaster(graph, session_id=SESSION, resource_manager=resource_manager,  # type: ignore[arg-type]
-                     task_executor_gateway=AcceptingGateway(),  # type: ignore[arg-type]
-                     progress_store=RecordingProgressStore(),  # type: ignore[arg-type]
-                     settings=JobMasterSettings(results_dir="/results/", restart_strategy=NoRestart()),
-                     **kwargs)  # type: ignore[arg-type]
+    return JobMaster(
+        graph,
+        session_id=SESSION,
+        resource_manager=resource_manager,  # type: ignore[arg-type]
+        task_executor_gateway=AcceptingGateway(),
+        progress_store=RecordingProgressStore(),  # type: ignore[arg-type]
+        settings=JobMasterSettings(results_dir="/results/", restart_strategy=NoRestart()),
+        **kwargs,  # type: ignore[arg-type]
+    )
 
 
 async def test_many_schedulable_subtasks_are_scheduled_a_slice_per_turn_of_the_loop() -> None:
     sources = 2 * SCHEDULE_SLICE + SCHEDULE_SLICE // 2
-    graph = JobGraph(name="wide", job_id=JOB_ID, restart_strategy=NoRestart(), vertices=(
-        JobVertex("a", "m:a", sources), JobVertex("b", "m:b", 1, ("a",))))
+    graph = JobGraph(
+        name="wide",
+        job_id=JOB_ID,
+        restart_strategy=NoRestart(),
+        vertices=(JobVertex("a", "m:a", sources), JobVertex("b", "m:b", 1, ("a",))),
+    )
     resource_manager = SlotsByHand()
     job_master = job_master_of(graph, resource_manager)
 
@@ -155,18 +193,33 @@ async def test_many_schedulable_subtasks_are_scheduled_a_slice_per_turn_of_the_l
 
 
 async def test_a_graph_built_in_a_thread_runs_as_one_built_on_the_loop() -> None:
-    graph = JobGraph(name="chain", job_id=JOB_ID, restart_strategy=NoRestart(), vertices=(
-        JobVertex("a", "m:a", 3), JobVertex("b", "m:b", 2, ("a",))))
-    progress = JobProgress(JOB_ID, finished={"a": {0: SubtaskProgress("/r/a0", 1), 1: SubtaskProgress("/r/a1", 1)},
-                                             "gone": {0: SubtaskProgress(None, None)}})
+    graph = JobGraph(
+        name="chain",
+        job_id=JOB_ID,
+        restart_strategy=NoRestart(),
+        vertices=(JobVertex("a", "m:a", 3), JobVertex("b", "m:b", 2, ("a",))),
+    )
+    progress = JobProgress(
+        JOB_ID,
+        finished={
+            "a": {0: SubtaskProgress("/r/a0", 1), 1: SubtaskProgress("/r/a1", 1)},
+            "gone": {0: SubtaskProgress(None, None)},
+        },
+    )
     built = await asyncio.to_thread(build_execution_graph, graph, progress)
-    for job_master in (job_master_of(graph, SlotsByHand(), recovered_progress=progress),
-                       job_master_of(graph, SlotsByHand(), recovered_progress=progress, execution_graph=built)):
+    for job_master in (
+        job_master_of(graph, SlotsByHand(), recovered_progress=progress),
+        job_master_of(graph, SlotsByHand(), recovered_progress=progress, execution_graph=built),
+    ):
         job_master.start()
         execution_graph = job_master.execution_graph
         assert execution_graph.restored == (2, (SubtaskId("gone", 0),))
         assert [ev.current.state for ev in execution_graph.subtasks()] == [
-            ExecutionState.FINISHED, ExecutionState.FINISHED, ExecutionState.SCHEDULED,
-            ExecutionState.CREATED, ExecutionState.CREATED]
+            ExecutionState.FINISHED,
+            ExecutionState.FINISHED,
+            ExecutionState.SCHEDULED,
+            ExecutionState.CREATED,
+            ExecutionState.CREATED,
+        ]
         job_master.suspend()
     assert job_master.execution_graph is built

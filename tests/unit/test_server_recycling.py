@@ -78,8 +78,13 @@ class Cluster:
         self.pool = FakePool(self.first.url)
         self.clock = ManualClock()
         self.usage: dict[int, ProcessUsage] = {}  # by pid; the warm usage when not given
-        self.recycler = ServerRecycler(self.servers, self.pool, policy, clock=self.clock,
-                                       usage=lambda pid: self.usage.get(pid, ProcessUsage(200, 300)))
+        self.recycler = ServerRecycler(
+            self.servers,
+            self.pool,
+            policy,
+            clock=self.clock,
+            usage=lambda pid: self.usage.get(pid, ProcessUsage(200, 300)),
+        )
 
     @property
     def current(self) -> object:

@@ -45,12 +45,18 @@ class Job:
         self.heartbeats.append((task_executor_id, list(executions)))
 
 
-def registration(te_id: str, slots: int = 2, report: SlotReport | None = None, *,
-                 previous: str | None = None) -> TaskExecutorRegistration:
-    return TaskExecutorRegistration(task_executor_id=te_id, hostname=f"celery@{te_id}",
-                                    queue=f"sparkdispatch.te.{te_id}", slots=slots,
-                                    slot_report=report or SlotReport.free(slots), spark_master="local[2]",
-                                    previous_registration_id=previous)
+def registration(
+    te_id: str, slots: int = 2, report: SlotReport | None = None, *, previous: str | None = None
+) -> TaskExecutorRegistration:
+    return TaskExecutorRegistration(
+        task_executor_id=te_id,
+        hostname=f"celery@{te_id}",
+        queue=f"sparkdispatch.te.{te_id}",
+        slots=slots,
+        slot_report=report or SlotReport.free(slots),
+        spark_master="local[2]",
+        previous_registration_id=previous,
+    )
 
 
 def entry_of(manager: SlotManager, task_executor_id: str) -> TaskManager | None:
@@ -64,6 +70,7 @@ def idle_ids(manager: SlotManager) -> list[str]:
 
 # The SlotManager offers no query of requirements: the ResourceManager only hands them over. The
 # tests read its state to check the accounting.
+
 
 def requirement(manager: SlotManager, job_id: str) -> tuple[int, int]:
     """(required, acquired) slots of a job; (0, 0) if it needs and holds none."""
@@ -308,7 +315,9 @@ def test_each_registration_gets_a_fresh_id_which_its_allocations_carry(manager: 
     manager.declare_requirements(JOB_A, 2, a)
     manager.check_requirements()
     assert {(s.task_executor_id, s.registration_id) for s in a.slots} == {
-        ("te-1", first.registration_id), ("te-2", second.registration_id)}
+        ("te-1", first.registration_id),
+        ("te-2", second.registration_id),
+    }
 
 
 def test_registering_again_under_the_current_registration_keeps_the_allocations(manager: SlotManager) -> None:
@@ -324,7 +333,10 @@ def test_registering_again_under_the_current_registration_keeps_the_allocations(
     assert (manager.task_executor_count, manager.slots_total, manager.slots_free) == (1, 3, 1)
     entry = entry_of(manager, "te-1")
     assert entry is not None and {s.allocation_id for s in entry.slots} == {
-        running.allocation_id, held.allocation_id, None}
+        running.allocation_id,
+        held.allocation_id,
+        None,
+    }
     # the job still owns both: it releases them as before, and new allocations carry the new id
     assert manager.release_slot(JOB_A, held.allocation_id)
     b = Job(JOB_B)
@@ -363,8 +375,9 @@ def test_a_busy_slot_in_a_registration_is_not_handed_out(manager: SlotManager) -
     assert manager.check_requirements() == 1
     assert a.slots[0].slot_index == 1
     # the TaskExecutor finished the old task: the slot is free and goes to the waiting job
-    assert manager.report_slot_status("te-1", SlotReport((SlotStatus(0), SlotStatus(1, a.slots[0].allocation_id,
-                                                                                       JOB_A))))
+    assert manager.report_slot_status(
+        "te-1", SlotReport((SlotStatus(0), SlotStatus(1, a.slots[0].allocation_id, JOB_A)))
+    )
     assert manager.check_requirements() == 1
     assert {s.slot_index for s in a.slots} == {0, 1}
 
@@ -451,13 +464,16 @@ def test_clear_forgets_everything_silently(manager: SlotManager) -> None:
     assert a.lost == []
 
 
-operations = st.lists(st.one_of(
-    st.tuples(st.just("register"), st.integers(0, 3), st.integers(1, 3)),
-    st.tuples(st.just("unregister"), st.integers(0, 3)),
-    st.tuples(st.just("declare"), st.integers(0, 2), st.integers(0, 5)),
-    st.tuples(st.just("release"), st.integers(0, 2), st.integers(0, 10)),
-    st.tuples(st.just("check")),
-), max_size=60)
+operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("register"), st.integers(0, 3), st.integers(1, 3)),
+        st.tuples(st.just("unregister"), st.integers(0, 3)),
+        st.tuples(st.just("declare"), st.integers(0, 2), st.integers(0, 5)),
+        st.tuples(st.just("release"), st.integers(0, 2), st.integers(0, 10)),
+        st.tuples(st.just("check")),
+    ),
+    max_size=60,
+)
 
 
 @settings(max_examples=150, deadline=None)

@@ -28,10 +28,12 @@ from sparkdispatch.taskexecutor.slot_protocol import SESSION_USER, AttemptState,
 
 def test_the_slot_process_module_imports_neither_pyspark_nor_the_workers_side() -> None:
     """pyspark's Connect client is imported by `main()`, after SPARK_CONNECT_MODE_ENABLED is set."""
-    probe = ("import sys, sparkdispatch.taskexecutor.slot_process; "
-             "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in "
-             "('pyspark', 'celery', 'aiohttp', 'kazoo') or m.startswith(('sparkdispatch.ha', 'sparkdispatch.broker', "
-             "'sparkdispatch.taskexecutor.runner', 'sparkdispatch.taskexecutor.worker')))))")
+    probe = (
+        "import sys, sparkdispatch.taskexecutor.slot_process; "
+        "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('pyspark', 'celery', 'aiohttp', 'kazoo') or m.startswith(('sparkdispatch.ha', 'sparkdispatch.broker', "
+        "'sparkdispatch.taskexecutor.runner', 'sparkdispatch.taskexecutor.worker')))))"
+    )
     done = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True)
     assert done.stdout.strip() == ""
 
@@ -39,9 +41,20 @@ def test_the_slot_process_module_imports_neither_pyspark_nor_the_workers_side() 
 def test_messages_round_trip_over_the_control_channel() -> None:
     ours, theirs = socket.socketpair()
     parent, child = ControlChannel(ours), ControlChannel(theirs)
-    tdd = TaskDeploymentDescriptor(job_id="ab" * 16, job_master_id="jm", execution_id=uuid.uuid4().hex,
-                                   vertex_id="v", entrypoint="m:f", subtask_index=0, parallelism=1, attempt=0,
-                                   allocation_id="a", slot_index=0, result_path="/r", spark_conf={"k": "v"})
+    tdd = TaskDeploymentDescriptor(
+        job_id="ab" * 16,
+        job_master_id="jm",
+        execution_id=uuid.uuid4().hex,
+        vertex_id="v",
+        entrypoint="m:f",
+        subtask_index=0,
+        parallelism=1,
+        attempt=0,
+        allocation_id="a",
+        slot_index=0,
+        result_path="/r",
+        spark_conf={"k": "v"},
+    )
     request = RunRequest(tdd, "sc://127.0.0.1:15002", ("/cache/x/m.py",))
     ended = AttemptState(ExecutionState.FAILED, failure=Failure("ValueError", "bad row", "Traceback ..."))
     finished = AttemptState(ExecutionState.FINISHED, rows=12, result_path="/r")
@@ -58,10 +71,15 @@ def test_messages_round_trip_over_the_control_channel() -> None:
         parent.close()
 
 
-@pytest.mark.parametrize("returncode, text", [
-    (0, "exited with code 0"), (1, "exited with code 1"),
-    (-11, "killed by signal 11 (SIGSEGV)"),
-    (-9, "killed by signal 9 (SIGKILL; out of memory? the kernel's OOM killer sends it)")])
+@pytest.mark.parametrize(
+    "returncode, text",
+    [
+        (0, "exited with code 0"),
+        (1, "exited with code 1"),
+        (-11, "killed by signal 11 (SIGSEGV)"),
+        (-9, "killed by signal 9 (SIGKILL; out of memory? the kernel's OOM killer sends it)"),
+    ],
+)
 def test_how_a_slot_process_ended_is_said_plainly(returncode: int, text: str) -> None:
     assert describe_exit(returncode) == text
 
@@ -69,8 +87,9 @@ def test_how_a_slot_process_ended_is_said_plainly(returncode: int, text: str) ->
 def test_a_task_reaching_for_the_rdd_api_is_told_it_does_not_exist_on_connect() -> None:
     from pyspark.errors import PySparkAttributeError, PySparkNotImplementedError
 
-    no_context = PySparkAttributeError(errorClass="JVM_ATTRIBUTE_NOT_SUPPORTED",
-                                       messageParameters={"attr_name": "sparkContext"})
+    no_context = PySparkAttributeError(
+        errorClass="JVM_ATTRIBUTE_NOT_SUPPORTED", messageParameters={"attr_name": "sparkContext"}
+    )
     failure = failure_of(no_context)
     assert failure.cls == "PySparkAttributeError"
     assert failure.message.startswith(RDD_UNAVAILABLE) and "JVM_ATTRIBUTE_NOT_SUPPORTED" in failure.message
@@ -101,8 +120,9 @@ def test_every_session_has_an_id_of_its_own_under_the_slot_processes_user() -> N
     assert user == f"user_id={SESSION_USER}"
 
 
-def test_an_entrypoint_that_does_not_exist_is_entrypoint_not_found(tmp_path: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_entrypoint_that_does_not_exist_is_entrypoint_not_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     package = f"entry_{uuid.uuid4().hex[:8]}"
     (tmp_path / package).mkdir()
     (tmp_path / package / "__init__.py").write_text("")
@@ -111,10 +131,11 @@ def test_an_entrypoint_that_does_not_exist_is_entrypoint_not_found(tmp_path: Pat
     monkeypatch.syspath_prepend(str(tmp_path))
     assert load_entrypoint(f"{package}.tasks:run").__name__ == "run"
     for entrypoint, message in [
-            (f"{package}.absent:run", f"no module named '{package}.absent' in the job's code"),
-            ("no_such_package_x.tasks:run", "no module named 'no_such_package_x' in the job's code"),
-            (f"{package}.tasks:gone", f"module '{package}.tasks' has no function 'gone'"),
-            (f"{package}.tasks:NOT_A_FUNCTION", "is not a function")]:
+        (f"{package}.absent:run", f"no module named '{package}.absent' in the job's code"),
+        ("no_such_package_x.tasks:run", "no module named 'no_such_package_x' in the job's code"),
+        (f"{package}.tasks:gone", f"module '{package}.tasks' has no function 'gone'"),
+        (f"{package}.tasks:NOT_A_FUNCTION", "is not a function"),
+    ]:
         with pytest.raises(EntrypointNotFound, match=re.escape(message)):
             load_entrypoint(entrypoint)
     # a module that exists but whose own import fails keeps its error and traceback

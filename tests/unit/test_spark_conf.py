@@ -21,24 +21,45 @@ JARS = Path(pyspark.__file__).parent / "jars"
 # (jar, class, the SQLConf builders of its static settings): every setting StaticSQLConf builds
 # is static; HiveUtils builds runtime ones too
 STATIC_CONF_CLASSES = [
-    ("spark-catalyst_2.13-*.jar", "org/apache/spark/sql/internal/StaticSQLConf$.class",
-     ("buildStaticConf", "buildConfFromConfigFile")),
+    (
+        "spark-catalyst_2.13-*.jar",
+        "org/apache/spark/sql/internal/StaticSQLConf$.class",
+        ("buildStaticConf", "buildConfFromConfigFile"),
+    ),
     ("spark-hive_2.13-*.jar", "org/apache/spark/sql/hive/HiveUtils$.class", ("buildStaticConf",)),
 ]
 
 
-@pytest.mark.parametrize("key", ["spark.executor.memory", "spark.master", "spark.app.name",
-                                 "spark.default.parallelism", "spark.connect.grpc.binding.port",
-                                 "spark.sql.warehouse.dir", "spark.sql.extensions", "spark.sql.hive.metastore.jars"])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "spark.executor.memory",
+        "spark.master",
+        "spark.app.name",
+        "spark.default.parallelism",
+        "spark.connect.grpc.binding.port",
+        "spark.sql.warehouse.dir",
+        "spark.sql.extensions",
+        "spark.sql.hive.metastore.jars",
+    ],
+)
 def test_settings_fixed_at_driver_start_are_refused_by_name(key: str) -> None:
     reason = refusal(key)
     assert reason is not None and reason.startswith(f"{key} is a static Spark setting")
     assert "TaskExecutor's Spark" in reason
 
 
-@pytest.mark.parametrize("key", ["spark.sql.shuffle.partitions", "spark.sql.adaptive.enabled",
-                                 "spark.sql.hive.convertMetastoreParquet", "spark.hadoop.fs.s3a.endpoint",
-                                 "my.custom.key", "sparkling"])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "spark.sql.shuffle.partitions",
+        "spark.sql.adaptive.enabled",
+        "spark.sql.hive.convertMetastoreParquet",
+        "spark.hadoop.fs.s3a.endpoint",
+        "my.custom.key",
+        "sparkling",
+    ],
+)
 def test_session_settings_pass(key: str) -> None:
     assert refusal(key) is None
 
@@ -61,8 +82,9 @@ def static_confs_in(jar: Path, class_name: str, builders: tuple[str, ...], tmp_p
     return keys
 
 
-def test_the_static_list_matches_the_installed_spark(tmp_path: Path,
-                                                    service_missing: Callable[[str], NoReturn]) -> None:
+def test_the_static_list_matches_the_installed_spark(
+    tmp_path: Path, service_missing: Callable[[str], NoReturn]
+) -> None:
     if shutil.which("javap") is None:
         service_missing("javap is not installed (apt-get install default-jdk-headless)")
     found: set[str] = set()
@@ -75,8 +97,11 @@ def test_the_static_list_matches_the_installed_spark(tmp_path: Path,
 
 
 async def test_a_submission_with_a_static_setting_is_a_400_naming_it() -> None:
-    graph = {"name": "g", "vertices": [{"id": "a", "entrypoint": "m:f"}],
-             "config": {"spark.sql.shuffle.partitions": "4", "spark.executor.memory": "2g"}}
+    graph = {
+        "name": "g",
+        "vertices": [{"id": "a", "entrypoint": "m:f"}],
+        "config": {"spark.sql.shuffle.partitions": "4", "spark.executor.memory": "2g"},
+    }
     async with InProcessMaster() as master, aiohttp.ClientSession() as http:
         async with http.post(f"{master.url}/jobs", json=graph) as response:
             body = await response.json()

@@ -36,9 +36,12 @@ Behaviour = Callable[[TaskDeploymentDescriptor, threading.Event], AttemptState]
 
 def finishes(rows: int | None) -> Behaviour:
     """The function returned a DataFrame of `rows` rows (None: it returned nothing)."""
+
     def behaviour(tdd: TaskDeploymentDescriptor, cancelled: threading.Event) -> AttemptState:
-        return AttemptState(ExecutionState.FINISHED, rows=rows,
-                            result_path=tdd.result_path if rows is not None else None)
+        return AttemptState(
+            ExecutionState.FINISHED, rows=rows, result_path=tdd.result_path if rows is not None else None
+        )
+
     return behaviour
 
 
@@ -66,9 +69,15 @@ class FakePool:
         self._lock = threading.Lock()
         self._attempts: dict[str, threading.Event] = {}
 
-    def run(self, slot_index: int, tdd: TaskDeploymentDescriptor, artifact_paths: Sequence[str],
-            on_state: Callable[[AttemptState], None], *,
-            start_deadline: Callable[[], float | None] | None = None) -> AttemptState:
+    def run(
+        self,
+        slot_index: int,
+        tdd: TaskDeploymentDescriptor,
+        artifact_paths: Sequence[str],
+        on_state: Callable[[AttemptState], None],
+        *,
+        start_deadline: Callable[[], float | None] | None = None,
+    ) -> AttemptState:
         self.entered.set()
         if self.gate is not None:
             assert self.gate.wait(WAIT_S)
@@ -98,9 +107,12 @@ class RecordingReporter:
     """Records reports; refuses the ones whose state is in `refuse` as stale; does not reach the master
     with those in `unreachable`; takes `delay_s` per state."""
 
-    def __init__(self, refuse: frozenset[ExecutionState] = frozenset(),
-                 delay_s: dict[ExecutionState, float] | None = None,
-                 unreachable: frozenset[ExecutionState] = frozenset()) -> None:
+    def __init__(
+        self,
+        refuse: frozenset[ExecutionState] = frozenset(),
+        delay_s: dict[ExecutionState, float] | None = None,
+        unreachable: frozenset[ExecutionState] = frozenset(),
+    ) -> None:
         self.updates: list[ExecutionStateUpdate] = []
         self.refuse = refuse
         self.unreachable = unreachable
@@ -133,14 +145,24 @@ class Blobs(LocalBlobs):
         return ArtifactCache(self.fetch, self.root / "cache", max_size=1 << 20)
 
 
-def tdd_for(entrypoint: str, tmp_path: Path, *, artifacts: tuple[str, ...] = (), slot_index: int = 0,
-            **fields: Any) -> TaskDeploymentDescriptor:
+def tdd_for(
+    entrypoint: str, tmp_path: Path, *, artifacts: tuple[str, ...] = (), slot_index: int = 0, **fields: Any
+) -> TaskDeploymentDescriptor:
     execution_id = uuid.uuid4().hex
     values: dict[str, Any] = dict(
-        job_id=JOB_ID, job_master_id="jm-1", execution_id=execution_id, vertex_id="v", entrypoint=entrypoint,
-        subtask_index=0, parallelism=1, attempt=0, allocation_id=f"alloc-{slot_index}", slot_index=slot_index,
+        job_id=JOB_ID,
+        job_master_id="jm-1",
+        execution_id=execution_id,
+        vertex_id="v",
+        entrypoint=entrypoint,
+        subtask_index=0,
+        parallelism=1,
+        attempt=0,
+        allocation_id=f"alloc-{slot_index}",
+        slot_index=slot_index,
         result_path=ResultLayout(str(tmp_path / "results")).attempt_path(JOB_ID, "v", 0, execution_id),
-        artifacts=artifacts)
+        artifacts=artifacts,
+    )
     values.update(fields)
     return TaskDeploymentDescriptor(**values)
 
@@ -150,22 +172,34 @@ def blobs(tmp_path: Path) -> Blobs:
     return Blobs(tmp_path)
 
 
-def make_runner(pool: FakePool, reporter: RecordingReporter, blobs: Blobs | None = None, slots: int = 2,
-                slot_release_timeout_s: float = 0.2) -> TaskRunner:
-    return TaskRunner(pool=pool, slots=SlotTable(slots), reporter=reporter, task_executor_id="te-1",
-                      artifacts=blobs.cache() if blobs is not None else None,
-                      slot_release_timeout_s=slot_release_timeout_s)
+def make_runner(
+    pool: FakePool,
+    reporter: RecordingReporter,
+    blobs: Blobs | None = None,
+    slots: int = 2,
+    slot_release_timeout_s: float = 0.2,
+) -> TaskRunner:
+    return TaskRunner(
+        pool=pool,
+        slots=SlotTable(slots),
+        reporter=reporter,
+        task_executor_id="te-1",
+        artifacts=blobs.cache() if blobs is not None else None,
+        slot_release_timeout_s=slot_release_timeout_s,
+    )
 
 
-def in_thread(runner: TaskRunner, tdd: TaskDeploymentDescriptor, outcome: dict[str, ExecutionState]) \
-        -> threading.Thread:
+def in_thread(
+    runner: TaskRunner, tdd: TaskDeploymentDescriptor, outcome: dict[str, ExecutionState]
+) -> threading.Thread:
     thread = threading.Thread(target=lambda: outcome.__setitem__(tdd.execution_id, runner.run(tdd, SESSION)))
     thread.start()
     return thread
 
 
 def test_the_attempt_runs_in_its_slots_process_and_its_states_are_reported_in_order(
-        blobs: Blobs, tmp_path: Path) -> None:
+    blobs: Blobs, tmp_path: Path
+) -> None:
     key = blobs.put("tasks.py", b"def task(ctx): pass\n")
     pool = FakePool({"tasks:task": finishes(25)})
     reporter = RecordingReporter()
@@ -176,8 +210,11 @@ def test_the_attempt_runs_in_its_slots_process_and_its_states_are_reported_in_or
 
     assert pool.runs == [(1, tdd.execution_id, [str(tmp_path / "cache" / key / "tasks.py")])]
     # DEPLOYING is the JobMaster's own
-    assert reporter.states(tdd.execution_id) == [ExecutionState.INITIALIZING, ExecutionState.RUNNING,
-                                                 ExecutionState.FINISHED]
+    assert reporter.states(tdd.execution_id) == [
+        ExecutionState.INITIALIZING,
+        ExecutionState.RUNNING,
+        ExecutionState.FINISHED,
+    ]
     finished = reporter.last(tdd.execution_id)
     assert (finished.rows, finished.result_path, finished.task_executor_id) == (25, tdd.result_path, "te-1")
     assert runner.slots.slot_report().slots[1].allocation_id is None
@@ -200,8 +237,11 @@ def test_the_terminal_report_follows_the_slow_earlier_ones(tmp_path: Path) -> No
 
     for tdd in tdds:
         assert runner.run(tdd, SESSION) is ExecutionState.FINISHED
-        assert reporter.states(tdd.execution_id) == [ExecutionState.INITIALIZING, ExecutionState.RUNNING,
-                                                     ExecutionState.FINISHED]
+        assert reporter.states(tdd.execution_id) == [
+            ExecutionState.INITIALIZING,
+            ExecutionState.RUNNING,
+            ExecutionState.FINISHED,
+        ]
 
 
 def test_a_failure_in_the_slot_process_is_reported_as_it_came(tmp_path: Path) -> None:
@@ -216,7 +256,8 @@ def test_a_failure_in_the_slot_process_is_reported_as_it_came(tmp_path: Path) ->
 
 
 def test_py_and_zip_artifacts_are_copied_once_into_the_cache_and_handed_over_in_order(
-        blobs: Blobs, tmp_path: Path) -> None:
+    blobs: Blobs, tmp_path: Path
+) -> None:
     archive = tmp_path / "code.zip"
     with zipfile.ZipFile(archive, "w") as zf:
         zf.writestr("pkg/__init__.py", "")
@@ -226,8 +267,10 @@ def test_py_and_zip_artifacts_are_copied_once_into_the_cache_and_handed_over_in_
     runner = make_runner(pool, RecordingReporter(), blobs)
 
     for _ in range(2):
-        assert runner.run(tdd_for("pkg.jobs:task", tmp_path, artifacts=(zip_key, helper_key)),
-                          SESSION) is ExecutionState.FINISHED
+        assert (
+            runner.run(tdd_for("pkg.jobs:task", tmp_path, artifacts=(zip_key, helper_key)), SESSION)
+            is ExecutionState.FINISHED
+        )
 
     copies = [str(tmp_path / "cache" / zip_key / "code.zip"), str(tmp_path / "cache" / helper_key / "helper.py")]
     assert [paths for _, _, paths in pool.runs] == [copies, copies]
@@ -235,8 +278,7 @@ def test_py_and_zip_artifacts_are_copied_once_into_the_cache_and_handed_over_in_
     assert blobs.fetched == [zip_key, helper_key]  # cached per TaskExecutor
 
 
-def test_an_artifact_that_is_neither_py_nor_zip_fails_the_attempt_before_it_runs(blobs: Blobs,
-                                                                                 tmp_path: Path) -> None:
+def test_an_artifact_that_is_neither_py_nor_zip_fails_the_attempt_before_it_runs(blobs: Blobs, tmp_path: Path) -> None:
     key = blobs.put("notes.txt", b"not code")
     pool = FakePool({"tasks:task": finishes(1)})
     reporter = RecordingReporter()
@@ -290,8 +332,10 @@ def test_a_taken_end_keeps_its_partition_and_a_held_one_keeps_it_until_dropped(t
     assert runner.run(taken, SESSION) is ExecutionState.FINISHED
     assert Path(taken.result_path, "part-0.parquet").is_file()
 
-    runner = make_runner(FakePool({"tasks:writes": writes_its_partition}),
-                         RecordingReporter(unreachable=frozenset({ExecutionState.FINISHED})))
+    runner = make_runner(
+        FakePool({"tasks:writes": writes_its_partition}),
+        RecordingReporter(unreachable=frozenset({ExecutionState.FINISHED})),
+    )
     assert runner.run(held, SESSION) is ExecutionState.FINISHED
     assert Path(held.result_path, "part-0.parquet").is_file()  # the master may still take it
     runner.cancel_other_sessions("22222222-2222-3333-4444-555555555555")  # a new leader: nobody will
@@ -330,8 +374,7 @@ def test_a_busy_slot_refuses_a_second_task(tmp_path: Path) -> None:
     assert "slot 0 is busy" in message and "did not stop within" in message
     report = runner.slots.slot_report()
     assert (report.slots[0].allocation_id, report.slots[0].job_id) == (first.allocation_id, JOB_ID)
-    assert runner.slots.executions() == [{"job_id": JOB_ID, "execution_id": first.execution_id,
-                                          "state": "DEPLOYING"}]
+    assert runner.slots.executions() == [{"job_id": JOB_ID, "execution_id": first.execution_id, "state": "DEPLOYING"}]
     assert held is not None
     runner.slots.release(held)
     assert runner.slots.slot_report().slots[0].allocation_id is None
@@ -369,9 +412,10 @@ def test_cancelling_one_slot_stops_only_its_attempt(tmp_path: Path) -> None:
     outcome: dict[str, ExecutionState] = {}
     threads = [in_thread(runner, tdd, outcome) for tdd in (long_tdd, short_tdd)]
     # RUNNING seen: the attempts' states passed the runner (which tells the pool again of a cancel that came first)
-    eventually_blocking(lambda: all(ExecutionState.RUNNING in reporter.states(t.execution_id)
-                                    for t in (long_tdd, short_tdd)),
-                        "both attempts running in their slot processes")
+    eventually_blocking(
+        lambda: all(ExecutionState.RUNNING in reporter.states(t.execution_id) for t in (long_tdd, short_tdd)),
+        "both attempts running in their slot processes",
+    )
 
     assert runner.cancel(long_tdd.execution_id)
     release_short.set()
@@ -442,8 +486,11 @@ def test_a_deployment_taken_from_the_broker_is_listed_until_it_runs_and_runs_onc
     runner.slots.receive(JOB_ID, tdd.execution_id, SESSION)  # a third one, taken after the first ran
     assert runner.slots.executions() == []
     assert len(pool.runs) == 1
-    assert reporter.states(tdd.execution_id) == [ExecutionState.INITIALIZING, ExecutionState.RUNNING,
-                                                 ExecutionState.FINISHED]
+    assert reporter.states(tdd.execution_id) == [
+        ExecutionState.INITIALIZING,
+        ExecutionState.RUNNING,
+        ExecutionState.FINISHED,
+    ]
 
 
 def test_a_deployment_cancelled_before_it_reached_its_slot_never_runs(tmp_path: Path) -> None:
@@ -488,8 +535,10 @@ def test_a_new_leader_session_frees_the_former_leaders_slots_and_cancels_its_tas
     eventually_blocking(lambda: ExecutionState.RUNNING in reporter.states(old.execution_id), "the old task to run")
     queued = tdd_for("tasks:quick", tmp_path, slot_index=1)
     runner.slots.receive(JOB_ID, queued.execution_id, SESSION)
-    runner.slots.hold_report(SESSION, ExecutionStateUpdate(job_id=JOB_ID, job_master_id="jm-1", execution_id="e-9",
-                                                           state=ExecutionState.FINISHED))
+    runner.slots.hold_report(
+        SESSION,
+        ExecutionStateUpdate(job_id=JOB_ID, job_master_id="jm-1", execution_id="e-9", state=ExecutionState.FINISHED),
+    )
     # the same session (a ZooKeeper blip): everything stays
     assert runner.slots.slot_report(SESSION).slots[0].allocation_id == old.allocation_id
     assert len(runner.slots.executions(SESSION)) == 3

@@ -11,9 +11,15 @@ from sparkdispatch.testing.services import free_port
 
 
 def test_the_metrics_port_reports_slots_attempts_lost_processes_and_the_connect_server() -> None:
-    parts = TaskExecutorParts(slots=4, busy_slots=lambda: 1, ended_attempts=lambda: {"FINISHED": 3, "FAILED": 1},
-                              slot_processes_lost=lambda: 2, connect_server_healthy=lambda timeout: False,
-                              connect_server_starts=lambda: 2, connect_server_recycles=lambda: 3)
+    parts = TaskExecutorParts(
+        slots=4,
+        busy_slots=lambda: 1,
+        ended_attempts=lambda: {"FINISHED": 3, "FAILED": 1},
+        slot_processes_lost=lambda: 2,
+        connect_server_healthy=lambda timeout: False,
+        connect_server_starts=lambda: 2,
+        connect_server_recycles=lambda: 3,
+    )
     port = free_port()
     server, thread = serve_metrics("te-1", parts, port=port, address="127.0.0.1")
     try:
@@ -22,8 +28,11 @@ def test_the_metrics_port_reports_slots_attempts_lost_processes_and_the_connect_
     finally:
         server.shutdown()
         thread.join(10)
-    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
-               for family in text_string_to_metric_families(text) for s in family.samples}
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
     te = (("taskexecutor", "te-1"),)
     assert samples[("sparkdispatch_taskexecutor_slots", te)] == 4
     assert samples[("sparkdispatch_taskexecutor_slots_busy", te)] == 1

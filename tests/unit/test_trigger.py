@@ -26,8 +26,12 @@ from sparkdispatch.testing.proxy import RecordingProxy
 from sparkdispatch.testing.waiting import eventually
 
 JOB = "fedcba9876543210fedcba9876543210"
-GRAPH = {"job_id": JOB, "name": "j", "vertices": [{"id": "a", "entrypoint": "m:f"}],
-         "restart_strategy": {"type": "none"}}
+GRAPH = {
+    "job_id": JOB,
+    "name": "j",
+    "vertices": [{"id": "a", "entrypoint": "m:f"}],
+    "restart_strategy": {"type": "none"},
+}
 QUICK_POLLS = {"rest.execution-result.long-poll": "50ms"}
 
 
@@ -53,8 +57,10 @@ async def master(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> AsyncIterat
     async with InProcessMaster(storage_dir=tmp_path, overrides=QUICK_POLLS, record_requests=True) as server:
         await server.add_task_executor()
         await submit(server)
-        monkeypatch.setenv("AIRFLOW_CONN_SD_TRIGGER", json.dumps(
-            {"conn_type": "sparkdispatch", "host": "127.0.0.1", "port": server.port}))
+        monkeypatch.setenv(
+            "AIRFLOW_CONN_SD_TRIGGER",
+            json.dumps({"conn_type": "sparkdispatch", "host": "127.0.0.1", "port": server.port}),
+        )
         yield server
 
 
@@ -92,14 +98,15 @@ async def test_an_unknown_job_gives_one_error_event(master: InProcessMaster) -> 
     assert event.payload["status"] == "error" and "no job with id" in event.payload["message"]
 
 
-async def failover_events(master: InProcessMaster, monkeypatch: pytest.MonkeyPatch, trigger_of: Any,
-                          polls: str) -> Any:
+async def failover_events(master: InProcessMaster, monkeypatch: pytest.MonkeyPatch, trigger_of: Any, polls: str) -> Any:
     """The one event of the trigger `trigger_of(conn_id)` makes, waiting while `master` stops (after
     two `GET polls` of the trigger) and, half a second later, a successor takes the stored job over
     and finishes its tasks."""
     successor = InProcessMaster(storage_dir=master.config.storage_dir, overrides=QUICK_POLLS, record_requests=True)
-    monkeypatch.setenv("AIRFLOW_CONN_SD_HA", json.dumps(
-        {"conn_type": "sparkdispatch", "host": f"127.0.0.1:{master.port},127.0.0.1:{successor.port}"}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_SD_HA",
+        json.dumps({"conn_type": "sparkdispatch", "host": f"127.0.0.1:{master.port},127.0.0.1:{successor.port}"}),
+    )
     try:
         waiting = asyncio.create_task(events_of(trigger_of("sd_ha")))
         await eventually(lambda: proxy_of(master).count("GET", polls) >= 2, f"two GET {polls}")
@@ -114,10 +121,15 @@ async def failover_events(master: InProcessMaster, monkeypatch: pytest.MonkeyPat
         await successor.stop()
 
 
-async def test_the_trigger_keeps_waiting_while_the_leader_changes(master: InProcessMaster,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    event = await failover_events(master, monkeypatch, lambda conn_id: SparkDispatchJobTrigger(
-        job_id=JOB, sparkdispatch_conn_id=conn_id, poll_interval=0.05), f"/jobs/{JOB}/execution-result")
+async def test_the_trigger_keeps_waiting_while_the_leader_changes(
+    master: InProcessMaster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    event = await failover_events(
+        master,
+        monkeypatch,
+        lambda conn_id: SparkDispatchJobTrigger(job_id=JOB, sparkdispatch_conn_id=conn_id, poll_interval=0.05),
+        f"/jobs/{JOB}/execution-result",
+    )
     assert event.payload["status"] == "terminal" and event.payload["result"]["status"] == "FINISHED"
 
 
@@ -133,8 +145,12 @@ async def test_on_kill_cancels_the_job_unless_told_not_to(master: InProcessMaste
 # -- the vertex triggers: one watcher per job, failovers, log errors, on_kill ------------------------
 
 GROUP_JOB = "0123456789abcdef0123456789abcdef"
-GROUP = {"job_id": GROUP_JOB, "name": "g", "restart_strategy": {"type": "none"},
-         "vertices": [{"id": v, "entrypoint": "m:f"} for v in ("a", "b", "c")]}
+GROUP = {
+    "job_id": GROUP_JOB,
+    "name": "g",
+    "restart_strategy": {"type": "none"},
+    "vertices": [{"id": v, "entrypoint": "m:f"} for v in ("a", "b", "c")],
+}
 
 
 async def start_group(master: InProcessMaster) -> None:
@@ -157,12 +173,17 @@ def write_attempt_log(master: InProcessMaster, vertex: str, text: str) -> None:
 def vertex_triggers(**kwargs: Any) -> list[Any]:
     from sparkdispatch.operators import SparkDispatchVertexTrigger
 
-    return [SparkDispatchVertexTrigger(job_id=GROUP_JOB, vertex_id=v, sparkdispatch_conn_id="sd_trigger",
-                                       poll_interval=0.05, **kwargs) for v in ("a", "b", "c")]
+    return [
+        SparkDispatchVertexTrigger(
+            job_id=GROUP_JOB, vertex_id=v, sparkdispatch_conn_id="sd_trigger", poll_interval=0.05, **kwargs
+        )
+        for v in ("a", "b", "c")
+    ]
 
 
 async def test_the_vertex_triggers_of_a_job_share_one_watcher_one_client_and_one_poll(
-        master: InProcessMaster, capfd: pytest.CaptureFixture[str]) -> None:
+    master: InProcessMaster, capfd: pytest.CaptureFixture[str]
+) -> None:
     from sparkdispatch.operators import job_watch
 
     await start_group(master)
@@ -185,7 +206,8 @@ async def test_the_vertex_triggers_of_a_job_share_one_watcher_one_client_and_one
 
 
 async def test_a_vertex_trigger_skips_a_log_it_cannot_read_and_reads_it_on_the_next_poll(
-        master: InProcessMaster, capfd: pytest.CaptureFixture[str]) -> None:
+    master: InProcessMaster, capfd: pytest.CaptureFixture[str]
+) -> None:
     await start_group(master)
     write_attempt_log(master, "a", "first line\n")
     proxy_of(master).inject("GET", f"/jobs/{GROUP_JOB}/vertices/a/log", status=500, text="boom", times=8)
@@ -208,14 +230,20 @@ async def test_a_vertex_trigger_waits_out_a_failover(master: InProcessMaster, mo
     from sparkdispatch.operators import SparkDispatchVertexTrigger
 
     await start_group(master)
-    event = await failover_events(master, monkeypatch, lambda conn_id: SparkDispatchVertexTrigger(
-        job_id=GROUP_JOB, vertex_id="b", sparkdispatch_conn_id=conn_id, poll_interval=0.05),
-        f"/jobs/{GROUP_JOB}/progress")
+    event = await failover_events(
+        master,
+        monkeypatch,
+        lambda conn_id: SparkDispatchVertexTrigger(
+            job_id=GROUP_JOB, vertex_id="b", sparkdispatch_conn_id=conn_id, poll_interval=0.05
+        ),
+        f"/jobs/{GROUP_JOB}/progress",
+    )
     assert event.payload["status"] == "concluded" and event.payload["body"]["result"]["state"] == "FINISHED"
 
 
 async def test_a_vertex_trigger_killed_leaves_its_job_running_unless_its_run_timed_out(
-        master: InProcessMaster, monkeypatch: pytest.MonkeyPatch) -> None:
+    master: InProcessMaster, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from types import SimpleNamespace
 
     from sparkdispatch.operators import triggers
@@ -248,7 +276,8 @@ async def test_a_vertex_trigger_with_cancel_on_kill_cancels_its_job(master: InPr
 
 
 async def test_the_progress_endpoint_answers_every_vertex_and_its_log_lengths_in_one_call(
-        master: InProcessMaster) -> None:
+    master: InProcessMaster,
+) -> None:
     await start_group(master)
     write_attempt_log(master, "c", "twelve bytes")
     async with SparkDispatchClient(addresses=[master.url]) as client:

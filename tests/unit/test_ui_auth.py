@@ -22,8 +22,10 @@ ADMIN = Principal(LEGACY_TOKEN_NAME, Role.ADMIN)
 
 async def call(method: str, url: str, *, cookie: str | None = None, **kwargs: Any) -> tuple[int, str, Any]:
     headers = {**kwargs.pop("headers", {}), **({"Cookie": f"{SESSION_COOKIE}={cookie}"} if cookie else {})}
-    async with aiohttp.ClientSession() as http, http.request(method, url, headers=headers, allow_redirects=False,
-                                                             **kwargs) as answer:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.request(method, url, headers=headers, allow_redirects=False, **kwargs) as answer,
+    ):
         return answer.status, await answer.text(), answer
 
 
@@ -59,8 +61,7 @@ async def test_a_browser_logs_in_sees_pages_and_needs_the_csrf_token_to_change_s
         assert status == 403 and "X-CSRF-Token" in text and "CsrfRefused" in text
         status, text, _ = await call("POST", f"{url}/jobs", cookie=cookie, json=graph, headers={CSRF_HEADER: "x"})
         assert status == 403
-        status, text, answer = await call("POST", f"{url}/jobs", cookie=cookie, json=graph,
-                                          headers={CSRF_HEADER: csrf})
+        status, text, answer = await call("POST", f"{url}/jobs", cookie=cookie, json=graph, headers={CSRF_HEADER: csrf})
         assert status == 202, text
         job_id = json.loads(text)["job_id"]
         status, page, _ = await call("GET", f"{url}/ui/jobs/{job_id}", cookie=cookie)
@@ -113,17 +114,26 @@ async def test_a_login_body_is_refused_after_a_few_kib_unread() -> None:
     # the body timeout is long: a master that waited for the whole body would answer 408, not 413
     async with InProcessMaster(overrides={"rest.auth.token": TOKEN, "rest.body-timeout": "1min"}) as master:
         host = f"127.0.0.1:{master.port}"
-        for framing, start in ((f"Content-Length: {60 << 20}", b"token=" + b"x" * 100),  # declared 60 MiB
-                               ("Transfer-Encoding: chunked", b"10000\r\n" + b"x" * 0x10000 + b"\r\n")):
+        for framing, start in (
+            (f"Content-Length: {60 << 20}", b"token=" + b"x" * 100),  # declared 60 MiB
+            ("Transfer-Encoding: chunked", b"10000\r\n" + b"x" * 0x10000 + b"\r\n"),
+        ):
             reader, writer = await asyncio.open_connection("127.0.0.1", master.port)
-            writer.write(f"POST /ui/login HTTP/1.1\r\nHost: {host}\r\n"
-                         f"Content-Type: application/x-www-form-urlencoded\r\n{framing}\r\n\r\n".encode() + start)
+            writer.write(
+                f"POST /ui/login HTTP/1.1\r\nHost: {host}\r\n"
+                f"Content-Type: application/x-www-form-urlencoded\r\n{framing}\r\n\r\n".encode()
+                + start
+            )
             await writer.drain()
             status_line = await asyncio.wait_for(reader.readline(), 60)
             writer.close()
             assert status_line.startswith(b"HTTP/1.1 413"), (framing, status_line)
-        status, text, _ = await call("POST", f"{master.url}/ui/login", data="token=" + "x" * 5000,
-                                     headers={"Content-Type": "application/x-www-form-urlencoded"})
+        status, text, _ = await call(
+            "POST",
+            f"{master.url}/ui/login",
+            data="token=" + "x" * 5000,
+            headers={"Content-Type": "application/x-www-form-urlencoded"},
+        )
         assert status == 413 and "RequestTooLarge" in text and "4096" in text, text
         status, text, _ = await call("POST", f"{master.url}/ui/login", json={"token": TOKEN})
         assert status == 415 and "UnsupportedMediaType" in text, text

@@ -30,8 +30,15 @@ class FakeView:
 
     def __init__(self) -> None:
         self.overview_body: dict[str, Any] = {
-            "is_leader": True, "leader": "http://127.0.0.1:8081", "taskmanagers": 1, "slots_total": 4,
-            "slots_available": 3, "jobs_running": 1, "jobs_finished": 2, "jobs_failed": 0, "jobs_cancelled": 0,
+            "is_leader": True,
+            "leader": "http://127.0.0.1:8081",
+            "taskmanagers": 1,
+            "slots_total": 4,
+            "slots_available": 3,
+            "jobs_running": 1,
+            "jobs_finished": 2,
+            "jobs_failed": 0,
+            "jobs_cancelled": 0,
         }
         self.jobs_by_id: dict[str, dict[str, Any]] = {}
         self.tms: list[dict[str, Any]] = []
@@ -47,9 +54,19 @@ class FakeView:
     async def jobs(self) -> list[JobSummary]:
         if self.standby_error:
             raise self.standby_error
-        return [JobSummary.from_dict({"id": j["id"], "name": j["name"], "status": j["status"],
-                                      "start_time": j["start_time"], "end_time": j["end_time"], "duration_ms": None})
-                for j in self.jobs_by_id.values()]
+        return [
+            JobSummary.from_dict(
+                {
+                    "id": j["id"],
+                    "name": j["name"],
+                    "status": j["status"],
+                    "start_time": j["start_time"],
+                    "end_time": j["end_time"],
+                    "duration_ms": None,
+                }
+            )
+            for j in self.jobs_by_id.values()
+        ]
 
     async def job(self, job_id: str) -> JobPage:
         if error := self.fail_with or self.standby_error:
@@ -63,8 +80,20 @@ class FakeView:
     async def taskmanagers(self) -> list[TaskManager]:
         if self.standby_error:
             raise self.standby_error
-        return [TaskManager.from_dict({"queue": "q", "spark_master": "local[1]", "registered_at": 0,
-                                       "idle_since": None, "idle": False, "executions": [], **tm}) for tm in self.tms]
+        return [
+            TaskManager.from_dict(
+                {
+                    "queue": "q",
+                    "spark_master": "local[1]",
+                    "registered_at": 0,
+                    "idle_since": None,
+                    "idle": False,
+                    "executions": [],
+                    **tm,
+                }
+            )
+            for tm in self.tms
+        ]
 
     async def attempt_log(self, job_id: str, vertex_id: str, subtask: int, attempt: int | None) -> AttemptLog | None:
         if job_id not in self.jobs_by_id:
@@ -72,31 +101,58 @@ class FakeView:
         text = self.logs.get((vertex_id, subtask, attempt))
         if text is None:
             return None
-        return AttemptLog.from_dict({
-            "job_id": job_id, "job_status": self.jobs_by_id[job_id]["status"], "vertex": vertex_id,
-            "vertex_state": "FINISHED", "subtask": subtask, "attempt": attempt or 0, "offset": 0,
-            "next_offset": len(text.encode()), "text": text})
+        return AttemptLog.from_dict(
+            {
+                "job_id": job_id,
+                "job_status": self.jobs_by_id[job_id]["status"],
+                "vertex": vertex_id,
+                "vertex_state": "FINISHED",
+                "subtask": subtask,
+                "attempt": attempt or 0,
+                "offset": 0,
+                "next_offset": len(text.encode()),
+                "text": text,
+            }
+        )
 
 
 def vertex(vertex_id: str, state: str, inputs: list[str], *, parallelism: int = 1, attempt: int = 0) -> dict[str, Any]:
-    return {"id": vertex_id, "state": state, "parallelism": parallelism, "inputs": inputs,
-            "subtasks": [{"index": i, "state": state, "attempt": attempt, "taskmanager": "te-1"}
-                         for i in range(parallelism)]}
+    return {
+        "id": vertex_id,
+        "state": state,
+        "parallelism": parallelism,
+        "inputs": inputs,
+        "subtasks": [
+            {"index": i, "state": state, "attempt": attempt, "taskmanager": "te-1"} for i in range(parallelism)
+        ],
+    }
 
 
 def failed_job() -> dict[str, Any]:
     return {
-        "id": JOB_ID, "name": "sales", "status": "FAILED", "start_time": 1_700_000_000_000,
+        "id": JOB_ID,
+        "name": "sales",
+        "status": "FAILED",
+        "start_time": 1_700_000_000_000,
         "end_time": 1_700_000_004_200,
-        "vertices": [vertex("extract", "FINISHED", []),
-                     vertex("clean", "FAILED", ["extract"], parallelism=2, attempt=2)],
+        "vertices": [
+            vertex("extract", "FINISHED", []),
+            vertex("clean", "FAILED", ["extract"], parallelism=2, attempt=2),
+        ],
         "result": {
-            "job_id": JOB_ID, "name": "sales", "status": "FAILED", "start_time": 1_700_000_000_000,
-            "end_time": 1_700_000_004_200, "duration_ms": 4200,
+            "job_id": JOB_ID,
+            "name": "sales",
+            "status": "FAILED",
+            "start_time": 1_700_000_000_000,
+            "end_time": 1_700_000_004_200,
+            "duration_ms": 4200,
             "vertices": {
                 "extract": {"state": "FINISHED", "attempts": 1, "rows": 1000, "result_path": "/results/extract/0"},
-                "clean": {"state": "FAILED", "attempts": 3,
-                          "failure": {"class": "ValueError", "message": "bad row", "traceback": "Traceback: line 7"}},
+                "clean": {
+                    "state": "FAILED",
+                    "attempts": 3,
+                    "failure": {"class": "ValueError", "message": "bad row", "traceback": "Traceback: line 7"},
+                },
             },
             "failure": {"class": "ValueError", "message": "bad row", "traceback": "Traceback: line 7"},
         },
@@ -145,10 +201,16 @@ async def test_job_page_shows_essentials_without_javascript(client: Client, view
 
 async def test_job_page_lists_repairs_and_links_each_attempts_log(client: Client, view: FakeView) -> None:
     job = failed_job()
-    job["repairs"] = [{"number": 1, "requested": ["clean"], "vertices": ["clean"], "requested_at": 1_700_000_009_000,
-                       "status": "FAILED"},
-                      {"number": 2, "requested": ["clean"], "vertices": ["clean"], "requested_at": 1_700_000_019_000,
-                       "status": None}]
+    job["repairs"] = [
+        {
+            "number": 1,
+            "requested": ["clean"],
+            "vertices": ["clean"],
+            "requested_at": 1_700_000_009_000,
+            "status": "FAILED",
+        },
+        {"number": 2, "requested": ["clean"], "vertices": ["clean"], "requested_at": 1_700_000_019_000, "status": None},
+    ]
     view.jobs_by_id[JOB_ID] = job
     view.logs[("clean", 1, 2)] = f"row 7 is bad {EVIL}\n"
 
@@ -167,8 +229,14 @@ async def test_job_page_lists_repairs_and_links_each_attempts_log(client: Client
 
 
 async def test_running_job_page_shows_live_attempts_and_no_failure(client: Client, view: FakeView) -> None:
-    view.jobs_by_id[JOB_ID] = {"id": JOB_ID, "name": "sales", "status": "RUNNING", "start_time": 1_700_000_000_000,
-                               "end_time": None, "vertices": [vertex("only", "RUNNING", [], attempt=1)]}
+    view.jobs_by_id[JOB_ID] = {
+        "id": JOB_ID,
+        "name": "sales",
+        "status": "RUNNING",
+        "start_time": 1_700_000_000_000,
+        "end_time": None,
+        "vertices": [vertex("only", "RUNNING", [], attempt=1)],
+    }
 
     page = await get_page(client, f"/ui/jobs/{JOB_ID}")
 
@@ -185,8 +253,16 @@ async def test_every_value_from_the_data_is_escaped(client: Client, view: FakeVi
     job["result"]["failure"]["traceback"] = EVIL
     job["result"]["vertices"]["extract"]["result_path"] = EVIL
     view.jobs_by_id[JOB_ID] = job
-    view.tms = [{"id": EVIL, "hostname": EVIL, "slots_total": 1, "slots_free": 0,
-                 "slots": [{"index": 0, "allocation_id": EVIL, "job_id": EVIL}], "last_heartbeat": None}]
+    view.tms = [
+        {
+            "id": EVIL,
+            "hostname": EVIL,
+            "slots_total": 1,
+            "slots_free": 0,
+            "slots": [{"index": 0, "allocation_id": EVIL, "job_id": EVIL}],
+            "last_heartbeat": None,
+        }
+    ]
     view.jobs_by_id[EVIL] = {**job, "id": EVIL}
 
     for path in (f"/ui/jobs/{JOB_ID}", "/ui/", "/ui/taskmanagers"):
@@ -215,8 +291,16 @@ async def test_a_view_error_becomes_a_page_with_its_status(client: Client, view:
 
 async def test_overview_lists_counts_jobs_and_taskexecutors(client: Client, view: FakeView) -> None:
     view.jobs_by_id[JOB_ID] = failed_job()
-    view.tms = [{"id": "te-1", "hostname": "host-a", "slots_total": 4, "slots_free": 3,
-                 "slots": [], "last_heartbeat": 1_700_000_003_000}]
+    view.tms = [
+        {
+            "id": "te-1",
+            "hostname": "host-a",
+            "slots_total": 4,
+            "slots_free": 3,
+            "slots": [],
+            "last_heartbeat": 1_700_000_003_000,
+        }
+    ]
 
     page = await get_page(client, "/ui/")
 
@@ -234,9 +318,19 @@ async def test_ui_without_slash_redirects_to_overview(client: Client) -> None:
 
 
 async def test_taskmanagers_page_shows_each_slot_and_its_job(client: Client, view: FakeView) -> None:
-    view.tms = [{"id": "te-1", "hostname": "host-a", "slots_total": 2, "slots_free": 1, "last_heartbeat": None,
-                 "slots": [{"index": 0, "allocation_id": "a-1", "job_id": JOB_ID},
-                           {"index": 1, "allocation_id": None, "job_id": None}]}]
+    view.tms = [
+        {
+            "id": "te-1",
+            "hostname": "host-a",
+            "slots_total": 2,
+            "slots_free": 1,
+            "last_heartbeat": None,
+            "slots": [
+                {"index": 0, "allocation_id": "a-1", "job_id": JOB_ID},
+                {"index": 1, "allocation_id": None, "job_id": None},
+            ],
+        }
+    ]
 
     page = await get_page(client, "/ui/taskmanagers")
 
@@ -257,7 +351,8 @@ async def test_standby_pages_name_the_leader(client: Client, view: FakeView, pat
 
 
 async def test_standby_banner_without_leader_and_without_a_link_for_odd_addresses(
-        client: Client, view: FakeView) -> None:
+    client: Client, view: FakeView
+) -> None:
     view.overview_body = {**view.overview_body, "is_leader": False, "leader": None}
     assert "no master leads at the moment" in await get_page(client, "/ui/taskmanagers")
 
@@ -325,8 +420,13 @@ def test_no_shipped_file_names_an_external_url() -> None:
 
 
 def test_layout_puts_each_vertex_one_layer_after_its_deepest_input() -> None:
-    graph = [vertex("a", "CREATED", []), vertex("b", "CREATED", ["a"]), vertex("c", "CREATED", ["a", "b"]),
-             vertex("d", "CREATED", []), vertex("e", "CREATED", ["d", "c"])]
+    graph = [
+        vertex("a", "CREATED", []),
+        vertex("b", "CREATED", ["a"]),
+        vertex("c", "CREATED", ["a", "b"]),
+        vertex("d", "CREATED", []),
+        vertex("e", "CREATED", ["d", "c"]),
+    ]
 
     placed, edges, width, height = layout_graph([VertexDetails.from_dict(v) for v in graph])
 
@@ -350,7 +450,12 @@ def test_times_and_durations_read_as_a_person_writes_them() -> None:
     assert format_time(0) == "1970-01-01 00:00:00"
     assert format_time(-1) == format_time(None) == "—"
     assert [format_duration(ms) for ms in (850, 4200, 182_000, 3_900_000, None)] == [
-        "850 ms", "4.2 s", "3 min 02 s", "1 h 05 min", "—"]
+        "850 ms",
+        "4.2 s",
+        "3 min 02 s",
+        "1 h 05 min",
+        "—",
+    ]
 
 
 async def test_pages_hand_the_scripts_the_terminal_statuses_of_the_model(client: Client, view: FakeView) -> None:
@@ -359,7 +464,10 @@ async def test_pages_hand_the_scripts_the_terminal_statuses_of_the_model(client:
         page = await get_page(client, path)
         found = re.search(r'data-terminal-statuses="([^"]*)"', page)
         assert found is not None, path
-        assert set(found.group(1).split()) == {s.value for s in JobStatus if s.is_terminal} == {
-            "FINISHED", "FAILED", "CANCELED", "SUSPENDED"}
+        assert (
+            set(found.group(1).split())
+            == {s.value for s in JobStatus if s.is_terminal}
+            == {"FINISHED", "FAILED", "CANCELED", "SUSPENDED"}
+        )
     script = (importlib.resources.files("sparkdispatch.rest") / "ui" / "common.js").read_text(encoding="utf-8")
     assert "terminalStatuses" in script and "FINISHED" not in script  # no copy of the set in the script

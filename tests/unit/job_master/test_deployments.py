@@ -96,8 +96,9 @@ async def test_failed_deployments_lose_a_task_executor_only_once_its_heartbeats_
     rm = resource_manager(rpc_failure_threshold=2, **{"heartbeat.interval": "100ms", "heartbeat.timeout": "10s"})
     rm.start()
     register(rm, "te-1", 1)
-    h = Harness(graph_of(JobVertex("a", "pipe:a", 1), restart=FixedDelayRestart(attempts=5, delay_s=0.0)),
-                resource_manager=rm)
+    h = Harness(
+        graph_of(JobVertex("a", "pipe:a", 1), restart=FixedDelayRestart(attempts=5, delay_s=0.0)), resource_manager=rm
+    )
     h.gateway.broker_down = True
     h.jm.start()
 
@@ -125,8 +126,9 @@ async def test_a_deployment_that_goes_through_resets_the_failure_count() -> None
     rm = resource_manager(rpc_failure_threshold=2, **{"heartbeat.interval": "50ms", "heartbeat.timeout": "10s"})
     rm.start()
     register(rm, "te-1", 1)
-    h = Harness(graph_of(JobVertex("a", "pipe:a", 1), restart=FixedDelayRestart(attempts=5, delay_s=0.0)),
-                resource_manager=rm)
+    h = Harness(
+        graph_of(JobVertex("a", "pipe:a", 1), restart=FixedDelayRestart(attempts=5, delay_s=0.0)), resource_manager=rm
+    )
     await asyncio.sleep(0.15)  # te-1 silent for longer than two heartbeat intervals
     h.gateway.fail_deploys = 1
     h.jm.start()

@@ -42,15 +42,26 @@ async def test_stale_and_fenced_reports_are_refused_and_change_nothing() -> None
     a0, a1 = await h.deployments(2)
     await h.report(a0, ExecutionState.RUNNING)
     with pytest.raises(FencingTokenMismatch):
-        h.jm.update_execution_state(ExecutionStateUpdate(
-            job_id=JOB_ID, job_master_id="00000000-0000-0000-0000-000000000000",
-            execution_id=a0.tdd.execution_id, state=ExecutionState.FAILED))
+        h.jm.update_execution_state(
+            ExecutionStateUpdate(
+                job_id=JOB_ID,
+                job_master_id="00000000-0000-0000-0000-000000000000",
+                execution_id=a0.tdd.execution_id,
+                state=ExecutionState.FAILED,
+            )
+        )
     with pytest.raises(UnknownJob):
-        h.jm.update_execution_state(ExecutionStateUpdate(
-            job_id="f" * 32, job_master_id=SESSION, execution_id=a0.tdd.execution_id, state=ExecutionState.FAILED))
+        h.jm.update_execution_state(
+            ExecutionStateUpdate(
+                job_id="f" * 32, job_master_id=SESSION, execution_id=a0.tdd.execution_id, state=ExecutionState.FAILED
+            )
+        )
     with pytest.raises(StaleExecution) as refused:
-        h.jm.update_execution_state(ExecutionStateUpdate(
-            job_id=JOB_ID, job_master_id=SESSION, execution_id=uuid.uuid4().hex, state=ExecutionState.RUNNING))
+        h.jm.update_execution_state(
+            ExecutionStateUpdate(
+                job_id=JOB_ID, job_master_id=SESSION, execution_id=uuid.uuid4().hex, state=ExecutionState.RUNNING
+            )
+        )
     assert refused.value.http_status == 409
     assert h.jm.execution_graph.by_execution_id(a0.tdd.execution_id).state is ExecutionState.RUNNING  # type: ignore[union-attr]
     await h.report(a0, ExecutionState.RUNNING)  # a repeated report is harmless
@@ -172,8 +183,7 @@ def every_graph_frozen(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 @pytest.mark.parametrize("end", ["finish", "fail", "cancel", "suspend"])
-async def test_a_job_master_is_freed_when_dropped_and_its_graph_unfrozen(every_graph_frozen: None,
-                                                                         end: str) -> None:
+async def test_a_job_master_is_freed_when_dropped_and_its_graph_unfrozen(every_graph_frozen: None, end: str) -> None:
     """No reference cycle keeps an ended JobMaster: dropping it frees its graph and unfreezes the heap."""
     rm = resource_manager(rpc_failure_threshold=2)
     rm.start()

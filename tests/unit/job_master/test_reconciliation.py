@@ -33,14 +33,17 @@ async def test_a_heartbeat_listing_a_stale_execution_gets_it_cancelled() -> None
     retry = await h.deployment()
     await h.jm.join()
     cancels_before = list(h.gateway.cancels)
-    h.jm.task_executor_heartbeat(a0.slot.task_executor_id, [
-        ExecutionReport(JOB_ID, a0.tdd.execution_id, ExecutionState.RUNNING),  # the failed attempt still runs there
-        ExecutionReport(JOB_ID, retry.tdd.execution_id, ExecutionState.RUNNING),
-        ExecutionReport(JOB_ID, a1.tdd.execution_id, ExecutionState.DEPLOYING),
-        ExecutionReport(JOB_ID, uuid.uuid4().hex, ExecutionState.FINISHED),
-    ])
+    h.jm.task_executor_heartbeat(
+        a0.slot.task_executor_id,
+        [
+            ExecutionReport(JOB_ID, a0.tdd.execution_id, ExecutionState.RUNNING),  # the failed attempt still runs there
+            ExecutionReport(JOB_ID, retry.tdd.execution_id, ExecutionState.RUNNING),
+            ExecutionReport(JOB_ID, a1.tdd.execution_id, ExecutionState.DEPLOYING),
+            ExecutionReport(JOB_ID, uuid.uuid4().hex, ExecutionState.FINISHED),
+        ],
+    )
     await h.jm.join()
-    assert h.gateway.cancels[len(cancels_before):] == [(a0.slot.hostname, a0.tdd.execution_id)]
+    assert h.gateway.cancels[len(cancels_before) :] == [(a0.slot.hostname, a0.tdd.execution_id)]
     await h.jm.cancel()
     await h.jm.join()
 
@@ -65,7 +68,8 @@ def listing(*deployments: Deployment, state: ExecutionState = ExecutionState.RUN
 
 @pytest.mark.parametrize("restart", [NoRestart(), FixedDelayRestart(attempts=1, delay_s=0.0)])
 async def test_an_execution_fails_over_only_after_the_grace_and_heartbeats_in_a_row_without_it(
-        restart: RestartStrategy) -> None:
+    restart: RestartStrategy,
+) -> None:
     """Within the grace a deployment is on its way; once listed, `missing_execution_threshold` heartbeats in a
     row without it fail it over (and a listing in between starts the count again)."""
     h = Harness(chain(restart), missing_execution_threshold=2, deployment_grace=0.5)
@@ -77,8 +81,11 @@ async def test_an_execution_fails_over_only_after_the_grace_and_heartbeats_in_a_
     for _ in range(4):  # within the grace the deployment is still on its way
         h.jm.task_executor_heartbeat(te, listing(other) if other_te == te else [])
     await asyncio.sleep(0.5)  # the grace passes
-    h.jm.task_executor_heartbeat(te, [ExecutionReport(JOB_ID, lost.tdd.execution_id, ExecutionState.DEPLOYING)] +
-                                 (listing(other) if other_te == te else []))
+    h.jm.task_executor_heartbeat(
+        te,
+        [ExecutionReport(JOB_ID, lost.tdd.execution_id, ExecutionState.DEPLOYING)]
+        + (listing(other) if other_te == te else []),
+    )
     assert h.jm.execution_graph.subtask(lost.subtask).current.attempt == 0  # it arrived after all: listed
     for _ in range(2):
         assert h.jm.execution_graph.subtask(lost.subtask).current.attempt == 0
@@ -119,8 +126,7 @@ async def test_a_deployment_never_listed_fails_over_saying_it_was_lost_on_the_wa
 
 async def test_deployments_lost_together_count_as_one_failure() -> None:
     """A broker restart loses both deployments to one TaskExecutor: one restart, as for a lost TaskExecutor."""
-    h = Harness(chain(FixedDelayRestart(attempts=1, delay_s=0.0)), missing_execution_threshold=1,
-                deployment_grace=0.0)
+    h = Harness(chain(FixedDelayRestart(attempts=1, delay_s=0.0)), missing_execution_threshold=1, deployment_grace=0.0)
     h.rm.free = [("te-1", 0), ("te-1", 1)]
     h.jm.start()
     await h.deployments(2)
@@ -165,9 +171,14 @@ async def test_executions_listed_by_their_heartbeats_are_never_failed() -> None:
     await h.report(a1, ExecutionState.RUNNING)
     for _ in range(20):  # a0 waits in its TaskExecutor for a thread; a1 runs
         for te in {a0.slot.task_executor_id, a1.slot.task_executor_id}:
-            h.jm.task_executor_heartbeat(te, [r for r in listing(a0, state=ExecutionState.DEPLOYING) + listing(a1)
-                                              if te == (a0 if r.execution_id == a0.tdd.execution_id
-                                                        else a1).slot.task_executor_id])
+            h.jm.task_executor_heartbeat(
+                te,
+                [
+                    r
+                    for r in listing(a0, state=ExecutionState.DEPLOYING) + listing(a1)
+                    if te == (a0 if r.execution_id == a0.tdd.execution_id else a1).slot.task_executor_id
+                ],
+            )
         h.jm.task_executor_heartbeat("te-elsewhere", [])  # other TaskExecutors' heartbeats are no evidence
     assert h.jm.status is JobStatus.RUNNING
     assert [ev.current.attempt for ev in h.jm.execution_graph.subtasks("a")] == [0, 0]
@@ -182,8 +193,12 @@ async def test_the_resource_manager_forwards_heartbeats_that_fail_a_lost_deploym
     rm = resource_manager(rpc_failure_threshold=2, **{"heartbeat.interval": "50ms", "heartbeat.timeout": "10s"})
     rm.start()
     register(rm, "te-1", 1)
-    h = Harness(graph_of(JobVertex("a", "pipe:a", 1), restart=FixedDelayRestart(attempts=1, delay_s=0.0)),
-                resource_manager=rm, missing_execution_threshold=2, deployment_grace=0.0)
+    h = Harness(
+        graph_of(JobVertex("a", "pipe:a", 1), restart=FixedDelayRestart(attempts=1, delay_s=0.0)),
+        resource_manager=rm,
+        missing_execution_threshold=2,
+        deployment_grace=0.0,
+    )
     h.jm.start()
     lost = await h.deployment()
     await h.jm.join()
@@ -191,8 +206,12 @@ async def test_the_resource_manager_forwards_heartbeats_that_fail_a_lost_deploym
         rm.heartbeat(SESSION, "te-1", SlotReport.free(1), [])
     retry = await h.deployment()
     assert (retry.subtask, retry.tdd.attempt, retry.slot.task_executor_id) == (lost.subtask, 1, "te-1")
-    rm.heartbeat(SESSION, "te-1", SlotReport.free(1), [{"job_id": JOB_ID, "execution_id": retry.tdd.execution_id,
-                                                       "state": "DEPLOYING"}])
+    rm.heartbeat(
+        SESSION,
+        "te-1",
+        SlotReport.free(1),
+        [{"job_id": JOB_ID, "execution_id": retry.tdd.execution_id, "state": "DEPLOYING"}],
+    )
     await h.finish(retry)
     assert (await asyncio.wait_for(h.jm.result_future, STEP_TIMEOUT_S)).status is JobStatus.FINISHED
     await h.jm.join()

@@ -48,8 +48,9 @@ async def test_exhausted_restarts_fail_the_job_with_the_root_cause() -> None:
     await h.fail(e0)
     again = await h.deployment()
     assert again.subtask == e0.subtask and again.tdd.attempt == 1
-    root_cause = Failure("KeyError", "'region'", 'Traceback (most recent call last):\n  File "pipe.py", line 9\n'
-                                                "KeyError: 'region'\n")
+    root_cause = Failure(
+        "KeyError", "'region'", "Traceback (most recent call last):\n  File \"pipe.py\", line 9\nKeyError: 'region'\n"
+    )
     await h.fail(again, root_cause)
 
     result = await asyncio.wait_for(h.jm.result_future, STEP_TIMEOUT_S)
@@ -85,8 +86,9 @@ async def test_failure_rate_fails_the_job_past_its_rate() -> None:
 
 
 async def test_exponential_delay_restarts_until_success() -> None:
-    strategy = ExponentialDelayRestart(initial_backoff_s=0.005, max_backoff_s=0.02, backoff_multiplier=2.0,
-                                       jitter_factor=0.0, attempts=3)
+    strategy = ExponentialDelayRestart(
+        initial_backoff_s=0.005, max_backoff_s=0.02, backoff_multiplier=2.0, jitter_factor=0.0, attempts=3
+    )
     h = Harness(chain(strategy))
     h.jm.start()
     result = await h.run_to_end(failures={SubtaskId("b", 0): 3})

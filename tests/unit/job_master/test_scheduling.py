@@ -51,8 +51,10 @@ async def test_fan_out_fan_in_runs_in_batch_order_and_finishes() -> None:
     load = [d for d in h.gateway.deployments if d.tdd.vertex_id == "load"]
     assert {k: len(v) for k, v in load[0].tdd.inputs.items()} == {"left": 2, "right": 2}
     assert load[0].tdd.inputs["left"] == tuple(
-        d.tdd.result_path for d in sorted(h.gateway.deployments, key=lambda d: d.tdd.subtask_index)
-        if d.tdd.vertex_id == "left")
+        d.tdd.result_path
+        for d in sorted(h.gateway.deployments, key=lambda d: d.tdd.subtask_index)
+        if d.tdd.vertex_id == "left"
+    )
     assert len(h.gateway.deployments) == 8 and len(h.store.records) == 8
     assert h.rm.declarations[-1] == 0 and not h.rm.allocated and len(h.rm.released) == 8
     details = job_details(h.jm.snapshot()).to_dict()
@@ -72,8 +74,12 @@ async def test_details_show_subtask_states_attempts_and_taskmanagers() -> None:
     assert details["status"] == "RUNNING" and details["end_time"] is None
     assert vertex_a["id"] == "a" and vertex_a["state"] == "RUNNING" and vertex_a["parallelism"] == 2
     by_index = {s["index"]: s for s in vertex_a["subtasks"]}
-    assert by_index[a0.tdd.subtask_index] == {"index": a0.tdd.subtask_index, "state": "RUNNING", "attempt": 0,
-                                              "taskmanager": a0.slot.task_executor_id}
+    assert by_index[a0.tdd.subtask_index] == {
+        "index": a0.tdd.subtask_index,
+        "state": "RUNNING",
+        "attempt": 0,
+        "taskmanager": a0.slot.task_executor_id,
+    }
     assert by_index[a1.tdd.subtask_index]["state"] == "DEPLOYING"
     assert details["vertices"][1]["subtasks"][0]["state"] == "CREATED"
     tasks = flink_job_details(h.jm.overview()).to_dict()["tasks"]
@@ -111,9 +117,13 @@ async def test_consumers_wait_for_the_progress_record() -> None:
 
 
 async def test_recovered_progress_skips_finished_subtasks() -> None:
-    progress = JobProgress(JOB_ID, {"extract": {0: SubtaskProgress("/old/extract/0-x", 7),
-                                                1: SubtaskProgress("/old/extract/1-y", 8)},
-                                    "left": {1: SubtaskProgress("/old/left/1-z", 3)}})
+    progress = JobProgress(
+        JOB_ID,
+        {
+            "extract": {0: SubtaskProgress("/old/extract/0-x", 7), 1: SubtaskProgress("/old/extract/1-y", 8)},
+            "left": {1: SubtaskProgress("/old/left/1-z", 3)},
+        },
+    )
     h = Harness(diamond(), recovered=progress)
     h.jm.start()
     first = await h.deployments(3)
@@ -134,8 +144,10 @@ async def test_recovered_progress_skips_finished_subtasks() -> None:
 
 
 async def test_a_fully_recovered_job_finishes_without_running_anything() -> None:
-    progress = JobProgress(JOB_ID, {"a": {0: SubtaskProgress(None, None), 1: SubtaskProgress("/p/a1", 2)},
-                                    "b": {0: SubtaskProgress("/p/b0", 2)}})
+    progress = JobProgress(
+        JOB_ID,
+        {"a": {0: SubtaskProgress(None, None), 1: SubtaskProgress("/p/a1", 2)}, "b": {0: SubtaskProgress("/p/b0", 2)}},
+    )
     h = Harness(chain(), recovered=progress)
     h.jm.start()
     result = await asyncio.wait_for(h.jm.result_future, STEP_TIMEOUT_S)
