@@ -178,6 +178,14 @@ REST_LOGIN_FAILURE_WINDOW: Final = _rest.duration(
     minimum=timedelta(seconds=1),
 )
 
+REST_LIST_PAGE_SIZE: Final = _rest.integer(
+    "rest.list.page-size",
+    1000,
+    "The most entries one answer of `GET /jobs` or `GET /taskmanagers` holds, and their number when the "
+    "request asks for none (`?limit=`); its `next` cursor (`?after=`) gives the following page.",
+    minimum=1,
+)
+
 _jobs = Section("Jobs")
 
 JOBGRAPH_MAX_SUBTASKS: Final = _jobs.integer(

@@ -48,6 +48,7 @@ from sparkdispatch.rest.connections import (
     read_within,
 )
 from sparkdispatch.rest.inputs import path_id, query_int, read_job_graph, read_json, repair_vertices
+from sparkdispatch.rest.paging import PageRequest, page_of
 from sparkdispatch.rest.settings import RestSettings
 from sparkdispatch.rest.access import Role
 from sparkdispatch.rest.gate import CALLER_KEY
@@ -182,8 +183,10 @@ class RestHandlers:
         )
 
     async def list_jobs(self, request: web.Request) -> web.Response:
+        asked = PageRequest.of(request, page_size=self.settings.list_page_size)
         overviews = self.master.leader_components().dispatcher.job_overviews()
-        return shape_response(JobList(tuple(views.job_summary(job) for job in overviews)))
+        page = page_of(overviews, lambda job: (job.start_time, job.job_id), asked, descending=True)
+        return shape_response(JobList(tuple(views.job_summary(job) for job in page.entries), next=page.next))
 
     async def jobs_overview(self, request: web.Request) -> web.Response:
         overviews = self.master.leader_components().dispatcher.job_overviews()
@@ -267,13 +270,16 @@ class RestHandlers:
         return shape_response(answer, status=202 if answer.created else 200)
 
     async def taskmanagers(self, request: web.Request) -> web.Response:
+        asked = PageRequest.of(request, page_size=self.settings.list_page_size)
         leader = self.master.leader_components()
-        entries = leader.resource_manager.task_executors()
+        everyone = sorted(leader.resource_manager.task_executors(), key=lambda entry: entry.id)
+        page = page_of(everyone, lambda entry: (entry.id,), asked, descending=False)
+        entries = list(page.entries)
         caller = request.get(CALLER_KEY)
         if caller is not None and not caller.principal.role.permits(Role.SUBMITTER):
             # a viewer sees what runs where, not the attempts' ids
             entries = [entry.without_execution_ids() for entry in entries]
-        return shape_response(TaskManagerList(tuple(entries)))
+        return shape_response(TaskManagerList(tuple(entries), next=page.next))
 
     async def upload_artifact(self, request: web.Request) -> web.Response:
         leader = self.master.leader_components()
