@@ -273,6 +273,7 @@ class TaskManager(Shape):
     idle: bool
     last_heartbeat: int | None
     executions: tuple[TaskManagerExecution, ...]
+    pool: str = "default"  # `taskexecutor.pool`; masters before pools did not say
 
     def without_execution_ids(self) -> TaskManager:
         """This entry as a viewer sees it: each execution without its id."""
