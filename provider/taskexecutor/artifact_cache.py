@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import shutil
 import threading
@@ -29,7 +30,11 @@ class ArtifactCache:
     verified by its hash: `MasterClient.fetch_artifact`). Each blob has a directory of its own,
     `<cache_dir>/<key>/<file name>`, so the directory of a `.py` blob holds that module alone: a
     slot process puts it (or a `.zip` itself) on its own `sys.path`. A blob fetched before the
-    TaskExecutor restarted is used as it is.
+    TaskExecutor restarted is used too.
+
+    Every use hashes the cached file again: jobs run as the TaskExecutor's user, so one job's code
+    could rewrite a module another job will import. A file that no longer hashes to its key is
+    removed and fetched again (`repairs` counts them).
 
     The blobs together take at most `max_size` bytes: beyond it, the least recently used ones
     are removed, never one a running attempt uses (`use`); a blob used again later is fetched
@@ -43,6 +48,7 @@ class ArtifactCache:
         self._lock = threading.Lock()
         self._entries: OrderedDict[str, _Entry] = OrderedDict()  # least recently used first
         self._in_use: Counter[str] = Counter()
+        self.repairs = 0  # cached files found changed and fetched again
         self._index_fetched()
 
     @property
@@ -73,6 +79,16 @@ class ArtifactCache:
 
     def _file_of(self, key: str) -> str:
         entry = self._entries.get(key)
+        if entry is not None and Path(entry.path).is_file() and not _hashes_to(Path(entry.path), key):
+            log.warning(
+                "cached artifact %s (%s) no longer hashes to its key: changed since it was fetched "
+                "(by a job's code?); fetching it again",
+                key,
+                entry.path,
+            )
+            self.repairs += 1
+            shutil.rmtree(self._cache_dir / key, ignore_errors=True)
+            entry = None
         if entry is None or not Path(entry.path).is_file():
             path = self._install(key)
             entry = _Entry(path, _size_of(Path(path).parent))
@@ -130,3 +146,12 @@ def _fetched_file(directory: Path) -> Path | None:
 
 def _size_of(directory: Path) -> int:
     return sum(path.stat().st_size for path in directory.iterdir() if path.is_file())
+
+
+def _hashes_to(path: Path, key: str) -> bool:
+    """Whether the file's SHA-256 is `key` (a blob's key is the hash of its bytes)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as content:
+        while chunk := content.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest() == key

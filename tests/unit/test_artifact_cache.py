@@ -86,3 +86,17 @@ def test_a_blob_that_is_not_python_code_is_refused(blobs: Blobs, tmp_path: Path)
         with cache.use([key]):
             pass
     assert cache.keys() == [] and not (tmp_path / "cache" / key).exists()
+
+
+def test_a_cached_file_changed_since_it_was_fetched_is_fetched_again_before_use(blobs: Blobs, tmp_path: Path) -> None:
+    key = blobs.put("tasks.py", b"def numbers(ctx):\n    return 'the job's own code'\n")
+    cache = ArtifactCache(blobs.fetch, tmp_path / "cache", max_size=KIB)
+    with cache.use([key]) as (path,):
+        pass
+    Path(path).write_bytes(b"def numbers(ctx):\n    return 'another job wrote this'\n")  # same user, same file
+    with cache.use([key]) as (again,):
+        assert Path(again).read_bytes() == b"def numbers(ctx):\n    return 'the job's own code'\n"
+    assert blobs.fetched == [key, key] and cache.repairs == 1
+    with cache.use([key]):
+        pass
+    assert blobs.fetched == [key, key] and cache.repairs == 1  # an intact file is not fetched again
