@@ -39,6 +39,8 @@ from sparkdispatch.rest.connections import (
 from sparkdispatch.rest.gate import CALLER_KEY, Gate
 from sparkdispatch.rest.ui_auth import CSRF_KEY, UiSessions
 from sparkdispatch.rest.settings import RestSettings
+from sparkdispatch.rest.session_revocations import SessionRevocations
+from pathlib import Path
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +128,8 @@ def create_error_middleware(
 def gate_of(settings: RestSettings) -> tuple[Gate, UiSessions | None]:
     """The gate `settings` describe, and the web UI's sessions when users need a token."""
     users = settings.authenticator()
-    sessions = UiSessions(users) if users.users_authenticate else None
+    revocations = SessionRevocations(Path(settings.sessions_dir) if settings.sessions_dir else None)
+    sessions = UiSessions(users, revocations=revocations) if users.users_authenticate else None
     return Gate(users, sessions), sessions
 
 

@@ -33,6 +33,7 @@ from sparkdispatch.errors import ConfigurationError
 from sparkdispatch.rest.access import Authenticator, TokensFile
 from sparkdispatch.tls import ClientTls, ServerTls
 from sparkdispatch.web_origin import WebOrigin
+from sparkdispatch.config.options import HA_CLUSTER_ID
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +132,7 @@ class RestSettings:
     tokens_file: str = ""  # `rest.auth.tokens-file`: named user tokens with roles
     cluster_secret: str = field(default="", repr=False)  # the TaskExecutors' credential
     list_page_size: int = 1000  # the most entries of one page of GET /jobs or /taskmanagers
+    sessions_dir: str = ""  # logged-out UI sessions, shared by the masters (session_revocations.py)
 
     @property
     def users_authenticate(self) -> bool:
@@ -189,4 +191,5 @@ class RestSettings:
             tokens_file=config.get(REST_AUTH_TOKENS_FILE),
             cluster_secret=config.cluster_secret,
             list_page_size=config.get(REST_LIST_PAGE_SIZE),
+            sessions_dir=str(config.storage_dir / "ui-sessions" / config.get(HA_CLUSTER_ID)),
         )

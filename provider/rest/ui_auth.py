@@ -36,6 +36,7 @@ from urllib.parse import parse_qs, quote
 from aiohttp import web
 
 from sparkdispatch.errors import CsrfRefused, TooManyLoginAttempts, UnsupportedMediaType
+from sparkdispatch.rest.session_revocations import SessionRevocations
 from sparkdispatch.rest.access import Authenticator, Principal, Role
 from sparkdispatch.rest.inputs import read_body
 from sparkdispatch.rest.login_throttle import LoginThrottle
@@ -74,15 +75,21 @@ class UiSessions:
 
     A cookie is `<expires>.<nonce>.<name>.<signature>`, signed under a key derived from the named
     user's token: every master with the same tokens accepts it, and removing or changing a token
-    (in `rest.auth.tokens-file`) ends its sessions."""
+    (in `rest.auth.tokens-file`) ends its sessions. A logout ends the session on every master that
+    shares `revocations` (session_revocations.py)."""
 
     def __init__(
-        self, users: Authenticator, *, lifetime_s: float = SESSION_LIFETIME_S, clock: Callable[[], float] = time.time
+        self,
+        users: Authenticator,
+        *,
+        revocations: SessionRevocations | None = None,
+        lifetime_s: float = SESSION_LIFETIME_S,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self._users = users
         self._lifetime_s = lifetime_s
         self._clock = clock
-        self._revoked: dict[str, int] = {}  # nonce of a logged-out session -> its expiry
+        self._revocations = revocations or SessionRevocations(None, clock=clock)
 
     def user_of_token(self, offered: str) -> Principal | None:
         """The user whose token `offered` is; None for a wrong one and for the cluster secret."""
@@ -102,13 +109,11 @@ class UiSessions:
         return None if session is None else session.csrf
 
     def revoke(self, cookie: str) -> bool:
-        """End the session of `cookie` on this master; whether it was a live session."""
+        """End the session of `cookie` on every master sharing the revocations; whether it was a live session."""
         session = self._session_of(cookie)
         if session is None:
             return False
-        now = self._clock()
-        self._revoked = {nonce: expires for nonce, expires in self._revoked.items() if expires >= now}
-        self._revoked[session.nonce] = session.expires
+        self._revocations.revoke(session.nonce, session.expires)
         return True
 
     def _session_of(self, cookie: str) -> _Session | None:
@@ -116,12 +121,13 @@ class UiSessions:
         claim, _, signature = cookie.rpartition(".")
         expires, _, rest = claim.partition(".")
         nonce, _, name = rest.partition(".")
-        if not (expires.isascii() and expires.isdigit() and nonce and name) or nonce in self._revoked:
+        if not (expires.isascii() and expires.isdigit() and nonce and name):
             return None
         token, principal = self._users.token_of(name), self._users.principal_of(name)
         if token is None or principal is None or not hmac.compare_digest(signature, _sign(token, "session", claim)):
             return None
-        if int(expires) < self._clock():
+        # the file of a revocation is looked for only once the signature proved the nonce is the master's own
+        if int(expires) < self._clock() or self._revocations.is_revoked(nonce):
             return None
         return _Session(int(expires), nonce, principal, _sign(token, "csrf", nonce))
 

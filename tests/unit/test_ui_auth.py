@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -13,6 +14,7 @@ import pytest
 from sparkdispatch.errors import TooManyLoginAttempts, error_from_body
 from sparkdispatch.rest.access import LEGACY_TOKEN_NAME, Authenticator, Principal, Role
 from sparkdispatch.rest.login_throttle import LoginThrottle
+from sparkdispatch.rest.session_revocations import SessionRevocations
 from sparkdispatch.rest.ui_auth import CSRF_HEADER, SESSION_COOKIE, UiSessions
 from sparkdispatch.testing.master import InProcessMaster
 
@@ -184,6 +186,37 @@ async def test_a_logged_out_session_cookie_no_longer_works_when_replayed() -> No
         status, _, answer = await call("GET", f"{url}/ui/", cookie=cookie)
         assert status == 303 and answer.headers["Location"].startswith("/ui/login")
         assert (await call("GET", f"{url}/jobs", cookie=other))[0] == 200  # another browser stays logged in
+
+
+async def test_a_logout_ends_the_session_on_every_master_of_the_cluster_and_across_a_restart(tmp_path: Path) -> None:
+    overrides = {"rest.auth.token": TOKEN}
+    async with InProcessMaster(storage_dir=tmp_path, overrides=overrides) as first:
+        _, _, answer = await call("POST", f"{first.url}/ui/login", data={"token": TOKEN})
+        cookie = answer.cookies[SESSION_COOKIE].value
+        other = (await call("POST", f"{first.url}/ui/login", data={"token": TOKEN}))[2].cookies[SESSION_COOKIE].value
+        async with InProcessMaster(storage_dir=tmp_path, overrides=overrides) as second:  # another master
+            assert (await call("GET", f"{second.url}/jobs", cookie=cookie))[0] == 200
+            assert (await call("GET", f"{first.url}/ui/logout", cookie=cookie))[0] == 303
+            assert (await call("GET", f"{second.url}/jobs", cookie=cookie))[0] == 401
+            assert (await call("GET", f"{second.url}/jobs", cookie=other))[0] == 200
+    async with InProcessMaster(storage_dir=tmp_path, overrides=overrides) as restarted:
+        assert (await call("GET", f"{restarted.url}/jobs", cookie=cookie))[0] == 401
+        assert (await call("GET", f"{restarted.url}/jobs", cookie=other))[0] == 200
+    revoked = list((tmp_path / "ui-sessions" / "default").iterdir())
+    assert len(revoked) == 1 and oct(revoked[0].stat().st_mode & 0o777) == "0o600"
+
+
+def test_revocations_are_shared_through_their_directory_and_swept_once_expired(tmp_path: Path) -> None:
+    now = [1_000.0]
+    here, there = (SessionRevocations(tmp_path, clock=lambda: now[0]) for _ in range(2))
+    here.revoke("n" * 22, expires=1_030)
+    assert there.is_revoked("n" * 22) and not there.is_revoked("m" * 22)
+    with pytest.raises(ValueError, match="not a session nonce"):
+        here.revoke("../../etc/passwd", expires=2_000)
+    assert not there.is_revoked("../x")  # never a file name
+    now[0] = 2_000.0  # the first session expired: the next logout sweeps its file
+    there.revoke("o" * 22, expires=3_000)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["o" * 22]
 
 
 def test_only_a_live_session_is_revoked_and_only_its_own() -> None:
