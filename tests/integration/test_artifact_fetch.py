@@ -111,6 +111,7 @@ async def test_a_task_executor_without_the_masters_storage_runs_a_job_with_code_
             "spark.ui.enabled": "false",
             "spark.sql.shuffle.partitions": "1",
             "taskexecutor.registration.max-backoff": "500ms",
+            "taskexecutor.pool": "fetchers",  # and runs only jobs of that pool
         }
     )
     te = TaskExecutorProcess(te_config, tmp_path)
@@ -122,6 +123,7 @@ async def test_a_task_executor_without_the_masters_storage_runs_a_job_with_code_
                 await client.submit(
                     {
                         "name": "fetched-code",
+                        "pool": "fetchers",
                         "artifacts": [key],
                         "restart_strategy": {"type": "none"},
                         "vertices": [
@@ -137,8 +139,10 @@ async def test_a_task_executor_without_the_masters_storage_runs_a_job_with_code_
                 )
             ).job_id
             result = await asyncio.wait_for(client.wait_for_result(job_id, poll_interval=0.2), WAIT_S)
+            pools = [entry.pool for entry in await client.taskmanagers()]
         assert result.status == "FINISHED", result.failure
         assert result.vertices["double"].rows == 10
+        assert pools == ["fetchers"]
         assert not (tmp_path / "te-host" / "blobs").exists()  # it never read the masters' store
         cached = list((tmp_path / "te-host" / "te-cache").glob(f"*/{key}/job_tasks.py"))
         assert len(cached) == 1 and cached[0].read_bytes() == TASKS.read_bytes()
