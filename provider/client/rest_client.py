@@ -68,6 +68,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 S = TypeVar("S", bound=Shape)
+E = TypeVar("E")  # an entry of a paged list
 
 _REDIRECTS = {301, 302, 303, 307, 308}
 _MAX_HOPS = 5
@@ -194,14 +195,12 @@ class SparkDispatchClient:
 
     async def taskmanagers(self) -> list[TaskManager]:
         """The TaskExecutors registered with the leader, with their slots (every page)."""
-        entries: list[TaskManager] = []
-        after: str | None = None
-        while True:
-            page = await self.taskmanagers_page(after=after)
-            entries += page.taskmanagers
-            if page.next is None:
-                return entries
-            after = page.next
+
+        async def page(after: str | None) -> tuple[Sequence[TaskManager], str | None]:
+            answer = await self.taskmanagers_page(after=after)
+            return answer.taskmanagers, answer.next
+
+        return await _every_page(page)
 
     async def taskmanagers_page(self, *, limit: int | None = None, after: str | None = None) -> TaskManagerList:
         """One page of `GET /taskmanagers`, by id: at most `limit` entries after the cursor `after`."""
@@ -210,14 +209,12 @@ class SparkDispatchClient:
     async def jobs(self) -> list[JobSummary]:
         """Running and finished jobs, the most recently started first (every page): id, name, status,
         start/end time, duration."""
-        entries: list[JobSummary] = []
-        after: str | None = None
-        while True:
-            page = await self.jobs_page(after=after)
-            entries += page.jobs
-            if page.next is None:
-                return entries
-            after = page.next
+
+        async def page(after: str | None) -> tuple[Sequence[JobSummary], str | None]:
+            answer = await self.jobs_page(after=after)
+            return answer.jobs, answer.next
+
+        return await _every_page(page)
 
     async def jobs_page(self, *, limit: int | None = None, after: str | None = None) -> JobList:
         """One page of `GET /jobs`: at most `limit` jobs after the cursor `after` (a page's `next`)."""
@@ -634,6 +631,17 @@ class SyncSparkDispatchClient:
             self.run(self.async_client.close())
         finally:
             self._loop.close()
+
+
+async def _every_page(page: Callable[[str | None], Awaitable[tuple[Sequence[E], str | None]]]) -> list[E]:
+    """The entries of every page of a list, following each page's `next` cursor."""
+    entries: list[E] = []
+    after: str | None = None
+    while True:
+        found, after = await page(after)
+        entries += found
+        if after is None:
+            return entries
 
 
 def _page_params(limit: int | None, after: str | None) -> dict[str, str]:
