@@ -39,6 +39,9 @@ log = logging.getLogger(__name__)
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 LOG_FILE_NAME = "connect-server.log"  # in the work dir; the previous start's log is kept as `.1`
+#: The server's Spark properties, in the work dir (0600) from its spawn until it serves: a `spark.*`
+#: secret on `--conf` would be on the JVM's command line, which every user of the host may read.
+PROPERTIES_FILE_NAME = "spark-server.properties"
 STOP_GRACE_S = 10.0  # SIGTERM lets Spark delete its temp dirs (0.5-3 s measured); SIGKILL after this
 BIND_ADDRESS_KEY = "spark.connect.grpc.binding.address"
 BIND_PORT_KEY = "spark.connect.grpc.binding.port"
@@ -103,6 +106,38 @@ def server_properties(settings: ConnectServerSettings, *, work_dir: Path, port: 
         )
     properties.update({BIND_ADDRESS_KEY: "127.0.0.1", BIND_PORT_KEY: str(port)})
     return properties
+
+
+def properties_text(properties: dict[str, str]) -> str:
+    """`properties` as a Java properties file Spark reads (`--properties-file`): `key=value` lines,
+    escaped so that every key and value reads back as given (Spark trims values' outer spaces)."""
+    return "".join(f"{_escape(key, key=True)}={_escape(value, key=False)}\n" for key, value in properties.items())
+
+
+def _escape(text: str, *, key: bool) -> str:
+    escaped = []
+    for char in text:
+        if char in _PROPERTIES_ESCAPES:
+            escaped.append(_PROPERTIES_ESCAPES[char])
+        elif key and char in " =:#!":
+            escaped.append("\\" + char)
+        elif " " <= char <= "~":
+            escaped.append(char)
+        else:  # \uXXXX, as UTF-16 code units, reads the same whatever charset the file is read with
+            data = char.encode("utf-16-be")
+            escaped.extend(f"\\u{int.from_bytes(data[i : i + 2], 'big'):04x}" for i in range(0, len(data), 2))
+    return "".join(escaped)
+
+
+_PROPERTIES_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\f": "\\f"}
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """Write `path` readable by this user only (0600) from its creation on, replacing what is there."""
+    path.unlink(missing_ok=True)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "wb") as file:
+        file.write(data)
 
 
 class ConnectServer:
@@ -191,6 +226,7 @@ class ConnectServer:
             self._spawn()
             try:
                 self._wait_until_serving(deadline, budget)
+                self._remove_properties()  # read at the JVM's start, needed no more
                 serving = time.monotonic()
                 self._warm_up(deadline, budget)
             except BaseException:
@@ -226,6 +262,11 @@ class ConnectServer:
         (self.work_dir / "fairscheduler.xml").write_text(_FAIR_SCHEDULER_XML)
         if self.log_path.exists():
             self.log_path.replace(self.log_path.with_name(LOG_FILE_NAME + ".1"))
+        properties = self.work_dir / PROPERTIES_FILE_NAME
+        write_private(
+            properties,
+            properties_text(server_properties(self.settings, work_dir=self.work_dir, port=self._port)).encode(),
+        )
         argv = [
             str(home / "bin" / "spark-submit"),
             "--class",
@@ -234,17 +275,23 @@ class ConnectServer:
             self.settings.spark_master,
             "--name",
             self.app_name,
+            "--properties-file",
+            str(properties),
+            # spark-defaults.conf (of SPARK_CONF_DIR, if any) as without a properties file; ours take precedence
+            "--load-spark-defaults",
+            "spark-internal",
         ]
-        for key, value in server_properties(self.settings, work_dir=self.work_dir, port=self._port).items():
-            argv += ["--conf", f"{key}={value}"]
-        argv.append("spark-internal")
         submit_opts = os.environ.get("SPARK_SUBMIT_OPTS", "")
         if "log4j2.configurationFile" not in submit_opts:
             submit_opts = f"{submit_opts} -Dlog4j2.configurationFile={log4j.as_uri()}".strip()
         # Python workers must run this interpreter: it has pyarrow (4.3's Python UDFs use Arrow) and
         # cloudpickle needs the clients' Python version. SPARK_HOME: the jars of the installed client.
         env = job_environment(
-            {"SPARK_HOME": str(home), "PYSPARK_PYTHON": sys.executable, "SPARK_SUBMIT_OPTS": submit_opts}
+            {
+                "SPARK_HOME": str(home),
+                "PYSPARK_PYTHON": sys.executable,
+                "SPARK_SUBMIT_OPTS": submit_opts,
+            }
         )
         try:
             with open(self.log_path, "wb") as log_file:
@@ -327,8 +374,12 @@ class ConnectServer:
                 f"{errors[-1] if errors else f'exit code {done.returncode}'}"
             )
 
+    def _remove_properties(self) -> None:
+        (self.work_dir / PROPERTIES_FILE_NAME).unlink(missing_ok=True)
+
     def _terminate(self) -> None:
         process, self._process, self._address, self.ui_port = self._process, None, None, None
+        self._remove_properties()
         if process is None:
             return
         _signal_group(process.pid, signal.SIGTERM)

@@ -134,3 +134,13 @@ def test_a_failure_names_the_log_and_its_last_lines_without_stack_frames(tmp_pat
     tail = connect_server._tail(log)
     assert len(tail) == 20 and tail[-1].endswith("IllegalStateException: boom") and tail[0] == "line 11"
     assert connect_server._tail(tmp_path / "missing.log") == []
+
+
+def test_the_properties_file_is_private_from_its_creation_and_escapes_what_java_would_misread(tmp_path: Path) -> None:
+    path = tmp_path / "server.properties"
+    path.write_text("an older, world-readable file")
+    path.chmod(0o644)
+    text = connect_server.properties_text({"spark.a b=c": "x=y\\z\nw ü", "spark.plain": "1"})
+    connect_server.write_private(path, text.encode())
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert path.read_text() == "spark.a\\ b\\=c=x=y\\\\z\\nw \\u00fc\nspark.plain=1\n"
