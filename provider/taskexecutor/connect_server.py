@@ -87,7 +87,12 @@ _FAIR_SCHEDULER_XML = """\
 
 def server_properties(settings: ConnectServerSettings, *, work_dir: Path, port: int) -> dict[str, str]:
     """The server's Spark properties: our defaults, then the configured `spark.*` ones, then its binding."""
-    properties = {
+    properties: dict[str, str] = {}
+    if not is_local_master(settings.spark_master):
+        # Spark 4 binds its UI where it binds the driver (SPARK_LOCAL_IP, else every interface), and a
+        # cluster's executors must reach the driver: the UI cannot keep to loopback, so it is off unless asked
+        properties["spark.ui.enabled"] = "false"
+    properties |= {
         # a progress bar redrawn in a log file only buries the lines that matter
         "spark.ui.showConsoleProgress": "false",
         # any free port: several TaskExecutors on one host never queue up behind 4040
@@ -138,6 +143,20 @@ def write_private(path: Path, data: bytes) -> None:
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(descriptor, "wb") as file:
         file.write(data)
+
+
+def is_local_master(spark_master: str) -> bool:
+    """Whether `spark.master` runs the executors in the driver's JVM (`local`, `local[4]`, `local[*, 2]`)."""
+    return spark_master == "local" or spark_master.startswith("local[")
+
+
+def server_environment(settings: ConnectServerSettings) -> dict[str, str]:
+    """What the server's environment adds to the TaskExecutor's (`job_environment`): with a local
+    master, `SPARK_LOCAL_IP=127.0.0.1` (unless the TaskExecutor has one), the only setting Spark 4's
+    UI binds by, which also keeps the driver's own ports on loopback."""
+    if is_local_master(settings.spark_master) and "SPARK_LOCAL_IP" not in os.environ:
+        return {"SPARK_LOCAL_IP": "127.0.0.1"}
+    return {}
 
 
 class ConnectServer:
@@ -291,6 +310,7 @@ class ConnectServer:
                 "SPARK_HOME": str(home),
                 "PYSPARK_PYTHON": sys.executable,
                 "SPARK_SUBMIT_OPTS": submit_opts,
+                **server_environment(self.settings),
             }
         )
         try:

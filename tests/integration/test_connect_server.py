@@ -103,7 +103,7 @@ def test_a_connect_session_runs_queries_with_the_configured_properties(
         spark.stop()
 
 
-def test_the_server_listens_on_loopback_only_and_answers_health_checks_quickly(server: ConnectServer) -> None:
+def test_the_server_and_its_ui_listen_on_loopback_only_and_answer_health_checks_quickly(server: ConnectServer) -> None:
     assert server.pid is not None
     port = int(server.url.rpartition(":")[2])
     listening = [
@@ -113,6 +113,13 @@ def test_the_server_listens_on_loopback_only_and_answers_health_checks_quickly(s
     ]
     assert listening and all(address.ip in ("127.0.0.1", "::ffff:127.0.0.1") for address in listening)
     assert server.ui_port is not None and server.ui_port not in (0, 4040, port)  # a free port of its own
+    # so does the Spark UI of a local master (Spark 4 binds it by SPARK_LOCAL_IP only; else on every interface)
+    ui = [
+        c.laddr
+        for c in psutil.Process(server.pid).net_connections(kind="tcp")
+        if c.status == psutil.CONN_LISTEN and c.laddr.port == server.ui_port
+    ]
+    assert ui and all(address.ip in ("127.0.0.1", "::ffff:127.0.0.1") for address in ui)
     started = time.monotonic()
     assert server.is_healthy()
     assert time.monotonic() - started < 1.0

@@ -144,3 +144,24 @@ def test_the_properties_file_is_private_from_its_creation_and_escapes_what_java_
     connect_server.write_private(path, text.encode())
     assert path.stat().st_mode & 0o777 == 0o600
     assert path.read_text() == "spark.a\\ b\\=c=x=y\\\\z\\nw \\u00fc\nspark.plain=1\n"
+
+
+def test_the_spark_ui_of_a_cluster_master_is_off_unless_configured_and_a_local_one_keeps_to_loopback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SPARK_LOCAL_IP", raising=False)
+
+    def settings(**keys: str) -> ConnectServerSettings:
+        return ConnectServerSettings.from_config(Configuration.from_mapping(keys))
+
+    cluster = settings(**{"spark.master": "spark://m:7077"})
+    assert server_properties(cluster, work_dir=tmp_path, port=0)["spark.ui.enabled"] == "false"
+    assert connect_server.server_environment(cluster) == {}
+    asked = settings(**{"spark.master": "yarn", "spark.ui.enabled": "true"})
+    assert server_properties(asked, work_dir=tmp_path, port=0)["spark.ui.enabled"] == "true"
+    for master in ("local", "local[2]", "local[*]"):
+        local = settings(**{"spark.master": master})
+        assert "spark.ui.enabled" not in server_properties(local, work_dir=tmp_path, port=0)
+        assert connect_server.server_environment(local) == {"SPARK_LOCAL_IP": "127.0.0.1"}
+    monkeypatch.setenv("SPARK_LOCAL_IP", "10.0.0.7")  # the operator's choice stands
+    assert connect_server.server_environment(settings(**{"spark.master": "local[2]"})) == {}
