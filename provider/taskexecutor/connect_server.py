@@ -31,6 +31,7 @@ import grpc  # type: ignore[import-untyped]  # grpcio ships no type stubs
 
 from sparkdispatch.errors import ConnectServerError
 from sparkdispatch.lifeline import tied_to_parent
+from sparkdispatch.storage.private import write_private
 from sparkdispatch.taskexecutor.job_environment import job_environment
 from sparkdispatch.taskexecutor.process_usage import ProcessUsage
 from sparkdispatch.taskexecutor.settings import ConnectServerSettings
@@ -135,14 +136,6 @@ def _escape(text: str, *, key: bool) -> str:
 
 
 _PROPERTIES_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\f": "\\f"}
-
-
-def write_private(path: Path, data: bytes) -> None:
-    """Write `path` readable by this user only (0600) from its creation on, replacing what is there."""
-    path.unlink(missing_ok=True)
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(descriptor, "wb") as file:
-        file.write(data)
 
 
 def is_local_master(spark_master: str) -> bool:

@@ -27,6 +27,7 @@ from sparkdispatch.config.options import (
     TASKEXECUTOR_SLOTS,
 )
 from sparkdispatch.errors import ServiceUnavailable
+from sparkdispatch.storage.private import keep_private
 from sparkdispatch.ha import ClosableLeaderRetrieval, create_leader_retrieval
 from sparkdispatch.taskexecutor.settings import ConnectServerSettings, SlotPoolSettings
 from sparkdispatch.taskexecutor.app import create_celery_app
@@ -66,6 +67,7 @@ def run_task_executor(config: Configuration, *, task_executor_id: str | None = N
     Returns the worker's exit code: 0 after a requested shutdown, non-zero when the worker gave up
     (an unrecoverable error), so a supervisor restarts the TaskExecutor.
     """
+    keep_private(config.storage_dir, results_dir=config.results_dir)
     te_id = task_executor_id or default_task_executor_id(config)
     identity = TaskExecutorIdentity(
         task_executor_id=te_id,

@@ -9,6 +9,7 @@ import pytest
 from sparkdispatch.config import Configuration
 from sparkdispatch.errors import ConfigurationError, ConnectServerError
 from sparkdispatch.taskexecutor.settings import ConnectServerSettings
+from sparkdispatch.storage.private import write_private
 from sparkdispatch.taskexecutor import connect_server
 from sparkdispatch.taskexecutor.connect_server import ConnectServer, server_properties
 
@@ -141,7 +142,7 @@ def test_the_properties_file_is_private_from_its_creation_and_escapes_what_java_
     path.write_text("an older, world-readable file")
     path.chmod(0o644)
     text = connect_server.properties_text({"spark.a b=c": "x=y\\z\nw ü", "spark.plain": "1"})
-    connect_server.write_private(path, text.encode())
+    write_private(path, text.encode())
     assert path.stat().st_mode & 0o777 == 0o600
     assert path.read_text() == "spark.a\\ b\\=c=x=y\\\\z\\nw \\u00fc\nspark.plain=1\n"
 
