@@ -19,6 +19,7 @@ from pathlib import Path
 from sparkdispatch.broker.celery_app import queue_name
 from sparkdispatch.config import Configuration
 from sparkdispatch.config.options import (
+    HA_MODE,
     SPARK_MASTER,
     TASKEXECUTOR_ARTIFACT_CACHE_MAX_SIZE,
     TASKEXECUTOR_ID,
@@ -32,6 +33,7 @@ from sparkdispatch.ha import ClosableLeaderRetrieval, create_leader_retrieval
 from sparkdispatch.taskexecutor.settings import ConnectServerSettings, SlotPoolSettings
 from sparkdispatch.taskexecutor.app import create_celery_app
 from sparkdispatch.taskexecutor.connect_server import ConnectServer
+from sparkdispatch.taskexecutor.leader_session import AskedLeaderSession
 from sparkdispatch.taskexecutor.server_recycling import ConnectServers
 from sparkdispatch.taskexecutor.master_client import MasterClient
 from sparkdispatch.taskexecutor.artifact_cache import ArtifactCache
@@ -125,8 +127,18 @@ def _serve(
     try:
         retrieval.start(client.leader_changed)
         slots = SlotTable(slot_count)
+        if config.get(HA_MODE) == "none":  # no ZooKeeper publishes the session: the master tells it
+            asked = AskedLeaderSession(retrieval, client)
+            current_leader, session_refused = asked.current, asked.forget
+        else:
+            current_leader, session_refused = retrieval.current, lambda: None
         connection = MasterConnection(
-            config, identity=identity, slots=slots, client=client, current_leader=retrieval.current
+            config,
+            identity=identity,
+            slots=slots,
+            client=client,
+            current_leader=current_leader,
+            session_refused=session_refused,
         )
         runner = TaskRunner(
             pool=pool,
