@@ -82,6 +82,7 @@ def vertex_output(outcome: VertexOutcome) -> dict[str, Any]:
         "rows": result.rows,
         "result_path": result.result_path,
         "partitions": list(result.partitions),
+        "input_files": list(result.input_files),
         "attempts": result.attempts,
     }
 

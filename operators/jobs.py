@@ -196,13 +196,15 @@ def result_failure_is_final(result: JobResult) -> bool:
 
 
 def vertex_outputs(job_result: JobResult) -> dict[str, dict[str, Any]]:
-    """Per vertex of a JobResult: its state, rows, result path, partitions and attempts (an XCom value)."""
+    """Per vertex of a JobResult: its state, rows, result path, partitions, the datasets it read
+    besides the job's results and attempts (an XCom value)."""
     return {
         vertex_id: {
             "state": v.state.value,
             "rows": v.rows,
             "result_path": v.result_path,
             "partitions": list(v.partitions),
+            "input_files": list(v.input_files),
             "attempts": v.attempts,
         }
         for vertex_id, v in job_result.vertices.items()

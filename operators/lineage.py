@@ -3,9 +3,11 @@
 The provider itself gives each task's event its job, run and parent-run facets (the Airflow task,
 its try, the DAG run). The operators add what only they know: the sparkdispatch job as an
 external query (`externalQuery` run facet: the master's job id and its address), the result
-directories of the vertices that FINISHED as output datasets, and for a vertex task the result
-directories of the vertices it read as input datasets, named as OpenLineage names files
-(`file` + absolute path; `s3://bucket` + key; `hdfs://host:port` + path; ...). Nothing here is
+directories of the vertices that FINISHED as output datasets, the datasets those vertices read
+besides the job's results (Spark's `DataFrame.inputFiles()`, by table directory) as input
+datasets, and for a vertex task the result directories of the vertices it read as input datasets
+too, named as OpenLineage names files (`file` + absolute path; `s3://bucket` + key;
+`hdfs://host:port` + path; ...). Nothing here is
 imported until the provider asks, so the operators work without it.
 """
 
@@ -45,7 +47,8 @@ def job_lineage(
 ) -> Lineage:
     """The OperatorLineage of a task that ran (part of) sparkdispatch job `job_id`; `outputs` and
     `inputs` are vertex outputs (`vertex_outputs`, a vertex task's XCom): those FINISHED with a
-    `result_path` become output and input datasets."""
+    `result_path` become output and input datasets, and the `input_files` of the FINISHED
+    `outputs` input datasets as well."""
     from airflow.providers.openlineage.extractors import OperatorLineage
     from openlineage.client.facet_v2 import external_query_run
 
@@ -54,17 +57,26 @@ def job_lineage(
         run_facets["externalQuery"] = external_query_run.ExternalQueryRunFacet(
             externalQueryId=job_id, source=master or "sparkdispatch"
         )
-    return OperatorLineage(inputs=_datasets(inputs), outputs=_datasets(outputs), run_facets=run_facets)
+    outputs = list(outputs)
+    read = [path for vertex in _finished(outputs) for path in vertex.get("input_files") or ()]
+    results_read = [vertex.get("result_path") for vertex in _finished(inputs)]
+    return OperatorLineage(
+        inputs=_datasets([*results_read, *read]),
+        outputs=_datasets(vertex.get("result_path") for vertex in _finished(outputs)),
+        run_facets=run_facets,
+    )
 
 
-def _datasets(vertices: Iterable[Mapping[str, Any]]) -> list[Dataset]:
-    """The result directories of the FINISHED `vertices`, as OpenLineage datasets."""
+def _finished(vertices: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    return [vertex for vertex in vertices if vertex.get("state") == "FINISHED"]
+
+
+def _datasets(paths: Iterable[object]) -> list[Dataset]:
+    """`paths` (result directories and read datasets; None and repeats skipped) as OpenLineage datasets."""
     from openlineage.client.event_v2 import Dataset
 
-    datasets = []
-    for vertex in vertices:
-        path = vertex.get("result_path")
-        if vertex.get("state") == "FINISHED" and path:
-            namespace, name = dataset_name(str(path))
-            datasets.append(Dataset(namespace=namespace, name=name))
-    return datasets
+    named: dict[tuple[str, str], None] = {}
+    for path in paths:
+        if path:
+            named.setdefault(dataset_name(str(path)))
+    return [Dataset(namespace=namespace, name=name) for namespace, name in named]

@@ -32,6 +32,7 @@ from sparkdispatch.resourcemanager import ResourceManager
 from sparkdispatch.dispatcher.settings import ArchiveSettings, BlobCleanupSettings, CleanupSettings, JobLimits
 from sparkdispatch.jobmaster.settings import JobMasterSettings
 from sparkdispatch.resourcemanager.settings import ResourceManagerSettings
+from sparkdispatch.storage.private import keep_private
 from sparkdispatch.rest.app import RestServer
 from sparkdispatch.rest.settings import RestSettings
 
@@ -271,6 +272,7 @@ class Master:
 
 async def run_master(config: Configuration) -> int:
     """Run one master until SIGINT or SIGTERM; the exit code for the command line."""
+    keep_private(config.storage_dir, results_dir=config.results_dir)
     master = Master(config)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

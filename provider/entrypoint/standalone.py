@@ -23,6 +23,7 @@ from sparkdispatch.config import Configuration
 from sparkdispatch.config.options import BROKER_URL, STORAGE_DIR, TASKEXECUTOR_SLOTS
 from sparkdispatch.entrypoint.master import Master
 from sparkdispatch.lifeline import tied_to_parent
+from sparkdispatch.storage.private import keep_private
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +155,9 @@ async def run_standalone(
     config: Configuration, *, taskexecutors: int = 1, slots: int | None = None, storage: str | None = None
 ) -> int:
     """Run the standalone cluster until Ctrl-C or SIGTERM."""
-    cluster = StandaloneCluster(standalone_config(config, slots=slots, storage=storage), taskexecutors=taskexecutors)
+    config = standalone_config(config, slots=slots, storage=storage)
+    keep_private(config.storage_dir, results_dir=config.results_dir)
+    cluster = StandaloneCluster(config, taskexecutors=taskexecutors)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

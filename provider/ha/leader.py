@@ -1,7 +1,10 @@
 """Leader election and retrieval: the contracts, the published leader info, and mode `none`.
 
-With `high-availability.mode: none` the one master is always leader, under the fixed session
-id `STANDALONE_SESSION_ID`, and clients find it at the configured REST address.
+With `high-availability.mode: none` the one master is always leader, under a session id drawn
+at random each time it is granted (a master start), so that what was sent under an earlier run's
+session is refused after a restart; clients find it at the configured REST address, and a
+TaskExecutor asks the master for the session (`GET /taskexecutors/leader-session`, with the
+cluster secret).
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import uuid
 from abc import abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,6 +22,8 @@ from sparkdispatch.errors import LeadershipLost, NoLeader
 
 log = logging.getLogger(__name__)
 
+#: The session mode `none`'s leader retrieval names: not the leader's own, which only the master
+#: knows (a TaskExecutor asks it); the address is what clients need.
 STANDALONE_SESSION_ID = "00000000-0000-0000-0000-000000000000"
 
 
@@ -97,11 +103,12 @@ class ClosableLeaderRetrieval(LeaderRetrieval, Protocol):
 
 
 class StandaloneLeaderElection:
-    """Mode `none`: the contender is granted at once with the fixed session id."""
+    """Mode `none`: the contender is granted at once, under a random session id."""
 
     def __init__(self) -> None:
         self._contender: LeaderContender | None = None
         self._leading = False
+        self._session_id = ""
         self.confirmed: LeaderInfo | None = None
 
     def start(self, contender: LeaderContender) -> None:
@@ -115,8 +122,9 @@ class StandaloneLeaderElection:
         if self._contender is None or self._leading:
             return
         self._leading = True
-        log.info("leadership granted (session %s, HA mode none)", STANDALONE_SESSION_ID)
-        self._contender.grant_leadership(STANDALONE_SESSION_ID)
+        self._session_id = str(uuid.uuid4())
+        log.info("leadership granted (session %s, HA mode none)", self._session_id)
+        self._contender.grant_leadership(self._session_id)
 
     def stop(self) -> None:
         contender, self._contender = self._contender, None
@@ -133,7 +141,7 @@ class StandaloneLeaderElection:
         return True
 
     def has_leadership(self, session_id: str) -> bool:
-        return self._leading and session_id == STANDALONE_SESSION_ID
+        return self._leading and session_id == self._session_id
 
     def fence(self, session_id: str, component: str) -> str:
         """Raise `LeadershipLost` unless `session_id` leads now; the token stores fence with."""

@@ -50,10 +50,24 @@ Finished = dict[str, dict[int, "SubtaskProgress"]]
 
 @dataclass(frozen=True)
 class SubtaskProgress:
-    """A FINISHED subtask: its result partition (None when it returned nothing) and row count."""
+    """A FINISHED subtask: its result partition (None when it returned nothing), row count and the
+    datasets its DataFrame read that are not the job's own results (`input_files`)."""
 
     result_path: str | None
     rows: int | None
+    input_files: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form kept in a store (`input_files` only when there are some)."""
+        data: dict[str, Any] = {"result_path": self.result_path, "rows": self.rows}
+        if self.input_files:
+            data["input_files"] = list(self.input_files)
+        return data
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> SubtaskProgress:
+        """Read `to_dict`'s form; a record of before input files has none."""
+        return cls(raw["result_path"], raw["rows"], tuple(str(path) for path in raw.get("input_files", ())))
 
 
 @dataclass
@@ -78,18 +92,14 @@ class JobProgress:
 def finished_to_dict(finished: Finished) -> dict[str, dict[str, Any]]:
     """The JSON form of FINISHED subtasks (as the archive keeps them)."""
     return {
-        vertex_id: {
-            str(index): {"result_path": entry.result_path, "rows": entry.rows} for index, entry in subtasks.items()
-        }
+        vertex_id: {str(index): entry.to_dict() for index, entry in subtasks.items()}
         for vertex_id, subtasks in finished.items()
     }
 
 
 def finished_from_dict(data: dict[str, Any]) -> Finished:
     return {
-        str(vertex_id): {
-            int(index): SubtaskProgress(entry["result_path"], entry["rows"]) for index, entry in subtasks.items()
-        }
+        str(vertex_id): {int(index): SubtaskProgress.from_dict(entry) for index, entry in subtasks.items()}
         for vertex_id, subtasks in data.items()
     }
 
@@ -107,8 +117,11 @@ class ProgressStore(Protocol):
         subtask_index: int,
         result_path: str | None,
         rows: int | None,
+        *,
+        input_files: tuple[str, ...] = (),
     ) -> None:
-        """A subtask FINISHED, its result at `result_path` (None when it returned nothing)."""
+        """A subtask FINISHED, its result at `result_path` (None when it returned nothing), having
+        read `input_files`."""
 
     @abstractmethod
     async def record_cancel(self, session_id: str, job_id: str) -> None:
@@ -127,7 +140,8 @@ class ProgressStore(Protocol):
         """Forget the job's progress; nothing happens if there is none."""
 
 
-def _check_subtask(vertex_id: str, subtask_index: int, result_path: str | None, rows: int | None) -> None:
+def _check_subtask(vertex_id: str, subtask_index: int, entry: SubtaskProgress) -> None:
+    result_path, rows = entry.result_path, entry.rows
     if not isinstance(vertex_id, str) or not VERTEX_ID_PATTERN.fullmatch(vertex_id):
         raise StoreError(f"{vertex_id!r} is not a vertex id")
     if not isinstance(subtask_index, int) or subtask_index < 0:
@@ -136,10 +150,12 @@ def _check_subtask(vertex_id: str, subtask_index: int, result_path: str | None, 
         raise StoreError(f"result_path must be a string or None, got {result_path!r}")
     if rows is not None and (not isinstance(rows, int) or rows < 0):
         raise StoreError(f"rows must be a non-negative integer or None, got {rows!r}")
+    if not isinstance(entry.input_files, tuple) or not all(isinstance(path, str) for path in entry.input_files):
+        raise StoreError(f"input_files must be a tuple of strings, got {entry.input_files!r}")
 
 
-def _record(vertex_id: str, subtask_index: int, result_path: str | None, rows: int | None) -> dict[str, Any]:
-    return {"vertex_id": vertex_id, "subtask_index": subtask_index, "result_path": result_path, "rows": rows}
+def _record(vertex_id: str, subtask_index: int, entry: SubtaskProgress) -> dict[str, Any]:
+    return {"vertex_id": vertex_id, "subtask_index": subtask_index, **entry.to_dict()}
 
 
 class FileProgressStore:
@@ -160,11 +176,14 @@ class FileProgressStore:
         subtask_index: int,
         result_path: str | None,
         rows: int | None,
+        *,
+        input_files: tuple[str, ...] = (),
     ) -> None:
-        _check_subtask(vertex_id, subtask_index, result_path, rows)
+        entry = SubtaskProgress(result_path, rows, input_files)
+        _check_subtask(vertex_id, subtask_index, entry)
         path = self._file(job_id)
         self._election.fence(session_id, COMPONENT)
-        line = json.dumps(_record(vertex_id, subtask_index, result_path, rows), sort_keys=True) + "\n"
+        line = json.dumps(_record(vertex_id, subtask_index, entry), sort_keys=True) + "\n"
         await finish_in_thread(self._append, path, line.encode())
 
     async def record_cancel(self, session_id: str, job_id: str) -> None:
@@ -175,10 +194,10 @@ class FileProgressStore:
     async def start_repair(self, session_id: str, job_id: str, kept: Finished, repair: Repair) -> None:
         for vertex_id, subtasks in kept.items():
             for index, entry in subtasks.items():
-                _check_subtask(vertex_id, index, entry.result_path, entry.rows)
+                _check_subtask(vertex_id, index, entry)
         path = self._file(job_id)
         lines = [
-            json.dumps(_record(vertex_id, index, entry.result_path, entry.rows), sort_keys=True)
+            json.dumps(_record(vertex_id, index, entry), sort_keys=True)
             for vertex_id, subtasks in kept.items()
             for index, entry in subtasks.items()
         ]
@@ -217,7 +236,7 @@ class FileProgressStore:
                     progress.repair = Repair.from_dict(raw["repair"])
                     continue
                 vertex, index = str(raw["vertex_id"]), int(raw["subtask_index"])
-                entry = SubtaskProgress(raw["result_path"], raw["rows"])
+                entry = SubtaskProgress.from_dict(raw)
             except (ValueError, KeyError, TypeError, InvalidShape):
                 log.warning("skipping a torn progress line of job %s in %s", job_id, path)
                 continue
@@ -251,11 +270,14 @@ class ZooKeeperProgressStore:
         subtask_index: int,
         result_path: str | None,
         rows: int | None,
+        *,
+        input_files: tuple[str, ...] = (),
     ) -> None:
-        _check_subtask(vertex_id, subtask_index, result_path, rows)
+        entry = SubtaskProgress(result_path, rows, input_files)
+        _check_subtask(vertex_id, subtask_index, entry)
         job_node = self._job_node(job_id)
         latch = self._election.fence(session_id, COMPONENT)
-        data = json.dumps({"result_path": result_path, "rows": rows}, sort_keys=True).encode()
+        data = json.dumps(entry.to_dict(), sort_keys=True).encode()
         await self._upsert(latch, job_node, f"{job_node}/{vertex_id}#{subtask_index}", data)
 
     async def record_cancel(self, session_id: str, job_id: str) -> None:
@@ -266,13 +288,13 @@ class ZooKeeperProgressStore:
     async def start_repair(self, session_id: str, job_id: str, kept: Finished, repair: Repair) -> None:
         for vertex_id, subtasks in kept.items():
             for index, entry in subtasks.items():
-                _check_subtask(vertex_id, index, entry.result_path, entry.rows)
+                _check_subtask(vertex_id, index, entry)
         job_node = self._job_node(job_id)
         latch = self._election.fence(session_id, COMPONENT)
         await self._remove(latch, job_node)
         for vertex_id, subtasks in kept.items():
             for index, entry in subtasks.items():
-                data = json.dumps({"result_path": entry.result_path, "rows": entry.rows}, sort_keys=True).encode()
+                data = json.dumps(entry.to_dict(), sort_keys=True).encode()
                 await self._upsert(latch, job_node, f"{job_node}/{vertex_id}#{index}", data)
         # last: a repair node names a progress that is whole
         await self._upsert(
@@ -334,7 +356,7 @@ class ZooKeeperProgressStore:
             try:
                 data, _ = outcome
                 raw = json.loads(data)
-                entry = SubtaskProgress(raw["result_path"], raw["rows"])
+                entry = SubtaskProgress.from_dict(raw)
                 progress.finished.setdefault(vertex, {})[int(index)] = entry
             except (ValueError, KeyError, TypeError):
                 raise StoreError(f"the progress znode {job_node}/{child} of job {job_id} is unreadable") from None

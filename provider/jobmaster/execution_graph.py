@@ -20,7 +20,7 @@ from sparkdispatch.errors import InvalidJobGraph
 from sparkdispatch.ha.progress_store import Finished, JobProgress, SubtaskProgress
 from sparkdispatch.model.states import ExecutionState, JobStatus
 from sparkdispatch.model.job_graph import JobGraph, JobVertex
-from sparkdispatch.model.job_result import Failure, JobResult, VertexResult
+from sparkdispatch.model.job_result import MAX_INPUT_FILES, Failure, JobResult, VertexResult
 from sparkdispatch.resourcemanager import AllocatedSlot
 from sparkdispatch.storage.results import ResultLayout
 from sparkdispatch.model.snapshot import JobOverview, JobSnapshot, SubtaskSnapshot, VertexSnapshot
@@ -56,7 +56,18 @@ class Execution:
     """One attempt of one subtask (Flink's Execution); while it is its subtask's current attempt, its
     state counts in its graph's `tally`."""
 
-    __slots__ = ("execution_id", "attempt", "_state", "tally", "slot", "result_path", "rows", "failure", "deployed_at")
+    __slots__ = (
+        "execution_id",
+        "attempt",
+        "_state",
+        "tally",
+        "slot",
+        "result_path",
+        "rows",
+        "input_files",
+        "failure",
+        "deployed_at",
+    )
 
     def __init__(self, attempt: int, execution_id: str | None = None, *, tally: StateTally | None = None) -> None:
         # 32 random hex digits, as a uuid4's, at a third of the cost
@@ -69,6 +80,7 @@ class Execution:
         self.slot: AllocatedSlot | None = None
         self.result_path: str | None = None
         self.rows: int | None = None
+        self.input_files: tuple[str, ...] = ()  # the datasets it read besides the job's results
         self.failure: Failure | None = None
         self.deployed_at = 0.0  # the JobMaster's clock when it was deployed
 
@@ -406,6 +418,7 @@ class ExecutionGraph:
                 ev.current.transition(ExecutionState.FINISHED)
                 ev.current.result_path = entry.result_path
                 ev.current.rows = entry.rows
+                ev.current.input_files = entry.input_files
                 ev.deployed_attempts = 1
                 ev.progress_recorded = True
                 ev.recovered = True
@@ -472,7 +485,7 @@ class ExecutionGraph:
         for ev in self.subtasks():
             if ev.state is ExecutionState.FINISHED:
                 finished.setdefault(ev.vertex.id, {})[ev.subtask_index] = SubtaskProgress(
-                    ev.current.result_path, ev.current.rows
+                    ev.current.result_path, ev.current.rows, ev.current.input_files
                 )
         return finished
 
@@ -488,6 +501,7 @@ class ExecutionGraph:
         attempts = 0
         rows: int | None = None
         partitions: list[str] = []
+        input_files: dict[str, None] = {}  # in order, once each
         first_failed: Execution | None = None
         for ev in self._vertices[vertex_id]:
             execution = ev.current
@@ -500,6 +514,7 @@ class ExecutionGraph:
                     rows = execution.rows if rows is None else rows + execution.rows
                 if execution.result_path is not None:
                     partitions.append(execution.result_path)
+                input_files.update(dict.fromkeys(execution.input_files))
             elif state is ExecutionState.FAILED and first_failed is None:
                 first_failed = execution
         return VertexResult(
@@ -508,6 +523,7 @@ class ExecutionGraph:
             rows=rows,
             result_path=results.vertex_dir(self.job_id, vertex_id) if partitions else None,
             partitions=tuple(partitions),
+            input_files=tuple(input_files)[:MAX_INPUT_FILES],
             failure=first_failed.failure if first_failed is not None else None,
         )
 

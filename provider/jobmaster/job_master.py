@@ -207,7 +207,9 @@ class JobMaster:
         if update.state.is_terminal:
             self._events.task_ended(update.state.value, execution.ran_for(self._clock()))
         if update.state is ExecutionState.FINISHED:
-            self._on_finished(ev, execution, result_path=update.result_path, rows=update.rows)
+            self._on_finished(
+                ev, execution, result_path=update.result_path, rows=update.rows, input_files=update.input_files
+            )
         elif update.state is ExecutionState.FAILED:
             failure = update.failure or Failure("UnknownFailure", "the TaskExecutor reported FAILED without a cause")
             self._on_failed(ev, execution, failure)
@@ -558,10 +560,17 @@ class JobMaster:
     # ------------------------------------------------------------------ finished and failed attempts
 
     def _on_finished(
-        self, ev: ExecutionVertex, execution: Execution, *, result_path: str | None, rows: int | None
+        self,
+        ev: ExecutionVertex,
+        execution: Execution,
+        *,
+        result_path: str | None,
+        rows: int | None,
+        input_files: tuple[str, ...],
     ) -> None:
         execution.result_path = result_path
         execution.rows = rows
+        execution.input_files = input_files
         self._release_slot(execution)
         self._declare()
         # The TaskExecutor's report is answered now; the record and the scheduling follow it.
@@ -573,7 +582,13 @@ class JobMaster:
             return  # cancelled, failed or suspended meanwhile: the record would serve nobody
         try:
             await self._progress_store.record_subtask(
-                self.job_master_id, self.job_id, ev.vertex.id, ev.subtask_index, execution.result_path, execution.rows
+                self.job_master_id,
+                self.job_id,
+                ev.vertex.id,
+                ev.subtask_index,
+                execution.result_path,
+                execution.rows,
+                input_files=execution.input_files,
             )
         except LeadershipLost:
             log.warning(

@@ -13,8 +13,13 @@ from marshmallow import ValidationError, fields, post_dump, post_load, validate,
 from sparkdispatch.errors import InvalidJobGraph
 from sparkdispatch.model.codec import register_schema
 from sparkdispatch.model.job_graph import JOB_ID_PATTERN
-from sparkdispatch.model.schema import StrictSchema, WholeMatch, drop_none, dump, load
+from sparkdispatch.model.schema import StrictSchema, WholeMatch, drop_empty, drop_none, dump, load
 from sparkdispatch.model.states import ExecutionState, JobStatus
+
+
+#: The most input datasets a vertex's outcome lists (`VertexResult.input_files`); a subtask reports
+#: at most as many.
+MAX_INPUT_FILES = 1000
 
 
 @dataclass(frozen=True)
@@ -40,6 +45,11 @@ class VertexResult:
     `result_path` is the vertex's results directory; `partitions` are the Parquet directories of
     its final subtask attempts inside it (read them with `spark.read.parquet(*partitions)`; the
     directory may also hold the output of attempts that were superseded).
+
+    `input_files` are the datasets its finished subtasks' DataFrames read, as Spark's
+    `DataFrame.inputFiles()` tells them, besides the job's own results: the directories of the
+    files, partition directories (`key=value`) folded into their table's, at most
+    `MAX_INPUT_FILES`.
     """
 
     state: ExecutionState
@@ -47,6 +57,7 @@ class VertexResult:
     rows: int | None = None
     result_path: str | None = None
     partitions: tuple[str, ...] = ()
+    input_files: tuple[str, ...] = ()
     failure: Failure | None = None
 
     @classmethod
@@ -97,19 +108,18 @@ class VertexResultSchema(StrictSchema):
     rows = fields.Integer(allow_none=True, load_default=None, strict=True)
     result_path = fields.String(allow_none=True, load_default=None)
     partitions = fields.List(fields.String(), load_default=list)
+    input_files = fields.List(fields.String(), load_default=list, validate=validate.Length(max=MAX_INPUT_FILES))
     failure = fields.Nested(FailureSchema, allow_none=True, load_default=None)
 
     @post_load
     def make(self, data: dict[str, Any], **_: Any) -> VertexResult:
         data["partitions"] = tuple(data["partitions"])
+        data["input_files"] = tuple(data["input_files"])
         return VertexResult(**data)
 
     @post_dump
     def compact(self, data: dict[str, Any], **_: Any) -> dict[str, Any]:
-        if data["partitions"]:
-            data["partitions"] = list(data["partitions"])
-        else:
-            del data["partitions"]
+        drop_empty(data, "partitions", "input_files")
         return drop_none(data, "rows", "result_path", "failure")
 
 

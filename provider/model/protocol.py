@@ -29,13 +29,14 @@ from sparkdispatch.model.job_graph import (
     POOL_RULE,
     VERTEX_ID_PATTERN,
 )
-from sparkdispatch.model.job_result import Failure
+from sparkdispatch.model.job_result import MAX_INPUT_FILES, Failure
 from sparkdispatch.model.job_result import FailureSchema
 from sparkdispatch.model.schema import (
     ErrorFactory,
     FieldErrors,
     StrictSchema,
     WholeMatch,
+    drop_empty,
     drop_none,
     dump,
     flatten_errors,
@@ -146,6 +147,8 @@ class ExecutionStateUpdate:
     task_executor_id: str = ""
     rows: int | None = None
     result_path: str | None = None
+    #: FINISHED: the datasets its DataFrame read besides the job's results (`VertexResult.input_files`)
+    input_files: tuple[str, ...] = ()
     failure: Failure | None = None
 
     @classmethod
@@ -340,15 +343,17 @@ class ExecutionStateUpdateSchema(StrictSchema):
     task_executor_id = fields.String(load_default="")
     rows = fields.Integer(allow_none=True, load_default=None, strict=True)
     result_path = fields.String(allow_none=True, load_default=None)
+    input_files = fields.List(fields.String(), load_default=list, validate=validate.Length(max=MAX_INPUT_FILES))
     failure = fields.Nested(FailureSchema, allow_none=True, load_default=None)
 
     @post_load
     def make(self, data: dict[str, Any], **_: Any) -> ExecutionStateUpdate:
+        data["input_files"] = tuple(data["input_files"])
         return ExecutionStateUpdate(**data)
 
     @post_dump
     def compact(self, data: dict[str, Any], **_: Any) -> dict[str, Any]:
-        return drop_none(data, "rows", "result_path", "failure")
+        return drop_none(drop_empty(data, "input_files"), "rows", "result_path", "failure")
 
 
 class TaskExecutorRegistrationSchema(StrictSchema):

@@ -314,6 +314,14 @@ class Unregistered(Shape):
 
 
 @dataclass(frozen=True)
+class LeaderSession(Shape):
+    """`GET /taskexecutors/leader-session`: the session the answering master leads under, which a
+    TaskExecutor of `high-availability.mode: none` registers under (ZooKeeper publishes it otherwise)."""
+
+    session_id: str
+
+
+@dataclass(frozen=True)
 class Empty(Shape):
     """An answer without content: `{}`."""
 
@@ -333,5 +341,6 @@ ANSWERS: tuple[type[Shape], ...] = (
     Submitted,
     Artifact,
     Unregistered,
+    LeaderSession,
     Empty,
 )

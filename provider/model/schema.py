@@ -116,6 +116,16 @@ def drop_none(data: dict[str, Any], *names: str) -> dict[str, Any]:
     return data
 
 
+def drop_empty(data: dict[str, Any], *names: str) -> dict[str, Any]:
+    """`data` without those of `names` whose list is empty, the others as lists (a dump hook's compact form)."""
+    for name in names:
+        if data.get(name):
+            data[name] = list(data[name])
+        else:
+            data.pop(name, None)
+    return data
+
+
 def flatten_errors(messages: Any, prefix: str = "") -> FieldErrors:
     """marshmallow's nested messages as dotted field path → reasons (`body` for the whole value)."""
     flat: FieldErrors = {}

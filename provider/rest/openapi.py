@@ -380,6 +380,16 @@ def _task_executor_paths(spec: APISpec) -> None:
     task_executor_id = _path_id("task_executor_id")
     tag = ["TaskExecutor protocol"]
     spec.path(
+        "/taskexecutors/leader-session",
+        operations={
+            "get": {
+                "summary": "The leader session to register under (for TaskExecutors of high-availability.mode none)",
+                "tags": tag,
+                "responses": {"200": _json("LeaderSession", "the session this master leads under"), **_LEADER},
+            }
+        },
+    )
+    spec.path(
         "/taskexecutors",
         operations={
             "post": {

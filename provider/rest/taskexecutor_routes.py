@@ -1,7 +1,7 @@
-"""The master's end of the TaskExecutor protocol (docs/internals.md): register, heartbeat,
-unregister, state.
+"""The master's end of the TaskExecutor protocol (docs/internals.md): the leader session,
+register, heartbeat, unregister, state.
 
-Every call carries the leader session id the TaskExecutor registered under
+Every call but the first carries the leader session id the TaskExecutor registered under
 (`X-SparkDispatch-Session`); another id is refused with 409 before anything is touched.
 Each route is served under `/v1` and without the prefix.
 """
@@ -19,7 +19,7 @@ from sparkdispatch.errors import FencingTokenMismatch, InvalidRequest, SparkDisp
 from sparkdispatch.jobmaster import JobMasterGateway
 from sparkdispatch.log_context import log_context
 from sparkdispatch.model.protocol import ExecutionStateUpdate, HeartbeatPayload, TaskExecutorRegistration
-from sparkdispatch.model.rest_shapes import Empty, Unregistered
+from sparkdispatch.model.rest_shapes import Empty, LeaderSession, Unregistered
 from sparkdispatch.resourcemanager import ResourceManagerGateway
 from sparkdispatch.rest.inputs import path_id, read_json
 from sparkdispatch.rest.responses import error_response
@@ -56,6 +56,7 @@ def add_task_executor_routes(
     """
     routes = TaskExecutorRoutes(get_master, max_body_size=max_body_size)
     for prefix in ("/v1", ""):
+        app.router.add_get(f"{prefix}/taskexecutors/leader-session", routes.leader_session)
         app.router.add_post(f"{prefix}/taskexecutors", routes.register)
         app.router.add_post(prefix + "/taskexecutors/{task_executor_id}/heartbeat", routes.heartbeat)
         app.router.add_post(prefix + "/taskexecutors/{task_executor_id}/unregister", routes.unregister)
@@ -68,6 +69,15 @@ class TaskExecutorRoutes:
     def __init__(self, get_master: Callable[[], LeaderForTaskExecutors], *, max_body_size: int) -> None:
         self._get_master = get_master
         self._max_body_size = max_body_size
+
+    async def leader_session(self, request: web.Request) -> web.Response:
+        """The session to register under, for a TaskExecutor that cannot read it from ZooKeeper
+        (mode `none`); the cluster secret guards it as every TaskExecutor route."""
+
+        async def handle() -> web.Response:
+            return web.json_response(LeaderSession(self._get_master().session_id).to_dict())
+
+        return await _answer(request, handle)
 
     async def register(self, request: web.Request) -> web.Response:
         async def handle() -> web.Response:

@@ -69,6 +69,11 @@ class ResultLayout:
         return f"{self.vertex_dir(job_id, vertex_id)}/{subtask_index}-{execution_id}"
 
 
+def job_dir_of(attempt_path: str) -> str:
+    """The job's results directory (`ResultLayout.job_dir`) an attempt's partition path lies in."""
+    return attempt_path.rstrip("/").rsplit("/", 2)[0]
+
+
 def write_partition(frame: DataFrame, path: str) -> int:
     """Write `frame` as the Parquet partition at `path`, replacing what an earlier try left; its row count.
 

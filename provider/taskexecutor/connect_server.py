@@ -31,6 +31,7 @@ import grpc  # type: ignore[import-untyped]  # grpcio ships no type stubs
 
 from sparkdispatch.errors import ConnectServerError
 from sparkdispatch.lifeline import tied_to_parent
+from sparkdispatch.storage.private import write_private
 from sparkdispatch.taskexecutor.job_environment import job_environment
 from sparkdispatch.taskexecutor.process_usage import ProcessUsage
 from sparkdispatch.taskexecutor.settings import ConnectServerSettings
@@ -39,6 +40,9 @@ log = logging.getLogger(__name__)
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 LOG_FILE_NAME = "connect-server.log"  # in the work dir; the previous start's log is kept as `.1`
+#: The server's Spark properties, in the work dir (0600) from its spawn until it serves: a `spark.*`
+#: secret on `--conf` would be on the JVM's command line, which every user of the host may read.
+PROPERTIES_FILE_NAME = "spark-server.properties"
 STOP_GRACE_S = 10.0  # SIGTERM lets Spark delete its temp dirs (0.5-3 s measured); SIGKILL after this
 BIND_ADDRESS_KEY = "spark.connect.grpc.binding.address"
 BIND_PORT_KEY = "spark.connect.grpc.binding.port"
@@ -84,7 +88,12 @@ _FAIR_SCHEDULER_XML = """\
 
 def server_properties(settings: ConnectServerSettings, *, work_dir: Path, port: int) -> dict[str, str]:
     """The server's Spark properties: our defaults, then the configured `spark.*` ones, then its binding."""
-    properties = {
+    properties: dict[str, str] = {}
+    if not is_local_master(settings.spark_master):
+        # Spark 4 binds its UI where it binds the driver (SPARK_LOCAL_IP, else every interface), and a
+        # cluster's executors must reach the driver: the UI cannot keep to loopback, so it is off unless asked
+        properties["spark.ui.enabled"] = "false"
+    properties |= {
         # a progress bar redrawn in a log file only buries the lines that matter
         "spark.ui.showConsoleProgress": "false",
         # any free port: several TaskExecutors on one host never queue up behind 4040
@@ -103,6 +112,44 @@ def server_properties(settings: ConnectServerSettings, *, work_dir: Path, port: 
         )
     properties.update({BIND_ADDRESS_KEY: "127.0.0.1", BIND_PORT_KEY: str(port)})
     return properties
+
+
+def properties_text(properties: dict[str, str]) -> str:
+    """`properties` as a Java properties file Spark reads (`--properties-file`): `key=value` lines,
+    escaped so that every key and value reads back as given (Spark trims values' outer spaces)."""
+    return "".join(f"{_escape(key, key=True)}={_escape(value, key=False)}\n" for key, value in properties.items())
+
+
+def _escape(text: str, *, key: bool) -> str:
+    escaped = []
+    for char in text:
+        if char in _PROPERTIES_ESCAPES:
+            escaped.append(_PROPERTIES_ESCAPES[char])
+        elif key and char in " =:#!":
+            escaped.append("\\" + char)
+        elif " " <= char <= "~":
+            escaped.append(char)
+        else:  # \uXXXX, as UTF-16 code units, reads the same whatever charset the file is read with
+            data = char.encode("utf-16-be")
+            escaped.extend(f"\\u{int.from_bytes(data[i : i + 2], 'big'):04x}" for i in range(0, len(data), 2))
+    return "".join(escaped)
+
+
+_PROPERTIES_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\f": "\\f"}
+
+
+def is_local_master(spark_master: str) -> bool:
+    """Whether `spark.master` runs the executors in the driver's JVM (`local`, `local[4]`, `local[*, 2]`)."""
+    return spark_master == "local" or spark_master.startswith("local[")
+
+
+def server_environment(settings: ConnectServerSettings) -> dict[str, str]:
+    """What the server's environment adds to the TaskExecutor's (`job_environment`): with a local
+    master, `SPARK_LOCAL_IP=127.0.0.1` (unless the TaskExecutor has one), the only setting Spark 4's
+    UI binds by, which also keeps the driver's own ports on loopback."""
+    if is_local_master(settings.spark_master) and "SPARK_LOCAL_IP" not in os.environ:
+        return {"SPARK_LOCAL_IP": "127.0.0.1"}
+    return {}
 
 
 class ConnectServer:
@@ -191,6 +238,7 @@ class ConnectServer:
             self._spawn()
             try:
                 self._wait_until_serving(deadline, budget)
+                self._remove_properties()  # read at the JVM's start, needed no more
                 serving = time.monotonic()
                 self._warm_up(deadline, budget)
             except BaseException:
@@ -226,6 +274,11 @@ class ConnectServer:
         (self.work_dir / "fairscheduler.xml").write_text(_FAIR_SCHEDULER_XML)
         if self.log_path.exists():
             self.log_path.replace(self.log_path.with_name(LOG_FILE_NAME + ".1"))
+        properties = self.work_dir / PROPERTIES_FILE_NAME
+        write_private(
+            properties,
+            properties_text(server_properties(self.settings, work_dir=self.work_dir, port=self._port)).encode(),
+        )
         argv = [
             str(home / "bin" / "spark-submit"),
             "--class",
@@ -234,17 +287,24 @@ class ConnectServer:
             self.settings.spark_master,
             "--name",
             self.app_name,
+            "--properties-file",
+            str(properties),
+            # spark-defaults.conf (of SPARK_CONF_DIR, if any) as without a properties file; ours take precedence
+            "--load-spark-defaults",
+            "spark-internal",
         ]
-        for key, value in server_properties(self.settings, work_dir=self.work_dir, port=self._port).items():
-            argv += ["--conf", f"{key}={value}"]
-        argv.append("spark-internal")
         submit_opts = os.environ.get("SPARK_SUBMIT_OPTS", "")
         if "log4j2.configurationFile" not in submit_opts:
             submit_opts = f"{submit_opts} -Dlog4j2.configurationFile={log4j.as_uri()}".strip()
         # Python workers must run this interpreter: it has pyarrow (4.3's Python UDFs use Arrow) and
         # cloudpickle needs the clients' Python version. SPARK_HOME: the jars of the installed client.
         env = job_environment(
-            {"SPARK_HOME": str(home), "PYSPARK_PYTHON": sys.executable, "SPARK_SUBMIT_OPTS": submit_opts}
+            {
+                "SPARK_HOME": str(home),
+                "PYSPARK_PYTHON": sys.executable,
+                "SPARK_SUBMIT_OPTS": submit_opts,
+                **server_environment(self.settings),
+            }
         )
         try:
             with open(self.log_path, "wb") as log_file:
@@ -327,8 +387,12 @@ class ConnectServer:
                 f"{errors[-1] if errors else f'exit code {done.returncode}'}"
             )
 
+    def _remove_properties(self) -> None:
+        (self.work_dir / PROPERTIES_FILE_NAME).unlink(missing_ok=True)
+
     def _terminate(self) -> None:
         process, self._process, self._address, self.ui_port = self._process, None, None, None
+        self._remove_properties()
         if process is None:
             return
         _signal_group(process.pid, signal.SIGTERM)

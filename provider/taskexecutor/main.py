@@ -19,6 +19,7 @@ from pathlib import Path
 from sparkdispatch.broker.celery_app import queue_name
 from sparkdispatch.config import Configuration
 from sparkdispatch.config.options import (
+    HA_MODE,
     SPARK_MASTER,
     TASKEXECUTOR_ARTIFACT_CACHE_MAX_SIZE,
     TASKEXECUTOR_ID,
@@ -28,10 +29,12 @@ from sparkdispatch.config.options import (
     TASKEXECUTOR_SLOTS,
 )
 from sparkdispatch.errors import ConfigurationError, ServiceUnavailable
+from sparkdispatch.storage.private import keep_private
 from sparkdispatch.ha import ClosableLeaderRetrieval, create_leader_retrieval
 from sparkdispatch.taskexecutor.settings import ConnectServerSettings, SlotPoolSettings
 from sparkdispatch.taskexecutor.app import create_celery_app
 from sparkdispatch.taskexecutor.connect_server import ConnectServer
+from sparkdispatch.taskexecutor.leader_session import AskedLeaderSession
 from sparkdispatch.taskexecutor.server_recycling import ConnectServers
 from sparkdispatch.taskexecutor.master_client import MasterClient
 from sparkdispatch.taskexecutor.artifact_cache import ArtifactCache
@@ -76,6 +79,7 @@ def run_task_executor(config: Configuration, *, task_executor_id: str | None = N
     Returns the worker's exit code: 0 after a requested shutdown, non-zero when the worker gave up
     (an unrecoverable error), so a supervisor restarts the TaskExecutor.
     """
+    keep_private(config.storage_dir, results_dir=config.results_dir)
     te_id = task_executor_id or default_task_executor_id(config)
     identity = TaskExecutorIdentity(
         task_executor_id=te_id,
@@ -135,8 +139,18 @@ def _serve(
     try:
         retrieval.start(client.leader_changed)
         slots = SlotTable(slot_count)
+        if config.get(HA_MODE) == "none":  # no ZooKeeper publishes the session: the master tells it
+            asked = AskedLeaderSession(retrieval, client)
+            current_leader, session_refused = asked.current, asked.forget
+        else:
+            current_leader, session_refused = retrieval.current, lambda: None
         connection = MasterConnection(
-            config, identity=identity, slots=slots, client=client, current_leader=retrieval.current
+            config,
+            identity=identity,
+            slots=slots,
+            client=client,
+            current_leader=current_leader,
+            session_refused=session_refused,
         )
         runner = TaskRunner(
             pool=pool,

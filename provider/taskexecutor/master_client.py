@@ -31,7 +31,7 @@ from sparkdispatch.model.protocol import (
     SlotReport,
     TaskExecutorRegistration,
 )
-from sparkdispatch.model.rest_shapes import Unregistered
+from sparkdispatch.model.rest_shapes import LeaderSession, Unregistered
 from sparkdispatch.tls import ClientTls, handshake_failure, refusal_hint
 
 log = logging.getLogger(__name__)
@@ -151,13 +151,25 @@ class AsyncMasterClient:
             )
         return self._session
 
+    async def leader_session(self, address: str) -> str:
+        """The session the master at `address` leads under (`GET /taskexecutors/leader-session`)."""
+        return LeaderSession.from_dict(await self._call("GET", address, "/taskexecutors/leader-session")).session_id
+
     async def _post(self, address: str, path: str, session_id: str, body: dict[str, Any]) -> Any:
+        return await self._call("POST", address, path, session_id, body)
+
+    async def _call(
+        self, method: str, address: str, path: str, session_id: str = "", body: dict[str, Any] | None = None
+    ) -> Any:
         call = asyncio.current_task()
         assert call is not None
         self._in_flight[call] = session_id
         try:
-            async with self._http().post(
-                address.rstrip("/") + path, json=body, headers={SESSION_HEADER: session_id}
+            async with self._http().request(
+                method,
+                address.rstrip("/") + path,
+                json=body,
+                headers={SESSION_HEADER: session_id} if session_id else {},
             ) as response:
                 text = await response.text()
                 status = response.status
@@ -185,7 +197,7 @@ class AsyncMasterClient:
             return json.loads(text) if text else {}
         except ValueError:
             raise SparkDispatchError(
-                f"POST {path} at {address} answered {status} with a body that is not JSON: {text.strip()[:200]!r}"
+                f"{method} {path} at {address} answered {status} with a body that is not JSON: {text.strip()[:200]!r}"
             ) from None
 
 
@@ -254,6 +266,9 @@ class MasterClient:
                 address, session_id, task_executor_id, slot_report=slot_report, executions=executions
             )
         )
+
+    def leader_session(self, address: str) -> str:
+        return self._loop.run(self.async_client.leader_session(address))
 
     def report_state(self, address: str, session_id: str, update: ExecutionStateUpdate) -> None:
         self._loop.run(self.async_client.report_state(address, session_id, update))

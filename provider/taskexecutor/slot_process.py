@@ -50,10 +50,11 @@ from sparkdispatch.storage.attempt_logs import attempt_log_path
 from sparkdispatch.storage.capped_log import CappedLog
 from sparkdispatch.errors import ConfigurationError, EntrypointNotFound, IllegalStateTransition
 from sparkdispatch.lifeline import die_with_parent
-from sparkdispatch.model.job_result import Failure
+from sparkdispatch.model.job_result import MAX_INPUT_FILES, Failure
 from sparkdispatch.model.states import ExecutionState
-from sparkdispatch.storage.results import write_partition
+from sparkdispatch.storage.results import job_dir_of, write_partition
 from sparkdispatch.taskexecutor.attempt_failures import failure_of, session_gone
+from sparkdispatch.taskexecutor.input_datasets import input_datasets
 from sparkdispatch.taskexecutor.driver_log import DriverLog, progress_handler
 from sparkdispatch.taskexecutor.slot_protocol import (
     CANCEL,
@@ -232,6 +233,17 @@ def import_path_entry(artifact_path: str) -> str:
     return str(path) if path.suffix == ".zip" else str(path.parent)
 
 
+def _input_datasets(frame: DataFrame, result_path: str) -> tuple[str, ...]:
+    """The datasets `frame` read besides the job's results (one analyze call to the server); none
+    when Spark cannot say, which does not fail the task."""
+    try:
+        files = frame.inputFiles()
+    except Exception as exc:  # noqa: BLE001 - lineage is a description; the task's result stands
+        log.warning("the input files of the task's DataFrame are left out of its lineage: %s", exc)
+        return ()
+    return input_datasets(files, own_results=job_dir_of(result_path), limit=MAX_INPUT_FILES)
+
+
 def _as_dataframe(result: object) -> DataFrame:
     """A task function's non-None result, which the contract says is a DataFrame."""
     from pyspark.sql import DataFrame
@@ -371,8 +383,11 @@ class SlotProcess:
             )
             result = function(ctx)
             rows: int | None = None
+            input_files: tuple[str, ...] = ()
             if result is not None and not attempt.cancelled.is_set():
-                rows = write_partition(_as_dataframe(result), tdd.result_path)
+                frame = _as_dataframe(result)
+                rows = write_partition(frame, tdd.result_path)
+                input_files = _input_datasets(frame, tdd.result_path)
         except BaseException as exc:  # noqa: BLE001 - this process exists to run the function; SystemExit too
             if attempt.cancelled.is_set():
                 return AttemptState(ExecutionState.CANCELED)
@@ -381,7 +396,10 @@ class SlotProcess:
         if attempt.cancelled.is_set():
             return AttemptState(ExecutionState.CANCELED)
         return AttemptState(
-            ExecutionState.FINISHED, rows=rows, result_path=tdd.result_path if result is not None else None
+            ExecutionState.FINISHED,
+            rows=rows,
+            result_path=tdd.result_path if result is not None else None,
+            input_files=input_files,
         )
 
     def _may_start(self, start_before: float | None) -> bool:

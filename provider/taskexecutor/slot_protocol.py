@@ -14,7 +14,7 @@ and the slot process answers
     {"type": "ready", "pid": ...}                    once, after importing pyspark's Connect client
     {"type": "warmed", "error": null | "..."}        after a `warm`
     {"type": "session", "session_id": ...}           the Connect session a run's job uses (user SESSION_USER)
-    {"type": "state", "state": "INITIALIZING" | "RUNNING" | terminal, "rows", "result_path", "failure"}
+    {"type": "state", "state": "INITIALIZING" | "RUNNING" | terminal, "rows", "result_path", "input_files", "failure"}
 
 A `run` is answered by its states, the terminal one last. Both ends import this module, which
 imports no pyspark.
@@ -136,6 +136,7 @@ class AttemptState:
     state: ExecutionState
     rows: int | None = None
     result_path: str | None = None
+    input_files: tuple[str, ...] = ()
     failure: Failure | None = None
 
     def to_message(self) -> Message:
@@ -144,6 +145,7 @@ class AttemptState:
             "state": self.state.value,
             "rows": self.rows,
             "result_path": self.result_path,
+            "input_files": list(self.input_files),
             "failure": self.failure.to_dict() if self.failure is not None else None,
         }
 
@@ -155,6 +157,7 @@ class AttemptState:
             state=ExecutionState(message["state"]),
             rows=int(rows) if rows is not None else None,
             result_path=message.get("result_path"),
+            input_files=tuple(str(path) for path in message.get("input_files", ())),
             failure=Failure(
                 cls=str(failure["class"]), message=str(failure["message"]), traceback=str(failure.get("traceback", ""))
             )

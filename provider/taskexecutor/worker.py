@@ -96,6 +96,7 @@ class MasterConnection:
         slots: SlotTable,
         client: MasterClient,
         current_leader: Callable[[], LeaderInfo | None],
+        session_refused: Callable[[], None] = lambda: None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._config = config
@@ -103,6 +104,7 @@ class MasterConnection:
         self._slots = slots
         self._client = client
         self._current_leader = current_leader
+        self._session_refused = session_refused  # the master refused the leader's session: find it anew
         self._clock = clock
         self._lock = threading.Lock()
         self._registration_changed = threading.Condition(self._lock)
@@ -173,6 +175,8 @@ class MasterConnection:
             )
             ack = self._client.register(leader.address, leader.session_id, registration)
         except SparkDispatchError as exc:
+            if isinstance(exc, FencingTokenMismatch):
+                self._session_refused()
             log.warning(
                 "registration with the master at %s (session %s) failed, next try in %.2fs: %s",
                 leader.address,
@@ -227,6 +231,7 @@ class MasterConnection:
             log.info(
                 "the master at %s refused session %s; registering again: %s", leader.address, leader.session_id, exc
             )
+            self._session_refused()
             self._forget()
         except SparkDispatchError as exc:
             silent = now - self._last_heartbeat_ok

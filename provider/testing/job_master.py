@@ -214,6 +214,8 @@ class FakeProgressStore:
         subtask_index: int,
         result_path: str | None,
         rows: int | None,
+        *,
+        input_files: tuple[str, ...] = (),
     ) -> None:
         if self.gate is not None:
             await self.gate.wait()

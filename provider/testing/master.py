@@ -124,13 +124,14 @@ class RecordingTaskExecutorGateway(TaskExecutorGateway):
 
 @dataclass(frozen=True)
 class TaskOutcome:
-    """How a ScriptedTaskExecutor ends a task: FINISHED (with `rows`, and the `result_path` it
-    says it wrote), or FAILED with `failure`."""
+    """How a ScriptedTaskExecutor ends a task: FINISHED (with `rows`, the `result_path` it says
+    it wrote and the `input_files` it says it read), or FAILED with `failure`."""
 
     state: ExecutionState = ExecutionState.FINISHED
     failure: Failure | None = None
     rows: int | None = None
     result_path: str | None = None
+    input_files: tuple[str, ...] = ()
 
 
 Script = Callable[[TaskDeploymentDescriptor], TaskOutcome | None]
@@ -239,6 +240,7 @@ class ScriptedTaskExecutor:
             task_executor_id=self.task_executor_id,
             rows=outcome.rows,
             result_path=outcome.result_path,
+            input_files=outcome.input_files,
             failure=outcome.failure,
         )
         try:

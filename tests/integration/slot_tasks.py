@@ -210,3 +210,15 @@ def fails(ctx: Any) -> Any:
 
 def not_a_frame(ctx: Any) -> Any:
     return 42
+
+
+def writes_partitioned_source(ctx: Any) -> None:
+    """A Parquet table at `params["source"]` partitioned by region, as a job's source would be."""
+    frame = ctx.spark.range(6).selectExpr("id", "if(id % 2 = 0, 'eu', 'us') AS region")
+    frame.write.mode("overwrite").partitionBy("region").parquet(ctx.params["source"])
+
+
+def reads_source_and_input(ctx: Any) -> Any:
+    """The Parquet table at `params["source"]` with the `up` input's ids."""
+    source = ctx.spark.read.parquet(ctx.params["source"]).select("id")
+    return source.unionByName(ctx.inputs["up"].select("id"))

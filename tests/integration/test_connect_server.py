@@ -20,10 +20,15 @@ import pytest
 from sparkdispatch.config import Configuration
 from sparkdispatch.errors import ConnectServerError
 from sparkdispatch.taskexecutor.settings import ConnectServerSettings
-from sparkdispatch.taskexecutor.connect_server import LOG_FILE_NAME, ConnectServer
+from sparkdispatch.taskexecutor.connect_server import LOG_FILE_NAME, PROPERTIES_FILE_NAME, ConnectServer
 from sparkdispatch.testing.waiting import eventually_blocking
 
 pytestmark = pytest.mark.slow
+
+#: A `spark.*` secret of the configuration: it reaches the JVM by a file, never its command line.
+SECRET = "s3cret-" + "9f2c41d7e0"
+#: A value a properties file must escape to keep (Spark trims only its outer spaces).
+ODD_VALUE = "a=b:c #d !e \\f\tg \u00fc\U0001f600 h"
 
 
 def settings(**keys: str) -> ConnectServerSettings:
@@ -64,7 +69,11 @@ def processes_mentioning(path: Path) -> list[psutil.Process]:
 def server(tmp_path_factory: pytest.TempPathFactory, service_missing: Callable[[str], None]) -> Iterator[ConnectServer]:
     if shutil.which("java") is None:
         service_missing("Spark needs java on PATH")
-    server = ConnectServer(settings(), work_dir=tmp_path_factory.mktemp("connect"), app_name="sparkdispatch-test")
+    server = ConnectServer(
+        settings(**{"spark.hadoop.fs.s3a.secret.key": SECRET, "spark.sparkdispatch.test.odd key": ODD_VALUE}),
+        work_dir=tmp_path_factory.mktemp("connect"),
+        app_name="sparkdispatch-test",
+    )
     server.start()
     try:
         yield server
@@ -89,11 +98,12 @@ def test_a_connect_session_runs_queries_with_the_configured_properties(
         assert [(row["k"], row["count"]) for row in rows] == [(0, 34), (1, 33), (2, 33)]
         assert spark.conf.get("spark.sql.shuffle.partitions") == "3"
         assert spark.conf.get("spark.scheduler.mode") == "FAIR"
+        assert spark.conf.get("spark.sparkdispatch.test.odd key") == ODD_VALUE
     finally:
         spark.stop()
 
 
-def test_the_server_listens_on_loopback_only_and_answers_health_checks_quickly(server: ConnectServer) -> None:
+def test_the_server_and_its_ui_listen_on_loopback_only_and_answer_health_checks_quickly(server: ConnectServer) -> None:
     assert server.pid is not None
     port = int(server.url.rpartition(":")[2])
     listening = [
@@ -103,10 +113,32 @@ def test_the_server_listens_on_loopback_only_and_answers_health_checks_quickly(s
     ]
     assert listening and all(address.ip in ("127.0.0.1", "::ffff:127.0.0.1") for address in listening)
     assert server.ui_port is not None and server.ui_port not in (0, 4040, port)  # a free port of its own
+    # so does the Spark UI of a local master (Spark 4 binds it by SPARK_LOCAL_IP only; else on every interface)
+    ui = [
+        c.laddr
+        for c in psutil.Process(server.pid).net_connections(kind="tcp")
+        if c.status == psutil.CONN_LISTEN and c.laddr.port == server.ui_port
+    ]
+    assert ui and all(address.ip in ("127.0.0.1", "::ffff:127.0.0.1") for address in ui)
     started = time.monotonic()
     assert server.is_healthy()
     assert time.monotonic() - started < 1.0
     assert server.log_path.name == LOG_FILE_NAME and "Spark Connect server started at" in server.log_path.read_text()
+
+
+def test_the_servers_spark_properties_are_on_no_command_line_and_their_file_is_gone_once_it_serves(
+    server: ConnectServer,
+) -> None:
+    assert server.pid is not None and server.is_healthy()
+    assert [p.pid for p in psutil.process_iter() if _mentions(p, SECRET)] == []
+    assert not (server.work_dir / PROPERTIES_FILE_NAME).exists()
+
+
+def _mentions(process: psutil.Process, text: str) -> bool:
+    try:
+        return any(text in arg for arg in process.cmdline())
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return False
 
 
 def test_a_dead_server_is_unhealthy_and_a_restart_brings_it_back_on_its_port(server: ConnectServer) -> None:

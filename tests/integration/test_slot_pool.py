@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -189,6 +190,38 @@ def test_ctx_results_and_failures_of_one_job_in_its_slot_process(
     # every task of the job ran in the slot's one process
     [again] = rows_of(run(pool, deployment(tmp_path, "slot_tasks:context", job_id=job_id, slot_index=1), [tasks]))
     assert again["pid"] == process
+
+
+def test_a_finished_task_names_the_tables_its_dataframe_read_besides_the_jobs_results(
+    pool: SlotProcessPool, tasks: str, tmp_path: Path
+) -> None:
+    """`DataFrame.inputFiles()` of the returned DataFrame: a partitioned Parquet source is one
+    dataset, its table directory; the job's own results it also read are not listed."""
+    job_id = new_job_id()
+    source = tmp_path / "sources" / "orders"
+    params = {"source": str(source)}
+    wrote = run(
+        pool, deployment(tmp_path, "slot_tasks:writes_partitioned_source", job_id=job_id, params=params), [tasks]
+    )
+    assert wrote.state is ExecutionState.FINISHED, wrote.failure
+    assert wrote.input_files == () and {p.name for p in source.iterdir()} >= {"region=eu", "region=us"}
+    up = run(pool, deployment(tmp_path, "slot_tasks:multiples_of_seven", job_id=job_id), [tasks])
+    assert up.input_files == ()  # spark.range reads no file
+    read = run(
+        pool,
+        deployment(
+            tmp_path,
+            "slot_tasks:reads_source_and_input",
+            job_id=job_id,
+            params=params,
+            inputs={"up": (str(up.result_path),)},
+        ),
+        [tasks],
+    )
+    assert read.state is ExecutionState.FINISHED, read.failure
+    assert read.rows == 6 + 143
+    [dataset] = read.input_files
+    assert (urlsplit(dataset).scheme, urlsplit(dataset).path) == ("file", str(source))
 
 
 def test_what_a_task_prints_or_logs_goes_to_its_attempts_log_file(

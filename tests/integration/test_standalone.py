@@ -11,11 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from sparkdispatch.testing.http import http_json
+from sparkdispatch.testing.http import http_json, upload_artifact
+from sparkdispatch.testing.job_result import wait_for_result
 from sparkdispatch.testing.services import free_port
 from sparkdispatch.testing.waiting import eventually_blocking
 
 pytestmark = pytest.mark.slow
+SALES = Path(__file__).parents[2] / "dags" / "pipelines" / "sales.py"
 START_S = 180.0  # a TaskExecutor starts a JVM on a shared 2-core machine
 
 
@@ -33,6 +35,19 @@ def processes_mentioning(text: str) -> list[int]:
         if text in cmdline and state != "Z":
             pids.append(int(entry.name))
     return pids
+
+
+def permissions(root: Path) -> dict[Path, int]:
+    """The permission bits of everything under `root` (what the cluster removes meanwhile is skipped)."""
+    found = {}
+    for directory, subdirectories, files in os.walk(root):  # os.walk skips a directory that went away
+        for name in (*subdirectories, *files):
+            path = Path(directory, name)
+            try:
+                found[path] = path.lstat().st_mode & 0o777
+            except FileNotFoundError:
+                pass
+    return found
 
 
 TOKEN = "standalone-users-token-0123456789"
@@ -84,9 +99,8 @@ def test_standalone_restarts_a_dead_taskexecutor_and_stops_everything_on_ctrl_c(
             lambda: serving(base, taskmanagers=1), "the TaskExecutor to register", timeout=START_S, interval=0.3
         )
         # the TaskExecutors got the token, the Spark secret and the cluster secret by a file only they may read
-        # (the Spark Connect server's JVM still gets Spark properties as --conf arguments: issue 25, not done)
-        assert processes_mentioning(TOKEN) == []
-        assert set(processes_mentioning(SPARK_SECRET)).isdisjoint(processes_mentioning("taskexecutor.id=standalone-0"))
+        # (the Spark Connect server's JVM by a properties file of its own), so no command line shows them
+        assert processes_mentioning(TOKEN) == [] and processes_mentioning(SPARK_SECRET) == []
         child_config = storage / "standalone" / "taskexecutor.yaml"
         assert child_config.stat().st_mode & 0o777 == 0o600 and SPARK_SECRET in child_config.read_text()
         assert "cluster.secret" in child_config.read_text()
@@ -96,6 +110,30 @@ def test_standalone_restarts_a_dead_taskexecutor_and_stops_everything_on_ctrl_c(
             if line.startswith("cluster.secret:")
         ]
         assert processes_mentioning(cluster_secret) == []
+        # a job's JobGraph, artifact, progress, result, logs and the TaskExecutors' own files: only its user's
+        key = upload_artifact(base, SALES, token=TOKEN)
+        status, submitted = http_json(
+            "POST",
+            base + "/jobs",
+            {
+                "name": "private",
+                "artifacts": [key],
+                "vertices": [{"id": "g", "entrypoint": "sales:generate", "parallelism": 1, "params": {"rows": 10}}],
+            },
+            token=TOKEN,
+        )
+        assert status == 202, submitted
+        result = wait_for_result(lambda: [base], submitted["job_id"], timeout=START_S, token=TOKEN)
+        assert result.status.value == "FINISHED" and result.vertices["g"].rows == 10
+        # (Spark gives result partitions Hadoop's permissions and the files it fetches into its local dir its own:
+        # they lie in directories only that user may enter)
+        results, spark_local = storage / "results", storage / "te-work" / "standalone-0" / "local"
+        modes = permissions(storage)
+        assert {modes[results], modes[spark_local], storage.stat().st_mode & 0o777} == {0o700}
+        spark_made = [path for path in modes if results in path.parents or spark_local in path.parents]
+        assert {f"{path}: {mode:o}" for path, mode in modes.items() if mode & 0o077 and path not in spark_made} == set()
+        assert {"te-work", "te-cache", "blobs", "standalone"} <= {p.name for p in modes}  # the walk saw them
+        assert any(p.name.endswith(".parquet") for p in results.rglob("*"))
         # users' tokens do not reach the TaskExecutors' routes
         status, _ = http_json("POST", base + "/taskexecutors", {}, token=TOKEN)
         assert status == 401

@@ -19,6 +19,7 @@ from sparkdispatch.entrypoint.cli import main as cli_main
 from sparkdispatch.client import RetryPolicy, SparkDispatchClient
 from sparkdispatch.config import Configuration
 from sparkdispatch.errors import ServiceUnavailable
+from sparkdispatch.ha.access import create_leader_retrieval
 from sparkdispatch.entrypoint.master import Master
 from sparkdispatch.testing.certificates import IssuedCertificate, TestCertificateAuthority
 from sparkdispatch.testing.local_cluster import TaskExecutorProcess, task_executors_registered
@@ -235,6 +236,14 @@ async def test_a_standby_reads_the_leaders_overview_over_https(
         # the standby asked the leader (over mutual TLS) for its counts; a failed call leaves them 0
         assert body["is_leader"] is False and body["leader"] == leader.address
         assert body["jobs_running"] == 1
+        # the address the leader publishes in ZooKeeper, which TaskExecutors and clients follow, is https
+        retrieval = create_leader_retrieval(leader.config)
+        try:
+            await asyncio.to_thread(retrieval.start)
+            published = await asyncio.to_thread(retrieval.wait_for_leader, 30.0)
+        finally:
+            retrieval.close()
+        assert published.address == leader.address and published.address.startswith("https://127.0.0.1:")
     finally:
         for master in masters:
             await master.stop()

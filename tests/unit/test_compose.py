@@ -41,7 +41,6 @@ from sparkdispatch.config.options import (
 )
 from sparkdispatch.entrypoint.backing_services import check_backing_services
 from sparkdispatch.errors import ConfigurationError
-from sparkdispatch.ha.leader import STANDALONE_SESSION_ID
 from sparkdispatch.entrypoint.master import Master
 from sparkdispatch.model.protocol import SlotReport, TaskExecutorRegistration
 from sparkdispatch.entrypoint.master import MasterSettings
@@ -399,7 +398,10 @@ async def test_healthcheck_script_against_a_real_master(tmp_path: Path) -> None:
             async with session.post(
                 f"{url}/v1/taskexecutors",
                 json=registration.to_dict(),
-                headers={"Authorization": "Bearer s3cret", "X-SparkDispatch-Session": STANDALONE_SESSION_ID},
+                headers={
+                    "Authorization": "Bearer s3cret",
+                    "X-SparkDispatch-Session": master.leader_components().session_id,
+                },
             ) as answer:
                 assert answer.status == 200, await answer.text()
         # the first master URL is down, the second names the leader

@@ -9,6 +9,7 @@ import pytest
 from sparkdispatch.config import Configuration
 from sparkdispatch.errors import ConfigurationError, ConnectServerError
 from sparkdispatch.taskexecutor.settings import ConnectServerSettings
+from sparkdispatch.storage.private import write_private
 from sparkdispatch.taskexecutor import connect_server
 from sparkdispatch.taskexecutor.connect_server import ConnectServer, server_properties
 
@@ -134,3 +135,34 @@ def test_a_failure_names_the_log_and_its_last_lines_without_stack_frames(tmp_pat
     tail = connect_server._tail(log)
     assert len(tail) == 20 and tail[-1].endswith("IllegalStateException: boom") and tail[0] == "line 11"
     assert connect_server._tail(tmp_path / "missing.log") == []
+
+
+def test_the_properties_file_is_private_from_its_creation_and_escapes_what_java_would_misread(tmp_path: Path) -> None:
+    path = tmp_path / "server.properties"
+    path.write_text("an older, world-readable file")
+    path.chmod(0o644)
+    text = connect_server.properties_text({"spark.a b=c": "x=y\\z\nw ü", "spark.plain": "1"})
+    write_private(path, text.encode())
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert path.read_text() == "spark.a\\ b\\=c=x=y\\\\z\\nw \\u00fc\nspark.plain=1\n"
+
+
+def test_the_spark_ui_of_a_cluster_master_is_off_unless_configured_and_a_local_one_keeps_to_loopback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SPARK_LOCAL_IP", raising=False)
+
+    def settings(**keys: str) -> ConnectServerSettings:
+        return ConnectServerSettings.from_config(Configuration.from_mapping(keys))
+
+    cluster = settings(**{"spark.master": "spark://m:7077"})
+    assert server_properties(cluster, work_dir=tmp_path, port=0)["spark.ui.enabled"] == "false"
+    assert connect_server.server_environment(cluster) == {}
+    asked = settings(**{"spark.master": "yarn", "spark.ui.enabled": "true"})
+    assert server_properties(asked, work_dir=tmp_path, port=0)["spark.ui.enabled"] == "true"
+    for master in ("local", "local[2]", "local[*]"):
+        local = settings(**{"spark.master": master})
+        assert "spark.ui.enabled" not in server_properties(local, work_dir=tmp_path, port=0)
+        assert connect_server.server_environment(local) == {"SPARK_LOCAL_IP": "127.0.0.1"}
+    monkeypatch.setenv("SPARK_LOCAL_IP", "10.0.0.7")  # the operator's choice stands
+    assert connect_server.server_environment(settings(**{"spark.master": "local[2]"})) == {}

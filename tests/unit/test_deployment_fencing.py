@@ -409,3 +409,52 @@ def test_a_task_executor_takes_its_pool_from_the_configuration(pool: str, valid:
     else:
         with pytest.raises(ConfigurationError, match="taskexecutor.pool"):
             task_executor_pool(config)
+
+
+class RestartedMasterClient(RecordingClient):
+    """A master of HA mode `none` that restarted: it refuses heartbeats under `refused` (its former session)."""
+
+    refused = "session-of-the-former-run"
+
+    def heartbeat(self, *args: Any, executions: list[dict[str, str]], **kwargs: Any) -> None:
+        if args[1] == self.refused:
+            raise FencingTokenMismatch("master")
+        super().heartbeat(*args, executions=executions, **kwargs)
+
+
+class AskedSession:
+    """`AskedLeaderSession` as MasterConnection sees it: the master tells its new session once asked again."""
+
+    def __init__(self) -> None:
+        self.known = LeaderInfo(LEADER.address, RestartedMasterClient.refused)
+        self.forgotten = 0
+
+    def current(self) -> LeaderInfo:
+        return self.known
+
+    def forget(self) -> None:
+        self.forgotten += 1
+        self.known = LeaderInfo(LEADER.address, "session-of-the-new-run")
+
+
+def test_a_session_the_master_refuses_is_asked_for_again_and_the_taskexecutor_registers_under_the_new_one(
+    slots: SlotTable, clock: Clock
+) -> None:
+    client, asked = RestartedMasterClient(), AskedSession()
+    connection = MasterConnection(
+        Configuration.from_mapping({"heartbeat.interval": "300ms", "heartbeat.timeout": "2s"}),
+        identity=IDENTITY,
+        slots=slots,
+        client=client,  # type: ignore[arg-type]
+        current_leader=asked.current,
+        session_refused=asked.forget,
+        clock=clock,
+    )
+    connection.tick()
+    assert connection.registered_session == RestartedMasterClient.refused
+    clock.now += 1.0
+    connection.tick()  # the heartbeat is refused: the session is forgotten with the registration
+    registered: str | None = connection.registered_session
+    assert (asked.forgotten, registered) == (1, None)
+    connection.tick()
+    assert connection.registered_session == "session-of-the-new-run" and len(client.registrations) == 2

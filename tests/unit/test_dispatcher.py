@@ -43,7 +43,7 @@ from sparkdispatch.testing.contender import leading
 from sparkdispatch.testing.fake_job_master import FakeJobMaster
 from sparkdispatch.testing.waiting import eventually
 
-SESSION = "00000000-0000-0000-0000-000000000000"
+SESSION = ""  # the leader session of the test's HA services, set by `ha` (mode none draws one per start)
 
 
 def graph(name: str = "job", job_id: str | None = "a" * 32) -> JobGraph:
@@ -65,10 +65,11 @@ def config(tmp_path: Path) -> Configuration:
 
 @pytest.fixture
 async def ha(config: Configuration) -> Any:
-    """Standalone HA services whose election this test's Dispatcher leads."""
+    """Standalone HA services whose election this test's Dispatcher leads (under `SESSION`)."""
+    global SESSION
     services = create_ha_services(config)
     await services.start()
-    assert await leading(services.election) == SESSION
+    SESSION = await leading(services.election)
     yield services
     services.election.stop()
     await services.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from pathlib import Path
 
 import pytest
@@ -32,23 +33,34 @@ class Recorder:
         self.calls.append(("revoke", None))
 
 
-async def test_standalone_election_grants_the_fixed_session_on_the_loop() -> None:
+async def test_standalone_election_grants_a_random_session_on_the_loop_new_at_each_start() -> None:
     election = StandaloneLeaderElection()
     contender = Recorder()
     election.start(contender)
     assert contender.calls == []  # granted on the loop, not inside start()
     await asyncio.sleep(0)  # one turn of the loop
-    assert contender.calls == [("grant", STANDALONE_SESSION_ID)]
-    assert election.has_leadership(STANDALONE_SESSION_ID)
-    assert election.fence(STANDALONE_SESSION_ID, "JobGraph store") == STANDALONE_SESSION_ID
-    assert election.confirm_leadership(STANDALONE_SESSION_ID, "http://127.0.0.1:8081")
+    [(call, session)] = contender.calls
+    assert (
+        call == "grant" and session is not None and session != STANDALONE_SESSION_ID and uuid.UUID(session).version == 4
+    )
+    assert election.has_leadership(session) and not election.has_leadership(STANDALONE_SESSION_ID)
+    assert election.fence(session, "JobGraph store") == session
+    assert election.confirm_leadership(session, "http://127.0.0.1:8081")
     assert not election.confirm_leadership("another", "http://x:1")
-    assert election.confirmed == LeaderInfo("http://127.0.0.1:8081", STANDALONE_SESSION_ID)
+    assert election.confirmed == LeaderInfo("http://127.0.0.1:8081", session)
     election.stop()
     assert contender.calls[-1] == ("revoke", None)
-    assert not election.has_leadership(STANDALONE_SESSION_ID)
+    assert not election.has_leadership(session)
     with pytest.raises(LeadershipLost, match="JobGraph store"):
-        election.fence(STANDALONE_SESSION_ID, "JobGraph store")
+        election.fence(session, "JobGraph store")
+    # the next master start (a new election) leads under another session: the old one fences nothing
+    restarted, again = StandaloneLeaderElection(), Recorder()
+    restarted.start(again)
+    await asyncio.sleep(0)
+    [(_, new_session)] = again.calls
+    assert new_session is not None and new_session != session and not restarted.has_leadership(session)
+    with pytest.raises(LeadershipLost):
+        restarted.fence(session, "JobGraph store")
 
 
 async def test_standalone_retrieval_answers_the_configured_address(tmp_path: Path) -> None:

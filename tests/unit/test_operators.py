@@ -462,7 +462,7 @@ def test_the_job_id_and_every_vertexs_output_are_pushed_as_xcoms(cluster: Cluste
     assert set(xcom["vertices"]) == {"a", "b"}
     for vertex in ("a", "b"):
         output = xcom["vertices"][vertex]
-        assert set(output) == {"state", "rows", "result_path", "partitions", "attempts"}
+        assert set(output) == {"state", "rows", "result_path", "partitions", "input_files", "attempts"}
         assert (output["state"], output["rows"], output["attempts"]) == ("FINISHED", 10, 1)
 
 
@@ -1035,9 +1035,18 @@ def openlineage_errors(event: dict[str, Any]) -> list[str]:
     ]
 
 
-def test_a_vertex_tasks_lineage_names_the_vertices_it_read_as_inputs_and_its_result_as_output(cluster: Cluster) -> None:
-    """The datasets and facets make a RunEvent of openlineage-python's model (generated from the
-    OpenLineage JSON schema), which serializes with every facet's schema URL."""
+def read_files(tdd: TaskDeploymentDescriptor) -> TaskOutcome:
+    """Vertex b's subtasks say they read an orders table (both) and a customers table (subtask 1)."""
+    read = {0: ("file:///data/orders",), 1: ("file:///data/orders", "s3a://lake/customers")}
+    return TaskOutcome(
+        rows=1, result_path=tdd.result_path, input_files=read[tdd.subtask_index] if tdd.vertex_id == "b" else ()
+    )
+
+
+def test_a_vertex_tasks_lineage_names_what_it_read_as_inputs_and_its_result_as_output(cluster: Cluster) -> None:
+    """Inputs: the vertices it read and the tables its subtasks' DataFrames read (reported with
+    FINISHED, once each). The datasets and facets make a RunEvent of openlineage-python's model
+    (generated from the OpenLineage JSON schema), which serializes with every facet's schema URL."""
     import uuid
     from datetime import UTC, datetime
 
@@ -1049,7 +1058,7 @@ def test_a_vertex_tasks_lineage_names_the_vertices_it_read_as_inputs_and_its_res
     launch_ti = FakeTI()
     launch_ti.task_id = "sales.launch"
     job_id = dag.task_dict["sales.launch"].execute(context(launch_ti))
-    cluster.end(job_id, lambda tdd: TaskOutcome(rows=1, result_path=tdd.result_path))
+    cluster.end(job_id, read_files)
     ti = FakeTI()
     ti.task_id = "sales.b"
     ti.others[("sales.launch", "return_value")] = job_id
@@ -1058,8 +1067,13 @@ def test_a_vertex_tasks_lineage_names_the_vertices_it_read_as_inputs_and_its_res
     lineage = b.get_openlineage_facets_on_complete(None)
     paths = {vertex: result.result_path for vertex, result in cluster.result(job_id).vertices.items()}
     assert paths["a"] is not None and paths["b"] is not None
-    assert lineage.inputs == [Dataset(namespace="file", name=paths["a"])]
+    assert lineage.inputs == [
+        Dataset(namespace="file", name=paths["a"]),
+        Dataset(namespace="file", name="/data/orders"),
+        Dataset(namespace="s3://lake", name="customers"),
+    ]
     assert lineage.outputs == [Dataset(namespace="file", name=paths["b"])]
+    assert cluster.result(job_id).vertices["b"].input_files == ("file:///data/orders", "s3a://lake/customers")
     parent = parent_run.ParentRunFacet(
         run=parent_run.Run(runId=str(uuid.uuid4())), job=parent_run.Job(namespace="airflow", name="sales_dag.sales.b")
     )
@@ -1075,4 +1089,4 @@ def test_a_vertex_tasks_lineage_names_the_vertices_it_read_as_inputs_and_its_res
     body = json.loads(Serde.to_json(event))
     assert body["eventType"] == "COMPLETE" and set(body["run"]["facets"]) == {"externalQuery", "parent"}
     assert openlineage_errors(body) == []
-    assert [d["name"] for d in body["inputs"]] == [paths["a"]]
+    assert [d["name"] for d in body["inputs"]] == [paths["a"], "/data/orders", "customers"]

@@ -77,6 +77,8 @@ class RecordingProgressStore:
         subtask_index: int,
         result_path: str | None,
         rows: int | None,
+        *,
+        input_files: tuple[str, ...] = (),
     ) -> None:
         self.records += 1
 
