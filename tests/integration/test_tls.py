@@ -231,8 +231,14 @@ async def test_a_standby_reads_the_leaders_overview_over_https(
                 await client.submit(
                     {"name": "waits", "vertices": [{"id": "a", "entrypoint": "nowhere:nothing", "parallelism": 1}]}
                 )
-            async with session.get(f"{standby.address}/overview") as answer:
-                body = await answer.json()
+
+            async def standby_overview() -> Any | None:
+                # the standby learns the leader from ZooKeeper, which may take a moment under load
+                async with session.get(f"{standby.address}/overview") as answer:
+                    overview = await answer.json()
+                return overview if overview["leader"] is not None else None
+
+            body = await eventually(standby_overview, "the standby naming the leader", interval=0.2)
         # the standby asked the leader (over mutual TLS) for its counts; a failed call leaves them 0
         assert body["is_leader"] is False and body["leader"] == leader.address
         assert body["jobs_running"] == 1
