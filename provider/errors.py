@@ -19,6 +19,7 @@
     ├── UnknownTaskExecutor           the TaskExecutor is not (or no longer) registered
     ├── SlotProcessLost               a TaskExecutor's slot process died under a task, or did not start
     ├── EntrypointNotFound            a task's `module:function` entrypoint does not exist in its code
+    ├── EnvironmentBuildFailed        a job's Python environment could not be resolved or built
     ├── StoreError                    an HA store refused or failed a read or write
     │   ├── StoreUnavailable          a store did not answer for now (ZooKeeper connection loss); retry
     │   ├── JobResultEntryExists      a JobResult for that job is stored already
@@ -82,6 +83,9 @@ class SparkDispatchError(Exception):
     """
 
     http_status: int = 500
+    #: whether a task failing with this error may succeed when run again (the JobMaster restarts
+    #: it under the job's restart strategy); a job whose task fails with one that may not fails at once
+    restartable: ClassVar[bool] = True
     #: the REST body's fields, name → type, in body order (derived from the annotations)
     field_types: ClassVar[Mapping[str, object]] = MappingProxyType({})
 
@@ -500,6 +504,23 @@ class EntrypointNotFound(SparkDispatchError):
     """
 
     http_status = 400
+
+
+class EnvironmentBuildFailed(SparkDispatchError):
+    """A job's Python environment could not be resolved or built on a TaskExecutor.
+
+    `requirement` is the dependency the resolver named (empty when it named none), the message
+    the resolver's own words. Raised by the TaskExecutor before the task starts; the job fails at
+    once, since a restart would build the same requirements again.
+    """
+
+    http_status = 400
+    restartable = False
+    requirement: str
+
+    def __init__(self, message: str, *, requirement: str = "", details: Iterable[str] = ()) -> None:
+        super().__init__(message, details=details)
+        self.requirement = requirement
 
 
 class MissingExtra(SparkDispatchError):
