@@ -1,13 +1,20 @@
 """A TaskExecutor's settings, read once from a `Configuration`: its Spark Connect server, when it is
-replaced, and its slot processes."""
+replaced, its slot processes, and where jobs' Python environments are built from."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from sparkdispatch.config import Configuration
 from sparkdispatch.config.options import (
+    PYTHON_ENVIRONMENTS_DIR,
+    PYTHON_ENVIRONMENTS_MAX_SIZE,
+    PYTHON_EXTRA_INDEX_URL,
+    PYTHON_FIND_LINKS,
+    PYTHON_INDEX_URL,
+    PYTHON_NO_INDEX,
     SPARK_MASTER,
     TASKEXECUTOR_ATTEMPT_LOG_MAX_SIZE,
     TASKEXECUTOR_CANCELLATION_TIMEOUT,
@@ -97,3 +104,36 @@ class SlotPoolSettings:
             cancellation_timeout=config.get(TASKEXECUTOR_CANCELLATION_TIMEOUT),
             attempt_log_max_size=config.get(TASKEXECUTOR_ATTEMPT_LOG_MAX_SIZE),
         )
+
+
+@dataclass(frozen=True)
+class PythonEnvironmentSettings:
+    """Where a TaskExecutor keeps jobs' Python environments, their size bound (bytes), and where
+    their packages come from."""
+
+    directory: Path
+    max_size: int = PYTHON_ENVIRONMENTS_MAX_SIZE.default
+    index_url: str = ""
+    extra_index_urls: tuple[str, ...] = ()
+    find_links: tuple[str, ...] = ()
+    no_index: bool = False
+
+    @classmethod
+    def from_config(cls, config: Configuration) -> PythonEnvironmentSettings:
+        return cls(
+            directory=Path(config.get(PYTHON_ENVIRONMENTS_DIR) or config.storage_dir / "python-environments"),
+            max_size=config.get(PYTHON_ENVIRONMENTS_MAX_SIZE),
+            index_url=config.get(PYTHON_INDEX_URL),
+            extra_index_urls=tuple(config.get(PYTHON_EXTRA_INDEX_URL).split()),
+            find_links=tuple(config.get(PYTHON_FIND_LINKS).split()),
+            no_index=config.get(PYTHON_NO_INDEX),
+        )
+
+    def index_arguments(self) -> list[str]:
+        """uv's options saying where packages come from."""
+        arguments = ["--index-url", self.index_url] if self.index_url else []
+        for url in self.extra_index_urls:
+            arguments += ["--extra-index-url", url]
+        for location in self.find_links:
+            arguments += ["--find-links", location]
+        return [*arguments, "--no-index"] if self.no_index else arguments
