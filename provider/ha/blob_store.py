@@ -220,4 +220,6 @@ def artifact_problems(
         else:
             if name in wheels and path.suffix != ".whl":
                 problems[name] = [f"the artifact with key {key} is {path.name}, not a wheel (.whl)"]
+            elif name not in wheels and path.suffix == ".whl":
+                problems[name] = [f"the artifact with key {key} is a wheel: name it in environment.dependencies"]
     return problems

@@ -14,6 +14,9 @@ from pathlib import Path
 from sparkdispatch.errors import BlobError
 
 _FIXED_ZIP_TIME = (1980, 1, 1, 0, 0, 0)
+#: What an artifact may be: code for a slot process's `sys.path` (`.py`, `.zip`), or a wheel for a
+#: job's Python environment (`.whl`).
+ARTIFACT_SUFFIXES = (".py", ".zip", ".whl")
 
 
 def read_artifact(path: str | os.PathLike[str]) -> tuple[str, bytes]:
@@ -39,6 +42,6 @@ def read_artifact(path: str | os.PathLike[str]) -> tuple[str, bytes]:
         raise BlobError(
             f"artifact {str(path)!r} does not exist (give a .py, .zip or .whl file, or a package directory)"
         )
-    if source.suffix not in (".py", ".zip", ".whl"):
+    if source.suffix not in ARTIFACT_SUFFIXES:
         raise BlobError(f"artifact {str(path)!r} is not a .py, .zip or .whl file")
     return source.name, source.read_bytes()

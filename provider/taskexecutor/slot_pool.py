@@ -2,7 +2,8 @@
 
 `SlotProcessPool.run(slot_index, tdd, artifact_paths, on_state)` runs an attempt in the slot's
 process (slot_process.py). A slot keeps its process while it runs tasks of the same code, the
-same artifact files (content-addressed, so the same bytes), whatever their job: each job gets a
+same artifact files (content-addressed, so the same bytes) in the same interpreter (the
+TaskExecutor's, or a job's Python environment's: python_environments.py), whatever their job: each job gets a
 Connect session of its own there. A task of other code gets a fresh process, a pre-started spare
 (`taskexecutor.slot-process.spares`, pyspark's Connect client imported and a session's first
 calls made), and the old one is stopped in the background. Spares are refilled in the background
@@ -83,9 +84,10 @@ def describe_exit(returncode: int) -> str:
 class _SlotChild:
     """One slot process, as the pool sees it: the process, its channel and the code it is bound to."""
 
-    def __init__(self, process: subprocess.Popen[bytes], channel: ControlChannel) -> None:
+    def __init__(self, process: subprocess.Popen[bytes], channel: ControlChannel, python: str | None = None) -> None:
         self.process = process
         self.channel = channel
+        self.python = python  # the interpreter of the job's Python environment it runs in, None for the base
         self.code: tuple[str, ...] | None = None  # the artifact files it runs
         self.connect_url: str | None = None  # the server it was last told of
         self.session: _Session | None = None  # its current job's Connect session
@@ -222,8 +224,12 @@ class SlotProcessPool:
         on_state: Callable[[AttemptState], None],
         *,
         start_deadline: Callable[[], float | None] | None = None,
+        python: str | None = None,
     ) -> AttemptState:
-        """Run one attempt in the slot's process; `on_state` gets INITIALIZING and RUNNING, the end is returned."""
+        """Run one attempt in the slot's process; `on_state` gets INITIALIZING and RUNNING, the end is returned.
+
+        With `python` (a job's Python environment) the process runs that interpreter: the slot's
+        process if it does already, else one started now (the spares run the TaskExecutor's own)."""
         attempt = _Attempt(execution_id=tdd.execution_id, slot_index=slot_index)
         with self._lock:
             if self._closed:
@@ -231,7 +237,7 @@ class SlotProcessPool:
             self._attempts[tdd.execution_id] = attempt
         try:
             try:
-                child = self._child_for(slot_index, tuple(artifact_paths))
+                child = self._child_for(slot_index, tuple(artifact_paths), python)
             except SparkDispatchError as exc:
                 return _failed(exc)
             with attempt.lock:
@@ -434,11 +440,12 @@ class SlotProcessPool:
     # ----------------------------------------------------------------------------------------
     # Processes
 
-    def _child_for(self, slot_index: int, code: tuple[str, ...]) -> _SlotChild:
-        """The slot's process if it runs this code, else a spare bound to it (the old one retires)."""
+    def _child_for(self, slot_index: int, code: tuple[str, ...], python: str | None) -> _SlotChild:
+        """The slot's process if it runs this code in this interpreter, else a spare (or, for a job's
+        Python environment, a process started in it) bound to it; the old one retires."""
         with self._lock:
             current = self._bound.get(slot_index)
-            if current is not None and current.code == code and current.alive:
+            if current is not None and current.code == code and current.python == python and current.alive:
                 return current
             self._bound.pop(slot_index, None)
             if current is not None:
@@ -449,7 +456,7 @@ class SlotProcessPool:
             threading.Thread(
                 target=self._retire, args=(current,), daemon=True, name=f"retire-slot-process-{current.pid}"
             ).start()
-        child = self._take_spare()
+        child = self._take_spare() if python is None else self._start_in(python)
         child.code = code
         with self._lock:
             if not self._closed:
@@ -492,6 +499,15 @@ class SlotProcessPool:
         except Exception as exc:  # the spawner shut down (the pool is closing), or a bad handshake
             raise SlotProcessLost(f"could not start a slot process: {type(exc).__name__}: {exc}") from exc
 
+    def _start_in(self, python: str) -> _SlotChild:
+        """A slot process started now in a job's Python environment (no spare runs its interpreter)."""
+        try:
+            return self._spawner.submit(self._spawn, require_warm=False, python=python).result()
+        except SlotProcessLost:
+            raise
+        except Exception as exc:  # the spawner shut down (the pool is closing), or a bad handshake
+            raise SlotProcessLost(f"could not start a slot process in {python}: {type(exc).__name__}: {exc}") from exc
+
     def _refill(self) -> None:
         with self._lock:
             missing = self._settings.spares - len(self._spares) - self._starting
@@ -517,14 +533,16 @@ class SlotProcessPool:
         if child is not None:
             child.kill()
 
-    def _spawn(self, *, require_warm: bool) -> _SlotChild:
-        """Start a slot process, wait for it to import the Connect client, and warm it (on the spawner thread)."""
+    def _spawn(self, *, require_warm: bool, python: str | None = None) -> _SlotChild:
+        """Start a slot process (in `python`, a job's environment, if given), wait for it to import
+        the Connect client, and warm it (on the spawner thread)."""
         started = time.monotonic()
         ours, theirs = socket.socketpair()
+        in_environment = ["--udf-python", python] if python is not None else []
         try:
             process = subprocess.Popen(
                 [
-                    sys.executable,
+                    python or sys.executable,
                     "-P",
                     "-m",
                     SLOT_PROCESS_MODULE,
@@ -532,6 +550,7 @@ class SlotProcessPool:
                     str(theirs.fileno()),
                     "--parent-pid",
                     str(os.getpid()),
+                    *in_environment,
                 ],
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
@@ -542,7 +561,7 @@ class SlotProcessPool:
             raise SlotProcessLost(f"could not start a slot process: {exc}") from exc
         finally:
             theirs.close()
-        child = _SlotChild(process, ControlChannel(ours))
+        child = _SlotChild(process, ControlChannel(ours), python)
         try:
             self._expect(child, READY, started)
             child.connect_url = self._connect_url

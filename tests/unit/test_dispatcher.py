@@ -693,6 +693,8 @@ async def test_an_environment_naming_a_missing_or_non_wheel_blob_is_refused_nami
         ],
     }
     assert await ha.jobgraph_store.job_ids() == set() and not FakeJobMaster.created
+    with pytest.raises(InvalidJobGraph, match="is a wheel: name it in environment.dependencies"):
+        await dispatcher.submit(JobGraph.from_dict({**body, "artifacts": [wheel]}))
     body["vertices"][0]["environment"] = {"dependencies": [wheel]}
     assert (await dispatcher.submit(JobGraph.from_dict(body))).created
     await dispatcher.stop()
