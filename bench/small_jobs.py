@@ -15,13 +15,10 @@ every label stay in bench/results/small_jobs.json, the last run of each label.
 from __future__ import annotations
 
 import argparse
-import json
-import time
 from pathlib import Path
 from typing import Any
 
-from harness.paths import RESULTS_DIR
-from harness.reporting import load_average, load_change, machine_info, median, percentile, print_table
+from harness.reporting import load_average, load_change, median, percentile, print_table, save_labelled_run
 from harness.running import add_run_options, bench_main, scratch_dir
 from harness.standalone import Standalone
 
@@ -126,7 +123,8 @@ def run() -> int:
         [[kind, *(f"{f[k]:.0f}" for k in ("p50", "p90", "min", "max"))] for kind, f in figures.items()],
     )
     print(load_change(report))
-    save(
+    save_labelled_run(
+        "small_jobs",
         args.label,
         quick=args.quick,
         entry={
@@ -136,18 +134,6 @@ def run() -> int:
         },
     )
     return 0
-
-
-def save(label: str, *, quick: bool, entry: dict[str, Any]) -> None:
-    """Keep every label's last run in one file: `before` and `after` side by side."""
-    path = RESULTS_DIR / f"small_jobs{'.quick' if quick else ''}.json"
-    try:
-        runs = json.loads(path.read_text())["runs"]
-    except (OSError, ValueError, KeyError):
-        runs = {}
-    runs[label] = {**entry, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
-    path.write_text(json.dumps({"machine": machine_info(), "runs": runs}, indent=2) + "\n")
-    print(f"wrote {path} ({label})")
 
 
 if __name__ == "__main__":
