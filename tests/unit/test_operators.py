@@ -69,6 +69,11 @@ def missing_entrypoint(tdd: TaskDeploymentDescriptor) -> TaskOutcome:
     )
 
 
+def unbuildable_environment(tdd: TaskDeploymentDescriptor) -> TaskOutcome:
+    message = "the job's Python environment could not be built (no-such-lib==9.9): uv said: No solution found"
+    return TaskOutcome(ExecutionState.FAILED, Failure("EnvironmentBuildFailed", message, ""))
+
+
 def fail_b(tdd: TaskDeploymentDescriptor) -> TaskOutcome:
     if tdd.vertex_id == "a":
         return TaskOutcome(rows=10)
@@ -539,6 +544,10 @@ def test_errors_no_retry_can_fix_fail_the_task_without_retries(cluster: Cluster)
     cluster.end_new_jobs(missing_entrypoint)
     with pytest.raises(AirflowFailException, match="EntrypointNotFound.*not retried"):
         operator().execute(context())
+
+    cluster.end_new_jobs(unbuildable_environment)
+    with pytest.raises(AirflowFailException, match="EnvironmentBuildFailed.*no-such-lib==9.9.*not retried"):
+        operator().execute(context(FakeTI(run_id="manual__3")))
 
     cluster.end_new_jobs(fail_b)  # a failure of the task function itself: retries may help
     with pytest.raises(AirflowException) as failed:
