@@ -413,6 +413,14 @@ TASKEXECUTOR_SLOT_PROCESS_SPARES: Final = _taskexecutors.integer(
     "about 145 MB).",
     minimum=0,
 )
+TASKEXECUTOR_SLOT_PROCESS_ENVIRONMENT_SPARES: Final = _taskexecutors.integer(
+    "taskexecutor.slot-process.environment-spares",
+    2,
+    "Slot processes a TaskExecutor keeps started and warm in jobs' Python environments, one per environment, for "
+    "the ones its tasks used last: a task of a job whose environment has a spare does not wait for a process to "
+    "start in it. 0 starts a process for each slot that gets such a task.",
+    minimum=0,
+)
 
 _python = Section("Jobs' Python environments")
 

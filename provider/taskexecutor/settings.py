@@ -24,6 +24,7 @@ from sparkdispatch.config.options import (
     TASKEXECUTOR_CONNECT_RECYCLE_SESSIONS,
     TASKEXECUTOR_CONNECT_RECYCLE_THREAD_GROWTH,
     TASKEXECUTOR_CONNECT_START_TIMEOUT,
+    TASKEXECUTOR_SLOT_PROCESS_ENVIRONMENT_SPARES,
     TASKEXECUTOR_SLOT_PROCESS_SPARES,
 )
 from sparkdispatch.taskexecutor.process_usage import ProcessUsage
@@ -92,6 +93,7 @@ class SlotPoolSettings:
     the cap of each attempt's log (bytes)."""
 
     spares: int = 1
+    environment_spares: int = TASKEXECUTOR_SLOT_PROCESS_ENVIRONMENT_SPARES.default  # in jobs' Python environments
     cancellation_timeout: float = 30.0
     start_timeout: float = 120.0  # a new slot process's imports and first action
     stop_grace: float = 10.0  # a retired slot process's session release, before it is killed
@@ -101,6 +103,7 @@ class SlotPoolSettings:
     def from_config(cls, config: Configuration) -> SlotPoolSettings:
         return cls(
             spares=config.get(TASKEXECUTOR_SLOT_PROCESS_SPARES),
+            environment_spares=config.get(TASKEXECUTOR_SLOT_PROCESS_ENVIRONMENT_SPARES),
             cancellation_timeout=config.get(TASKEXECUTOR_CANCELLATION_TIMEOUT),
             attempt_log_max_size=config.get(TASKEXECUTOR_ATTEMPT_LOG_MAX_SIZE),
         )

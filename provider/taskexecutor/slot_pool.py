@@ -7,7 +7,11 @@ TaskExecutor's, or a job's Python environment's: python_environments.py), whatev
 Connect session of its own there. A task of other code gets a fresh process, a pre-started spare
 (`taskexecutor.slot-process.spares`, pyspark's Connect client imported and a session's first
 calls made), and the old one is stopped in the background. Spares are refilled in the background
-after each one taken.
+after each one taken. A task in a job's Python environment takes a spare started in that
+environment's interpreter, or starts a process in it; either way a spare in that environment is
+started next, for its next task on another slot, and at most
+`taskexecutor.slot-process.environment-spares` such spares are kept (the least recently asked
+for environment's stops first).
 
 `cancel(execution_id)` tells the process to interrupt the attempt's Spark operations; an
 attempt still running `taskexecutor.cancellation.timeout` later has its process killed, ends
@@ -34,6 +38,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -193,6 +198,9 @@ class SlotProcessPool:
         self._bound: dict[int, _SlotChild] = {}
         self._spares: list[_SlotChild] = []
         self._starting = 0
+        #: warm spares in jobs' Python environments, one per interpreter, the most recently asked for last
+        self._environment_spares: OrderedDict[str, _SlotChild] = OrderedDict()
+        self._environment_starting: set[str] = set()
         self._retiring: set[_SlotChild] = set()
         #: processes replaced because the Connect server was restarted under them, until their
         #: attempt has said so (idle ones stay: a few objects per server restart)
@@ -402,7 +410,7 @@ class SlotProcessPool:
         with self._lock:
             self._connect_url = connect_url
             self._sessions_made = 0
-            for child in [*self._bound.values(), *self._spares]:
+            for child in [*self._bound.values(), *self._spares, *self._environment_spares.values()]:
                 child.tell_server(connect_url, self.released_sessions)
         log.info("slot processes moved to the Spark Connect server at %s", connect_url)
 
@@ -426,9 +434,10 @@ class SlotProcessPool:
         with self._changed:
             self._connect_url = connect_url
             self._sessions_made = 0
-            old = [*self._bound.values(), *self._spares]
+            old = [*self._bound.values(), *self._spares, *self._environment_spares.values()]
             self._bound.clear()
             self._spares.clear()
+            self._environment_spares.clear()
             self._retiring.update(old)
             self._server_lost.update(old)
         for child in old:
@@ -456,7 +465,7 @@ class SlotProcessPool:
             threading.Thread(
                 target=self._retire, args=(current,), daemon=True, name=f"retire-slot-process-{current.pid}"
             ).start()
-        child = self._take_spare() if python is None else self._start_in(python)
+        child = self._take_spare() if python is None else self._take_environment_spare(python)
         child.code = code
         with self._lock:
             if not self._closed:
@@ -498,6 +507,56 @@ class SlotProcessPool:
             raise
         except Exception as exc:  # the spawner shut down (the pool is closing), or a bad handshake
             raise SlotProcessLost(f"could not start a slot process: {type(exc).__name__}: {exc}") from exc
+
+    def _take_environment_spare(self, python: str) -> _SlotChild:
+        """A warm spare in this job's Python environment if one waits, else a process started in it
+        now; either way a spare in it is started next, for the environment's next task elsewhere."""
+        with self._lock:
+            child = self._environment_spares.pop(python, None)
+        if child is not None and not child.alive:
+            log.warning("spare slot process %d in %s died while idle: %s", child.pid, python, child.ended(0.0))
+            child = None
+        if child is None:
+            child = self._start_in(python)
+        self._refill_environment(python)
+        return child
+
+    def _refill_environment(self, python: str) -> None:
+        with self._lock:
+            if (
+                self._closed
+                or self._settings.environment_spares == 0
+                or python in self._environment_spares
+                or python in self._environment_starting
+            ):
+                return
+            self._environment_starting.add(python)
+        self._spawner.submit(self._start_environment_spare, python)
+
+    def _start_environment_spare(self, python: str) -> None:
+        """Start a spare in a job's environment; beyond `environment_spares` of them, the one whose
+        environment was asked for least recently stops."""
+        child: _SlotChild | None = None
+        try:
+            child = self._spawn(require_warm=False, python=python)
+        except Exception:  # the environment's next task starts a process itself
+            log.warning("could not start a spare slot process in %s", python, exc_info=True)
+        surplus: list[_SlotChild] = []
+        with self._lock:
+            self._environment_starting.discard(python)
+            if child is not None and not self._closed:
+                child.tell_server(self._connect_url, self.released_sessions)  # started for a server replaced since?
+                self._environment_spares[python] = child
+                child = None
+                while len(self._environment_spares) > self._settings.environment_spares:
+                    surplus.append(self._environment_spares.popitem(last=False)[1])
+                self._retiring.update(surplus)
+        if child is not None:
+            child.kill()
+        for old in surplus:
+            threading.Thread(
+                target=self._retire, args=(old,), daemon=True, name=f"retire-slot-process-{old.pid}"
+            ).start()
 
     def _start_in(self, python: str) -> _SlotChild:
         """A slot process started now in a job's Python environment (no spare runs its interpreter)."""
@@ -601,9 +660,10 @@ class SlotProcessPool:
         """Stop every slot process: bound, spare, retiring or starting. Running attempts end with them."""
         with self._changed:
             self._closed = True
-            children = [*self._bound.values(), *self._spares]
+            children = [*self._bound.values(), *self._spares, *self._environment_spares.values()]
             self._bound.clear()
             self._spares.clear()
+            self._environment_spares.clear()
             attempts = list(self._attempts.values())
             self._changed.notify_all()
         for attempt in attempts:
