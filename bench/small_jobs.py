@@ -18,7 +18,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from harness.reporting import load_average, load_change, median, percentile, print_table, save_labelled_run
+from harness.reporting import load_average, load_change, print_table, save_labelled_run, spread_ms
 from harness.running import add_run_options, bench_main, scratch_dir
 from harness.standalone import Standalone
 
@@ -108,15 +108,7 @@ def run() -> int:
         finally:
             standalone.stop()
     report["load_average_at_end"] = load_average()
-    figures = {
-        kind: {
-            "p50": median(values) * 1000,
-            "p90": percentile(values, 90) * 1000,
-            "min": min(values) * 1000,
-            "max": max(values) * 1000,
-        }
-        for kind, values in seconds.items()
-    }
+    figures = {kind: spread_ms(values) for kind, values in seconds.items()}
     print()
     print_table(
         ["job", "median ms", "p90 ms", "min ms", "max ms"],

@@ -113,6 +113,16 @@ def latency_ms(seconds: Sequence[float]) -> dict[str, float | None]:
     }
 
 
+def spread_ms(seconds: Sequence[float]) -> dict[str, float]:
+    """Median (`p50`), p90, min and max of durations in seconds, in ms."""
+    return {
+        "p50": median(seconds) * 1000,
+        "p90": percentile(seconds, 90) * 1000,
+        "min": min(seconds) * 1000,
+        "max": max(seconds) * 1000,
+    }
+
+
 def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
     rows = [[str(cell) for cell in row] for row in rows]
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
