@@ -23,7 +23,8 @@ process killed or dead under its attempt is interrupted and released on the serv
 later attempts run there; each process releases its sessions on the old server, at once when
 idle, after its attempt when busy, so `attempts_on(old_url)` falls to 0 and the old server can stop.
 
-Every child is started by one long-lived thread (`PR_SET_PDEATHSIG` fires when the thread that
+Every child is started by one of two long-lived threads, the spares' and the one that starts a
+process a task waits for in a job's Python environment (`PR_SET_PDEATHSIG` fires when the thread that
 started a process ends, not only the process), in the TaskExecutor's process group, with the
 TaskExecutor's stdout and stderr; `close()` stops them all.
 """
@@ -213,6 +214,8 @@ class SlotProcessPool:
         #: slot processes that died under an attempt or were killed (the metrics' count)
         self.processes_lost = 0
         self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sparkdispatch-slot-spawner")
+        #: starts the processes a task waits for in a job's Python environment, not queued behind spares
+        self._starter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sparkdispatch-slot-starter")
 
     def start(self) -> None:
         """Start the spares and warm each against the Connect server; raises `SlotProcessLost` if one fails."""
@@ -561,7 +564,7 @@ class SlotProcessPool:
     def _start_in(self, python: str) -> _SlotChild:
         """A slot process started now in a job's Python environment (no spare runs its interpreter)."""
         try:
-            return self._spawner.submit(self._spawn, require_warm=False, python=python).result()
+            return self._starter.submit(self._spawn, require_warm=False, python=python).result()
         except SlotProcessLost:
             raise
         except Exception as exc:  # the spawner shut down (the pool is closing), or a bad handshake
@@ -687,6 +690,7 @@ class SlotProcessPool:
             child.kill()
         # Last: the children's PR_SET_PDEATHSIG fires when this thread ends. A process being
         # started now is killed by its spawn, which finds the pool closed.
+        self._starter.shutdown(wait=True, cancel_futures=True)
         self._spawner.shutdown(wait=True, cancel_futures=True)
 
 

@@ -96,6 +96,7 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
             "spark.ui.enabled": "false",
             "spark.sql.shuffle.partitions": "2",
             "taskexecutor.registration.max-backoff": "500ms",
+            "taskexecutor.connect.start-timeout": "5min",  # a loaded 2-core machine takes over the default 2 min
             "python.find-links": str(wheelhouse),
             "python.no-index": "true",
         }
