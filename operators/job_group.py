@@ -410,6 +410,8 @@ class _LaunchJobGraphOperator(SparkDispatchSubmitJobOperator):
             graph["restart_strategy"] = dict(self.group.restart_strategy)
         if self.group.config:
             graph["config"] = dict(self.group.config)
+        if self.group.taskexecutor_pool is not None:
+            graph["pool"] = self.group.taskexecutor_pool
         return graph
 
 
@@ -425,6 +427,8 @@ class SparkDispatchJobGroup(TaskGroup):
         (`conn_id`, deprecated, is its earlier name).
     :param restart_strategy: the JobGraph's restart strategy (a dict, as in the JobGraph).
     :param config: the JobGraph's Spark `config`.
+    :param taskexecutor_pool: the JobGraph's `pool`, the TaskExecutor pool its vertices run in (not
+        Airflow's `pool`, which limits the group's Airflow tasks).
 
     The group adds a `launch` task (`<group_id>.launch`) that submits the job once per DAG run;
     every other task in the group must be a `SparkDispatchVertexOperator`.
@@ -440,6 +444,7 @@ class SparkDispatchJobGroup(TaskGroup):
         sparkdispatch_conn_id: str = SparkDispatchHook.default_conn_name,
         restart_strategy: Mapping[str, Any] | None = None,
         config: Mapping[str, Any] | None = None,
+        taskexecutor_pool: str | None = None,
         conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
@@ -452,6 +457,7 @@ class SparkDispatchJobGroup(TaskGroup):
         )
         self.restart_strategy = restart_strategy
         self.config = dict(config or {})
+        self.taskexecutor_pool = taskexecutor_pool
         self.launch: _LaunchJobGraphOperator | None = None
 
     def vertex_operators(self) -> list[SparkDispatchVertexOperator]:

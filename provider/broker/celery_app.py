@@ -29,7 +29,7 @@ from kombu import Connection
 
 from sparkdispatch.broker.filesystem_transport import TRANSPORT as ATOMIC_FILESYSTEM_TRANSPORT
 from sparkdispatch.config import Configuration
-from sparkdispatch.config.options import BROKER_POLLING_INTERVAL, BROKER_TIMEOUT, BROKER_URL
+from sparkdispatch.config.options import BROKER_POLLING_INTERVAL, BROKER_TIMEOUT
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ class BoundedAMQP(AMQP):
 def configure_celery_app(app: Celery, config: Configuration) -> None:
     """Point `app` (created with `APP_NAME`, not used yet) at the configured broker with the settings
     both sides share."""
-    url = config.get(BROKER_URL)
+    url = config.broker_url
     timeout = config.get(BROKER_TIMEOUT)
     app.amqp_cls = f"{__name__}:BoundedAMQP"  # read when the app first connects
     app.conf.update(
@@ -119,7 +119,7 @@ def configure_celery_app(app: Celery, config: Configuration) -> None:
 
 
 def _transport_options(config: Configuration) -> dict[str, Any]:
-    url = config.get(BROKER_URL)
+    url = config.broker_url
     if url.startswith("filesystem://"):
         folders = broker_folders(config)
         return {
@@ -151,7 +151,7 @@ def remove_stale_pidbox_messages(
     config: Configuration, *, max_age_s: float = PIDBOX_MESSAGE_MAX_AGE_S, now: float | None = None
 ) -> int:
     """Delete old remote-control message files of the `filesystem://` broker; returns how many."""
-    if not config.get(BROKER_URL).startswith("filesystem://"):
+    if not config.broker_url.startswith("filesystem://"):
         return 0
     folder = broker_folders(config)["queue"]
     limit = (time.time() if now is None else now) - max_age_s

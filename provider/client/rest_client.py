@@ -193,12 +193,35 @@ class SparkDispatchClient:
         return await self._get(Overview, "/overview")
 
     async def taskmanagers(self) -> list[TaskManager]:
-        """The TaskExecutors registered with the leader, with their slots."""
-        return list((await self._get(TaskManagerList, "/taskmanagers")).taskmanagers)
+        """The TaskExecutors registered with the leader, with their slots (every page)."""
+        entries: list[TaskManager] = []
+        after: str | None = None
+        while True:
+            page = await self.taskmanagers_page(after=after)
+            entries += page.taskmanagers
+            if page.next is None:
+                return entries
+            after = page.next
+
+    async def taskmanagers_page(self, *, limit: int | None = None, after: str | None = None) -> TaskManagerList:
+        """One page of `GET /taskmanagers`, by id: at most `limit` entries after the cursor `after`."""
+        return await self._get(TaskManagerList, "/taskmanagers", params=_page_params(limit, after))
 
     async def jobs(self) -> list[JobSummary]:
-        """Running and finished jobs: id, name, status, start/end time, duration."""
-        return list((await self._get(JobList, "/jobs")).jobs)
+        """Running and finished jobs, the most recently started first (every page): id, name, status,
+        start/end time, duration."""
+        entries: list[JobSummary] = []
+        after: str | None = None
+        while True:
+            page = await self.jobs_page(after=after)
+            entries += page.jobs
+            if page.next is None:
+                return entries
+            after = page.next
+
+    async def jobs_page(self, *, limit: int | None = None, after: str | None = None) -> JobList:
+        """One page of `GET /jobs`: at most `limit` jobs after the cursor `after` (a page's `next`)."""
+        return await self._get(JobList, "/jobs", params=_page_params(limit, after))
 
     async def job(self, job_id: str) -> JobDetails:
         """A job's details with its vertices and subtasks; `UnknownJob` if there is none."""
@@ -307,9 +330,9 @@ class SparkDispatchClient:
 
     # -- plumbing --------------------------------------------------------------------------
 
-    async def _get(self, shape: type[S], path: str) -> S:
+    async def _get(self, shape: type[S], path: str, *, params: Mapping[str, str] | None = None) -> S:
         """`GET path` at the leader, its answer parsed as `shape`."""
-        _, answer = await self._request("GET", path)
+        _, answer = await self._request("GET", path, params=params)
         return shape.from_dict(answer)
 
     async def _request(
@@ -561,6 +584,12 @@ class SyncSparkDispatchClient:
     def jobs(self) -> list[JobSummary]:
         return self.run(self.async_client.jobs())
 
+    def jobs_page(self, *, limit: int | None = None, after: str | None = None) -> JobList:
+        return self.run(self.async_client.jobs_page(limit=limit, after=after))
+
+    def taskmanagers_page(self, *, limit: int | None = None, after: str | None = None) -> TaskManagerList:
+        return self.run(self.async_client.taskmanagers_page(limit=limit, after=after))
+
     def job(self, job_id: str) -> JobDetails:
         return self.run(self.async_client.job(job_id))
 
@@ -605,3 +634,8 @@ class SyncSparkDispatchClient:
             self.run(self.async_client.close())
         finally:
             self._loop.close()
+
+
+def _page_params(limit: int | None, after: str | None) -> dict[str, str]:
+    params = {"limit": str(limit)} if limit is not None else {}
+    return params | ({"after": after} if after is not None else {})

@@ -16,13 +16,16 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TypeVar, cast
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import yaml
 
 from sparkdispatch.config.option import ConfigOption
 from sparkdispatch.config.options import (
+    BROKER_URL,
     CLUSTER_SECRET,
     CLUSTER_SECRET_FILE,
+    HA_ZOOKEEPER_AUTH,
     OPTIONS,
     OPTIONS_BY_KEY,
     REST_ADDRESS,
@@ -41,8 +44,10 @@ T = TypeVar("T")
 CONFIG_ENV_VAR = "SPARKDISPATCH_CONF"
 TOKEN_ENV_VAR = "SPARKDISPATCH_AUTH_TOKEN"
 CLUSTER_SECRET_ENV_VAR = "SPARKDISPATCH_CLUSTER_SECRET"
+ZOOKEEPER_AUTH_ENV_VAR = "SPARKDISPATCH_ZOOKEEPER_AUTH"
+BROKER_PASSWORD_ENV_VAR = "SPARKDISPATCH_BROKER_PASSWORD"
 #: Keys whose values are secrets: kept out of `repr` and of a child's command line.
-SECRET_KEYS = frozenset({REST_AUTH_TOKEN.key, CLUSTER_SECRET.key})
+SECRET_KEYS = frozenset({REST_AUTH_TOKEN.key, CLUSTER_SECRET.key, HA_ZOOKEEPER_AUTH.key, BROKER_URL.key})
 SPARK_PREFIX = SPARK_PROPERTIES.prefix
 
 
@@ -142,6 +147,23 @@ class Configuration:
         """The TaskExecutors' credential: `cluster.secret`, else `cluster.secret-file`'s content, else
         `$SPARKDISPATCH_CLUSTER_SECRET`; empty for none. `ConfigurationError` if the file cannot be read."""
         return self._secret(CLUSTER_SECRET, CLUSTER_SECRET_FILE, CLUSTER_SECRET_ENV_VAR, "secret")
+
+    @property
+    def zookeeper_auth(self) -> str:
+        """`user:password` of ZooKeeper's digest ACLs: `high-availability.zookeeper.auth`, else
+        `$SPARKDISPATCH_ZOOKEEPER_AUTH`; empty for none."""
+        return self.get(HA_ZOOKEEPER_AUTH) or os.environ.get(ZOOKEEPER_AUTH_ENV_VAR, "").strip()
+
+    @property
+    def broker_url(self) -> str:
+        """`broker.url`, a Redis one without a password given `$SPARKDISPATCH_BROKER_PASSWORD`'s."""
+        url = self.get(BROKER_URL)
+        password = os.environ.get(BROKER_PASSWORD_ENV_VAR, "").strip()
+        parts = urlsplit(url)
+        if not password or parts.scheme not in ("redis", "rediss") or parts.password is not None:
+            return url
+        user = parts.username or ""
+        return urlunsplit(parts._replace(netloc=f"{quote(user)}:{quote(password, safe='')}@{parts.netloc}"))
 
     @property
     def task_executor_credential(self) -> str:

@@ -178,6 +178,14 @@ REST_LOGIN_FAILURE_WINDOW: Final = _rest.duration(
     minimum=timedelta(seconds=1),
 )
 
+REST_LIST_PAGE_SIZE: Final = _rest.integer(
+    "rest.list.page-size",
+    1000,
+    "The most entries one answer of `GET /jobs` or `GET /taskmanagers` holds, and their number when the "
+    "request asks for none (`?limit=`); its `next` cursor (`?after=`) gives the following page.",
+    minimum=1,
+)
+
 _jobs = Section("Jobs")
 
 JOBGRAPH_MAX_SUBTASKS: Final = _jobs.integer(
@@ -235,7 +243,15 @@ HA_ZOOKEEPER_AUTH: Final = _ha.string(
     "high-availability.zookeeper.auth",
     "",
     "`user:password`: create every node with a digest ACL for this identity, so other ZooKeeper users can neither "
-    "read nor change them.",
+    "read nor change them. Empty: the `SPARKDISPATCH_ZOOKEEPER_AUTH` environment variable, else none (refused by a "
+    "master with tokens unless `high-availability.zookeeper.allow-insecure`).",
+)
+HA_ZOOKEEPER_ALLOW_INSECURE: Final = _ha.boolean(
+    "high-availability.zookeeper.allow-insecure",
+    False,
+    "Let a master with tokens (`rest.auth.*`, `cluster.secret`) use ZooKeeper without `high-availability.zookeeper."
+    "auth`. Whoever can write its nodes can then publish a leader address of their own and receive the cluster "
+    "secret from every TaskExecutor that follows it: only where nobody else reaches ZooKeeper.",
 )
 HA_ZOOKEEPER_INLINE_LIMIT: Final = _ha.size(
     "high-availability.zookeeper.inline-limit",
@@ -365,6 +381,13 @@ TASKEXECUTOR_SLOTS: Final = _taskexecutors.integer(
 TASKEXECUTOR_ID: Final = _taskexecutors.string(
     "taskexecutor.id", "", "Identity of a TaskExecutor; empty means `<hostname>-<random>`."
 )
+TASKEXECUTOR_POOL: Final = _taskexecutors.string(
+    "taskexecutor.pool",
+    "default",
+    "The pool this TaskExecutor belongs to: it runs subtasks only of jobs whose JobGraph names this pool "
+    "(`pool`; a job that names none runs in `default`), so teams that do not trust each other get TaskExecutors "
+    "of their own (docs/operations.md, Trust model). 1-64 letters, digits, `_`, `.` or `-`.",
+)
 TASKEXECUTOR_METRICS_PORT: Final = _taskexecutors.integer(
     "taskexecutor.metrics.port",
     0,
@@ -468,7 +491,14 @@ BROKER_URL: Final = _broker.string(
     "broker.url",
     "redis://127.0.0.1:6379/0",
     "Celery broker carrying task deployments and remote-control calls: Redis in production, `filesystem://` in "
-    "standalone mode.",
+    "standalone mode. A `redis://` URL without a password takes the `SPARKDISPATCH_BROKER_PASSWORD` environment "
+    "variable's, so the password need be in no file or command line.",
+)
+BROKER_ALLOW_INSECURE: Final = _broker.boolean(
+    "broker.allow-insecure",
+    False,
+    "Let a master with tokens (`rest.auth.*`, `cluster.secret`) use a Redis broker without a password. Whoever can "
+    "write to it can then hand TaskExecutors deployments of their own: only where nobody else reaches Redis.",
 )
 BROKER_POLLING_INTERVAL: Final = _broker.duration(
     "broker.polling-interval",

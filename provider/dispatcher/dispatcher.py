@@ -62,7 +62,7 @@ from sparkdispatch.ha.job_result_store import FileSystemJobResultStore, JobResul
 from sparkdispatch.ha.jobgraph_store import JobGraphStore
 from sparkdispatch.ha.progress_store import JobProgress, ProgressStore
 from sparkdispatch.model.states import JobStatus
-from sparkdispatch.model.job_graph import JobGraph
+from sparkdispatch.model.job_graph import DEFAULT_POOL, JobGraph
 from sparkdispatch.model.job_result import Failure, JobResult, VertexResult
 from sparkdispatch.jobmaster.gateways import JobMasterFactory, JobMasterGateway
 from sparkdispatch.log_context import log_context
@@ -266,6 +266,18 @@ class Dispatcher:
         named = {**{f"artifacts[{i}]": key for i, key in enumerate(graph.artifacts)}, **wheels}
         if named:
             await asyncio.to_thread(claim_artifacts, self._blob_store, named, wheels=wheels.keys(), repairing=repairing)
+
+    async def job_pool(self, job_id: str) -> str:
+        """The TaskExecutor pool of a job (its JobGraph's `pool`); the default pool for a job whose graph
+        is not kept; `UnknownJob` if there is none."""
+        self._check_serving()
+        job = await self._settled(job_id)
+        if job is not None:
+            return job.graph.pool if job.graph is not None else DEFAULT_POOL
+        archived = await self._archive.get(job_id)
+        if archived is None:
+            raise UnknownJob(job_id)
+        return archived.graph.pool if archived.graph is not None else DEFAULT_POOL
 
     async def cancel(self, job_id: str) -> None:
         """Cancel a running job, persisting the cancel first; idempotent for a cancelled one;

@@ -48,6 +48,10 @@ class DispatcherGateway(Protocol):
         """Every job, running and finished, the most recently started first."""
 
     @abstractmethod
+    async def job_pool(self, job_id: str) -> str:
+        """The TaskExecutor pool of a job; `UnknownJob` if there is none."""
+
+    @abstractmethod
     async def job_snapshot(self, job_id: str) -> JobSnapshot:
         """One job with its vertices and subtasks; `UnknownJob` if there is no such job."""
 

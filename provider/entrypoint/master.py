@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from sparkdispatch.dispatcher.archive import JobArchive
 from sparkdispatch.dispatcher.blob_cleanup import BlobCleaner
 from sparkdispatch.config import Configuration
+from sparkdispatch.entrypoint.backing_services import check_backing_services
 from sparkdispatch.dispatcher.dispatcher import Dispatcher
 from sparkdispatch.errors import ServiceUnavailable
 from sparkdispatch.ha import BlobStore, JobProgress, LeaderRetrieval, create_ha_services
@@ -87,6 +88,7 @@ class Master:
         self.config = config
         self.settings = MasterSettings.from_config(config)
         self.settings.rest.check_exposure()
+        check_backing_services(config)
         self.settings.rest.client_tls.context()  # an unusable CA file fails the start, not a standby's call
         self.ha = create_ha_services(config)
         self.metrics = MasterMetrics()

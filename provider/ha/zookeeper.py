@@ -36,7 +36,6 @@ from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl
 from sparkdispatch.config import Configuration
 from sparkdispatch.config.options import (
     HA_CLUSTER_ID,
-    HA_ZOOKEEPER_AUTH,
     HA_ZOOKEEPER_CONNECTION_TIMEOUT,
     HA_ZOOKEEPER_PATH_ROOT,
     HA_ZOOKEEPER_QUORUM,
@@ -97,10 +96,10 @@ def parse_auth(auth: str) -> tuple[str, str] | None:
 def create_client(config: Configuration) -> KazooClient:
     """A kazoo client for the configured ensemble; not started.
 
-    With `high-availability.zookeeper.auth` it authenticates by digest and creates every node
-    with a digest ACL for that identity only.
+    With `high-availability.zookeeper.auth` (or `$SPARKDISPATCH_ZOOKEEPER_AUTH`) it authenticates by
+    digest and creates every node with a digest ACL for that identity only.
     """
-    auth = parse_auth(config.get(HA_ZOOKEEPER_AUTH))
+    auth = parse_auth(config.zookeeper_auth)
     kwargs: dict[str, Any] = {}
     if auth is not None:
         user, password = auth

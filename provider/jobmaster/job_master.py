@@ -18,6 +18,7 @@ that this JobMaster does not is cancelled there; one it deployed that the heartb
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
@@ -110,6 +111,7 @@ class JobMaster:
             else build_execution_graph(graph, recovered_progress, clock=self._clock)
         )
         self.job_master_id = session_id
+        self._pool = graph.pool  # the TaskExecutor pool its slots come from
         self._resource_manager = resource_manager
         self._gateway = task_executor_gateway
         self._progress_store = progress_store
@@ -486,7 +488,8 @@ class JobMaster:
         if needed == self._declared:
             return
         self._declared = needed
-        self._call_resource_manager(self._resource_manager.declare_requirements, self.job_id, needed, self)
+        declare = functools.partial(self._resource_manager.declare_requirements, pool=self._pool)
+        self._call_resource_manager(declare, self.job_id, needed, self)
 
     def _deploy(self, ev: ExecutionVertex, slot: AllocatedSlot) -> None:
         execution = ev.current

@@ -14,7 +14,8 @@ object); another `Shape`; or a model class whose JSON form has a hand-written sc
 (`register_schema`). `wire(...)` in a field's metadata gives its JSON name, a description, a
 pattern its text must match, or `omit_none` (the key is left out while the value is None, and may
 be missing when parsed; its default is None). Every other field is always written, `null`
-included, and required when parsed; an unknown field is refused.
+included, and required when parsed unless it has a default (a field added later, which an older
+master's answer lacks, then takes it); an unknown field is refused.
 
 `to_dict()` writes the JSON form by a plan made once per class (the hot path of the REST answers:
 no schema runs); `from_dict()` parses through the schema (`schema_of`), raising `InvalidShape`
@@ -120,6 +121,8 @@ def _make_schema(cls: type) -> type[Schema]:
             marshmallow_field.required = False
             marshmallow_field.allow_none = False
             omitted.append(declared.name or field.name)
+        elif field.default is not dataclasses.MISSING:  # added later: an older master's answer lacks it
+            marshmallow_field.required = False
         attributes[field.name] = marshmallow_field
         if typing.get_origin(_without_none(hints[field.name])) is tuple:
             tuples.append(field.name)

@@ -28,6 +28,10 @@ JOB_ID_PATTERN = re.compile(r"^[0-9a-f]{32}$")
 VERTEX_ID_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 ENTRYPOINT_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
 BLOB_KEY_PATTERN = re.compile(r"^[0-9a-f]{64}$")
+POOL_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+POOL_RULE = "must be 1-64 letters, digits, '_', '.' or '-', not starting with '.' or '-'"
+#: the pool of a TaskExecutor, and of a job, that names none
+DEFAULT_POOL = "default"
 MAX_VERTICES = 10_000
 MAX_PARALLELISM = 10_000
 MAX_PARAMS_DEPTH = 64
@@ -87,6 +91,8 @@ class JobGraph:
     artifacts: tuple[str, ...] = ()
     restart_strategy: RestartStrategy | None = None
     config: Mapping[str, str] = field(default_factory=dict)
+    #: the TaskExecutor pool (`taskexecutor.pool`) its subtasks run in
+    pool: str = DEFAULT_POOL
     #: the Python packages the job's code needs beyond the TaskExecutor's (a vertex may have its own)
     environment: Environment | None = None
 
@@ -356,6 +362,7 @@ class JobGraphSchema(StrictSchema):
     )
     restart_strategy = RestartStrategyField(allow_none=True, load_default=None)
     config = _SparkConfField(load_default=dict)
+    pool = fields.String(load_default=DEFAULT_POOL, validate=WholeMatch(POOL_PATTERN, error=POOL_RULE))
     environment = environment_field()
 
     @validates_schema(skip_on_field_errors=True)
@@ -395,6 +402,8 @@ class JobGraphSchema(StrictSchema):
     def lists(self, data: dict[str, Any], **_: Any) -> dict[str, Any]:
         data["artifacts"] = list(data["artifacts"])
         data["config"] = dict(data["config"])
+        if data["pool"] == DEFAULT_POOL:
+            del data["pool"]  # the form of a graph that names no pool stays what it was before pools
         return drop_none(data, "environment")
 
 

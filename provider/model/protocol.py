@@ -20,7 +20,15 @@ from marshmallow import ValidationError, fields, post_dump, post_load, validate,
 from sparkdispatch.errors import InvalidJobGraph, InvalidRequest
 from sparkdispatch.model.codec import register_schema
 from sparkdispatch.model.states import ExecutionState
-from sparkdispatch.model.job_graph import BLOB_KEY_PATTERN, ENTRYPOINT_PATTERN, JOB_ID_PATTERN, VERTEX_ID_PATTERN
+from sparkdispatch.model.job_graph import (
+    BLOB_KEY_PATTERN,
+    DEFAULT_POOL,
+    ENTRYPOINT_PATTERN,
+    JOB_ID_PATTERN,
+    POOL_PATTERN,
+    POOL_RULE,
+    VERTEX_ID_PATTERN,
+)
 from sparkdispatch.model.environment import Environment, environment_field
 from sparkdispatch.model.job_result import Failure
 from sparkdispatch.model.job_result import FailureSchema
@@ -171,6 +179,7 @@ class TaskExecutorRegistration:
     slot_report: SlotReport
     spark_master: str = ""
     previous_registration_id: str | None = None
+    pool: str = DEFAULT_POOL
 
     @classmethod
     def from_dict(cls, data: Any) -> TaskExecutorRegistration:
@@ -365,6 +374,7 @@ class TaskExecutorRegistrationSchema(StrictSchema):
     slot_report = fields.Nested(SlotReportSchema, load_default=None)
     spark_master = fields.String(load_default="")
     previous_registration_id = fields.String(allow_none=True, load_default=None)
+    pool = fields.String(load_default=DEFAULT_POOL, validate=WholeMatch(POOL_PATTERN, error=POOL_RULE))
 
     @validates_schema(skip_on_field_errors=True)
     def check_report(self, data: dict[str, Any], **_: Any) -> None:

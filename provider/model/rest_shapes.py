@@ -53,9 +53,11 @@ class JobSummary(Shape):
 
 @dataclass(frozen=True)
 class JobList(Shape):
-    """`GET /jobs`: running and finished jobs."""
+    """`GET /jobs`: a page of the running and finished jobs, the most recently started first;
+    `next` is the cursor of the following page (`?after=`), None on the last."""
 
     jobs: tuple[JobSummary, ...]
+    next: str | None = None
 
 
 @dataclass(frozen=True)
@@ -271,6 +273,7 @@ class TaskManager(Shape):
     idle: bool
     last_heartbeat: int | None
     executions: tuple[TaskManagerExecution, ...]
+    pool: str = "default"  # `taskexecutor.pool`; masters before pools did not say
 
     def without_execution_ids(self) -> TaskManager:
         """This entry as a viewer sees it: each execution without its id."""
@@ -279,9 +282,11 @@ class TaskManager(Shape):
 
 @dataclass(frozen=True)
 class TaskManagerList(Shape):
-    """`GET /taskmanagers`: the TaskExecutors registered with the leader."""
+    """`GET /taskmanagers`: a page of the TaskExecutors registered with the leader, by id; `next` is
+    the cursor of the following page (`?after=`), None on the last."""
 
     taskmanagers: tuple[TaskManager, ...]
+    next: str | None = None
 
 
 @dataclass(frozen=True)

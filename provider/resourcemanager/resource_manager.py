@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 from sparkdispatch.errors import FencingTokenMismatch, LeadershipLost, UnknownTaskExecutor
 from sparkdispatch.resourcemanager.heartbeat import Clock, HeartbeatMonitor
+from sparkdispatch.model.job_graph import DEFAULT_POOL
 from sparkdispatch.model.protocol import (
     ExecutionReport,
     RegistrationAck,
@@ -73,8 +74,10 @@ class ResourceManagerGateway(Protocol):
         (under `registration_id`, if given)."""
 
     @abstractmethod
-    def declare_requirements(self, job_id: str, slots: int, listener: SlotListener) -> None:
-        """A JobMaster needs `slots` slots in all (0 clears); `listener` hears about them."""
+    def declare_requirements(
+        self, job_id: str, slots: int, listener: SlotListener, *, pool: str = DEFAULT_POOL
+    ) -> None:
+        """A JobMaster needs `slots` slots of TaskExecutors of `pool` in all (0 clears); `listener` hears about them."""
 
     @abstractmethod
     def release_slot(self, job_id: str, allocation_id: str) -> bool:
@@ -204,10 +207,12 @@ class ResourceManager:
 
     # ---------------------------------------------------------------- JobMaster calls (in process)
 
-    def declare_requirements(self, job_id: str, slots: int, listener: SlotListener) -> None:
-        """Job `job_id` needs `slots` slots in all (0 clears); `listener` hears about them."""
+    def declare_requirements(
+        self, job_id: str, slots: int, listener: SlotListener, *, pool: str = DEFAULT_POOL
+    ) -> None:
+        """Job `job_id` needs `slots` slots of TaskExecutors of `pool` in all (0 clears); `listener` hears of them."""
         self._check_running()
-        self._slots.declare_requirements(job_id, slots, listener)
+        self._slots.declare_requirements(job_id, slots, listener, pool=pool)
 
     def release_slot(self, job_id: str, allocation_id: str) -> bool:
         """The job's slot is free again; False if the job does not hold that allocation."""

@@ -51,6 +51,7 @@ from typing import NamedTuple, Protocol
 
 from sparkdispatch.errors import InvalidRequest, SlotRequestTimeout, SparkDispatchError
 from sparkdispatch.resourcemanager.heartbeat import Clock
+from sparkdispatch.model.job_graph import DEFAULT_POOL
 from sparkdispatch.model.protocol import ExecutionReport, SlotReport, TaskExecutorRegistration
 from sparkdispatch.model.rest_shapes import TaskManager, TaskManagerSlot
 from sparkdispatch.resourcemanager.messages import AllocatedSlot
@@ -112,6 +113,7 @@ class _TaskExecutor:
         "hostname",
         "queue",
         "spark_master",
+        "pool",
         "slots",
         "busy",
         "idle_since",
@@ -124,6 +126,7 @@ class _TaskExecutor:
         self.hostname = registration.hostname
         self.queue = registration.queue
         self.spark_master = registration.spark_master
+        self.pool = registration.pool
         self.slots = [_Slot(self, index) for index in range(registration.slots)]
         self.busy = 0  # slots allocated or occupied
         self.idle_since: float | None = now
@@ -131,19 +134,35 @@ class _TaskExecutor:
 
 
 class _Job:
-    __slots__ = ("job_id", "seq", "required", "listener", "allocations", "waiting_since")
+    __slots__ = ("job_id", "seq", "pool", "required", "listener", "allocations", "waiting_since")
 
-    def __init__(self, job_id: str, seq: int, listener: SlotListener) -> None:
+    def __init__(self, job_id: str, seq: int, pool: str, listener: SlotListener) -> None:
         self.job_id = job_id
         self.seq = seq  # order of first declaration
+        self.pool = pool
         self.required = 0
         self.listener = listener
         self.allocations: dict[str, _Slot] = {}
         self.waiting_since = 0.0
 
 
+class _Pool:
+    """The free slots of a pool's TaskExecutors and the jobs waiting for them, in the order they began to wait."""
+
+    __slots__ = ("free", "waiting")
+
+    def __init__(self) -> None:
+        self.free: dict[_Slot, None] = {}
+        self.waiting: OrderedDict[str, _Job] = OrderedDict()
+
+
 class SlotManager:
-    """Registered TaskExecutors, their slots, and the slot requirements of jobs."""
+    """Registered TaskExecutors, their slots, and the slot requirements of jobs.
+
+    Each TaskExecutor belongs to one pool (`taskexecutor.pool`) and each job asks for slots of one
+    pool (its JobGraph's `pool`): a job's subtasks run only on TaskExecutors of its pool, and jobs
+    waiting in one pool never hold up those of another.
+    """
 
     def __init__(
         self,
@@ -161,9 +180,8 @@ class SlotManager:
         self._epoch_offset = time.time() - self._clock()
         self._on_change = on_change or (lambda: None)
         self._task_executors: dict[str, _TaskExecutor] = {}
-        self._free: dict[_Slot, None] = {}
+        self._pools: dict[str, _Pool] = {}
         self._jobs: dict[str, _Job] = {}
-        self._waiting: OrderedDict[str, _Job] = OrderedDict()
         self._slots_total = 0
         self._allocation_prefix = secrets.token_hex(6) + "-"
         self._allocation_counter = itertools.count(1)
@@ -196,14 +214,16 @@ class SlotManager:
         task_executor = _TaskExecutor(registration, registration_id, now)
         self._task_executors[task_executor.id] = task_executor
         self._slots_total += len(task_executor.slots)
+        free = self._pool(task_executor.pool).free
         for slot in reversed(task_executor.slots):  # taken last in, first out: slot 0 first
-            self._free[slot] = None
+            free[slot] = None
         self._apply_report(task_executor, registration.slot_report, now)
         log.info(
-            "TaskExecutor %s (%s) registered with %d slots",
+            "TaskExecutor %s (%s) registered with %d slots in pool %s",
             task_executor.id,
             task_executor.hostname,
             len(task_executor.slots),
+            task_executor.pool,
         )
         self._on_change()
         return Registered(registration_id, resumed=False, replaced=replaced)
@@ -221,7 +241,7 @@ class SlotManager:
         lost: dict[str, list[str]] = {}
         for slot in task_executor.slots:
             if slot.allocation_id is None:
-                del self._free[slot]
+                del self._pools[task_executor.pool].free[slot]
             elif not slot.occupied:
                 assert slot.job_id is not None  # an allocation this SlotManager made names its job
                 job = self._jobs[slot.job_id]
@@ -285,7 +305,7 @@ class SlotManager:
                         status.job_id,
                         status.index,
                     )
-                    del self._free[slot]
+                    del self._pools[task_executor.pool].free[slot]
                     slot.allocation_id, slot.job_id, slot.occupied = status.allocation_id, status.job_id, True
                     self._mark_busy(task_executor)
             elif status.allocation_id is not None and status.allocation_id != slot.allocation_id:
@@ -306,7 +326,7 @@ class SlotManager:
 
     def _make_free(self, slot: _Slot, now: float) -> None:
         slot.allocation_id = slot.job_id = None
-        self._free[slot] = None
+        self._pool(slot.task_executor.pool).free[slot] = None
         task_executor = slot.task_executor
         task_executor.busy -= 1
         if task_executor.busy == 0:
@@ -314,16 +334,21 @@ class SlotManager:
 
     # ---------------------------------------------------------------- requirements
 
-    def declare_requirements(self, job_id: str, slots: int, listener: SlotListener) -> None:
-        """Job `job_id` needs `slots` slots in all (0: none). Declaring the same number again
-        changes nothing; declaring fewer than it holds frees nothing (release them)."""
+    def declare_requirements(
+        self, job_id: str, slots: int, listener: SlotListener, *, pool: str = DEFAULT_POOL
+    ) -> None:
+        """Job `job_id` needs `slots` slots of TaskExecutors of `pool` in all (0: none). Declaring the
+        same number again changes nothing; declaring fewer than it holds frees nothing (release them)."""
         if isinstance(slots, bool) or not isinstance(slots, int) or slots < 0:
             raise InvalidRequest("slot requirement", {"slots": [f"must be a whole number >= 0, got {slots!r}"]})
         job = self._jobs.get(job_id)
         if job is None:
             if slots == 0:
                 return
-            job = self._jobs[job_id] = _Job(job_id, next(self._job_counter), listener)
+            job = self._jobs[job_id] = _Job(job_id, next(self._job_counter), pool, listener)
+        elif job.pool != pool:  # not what a JobMaster does: its graph names one pool
+            self._pool(job.pool).waiting.pop(job_id, None)
+            job.pool = pool
         job.listener = listener
         if job.required != slots:
             log.debug("job %s requires %d slots (holds %d)", job_id, slots, len(job.allocations))
@@ -344,29 +369,40 @@ class SlotManager:
         self._on_change()
         return True
 
+    def _pool(self, name: str) -> _Pool:
+        pool = self._pools.get(name)
+        if pool is None:
+            pool = self._pools[name] = _Pool()
+        return pool
+
     def _update_waiting(self, job: _Job, now: float) -> None:
-        """Put the job into, or out of, the queue of waiting jobs; forget a job that needs nothing."""
+        """Put the job into, or out of, its pool's queue of waiting jobs; forget a job that needs nothing."""
+        waiting = self._pool(job.pool).waiting
         if job.required > len(job.allocations):
-            if job.job_id not in self._waiting:
+            if job.job_id not in waiting:
                 job.waiting_since = now
-                self._waiting[job.job_id] = job
+                waiting[job.job_id] = job
                 self._on_change()
             return
-        self._waiting.pop(job.job_id, None)
+        waiting.pop(job.job_id, None)
         if job.required == 0 and not job.allocations:
             del self._jobs[job.job_id]
 
     def check_requirements(self) -> int:
-        """Hand free slots to waiting jobs, in the order they began to wait; returns how many."""
-        free = self._free
-        waiting = self._waiting
-        if not free or not waiting:
-            return 0
+        """Hand each pool's free slots to its waiting jobs, in the order they began to wait; returns how many."""
+        batches: list[tuple[_Job, list[AllocatedSlot]]] = []
+        for pool in self._pools.values():
+            if pool.free and pool.waiting:
+                self._hand_out(pool, batches)
+        for job, batch in batches:
+            _call(job.listener.slots_allocated, batch, job_id=job.job_id)
+        return sum(len(batch) for _, batch in batches)
+
+    def _hand_out(self, pool: _Pool, batches: list[tuple[_Job, list[AllocatedSlot]]]) -> None:
+        free, waiting = pool.free, pool.waiting
         now = self._clock()
         prefix = self._allocation_prefix
         counter = self._allocation_counter
-        batches: list[tuple[_Job, list[AllocatedSlot]]] = []
-        handed_out = 0
         while waiting and free:
             job = next(iter(waiting.values()))
             allocations = job.allocations
@@ -392,27 +428,27 @@ class SlotManager:
                         task_executor.registration_id,
                     )
                 )
-            handed_out += len(batch)
             batches.append((job, batch))
             if len(allocations) >= job.required:
                 waiting.popitem(last=False)
             else:
                 job.waiting_since = now  # progress: its timeout starts again
-        for job, batch in batches:
-            _call(job.listener.slots_allocated, batch, job_id=job.job_id)
-        return handed_out
 
     def check_timeouts(self) -> list[str]:
         """Fail the requirements unmet for `slot.request.timeout`; returns the jobs' ids."""
         deadline = self._clock() - self._slot_request_timeout
-        expired = [job for job in self._waiting.values() if job.waiting_since <= deadline]
+        expired = [
+            job for pool in self._pools.values() for job in pool.waiting.values() if job.waiting_since <= deadline
+        ]
         for job in expired:
             wanted, held = job.required, len(job.allocations)
+            members = [te for te in self._task_executors.values() if te.pool == job.pool]
             error = SlotRequestTimeout(
                 f"job {job.job_id} waited {self._slot_request_timeout:g}s for {wanted - held} more slot(s) "
-                f"(it needs {wanted}, holds {held}); the cluster has {len(self._free)} free of "
-                f"{self._slots_total} slots on {len(self._task_executors)} TaskExecutors. Start more "
-                "TaskExecutors, lower the job's parallelism, or raise slot.request.timeout"
+                f"(it needs {wanted}, holds {held}); its pool {job.pool!r} has {len(self._pool(job.pool).free)} free "
+                f"of {sum(len(te.slots) for te in members)} slots on {len(members)} TaskExecutors. Start more "
+                f"TaskExecutors with taskexecutor.pool: {job.pool}, lower the job's parallelism, or raise "
+                "slot.request.timeout"
             )
             log.warning("%s", error.message)
             job.required = held
@@ -432,7 +468,7 @@ class SlotManager:
 
     @property
     def slots_free(self) -> int:
-        return len(self._free)
+        return sum(len(pool.free) for pool in self._pools.values())
 
     def listener_of(self, job_id: str) -> SlotListener | None:
         job = self._jobs.get(job_id)
@@ -463,6 +499,7 @@ class SlotManager:
             hostname=te.hostname,
             queue=te.queue,
             spark_master=te.spark_master,
+            pool=te.pool,
             registered_at=self._epoch_ms(te.registered_at),
             slots_total=len(te.slots),
             slots_free=len(te.slots) - te.busy,
@@ -483,9 +520,8 @@ class SlotManager:
     def clear(self) -> None:
         """Forget every TaskExecutor and requirement without telling anyone (leadership lost)."""
         self._task_executors.clear()
-        self._free.clear()
+        self._pools.clear()
         self._jobs.clear()
-        self._waiting.clear()
         self._slots_total = 0
 
 
@@ -495,7 +531,8 @@ def _continues(task_executor: _TaskExecutor, registration: TaskExecutorRegistrat
         registration.hostname,
         registration.queue,
         registration.slots,
-    ) == (task_executor.hostname, task_executor.queue, len(task_executor.slots))
+        registration.pool,
+    ) == (task_executor.hostname, task_executor.queue, len(task_executor.slots), task_executor.pool)
 
 
 def _call(method: Callable[..., None], *args: object, job_id: str) -> None:

@@ -3,8 +3,9 @@
 - A user token carries a role: `viewer` reads, `submitter` also submits, cancels and repairs jobs
   and uploads artifacts, `admin` does everything a user may (today what a submitter may, and it
   sees the running executions' ids in `GET /taskmanagers`). Tokens come from
-  `rest.auth.tokens-file` (`<name> <role> <token>` a line), read again when the file changes, and
-  `rest.auth.token`, an `admin` token named `rest-auth-token`.
+  `rest.auth.tokens-file` (`<name> <role> <token> [pools=<pool>,...]` a line), read again when the
+  file changes, and `rest.auth.token`, an `admin` token named `rest-auth-token`. A token limited to
+  pools submits, cancels and repairs only jobs of those TaskExecutor pools (the JobGraph's `pool`).
 - The cluster secret (`cluster.secret`) is the TaskExecutors' and the masters' credential: it alone
   reaches the TaskExecutor routes, and besides them only artifact downloads and `GET /overview` (a
   standby's question to the leader). Without a cluster secret, `rest.auth.token` plays its part;
@@ -26,6 +27,7 @@ from enum import Enum
 from pathlib import Path
 
 from sparkdispatch.errors import ConfigurationError
+from sparkdispatch.model.job_graph import POOL_PATTERN, POOL_RULE
 
 log = logging.getLogger(__name__)
 
@@ -59,10 +61,15 @@ USER_ROLES = (Role.VIEWER, Role.SUBMITTER, Role.ADMIN)
 
 @dataclass(frozen=True)
 class Principal:
-    """A caller the master knows: the token's name and its role."""
+    """A caller the master knows: the token's name, its role, and the pools it may act in (None: any)."""
 
     name: str
     role: Role
+    pools: frozenset[str] | None = None
+
+    def may_act_in(self, pool: str) -> bool:
+        """Whether this caller may submit, cancel or repair a job of TaskExecutor pool `pool`."""
+        return self.pools is None or pool in self.pools
 
 
 CLUSTER = Principal(CLUSTER_NAME, Role.CLUSTER)
@@ -87,6 +94,11 @@ class NamedToken:
     name: str
     role: Role
     token: str
+    pools: frozenset[str] | None = None  # None: every pool
+
+    @property
+    def principal(self) -> Principal:
+        return Principal(self.name, self.role, self.pools)
 
 
 def parse_tokens(text: str, source: str) -> tuple[NamedToken, ...]:
@@ -99,9 +111,12 @@ def parse_tokens(text: str, source: str) -> tuple[NamedToken, ...]:
         if not words:
             continue
         where = f"{source} line {number}"
-        if len(words) != 3:
-            raise ConfigurationError(f"{where}: write `<name> <role> <token>` ({len(words)} words found)")
-        name, role_name, token = words
+        if len(words) not in (3, 4):
+            raise ConfigurationError(
+                f"{where}: write `<name> <role> <token>` or `<name> <role> <token> pools=<pool>,...` "
+                f"({len(words)} words found)"
+            )
+        name, role_name, token = words[:3]
         if not _NAME.fullmatch(name):
             raise ConfigurationError(f"{where}: the name {name!r} is not 1-64 letters, digits, `_` or `-`")
         if name in names or name in (CLUSTER_NAME, LEGACY_TOKEN_NAME):
@@ -112,8 +127,16 @@ def parse_tokens(text: str, source: str) -> tuple[NamedToken, ...]:
         if len(token) < 16:
             raise ConfigurationError(f"{where}: the token of {name!r} is shorter than 16 characters")
         names.add(name)
-        tokens.append(NamedToken(name, role, token))
+        tokens.append(NamedToken(name, role, token, _pools(words[3], where) if len(words) == 4 else None))
     return tuple(tokens)
+
+
+def _pools(word: str, where: str) -> frozenset[str]:
+    key, _, value = word.partition("=")
+    pools = value.split(",")
+    if key != "pools" or not all(POOL_PATTERN.fullmatch(pool) for pool in pools):
+        raise ConfigurationError(f"{where}: the fourth word must be `pools=<pool>,...`, each pool {POOL_RULE}")
+    return frozenset(pools)
 
 
 class TokensFile:
@@ -192,7 +215,7 @@ class Authenticator:
             found = found or Principal(LEGACY_TOKEN_NAME, Role.ADMIN)
         for named in self._file.tokens() if self._file is not None else ():
             if _same(token, named.token):
-                found = found or Principal(named.name, named.role)
+                found = found or named.principal
         return found
 
     def is_legacy_cluster_token(self, token: str) -> bool:
@@ -204,9 +227,10 @@ class Authenticator:
         user = self._user(name)
         return user.token if user is not None else None
 
-    def role_of(self, name: str) -> Role | None:
+    def principal_of(self, name: str) -> Principal | None:
+        """The named user as a caller (role and pools); None when its token is gone."""
         user = self._user(name)
-        return user.role if user is not None else None
+        return user.principal if user is not None else None
 
     def _user(self, name: str) -> NamedToken | None:
         if name == LEGACY_TOKEN_NAME and self._legacy:

@@ -21,6 +21,7 @@ from sparkdispatch.dispatcher.gateway import DispatcherGateway
 from sparkdispatch.storage.attempt_logs import latest_log_sizes, read_attempt_log
 from sparkdispatch.errors import (
     BlobError,
+    Forbidden,
     InvalidRequest,
     InvalidShape,
     RequestTooLarge,
@@ -49,6 +50,7 @@ from sparkdispatch.rest.connections import (
     read_within,
 )
 from sparkdispatch.rest.inputs import path_id, query_int, read_job_graph, read_json, repair_vertices
+from sparkdispatch.rest.paging import PageRequest, page_of
 from sparkdispatch.rest.settings import RestSettings
 from sparkdispatch.rest.access import Role
 from sparkdispatch.rest.gate import CALLER_KEY
@@ -173,6 +175,7 @@ class RestHandlers:
     async def submit_job(self, request: web.Request) -> web.Response:
         leader = self.master.leader_components()
         graph = await read_job_graph(request, limit=self.settings.max_body_size)
+        _check_pool(request, graph.pool, "submit")
         submission = await leader.dispatcher.submit(graph)
         job_id = submission.job_id
         return shape_response(
@@ -181,8 +184,10 @@ class RestHandlers:
         )
 
     async def list_jobs(self, request: web.Request) -> web.Response:
+        asked = PageRequest.of(request, page_size=self.settings.list_page_size)
         overviews = self.master.leader_components().dispatcher.job_overviews()
-        return shape_response(JobList(tuple(views.job_summary(job) for job in overviews)))
+        page = page_of(overviews, lambda job: (job.start_time, job.job_id), asked, descending=True)
+        return shape_response(JobList(tuple(views.job_summary(job) for job in page.entries), next=page.next))
 
     async def jobs_overview(self, request: web.Request) -> web.Response:
         overviews = self.master.leader_components().dispatcher.job_overviews()
@@ -255,24 +260,31 @@ class RestHandlers:
         mode = request.query.get("mode", "cancel")
         if mode != "cancel":
             raise InvalidRequest("cancel request", {"mode": [f"{mode!r} is not supported; use mode=cancel"]})
-        await self.master.leader_components().dispatcher.cancel(job_id)
+        dispatcher = self.master.leader_components().dispatcher
+        _check_pool(request, await dispatcher.job_pool(job_id), "cancel")
+        await dispatcher.cancel(job_id)
         return shape_response(Empty(), status=202)
 
     async def repair_job(self, request: web.Request) -> web.Response:
         """Run vertices of an ended job again (`{"vertices": [...]}`): 202 a new repair, 200 one that runs."""
         job_id = path_id(request, "job_id")
         vertices = repair_vertices(await read_json(request, limit=self.settings.max_body_size, what="repair request"))
-        answer = await self.master.leader_components().dispatcher.repair(job_id, vertices)
+        dispatcher = self.master.leader_components().dispatcher
+        _check_pool(request, await dispatcher.job_pool(job_id), "repair")
+        answer = await dispatcher.repair(job_id, vertices)
         return shape_response(answer, status=202 if answer.created else 200)
 
     async def taskmanagers(self, request: web.Request) -> web.Response:
+        asked = PageRequest.of(request, page_size=self.settings.list_page_size)
         leader = self.master.leader_components()
-        entries = leader.resource_manager.task_executors()
+        everyone = sorted(leader.resource_manager.task_executors(), key=lambda entry: entry.id)
+        page = page_of(everyone, lambda entry: (entry.id,), asked, descending=False)
+        entries = list(page.entries)
         caller = request.get(CALLER_KEY)
         if caller is not None and not caller.principal.role.permits(Role.SUBMITTER):
             # a viewer sees what runs where, not the attempts' ids
             entries = [entry.without_execution_ids() for entry in entries]
-        return shape_response(TaskManagerList(tuple(entries)))
+        return shape_response(TaskManagerList(tuple(entries), next=page.next))
 
     async def upload_artifact(self, request: web.Request) -> web.Response:
         leader = self.master.leader_components()
@@ -338,3 +350,13 @@ def _auth_headers(settings: RestSettings) -> dict[str, str]:
     """A standby's credential towards the leader: a master is a member of the cluster."""
     token = settings.cluster_secret or settings.auth_token
     return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def _check_pool(request: web.Request, pool: str, action: str) -> None:
+    """`Forbidden` when the caller's token is limited to other TaskExecutor pools than the job's."""
+    caller = request.get(CALLER_KEY)
+    if caller is not None and not caller.principal.may_act_in(pool):
+        allowed = ", ".join(sorted(caller.principal.pools or ()))
+        raise Forbidden(
+            f"{caller.principal.name} may {action} jobs of the pools {allowed} only; this job runs in pool {pool!r}"
+        )

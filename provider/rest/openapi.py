@@ -109,6 +109,21 @@ _BODY = {
     "415": _error("the body is not sent as application/json"),
 }
 _ID = {"400": _error("an id in the path is malformed (the body names it)"), "404": _error("no such resource")}
+_QUERY = {"400": _error("a query parameter is malformed (the body names it)")}
+_PAGE_PARAMETERS = [
+    {
+        "name": "limit",
+        "in": "query",
+        "schema": {"type": "integer", "minimum": 1},
+        "description": "the most entries of the page (default and most: rest.list.page-size)",
+    },
+    {
+        "name": "after",
+        "in": "query",
+        "schema": STRING,
+        "description": "the `next` cursor of the previous page",
+    },
+]
 _SESSION = {
     "name": SESSION_HEADER,
     "in": "header",
@@ -163,8 +178,9 @@ def openapi_document() -> dict[str, Any]:
         "/jobs",
         operations={
             "get": {
-                "summary": "Running and finished jobs, the most recently started first",
-                "responses": {"200": _json("JobList", "the jobs"), **_LEADER},
+                "summary": "A page of the running and finished jobs, the most recently started first",
+                "parameters": _PAGE_PARAMETERS,
+                "responses": {"200": _json("JobList", "the jobs"), **_QUERY, **_LEADER},
             },
             "post": {
                 "summary": "Submit a JobGraph",
@@ -302,8 +318,9 @@ def openapi_document() -> dict[str, Any]:
         "/taskmanagers",
         operations={
             "get": {
-                "summary": "TaskExecutors and their slots",
-                "responses": {"200": _json("TaskManagerList", "the TaskExecutors"), **_LEADER},
+                "summary": "A page of the TaskExecutors and their slots, by id",
+                "parameters": _PAGE_PARAMETERS,
+                "responses": {"200": _json("TaskManagerList", "the TaskExecutors"), **_QUERY, **_LEADER},
             }
         },
     )

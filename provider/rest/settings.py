@@ -23,6 +23,7 @@ from sparkdispatch.config.options import (
     REST_EXECUTION_RESULT_LONG_POLL,
     REST_HEADER_TIMEOUT,
     REST_IDLE_TIMEOUT,
+    REST_LIST_PAGE_SIZE,
     REST_LOGIN_FAILURE_WINDOW,
     REST_LOGIN_MAX_FAILURES,
     REST_MAX_BODY_SIZE,
@@ -129,6 +130,7 @@ class RestSettings:
     login_limits: LoginLimits = LoginLimits()
     tokens_file: str = ""  # `rest.auth.tokens-file`: named user tokens with roles
     cluster_secret: str = field(default="", repr=False)  # the TaskExecutors' credential
+    list_page_size: int = 1000  # the most entries of one page of GET /jobs or /taskmanagers
 
     @property
     def users_authenticate(self) -> bool:
@@ -186,4 +188,5 @@ class RestSettings:
             login_limits=LoginLimits.from_config(config),
             tokens_file=config.get(REST_AUTH_TOKENS_FILE),
             cluster_secret=config.cluster_secret,
+            list_page_size=config.get(REST_LIST_PAGE_SIZE),
         )

@@ -118,12 +118,12 @@ class UiSessions:
         nonce, _, name = rest.partition(".")
         if not (expires.isascii() and expires.isdigit() and nonce and name) or nonce in self._revoked:
             return None
-        token, role = self._users.token_of(name), self._users.role_of(name)
-        if token is None or role is None or not hmac.compare_digest(signature, _sign(token, "session", claim)):
+        token, principal = self._users.token_of(name), self._users.principal_of(name)
+        if token is None or principal is None or not hmac.compare_digest(signature, _sign(token, "session", claim)):
             return None
         if int(expires) < self._clock():
             return None
-        return _Session(int(expires), nonce, Principal(name, role), _sign(token, "csrf", nonce))
+        return _Session(int(expires), nonce, principal, _sign(token, "csrf", nonce))
 
     # -- the middleware's check --------------------------------------------------------------
 

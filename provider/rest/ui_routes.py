@@ -67,7 +67,7 @@ class UIView(Protocol):
         """The ``GET /overview`` body."""
 
     async def jobs(self) -> list[JobSummary]:
-        """The entries of ``GET /jobs``."""
+        """The newest entries of ``GET /jobs``, at least the ``RECENT_JOBS_SHOWN`` the overview shows."""
 
     async def job(self, job_id: str) -> JobPage:
         """The ``GET /jobs/{id}`` body, and the JobResult once terminal.

@@ -8,7 +8,7 @@ from sparkdispatch.model.rest_shapes import AttemptLog, JobSummary, Overview, Ta
 from sparkdispatch.rest import views
 from sparkdispatch.rest.handlers import MasterView, RestHandlers
 from sparkdispatch.rest.inputs import checked_id
-from sparkdispatch.rest.ui_render import JobPage
+from sparkdispatch.rest.ui_render import RECENT_JOBS_SHOWN, JobPage
 
 
 class RestUiView:
@@ -22,7 +22,8 @@ class RestUiView:
         return await self._handlers.overview_body()
 
     async def jobs(self) -> list[JobSummary]:
-        return [views.job_summary(job) for job in self._master.leader_components().dispatcher.job_overviews()]
+        newest = self._master.leader_components().dispatcher.job_overviews()[:RECENT_JOBS_SHOWN]
+        return [views.job_summary(job) for job in newest]
 
     async def job(self, job_id: str) -> JobPage:
         checked_id("job_id", job_id)

@@ -25,9 +25,10 @@ from sparkdispatch.config.options import (
     TASKEXECUTOR_ID,
     TASKEXECUTOR_METRICS_BIND_ADDRESS,
     TASKEXECUTOR_METRICS_PORT,
+    TASKEXECUTOR_POOL,
     TASKEXECUTOR_SLOTS,
 )
-from sparkdispatch.errors import ServiceUnavailable
+from sparkdispatch.errors import ConfigurationError, ServiceUnavailable
 from sparkdispatch.ha import ClosableLeaderRetrieval, create_leader_retrieval
 from sparkdispatch.taskexecutor.settings import ConnectServerSettings, PythonEnvironmentSettings, SlotPoolSettings
 from sparkdispatch.taskexecutor.app import create_celery_app
@@ -40,6 +41,7 @@ from sparkdispatch.taskexecutor.runner import SLOT_RELEASE_MARGIN_S, SlotTable, 
 from sparkdispatch.taskexecutor.server_watch import ConnectServerWatchStep
 from sparkdispatch.taskexecutor.slot_pool import SlotProcessPool
 from sparkdispatch.taskexecutor.worker import MasterConnection, MasterConnectionStep, TaskExecutorIdentity
+from sparkdispatch.model.job_graph import POOL_PATTERN, POOL_RULE
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +64,14 @@ def default_task_executor_id(config: Configuration) -> str:
     return config.get(TASKEXECUTOR_ID) or f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
 
 
+def task_executor_pool(config: Configuration) -> str:
+    """`taskexecutor.pool`; `ConfigurationError` for a name no JobGraph could give."""
+    pool = config.get(TASKEXECUTOR_POOL)
+    if not POOL_PATTERN.fullmatch(pool):
+        raise ConfigurationError(f"taskexecutor.pool {pool!r} {POOL_RULE}")
+    return pool
+
+
 def run_task_executor(config: Configuration, *, task_executor_id: str | None = None, loglevel: str = "INFO") -> int:
     """Start a TaskExecutor and block until its worker stops (SIGTERM / SIGINT: warm shutdown).
 
@@ -74,12 +84,14 @@ def run_task_executor(config: Configuration, *, task_executor_id: str | None = N
         hostname=f"{te_id}@{socket.gethostname()}",
         queue=queue_name(te_id),
         spark_master=config.get(SPARK_MASTER),
+        pool=task_executor_pool(config),
     )
     slot_count = config.get(TASKEXECUTOR_SLOTS)
     log.info(
-        "TaskExecutor %s starting: %d slots, queue %s, Spark %s",
+        "TaskExecutor %s starting: %d slots in pool %s, queue %s, Spark %s",
         te_id,
         slot_count,
+        identity.pool,
         identity.queue,
         identity.spark_master,
     )

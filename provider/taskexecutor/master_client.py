@@ -24,7 +24,13 @@ from sparkdispatch.config import Configuration
 from sparkdispatch.errors import ERROR_HEADER, CorruptedBlob, ServiceUnavailable, SparkDispatchError, error_from_body
 from sparkdispatch.ha.leader import LeaderInfo
 from sparkdispatch.client.loop_thread import LoopThread
-from sparkdispatch.model.protocol import ARTIFACT_NAME_HEADER, ExecutionStateUpdate, RegistrationAck, SlotReport
+from sparkdispatch.model.protocol import (
+    ARTIFACT_NAME_HEADER,
+    ExecutionStateUpdate,
+    RegistrationAck,
+    SlotReport,
+    TaskExecutorRegistration,
+)
 from sparkdispatch.model.rest_shapes import Unregistered
 from sparkdispatch.tls import ClientTls, handshake_failure, refusal_hint
 
@@ -61,29 +67,9 @@ class AsyncMasterClient:
             await self._session.close()
             self._session = None
 
-    async def register(
-        self,
-        address: str,
-        session_id: str,
-        *,
-        task_executor_id: str,
-        hostname: str,
-        queue: str,
-        slots: int,
-        slot_report: SlotReport,
-        spark_master: str,
-        previous_registration_id: str | None = None,
-    ) -> RegistrationAck:
-        body = {
-            "task_executor_id": task_executor_id,
-            "hostname": hostname,
-            "queue": queue,
-            "slots": slots,
-            "slot_report": slot_report.to_dict(),
-            "spark_master": spark_master,
-            "previous_registration_id": previous_registration_id,
-        }
-        return RegistrationAck.from_dict(await self._post(address, "/taskexecutors", session_id, body))
+    async def register(self, address: str, session_id: str, registration: TaskExecutorRegistration) -> RegistrationAck:
+        answer = await self._post(address, "/taskexecutors", session_id, registration.to_dict())
+        return RegistrationAck.from_dict(answer)
 
     async def unregister(self, address: str, session_id: str, task_executor_id: str, *, registration_id: str) -> bool:
         """Leave the cluster now; False if the ResourceManager did not have this registration."""
@@ -235,32 +221,8 @@ class MasterClient:
         if leader is not None and not self._loop.closed:
             self._loop.loop.call_soon_threadsafe(self.async_client.abandon_calls_not_under, leader.session_id)
 
-    def register(
-        self,
-        address: str,
-        session_id: str,
-        *,
-        task_executor_id: str,
-        hostname: str,
-        queue: str,
-        slots: int,
-        slot_report: SlotReport,
-        spark_master: str,
-        previous_registration_id: str | None = None,
-    ) -> RegistrationAck:
-        return self._loop.run(
-            self.async_client.register(
-                address,
-                session_id,
-                task_executor_id=task_executor_id,
-                hostname=hostname,
-                queue=queue,
-                slots=slots,
-                slot_report=slot_report,
-                spark_master=spark_master,
-                previous_registration_id=previous_registration_id,
-            )
-        )
+    def register(self, address: str, session_id: str, registration: TaskExecutorRegistration) -> RegistrationAck:
+        return self._loop.run(self.async_client.register(address, session_id, registration))
 
     def unregister(
         self, address: str, session_id: str, task_executor_id: str, *, registration_id: str, timeout: float

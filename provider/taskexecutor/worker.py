@@ -48,10 +48,11 @@ from sparkdispatch.errors import (
 from sparkdispatch.ha.leader import LeaderInfo
 from sparkdispatch.model.states import ExecutionState
 from sparkdispatch.model.job_result import Failure
-from sparkdispatch.model.protocol import ExecutionStateUpdate, TaskDeploymentDescriptor
+from sparkdispatch.model.protocol import ExecutionStateUpdate, TaskDeploymentDescriptor, TaskExecutorRegistration
 from sparkdispatch.taskexecutor.master_client import MasterClient
 from sparkdispatch.taskexecutor.periodic_step import PeriodicStep
 from sparkdispatch.taskexecutor.runner import SlotTable, TaskRunner, discard_result
+from sparkdispatch.model.job_graph import DEFAULT_POOL
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,7 @@ class TaskExecutorIdentity:
     hostname: str  # the Celery nodename, `<id>@<host>`: the destination of remote-control calls
     queue: str
     spark_master: str
+    pool: str = DEFAULT_POOL
 
 
 class MasterConnection:
@@ -159,9 +161,7 @@ class MasterConnection:
             self._registering = True
             previous = self._registration_id
         try:
-            ack = self._client.register(
-                leader.address,
-                leader.session_id,
+            registration = TaskExecutorRegistration(
                 task_executor_id=self._identity.task_executor_id,
                 hostname=self._identity.hostname,
                 queue=self._identity.queue,
@@ -169,7 +169,9 @@ class MasterConnection:
                 slot_report=self._slots.slot_report(leader.session_id),
                 spark_master=self._identity.spark_master,
                 previous_registration_id=previous,
+                pool=self._identity.pool,
             )
+            ack = self._client.register(leader.address, leader.session_id, registration)
         except SparkDispatchError as exc:
             log.warning(
                 "registration with the master at %s (session %s) failed, next try in %.2fs: %s",

@@ -39,6 +39,8 @@ ZOOKEEPER_PORT = 2181
 REDIS_PORT = 6379
 REST_PORT = 8081
 CLUSTER_TOKEN = "multi-host-token"
+ZOOKEEPER_AUTH = "sparkdispatch:multi-host-zk-password"  # the digest ACL identity compose's processes use
+REDIS_PASSWORD = "multi-host-redis-password"
 COMPOSE_CONFIG = Path(__file__).resolve().parents[2] / "docker" / "sparkdispatch.yaml"
 # docker-compose.yaml's services → the hosts that stand in for them
 COMPOSE_HOSTS = {
@@ -221,7 +223,12 @@ class MultiHostCluster:
         self.task_executor_count = task_executors
         self.extra = dict(extra or {})
         self.spark_master = spark_master  # compose's is its spark-master service
-        self._env = {"SPARKDISPATCH_AUTH_TOKEN": CLUSTER_TOKEN}  # as compose passes the token
+        # as compose passes the credentials: in the environment
+        self._env = {
+            "SPARKDISPATCH_AUTH_TOKEN": CLUSTER_TOKEN,
+            "SPARKDISPATCH_ZOOKEEPER_AUTH": ZOOKEEPER_AUTH,
+            "SPARKDISPATCH_BROKER_PASSWORD": REDIS_PASSWORD,
+        }
         self._config = Path()
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="sparkdispatch-hosts-"))
         self.network: HostNetwork | None = None
@@ -271,10 +278,14 @@ class MultiHostCluster:
             self._config = self.config_file()
             for n in (1, 2, 3):
                 self._start_zookeeper(n)
+            redis_config = self.workdir / "redis.conf"  # its password in a file, as compose writes it
+            redis_config.write_text(f"requirepass {REDIS_PASSWORD}\n")
+            redis_config.chmod(0o600)
             self._start(
                 "redis",
                 [
                     "redis-server",
+                    str(redis_config),
                     "--port",
                     str(REDIS_PORT),
                     "--bind",

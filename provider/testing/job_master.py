@@ -21,7 +21,7 @@ from sparkdispatch.ha import JobProgress
 from sparkdispatch.ha.progress_store import Finished
 from sparkdispatch.model.states import ExecutionState
 from sparkdispatch.model.restart import FixedDelayRestart, RestartStrategy
-from sparkdispatch.model.job_graph import JobGraph, JobVertex
+from sparkdispatch.model.job_graph import DEFAULT_POOL, JobGraph, JobVertex
 from sparkdispatch.model.job_result import Failure, JobResult
 from sparkdispatch.jobmaster import JobMaster
 from sparkdispatch.jobmaster.execution_graph import SubtaskId
@@ -60,9 +60,13 @@ class FakeResourceManager:
         self.listener: SlotListener | None = None
         self.required = 0
         self.rpc_outcomes: list[tuple[str, bool]] = []  # (TaskExecutor id, the call went through)
+        self.pools: set[str] = set()  # the pools slots were asked of
 
-    def declare_requirements(self, job_id: str, slots: int, listener: SlotListener) -> None:
+    def declare_requirements(
+        self, job_id: str, slots: int, listener: SlotListener, *, pool: str = DEFAULT_POOL
+    ) -> None:
         assert job_id == JOB_ID
+        self.pools.add(pool)
         self.declarations.append(slots)
         self.listener = listener
         self.required = slots

@@ -52,6 +52,7 @@ from sparkdispatch.model.protocol import (
     RegistrationAck,
     SlotReport,
     TaskDeploymentDescriptor,
+    TaskExecutorRegistration,
 )
 from sparkdispatch.resourcemanager import AllocatedSlot, ResourceManager
 from sparkdispatch.rest.responses import artifact_response
@@ -60,6 +61,7 @@ from sparkdispatch.resourcemanager.settings import ResourceManagerSettings
 from sparkdispatch.taskexecutor.master_client import AsyncMasterClient
 from sparkdispatch.testing.proxy import RecordingProxy
 from sparkdispatch.testing.services import free_port
+from sparkdispatch.model.job_graph import DEFAULT_POOL
 
 log = logging.getLogger(__name__)
 
@@ -148,12 +150,19 @@ class ScriptedTaskExecutor:
     """
 
     def __init__(
-        self, master: InProcessMaster, *, task_executor_id: str, slots: int, script: Script | None = None
+        self,
+        master: InProcessMaster,
+        *,
+        task_executor_id: str,
+        slots: int,
+        script: Script | None = None,
+        pool: str = DEFAULT_POOL,
     ) -> None:
         self.master = master
         self.task_executor_id = task_executor_id
         self.hostname = f"{task_executor_id}@in-process"
         self.slots = slots
+        self.pool = pool
         self.script = script
         self.refused: list[SparkDispatchError] = []
         self._job_scripts: dict[str, Script] = {}
@@ -165,16 +174,16 @@ class ScriptedTaskExecutor:
     async def register(self) -> RegistrationAck:
         self._loop = asyncio.get_running_loop()
         self.master.gateway.listen(self._on_gateway_call)
-        return await self._client.register(
-            self.master.url,
-            self.master.session_id,
+        registration = TaskExecutorRegistration(
             task_executor_id=self.task_executor_id,
             hostname=self.hostname,
             queue=f"sparkdispatch.te.{self.task_executor_id}",
             slots=self.slots,
             slot_report=SlotReport.free(self.slots),
             spark_master="local[1]",
+            pool=self.pool,
         )
+        return await self._client.register(self.master.url, self.master.session_id, registration)
 
     async def end_job(self, job_id: str, outcome: TaskOutcome | Script = TaskOutcome()) -> None:
         """End the job's running tasks with `outcome`, and every later task of the job as well."""
@@ -275,6 +284,8 @@ class InProcessMaster:
             "rest.address": ADVERTISED_HOST,
             "rest.port": self.port,
             "heartbeat.timeout": "10min",
+            # deployments go to the RecordingTaskExecutorGateway, never through a broker
+            "broker.url": "memory://",
             **(overrides or {}),
         }
         if record_requests:
@@ -345,10 +356,12 @@ class InProcessMaster:
             await _remove_tree(self._temp_dir)
 
     async def add_task_executor(
-        self, task_executor_id: str = "te-1", *, slots: int = 2, script: Script | None = None
+        self, task_executor_id: str = "te-1", *, slots: int = 2, script: Script | None = None, pool: str = DEFAULT_POOL
     ) -> ScriptedTaskExecutor:
-        """A ScriptedTaskExecutor registered with this master."""
-        task_executor = ScriptedTaskExecutor(self, task_executor_id=task_executor_id, slots=slots, script=script)
+        """A ScriptedTaskExecutor registered with this master, in `pool`."""
+        task_executor = ScriptedTaskExecutor(
+            self, task_executor_id=task_executor_id, slots=slots, script=script, pool=pool
+        )
         self.task_executors.append(task_executor)
         await task_executor.register()
         return task_executor

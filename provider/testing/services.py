@@ -211,19 +211,21 @@ class ZooKeeperServer(_ChildServer):
 
 
 class RedisServer(_ChildServer):
-    """A Redis server with no persistence."""
+    """A Redis server with no persistence; with `password`, clients must give it (its `url` does)."""
 
     name = "Redis"
     start_timeout = 15.0
 
-    def __init__(self, *, port: int = 0, executable: str = "redis-server") -> None:
+    def __init__(self, *, port: int = 0, executable: str = "redis-server", password: str = "") -> None:
         super().__init__()
         self.requested_port = port
         self.executable = executable
+        self.password = password
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
 
     def available(self) -> bool:
         return shutil.which(self.executable) is not None
@@ -233,9 +235,13 @@ class RedisServer(_ChildServer):
             raise ServiceMissing("Redis needs `redis-server` (apt-get install redis-server)")
         self.port = self.requested_port or free_port()
         self.workdir = Path(tempfile.mkdtemp(prefix="sparkdispatch-redis-"))
+        conf = self.workdir / "redis.conf"  # the password in a file, not on the command line
+        conf.write_text(f"requirepass {self.password}\n" if self.password else "")
+        conf.chmod(0o600)
         self._spawn(
             [
                 self.executable,
+                str(conf),
                 "--port",
                 str(self.port),
                 "--bind",

@@ -34,6 +34,7 @@ def master_config(tmp_path: Path, **extra: str) -> Configuration:
             "storage.results-dir": str(tmp_path / "results"),
             "rest.auth.token": TOKEN,
             "rest.execution-result.long-poll": "200ms",
+            "broker.url": "memory://",  # no deployment: the first two tests fetch artifacts only
             **extra,
         }
     )
@@ -90,10 +91,15 @@ async def test_bytes_that_do_not_hash_to_the_key_are_refused_and_left_nowhere(tm
 
 
 @pytest.mark.slow
-async def test_a_task_executor_without_the_masters_storage_runs_a_job_with_code_it_fetched(tmp_path: Path) -> None:
-    redis = RedisServer()
+async def test_a_task_executor_without_the_masters_storage_runs_a_job_with_code_it_fetched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a master with a token takes only a Redis with a password; master and TaskExecutor read it from
+    # the environment (SPARKDISPATCH_BROKER_PASSWORD), as compose passes it, so it is in no argv
+    redis = RedisServer(password="fetch-redis-password")
     redis.start()
-    config = master_config(tmp_path, **{"broker.url": redis.url})
+    monkeypatch.setenv("SPARKDISPATCH_BROKER_PASSWORD", redis.password)
+    config = master_config(tmp_path, **{"broker.url": f"redis://127.0.0.1:{redis.port}/0"})
     master = Master(config)
     await master.start()
     # the TaskExecutor's host: a storage directory of its own; the results directory is shared

@@ -71,7 +71,7 @@ async def test_the_graph_of_the_report_is_refused_with_400_naming_the_limit_and_
         assert await ha.jobgraph_store.job_ids() == set()
         assert await ha.progress_store.get(TOO_LARGE) == JobProgress(TOO_LARGE)
         assert await ha.job_result_store.dirty_job_ids() == [] and not await ha.job_result_store.has_entry(TOO_LARGE)
-        assert (await request_json("GET", f"{master.url}/jobs"))[1] == {"jobs": []}
+        assert (await request_json("GET", f"{master.url}/jobs"))[1] == {"jobs": [], "next": None}
         assert (await request_json("GET", f"{master.url}/jobs/{TOO_LARGE}"))[0] == 404
         # the refused graph keeps nothing alive, not even the heap frozen for it
         assert LONG_LIVED_GRAPHS.alive == 0

@@ -24,7 +24,7 @@ from sparkdispatch.config import Configuration
 from sparkdispatch.errors import FencingTokenMismatch
 from sparkdispatch.ha import STANDALONE_SESSION_ID, create_ha_services
 from sparkdispatch.model.states import ExecutionState
-from sparkdispatch.model.protocol import SlotReport, TaskDeploymentDescriptor
+from sparkdispatch.model.protocol import SlotReport, TaskDeploymentDescriptor, TaskExecutorRegistration
 from sparkdispatch.resourcemanager import AllocatedSlot
 from sparkdispatch.resourcemanager.celery_gateway import CeleryTaskExecutorGateway
 from sparkdispatch.rest.taskexecutor_routes import SESSION_HEADER
@@ -223,12 +223,7 @@ async def test_registration_with_a_stale_session_is_refused(tmp_path: Path) -> N
                 client.register,
                 config.rest_url,
                 STANDALONE_SESSION_ID,
-                task_executor_id="te-stale",
-                hostname="te-stale@host",
-                queue="sparkdispatch.te.te-stale",
-                slots=2,
-                slot_report=SlotReport.free(2),
-                spark_master="local[2]",
+                registration("te-stale"),
             )
         async with aiohttp.ClientSession() as http:
             async with http.post(
@@ -250,12 +245,7 @@ async def test_registration_with_a_stale_session_is_refused(tmp_path: Path) -> N
             client.register,
             config.rest_url,
             master.session_id,
-            task_executor_id="te-ok",
-            hostname="te-ok@host",
-            queue="sparkdispatch.te.te-ok",
-            slots=2,
-            slot_report=SlotReport.free(2),
-            spark_master="local[2]",
+            registration("te-ok"),
         )
         assert ack.resource_manager_id == master.resource_manager.resource_manager_id
         assert (ack.heartbeat_interval_s, ack.heartbeat_timeout_s) == (0.3, 2.0)
@@ -618,3 +608,14 @@ async def test_a_new_leader_gets_the_former_leaders_slots_at_once_and_its_tasks_
         gateway.close()
         await first.close()
         await second.close()
+
+
+def registration(task_executor_id: str) -> TaskExecutorRegistration:
+    return TaskExecutorRegistration(
+        task_executor_id=task_executor_id,
+        hostname=f"{task_executor_id}@host",
+        queue=f"sparkdispatch.te.{task_executor_id}",
+        slots=2,
+        slot_report=SlotReport.free(2),
+        spark_master="local[2]",
+    )

@@ -176,7 +176,11 @@ async def test_the_cli_and_the_airflow_hook_verify_the_master_against_the_config
 async def test_ui_session_cookies_of_an_https_master_are_secure(
     tmp_path: Path, server_cert: IssuedCertificate, authority: TestCertificateAuthority
 ) -> None:
-    master = Master(tls_config(tmp_path, server_cert, authority).with_overrides({"rest.auth.token": "t0ken"}))
+    master = Master(
+        tls_config(tmp_path, server_cert, authority).with_overrides(
+            {"rest.auth.token": "t0ken", "broker.url": "memory://"}
+        )
+    )
     await master.start()
     try:
         connector = aiohttp.TCPConnector(ssl=ClientTls(ca_file=str(authority.ca_file)).context())

@@ -30,16 +30,27 @@ ci        submitter  {SUBMITTER_TOKEN}   # the deploy pipeline
 
 def test_a_tokens_file_names_each_token_and_its_role() -> None:
     tokens = parse_tokens(TOKENS, "tokens")
-    assert [(t.name, t.role, t.token) for t in tokens] == [
-        ("grafana", Role.VIEWER, VIEWER_TOKEN),
-        ("ci", Role.SUBMITTER, SUBMITTER_TOKEN),
+    assert [(t.name, t.role, t.token, t.pools) for t in tokens] == [
+        ("grafana", Role.VIEWER, VIEWER_TOKEN, None),
+        ("ci", Role.SUBMITTER, SUBMITTER_TOKEN, None),
     ]
+
+
+def test_a_token_may_be_limited_to_pools() -> None:
+    (token,) = parse_tokens(f"team-a submitter {SUBMITTER_TOKEN} pools=team-a,shared.1\n", "tokens")
+    assert token.pools == frozenset({"team-a", "shared.1"})
+    assert token.principal.may_act_in("team-a") and token.principal.may_act_in("shared.1")
+    assert not token.principal.may_act_in("default")
+    assert parse_tokens(TOKENS, "tokens")[1].principal.may_act_in("any-pool")
 
 
 @pytest.mark.parametrize(
     ("line", "problem"),
     [
-        ("ci submitter", "write `<name> <role> <token>` (2 words found)"),
+        ("ci submitter", "write `<name> <role> <token>` or `<name> <role> <token> pools=<pool>,...` (2 words"),
+        ("ops admin 0123456789abcdefgh teams=a", "the fourth word must be `pools=<pool>,...`"),
+        ("ops admin 0123456789abcdefgh pools=a,,b", "the fourth word must be `pools=<pool>,...`"),
+        ("ops admin 0123456789abcdefgh pools=../x", "the fourth word must be `pools=<pool>,...`"),
         ("ops owner 0123456789abcdefgh", "the role 'owner' is none of viewer, submitter, admin"),
         ("ops cluster 0123456789abcdefgh", "the role 'cluster' is none of viewer, submitter, admin"),
         ("c.i viewer 0123456789abcdefgh", "the name 'c.i' is not 1-64 letters"),

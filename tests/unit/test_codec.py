@@ -155,6 +155,12 @@ def test_a_missing_field_is_refused_but_an_omitted_one_is_its_default() -> None:
         Example.from_dict(["not", "an", "object"])
 
 
+def test_a_field_added_later_with_a_default_may_be_missing_from_an_older_masters_answer() -> None:
+    assert JobList.from_dict({"jobs": []}) == JobList((), next=None)
+    page = JobList((), next="abc").to_dict()
+    assert page == {"jobs": [], "next": "abc"} and JobList.from_dict(page).next == "abc"
+
+
 def test_a_field_without_a_json_form_is_refused_when_the_shape_is_first_used() -> None:
     @dataclass(frozen=True)
     class Unsure(Shape):

@@ -39,6 +39,7 @@ from sparkdispatch.config.options import (
     SPARK_MASTER,
     TASKEXECUTOR_ID,
 )
+from sparkdispatch.entrypoint.backing_services import check_backing_services
 from sparkdispatch.errors import ConfigurationError
 from sparkdispatch.ha.leader import STANDALONE_SESSION_ID
 from sparkdispatch.entrypoint.master import Master
@@ -56,6 +57,13 @@ _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?+])([^}]*))?\}")
 
 
 # -- helpers ----------------------------------------------------------------------------------
+
+
+CREDENTIALS = {
+    "SPARKDISPATCH_AUTH_TOKEN": "compose-test-token",
+    "SPARKDISPATCH_ZOOKEEPER_AUTH": "sparkdispatch:compose-zk-password",
+    "SPARKDISPATCH_BROKER_PASSWORD": "compose-redis-password",
+}
 
 
 def compose_binary() -> Path | None:
@@ -82,12 +90,8 @@ def run_compose(
     binary: Path, *args: str, cwd: Path = REPO, variables: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     # A bare environment: no variables of this machine leak into the interpolation, and no
-    # Docker context or engine is consulted. The token is the one variable a user must set.
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "HOME": str(cwd),
-        **({"SPARKDISPATCH_AUTH_TOKEN": "compose-test-token"} if variables is None else variables),
-    }
+    # Docker context or engine is consulted. The credentials are the variables a user must set.
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(cwd), **(CREDENTIALS if variables is None else variables)}
     return subprocess.run([str(binary), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
 
 
@@ -176,18 +180,29 @@ def test_compose_v2_validates_the_file(compose: Path) -> None:
 def test_compose_refuses_to_start_without_the_token_and_puts_it_in_no_command_line(
     compose: Path, services: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    result = run_compose(compose, "-f", str(COMPOSE_FILE), "config", "-q", variables={})
-    assert result.returncode != 0
-    assert (
-        "required variable SPARKDISPATCH_AUTH_TOKEN is missing a value: set SPARKDISPATCH_AUTH_TOKEN" in result.stderr
-    )
-    monkeypatch.setenv("SPARKDISPATCH_AUTH_TOKEN", "from-the-environment")
+    for missing in CREDENTIALS:
+        variables = {name: value for name, value in CREDENTIALS.items() if name != missing}
+        result = run_compose(compose, "-f", str(COMPOSE_FILE), "config", "-q", variables=variables)
+        assert result.returncode != 0
+        assert f"required variable {missing} is missing a value: set {missing}" in result.stderr
+    for name, value in CREDENTIALS.items():
+        monkeypatch.setenv(name, value)
     for name in [*MASTERS, *TASK_EXECUTORS]:
-        assert not any("token" in arg for arg in sparkdispatch_commands(services)[name]), name
+        argv = " ".join(sparkdispatch_commands(services)[name])
+        assert not any(secret in argv for secret in ("token", "zookeeper.auth", *CREDENTIALS.values())), name
         config = service_config(name, services[name])
-        assert config.auth_token == "from-the-environment"
+        assert config.auth_token == CREDENTIALS["SPARKDISPATCH_AUTH_TOKEN"]
+        assert config.zookeeper_auth == CREDENTIALS["SPARKDISPATCH_ZOOKEEPER_AUTH"]
+        assert config.broker_url == "redis://:compose-redis-password@redis:6379/0"
     for name in MASTERS:
-        MasterSettings.from_config(service_config(name, services[name])).rest.check_exposure()  # no error
+        config = service_config(name, services[name])
+        MasterSettings.from_config(config).rest.check_exposure()  # no error
+        check_backing_services(config)  # ZooKeeper's ACLs and Redis's password: no error
+    redis_argv = " ".join(services["redis"]["command"])
+    assert "requirepass" in redis_argv and "exec redis-server /tmp/redis.conf" in redis_argv
+    monkeypatch.delenv("SPARKDISPATCH_ZOOKEEPER_AUTH")
+    with pytest.raises(ConfigurationError, match="ZooKeeper without high-availability.zookeeper.auth"):
+        check_backing_services(service_config(MASTERS[0], services[MASTERS[0]]))
     monkeypatch.delenv("SPARKDISPATCH_AUTH_TOKEN")
     with pytest.raises(ConfigurationError, match="would listen on 0.0.0.0:8081 without a token"):
         MasterSettings.from_config(service_config(MASTERS[0], services[MASTERS[0]])).rest.check_exposure()

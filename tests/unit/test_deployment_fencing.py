@@ -12,11 +12,24 @@ import aiohttp
 import pytest
 
 from sparkdispatch.config import Configuration
-from sparkdispatch.errors import FencingTokenMismatch, ServiceUnavailable, SparkDispatchError, UnknownTaskExecutor
+from sparkdispatch.errors import (
+    ConfigurationError,
+    FencingTokenMismatch,
+    ServiceUnavailable,
+    SparkDispatchError,
+    UnknownTaskExecutor,
+)
 from sparkdispatch.ha.leader import LeaderInfo
 from sparkdispatch.model.states import ExecutionState
-from sparkdispatch.model.protocol import ExecutionStateUpdate, RegistrationAck, SlotReport, TaskDeploymentDescriptor
+from sparkdispatch.model.protocol import (
+    ExecutionStateUpdate,
+    RegistrationAck,
+    SlotReport,
+    TaskDeploymentDescriptor,
+    TaskExecutorRegistration,
+)
 from sparkdispatch.taskexecutor.master_client import SESSION_HEADER, AsyncMasterClient, MasterClient
+from sparkdispatch.taskexecutor.main import task_executor_pool
 from sparkdispatch.taskexecutor.runner import SlotTable
 from sparkdispatch.taskexecutor.worker import MasterConnection, TaskExecutorIdentity
 from sparkdispatch.testing.master import InProcessMaster
@@ -24,7 +37,7 @@ from sparkdispatch.testing.master import InProcessMaster
 LEADER = LeaderInfo("http://master:8081", "11111111-2222-3333-4444-555555555555")
 FORMER_LEADER = LeaderInfo("http://old-master:8081", "99999999-2222-3333-4444-555555555555")
 IDENTITY = TaskExecutorIdentity(
-    task_executor_id="te-1", hostname="te-1@host", queue="sparkdispatch.te.te-1", spark_master="local[1]"
+    task_executor_id="te-1", hostname="te-1@host", queue="sparkdispatch.te.te-1", spark_master="local[1]", pool="etl"
 )
 
 
@@ -34,6 +47,7 @@ class RecordingClient:
     def __init__(self) -> None:
         self.registrations: list[str | None] = []  # the previous registration id each one named
         self.slot_reports: list[SlotReport] = []  # of each registration
+        self.pools: list[str] = []  # of each registration
         self.resume = False
         self.hold_registration: threading.Event | None = None
         self.registering = threading.Event()
@@ -43,20 +57,14 @@ class RecordingClient:
         self.unregistered: list[tuple[str, str, str, str]] = []
         self.gave_up = False  # the ResourceManager found this TaskExecutor lost and dropped it
 
-    def register(
-        self,
-        address: str,
-        session_id: str,
-        *,
-        previous_registration_id: str | None = None,
-        slot_report: SlotReport,
-        **_: Any,
-    ) -> RegistrationAck:
+    def register(self, address: str, session_id: str, registration: TaskExecutorRegistration) -> RegistrationAck:
         self.registering.set()
         if self.hold_registration is not None:
             self.hold_registration.wait(10)
+        previous_registration_id = registration.previous_registration_id
         self.registrations.append(previous_registration_id)
-        self.slot_reports.append(slot_report)
+        self.slot_reports.append(registration.slot_report)
+        self.pools.append(registration.pool)
         return RegistrationAck(
             "rm-1",
             300,
@@ -182,6 +190,7 @@ def test_registering_again_keeps_the_old_registration_only_when_resumed(
     client.resume = False  # the ResourceManager had dropped it: allocations of reg-1 and reg-2 are gone
     connection.tick()
     assert client.registrations == [None, "reg-1", "reg-2"]
+    assert client.pools == ["etl"] * 3  # every registration names the TaskExecutor's pool
     assert connection.admits(deployment("reg-3"), LEADER.session_id) is None
     assert connection.admits(deployment("reg-2"), LEADER.session_id) is not None
     assert connection.admits(deployment("reg-1"), LEADER.session_id) is not None
@@ -350,9 +359,7 @@ async def test_the_unregister_route_removes_the_named_registration_only() -> Non
     async with InProcessMaster() as master, aiohttp.ClientSession() as http:
         te = AsyncMasterClient()
         try:
-            ack = await te.register(
-                master.url,
-                master.session_id,
+            registration = TaskExecutorRegistration(
                 task_executor_id="te-1",
                 hostname="te-1@h",
                 queue="sparkdispatch.te.te-1",
@@ -360,6 +367,7 @@ async def test_the_unregister_route_removes_the_named_registration_only() -> Non
                 slot_report=SlotReport.free(2),
                 spark_master="local[1]",
             )
+            ack = await te.register(master.url, master.session_id, registration)
             with pytest.raises(FencingTokenMismatch):
                 await te.unregister(master.url, FORMER_LEADER.session_id, "te-1", registration_id=ack.registration_id)
             assert not await te.unregister(master.url, master.session_id, "te-1", registration_id="another")
@@ -391,3 +399,13 @@ def test_an_admitted_attempt_may_start_until_a_heartbeat_timeout_less_an_interva
     assert connection.start_deadline() is None  # never answered: registration fences
     connection.tick()  # registered: the master answered now
     assert connection.start_deadline() == pytest.approx(clock.now + 2.0 - 0.3)
+
+
+@pytest.mark.parametrize(("pool", "valid"), [("etl", True), ("team-a.gpu_1", True), ("../x", False), ("", False)])
+def test_a_task_executor_takes_its_pool_from_the_configuration(pool: str, valid: bool) -> None:
+    config = Configuration.from_mapping({"taskexecutor.pool": pool})
+    if valid:
+        assert task_executor_pool(config) == pool
+    else:
+        with pytest.raises(ConfigurationError, match="taskexecutor.pool"):
+            task_executor_pool(config)

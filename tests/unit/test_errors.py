@@ -28,7 +28,7 @@ from sparkdispatch.errors import (
     error_from_body,
 )
 from sparkdispatch.model.states import ExecutionState
-from sparkdispatch.model.protocol import ExecutionStateUpdate, SlotReport
+from sparkdispatch.model.protocol import ExecutionStateUpdate, SlotReport, TaskExecutorRegistration
 from sparkdispatch.rest.responses import create_error_middleware
 from sparkdispatch.rest.settings import RestSettings
 from sparkdispatch.taskexecutor.master_client import SESSION_HEADER, MasterClient
@@ -284,9 +284,7 @@ async def test_the_taskexecutor_client_raises_the_masters_own_classes(master: In
     client = MasterClient(master.config)
 
     def register(session_id: str, slots: int = 2) -> object:
-        return client.register(
-            master.url,
-            session_id,
+        registration = TaskExecutorRegistration(
             task_executor_id="te-1",
             hostname="te-1@h",
             queue="sparkdispatch.te.te-1",
@@ -294,6 +292,7 @@ async def test_the_taskexecutor_client_raises_the_masters_own_classes(master: In
             slot_report=SlotReport.free(2),
             spark_master="local[1]",
         )
+        return client.register(master.url, session_id, registration)
 
     try:
         with pytest.raises(FencingTokenMismatch) as fenced:

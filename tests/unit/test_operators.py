@@ -933,6 +933,27 @@ def test_vertex_params_are_the_vertexs_and_airflows_params_stay_airflows() -> No
     assert set(mine.vertex_params) == {"me", "rows"}  # nothing of default_args' or the DAG's params
 
 
+def test_a_groups_taskexecutor_pool_is_its_graphs_pool_and_not_airflows() -> None:
+    from datetime import datetime
+
+    from airflow.sdk import DAG
+
+    from sparkdispatch.operators import SparkDispatchJobGroup, SparkDispatchVertexOperator
+
+    with DAG("pool_dag", schedule=None, start_date=datetime(2026, 1, 1)) as dag:
+        with SparkDispatchJobGroup(group_id="g", taskexecutor_pool="team-a"):
+            SparkDispatchVertexOperator(task_id="v", entrypoint="m:f")
+        with SparkDispatchJobGroup(group_id="h"):
+            SparkDispatchVertexOperator(task_id="v", entrypoint="m:f")
+    for group, pool in (("g", "team-a"), ("h", None)):
+        launch = task_of(dag, f"{group}.launch", SparkDispatchSubmitJobOperator)
+        ti = FakeTI()
+        ti.task_id = f"{group}.launch"
+        graph = launch.load_graph(context(ti, durable=False, task=launch))
+        assert graph.get("pool") == pool
+        assert launch.pool == "default_pool"  # Airflow's own pool is untouched
+
+
 def test_a_mapped_decorated_task_unmapped_by_airflow_does_not_warn_of_params() -> None:
     """Airflow's unmapping passes its merged `params` to every mapped task: that is no `params=` of
     the user's, so it neither warns nor becomes vertex params."""

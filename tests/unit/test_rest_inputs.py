@@ -76,7 +76,7 @@ async def test_a_job_id_cannot_name_a_file_outside_the_archive(master: InProcess
     status, page, _ = await call("GET", master.url + "/ui/jobs/..%2F..%2Fx")
     assert status == 400 and "32 lowercase hex" in page
     status, text, _ = await call("GET", master.url + "/jobs")
-    assert status == 200 and json.loads(text) == {"jobs": []}
+    assert status == 200 and json.loads(text) == {"jobs": [], "next": None}
 
 
 @pytest.mark.parametrize(

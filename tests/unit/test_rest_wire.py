@@ -135,7 +135,7 @@ async def test_a_live_masters_answers_keep_their_keys_order_and_nulls(tmp_path: 
             )
             assert shape(await call("GET", "/jobs")) == (
                 '{"jobs":[{"id":"str","name":"str","status":"str","start_time":"int","end_time":null,'
-                '"duration_ms":null}]}'
+                '"duration_ms":null}],"next":null}'
             )
             assert shape(await call("GET", "/jobs/overview")) == (
                 '{"jobs":[{"jid":"str","name":"str","state":"str","start-time":"int","end-time":"int","duration":"int",'
@@ -151,7 +151,7 @@ async def test_a_live_masters_answers_keep_their_keys_order_and_nulls(tmp_path: 
                 '{"taskmanagers":[{"id":"str","hostname":"str","queue":"str","spark_master":"str",'
                 '"registered_at":"int","slots_total":"int","slots_free":"int","slots":[{"index":"int",'
                 '"allocation_id":"str","job_id":"str"}],"idle_since":null,"idle":"bool","last_heartbeat":"int",'
-                '"executions":[]}]}'
+                '"executions":[],"pool":"str"}],"next":null}'
             )
             assert shape(await call("GET", f"/jobs/{job_id}")) == (
                 '{"id":"str","name":"str","status":"str","start_time":"int","end_time":null,"vertices":[{"id":"str",'

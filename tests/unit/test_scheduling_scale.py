@@ -38,7 +38,7 @@ class SlotsByHand:
     def __init__(self) -> None:
         self.declared: list[int] = []
 
-    def declare_requirements(self, job_id: str, slots: int, listener: object) -> None:
+    def declare_requirements(self, job_id: str, slots: int, listener: object, *, pool: str = "default") -> None:
         self.declared.append(slots)
 
     def release_slot(self, job_id: str, allocation_id: str) -> bool:

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sparkdispatch.errors import InvalidRequest, SlotRequestTimeout, SparkDispatchError
+from sparkdispatch.model.job_graph import DEFAULT_POOL
 from sparkdispatch.model.protocol import ExecutionReport, SlotReport, SlotStatus, TaskExecutorRegistration
 from sparkdispatch.model.rest_shapes import TaskManager, TaskManagerSlot
 from sparkdispatch.resourcemanager import AllocatedSlot, SlotManager
@@ -46,7 +47,12 @@ class Job:
 
 
 def registration(
-    te_id: str, slots: int = 2, report: SlotReport | None = None, *, previous: str | None = None
+    te_id: str,
+    slots: int = 2,
+    report: SlotReport | None = None,
+    *,
+    previous: str | None = None,
+    pool: str = DEFAULT_POOL,
 ) -> TaskExecutorRegistration:
     return TaskExecutorRegistration(
         task_executor_id=te_id,
@@ -56,6 +62,7 @@ def registration(
         slot_report=report or SlotReport.free(slots),
         spark_master="local[2]",
         previous_registration_id=previous,
+        pool=pool,
     )
 
 
@@ -78,9 +85,9 @@ def requirement(manager: SlotManager, job_id: str) -> tuple[int, int]:
     return (0, 0) if job is None else (job.required, len(job.allocations))
 
 
-def waiting_jobs(manager: SlotManager) -> list[str]:
-    """Jobs with unmet requirements, in the order they are served."""
-    return list(manager._waiting)
+def waiting_jobs(manager: SlotManager, pool: str = DEFAULT_POOL) -> list[str]:
+    """Jobs of a pool with unmet requirements, in the order they are served."""
+    return list(manager._pool(pool).waiting)
 
 
 @pytest.fixture
@@ -345,14 +352,18 @@ def test_registering_again_under_the_current_registration_keeps_the_allocations(
     assert b.slots[0].registration_id == again.registration_id
 
 
-@pytest.mark.parametrize("change", [{"previous": "another-registration"}, {"previous": None}, {"slots": 4}])
+@pytest.mark.parametrize(
+    "change", [{"previous": "another-registration"}, {"previous": None}, {"slots": 4}, {"pool": "gpu"}]
+)
 def test_registering_again_otherwise_replaces_the_registration(manager: SlotManager, change: dict[str, Any]) -> None:
     first = manager.register_task_executor(registration("te-1", 2))
     a = Job(JOB_A)
     manager.declare_requirements(JOB_A, 1, a)
     manager.check_requirements()
-    arguments: dict[str, Any] = {"slots": 2, "previous": first.registration_id, **change}
-    again = manager.register_task_executor(registration("te-1", arguments["slots"], previous=arguments["previous"]))
+    arguments: dict[str, Any] = {"slots": 2, "previous": first.registration_id, "pool": DEFAULT_POOL, **change}
+    again = manager.register_task_executor(
+        registration("te-1", arguments["slots"], previous=arguments["previous"], pool=arguments["pool"])
+    )
     assert again.replaced and not again.resumed
     assert a.lost == [("te-1", [a.slots[0].allocation_id], "it registered again")]
 
@@ -453,6 +464,36 @@ def test_a_failing_listener_does_not_break_the_slot_manager(manager: SlotManager
     assert len(a.slots) == 1
 
 
+def test_a_job_gets_slots_of_its_own_pool_only(manager: SlotManager) -> None:
+    manager.register_task_executor(registration("te-a", 2, pool="team-a"))
+    manager.register_task_executor(registration("te-b", 2, pool="team-b"))
+    manager.register_task_executor(registration("te-d", 2))
+    a, b, d = Job(JOB_A), Job(JOB_B), Job(JOB_C)
+    manager.declare_requirements(JOB_A, 3, a, pool="team-a")
+    manager.declare_requirements(JOB_B, 1, b, pool="team-b")
+    manager.declare_requirements(JOB_C, 1, d)  # a job that names no pool: the default one
+    manager.check_requirements()
+    assert {slot.task_executor_id for slot in a.slots} == {"te-a"} and len(a.slots) == 2
+    assert [slot.task_executor_id for slot in b.slots] == ["te-b"]
+    assert [slot.task_executor_id for slot in d.slots] == ["te-d"]
+    assert waiting_jobs(manager, "team-a") == [JOB_A]  # free slots of other pools are not its
+    assert entry_of(manager, "te-a") is not None and entry_of(manager, "te-a").pool == "team-a"  # type: ignore[union-attr]
+
+
+def test_a_job_waiting_in_one_pool_does_not_hold_up_another(manager: SlotManager, clock: ManualClock) -> None:
+    manager.register_task_executor(registration("te-1", 1))
+    gpu, later = Job(JOB_A), Job(JOB_B)
+    manager.declare_requirements(JOB_A, 1, gpu, pool="gpu")  # first in line, in a pool with no TaskExecutor
+    manager.declare_requirements(JOB_B, 1, later)
+    manager.check_requirements()
+    assert (gpu.slots, [slot.task_executor_id for slot in later.slots]) == ([], ["te-1"])
+    clock.advance(61)
+    assert manager.check_timeouts() == [JOB_A]
+    message = gpu.failures[0].message
+    assert "pool 'gpu' has 0 free of 0 slots on 0 TaskExecutors" in message
+    assert "taskexecutor.pool: gpu" in message
+
+
 def test_clear_forgets_everything_silently(manager: SlotManager) -> None:
     manager.register_task_executor(registration("te-1", 2))
     a = Job(JOB_A)
@@ -481,14 +522,16 @@ operations = st.lists(
 def test_slot_accounting_holds_under_any_sequence(ops: list[tuple[Any, ...]]) -> None:
     manager = SlotManager(slot_request_timeout=60.0, task_executor_idle_timeout=30.0, clock=ManualClock())
     jobs = [Job(f"{i:032x}") for i in range(3)]
+    te_pools = ["a", "b", "a", DEFAULT_POOL]  # of te-0 .. te-3
+    job_pools = ["a", "b", DEFAULT_POOL]
     held: dict[int, set[str]] = {i: set() for i in range(3)}
     for op in ops:
         if op[0] == "register":
-            manager.register_task_executor(registration(f"te-{op[1]}", op[2]))
+            manager.register_task_executor(registration(f"te-{op[1]}", op[2], pool=te_pools[op[1]]))
         elif op[0] == "unregister":
             manager.unregister_task_executor(f"te-{op[1]}", "test")
         elif op[0] == "declare":
-            manager.declare_requirements(jobs[op[1]].job_id, op[2], jobs[op[1]])
+            manager.declare_requirements(jobs[op[1]].job_id, op[2], jobs[op[1]], pool=job_pools[op[1]])
         elif op[0] == "release":
             job = jobs[op[1]]
             mine = sorted(held[op[1]])
@@ -499,6 +542,7 @@ def test_slot_accounting_holds_under_any_sequence(ops: list[tuple[Any, ...]]) ->
         else:
             manager.check_requirements()
         for index, job in enumerate(jobs):
+            assert all(te_pools[int(s.task_executor_id[3:])] == job_pools[index] for s in job.slots)
             held[index] |= {s.allocation_id for s in job.slots}
             held[index] -= {a for lost in job.lost for a in lost[1]}
             job.batches.clear()
@@ -511,4 +555,4 @@ def test_slot_accounting_holds_under_any_sequence(ops: list[tuple[Any, ...]]) ->
         for index, job in enumerate(jobs):
             required, acquired = requirement(manager, job.job_id)
             assert acquired == len(held[index])
-            assert (job.job_id in waiting_jobs(manager)) == (required > acquired)
+            assert (job.job_id in waiting_jobs(manager, job_pools[index])) == (required > acquired)

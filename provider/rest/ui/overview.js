@@ -45,7 +45,7 @@
     // Every master answers /overview; a standby may refuse the lists, which then stay as shown.
     const [overview, jobs, taskmanagers] = await Promise.all([
       SD.getJSON("overview"),
-      SD.getJSON("jobs").catch(() => null),
+      SD.getJSON(`jobs?limit=${RECENT_JOBS_SHOWN}`).catch(() => null),
       SD.getJSON("taskmanagers").catch(() => null),
     ]);
     SD.updateBanner(overview);
