@@ -15,13 +15,10 @@ every label stay in bench/results/small_jobs.json, the last run of each label.
 from __future__ import annotations
 
 import argparse
-import json
-import time
 from pathlib import Path
 from typing import Any
 
-from harness.paths import RESULTS_DIR
-from harness.reporting import load_average, load_change, machine_info, median, percentile, print_table
+from harness.reporting import load_average, load_change, print_table, save_labelled_run, spread_ms
 from harness.running import add_run_options, bench_main, scratch_dir
 from harness.standalone import Standalone
 
@@ -111,22 +108,15 @@ def run() -> int:
         finally:
             standalone.stop()
     report["load_average_at_end"] = load_average()
-    figures = {
-        kind: {
-            "p50": median(values) * 1000,
-            "p90": percentile(values, 90) * 1000,
-            "min": min(values) * 1000,
-            "max": max(values) * 1000,
-        }
-        for kind, values in seconds.items()
-    }
+    figures = {kind: spread_ms(values) for kind, values in seconds.items()}
     print()
     print_table(
         ["job", "median ms", "p90 ms", "min ms", "max ms"],
         [[kind, *(f"{f[k]:.0f}" for k in ("p50", "p90", "min", "max"))] for kind, f in figures.items()],
     )
     print(load_change(report))
-    save(
+    save_labelled_run(
+        "small_jobs",
         args.label,
         quick=args.quick,
         entry={
@@ -136,18 +126,6 @@ def run() -> int:
         },
     )
     return 0
-
-
-def save(label: str, *, quick: bool, entry: dict[str, Any]) -> None:
-    """Keep every label's last run in one file: `before` and `after` side by side."""
-    path = RESULTS_DIR / f"small_jobs{'.quick' if quick else ''}.json"
-    try:
-        runs = json.loads(path.read_text())["runs"]
-    except (OSError, ValueError, KeyError):
-        runs = {}
-    runs[label] = {**entry, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
-    path.write_text(json.dumps({"machine": machine_info(), "runs": runs}, indent=2) + "\n")
-    print(f"wrote {path} ({label})")
 
 
 if __name__ == "__main__":

@@ -38,7 +38,13 @@ from sparkdispatch.errors import JobAlreadyTerminated, RepairNotPossible, SparkD
 from sparkdispatch.hooks.sparkdispatch import SparkDispatchHook
 from sparkdispatch.model.rest_shapes import VertexOutcome
 from sparkdispatch.model.states import ExecutionState
-from sparkdispatch.operators.jobs import NOT_RETRYABLE_FAILURES, default_deferrable, own_context, task_failure
+from sparkdispatch.operators.jobs import (
+    NOT_RETRYABLE_FAILURES,
+    EnvironmentArgument,
+    default_deferrable,
+    own_context,
+    task_failure,
+)
 from sparkdispatch.operators.lineage import job_lineage
 from sparkdispatch.operators.links import SparkDispatchJobLink, push_job_link
 from sparkdispatch.operators.submit import TRIGGER_FAIL, SparkDispatchSubmitJobOperator
@@ -96,6 +102,9 @@ class SparkDispatchVertexOperator(BaseOperator):
         rendered in this task's context (`{{ task.task_id }}` is this task's id) when the group's
         `launch` task submits the job. `params=` is its deprecated name; Airflow's task `params`
         (and `default_args={"params": ...}`) stay Airflow's.
+    :param environment: this vertex's Python environment, instead of the job's (as the submit
+        operator's `environment=`); templated, rendered like `vertex_params`. `@task.sparkdispatch`
+        takes it too.
     :param deferrable: wait in the triggerer; default True, or `[sparkdispatch] default_deferrable`
         when set.
     :param poll_interval: seconds between checks of the job (the vertex tasks of a job deferred to
@@ -109,7 +118,7 @@ class SparkDispatchVertexOperator(BaseOperator):
     a clear of the task after its vertex failed repairs the vertex (see the module docstring).
     """
 
-    template_fields: Sequence[str] = ("vertex_params",)
+    template_fields: Sequence[str] = ("vertex_params", "environment")
     operator_extra_links = (SparkDispatchJobLink(),)
     ui_color = "#fde8c8"
 
@@ -133,6 +142,7 @@ class SparkDispatchVertexOperator(BaseOperator):
         entrypoint: str,
         parallelism: int = 1,
         vertex_params: Mapping[str, Any] | None = None,
+        environment: EnvironmentArgument = None,
         deferrable: bool | None = None,
         poll_interval: float = 5.0,
         cancel_on_kill: bool = False,
@@ -146,6 +156,7 @@ class SparkDispatchVertexOperator(BaseOperator):
         if deprecated is not None:
             warn_renamed(f"{type(self).__name__}(params=...)", "vertex_params=...")
         self.vertex_params = dict(vertex_params if vertex_params is not None else deprecated or {})
+        self.environment = environment
         self.deferrable = default_deferrable(fallback=True) if deferrable is None else deferrable
         self.poll_interval = poll_interval
         self.cancel_on_kill = cancel_on_kill
@@ -171,13 +182,16 @@ class SparkDispatchVertexOperator(BaseOperator):
     def vertex_spec(self, context: Context, inputs: Sequence[str]) -> dict[str, Any]:
         """This vertex in the JobGraph, its `vertex_params` rendered in this task's context (made
         from the launch task's `context`: `task`, `ti` and `task_instance_key_str` are this task's)."""
-        return {
+        spec = {
             "id": self.vertex_id,
             "entrypoint": self.entrypoint,
             "parallelism": self.parallelism,
             "params": self.render_template(self.vertex_params, own_context(context, self)),
             "inputs": list(inputs),
         }
+        if self.environment is not None:  # its local wheels are uploaded by the submitting task
+            spec["environment"] = self.render_template(self.environment, own_context(context, self))
+        return spec
 
     def execute(self, context: Context) -> Any:
         if self.launch_task_id is None:
@@ -408,6 +422,8 @@ class SparkDispatchJobGroup(TaskGroup):
     :param group_id: the group's id (the prefix of its tasks' ids).
     :param job_name: the JobGraph's name (default: the group id).
     :param artifacts: local `.py`/`.zip` files or package directories shipped with the job.
+    :param environment: the job's Python environment (as the submit operator's; templated, in the
+        launch task's context); a vertex task's own `environment=` replaces it for that vertex.
     :param sparkdispatch_conn_id: the `sparkdispatch` connection of the launch and vertex tasks
         (`conn_id`, deprecated, is its earlier name).
     :param restart_strategy: the JobGraph's restart strategy (a dict, as in the JobGraph).
@@ -425,6 +441,7 @@ class SparkDispatchJobGroup(TaskGroup):
         group_id: str,
         job_name: str | None = None,
         artifacts: Sequence[str] = (),
+        environment: EnvironmentArgument = None,
         sparkdispatch_conn_id: str = SparkDispatchHook.default_conn_name,
         restart_strategy: Mapping[str, Any] | None = None,
         config: Mapping[str, Any] | None = None,
@@ -435,6 +452,7 @@ class SparkDispatchJobGroup(TaskGroup):
         super().__init__(group_id=group_id, **kwargs)
         self.job_name = job_name or group_id
         self.artifacts = list(artifacts)
+        self.environment = environment
         self.sparkdispatch_conn_id = renamed_argument(
             type(self).__name__, "conn_id", "sparkdispatch_conn_id", sparkdispatch_conn_id, conn_id
         )
@@ -479,6 +497,7 @@ class SparkDispatchJobGroup(TaskGroup):
             task_group=self,
             group=self,
             artifacts=self.artifacts,
+            environment=self.environment,
             sparkdispatch_conn_id=self.sparkdispatch_conn_id,
         )
         for vertex in vertices:

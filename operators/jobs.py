@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -19,6 +19,7 @@ from sparkdispatch.errors import (
     ConfigurationError,
     CorruptedBlob,
     EntrypointNotFound,
+    EnvironmentBuildFailed,
     HostRefused,
     InvalidJobGraph,
     InvalidRequest,
@@ -180,7 +181,7 @@ NOT_RETRYABLE: tuple[type[SparkDispatchError], ...] = (
     UnsupportedMediaType,
 )
 #: Failure classes of a job's task that no retry fixes: its entrypoint does not exist.
-NOT_RETRYABLE_FAILURES = frozenset({EntrypointNotFound.__name__})
+NOT_RETRYABLE_FAILURES = frozenset({EntrypointNotFound.__name__, EnvironmentBuildFailed.__name__})
 
 
 def task_failure(exc: SparkDispatchError) -> AirflowException:
@@ -245,3 +246,27 @@ def own_context(context: Context, task: Any) -> Context:
     if "task_instance_key_str" in context:
         own["task_instance_key_str"] = f"{ti.dag_id}__{task.task_id}__{context.get('ds_nodash', '')}"
     return cast("Context", own)
+
+
+#: What an operator's `environment=` takes: the dependencies, or a JobGraph `environment` object.
+EnvironmentArgument = Mapping[str, Any] | Sequence[str] | None
+
+
+def environment_body(value: EnvironmentArgument, upload: Callable[[str], str]) -> dict[str, Any] | None:
+    """The JobGraph `environment` of an operator's `environment=`: a list of dependencies, or
+    `{"dependencies": [...]}`; an entry that is a local `.whl` file is uploaded (`upload(path)`
+    gives its key) and named by its key. Other entries go as they are (the master validates them)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        raise AirflowFailException(
+            f"environment must be a list of requirements or {{'dependencies': [...]}}, not the string {value!r}"
+        )
+    dependencies = value.get("dependencies") if isinstance(value, Mapping) else value
+    if not isinstance(dependencies, Sequence) or isinstance(dependencies, str):
+        raise AirflowFailException(f"environment needs a list of dependencies, got {dependencies!r}")
+    entries = [
+        upload(entry) if isinstance(entry, str) and entry.endswith(".whl") and Path(entry).is_file() else entry
+        for entry in dependencies
+    ]
+    return {**(dict(value) if isinstance(value, Mapping) else {}), "dependencies": entries}

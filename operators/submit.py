@@ -19,6 +19,8 @@ from sparkdispatch.model.states import JobStatus
 from sparkdispatch.client.log_stream import JobLogs, vertex_parallelism
 from sparkdispatch.operators.deprecation import renamed_argument, warn_renamed
 from sparkdispatch.operators.jobs import (
+    EnvironmentArgument,
+    environment_body,
     VERTICES_XCOM_KEY,
     attempt_job_id,
     clear_generation,
@@ -59,6 +61,9 @@ class SparkDispatchSubmitJobOperator(ResumableJobMixin, BaseOperator):
         relative to the DAG's folder); templated, and so is the file's content.
     :param artifacts: local `.py`/`.zip` files or package directories, uploaded and added to
         the graph's `artifacts` (a directory is zipped, so `pipelines/` imports as `pipelines`).
+    :param environment: the job's Python environment, replacing the graph's: a list of PEP 508
+        requirements (`["pandas==2.2.3"]`) and local `.whl` files (uploaded), or
+        `{"dependencies": [...]}`; templated. docs/task-contract.md says how it is built.
     :param sparkdispatch_conn_id: the `sparkdispatch` connection (`conn_id`, deprecated, is its
         earlier name).
     :param wait_for_completion: wait for the job to end (else return once it is accepted).
@@ -89,7 +94,7 @@ class SparkDispatchSubmitJobOperator(ResumableJobMixin, BaseOperator):
     generation: change it only while none of its jobs runs. More in docs/airflow.md.
     """
 
-    template_fields: Sequence[str] = ("job_graph", "artifacts", "sparkdispatch_conn_id")
+    template_fields: Sequence[str] = ("job_graph", "artifacts", "environment", "sparkdispatch_conn_id")
     template_fields_renderers = {"job_graph": "json"}
     operator_extra_links = (SparkDispatchJobLink(),)
     external_id_key = "sparkdispatch_job_id"
@@ -100,6 +105,7 @@ class SparkDispatchSubmitJobOperator(ResumableJobMixin, BaseOperator):
         *,
         job_graph: Mapping[str, Any] | str,
         artifacts: Sequence[str] = (),
+        environment: EnvironmentArgument = None,
         sparkdispatch_conn_id: str = SparkDispatchHook.default_conn_name,
         wait_for_completion: bool = True,
         deferrable: bool | None = None,
@@ -111,6 +117,7 @@ class SparkDispatchSubmitJobOperator(ResumableJobMixin, BaseOperator):
         super().__init__(**kwargs)
         self.job_graph = job_graph
         self.artifacts = list(artifacts)
+        self.environment = environment
         self.sparkdispatch_conn_id = renamed_argument(
             type(self).__name__, "conn_id", "sparkdispatch_conn_id", sparkdispatch_conn_id, conn_id
         )
@@ -225,12 +232,35 @@ class SparkDispatchSubmitJobOperator(ResumableJobMixin, BaseOperator):
         its status; the status it answered is returned.
         """
         artifacts = [*graph.get("artifacts", []), *self._upload_artifacts(client)]
-        submitted = client.submit({**graph, "job_id": job_id, "artifacts": artifacts})
+        submitted = client.submit({**self._with_environments(client, graph), "job_id": job_id, "artifacts": artifacts})
         if submitted.created:
             self.log.info("job %s: submitted (%s)", job_id, graph.get("name"))
             return None
         self.log.info("job %s: was submitted already with the same graph (%s)", job_id, submitted.status.value)
         return submitted.status
+
+    def _with_environments(self, client: SyncSparkDispatchClient, graph: Mapping[str, Any]) -> dict[str, Any]:
+        """`graph` with this operator's `environment` (if any) and every environment's local wheels
+        uploaded and named by their keys."""
+
+        def upload(path: str) -> str:
+            key = client.upload_artifact(path)
+            self.log.info("wheel %s uploaded as %s", path, key)
+            return key
+
+        graph = dict(graph)
+        environment = environment_body(self.environment, upload) or environment_body(graph.get("environment"), upload)
+        if environment is not None:
+            graph["environment"] = environment
+        vertices = graph.get("vertices")
+        if isinstance(vertices, list):
+            graph["vertices"] = [
+                {**v, "environment": environment_body(v["environment"], upload)}
+                if isinstance(v, Mapping) and v.get("environment") is not None
+                else v
+                for v in vertices
+            ]
+        return graph
 
     def _upload_artifacts(self, client: SyncSparkDispatchClient) -> list[str]:
         keys = []

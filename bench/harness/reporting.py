@@ -82,6 +82,19 @@ def save_results(name: str, report: dict[str, Any], *, quick: bool = False) -> N
     print(f"wrote {write_results(name + ('.quick' if quick else ''), report)}")
 
 
+def save_labelled_run(name: str, label: str, entry: dict[str, Any], *, quick: bool = False) -> Path:
+    """Keep every label's last run in `bench/results/<name>[.quick].json`: `before` and `after` side by side."""
+    path = RESULTS_DIR / f"{name}{'.quick' if quick else ''}.json"
+    try:
+        runs = json.loads(path.read_text())["runs"]
+    except (OSError, ValueError, KeyError):
+        runs = {}
+    runs[label] = {**entry, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+    path.write_text(json.dumps({"machine": machine_info(), "runs": runs}, indent=2) + "\n")
+    print(f"wrote {path} ({label})")
+    return path
+
+
 def load_change(report: dict[str, Any]) -> str:
     """`load average <at start> -> <at end> on N cores`, from the report's `load_average_at_*`."""
     return (
@@ -97,6 +110,16 @@ def latency_ms(seconds: Sequence[float]) -> dict[str, float | None]:
         "latency_ms_median": round(median(seconds) * 1000, 2),
         "latency_ms_p99": round(percentile(seconds, 99) * 1000, 2),
         "latency_ms_max": round(max(seconds) * 1000, 2),
+    }
+
+
+def spread_ms(seconds: Sequence[float]) -> dict[str, float]:
+    """Median (`p50`), p90, min and max of durations in seconds, in ms."""
+    return {
+        "p50": median(seconds) * 1000,
+        "p90": percentile(seconds, 90) * 1000,
+        "min": min(seconds) * 1000,
+        "max": max(seconds) * 1000,
     }
 
 

@@ -436,6 +436,54 @@ TASKEXECUTOR_SLOT_PROCESS_SPARES: Final = _taskexecutors.integer(
     "about 145 MB).",
     minimum=0,
 )
+TASKEXECUTOR_SLOT_PROCESS_ENVIRONMENT_SPARES: Final = _taskexecutors.integer(
+    "taskexecutor.slot-process.environment-spares",
+    2,
+    "Slot processes a TaskExecutor keeps started and warm in jobs' Python environments, one per environment, for "
+    "the ones its tasks used last: a task of a job whose environment has a spare does not wait for a process to "
+    "start in it. 0 starts a process for each slot that gets such a task.",
+    minimum=0,
+)
+
+_python = Section("Jobs' Python environments")
+
+PYTHON_INDEX_URL: Final = _python.string(
+    "python.index-url",
+    "",
+    "Package index a TaskExecutor installs a job's `environment.dependencies` from (uv's `--index-url`); empty "
+    "means uv's default, PyPI. Jobs name requirements only: where packages come from is the TaskExecutor's choice.",
+)
+PYTHON_EXTRA_INDEX_URL: Final = _python.string(
+    "python.extra-index-url",
+    "",
+    "More package indexes, separated by spaces (uv's `--extra-index-url`, one per URL).",
+)
+PYTHON_FIND_LINKS: Final = _python.string(
+    "python.find-links",
+    "",
+    "Directories or URLs of wheels to install from, separated by spaces (uv's `--find-links`): with "
+    "`python.no-index`, an offline mirror.",
+)
+PYTHON_NO_INDEX: Final = _python.boolean(
+    "python.no-index",
+    False,
+    "Install from `python.find-links` only, asking no package index (uv's `--no-index`).",
+)
+PYTHON_ENVIRONMENTS_DIR: Final = _python.string(
+    "python.environments.dir",
+    "",
+    "Where a TaskExecutor keeps the jobs' Python environments, one virtual environment per distinct set of "
+    "requirements; empty means `<storage.dir>/python-environments`. TaskExecutors of one host may share it (file "
+    "locks keep a build single and an environment in use in place); keep it on a local disk.",
+)
+PYTHON_ENVIRONMENTS_MAX_SIZE: Final = _python.size(
+    "python.environments.max-size",
+    10 * GiB,
+    "Most the jobs' Python environments take in `python.environments.dir` (uv's own download cache, "
+    "`uv-cache/` there, not counted); beyond it the least recently used environments no running task uses are "
+    "removed, and built again when a job needs them.",
+    minimum=1,
+)
 
 _broker = Section("Celery broker")
 
@@ -602,6 +650,7 @@ SECTIONS: Final[tuple[Section, ...]] = (
     _storage,
     _heartbeats,
     _taskexecutors,
+    _python,
     _broker,
     _spark,
     _restart,

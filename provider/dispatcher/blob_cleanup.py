@@ -45,6 +45,7 @@ class BlobCleaner:
             graph = await self._jobgraphs.get(job_id)
             if graph is not None:
                 keep.update(graph.artifacts)
+                keep.update(graph.wheel_keys())
         return await asyncio.to_thread(self._blobs.sweep_blocking, self._settings.retention, keep)
 
     async def _run(self) -> None:

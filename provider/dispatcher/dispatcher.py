@@ -262,8 +262,10 @@ class Dispatcher:
 
     async def _check_artifacts(self, graph: JobGraph, *, repairing: str | None = None) -> None:
         """`claim_artifacts`: an error naming each artifact the blob store lacks; their retention restarts."""
-        if graph.artifacts:
-            await asyncio.to_thread(claim_artifacts, self._blob_store, graph.artifacts, repairing=repairing)
+        wheels = {field: key for key, field in graph.wheel_keys().items()}
+        named = {**{f"artifacts[{i}]": key for i, key in enumerate(graph.artifacts)}, **wheels}
+        if named:
+            await asyncio.to_thread(claim_artifacts, self._blob_store, named, wheels=wheels.keys(), repairing=repairing)
 
     async def job_pool(self, job_id: str) -> str:
         """The TaskExecutor pool of a job (its JobGraph's `pool`); the default pool for a job whose graph

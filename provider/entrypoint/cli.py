@@ -68,7 +68,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("graph", metavar="GRAPH.json")
     run.add_argument("--wait", action="store_true", help="show progress and wait for the JobResult")
     run.add_argument(
-        "--artifact", action="append", default=[], metavar="FILE", help="a .py or .zip with the task code; repeatable"
+        "--artifact",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a .py or .zip with the task code, or a .whl for the job's environment; repeatable",
     )
     commands.add_parser("list", help="running and finished jobs")
     status = commands.add_parser("status", help="a job's vertices, states and results, and its failure")
@@ -200,9 +204,13 @@ async def _run(client: SparkDispatchClient, args: argparse.Namespace) -> int:
     graph = _read_graph(Path(args.graph))
     for path in args.artifact:
         key = await client.upload_artifact(path)
-        graph.setdefault("artifacts", [])
-        if key not in graph["artifacts"]:
-            graph["artifacts"].append(key)
+        if str(path).endswith(".whl"):  # a package for the job's environment, not code for its sys.path
+            environment = graph.setdefault("environment", {})
+            entries = environment.setdefault("dependencies", []) if isinstance(environment, dict) else []
+        else:
+            entries = graph.setdefault("artifacts", [])
+        if key not in entries:
+            entries.append(key)
     submitted = await client.submit(graph)
     job_id = submitted.job_id
     print(

@@ -20,6 +20,7 @@ them by concern; import them from here).
     ├── UnknownTaskExecutor           the TaskExecutor is not (or no longer) registered
     ├── SlotProcessLost               a TaskExecutor's slot process died under a task, or did not start
     ├── EntrypointNotFound            a task's `module:function` entrypoint does not exist in its code
+    ├── EnvironmentBuildFailed        a job's Python environment could not be resolved or built
     ├── StoreError                    an HA store refused or failed a read or write
     │   ├── StoreUnavailable          a store did not answer for now (ZooKeeper connection loss); retry
     │   ├── JobResultEntryExists      a JobResult for that job is stored already
@@ -101,6 +102,7 @@ from sparkdispatch.errors.job import (
     JobAlreadyTerminated,
     RepairNotPossible,
     EntrypointNotFound,
+    EnvironmentBuildFailed,
 )
 from sparkdispatch.errors.storage import (
     StoreError,
@@ -126,6 +128,7 @@ __all__ = [
     "ERROR_HEADER",
     "ERROR_TYPES",
     "EntrypointNotFound",
+    "EnvironmentBuildFailed",
     "FencingTokenMismatch",
     "Forbidden",
     "HostRefused",

@@ -25,6 +25,9 @@ class SparkDispatchError(Exception):
     """
 
     http_status: int = 500
+    #: whether a task failing with this error may succeed when run again (the JobMaster restarts
+    #: it under the job's restart strategy); a job whose task fails with one that may not fails at once
+    restartable: ClassVar[bool] = True
     #: the REST body's fields, name → type, in body order (derived from the annotations)
     field_types: ClassVar[Mapping[str, object]] = MappingProxyType({})
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from sparkdispatch.errors.base import SparkDispatchError
 
@@ -132,3 +132,20 @@ class EntrypointNotFound(SparkDispatchError):
     """
 
     http_status = 400
+
+
+class EnvironmentBuildFailed(SparkDispatchError):
+    """A job's Python environment could not be resolved or built on a TaskExecutor.
+
+    `requirement` is the dependency the resolver named (empty when it named none), the message
+    the resolver's own words. Raised by the TaskExecutor before the task starts; the job fails at
+    once, since a restart would build the same requirements again.
+    """
+
+    http_status = 400
+    restartable = False
+    requirement: str
+
+    def __init__(self, message: str, *, requirement: str = "", details: Iterable[str] = ()) -> None:
+        super().__init__(message, details=details)
+        self.requirement = requirement

@@ -1,4 +1,4 @@
-"""The blob store: user code (`.py`, `.zip`) by content, under `<storage.dir>/blobs/<cluster-id>`.
+"""The blob store: user code (`.py`, `.zip`, `.whl`) by content, under `<storage.dir>/blobs/<cluster-id>`.
 
 A blob's key is the sha256 of its bytes; it lives at `<key>/<original filename>`, since the
 TaskExecutor treats a `.zip` and a `.py` differently. Every read hashes the file again: a
@@ -16,8 +16,10 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from pathlib import Path
+
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from sparkdispatch.errors import (
     BlobError,
@@ -52,6 +54,12 @@ def _check_filename(filename: str) -> str:
         or len(filename.encode()) > 255
     ):
         raise BlobError(f"{filename!r} is not a plain file name (no directories, at most 255 bytes)")
+    if filename.endswith(".whl"):
+        try:
+            parse_wheel_filename(filename)
+        except InvalidWheelFilename as exc:
+            # uv installs a wheel by its name: `<name>-<version>(-<build>)?-<python>-<abi>-<platform>.whl`
+            raise BlobError(f"{filename!r} is not a wheel's file name: {exc}") from None
     return filename
 
 
@@ -172,12 +180,19 @@ class BlobStore(BlobReader):
         return removed
 
 
-def claim_artifacts(store: BlobStore, keys: tuple[str, ...], *, repairing: str | None = None) -> None:
-    """Check the artifacts of a job about to run, and mark them used now. `InvalidJobGraph` naming
-    each one the store lacks; for the repair of job `repairing`, `RepairNotPossible`."""
-    problems = artifact_problems(store, keys)
+def claim_artifacts(
+    store: BlobStore,
+    named: Mapping[str, str],
+    *,
+    wheels: Collection[str] = (),
+    repairing: str | None = None,
+) -> None:
+    """Check the blobs a job about to run names (field → key: its artifacts and its environments'
+    wheels, the fields in `wheels`), and mark them used now. `InvalidJobGraph` naming each one the
+    store lacks; for the repair of job `repairing`, `RepairNotPossible`."""
+    problems = artifact_problems(store, named, wheels=wheels)
     if not problems:
-        store.touch_blocking(keys)
+        store.touch_blocking(tuple(dict.fromkeys(named.values())))
     elif repairing is not None:
         raise RepairNotPossible(
             repairing,
@@ -188,17 +203,23 @@ def claim_artifacts(store: BlobStore, keys: tuple[str, ...], *, repairing: str |
         raise InvalidJobGraph(problems)
 
 
-def artifact_problems(reader: BlobReader, keys: tuple[str, ...]) -> dict[str, list[str]]:
-    """For each of a JobGraph's artifact keys the store does not have (or has corrupted), what to
-    do about it, under the field name `artifacts[i]`; empty when all are there. Blocking."""
+def artifact_problems(
+    reader: BlobReader, named: Mapping[str, str], *, wheels: Collection[str] = ()
+) -> dict[str, list[str]]:
+    """For each blob a JobGraph names (field → key) that the store does not have (or has
+    corrupted), or that a field of `wheels` names and is no wheel, what to do about it, under its
+    field name; empty when all are there. Blocking."""
     problems: dict[str, list[str]] = {}
-    for index, key in enumerate(keys):
+    for name, key in named.items():
         try:
-            reader.path_blocking(key)
+            path = reader.path_blocking(key)
         except BlobNotFound:
-            problems[f"artifacts[{index}]"] = [
-                f"no artifact with key {key} is stored; upload it first (POST /artifacts)"
-            ]
+            problems[name] = [f"no artifact with key {key} is stored; upload it first (POST /artifacts)"]
         except CorruptedBlob:
-            problems[f"artifacts[{index}]"] = [f"the artifact with key {key} is corrupted; upload it again"]
+            problems[name] = [f"the artifact with key {key} is corrupted; upload it again"]
+        else:
+            if name in wheels and path.suffix != ".whl":
+                problems[name] = [f"the artifact with key {key} is {path.name}, not a wheel (.whl)"]
+            elif name not in wheels and path.suffix == ".whl":
+                problems[name] = [f"the artifact with key {key} is a wheel: name it in environment.dependencies"]
     return problems

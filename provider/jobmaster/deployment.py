@@ -52,6 +52,7 @@ def deployment_descriptor(
         params=dict(vertex.params),
         artifacts=tuple(graph.graph.artifacts),
         spark_conf=dict(graph.graph.config),
+        environment=graph.graph.environment_of(vertex.id),
     )
 
 

@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from typing import Any
 
 from sparkdispatch.errors import (
+    ERROR_TYPES,
     FencingTokenMismatch,
     IllegalStateTransition,
     InvalidRequest,
@@ -654,6 +655,16 @@ class JobMaster:
         if graph.status is not JobStatus.RUNNING:
             return
         self.restart_strategy.notify_failure()
+        if not _restartable(failure):
+            log.error(
+                "job %s (session %s): %s cannot succeed when run again; the job fails: %s",
+                self.job_id,
+                self.job_master_id,
+                failure.cls,
+                failure.message,
+            )
+            self._fail(failure)
+            return
         if not self.restart_strategy.can_restart():
             log.error(
                 "job %s (session %s): no restart left under %r; the job fails: %s: %s",
@@ -809,3 +820,9 @@ class JobMaster:
                 self.job_master_id,
                 exc_info=task.exception(),
             )
+
+
+def _restartable(failure: Failure) -> bool:
+    """Whether a task that failed so may succeed when run again (`SparkDispatchError.restartable`)."""
+    error_type = ERROR_TYPES.get(failure.cls)
+    return error_type is None or error_type.restartable

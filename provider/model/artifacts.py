@@ -1,4 +1,4 @@
-"""User code as the master stores it: a `.py` or `.zip` file, or a package directory zipped.
+"""User code as the master stores it: a `.py` or `.zip` file, a package directory zipped, or a wheel.
 
 The client reads an artifact with `read_artifact` and uploads the bytes (`POST /artifacts`); the
 master keys the blob by the bytes' sha256, so packing must be byte for byte repeatable.
@@ -14,10 +14,13 @@ from pathlib import Path
 from sparkdispatch.errors import BlobError
 
 _FIXED_ZIP_TIME = (1980, 1, 1, 0, 0, 0)
+#: What an artifact may be: code for a slot process's `sys.path` (`.py`, `.zip`), or a wheel for a
+#: job's Python environment (`.whl`).
+ARTIFACT_SUFFIXES = (".py", ".zip", ".whl")
 
 
 def read_artifact(path: str | os.PathLike[str]) -> tuple[str, bytes]:
-    """(filename, bytes) of an artifact: a `.py` or `.zip` file, or a package directory.
+    """(filename, bytes) of an artifact: a `.py`, `.zip` or `.whl` (an environment's) file, or a package directory.
 
     A directory is zipped with itself as the top folder (`pipelines/` → `pipelines.zip` holding
     `pipelines/...`), byte for byte the same each time, so its blob key is stable.
@@ -36,7 +39,9 @@ def read_artifact(path: str | os.PathLike[str]) -> tuple[str, bytes]:
                 archive.writestr(info, file.read_bytes())
         return f"{source.name}.zip", buffer.getvalue()
     if not source.is_file():
-        raise BlobError(f"artifact {str(path)!r} does not exist (give a .py or .zip file, or a package directory)")
-    if source.suffix not in (".py", ".zip"):
-        raise BlobError(f"artifact {str(path)!r} is neither a .py nor a .zip file")
+        raise BlobError(
+            f"artifact {str(path)!r} does not exist (give a .py, .zip or .whl file, or a package directory)"
+        )
+    if source.suffix not in ARTIFACT_SUFFIXES:
+        raise BlobError(f"artifact {str(path)!r} is not a .py, .zip or .whl file")
     return source.name, source.read_bytes()

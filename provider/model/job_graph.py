@@ -18,8 +18,9 @@ from marshmallow import ValidationError, fields, post_dump, post_load, validate,
 
 from sparkdispatch.errors import InvalidJobGraph
 from sparkdispatch.model import spark_conf
+from sparkdispatch.model.environment import Environment, environment_field
 from sparkdispatch.model.restart import RestartStrategy, RestartStrategyField
-from sparkdispatch.model.schema import StrictSchema, WholeMatch, dump, dump_many, load, parse_json
+from sparkdispatch.model.schema import StrictSchema, WholeMatch, drop_none, dump, dump_many, load, parse_json
 
 # Matched with `fullmatch` (schema.WholeMatch in schemas): `$` alone also matches before a final
 # newline; the anchors stay for the OpenAPI document, whose JSON Schema patterns are not anchored.
@@ -71,6 +72,8 @@ class JobVertex:
     parallelism: int = 1
     inputs: tuple[str, ...] = ()
     params: Mapping[str, Any] = field(default_factory=dict)
+    #: the Python packages this vertex's code needs, instead of the job's `environment`
+    environment: Environment | None = None
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,8 @@ class JobGraph:
     config: Mapping[str, str] = field(default_factory=dict)
     #: the TaskExecutor pool (`taskexecutor.pool`) its subtasks run in
     pool: str = DEFAULT_POOL
+    #: the Python packages the job's code needs beyond the TaskExecutor's (a vertex may have its own)
+    environment: Environment | None = None
 
     @classmethod
     def from_dict(cls, data: Any) -> JobGraph:
@@ -176,6 +181,23 @@ class JobGraph:
 
     def vertex(self, vertex_id: str) -> JobVertex:
         return self._vertex_index[vertex_id]
+
+    def environment_of(self, vertex_id: str) -> Environment | None:
+        """The environment `vertex_id`'s code runs in: its own, else the job's, else none."""
+        return self.vertex(vertex_id).environment or self.environment
+
+    def wheel_keys(self) -> dict[str, str]:
+        """The uploaded wheels the job's environments name: blob key → the field naming it first."""
+        keys: dict[str, str] = {}
+        named = [("environment", self.environment)]
+        named += [(f"vertices[{i}].environment", v.environment) for i, v in enumerate(self.vertices)]
+        for where, environment in named:
+            if environment is None:
+                continue
+            for index, entry in enumerate(environment.dependencies):
+                if entry in environment.wheel_keys:
+                    keys.setdefault(entry, f"{where}.dependencies[{index}]")
+        return keys
 
     def consumers(self, vertex_id: str) -> list[str]:
         """Ids of the vertices that read `vertex_id`'s result."""
@@ -306,6 +328,7 @@ class JobVertexSchema(StrictSchema):
     )
     inputs = fields.List(fields.String(), load_default=list)
     params = _ParamsField(load_default=dict)
+    environment = environment_field()
 
     @post_load
     def make(self, data: dict[str, Any], **_: Any) -> JobVertex:
@@ -316,7 +339,7 @@ class JobVertexSchema(StrictSchema):
     def lists(self, data: dict[str, Any], **_: Any) -> dict[str, Any]:
         data["inputs"] = list(data["inputs"])
         data["params"] = dict(data["params"])
-        return data
+        return drop_none(data, "environment")
 
 
 class JobGraphSchema(StrictSchema):
@@ -340,6 +363,7 @@ class JobGraphSchema(StrictSchema):
     restart_strategy = RestartStrategyField(allow_none=True, load_default=None)
     config = _SparkConfField(load_default=dict)
     pool = fields.String(load_default=DEFAULT_POOL, validate=WholeMatch(POOL_PATTERN, error=POOL_RULE))
+    environment = environment_field()
 
     @validates_schema(skip_on_field_errors=True)
     def check_graph(self, data: dict[str, Any], **_: Any) -> None:
@@ -380,7 +404,7 @@ class JobGraphSchema(StrictSchema):
         data["config"] = dict(data["config"])
         if data["pool"] == DEFAULT_POOL:
             del data["pool"]  # the form of a graph that names no pool stays what it was before pools
-        return data
+        return drop_none(data, "environment")
 
 
 # one instance of each schema: they keep no state between calls, and building one per call costs

@@ -29,6 +29,7 @@ from sparkdispatch.model.job_graph import (
     POOL_RULE,
     VERTEX_ID_PATTERN,
 )
+from sparkdispatch.model.environment import Environment, environment_field
 from sparkdispatch.model.job_result import MAX_INPUT_FILES, Failure
 from sparkdispatch.model.job_result import FailureSchema
 from sparkdispatch.model.schema import (
@@ -127,6 +128,8 @@ class TaskDeploymentDescriptor:
     params: Mapping[str, Any] = field(default_factory=dict)
     artifacts: tuple[str, ...] = ()
     spark_conf: Mapping[str, str] = field(default_factory=dict)
+    #: the Python environment the task runs in (its vertex's, else its job's), if any
+    environment: Environment | None = None
 
     @classmethod
     def from_dict(cls, data: Any) -> TaskDeploymentDescriptor:
@@ -319,6 +322,7 @@ class TaskDeploymentDescriptorSchema(StrictSchema):
     params = fields.Dict(keys=fields.String(), values=fields.Raw(allow_none=True), load_default=dict)
     artifacts = fields.List(fields.String(validate=WholeMatch(BLOB_KEY_PATTERN)), load_default=list)
     spark_conf = fields.Dict(keys=fields.String(), values=fields.String(), load_default=dict)
+    environment = environment_field()
 
     @post_load
     def make(self, data: dict[str, Any], **_: Any) -> TaskDeploymentDescriptor:
@@ -332,7 +336,7 @@ class TaskDeploymentDescriptorSchema(StrictSchema):
         data["artifacts"] = list(data["artifacts"])
         data["params"] = dict(data["params"])
         data["spark_conf"] = dict(data["spark_conf"])
-        return data
+        return drop_none(data, "environment")
 
 
 class ExecutionStateUpdateSchema(StrictSchema):

@@ -29,6 +29,7 @@ from sparkdispatch.errors import (
     ServiceUnavailable,
 )
 from sparkdispatch.ha.blob_store import BlobStore
+from sparkdispatch.model.artifacts import ARTIFACT_SUFFIXES
 from sparkdispatch.model.rest_shapes import (
     AttemptLog,
     Artifact,
@@ -56,8 +57,6 @@ from sparkdispatch.rest.gate import CALLER_KEY
 from sparkdispatch.rest.responses import Handler, artifact_response, large_json_response, only, shape_response
 
 log = logging.getLogger(__name__)
-
-ARTIFACT_SUFFIXES = (".py", ".zip")
 
 
 class LeaderView(Protocol):
@@ -316,7 +315,7 @@ class RestHandlers:
                 continue
             filename = part.filename or ""
             if not filename.endswith(ARTIFACT_SUFFIXES):
-                raise BlobError(f"artifact {filename!r} must be a .py or .zip file")
+                raise BlobError(f"artifact {filename!r} must be a .py, .zip or .whl file")
             data = bytearray()
             while chunk := await read_within(request, part.read_chunk(1 << 16), what="artifact upload"):
                 data += chunk

@@ -328,7 +328,7 @@ def openapi_document() -> dict[str, Any]:
         "/artifacts",
         operations={
             "post": {
-                "summary": "Upload user code (.py or .zip) for a JobGraph's artifacts",
+                "summary": "Upload user code (.py or .zip) for a JobGraph's artifacts, or a wheel for its environment",
                 "requestBody": {
                     "required": True,
                     "content": {
@@ -343,7 +343,7 @@ def openapi_document() -> dict[str, Any]:
                 },
                 "responses": {
                     "201": _json("Artifact", "stored under its key"),
-                    "400": _error("not multipart, no `file` field, or not a .py or .zip"),
+                    "400": _error("not multipart, no `file` field, or not a .py, .zip or .whl"),
                     **_STALLED,
                     "413": _error("larger than blob.max-size"),
                     **_LEADER,

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sparkdispatch.errors import SparkDispatchError
+from sparkdispatch.model.artifacts import ARTIFACT_SUFFIXES
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +25,7 @@ class _Entry:
 
 
 class ArtifactCache:
-    """User-code blobs fetched once per TaskExecutor into `cache_dir`: blob key → local file.
+    """User-code blobs (and environments' wheels) fetched once per TaskExecutor into `cache_dir`: blob key → local file.
 
     `fetch(key, directory)` downloads a blob into `directory` and gives its file (from the leader,
     verified by its hash: `MasterClient.fetch_artifact`). Each blob has a directory of its own,
@@ -99,9 +100,9 @@ class ArtifactCache:
     def _install(self, key: str) -> str:
         directory = self._cache_dir / key
         path = _fetched_file(directory) or self._fetch(key, directory)
-        if path.suffix not in (".py", ".zip"):
+        if path.suffix not in ARTIFACT_SUFFIXES:
             shutil.rmtree(directory, ignore_errors=True)
-            raise SparkDispatchError(f"artifact {key} ({path.name}) is neither a .py nor a .zip file")
+            raise SparkDispatchError(f"artifact {key} ({path.name}) is not a .py, .zip or .whl file")
         return str(path)
 
     def _evict(self) -> None:
@@ -128,7 +129,7 @@ class ArtifactCache:
         found = []
         for directory in self._cache_dir.iterdir():
             path = _fetched_file(directory) if directory.is_dir() else None
-            if path is not None and path.suffix in (".py", ".zip"):
+            if path is not None and path.suffix in ARTIFACT_SUFFIXES:
                 found.append((path.stat().st_mtime, directory.name, _Entry(str(path), _size_of(directory))))
         for _, key, entry in sorted(found):
             self._entries[key] = entry

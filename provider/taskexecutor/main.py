@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import sys
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,13 +32,14 @@ from sparkdispatch.config.options import (
 from sparkdispatch.errors import ConfigurationError, ServiceUnavailable
 from sparkdispatch.storage.private import keep_private
 from sparkdispatch.ha import ClosableLeaderRetrieval, create_leader_retrieval
-from sparkdispatch.taskexecutor.settings import ConnectServerSettings, SlotPoolSettings
+from sparkdispatch.taskexecutor.settings import ConnectServerSettings, PythonEnvironmentSettings, SlotPoolSettings
 from sparkdispatch.taskexecutor.app import create_celery_app
 from sparkdispatch.taskexecutor.connect_server import ConnectServer
 from sparkdispatch.taskexecutor.leader_session import AskedLeaderSession
 from sparkdispatch.taskexecutor.server_recycling import ConnectServers
 from sparkdispatch.taskexecutor.master_client import MasterClient
 from sparkdispatch.taskexecutor.artifact_cache import ArtifactCache
+from sparkdispatch.taskexecutor.python_environments import PythonEnvironments, find_uv
 from sparkdispatch.taskexecutor.runner import SLOT_RELEASE_MARGIN_S, SlotTable, TaskRunner
 from sparkdispatch.taskexecutor.server_watch import ConnectServerWatchStep
 from sparkdispatch.taskexecutor.slot_pool import SlotProcessPool
@@ -162,6 +164,7 @@ def _serve(
                 config.storage_dir / "te-cache" / te_id,
                 max_size=config.get(TASKEXECUTOR_ARTIFACT_CACHE_MAX_SIZE),
             ),
+            environments=_python_environments(config),
             slot_release_timeout_s=pool_settings.cancellation_timeout + SLOT_RELEASE_MARGIN_S,
             start_deadline=connection.start_deadline,
         )
@@ -233,3 +236,15 @@ def _artifact_fetcher(client: MasterClient, retrieval: ClosableLeaderRetrieval) 
         return client.fetch_artifact(leader.address, key, directory)
 
     return fetch
+
+
+def _python_environments(config: Configuration) -> PythonEnvironments:
+    """The jobs' Python environments here; without `uv` a job that asks for one fails (said now too)."""
+    environments = PythonEnvironments(PythonEnvironmentSettings.from_config(config))
+    if find_uv() is None:
+        log.warning(
+            "no `uv` next to %s or on PATH: jobs that name an environment will fail with EnvironmentBuildFailed "
+            "(install sparkdispatch[taskexecutor], which brings it)",
+            sys.executable,
+        )
+    return environments

@@ -23,9 +23,11 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 from sparkdispatch.errors import (
+    EnvironmentBuildFailed,
     FencingTokenMismatch,
     IllegalStateTransition,
     SparkDispatchError,
@@ -35,8 +37,10 @@ from sparkdispatch.model.states import ExecutionState
 from sparkdispatch.model.job_result import Failure
 from sparkdispatch.log_context import log_context
 from sparkdispatch.model.protocol import ExecutionStateUpdate, SlotReport, SlotStatus, TaskDeploymentDescriptor
+from sparkdispatch.storage.attempt_logs import attempt_log_path
 from sparkdispatch.storage.results import remove_attempt_partition
 from sparkdispatch.taskexecutor.artifact_cache import ArtifactCache
+from sparkdispatch.taskexecutor.python_environments import PythonEnvironments
 from sparkdispatch.taskexecutor.slot_protocol import AttemptState
 
 log = logging.getLogger(__name__)
@@ -67,9 +71,11 @@ class AttemptRunner(Protocol):
         on_state: Callable[[AttemptState], None],
         *,
         start_deadline: Callable[[], float | None] | None = None,
+        python: str | None = None,
     ) -> AttemptState:
         """Run one attempt to its end; `on_state` gets its non-terminal states, the terminal one is
-        returned. The function does not start after what `start_deadline()` says (`time.monotonic()`)."""
+        returned. The function does not start after what `start_deadline()` says (`time.monotonic()`).
+        `python` is the interpreter of the job's Python environment, None for the TaskExecutor's own."""
 
     def cancel(self, execution_id: str) -> bool:
         """Stop an attempt (it ends CANCELED); False when it does not run."""
@@ -350,6 +356,18 @@ class BackgroundReports:
 # The runner
 
 
+def _append(path: Path | None, text: str) -> None:
+    """Add `text` to an attempt's log before its slot process writes there (nothing for a remote one)."""
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(text)
+    except OSError as exc:
+        log.warning("could not write to the attempt log %s: %s", path, exc)
+
+
 class TaskRunner:
     """Runs deployed tasks in the slots of one TaskExecutor, each in its slot's process."""
 
@@ -361,6 +379,7 @@ class TaskRunner:
         reporter: StateReporter,
         task_executor_id: str,
         artifacts: ArtifactCache | None = None,
+        environments: PythonEnvironments | None = None,
         slot_release_timeout_s: float,
         start_deadline: Callable[[], float | None] = lambda: None,
     ) -> None:
@@ -369,6 +388,7 @@ class TaskRunner:
         self._reporter = reporter
         self._task_executor_id = task_executor_id
         self._artifacts = artifacts
+        self._environments = environments
         self._slot_release_timeout_s = slot_release_timeout_s
         self._start_deadline = start_deadline  # MasterConnection.start_deadline
         self._background = BackgroundReports(reporter, self._refused_in_background)
@@ -458,21 +478,23 @@ class TaskRunner:
         tdd = running.tdd
         if running.cancelled.is_set():
             return self._transition(running, ExecutionState.CANCELED)
-        with ExitStack() as artifacts_in_use:  # the cache keeps them while the attempt runs
+        with ExitStack() as in_use:  # the caches keep the artifacts and the environment while the attempt runs
             try:
                 artifact_paths = (
-                    artifacts_in_use.enter_context(self._artifacts.use(tdd.artifacts))
-                    if self._artifacts is not None
-                    else []
+                    in_use.enter_context(self._artifacts.use(tdd.artifacts)) if self._artifacts is not None else []
                 )
-            except Exception as exc:  # noqa: BLE001 - a missing or bad artifact fails the attempt
+                python = self._environment_python(tdd, in_use)
+            except Exception as exc:  # noqa: BLE001 - a missing or bad artifact, or a failed build, fails the attempt
                 return self._fail(running, Failure.from_exception(exc))
+            if running.cancelled.is_set():
+                return self._transition(running, ExecutionState.CANCELED)
             end = self._pool.run(
                 tdd.slot_index,
                 tdd,
                 artifact_paths,
                 lambda state: self._on_state(running, state),
                 start_deadline=self._start_deadline,
+                python=python,
             )
         if running.cancelled.is_set() or end.state is ExecutionState.CANCELED:
             return self._transition(running, ExecutionState.CANCELED)
@@ -489,6 +511,42 @@ class TaskRunner:
         return self._transition(
             running, ExecutionState.FINISHED, rows=end.rows, result_path=end.result_path, input_files=end.input_files
         )
+
+    def _environment_python(self, tdd: TaskDeploymentDescriptor, in_use: ExitStack) -> str | None:
+        """The interpreter of the attempt's Python environment, built if need be (saying so in the
+        attempt's log, then the build's output and time), kept in `in_use`; None without one."""
+        environment = tdd.environment
+        if environment is None:
+            return None
+        if self._environments is None or self._artifacts is None:
+            raise EnvironmentBuildFailed("this TaskExecutor builds no Python environments for jobs")
+        wheel_paths = in_use.enter_context(self._artifacts.use(environment.wheel_keys))
+        log_file = attempt_log_path(tdd.result_path, tdd.attempt)
+
+        def building(key: str) -> None:
+            log.info("job %s: building Python environment %s for %s", tdd.job_id, key, tdd.vertex_id)
+            _append(
+                log_file,
+                f"[sparkdispatch] building the job's Python environment {key} on "
+                f"{self._task_executor_id}: {', '.join(environment.dependencies)}\n",
+            )
+
+        try:
+            ready = in_use.enter_context(
+                self._environments.use(
+                    environment, dict(zip(environment.wheel_keys, wheel_paths, strict=True)), on_build=building
+                )
+            )
+        except EnvironmentBuildFailed as exc:
+            _append(log_file, f"[sparkdispatch] the job's Python environment could not be built: {exc}\n")
+            raise
+        if ready.built_now:
+            _append(
+                log_file,
+                f"{ready.build_output.rstrip()}\n[sparkdispatch] Python environment {ready.key} built in "
+                f"{ready.build_seconds:.2f}s\n",
+            )
+        return ready.python
 
     def _on_state(self, running: RunningExecution, state: AttemptState) -> None:
         if running.cancelled.is_set():

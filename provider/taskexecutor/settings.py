@@ -1,13 +1,20 @@
 """A TaskExecutor's settings, read once from a `Configuration`: its Spark Connect server, when it is
-replaced, and its slot processes."""
+replaced, its slot processes, and where jobs' Python environments are built from."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from sparkdispatch.config import Configuration
 from sparkdispatch.config.options import (
+    PYTHON_ENVIRONMENTS_DIR,
+    PYTHON_ENVIRONMENTS_MAX_SIZE,
+    PYTHON_EXTRA_INDEX_URL,
+    PYTHON_FIND_LINKS,
+    PYTHON_INDEX_URL,
+    PYTHON_NO_INDEX,
     SPARK_MASTER,
     TASKEXECUTOR_ATTEMPT_LOG_MAX_SIZE,
     TASKEXECUTOR_CANCELLATION_TIMEOUT,
@@ -17,6 +24,7 @@ from sparkdispatch.config.options import (
     TASKEXECUTOR_CONNECT_RECYCLE_SESSIONS,
     TASKEXECUTOR_CONNECT_RECYCLE_THREAD_GROWTH,
     TASKEXECUTOR_CONNECT_START_TIMEOUT,
+    TASKEXECUTOR_SLOT_PROCESS_ENVIRONMENT_SPARES,
     TASKEXECUTOR_SLOT_PROCESS_SPARES,
 )
 from sparkdispatch.taskexecutor.process_usage import ProcessUsage
@@ -85,6 +93,7 @@ class SlotPoolSettings:
     the cap of each attempt's log (bytes)."""
 
     spares: int = 1
+    environment_spares: int = TASKEXECUTOR_SLOT_PROCESS_ENVIRONMENT_SPARES.default  # in jobs' Python environments
     cancellation_timeout: float = 30.0
     start_timeout: float = 120.0  # a new slot process's imports and first action
     stop_grace: float = 10.0  # a retired slot process's session release, before it is killed
@@ -94,6 +103,40 @@ class SlotPoolSettings:
     def from_config(cls, config: Configuration) -> SlotPoolSettings:
         return cls(
             spares=config.get(TASKEXECUTOR_SLOT_PROCESS_SPARES),
+            environment_spares=config.get(TASKEXECUTOR_SLOT_PROCESS_ENVIRONMENT_SPARES),
             cancellation_timeout=config.get(TASKEXECUTOR_CANCELLATION_TIMEOUT),
             attempt_log_max_size=config.get(TASKEXECUTOR_ATTEMPT_LOG_MAX_SIZE),
         )
+
+
+@dataclass(frozen=True)
+class PythonEnvironmentSettings:
+    """Where a TaskExecutor keeps jobs' Python environments, their size bound (bytes), and where
+    their packages come from."""
+
+    directory: Path
+    max_size: int = PYTHON_ENVIRONMENTS_MAX_SIZE.default
+    index_url: str = ""
+    extra_index_urls: tuple[str, ...] = ()
+    find_links: tuple[str, ...] = ()
+    no_index: bool = False
+
+    @classmethod
+    def from_config(cls, config: Configuration) -> PythonEnvironmentSettings:
+        return cls(
+            directory=Path(config.get(PYTHON_ENVIRONMENTS_DIR) or config.storage_dir / "python-environments"),
+            max_size=config.get(PYTHON_ENVIRONMENTS_MAX_SIZE),
+            index_url=config.get(PYTHON_INDEX_URL),
+            extra_index_urls=tuple(config.get(PYTHON_EXTRA_INDEX_URL).split()),
+            find_links=tuple(config.get(PYTHON_FIND_LINKS).split()),
+            no_index=config.get(PYTHON_NO_INDEX),
+        )
+
+    def index_arguments(self) -> list[str]:
+        """uv's options saying where packages come from."""
+        arguments = ["--index-url", self.index_url] if self.index_url else []
+        for url in self.extra_index_urls:
+            arguments += ["--extra-index-url", url]
+        for location in self.find_links:
+            arguments += ["--find-links", location]
+        return [*arguments, "--no-index"] if self.no_index else arguments

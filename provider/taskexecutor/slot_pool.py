@@ -2,11 +2,16 @@
 
 `SlotProcessPool.run(slot_index, tdd, artifact_paths, on_state)` runs an attempt in the slot's
 process (slot_process.py). A slot keeps its process while it runs tasks of the same code, the
-same artifact files (content-addressed, so the same bytes), whatever their job: each job gets a
+same artifact files (content-addressed, so the same bytes) in the same interpreter (the
+TaskExecutor's, or a job's Python environment's: python_environments.py), whatever their job: each job gets a
 Connect session of its own there. A task of other code gets a fresh process, a pre-started spare
 (`taskexecutor.slot-process.spares`, pyspark's Connect client imported and a session's first
 calls made), and the old one is stopped in the background. Spares are refilled in the background
-after each one taken.
+after each one taken. A task in a job's Python environment takes a spare started in that
+environment's interpreter, or starts a process in it; either way a spare in that environment is
+started next, for its next task on another slot, and at most
+`taskexecutor.slot-process.environment-spares` such spares are kept (the least recently asked
+for environment's stops first).
 
 `cancel(execution_id)` tells the process to interrupt the attempt's Spark operations; an
 attempt still running `taskexecutor.cancellation.timeout` later has its process killed, ends
@@ -18,7 +23,8 @@ process killed or dead under its attempt is interrupted and released on the serv
 later attempts run there; each process releases its sessions on the old server, at once when
 idle, after its attempt when busy, so `attempts_on(old_url)` falls to 0 and the old server can stop.
 
-Every child is started by one long-lived thread (`PR_SET_PDEATHSIG` fires when the thread that
+Every child is started by one of two long-lived threads, the spares' and the one that starts a
+process a task waits for in a job's Python environment (`PR_SET_PDEATHSIG` fires when the thread that
 started a process ends, not only the process), in the TaskExecutor's process group, with the
 TaskExecutor's stdout and stderr; `close()` stops them all.
 """
@@ -33,6 +39,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -83,9 +90,10 @@ def describe_exit(returncode: int) -> str:
 class _SlotChild:
     """One slot process, as the pool sees it: the process, its channel and the code it is bound to."""
 
-    def __init__(self, process: subprocess.Popen[bytes], channel: ControlChannel) -> None:
+    def __init__(self, process: subprocess.Popen[bytes], channel: ControlChannel, python: str | None = None) -> None:
         self.process = process
         self.channel = channel
+        self.python = python  # the interpreter of the job's Python environment it runs in, None for the base
         self.code: tuple[str, ...] | None = None  # the artifact files it runs
         self.connect_url: str | None = None  # the server it was last told of
         self.session: _Session | None = None  # its current job's Connect session
@@ -191,6 +199,9 @@ class SlotProcessPool:
         self._bound: dict[int, _SlotChild] = {}
         self._spares: list[_SlotChild] = []
         self._starting = 0
+        #: warm spares in jobs' Python environments, one per interpreter, the most recently asked for last
+        self._environment_spares: OrderedDict[str, _SlotChild] = OrderedDict()
+        self._environment_starting: set[str] = set()
         self._retiring: set[_SlotChild] = set()
         #: processes replaced because the Connect server was restarted under them, until their
         #: attempt has said so (idle ones stay: a few objects per server restart)
@@ -203,6 +214,8 @@ class SlotProcessPool:
         #: slot processes that died under an attempt or were killed (the metrics' count)
         self.processes_lost = 0
         self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sparkdispatch-slot-spawner")
+        #: starts the processes a task waits for in a job's Python environment, not queued behind spares
+        self._starter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sparkdispatch-slot-starter")
 
     def start(self) -> None:
         """Start the spares and warm each against the Connect server; raises `SlotProcessLost` if one fails."""
@@ -222,8 +235,12 @@ class SlotProcessPool:
         on_state: Callable[[AttemptState], None],
         *,
         start_deadline: Callable[[], float | None] | None = None,
+        python: str | None = None,
     ) -> AttemptState:
-        """Run one attempt in the slot's process; `on_state` gets INITIALIZING and RUNNING, the end is returned."""
+        """Run one attempt in the slot's process; `on_state` gets INITIALIZING and RUNNING, the end is returned.
+
+        With `python` (a job's Python environment) the process runs that interpreter: the slot's
+        process if it does already, else one started now (the spares run the TaskExecutor's own)."""
         attempt = _Attempt(execution_id=tdd.execution_id, slot_index=slot_index)
         with self._lock:
             if self._closed:
@@ -231,7 +248,7 @@ class SlotProcessPool:
             self._attempts[tdd.execution_id] = attempt
         try:
             try:
-                child = self._child_for(slot_index, tuple(artifact_paths))
+                child = self._child_for(slot_index, tuple(artifact_paths), python)
             except SparkDispatchError as exc:
                 return _failed(exc)
             with attempt.lock:
@@ -396,7 +413,7 @@ class SlotProcessPool:
         with self._lock:
             self._connect_url = connect_url
             self._sessions_made = 0
-            for child in [*self._bound.values(), *self._spares]:
+            for child in [*self._bound.values(), *self._spares, *self._environment_spares.values()]:
                 child.tell_server(connect_url, self.released_sessions)
         log.info("slot processes moved to the Spark Connect server at %s", connect_url)
 
@@ -420,9 +437,10 @@ class SlotProcessPool:
         with self._changed:
             self._connect_url = connect_url
             self._sessions_made = 0
-            old = [*self._bound.values(), *self._spares]
+            old = [*self._bound.values(), *self._spares, *self._environment_spares.values()]
             self._bound.clear()
             self._spares.clear()
+            self._environment_spares.clear()
             self._retiring.update(old)
             self._server_lost.update(old)
         for child in old:
@@ -434,11 +452,12 @@ class SlotProcessPool:
     # ----------------------------------------------------------------------------------------
     # Processes
 
-    def _child_for(self, slot_index: int, code: tuple[str, ...]) -> _SlotChild:
-        """The slot's process if it runs this code, else a spare bound to it (the old one retires)."""
+    def _child_for(self, slot_index: int, code: tuple[str, ...], python: str | None) -> _SlotChild:
+        """The slot's process if it runs this code in this interpreter, else a spare (or, for a job's
+        Python environment, a process started in it) bound to it; the old one retires."""
         with self._lock:
             current = self._bound.get(slot_index)
-            if current is not None and current.code == code and current.alive:
+            if current is not None and current.code == code and current.python == python and current.alive:
                 return current
             self._bound.pop(slot_index, None)
             if current is not None:
@@ -449,7 +468,7 @@ class SlotProcessPool:
             threading.Thread(
                 target=self._retire, args=(current,), daemon=True, name=f"retire-slot-process-{current.pid}"
             ).start()
-        child = self._take_spare()
+        child = self._take_spare() if python is None else self._take_environment_spare(python)
         child.code = code
         with self._lock:
             if not self._closed:
@@ -492,6 +511,65 @@ class SlotProcessPool:
         except Exception as exc:  # the spawner shut down (the pool is closing), or a bad handshake
             raise SlotProcessLost(f"could not start a slot process: {type(exc).__name__}: {exc}") from exc
 
+    def _take_environment_spare(self, python: str) -> _SlotChild:
+        """A warm spare in this job's Python environment if one waits, else a process started in it
+        now; either way a spare in it is started next, for the environment's next task elsewhere."""
+        with self._lock:
+            child = self._environment_spares.pop(python, None)
+        if child is not None and not child.alive:
+            log.warning("spare slot process %d in %s died while idle: %s", child.pid, python, child.ended(0.0))
+            child = None
+        if child is None:
+            child = self._start_in(python)
+        self._refill_environment(python)
+        return child
+
+    def _refill_environment(self, python: str) -> None:
+        with self._lock:
+            if (
+                self._closed
+                or self._settings.environment_spares == 0
+                or python in self._environment_spares
+                or python in self._environment_starting
+            ):
+                return
+            self._environment_starting.add(python)
+        self._spawner.submit(self._start_environment_spare, python)
+
+    def _start_environment_spare(self, python: str) -> None:
+        """Start a spare in a job's environment; beyond `environment_spares` of them, the one whose
+        environment was asked for least recently stops."""
+        child: _SlotChild | None = None
+        try:
+            child = self._spawn(require_warm=False, python=python)
+        except Exception:  # the environment's next task starts a process itself
+            log.warning("could not start a spare slot process in %s", python, exc_info=True)
+        surplus: list[_SlotChild] = []
+        with self._lock:
+            self._environment_starting.discard(python)
+            if child is not None and not self._closed:
+                child.tell_server(self._connect_url, self.released_sessions)  # started for a server replaced since?
+                self._environment_spares[python] = child
+                child = None
+                while len(self._environment_spares) > self._settings.environment_spares:
+                    surplus.append(self._environment_spares.popitem(last=False)[1])
+                self._retiring.update(surplus)
+        if child is not None:
+            child.kill()
+        for old in surplus:
+            threading.Thread(
+                target=self._retire, args=(old,), daemon=True, name=f"retire-slot-process-{old.pid}"
+            ).start()
+
+    def _start_in(self, python: str) -> _SlotChild:
+        """A slot process started now in a job's Python environment (no spare runs its interpreter)."""
+        try:
+            return self._starter.submit(self._spawn, require_warm=False, python=python).result()
+        except SlotProcessLost:
+            raise
+        except Exception as exc:  # the spawner shut down (the pool is closing), or a bad handshake
+            raise SlotProcessLost(f"could not start a slot process in {python}: {type(exc).__name__}: {exc}") from exc
+
     def _refill(self) -> None:
         with self._lock:
             missing = self._settings.spares - len(self._spares) - self._starting
@@ -517,14 +595,16 @@ class SlotProcessPool:
         if child is not None:
             child.kill()
 
-    def _spawn(self, *, require_warm: bool) -> _SlotChild:
-        """Start a slot process, wait for it to import the Connect client, and warm it (on the spawner thread)."""
+    def _spawn(self, *, require_warm: bool, python: str | None = None) -> _SlotChild:
+        """Start a slot process (in `python`, a job's environment, if given), wait for it to import
+        the Connect client, and warm it (on the spawner thread)."""
         started = time.monotonic()
         ours, theirs = socket.socketpair()
+        in_environment = ["--udf-python", python] if python is not None else []
         try:
             process = subprocess.Popen(
                 [
-                    sys.executable,
+                    python or sys.executable,
                     "-P",
                     "-m",
                     SLOT_PROCESS_MODULE,
@@ -532,6 +612,7 @@ class SlotProcessPool:
                     str(theirs.fileno()),
                     "--parent-pid",
                     str(os.getpid()),
+                    *in_environment,
                 ],
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
@@ -542,7 +623,7 @@ class SlotProcessPool:
             raise SlotProcessLost(f"could not start a slot process: {exc}") from exc
         finally:
             theirs.close()
-        child = _SlotChild(process, ControlChannel(ours))
+        child = _SlotChild(process, ControlChannel(ours), python)
         try:
             self._expect(child, READY, started)
             child.connect_url = self._connect_url
@@ -582,9 +663,10 @@ class SlotProcessPool:
         """Stop every slot process: bound, spare, retiring or starting. Running attempts end with them."""
         with self._changed:
             self._closed = True
-            children = [*self._bound.values(), *self._spares]
+            children = [*self._bound.values(), *self._spares, *self._environment_spares.values()]
             self._bound.clear()
             self._spares.clear()
+            self._environment_spares.clear()
             attempts = list(self._attempts.values())
             self._changed.notify_all()
         for attempt in attempts:
@@ -608,6 +690,7 @@ class SlotProcessPool:
             child.kill()
         # Last: the children's PR_SET_PDEATHSIG fires when this thread ends. A process being
         # started now is killed by its spawn, which finds the pool closed.
+        self._starter.shutdown(wait=True, cancel_futures=True)
         self._spawner.shutdown(wait=True, cancel_futures=True)
 
 

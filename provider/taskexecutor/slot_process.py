@@ -13,7 +13,9 @@ job's later tasks here reuse; the previous job's session is released when the ne
 A session made ahead while the process is idle (`warm`) is taken by the next job, so a job's first
 task here does not pay a session's first calls. Told of a `server` that replaces the current one,
 the process releases its sessions on the old server (after the attempt it runs, if any) and makes
-its later ones, the current job's next included, on the new one.
+its later ones, the current job's next included, on the new one. Started in a job's Python
+environment (`--udf-python`, its interpreter), the process sets `spark.sql.execution.pyspark.python`
+on each job session, so Spark's Python workers run the job's UDFs in that environment too.
 
 A `cancel` interrupts the session's operations from the control thread at once and again every
 `REINTERRUPT_S` while the function runs; the attempt ends CANCELED whatever it raised. The
@@ -81,6 +83,9 @@ if TYPE_CHECKING:
     from pyspark.sql.connect.session import SparkSession
 
 log = logging.getLogger(__name__)
+
+#: The Spark SQL setting naming the Python a session's UDFs run in (`spark.pyspark.python` is the static default).
+UDF_PYTHON_CONF = "spark.sql.execution.pyspark.python"
 
 #: How often a cancelled attempt's Spark operations are interrupted again while its function
 #: still runs, to catch operations it starts after the first interrupt.
@@ -263,8 +268,10 @@ class _Attempt:
 class SlotProcess:
     """The serving loop: requests from the control channel, attempts on the main thread."""
 
-    def __init__(self, channel: ControlChannel) -> None:
+    def __init__(self, channel: ControlChannel, *, udf_python: str | None = None) -> None:
         self._channel = channel
+        #: the job's Python environment's interpreter, which Spark's Python workers of its sessions run too
+        self._udf_python = udf_python
         self._requests: queue.SimpleQueue[Message] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._attempt: _Attempt | None = None
@@ -466,6 +473,8 @@ class SlotProcess:
                         f"Spark refused the job's configuration {key}={value!r}: "
                         f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
                     ) from exc
+            if self._udf_python is not None:  # a runtime SQL setting: the session's UDFs run there
+                session.conf.set(UDF_PYTHON_CONF, self._udf_python)
             if request.artifact_paths:
                 session.addArtifacts(*request.artifact_paths, pyfile=True)
         except BaseException:
@@ -597,6 +606,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sparkdispatch.taskexecutor.slot_process")
     parser.add_argument("--control-fd", type=int, required=True, help="this end of the control socketpair")
     parser.add_argument("--parent-pid", type=int, required=True, help="the TaskExecutor's process id")
+    parser.add_argument(
+        "--udf-python", default=None, help="the interpreter of the job's Python environment (this process's)"
+    )
     args = parser.parse_args(argv)
     # Before any user import: pyspark decides Connect or classic by this variable, and a @udf
     # run at import time before a session exists would otherwise make a classic UDF.
@@ -616,7 +628,7 @@ def main(argv: list[str] | None = None) -> int:
     import pyspark.sql.types  # noqa: F401
 
     channel = ControlChannel(socket.socket(fileno=args.control_fd))
-    return SlotProcess(channel).serve()
+    return SlotProcess(channel, udf_python=args.udf_python).serve()
 
 
 if __name__ == "__main__":

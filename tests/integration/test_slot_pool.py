@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from sparkdispatch.model.environment import Environment
 from sparkdispatch.model.states import ExecutionState
 from sparkdispatch.storage.attempt_logs import attempt_log_path, read_attempt_log
 from sparkdispatch.taskexecutor.settings import ConnectServerSettings, SlotPoolSettings
@@ -30,8 +31,11 @@ from sparkdispatch.taskexecutor.driver_log import PREFIX
 from sparkdispatch.taskexecutor.server_recycling import ConnectServers
 from sparkdispatch.taskexecutor.server_watch import ConnectServerWatch
 from sparkdispatch.taskexecutor.slot_pool import SlotProcessPool
+from sparkdispatch.taskexecutor.python_environments import PythonEnvironments
+from sparkdispatch.taskexecutor.settings import PythonEnvironmentSettings
 from sparkdispatch.taskexecutor.slot_process import NOT_STARTED_LATE
 from sparkdispatch.testing.waiting import eventually_blocking
+from sparkdispatch.testing.wheels import make_wheel
 from sparkdispatch.testing.slot_attempts import (
     Attempt,
     artifact,
@@ -392,6 +396,45 @@ def test_a_later_job_of_the_same_code_runs_in_the_same_process_in_a_session_of_i
         "the first job's session to be released on the server",
         interval=0.2,
     )
+
+
+def test_a_task_in_a_jobs_python_environment_runs_there_with_its_udfs_and_leaves_a_warm_spare_in_it(
+    pool: SlotProcessPool, tasks: str, tmp_path: Path
+) -> None:
+    make_wheel(tmp_path / "wheelhouse", "sd_probe", "2.0")
+    environments = PythonEnvironments(
+        PythonEnvironmentSettings(
+            directory=tmp_path / "envs", find_links=(str(tmp_path / "wheelhouse"),), no_index=True
+        )
+    )
+    with environments.use(Environment(("sd_probe==2.0",)), {}) as ready:
+
+        def in_environment(slot_index: int) -> dict[str, Any]:
+            tdd = deployment(
+                tmp_path,
+                "slot_tasks:versions",
+                job_id=new_job_id(),
+                slot_index=slot_index,
+                params={"module": "sd_probe"},
+            )
+            return rows_of(pool.run(slot_index, tdd, [tasks], lambda _: None, python=ready.python))[0]
+
+        first = in_environment(0)
+        assert (first["here"], first["on_executors"]) == ("2.0", "2.0")  # the task, and its UDF on Spark's workers
+        spare = eventually_blocking(
+            lambda: next(iter(pool._environment_spares.values()), None), "a warm spare in the environment"
+        )
+        second = in_environment(1)
+        assert second["pid"] == spare.pid and (second["here"], second["on_executors"]) == ("2.0", "2.0")
+        # the TaskExecutor's own interpreter on slot 0 again: a process without the environment
+        plain = run(
+            pool,
+            deployment(tmp_path, "slot_tasks:versions", job_id=new_job_id(), params={"module": "sd_probe"}),
+            [tasks],
+        )
+        assert (
+            plain.state is ExecutionState.FAILED and plain.failure is not None and "sd_probe" in plain.failure.message
+        )
 
 
 def test_two_concurrent_jobs_run_their_own_module_version_and_shuffle_partitions(

@@ -82,7 +82,7 @@ def test_blobs_fetched_before_a_restart_are_used_and_bounded_oldest_first(blobs:
 def test_a_blob_that_is_not_python_code_is_refused(blobs: Blobs, tmp_path: Path) -> None:
     key = blobs.put_sized("data.csv", 10)
     cache = ArtifactCache(blobs.fetch, tmp_path / "cache", max_size=KIB)
-    with pytest.raises(SparkDispatchError, match="neither a .py nor a .zip"):
+    with pytest.raises(SparkDispatchError, match="not a .py, .zip or .whl"):
         with cache.use([key]):
             pass
     assert cache.keys() == [] and not (tmp_path / "cache" / key).exists()

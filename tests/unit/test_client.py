@@ -323,7 +323,7 @@ async def test_artifacts_upload_as_files_and_package_directories(master: InProce
         first = await client.upload_artifact(package)
         (package / "sales.py").touch()  # a new mtime must not change the key
         assert await client.upload_artifact(package) == first
-        with pytest.raises(BlobError, match="neither a .py nor a .zip"):
+        with pytest.raises(BlobError, match="not a .py, .zip or .whl"):
             await client.upload_artifact(tmp_path / "notes.txt")
     name, data = read_artifact(package)
     assert name == "pipelines.zip" and hashlib.sha256(data).hexdigest() == first

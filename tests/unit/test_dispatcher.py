@@ -675,6 +675,32 @@ async def test_a_graph_naming_a_missing_artifact_is_refused_naming_the_key(confi
     await dispatcher.stop()
 
 
+async def test_an_environment_naming_a_missing_or_non_wheel_blob_is_refused_naming_the_field(
+    config: Configuration, ha: Any
+) -> None:
+    wheel = await ha.blob_store.put(b"PK\x03\x04wheel", "my_lib-1.0-py3-none-any.whl")
+    module = await ha.blob_store.put(b"def f(ctx):\n    return None\n", "m.py")
+    missing = "f" * 64
+    dispatcher = make_dispatcher(config, ha)
+    await dispatcher.start()
+    body = graph().to_dict()
+    body["vertices"][0]["environment"] = {"dependencies": ["tabulate>=0.9", missing]}
+    with pytest.raises(InvalidJobGraph) as refused:
+        await dispatcher.submit(JobGraph.from_dict({**body, "environment": {"dependencies": [module]}}))
+    assert refused.value.field_errors == {
+        "environment.dependencies[0]": [f"the artifact with key {module} is m.py, not a wheel (.whl)"],
+        "vertices[0].environment.dependencies[1]": [
+            f"no artifact with key {missing} is stored; upload it first (POST /artifacts)"
+        ],
+    }
+    assert await ha.jobgraph_store.job_ids() == set() and not FakeJobMaster.created
+    with pytest.raises(InvalidJobGraph, match="is a wheel: name it in environment.dependencies"):
+        await dispatcher.submit(JobGraph.from_dict({**body, "artifacts": [wheel]}))
+    body["vertices"][0]["environment"] = {"dependencies": [wheel]}
+    assert (await dispatcher.submit(JobGraph.from_dict(body))).created
+    await dispatcher.stop()
+
+
 # ---------------------------------------------------------------------------- no write after stop
 
 

@@ -78,6 +78,10 @@ EXAMPLES: list[SparkDispatchError] = [
     errors.RouteNotFound("GET /nowhere: Not Found"),
     errors.MethodNotAllowed("PUT", "/jobs", ["POST", "GET"]),
     errors.InternalError("internal error: KeyError: 'x'"),
+    errors.EnvironmentBuildFailed(
+        "no version of nosuchlib matches nosuchlib==9.9 (uv: No solution found when resolving dependencies)",
+        requirement="nosuchlib==9.9",
+    ),
     errors.EntrypointNotFound("entrypoint 'pipelines.sales:gen': module 'pipelines.sales' has no function 'gen'"),
     errors.MissingExtra("sparkdispatch master needs the 'master' extra", extra="master"),
     errors.ConnectServerError(

@@ -34,6 +34,8 @@ async def test_put_returns_the_sha256_and_keeps_the_filename(blobs: BlobStore) -
     assert stored(blobs) == {key}
     zipped = await blobs.put(b"PK\x03\x04fake", "deps.zip")
     assert blobs.path_blocking(zipped).suffix == ".zip"
+    wheel = await blobs.put(b"PK\x03\x04wheel", "my_lib-1.0-py3-none-any.whl")
+    assert blobs.path_blocking(wheel).name == "my_lib-1.0-py3-none-any.whl"
     with pytest.raises(BlobNotFound):
         blobs.path_blocking("0" * 64)
 
@@ -41,7 +43,7 @@ async def test_put_returns_the_sha256_and_keeps_the_filename(blobs: BlobStore) -
 async def test_too_large_and_bad_names_change_nothing(blobs: BlobStore) -> None:
     with pytest.raises(BlobTooLarge, match="1024"):
         await blobs.put(b"x" * 1025, "big.py")
-    for name in ("", ".", "..", "a/b.py", "../evil.py", "x" * 256):
+    for name in ("", ".", "..", "a/b.py", "../evil.py", "x" * 256, "mylib.whl", "mylib-1.0.whl"):
         with pytest.raises(BlobError):
             await blobs.put(b"x", name)
     assert stored(blobs) == set()

@@ -37,6 +37,7 @@ from sparkdispatch.model.protocol import TaskDeploymentDescriptor
 from sparkdispatch.model.rest_shapes import JobDetails, JobSummary, VertexOutcome
 from sparkdispatch.testing.master import InProcessMaster, Script, TaskOutcome
 from sparkdispatch.testing.waiting import eventually_blocking
+from sparkdispatch.testing.wheels import make_wheel
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -66,6 +67,11 @@ def missing_entrypoint(tdd: TaskDeploymentDescriptor) -> TaskOutcome:
             "EntrypointNotFound", f"entrypoint {tdd.entrypoint!r}: module 'pipelines.sales' has no function 'x'", ""
         ),
     )
+
+
+def unbuildable_environment(tdd: TaskDeploymentDescriptor) -> TaskOutcome:
+    message = "the job's Python environment could not be built (no-such-lib==9.9): uv said: No solution found"
+    return TaskOutcome(ExecutionState.FAILED, Failure("EnvironmentBuildFailed", message, ""))
 
 
 def fail_b(tdd: TaskDeploymentDescriptor) -> TaskOutcome:
@@ -379,6 +385,24 @@ def test_artifacts_are_uploaded_and_added_to_the_graph(cluster: Cluster, tmp_pat
     assert deployments[0].tdd.artifacts == (key,)
 
 
+def test_an_environment_is_added_to_the_graph_with_its_local_wheels_uploaded(cluster: Cluster, tmp_path: Path) -> None:
+    wheel = make_wheel(tmp_path / "dist", "team_lib", "0.3")
+    op = operator(environment=["tabulate>=0.9", str(wheel)], wait_for_completion=False)
+    assert "environment" in op.template_fields
+    job_id = op.execute(context())
+    (key,) = [p.name for p in cluster.master.master.ha.blob_store.directory.iterdir()]
+    deployments = eventually_blocking(lambda: cluster.master.gateway.of_job(job_id), "the job's first task")
+    environment = deployments[0].tdd.environment
+    assert environment is not None and environment.dependencies == ("tabulate>=0.9", key)
+
+
+def test_a_bad_environment_fails_the_task_without_retries(cluster: Cluster) -> None:
+    with pytest.raises(AirflowFailException, match="environment.dependencies"):
+        operator(environment={"dependencies": ["pandas @ https://example.org/p.whl"]}).execute(context())
+    with pytest.raises(AirflowFailException, match="list of requirements"):
+        operator(environment="pandas").execute(context())
+
+
 def test_a_graph_file_is_found_beside_the_dag_and_rendered(tmp_path: Path) -> None:
     (tmp_path / "graphs").mkdir()
     (tmp_path / "graphs" / "g.yaml").write_text(
@@ -521,6 +545,10 @@ def test_errors_no_retry_can_fix_fail_the_task_without_retries(cluster: Cluster)
     with pytest.raises(AirflowFailException, match="EntrypointNotFound.*not retried"):
         operator().execute(context())
 
+    cluster.end_new_jobs(unbuildable_environment)
+    with pytest.raises(AirflowFailException, match="EnvironmentBuildFailed.*no-such-lib==9.9.*not retried"):
+        operator().execute(context(FakeTI(run_id="manual__3")))
+
     cluster.end_new_jobs(fail_b)  # a failure of the task function itself: retries may help
     with pytest.raises(AirflowException) as failed:
         operator().execute(context(FakeTI(run_id="manual__2")))
@@ -625,6 +653,38 @@ def test_the_launch_submits_the_groups_graph_once_and_each_vertex_task_follows_i
     }
 
 
+def test_the_group_and_its_vertices_pass_their_environments_rendered(cluster: Cluster) -> None:
+    from datetime import datetime
+
+    from airflow.sdk import DAG
+
+    from sparkdispatch.operators import SparkDispatchJobGroup, SparkDispatchVertexOperator
+
+    with DAG("env_dag", schedule=None, start_date=datetime(2026, 1, 1)) as dag:
+        with SparkDispatchJobGroup(group_id="geo", environment=["tabulate>={{ '0.' ~ '9' }}"]):
+            a = SparkDispatchVertexOperator(
+                task_id="a", entrypoint="pipelines.geo:load", environment={"dependencies": ["six=={{ '1.17.0' }}"]}
+            )
+            b = SparkDispatchVertexOperator(task_id="b", entrypoint="pipelines.geo:plot")
+            a >> b
+    launch_ti = FakeTI()
+    launch_ti.task_id = "geo.launch"
+    launch = task_of(dag, "geo.launch", BaseOperator)
+    ctx = context(launch_ti)
+    launch.render_template_fields(ctx)  # as Airflow's task runner does before `execute`
+    job_id = launch.execute(ctx)
+    details: JobDetails = cluster.master.run(cluster._ask(lambda client: client.job(job_id)))
+    assert details.name == "geo"
+    deployments = eventually_blocking(lambda: cluster.master.gateway.of_job(job_id), "vertex a's task")
+    environment = deployments[0].tdd.environment
+    assert environment is not None and environment.dependencies == ("six==1.17.0",)
+    cluster.end(job_id)
+    plot = eventually_blocking(
+        lambda: [d for d in cluster.master.gateway.of_job(job_id) if d.tdd.vertex_id == "b"], "vertex b's task"
+    )
+    assert plot[0].tdd.environment is not None and plot[0].tdd.environment.dependencies == ("tabulate>=0.9",)
+
+
 def test_a_vertex_task_fails_with_its_vertexs_failure_and_its_retry_repairs_that_vertex_alone(cluster: Cluster) -> None:
     dag, group = sales_group(deferrable=False, poll_interval=0.02)
     launch_ti = FakeTI()
@@ -717,6 +777,28 @@ def test_the_decorator_makes_a_vertex_that_ships_the_functions_source(cluster: C
     assert {(t.entrypoint, t.artifacts, dict(t.params)["day"]) for t in cleans} == {
         (op.entrypoint, (module_key,), "manual__1")
     }
+
+
+def test_a_decorated_task_alone_runs_as_a_one_vertex_job_with_its_environment() -> None:
+    from datetime import datetime
+
+    from airflow.sdk import DAG, task
+
+    with DAG("env_fn_dag", schedule=None, start_date=datetime(2026, 1, 1)) as dag:
+
+        @task.sparkdispatch(environment=["tabulate=={{ '0.9.0' }}"])
+        def alone(ctx: Any) -> Any:
+            return ctx.spark.range(1)
+
+        alone()  # type: ignore[call-arg,misc]  # as above
+    op = task_of(dag, "alone", SparkDispatchFunctionOperator)
+    assert "environment" in op.template_fields
+    ti = FakeTI()
+    ti.task_id = "alone"
+    ctx = context(ti)
+    op.render_template_fields(ctx)
+    graph = op._one_vertex_job(ctx).job_graph
+    assert isinstance(graph, dict) and graph["vertices"][0]["environment"] == ["tabulate==0.9.0"]
 
 
 def test_a_decorated_task_names_its_connection_outside_a_group_and_may_not_differ_from_its_group() -> None:

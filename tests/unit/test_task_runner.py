@@ -17,9 +17,11 @@ from typing import Any
 import pytest
 
 from sparkdispatch.errors import FencingTokenMismatch, ServiceUnavailable
+from sparkdispatch.model.environment import Environment
 from sparkdispatch.model.job_result import Failure
 from sparkdispatch.model.protocol import ExecutionStateUpdate, TaskDeploymentDescriptor
 from sparkdispatch.model.states import ExecutionState
+from sparkdispatch.storage.attempt_logs import attempt_log_path
 from sparkdispatch.storage.results import ResultLayout
 from sparkdispatch.taskexecutor.artifact_cache import ArtifactCache
 from sparkdispatch.taskexecutor.runner import SlotTable, TaskRunner
@@ -77,6 +79,7 @@ class FakePool:
         on_state: Callable[[AttemptState], None],
         *,
         start_deadline: Callable[[], float | None] | None = None,
+        python: str | None = None,
     ) -> AttemptState:
         self.entered.set()
         if self.gate is not None:
@@ -287,8 +290,23 @@ def test_an_artifact_that_is_neither_py_nor_zip_fails_the_attempt_before_it_runs
     assert make_runner(pool, reporter, blobs).run(tdd, SESSION) is ExecutionState.FAILED
 
     failure = reporter.last(tdd.execution_id).failure
-    assert failure is not None and "is neither a .py nor a .zip file" in failure.message
+    assert failure is not None and "is not a .py, .zip or .whl file" in failure.message
     assert pool.runs == []
+
+
+def test_a_task_with_an_environment_on_a_taskexecutor_that_builds_none_fails_before_it_runs(
+    blobs: Blobs, tmp_path: Path
+) -> None:
+    pool = FakePool({"tasks:task": finishes(1)})
+    reporter = RecordingReporter()
+    tdd = tdd_for("tasks:task", tmp_path, environment=Environment(("tabulate>=0.9",)))
+
+    assert make_runner(pool, reporter, blobs).run(tdd, SESSION) is ExecutionState.FAILED
+
+    failure = reporter.last(tdd.execution_id).failure
+    assert failure is not None and failure.cls == "EnvironmentBuildFailed" and pool.runs == []
+    log = attempt_log_path(tdd.result_path, tdd.attempt)
+    assert log is None or not log.exists()
 
 
 def test_a_stale_report_stops_the_task_and_frees_the_slot(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ import random
 import pytest
 
 from sparkdispatch.errors import (
+    EnvironmentBuildFailed,
     JobAlreadyTerminated,
     SlotRequestTimeout,
     StaleExecution,
@@ -66,6 +67,21 @@ async def test_exhausted_restarts_fail_the_job_with_the_root_cause() -> None:
         await h.report(e1, ExecutionState.FINISHED, rows=1, result_path=e1.tdd.result_path)
     with pytest.raises(JobAlreadyTerminated):
         await h.jm.cancel()
+
+
+async def test_an_environment_build_failure_fails_the_job_at_once_whatever_restarts_are_left() -> None:
+    h = Harness(diamond(FixedDelayRestart(attempts=5, delay_s=0.0)))
+    h.jm.start()
+    e0, e1 = await h.deployments(2)
+    failure = Failure.from_exception(
+        EnvironmentBuildFailed("uv said: nosuchlib was not found", requirement="nosuchlib==9.9")
+    )
+    await h.fail(e0, failure)
+    result = await asyncio.wait_for(h.jm.result_future, STEP_TIMEOUT_S)
+    assert result.status is JobStatus.FAILED and result.failure == failure
+    assert result.vertices["extract"].attempts == 1  # not run again: the same build would fail again
+    await h.jm.join()
+    assert (e1.slot.hostname, e1.tdd.execution_id) in h.gateway.cancels
 
 
 async def test_failure_rate_fails_the_job_past_its_rate() -> None:
