@@ -18,7 +18,7 @@ import logging
 import os
 import time
 from abc import abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -50,10 +50,28 @@ Finished = dict[str, dict[int, "SubtaskProgress"]]
 
 @dataclass(frozen=True)
 class SubtaskProgress:
-    """A FINISHED subtask: its result partition (None when it returned nothing) and row count."""
+    """A FINISHED subtask: its result partition (None when it returned nothing), row count and the
+    result's schema JSON (None when it returned nothing, or recorded before schemas were)."""
 
     result_path: str | None
     rows: int | None
+    result_schema: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The stored form: `result_path`, `rows`, and `result_schema` when there is one."""
+        data: dict[str, Any] = {"result_path": self.result_path, "rows": self.rows}
+        if self.result_schema is not None:
+            data["result_schema"] = self.result_schema
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SubtaskProgress:
+        """The stored form back; KeyError or TypeError when it is not one. Progress stored before
+        schemas were recorded has none."""
+        schema = data.get("result_schema")
+        if schema is not None and not isinstance(schema, str):
+            raise TypeError(f"result_schema must be a string, got {schema!r}")
+        return cls(data["result_path"], data["rows"], schema)
 
 
 @dataclass
@@ -78,18 +96,14 @@ class JobProgress:
 def finished_to_dict(finished: Finished) -> dict[str, dict[str, Any]]:
     """The JSON form of FINISHED subtasks (as the archive keeps them)."""
     return {
-        vertex_id: {
-            str(index): {"result_path": entry.result_path, "rows": entry.rows} for index, entry in subtasks.items()
-        }
+        vertex_id: {str(index): entry.to_dict() for index, entry in subtasks.items()}
         for vertex_id, subtasks in finished.items()
     }
 
 
 def finished_from_dict(data: dict[str, Any]) -> Finished:
     return {
-        str(vertex_id): {
-            int(index): SubtaskProgress(entry["result_path"], entry["rows"]) for index, entry in subtasks.items()
-        }
+        str(vertex_id): {int(index): SubtaskProgress.from_dict(entry) for index, entry in subtasks.items()}
         for vertex_id, subtasks in data.items()
     }
 
@@ -107,8 +121,10 @@ class ProgressStore(Protocol):
         subtask_index: int,
         result_path: str | None,
         rows: int | None,
+        result_schema: str | None = None,
     ) -> None:
-        """A subtask FINISHED, its result at `result_path` (None when it returned nothing)."""
+        """A subtask FINISHED, its result at `result_path` (None when it returned nothing) with
+        `result_schema` (its schema JSON, for its consumers' reads)."""
 
     @abstractmethod
     async def record_cancel(self, session_id: str, job_id: str) -> None:
@@ -138,8 +154,8 @@ def _check_subtask(vertex_id: str, subtask_index: int, result_path: str | None, 
         raise StoreError(f"rows must be a non-negative integer or None, got {rows!r}")
 
 
-def _record(vertex_id: str, subtask_index: int, result_path: str | None, rows: int | None) -> dict[str, Any]:
-    return {"vertex_id": vertex_id, "subtask_index": subtask_index, "result_path": result_path, "rows": rows}
+def _record(vertex_id: str, subtask_index: int, entry: SubtaskProgress) -> dict[str, Any]:
+    return {"vertex_id": vertex_id, "subtask_index": subtask_index, **entry.to_dict()}
 
 
 class FileProgressStore:
@@ -160,11 +176,13 @@ class FileProgressStore:
         subtask_index: int,
         result_path: str | None,
         rows: int | None,
+        result_schema: str | None = None,
     ) -> None:
         _check_subtask(vertex_id, subtask_index, result_path, rows)
         path = self._file(job_id)
         self._election.fence(session_id, COMPONENT)
-        line = json.dumps(_record(vertex_id, subtask_index, result_path, rows), sort_keys=True) + "\n"
+        entry = SubtaskProgress(result_path, rows, result_schema)
+        line = json.dumps(_record(vertex_id, subtask_index, entry), sort_keys=True) + "\n"
         await finish_in_thread(self._append, path, line.encode())
 
     async def record_cancel(self, session_id: str, job_id: str) -> None:
@@ -178,7 +196,7 @@ class FileProgressStore:
                 _check_subtask(vertex_id, index, entry.result_path, entry.rows)
         path = self._file(job_id)
         lines = [
-            json.dumps(_record(vertex_id, index, entry.result_path, entry.rows), sort_keys=True)
+            json.dumps(_record(vertex_id, index, entry), sort_keys=True)
             for vertex_id, subtasks in kept.items()
             for index, entry in subtasks.items()
         ]
@@ -217,7 +235,7 @@ class FileProgressStore:
                     progress.repair = Repair.from_dict(raw["repair"])
                     continue
                 vertex, index = str(raw["vertex_id"]), int(raw["subtask_index"])
-                entry = SubtaskProgress(raw["result_path"], raw["rows"])
+                entry = SubtaskProgress.from_dict(raw)
             except (ValueError, KeyError, TypeError, InvalidShape):
                 log.warning("skipping a torn progress line of job %s in %s", job_id, path)
                 continue
@@ -251,11 +269,12 @@ class ZooKeeperProgressStore:
         subtask_index: int,
         result_path: str | None,
         rows: int | None,
+        result_schema: str | None = None,
     ) -> None:
         _check_subtask(vertex_id, subtask_index, result_path, rows)
         job_node = self._job_node(job_id)
         latch = self._election.fence(session_id, COMPONENT)
-        data = json.dumps({"result_path": result_path, "rows": rows}, sort_keys=True).encode()
+        data = json.dumps(SubtaskProgress(result_path, rows, result_schema).to_dict(), sort_keys=True).encode()
         await self._upsert(latch, job_node, f"{job_node}/{vertex_id}#{subtask_index}", data)
 
     async def record_cancel(self, session_id: str, job_id: str) -> None:
@@ -272,7 +291,7 @@ class ZooKeeperProgressStore:
         await self._remove(latch, job_node)
         for vertex_id, subtasks in kept.items():
             for index, entry in subtasks.items():
-                data = json.dumps({"result_path": entry.result_path, "rows": entry.rows}, sort_keys=True).encode()
+                data = json.dumps(entry.to_dict(), sort_keys=True).encode()
                 await self._upsert(latch, job_node, f"{job_node}/{vertex_id}#{index}", data)
         # last: a repair node names a progress that is whole
         await self._upsert(
@@ -334,7 +353,7 @@ class ZooKeeperProgressStore:
             try:
                 data, _ = outcome
                 raw = json.loads(data)
-                entry = SubtaskProgress(raw["result_path"], raw["rows"])
+                entry = SubtaskProgress.from_dict(raw)
                 progress.finished.setdefault(vertex, {})[int(index)] = entry
             except (ValueError, KeyError, TypeError):
                 raise StoreError(f"the progress znode {job_node}/{child} of job {job_id} is unreadable") from None

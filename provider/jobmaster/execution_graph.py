@@ -56,7 +56,18 @@ class Execution:
     """One attempt of one subtask (Flink's Execution); while it is its subtask's current attempt, its
     state counts in its graph's `tally`."""
 
-    __slots__ = ("execution_id", "attempt", "_state", "tally", "slot", "result_path", "rows", "failure", "deployed_at")
+    __slots__ = (
+        "execution_id",
+        "attempt",
+        "_state",
+        "tally",
+        "slot",
+        "result_path",
+        "rows",
+        "result_schema",
+        "failure",
+        "deployed_at",
+    )
 
     def __init__(self, attempt: int, execution_id: str | None = None, *, tally: StateTally | None = None) -> None:
         # 32 random hex digits, as a uuid4's, at a third of the cost
@@ -69,6 +80,7 @@ class Execution:
         self.slot: AllocatedSlot | None = None
         self.result_path: str | None = None
         self.rows: int | None = None
+        self.result_schema: str | None = None  # the result's schema JSON, as its TaskExecutor reported it
         self.failure: Failure | None = None
         self.deployed_at = 0.0  # the JobMaster's clock when it was deployed
 
@@ -406,6 +418,7 @@ class ExecutionGraph:
                 ev.current.transition(ExecutionState.FINISHED)
                 ev.current.result_path = entry.result_path
                 ev.current.rows = entry.rows
+                ev.current.result_schema = entry.result_schema
                 ev.deployed_attempts = 1
                 ev.progress_recorded = True
                 ev.recovered = True
@@ -466,13 +479,23 @@ class ExecutionGraph:
             if ev.state is ExecutionState.FINISHED and ev.current.result_path is not None
         )
 
+    def result_schema(self, vertex_id: str) -> str | None:
+        """The schema JSON of a vertex's result, if every finished subtask that wrote a partition
+        reported the same one; None otherwise (its consumers then read it as Spark infers it)."""
+        schemas = {
+            ev.current.result_schema
+            for ev in self._vertices[vertex_id]
+            if ev.state is ExecutionState.FINISHED and ev.current.result_path is not None
+        }
+        return schemas.pop() if len(schemas) == 1 else None
+
     def finished(self) -> Finished:
         """Every FINISHED subtask's result and rows (what a repair of the job keeps)."""
         finished: Finished = {}
         for ev in self.subtasks():
             if ev.state is ExecutionState.FINISHED:
                 finished.setdefault(ev.vertex.id, {})[ev.subtask_index] = SubtaskProgress(
-                    ev.current.result_path, ev.current.rows
+                    ev.current.result_path, ev.current.rows, ev.current.result_schema
                 )
         return finished
 

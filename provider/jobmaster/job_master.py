@@ -205,7 +205,9 @@ class JobMaster:
         if update.state.is_terminal:
             self._events.task_ended(update.state.value, execution.ran_for(self._clock()))
         if update.state is ExecutionState.FINISHED:
-            self._on_finished(ev, execution, result_path=update.result_path, rows=update.rows)
+            self._on_finished(
+                ev, execution, result_path=update.result_path, rows=update.rows, result_schema=update.result_schema
+            )
         elif update.state is ExecutionState.FAILED:
             failure = update.failure or Failure("UnknownFailure", "the TaskExecutor reported FAILED without a cause")
             self._on_failed(ev, execution, failure)
@@ -555,10 +557,17 @@ class JobMaster:
     # ------------------------------------------------------------------ finished and failed attempts
 
     def _on_finished(
-        self, ev: ExecutionVertex, execution: Execution, *, result_path: str | None, rows: int | None
+        self,
+        ev: ExecutionVertex,
+        execution: Execution,
+        *,
+        result_path: str | None,
+        rows: int | None,
+        result_schema: str | None,
     ) -> None:
         execution.result_path = result_path
         execution.rows = rows
+        execution.result_schema = result_schema if result_path is not None else None
         self._release_slot(execution)
         self._declare()
         # The TaskExecutor's report is answered now; the record and the scheduling follow it.
@@ -570,7 +579,13 @@ class JobMaster:
             return  # cancelled, failed or suspended meanwhile: the record would serve nobody
         try:
             await self._progress_store.record_subtask(
-                self.job_master_id, self.job_id, ev.vertex.id, ev.subtask_index, execution.result_path, execution.rows
+                self.job_master_id,
+                self.job_id,
+                ev.vertex.id,
+                ev.subtask_index,
+                execution.result_path,
+                execution.rows,
+                result_schema=execution.result_schema,
             )
         except LeadershipLost:
             log.warning(

@@ -95,7 +95,9 @@ class TaskDeploymentDescriptor:
     """Everything a TaskExecutor needs to run one attempt of one subtask.
 
     `inputs` maps each upstream vertex to the paths of its result partitions (an empty list
-    when it returned nothing); `result_path` is where this attempt writes a returned DataFrame.
+    when it returned nothing), and `input_schemas` those whose producers reported their result's
+    schema to its JSON (`StructType.json()`), which the attempt reads them with instead of
+    inferring it; `result_path` is where this attempt writes a returned DataFrame.
     `registration_id` is the TaskExecutor's registration the slot was allocated under: the
     TaskExecutor runs the task only while it is registered under it (and the deploying leader's
     session), so a deployment of an older session or registration never runs.
@@ -118,6 +120,7 @@ class TaskDeploymentDescriptor:
     params: Mapping[str, Any] = field(default_factory=dict)
     artifacts: tuple[str, ...] = ()
     spark_conf: Mapping[str, str] = field(default_factory=dict)
+    input_schemas: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, data: Any) -> TaskDeploymentDescriptor:
@@ -129,7 +132,10 @@ class TaskDeploymentDescriptor:
 
 @dataclass(frozen=True)
 class ExecutionStateUpdate:
-    """A TaskExecutor's report of one attempt's new state, fenced by `job_master_id`."""
+    """A TaskExecutor's report of one attempt's new state, fenced by `job_master_id`.
+
+    A FINISHED attempt that wrote a result gives its `rows`, `result_path` and `result_schema`
+    (the result's schema as Spark's JSON, `StructType.json()`; None from a TaskExecutor of before)."""
 
     job_id: str
     job_master_id: str
@@ -139,6 +145,7 @@ class ExecutionStateUpdate:
     rows: int | None = None
     result_path: str | None = None
     failure: Failure | None = None
+    result_schema: str | None = None
 
     @classmethod
     def from_dict(cls, data: Any) -> ExecutionStateUpdate:
@@ -307,6 +314,7 @@ class TaskDeploymentDescriptorSchema(StrictSchema):
     params = fields.Dict(keys=fields.String(), values=fields.Raw(allow_none=True), load_default=dict)
     artifacts = fields.List(fields.String(validate=WholeMatch(BLOB_KEY_PATTERN)), load_default=list)
     spark_conf = fields.Dict(keys=fields.String(), values=fields.String(), load_default=dict)
+    input_schemas = fields.Dict(keys=fields.String(), values=fields.String(), load_default=dict)
 
     @post_load
     def make(self, data: dict[str, Any], **_: Any) -> TaskDeploymentDescriptor:
@@ -320,6 +328,7 @@ class TaskDeploymentDescriptorSchema(StrictSchema):
         data["artifacts"] = list(data["artifacts"])
         data["params"] = dict(data["params"])
         data["spark_conf"] = dict(data["spark_conf"])
+        data["input_schemas"] = dict(data["input_schemas"])
         return data
 
 
@@ -332,6 +341,7 @@ class ExecutionStateUpdateSchema(StrictSchema):
     rows = fields.Integer(allow_none=True, load_default=None, strict=True)
     result_path = fields.String(allow_none=True, load_default=None)
     failure = fields.Nested(FailureSchema, allow_none=True, load_default=None)
+    result_schema = fields.String(allow_none=True, load_default=None)
 
     @post_load
     def make(self, data: dict[str, Any], **_: Any) -> ExecutionStateUpdate:
@@ -339,7 +349,7 @@ class ExecutionStateUpdateSchema(StrictSchema):
 
     @post_dump
     def compact(self, data: dict[str, Any], **_: Any) -> dict[str, Any]:
-        return drop_none(data, "rows", "result_path", "failure")
+        return drop_none(data, "rows", "result_path", "failure", "result_schema")
 
 
 class TaskExecutorRegistrationSchema(StrictSchema):

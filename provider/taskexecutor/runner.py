@@ -486,7 +486,13 @@ class TaskRunner:
             tdd.subtask_index,
             end.rows,
         )
-        return self._transition(running, ExecutionState.FINISHED, rows=end.rows, result_path=end.result_path)
+        return self._transition(
+            running,
+            ExecutionState.FINISHED,
+            rows=end.rows,
+            result_path=end.result_path,
+            result_schema=end.result_schema,
+        )
 
     def _on_state(self, running: RunningExecution, state: AttemptState) -> None:
         if running.cancelled.is_set():
@@ -513,10 +519,13 @@ class TaskRunner:
         *,
         rows: int | None = None,
         result_path: str | None = None,
+        result_schema: str | None = None,
         failure: Failure | None = None,
     ) -> ExecutionState:
         running.state = state
-        update = self._update(running.tdd, state, rows=rows, result_path=result_path, failure=failure)
+        update = self._update(
+            running.tdd, state, rows=rows, result_path=result_path, result_schema=result_schema, failure=failure
+        )
         if not state.is_terminal:
             self._background.submit(running, update)
             return state
@@ -584,6 +593,7 @@ class TaskRunner:
         *,
         rows: int | None = None,
         result_path: str | None = None,
+        result_schema: str | None = None,
         failure: Failure | None = None,
     ) -> ExecutionStateUpdate:
         return ExecutionStateUpdate(
@@ -594,5 +604,6 @@ class TaskRunner:
             task_executor_id=self._task_executor_id,
             rows=rows,
             result_path=result_path,
+            result_schema=result_schema,
             failure=failure,
         )

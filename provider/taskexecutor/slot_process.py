@@ -52,7 +52,7 @@ from sparkdispatch.errors import ConfigurationError, EntrypointNotFound, Illegal
 from sparkdispatch.lifeline import die_with_parent
 from sparkdispatch.model.job_result import Failure
 from sparkdispatch.model.states import ExecutionState
-from sparkdispatch.storage.results import write_partition
+from sparkdispatch.storage.results import WrittenPartition, write_partition
 from sparkdispatch.taskexecutor.attempt_failures import failure_of, session_gone
 from sparkdispatch.taskexecutor.driver_log import DriverLog, progress_handler
 from sparkdispatch.taskexecutor.slot_protocol import (
@@ -367,12 +367,12 @@ class SlotProcess:
                 job_id=tdd.job_id,
                 vertex_id=tdd.vertex_id,
                 attempt=tdd.attempt,
-                inputs=LazyInputs(session, tdd.inputs),
+                inputs=LazyInputs(session, tdd.inputs, tdd.input_schemas),
             )
             result = function(ctx)
-            rows: int | None = None
+            written: WrittenPartition | None = None
             if result is not None and not attempt.cancelled.is_set():
-                rows = write_partition(_as_dataframe(result), tdd.result_path)
+                written = write_partition(_as_dataframe(result), tdd.result_path)
         except BaseException as exc:  # noqa: BLE001 - this process exists to run the function; SystemExit too
             if attempt.cancelled.is_set():
                 return AttemptState(ExecutionState.CANCELED)
@@ -380,8 +380,10 @@ class SlotProcess:
             return self._failed(exc)
         if attempt.cancelled.is_set():
             return AttemptState(ExecutionState.CANCELED)
+        if written is None:
+            return AttemptState(ExecutionState.FINISHED)
         return AttemptState(
-            ExecutionState.FINISHED, rows=rows, result_path=tdd.result_path if result is not None else None
+            ExecutionState.FINISHED, rows=written.rows, result_path=tdd.result_path, result_schema=written.schema
         )
 
     def _may_start(self, start_before: float | None) -> bool:

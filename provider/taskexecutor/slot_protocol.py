@@ -137,6 +137,7 @@ class AttemptState:
     rows: int | None = None
     result_path: str | None = None
     failure: Failure | None = None
+    result_schema: str | None = None
 
     def to_message(self) -> Message:
         return {
@@ -144,6 +145,7 @@ class AttemptState:
             "state": self.state.value,
             "rows": self.rows,
             "result_path": self.result_path,
+            "result_schema": self.result_schema,
             "failure": self.failure.to_dict() if self.failure is not None else None,
         }
 
@@ -155,6 +157,7 @@ class AttemptState:
             state=ExecutionState(message["state"]),
             rows=int(rows) if rows is not None else None,
             result_path=message.get("result_path"),
+            result_schema=message.get("result_schema"),
             failure=Failure(
                 cls=str(failure["class"]), message=str(failure["message"]), traceback=str(failure.get("traceback", ""))
             )

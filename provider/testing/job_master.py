@@ -210,6 +210,7 @@ class FakeProgressStore:
         subtask_index: int,
         result_path: str | None,
         rows: int | None,
+        result_schema: str | None = None,
     ) -> None:
         if self.gate is not None:
             await self.gate.wait()

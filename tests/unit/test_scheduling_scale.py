@@ -77,6 +77,7 @@ class RecordingProgressStore:
         subtask_index: int,
         result_path: str | None,
         rows: int | None,
+        result_schema: str | None = None,
     ) -> None:
         self.records += 1
 
