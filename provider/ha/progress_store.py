@@ -18,7 +18,7 @@ import logging
 import os
 import time
 from abc import abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -51,23 +51,32 @@ Finished = dict[str, dict[int, "SubtaskProgress"]]
 @dataclass(frozen=True)
 class SubtaskProgress:
     """A FINISHED subtask: its result partition (None when it returned nothing), row count and the
+    result's schema JSON (None when it returned nothing, or recorded before schemas were) and the
     datasets its DataFrame read that are not the job's own results (`input_files`)."""
 
     result_path: str | None
     rows: int | None
+    result_schema: str | None = None
     input_files: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form kept in a store (`input_files` only when there are some)."""
+        """The stored form: `result_path`, `rows`, and `result_schema` and `input_files` when there are some."""
         data: dict[str, Any] = {"result_path": self.result_path, "rows": self.rows}
+        if self.result_schema is not None:
+            data["result_schema"] = self.result_schema
         if self.input_files:
             data["input_files"] = list(self.input_files)
         return data
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> SubtaskProgress:
-        """Read `to_dict`'s form; a record of before input files has none."""
-        return cls(raw["result_path"], raw["rows"], tuple(str(path) for path in raw.get("input_files", ())))
+    def from_dict(cls, data: Mapping[str, Any]) -> SubtaskProgress:
+        """The stored form back; KeyError or TypeError when it is not one. Progress stored before
+        schemas or input files were recorded has none."""
+        schema = data.get("result_schema")
+        if schema is not None and not isinstance(schema, str):
+            raise TypeError(f"result_schema must be a string, got {schema!r}")
+        input_files = tuple(str(path) for path in data.get("input_files", ()))
+        return cls(data["result_path"], data["rows"], result_schema=schema, input_files=input_files)
 
 
 @dataclass
@@ -118,10 +127,11 @@ class ProgressStore(Protocol):
         result_path: str | None,
         rows: int | None,
         *,
+        result_schema: str | None = None,
         input_files: tuple[str, ...] = (),
     ) -> None:
-        """A subtask FINISHED, its result at `result_path` (None when it returned nothing), having
-        read `input_files`."""
+        """A subtask FINISHED, its result at `result_path` (None when it returned nothing) with
+        `result_schema` (its schema JSON, for its consumers' reads), having read `input_files`."""
 
     @abstractmethod
     async def record_cancel(self, session_id: str, job_id: str) -> None:
@@ -177,9 +187,10 @@ class FileProgressStore:
         result_path: str | None,
         rows: int | None,
         *,
+        result_schema: str | None = None,
         input_files: tuple[str, ...] = (),
     ) -> None:
-        entry = SubtaskProgress(result_path, rows, input_files)
+        entry = SubtaskProgress(result_path, rows, result_schema=result_schema, input_files=input_files)
         _check_subtask(vertex_id, subtask_index, entry)
         path = self._file(job_id)
         self._election.fence(session_id, COMPONENT)
@@ -271,9 +282,10 @@ class ZooKeeperProgressStore:
         result_path: str | None,
         rows: int | None,
         *,
+        result_schema: str | None = None,
         input_files: tuple[str, ...] = (),
     ) -> None:
-        entry = SubtaskProgress(result_path, rows, input_files)
+        entry = SubtaskProgress(result_path, rows, result_schema=result_schema, input_files=input_files)
         _check_subtask(vertex_id, subtask_index, entry)
         job_node = self._job_node(job_id)
         latch = self._election.fence(session_id, COMPONENT)

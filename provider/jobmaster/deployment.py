@@ -49,6 +49,7 @@ def deployment_descriptor(
         result_path=results.attempt_path(graph.job_id, vertex.id, ev.subtask_index, execution.execution_id),
         job_name=graph.name,
         inputs={name: graph.partition_paths(name) for name in vertex.inputs},
+        input_schemas={name: schema for name in vertex.inputs if (schema := graph.result_schema(name)) is not None},
         params=dict(vertex.params),
         artifacts=tuple(graph.graph.artifacts),
         spark_conf=dict(graph.graph.config),

@@ -64,6 +64,7 @@ class Execution:
         "slot",
         "result_path",
         "rows",
+        "result_schema",
         "input_files",
         "failure",
         "deployed_at",
@@ -80,6 +81,7 @@ class Execution:
         self.slot: AllocatedSlot | None = None
         self.result_path: str | None = None
         self.rows: int | None = None
+        self.result_schema: str | None = None  # the result's schema JSON, as its TaskExecutor reported it
         self.input_files: tuple[str, ...] = ()  # the datasets it read besides the job's results
         self.failure: Failure | None = None
         self.deployed_at = 0.0  # the JobMaster's clock when it was deployed
@@ -418,6 +420,7 @@ class ExecutionGraph:
                 ev.current.transition(ExecutionState.FINISHED)
                 ev.current.result_path = entry.result_path
                 ev.current.rows = entry.rows
+                ev.current.result_schema = entry.result_schema
                 ev.current.input_files = entry.input_files
                 ev.deployed_attempts = 1
                 ev.progress_recorded = True
@@ -479,13 +482,26 @@ class ExecutionGraph:
             if ev.state is ExecutionState.FINISHED and ev.current.result_path is not None
         )
 
+    def result_schema(self, vertex_id: str) -> str | None:
+        """The schema JSON of a vertex's result, if every finished subtask that wrote a partition
+        reported the same one; None otherwise (its consumers then read it as Spark infers it)."""
+        schemas = {
+            ev.current.result_schema
+            for ev in self._vertices[vertex_id]
+            if ev.state is ExecutionState.FINISHED and ev.current.result_path is not None
+        }
+        return schemas.pop() if len(schemas) == 1 else None
+
     def finished(self) -> Finished:
         """Every FINISHED subtask's result and rows (what a repair of the job keeps)."""
         finished: Finished = {}
         for ev in self.subtasks():
             if ev.state is ExecutionState.FINISHED:
                 finished.setdefault(ev.vertex.id, {})[ev.subtask_index] = SubtaskProgress(
-                    ev.current.result_path, ev.current.rows, ev.current.input_files
+                    ev.current.result_path,
+                    ev.current.rows,
+                    result_schema=ev.current.result_schema,
+                    input_files=ev.current.input_files,
                 )
         return finished
 

@@ -209,7 +209,12 @@ class JobMaster:
             self._events.task_ended(update.state.value, execution.ran_for(self._clock()))
         if update.state is ExecutionState.FINISHED:
             self._on_finished(
-                ev, execution, result_path=update.result_path, rows=update.rows, input_files=update.input_files
+                ev,
+                execution,
+                result_path=update.result_path,
+                rows=update.rows,
+                result_schema=update.result_schema,
+                input_files=update.input_files,
             )
         elif update.state is ExecutionState.FAILED:
             failure = update.failure or Failure("UnknownFailure", "the TaskExecutor reported FAILED without a cause")
@@ -567,10 +572,12 @@ class JobMaster:
         *,
         result_path: str | None,
         rows: int | None,
+        result_schema: str | None,
         input_files: tuple[str, ...],
     ) -> None:
         execution.result_path = result_path
         execution.rows = rows
+        execution.result_schema = result_schema if result_path is not None else None
         execution.input_files = input_files
         self._release_slot(execution)
         self._declare()
@@ -589,6 +596,7 @@ class JobMaster:
                 ev.subtask_index,
                 execution.result_path,
                 execution.rows,
+                result_schema=execution.result_schema,
                 input_files=execution.input_files,
             )
         except LeadershipLost:

@@ -105,7 +105,9 @@ class TaskDeploymentDescriptor:
     """Everything a TaskExecutor needs to run one attempt of one subtask.
 
     `inputs` maps each upstream vertex to the paths of its result partitions (an empty list
-    when it returned nothing); `result_path` is where this attempt writes a returned DataFrame.
+    when it returned nothing), and `input_schemas` those whose producers reported their result's
+    schema to its JSON (`StructType.json()`), which the attempt reads them with instead of
+    inferring it; `result_path` is where this attempt writes a returned DataFrame.
     `registration_id` is the TaskExecutor's registration the slot was allocated under: the
     TaskExecutor runs the task only while it is registered under it (and the deploying leader's
     session), so a deployment of an older session or registration never runs.
@@ -130,6 +132,7 @@ class TaskDeploymentDescriptor:
     spark_conf: Mapping[str, str] = field(default_factory=dict)
     #: the Python environment the task runs in (its vertex's, else its job's), if any
     environment: Environment | None = None
+    input_schemas: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, data: Any) -> TaskDeploymentDescriptor:
@@ -141,7 +144,10 @@ class TaskDeploymentDescriptor:
 
 @dataclass(frozen=True)
 class ExecutionStateUpdate:
-    """A TaskExecutor's report of one attempt's new state, fenced by `job_master_id`."""
+    """A TaskExecutor's report of one attempt's new state, fenced by `job_master_id`.
+
+    A FINISHED attempt that wrote a result gives its `rows`, `result_path` and `result_schema`
+    (the result's schema as Spark's JSON, `StructType.json()`; None from a TaskExecutor of before)."""
 
     job_id: str
     job_master_id: str
@@ -153,6 +159,7 @@ class ExecutionStateUpdate:
     #: FINISHED: the datasets its DataFrame read besides the job's results (`VertexResult.input_files`)
     input_files: tuple[str, ...] = ()
     failure: Failure | None = None
+    result_schema: str | None = None
 
     @classmethod
     def from_dict(cls, data: Any) -> ExecutionStateUpdate:
@@ -323,6 +330,7 @@ class TaskDeploymentDescriptorSchema(StrictSchema):
     artifacts = fields.List(fields.String(validate=WholeMatch(BLOB_KEY_PATTERN)), load_default=list)
     spark_conf = fields.Dict(keys=fields.String(), values=fields.String(), load_default=dict)
     environment = environment_field()
+    input_schemas = fields.Dict(keys=fields.String(), values=fields.String(), load_default=dict)
 
     @post_load
     def make(self, data: dict[str, Any], **_: Any) -> TaskDeploymentDescriptor:
@@ -336,6 +344,7 @@ class TaskDeploymentDescriptorSchema(StrictSchema):
         data["artifacts"] = list(data["artifacts"])
         data["params"] = dict(data["params"])
         data["spark_conf"] = dict(data["spark_conf"])
+        data["input_schemas"] = dict(data["input_schemas"])
         return drop_none(data, "environment")
 
 
@@ -349,6 +358,7 @@ class ExecutionStateUpdateSchema(StrictSchema):
     result_path = fields.String(allow_none=True, load_default=None)
     input_files = fields.List(fields.String(), load_default=list, validate=validate.Length(max=MAX_INPUT_FILES))
     failure = fields.Nested(FailureSchema, allow_none=True, load_default=None)
+    result_schema = fields.String(allow_none=True, load_default=None)
 
     @post_load
     def make(self, data: dict[str, Any], **_: Any) -> ExecutionStateUpdate:
@@ -357,7 +367,7 @@ class ExecutionStateUpdateSchema(StrictSchema):
 
     @post_dump
     def compact(self, data: dict[str, Any], **_: Any) -> dict[str, Any]:
-        return drop_none(drop_empty(data, "input_files"), "rows", "result_path", "failure")
+        return drop_none(drop_empty(data, "input_files"), "rows", "result_path", "failure", "result_schema")
 
 
 class TaskExecutorRegistrationSchema(StrictSchema):

@@ -14,12 +14,13 @@ The master imports this module; pyspark is only imported by the slot processes' 
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sparkdispatch.model.job_result import Failure
 
@@ -74,22 +75,78 @@ def job_dir_of(attempt_path: str) -> str:
     return attempt_path.rstrip("/").rsplit("/", 2)[0]
 
 
-def write_partition(frame: DataFrame, path: str) -> int:
-    """Write `frame` as the Parquet partition at `path`, replacing what an earlier try left; its row count.
+@dataclass(frozen=True)
+class WrittenPartition:
+    """What writing a partition observed: its row count, and its schema as Spark's JSON
+    (`StructType.json()`, every field nullable, as Parquet gives it back) for its readers."""
 
-    The count is observed on the write itself (`DataFrame.observe`), so it costs no second job.
+    rows: int
+    schema: str
+
+
+# Hadoop settings of a partition's write job (a DataFrameWriter's options reach its Hadoop
+# configuration). Each attempt writes a directory of its own that is recorded only once the write
+# succeeded, so the `_SUCCESS` marker tells a reader nothing.
+_WRITE_OPTIONS = {"mapreduce.fileoutputcommitter.marksuccessfuljobs": "false"}
+# On a local filesystem, Hadoop's LocalFileSystem adds a `.crc` file beside every file it writes,
+# which no reader of the partition checks; the raw filesystem writes the data alone. A new
+# instance for these writes only (not the JVM's cached `file:` filesystem, which others share).
+_LOCAL_WRITE_OPTIONS = {"fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem", "fs.file.impl.disable.cache": "true"}
+
+
+def write_partition(frame: DataFrame, path: str) -> WrittenPartition:
+    """Write `frame` as the Parquet partition at `path`, replacing what an earlier try left; its row
+    count and schema.
+
+    The count is observed on the write itself (`DataFrame.observe`), so it costs no second job; the
+    schema is the plan's (an analysis, no job). No `_SUCCESS` marker, and on a local path no `.crc`
+    files. The files are as many as the plan's last stage has non-empty partitions: after a shuffle,
+    adaptive execution has already coalesced small ones (`spark.sql.adaptive.*`), and adding a
+    shuffle to cut them further would cost a result of any size more than the files do.
     """
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
     rows = Observation()
-    frame.observe(rows, F.count(F.lit(1)).alias("rows")).write.mode("overwrite").parquet(path)
-    return int(rows.get["rows"])
+    options = {**_WRITE_OPTIONS, **(_LOCAL_WRITE_OPTIONS if _is_local(path) else {})}
+    frame.observe(rows, F.count(F.lit(1)).alias("rows")).write.mode("overwrite").options(**options).parquet(path)
+    return WrittenPartition(rows=int(rows.get["rows"]), schema=nullable_schema(frame.schema.json()))
 
 
-def read_partitions(session: SparkSession | ConnectSession, paths: Sequence[str]) -> DataFrame | None:
-    """One vertex's result: its partitions as one DataFrame, None when it wrote none."""
-    return session.read.parquet(*paths) if paths else None
+def nullable_schema(schema: str) -> str:
+    """A schema JSON (`StructType.json()`) with every field, array element and map value nullable:
+    the schema Spark reads back from Parquet it wrote."""
+
+    def loosen(data: Any) -> Any:
+        if isinstance(data, dict):
+            loosened = {key: loosen(value) for key, value in data.items()}
+            for flag in ("nullable", "containsNull", "valueContainsNull"):
+                if flag in loosened:
+                    loosened[flag] = True
+            return loosened
+        if isinstance(data, list):
+            return [loosen(item) for item in data]
+        return data
+
+    return json.dumps(loosen(json.loads(schema)), separators=(",", ":"))
+
+
+def read_partitions(
+    session: SparkSession | ConnectSession, paths: Sequence[str], schema: str | None = None
+) -> DataFrame | None:
+    """One vertex's result: its partitions as one DataFrame, None when it wrote none.
+
+    With the `schema` its producer reported (`WrittenPartition.schema`), Spark reads without
+    inferring it (no job, no footers read up front); without it (progress recorded before schemas
+    travelled), Spark infers it as before.
+    """
+    if not paths:
+        return None
+    if schema is None:
+        return session.read.parquet(*paths)
+    from pyspark.sql.types import StructType
+
+    return session.read.schema(StructType.fromJson(json.loads(schema))).parquet(*paths)
 
 
 def remove_job_results(layout: ResultLayout, job_id: str) -> None:

@@ -509,7 +509,12 @@ class TaskRunner:
             end.rows,
         )
         return self._transition(
-            running, ExecutionState.FINISHED, rows=end.rows, result_path=end.result_path, input_files=end.input_files
+            running,
+            ExecutionState.FINISHED,
+            rows=end.rows,
+            result_path=end.result_path,
+            result_schema=end.result_schema,
+            input_files=end.input_files,
         )
 
     def _environment_python(self, tdd: TaskDeploymentDescriptor, in_use: ExitStack) -> str | None:
@@ -573,12 +578,19 @@ class TaskRunner:
         *,
         rows: int | None = None,
         result_path: str | None = None,
+        result_schema: str | None = None,
         input_files: tuple[str, ...] = (),
         failure: Failure | None = None,
     ) -> ExecutionState:
         running.state = state
         update = self._update(
-            running.tdd, state, rows=rows, result_path=result_path, input_files=input_files, failure=failure
+            running.tdd,
+            state,
+            rows=rows,
+            result_path=result_path,
+            result_schema=result_schema,
+            input_files=input_files,
+            failure=failure,
         )
         if not state.is_terminal:
             self._background.submit(running, update)
@@ -647,6 +659,7 @@ class TaskRunner:
         *,
         rows: int | None = None,
         result_path: str | None = None,
+        result_schema: str | None = None,
         input_files: tuple[str, ...] = (),
         failure: Failure | None = None,
     ) -> ExecutionStateUpdate:
@@ -658,6 +671,7 @@ class TaskRunner:
             task_executor_id=self._task_executor_id,
             rows=rows,
             result_path=result_path,
+            result_schema=result_schema,
             input_files=input_files,
             failure=failure,
         )

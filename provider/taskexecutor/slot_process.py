@@ -54,7 +54,7 @@ from sparkdispatch.errors import ConfigurationError, EntrypointNotFound, Illegal
 from sparkdispatch.lifeline import die_with_parent
 from sparkdispatch.model.job_result import MAX_INPUT_FILES, Failure
 from sparkdispatch.model.states import ExecutionState
-from sparkdispatch.storage.results import job_dir_of, write_partition
+from sparkdispatch.storage.results import WrittenPartition, job_dir_of, write_partition
 from sparkdispatch.taskexecutor.attempt_failures import failure_of, session_gone
 from sparkdispatch.taskexecutor.input_datasets import input_datasets
 from sparkdispatch.taskexecutor.driver_log import DriverLog, progress_handler
@@ -386,14 +386,14 @@ class SlotProcess:
                 job_id=tdd.job_id,
                 vertex_id=tdd.vertex_id,
                 attempt=tdd.attempt,
-                inputs=LazyInputs(session, tdd.inputs),
+                inputs=LazyInputs(session, tdd.inputs, tdd.input_schemas),
             )
             result = function(ctx)
-            rows: int | None = None
+            written: WrittenPartition | None = None
             input_files: tuple[str, ...] = ()
             if result is not None and not attempt.cancelled.is_set():
                 frame = _as_dataframe(result)
-                rows = write_partition(frame, tdd.result_path)
+                written = write_partition(frame, tdd.result_path)
                 input_files = _input_datasets(frame, tdd.result_path)
         except BaseException as exc:  # noqa: BLE001 - this process exists to run the function; SystemExit too
             if attempt.cancelled.is_set():
@@ -402,10 +402,13 @@ class SlotProcess:
             return self._failed(exc)
         if attempt.cancelled.is_set():
             return AttemptState(ExecutionState.CANCELED)
+        if written is None:
+            return AttemptState(ExecutionState.FINISHED)
         return AttemptState(
             ExecutionState.FINISHED,
-            rows=rows,
-            result_path=tdd.result_path if result is not None else None,
+            rows=written.rows,
+            result_path=tdd.result_path,
+            result_schema=written.schema,
             input_files=input_files,
         )
 

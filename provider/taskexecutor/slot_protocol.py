@@ -138,6 +138,7 @@ class AttemptState:
     result_path: str | None = None
     input_files: tuple[str, ...] = ()
     failure: Failure | None = None
+    result_schema: str | None = None
 
     def to_message(self) -> Message:
         return {
@@ -146,6 +147,7 @@ class AttemptState:
             "rows": self.rows,
             "result_path": self.result_path,
             "input_files": list(self.input_files),
+            "result_schema": self.result_schema,
             "failure": self.failure.to_dict() if self.failure is not None else None,
         }
 
@@ -158,6 +160,7 @@ class AttemptState:
             rows=int(rows) if rows is not None else None,
             result_path=message.get("result_path"),
             input_files=tuple(str(path) for path in message.get("input_files", ())),
+            result_schema=message.get("result_schema"),
             failure=Failure(
                 cls=str(failure["class"]), message=str(failure["message"]), traceback=str(failure.get("traceback", ""))
             )

@@ -15,17 +15,25 @@ if TYPE_CHECKING:
 class LazyInputs(Mapping[str, "DataFrame | None"]):
     """Upstream vertex id → its whole result as one DataFrame, read on first access.
 
-    `None` for an upstream vertex whose subtasks returned nothing.
+    `None` for an upstream vertex whose subtasks returned nothing. A vertex in `schemas` (its
+    result's schema JSON, as its producers reported it) is read with that schema, the others with
+    the schema Spark infers.
     """
 
-    def __init__(self, spark: SparkSession, paths: Mapping[str, tuple[str, ...]]) -> None:
+    def __init__(
+        self,
+        spark: SparkSession,
+        paths: Mapping[str, tuple[str, ...]],
+        schemas: Mapping[str, str] | None = None,
+    ) -> None:
         self._spark = spark
         self._paths = dict(paths)
+        self._schemas = dict(schemas or {})
         self._read: dict[str, DataFrame | None] = {}
 
     def __getitem__(self, vertex_id: str) -> DataFrame | None:
         if vertex_id not in self._read:
-            self._read[vertex_id] = read_partitions(self._spark, self._paths[vertex_id])
+            self._read[vertex_id] = read_partitions(self._spark, self._paths[vertex_id], self._schemas.get(vertex_id))
         return self._read[vertex_id]
 
     def __iter__(self) -> Iterator[str]:

@@ -215,6 +215,7 @@ class FakeProgressStore:
         result_path: str | None,
         rows: int | None,
         *,
+        result_schema: str | None = None,
         input_files: tuple[str, ...] = (),
     ) -> None:
         if self.gate is not None:

@@ -298,6 +298,24 @@ async def test_progress_store_records_and_removes(services: HighAvailabilityServ
         await store.record_subtask("not-the-session", job, "extract", 2, None, None)
     await store.remove(session, job)
     assert (await store.get(job)).finished == {}
+
+
+async def test_progress_store_keeps_a_results_schema_and_reads_progress_of_before_schemas(
+    services: HighAvailabilityServices,
+) -> None:
+    session = await leading(services.election)
+    store = services.progress_store
+    job = new_job_id()
+    schema = '{"fields":[{"metadata":{},"name":"id","nullable":true,"type":"long"}],"type":"struct"}'
+    await store.record_subtask(session, job, "extract", 0, "/r/extract/0", 10, result_schema=schema)
+    await store.record_subtask(session, job, "extract", 1, "/r/extract/1", 10)  # as a TaskExecutor of before
+    assert (await store.get(job)).finished == {
+        "extract": {0: SubtaskProgress("/r/extract/0", 10, schema), 1: SubtaskProgress("/r/extract/1", 10)}
+    }
+    # the stored form of before (no result_schema key) is what a master of before reads and writes
+    assert SubtaskProgress("/r/extract/1", 10).to_dict() == {"result_path": "/r/extract/1", "rows": 10}
+    assert SubtaskProgress.from_dict({"result_path": "/r/x", "rows": 1}) == SubtaskProgress("/r/x", 1)
+    await store.remove(session, job)
     assert audit_job(services, job) == ([], [])
 
 

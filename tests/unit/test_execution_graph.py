@@ -433,3 +433,42 @@ def test_a_dropped_graph_is_freed_by_reference_counting_alone() -> None:
     finally:
         if collecting:
             gc.enable()
+
+
+SCHEMA = '{"fields":[{"metadata":{},"name":"id","nullable":true,"type":"long"}],"type":"struct"}'
+OTHER_SCHEMA = SCHEMA.replace('"long"', '"string"')
+
+
+def test_a_deployment_carries_the_schema_its_producers_reported_also_after_a_failover() -> None:
+    from sparkdispatch.jobmaster.deployment import deployment_descriptor
+
+    slot = AllocatedSlot("alloc", "te-1", 0, "q", "host", "reg")
+
+    def schemas_given_to_left(progress: dict[int, SubtaskProgress]) -> dict[str, str]:
+        graph = ExecutionGraph(diamond())
+        graph.restore(JobProgress(JOB_ID, {"source": progress}))
+        left = graph.subtask(SubtaskId("left", 0))
+        tdd = deployment_descriptor(graph, left, slot, job_master_id="jm", results=ResultLayout("/r"))
+        return dict(tdd.input_schemas)
+
+    # recorded with the progress, so a new leader hands it on as the first one did
+    assert schemas_given_to_left({0: SubtaskProgress("/r/s0", 3, SCHEMA), 1: SubtaskProgress("/r/s1", 3, SCHEMA)}) == {
+        "source": SCHEMA
+    }
+    # a subtask that returned nothing has no partition and no say
+    assert schemas_given_to_left({0: SubtaskProgress("/r/s0", 3, SCHEMA), 1: SubtaskProgress(None, None)}) == {
+        "source": SCHEMA
+    }
+    # progress stored before schemas were recorded, or partitions that disagree: the consumer infers
+    assert schemas_given_to_left({0: SubtaskProgress("/r/s0", 3), 1: SubtaskProgress("/r/s1", 3)}) == {}
+    assert schemas_given_to_left({0: SubtaskProgress("/r/s0", 3, SCHEMA), 1: SubtaskProgress("/r/s1", 3)}) == {}
+    assert (
+        schemas_given_to_left({0: SubtaskProgress("/r/s0", 3, SCHEMA), 1: SubtaskProgress("/r/s1", 3, OTHER_SCHEMA)})
+        == {}
+    )
+
+
+def test_a_repair_keeps_the_schemas_of_the_results_it_keeps() -> None:
+    graph = ExecutionGraph(diamond())
+    graph.restore(JobProgress(JOB_ID, {"source": {0: SubtaskProgress("/r/s0", 3, SCHEMA)}}))
+    assert graph.finished() == {"source": {0: SubtaskProgress("/r/s0", 3, SCHEMA)}}

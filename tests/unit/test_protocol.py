@@ -49,12 +49,50 @@ def test_slot_report_deployment_and_update_round_trips() -> None:
         params={"k": 1},
         artifacts=("f" * 64,),
         spark_conf={"spark.x": "1"},
+        input_schemas={"extract": '{"fields":[],"type":"struct"}'},
     )
     assert TaskDeploymentDescriptor.from_dict(json.loads(json.dumps(tdd.to_dict()))) == tdd
     update = ExecutionStateUpdate(
-        job_id=JOB_ID, job_master_id="s", execution_id="e" * 32, state=ExecutionState.FINISHED, rows=3, result_path="/r"
+        job_id=JOB_ID,
+        job_master_id="s",
+        execution_id="e" * 32,
+        state=ExecutionState.FINISHED,
+        rows=3,
+        result_path="/r",
+        result_schema='{"fields":[],"type":"struct"}',
     )
     assert ExecutionStateUpdate.from_dict(update.to_dict()) == update
+
+
+def test_a_finished_report_or_deployment_of_before_schemas_travelled_loads_without_them() -> None:
+    update = ExecutionStateUpdate.from_dict(
+        {
+            "job_id": JOB_ID,
+            "job_master_id": "s",
+            "execution_id": "e1",
+            "state": "FINISHED",
+            "rows": 3,
+            "result_path": "/r",
+        }
+    )
+    assert update.result_schema is None
+    tdd = TaskDeploymentDescriptor.from_dict(
+        {
+            "job_id": JOB_ID,
+            "job_master_id": "s",
+            "execution_id": "e1",
+            "vertex_id": "v",
+            "entrypoint": "m:f",
+            "subtask_index": 0,
+            "parallelism": 1,
+            "attempt": 0,
+            "allocation_id": "a",
+            "slot_index": 0,
+            "result_path": "/r",
+            "inputs": {"up": ["/r/up/0"]},
+        }
+    )
+    assert tdd.input_schemas == {}
 
 
 def test_a_failed_update_carries_its_failure_and_drops_empty_fields() -> None:

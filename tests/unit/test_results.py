@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,7 @@ import pytest
 from sparkdispatch.model.job_result import Failure
 from sparkdispatch.storage.results import (
     ResultLayout,
+    nullable_schema,
     read_partitions,
     remove_attempt_partition,
     remove_job_results,
@@ -45,9 +48,9 @@ def test_the_master_can_import_it_without_pyspark() -> None:
 def test_a_partition_is_written_counted_and_read_back_with_its_siblings(spark: Any, tmp_path: Path) -> None:
     layout = ResultLayout(str(tmp_path))
     first, second = (layout.attempt_path(JOB_ID, "v", i, f"x{i}") for i in (0, 1))
-    assert write_partition(spark.range(0, 10), first) == 10
-    assert write_partition(spark.range(10, 13), second) == 3
-    assert write_partition(spark.range(0, 4), first) == 4  # a retry replaces what was there
+    assert write_partition(spark.range(0, 10), first).rows == 10
+    assert write_partition(spark.range(10, 13), second).rows == 3
+    assert write_partition(spark.range(0, 4), first).rows == 4  # a retry replaces what was there
 
     whole = read_partitions(spark, (first, second))
     assert whole is not None and sorted(r.id for r in whole.collect()) == [0, 1, 2, 3, 10, 11, 12]
@@ -112,3 +115,53 @@ def test_sparks_own_error_for_a_lost_partition_is_recognised(spark: Any, tmp_pat
         read_partitions(spark, (kept, lost))
     failure = Failure.from_exception(raised.value)
     assert unreadable_partitions(failure, {"a0": kept, "a1": lost}) == ["a1"]
+
+
+def test_a_partition_holds_only_its_data_files_and_reports_the_schema_spark_reads_back(
+    spark: Any, tmp_path: Path
+) -> None:
+    path = ResultLayout(str(tmp_path)).attempt_path(JOB_ID, "v", 0, "x")
+    frame = spark.range(5).selectExpr("id", "array(id) as a", "map('k', id) as m", "named_struct('n', id) as s")
+    written = write_partition(frame, path)
+    files = sorted(p.name for p in Path(path).iterdir())
+    assert files and all(name.startswith("part-") and name.endswith(".parquet") for name in files), files
+    assert json.loads(written.schema) == json.loads(spark.read.parquet(path).schema.json())
+
+
+def test_a_read_with_the_producers_schema_runs_no_job_and_one_without_infers_it(spark: Any, tmp_path: Path) -> None:
+    path = ResultLayout(str(tmp_path)).attempt_path(JOB_ID, "v", 0, "x")
+    written = write_partition(spark.range(5).selectExpr("id", "cast(id as string) as name"), path)
+    tracker = spark.sparkContext.statusTracker()
+
+    def jobs_of_a_read(schema: str | None) -> int:
+        """The Spark jobs that reading the partition and resolving its columns ran."""
+        group = f"read-{uuid.uuid4().hex}"
+        spark.sparkContext.setJobGroup(group, "a read of a result")
+        try:
+            frame = read_partitions(spark, (path,), schema)
+            assert frame is not None and frame.columns == ["id", "name"]
+        finally:
+            spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+        return len(tracker.getJobIdsForGroup(group))
+
+    given, inferred = jobs_of_a_read(written.schema), jobs_of_a_read(None)
+    assert (given, inferred >= 1) == (0, True)
+    frame = read_partitions(spark, (path,), written.schema)
+    assert frame is not None and sorted(r.name for r in frame.collect()) == ["0", "1", "2", "3", "4"]
+
+
+def test_a_schema_is_made_nullable_throughout_as_parquet_reads_it_back() -> None:
+    strict = {
+        "type": "struct",
+        "fields": [
+            {"name": "a", "type": {"type": "array", "elementType": "long", "containsNull": False}, "nullable": False},
+            {
+                "name": "m",
+                "type": {"type": "map", "keyType": "string", "valueType": "long", "valueContainsNull": False},
+                "nullable": False,
+            },
+        ],
+    }
+    loose = json.loads(nullable_schema(json.dumps(strict)))
+    assert [f["nullable"] for f in loose["fields"]] == [True, True]
+    assert loose["fields"][0]["type"]["containsNull"] and loose["fields"][1]["type"]["valueContainsNull"]

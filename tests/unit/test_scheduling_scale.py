@@ -78,6 +78,7 @@ class RecordingProgressStore:
         result_path: str | None,
         rows: int | None,
         *,
+        result_schema: str | None = None,
         input_files: tuple[str, ...] = (),
     ) -> None:
         self.records += 1

@@ -1,0 +1,24 @@
+"""Task functions of test_result_boundaries.py, shipped as an artifact."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def produce(ctx: Any) -> Any:
+    """A result with a non-nullable column, an array and a map."""
+    return ctx.spark.range(1000).selectExpr("id", "cast(id % 7 as int) as k", "array(id) as a", "map('k', id) as m")
+
+
+def read_input(ctx: Any) -> None:
+    """Resolve the input's schema (the analysis that would infer it) and leave it in a marker file;
+    no action of its own, so every Spark job of this attempt is the read's."""
+    schema = ctx.inputs["up"].schema.json()
+    (Path(ctx.params["marker_dir"]) / ctx.params["name"]).write_text(schema)
+
+
+def tagged_job(ctx: Any) -> None:
+    """One Spark job tagged `params.tag`: once it is listed, every earlier job is."""
+    ctx.spark.addTag(ctx.params["tag"])
+    ctx.spark.range(1).collect()

@@ -1,0 +1,139 @@
+"""A vertex boundary on a real Spark Connect server: what a result's directory holds, and what its
+consumer's read costs, counted in the server's Spark UI (its REST API's jobs)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.request import urlopen
+
+import pytest
+
+from sparkdispatch.model.states import ExecutionState
+from sparkdispatch.taskexecutor.connect_server import ConnectServer
+from sparkdispatch.taskexecutor.settings import ConnectServerSettings, SlotPoolSettings
+from sparkdispatch.taskexecutor.slot_pool import SlotProcessPool
+from sparkdispatch.testing.slot_attempts import artifact, deployment, new_job_id, run, slot_processes
+from sparkdispatch.testing.waiting import eventually_blocking
+
+pytestmark = pytest.mark.slow
+
+TASKS = Path(__file__).with_name("boundary_tasks.py")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+class SparkUi:
+    """The jobs the server's Spark UI lists (its REST API)."""
+
+    def __init__(self, port: int) -> None:
+        self.base = f"http://127.0.0.1:{port}/api/v1/applications"
+
+    def _get(self, path: str) -> Any:
+        with urlopen(self.base + path, timeout=10) as answer:
+            return json.load(answer)
+
+    def jobs(self) -> list[dict[str, Any]]:
+        [application] = self._get("")
+        jobs: list[dict[str, Any]] = self._get(f"/{application['id']}/jobs")
+        return jobs
+
+    def last_job_id(self) -> int:
+        return max((job["jobId"] for job in self.jobs()), default=-1)
+
+
+@pytest.fixture(scope="module")
+def ui_port() -> int:
+    return free_port()
+
+
+@pytest.fixture(scope="module")
+def connect_server(
+    tmp_path_factory: pytest.TempPathFactory, service_missing: Callable[[str], None], ui_port: int
+) -> Iterator[ConnectServer]:
+    if shutil.which("java") is None:
+        service_missing("Spark needs java on PATH")
+    settings = ConnectServerSettings(
+        spark_master="local[2]",
+        port=0,
+        start_timeout=240.0,
+        driver_memory=768 << 20,
+        spark_properties={
+            "spark.ui.enabled": "true",
+            "spark.ui.port": str(ui_port),
+            "spark.ui.host": "127.0.0.1",
+            "spark.sql.shuffle.partitions": "2",
+        },
+    )
+    server = ConnectServer(settings, work_dir=tmp_path_factory.mktemp("connect-server"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def pool(connect_server: ConnectServer) -> Iterator[SlotProcessPool]:
+    pool = SlotProcessPool(
+        SlotPoolSettings(spares=0, cancellation_timeout=2.0),
+        connect_url=connect_server.url,
+        driver_log=str(connect_server.log_path),
+    )
+    pool.start()
+    try:
+        yield pool
+    finally:
+        pool.close()
+    assert slot_processes() == set(), "slot processes left after close()"
+
+
+def test_a_result_holds_only_data_files_and_its_consumer_reads_it_without_an_inference_job(
+    pool: SlotProcessPool, ui_port: int, tmp_path: Path
+) -> None:
+    tasks = artifact(tmp_path, "boundary_tasks.py", TASKS.read_bytes())
+    (tmp_path / "markers").mkdir()
+    ui = SparkUi(ui_port)
+    job_id = new_job_id()
+
+    produced = run(pool, deployment(tmp_path, "boundary_tasks:produce", job_id=job_id), [tasks])
+    assert produced.state is ExecutionState.FINISHED and produced.result_path is not None, produced
+    assert produced.rows == 1000 and produced.result_schema is not None
+    files = sorted(p.name for p in Path(produced.result_path).iterdir())
+    assert files and all(name.startswith("part-") and name.endswith(".parquet") for name in files), files
+
+    def jobs_of_a_read(schemas: dict[str, str]) -> list[dict[str, Any]]:
+        """The Spark jobs a consumer's read of the result ran, once a tagged job behind it is listed."""
+        before = ui.last_job_id()
+        name, tag = f"read-{len(schemas)}", f"after-read-{uuid.uuid4().hex}"
+        inputs = {"up": (produced.result_path,)}
+        params = {"name": name}
+        read = deployment(
+            tmp_path, "boundary_tasks:read_input", job_id=job_id, params=params, inputs=inputs, input_schemas=schemas
+        )
+        assert run(pool, read, [tasks]).state is ExecutionState.FINISHED
+        marker = deployment(tmp_path, "boundary_tasks:tagged_job", job_id=job_id, params={"tag": tag})
+        assert run(pool, marker, [tasks]).state is ExecutionState.FINISHED
+        eventually_blocking(
+            lambda: any(tag in t for job in ui.jobs() for t in job.get("jobTags", [])),
+            f"the tagged job {tag} listed in the Spark UI",
+            timeout=60,
+        )
+        return [job for job in ui.jobs() if job["jobId"] > before and not any(tag in t for t in job.get("jobTags", []))]
+
+    assert jobs_of_a_read({"up": produced.result_schema}) == []
+    with_schema = (tmp_path / "markers" / "read-1").read_text()
+    inferred = jobs_of_a_read({})
+    assert len(inferred) >= 1, "without the producer's schema Spark infers it with a job"
+    # the schema given is the one Spark infers from the files: the consumer sees the same columns
+    assert json.loads(with_schema) == json.loads((tmp_path / "markers" / "read-0").read_text())
