@@ -73,9 +73,12 @@ async def test_the_sales_pipeline_runs_on_a_spark_cluster_and_spark_recovers_a_l
                 "spark.cores.max": "2",
                 "spark.executor.cores": "1",
                 "spark.executor.memory": "512m",
+                # the driver's monitoring API tells which executor is busy; with a cluster master the
+                # Connect server's UI is off unless enabled
+                "spark.ui.enabled": "true",
                 "spark.ui.port": str(ui_port),
             }
-        )  # the driver's monitoring API tells which executor is busy
+        )
         master = Master(config)
         await master.start()
         te = TaskExecutorProcess(config, tmp_path)
