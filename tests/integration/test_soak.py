@@ -2,8 +2,8 @@
 versions, a restarted attempt, a repair, a cancellation) and does not grow in processes or threads.
 
 bench/soak.py is the long form (thousands of jobs, every process sampled each minute); this test
-runs 30 jobs, with the Connect server recycled every 20 job sessions so recycling happens under
-the soak, and compares the TaskExecutor's tree once it settled after a warm-up of 10 jobs with the
+runs 20 jobs, with the Connect server recycled every 12 job sessions so recycling happens under
+the soak, and compares the TaskExecutor's tree once it settled after a warm-up of 6 jobs with the
 same after the last job. Settled: one Connect server (none draining), every slot and the spare
 holding a slot process, and Spark's Python processes down to the worker daemons of the live job
 sessions, one per slot at most (idle workers end a minute after their last UDF; the daemons of
@@ -14,7 +14,7 @@ and Spark's Python processes stay at one daemon per slot at most (a Python worke
 session, as before the TaskExecutor ended those of released sessions, shows as a process more per
 job; fewer is fine: a successor server has none until its sessions run a UDF). A JVM's threads
 and open files move with its thread pools, which grow under load and shrink after a minute idle,
-and with what up to 20 sessions left since the server's last replacement (Spark keeps threads per
+and with what up to 12 sessions left since the server's last replacement (Spark keeps threads per
 session that ran a UDF): between a server that had just taken over and one 20 sessions old, +94
 threads were measured at a load average of 12 on the 2 cores, so up to 150 more threads and 200
 more open files. That the server was recycled at all is read in the TaskExecutor's log. The
@@ -37,8 +37,8 @@ pytestmark = pytest.mark.slow
 
 SLOTS = 2
 SPARES = 1
-WARM_UP_JOBS = 10
-JOBS = 30
+WARM_UP_JOBS = 6
+JOBS = 20
 START_S = 420.0
 SETTLE_S = 300.0
 JVM_THREADS_TOLERANCE = 150
@@ -49,7 +49,7 @@ OVERRIDES = {
     "spark.ui.enabled": "false",
     "spark.sql.shuffle.partitions": "2",
     "rest.execution-result.long-poll": "5s",
-    "taskexecutor.connect.recycle.sessions": 20,
+    "taskexecutor.connect.recycle.sessions": 12,
     "taskexecutor.artifact-cache.max-size": "64kb",
     "taskexecutor.connect.start-timeout": "6min",
     "taskexecutor.slot-process.spares": SPARES,

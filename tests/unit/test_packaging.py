@@ -10,7 +10,6 @@ import configparser
 import email
 import importlib.metadata
 import importlib.util
-import json
 import re
 import shutil
 import subprocess
@@ -168,30 +167,44 @@ def test_a_server_command_without_its_extra_names_the_extra_to_install() -> None
 
 
 @pytest.mark.slow
-def test_installing_the_airflow_extra_into_a_fresh_venv_brings_no_server_package(tmp_path: Path) -> None:
-    """pip's own resolution (`--dry-run --report`) of the built wheel with `[airflow]`, in a new venv."""
+def test_installing_the_airflow_extra_brings_no_server_package(tmp_path: Path) -> None:
+    """uv's resolution of the built wheel with `[airflow]` for this interpreter, nothing installed.
+
+    uv (a dependency of the TaskExecutor side, so in this venv) resolves the same metadata pip would
+    in seconds where pip's `--dry-run --report` in a fresh venv took about a minute.
+    """
     with _build_wheel(tmp_path) as wheel:
         wheel_path = wheel.filename
     assert wheel_path is not None
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    report = tmp_path / "report.json"
+    requirements = tmp_path / "requirements.in"
+    requirements.write_text(f"sparkdispatch[airflow] @ {Path(wheel_path).resolve().as_uri()}\n")
     done = subprocess.run(
         [
-            str(venv / "bin" / "pip"),
-            "install",
-            "-q",
-            "--dry-run",
-            "--ignore-installed",
-            "--report",
-            str(report),
-            f"{wheel_path}[airflow]",
+            str(Path(sys.executable).parent / "uv"),
+            "pip",
+            "compile",
+            "--quiet",
+            "--no-header",
+            "--no-annotate",
+            "--python",
+            sys.executable,
+            str(requirements),
         ],
         capture_output=True,
         text=True,
         timeout=900,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    installed = {item["metadata"]["name"].lower() for item in json.loads(report.read_text())["install"]}
-    assert {"apache-airflow", "sparkdispatch", "kazoo"} <= installed
-    assert not installed & set(SERVER_ONLY), f"the airflow extra pulls {sorted(installed & set(SERVER_ONLY))}"
+    installed = {
+        _normalised(re.split(r"[=@ \[]", line, maxsplit=1)[0])
+        for line in done.stdout.splitlines()
+        if line.strip() and not line.startswith("#")
+    }
+    assert {"apache-airflow", "sparkdispatch", "kazoo"} <= installed, sorted(installed)
+    pulled = installed & {_normalised(name) for name in SERVER_ONLY}
+    assert not pulled, f"the airflow extra pulls {sorted(pulled)}"
+
+
+def _normalised(distribution: str) -> str:
+    """A distribution's name as PEP 503 compares it."""
+    return re.sub(r"[-_.]+", "-", distribution.strip()).lower()
