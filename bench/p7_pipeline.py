@@ -49,7 +49,7 @@ from harness.graphs import pipelines_artifact, sales_graph
 from harness.paths import DAGS_DIR
 from harness.processes import cpu_seconds, descendants, process_cmdline, tree_cpu_seconds
 from harness.reporting import load_average, load_change, median, print_table, save_results
-from harness.running import add_pipeline_options, add_run_options, bench_main, scratch_dir
+from harness.running import add_pipeline_options, add_run_options, bench_main, scratch_dir, add_override_option
 from harness.standalone import Standalone
 
 from sparkdispatch.config import Configuration
@@ -196,14 +196,7 @@ def run() -> int:
     parser.add_argument("--runs", type=int, default=5, help="timed runs of each (after the warm-up)")
     parser.add_argument("--warm-up", type=int, default=3, help="warm-up runs of the cluster and of each floor")
     add_pipeline_options(parser)
-    parser.add_argument(
-        "-D",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a configuration key of the standalone and of the floors' server; repeatable",
-    )
+    add_override_option(parser, help="a configuration key of the standalone and of the floors' server; repeatable")
     add_run_options(parser, quick="1 warm-up and 2 timed runs")
     args = parser.parse_args()
     if args.quick:

@@ -10,5 +10,5 @@
 - `local_cluster`: masters and TaskExecutors as real local processes (`TaskExecutorProcess`: one alone).
 - `services`: real ZooKeeper and Redis servers; `contender`, `clock`: HA test helpers; `passes`: vertices
   that count the passes a graph build makes over them; `wheels`: tiny wheels made on the spot, for
-  jobs' Python environments with no package index.
+  jobs' Python environments with no package index; `chromium`: the browser tests' headless Chromium.
 """

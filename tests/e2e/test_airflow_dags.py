@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
+from sparkdispatch.testing.chromium import CHROMIUM, chromium_args
 from sparkdispatch.testing.http import http_json
 from sparkdispatch.testing.services import free_port
 from sparkdispatch.testing.waiting import WatchedProcess, eventually_blocking
@@ -35,17 +36,6 @@ DAGS = REPO / "dags"
 ROWS = 3000
 CLUSTER_START_TIMEOUT_S = 600  # an upper bound: a loaded machine starts Spark slowly
 OUTPUT = REPO / "tests" / "output"  # screenshots, git-ignored
-CHROMIUM = os.environ.get("SPARKDISPATCH_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-quic",
-]
 
 
 @pytest.fixture(scope="module")
@@ -785,7 +775,7 @@ def test_airflows_grid_shows_one_task_per_vertex_of_the_group(
             processes=[WatchedProcess("Airflow's api-server", server, log_path.read_text)],
         )
         with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=chromium_args())
             try:
                 page = browser.new_page(viewport={"width": 1400, "height": 900})
                 page.goto(f"http://127.0.0.1:{port}/dags/{dag.dag_id}/runs/{run.run_id}", wait_until="networkidle")

@@ -16,13 +16,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 from collections.abc import AsyncIterator
 from typing import Any, NoReturn
 
 import pytest
 from aiohttp import web
 
+from sparkdispatch.testing.chromium import CHROMIUM, browser_missing, chromium_args
 from sparkdispatch.testing.http import request_json
 from sparkdispatch.testing.master import InProcessMaster
 from sparkdispatch.testing.services import free_port
@@ -31,19 +31,8 @@ from sparkdispatch.testing.waiting import eventually
 pytestmark = pytest.mark.slow
 
 UNDER_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
-CHROMIUM = os.environ.get("SPARKDISPATCH_CHROMIUM", "/usr/bin/chromium")
 EVIL = "evil.example"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-quic",
-    f"--host-resolver-rules=MAP {EVIL} 127.0.0.1",
-]
+CHROMIUM_ARGS = chromium_args(f"--host-resolver-rules=MAP {EVIL} 127.0.0.1")
 WAIT_MS = 20_000
 EVIL_CODE = b"import os\nos.system('touch /tmp/owned')\n"
 GRAPH = {"name": "owned", "vertices": [{"id": "a", "entrypoint": "evil:run"}]}
@@ -110,12 +99,10 @@ async def evil_site(evil_origin: str) -> AsyncIterator[str]:
 @pytest.fixture
 async def browser_page(master: InProcessMaster, control: InProcessMaster, evil_site: str) -> AsyncIterator[Any]:
     """A page of a fresh headless Chromium; depends on the servers so it closes before they stop."""
-    try:
-        from playwright.async_api import async_playwright
-    except ImportError:
-        missing("Python's playwright is not installed (pip install playwright)")
-    if not shutil.which(CHROMIUM):
-        missing(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
+    if (reason := browser_missing()) is not None:
+        missing(reason)
+    from playwright.async_api import async_playwright
+
     async with async_playwright() as playwright:
         browser = await playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         try:

@@ -8,7 +8,6 @@ Screenshots go to tests/output/ (git-ignored) for a person to look at.
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -32,24 +31,14 @@ from sparkdispatch.model.rest_shapes import (
 )
 from sparkdispatch.rest.ui_render import JobPage
 from sparkdispatch.rest.ui_routes import add_ui_routes
+from sparkdispatch.testing.chromium import CHROMIUM, browser_missing, chromium_args
 from sparkdispatch.testing.local_cluster import LocalCluster
 from sparkdispatch.testing.services import free_port
 
 pytestmark = pytest.mark.slow
 
 UNDER_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
-CHROMIUM = os.environ.get("SPARKDISPATCH_CHROMIUM", "/usr/bin/chromium")
 OUTPUT = Path(__file__).resolve().parents[1] / "output"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-quic",
-]
 TERMINAL = {"FINISHED", "FAILED", "CANCELED"}
 POLL_WAIT_MS = 15_000  # generous: the page polls every second; this only bounds a hang
 
@@ -250,19 +239,17 @@ async def ui_server(view: ScriptedView) -> AsyncIterator[str]:
 @asynccontextmanager
 async def chromium_page(profile: Path) -> AsyncIterator[Any]:
     """A page of a fresh headless Chromium (own user-data-dir); fails the test on any JS error."""
-    try:
-        from playwright.async_api import async_playwright
-    except ImportError:
-        missing("Python's playwright is not installed (pip install playwright)")
-    if not shutil.which(CHROMIUM):
-        missing(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
+    if (reason := browser_missing()) is not None:
+        missing(reason)
+    from playwright.async_api import async_playwright
+
     errors: list[str] = []
     async with async_playwright() as playwright:
         context = await playwright.chromium.launch_persistent_context(
             str(profile),
             executable_path=CHROMIUM,
             headless=True,
-            args=CHROMIUM_ARGS,
+            args=chromium_args(),
             viewport={"width": 1280, "height": 900},
         )
         try:

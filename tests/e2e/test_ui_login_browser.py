@@ -9,28 +9,17 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 from pathlib import Path
 
 import pytest
 
+from sparkdispatch.testing.chromium import CHROMIUM, browser_missing, chromium_args
 from sparkdispatch.testing.http import http_json
 from sparkdispatch.testing.master import InProcessMaster
 
 pytestmark = pytest.mark.slow
 
 UNDER_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
-CHROMIUM = os.environ.get("SPARKDISPATCH_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-quic",
-]
 OUTPUT = Path(__file__).resolve().parents[1] / "output"
 TOKEN = "browser-test-token"
 WAIT_MS = 20_000
@@ -38,12 +27,10 @@ LOGIN_WITH_NEXT = re.compile(r"/ui/login\?next=")
 
 
 def test_log_in_cancel_a_running_job_from_its_page_and_log_out() -> None:
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.fail("Python's playwright is not installed (pip install playwright)")
-    if not shutil.which(CHROMIUM):
-        (pytest.fail if UNDER_CI else pytest.skip)(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
+    if (reason := browser_missing()) is not None:
+        (pytest.fail if UNDER_CI else pytest.skip)(reason)
+    from playwright.sync_api import sync_playwright
+
     OUTPUT.mkdir(parents=True, exist_ok=True)
     with InProcessMaster(overrides={"rest.auth.token": TOKEN}) as master:
         master.run(master.wait_for_leadership())
@@ -53,7 +40,7 @@ def test_log_in_cancel_a_running_job_from_its_page_and_log_out() -> None:
         assert status == 202, answer
         job_id = answer["job_id"]
         with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=chromium_args())
             try:
                 page = browser.new_page(viewport={"width": 1200, "height": 800})
                 errors: list[str] = []
