@@ -34,7 +34,7 @@ from sparkdispatch.errors import (
     StaleExecution,
     UnknownJob,
 )
-from sparkdispatch.ha.progress_store import Finished, JobProgress, ProgressStore
+from sparkdispatch.ha.progress_store import Finished, JobProgress, ProgressStore, SubtaskProgress
 from sparkdispatch.model.states import ExecutionState, JobStatus
 from sparkdispatch.model.job_graph import JobGraph
 from sparkdispatch.model.job_result import Failure, JobResult, VertexResult
@@ -594,10 +594,12 @@ class JobMaster:
                 self.job_id,
                 ev.vertex.id,
                 ev.subtask_index,
-                execution.result_path,
-                execution.rows,
-                result_schema=execution.result_schema,
-                input_files=execution.input_files,
+                SubtaskProgress(
+                    execution.result_path,
+                    execution.rows,
+                    result_schema=execution.result_schema,
+                    input_files=execution.input_files,
+                ),
             )
         except LeadershipLost:
             log.warning(

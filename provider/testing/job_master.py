@@ -18,7 +18,7 @@ from typing import Any
 from sparkdispatch.config import Configuration
 from sparkdispatch.errors import ServiceUnavailable
 from sparkdispatch.ha import JobProgress
-from sparkdispatch.ha.progress_store import Finished
+from sparkdispatch.ha.progress_store import Finished, SubtaskProgress
 from sparkdispatch.model.states import ExecutionState
 from sparkdispatch.model.restart import FixedDelayRestart, RestartStrategy
 from sparkdispatch.model.job_graph import DEFAULT_POOL, JobGraph, JobVertex
@@ -207,22 +207,13 @@ class FakeProgressStore:
     error: Exception | None = None
 
     async def record_subtask(
-        self,
-        session_id: str,
-        job_id: str,
-        vertex_id: str,
-        subtask_index: int,
-        result_path: str | None,
-        rows: int | None,
-        *,
-        result_schema: str | None = None,
-        input_files: tuple[str, ...] = (),
+        self, session_id: str, job_id: str, vertex_id: str, subtask_index: int, progress: SubtaskProgress
     ) -> None:
         if self.gate is not None:
             await self.gate.wait()
         if self.error is not None:
             raise self.error
-        self.records.append((session_id, job_id, vertex_id, subtask_index, result_path, rows))
+        self.records.append((session_id, job_id, vertex_id, subtask_index, progress.result_path, progress.rows))
 
     def finished(self) -> set[SubtaskId]:
         return {SubtaskId(r[2], r[3]) for r in self.records}

@@ -198,7 +198,7 @@ async def test_recovery_cleans_dirty_jobs_and_resumes_the_rest(config: Configura
     finished, running = graph(job_id="a" * 32), graph(job_id="b" * 32)
     await ha.jobgraph_store.put(SESSION, finished)
     await ha.jobgraph_store.put(SESSION, running)
-    await ha.progress_store.record_subtask(SESSION, "b" * 32, "only", 0, None, None)
+    await ha.progress_store.record_subtask(SESSION, "b" * 32, "only", 0, SubtaskProgress(None, None))
     await ha.job_result_store.create_dirty(
         SESSION,
         JobResultEntry(JobResult(job_id="a" * 32, name="job", status=JobStatus.FINISHED, start_time=1, end_time=2)),
@@ -415,7 +415,7 @@ async def test_a_job_that_finished_before_its_cancel_took_effect_is_not_cancelle
     config: Configuration, ha: Any
 ) -> None:
     await ha.jobgraph_store.put(SESSION, graph())
-    await ha.progress_store.record_subtask(SESSION, "a" * 32, "only", 0, "/r/only/0", 3)
+    await ha.progress_store.record_subtask(SESSION, "a" * 32, "only", 0, SubtaskProgress("/r/only/0", 3))
     await ha.progress_store.record_cancel(SESSION, "a" * 32)  # accepted, but every subtask had finished
     dispatcher = make_dispatcher(config, ha)
     await dispatcher.start()

@@ -70,16 +70,7 @@ class RecordingProgressStore:
         self.records = 0
 
     async def record_subtask(
-        self,
-        session_id: str,
-        job_id: str,
-        vertex_id: str,
-        subtask_index: int,
-        result_path: str | None,
-        rows: int | None,
-        *,
-        result_schema: str | None = None,
-        input_files: tuple[str, ...] = (),
+        self, session_id: str, job_id: str, vertex_id: str, subtask_index: int, progress: SubtaskProgress
     ) -> None:
         self.records += 1
 
