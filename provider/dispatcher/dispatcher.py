@@ -34,7 +34,7 @@ from contextlib import aclosing
 
 from sparkdispatch.dispatcher.archive import ArchivedJob, JobArchive
 from sparkdispatch.dispatcher.dispatched_job import DispatchedJob
-from sparkdispatch.dispatcher.gateway import Submission
+from sparkdispatch.dispatcher.gateway import EVERY_POOL, PoolAccess, Submission
 from sparkdispatch.errors import (
     DuplicateJobSubmission,
     JobAlreadyTerminated,
@@ -199,9 +199,11 @@ class Dispatcher:
 
     # -- submission and cancellation -----------------------------------------------------------
 
-    async def submit(self, graph: JobGraph) -> Submission:
+    async def submit(self, graph: JobGraph, *, access: PoolAccess = EVERY_POOL) -> Submission:
         """Accept `graph` (`created`), or answer for the same job submitted before; `JobTooLarge` for
-        a graph over the limits, before anything is stored."""
+        a graph over the limits and `Forbidden` for a pool `access` does not reach, before anything
+        is stored."""
+        access.check(graph.pool, "submit")
         self._check_serving()
         self._limits.check(graph)
         chosen_id = graph.job_id is not None
@@ -267,23 +269,27 @@ class Dispatcher:
         if named:
             await asyncio.to_thread(claim_artifacts, self._blob_store, named, wheels=wheels.keys(), repairing=repairing)
 
-    async def job_pool(self, job_id: str) -> str:
-        """The TaskExecutor pool of a job (its JobGraph's `pool`); the default pool for a job whose graph
-        is not kept; `UnknownJob` if there is none."""
-        self._check_serving()
-        job = await self._settled(job_id)
-        if job is not None:
-            return job.graph.pool if job.graph is not None else DEFAULT_POOL
-        archived = await self._archive.get(job_id)
-        if archived is None:
-            raise UnknownJob(job_id)
-        return archived.graph.pool if archived.graph is not None else DEFAULT_POOL
-
-    async def cancel(self, job_id: str) -> None:
-        """Cancel a running job, persisting the cancel first; idempotent for a cancelled one;
-        `JobAlreadyTerminated` for a job that ended otherwise."""
-        self._check_serving()
+    async def _checked_job(
+        self, job_id: str, access: PoolAccess, action: str
+    ) -> tuple[DispatchedJob | None, ArchivedJob | None]:
+        """The job as this Dispatcher holds it, else its archive entry (`UnknownJob` without one),
+        once `access` is found to reach its pool (`Forbidden` otherwise): one lookup decides both."""
         job = await self._settled(job_id)  # None also when its submission failed: unknown
+        archived = None
+        if job is None:
+            archived = await self._archive.get(job_id)
+            if archived is None:
+                raise UnknownJob(job_id)
+        graph = job.graph if job is not None else archived.graph if archived is not None else None
+        access.check(graph.pool if graph is not None else DEFAULT_POOL, action)
+        return job, archived
+
+    async def cancel(self, job_id: str, *, access: PoolAccess = EVERY_POOL) -> None:
+        """Cancel a running job, persisting the cancel first; idempotent for a cancelled one;
+        `JobAlreadyTerminated` for a job that ended otherwise; `Forbidden` for a pool `access` does
+        not reach."""
+        self._check_serving()
+        job, archived = await self._checked_job(job_id, access, "cancel")
         status: JobStatus | None = None
         if job is not None and job.result is not None:
             status = job.result.status
@@ -298,19 +304,21 @@ class Dispatcher:
             if not outcome.cancelled():
                 status = outcome.result().status  # it ended; this Dispatcher has not concluded it yet
         if status is None:
-            archived = await self._archive.get(job_id)
+            if archived is None:
+                archived = await self._archive.get(job_id)
             if archived is None:
                 raise UnknownJob(job_id)
             status = archived.result.status
         if status is not JobStatus.CANCELED:
             raise JobAlreadyTerminated(job_id, status.value)
 
-    async def repair(self, job_id: str, vertices: Sequence[str]) -> RepairAnswer:
+    async def repair(self, job_id: str, vertices: Sequence[str], *, access: PoolAccess = EVERY_POOL) -> RepairAnswer:
         """Run `vertices` of an ended job again, with their consumers, reusing the other results
         (`POST /jobs/{job_id}/repair`); persisted before it answers. A job that runs a repair
-        covering `vertices` answers with it; `RepairNotPossible` (`running`) while it runs otherwise."""
+        covering `vertices` answers with it; `RepairNotPossible` (`running`) while it runs otherwise;
+        `Forbidden` for a pool `access` does not reach."""
         self._check_serving()
-        job = await self._settled(job_id)
+        job, archived = await self._checked_job(job_id, access, "repair")
         if job is not None:
             repair = job.running_repair
             if (
@@ -333,7 +341,7 @@ class Dispatcher:
                 ) from None
         plan = plan_repair(
             job_id,
-            await self._archive.get(job_id),
+            archived,  # a cleanup leaves the archive entry as it is
             vertices,
             results_deleted=self._cleanup_settings.delete_results,
             now_ms=int(time.time() * 1000),
@@ -341,7 +349,7 @@ class Dispatcher:
         self._limits.check(plan.graph)  # it ran under a higher limit
         await self._check_artifacts(plan.graph, repairing=job_id)
         if job_id in self._jobs:  # another repair or a resubmission took it meanwhile
-            return await self.repair(job_id, vertices)
+            return await self.repair(job_id, vertices, access=access)
         job = DispatchedJob(
             plan.graph, plan.graph.fingerprint(), asyncio.get_running_loop().create_future(), repairs=plan.repairs
         )
