@@ -15,7 +15,8 @@ import time
 from collections.abc import Callable
 
 from sparkdispatch.errors import ServiceUnavailable
-from sparkdispatch.jobmaster.execution_graph import ExecutionGraph, ExecutionVertex
+from sparkdispatch.jobmaster.execution import ExecutionVertex
+from sparkdispatch.jobmaster.execution_graph import ExecutionGraph
 from sparkdispatch.jobmaster.gateways import TaskExecutorGateway
 from sparkdispatch.model.protocol import TaskDeploymentDescriptor
 from sparkdispatch.resourcemanager import AllocatedSlot

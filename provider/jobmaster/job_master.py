@@ -21,29 +21,34 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 from sparkdispatch.errors import (
     ERROR_TYPES,
-    FencingTokenMismatch,
     IllegalStateTransition,
-    InvalidRequest,
     JobAlreadyTerminated,
     LeadershipLost,
     StaleExecution,
-    UnknownJob,
 )
 from sparkdispatch.ha.progress_store import Finished, JobProgress, ProgressStore, SubtaskProgress
 from sparkdispatch.model.states import ExecutionState, JobStatus
 from sparkdispatch.model.job_graph import JobGraph
 from sparkdispatch.model.job_result import Failure, JobResult, VertexResult
 from sparkdispatch.jobmaster.deployment import deployment_descriptor, send_deployment
-from sparkdispatch.jobmaster.execution_graph import Execution, ExecutionGraph, ExecutionVertex, SubtaskId
+from sparkdispatch.jobmaster.execution import Execution, ExecutionVertex, SubtaskId
+from sparkdispatch.jobmaster.execution_graph import ExecutionGraph
 from sparkdispatch.jobmaster.failover import tasks_to_restart, unreadable_inputs
 from sparkdispatch.jobmaster.gateways import TaskExecutorGateway
 from sparkdispatch.jobmaster.long_lived import LONG_LIVED_GRAPHS
-from sparkdispatch.jobmaster.reconciler import ExecutionDeploymentReconciler, MissingExecution
+from sparkdispatch.jobmaster.reconciler import ExecutionDeploymentReconciler
+from sparkdispatch.jobmaster.task_executor_calls import TaskExecutorCalls
+from sparkdispatch.jobmaster.task_executor_reconciliation import (
+    LIVE,
+    Failed,
+    TaskExecutorReconciliation,
+    check_report,
+)
 from sparkdispatch.jobmaster.restart import RestartBackoffTimeStrategy, create_restart_strategy
 from sparkdispatch.log_context import log_context
 from sparkdispatch.metrics.events import EventCounts, TaskEvents
@@ -58,10 +63,6 @@ log = logging.getLogger(__name__)
 #: Subtasks scheduled in one turn of the loop (about 2 ms on a 2-core machine); a job's first vertices
 #: may have tens of thousands, scheduled a slice at a time.
 SCHEDULE_SLICE = 1_000
-
-_LIVE = frozenset(
-    {ExecutionState.DEPLOYING, ExecutionState.INITIALIZING, ExecutionState.RUNNING, ExecutionState.CANCELING}
-)
 
 
 def build_execution_graph(
@@ -114,6 +115,12 @@ class JobMaster:
         self._pool = graph.pool  # the TaskExecutor pool its slots come from
         self._resource_manager = resource_manager
         self._gateway = task_executor_gateway
+        self._calls = TaskExecutorCalls(
+            job_id=self.execution_graph.job_id,
+            session_id=session_id,
+            gateway=task_executor_gateway,
+            resource_manager=resource_manager,
+        )
         self._progress_store = progress_store
         self._results = ResultLayout(settings.results_dir)
         spec = graph.restart_strategy or settings.restart_strategy
@@ -122,11 +129,16 @@ class JobMaster:
         self._held_slots: dict[str, Execution] = {}  # allocation id -> the attempt it runs
         self._held_back: dict[SubtaskId, object] = {}  # waiting out a restart backoff -> that restart
         self._declared: int | None = None
-        self._hostnames: dict[str, str] = {}  # TaskExecutor id -> Celery hostname, from its slots
         self._deployments = ExecutionDeploymentReconciler(
             missing_threshold=settings.missing_execution_threshold, grace_s=settings.deployment_grace
         )
-        self._background: set[asyncio.Task[Any]] = set()
+        self._reconciliation = TaskExecutorReconciliation(
+            self.execution_graph,
+            session_id=session_id,
+            deployments=self._deployments,
+            calls=self._calls,
+            resource_manager=resource_manager,
+        )
         self._restart_timers: set[asyncio.Task[Any]] = set()
         self._more_to_schedule: asyncio.Handle | None = None  # the next slice of `_schedule`, if one is due
         self.result_future: asyncio.Future[JobResult] = asyncio.get_running_loop().create_future()
@@ -182,14 +194,7 @@ class JobMaster:
         recorded in the ProgressStore in the background, and only after that are its consumers
         scheduled (`join()` waits for it).
         """
-        if update.job_master_id != self.job_master_id:
-            raise FencingTokenMismatch(f"JobMaster of job {self.job_id}", self.job_master_id, update.job_master_id)
-        if update.job_id != self.job_id:
-            raise UnknownJob(update.job_id)
-        ev = self.execution_graph.by_execution_id(update.execution_id)
-        if ev is None:
-            raise StaleExecution(self.job_id, update.execution_id, "it is not a current attempt of this job")
-        self._check_result_path(ev, update)
+        ev = check_report(self.execution_graph, update, session_id=self.job_master_id, results=self._results)
         self._deployments.acknowledged(update.execution_id)
         execution = ev.current
         if update.state is execution.state:
@@ -228,22 +233,6 @@ class JobMaster:
                     f"attempt {execution.attempt} of {ev.id} was cancelled on its TaskExecutor "
                     "without the JobMaster asking",
                 ),
-            )
-
-    def _check_result_path(self, ev: ExecutionVertex, update: ExecutionStateUpdate) -> None:
-        """A FINISHED report names the partition this master assigned the attempt, or none: a result
-        elsewhere (another job's data) is refused, and the report changes nothing."""
-        if update.state is not ExecutionState.FINISHED or update.result_path is None:
-            return
-        assigned = self._results.attempt_path(self.job_id, ev.vertex.id, ev.subtask_index, update.execution_id)
-        if update.result_path != assigned:
-            raise InvalidRequest(
-                f"state of attempt {update.execution_id} of {ev.id}",
-                {
-                    "result_path": [
-                        f"{update.result_path!r} is not where this master asked the attempt to write: {assigned!r}"
-                    ]
-                },
             )
 
     async def cancel(self) -> None:
@@ -313,15 +302,14 @@ class JobMaster:
 
     async def join(self) -> None:
         """Wait for the background calls this JobMaster started (deployments, cancellations)."""
-        while self._background:
-            await asyncio.gather(*list(self._background), return_exceptions=True)
+        await self._calls.join()
 
     # ------------------------------------------------------------------ SlotListener
 
     def slots_allocated(self, slots: Sequence[AllocatedSlot]) -> None:
         """Deploy waiting subtasks to these slots; slots nobody waits for go straight back."""
         for slot in slots:
-            self._hostnames[slot.task_executor_id] = slot.hostname
+            self._reconciliation.slot_allocated(slot)
             if self.status is not JobStatus.RUNNING or not self._waiting:
                 log.info(
                     "job %s (session %s): slot %s not needed; released",
@@ -330,7 +318,7 @@ class JobMaster:
                     slot.allocation_id,
                 )
                 self._declare()
-                self._call_resource_manager(self._resource_manager.release_slot, self.job_id, slot.allocation_id)
+                self._calls.call_resource_manager(self._resource_manager.release_slot, self.job_id, slot.allocation_id)
                 continue
             subtask_id = next(iter(self._waiting))
             ev = self._waiting.pop(subtask_id)
@@ -352,9 +340,7 @@ class JobMaster:
             len(waiting),
             error,
         )
-        for ev in waiting:
-            self._mark_failed(ev, ev.current, failure)
-        self._handle_failure([ev.id for ev in waiting], failure)
+        self._fail_over([(ev, failure) for ev in waiting])
 
     def task_executor_lost(self, task_executor_id: str, allocation_ids: Sequence[str], reason: str) -> None:
         """A TaskExecutor is gone: the attempts it ran fail and restart elsewhere.
@@ -366,31 +352,8 @@ class JobMaster:
         for allocation_id, execution in list(self._held_slots.items()):
             if allocation_id in lost_allocations or execution.task_executor_id == task_executor_id:
                 del self._held_slots[allocation_id]  # gone with its TaskExecutor; nothing to release
-        if self.status is not JobStatus.RUNNING:
-            return
-        affected = [
-            ev
-            for ev in self.execution_graph.subtasks()
-            if ev.current.slot is not None
-            and not ev.state.is_terminal
-            and (ev.current.allocation_id in lost_allocations or ev.current.task_executor_id == task_executor_id)
-        ]
-        if not affected:
-            return
-        failure = Failure(
-            "TaskExecutorLost", f"TaskExecutor {task_executor_id} was lost ({reason}); its tasks run again elsewhere"
-        )
-        log.warning(
-            "job %s (session %s): TaskExecutor %s lost (%s) with %s",
-            self.job_id,
-            self.job_master_id,
-            task_executor_id,
-            reason,
-            ", ".join(str(ev.id) for ev in affected),
-        )
-        for ev in affected:
-            self._mark_failed(ev, ev.current, failure)
-        self._handle_failure([ev.id for ev in affected], failure)
+        if self.status is JobStatus.RUNNING:
+            self._fail_over(self._reconciliation.lost(task_executor_id, lost_allocations, reason))
 
     def task_executor_heartbeat(self, task_executor_id: str, executions: Sequence[ExecutionReport]) -> None:
         """A TaskExecutor's heartbeat lists this job's executions there: reconcile them both ways.
@@ -399,63 +362,12 @@ class JobMaster:
         lost, or of a former JobMaster) is cancelled, or it would hold its slot until it ends.
         One this JobMaster deployed there that its heartbeats keep omitting fails over.
         """
-        listed: set[str] = set()
-        for report in executions:
-            if report.job_id != self.job_id:
-                continue
-            listed.add(report.execution_id)
-            if report.state.is_terminal:
-                continue  # ended there, its report on the way
-            ev = self.execution_graph.by_execution_id(report.execution_id)
-            if ev is None or ev.state.is_terminal:
-                self._cancel_stale(task_executor_id, report.execution_id)
-        if self.status is JobStatus.RUNNING:
-            self._executions_missing(self._deployments.reconcile(task_executor_id, listed))
+        running = self.status is JobStatus.RUNNING
+        self._fail_over(self._reconciliation.heartbeat(task_executor_id, executions, running=running))
 
-    def _cancel_stale(self, task_executor_id: str, execution_id: str) -> None:
-        hostname = self._hostnames.get(task_executor_id) or self._resource_manager.task_executor_hostname(
-            task_executor_id
-        )
-        if hostname is None:
-            return
-        log.info(
-            "job %s (session %s): %s still runs stale execution %s; cancelling it",
-            self.job_id,
-            self.job_master_id,
-            task_executor_id,
-            execution_id,
-        )
-        self._spawn(self._cancel_on(task_executor_id, hostname, execution_id))
-
-    def _executions_missing(self, missing: Sequence[MissingExecution]) -> None:
-        """Deployed executions vanished from their TaskExecutor: they fail over, saying how, as one
-        failure (one restart), as the tasks of a lost TaskExecutor do."""
-        failed: list[tuple[ExecutionVertex, Failure]] = []
-        for lost in missing:
-            ev = self.execution_graph.by_execution_id(lost.execution_id)
-            if ev is None or ev.current.state not in _LIVE:
-                self._deployments.forget(lost.execution_id)
-                continue
-            attempt = f"attempt {ev.current.attempt} of {ev.id}"
-            failed.append(
-                (
-                    ev,
-                    Failure(
-                        "ExecutionLost",
-                        f"TaskExecutor {lost.task_executor_id} no longer lists {attempt} ({lost.heartbeats} "
-                        "heartbeats in a row), and its final state never arrived: the report was lost",
-                    )
-                    if lost.acknowledged
-                    else Failure(
-                        "DeploymentLost",
-                        f"{attempt} was sent to TaskExecutor {lost.task_executor_id} "
-                        f"{lost.since_sent_s:.1f}s ago, but its last {lost.heartbeats} heartbeats did not "
-                        "list it: the deployment was lost on the way (in a broker restart?)",
-                    ),
-                )
-            )
+    def _fail_over(self, failed: Failed) -> None:
+        """Fail these attempts, as one failure (one restart): the first one's."""
         for ev, failure in failed:
-            log.warning("job %s (session %s): %s: %s", self.job_id, self.job_master_id, failure.cls, failure.message)
             self._mark_failed(ev, ev.current, failure)
         if failed:
             self._handle_failure([ev.id for ev, _ in failed], failed[0][1])
@@ -496,7 +408,7 @@ class JobMaster:
             return
         self._declared = needed
         declare = functools.partial(self._resource_manager.declare_requirements, pool=self._pool)
-        self._call_resource_manager(declare, self.job_id, needed, self)
+        self._calls.call_resource_manager(declare, self.job_id, needed, self)
 
     def _deploy(self, ev: ExecutionVertex, slot: AllocatedSlot) -> None:
         execution = ev.current
@@ -521,7 +433,7 @@ class JobMaster:
                 slot.task_executor_id,
                 slot.slot_index,
             )
-            self._spawn(self._send_deployment(ev, execution, tdd))
+            self._calls.spawn(self._send_deployment(ev, execution, tdd))
 
     async def _send_deployment(self, ev: ExecutionVertex, execution: Execution, tdd: TaskDeploymentDescriptor) -> None:
         slot = execution.slot
@@ -532,7 +444,7 @@ class JobMaster:
             record = (
                 self._resource_manager.record_rpc_success if went_through else self._resource_manager.record_rpc_failure
             )
-            self._call_resource_manager(record, slot.task_executor_id)
+            self._calls.call_resource_manager(record, slot.task_executor_id)
 
         try:
             sent = await send_deployment(
@@ -582,7 +494,7 @@ class JobMaster:
         self._release_slot(execution)
         self._declare()
         # The TaskExecutor's report is answered now; the record and the scheduling follow it.
-        self._spawn(self._record_finished(ev, execution))
+        self._calls.spawn(self._record_finished(ev, execution))
 
     async def _record_finished(self, ev: ExecutionVertex, execution: Execution) -> None:
         """Write the FINISHED subtask to the ProgressStore, then schedule what it unblocks."""
@@ -759,7 +671,7 @@ class JobMaster:
         if execution.state.is_terminal:
             return None
         call = None
-        if execution.state in _LIVE:
+        if execution.state in LIVE:
             if execution.state is not ExecutionState.CANCELING:
                 execution.transition(ExecutionState.CANCELING)
             call = self._send_cancel(execution)
@@ -770,23 +682,7 @@ class JobMaster:
     def _send_cancel(self, execution: Execution) -> asyncio.Task[Any]:
         slot = execution.slot
         assert slot is not None
-        return self._spawn(self._cancel_on(slot.task_executor_id, slot.hostname, execution.execution_id))
-
-    async def _cancel_on(self, task_executor_id: str, hostname: str, execution_id: str) -> None:
-        try:
-            await asyncio.to_thread(self._gateway.cancel, hostname, execution_id)
-        except Exception as exc:  # noqa: BLE001 - the task may run on; its reports are refused as stale
-            log.warning(
-                "job %s (session %s): cancelling %s on %s failed: %s",
-                self.job_id,
-                self.job_master_id,
-                execution_id,
-                hostname,
-                exc,
-            )
-            self._call_resource_manager(self._resource_manager.record_rpc_failure, task_executor_id)
-        else:
-            self._call_resource_manager(self._resource_manager.record_rpc_success, task_executor_id)
+        return self._calls.cancel(slot.task_executor_id, slot.hostname, execution.execution_id)
 
     def _stop_restart_timers(self) -> None:
         for timer in list(self._restart_timers):
@@ -799,37 +695,7 @@ class JobMaster:
         if allocation_id is not None and self._held_slots.get(allocation_id) is execution:
             del self._held_slots[allocation_id]
             self._declare()  # lower the requirement first, or the ResourceManager replaces the slot
-            self._call_resource_manager(self._resource_manager.release_slot, self.job_id, allocation_id)
-
-    # ------------------------------------------------------------------ plumbing
-
-    def _call_resource_manager(self, method: Callable[..., object], *args: object) -> None:
-        # a plain call on this loop; a stopped ResourceManager (leadership lost) raises
-        try:
-            method(*args)
-        except Exception:
-            log.exception(
-                "job %s (session %s): ResourceManager call %s failed",
-                self.job_id,
-                self.job_master_id,
-                getattr(method, "__name__", method),
-            )
-
-    def _spawn(self, coroutine: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
-        task = asyncio.get_running_loop().create_task(coroutine)
-        self._background.add(task)
-        task.add_done_callback(self._background_done)
-        return task
-
-    def _background_done(self, task: asyncio.Task[Any]) -> None:
-        self._background.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error(
-                "job %s (session %s): background call failed",
-                self.job_id,
-                self.job_master_id,
-                exc_info=task.exception(),
-            )
+            self._calls.call_resource_manager(self._resource_manager.release_slot, self.job_id, allocation_id)
 
 
 def _restartable(failure: Failure) -> bool:

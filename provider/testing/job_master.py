@@ -24,7 +24,7 @@ from sparkdispatch.model.restart import FixedDelayRestart, RestartStrategy
 from sparkdispatch.model.job_graph import DEFAULT_POOL, JobGraph, JobVertex
 from sparkdispatch.model.job_result import Failure, JobResult
 from sparkdispatch.jobmaster import JobMaster
-from sparkdispatch.jobmaster.execution_graph import SubtaskId
+from sparkdispatch.jobmaster.execution import SubtaskId
 from sparkdispatch.model.protocol import (
     ExecutionReport,
     ExecutionStateUpdate,

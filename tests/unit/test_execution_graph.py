@@ -14,7 +14,8 @@ from sparkdispatch.ha import JobProgress, SubtaskProgress
 from sparkdispatch.model.states import ExecutionState, JobStatus
 from sparkdispatch.model.job_graph import JobGraph, JobVertex
 from sparkdispatch.model.job_result import Failure, JobResult, VertexResult
-from sparkdispatch.jobmaster.execution_graph import ExecutionGraph, ExecutionVertex, SubtaskId, aggregate_state
+from sparkdispatch.jobmaster.execution import ExecutionVertex, SubtaskId, aggregate_state
+from sparkdispatch.jobmaster.execution_graph import ExecutionGraph
 from sparkdispatch.resourcemanager import AllocatedSlot
 from sparkdispatch.rest.views import flink_job_details, job_details
 from sparkdispatch.storage.results import ResultLayout
