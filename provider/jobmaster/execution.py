@@ -11,6 +11,7 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from sparkdispatch.ha.progress_store import SubtaskProgress
 from sparkdispatch.model.job_graph import JobVertex
 from sparkdispatch.model.job_result import Failure
 from sparkdispatch.model.states import ExecutionState
@@ -38,6 +39,11 @@ class SubtaskId:
     def __str__(self) -> str:
         return f"{self.vertex_id}[{self.subtask_index}]"
 
+
+#: The states of an attempt that runs, or may, on a TaskExecutor.
+LIVE = frozenset(
+    {ExecutionState.DEPLOYING, ExecutionState.INITIALIZING, ExecutionState.RUNNING, ExecutionState.CANCELING}
+)
 
 StateTally = dict[ExecutionState, int]
 """How many of a graph's current attempts are in each state."""
@@ -97,6 +103,19 @@ class Execution:
     @property
     def task_executor_id(self) -> str | None:
         return self.slot.task_executor_id if self.slot is not None else None
+
+    def keep(self, progress: SubtaskProgress) -> None:
+        """Hold a FINISHED attempt's result, rows, result schema and the files it read."""
+        self.result_path = progress.result_path
+        self.rows = progress.rows
+        self.result_schema = progress.result_schema
+        self.input_files = progress.input_files
+
+    def progress(self) -> SubtaskProgress:
+        """What `keep` holds, as the ProgressStore records it."""
+        return SubtaskProgress(
+            self.result_path, self.rows, result_schema=self.result_schema, input_files=self.input_files
+        )
 
     def ran_for(self, now: float) -> float | None:
         """Seconds from its deployment to `now`; None if it was never deployed."""

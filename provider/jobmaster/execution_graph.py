@@ -16,7 +16,6 @@ from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass
 
 from sparkdispatch.errors import InvalidJobGraph
-from sparkdispatch.ha.progress_store import Finished, JobProgress, SubtaskProgress
 from sparkdispatch.model.states import ExecutionState, JobStatus
 from sparkdispatch.jobmaster.execution import (
     ConsumabilityListener,
@@ -184,34 +183,6 @@ class ExecutionGraph:
         self.touch()
         return ev.current
 
-    def restore(self, progress: JobProgress) -> list[SubtaskId]:
-        """Mark the subtasks a former leader saw finish as FINISHED (CREATED → RECONCILING → FINISHED).
-
-        Entries naming no subtask of this graph are skipped and returned as not restored.
-        """
-        skipped: list[SubtaskId] = []
-        restored = 0
-        for vertex_id, subtasks in progress.finished.items():
-            for index, entry in subtasks.items():
-                subtask_id = SubtaskId(vertex_id, int(index))
-                try:
-                    ev = self.subtask(subtask_id)
-                except KeyError:
-                    skipped.append(subtask_id)
-                    continue
-                ev.current.transition(ExecutionState.RECONCILING)
-                ev.current.transition(ExecutionState.FINISHED)
-                ev.current.result_path = entry.result_path
-                ev.current.rows = entry.rows
-                ev.current.result_schema = entry.result_schema
-                ev.current.input_files = entry.input_files
-                ev.deployed_attempts = 1
-                ev.progress_recorded = True
-                ev.recovered = True
-                restored += 1
-        self.restored = (restored, tuple(skipped))
-        return skipped
-
     def inputs_consumable(self, ev: ExecutionVertex) -> bool:
         """All partitions of all of `ev`'s input vertices can be read."""
         return self._unready_inputs[ev.id.vertex_id] == 0
@@ -274,19 +245,6 @@ class ExecutionGraph:
             if ev.state is ExecutionState.FINISHED and ev.current.result_path is not None
         }
         return schemas.pop() if len(schemas) == 1 else None
-
-    def finished(self) -> Finished:
-        """Every FINISHED subtask's result and rows (what a repair of the job keeps)."""
-        finished: Finished = {}
-        for ev in self.subtasks():
-            if ev.state is ExecutionState.FINISHED:
-                finished.setdefault(ev.vertex.id, {})[ev.subtask_index] = SubtaskProgress(
-                    ev.current.result_path,
-                    ev.current.rows,
-                    result_schema=ev.current.result_schema,
-                    input_files=ev.current.input_files,
-                )
-        return finished
 
     def vertex_state(self, vertex_id: str) -> ExecutionState:
         return aggregate_state([ev.state for ev in self._vertices[vertex_id]])

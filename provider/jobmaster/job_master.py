@@ -4,15 +4,11 @@ Batch scheduling (a vertex's subtasks are scheduled once all of its inputs are f
 slot requirements declared to the ResourceManager, deployment through the
 TaskExecutorGateway, execution state from fenced TaskExecutor reports, restarts by region
 under the job's restart strategy, cancellation and suspension. All state lives on the master's
-loop; blocking gateway calls run in threads (`asyncio.to_thread`), and the outcome of each
-deployment and cancellation is told to the ResourceManager (`record_rpc_failure` /
-`record_rpc_success`), so a TaskExecutor that keeps failing them while silent is declared lost.
-
-A deployment the broker does not take (`ServiceUnavailable`: Redis restarting) is sent again
-with backoff while its attempt is current, costing no restart. The TaskExecutors' heartbeats
-are reconciled with what this JobMaster deployed, both ways: an execution a TaskExecutor runs
-that this JobMaster does not is cancelled there; one it deployed that the heartbeats omit
-(`ExecutionDeploymentReconciler`) fails over.
+loop; calls to TaskExecutors run in threads (sparkdispatch.jobmaster.task_executor_calls). A
+deployment the broker does not take (`ServiceUnavailable`: Redis restarting) is sent again with
+backoff while its attempt is current, costing no restart. The TaskExecutors' heartbeats are
+reconciled with what this JobMaster deployed, both ways
+(sparkdispatch.jobmaster.task_executor_reconciliation).
 """
 
 from __future__ import annotations
@@ -25,31 +21,28 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 from sparkdispatch.errors import (
-    ERROR_TYPES,
     IllegalStateTransition,
     JobAlreadyTerminated,
-    LeadershipLost,
     StaleExecution,
 )
 from sparkdispatch.ha.progress_store import Finished, JobProgress, ProgressStore, SubtaskProgress
 from sparkdispatch.model.states import ExecutionState, JobStatus
 from sparkdispatch.model.job_graph import JobGraph
 from sparkdispatch.model.job_result import Failure, JobResult, VertexResult
-from sparkdispatch.jobmaster.deployment import deployment_descriptor, send_deployment
+from sparkdispatch.jobmaster.deployment import deployment_descriptor
 from sparkdispatch.jobmaster.execution import Execution, ExecutionVertex, SubtaskId
 from sparkdispatch.jobmaster.execution_graph import ExecutionGraph
 from sparkdispatch.jobmaster.failover import tasks_to_restart, unreadable_inputs
 from sparkdispatch.jobmaster.gateways import TaskExecutorGateway
-from sparkdispatch.jobmaster.long_lived import LONG_LIVED_GRAPHS
+from sparkdispatch.jobmaster.recovered_graph import build_execution_graph, finished, record_finished
 from sparkdispatch.jobmaster.reconciler import ExecutionDeploymentReconciler
 from sparkdispatch.jobmaster.task_executor_calls import TaskExecutorCalls
 from sparkdispatch.jobmaster.task_executor_reconciliation import (
-    LIVE,
     Failed,
     TaskExecutorReconciliation,
     check_report,
 )
-from sparkdispatch.jobmaster.restart import RestartBackoffTimeStrategy, create_restart_strategy
+from sparkdispatch.jobmaster.restart import RestartBackoffTimeStrategy, create_restart_strategy, restart_refused
 from sparkdispatch.log_context import log_context
 from sparkdispatch.metrics.events import EventCounts, TaskEvents
 from sparkdispatch.model.protocol import ExecutionReport, ExecutionStateUpdate, TaskDeploymentDescriptor
@@ -63,21 +56,6 @@ log = logging.getLogger(__name__)
 #: Subtasks scheduled in one turn of the loop (about 2 ms on a 2-core machine); a job's first vertices
 #: may have tens of thousands, scheduled a slice at a time.
 SCHEDULE_SLICE = 1_000
-
-
-def build_execution_graph(
-    graph: JobGraph, recovered_progress: JobProgress | None = None, *, clock: Callable[[], float] = time.time
-) -> ExecutionGraph:
-    """The ExecutionGraph of `graph`, with the subtasks `recovered_progress` names restored FINISHED.
-
-    A large job's takes a second or so (100,000 subtasks: 0.5-2 s on a 2-core machine, by its load); it
-    reads only its immutable arguments and shares what it builds with nobody, so the master calls
-    it in a thread and hands the finished graph to the JobMaster on the loop (`execution_graph=`).
-    """
-    execution_graph = LONG_LIVED_GRAPHS.build(lambda: ExecutionGraph(graph, clock=clock), subtasks=graph.subtask_count)
-    if recovered_progress is not None:
-        execution_graph.restore(recovered_progress)
-    return execution_graph
 
 
 class JobMaster:
@@ -114,7 +92,6 @@ class JobMaster:
         self.job_master_id = session_id
         self._pool = graph.pool  # the TaskExecutor pool its slots come from
         self._resource_manager = resource_manager
-        self._gateway = task_executor_gateway
         self._calls = TaskExecutorCalls(
             job_id=self.execution_graph.job_id,
             session_id=session_id,
@@ -133,11 +110,7 @@ class JobMaster:
             missing_threshold=settings.missing_execution_threshold, grace_s=settings.deployment_grace
         )
         self._reconciliation = TaskExecutorReconciliation(
-            self.execution_graph,
-            session_id=session_id,
-            deployments=self._deployments,
-            calls=self._calls,
-            resource_manager=resource_manager,
+            self.execution_graph, session_id=session_id, deployments=self._deployments, calls=self._calls
         )
         self._restart_timers: set[asyncio.Task[Any]] = set()
         self._more_to_schedule: asyncio.Handle | None = None  # the next slice of `_schedule`, if one is due
@@ -213,14 +186,7 @@ class JobMaster:
         if update.state.is_terminal:
             self._events.task_ended(update.state.value, execution.ran_for(self._clock()))
         if update.state is ExecutionState.FINISHED:
-            self._on_finished(
-                ev,
-                execution,
-                result_path=update.result_path,
-                rows=update.rows,
-                result_schema=update.result_schema,
-                input_files=update.input_files,
-            )
+            self._on_finished(ev, execution, update)
         elif update.state is ExecutionState.FAILED:
             failure = update.failure or Failure("UnknownFailure", "the TaskExecutor reported FAILED without a cause")
             self._on_failed(ev, execution, failure)
@@ -293,7 +259,7 @@ class JobMaster:
         return self.execution_graph.vertex_result(vertex_id, results=self._results)
 
     def finished(self) -> Finished:
-        return self.execution_graph.finished()
+        return finished(self.execution_graph)
 
     def snapshot_off_loop(self) -> Awaitable[JobSnapshot]:
         """`snapshot()` as of the call: captured now in immutable values, built in a thread (where a
@@ -438,23 +404,8 @@ class JobMaster:
     async def _send_deployment(self, ev: ExecutionVertex, execution: Execution, tdd: TaskDeploymentDescriptor) -> None:
         slot = execution.slot
         assert slot is not None
-
-        def outcome(went_through: bool) -> None:
-            # failures count towards the TaskExecutor's unreachable threshold, which its heartbeats overrule
-            record = (
-                self._resource_manager.record_rpc_success if went_through else self._resource_manager.record_rpc_failure
-            )
-            self._calls.call_resource_manager(record, slot.task_executor_id)
-
         try:
-            sent = await send_deployment(
-                self._gateway,
-                slot,
-                tdd,
-                self.job_master_id,
-                wanted=lambda: self._deploying(ev, execution),
-                outcome=outcome,
-            )
+            sent = await self._calls.deploy(slot, tdd, wanted=lambda: self._deploying(ev, execution))
         except Exception as exc:  # noqa: BLE001 - not the broker's trouble: this attempt fails
             if self._deploying(ev, execution):
                 log.warning(
@@ -477,20 +428,11 @@ class JobMaster:
 
     # ------------------------------------------------------------------ finished and failed attempts
 
-    def _on_finished(
-        self,
-        ev: ExecutionVertex,
-        execution: Execution,
-        *,
-        result_path: str | None,
-        rows: int | None,
-        result_schema: str | None,
-        input_files: tuple[str, ...],
-    ) -> None:
-        execution.result_path = result_path
-        execution.rows = rows
-        execution.result_schema = result_schema if result_path is not None else None
-        execution.input_files = input_files
+    def _on_finished(self, ev: ExecutionVertex, execution: Execution, update: ExecutionStateUpdate) -> None:
+        schema = update.result_schema if update.result_path is not None else None
+        execution.keep(
+            SubtaskProgress(update.result_path, update.rows, result_schema=schema, input_files=update.input_files)
+        )
         self._release_slot(execution)
         self._declare()
         # The TaskExecutor's report is answered now; the record and the scheduling follow it.
@@ -500,32 +442,8 @@ class JobMaster:
         """Write the FINISHED subtask to the ProgressStore, then schedule what it unblocks."""
         if self.status is not JobStatus.RUNNING:
             return  # cancelled, failed or suspended meanwhile: the record would serve nobody
-        try:
-            await self._progress_store.record_subtask(
-                self.job_master_id,
-                self.job_id,
-                ev.vertex.id,
-                ev.subtask_index,
-                SubtaskProgress(
-                    execution.result_path,
-                    execution.rows,
-                    result_schema=execution.result_schema,
-                    input_files=execution.input_files,
-                ),
-            )
-        except LeadershipLost:
-            log.warning(
-                "job %s (session %s): %s finished but this master no longer leads; the next leader runs it again",
-                self.job_id,
-                self.job_master_id,
-                ev.id,
-            )
+        if not await record_finished(self._progress_store, self.job_master_id, self.job_id, ev, execution):
             return
-        except Exception:
-            # the job goes on; only a failover before the job ends would run this subtask again
-            log.exception(
-                "job %s (session %s): recording %s as finished failed", self.job_id, self.job_master_id, ev.id
-            )
         if ev.current is not execution or execution.state is not ExecutionState.FINISHED:
             return  # restarted while the record was written
         ev.progress_recorded = True
@@ -577,25 +495,9 @@ class JobMaster:
         if graph.status is not JobStatus.RUNNING:
             return
         self.restart_strategy.notify_failure()
-        if not _restartable(failure):
-            log.error(
-                "job %s (session %s): %s cannot succeed when run again; the job fails: %s",
-                self.job_id,
-                self.job_master_id,
-                failure.cls,
-                failure.message,
-            )
-            self._fail(failure)
-            return
-        if not self.restart_strategy.can_restart():
-            log.error(
-                "job %s (session %s): no restart left under %r; the job fails: %s: %s",
-                self.job_id,
-                self.job_master_id,
-                self.restart_strategy,
-                failure.cls,
-                failure.message,
-            )
+        refused = restart_refused(self.restart_strategy, failure)
+        if refused is not None:
+            log.error("job %s (session %s): %s", self.job_id, self.job_master_id, refused)
             self._fail(failure)
             return
         restart = tasks_to_restart(graph, failed)
@@ -657,32 +559,12 @@ class JobMaster:
 
     def _stop_all(self) -> list[asyncio.Task[Any]]:
         """Cancel every attempt that is not terminal; returns the cancel calls sent to TaskExecutors."""
-        calls = []
-        for ev in self.execution_graph.subtasks():
-            call = self._stop(ev)
-            if call is not None:
-                calls.append(call)
-        return calls
+        return [call for ev in self.execution_graph.subtasks() if (call := self._stop(ev)) is not None]
 
     def _stop(self, ev: ExecutionVertex) -> asyncio.Task[Any] | None:
         """Cancel `ev`'s attempt if it is not terminal (on its TaskExecutor if it was deployed)."""
-        execution = ev.current
         self._waiting.pop(ev.id, None)
-        if execution.state.is_terminal:
-            return None
-        call = None
-        if execution.state in LIVE:
-            if execution.state is not ExecutionState.CANCELING:
-                execution.transition(ExecutionState.CANCELING)
-            call = self._send_cancel(execution)
-            self._release_slot(execution)
-        execution.transition(ExecutionState.CANCELED)
-        return call
-
-    def _send_cancel(self, execution: Execution) -> asyncio.Task[Any]:
-        slot = execution.slot
-        assert slot is not None
-        return self._calls.cancel(slot.task_executor_id, slot.hostname, execution.execution_id)
+        return self._calls.stop(ev.current, release=self._release_slot)
 
     def _stop_restart_timers(self) -> None:
         for timer in list(self._restart_timers):
@@ -696,9 +578,3 @@ class JobMaster:
             del self._held_slots[allocation_id]
             self._declare()  # lower the requirement first, or the ResourceManager replaces the slot
             self._calls.call_resource_manager(self._resource_manager.release_slot, self.job_id, allocation_id)
-
-
-def _restartable(failure: Failure) -> bool:
-    """Whether a task that failed so may succeed when run again (`SparkDispatchError.restartable`)."""
-    error_type = ERROR_TYPES.get(failure.cls)
-    return error_type is None or error_type.restartable

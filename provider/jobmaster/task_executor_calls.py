@@ -1,19 +1,24 @@
 """A JobMaster's calls that leave its loop's state: background tasks it joins at the end,
-ResourceManager calls that log instead of raising, and cancels sent to TaskExecutors.
+ResourceManager calls that log instead of raising, and deployments and cancels sent to TaskExecutors.
 
-The outcome of each cancel is told to the ResourceManager (`record_rpc_failure` /
+The outcome of each deployment and cancel is told to the ResourceManager (`record_rpc_failure` /
 `record_rpc_success`), so a TaskExecutor that keeps failing them while silent is declared lost.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from sparkdispatch.jobmaster.deployment import send_deployment
+from sparkdispatch.jobmaster.execution import LIVE, Execution
 from sparkdispatch.jobmaster.gateways import TaskExecutorGateway
-from sparkdispatch.resourcemanager import ResourceManagerGateway
+from sparkdispatch.model.protocol import TaskDeploymentDescriptor
+from sparkdispatch.model.states import ExecutionState
+from sparkdispatch.resourcemanager import AllocatedSlot, ResourceManagerGateway
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +69,38 @@ class TaskExecutorCalls:
         while self._background:
             await asyncio.gather(*list(self._background), return_exceptions=True)
 
+    def record_outcome(self, task_executor_id: str, went_through: bool) -> None:
+        """Tell the ResourceManager whether a call to the TaskExecutor went through: failures count
+        towards its unreachable threshold, which its heartbeats overrule."""
+        resource_manager = self._resource_manager
+        record = resource_manager.record_rpc_success if went_through else resource_manager.record_rpc_failure
+        self.call_resource_manager(record, task_executor_id)
+
+    async def deploy(self, slot: AllocatedSlot, tdd: TaskDeploymentDescriptor, *, wanted: Callable[[], bool]) -> bool:
+        """`send_deployment` of `tdd` to `slot`, each try's outcome told to the ResourceManager."""
+        outcome = functools.partial(self.record_outcome, slot.task_executor_id)
+        return await send_deployment(self._gateway, slot, tdd, self._session_id, wanted=wanted, outcome=outcome)
+
+    def task_executor_hostname(self, task_executor_id: str) -> str | None:
+        """The Celery hostname of a registered TaskExecutor, as the ResourceManager knows it."""
+        return self._resource_manager.task_executor_hostname(task_executor_id)
+
+    def stop(self, execution: Execution, *, release: Callable[[Execution], None]) -> asyncio.Task[Any] | None:
+        """Cancel `execution` if it is not terminal: on its TaskExecutor if it was deployed there
+        (returning that call), its slot then given back by `release`."""
+        if execution.state.is_terminal:
+            return None
+        call = None
+        if execution.state in LIVE:
+            if execution.state is not ExecutionState.CANCELING:
+                execution.transition(ExecutionState.CANCELING)
+            slot = execution.slot
+            assert slot is not None
+            call = self.cancel(slot.task_executor_id, slot.hostname, execution.execution_id)
+            release(execution)
+        execution.transition(ExecutionState.CANCELED)
+        return call
+
     def cancel(self, task_executor_id: str, hostname: str, execution_id: str) -> asyncio.Task[Any]:
         """Cancel `execution_id` on its TaskExecutor, in the background."""
         return self.spawn(self._cancel_on(task_executor_id, hostname, execution_id))
@@ -80,9 +117,9 @@ class TaskExecutorCalls:
                 hostname,
                 exc,
             )
-            self.call_resource_manager(self._resource_manager.record_rpc_failure, task_executor_id)
+            self.record_outcome(task_executor_id, False)
         else:
-            self.call_resource_manager(self._resource_manager.record_rpc_success, task_executor_id)
+            self.record_outcome(task_executor_id, True)
 
     def _background_done(self, task: asyncio.Task[Any]) -> None:
         self._background.discard(task)

@@ -13,25 +13,20 @@ import logging
 from collections.abc import Collection, Sequence
 
 from sparkdispatch.errors import FencingTokenMismatch, InvalidRequest, StaleExecution, UnknownJob
-from sparkdispatch.jobmaster.execution import ExecutionVertex
+from sparkdispatch.jobmaster.execution import LIVE, ExecutionVertex
 from sparkdispatch.jobmaster.execution_graph import ExecutionGraph
 from sparkdispatch.jobmaster.reconciler import ExecutionDeploymentReconciler, MissingExecution
 from sparkdispatch.jobmaster.task_executor_calls import TaskExecutorCalls
 from sparkdispatch.model.job_result import Failure
 from sparkdispatch.model.protocol import ExecutionReport, ExecutionStateUpdate
 from sparkdispatch.model.states import ExecutionState
-from sparkdispatch.resourcemanager import AllocatedSlot, ResourceManagerGateway
+from sparkdispatch.resourcemanager import AllocatedSlot
 from sparkdispatch.storage.results import ResultLayout
 
 log = logging.getLogger(__name__)
 
 Failed = list[tuple[ExecutionVertex, Failure]]
 """Attempts to fail over, each with its failure."""
-
-#: The states of an attempt that runs, or may, on a TaskExecutor.
-LIVE = frozenset(
-    {ExecutionState.DEPLOYING, ExecutionState.INITIALIZING, ExecutionState.RUNNING, ExecutionState.CANCELING}
-)
 
 
 def listed_executions(graph: ExecutionGraph, executions: Sequence[ExecutionReport]) -> tuple[set[str], list[str]]:
@@ -107,13 +102,11 @@ class TaskExecutorReconciliation:
         session_id: str,
         deployments: ExecutionDeploymentReconciler,
         calls: TaskExecutorCalls,
-        resource_manager: ResourceManagerGateway,
     ) -> None:
         self._graph = graph
         self._session_id = session_id
         self.deployments = deployments
         self._calls = calls
-        self._resource_manager = resource_manager
         self._hostnames: dict[str, str] = {}  # TaskExecutor id -> Celery hostname, from its slots
 
     def slot_allocated(self, slot: AllocatedSlot) -> None:
@@ -156,9 +149,7 @@ class TaskExecutorReconciliation:
         return [(ev, failure) for ev in affected]
 
     def _cancel_stale(self, task_executor_id: str, execution_id: str) -> None:
-        hostname = self._hostnames.get(task_executor_id) or self._resource_manager.task_executor_hostname(
-            task_executor_id
-        )
+        hostname = self._hostnames.get(task_executor_id) or self._calls.task_executor_hostname(task_executor_id)
         if hostname is None:
             return
         log.info(
