@@ -73,6 +73,7 @@ async def send_deployment(
     other than `ServiceUnavailable` are not the broker's and are raised at once.
     """
     pause, tries, started = RETRY_INITIAL_S, 0, time.monotonic()
+    attempt = f"{tdd.vertex_id}[{tdd.subtask_index}] attempt {tdd.attempt}"
     while True:
         tries += 1
         try:
@@ -82,11 +83,9 @@ async def send_deployment(
             if not wanted():
                 return False
             (log.warning if tries == 1 else log.debug)(
-                "job %s: the broker did not take %s[%d] attempt %d for %s (try %d), trying again in %.1fs: %s",
+                "job %s: the broker did not take %s for %s (try %d), trying again in %.1fs: %s",
                 tdd.job_id,
-                tdd.vertex_id,
-                tdd.subtask_index,
-                tdd.attempt,
+                attempt,
                 slot.task_executor_id,
                 tries,
                 pause,
@@ -103,11 +102,9 @@ async def send_deployment(
             outcome(True)
             if tries > 1:
                 log.info(
-                    "job %s: %s[%d] attempt %d sent to %s after %d tries in %.1fs",
+                    "job %s: %s sent to %s after %d tries in %.1fs",
                     tdd.job_id,
-                    tdd.vertex_id,
-                    tdd.subtask_index,
-                    tdd.attempt,
+                    attempt,
                     slot.task_executor_id,
                     tries,
                     time.monotonic() - started,
