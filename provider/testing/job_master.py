@@ -376,9 +376,10 @@ def resource_manager(*, rpc_failure_threshold: int, **keys: str) -> ResourceMana
     return ResourceManager(ResourceManagerSettings.from_config(config), SESSION)
 
 
-def register(rm: ResourceManager, task_executor_id: str, slots: int) -> None:
+def register(rm: ResourceManager, task_executor_id: str, slots: int, *, session_id: str = SESSION) -> None:
+    """Register a TaskExecutor of `slots` free slots, as its first registration does."""
     rm.register_task_executor(
-        SESSION,
+        session_id,
         TaskExecutorRegistration(
             task_executor_id=task_executor_id,
             hostname=f"celery@{task_executor_id}",
