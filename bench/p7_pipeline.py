@@ -55,7 +55,6 @@ from harness.standalone import Standalone
 from sparkdispatch.config import Configuration
 from sparkdispatch.config.options import SPARK_MASTER
 from sparkdispatch.entrypoint.standalone import standalone_config
-from sparkdispatch.entrypoint.cli import add_overrides_option
 
 GOAL_RATIO = 1.3
 JOB_TIMEOUT_S = 300.0
@@ -197,7 +196,14 @@ def run() -> int:
     parser.add_argument("--runs", type=int, default=5, help="timed runs of each (after the warm-up)")
     parser.add_argument("--warm-up", type=int, default=3, help="warm-up runs of the cluster and of each floor")
     add_pipeline_options(parser)
-    add_overrides_option(parser, help="a configuration key of the standalone and of the floors' server; repeatable")
+    parser.add_argument(
+        "-D",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a configuration key of the standalone and of the floors' server; repeatable",
+    )
     add_run_options(parser, quick="1 warm-up and 2 timed runs")
     args = parser.parse_args()
     if args.quick:

@@ -40,7 +40,6 @@ from harness.standalone import Standalone
 
 from sparkdispatch.testing.process_census import KINDS, METRICS, census
 from sparkdispatch.testing.soak_jobs import JobOutcome, SoakJobs
-from sparkdispatch.entrypoint.cli import add_overrides_option
 
 START_TIMEOUT_S = 600.0
 GOAL_GROWTH = 0.10
@@ -136,7 +135,14 @@ def run() -> int:
     )
     parser.add_argument("--sample-every", type=float, default=60.0, help="seconds between timed samples")
     parser.add_argument("--sample-jobs", type=int, default=25, help="jobs between counted samples")
-    add_overrides_option(parser, help="configuration of the standalone cluster (on top of the soak's own)")
+    parser.add_argument(
+        "-D",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="configuration of the standalone cluster (on top of the soak's own)",
+    )
     add_run_options(parser, quick="60 jobs, a warm-up of 20, samples every 10 jobs")
     args = parser.parse_args()
     if args.quick:
