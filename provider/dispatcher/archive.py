@@ -96,12 +96,8 @@ def _snapshot_from_rest_bodies(
 ) -> JobSnapshot:
     """The snapshot of a version 1 entry, which kept the `GET /jobs/{id}` and `/jobs/overview` bodies."""
     tasks = {state: int(flink_details["tasks"].get(state.value.lower(), 0)) for state in ExecutionState}
-    overview = JobOverview(
-        job_id=result.job_id,
-        name=result.name,
-        status=result.status,
-        start_time=result.start_time,
-        end_time=result.end_time,
+    overview = JobOverview.of_ended(
+        result,
         duration_ms=int(flink_details["duration"]),
         last_modification=int(flink_details["last-modification"]),
         tasks=tasks,

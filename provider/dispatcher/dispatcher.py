@@ -19,13 +19,13 @@ Mirrors Flink's Dispatcher under one leader session:
   progress, results per `results.retention`), retried with backoff until it succeeds → clean:
   its FAILED JobResult makes it final, so no later leader retries it.
 
-All state lives on the master's loop.
+Its read side (the queries of running and archived jobs) is `JobQueries`
+(sparkdispatch.dispatcher.queries), which it extends. All state lives on the master's loop.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import uuid
@@ -34,16 +34,14 @@ from contextlib import aclosing
 
 from sparkdispatch.dispatcher.archive import ArchivedJob, JobArchive
 from sparkdispatch.dispatcher.dispatched_job import DispatchedJob
-from sparkdispatch.dispatcher.gateway import Submission
+from sparkdispatch.dispatcher.gateway import EVERY_POOL, PoolAccess, Submission
+from sparkdispatch.dispatcher.queries import JobQueries
 from sparkdispatch.errors import (
     DuplicateJobSubmission,
     JobAlreadyTerminated,
     JobResultEntryExists,
     LeadershipLost,
-    RecoveryInProgress,
     RepairNotPossible,
-    RouteNotFound,
-    ServiceUnavailable,
     StoreError,
     UnknownJob,
 )
@@ -63,22 +61,20 @@ from sparkdispatch.ha.jobgraph_store import JobGraphStore
 from sparkdispatch.ha.progress_store import JobProgress, ProgressStore
 from sparkdispatch.model.states import JobStatus
 from sparkdispatch.model.job_graph import DEFAULT_POOL, JobGraph
-from sparkdispatch.model.job_result import Failure, JobResult, VertexResult
+from sparkdispatch.model.job_result import Failure, JobResult
 from sparkdispatch.jobmaster.gateways import JobMasterFactory, JobMasterGateway
 from sparkdispatch.log_context import log_context
 from sparkdispatch.metrics.events import EventCounts, JobEvents
 from sparkdispatch.model.repair import RepairAnswer, check_requested
 from sparkdispatch.storage.results import ResultLayout, remove_job_results
 from sparkdispatch.dispatcher.settings import CleanupSettings, JobLimits
-from sparkdispatch.model.snapshot import JobOverview, JobSnapshot
 
 log = logging.getLogger(__name__)
 
-RETRY_AFTER_S = 1  # what a caller hears while the Dispatcher recovers
 CLEANUP_WAIT_S = 10.0  # how long a repair waits for the cleanup of a job that has just ended
 
 
-class Dispatcher:
+class Dispatcher(JobQueries):
     """One leader session's Dispatcher (fencing token: `session_id`).
 
     `new_job_master(graph, recovered_progress)` builds the JobMaster of a job (under the same
@@ -102,14 +98,13 @@ class Dispatcher:
         events: JobEvents | None = None,
         limits: JobLimits = JobLimits(),
     ) -> None:
+        super().__init__(address=address, archive=archive)
         self.session_id = session_id
         self._limits = limits
         self._events = events if events is not None else EventCounts()
-        self._address = address
         self._jobgraph_store = jobgraph_store
         self._job_result_store = job_result_store
         self._progress_store = progress_store
-        self._archive = archive
         self._blob_store = blob_store
         self._new_job_master = new_job_master
         self._cleanup_settings = cleanup
@@ -123,10 +118,7 @@ class Dispatcher:
             max_backoff=cleanup.max_backoff,
             limits=limits,
         )
-        self._jobs: dict[str, DispatchedJob] = {}
         self._cleanups: dict[str, asyncio.Task[None]] = {}
-        self._recovering = True
-        self._closed = False
         self._expiry: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -199,9 +191,11 @@ class Dispatcher:
 
     # -- submission and cancellation -----------------------------------------------------------
 
-    async def submit(self, graph: JobGraph) -> Submission:
+    async def submit(self, graph: JobGraph, *, access: PoolAccess = EVERY_POOL) -> Submission:
         """Accept `graph` (`created`), or answer for the same job submitted before; `JobTooLarge` for
-        a graph over the limits, before anything is stored."""
+        a graph over the limits and `Forbidden` for a pool `access` does not reach, before anything
+        is stored."""
+        access.check(graph.pool, "submit")
         self._check_serving()
         self._limits.check(graph)
         chosen_id = graph.job_id is not None
@@ -267,23 +261,27 @@ class Dispatcher:
         if named:
             await asyncio.to_thread(claim_artifacts, self._blob_store, named, wheels=wheels.keys(), repairing=repairing)
 
-    async def job_pool(self, job_id: str) -> str:
-        """The TaskExecutor pool of a job (its JobGraph's `pool`); the default pool for a job whose graph
-        is not kept; `UnknownJob` if there is none."""
-        self._check_serving()
-        job = await self._settled(job_id)
-        if job is not None:
-            return job.graph.pool if job.graph is not None else DEFAULT_POOL
-        archived = await self._archive.get(job_id)
-        if archived is None:
-            raise UnknownJob(job_id)
-        return archived.graph.pool if archived.graph is not None else DEFAULT_POOL
-
-    async def cancel(self, job_id: str) -> None:
-        """Cancel a running job, persisting the cancel first; idempotent for a cancelled one;
-        `JobAlreadyTerminated` for a job that ended otherwise."""
-        self._check_serving()
+    async def _checked_job(
+        self, job_id: str, access: PoolAccess, action: str
+    ) -> tuple[DispatchedJob | None, ArchivedJob | None]:
+        """The job as this Dispatcher holds it, else its archive entry (`UnknownJob` without one),
+        once `access` is found to reach its pool (`Forbidden` otherwise): one lookup decides both."""
         job = await self._settled(job_id)  # None also when its submission failed: unknown
+        archived = None
+        if job is None:
+            archived = await self._archive.get(job_id)
+            if archived is None:
+                raise UnknownJob(job_id)
+        graph = job.graph if job is not None else archived.graph if archived is not None else None
+        access.check(graph.pool if graph is not None else DEFAULT_POOL, action)
+        return job, archived
+
+    async def cancel(self, job_id: str, *, access: PoolAccess = EVERY_POOL) -> None:
+        """Cancel a running job, persisting the cancel first; idempotent for a cancelled one;
+        `JobAlreadyTerminated` for a job that ended otherwise; `Forbidden` for a pool `access` does
+        not reach."""
+        self._check_serving()
+        job, archived = await self._checked_job(job_id, access, "cancel")
         status: JobStatus | None = None
         if job is not None and job.result is not None:
             status = job.result.status
@@ -298,19 +296,21 @@ class Dispatcher:
             if not outcome.cancelled():
                 status = outcome.result().status  # it ended; this Dispatcher has not concluded it yet
         if status is None:
-            archived = await self._archive.get(job_id)
+            if archived is None:
+                archived = await self._archive.get(job_id)
             if archived is None:
                 raise UnknownJob(job_id)
             status = archived.result.status
         if status is not JobStatus.CANCELED:
             raise JobAlreadyTerminated(job_id, status.value)
 
-    async def repair(self, job_id: str, vertices: Sequence[str]) -> RepairAnswer:
+    async def repair(self, job_id: str, vertices: Sequence[str], *, access: PoolAccess = EVERY_POOL) -> RepairAnswer:
         """Run `vertices` of an ended job again, with their consumers, reusing the other results
         (`POST /jobs/{job_id}/repair`); persisted before it answers. A job that runs a repair
-        covering `vertices` answers with it; `RepairNotPossible` (`running`) while it runs otherwise."""
+        covering `vertices` answers with it; `RepairNotPossible` (`running`) while it runs otherwise;
+        `Forbidden` for a pool `access` does not reach."""
         self._check_serving()
-        job = await self._settled(job_id)
+        job, archived = await self._checked_job(job_id, access, "repair")
         if job is not None:
             repair = job.running_repair
             if (
@@ -333,7 +333,7 @@ class Dispatcher:
                 ) from None
         plan = plan_repair(
             job_id,
-            await self._archive.get(job_id),
+            archived,  # a cleanup leaves the archive entry as it is
             vertices,
             results_deleted=self._cleanup_settings.delete_results,
             now_ms=int(time.time() * 1000),
@@ -341,7 +341,7 @@ class Dispatcher:
         self._limits.check(plan.graph)  # it ran under a higher limit
         await self._check_artifacts(plan.graph, repairing=job_id)
         if job_id in self._jobs:  # another repair or a resubmission took it meanwhile
-            return await self.repair(job_id, vertices)
+            return await self.repair(job_id, vertices, access=access)
         job = DispatchedJob(
             plan.graph, plan.graph.fingerprint(), asyncio.get_running_loop().create_future(), repairs=plan.repairs
         )
@@ -371,113 +371,7 @@ class Dispatcher:
         await self._run(job_id, job, recovered=plan.progress)
         return RepairAnswer(job_id, created=True, repair=repair)
 
-    # -- queries ------------------------------------------------------------------------------
-
-    def job_overviews(self) -> list[JobOverview]:
-        """Every job, running and finished, the most recently started first (`GET /jobs`, `/jobs/overview`)."""
-        self._check_serving()
-        overviews = [overview for job in self._jobs.values() if (overview := job.overview()) is not None]
-        listed = {overview.job_id for overview in overviews}
-        overviews += [o for o in self._archive.overviews() if o.job_id not in listed]
-        # the id breaks ties, so the order does not change when a job moves to the archive
-        return sorted(overviews, key=lambda o: (o.start_time, o.job_id), reverse=True)
-
-    async def job_snapshot(self, job_id: str) -> JobSnapshot:
-        """One job with its vertices and subtasks (`GET /jobs/{job_id}`); `UnknownJob` if unknown."""
-        self._check_serving()
-        job = await self._settled(job_id)
-        if job is not None and (job.job_master is not None or job.result is not None):
-            return await job.snapshot()
-        archived = await self._archive.get(job_id)
-        if archived is None:
-            raise UnknownJob(job_id)
-        return archived.snapshot
-
-    async def job_result(self, job_id: str, *, wait_s: float = 0.0) -> JobResult | None:
-        """The JobResult, waiting up to `wait_s` for a running job; None while it runs."""
-        self._check_serving()
-        job = self._jobs.get(job_id)
-        if job is not None and job.result is None and job.job_master is not None:
-            future = job.job_master.result_future
-            if not future.done() and wait_s > 0:
-                try:
-                    await asyncio.wait_for(asyncio.shield(future), wait_s)
-                except (TimeoutError, asyncio.CancelledError):
-                    pass
-            if future.done() and not future.cancelled():
-                return future.result()
-            return None
-        if job is not None:
-            return job.result
-        archived = await self._archive.get(job_id)
-        if archived is None:
-            raise UnknownJob(job_id)
-        return archived.result
-
-    async def vertex_result(self, job_id: str, vertex_id: str) -> tuple[JobStatus, VertexResult]:
-        """The job's status and one vertex's outcome so far (`GET /jobs/{job_id}/vertices/{vertex_id}`)."""
-        self._check_serving()
-        job = await self._settled(job_id)
-        vertex: VertexResult | None
-        if job is not None and job.result is None and job.job_master is not None:
-            status, vertex = job.job_master.status, job.job_master.vertex_result(vertex_id)
-        else:
-            result = await self._ended_result(job_id, job)
-            status, vertex = result.status, result.vertices.get(vertex_id)
-        if vertex is None:
-            raise RouteNotFound(f"job {job_id} has no vertex {vertex_id!r}")
-        return status, vertex
-
-    async def vertex_results(self, job_id: str) -> tuple[JobStatus, dict[str, VertexResult]]:
-        """The job's status and every vertex's outcome so far (`GET /jobs/{job_id}/progress`)."""
-        self._check_serving()
-        job = await self._settled(job_id)
-        if job is not None and job.result is None and job.job_master is not None and job.graph is not None:
-            master = job.job_master
-            outcomes = {vertex.id: master.vertex_result(vertex.id) for vertex in job.graph.vertices}
-            return master.status, {vertex_id: outcome for vertex_id, outcome in outcomes.items() if outcome is not None}
-        result = await self._ended_result(job_id, job)
-        return result.status, dict(result.vertices)
-
-    async def _ended_result(self, job_id: str, job: DispatchedJob | None) -> JobResult:
-        """The JobResult of a job that runs no JobMaster here: its own, or the archive's (archived,
-        or reserved by a repair about to run); `UnknownJob`."""
-        result = job.result if job is not None else None
-        if result is None:
-            archived = await self._archive.get(job_id)
-            if archived is None:
-                raise UnknownJob(job_id)
-            result = archived.result
-        return result
-
-    def job_counts(self) -> dict[str, int]:
-        """Jobs by status: running ones from their JobMasters, the rest from the archive."""
-        counts = dict(self._archive.counts())
-        for job in self._jobs.values():
-            if job.job_master is not None and job.result is None:
-                status = job.job_master.status.value
-                counts[status] = counts.get(status, 0) + 1
-        return counts
-
-    def job_master(self, job_id: str) -> JobMasterGateway:
-        """The running JobMaster of `job_id` (TaskExecutor reports go to it)."""
-        job = self._jobs.get(job_id)
-        if job is None or job.job_master is None:
-            self._check_serving()  # a job not recovered yet is not unknown: the caller retries
-            raise UnknownJob(job_id)
-        return job.job_master
-
     # -- running and terminating jobs ---------------------------------------------------------
-
-    async def _settled(self, job_id: str) -> DispatchedJob | None:
-        """The job `job_id` answers for, once its submission (or repair) settled: persisted and its
-        JobMaster built, or refused (then None, unless another took the id meanwhile)."""
-        job = self._jobs.get(job_id)
-        if job is not None and not job.accepted.done():
-            with contextlib.suppress(Exception):
-                await asyncio.shield(job.accepted)
-            job = self._jobs.get(job_id)
-        return job
 
     async def _run(self, job_id: str, job: DispatchedJob, *, recovered: JobProgress | None) -> None:
         """Start the job's task, which builds its JobMaster and runs it to the job's end; return once
@@ -667,16 +561,6 @@ class Dispatcher:
                 )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, settings.max_backoff)
-
-    def _check_serving(self) -> None:
-        if self._closed:
-            raise ServiceUnavailable("the Dispatcher is shutting down; retry against the new leader")
-        if self._recovering:
-            raise RecoveryInProgress(
-                f"this master has just become leader and is recovering its jobs; retry in {RETRY_AFTER_S}s",
-                leader=self._address,
-                retry_after=RETRY_AFTER_S,
-            )
 
 
 def _persisted() -> asyncio.Future[JobStatus | None]:

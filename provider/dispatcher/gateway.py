@@ -1,4 +1,5 @@
-"""What the REST endpoint calls on the Dispatcher (`DispatcherGateway`) and a submission's answer."""
+"""What the REST endpoint calls on the Dispatcher (`DispatcherGateway`), who may act on which
+jobs (`PoolAccess`), and a submission's answer."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from sparkdispatch.errors import Forbidden
 from sparkdispatch.jobmaster.gateways import JobMasterGateway
 from sparkdispatch.model.job_graph import JobGraph
 from sparkdispatch.model.job_result import JobResult, VertexResult
@@ -24,6 +26,27 @@ class Submission:
     status: JobStatus
 
 
+@dataclass(frozen=True)
+class PoolAccess:
+    """A caller who submits, cancels or repairs jobs: its name, and the TaskExecutor pools whose
+    jobs it may act on (None: every pool)."""
+
+    name: str
+    pools: frozenset[str] | None = None
+
+    def check(self, pool: str, action: str) -> None:
+        """`Forbidden` when this caller may not `action` a job of pool `pool`."""
+        if self.pools is not None and pool not in self.pools:
+            allowed = ", ".join(sorted(self.pools))
+            raise Forbidden(
+                f"{self.name} may {action} jobs of the pools {allowed} only; this job runs in pool {pool!r}"
+            )
+
+
+EVERY_POOL = PoolAccess("anyone")
+"""A caller limited to no pool (a master without tokens, or a caller inside the master)."""
+
+
 class DispatcherGateway(Protocol):
     """What the REST endpoint calls on the Dispatcher, on the master's loop.
 
@@ -32,24 +55,23 @@ class DispatcherGateway(Protocol):
     """
 
     @abstractmethod
-    async def submit(self, graph: JobGraph) -> Submission:
-        """Accept a job, or answer for the same job (same id and graph) submitted before."""
+    async def submit(self, graph: JobGraph, *, access: PoolAccess = EVERY_POOL) -> Submission:
+        """Accept a job, or answer for the same job (same id and graph) submitted before;
+        `Forbidden` when `access` does not reach the graph's pool."""
 
     @abstractmethod
-    async def cancel(self, job_id: str) -> None:
-        """Cancel a running job; idempotent for a cancelled one."""
+    async def cancel(self, job_id: str, *, access: PoolAccess = EVERY_POOL) -> None:
+        """Cancel a running job; idempotent for a cancelled one; `Forbidden` when `access` does not
+        reach the job's pool."""
 
     @abstractmethod
-    async def repair(self, job_id: str, vertices: Sequence[str]) -> RepairAnswer:
-        """Run `vertices` of an ended job again, with their consumers, reusing the other results."""
+    async def repair(self, job_id: str, vertices: Sequence[str], *, access: PoolAccess = EVERY_POOL) -> RepairAnswer:
+        """Run `vertices` of an ended job again, with their consumers, reusing the other results;
+        `Forbidden` when `access` does not reach the job's pool."""
 
     @abstractmethod
     def job_overviews(self) -> list[JobOverview]:
         """Every job, running and finished, the most recently started first."""
-
-    @abstractmethod
-    async def job_pool(self, job_id: str) -> str:
-        """The TaskExecutor pool of a job; `UnknownJob` if there is none."""
 
     @abstractmethod
     async def job_snapshot(self, job_id: str) -> JobSnapshot:

@@ -33,28 +33,19 @@ if TYPE_CHECKING:
     from sparkdispatch.client import SparkDispatchClient
 
 
+def add_overrides_option(parser: argparse.ArgumentParser, *, help: str, dest: str = "overrides") -> None:
+    """`-D KEY=VALUE`, repeatable: configuration keys given on the command line, collected in `dest`."""
+    parser.add_argument("-D", dest=dest, action="append", default=[], metavar="KEY=VALUE", help=help)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sparkdispatch", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", metavar="FILE", help="YAML file of flat dotted keys (or $SPARKDISPATCH_CONF)")
-    parser.add_argument(
-        "-D",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override one configuration key; repeatable",
-    )
+    add_overrides_option(parser, help="override one configuration key; repeatable")
     parser.add_argument("--log-level", default="INFO", help="logging level of server commands (default INFO)")
     # `-D` after the command too, as Flink users type it (`sparkdispatch master -D rest.port=8082`)
     late = argparse.ArgumentParser(add_help=False)
-    late.add_argument(
-        "-D",
-        dest="late_overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override one configuration key; repeatable",
-    )
+    add_overrides_option(late, help="override one configuration key; repeatable", dest="late_overrides")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_with_parents(late))
 
     standalone = commands.add_parser("standalone", help="master + TaskExecutors on this machine, embedded defaults")

@@ -119,19 +119,10 @@ class ProgressStore(Protocol):
 
     @abstractmethod
     async def record_subtask(
-        self,
-        session_id: str,
-        job_id: str,
-        vertex_id: str,
-        subtask_index: int,
-        result_path: str | None,
-        rows: int | None,
-        *,
-        result_schema: str | None = None,
-        input_files: tuple[str, ...] = (),
+        self, session_id: str, job_id: str, vertex_id: str, subtask_index: int, progress: SubtaskProgress
     ) -> None:
-        """A subtask FINISHED, its result at `result_path` (None when it returned nothing) with
-        `result_schema` (its schema JSON, for its consumers' reads), having read `input_files`."""
+        """A subtask FINISHED: `progress` names its result (None when it returned nothing), its
+        schema JSON (for its consumers' reads) and the files it read."""
 
     @abstractmethod
     async def record_cancel(self, session_id: str, job_id: str) -> None:
@@ -179,22 +170,12 @@ class FileProgressStore:
         return self.directory / f"{check_job_id(job_id)}.jsonl"
 
     async def record_subtask(
-        self,
-        session_id: str,
-        job_id: str,
-        vertex_id: str,
-        subtask_index: int,
-        result_path: str | None,
-        rows: int | None,
-        *,
-        result_schema: str | None = None,
-        input_files: tuple[str, ...] = (),
+        self, session_id: str, job_id: str, vertex_id: str, subtask_index: int, progress: SubtaskProgress
     ) -> None:
-        entry = SubtaskProgress(result_path, rows, result_schema=result_schema, input_files=input_files)
-        _check_subtask(vertex_id, subtask_index, entry)
+        _check_subtask(vertex_id, subtask_index, progress)
         path = self._file(job_id)
         self._election.fence(session_id, COMPONENT)
-        line = json.dumps(_record(vertex_id, subtask_index, entry), sort_keys=True) + "\n"
+        line = json.dumps(_record(vertex_id, subtask_index, progress), sort_keys=True) + "\n"
         await finish_in_thread(self._append, path, line.encode())
 
     async def record_cancel(self, session_id: str, job_id: str) -> None:
@@ -274,22 +255,12 @@ class ZooKeeperProgressStore:
         return f"{self._path}/{check_job_id(job_id)}"
 
     async def record_subtask(
-        self,
-        session_id: str,
-        job_id: str,
-        vertex_id: str,
-        subtask_index: int,
-        result_path: str | None,
-        rows: int | None,
-        *,
-        result_schema: str | None = None,
-        input_files: tuple[str, ...] = (),
+        self, session_id: str, job_id: str, vertex_id: str, subtask_index: int, progress: SubtaskProgress
     ) -> None:
-        entry = SubtaskProgress(result_path, rows, result_schema=result_schema, input_files=input_files)
-        _check_subtask(vertex_id, subtask_index, entry)
+        _check_subtask(vertex_id, subtask_index, progress)
         job_node = self._job_node(job_id)
         latch = self._election.fence(session_id, COMPONENT)
-        data = json.dumps(entry.to_dict(), sort_keys=True).encode()
+        data = json.dumps(progress.to_dict(), sort_keys=True).encode()
         await self._upsert(latch, job_node, f"{job_node}/{vertex_id}#{subtask_index}", data)
 
     async def record_cancel(self, session_id: str, job_id: str) -> None:

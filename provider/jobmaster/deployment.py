@@ -15,7 +15,8 @@ import time
 from collections.abc import Callable
 
 from sparkdispatch.errors import ServiceUnavailable
-from sparkdispatch.jobmaster.execution_graph import ExecutionGraph, ExecutionVertex
+from sparkdispatch.jobmaster.execution import ExecutionVertex
+from sparkdispatch.jobmaster.execution_graph import ExecutionGraph
 from sparkdispatch.jobmaster.gateways import TaskExecutorGateway
 from sparkdispatch.model.protocol import TaskDeploymentDescriptor
 from sparkdispatch.resourcemanager import AllocatedSlot
@@ -72,6 +73,7 @@ async def send_deployment(
     other than `ServiceUnavailable` are not the broker's and are raised at once.
     """
     pause, tries, started = RETRY_INITIAL_S, 0, time.monotonic()
+    attempt = f"{tdd.vertex_id}[{tdd.subtask_index}] attempt {tdd.attempt}"
     while True:
         tries += 1
         try:
@@ -81,11 +83,9 @@ async def send_deployment(
             if not wanted():
                 return False
             (log.warning if tries == 1 else log.debug)(
-                "job %s: the broker did not take %s[%d] attempt %d for %s (try %d), trying again in %.1fs: %s",
+                "job %s: the broker did not take %s for %s (try %d), trying again in %.1fs: %s",
                 tdd.job_id,
-                tdd.vertex_id,
-                tdd.subtask_index,
-                tdd.attempt,
+                attempt,
                 slot.task_executor_id,
                 tries,
                 pause,
@@ -102,11 +102,9 @@ async def send_deployment(
             outcome(True)
             if tries > 1:
                 log.info(
-                    "job %s: %s[%d] attempt %d sent to %s after %d tries in %.1fs",
+                    "job %s: %s sent to %s after %d tries in %.1fs",
                     tdd.job_id,
-                    tdd.vertex_id,
-                    tdd.subtask_index,
-                    tdd.attempt,
+                    attempt,
                     slot.task_executor_id,
                     tries,
                     time.monotonic() - started,

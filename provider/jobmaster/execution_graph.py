@@ -1,7 +1,7 @@
 """The ExecutionGraph: a JobGraph unfolded into subtasks, each with its current attempt.
 
-Every vertex of parallelism *p* becomes *p* ExecutionVertices; each holds its current
-Execution (one attempt: id, attempt number, state, slot, result). Every exchange between
+Every vertex of parallelism *p* becomes *p* ExecutionVertices (sparkdispatch.jobmaster.execution);
+each holds its current Execution (one attempt: id, attempt number, state, slot, result). Every exchange between
 vertices is BLOCKING (a consumer reads its producers' finished partitions), so each subtask
 is its own pipelined region, as in Flink's batch mode. State changes go through the
 lifecycle tables of `JobStatus` and `ExecutionState`, which refuse an illegal change.
@@ -10,141 +10,26 @@ lifecycle tables of `JobStatus` and `ExecutionState`, which refuse an illegal ch
 from __future__ import annotations
 
 import os
-import secrets
 import time
 import weakref
 from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass
 
 from sparkdispatch.errors import InvalidJobGraph
-from sparkdispatch.ha.progress_store import Finished, JobProgress, SubtaskProgress
 from sparkdispatch.model.states import ExecutionState, JobStatus
-from sparkdispatch.model.job_graph import JobGraph, JobVertex
+from sparkdispatch.jobmaster.execution import (
+    ConsumabilityListener,
+    Execution,
+    ExecutionVertex,
+    StateTally,
+    SubtaskId,
+    aggregate_state,
+)
+from sparkdispatch.model.job_graph import JobGraph
 from sparkdispatch.model.job_result import MAX_INPUT_FILES, Failure, JobResult, VertexResult
 from sparkdispatch.resourcemanager import AllocatedSlot
 from sparkdispatch.storage.results import ResultLayout
 from sparkdispatch.model.snapshot import JobOverview, JobSnapshot, SubtaskSnapshot, VertexSnapshot
-
-# The way an attempt normally goes; a report may skip steps of it (a fast task reports
-# FINISHED while its deployment is still being acknowledged), so reports walk along it.
-_NORMAL_PATH = (
-    ExecutionState.CREATED,
-    ExecutionState.SCHEDULED,
-    ExecutionState.DEPLOYING,
-    ExecutionState.INITIALIZING,
-    ExecutionState.RUNNING,
-    ExecutionState.FINISHED,
-)
-
-
-@dataclass(frozen=True, order=True, slots=True)
-class SubtaskId:
-    """One subtask: a vertex and an index below its parallelism; also its region's id."""
-
-    vertex_id: str
-    subtask_index: int
-
-    def __str__(self) -> str:
-        return f"{self.vertex_id}[{self.subtask_index}]"
-
-
-StateTally = dict[ExecutionState, int]
-"""How many of a graph's current attempts are in each state."""
-
-
-class Execution:
-    """One attempt of one subtask (Flink's Execution); while it is its subtask's current attempt, its
-    state counts in its graph's `tally`."""
-
-    __slots__ = (
-        "execution_id",
-        "attempt",
-        "_state",
-        "tally",
-        "slot",
-        "result_path",
-        "rows",
-        "result_schema",
-        "input_files",
-        "failure",
-        "deployed_at",
-    )
-
-    def __init__(self, attempt: int, execution_id: str | None = None, *, tally: StateTally | None = None) -> None:
-        # 32 random hex digits, as a uuid4's, at a third of the cost
-        self.execution_id = execution_id or secrets.token_hex(16)
-        self.attempt = attempt
-        self._state = ExecutionState.CREATED
-        self.tally = tally
-        if tally is not None:
-            tally[ExecutionState.CREATED] += 1
-        self.slot: AllocatedSlot | None = None
-        self.result_path: str | None = None
-        self.rows: int | None = None
-        self.result_schema: str | None = None  # the result's schema JSON, as its TaskExecutor reported it
-        self.input_files: tuple[str, ...] = ()  # the datasets it read besides the job's results
-        self.failure: Failure | None = None
-        self.deployed_at = 0.0  # the JobMaster's clock when it was deployed
-
-    @property
-    def state(self) -> ExecutionState:
-        return self._state
-
-    @state.setter
-    def state(self, value: ExecutionState) -> None:
-        if self.tally is not None:
-            self.tally[self._state] -= 1
-            self.tally[value] += 1
-        self._state = value
-
-    def superseded(self) -> None:
-        """No longer its subtask's current attempt: its state counts no more."""
-        if self.tally is not None:
-            self.tally[self._state] -= 1
-            self.tally = None
-
-    @property
-    def task_executor_id(self) -> str | None:
-        return self.slot.task_executor_id if self.slot is not None else None
-
-    def ran_for(self, now: float) -> float | None:
-        """Seconds from its deployment to `now`; None if it was never deployed."""
-        return now - self.deployed_at if self.deployed_at else None
-
-    @property
-    def allocation_id(self) -> str | None:
-        return self.slot.allocation_id if self.slot is not None else None
-
-    def transition(self, target: ExecutionState) -> None:
-        """Move to `target`; `IllegalStateTransition` if the lifecycle forbids it."""
-        self.state = self.state.transition(target)
-
-    def advance(self, target: ExecutionState) -> bool:
-        """Follow a TaskExecutor's report: True if the state changed, False for a repeated or late one.
-
-        Along the normal path the skipped steps are walked one by one; FAILED, CANCELING and
-        CANCELED are entered directly. A report that would leave a terminal state raises
-        `IllegalStateTransition`.
-        """
-        if target == self.state:
-            return False
-        if target in _NORMAL_PATH and self.state in _NORMAL_PATH:
-            here, there = _NORMAL_PATH.index(self.state), _NORMAL_PATH.index(target)
-            if there < here:
-                return False
-            for step in _NORMAL_PATH[here + 1 : there + 1]:
-                self.transition(step)
-            return True
-        if target in (ExecutionState.INITIALIZING, ExecutionState.RUNNING) and self.state is ExecutionState.CANCELING:
-            return False  # the task started before our cancel reached it
-        self.transition(target)
-        return True
-
-    def __repr__(self) -> str:
-        return f"Execution({self.execution_id}, attempt={self.attempt}, {self.state.value})"
-
-
-ConsumabilityListener = Callable[["ExecutionVertex", bool], None]
 
 
 def _through_weak_reference(listener: ConsumabilityListener) -> ConsumabilityListener:
@@ -164,109 +49,6 @@ def _random_ids(count: int) -> Iterator[str]:
     source (a read per id made a 10,000-subtask build a fifth slower)."""
     digits = os.urandom(16 * count).hex()
     return (digits[start : start + 32] for start in range(0, 32 * count, 32))
-
-
-class ExecutionVertex:
-    """One subtask of a vertex and its current Execution.
-
-    `listener(subtask, consumable)` hears whenever `is_consumable` changes through the flags
-    below or a new attempt (its ExecutionGraph keeps its counts with it). A subtask is recorded
-    only once FINISHED, so a state change alone never makes it consumable.
-    """
-
-    # one per subtask: slots keep the graph of a large job small and quick to build
-    __slots__ = (
-        "vertex",
-        "subtask_index",
-        "id",
-        "current",
-        "deployed_attempts",
-        "recovered",
-        "_partition_lost",
-        "_progress_recorded",
-        "_consumable",
-        "_listener",
-    )
-
-    def __init__(
-        self,
-        vertex: JobVertex,
-        subtask_index: int,
-        listener: ConsumabilityListener | None = None,
-        *,
-        execution_id: str | None = None,
-        tally: StateTally | None = None,
-    ) -> None:
-        self.vertex = vertex
-        self.subtask_index = subtask_index
-        self.id = SubtaskId(vertex.id, subtask_index)
-        self.current = Execution(attempt=0, execution_id=execution_id, tally=tally)
-        self.deployed_attempts = 0
-        self.recovered = False
-        self._partition_lost = False
-        self._progress_recorded = False
-        self._consumable = False  # as last told to the listener
-        self._listener = listener
-
-    @property
-    def state(self) -> ExecutionState:
-        return self.current.state
-
-    @property
-    def partition_lost(self) -> bool:
-        """Its finished result partition turned out unreadable; it must run again."""
-        return self._partition_lost
-
-    @partition_lost.setter
-    def partition_lost(self, value: bool) -> None:
-        self._partition_lost = value
-        self._refresh()
-
-    @property
-    def progress_recorded(self) -> bool:
-        """Its FINISHED attempt is recorded in the ProgressStore (a failover keeps it)."""
-        return self._progress_recorded
-
-    @progress_recorded.setter
-    def progress_recorded(self, value: bool) -> None:
-        self._progress_recorded = value
-        self._refresh()
-
-    @property
-    def is_consumable(self) -> bool:
-        """Its result partition can be read: finished, recorded in the ProgressStore, not lost."""
-        return self.state is ExecutionState.FINISHED and self._progress_recorded and not self._partition_lost
-
-    def _refresh(self) -> None:
-        consumable = self.is_consumable
-        if consumable != self._consumable:
-            self._consumable = consumable
-            if self._listener is not None:
-                self._listener(self, consumable)
-
-    def __repr__(self) -> str:
-        return f"ExecutionVertex({self.id}, {self.current!r})"
-
-
-def aggregate_state(states: list[ExecutionState]) -> ExecutionState:
-    """A vertex's state from its subtasks' states, by Flink's precedence."""
-    if len(states) == 1:
-        return states[0]  # what the precedence below gives one state alone
-    present = set(states)
-    for state in (ExecutionState.FAILED, ExecutionState.CANCELING, ExecutionState.CANCELED):
-        if state in present:
-            return state
-    if present == {ExecutionState.FINISHED}:
-        return ExecutionState.FINISHED
-    for state in (ExecutionState.RUNNING, ExecutionState.INITIALIZING, ExecutionState.RECONCILING):
-        if state in present:
-            return state
-    if ExecutionState.FINISHED in present:
-        return ExecutionState.RUNNING
-    for state in (ExecutionState.DEPLOYING, ExecutionState.SCHEDULED):
-        if state in present:
-            return state
-    return ExecutionState.CREATED
 
 
 class ExecutionGraph:
@@ -401,34 +183,6 @@ class ExecutionGraph:
         self.touch()
         return ev.current
 
-    def restore(self, progress: JobProgress) -> list[SubtaskId]:
-        """Mark the subtasks a former leader saw finish as FINISHED (CREATED → RECONCILING → FINISHED).
-
-        Entries naming no subtask of this graph are skipped and returned as not restored.
-        """
-        skipped: list[SubtaskId] = []
-        restored = 0
-        for vertex_id, subtasks in progress.finished.items():
-            for index, entry in subtasks.items():
-                subtask_id = SubtaskId(vertex_id, int(index))
-                try:
-                    ev = self.subtask(subtask_id)
-                except KeyError:
-                    skipped.append(subtask_id)
-                    continue
-                ev.current.transition(ExecutionState.RECONCILING)
-                ev.current.transition(ExecutionState.FINISHED)
-                ev.current.result_path = entry.result_path
-                ev.current.rows = entry.rows
-                ev.current.result_schema = entry.result_schema
-                ev.current.input_files = entry.input_files
-                ev.deployed_attempts = 1
-                ev.progress_recorded = True
-                ev.recovered = True
-                restored += 1
-        self.restored = (restored, tuple(skipped))
-        return skipped
-
     def inputs_consumable(self, ev: ExecutionVertex) -> bool:
         """All partitions of all of `ev`'s input vertices can be read."""
         return self._unready_inputs[ev.id.vertex_id] == 0
@@ -491,19 +245,6 @@ class ExecutionGraph:
             if ev.state is ExecutionState.FINISHED and ev.current.result_path is not None
         }
         return schemas.pop() if len(schemas) == 1 else None
-
-    def finished(self) -> Finished:
-        """Every FINISHED subtask's result and rows (what a repair of the job keeps)."""
-        finished: Finished = {}
-        for ev in self.subtasks():
-            if ev.state is ExecutionState.FINISHED:
-                finished.setdefault(ev.vertex.id, {})[ev.subtask_index] = SubtaskProgress(
-                    ev.current.result_path,
-                    ev.current.rows,
-                    result_schema=ev.current.result_schema,
-                    input_files=ev.current.input_files,
-                )
-        return finished
 
     def vertex_state(self, vertex_id: str) -> ExecutionState:
         return aggregate_state([ev.state for ev in self._vertices[vertex_id]])

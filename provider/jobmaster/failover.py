@@ -19,7 +19,8 @@ from collections.abc import Iterable
 
 from sparkdispatch.model.states import ExecutionState
 from sparkdispatch.model.job_result import Failure
-from sparkdispatch.jobmaster.execution_graph import ExecutionGraph, ExecutionVertex, SubtaskId
+from sparkdispatch.jobmaster.execution import ExecutionVertex, SubtaskId
+from sparkdispatch.jobmaster.execution_graph import ExecutionGraph
 from sparkdispatch.storage.results import unreadable_partitions
 
 

@@ -4,15 +4,11 @@ Batch scheduling (a vertex's subtasks are scheduled once all of its inputs are f
 slot requirements declared to the ResourceManager, deployment through the
 TaskExecutorGateway, execution state from fenced TaskExecutor reports, restarts by region
 under the job's restart strategy, cancellation and suspension. All state lives on the master's
-loop; blocking gateway calls run in threads (`asyncio.to_thread`), and the outcome of each
-deployment and cancellation is told to the ResourceManager (`record_rpc_failure` /
-`record_rpc_success`), so a TaskExecutor that keeps failing them while silent is declared lost.
-
-A deployment the broker does not take (`ServiceUnavailable`: Redis restarting) is sent again
-with backoff while its attempt is current, costing no restart. The TaskExecutors' heartbeats
-are reconciled with what this JobMaster deployed, both ways: an execution a TaskExecutor runs
-that this JobMaster does not is cancelled there; one it deployed that the heartbeats omit
-(`ExecutionDeploymentReconciler`) fails over.
+loop; calls to TaskExecutors run in threads (sparkdispatch.jobmaster.task_executor_calls). A
+deployment the broker does not take (`ServiceUnavailable`: Redis restarting) is sent again with
+backoff while its attempt is current, costing no restart. The TaskExecutors' heartbeats are
+reconciled with what this JobMaster deployed, both ways
+(sparkdispatch.jobmaster.task_executor_reconciliation).
 """
 
 from __future__ import annotations
@@ -21,30 +17,32 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 from sparkdispatch.errors import (
-    ERROR_TYPES,
-    FencingTokenMismatch,
     IllegalStateTransition,
-    InvalidRequest,
     JobAlreadyTerminated,
-    LeadershipLost,
     StaleExecution,
-    UnknownJob,
 )
-from sparkdispatch.ha.progress_store import Finished, JobProgress, ProgressStore
+from sparkdispatch.ha.progress_store import Finished, JobProgress, ProgressStore, SubtaskProgress
 from sparkdispatch.model.states import ExecutionState, JobStatus
 from sparkdispatch.model.job_graph import JobGraph
 from sparkdispatch.model.job_result import Failure, JobResult, VertexResult
-from sparkdispatch.jobmaster.deployment import deployment_descriptor, send_deployment
-from sparkdispatch.jobmaster.execution_graph import Execution, ExecutionGraph, ExecutionVertex, SubtaskId
+from sparkdispatch.jobmaster.deployment import deployment_descriptor
+from sparkdispatch.jobmaster.execution import Execution, ExecutionVertex, SubtaskId
+from sparkdispatch.jobmaster.execution_graph import ExecutionGraph
 from sparkdispatch.jobmaster.failover import tasks_to_restart, unreadable_inputs
 from sparkdispatch.jobmaster.gateways import TaskExecutorGateway
-from sparkdispatch.jobmaster.long_lived import LONG_LIVED_GRAPHS
-from sparkdispatch.jobmaster.reconciler import ExecutionDeploymentReconciler, MissingExecution
-from sparkdispatch.jobmaster.restart import RestartBackoffTimeStrategy, create_restart_strategy
+from sparkdispatch.jobmaster.recovered_graph import build_execution_graph, finished, record_finished
+from sparkdispatch.jobmaster.reconciler import ExecutionDeploymentReconciler
+from sparkdispatch.jobmaster.task_executor_calls import TaskExecutorCalls
+from sparkdispatch.jobmaster.task_executor_reconciliation import (
+    Failed,
+    TaskExecutorReconciliation,
+    check_report,
+)
+from sparkdispatch.jobmaster.restart import RestartBackoffTimeStrategy, create_restart_strategy, restart_refused
 from sparkdispatch.log_context import log_context
 from sparkdispatch.metrics.events import EventCounts, TaskEvents
 from sparkdispatch.model.protocol import ExecutionReport, ExecutionStateUpdate, TaskDeploymentDescriptor
@@ -58,25 +56,6 @@ log = logging.getLogger(__name__)
 #: Subtasks scheduled in one turn of the loop (about 2 ms on a 2-core machine); a job's first vertices
 #: may have tens of thousands, scheduled a slice at a time.
 SCHEDULE_SLICE = 1_000
-
-_LIVE = frozenset(
-    {ExecutionState.DEPLOYING, ExecutionState.INITIALIZING, ExecutionState.RUNNING, ExecutionState.CANCELING}
-)
-
-
-def build_execution_graph(
-    graph: JobGraph, recovered_progress: JobProgress | None = None, *, clock: Callable[[], float] = time.time
-) -> ExecutionGraph:
-    """The ExecutionGraph of `graph`, with the subtasks `recovered_progress` names restored FINISHED.
-
-    A large job's takes a second or so (100,000 subtasks: 0.5-2 s on a 2-core machine, by its load); it
-    reads only its immutable arguments and shares what it builds with nobody, so the master calls
-    it in a thread and hands the finished graph to the JobMaster on the loop (`execution_graph=`).
-    """
-    execution_graph = LONG_LIVED_GRAPHS.build(lambda: ExecutionGraph(graph, clock=clock), subtasks=graph.subtask_count)
-    if recovered_progress is not None:
-        execution_graph.restore(recovered_progress)
-    return execution_graph
 
 
 class JobMaster:
@@ -113,7 +92,12 @@ class JobMaster:
         self.job_master_id = session_id
         self._pool = graph.pool  # the TaskExecutor pool its slots come from
         self._resource_manager = resource_manager
-        self._gateway = task_executor_gateway
+        self._calls = TaskExecutorCalls(
+            job_id=self.execution_graph.job_id,
+            session_id=session_id,
+            gateway=task_executor_gateway,
+            resource_manager=resource_manager,
+        )
         self._progress_store = progress_store
         self._results = ResultLayout(settings.results_dir)
         spec = graph.restart_strategy or settings.restart_strategy
@@ -122,11 +106,12 @@ class JobMaster:
         self._held_slots: dict[str, Execution] = {}  # allocation id -> the attempt it runs
         self._held_back: dict[SubtaskId, object] = {}  # waiting out a restart backoff -> that restart
         self._declared: int | None = None
-        self._hostnames: dict[str, str] = {}  # TaskExecutor id -> Celery hostname, from its slots
         self._deployments = ExecutionDeploymentReconciler(
             missing_threshold=settings.missing_execution_threshold, grace_s=settings.deployment_grace
         )
-        self._background: set[asyncio.Task[Any]] = set()
+        self._reconciliation = TaskExecutorReconciliation(
+            self.execution_graph, session_id=session_id, deployments=self._deployments, calls=self._calls
+        )
         self._restart_timers: set[asyncio.Task[Any]] = set()
         self._more_to_schedule: asyncio.Handle | None = None  # the next slice of `_schedule`, if one is due
         self.result_future: asyncio.Future[JobResult] = asyncio.get_running_loop().create_future()
@@ -182,14 +167,7 @@ class JobMaster:
         recorded in the ProgressStore in the background, and only after that are its consumers
         scheduled (`join()` waits for it).
         """
-        if update.job_master_id != self.job_master_id:
-            raise FencingTokenMismatch(f"JobMaster of job {self.job_id}", self.job_master_id, update.job_master_id)
-        if update.job_id != self.job_id:
-            raise UnknownJob(update.job_id)
-        ev = self.execution_graph.by_execution_id(update.execution_id)
-        if ev is None:
-            raise StaleExecution(self.job_id, update.execution_id, "it is not a current attempt of this job")
-        self._check_result_path(ev, update)
+        ev = check_report(self.execution_graph, update, session_id=self.job_master_id, results=self._results)
         self._deployments.acknowledged(update.execution_id)
         execution = ev.current
         if update.state is execution.state:
@@ -208,14 +186,7 @@ class JobMaster:
         if update.state.is_terminal:
             self._events.task_ended(update.state.value, execution.ran_for(self._clock()))
         if update.state is ExecutionState.FINISHED:
-            self._on_finished(
-                ev,
-                execution,
-                result_path=update.result_path,
-                rows=update.rows,
-                result_schema=update.result_schema,
-                input_files=update.input_files,
-            )
+            self._on_finished(ev, execution, update)
         elif update.state is ExecutionState.FAILED:
             failure = update.failure or Failure("UnknownFailure", "the TaskExecutor reported FAILED without a cause")
             self._on_failed(ev, execution, failure)
@@ -228,22 +199,6 @@ class JobMaster:
                     f"attempt {execution.attempt} of {ev.id} was cancelled on its TaskExecutor "
                     "without the JobMaster asking",
                 ),
-            )
-
-    def _check_result_path(self, ev: ExecutionVertex, update: ExecutionStateUpdate) -> None:
-        """A FINISHED report names the partition this master assigned the attempt, or none: a result
-        elsewhere (another job's data) is refused, and the report changes nothing."""
-        if update.state is not ExecutionState.FINISHED or update.result_path is None:
-            return
-        assigned = self._results.attempt_path(self.job_id, ev.vertex.id, ev.subtask_index, update.execution_id)
-        if update.result_path != assigned:
-            raise InvalidRequest(
-                f"state of attempt {update.execution_id} of {ev.id}",
-                {
-                    "result_path": [
-                        f"{update.result_path!r} is not where this master asked the attempt to write: {assigned!r}"
-                    ]
-                },
             )
 
     async def cancel(self) -> None:
@@ -304,7 +259,7 @@ class JobMaster:
         return self.execution_graph.vertex_result(vertex_id, results=self._results)
 
     def finished(self) -> Finished:
-        return self.execution_graph.finished()
+        return finished(self.execution_graph)
 
     def snapshot_off_loop(self) -> Awaitable[JobSnapshot]:
         """`snapshot()` as of the call: captured now in immutable values, built in a thread (where a
@@ -313,15 +268,14 @@ class JobMaster:
 
     async def join(self) -> None:
         """Wait for the background calls this JobMaster started (deployments, cancellations)."""
-        while self._background:
-            await asyncio.gather(*list(self._background), return_exceptions=True)
+        await self._calls.join()
 
     # ------------------------------------------------------------------ SlotListener
 
     def slots_allocated(self, slots: Sequence[AllocatedSlot]) -> None:
         """Deploy waiting subtasks to these slots; slots nobody waits for go straight back."""
         for slot in slots:
-            self._hostnames[slot.task_executor_id] = slot.hostname
+            self._reconciliation.slot_allocated(slot)
             if self.status is not JobStatus.RUNNING or not self._waiting:
                 log.info(
                     "job %s (session %s): slot %s not needed; released",
@@ -330,7 +284,7 @@ class JobMaster:
                     slot.allocation_id,
                 )
                 self._declare()
-                self._call_resource_manager(self._resource_manager.release_slot, self.job_id, slot.allocation_id)
+                self._calls.call_resource_manager(self._resource_manager.release_slot, self.job_id, slot.allocation_id)
                 continue
             subtask_id = next(iter(self._waiting))
             ev = self._waiting.pop(subtask_id)
@@ -352,9 +306,7 @@ class JobMaster:
             len(waiting),
             error,
         )
-        for ev in waiting:
-            self._mark_failed(ev, ev.current, failure)
-        self._handle_failure([ev.id for ev in waiting], failure)
+        self._fail_over([(ev, failure) for ev in waiting])
 
     def task_executor_lost(self, task_executor_id: str, allocation_ids: Sequence[str], reason: str) -> None:
         """A TaskExecutor is gone: the attempts it ran fail and restart elsewhere.
@@ -366,31 +318,8 @@ class JobMaster:
         for allocation_id, execution in list(self._held_slots.items()):
             if allocation_id in lost_allocations or execution.task_executor_id == task_executor_id:
                 del self._held_slots[allocation_id]  # gone with its TaskExecutor; nothing to release
-        if self.status is not JobStatus.RUNNING:
-            return
-        affected = [
-            ev
-            for ev in self.execution_graph.subtasks()
-            if ev.current.slot is not None
-            and not ev.state.is_terminal
-            and (ev.current.allocation_id in lost_allocations or ev.current.task_executor_id == task_executor_id)
-        ]
-        if not affected:
-            return
-        failure = Failure(
-            "TaskExecutorLost", f"TaskExecutor {task_executor_id} was lost ({reason}); its tasks run again elsewhere"
-        )
-        log.warning(
-            "job %s (session %s): TaskExecutor %s lost (%s) with %s",
-            self.job_id,
-            self.job_master_id,
-            task_executor_id,
-            reason,
-            ", ".join(str(ev.id) for ev in affected),
-        )
-        for ev in affected:
-            self._mark_failed(ev, ev.current, failure)
-        self._handle_failure([ev.id for ev in affected], failure)
+        if self.status is JobStatus.RUNNING:
+            self._fail_over(self._reconciliation.lost(task_executor_id, lost_allocations, reason))
 
     def task_executor_heartbeat(self, task_executor_id: str, executions: Sequence[ExecutionReport]) -> None:
         """A TaskExecutor's heartbeat lists this job's executions there: reconcile them both ways.
@@ -399,63 +328,12 @@ class JobMaster:
         lost, or of a former JobMaster) is cancelled, or it would hold its slot until it ends.
         One this JobMaster deployed there that its heartbeats keep omitting fails over.
         """
-        listed: set[str] = set()
-        for report in executions:
-            if report.job_id != self.job_id:
-                continue
-            listed.add(report.execution_id)
-            if report.state.is_terminal:
-                continue  # ended there, its report on the way
-            ev = self.execution_graph.by_execution_id(report.execution_id)
-            if ev is None or ev.state.is_terminal:
-                self._cancel_stale(task_executor_id, report.execution_id)
-        if self.status is JobStatus.RUNNING:
-            self._executions_missing(self._deployments.reconcile(task_executor_id, listed))
+        running = self.status is JobStatus.RUNNING
+        self._fail_over(self._reconciliation.heartbeat(task_executor_id, executions, running=running))
 
-    def _cancel_stale(self, task_executor_id: str, execution_id: str) -> None:
-        hostname = self._hostnames.get(task_executor_id) or self._resource_manager.task_executor_hostname(
-            task_executor_id
-        )
-        if hostname is None:
-            return
-        log.info(
-            "job %s (session %s): %s still runs stale execution %s; cancelling it",
-            self.job_id,
-            self.job_master_id,
-            task_executor_id,
-            execution_id,
-        )
-        self._spawn(self._cancel_on(task_executor_id, hostname, execution_id))
-
-    def _executions_missing(self, missing: Sequence[MissingExecution]) -> None:
-        """Deployed executions vanished from their TaskExecutor: they fail over, saying how, as one
-        failure (one restart), as the tasks of a lost TaskExecutor do."""
-        failed: list[tuple[ExecutionVertex, Failure]] = []
-        for lost in missing:
-            ev = self.execution_graph.by_execution_id(lost.execution_id)
-            if ev is None or ev.current.state not in _LIVE:
-                self._deployments.forget(lost.execution_id)
-                continue
-            attempt = f"attempt {ev.current.attempt} of {ev.id}"
-            failed.append(
-                (
-                    ev,
-                    Failure(
-                        "ExecutionLost",
-                        f"TaskExecutor {lost.task_executor_id} no longer lists {attempt} ({lost.heartbeats} "
-                        "heartbeats in a row), and its final state never arrived: the report was lost",
-                    )
-                    if lost.acknowledged
-                    else Failure(
-                        "DeploymentLost",
-                        f"{attempt} was sent to TaskExecutor {lost.task_executor_id} "
-                        f"{lost.since_sent_s:.1f}s ago, but its last {lost.heartbeats} heartbeats did not "
-                        "list it: the deployment was lost on the way (in a broker restart?)",
-                    ),
-                )
-            )
+    def _fail_over(self, failed: Failed) -> None:
+        """Fail these attempts, as one failure (one restart): the first one's."""
         for ev, failure in failed:
-            log.warning("job %s (session %s): %s: %s", self.job_id, self.job_master_id, failure.cls, failure.message)
             self._mark_failed(ev, ev.current, failure)
         if failed:
             self._handle_failure([ev.id for ev, _ in failed], failed[0][1])
@@ -496,7 +374,7 @@ class JobMaster:
             return
         self._declared = needed
         declare = functools.partial(self._resource_manager.declare_requirements, pool=self._pool)
-        self._call_resource_manager(declare, self.job_id, needed, self)
+        self._calls.call_resource_manager(declare, self.job_id, needed, self)
 
     def _deploy(self, ev: ExecutionVertex, slot: AllocatedSlot) -> None:
         execution = ev.current
@@ -521,28 +399,13 @@ class JobMaster:
                 slot.task_executor_id,
                 slot.slot_index,
             )
-            self._spawn(self._send_deployment(ev, execution, tdd))
+            self._calls.spawn(self._send_deployment(ev, execution, tdd))
 
     async def _send_deployment(self, ev: ExecutionVertex, execution: Execution, tdd: TaskDeploymentDescriptor) -> None:
         slot = execution.slot
         assert slot is not None
-
-        def outcome(went_through: bool) -> None:
-            # failures count towards the TaskExecutor's unreachable threshold, which its heartbeats overrule
-            record = (
-                self._resource_manager.record_rpc_success if went_through else self._resource_manager.record_rpc_failure
-            )
-            self._call_resource_manager(record, slot.task_executor_id)
-
         try:
-            sent = await send_deployment(
-                self._gateway,
-                slot,
-                tdd,
-                self.job_master_id,
-                wanted=lambda: self._deploying(ev, execution),
-                outcome=outcome,
-            )
+            sent = await self._calls.deploy(slot, tdd, wanted=lambda: self._deploying(ev, execution))
         except Exception as exc:  # noqa: BLE001 - not the broker's trouble: this attempt fails
             if self._deploying(ev, execution):
                 log.warning(
@@ -565,53 +428,22 @@ class JobMaster:
 
     # ------------------------------------------------------------------ finished and failed attempts
 
-    def _on_finished(
-        self,
-        ev: ExecutionVertex,
-        execution: Execution,
-        *,
-        result_path: str | None,
-        rows: int | None,
-        result_schema: str | None,
-        input_files: tuple[str, ...],
-    ) -> None:
-        execution.result_path = result_path
-        execution.rows = rows
-        execution.result_schema = result_schema if result_path is not None else None
-        execution.input_files = input_files
+    def _on_finished(self, ev: ExecutionVertex, execution: Execution, update: ExecutionStateUpdate) -> None:
+        schema = update.result_schema if update.result_path is not None else None
+        execution.keep(
+            SubtaskProgress(update.result_path, update.rows, result_schema=schema, input_files=update.input_files)
+        )
         self._release_slot(execution)
         self._declare()
         # The TaskExecutor's report is answered now; the record and the scheduling follow it.
-        self._spawn(self._record_finished(ev, execution))
+        self._calls.spawn(self._record_finished(ev, execution))
 
     async def _record_finished(self, ev: ExecutionVertex, execution: Execution) -> None:
         """Write the FINISHED subtask to the ProgressStore, then schedule what it unblocks."""
         if self.status is not JobStatus.RUNNING:
             return  # cancelled, failed or suspended meanwhile: the record would serve nobody
-        try:
-            await self._progress_store.record_subtask(
-                self.job_master_id,
-                self.job_id,
-                ev.vertex.id,
-                ev.subtask_index,
-                execution.result_path,
-                execution.rows,
-                result_schema=execution.result_schema,
-                input_files=execution.input_files,
-            )
-        except LeadershipLost:
-            log.warning(
-                "job %s (session %s): %s finished but this master no longer leads; the next leader runs it again",
-                self.job_id,
-                self.job_master_id,
-                ev.id,
-            )
+        if not await record_finished(self._progress_store, self.job_master_id, self.job_id, ev, execution):
             return
-        except Exception:
-            # the job goes on; only a failover before the job ends would run this subtask again
-            log.exception(
-                "job %s (session %s): recording %s as finished failed", self.job_id, self.job_master_id, ev.id
-            )
         if ev.current is not execution or execution.state is not ExecutionState.FINISHED:
             return  # restarted while the record was written
         ev.progress_recorded = True
@@ -663,25 +495,9 @@ class JobMaster:
         if graph.status is not JobStatus.RUNNING:
             return
         self.restart_strategy.notify_failure()
-        if not _restartable(failure):
-            log.error(
-                "job %s (session %s): %s cannot succeed when run again; the job fails: %s",
-                self.job_id,
-                self.job_master_id,
-                failure.cls,
-                failure.message,
-            )
-            self._fail(failure)
-            return
-        if not self.restart_strategy.can_restart():
-            log.error(
-                "job %s (session %s): no restart left under %r; the job fails: %s: %s",
-                self.job_id,
-                self.job_master_id,
-                self.restart_strategy,
-                failure.cls,
-                failure.message,
-            )
+        refused = restart_refused(self.restart_strategy, failure)
+        if refused is not None:
+            log.error("job %s (session %s): %s", self.job_id, self.job_master_id, refused)
             self._fail(failure)
             return
         restart = tasks_to_restart(graph, failed)
@@ -743,48 +559,12 @@ class JobMaster:
 
     def _stop_all(self) -> list[asyncio.Task[Any]]:
         """Cancel every attempt that is not terminal; returns the cancel calls sent to TaskExecutors."""
-        calls = []
-        for ev in self.execution_graph.subtasks():
-            call = self._stop(ev)
-            if call is not None:
-                calls.append(call)
-        return calls
+        return [call for ev in self.execution_graph.subtasks() if (call := self._stop(ev)) is not None]
 
     def _stop(self, ev: ExecutionVertex) -> asyncio.Task[Any] | None:
         """Cancel `ev`'s attempt if it is not terminal (on its TaskExecutor if it was deployed)."""
-        execution = ev.current
         self._waiting.pop(ev.id, None)
-        if execution.state.is_terminal:
-            return None
-        call = None
-        if execution.state in _LIVE:
-            if execution.state is not ExecutionState.CANCELING:
-                execution.transition(ExecutionState.CANCELING)
-            call = self._send_cancel(execution)
-            self._release_slot(execution)
-        execution.transition(ExecutionState.CANCELED)
-        return call
-
-    def _send_cancel(self, execution: Execution) -> asyncio.Task[Any]:
-        slot = execution.slot
-        assert slot is not None
-        return self._spawn(self._cancel_on(slot.task_executor_id, slot.hostname, execution.execution_id))
-
-    async def _cancel_on(self, task_executor_id: str, hostname: str, execution_id: str) -> None:
-        try:
-            await asyncio.to_thread(self._gateway.cancel, hostname, execution_id)
-        except Exception as exc:  # noqa: BLE001 - the task may run on; its reports are refused as stale
-            log.warning(
-                "job %s (session %s): cancelling %s on %s failed: %s",
-                self.job_id,
-                self.job_master_id,
-                execution_id,
-                hostname,
-                exc,
-            )
-            self._call_resource_manager(self._resource_manager.record_rpc_failure, task_executor_id)
-        else:
-            self._call_resource_manager(self._resource_manager.record_rpc_success, task_executor_id)
+        return self._calls.stop(ev.current, release=self._release_slot)
 
     def _stop_restart_timers(self) -> None:
         for timer in list(self._restart_timers):
@@ -797,40 +577,4 @@ class JobMaster:
         if allocation_id is not None and self._held_slots.get(allocation_id) is execution:
             del self._held_slots[allocation_id]
             self._declare()  # lower the requirement first, or the ResourceManager replaces the slot
-            self._call_resource_manager(self._resource_manager.release_slot, self.job_id, allocation_id)
-
-    # ------------------------------------------------------------------ plumbing
-
-    def _call_resource_manager(self, method: Callable[..., object], *args: object) -> None:
-        # a plain call on this loop; a stopped ResourceManager (leadership lost) raises
-        try:
-            method(*args)
-        except Exception:
-            log.exception(
-                "job %s (session %s): ResourceManager call %s failed",
-                self.job_id,
-                self.job_master_id,
-                getattr(method, "__name__", method),
-            )
-
-    def _spawn(self, coroutine: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
-        task = asyncio.get_running_loop().create_task(coroutine)
-        self._background.add(task)
-        task.add_done_callback(self._background_done)
-        return task
-
-    def _background_done(self, task: asyncio.Task[Any]) -> None:
-        self._background.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error(
-                "job %s (session %s): background call failed",
-                self.job_id,
-                self.job_master_id,
-                exc_info=task.exception(),
-            )
-
-
-def _restartable(failure: Failure) -> bool:
-    """Whether a task that failed so may succeed when run again (`SparkDispatchError.restartable`)."""
-    error_type = ERROR_TYPES.get(failure.cls)
-    return error_type is None or error_type.restartable
+            self._calls.call_resource_manager(self._resource_manager.release_slot, self.job_id, allocation_id)

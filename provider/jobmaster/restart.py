@@ -16,6 +16,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
+from sparkdispatch.errors import ERROR_TYPES
+from sparkdispatch.model.job_result import Failure
 from sparkdispatch.model.restart import (
     ExponentialDelayRestart,
     FailureRateRestart,
@@ -173,3 +175,14 @@ def create_restart_strategy(
     if isinstance(spec, NoRestart):
         return NoRestartStrategy()
     raise TypeError(f"not a restart strategy: {spec!r}")
+
+
+def restart_refused(strategy: RestartBackoffTimeStrategy, failure: Failure) -> str | None:
+    """Why the subtasks that failed with `failure` may not run again, the job then failing; None
+    when they may. A failure whose error class is not `restartable` cannot succeed when run again."""
+    error_type = ERROR_TYPES.get(failure.cls)
+    if error_type is not None and not error_type.restartable:
+        return f"{failure.cls} cannot succeed when run again; the job fails: {failure.message}"
+    if not strategy.can_restart():
+        return f"no restart left under {strategy!r}; the job fails: {failure.cls}: {failure.message}"
+    return None

@@ -34,6 +34,22 @@ class JobOverview:
     last_modification: int
     tasks: Mapping[ExecutionState, int] = field(default_factory=dict)
 
+    @classmethod
+    def of_ended(
+        cls, result: JobResult, *, duration_ms: int, last_modification: int, tasks: Mapping[ExecutionState, int]
+    ) -> JobOverview:
+        """The overview of an ended job: its id, name, status and times from its JobResult."""
+        return cls(
+            job_id=result.job_id,
+            name=result.name,
+            status=result.status,
+            start_time=result.start_time,
+            end_time=result.end_time,
+            duration_ms=duration_ms,
+            last_modification=last_modification,
+            tasks=tasks,
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "job_id": self.job_id,
@@ -145,15 +161,8 @@ class JobSnapshot:
         tasks: dict[ExecutionState, int] = {}
         for vertex in result.vertices.values():
             tasks[vertex.state] = tasks.get(vertex.state, 0) + 1
-        overview = JobOverview(
-            job_id=result.job_id,
-            name=result.name,
-            status=result.status,
-            start_time=result.start_time,
-            end_time=result.end_time,
-            duration_ms=result.duration_ms,
-            last_modification=result.end_time,
-            tasks=tasks,
+        overview = JobOverview.of_ended(
+            result, duration_ms=result.duration_ms, last_modification=result.end_time, tasks=tasks
         )
         vertices = tuple(
             VertexSnapshot(id=vertex_id, state=vertex.state, parallelism=None, attempts=vertex.attempts)

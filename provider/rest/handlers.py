@@ -17,11 +17,10 @@ import aiohttp
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from sparkdispatch.dispatcher.gateway import DispatcherGateway
+from sparkdispatch.dispatcher.gateway import EVERY_POOL, DispatcherGateway, PoolAccess
 from sparkdispatch.storage.attempt_logs import latest_log_sizes, read_attempt_log
 from sparkdispatch.errors import (
     BlobError,
-    Forbidden,
     InvalidRequest,
     InvalidShape,
     RequestTooLarge,
@@ -175,8 +174,7 @@ class RestHandlers:
     async def submit_job(self, request: web.Request) -> web.Response:
         leader = self.master.leader_components()
         graph = await read_job_graph(request, limit=self.settings.max_body_size)
-        _check_pool(request, graph.pool, "submit")
-        submission = await leader.dispatcher.submit(graph)
+        submission = await leader.dispatcher.submit(graph, access=_pool_access(request))
         job_id = submission.job_id
         return shape_response(
             Submitted(job_id=job_id, job_url=f"/jobs/{job_id}", status=submission.status),
@@ -260,9 +258,7 @@ class RestHandlers:
         mode = request.query.get("mode", "cancel")
         if mode != "cancel":
             raise InvalidRequest("cancel request", {"mode": [f"{mode!r} is not supported; use mode=cancel"]})
-        dispatcher = self.master.leader_components().dispatcher
-        _check_pool(request, await dispatcher.job_pool(job_id), "cancel")
-        await dispatcher.cancel(job_id)
+        await self.master.leader_components().dispatcher.cancel(job_id, access=_pool_access(request))
         return shape_response(Empty(), status=202)
 
     async def repair_job(self, request: web.Request) -> web.Response:
@@ -270,8 +266,7 @@ class RestHandlers:
         job_id = path_id(request, "job_id")
         vertices = repair_vertices(await read_json(request, limit=self.settings.max_body_size, what="repair request"))
         dispatcher = self.master.leader_components().dispatcher
-        _check_pool(request, await dispatcher.job_pool(job_id), "repair")
-        answer = await dispatcher.repair(job_id, vertices)
+        answer = await dispatcher.repair(job_id, vertices, access=_pool_access(request))
         return shape_response(answer, status=202 if answer.created else 200)
 
     async def taskmanagers(self, request: web.Request) -> web.Response:
@@ -352,11 +347,9 @@ def _auth_headers(settings: RestSettings) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
-def _check_pool(request: web.Request, pool: str, action: str) -> None:
-    """`Forbidden` when the caller's token is limited to other TaskExecutor pools than the job's."""
+def _pool_access(request: web.Request) -> PoolAccess:
+    """The TaskExecutor pools whose jobs the caller's token may submit, cancel and repair."""
     caller = request.get(CALLER_KEY)
-    if caller is not None and not caller.principal.may_act_in(pool):
-        allowed = ", ".join(sorted(caller.principal.pools or ()))
-        raise Forbidden(
-            f"{caller.principal.name} may {action} jobs of the pools {allowed} only; this job runs in pool {pool!r}"
-        )
+    if caller is None:
+        return EVERY_POOL
+    return PoolAccess(caller.principal.name, caller.principal.pools)

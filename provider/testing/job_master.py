@@ -18,13 +18,13 @@ from typing import Any
 from sparkdispatch.config import Configuration
 from sparkdispatch.errors import ServiceUnavailable
 from sparkdispatch.ha import JobProgress
-from sparkdispatch.ha.progress_store import Finished
+from sparkdispatch.ha.progress_store import Finished, SubtaskProgress
 from sparkdispatch.model.states import ExecutionState
 from sparkdispatch.model.restart import FixedDelayRestart, RestartStrategy
 from sparkdispatch.model.job_graph import DEFAULT_POOL, JobGraph, JobVertex
 from sparkdispatch.model.job_result import Failure, JobResult
 from sparkdispatch.jobmaster import JobMaster
-from sparkdispatch.jobmaster.execution_graph import SubtaskId
+from sparkdispatch.jobmaster.execution import SubtaskId
 from sparkdispatch.model.protocol import (
     ExecutionReport,
     ExecutionStateUpdate,
@@ -207,22 +207,13 @@ class FakeProgressStore:
     error: Exception | None = None
 
     async def record_subtask(
-        self,
-        session_id: str,
-        job_id: str,
-        vertex_id: str,
-        subtask_index: int,
-        result_path: str | None,
-        rows: int | None,
-        *,
-        result_schema: str | None = None,
-        input_files: tuple[str, ...] = (),
+        self, session_id: str, job_id: str, vertex_id: str, subtask_index: int, progress: SubtaskProgress
     ) -> None:
         if self.gate is not None:
             await self.gate.wait()
         if self.error is not None:
             raise self.error
-        self.records.append((session_id, job_id, vertex_id, subtask_index, result_path, rows))
+        self.records.append((session_id, job_id, vertex_id, subtask_index, progress.result_path, progress.rows))
 
     def finished(self) -> set[SubtaskId]:
         return {SubtaskId(r[2], r[3]) for r in self.records}
@@ -385,9 +376,10 @@ def resource_manager(*, rpc_failure_threshold: int, **keys: str) -> ResourceMana
     return ResourceManager(ResourceManagerSettings.from_config(config), SESSION)
 
 
-def register(rm: ResourceManager, task_executor_id: str, slots: int) -> None:
+def register(rm: ResourceManager, task_executor_id: str, slots: int, *, session_id: str = SESSION) -> None:
+    """Register a TaskExecutor of `slots` free slots, as its first registration does."""
     rm.register_task_executor(
-        SESSION,
+        session_id,
         TaskExecutorRegistration(
             task_executor_id=task_executor_id,
             hostname=f"celery@{task_executor_id}",

@@ -34,16 +34,28 @@ from sparkdispatch.testing.services import file_tail, free_port, kill_process_gr
 from sparkdispatch.testing.waiting import Watched, eventually, eventually_blocking
 
 
+def module_argv(module: str, *args: str, log_level: str | None = None) -> list[str]:
+    """`python -m module [--log-level LEVEL] args...`, run by this interpreter."""
+    return [sys.executable, "-m", module, *(["--log-level", log_level] if log_level else []), *args]
+
+
 class LocalCluster:
     """`masters` master processes and `taskexecutors` TaskExecutor processes sharing `config`."""
 
     def __init__(
-        self, config: Configuration, *, masters: int = 1, taskexecutors: int = 1, log_dir: Path | None = None
+        self,
+        config: Configuration,
+        *,
+        masters: int = 1,
+        taskexecutors: int = 1,
+        log_dir: Path | None = None,
+        log_level: str | None = None,
     ) -> None:
         if masters > 1 and config.get(HA_MODE) != "zookeeper":
             raise ValueError("several masters need high-availability.mode: zookeeper")
         self.config = config
         self.log_dir = log_dir or config.storage_dir / "log"
+        self.log_level = log_level  # the processes' `--log-level`; None: their default
         self.name = uuid.uuid4().hex[:6]  # TaskExecutor ids (and so their queues) are this cluster's own
         self.master_ports = [free_port() for _ in range(masters)]
         if config.get(HA_MODE) == "none":
@@ -70,26 +82,24 @@ class LocalCluster:
             raise
 
     def start_master(self, index: int) -> None:
-        argv = [
-            sys.executable,
-            "-m",
+        argv = module_argv(
             "sparkdispatch.entrypoint.cli",
             *self.config.to_overrides(),
             "-D",
             f"rest.port={self.master_ports[index]}",
             "master",
-        ]
+            log_level=self.log_level,
+        )
         self.masters[index] = self._spawn(argv, f"master-{index}.log")
 
     def start_task_executor(self, index: int) -> None:
-        argv = [
-            sys.executable,
-            "-m",
+        argv = module_argv(
             "sparkdispatch.taskexecutor",
             *self.config.to_overrides(),
             "-D",
             f"taskexecutor.id={self.task_executor_id(index)}",
-        ]
+            log_level=self.log_level,
+        )
         self.taskexecutors[index] = self._spawn(argv, f"taskexecutor-{index}.log")
 
     def task_executor_id(self, index: int) -> str:

@@ -11,13 +11,12 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 
 from sparkdispatch.taskexecutor.process_usage import child_pids
 from sparkdispatch.testing.http import http_json
-from sparkdispatch.testing.local_cluster import process_tree
+from sparkdispatch.testing.local_cluster import module_argv, process_tree
 from sparkdispatch.testing.services import file_tail, free_port, stop_process_group
 from sparkdispatch.testing.waiting import eventually_blocking
 
@@ -55,15 +54,7 @@ class StandaloneProcess:
 
     def launch(self) -> None:
         self.port = free_port()
-        argv = [
-            sys.executable,
-            "-m",
-            "sparkdispatch.entrypoint.cli",
-            "--log-level",
-            self.log_level,
-            "-D",
-            f"rest.port={self.port}",
-        ]
+        argv = module_argv("sparkdispatch.entrypoint.cli", "-D", f"rest.port={self.port}", log_level=self.log_level)
         for key, value in self.overrides.items():
             argv += ["-D", f"{key}={value}"]
         argv += ["standalone", "--storage", str(self.storage), "--slots", str(self.slots)]

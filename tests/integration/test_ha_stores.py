@@ -210,7 +210,7 @@ async def test_deposed_leader_cannot_write_and_the_new_leader_removes_its_jobs(
     old_session = await leading(first.election)
     job = new_job_id()
     await first.jobgraph_store.put(old_session, graph(job))
-    await first.progress_store.record_subtask(old_session, job, "v0", 0, "/r/v0/0", 5)
+    await first.progress_store.record_subtask(old_session, job, "v0", 0, SubtaskProgress("/r/v0/0", 5))
     second_contender = RecordingContender()
     second.election.start(second_contender)
     # A glitch deposes the first leader: its latch node is gone (as after a session expiry). The
@@ -223,7 +223,7 @@ async def test_deposed_leader_cannot_write_and_the_new_leader_removes_its_jobs(
     for write in (
         first.jobgraph_store.put(old_session, graph(job, vertices=1)),
         first.jobgraph_store.remove(old_session, job),
-        first.progress_store.record_subtask(old_session, job, "v0", 1, None, None),
+        first.progress_store.record_subtask(old_session, job, "v0", 1, SubtaskProgress(None, None)),
         first.progress_store.remove(old_session, job),
     ):
         with pytest.raises(LeadershipLost):
@@ -268,7 +268,7 @@ async def test_write_is_refused_by_zookeeper_when_the_latch_node_is_gone(zk_conf
             write_timeout=4.0,
         )
         with pytest.raises(LeadershipLost):
-            await progress.record_subtask("any-session", job, "v", 0, "/r/0", 1)
+            await progress.record_subtask("any-session", job, "v", 0, SubtaskProgress("/r/0", 1))
         assert (await progress.get(job)).finished == {}
 
 
@@ -280,10 +280,10 @@ async def test_progress_store_records_and_removes(services: HighAvailabilityServ
     store = services.progress_store
     job = new_job_id()
     assert (await store.get(job)).finished == {}
-    await store.record_subtask(session, job, "extract", 0, "/r/extract/0-e1", 10)
-    await store.record_subtask(session, job, "extract", 1, None, None)
-    await store.record_subtask(session, job, "load.v2", 0, "/r/load/0", 0)
-    await store.record_subtask(session, job, "extract", 0, "/r/extract/0-e2", 11)  # re-run overwrites
+    await store.record_subtask(session, job, "extract", 0, SubtaskProgress("/r/extract/0-e1", 10))
+    await store.record_subtask(session, job, "extract", 1, SubtaskProgress(None, None))
+    await store.record_subtask(session, job, "load.v2", 0, SubtaskProgress("/r/load/0", 0))
+    await store.record_subtask(session, job, "extract", 0, SubtaskProgress("/r/extract/0-e2", 11))  # re-run overwrites
     progress = await store.get(job)
     assert progress.finished == {
         "extract": {0: SubtaskProgress("/r/extract/0-e2", 11), 1: SubtaskProgress(None, None)},
@@ -291,11 +291,11 @@ async def test_progress_store_records_and_removes(services: HighAvailabilityServ
     }
     assert 1 in progress.finished["extract"] and 1 not in progress.finished["load.v2"]
     with pytest.raises(StoreError):
-        await store.record_subtask(session, job, "../x", 0, None, None)
+        await store.record_subtask(session, job, "../x", 0, SubtaskProgress(None, None))
     with pytest.raises(StoreError):
-        await store.record_subtask(session, job, "extract", -1, None, None)
+        await store.record_subtask(session, job, "extract", -1, SubtaskProgress(None, None))
     with pytest.raises(LeadershipLost):
-        await store.record_subtask("not-the-session", job, "extract", 2, None, None)
+        await store.record_subtask("not-the-session", job, "extract", 2, SubtaskProgress(None, None))
     await store.remove(session, job)
     assert (await store.get(job)).finished == {}
 
@@ -307,8 +307,10 @@ async def test_progress_store_keeps_a_results_schema_and_reads_progress_of_befor
     store = services.progress_store
     job = new_job_id()
     schema = '{"fields":[{"metadata":{},"name":"id","nullable":true,"type":"long"}],"type":"struct"}'
-    await store.record_subtask(session, job, "extract", 0, "/r/extract/0", 10, result_schema=schema)
-    await store.record_subtask(session, job, "extract", 1, "/r/extract/1", 10)  # as a TaskExecutor of before
+    await store.record_subtask(session, job, "extract", 0, SubtaskProgress("/r/extract/0", 10, result_schema=schema))
+    await store.record_subtask(
+        session, job, "extract", 1, SubtaskProgress("/r/extract/1", 10)
+    )  # as a TaskExecutor of before
     assert (await store.get(job)).finished == {
         "extract": {0: SubtaskProgress("/r/extract/0", 10, schema), 1: SubtaskProgress("/r/extract/1", 10)}
     }
@@ -325,7 +327,7 @@ async def test_an_accepted_cancel_is_recorded_with_the_job_and_removed_with_it(
     session = await leading(services.election)
     store = services.progress_store
     job, cancelled_only = new_job_id(), new_job_id()
-    await store.record_subtask(session, job, "extract", 0, "/r/0", 1)
+    await store.record_subtask(session, job, "extract", 0, SubtaskProgress("/r/0", 1))
     assert not (await store.get(job)).cancel_requested
     await store.record_cancel(session, job)
     await store.record_cancel(session, job)  # idempotent
@@ -378,7 +380,10 @@ async def test_progress_of_many_subtasks(zk_config: Configuration) -> None:
         session = await leading(services.election)
         job = new_job_id()
         await asyncio.gather(
-            *(services.progress_store.record_subtask(session, job, "v", i, f"/r/{i}", i) for i in range(600))
+            *(
+                services.progress_store.record_subtask(session, job, "v", i, SubtaskProgress(f"/r/{i}", i))
+                for i in range(600)
+            )
         )
         progress = await services.progress_store.get(job)
         assert len(progress.finished["v"]) == 600 and progress.finished["v"][599] == SubtaskProgress("/r/599", 599)
@@ -395,7 +400,7 @@ async def test_stopped_standalone_leader_cannot_write(standalone_config: Configu
     with pytest.raises(LeadershipLost):
         await services.jobgraph_store.put(session, graph(new_job_id()))
     with pytest.raises(LeadershipLost):
-        await services.progress_store.record_subtask(session, new_job_id(), "v", 0, None, None)
+        await services.progress_store.record_subtask(session, new_job_id(), "v", 0, SubtaskProgress(None, None))
 
 
 async def test_a_repair_replaces_the_progress_by_what_it_keeps_and_its_record(
@@ -404,15 +409,15 @@ async def test_a_repair_replaces_the_progress_by_what_it_keeps_and_its_record(
     session = await leading(services.election)
     store = services.progress_store
     job = new_job_id()
-    await store.record_subtask(session, job, "extract", 0, "/r/e0", 1)
-    await store.record_subtask(session, job, "load", 0, "/r/l0", 2)
+    await store.record_subtask(session, job, "extract", 0, SubtaskProgress("/r/e0", 1))
+    await store.record_subtask(session, job, "load", 0, SubtaskProgress("/r/l0", 2))
     await store.record_cancel(session, job)
     repair = Repair(1, ("load",), ("load",), 1_700_000_000_000)
     await store.start_repair(session, job, {"extract": {0: SubtaskProgress("/r/e0", 1)}}, repair)
     progress = await store.get(job)
     assert progress.finished == {"extract": {0: SubtaskProgress("/r/e0", 1)}}
     assert progress.repair == repair and not progress.cancel_requested
-    await store.record_subtask(session, job, "load", 0, "/r/l0-again", 2)
+    await store.record_subtask(session, job, "load", 0, SubtaskProgress("/r/l0-again", 2))
     assert (await store.get(job)).finished["load"] == {0: SubtaskProgress("/r/l0-again", 2)}
     with pytest.raises(LeadershipLost):
         await store.start_repair("not-the-session", job, {}, repair)
@@ -595,7 +600,7 @@ async def test_digest_acl_keeps_other_zookeeper_users_out(
         session = await leading(services.election)
         job = new_job_id()
         await services.jobgraph_store.put(session, graph(job))
-        await services.progress_store.record_subtask(session, job, "v0", 0, None, 1)
+        await services.progress_store.record_subtask(session, job, "v0", 0, SubtaskProgress(None, 1))
         services.election.confirm_leadership(session, "http://leader:8081")
         retrieval = services.create_retrieval()
         retrieval.start()
@@ -639,7 +644,7 @@ async def test_close_keeps_all_data(config: Configuration) -> None:
     session = await leading(services.election)
     job = new_job_id()
     await services.jobgraph_store.put(session, graph(job))
-    await services.progress_store.record_subtask(session, job, "v0", 0, "/r", 1)
+    await services.progress_store.record_subtask(session, job, "v0", 0, SubtaskProgress("/r", 1))
     await services.job_result_store.create_dirty(session, JobResultEntry(result(job)))
     key = await services.blob_store.put(b"print('hi')\n", "hi.py")
     await services.close()

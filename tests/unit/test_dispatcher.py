@@ -17,9 +17,10 @@ import pytest
 from sparkdispatch.dispatcher.archive import JobArchive
 from sparkdispatch.config import Configuration
 from sparkdispatch.dispatcher.dispatcher import Dispatcher
-from sparkdispatch.dispatcher.gateway import Submission
+from sparkdispatch.dispatcher.gateway import PoolAccess, Submission
 from sparkdispatch.errors import (
     DuplicateJobSubmission,
+    Forbidden,
     InvalidJobGraph,
     InvalidRequest,
     JobAlreadyTerminated,
@@ -165,6 +166,32 @@ async def test_a_finished_job_is_archived_cleaned_and_never_run_again(config: Co
     await dispatcher.stop()
 
 
+async def test_a_caller_limited_to_other_pools_is_forbidden_and_changes_nothing(config: Configuration, ha: Any) -> None:
+    """The pool check and the action read the same lookup: a refused call stores nothing and
+    reaches no JobMaster; a job that does not exist is unknown before it is forbidden."""
+    dispatcher = make_dispatcher(config, ha)
+    await dispatcher.start()
+    team_b = PoolAccess("team-b", frozenset({"b"}))
+    with pytest.raises(Forbidden, match="team-b may submit jobs of the pools b only; this job runs in pool 'default'"):
+        await dispatcher.submit(graph(), access=team_b)
+    assert await ha.jobgraph_store.job_ids() == set() and not FakeJobMaster.created
+    await dispatcher.submit(graph(), access=PoolAccess("team-default", frozenset({"default"})))
+    with pytest.raises(Forbidden, match="team-b may cancel jobs of the pools b only"):
+        await dispatcher.cancel("a" * 32, access=team_b)
+    assert not FakeJobMaster.created[0].cancelled
+    assert not (await ha.progress_store.get("a" * 32)).cancel_requested
+    with pytest.raises(UnknownJob):
+        await dispatcher.cancel("b" * 32, access=team_b)
+    FakeJobMaster.created[0].finish()
+    await eventually(lambda: settled(dispatcher), "the job cleaned up")
+    with pytest.raises(Forbidden, match="team-b may repair jobs of the pools b only"):
+        await dispatcher.repair("a" * 32, ["only"], access=team_b)  # read from the archive
+    assert len(FakeJobMaster.created) == 1
+    with pytest.raises(UnknownJob):
+        await dispatcher.repair("b" * 32, ["only"], access=team_b)
+    await dispatcher.stop()
+
+
 async def test_cancel(config: Configuration, ha: Any) -> None:
     dispatcher = make_dispatcher(config, ha)
     await dispatcher.start()
@@ -198,7 +225,7 @@ async def test_recovery_cleans_dirty_jobs_and_resumes_the_rest(config: Configura
     finished, running = graph(job_id="a" * 32), graph(job_id="b" * 32)
     await ha.jobgraph_store.put(SESSION, finished)
     await ha.jobgraph_store.put(SESSION, running)
-    await ha.progress_store.record_subtask(SESSION, "b" * 32, "only", 0, None, None)
+    await ha.progress_store.record_subtask(SESSION, "b" * 32, "only", 0, SubtaskProgress(None, None))
     await ha.job_result_store.create_dirty(
         SESSION,
         JobResultEntry(JobResult(job_id="a" * 32, name="job", status=JobStatus.FINISHED, start_time=1, end_time=2)),
@@ -415,7 +442,7 @@ async def test_a_job_that_finished_before_its_cancel_took_effect_is_not_cancelle
     config: Configuration, ha: Any
 ) -> None:
     await ha.jobgraph_store.put(SESSION, graph())
-    await ha.progress_store.record_subtask(SESSION, "a" * 32, "only", 0, "/r/only/0", 3)
+    await ha.progress_store.record_subtask(SESSION, "a" * 32, "only", 0, SubtaskProgress("/r/only/0", 3))
     await ha.progress_store.record_cancel(SESSION, "a" * 32)  # accepted, but every subtask had finished
     dispatcher = make_dispatcher(config, ha)
     await dispatcher.start()

@@ -14,7 +14,9 @@ from sparkdispatch.ha import JobProgress, SubtaskProgress
 from sparkdispatch.model.states import ExecutionState, JobStatus
 from sparkdispatch.model.job_graph import JobGraph, JobVertex
 from sparkdispatch.model.job_result import Failure, JobResult, VertexResult
-from sparkdispatch.jobmaster.execution_graph import ExecutionGraph, ExecutionVertex, SubtaskId, aggregate_state
+from sparkdispatch.jobmaster.execution import ExecutionVertex, SubtaskId, aggregate_state
+from sparkdispatch.jobmaster.execution_graph import ExecutionGraph
+from sparkdispatch.jobmaster.recovered_graph import finished, restore
 from sparkdispatch.resourcemanager import AllocatedSlot
 from sparkdispatch.rest.views import flink_job_details, job_details
 from sparkdispatch.storage.results import ResultLayout
@@ -162,7 +164,7 @@ def test_a_lost_partition_or_a_new_attempt_holds_its_consumers_back_again() -> N
 
 def test_restored_subtasks_count_as_finished_and_offer_their_consumers() -> None:
     graph = ExecutionGraph(diamond())
-    graph.restore(JobProgress(JOB_ID, {"source": {0: SubtaskProgress("/r/s0", 3), 1: SubtaskProgress("/r/s1", 3)}}))
+    restore(graph, JobProgress(JOB_ID, {"source": {0: SubtaskProgress("/r/s0", 3), 1: SubtaskProgress("/r/s1", 3)}}))
     assert sorted(ids(graph.take_schedulable(held_back=()))) == ["left[0]", "left[1]", "right[0]", "right[1]"]
 
 
@@ -178,7 +180,8 @@ def test_the_graph_is_built_in_a_few_passes_over_the_job_graph() -> None:
 
 def test_restore_marks_recovered_subtasks_finished_via_reconciling() -> None:
     graph = ExecutionGraph(diamond())
-    skipped = graph.restore(
+    skipped = restore(
+        graph,
         JobProgress(
             JOB_ID,
             {
@@ -186,7 +189,7 @@ def test_restore_marks_recovered_subtasks_finished_via_reconciling() -> None:
                 "ghost": {0: SubtaskProgress("/x", 1)},
                 "left": {5: SubtaskProgress("/y", 1)},
             },
-        )
+        ),
     )
     assert set(skipped) == {SubtaskId("ghost", 0), SubtaskId("left", 5)}
     s0, s1 = graph.subtasks("source")
@@ -362,7 +365,7 @@ def scramble(graph: ExecutionGraph, rng: random.Random) -> None:
 def test_the_overview_counts_each_subtask_by_its_current_attempt_without_walking_them() -> None:
     rng = random.Random(7)
     graph = ExecutionGraph(diamond(parallelism=3))
-    graph.restore(JobProgress(JOB_ID, {"source": {0: SubtaskProgress("/r/s0", 3)}}))
+    restore(graph, JobProgress(JOB_ID, {"source": {0: SubtaskProgress("/r/s0", 3)}}))
 
     def walked() -> dict[ExecutionState, int]:
         tasks = dict.fromkeys(ExecutionState, 0)
@@ -446,7 +449,7 @@ def test_a_deployment_carries_the_schema_its_producers_reported_also_after_a_fai
 
     def schemas_given_to_left(progress: dict[int, SubtaskProgress]) -> dict[str, str]:
         graph = ExecutionGraph(diamond())
-        graph.restore(JobProgress(JOB_ID, {"source": progress}))
+        restore(graph, JobProgress(JOB_ID, {"source": progress}))
         left = graph.subtask(SubtaskId("left", 0))
         tdd = deployment_descriptor(graph, left, slot, job_master_id="jm", results=ResultLayout("/r"))
         return dict(tdd.input_schemas)
@@ -470,5 +473,5 @@ def test_a_deployment_carries_the_schema_its_producers_reported_also_after_a_fai
 
 def test_a_repair_keeps_the_schemas_of_the_results_it_keeps() -> None:
     graph = ExecutionGraph(diamond())
-    graph.restore(JobProgress(JOB_ID, {"source": {0: SubtaskProgress("/r/s0", 3, SCHEMA)}}))
-    assert graph.finished() == {"source": {0: SubtaskProgress("/r/s0", 3, SCHEMA)}}
+    restore(graph, JobProgress(JOB_ID, {"source": {0: SubtaskProgress("/r/s0", 3, SCHEMA)}}))
+    assert finished(graph) == {"source": {0: SubtaskProgress("/r/s0", 3, SCHEMA)}}

@@ -90,7 +90,9 @@ async def test_the_progress_record_keeps_a_subtasks_input_files_and_reads_record
     await asyncio.sleep(0)  # granted on the loop
     session = contender.session_id
     store = FileProgressStore(tmp_path, election)
-    await store.record_subtask(session, JOB, "v", 0, "/r/v/0", 3, input_files=("file:/d/orders", "s3a://b/k"))
+    await store.record_subtask(
+        session, JOB, "v", 0, SubtaskProgress("/r/v/0", 3, input_files=("file:/d/orders", "s3a://b/k"))
+    )
     with open(tmp_path / f"{JOB}.jsonl", "a") as record:  # a record written before input files were kept
         record.write(json.dumps({"vertex_id": "v", "subtask_index": 1, "result_path": "/r/v/1", "rows": 4}) + "\n")
     assert (await store.get(JOB)).finished == {
@@ -100,4 +102,4 @@ async def test_the_progress_record_keeps_a_subtasks_input_files_and_reads_record
         }
     }
     with pytest.raises(StoreError, match="input_files"):
-        await store.record_subtask(session, JOB, "v", 2, None, None, input_files=["/d"])  # type: ignore[arg-type]
+        await store.record_subtask(session, JOB, "v", 2, SubtaskProgress(None, None, input_files=["/d"]))  # type: ignore[arg-type]

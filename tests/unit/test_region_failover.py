@@ -5,7 +5,8 @@ from __future__ import annotations
 from sparkdispatch.model.states import ExecutionState
 from sparkdispatch.model.job_graph import JobGraph, JobVertex
 from sparkdispatch.model.job_result import Failure
-from sparkdispatch.jobmaster.execution_graph import ExecutionGraph, SubtaskId
+from sparkdispatch.jobmaster.execution import SubtaskId
+from sparkdispatch.jobmaster.execution_graph import ExecutionGraph
 from sparkdispatch.jobmaster.failover import tasks_to_restart, unreadable_inputs
 from sparkdispatch.storage.results import ResultLayout
 

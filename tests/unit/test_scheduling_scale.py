@@ -21,7 +21,7 @@ from sparkdispatch.model.states import ExecutionState, JobStatus
 from sparkdispatch.model.restart import NoRestart
 from sparkdispatch.model.job_graph import JobGraph, JobVertex
 from sparkdispatch.jobmaster import JobMaster, build_execution_graph
-from sparkdispatch.jobmaster.execution_graph import ExecutionVertex, SubtaskId
+from sparkdispatch.jobmaster.execution import ExecutionVertex, SubtaskId
 from sparkdispatch.jobmaster.job_master import SCHEDULE_SLICE
 from sparkdispatch.model.protocol import ExecutionStateUpdate, TaskDeploymentDescriptor
 from sparkdispatch.resourcemanager import AllocatedSlot
@@ -70,16 +70,7 @@ class RecordingProgressStore:
         self.records = 0
 
     async def record_subtask(
-        self,
-        session_id: str,
-        job_id: str,
-        vertex_id: str,
-        subtask_index: int,
-        result_path: str | None,
-        rows: int | None,
-        *,
-        result_schema: str | None = None,
-        input_files: tuple[str, ...] = (),
+        self, session_id: str, job_id: str, vertex_id: str, subtask_index: int, progress: SubtaskProgress
     ) -> None:
         self.records += 1
 

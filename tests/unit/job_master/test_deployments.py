@@ -9,7 +9,7 @@ import asyncio
 from sparkdispatch.model.states import ExecutionState, JobStatus
 from sparkdispatch.model.restart import FixedDelayRestart, NoRestart
 from sparkdispatch.model.job_graph import JobVertex
-from sparkdispatch.jobmaster.execution_graph import SubtaskId
+from sparkdispatch.jobmaster.execution import SubtaskId
 from sparkdispatch.model.protocol import SlotReport
 from sparkdispatch.testing.waiting import eventually
 from sparkdispatch.testing.job_master import (
@@ -156,7 +156,7 @@ async def test_failed_cancellations_in_a_row_lose_the_task_executor() -> None:
         await h.report(d, ExecutionState.RUNNING)
     assert rm.overview().taskmanagers == 1
     # the deployments' successes reach the ResourceManager from their threads: not after the failures
-    await eventually(lambda: not h.jm._background, "deployments sent")
+    await eventually(lambda: not h.jm._calls.busy, "deployments sent")
     h.gateway.fail_cancels = 2
     await h.jm.cancel()
     await h.jm.join()

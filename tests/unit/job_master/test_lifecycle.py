@@ -20,7 +20,7 @@ from sparkdispatch.errors import (
 )
 from sparkdispatch.model.states import ExecutionState, JobStatus
 from sparkdispatch.model.restart import NoRestart
-from sparkdispatch.jobmaster.execution_graph import SubtaskId
+from sparkdispatch.jobmaster.execution import SubtaskId
 from sparkdispatch.jobmaster.long_lived import LONG_LIVED_GRAPHS
 from sparkdispatch.model.protocol import ExecutionStateUpdate
 from sparkdispatch.rest.views import flink_job_details, job_details

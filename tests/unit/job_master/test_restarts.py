@@ -17,7 +17,7 @@ from sparkdispatch.errors import (
 from sparkdispatch.model.states import ExecutionState, JobStatus
 from sparkdispatch.model.restart import ExponentialDelayRestart, FailureRateRestart, FixedDelayRestart, NoRestart
 from sparkdispatch.model.job_result import Failure
-from sparkdispatch.jobmaster.execution_graph import SubtaskId
+from sparkdispatch.jobmaster.execution import SubtaskId
 from sparkdispatch.testing.job_master import (
     STEP_TIMEOUT_S,
     Harness,

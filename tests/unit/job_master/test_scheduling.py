@@ -7,7 +7,7 @@ import asyncio
 
 
 from sparkdispatch.model.states import ExecutionState, JobStatus
-from sparkdispatch.jobmaster.execution_graph import SubtaskId
+from sparkdispatch.jobmaster.execution import SubtaskId
 from sparkdispatch.rest.views import flink_job_details, job_details
 from sparkdispatch.ha import JobProgress, SubtaskProgress
 from sparkdispatch.testing.job_master import (
