@@ -56,6 +56,7 @@ from sparkdispatch.model.job_result import MAX_INPUT_FILES, Failure
 from sparkdispatch.model.states import ExecutionState
 from sparkdispatch.storage.results import WrittenPartition, job_dir_of, write_partition
 from sparkdispatch.taskexecutor.attempt_failures import failure_of, session_gone
+from sparkdispatch.taskexecutor.connect_url import shown, with_parameters
 from sparkdispatch.taskexecutor.input_datasets import input_datasets
 from sparkdispatch.taskexecutor.driver_log import DriverLog, progress_handler
 from sparkdispatch.taskexecutor.slot_protocol import (
@@ -112,8 +113,8 @@ NOT_STARTED_LATE = (
 
 
 def session_url(connect_url: str) -> str:
-    """A new Connect session's URL on the server at `connect_url` (`sc://host:port`)."""
-    return f"{connect_url.rstrip('/')}/;session_id={uuid.uuid4()};user_id={SESSION_USER}"
+    """A new Connect session's URL on the server at `connect_url` (`sc://host:port/;token=…`)."""
+    return with_parameters(connect_url, session_id=str(uuid.uuid4()), user_id=SESSION_USER)
 
 
 def new_session(connect_url: str) -> SparkSession:
@@ -509,7 +510,7 @@ class SlotProcess:
         self._session = self._warm_session = None
         self._connect_url = connect_url
         self._warm_again_at = 0.0
-        log.info("moved to the Spark Connect server at %s", connect_url)
+        log.info("moved to the Spark Connect server at %s", shown(connect_url))
 
     def _forget_session_if_gone(self, exc: BaseException) -> None:
         """After the server lost the session (it restarted), the job's next task here makes a new one."""
