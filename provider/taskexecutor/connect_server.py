@@ -36,7 +36,7 @@ from sparkdispatch.storage.private import write_private
 from sparkdispatch.taskexecutor.connect_url import TOKEN_PROPERTY, call_metadata, grpc_target, server_url, shown
 from sparkdispatch.taskexecutor.job_environment import job_environment
 from sparkdispatch.taskexecutor.process_usage import ProcessUsage
-from sparkdispatch.taskexecutor.settings import ConnectServerSettings
+from sparkdispatch.taskexecutor.settings import ConnectServerSettings, is_local_master
 
 log = logging.getLogger(__name__)
 
@@ -138,11 +138,6 @@ def _escape(text: str, *, key: bool) -> str:
 
 
 _PROPERTIES_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\f": "\\f"}
-
-
-def is_local_master(spark_master: str) -> bool:
-    """Whether `spark.master` runs the executors in the driver's JVM (`local`, `local[4]`, `local[*, 2]`)."""
-    return spark_master == "local" or spark_master.startswith("local[")
 
 
 def server_environment(settings: ConnectServerSettings) -> dict[str, str]:

@@ -30,6 +30,11 @@ from sparkdispatch.config.options import (
 from sparkdispatch.taskexecutor.process_usage import ProcessUsage
 
 
+def is_local_master(spark_master: str) -> bool:
+    """Whether `spark.master` runs the executors in the driver's JVM (`local`, `local[4]`, `local[*, 2]`)."""
+    return spark_master == "local" or spark_master.startswith("local[")
+
+
 @dataclass(frozen=True)
 class ConnectServerSettings:
     """A TaskExecutor's Spark Connect server: its Spark master, loopback port, start timeout and heap."""
