@@ -125,10 +125,13 @@ class PythonEnvironmentSettings:
     extra_index_urls: tuple[str, ...] = ()
     find_links: tuple[str, ...] = ()
     no_index: bool = False
+    #: pack each environment for a Spark cluster's executors (executor_archive.py): with a cluster master
+    for_executors: bool = False
 
     @classmethod
     def from_config(cls, config: Configuration) -> PythonEnvironmentSettings:
         return cls(
+            for_executors=not is_local_master(config.get(SPARK_MASTER)),
             directory=Path(config.get(PYTHON_ENVIRONMENTS_DIR) or config.storage_dir / "python-environments"),
             max_size=config.get(PYTHON_ENVIRONMENTS_MAX_SIZE),
             index_url=config.get(PYTHON_INDEX_URL),

@@ -1,7 +1,8 @@
 """TaskExecutors whose Spark driver runs on a Spark standalone cluster (`spark://`): a master and
 two workers started from the pyspark distribution, a real master (in the test process), a real
-TaskExecutor and Redis. The sales pipeline of dags/pipelines finishes with its rows; a worker
-killed while the pipeline runs is recovered by Spark itself (no attempt of ours is restarted).
+TaskExecutor and Redis. A job's Python environment reaches the executors as an archive Spark
+unpacks there; the sales pipeline of dags/pipelines finishes with its rows; a worker killed while
+the pipeline runs is recovered by Spark itself (no attempt of ours is restarted).
 
 The Spark cluster and Redis serve the whole module (the worker-killing test comes last); a
 finalizer stops them, and the tests' TaskExecutors, also when pytest-timeout interrupts a test.
@@ -19,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
+
 import pytest
 import yaml
 
@@ -30,12 +33,32 @@ from sparkdispatch.testing.local_cluster import TaskExecutorProcess, task_execut
 from sparkdispatch.testing.services import RedisServer, free_port
 from sparkdispatch.testing.spark_cluster import SparkStandaloneCluster
 from sparkdispatch.testing.waiting import eventually
+from sparkdispatch.testing.wheels import make_wheel
 
 pytestmark = pytest.mark.slow
 
 PIPELINES = Path(__file__).resolve().parents[2] / "dags" / "pipelines"
 WAIT_S = 240.0
 ROWS = 900_000
+#: A job's task: where its own process and a UDF on the executors find the environment's package.
+PROBE_TASKS = """
+from pyspark.sql import functions as F
+
+
+def where(ctx):
+    import sd_probe
+
+    @F.udf("string")
+    def on_executor(_):
+        import sys
+
+        import sd_probe
+
+        return "|".join([sd_probe.VERSION, sys.executable, sd_probe.__file__])
+
+    rows = ctx.spark.range(2).repartition(2)
+    return rows.select(F.lit(sd_probe.__file__).alias("task"), on_executor("id").alias("udf"))
+"""
 
 
 @dataclass
@@ -122,6 +145,43 @@ def busy_executor(ui_port: int) -> str | None:
         return None
     busy = [e["id"] for e in executors if e["id"] != "driver" and e.get("activeTasks", 0) > 0]
     return busy[0] if busy else None
+
+
+async def test_a_jobs_environment_is_shipped_to_the_executors_and_its_udfs_run_from_the_unpacked_archive(
+    services: SparkServices, tmp_path: Path
+) -> None:
+    wheelhouse = tmp_path / "wheelhouse"
+    make_wheel(wheelhouse, "sd_probe", "1.0")
+    config = cluster_config(services, tmp_path, **{"python.find-links": str(wheelhouse), "python.no-index": "true"})
+    environments = tmp_path / "storage" / "python-environments"
+    async with master_and_task_executor(services, config, tmp_path) as (client, te):
+        tasks = tmp_path / "probe_tasks.py"
+        tasks.write_text(PROBE_TASKS)
+        key = await client.upload_artifact(tasks)
+        job = await client.submit(
+            {
+                "name": "probe-on-executors",
+                "artifacts": [key],
+                "environment": {"dependencies": ["sd_probe==1.0"]},
+                "vertices": [{"id": "probe", "entrypoint": "probe_tasks:where", "parallelism": 1}],
+                "restart_strategy": {"type": "none"},
+            }
+        )
+        result = await asyncio.wait_for(client.wait_for_result(job.job_id, poll_interval=0.3), WAIT_S)
+        assert result.status == "FINISHED", (result.failure, te.log_tail())
+    rows = [row for path in result.vertices["probe"].partitions for row in pq.read_table(path).to_pylist()]
+    assert len(rows) == 2
+    [archive] = environments.glob("*/.sparkdispatch-executors.tar.gz")  # packed once, beside the environment
+    assert services.spark.workdir is not None
+    for row in rows:
+        # the task function runs on the TaskExecutor's host, in the environment built there
+        assert Path(row["task"]).is_relative_to(archive.parent)
+        version, executable, module = row["udf"].split("|")
+        # the UDF runs on an executor, from the archive Spark unpacked in the executor's work dir
+        assert version == "1.0"
+        assert executable.endswith("/environment/bin/python"), executable
+        assert Path(module).is_relative_to(services.spark.workdir), module
+        assert "/environment/lib/" in module and not Path(module).is_relative_to(environments)
 
 
 async def test_the_sales_pipeline_runs_on_a_spark_cluster_and_spark_recovers_a_lost_worker(
