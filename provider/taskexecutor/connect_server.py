@@ -18,6 +18,7 @@ import importlib.util
 import logging
 import os
 import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -32,9 +33,10 @@ import grpc  # type: ignore[import-untyped]  # grpcio ships no type stubs
 from sparkdispatch.errors import ConnectServerError
 from sparkdispatch.lifeline import tied_to_parent
 from sparkdispatch.storage.private import write_private
+from sparkdispatch.taskexecutor.connect_url import TOKEN_PROPERTY, call_metadata, grpc_target, server_url, shown
 from sparkdispatch.taskexecutor.job_environment import job_environment
 from sparkdispatch.taskexecutor.process_usage import ProcessUsage
-from sparkdispatch.taskexecutor.settings import ConnectServerSettings
+from sparkdispatch.taskexecutor.settings import ConnectServerSettings, is_local_master
 
 log = logging.getLogger(__name__)
 
@@ -138,11 +140,6 @@ def _escape(text: str, *, key: bool) -> str:
 _PROPERTIES_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\f": "\\f"}
 
 
-def is_local_master(spark_master: str) -> bool:
-    """Whether `spark.master` runs the executors in the driver's JVM (`local`, `local[4]`, `local[*, 2]`)."""
-    return spark_master == "local" or spark_master.startswith("local[")
-
-
 def server_environment(settings: ConnectServerSettings) -> dict[str, str]:
     """What the server's environment adds to the TaskExecutor's (`job_environment`): with a local
     master, `SPARK_LOCAL_IP=127.0.0.1` (unless the TaskExecutor has one), the only setting Spark 4's
@@ -172,21 +169,23 @@ class ConnectServer:
         self._lock = threading.Lock()
         self._process: subprocess.Popen[bytes] | None = None
         self._address: str | None = None  # "127.0.0.1:<port>" while serving
+        self._token = ""  # the token clients must send, new at each start (connect_url.py)
         self._port = settings.port  # once bound, a restart asks for the same port again
 
     @property
     def url(self) -> str:
-        """`sc://127.0.0.1:<port>`, the address Connect clients use (set once serving)."""
-        address = self._address
-        if address is None:
+        """`sc://localhost:<port>/;token=<token>`, what Connect clients use (set once serving; a
+        credential: log `connect_url.shown(url)`)."""
+        url = self.serving_url
+        if url is None:
             raise ConnectServerError("the Spark Connect server is not serving", log_file=str(self.log_path))
-        return f"sc://{address}"
+        return url
 
     @property
     def serving_url(self) -> str | None:
         """`url`, or None while the server does not serve."""
         address = self._address
-        return None if address is None else f"sc://{address}"
+        return None if address is None else server_url(int(address.rpartition(":")[2]), self._token)
 
     @property
     def pid(self) -> int | None:
@@ -211,7 +210,9 @@ class ConnectServer:
         try:
             with grpc.insecure_channel(address, options=[("grpc.enable_http_proxy", 0)]) as channel:
                 channel.unary_unary(_RELEASE_SESSION_METHOD)(
-                    _release_session_request(str(uuid.uuid4()), _HEALTH_CHECK_USER), timeout=timeout
+                    _release_session_request(str(uuid.uuid4()), _HEALTH_CHECK_USER),
+                    timeout=timeout,
+                    metadata=(("authorization", f"Bearer {self._token}"),),
                 )
         except grpc.RpcError as exc:
             log.debug("Spark Connect server at %s did not answer: %s", address, exc)
@@ -247,7 +248,7 @@ class ConnectServer:
             self.warm_usage = ProcessUsage.of(self.pid) if self.pid is not None else None
             log.info(
                 "Spark Connect server ready at %s in %.1f s (warm-up %.1f s; pid %d, Spark UI port %s, log %s)",
-                self.url,
+                shown(self.url),
                 time.monotonic() - started,
                 time.monotonic() - serving,
                 self.pid,
@@ -275,10 +276,11 @@ class ConnectServer:
         if self.log_path.exists():
             self.log_path.replace(self.log_path.with_name(LOG_FILE_NAME + ".1"))
         properties = self.work_dir / PROPERTIES_FILE_NAME
-        write_private(
-            properties,
-            properties_text(server_properties(self.settings, work_dir=self.work_dir, port=self._port)).encode(),
-        )
+        if TOKEN_PROPERTY in self.settings.spark_properties:
+            log.warning("ignoring %s: the TaskExecutor makes a token of its own at each start", TOKEN_PROPERTY)
+        self._token = secrets.token_hex(32)
+        spark_properties = server_properties(self.settings, work_dir=self.work_dir, port=self._port)
+        write_private(properties, properties_text(spark_properties | {TOKEN_PROPERTY: self._token}).encode())
         argv = [
             str(home / "bin" / "spark-submit"),
             "--class",
@@ -367,11 +369,11 @@ class ConnectServer:
     def _warm_up(self, deadline: float, budget: float) -> None:
         """Run representative work in a short-lived Connect client, so the first task finds the server warm."""
         directory = self.work_dir / "warm-up" / uuid.uuid4().hex
-        argv = [sys.executable, "-m", WARM_UP_MODULE, self.url, str(directory)]
+        argv = [sys.executable, "-m", WARM_UP_MODULE, str(directory)]
         try:
-            done = subprocess.run(
+            done = subprocess.run(  # the URL on stdin: its token must not be on a command line
                 tied_to_parent(argv, signal.SIGTERM),
-                stdin=subprocess.DEVNULL,
+                input=self.url + "\n",
                 capture_output=True,
                 text=True,
                 timeout=max(0.1, deadline - time.monotonic()),
@@ -445,14 +447,19 @@ _HEALTH_CHECK_USER = "sparkdispatch-health-check"
 _INTERRUPT_TYPE_ALL = 1
 
 
-def release_session(address: str, session_id: str, user_id: str, *, timeout: float = 5.0) -> bool:
-    """Interrupt every operation of a session on the server at `address` (`host:port`) and release
-    it, with grpc alone: what is left of a slot process that was killed. False when the server did
-    not answer (it forgets the session after its own timeout)."""
+def release_session(connect_url: str, session_id: str, user_id: str, *, timeout: float = 5.0) -> bool:
+    """Interrupt every operation of a session on the server at `connect_url` (with its token) and
+    release it, with grpc alone: what is left of a slot process that was killed. False when the
+    server did not answer (it forgets the session after its own timeout)."""
+    address, metadata = grpc_target(connect_url), call_metadata(connect_url)
     try:
         with grpc.insecure_channel(address, options=[("grpc.enable_http_proxy", 0)]) as channel:
-            channel.unary_unary(_INTERRUPT_METHOD)(_interrupt_all_request(session_id, user_id), timeout=timeout)
-            channel.unary_unary(_RELEASE_SESSION_METHOD)(_release_session_request(session_id, user_id), timeout=timeout)
+            channel.unary_unary(_INTERRUPT_METHOD)(
+                _interrupt_all_request(session_id, user_id), timeout=timeout, metadata=metadata
+            )
+            channel.unary_unary(_RELEASE_SESSION_METHOD)(
+                _release_session_request(session_id, user_id), timeout=timeout, metadata=metadata
+            )
     except grpc.RpcError as exc:
         log.warning("could not release Spark Connect session %s on %s: %s", session_id, address, exc)
         return False
@@ -533,4 +540,4 @@ def _warm_up(url: str, directory: str, *, rounds: int = 3) -> None:
 
 
 if __name__ == "__main__":
-    _warm_up(*sys.argv[1:3])
+    _warm_up(sys.stdin.readline().strip(), sys.argv[1])

@@ -15,7 +15,9 @@ from collections.abc import Mapping
 from sparkdispatch.config import CLUSTER_SECRET_ENV_VAR, TOKEN_ENV_VAR
 
 #: Variables of the TaskExecutor's environment that a job's processes do not get.
-WITHHELD = frozenset({TOKEN_ENV_VAR, CLUSTER_SECRET_ENV_VAR})
+#: pyspark's Connect client and server read a token from it; the TaskExecutor hands its own by URL.
+CONNECT_TOKEN_ENV_VAR = "SPARK_CONNECT_AUTHENTICATE_TOKEN"
+WITHHELD = frozenset({TOKEN_ENV_VAR, CLUSTER_SECRET_ENV_VAR, CONNECT_TOKEN_ENV_VAR})
 
 
 def job_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:

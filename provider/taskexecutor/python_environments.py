@@ -18,7 +18,9 @@ A finished environment holds a `.sparkdispatch-built` marker; one without it is 
 was cut off, built again. A task using an environment holds a shared `flock` on its lock file,
 so no TaskExecutor removes an environment another one's task uses. Beyond `max_size` the least
 recently used environments no task uses are removed. When a build fails, the tasks that waited
-for it get its failure rather than building again; a later task builds anew.
+for it get its failure rather than building again; a later task builds anew. With a cluster master
+(`for_executors`), an environment is also packed for the executors once, into an archive inside
+it (executor_archive.py), so it is evicted with it.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from packaging.requirements import Requirement
 
 from sparkdispatch.errors import EnvironmentBuildFailed
 from sparkdispatch.model.environment import Environment
+from sparkdispatch.taskexecutor.executor_archive import ARCHIVE_NAME, archive_of, pack
 from sparkdispatch.taskexecutor.job_environment import job_environment
 from sparkdispatch.taskexecutor.settings import PythonEnvironmentSettings
 
@@ -166,10 +169,14 @@ class PythonEnvironments:
             lock_file = _LockFile(self._directory / f"{key}.lock")
             try:
                 lock_file.shared()
-                if (target / BUILT_MARKER).is_file():
+                if (target / BUILT_MARKER).is_file() and not self._needs_archive(target):
                     return ReadyEnvironment(key, str(_python_of(target))), lock_file
-                lock_file.exclusive()  # not built yet: build it, unless another TaskExecutor just did
+                lock_file.exclusive()  # not built (or packed) yet: do it, unless another TaskExecutor just did
                 if (target / BUILT_MARKER).is_file():
+                    if self._needs_archive(target):  # built by a TaskExecutor of a local master
+                        self._pack(target)
+                        with self._lock:
+                            self._entries.pop(key, None)  # its size, measured again with the archive
                     lock_file.shared()
                     return ReadyEnvironment(key, str(_python_of(target))), lock_file
                 on_build(key)
@@ -200,7 +207,11 @@ class PythonEnvironments:
             raise EnvironmentBuildFailed(f"the wheels {missing} of the job's environment were not fetched")
         log.info("building Python environment %s: %s", key, ", ".join(environment.dependencies))
         output: list[str] = []
-        self._run(key, [self._uv, "venv", "--no-config", "--quiet", "--python", sys.executable, str(target)], output)
+        self._run(
+            key,
+            [self._uv, "venv", "--no-config", "--quiet", "--relocatable", "--python", sys.executable, str(target)],
+            output,
+        )
         _layer_over_base(target)
         install = [
             self._uv,
@@ -214,6 +225,9 @@ class PythonEnvironments:
             *(wheels[k] for k in environment.wheel_keys),
         ]
         self._run(key, install, output, requirements=environment.requirements)
+        if self._settings.for_executors:
+            self._pack(target)
+            output.append(f"packed for the Spark cluster's executors: {target / ARCHIVE_NAME}\n")
         seconds = time.monotonic() - started
         (target / BUILT_MARKER).write_text(json.dumps({"seconds": round(seconds, 3)}))
         log.info("Python environment %s built in %.2fs", key, seconds)
@@ -241,6 +255,19 @@ class PythonEnvironments:
                 + f": uv said: {said}",
                 requirement=requirement,
             )
+
+    def _needs_archive(self, target: Path) -> bool:
+        return self._settings.for_executors and archive_of(str(_python_of(target))) is None
+
+    def _pack(self, target: Path) -> None:
+        started = time.monotonic()
+        archive = pack(target, left_out=frozenset({BUILT_MARKER}))
+        log.info(
+            "Python environment %s packed for executors in %.2fs (%d bytes)",
+            target.name,
+            time.monotonic() - started,
+            archive.stat().st_size,
+        )
 
     def _evict(self) -> None:
         """Remove least recently used environments no task uses until the rest fits in `max_size`."""

@@ -29,6 +29,7 @@ from typing import Protocol
 
 from sparkdispatch.errors import ConnectServerError
 from sparkdispatch.taskexecutor.connect_server import ConnectServer
+from sparkdispatch.taskexecutor.connect_url import shown
 from sparkdispatch.taskexecutor.process_usage import ProcessUsage
 from sparkdispatch.taskexecutor.settings import RecyclePolicy
 
@@ -183,7 +184,7 @@ class ServerRecycler:
         log.info(
             "the Spark Connect server at %s (pid %s) took over in %.1f s; the former one (pid %s) stops once "
             "its attempts ended",
-            successor.url,
+            shown(successor.url),
             successor.pid,
             self._clock() - started,
             current.pid,

@@ -15,6 +15,7 @@ import logging
 from typing import Any
 
 from sparkdispatch.errors import SparkDispatchError
+from sparkdispatch.taskexecutor.connect_url import shown
 from sparkdispatch.taskexecutor.periodic_step import PeriodicStep
 from sparkdispatch.taskexecutor.python_workers import WorkerDaemonReaper
 from sparkdispatch.taskexecutor.server_recycling import ConnectServers, ServerRecycler
@@ -52,7 +53,7 @@ class ConnectServerWatch:
         self._misses = 0
         server.restart()
         self._pool.reconnect(server.url)
-        log.info("the Spark Connect server serves again at %s", server.url)
+        log.info("the Spark Connect server serves again at %s", shown(server.url))
 
 
 class ConnectServerWatchStep(PeriodicStep):

@@ -30,6 +30,11 @@ from sparkdispatch.config.options import (
 from sparkdispatch.taskexecutor.process_usage import ProcessUsage
 
 
+def is_local_master(spark_master: str) -> bool:
+    """Whether `spark.master` runs the executors in the driver's JVM (`local`, `local[4]`, `local[*, 2]`)."""
+    return spark_master == "local" or spark_master.startswith("local[")
+
+
 @dataclass(frozen=True)
 class ConnectServerSettings:
     """A TaskExecutor's Spark Connect server: its Spark master, loopback port, start timeout and heap."""
@@ -120,10 +125,13 @@ class PythonEnvironmentSettings:
     extra_index_urls: tuple[str, ...] = ()
     find_links: tuple[str, ...] = ()
     no_index: bool = False
+    #: pack each environment for a Spark cluster's executors (executor_archive.py): with a cluster master
+    for_executors: bool = False
 
     @classmethod
     def from_config(cls, config: Configuration) -> PythonEnvironmentSettings:
         return cls(
+            for_executors=not is_local_master(config.get(SPARK_MASTER)),
             directory=Path(config.get(PYTHON_ENVIRONMENTS_DIR) or config.storage_dir / "python-environments"),
             max_size=config.get(PYTHON_ENVIRONMENTS_MAX_SIZE),
             index_url=config.get(PYTHON_INDEX_URL),

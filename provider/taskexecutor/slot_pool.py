@@ -51,6 +51,7 @@ from sparkdispatch.model.protocol import TaskDeploymentDescriptor
 from sparkdispatch.taskexecutor.job_environment import job_environment
 from sparkdispatch.taskexecutor.settings import SlotPoolSettings
 from sparkdispatch.taskexecutor.connect_server import release_session
+from sparkdispatch.taskexecutor.connect_url import shown
 from sparkdispatch.taskexecutor.python_workers import ReleasedSessions
 from sparkdispatch.taskexecutor.slot_protocol import (
     CANCEL,
@@ -399,10 +400,9 @@ class SlotProcessPool:
         if session is None:
             return
         child.forget_session(self.released_sessions)
-        address = session.connect_url.removeprefix("sc://").split("/", 1)[0]
         threading.Thread(
             target=release_session,
-            args=(address, session.session_id, SESSION_USER),
+            args=(session.connect_url, session.session_id, SESSION_USER),
             daemon=True,
             name=f"release-session-{child.pid}",
         ).start()
@@ -415,7 +415,7 @@ class SlotProcessPool:
             self._sessions_made = 0
             for child in [*self._bound.values(), *self._spares, *self._environment_spares.values()]:
                 child.tell_server(connect_url, self.released_sessions)
-        log.info("slot processes moved to the Spark Connect server at %s", connect_url)
+        log.info("slot processes moved to the Spark Connect server at %s", shown(connect_url))
 
     def attempts_on(self, connect_url: str) -> int:
         """Attempts running (or being sent) on the Connect server at `connect_url`."""
@@ -637,10 +637,10 @@ class SlotProcessPool:
                 child.kill()
                 raise SlotProcessLost(
                     f"a slot process could not warm up against the Spark Connect server at "
-                    f"{self._connect_url}: {warmed['error']}"
+                    f"{shown(self._connect_url)}: {warmed['error']}"
                 )
             log.warning(
-                "slot process %d could not warm up against %s: %s", child.pid, self._connect_url, warmed["error"]
+                "slot process %d could not warm up against %s: %s", child.pid, shown(self._connect_url), warmed["error"]
             )
         log.info("slot process %d ready in %.2fs", child.pid, time.monotonic() - started)
         return child

@@ -56,6 +56,8 @@ from sparkdispatch.model.job_result import MAX_INPUT_FILES, Failure
 from sparkdispatch.model.states import ExecutionState
 from sparkdispatch.storage.results import WrittenPartition, job_dir_of, write_partition
 from sparkdispatch.taskexecutor.attempt_failures import failure_of, session_gone
+from sparkdispatch.taskexecutor.connect_url import shown, with_parameters
+from sparkdispatch.taskexecutor.executor_archive import run_udfs_in
 from sparkdispatch.taskexecutor.input_datasets import input_datasets
 from sparkdispatch.taskexecutor.driver_log import DriverLog, progress_handler
 from sparkdispatch.taskexecutor.slot_protocol import (
@@ -84,8 +86,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: The Spark SQL setting naming the Python a session's UDFs run in (`spark.pyspark.python` is the static default).
-UDF_PYTHON_CONF = "spark.sql.execution.pyspark.python"
 
 #: How often a cancelled attempt's Spark operations are interrupted again while its function
 #: still runs, to catch operations it starts after the first interrupt.
@@ -112,8 +112,8 @@ NOT_STARTED_LATE = (
 
 
 def session_url(connect_url: str) -> str:
-    """A new Connect session's URL on the server at `connect_url` (`sc://host:port`)."""
-    return f"{connect_url.rstrip('/')}/;session_id={uuid.uuid4()};user_id={SESSION_USER}"
+    """A new Connect session's URL on the server at `connect_url` (`sc://host:port/;token=…`)."""
+    return with_parameters(connect_url, session_id=str(uuid.uuid4()), user_id=SESSION_USER)
 
 
 def new_session(connect_url: str) -> SparkSession:
@@ -477,7 +477,7 @@ class SlotProcess:
                         f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
                     ) from exc
             if self._udf_python is not None:  # a runtime SQL setting: the session's UDFs run there
-                session.conf.set(UDF_PYTHON_CONF, self._udf_python)
+                run_udfs_in(session, self._udf_python)
             if request.artifact_paths:
                 session.addArtifacts(*request.artifact_paths, pyfile=True)
         except BaseException:
@@ -509,7 +509,7 @@ class SlotProcess:
         self._session = self._warm_session = None
         self._connect_url = connect_url
         self._warm_again_at = 0.0
-        log.info("moved to the Spark Connect server at %s", connect_url)
+        log.info("moved to the Spark Connect server at %s", shown(connect_url))
 
     def _forget_session_if_gone(self, exc: BaseException) -> None:
         """After the server lost the session (it restarted), the job's next task here makes a new one."""

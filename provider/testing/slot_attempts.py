@@ -20,6 +20,7 @@ from sparkdispatch.model.protocol import TaskDeploymentDescriptor
 from sparkdispatch.model.states import ExecutionState
 from sparkdispatch.storage.results import ResultLayout
 from sparkdispatch.taskexecutor.connect_server import ConnectServer
+from sparkdispatch.taskexecutor.connect_url import call_metadata, grpc_target
 from sparkdispatch.taskexecutor.slot_pool import SlotProcessPool
 from sparkdispatch.taskexecutor.slot_protocol import SESSION_USER, AttemptState
 from sparkdispatch.testing.waiting import eventually_blocking
@@ -117,9 +118,11 @@ def session_state(server: ConnectServer, session_id: str) -> str:
     request = (
         _field(1, session_id.encode()) + _field(2, _field(1, SESSION_USER.encode())) + bytes([4 << 3, 1])
     )  # InterruptRequest{session_id, user_context{user_id}, interrupt_type: ALL}
-    with grpc.insecure_channel(server.url.removeprefix("sc://")) as channel:
+    with grpc.insecure_channel(grpc_target(server.url)) as channel:
         try:
-            channel.unary_unary("/spark.connect.SparkConnectService/Interrupt")(request, timeout=10)
+            channel.unary_unary("/spark.connect.SparkConnectService/Interrupt")(
+                request, timeout=10, metadata=call_metadata(server.url)
+            )
         except grpc.RpcError as exc:
             if "SESSION_CLOSED" in str(exc.details()):
                 return "closed"

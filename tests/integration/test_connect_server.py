@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import grpc  # type: ignore[import-untyped]  # grpcio ships no type stubs
 import psutil
 import pytest
 
@@ -21,9 +22,12 @@ from sparkdispatch.config import Configuration
 from sparkdispatch.errors import ConnectServerError
 from sparkdispatch.taskexecutor.settings import ConnectServerSettings
 from sparkdispatch.taskexecutor.connect_server import LOG_FILE_NAME, PROPERTIES_FILE_NAME, ConnectServer
+from sparkdispatch.taskexecutor.connect_url import grpc_target, server_url, shown, token_of
 from sparkdispatch.testing.waiting import eventually_blocking
 
 pytestmark = pytest.mark.slow
+
+RELEASE_SESSION = "/spark.connect.SparkConnectService/ReleaseSession"
 
 #: A `spark.*` secret of the configuration: it reaches the JVM by a file, never its command line.
 SECRET = "s3cret-" + "9f2c41d7e0"
@@ -91,7 +95,7 @@ def test_a_connect_session_runs_queries_with_the_configured_properties(
     # session-wide classic `spark` fixture of later tests still builds a classic session
     monkeypatch.delenv("SPARK_CONNECT_MODE_ENABLED", raising=False)
 
-    assert server.url.startswith("sc://127.0.0.1:") and server.is_alive()
+    assert server.url.startswith("sc://localhost:") and server.is_alive()
     spark = SparkSession.builder.remote(server.url).create()
     try:
         rows = spark.range(100).groupBy((F.col("id") % 3).alias("k")).count().orderBy("k").collect()
@@ -105,7 +109,7 @@ def test_a_connect_session_runs_queries_with_the_configured_properties(
 
 def test_the_server_and_its_ui_listen_on_loopback_only_and_answer_health_checks_quickly(server: ConnectServer) -> None:
     assert server.pid is not None
-    port = int(server.url.rpartition(":")[2])
+    port = int(grpc_target(server.url).rpartition(":")[2])
     listening = [
         c.laddr
         for c in psutil.Process(server.pid).net_connections(kind="tcp")
@@ -130,7 +134,9 @@ def test_the_servers_spark_properties_are_on_no_command_line_and_their_file_is_g
     server: ConnectServer,
 ) -> None:
     assert server.pid is not None and server.is_healthy()
-    assert [p.pid for p in psutil.process_iter() if _mentions(p, SECRET)] == []
+    token = token_of(server.url)
+    assert token is not None and len(token) == 64
+    assert [p.pid for p in psutil.process_iter() if _mentions(p, SECRET) or _mentions(p, token)] == []
     assert not (server.work_dir / PROPERTIES_FILE_NAME).exists()
 
 
@@ -141,14 +147,40 @@ def _mentions(process: psutil.Process, text: str) -> bool:
         return False
 
 
-def test_a_dead_server_is_unhealthy_and_a_restart_brings_it_back_on_its_port(server: ConnectServer) -> None:
+def test_a_client_without_the_servers_token_or_with_a_wrong_one_is_refused(
+    server: ConnectServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pyspark.errors import PySparkException
+    from pyspark.sql import SparkSession
+
+    monkeypatch.delenv("SPARK_CONNECT_MODE_ENABLED", raising=False)
+    monkeypatch.delenv("SPARK_CONNECT_AUTHENTICATE_TOKEN", raising=False)
+    target = grpc_target(server.url)
+    # what any process of the host could try on the loopback port: a raw call, then pyspark's client
+    for metadata in [(), (("authorization", "Bearer " + "0" * 64),), (("authorization", "Bearer"),)]:
+        with grpc.insecure_channel(target) as channel, pytest.raises(grpc.RpcError) as refused:
+            channel.unary_unary(RELEASE_SESSION)(b"", timeout=10, metadata=metadata)
+        assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    for url in [shown(server.url), server_url(int(target.rpartition(":")[2]), "0" * 64)]:
+        with pytest.raises(PySparkException, match="(?i)unauthenticated|authentication token"):
+            spark = SparkSession.builder.remote(url).create()
+            try:
+                spark.range(3).collect()
+            finally:
+                spark.client.close()
+    assert server.is_healthy()  # with its token the server answers
+
+
+def test_a_dead_server_is_unhealthy_and_a_restart_brings_it_back_on_its_port_with_a_new_token(
+    server: ConnectServer,
+) -> None:
     assert server.pid is not None
     url = server.url
     os.kill(server.pid, signal.SIGKILL)  # the JVM dies (out of memory, a crash)
     eventually_blocking(lambda: not server.is_alive(), "the server to be dead", timeout=10)
     assert not server.is_healthy()
     server.restart()
-    assert server.url == url and server.is_healthy()
+    assert shown(server.url) == shown(url) and token_of(server.url) != token_of(url) and server.is_healthy()
     assert (server.log_path.parent / (LOG_FILE_NAME + ".1")).exists()  # the dead server's log is kept
 
 

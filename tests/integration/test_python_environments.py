@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import importlib.metadata
 import subprocess
+import sys
+import tarfile
 import threading
 from pathlib import Path
 
@@ -13,9 +15,12 @@ import pytest
 
 from sparkdispatch.errors import EnvironmentBuildFailed
 from sparkdispatch.model.environment import Environment
-from sparkdispatch.taskexecutor.python_environments import PythonEnvironments, ReadyEnvironment, find_uv
+from sparkdispatch.taskexecutor.executor_archive import archive_of
+from sparkdispatch.taskexecutor.python_environments import BUILT_MARKER, PythonEnvironments, ReadyEnvironment, find_uv
 from sparkdispatch.taskexecutor.settings import PythonEnvironmentSettings
 from sparkdispatch.testing.wheels import make_wheel
+
+PYTHON = f"python{sys.version_info.major}.{sys.version_info.minor}"
 
 
 @pytest.fixture(scope="module")
@@ -156,3 +161,37 @@ def test_no_uv_fails_the_build_saying_so(tmp_path: Path, wheelhouse: Path) -> No
     with pytest.raises(EnvironmentBuildFailed, match="could not run"):
         with environments.use(Environment(("sd_probe==1.0",)), {}):
             pass
+
+
+def test_for_a_cluster_master_an_environment_is_packed_once_for_the_executors_and_evicted_with_it(
+    tmp_path: Path, wheelhouse: Path
+) -> None:
+    with PythonEnvironments(settings(tmp_path, wheelhouse)).use(Environment(("sd_probe==1.0",)), {}) as local:
+        assert archive_of(local.python) is None  # a local master's TaskExecutor packs nothing
+    cluster = PythonEnvironments(settings(tmp_path, wheelhouse, for_executors=True))
+    with cluster.use(Environment(("sd_probe==1.0",)), {}) as used:
+        archive = archive_of(used.python)
+        assert archive is not None and not used.built_now and cluster.builds == 0  # packed, not built again
+        packed = archive.stat().st_mtime_ns
+        unpacked = tmp_path / "executor" / "environment"
+        with tarfile.open(archive) as tar:
+            names = tar.getnames()
+            assert tar.getmember("bin/python").issym()
+            tar.extractall(unpacked, filter="tar")
+    assert f"lib/{PYTHON}/site-packages/sd_probe.py" in names and BUILT_MARKER not in names
+    assert not any(name.endswith(".tar.gz") or name.endswith(".partial") for name in names)
+    # unpacked anywhere (as Spark does on an executor), its interpreter imports the job's package from the copy
+    found = subprocess.run(
+        [str(unpacked / "bin" / "python"), "-P", "-c", "import sd_probe; print(sd_probe.__file__)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert Path(found).is_relative_to(unpacked)
+    with cluster.use(Environment(("sd_probe==1.0",)), {}) as again:
+        assert archive.stat().st_mtime_ns == packed and again.python == used.python  # not packed again
+    with cluster.use(Environment(("sd_probe==2.0",)), {}) as second:
+        assert second.built_now and archive_of(second.python) is not None  # packed as it is built
+    # beyond the size bound, each environment goes with its archive
+    assert PythonEnvironments(settings(tmp_path, wheelhouse, for_executors=True, max_size=1)).keys() == []
+    assert not archive.exists() and not Path(used.python).exists()

@@ -120,6 +120,11 @@ def test_every_session_has_an_id_of_its_own_under_the_slot_processes_user() -> N
     assert user == f"user_id={SESSION_USER}"
 
 
+def test_a_session_keeps_the_token_of_the_servers_url() -> None:
+    url = session_url("sc://localhost:15002/;token=abc")
+    assert url.startswith("sc://localhost:15002/;token=abc;session_id=") and url.endswith(f";user_id={SESSION_USER}")
+
+
 def test_an_entrypoint_that_does_not_exist_is_entrypoint_not_found(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
