@@ -20,7 +20,7 @@ import queue
 import threading
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +41,7 @@ from sparkdispatch.storage.attempt_logs import attempt_log_path
 from sparkdispatch.storage.results import remove_attempt_partition
 from sparkdispatch.taskexecutor.artifact_cache import ArtifactCache
 from sparkdispatch.taskexecutor.python_environments import PythonEnvironments
-from sparkdispatch.taskexecutor.slot_protocol import AttemptState
+from sparkdispatch.taskexecutor.slot_protocol import AttemptLaunch, AttemptState
 
 log = logging.getLogger(__name__)
 
@@ -63,19 +63,9 @@ class StateReporter(Protocol):
 class AttemptRunner(Protocol):
     """Runs attempts in the slots' processes (`SlotProcessPool`)."""
 
-    def run(
-        self,
-        slot_index: int,
-        tdd: TaskDeploymentDescriptor,
-        artifact_paths: Sequence[str],
-        on_state: Callable[[AttemptState], None],
-        *,
-        start_deadline: Callable[[], float | None] | None = None,
-        python: str | None = None,
-    ) -> AttemptState:
+    def run(self, launch: AttemptLaunch, on_state: Callable[[AttemptState], None]) -> AttemptState:
         """Run one attempt to its end; `on_state` gets its non-terminal states, the terminal one is
-        returned. The function does not start after what `start_deadline()` says (`time.monotonic()`).
-        `python` is the interpreter of the job's Python environment, None for the TaskExecutor's own."""
+        returned."""
 
     def cancel(self, execution_id: str) -> bool:
         """Stop an attempt (it ends CANCELED); False when it does not run."""
@@ -411,7 +401,9 @@ class TaskRunner:
             except IllegalStateTransition as exc:
                 self.slots.forget_received(tdd.execution_id)
                 log.warning("job %s: refusing execution %s: %s", tdd.job_id, tdd.execution_id, exc)
-                self._report_quietly(tdd, session_id, ExecutionState.FAILED, failure=Failure.from_exception(exc))
+                self._report_quietly(
+                    tdd, session_id, AttemptState(ExecutionState.FAILED, failure=Failure.from_exception(exc))
+                )
                 return ExecutionState.FAILED
             if running is None:
                 log.info(
@@ -477,7 +469,7 @@ class TaskRunner:
     def _run(self, running: RunningExecution) -> ExecutionState:
         tdd = running.tdd
         if running.cancelled.is_set():
-            return self._transition(running, ExecutionState.CANCELED)
+            return self._transition(running, AttemptState(ExecutionState.CANCELED))
         with ExitStack() as in_use:  # the caches keep the artifacts and the environment while the attempt runs
             try:
                 artifact_paths = (
@@ -487,17 +479,13 @@ class TaskRunner:
             except Exception as exc:  # noqa: BLE001 - a missing or bad artifact, or a failed build, fails the attempt
                 return self._fail(running, Failure.from_exception(exc))
             if running.cancelled.is_set():
-                return self._transition(running, ExecutionState.CANCELED)
+                return self._transition(running, AttemptState(ExecutionState.CANCELED))
             end = self._pool.run(
-                tdd.slot_index,
-                tdd,
-                artifact_paths,
+                AttemptLaunch(tdd, tuple(artifact_paths), self._start_deadline, python),
                 lambda state: self._on_state(running, state),
-                start_deadline=self._start_deadline,
-                python=python,
             )
         if running.cancelled.is_set() or end.state is ExecutionState.CANCELED:
-            return self._transition(running, ExecutionState.CANCELED)
+            return self._transition(running, AttemptState(ExecutionState.CANCELED))
         if end.state is ExecutionState.FAILED:
             return self._fail(running, end.failure or Failure("SparkDispatchError", "the attempt failed"))
         log.info(
@@ -508,14 +496,7 @@ class TaskRunner:
             tdd.subtask_index,
             end.rows,
         )
-        return self._transition(
-            running,
-            ExecutionState.FINISHED,
-            rows=end.rows,
-            result_path=end.result_path,
-            result_schema=end.result_schema,
-            input_files=end.input_files,
-        )
+        return self._transition(running, end)  # FINISHED, with its rows, result and inputs
 
     def _environment_python(self, tdd: TaskDeploymentDescriptor, in_use: ExitStack) -> str | None:
         """The interpreter of the attempt's Python environment, built if need be (saying so in the
@@ -557,7 +538,7 @@ class TaskRunner:
         if running.cancelled.is_set():
             # cancelled before its process had the attempt: tell the pool again, it has it now
             self._pool.cancel(running.tdd.execution_id)
-        self._transition(running, state.state)
+        self._transition(running, AttemptState(state.state))
 
     def _fail(self, running: RunningExecution, failure: Failure) -> ExecutionState:
         log.info(
@@ -569,29 +550,12 @@ class TaskRunner:
             failure.cls,
             failure.message,
         )
-        return self._transition(running, ExecutionState.FAILED, failure=failure)
+        return self._transition(running, AttemptState(ExecutionState.FAILED, failure=failure))
 
-    def _transition(
-        self,
-        running: RunningExecution,
-        state: ExecutionState,
-        *,
-        rows: int | None = None,
-        result_path: str | None = None,
-        result_schema: str | None = None,
-        input_files: tuple[str, ...] = (),
-        failure: Failure | None = None,
-    ) -> ExecutionState:
+    def _transition(self, running: RunningExecution, outcome: AttemptState) -> ExecutionState:
+        state = outcome.state
         running.state = state
-        update = self._update(
-            running.tdd,
-            state,
-            rows=rows,
-            result_path=result_path,
-            result_schema=result_schema,
-            input_files=input_files,
-            failure=failure,
-        )
+        update = self._update(running.tdd, outcome)
         if not state.is_terminal:
             self._background.submit(running, update)
             return state
@@ -624,17 +588,15 @@ class TaskRunner:
             remove_attempt_partition(running.tdd.result_path)  # what it wrote, if anything, nobody reads
         return state
 
-    def _report_quietly(
-        self, tdd: TaskDeploymentDescriptor, session_id: str, state: ExecutionState, *, failure: Failure | None = None
-    ) -> None:
-        update = self._update(tdd, state, failure=failure)
+    def _report_quietly(self, tdd: TaskDeploymentDescriptor, session_id: str, outcome: AttemptState) -> None:
+        update = self._update(tdd, outcome)
         try:
             self._reporter.report(session_id, update)
         except (FencingTokenMismatch, UnknownJob) as exc:
             log.info(
                 "job %s: the JobMaster refused the %s report of execution %s: %s",
                 tdd.job_id,
-                state.value,
+                outcome.state.value,
                 tdd.execution_id,
                 exc,
             )
@@ -652,26 +614,16 @@ class TaskRunner:
         )
         self.slots.hold_report(session_id, update)
 
-    def _update(
-        self,
-        tdd: TaskDeploymentDescriptor,
-        state: ExecutionState,
-        *,
-        rows: int | None = None,
-        result_path: str | None = None,
-        result_schema: str | None = None,
-        input_files: tuple[str, ...] = (),
-        failure: Failure | None = None,
-    ) -> ExecutionStateUpdate:
+    def _update(self, tdd: TaskDeploymentDescriptor, outcome: AttemptState) -> ExecutionStateUpdate:
         return ExecutionStateUpdate(
             job_id=tdd.job_id,
             job_master_id=tdd.job_master_id,
             execution_id=tdd.execution_id,
-            state=state,
+            state=outcome.state,
             task_executor_id=self._task_executor_id,
-            rows=rows,
-            result_path=result_path,
-            result_schema=result_schema,
-            input_files=input_files,
-            failure=failure,
+            rows=outcome.rows,
+            result_path=outcome.result_path,
+            result_schema=outcome.result_schema,
+            input_files=outcome.input_files,
+            failure=outcome.failure,
         )

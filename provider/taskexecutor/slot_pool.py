@@ -1,6 +1,6 @@
 """The slot processes of one TaskExecutor: one Python process per slot, bound to one code version.
 
-`SlotProcessPool.run(slot_index, tdd, artifact_paths, on_state)` runs an attempt in the slot's
+`SlotProcessPool.run(launch, on_state)` runs an attempt in the slot's
 process (slot_process.py). A slot keeps its process while it runs tasks of the same code, the
 same artifact files (content-addressed, so the same bytes) in the same interpreter (the
 TaskExecutor's, or a job's Python environment's: python_environments.py), whatever their job: each job gets a
@@ -40,14 +40,13 @@ import sys
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from sparkdispatch.errors import SlotProcessLost, SparkDispatchError
 from sparkdispatch.model.states import ExecutionState
 from sparkdispatch.model.job_result import Failure
-from sparkdispatch.model.protocol import TaskDeploymentDescriptor
 from sparkdispatch.taskexecutor.job_environment import job_environment
 from sparkdispatch.taskexecutor.settings import SlotPoolSettings
 from sparkdispatch.taskexecutor.connect_server import release_session
@@ -64,6 +63,7 @@ from sparkdispatch.taskexecutor.slot_protocol import (
     STOP,
     WARM,
     WARMED,
+    AttemptLaunch,
     AttemptState,
     ControlChannel,
     Message,
@@ -227,28 +227,20 @@ class SlotProcessPool:
     # ----------------------------------------------------------------------------------------
     # Attempts
 
-    def run(
-        self,
-        slot_index: int,
-        tdd: TaskDeploymentDescriptor,
-        artifact_paths: Sequence[str],
-        on_state: Callable[[AttemptState], None],
-        *,
-        start_deadline: Callable[[], float | None] | None = None,
-        python: str | None = None,
-    ) -> AttemptState:
+    def run(self, launch: AttemptLaunch, on_state: Callable[[AttemptState], None]) -> AttemptState:
         """Run one attempt in the slot's process; `on_state` gets INITIALIZING and RUNNING, the end is returned.
 
-        With `python` (a job's Python environment) the process runs that interpreter: the slot's
+        With `launch.python` (a job's Python environment) the process runs that interpreter: the slot's
         process if it does already, else one started now (the spares run the TaskExecutor's own)."""
-        attempt = _Attempt(execution_id=tdd.execution_id, slot_index=slot_index)
+        tdd, start_deadline = launch.tdd, launch.start_deadline
+        attempt = _Attempt(execution_id=tdd.execution_id, slot_index=tdd.slot_index)
         with self._lock:
             if self._closed:
                 return _failed(SlotProcessLost("the TaskExecutor's slot processes are stopping"))
             self._attempts[tdd.execution_id] = attempt
         try:
             try:
-                child = self._child_for(slot_index, tuple(artifact_paths), python)
+                child = self._child_for(tdd.slot_index, launch.artifact_paths, launch.python)
             except SparkDispatchError as exc:
                 return _failed(exc)
             with attempt.lock:
@@ -263,7 +255,7 @@ class SlotProcessPool:
                         RunRequest(
                             tdd,
                             connect_url,
-                            tuple(artifact_paths),
+                            launch.artifact_paths,
                             self._driver_log,
                             start_deadline() if start_deadline else None,
                             log_max_size=self._settings.attempt_log_max_size,
