@@ -24,8 +24,8 @@ from sparkdispatch.model.states import ExecutionState
 from sparkdispatch.storage.attempt_logs import attempt_log_path
 from sparkdispatch.storage.results import ResultLayout
 from sparkdispatch.taskexecutor.artifact_cache import ArtifactCache
-from sparkdispatch.taskexecutor.runner import SlotTable, TaskRunner
-
+from sparkdispatch.taskexecutor.runner import TaskRunner
+from sparkdispatch.taskexecutor.slot_table import SlotTable
 from sparkdispatch.testing.blobs import LocalBlobs
 from sparkdispatch.taskexecutor.slot_protocol import AttemptLaunch, AttemptState
 from sparkdispatch.testing.waiting import eventually_blocking
