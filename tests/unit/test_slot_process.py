@@ -16,7 +16,7 @@ from sparkdispatch.errors import EntrypointNotFound
 from sparkdispatch.model.states import ExecutionState
 from sparkdispatch.model.job_result import Failure
 from sparkdispatch.model.protocol import TaskDeploymentDescriptor
-from sparkdispatch.taskexecutor.slot_pool import describe_exit
+from sparkdispatch.taskexecutor.slot_child import describe_exit
 from sparkdispatch.taskexecutor.attempt_failures import RDD_UNAVAILABLE, failure_of
 from sparkdispatch.taskexecutor.slot_process import (
     import_path_entry,
