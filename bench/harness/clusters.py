@@ -4,7 +4,6 @@ their configuration, and ZooKeeper and Redis with them (`zookeeper_cluster`)."""
 from __future__ import annotations
 
 import contextlib
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,35 +22,7 @@ class BenchCluster(LocalCluster):
     """A LocalCluster whose processes log at `log_level` (DEBUG for profiling runs)."""
 
     def __init__(self, config: Configuration, *, log_level: str = "INFO", **kwargs: Any) -> None:
-        super().__init__(config, **kwargs)
-        self.log_level = log_level
-
-    def start_master(self, index: int) -> None:
-        argv = [
-            sys.executable,
-            "-m",
-            "sparkdispatch.entrypoint.cli",
-            "--log-level",
-            self.log_level,
-            *self.config.to_overrides(),
-            "-D",
-            f"rest.port={self.master_ports[index]}",
-            "master",
-        ]
-        self.masters[index] = self._spawn(argv, f"master-{index}.log")
-
-    def start_task_executor(self, index: int) -> None:
-        argv = [
-            sys.executable,
-            "-m",
-            "sparkdispatch.taskexecutor",
-            "--log-level",
-            self.log_level,
-            *self.config.to_overrides(),
-            "-D",
-            f"taskexecutor.id=te-{self.name}-{index}",
-        ]
-        self.taskexecutors[index] = self._spawn(argv, f"taskexecutor-{index}.log")
+        super().__init__(config, log_level=log_level, **kwargs)
 
     def pid(self, kind: str, index: int = 0) -> int:
         processes = self.masters if kind == "master" else self.taskexecutors

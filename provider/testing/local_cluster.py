@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -30,7 +29,7 @@ from sparkdispatch.model.job_result import JobResult
 from sparkdispatch.model.rest_shapes import Overview, Submitted
 from sparkdispatch.testing.http import http_json, upload_artifact
 from sparkdispatch.testing.job_result import wait_for_result
-from sparkdispatch.testing.services import file_tail, free_port, kill_process_group
+from sparkdispatch.testing.services import file_tail, free_port, kill_process_group, python_module
 from sparkdispatch.testing.waiting import Watched, eventually, eventually_blocking
 
 
@@ -38,12 +37,19 @@ class LocalCluster:
     """`masters` master processes and `taskexecutors` TaskExecutor processes sharing `config`."""
 
     def __init__(
-        self, config: Configuration, *, masters: int = 1, taskexecutors: int = 1, log_dir: Path | None = None
+        self,
+        config: Configuration,
+        *,
+        masters: int = 1,
+        taskexecutors: int = 1,
+        log_dir: Path | None = None,
+        log_level: str | None = None,
     ) -> None:
         if masters > 1 and config.get(HA_MODE) != "zookeeper":
             raise ValueError("several masters need high-availability.mode: zookeeper")
         self.config = config
         self.log_dir = log_dir or config.storage_dir / "log"
+        self.log_level = log_level  # the processes' `--log-level`; None: their default
         self.name = uuid.uuid4().hex[:6]  # TaskExecutor ids (and so their queues) are this cluster's own
         self.master_ports = [free_port() for _ in range(masters)]
         if config.get(HA_MODE) == "none":
@@ -71,9 +77,7 @@ class LocalCluster:
 
     def start_master(self, index: int) -> None:
         argv = [
-            sys.executable,
-            "-m",
-            "sparkdispatch.entrypoint.cli",
+            *python_module("sparkdispatch.entrypoint.cli", log_level=self.log_level),
             *self.config.to_overrides(),
             "-D",
             f"rest.port={self.master_ports[index]}",
@@ -83,9 +87,7 @@ class LocalCluster:
 
     def start_task_executor(self, index: int) -> None:
         argv = [
-            sys.executable,
-            "-m",
-            "sparkdispatch.taskexecutor",
+            *python_module("sparkdispatch.taskexecutor", log_level=self.log_level),
             *self.config.to_overrides(),
             "-D",
             f"taskexecutor.id={self.task_executor_id(index)}",
@@ -271,7 +273,7 @@ class TaskExecutorProcess:
         self.log = log_dir / f"{self.id}.log"
         with open(self.log, "wb") as out:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "sparkdispatch.taskexecutor", "--id", self.id, *config.to_overrides()],
+                [*python_module("sparkdispatch.taskexecutor"), "--id", self.id, *config.to_overrides()],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

@@ -11,14 +11,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 
 from sparkdispatch.taskexecutor.process_usage import child_pids
 from sparkdispatch.testing.http import http_json
 from sparkdispatch.testing.local_cluster import process_tree
-from sparkdispatch.testing.services import file_tail, free_port, stop_process_group
+from sparkdispatch.testing.services import file_tail, free_port, python_module, stop_process_group
 from sparkdispatch.testing.waiting import eventually_blocking
 
 STOP_GRACE_S = 30.0
@@ -56,11 +55,7 @@ class StandaloneProcess:
     def launch(self) -> None:
         self.port = free_port()
         argv = [
-            sys.executable,
-            "-m",
-            "sparkdispatch.entrypoint.cli",
-            "--log-level",
-            self.log_level,
+            *python_module("sparkdispatch.entrypoint.cli", log_level=self.log_level),
             "-D",
             f"rest.port={self.port}",
         ]
