@@ -35,11 +35,11 @@ from typing import Any
 
 from sparkdispatch.config import Configuration
 from sparkdispatch.errors import SparkDispatchError
-from sparkdispatch.model.protocol import ExecutionReport, SlotReport, SlotStatus, TaskExecutorRegistration
+from sparkdispatch.model.protocol import ExecutionReport, SlotReport, SlotStatus
 from sparkdispatch.resourcemanager import AllocatedSlot, ResourceManager
 from sparkdispatch.resourcemanager.settings import ResourceManagerSettings
+from sparkdispatch.testing.job_master import SESSION, register
 
-SESSION = "00000000-0000-0000-0000-000000000000"
 GOAL_PER_S = 100_000
 RESULTS = Path(__file__).resolve().parent / "results" / "slot_manager.json"
 
@@ -78,18 +78,7 @@ def _config() -> Configuration:
 def _register(rm: ResourceManager, count: int, slots: int) -> float:
     started = time.perf_counter()
     for i in range(count):
-        te_id = f"te-{i:05d}"
-        rm.register_task_executor(
-            SESSION,
-            TaskExecutorRegistration(
-                task_executor_id=te_id,
-                hostname=f"celery@{te_id}",
-                queue=f"sparkdispatch.te.{te_id}",
-                slots=slots,
-                slot_report=SlotReport.free(slots),
-                spark_master="local[*]",
-            ),
-        )
+        register(rm, f"te-{i:05d}", slots, spark_master="local[*]")
     return time.perf_counter() - started
 
 

@@ -385,7 +385,8 @@ def resource_manager(*, rpc_failure_threshold: int, **keys: str) -> ResourceMana
     return ResourceManager(ResourceManagerSettings.from_config(config), SESSION)
 
 
-def register(rm: ResourceManager, task_executor_id: str, slots: int) -> None:
+def register(rm: ResourceManager, task_executor_id: str, slots: int, *, spark_master: str = "local[2]") -> None:
+    """Register a TaskExecutor of `slots` free slots with `rm`, under `SESSION`."""
     rm.register_task_executor(
         SESSION,
         TaskExecutorRegistration(
@@ -394,6 +395,6 @@ def register(rm: ResourceManager, task_executor_id: str, slots: int) -> None:
             queue=f"sparkdispatch.te.{task_executor_id}",
             slots=slots,
             slot_report=SlotReport.free(slots),
-            spark_master="local[2]",
+            spark_master=spark_master,
         ),
     )
