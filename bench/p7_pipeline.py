@@ -77,7 +77,7 @@ class PipelineFloors:
         # as in a slot process: pyspark's functions build Connect columns, the task code is importable
         os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
         sys.path.insert(0, str(DAGS_DIR))
-        from sparkdispatch.taskexecutor.slot_process import load_entrypoint
+        from sparkdispatch.taskexecutor.attempt_code import load_entrypoint
 
         begin = time.monotonic()
         self.connect.start()

@@ -38,9 +38,8 @@ from sparkdispatch.errors import SparkDispatchError
 from sparkdispatch.model.protocol import ExecutionReport, SlotReport, SlotStatus
 from sparkdispatch.resourcemanager import AllocatedSlot, ResourceManager
 from sparkdispatch.resourcemanager.settings import ResourceManagerSettings
-from sparkdispatch.testing.job_master import register
+from sparkdispatch.testing.job_master import SESSION, register
 
-SESSION = "00000000-0000-0000-0000-000000000000"
 GOAL_PER_S = 100_000
 RESULTS = Path(__file__).resolve().parent / "results" / "slot_manager.json"
 
@@ -79,7 +78,7 @@ def _config() -> Configuration:
 def _register(rm: ResourceManager, count: int, slots: int) -> float:
     started = time.perf_counter()
     for i in range(count):
-        register(rm, f"te-{i:05d}", slots, session_id=SESSION)
+        register(rm, f"te-{i:05d}", slots)
     return time.perf_counter() - started
 
 

@@ -39,7 +39,7 @@ class ConnectClient:
 
     def new_session(self) -> Any:
         """A new session on the server with `session_conf` set; the caller stops it."""
-        from sparkdispatch.taskexecutor.slot_process import new_session
+        from sparkdispatch.taskexecutor.slot_sessions import new_session
 
         session = new_session(self.server.url)
         for key, value in self.session_conf.items():

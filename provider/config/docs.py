@@ -13,8 +13,8 @@ REGENERATE = "sparkdispatch config-docs > docs/configuration.md"
 
 _INTRO = """# Configuration
 
-<!-- Generated from provider/config/options.py: edit the declarations there, then write the output
-of `sparkdispatch config-docs` over this file. -->
+<!-- Generated from provider/config/options/ (a module per section): edit the declarations there, then
+write the output of `sparkdispatch config-docs` over this file. -->
 
 One YAML file of flat dotted keys (`--config FILE` or `SPARKDISPATCH_CONF`), each key
 overridable with `-D key=value`. Durations are written as Flink writes them (`500ms`, `4s`,

@@ -40,7 +40,8 @@ from sparkdispatch.taskexecutor.server_recycling import ConnectServers
 from sparkdispatch.taskexecutor.master_client import MasterClient
 from sparkdispatch.taskexecutor.artifact_cache import ArtifactCache
 from sparkdispatch.taskexecutor.python_environments import PythonEnvironments, find_uv
-from sparkdispatch.taskexecutor.runner import SLOT_RELEASE_MARGIN_S, SlotTable, TaskRunner
+from sparkdispatch.taskexecutor.runner import SLOT_RELEASE_MARGIN_S, TaskRunner
+from sparkdispatch.taskexecutor.slot_table import SlotTable
 from sparkdispatch.taskexecutor.server_watch import ConnectServerWatchStep
 from sparkdispatch.taskexecutor.slot_pool import SlotProcessPool
 from sparkdispatch.taskexecutor.worker import MasterConnection, MasterConnectionStep, TaskExecutorIdentity

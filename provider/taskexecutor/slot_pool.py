@@ -1,6 +1,6 @@
 """The slot processes of one TaskExecutor: one Python process per slot, bound to one code version.
 
-`SlotProcessPool.run(slot_index, tdd, artifact_paths, on_state)` runs an attempt in the slot's
+`SlotProcessPool.run(launch, on_state)` runs an attempt in the slot's
 process (slot_process.py). A slot keeps its process while it runs tasks of the same code, the
 same artifact files (content-addressed, so the same bytes) in the same interpreter (the
 TaskExecutor's, or a job's Python environment's: python_environments.py), whatever their job: each job gets a
@@ -32,155 +32,43 @@ TaskExecutor's stdout and stderr; `close()` stops them all.
 from __future__ import annotations
 
 import logging
-import os
-import signal
-import socket
 import subprocess
-import sys
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from sparkdispatch.errors import SlotProcessLost, SparkDispatchError
 from sparkdispatch.model.states import ExecutionState
 from sparkdispatch.model.job_result import Failure
-from sparkdispatch.model.protocol import TaskDeploymentDescriptor
-from sparkdispatch.taskexecutor.job_environment import job_environment
 from sparkdispatch.taskexecutor.settings import SlotPoolSettings
 from sparkdispatch.taskexecutor.connect_server import release_session
 from sparkdispatch.taskexecutor.connect_url import shown
 from sparkdispatch.taskexecutor.python_workers import ReleasedSessions
+from sparkdispatch.taskexecutor.slot_child import SlotChild, SlotSession, spawn_slot_process
 from sparkdispatch.taskexecutor.slot_protocol import (
     CANCEL,
     MAY_START,
-    READY,
     SESSION,
-    SERVER,
     SESSION_USER,
     START_DEADLINE,
     STATE,
     STOP,
-    WARM,
-    WARMED,
+    AttemptLaunch,
     AttemptState,
-    ControlChannel,
-    Message,
     RunRequest,
 )
 
 log = logging.getLogger(__name__)
-
-SLOT_PROCESS_MODULE = "sparkdispatch.taskexecutor.slot_process"
-
-
-def describe_exit(returncode: int) -> str:
-    """How a process ended, from its return code: `exited with code 1`, `killed by signal 9 (SIGKILL)`."""
-    if returncode >= 0:
-        return f"exited with code {returncode}"
-    try:
-        name = signal.Signals(-returncode).name
-    except ValueError:
-        return f"killed by signal {-returncode}"
-    hint = "; out of memory? the kernel's OOM killer sends it" if name == "SIGKILL" else ""
-    return f"killed by signal {-returncode} ({name}{hint})"
-
-
-class _SlotChild:
-    """One slot process, as the pool sees it: the process, its channel and the code it is bound to."""
-
-    def __init__(self, process: subprocess.Popen[bytes], channel: ControlChannel, python: str | None = None) -> None:
-        self.process = process
-        self.channel = channel
-        self.python = python  # the interpreter of the job's Python environment it runs in, None for the base
-        self.code: tuple[str, ...] | None = None  # the artifact files it runs
-        self.connect_url: str | None = None  # the server it was last told of
-        self.session: _Session | None = None  # its current job's Connect session
-        self.running = False  # an attempt runs in it (the pool's lock guards this and the next)
-        self.releases_after_attempt = False  # told to move while running: its session goes after the attempt
-
-    def tell_server(self, connect_url: str, released: ReleasedSessions) -> None:
-        """Move the process to the server at `connect_url` (it releases its sessions elsewhere, after
-        the attempt it runs, if any); a process gone meanwhile is left to its run or its replacement."""
-        if self.connect_url == connect_url:
-            return
-        self.connect_url = connect_url
-        if self.running:
-            self.releases_after_attempt = True
-        else:
-            self.forget_session(released)
-        try:
-            self.channel.send({"type": SERVER, "connect_url": connect_url})
-        except OSError:
-            pass
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    @property
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-    def receive(self, timeout: float | None) -> Message | None:
-        self.channel.settimeout(timeout)
-        try:
-            return self.channel.receive()
-        finally:
-            self.channel.settimeout(None)
-
-    def ended(self, wait_s: float) -> str:
-        """How the process ended, waiting up to `wait_s` for it (killing it after that)."""
-        try:
-            returncode = self.process.wait(wait_s)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            returncode = self.process.wait()
-        return describe_exit(returncode)
-
-    def stop(self, grace_s: float) -> None:
-        """Ask the process to release its session and exit; kill it after `grace_s`."""
-        try:
-            self.channel.send({"type": STOP})
-        except OSError:
-            pass  # gone already
-        try:
-            self.process.wait(grace_s)
-        except subprocess.TimeoutExpired:
-            log.warning("slot process %d did not stop within %gs; killing it", self.pid, grace_s)
-            self.process.kill()
-            self.process.wait()
-        self.channel.close()
-
-    def forget_session(self, released: ReleasedSessions) -> None:
-        """The process releases its job's session, or has gone: Spark's workers of it may go too."""
-        if self.session is not None:
-            released.add(self.session.server_session_id)
-            self.session = None
-
-    def kill(self) -> None:
-        if self.alive:
-            self.process.kill()
-        self.process.wait()
-        self.channel.close()
-
-
-@dataclass(frozen=True)
-class _Session:
-    """A slot process's Connect session: its id, the server's own id of it, and the server's address."""
-
-    session_id: str
-    server_session_id: str | None
-    connect_url: str
 
 
 @dataclass
 class _Attempt:
     execution_id: str
     slot_index: int
-    child: _SlotChild | None = None
+    child: SlotChild | None = None
     connect_url: str | None = None  # the server it runs on, once sent
     cancelled: bool = False
     killed: bool = False
@@ -197,16 +85,16 @@ class SlotProcessPool:
         self._driver_log = driver_log  # the Connect server's log, whose lines about an attempt go to its log
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
-        self._bound: dict[int, _SlotChild] = {}
-        self._spares: list[_SlotChild] = []
+        self._bound: dict[int, SlotChild] = {}
+        self._spares: list[SlotChild] = []
         self._starting = 0
         #: warm spares in jobs' Python environments, one per interpreter, the most recently asked for last
-        self._environment_spares: OrderedDict[str, _SlotChild] = OrderedDict()
+        self._environment_spares: OrderedDict[str, SlotChild] = OrderedDict()
         self._environment_starting: set[str] = set()
-        self._retiring: set[_SlotChild] = set()
+        self._retiring: set[SlotChild] = set()
         #: processes replaced because the Connect server was restarted under them, until their
         #: attempt has said so (idle ones stay: a few objects per server restart)
-        self._server_lost: set[_SlotChild] = set()
+        self._server_lost: set[SlotChild] = set()
         self._attempts: dict[str, _Attempt] = {}
         self._sessions_made = 0  # job sessions made on the server at `_connect_url`
         #: sessions the processes released, whose Python worker daemons may end (python_workers.py)
@@ -228,28 +116,20 @@ class SlotProcessPool:
     # ----------------------------------------------------------------------------------------
     # Attempts
 
-    def run(
-        self,
-        slot_index: int,
-        tdd: TaskDeploymentDescriptor,
-        artifact_paths: Sequence[str],
-        on_state: Callable[[AttemptState], None],
-        *,
-        start_deadline: Callable[[], float | None] | None = None,
-        python: str | None = None,
-    ) -> AttemptState:
+    def run(self, launch: AttemptLaunch, on_state: Callable[[AttemptState], None]) -> AttemptState:
         """Run one attempt in the slot's process; `on_state` gets INITIALIZING and RUNNING, the end is returned.
 
-        With `python` (a job's Python environment) the process runs that interpreter: the slot's
+        With `launch.python` (a job's Python environment) the process runs that interpreter: the slot's
         process if it does already, else one started now (the spares run the TaskExecutor's own)."""
-        attempt = _Attempt(execution_id=tdd.execution_id, slot_index=slot_index)
+        tdd, start_deadline = launch.tdd, launch.start_deadline
+        attempt = _Attempt(execution_id=tdd.execution_id, slot_index=tdd.slot_index)
         with self._lock:
             if self._closed:
                 return _failed(SlotProcessLost("the TaskExecutor's slot processes are stopping"))
             self._attempts[tdd.execution_id] = attempt
         try:
             try:
-                child = self._child_for(slot_index, tuple(artifact_paths), python)
+                child = self._child_for(tdd.slot_index, launch.artifact_paths, launch.python)
             except SparkDispatchError as exc:
                 return _failed(exc)
             with attempt.lock:
@@ -264,7 +144,7 @@ class SlotProcessPool:
                         RunRequest(
                             tdd,
                             connect_url,
-                            tuple(artifact_paths),
+                            launch.artifact_paths,
                             self._driver_log,
                             start_deadline() if start_deadline else None,
                             log_max_size=self._settings.attempt_log_max_size,
@@ -278,7 +158,9 @@ class SlotProcessPool:
                     return self._lost(attempt, child)
                 if message["type"] == SESSION:
                     child.forget_session(self.released_sessions)  # the process releases its last job's
-                    child.session = _Session(str(message["session_id"]), message.get("server_session_id"), connect_url)
+                    child.session = SlotSession(
+                        str(message["session_id"]), message.get("server_session_id"), connect_url
+                    )
                     with self._lock:
                         if connect_url == self._connect_url:
                             self._sessions_made += 1
@@ -350,7 +232,7 @@ class SlotProcessPool:
         attempt.child.process.kill()
         self._release_session_of(attempt.child)
 
-    def _lost(self, attempt: _Attempt, child: _SlotChild) -> AttemptState:
+    def _lost(self, attempt: _Attempt, child: SlotChild) -> AttemptState:
         """The process died under the attempt (or was killed for ignoring its cancellation)."""
         how = child.ended(wait_s=5.0)
         child.channel.close()
@@ -393,7 +275,7 @@ class SlotProcessPool:
         )
         return _failed(SlotProcessLost(f"the slot process (pid {child.pid}) died during the task: {how}"))
 
-    def _release_session_of(self, child: _SlotChild) -> None:
+    def _release_session_of(self, child: SlotChild) -> None:
         """A process killed or dead under its attempt could not release its session: the operations
         it started would run on, and the session hold its state, until the server's session timeout."""
         session = child.session
@@ -452,7 +334,7 @@ class SlotProcessPool:
     # ----------------------------------------------------------------------------------------
     # Processes
 
-    def _child_for(self, slot_index: int, code: tuple[str, ...], python: str | None) -> _SlotChild:
+    def _child_for(self, slot_index: int, code: tuple[str, ...], python: str | None) -> SlotChild:
         """The slot's process if it runs this code in this interpreter, else a spare (or, for a job's
         Python environment, a process started in it) bound to it; the old one retires."""
         with self._lock:
@@ -478,16 +360,16 @@ class SlotProcessPool:
         child.kill()
         raise SlotProcessLost("the TaskExecutor's slot processes are stopping")
 
-    def _retire(self, child: _SlotChild) -> None:
+    def _retire(self, child: SlotChild) -> None:
         child.stop(self._settings.stop_grace)
         child.forget_session(self.released_sessions)
         with self._lock:
             self._retiring.discard(child)
 
-    def _take_spare(self) -> _SlotChild:
+    def _take_spare(self) -> SlotChild:
         """A ready spare (waiting for one being started), else a process started now."""
         self._refill()
-        child: _SlotChild | None = None
+        child: SlotChild | None = None
         with self._changed:
             while True:
                 for dead in [c for c in self._spares if not c.alive]:
@@ -511,7 +393,7 @@ class SlotProcessPool:
         except Exception as exc:  # the spawner shut down (the pool is closing), or a bad handshake
             raise SlotProcessLost(f"could not start a slot process: {type(exc).__name__}: {exc}") from exc
 
-    def _take_environment_spare(self, python: str) -> _SlotChild:
+    def _take_environment_spare(self, python: str) -> SlotChild:
         """A warm spare in this job's Python environment if one waits, else a process started in it
         now; either way a spare in it is started next, for the environment's next task elsewhere."""
         with self._lock:
@@ -539,12 +421,12 @@ class SlotProcessPool:
     def _start_environment_spare(self, python: str) -> None:
         """Start a spare in a job's environment; beyond `environment_spares` of them, the one whose
         environment was asked for least recently stops."""
-        child: _SlotChild | None = None
+        child: SlotChild | None = None
         try:
             child = self._spawn(require_warm=False, python=python)
         except Exception:  # the environment's next task starts a process itself
             log.warning("could not start a spare slot process in %s", python, exc_info=True)
-        surplus: list[_SlotChild] = []
+        surplus: list[SlotChild] = []
         with self._lock:
             self._environment_starting.discard(python)
             if child is not None and not self._closed:
@@ -561,7 +443,7 @@ class SlotProcessPool:
                 target=self._retire, args=(old,), daemon=True, name=f"retire-slot-process-{old.pid}"
             ).start()
 
-    def _start_in(self, python: str) -> _SlotChild:
+    def _start_in(self, python: str) -> SlotChild:
         """A slot process started now in a job's Python environment (no spare runs its interpreter)."""
         try:
             return self._starter.submit(self._spawn, require_warm=False, python=python).result()
@@ -580,7 +462,7 @@ class SlotProcessPool:
             self._spawner.submit(self._start_spare)
 
     def _start_spare(self) -> None:
-        child: _SlotChild | None = None
+        child: SlotChild | None = None
         try:
             child = self._spawn(require_warm=False)
         except Exception:  # a task that finds no spare starts a process itself
@@ -595,66 +477,8 @@ class SlotProcessPool:
         if child is not None:
             child.kill()
 
-    def _spawn(self, *, require_warm: bool, python: str | None = None) -> _SlotChild:
-        """Start a slot process (in `python`, a job's environment, if given), wait for it to import
-        the Connect client, and warm it (on the spawner thread)."""
-        started = time.monotonic()
-        ours, theirs = socket.socketpair()
-        in_environment = ["--udf-python", python] if python is not None else []
-        try:
-            process = subprocess.Popen(
-                [
-                    python or sys.executable,
-                    "-P",
-                    "-m",
-                    SLOT_PROCESS_MODULE,
-                    "--control-fd",
-                    str(theirs.fileno()),
-                    "--parent-pid",
-                    str(os.getpid()),
-                    *in_environment,
-                ],
-                pass_fds=(theirs.fileno(),),
-                stdin=subprocess.DEVNULL,
-                env=job_environment(),
-            )
-        except OSError as exc:
-            ours.close()
-            raise SlotProcessLost(f"could not start a slot process: {exc}") from exc
-        finally:
-            theirs.close()
-        child = _SlotChild(process, ControlChannel(ours), python)
-        try:
-            self._expect(child, READY, started)
-            child.connect_url = self._connect_url
-            child.channel.send({"type": WARM, "connect_url": child.connect_url})
-            warmed = self._expect(child, WARMED, started)
-        except BaseException:
-            child.kill()
-            raise
-        if warmed.get("error"):
-            if require_warm:
-                child.kill()
-                raise SlotProcessLost(
-                    f"a slot process could not warm up against the Spark Connect server at "
-                    f"{shown(self._connect_url)}: {warmed['error']}"
-                )
-            log.warning(
-                "slot process %d could not warm up against %s: %s", child.pid, shown(self._connect_url), warmed["error"]
-            )
-        log.info("slot process %d ready in %.2fs", child.pid, time.monotonic() - started)
-        return child
-
-    def _expect(self, child: _SlotChild, kind: str, started: float) -> Message:
-        remaining = self._settings.start_timeout - (time.monotonic() - started)
-        message = child.receive(timeout=max(remaining, 0.001))
-        if message is not None and message["type"] == kind:
-            return message
-        if child.alive:
-            raise SlotProcessLost(
-                f"slot process {child.pid} did not say {kind!r} within {self._settings.start_timeout:g}s"
-            )
-        raise SlotProcessLost(f"slot process {child.pid} {child.ended(0.0)} while starting")
+    def _spawn(self, *, require_warm: bool, python: str | None = None) -> SlotChild:
+        return spawn_slot_process(self._settings, lambda: self._connect_url, require_warm=require_warm, python=python)
 
     # ----------------------------------------------------------------------------------------
     # Stopping

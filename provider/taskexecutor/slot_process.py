@@ -26,13 +26,14 @@ the TaskExecutor decides when tasks stop (a warm shutdown lets them finish).
 Each attempt runs alone in this process, so its stdout and stderr (inherited from the
 TaskExecutor) are pointed at the attempt's log file while it runs (attempt_logs.py), with the
 Spark driver's lines about the attempt (driver_log.py), through a pipe whose reader caps the file
-(capped_log.py); between attempts they are the TaskExecutor's.
+(capped_log.py, attempt_code.py); between attempts they are the TaskExecutor's. This module is
+the message loop and the attempt's course; its task function and output (attempt_code.py) and
+its Connect sessions (slot_sessions.py) stand apart.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
 import logging
 import os
@@ -42,24 +43,23 @@ import socket
 import sys
 import threading
 import time
-import uuid
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from sparkdispatch.storage.attempt_logs import attempt_log_path
-from sparkdispatch.storage.capped_log import CappedLog
-from sparkdispatch.errors import ConfigurationError, EntrypointNotFound, IllegalStateTransition
+from sparkdispatch.errors import ConfigurationError, IllegalStateTransition
 from sparkdispatch.lifeline import die_with_parent
 from sparkdispatch.model.job_result import MAX_INPUT_FILES, Failure
 from sparkdispatch.model.states import ExecutionState
 from sparkdispatch.storage.results import WrittenPartition, job_dir_of, write_partition
 from sparkdispatch.taskexecutor.attempt_failures import failure_of, session_gone
-from sparkdispatch.taskexecutor.connect_url import shown, with_parameters
+from sparkdispatch.taskexecutor.connect_url import shown
 from sparkdispatch.taskexecutor.executor_archive import run_udfs_in
 from sparkdispatch.taskexecutor.input_datasets import input_datasets
 from sparkdispatch.taskexecutor.driver_log import DriverLog, progress_handler
+from sparkdispatch.taskexecutor.attempt_code import import_path_entry, load_entrypoint, output_to
+from sparkdispatch.taskexecutor.slot_sessions import make_active, new_session, server_session_id
 from sparkdispatch.taskexecutor.slot_protocol import (
     CANCEL,
     MAY_START,
@@ -68,7 +68,6 @@ from sparkdispatch.taskexecutor.slot_protocol import (
     RUN,
     SESSION,
     SERVER,
-    SESSION_USER,
     START_DEADLINE,
     STOP,
     WARM,
@@ -90,13 +89,6 @@ log = logging.getLogger(__name__)
 #: How often a cancelled attempt's Spark operations are interrupted again while its function
 #: still runs, to catch operations it starts after the first interrupt.
 REINTERRUPT_S = 0.5
-#: How long an ended attempt waits for the rest of its output to reach its log.
-LOG_DRAIN_S = 5.0
-#: Told to the client of every session: a dead server fails an action after ~1.4 s instead of
-#: pyspark's default of retrying for 10 minutes.
-RETRY_MAX_RETRIES = 3
-RETRY_INITIAL_BACKOFF_MS = 100
-RETRY_MAX_BACKOFF_MS = 1000
 #: A warmed session is handed to a job only this long: well inside the server's idle-session
 #: timeout (`spark.connect.session.manager.defaultSessionTimeout`, 1 h).
 WARM_SESSION_MAX_AGE_S = 600.0
@@ -111,131 +103,10 @@ NOT_STARTED_LATE = (
 )
 
 
-def session_url(connect_url: str) -> str:
-    """A new Connect session's URL on the server at `connect_url` (`sc://host:port/;token=…`)."""
-    return with_parameters(connect_url, session_id=str(uuid.uuid4()), user_id=SESSION_USER)
-
-
-def new_session(connect_url: str) -> SparkSession:
-    """A session of its own on the Connect server, whose calls fail fast once the server is gone."""
-    from pyspark.sql.connect.client.retries import DefaultPolicy
-    from pyspark.sql.connect.session import SparkSession
-
-    session = SparkSession.builder.remote(session_url(connect_url)).create()
-    session.client.set_retry_policies(
-        [
-            DefaultPolicy(
-                max_retries=RETRY_MAX_RETRIES,
-                initial_backoff=RETRY_INITIAL_BACKOFF_MS,
-                backoff_multiplier=2.0,
-                max_backoff=RETRY_MAX_BACKOFF_MS,
-            )
-        ]
-    )
-    return session
-
-
-def server_session_id(session: SparkSession) -> str | None:
-    """The server's own id of a Connect session (Spark names its Python workers' daemon by it), which
-    the server tells in each answer: after one small call if the session has made none yet."""
-    client = session.client
-    if getattr(client, "_server_session_id", None) is None:
-        try:
-            session.version  # noqa: B018 - a call whose answer carries the id
-        except Exception as exc:  # noqa: BLE001 - only a daemon left for the server's life is at stake
-            log.warning("could not learn the server's id of session %s: %s", session.session_id, exc)
-    known = getattr(client, "_server_session_id", None)  # pyspark 4.x keeps it there
-    return str(known) if known else None
-
-
-@contextlib.contextmanager
-def output_to(path: Path | None, *, max_size: int) -> Iterator[None]:
-    """This process's stdout and stderr (file descriptors 1 and 2, so Python's prints, logging and
-    warnings, and what native code writes) appended to `path` meanwhile, through a pipe whose
-    reader caps the file at `max_size` (capped_log.py); nothing when None, or when the file cannot
-    be made (the attempt runs on, its output in the TaskExecutor's)."""
-    if path is None:
-        yield
-        return
-    sys.stdout.flush()
-    sys.stderr.flush()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        capped = CappedLog(open(path, "ab"), max_size=max_size)  # the pump thread closes it
-    except OSError as exc:
-        log.warning("the attempt's output stays here: its log file %s cannot be made: %s", path, exc)
-        yield
-        return
-    read_end, write_end = os.pipe()
-    pump = threading.Thread(target=capped.copy_from, args=(read_end,), daemon=True, name="attempt-log")
-    pump.start()
-    saved = (os.dup(1), os.dup(2))
-    try:
-        os.dup2(write_end, 1)
-        os.dup2(write_end, 2)
-        yield
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.dup2(saved[0], 1)
-        os.dup2(saved[1], 2)
-        for descriptor in (write_end, *saved):
-            os.close(descriptor)
-        # the pipe ends once every copy of its write end is closed; a child process the task left
-        # running may hold one: its output then reaches the log after the attempt, and this waits no more
-        pump.join(LOG_DRAIN_S)
-
-
 def _write_output(text: str) -> None:
     """Into the attempt's log (this process's stdout while an attempt runs)."""
     sys.stdout.write(text)
     sys.stdout.flush()
-
-
-def make_active(session: SparkSession) -> None:
-    """Make `session` the one `SparkSession.getActiveSession()` and `builder.getOrCreate()` give.
-
-    pyspark sets them only for a process's first session (and `create()` only where none is
-    set), so a later job's session, or one made ahead in another thread, needs this.
-    """
-    cls = type(session)
-    with cls._lock:
-        cls._default_session = session
-    cls._active_session.session = session
-
-
-def load_entrypoint(entrypoint: str) -> Callable[[TaskContext], Any]:
-    """`package.module:function` → the function.
-
-    Raises `EntrypointNotFound` when the module (or a package of its path) or the function does
-    not exist; an error raised while the module imports (a missing dependency of it included)
-    is raised as it is, so its traceback shows where.
-    """
-    module_name, _, function_name = entrypoint.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name is None or not (module_name == exc.name or module_name.startswith(exc.name + ".")):
-            raise
-        raise EntrypointNotFound(
-            f"entrypoint {entrypoint!r}: no module named {exc.name!r} in the job's code "
-            f"(its artifacts) or the slot process's installed packages"
-        ) from None
-    try:
-        function: object = getattr(module, function_name)
-    except AttributeError:
-        raise EntrypointNotFound(
-            f"entrypoint {entrypoint!r}: module {module_name!r} has no function {function_name!r}"
-        ) from None
-    if not callable(function):
-        raise EntrypointNotFound(f"entrypoint {entrypoint!r} is not a function")
-    return function
-
-
-def import_path_entry(artifact_path: str) -> str:
-    """The `sys.path` entry of a local artifact: a `.zip` itself (zipimport), a `.py` file's directory."""
-    path = Path(artifact_path)
-    return str(path) if path.suffix == ".zip" else str(path.parent)
 
 
 def _input_datasets(frame: DataFrame, result_path: str) -> tuple[str, ...]:

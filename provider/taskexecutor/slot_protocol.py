@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,6 +128,20 @@ class RunRequest:
             start_before=float(message["start_before"]) if message.get("start_before") is not None else None,
             log_max_size=int(message.get("log_max_size", TASKEXECUTOR_ATTEMPT_LOG_MAX_SIZE.default)),
         )
+
+
+@dataclass(frozen=True)
+class AttemptLaunch:
+    """An attempt as the TaskExecutor hands it to its slot's process (`SlotProcessPool.run`), in slot
+    `tdd.slot_index`."""
+
+    tdd: TaskDeploymentDescriptor
+    #: the job's code: files in the TaskExecutor's artifact cache
+    artifact_paths: tuple[str, ...] = ()
+    #: the function does not start after what this says (`time.monotonic()`; None: no bound)
+    start_deadline: Callable[[], float | None] | None = None
+    #: the interpreter of the job's Python environment, None for the TaskExecutor's own
+    python: str | None = None
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,9 @@ from sparkdispatch.model.job_result import Failure
 from sparkdispatch.model.protocol import ExecutionStateUpdate, TaskDeploymentDescriptor, TaskExecutorRegistration
 from sparkdispatch.taskexecutor.master_client import MasterClient
 from sparkdispatch.taskexecutor.periodic_step import PeriodicStep
-from sparkdispatch.taskexecutor.runner import SlotTable, TaskRunner, discard_result
+from sparkdispatch.taskexecutor.runner import TaskRunner
+from sparkdispatch.taskexecutor.slot_table import SlotTable
+from sparkdispatch.taskexecutor.state_reports import discard_result
 from sparkdispatch.model.job_graph import DEFAULT_POOL
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -30,13 +29,8 @@ from sparkdispatch.model.job_result import JobResult
 from sparkdispatch.model.rest_shapes import Overview, Submitted
 from sparkdispatch.testing.http import http_json, upload_artifact
 from sparkdispatch.testing.job_result import wait_for_result
-from sparkdispatch.testing.services import file_tail, free_port, kill_process_group
+from sparkdispatch.testing.services import file_tail, free_port, kill_process_group, python_module
 from sparkdispatch.testing.waiting import Watched, eventually, eventually_blocking
-
-
-def module_argv(module: str, *args: str, log_level: str | None = None) -> list[str]:
-    """`python -m module [--log-level LEVEL] args...`, run by this interpreter."""
-    return [sys.executable, "-m", module, *(["--log-level", log_level] if log_level else []), *args]
 
 
 class LocalCluster:
@@ -82,24 +76,22 @@ class LocalCluster:
             raise
 
     def start_master(self, index: int) -> None:
-        argv = module_argv(
-            "sparkdispatch.entrypoint.cli",
+        argv = [
+            *python_module("sparkdispatch.entrypoint.cli", log_level=self.log_level),
             *self.config.to_overrides(),
             "-D",
             f"rest.port={self.master_ports[index]}",
             "master",
-            log_level=self.log_level,
-        )
+        ]
         self.masters[index] = self._spawn(argv, f"master-{index}.log")
 
     def start_task_executor(self, index: int) -> None:
-        argv = module_argv(
-            "sparkdispatch.taskexecutor",
+        argv = [
+            *python_module("sparkdispatch.taskexecutor", log_level=self.log_level),
             *self.config.to_overrides(),
             "-D",
             f"taskexecutor.id={self.task_executor_id(index)}",
-            log_level=self.log_level,
-        )
+        ]
         self.taskexecutors[index] = self._spawn(argv, f"taskexecutor-{index}.log")
 
     def task_executor_id(self, index: int) -> str:
@@ -281,7 +273,7 @@ class TaskExecutorProcess:
         self.log = log_dir / f"{self.id}.log"
         with open(self.log, "wb") as out:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "sparkdispatch.taskexecutor", "--id", self.id, *config.to_overrides()],
+                [*python_module("sparkdispatch.taskexecutor"), "--id", self.id, *config.to_overrides()],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

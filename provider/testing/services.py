@@ -13,6 +13,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from abc import ABC, abstractmethod
@@ -25,6 +26,11 @@ ZOOKEEPER_JARS = ("/usr/share/java/zookeeper.jar", "/usr/share/java/slf4j-simple
 
 class ServiceMissing(RuntimeError):
     """The program a service needs is not installed on this machine."""
+
+
+def python_module(module: str, *, log_level: str | None = None) -> list[str]:
+    """The command running `python -m module` in this interpreter, with `--log-level` when given."""
+    return [sys.executable, "-m", module, *(("--log-level", log_level) if log_level is not None else ())]
 
 
 def free_port() -> int:

@@ -22,7 +22,7 @@ from sparkdispatch.storage.results import ResultLayout
 from sparkdispatch.taskexecutor.connect_server import ConnectServer
 from sparkdispatch.taskexecutor.connect_url import call_metadata, grpc_target
 from sparkdispatch.taskexecutor.slot_pool import SlotProcessPool
-from sparkdispatch.taskexecutor.slot_protocol import SESSION_USER, AttemptState
+from sparkdispatch.taskexecutor.slot_protocol import SESSION_USER, AttemptLaunch, AttemptState
 from sparkdispatch.testing.waiting import eventually_blocking
 
 WAIT_S = 120.0
@@ -82,7 +82,7 @@ class Attempt:
         self._thread.start()
 
     def _run(self, pool: SlotProcessPool, artifacts: list[str]) -> None:
-        self.end = pool.run(self.tdd.slot_index, self.tdd, artifacts, lambda s: self.states.append(s.state))
+        self.end = pool.run(AttemptLaunch(self.tdd, tuple(artifacts)), lambda s: self.states.append(s.state))
         self.ended_at = time.monotonic()
 
     def join(self, timeout: float = WAIT_S) -> AttemptState:
@@ -93,7 +93,7 @@ class Attempt:
 
 def run(pool: SlotProcessPool, tdd: TaskDeploymentDescriptor, artifacts: list[str]) -> AttemptState:
     states: list[ExecutionState] = []
-    end = pool.run(tdd.slot_index, tdd, artifacts, lambda s: states.append(s.state))
+    end = pool.run(AttemptLaunch(tdd, tuple(artifacts)), lambda s: states.append(s.state))
     assert states == [ExecutionState.INITIALIZING, ExecutionState.RUNNING][: len(states)]
     return end
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from sparkdispatch.taskexecutor.process_usage import child_pids
 from sparkdispatch.testing.http import http_json
-from sparkdispatch.testing.local_cluster import module_argv, process_tree
-from sparkdispatch.testing.services import file_tail, free_port, stop_process_group
+from sparkdispatch.testing.local_cluster import process_tree
+from sparkdispatch.testing.services import file_tail, free_port, python_module, stop_process_group
 from sparkdispatch.testing.waiting import eventually_blocking
 
 STOP_GRACE_S = 30.0
@@ -54,7 +54,11 @@ class StandaloneProcess:
 
     def launch(self) -> None:
         self.port = free_port()
-        argv = module_argv("sparkdispatch.entrypoint.cli", "-D", f"rest.port={self.port}", log_level=self.log_level)
+        argv = [
+            *python_module("sparkdispatch.entrypoint.cli", log_level=self.log_level),
+            "-D",
+            f"rest.port={self.port}",
+        ]
         for key, value in self.overrides.items():
             argv += ["-D", f"{key}={value}"]
         argv += ["standalone", "--storage", str(self.storage), "--slots", str(self.slots)]

@@ -34,6 +34,7 @@ from sparkdispatch.taskexecutor.slot_pool import SlotProcessPool
 from sparkdispatch.taskexecutor.python_environments import PythonEnvironments
 from sparkdispatch.taskexecutor.settings import PythonEnvironmentSettings
 from sparkdispatch.taskexecutor.slot_process import NOT_STARTED_LATE
+from sparkdispatch.taskexecutor.slot_protocol import AttemptLaunch
 from sparkdispatch.testing.waiting import eventually_blocking
 from sparkdispatch.testing.wheels import make_wheel
 from sparkdispatch.testing.slot_attempts import (
@@ -306,7 +307,7 @@ def test_an_attempt_whose_start_deadline_passed_fails_without_running_its_functi
         asked.append(time.monotonic())
         return time.monotonic() - 1
 
-    end = pool.run(tdd.slot_index, tdd, [tasks], lambda s: states.append(s.state), start_deadline=passed)
+    end = pool.run(AttemptLaunch(tdd, (tasks,), start_deadline=passed), lambda s: states.append(s.state))
     assert end.state is ExecutionState.FAILED and end.failure is not None
     assert (end.failure.cls, end.failure.message) == ("StaleExecution", NOT_STARTED_LATE)
     assert ExecutionState.RUNNING not in states and len(asked) == 2  # at the run, then when it would start
@@ -316,7 +317,7 @@ def test_an_attempt_whose_start_deadline_passed_fails_without_running_its_functi
     deadlines = iter([time.monotonic() - 1, time.monotonic() + 60])
     again = deployment(tmp_path, "slot_tasks:chatty", job_id=tdd.job_id)
     assert (
-        pool.run(again.slot_index, again, [tasks], lambda s: None, start_deadline=lambda: next(deadlines)).state
+        pool.run(AttemptLaunch(again, (tasks,), start_deadline=lambda: next(deadlines)), lambda s: None).state
         is ExecutionState.FINISHED
     )
 
@@ -417,7 +418,7 @@ def test_a_task_in_a_jobs_python_environment_runs_there_with_its_udfs_and_leaves
                 slot_index=slot_index,
                 params={"module": "sd_probe"},
             )
-            return rows_of(pool.run(slot_index, tdd, [tasks], lambda _: None, python=ready.python))[0]
+            return rows_of(pool.run(AttemptLaunch(tdd, (tasks,), python=ready.python), lambda _: None))[0]
 
         first = in_environment(0)
         assert (first["here"], first["on_executors"]) == ("2.0", "2.0")  # the task, and its UDF on Spark's workers

@@ -16,7 +16,7 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
 def test_the_docs_page_is_what_the_declarations_generate() -> None:
     assert DOCS.read_text(encoding="utf-8") == configuration_page(), (
-        f"docs/configuration.md differs from provider/config/options.py: regenerate it with `{REGENERATE}`"
+        f"docs/configuration.md differs from provider/config/options/: regenerate it with `{REGENERATE}`"
     )
 
 

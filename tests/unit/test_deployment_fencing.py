@@ -30,7 +30,7 @@ from sparkdispatch.model.protocol import (
 )
 from sparkdispatch.taskexecutor.master_client import SESSION_HEADER, AsyncMasterClient, MasterClient
 from sparkdispatch.taskexecutor.main import task_executor_pool
-from sparkdispatch.taskexecutor.runner import SlotTable
+from sparkdispatch.taskexecutor.slot_table import SlotTable
 from sparkdispatch.taskexecutor.worker import MasterConnection, TaskExecutorIdentity
 from sparkdispatch.testing.master import InProcessMaster
 

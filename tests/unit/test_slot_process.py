@@ -16,13 +16,10 @@ from sparkdispatch.errors import EntrypointNotFound
 from sparkdispatch.model.states import ExecutionState
 from sparkdispatch.model.job_result import Failure
 from sparkdispatch.model.protocol import TaskDeploymentDescriptor
-from sparkdispatch.taskexecutor.slot_pool import describe_exit
+from sparkdispatch.taskexecutor.slot_child import describe_exit
 from sparkdispatch.taskexecutor.attempt_failures import RDD_UNAVAILABLE, failure_of
-from sparkdispatch.taskexecutor.slot_process import (
-    import_path_entry,
-    load_entrypoint,
-    session_url,
-)
+from sparkdispatch.taskexecutor.attempt_code import import_path_entry, load_entrypoint
+from sparkdispatch.taskexecutor.slot_sessions import session_url
 from sparkdispatch.taskexecutor.slot_protocol import SESSION_USER, AttemptState, ControlChannel, RunRequest
 
 
@@ -152,7 +149,7 @@ def test_an_attempts_output_goes_to_its_log_file_and_back(tmp_path: Path) -> Non
     probe = f"""
 import os, sys
 from pathlib import Path
-from sparkdispatch.taskexecutor.slot_process import output_to
+from sparkdispatch.taskexecutor.attempt_code import output_to
 with output_to(Path({str(tmp_path / "logs" / "0-0-e.log")!r}), max_size=1 << 20):
     print("inside")
     os.write(2, b"native stderr\\n")

@@ -10,7 +10,7 @@ import threading
 import time
 import uuid
 import zipfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +24,10 @@ from sparkdispatch.model.states import ExecutionState
 from sparkdispatch.storage.attempt_logs import attempt_log_path
 from sparkdispatch.storage.results import ResultLayout
 from sparkdispatch.taskexecutor.artifact_cache import ArtifactCache
-from sparkdispatch.taskexecutor.runner import SlotTable, TaskRunner
+from sparkdispatch.taskexecutor.runner import TaskRunner
+from sparkdispatch.taskexecutor.slot_table import SlotTable
 from sparkdispatch.testing.blobs import LocalBlobs
-from sparkdispatch.taskexecutor.slot_protocol import AttemptState
+from sparkdispatch.taskexecutor.slot_protocol import AttemptLaunch, AttemptState
 from sparkdispatch.testing.waiting import eventually_blocking
 
 SESSION = "00000000-0000-0000-0000-000000000000"
@@ -71,23 +72,15 @@ class FakePool:
         self._lock = threading.Lock()
         self._attempts: dict[str, threading.Event] = {}
 
-    def run(
-        self,
-        slot_index: int,
-        tdd: TaskDeploymentDescriptor,
-        artifact_paths: Sequence[str],
-        on_state: Callable[[AttemptState], None],
-        *,
-        start_deadline: Callable[[], float | None] | None = None,
-        python: str | None = None,
-    ) -> AttemptState:
+    def run(self, launch: AttemptLaunch, on_state: Callable[[AttemptState], None]) -> AttemptState:
+        tdd = launch.tdd
         self.entered.set()
         if self.gate is not None:
             assert self.gate.wait(WAIT_S)
         cancelled = threading.Event()
         with self._lock:
             self._attempts[tdd.execution_id] = cancelled
-            self.runs.append((slot_index, tdd.execution_id, list(artifact_paths)))
+            self.runs.append((tdd.slot_index, tdd.execution_id, list(launch.artifact_paths)))
         try:
             on_state(AttemptState(ExecutionState.INITIALIZING))
             on_state(AttemptState(ExecutionState.RUNNING))

@@ -1,0 +1,91 @@
+"""The options of the configuration docs' section "TaskExecutors" (see the package's docstring)."""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from typing import Final
+
+from sparkdispatch.config.option import Section
+from sparkdispatch.config.units import GiB, KiB, MiB
+
+
+def _cpu_count() -> int:
+    return os.cpu_count() or 1
+
+
+SECTION: Final = Section("TaskExecutors")
+
+TASKEXECUTOR_SLOTS: Final = SECTION.integer(
+    "taskexecutor.slots",
+    _cpu_count(),
+    "Slots per TaskExecutor: tasks it runs at once.",
+    minimum=1,
+    default_doc="number of CPU cores",
+)
+TASKEXECUTOR_ID: Final = SECTION.string(
+    "taskexecutor.id", "", "Identity of a TaskExecutor; empty means `<hostname>-<random>`."
+)
+TASKEXECUTOR_POOL: Final = SECTION.string(
+    "taskexecutor.pool",
+    "default",
+    "The pool this TaskExecutor belongs to: it runs subtasks only of jobs whose JobGraph names this pool "
+    "(`pool`; a job that names none runs in `default`), so teams that do not trust each other get TaskExecutors "
+    "of their own (docs/operations.md, Trust model). 1-64 letters, digits, `_`, `.` or `-`.",
+)
+TASKEXECUTOR_METRICS_PORT: Final = SECTION.integer(
+    "taskexecutor.metrics.port",
+    0,
+    "Port of a TaskExecutor's own Prometheus metrics (`/metrics`: slots, busy slots, attempts, slot processes "
+    "lost, its Spark Connect server's health and restarts); 0 serves none.",
+    minimum=0,
+)
+TASKEXECUTOR_METRICS_BIND_ADDRESS: Final = SECTION.string(
+    "taskexecutor.metrics.bind-address", "127.0.0.1", "Address the TaskExecutor's metrics port binds to."
+)
+TASKEXECUTOR_REGISTRATION_MAX_BACKOFF: Final = SECTION.duration(
+    "taskexecutor.registration.max-backoff",
+    timedelta(seconds=10),
+    "Longest pause between attempts to register with the ResourceManager.",
+    minimum=timedelta(milliseconds=10),
+)
+TASKEXECUTOR_CANCELLATION_TIMEOUT: Final = SECTION.duration(
+    "taskexecutor.cancellation.timeout",
+    timedelta(seconds=30),
+    "How long a cancelled task may run on after its Spark operations were interrupted before its slot process is "
+    "killed and replaced (Flink's `task.cancellation.timeout`).",
+    minimum=timedelta(milliseconds=100),
+)
+TASKEXECUTOR_ATTEMPT_LOG_MAX_SIZE: Final = SECTION.size(
+    "taskexecutor.attempt-log.max-size",
+    4 * MiB,
+    "Cap of one attempt's log file (what its task printed or logged, with the Spark driver's lines about it). The "
+    "first three quarters are written as they come; of what follows only the last quarter is kept, written when "
+    "the attempt ends after a line saying how much was dropped, so a failing task's last lines stay. 4 MiB is "
+    "some 50,000 lines, and its tail is one read of the log route (1 MiB); a job of 1,000 subtasks then holds at "
+    "most 4 GiB of logs per attempt round beside its results.",
+    minimum=4 * KiB,
+)
+TASKEXECUTOR_ARTIFACT_CACHE_MAX_SIZE: Final = SECTION.size(
+    "taskexecutor.artifact-cache.max-size",
+    2 * GiB,
+    "Most a TaskExecutor's copies of user-code artifacts take on its disk (`<storage.dir>/te-cache/<id>/`); beyond "
+    "it the least recently used ones are removed, never one a running task uses, and fetched again from the master "
+    "when a task needs them.",
+    minimum=1,
+)
+TASKEXECUTOR_SLOT_PROCESS_SPARES: Final = SECTION.integer(
+    "taskexecutor.slot-process.spares",
+    1,
+    "Slot processes a TaskExecutor keeps started and warm for the next slot that gets a task of other code (each "
+    "about 145 MB).",
+    minimum=0,
+)
+TASKEXECUTOR_SLOT_PROCESS_ENVIRONMENT_SPARES: Final = SECTION.integer(
+    "taskexecutor.slot-process.environment-spares",
+    2,
+    "Slot processes a TaskExecutor keeps started and warm in jobs' Python environments, one per environment, for "
+    "the ones its tasks used last: a task of a job whose environment has a spare does not wait for a process to "
+    "start in it. 0 starts a process for each slot that gets such a task.",
+    minimum=0,
+)
