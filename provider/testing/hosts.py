@@ -160,16 +160,7 @@ class HostNetwork:
         """Drop every packet between the host and each of `peers`, both ways; other traffic flows."""
         for peer in peers:
             for source, target in ((name, peer), (peer, name)):
-                _ip(
-                    "netns",
-                    "exec",
-                    self.hosts[source].namespace,
-                    "ip",
-                    "route",
-                    "replace",
-                    "blackhole",
-                    f"{self.hosts[target].address}/32",
-                )
+                self._blackhole("replace", source, target)
                 self._separated.add((source, target))
 
     def heal(self, name: str) -> None:
@@ -181,17 +172,21 @@ class HostNetwork:
         )
         _ip("link", "set", host.outer, "up")
         for source, target in [pair for pair in self._separated if name in pair]:
-            _ip(
-                "netns",
-                "exec",
-                self.hosts[source].namespace,
-                "ip",
-                "route",
-                "del",
-                "blackhole",
-                f"{self.hosts[target].address}/32",
-            )
+            self._blackhole("del", source, target)
             self._separated.discard((source, target))
+
+    def _blackhole(self, action: str, source: str, target: str) -> None:
+        """`ip route <action> blackhole <target>/32` inside `source`: its packets to `target` dropped, or not."""
+        _ip(
+            "netns",
+            "exec",
+            self.hosts[source].namespace,
+            "ip",
+            "route",
+            action,
+            "blackhole",
+            f"{self.hosts[target].address}/32",
+        )
 
     def close(self) -> None:
         for host in self.hosts.values():
