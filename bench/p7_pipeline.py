@@ -49,11 +49,12 @@ from harness.graphs import pipelines_artifact, sales_graph
 from harness.paths import DAGS_DIR
 from harness.processes import cpu_seconds, descendants, process_cmdline, tree_cpu_seconds
 from harness.reporting import load_average, load_change, median, print_table, save_results
-from harness.running import add_pipeline_options, add_run_options, bench_main, scratch_dir, add_override_option
+from harness.running import add_pipeline_options, add_run_options, bench_main, scratch_dir
 from harness.standalone import Standalone
 
 from sparkdispatch.config import Configuration
 from sparkdispatch.config.options import SPARK_MASTER
+from sparkdispatch.entrypoint.cli import add_overrides_option
 from sparkdispatch.entrypoint.standalone import standalone_config
 
 GOAL_RATIO = 1.3
@@ -196,7 +197,7 @@ def run() -> int:
     parser.add_argument("--runs", type=int, default=5, help="timed runs of each (after the warm-up)")
     parser.add_argument("--warm-up", type=int, default=3, help="warm-up runs of the cluster and of each floor")
     add_pipeline_options(parser)
-    add_override_option(parser, help="a configuration key of the standalone and of the floors' server; repeatable")
+    add_overrides_option(parser, help="a configuration key of the standalone and of the floors' server; repeatable")
     add_run_options(parser, quick="1 warm-up and 2 timed runs")
     args = parser.parse_args()
     if args.quick:

@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.reporting import load_average, load_change, print_table, save_labelled_run, spread_ms
-from harness.running import add_run_options, bench_main, scratch_dir, add_override_option
+from harness.running import add_run_options, bench_main, scratch_dir
 from harness.standalone import Standalone
+from sparkdispatch.entrypoint.cli import add_overrides_option
 
 START_TIMEOUT_S = 600.0
 JOB_TIMEOUT_S = 300.0
@@ -63,7 +64,7 @@ def run() -> int:
     parser.add_argument("--runs", type=int, default=15, help="measured pairs (same code, new code)")
     parser.add_argument("--slots", type=int, default=2, help="slots of the TaskExecutor")
     parser.add_argument("--label", default="latest", help="name of this run in the results")
-    add_override_option(parser, help="configuration of the standalone cluster")
+    add_overrides_option(parser, help="configuration of the standalone cluster")
     add_run_options(parser, quick="5 pairs")
     args = parser.parse_args()
     if args.quick:

@@ -35,9 +35,10 @@ from pathlib import Path
 from typing import Any
 
 from harness.reporting import load_average, load_change, print_table, save_results
-from harness.running import add_run_options, bench_main, scratch_dir, add_override_option
+from harness.running import add_run_options, bench_main, scratch_dir
 from harness.standalone import Standalone
 
+from sparkdispatch.entrypoint.cli import add_overrides_option
 from sparkdispatch.testing.process_census import KINDS, METRICS, census
 from sparkdispatch.testing.soak_jobs import JobOutcome, SoakJobs
 
@@ -135,7 +136,7 @@ def run() -> int:
     )
     parser.add_argument("--sample-every", type=float, default=60.0, help="seconds between timed samples")
     parser.add_argument("--sample-jobs", type=int, default=25, help="jobs between counted samples")
-    add_override_option(parser, help="configuration of the standalone cluster (on top of the soak's own)")
+    add_overrides_option(parser, help="configuration of the standalone cluster (on top of the soak's own)")
     add_run_options(parser, quick="60 jobs, a warm-up of 20, samples every 10 jobs")
     args = parser.parse_args()
     if args.quick:

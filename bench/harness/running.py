@@ -45,11 +45,6 @@ def add_run_options(parser: argparse.ArgumentParser, *, quick: str) -> None:
     parser.add_argument("--quick", action="store_true", help=f"smoke run: {quick}")
 
 
-def add_override_option(parser: argparse.ArgumentParser, *, help: str) -> None:
-    """`-D KEY=VALUE`, repeatable, into `overrides`: configuration keys of the cluster the bench starts."""
-    parser.add_argument("-D", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=help)
-
-
 def add_pipeline_options(parser: argparse.ArgumentParser) -> None:
     """`--slots` of a standalone's TaskExecutor and `--rows` of the sales pipeline (`sales_graph`)."""
     parser.add_argument("--slots", type=int, default=2, help="slots of the standalone's TaskExecutor")
