@@ -34,10 +34,14 @@ class PoolAccess:
     name: str
     pools: frozenset[str] | None = None
 
+    def may_act_in(self, pool: str) -> bool:
+        """Whether this caller may submit, cancel or repair a job of TaskExecutor pool `pool`."""
+        return self.pools is None or pool in self.pools
+
     def check(self, pool: str, action: str) -> None:
         """`Forbidden` when this caller may not `action` a job of pool `pool`."""
-        if self.pools is not None and pool not in self.pools:
-            allowed = ", ".join(sorted(self.pools))
+        if not self.may_act_in(pool):
+            allowed = ", ".join(sorted(self.pools or ()))
             raise Forbidden(
                 f"{self.name} may {action} jobs of the pools {allowed} only; this job runs in pool {pool!r}"
             )

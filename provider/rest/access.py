@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
+from sparkdispatch.dispatcher.gateway import PoolAccess
 from sparkdispatch.errors import ConfigurationError
 from sparkdispatch.model.job_graph import POOL_PATTERN, POOL_RULE
 
@@ -67,9 +68,9 @@ class Principal:
     role: Role
     pools: frozenset[str] | None = None
 
-    def may_act_in(self, pool: str) -> bool:
-        """Whether this caller may submit, cancel or repair a job of TaskExecutor pool `pool`."""
-        return self.pools is None or pool in self.pools
+    def pool_access(self) -> PoolAccess:
+        """Which jobs this caller may submit, cancel and repair: those of its pools (the Dispatcher checks)."""
+        return PoolAccess(self.name, self.pools)
 
 
 CLUSTER = Principal(CLUSTER_NAME, Role.CLUSTER)

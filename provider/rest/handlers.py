@@ -350,6 +350,4 @@ def _auth_headers(settings: RestSettings) -> dict[str, str]:
 def _pool_access(request: web.Request) -> PoolAccess:
     """The TaskExecutor pools whose jobs the caller's token may submit, cancel and repair."""
     caller = request.get(CALLER_KEY)
-    if caller is None:
-        return EVERY_POOL
-    return PoolAccess(caller.principal.name, caller.principal.pools)
+    return EVERY_POOL if caller is None else caller.principal.pool_access()

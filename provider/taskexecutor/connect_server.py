@@ -184,8 +184,7 @@ class ConnectServer:
     @property
     def serving_url(self) -> str | None:
         """`url`, or None while the server does not serve."""
-        address = self._address
-        return None if address is None else server_url(int(address.rpartition(":")[2]), self._token)
+        return None if self._address is None else server_url(self._port, self._token)
 
     @property
     def pid(self) -> int | None:
@@ -204,15 +203,15 @@ class ConnectServer:
         The call releases a random session id: it needs no Connect client, creates nothing on the
         server and logs nothing there.
         """
-        address = self._address
-        if address is None or not self.is_alive():
+        address, url = self._address, self.serving_url
+        if address is None or url is None or not self.is_alive():
             return False
         try:
             with grpc.insecure_channel(address, options=[("grpc.enable_http_proxy", 0)]) as channel:
                 channel.unary_unary(_RELEASE_SESSION_METHOD)(
                     _release_session_request(str(uuid.uuid4()), _HEALTH_CHECK_USER),
                     timeout=timeout,
-                    metadata=(("authorization", f"Bearer {self._token}"),),
+                    metadata=call_metadata(url),
                 )
         except grpc.RpcError as exc:
             log.debug("Spark Connect server at %s did not answer: %s", address, exc)
@@ -358,13 +357,13 @@ class ConnectServer:
             if time.monotonic() > deadline:
                 raise self._failure(f"the Spark Connect server did not answer within {budget:g} s")
             time.sleep(0.1)
-        self._port = int(self._address.rpartition(":")[2])
 
     def _read_start_line(self, line: str) -> None:
         if (ui := _UI_LINE.search(line)) is not None:
             self.ui_port = int(ui.group(1))
         if (ready := _READY_LINE.search(line)) is not None:
             self._address = ready.group(1)
+            self._port = int(self._address.rpartition(":")[2])
 
     def _warm_up(self, deadline: float, budget: float) -> None:
         """Run representative work in a short-lived Connect client, so the first task finds the server warm."""

@@ -46,7 +46,7 @@ from packaging.requirements import Requirement
 
 from sparkdispatch.errors import EnvironmentBuildFailed
 from sparkdispatch.model.environment import Environment
-from sparkdispatch.taskexecutor.executor_archive import ARCHIVE_NAME, archive_of, pack
+from sparkdispatch.taskexecutor.executor_archive import ARCHIVE_NAME, pack
 from sparkdispatch.taskexecutor.job_environment import job_environment
 from sparkdispatch.taskexecutor.settings import PythonEnvironmentSettings
 
@@ -257,7 +257,7 @@ class PythonEnvironments:
             )
 
     def _needs_archive(self, target: Path) -> bool:
-        return self._settings.for_executors and archive_of(str(_python_of(target))) is None
+        return self._settings.for_executors and not (target / ARCHIVE_NAME).is_file()
 
     def _pack(self, target: Path) -> None:
         started = time.monotonic()

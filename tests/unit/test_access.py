@@ -39,9 +39,10 @@ def test_a_tokens_file_names_each_token_and_its_role() -> None:
 def test_a_token_may_be_limited_to_pools() -> None:
     (token,) = parse_tokens(f"team-a submitter {SUBMITTER_TOKEN} pools=team-a,shared.1\n", "tokens")
     assert token.pools == frozenset({"team-a", "shared.1"})
-    assert token.principal.may_act_in("team-a") and token.principal.may_act_in("shared.1")
-    assert not token.principal.may_act_in("default")
-    assert parse_tokens(TOKENS, "tokens")[1].principal.may_act_in("any-pool")
+    access = token.principal.pool_access()
+    assert access.may_act_in("team-a") and access.may_act_in("shared.1")
+    assert not access.may_act_in("default")
+    assert parse_tokens(TOKENS, "tokens")[1].principal.pool_access().may_act_in("any-pool")
 
 
 @pytest.mark.parametrize(
