@@ -18,6 +18,7 @@ from marshmallow import ValidationError, fields, post_dump, post_load, validate,
 
 from sparkdispatch.errors import InvalidJobGraph
 from sparkdispatch.model import spark_conf
+from sparkdispatch.model.chaining import ResultKind, ResultsMode, refused_chains
 from sparkdispatch.model.environment import Environment, environment_field
 from sparkdispatch.model.restart import RestartStrategy, RestartStrategyField
 from sparkdispatch.model.schema import StrictSchema, WholeMatch, drop_none, dump, dump_many, load, parse_json
@@ -74,6 +75,8 @@ class JobVertex:
     params: Mapping[str, Any] = field(default_factory=dict)
     #: the Python packages this vertex's code needs, instead of the job's `environment`
     environment: Environment | None = None
+    #: what the vertex asks of its result: chained into its consumer, durable, or the master's choice
+    result: ResultKind = ResultKind.AUTO
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,8 @@ class JobGraph:
     pool: str = DEFAULT_POOL
     #: the Python packages the job's code needs beyond the TaskExecutor's (a vertex may have its own)
     environment: Environment | None = None
+    #: `durable`: every vertex's result is written to the results directory (none is chained)
+    results: ResultsMode = ResultsMode.AUTO
 
     @classmethod
     def from_dict(cls, data: Any) -> JobGraph:
@@ -329,6 +334,7 @@ class JobVertexSchema(StrictSchema):
     inputs = fields.List(fields.String(), load_default=list)
     params = _ParamsField(load_default=dict)
     environment = environment_field()
+    result = fields.Enum(ResultKind, by_value=True, load_default=ResultKind.AUTO)
 
     @post_load
     def make(self, data: dict[str, Any], **_: Any) -> JobVertex:
@@ -339,6 +345,8 @@ class JobVertexSchema(StrictSchema):
     def lists(self, data: dict[str, Any], **_: Any) -> dict[str, Any]:
         data["inputs"] = list(data["inputs"])
         data["params"] = dict(data["params"])
+        if data["result"] == ResultKind.AUTO.value:
+            del data["result"]  # the form of a vertex that asks nothing of its result stays what it was
         return drop_none(data, "environment")
 
 
@@ -364,6 +372,7 @@ class JobGraphSchema(StrictSchema):
     config = _SparkConfField(load_default=dict)
     pool = fields.String(load_default=DEFAULT_POOL, validate=WholeMatch(POOL_PATTERN, error=POOL_RULE))
     environment = environment_field()
+    results = fields.Enum(ResultsMode, by_value=True, load_default=ResultsMode.AUTO)
 
     @validates_schema(skip_on_field_errors=True)
     def check_graph(self, data: dict[str, Any], **_: Any) -> None:
@@ -389,6 +398,14 @@ class JobGraphSchema(StrictSchema):
             cycle = order_vertices(vertices)[1]
             if cycle:
                 errors["vertices"] = [cycle_message(cycle)]
+        if not errors and any(vertex.result is ResultKind.CHAINED for vertex in vertices):
+            graph = JobGraph(
+                name=data["name"],
+                vertices=tuple(vertices),
+                environment=data.get("environment"),
+                results=data.get("results", ResultsMode.AUTO),
+            )
+            errors.update(refused_chains(graph))
         if errors:
             raise ValidationError(errors)
 
@@ -404,6 +421,8 @@ class JobGraphSchema(StrictSchema):
         data["config"] = dict(data["config"])
         if data["pool"] == DEFAULT_POOL:
             del data["pool"]  # the form of a graph that names no pool stays what it was before pools
+        if data["results"] == ResultsMode.AUTO.value:
+            del data["results"]
         return drop_none(data, "environment")
 
 

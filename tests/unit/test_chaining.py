@@ -1,0 +1,91 @@
+"""Which vertices chain into their consumer's task, and which JobGraphs asking for it are refused."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sparkdispatch.errors import InvalidJobGraph
+from sparkdispatch.model.chaining import NO_CHAINS, ResultKind, ResultsMode, plan_chains
+from sparkdispatch.model.job_graph import JobGraph
+
+
+def vertex(vertex_id: str, *inputs: str, parallelism: int = 1, **extra: Any) -> dict[str, Any]:
+    return {
+        "id": vertex_id,
+        "entrypoint": f"m:{vertex_id}",
+        "inputs": list(inputs),
+        "parallelism": parallelism,
+        **extra,
+    }
+
+
+def graph(*vertices: dict[str, Any], **extra: Any) -> JobGraph:
+    return JobGraph.from_dict({"name": "g", "vertices": list(vertices), **extra})
+
+
+def test_a_line_of_single_subtask_vertices_is_one_chain_headed_by_its_sink() -> None:
+    chains = plan_chains(graph(vertex("a"), vertex("b", "a"), vertex("c", "b")))
+    assert chains.members == {"c": ("a", "b")}
+    assert chains.head_of == {"a": "c", "b": "c"}
+    assert not chains.is_chained("c") and chains.chained_into("c") == ("a", "b")
+
+
+def test_a_parallel_producer_chains_into_a_single_subtask_consumer_but_not_into_a_parallel_one() -> None:
+    # the P7 sales pipeline's shape: generate -> clean (x2) -> {by_region (x2), by_product} -> report
+    chains = plan_chains(
+        graph(
+            vertex("generate"),
+            vertex("clean", "generate", parallelism=2),
+            vertex("by_region", "clean", parallelism=2),
+            vertex("by_product", "clean"),
+            vertex("report", "by_region", "by_product"),
+        )
+    )
+    assert chains.members == {"report": ("by_region", "by_product")}
+    assert not chains.is_chained("generate")  # its consumer has 2 subtasks
+    assert not chains.is_chained("clean")  # two consumers
+
+
+@pytest.mark.parametrize(
+    ("producer", "job"),
+    [
+        ({"result": "durable"}, {}),
+        ({}, {"results": "durable"}),
+        ({"environment": {"dependencies": ["tabulate==0.9.0"]}}, {}),
+    ],
+    ids=["the-producer-asks-for-a-durable-result", "the-job-asks-for-durable-results", "another-environment"],
+)
+def test_a_producer_is_not_chained_when(producer: dict[str, Any], job: dict[str, Any]) -> None:
+    assert plan_chains(graph(vertex("a", **producer), vertex("b", "a"), **job)) is NO_CHAINS
+
+
+def test_a_graph_without_chains_plans_none_and_keeps_its_json_form() -> None:
+    plain = graph(vertex("a"), vertex("b"))
+    assert plan_chains(plain) is NO_CHAINS
+    assert "result" not in plain.to_dict()["vertices"][0] and "results" not in plain.to_dict()
+    asked = graph(vertex("a", result="durable"), vertex("b", "a"), results="durable")
+    assert asked.vertices[0].result is ResultKind.DURABLE and asked.results is ResultsMode.DURABLE
+    assert JobGraph.from_dict(asked.to_dict()) == asked
+
+
+def test_a_vertex_asking_to_be_chained_where_it_cannot_is_refused_naming_why() -> None:
+    with pytest.raises(InvalidJobGraph) as refused:
+        graph(vertex("a", result="chained"), vertex("b", "a", parallelism=3))
+    assert refused.value.field_errors == {
+        "vertices[0].result": [
+            "vertex 'a' cannot be chained into its consumer: its consumer 'b' has parallelism 3: "
+            "each subtask would compute its whole result again"
+        ]
+    }
+    with pytest.raises(InvalidJobGraph) as sink:
+        graph(vertex("a", result="chained"))
+    assert "no vertex reads its result" in str(sink.value)
+    assert plan_chains(graph(vertex("a", result="chained"), vertex("b", "a"))).members == {"b": ("a",)}
+
+
+def test_an_unknown_result_kind_is_refused_naming_the_field() -> None:
+    with pytest.raises(InvalidJobGraph) as refused:
+        graph(vertex("a", result="in-memory"))
+    assert "vertices.0.result" in str(refused.value) or "vertices[0].result" in str(refused.value)
