@@ -101,6 +101,22 @@ def as_slot_report(value: SlotReport | Mapping[str, Any]) -> SlotReport:
 
 
 @dataclass(frozen=True)
+class ChainedTask:
+    """A vertex chained into the deployed one (docs/jobgraph.md, "Result kinds"): its function runs
+    in the same attempt, once per subtask (`parallelism`), and the union of what they return is the
+    input of its consumer in the chain, never written. `inputs` maps each of its upstream vertices to
+    their result partitions, as a deployment's own; an upstream vertex chained too has none: its
+    DataFrame is the one this attempt built for it."""
+
+    vertex_id: str
+    entrypoint: str
+    parallelism: int = 1
+    inputs: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    input_schemas: Mapping[str, str] = field(default_factory=dict)
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class TaskDeploymentDescriptor:
     """Everything a TaskExecutor needs to run one attempt of one subtask.
 
@@ -133,6 +149,8 @@ class TaskDeploymentDescriptor:
     #: the Python environment the task runs in (its vertex's, else its job's), if any
     environment: Environment | None = None
     input_schemas: Mapping[str, str] = field(default_factory=dict)
+    #: the vertices chained into this one, in the order they run (each after its own inputs)
+    chained: tuple[ChainedTask, ...] = ()
 
     @classmethod
     def from_dict(cls, data: Any) -> TaskDeploymentDescriptor:
@@ -160,6 +178,9 @@ class ExecutionStateUpdate:
     input_files: tuple[str, ...] = ()
     failure: Failure | None = None
     result_schema: str | None = None
+    #: FINISHED: each chained vertex's rows, by subtask (None where a subtask returned nothing, or
+    #: where its DataFrame was not part of what the attempt ran)
+    chained_rows: Mapping[str, tuple[int | None, ...]] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, data: Any) -> ExecutionStateUpdate:
@@ -311,6 +332,27 @@ class SlotReportSchema(StrictSchema):
         return SlotReport(tuple(data["slots"]))
 
 
+class ChainedTaskSchema(StrictSchema):
+    vertex_id = fields.String(required=True, validate=WholeMatch(VERTEX_ID_PATTERN))
+    entrypoint = fields.String(required=True, validate=WholeMatch(ENTRYPOINT_PATTERN))
+    parallelism = fields.Integer(load_default=1, strict=True, validate=validate.Range(min=1))
+    inputs = fields.Dict(keys=fields.String(), values=fields.List(fields.String()), load_default=dict)
+    input_schemas = fields.Dict(keys=fields.String(), values=fields.String(), load_default=dict)
+    params = fields.Dict(keys=fields.String(), values=fields.Raw(allow_none=True), load_default=dict)
+
+    @post_load
+    def make(self, data: dict[str, Any], **_: Any) -> ChainedTask:
+        data["inputs"] = {k: tuple(v) for k, v in data["inputs"].items()}
+        return ChainedTask(**data)
+
+    @post_dump
+    def lists(self, data: dict[str, Any], **_: Any) -> dict[str, Any]:
+        data["inputs"] = {k: list(v) for k, v in data["inputs"].items()}
+        data["input_schemas"] = dict(data["input_schemas"])
+        data["params"] = dict(data["params"])
+        return data
+
+
 class TaskDeploymentDescriptorSchema(StrictSchema):
     job_id = fields.String(required=True, validate=WholeMatch(JOB_ID_PATTERN))
     job_master_id = fields.String(required=True)
@@ -331,11 +373,13 @@ class TaskDeploymentDescriptorSchema(StrictSchema):
     spark_conf = fields.Dict(keys=fields.String(), values=fields.String(), load_default=dict)
     environment = environment_field()
     input_schemas = fields.Dict(keys=fields.String(), values=fields.String(), load_default=dict)
+    chained = fields.List(fields.Nested(ChainedTaskSchema), load_default=list)
 
     @post_load
     def make(self, data: dict[str, Any], **_: Any) -> TaskDeploymentDescriptor:
         data["inputs"] = {k: tuple(v) for k, v in data["inputs"].items()}
         data["artifacts"] = tuple(data["artifacts"])
+        data["chained"] = tuple(data["chained"])
         return TaskDeploymentDescriptor(**data)
 
     @post_dump
@@ -345,6 +389,8 @@ class TaskDeploymentDescriptorSchema(StrictSchema):
         data["params"] = dict(data["params"])
         data["spark_conf"] = dict(data["spark_conf"])
         data["input_schemas"] = dict(data["input_schemas"])
+        if not data["chained"]:
+            del data["chained"]  # a deployment with no chain keeps the form TaskExecutors of before read
         return drop_none(data, "environment")
 
 
@@ -359,14 +405,24 @@ class ExecutionStateUpdateSchema(StrictSchema):
     input_files = fields.List(fields.String(), load_default=list, validate=validate.Length(max=MAX_INPUT_FILES))
     failure = fields.Nested(FailureSchema, allow_none=True, load_default=None)
     result_schema = fields.String(allow_none=True, load_default=None)
+    chained_rows = fields.Dict(
+        keys=fields.String(),
+        values=fields.List(fields.Integer(allow_none=True, strict=True)),
+        load_default=dict,
+    )
 
     @post_load
     def make(self, data: dict[str, Any], **_: Any) -> ExecutionStateUpdate:
         data["input_files"] = tuple(data["input_files"])
+        data["chained_rows"] = {k: tuple(v) for k, v in data["chained_rows"].items()}
         return ExecutionStateUpdate(**data)
 
     @post_dump
     def compact(self, data: dict[str, Any], **_: Any) -> dict[str, Any]:
+        if data["chained_rows"]:
+            data["chained_rows"] = {k: list(v) for k, v in data["chained_rows"].items()}
+        else:
+            del data["chained_rows"]
         return drop_none(drop_empty(data, "input_files"), "rows", "result_path", "failure", "result_schema")
 
 
