@@ -54,6 +54,7 @@ from sparkdispatch.model.job_result import MAX_INPUT_FILES, Failure
 from sparkdispatch.model.states import ExecutionState
 from sparkdispatch.storage.results import WrittenPartition, job_dir_of, write_partition
 from sparkdispatch.taskexecutor.attempt_failures import failure_of, session_gone
+from sparkdispatch.taskexecutor.chained_vertices import ChainedFrames, as_dataframe
 from sparkdispatch.taskexecutor.connect_url import shown
 from sparkdispatch.taskexecutor.executor_archive import run_udfs_in
 from sparkdispatch.taskexecutor.input_datasets import input_datasets
@@ -77,7 +78,7 @@ from sparkdispatch.taskexecutor.slot_protocol import (
     Message,
     RunRequest,
 )
-from sparkdispatch.taskexecutor.task_context import LazyInputs, TaskContext
+from sparkdispatch.taskexecutor.task_context import TaskContext
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -118,15 +119,6 @@ def _input_datasets(frame: DataFrame, result_path: str) -> tuple[str, ...]:
         log.warning("the input files of the task's DataFrame are left out of its lineage: %s", exc)
         return ()
     return input_datasets(files, own_results=job_dir_of(result_path), limit=MAX_INPUT_FILES)
-
-
-def _as_dataframe(result: object) -> DataFrame:
-    """A task function's non-None result, which the contract says is a DataFrame."""
-    from pyspark.sql import DataFrame
-
-    if not isinstance(result, DataFrame):
-        raise TypeError(f"a task function returns a pyspark.sql.DataFrame or None, not {type(result).__name__}")
-    return result
 
 
 @dataclass
@@ -248,7 +240,9 @@ class SlotProcess:
             # frozen or cut off since it was admitted: the master may run this attempt elsewhere by now
             return AttemptState(ExecutionState.FAILED, failure=Failure("StaleExecution", NOT_STARTED_LATE))
         self._send_state(ExecutionState.RUNNING)
+        chain = ChainedFrames(session, tdd)
         try:
+            chain.build(load_entrypoint)
             ctx = TaskContext(
                 spark=session,
                 params=dict(tdd.params),
@@ -257,13 +251,13 @@ class SlotProcess:
                 job_id=tdd.job_id,
                 vertex_id=tdd.vertex_id,
                 attempt=tdd.attempt,
-                inputs=LazyInputs(session, tdd.inputs, tdd.input_schemas),
+                inputs=chain.inputs(tdd.inputs, tdd.input_schemas),
             )
             result = function(ctx)
             written: WrittenPartition | None = None
             input_files: tuple[str, ...] = ()
             if result is not None and not attempt.cancelled.is_set():
-                frame = _as_dataframe(result)
+                frame = as_dataframe(result)
                 written = write_partition(frame, tdd.result_path)
                 input_files = _input_datasets(frame, tdd.result_path)
         except BaseException as exc:  # noqa: BLE001 - this process exists to run the function; SystemExit too
@@ -274,9 +268,10 @@ class SlotProcess:
         if attempt.cancelled.is_set():
             return AttemptState(ExecutionState.CANCELED)
         if written is None:
-            return AttemptState(ExecutionState.FINISHED)
+            return AttemptState(ExecutionState.FINISHED, chained_rows=chain.rows())
         return AttemptState(
             ExecutionState.FINISHED,
+            chained_rows=chain.rows(),
             rows=written.rows,
             result_path=tdd.result_path,
             result_schema=written.schema,

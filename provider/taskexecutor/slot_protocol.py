@@ -25,8 +25,8 @@ from __future__ import annotations
 import json
 import socket
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from sparkdispatch.config.options import TASKEXECUTOR_ATTEMPT_LOG_MAX_SIZE
@@ -154,6 +154,8 @@ class AttemptState:
     input_files: tuple[str, ...] = ()
     failure: Failure | None = None
     result_schema: str | None = None
+    #: FINISHED: the rows of each vertex chained into the attempt's, by subtask
+    chained_rows: Mapping[str, tuple[int | None, ...]] = field(default_factory=dict)
 
     def to_message(self) -> Message:
         return {
@@ -164,18 +166,24 @@ class AttemptState:
             "input_files": list(self.input_files),
             "result_schema": self.result_schema,
             "failure": self.failure.to_dict() if self.failure is not None else None,
+            "chained_rows": {vertex_id: list(rows) for vertex_id, rows in self.chained_rows.items()},
         }
 
     @classmethod
     def from_message(cls, message: Message) -> AttemptState:
         failure: Any = message.get("failure")
         rows: Any = message.get("rows")
+        chained: Any = message.get("chained_rows") or {}
         return cls(
             state=ExecutionState(message["state"]),
             rows=int(rows) if rows is not None else None,
             result_path=message.get("result_path"),
             input_files=tuple(str(path) for path in message.get("input_files", ())),
             result_schema=message.get("result_schema"),
+            chained_rows={
+                str(vertex_id): tuple(None if n is None else int(n) for n in counts)
+                for vertex_id, counts in chained.items()
+            },
             failure=Failure(
                 cls=str(failure["class"]), message=str(failure["message"]), traceback=str(failure.get("traceback", ""))
             )

@@ -205,4 +205,5 @@ class StateReports:
             result_schema=outcome.result_schema,
             input_files=outcome.input_files,
             failure=outcome.failure,
+            chained_rows=outcome.chained_rows,
         )

@@ -1,0 +1,122 @@
+"""The vertices chained into an attempt (docs/jobgraph.md, "Result kinds"), in its slot process.
+
+Each chained vertex's function runs once per subtask, in the attempt, with a `ctx` of its own; what
+its subtasks return is unioned (by column name, as reading their Parquet partitions together would)
+into the DataFrame its consumer in the chain gets as `ctx.inputs[...]`. Nothing is written between
+them: the chain's functions build one plan, which runs when the attempt's own function acts on it
+(its returned DataFrame is written, or it runs an action itself).
+
+A chained subtask's rows are counted by an observation on its DataFrame, so the plan counts them
+as it runs, in no job of their own. A DataFrame the plan never ran (the consumer did not read that
+input) has no count: None, as for a subtask that returned nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from functools import reduce
+from typing import TYPE_CHECKING, Any
+
+from sparkdispatch.model.protocol import ChainedTask, TaskDeploymentDescriptor
+from sparkdispatch.taskexecutor.task_context import LazyInputs, TaskContext
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, Observation
+    from pyspark.sql.connect.session import SparkSession
+
+TaskFunction = Callable[[TaskContext], Any]
+
+
+def as_dataframe(result: object) -> DataFrame:
+    """A task function's non-None result, which the contract says is a DataFrame."""
+    from pyspark.sql import DataFrame
+
+    if not isinstance(result, DataFrame):
+        raise TypeError(f"a task function returns a pyspark.sql.DataFrame or None, not {type(result).__name__}")
+    return result
+
+
+class ChainInputs(Mapping[str, "DataFrame | None"]):
+    """A function's `ctx.inputs`: the results of its upstream vertices read from their partitions,
+    and those chained into the same attempt as the DataFrames built for them, in the order of `names`."""
+
+    def __init__(self, names: tuple[str, ...], read: LazyInputs, built: Mapping[str, DataFrame | None]) -> None:
+        self._names = names
+        self._read = read
+        self._built = built
+
+    def __getitem__(self, vertex_id: str) -> DataFrame | None:
+        if vertex_id in self._built:
+            return self._built[vertex_id]
+        if vertex_id not in self._names:
+            raise KeyError(vertex_id)
+        return self._read[vertex_id]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __repr__(self) -> str:
+        return f"ChainInputs({list(self._names)})"
+
+
+class ChainedFrames:
+    """The DataFrames of the vertices chained into one attempt, built in chain order, and their rows."""
+
+    def __init__(self, session: SparkSession, tdd: TaskDeploymentDescriptor) -> None:
+        self._session = session
+        self._tdd = tdd
+        self._built: dict[str, DataFrame | None] = {}
+        self._observed: dict[str, list[Observation | None]] = {}
+
+    def build(self, load: Callable[[str], TaskFunction]) -> None:
+        """Run every chained vertex's function, each subtask's, in the order the deployment lists them."""
+        for task in self._tdd.chained:
+            self._build(task, load(task.entrypoint))
+
+    def inputs(self, paths: Mapping[str, tuple[str, ...]], schemas: Mapping[str, str]) -> ChainInputs:
+        """`ctx.inputs` of a function whose upstream vertices are `paths`' keys."""
+        unbuilt = {name: partitions for name, partitions in paths.items() if name not in self._built}
+        built = {name: self._built[name] for name in paths if name in self._built}
+        return ChainInputs(tuple(paths), LazyInputs(self._session, unbuilt, schemas), built)
+
+    def rows(self) -> dict[str, tuple[int | None, ...]]:
+        """Each chained vertex's rows by subtask, as the attempt's plan counted them."""
+        return {vertex_id: tuple(_count(o) for o in observed) for vertex_id, observed in self._observed.items()}
+
+    def _build(self, task: ChainedTask, function: TaskFunction) -> None:
+        from pyspark.sql import Observation
+        from pyspark.sql import functions as F
+
+        inputs = self.inputs(task.inputs, task.input_schemas)
+        frames: list[DataFrame] = []
+        observed: list[Observation | None] = []
+        for index in range(task.parallelism):
+            ctx = TaskContext(
+                spark=self._session,
+                params=dict(task.params),
+                subtask_index=index,
+                parallelism=task.parallelism,
+                job_id=self._tdd.job_id,
+                vertex_id=task.vertex_id,
+                attempt=self._tdd.attempt,
+                inputs=inputs,
+            )
+            result = function(ctx)
+            if result is None:
+                observed.append(None)
+                continue
+            rows = Observation()
+            frames.append(as_dataframe(result).observe(rows, F.count(F.lit(1)).alias("rows")))
+            observed.append(rows)
+        self._observed[task.vertex_id] = observed
+        self._built[task.vertex_id] = reduce(lambda a, b: a.unionByName(b), frames) if frames else None
+
+
+def _count(observation: Observation | None) -> int | None:
+    if observation is None:
+        return None
+    value = observation.get.get("rows")  # empty when the plan never ran this DataFrame
+    return None if value is None else int(value)
