@@ -18,7 +18,7 @@ from sparkdispatch.errors import ServiceUnavailable
 from sparkdispatch.jobmaster.execution import ExecutionVertex
 from sparkdispatch.jobmaster.execution_graph import ExecutionGraph
 from sparkdispatch.jobmaster.gateways import TaskExecutorGateway
-from sparkdispatch.model.protocol import TaskDeploymentDescriptor
+from sparkdispatch.model.protocol import ChainedTask, TaskDeploymentDescriptor
 from sparkdispatch.resourcemanager import AllocatedSlot
 from sparkdispatch.storage.results import ResultLayout
 
@@ -55,6 +55,20 @@ def deployment_descriptor(
         artifacts=tuple(graph.graph.artifacts),
         spark_conf=dict(graph.graph.config),
         environment=graph.graph.environment_of(vertex.id),
+        chained=tuple(chained_task(graph, member) for member in graph.chains.chained_into(vertex.id)),
+    )
+
+
+def chained_task(graph: ExecutionGraph, vertex_id: str) -> ChainedTask:
+    """What a chain's head's attempt needs to build `vertex_id`'s DataFrame in its own plan."""
+    vertex = graph.graph.vertex(vertex_id)
+    return ChainedTask(
+        vertex_id=vertex.id,
+        entrypoint=vertex.entrypoint,
+        parallelism=vertex.parallelism,
+        inputs={name: graph.partition_paths(name) for name in vertex.inputs},
+        input_schemas={name: schema for name in vertex.inputs if (schema := graph.result_schema(name)) is not None},
+        params=dict(vertex.params),
     )
 
 

@@ -173,6 +173,7 @@ class ExecutionVertex:
         "current",
         "deployed_attempts",
         "recovered",
+        "chained_rows",
         "_partition_lost",
         "_progress_recorded",
         "_consumable",
@@ -194,6 +195,8 @@ class ExecutionVertex:
         self.current = Execution(attempt=0, execution_id=execution_id, tally=tally)
         self.deployed_attempts = 0
         self.recovered = False
+        # a chained subtask's rows, as its head's FINISHED attempt counted them (it shares that attempt)
+        self.chained_rows: int | None = None
         self._partition_lost = False
         self._progress_recorded = False
         self._consumable = False  # as last told to the listener

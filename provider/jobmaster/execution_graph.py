@@ -16,6 +16,7 @@ from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass
 
 from sparkdispatch.errors import InvalidJobGraph
+from sparkdispatch.ha.progress_store import SubtaskProgress
 from sparkdispatch.model.states import ExecutionState, JobStatus
 from sparkdispatch.jobmaster.execution import (
     ConsumabilityListener,
@@ -25,6 +26,7 @@ from sparkdispatch.jobmaster.execution import (
     SubtaskId,
     aggregate_state,
 )
+from sparkdispatch.model.chaining import plan_chains
 from sparkdispatch.model.job_graph import JobGraph
 from sparkdispatch.model.job_result import MAX_INPUT_FILES, Failure, JobResult, VertexResult
 from sparkdispatch.resourcemanager import AllocatedSlot
@@ -86,23 +88,51 @@ class ExecutionGraph:
                 for i in range(vertex.parallelism)
             ]
         self._consumers = {vertex_id: graph.consumers(vertex_id) for vertex_id in self._order}
-        self._by_execution: dict[str, ExecutionVertex] = {ev.current.execution_id: ev for ev in self.subtasks()}
+        # A chained vertex runs in its head's task: its subtasks share the head's attempt (state,
+        # attempt number, slot), are never scheduled themselves, and count no input of their own.
+        self.chains = plan_chains(graph)
+        for head, members in self.chains.members.items():
+            (task,) = self._vertices[head]  # a head has parallelism 1
+            for member in members:
+                for ev in self._vertices[member]:
+                    ev.current.superseded()
+                    ev.current = task.current
+        self._by_execution: dict[str, ExecutionVertex] = {
+            ev.current.execution_id: ev for ev in self.subtasks() if not self.chains.is_chained(ev.id.vertex_id)
+        }
         # Scheduling state, kept up to date as subtasks become consumable or not, so that a
         # finished subtask costs work in proportion to its consumers, never to the whole graph:
-        # per vertex, how many subtasks of its inputs cannot be read yet; how many subtasks can
-        # be read in all; and the CREATED subtasks whose inputs can all be read ("candidates").
+        # per task vertex, how many subtasks of its chain's inputs cannot be read yet; how many
+        # subtasks can be read in all; and the CREATED subtasks whose inputs can all be read ("candidates").
+        self._task_consumers = {vertex_id: self._tasks_reading(vertex_id) for vertex_id in self._order}
         self._unready_inputs = {
-            vertex_id: sum([graph.vertex(name).parallelism for name in set(graph.vertex(vertex_id).inputs)])
+            vertex_id: sum([graph.vertex(name).parallelism for name in self.chain_inputs(vertex_id)])
             for vertex_id in self._order
         }
-        self._subtask_count = len(self._by_execution)
+        self._subtask_count = graph.subtask_count
         self._consumable_count = 0
         self._candidates: dict[SubtaskId, ExecutionVertex] = {
             ev.id: ev
             for vertex_id in self._order
-            if self._unready_inputs[vertex_id] == 0
+            if self._unready_inputs[vertex_id] == 0 and not self.chains.is_chained(vertex_id)
             for ev in self._vertices[vertex_id]
         }
+
+    def _head(self, vertex_id: str) -> str:
+        """The vertex whose task runs `vertex_id`: its chain's head, or itself."""
+        return self.chains.head_of.get(vertex_id, vertex_id)
+
+    def chain_inputs(self, vertex_id: str) -> set[str]:
+        """The vertices a task vertex's chain reads from outside it (none for a chained vertex)."""
+        if self.chains.is_chained(vertex_id):
+            return set()
+        chain = {vertex_id, *self.chains.chained_into(vertex_id)}
+        return {name for member in chain for name in self.graph.vertex(member).inputs if name not in chain}
+
+    def _tasks_reading(self, vertex_id: str) -> list[str]:
+        """The task vertices whose chains read `vertex_id`'s result from outside (not its own chain)."""
+        own = self._head(vertex_id)
+        return list(dict.fromkeys(h for c in self._consumers[vertex_id] if (h := self._head(c)) != own))
 
     # ---------------------------------------------------------------- structure
 
@@ -168,7 +198,10 @@ class ExecutionGraph:
         return self._status_times.get(self.status) if self.status.is_terminal else None
 
     def new_attempt(self, ev: ExecutionVertex) -> Execution:
-        """Replace `ev`'s current (terminal) attempt by a fresh CREATED one."""
+        """Replace `ev`'s current (terminal) attempt by a fresh CREATED one; a chain's head's new
+        attempt is its chained subtasks' too, and a chained subtask's is its head's."""
+        if self.chains.is_chained(ev.id.vertex_id):
+            return ev.current  # renewed with its head, which a restart always includes (it reads it)
         if not ev.state.is_terminal:
             raise ValueError(f"subtask {ev.id} still runs attempt {ev.current.attempt} ({ev.state.value})")
         self._by_execution.pop(ev.current.execution_id, None)
@@ -178,10 +211,28 @@ class ExecutionGraph:
         ev.progress_recorded = False
         ev.recovered = False
         self._by_execution[ev.current.execution_id] = ev
+        for member in self.chain_members(ev):
+            member.current = ev.current
+            member.chained_rows = None
+            member.partition_lost = False
+            member.progress_recorded = False
+            member.recovered = False
         if self._unready_inputs[ev.id.vertex_id] == 0:
             self._candidates[ev.id] = ev
         self.touch()
         return ev.current
+
+    def progress_of(self, ev: ExecutionVertex) -> SubtaskProgress:
+        """What the ProgressStore keeps of `ev`'s FINISHED attempt: its result, or a chained subtask's rows."""
+        if self.chains.is_chained(ev.id.vertex_id):
+            return SubtaskProgress(None, ev.chained_rows)
+        return ev.current.progress()
+
+    def chain_members(self, ev: ExecutionVertex) -> list[ExecutionVertex]:
+        """The subtasks chained into `ev`'s task (none unless `ev` heads a chain), in chain order."""
+        return [
+            member for vertex_id in self.chains.chained_into(ev.id.vertex_id) for member in self._vertices[vertex_id]
+        ]
 
     def inputs_consumable(self, ev: ExecutionVertex) -> bool:
         """All partitions of all of `ev`'s input vertices can be read."""
@@ -217,7 +268,7 @@ class ExecutionGraph:
     def _consumability_changed(self, ev: ExecutionVertex, consumable: bool) -> None:
         delta = -1 if consumable else 1
         self._consumable_count -= delta
-        for consumer_id in self._consumers[ev.id.vertex_id]:
+        for consumer_id in self._task_consumers[ev.id.vertex_id]:
             unready = self._unready_inputs[consumer_id] + delta
             self._unready_inputs[consumer_id] = unready
             if unready == 0:
@@ -229,7 +280,10 @@ class ExecutionGraph:
                     self._candidates.pop(consumer.id, None)
 
     def partition_paths(self, vertex_id: str) -> tuple[str, ...]:
-        """The result paths of a vertex's finished subtasks that returned a DataFrame, by index."""
+        """The result paths of a vertex's finished subtasks that returned a DataFrame, by index
+        (none for a chained vertex: its result is built in its consumer's task, never written)."""
+        if self.chains.is_chained(vertex_id):
+            return ()
         return tuple(
             ev.current.result_path
             for ev in self._vertices[vertex_id]
@@ -239,6 +293,8 @@ class ExecutionGraph:
     def result_schema(self, vertex_id: str) -> str | None:
         """The schema JSON of a vertex's result, if every finished subtask that wrote a partition
         reported the same one; None otherwise (its consumers then read it as Spark infers it)."""
+        if self.chains.is_chained(vertex_id):
+            return None
         schemas = {
             ev.current.result_schema
             for ev in self._vertices[vertex_id]
@@ -260,13 +316,17 @@ class ExecutionGraph:
         partitions: list[str] = []
         input_files: dict[str, None] = {}  # in order, once each
         first_failed: Execution | None = None
+        chained = self.chains.is_chained(vertex_id)
         for ev in self._vertices[vertex_id]:
             execution = ev.current
             state = execution.state
             states.append(state)
             if ev.deployed_attempts > attempts:
                 attempts = ev.deployed_attempts
-            if state is ExecutionState.FINISHED:
+            if state is ExecutionState.FINISHED and chained:
+                if ev.chained_rows is not None:  # the head's result and the files it read are its own
+                    rows = ev.chained_rows if rows is None else rows + ev.chained_rows
+            elif state is ExecutionState.FINISHED:
                 if execution.rows is not None:
                     rows = execution.rows if rows is None else rows + execution.rows
                 if execution.result_path is not None:

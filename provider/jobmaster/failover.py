@@ -56,7 +56,7 @@ def unreadable_inputs(graph: ExecutionGraph, consumer: ExecutionVertex, failure:
     """
     finished = {
         producer.id: producer.current.result_path
-        for producer_vertex in consumer.vertex.inputs
+        for producer_vertex in graph.chain_inputs(consumer.vertex.id)
         for producer in graph.subtasks(producer_vertex)
         if producer.state is ExecutionState.FINISHED and producer.current.result_path is not None
     }

@@ -384,6 +384,8 @@ class JobMaster:
             execution.deployed_at = self._clock()
             self._events.task_deployed()
             ev.deployed_attempts += 1
+            for member in self.execution_graph.chain_members(ev):
+                member.deployed_attempts += 1
             self._held_slots[slot.allocation_id] = execution
             self._deployments.deploying(execution.execution_id, slot.task_executor_id)
             tdd = deployment_descriptor(
@@ -433,6 +435,9 @@ class JobMaster:
         execution.keep(
             SubtaskProgress(update.result_path, update.rows, result_schema=schema, input_files=update.input_files)
         )
+        for member in self.execution_graph.chain_members(ev):
+            counted = update.chained_rows.get(member.vertex.id, ())
+            member.chained_rows = counted[member.subtask_index] if member.subtask_index < len(counted) else None
         self._release_slot(execution)
         self._declare()
         # The TaskExecutor's report is answered now; the record and the scheduling follow it.
@@ -442,10 +447,16 @@ class JobMaster:
         """Write the FINISHED subtask to the ProgressStore, then schedule what it unblocks."""
         if self.status is not JobStatus.RUNNING:
             return  # cancelled, failed or suspended meanwhile: the record would serve nobody
-        if not await record_finished(self._progress_store, self.job_master_id, self.job_id, ev, execution):
-            return
+        graph = self.execution_graph
+        # a chain's subtasks first: a failover that finds the head recorded finds them too
+        for subtask in [*graph.chain_members(ev), ev]:
+            progress = graph.progress_of(subtask)
+            if not await record_finished(self._progress_store, self.job_master_id, self.job_id, subtask, progress):
+                return
         if ev.current is not execution or execution.state is not ExecutionState.FINISHED:
             return  # restarted while the record was written
+        for member in graph.chain_members(ev):
+            member.progress_recorded = True
         ev.progress_recorded = True
         log.info(
             "job %s (session %s): %s attempt %d finished (%s rows)",

@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable
 
 from sparkdispatch.errors import LeadershipLost
-from sparkdispatch.ha.progress_store import Finished, JobProgress, ProgressStore
-from sparkdispatch.jobmaster.execution import Execution, ExecutionVertex, SubtaskId
+from sparkdispatch.ha.progress_store import Finished, JobProgress, ProgressStore, SubtaskProgress
+from sparkdispatch.jobmaster.execution import ExecutionVertex, SubtaskId
 from sparkdispatch.jobmaster.execution_graph import ExecutionGraph
 from sparkdispatch.jobmaster.long_lived import LONG_LIVED_GRAPHS
 from sparkdispatch.model.job_graph import JobGraph
@@ -47,6 +47,7 @@ def restore(execution_graph: ExecutionGraph, progress: JobProgress) -> list[Subt
     """
     skipped: list[SubtaskId] = []
     restored = 0
+    chained: dict[SubtaskId, SubtaskProgress] = {}
     for vertex_id, subtasks in progress.finished.items():
         for index, entry in subtasks.items():
             subtask_id = SubtaskId(vertex_id, int(index))
@@ -55,6 +56,9 @@ def restore(execution_graph: ExecutionGraph, progress: JobProgress) -> list[Subt
             except KeyError:
                 skipped.append(subtask_id)
                 continue
+            if execution_graph.chains.is_chained(vertex_id):
+                chained[subtask_id] = entry  # restored with its head, or run again with it
+                continue
             ev.current.transition(ExecutionState.RECONCILING)
             ev.current.transition(ExecutionState.FINISHED)
             ev.current.keep(entry)
@@ -62,6 +66,13 @@ def restore(execution_graph: ExecutionGraph, progress: JobProgress) -> list[Subt
             ev.progress_recorded = True
             ev.recovered = True
             restored += 1
+            for member in execution_graph.chain_members(ev):
+                kept = chained.get(member.id)
+                member.chained_rows = kept.rows if kept is not None else None
+                member.deployed_attempts = 1
+                member.progress_recorded = True
+                member.recovered = True
+                restored += 1
     execution_graph.restored = (restored, tuple(skipped))
     return skipped
 
@@ -71,18 +82,18 @@ def finished(execution_graph: ExecutionGraph) -> Finished:
     kept: Finished = {}
     for ev in execution_graph.subtasks():
         if ev.state is ExecutionState.FINISHED:
-            kept.setdefault(ev.vertex.id, {})[ev.subtask_index] = ev.current.progress()
+            kept.setdefault(ev.vertex.id, {})[ev.subtask_index] = execution_graph.progress_of(ev)
     return kept
 
 
 async def record_finished(
-    store: ProgressStore, session_id: str, job_id: str, ev: ExecutionVertex, execution: Execution
+    store: ProgressStore, session_id: str, job_id: str, ev: ExecutionVertex, progress: SubtaskProgress
 ) -> bool:
-    """Write `ev`'s FINISHED attempt `execution` to the ProgressStore; False when this master no
+    """Write `ev`'s FINISHED attempt (its `progress`) to the ProgressStore; False when this master no
     longer leads (the next leader runs the subtask again). A failed write is logged and the job goes
     on: only a failover before the job ends would run this subtask again."""
     try:
-        await store.record_subtask(session_id, job_id, ev.vertex.id, ev.subtask_index, execution.progress())
+        await store.record_subtask(session_id, job_id, ev.vertex.id, ev.subtask_index, progress)
     except LeadershipLost:
         log.warning(
             "job %s (session %s): %s finished but this master no longer leads; the next leader runs it again",

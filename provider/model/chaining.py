@@ -24,6 +24,9 @@ the consumer):
 
 Chains are transitive: `a -> b -> c` where both links qualify runs as one task, `c`'s, whose head
 is `c`. A vertex that asks for `"result": "chained"` and does not qualify is refused at submission.
+
+For now a producer is chained only when it asks (`"result": "chained"`); `auto` keeps it durable
+until the master chooses by these rules on its own.
 """
 
 from __future__ import annotations
@@ -102,7 +105,7 @@ def plan_chains(graph: JobGraph) -> Chains:
     # reversed topological order: a consumer's head is known before its producers are looked at
     for vertex_id in reversed(graph.topological_order()):
         vertex = graph.vertex(vertex_id)
-        if why_not_chained(graph, vertex) is None:
+        if vertex.result is ResultKind.CHAINED and why_not_chained(graph, vertex) is None:
             consumer = graph.consumers(vertex_id)[0]
             head_of[vertex_id] = head_of.get(consumer, consumer)
     if not head_of:

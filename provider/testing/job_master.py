@@ -351,7 +351,7 @@ class Harness:
     def check_batch_order(self, d: Deployment) -> None:
         """Every input of a deployed subtask finished, and was recorded, before it was deployed."""
         graph = self.jm.execution_graph
-        for vertex_id in graph.inputs_of(d.tdd.vertex_id):
+        for vertex_id in graph.chain_inputs(d.tdd.vertex_id):
             for producer in graph.subtasks(vertex_id):
                 assert producer.id in self.store.finished() or producer.recovered, (
                     f"{d.subtask} deployed before {producer.id} finished"

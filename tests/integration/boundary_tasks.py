@@ -22,3 +22,19 @@ def tagged_job(ctx: Any) -> None:
     """One Spark job tagged `params.tag`: once it is listed, every earlier job is."""
     ctx.spark.addTag(ctx.params["tag"])
     ctx.spark.range(1).collect()
+
+
+def half(ctx: Any) -> Any:
+    """Its share of the input's rows (by subtask), with a doubled column."""
+    up = ctx.inputs["up"]
+    return up.where(up.id % ctx.parallelism == ctx.subtask_index).selectExpr("id", "id * 2 as twice")
+
+
+def total(ctx: Any) -> Any:
+    """One row: how many rows its chained input has and their sum; its inputs' names in a marker."""
+    (Path(ctx.params["marker_dir"]) / "total-inputs").write_text(",".join(ctx.inputs))
+    return ctx.inputs["half"].selectExpr("count(*) as n", "sum(twice) as s")
+
+
+def broken(ctx: Any) -> Any:
+    raise ValueError("broken on purpose")

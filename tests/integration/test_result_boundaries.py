@@ -14,6 +14,7 @@ from urllib.request import urlopen
 
 import pytest
 
+from sparkdispatch.model.protocol import ChainedTask
 from sparkdispatch.model.states import ExecutionState
 from sparkdispatch.taskexecutor.connect_server import ConnectServer
 from sparkdispatch.taskexecutor.settings import ConnectServerSettings, SlotPoolSettings
@@ -137,3 +138,41 @@ def test_a_result_holds_only_data_files_and_its_consumer_reads_it_without_an_inf
     assert len(inferred) >= 1, "without the producer's schema Spark infers it with a job"
     # the schema given is the one Spark infers from the files: the consumer sees the same columns
     assert json.loads(with_schema) == json.loads((tmp_path / "markers" / "read-0").read_text())
+
+
+def test_a_chained_vertex_runs_in_its_consumers_attempt_as_one_plan_and_its_rows_are_counted(
+    pool: SlotProcessPool, tmp_path: Path
+) -> None:
+    tasks = artifact(tmp_path, "boundary_tasks.py", TASKS.read_bytes())
+    (tmp_path / "markers").mkdir()
+    job_id = new_job_id()
+    produced = run(pool, deployment(tmp_path, "boundary_tasks:produce", job_id=job_id), [tasks])
+    assert produced.state is ExecutionState.FINISHED and produced.result_path is not None, produced
+    half = ChainedTask(
+        "half",
+        "boundary_tasks:half",
+        parallelism=2,
+        inputs={"up": (produced.result_path,)},
+        input_schemas={"up": produced.result_schema or ""},
+    )
+
+    chain = deployment(tmp_path, "boundary_tasks:total", job_id=job_id, inputs={"half": ()}, chained=(half,))
+    finished = run(pool, chain, [tasks])
+
+    assert finished.state is ExecutionState.FINISHED, finished
+    assert finished.rows == 1 and finished.chained_rows == {"half": (500, 500)}
+    assert (tmp_path / "markers" / "total-inputs").read_text() == "half"
+    import pyarrow.parquet
+
+    assert finished.result_path is not None
+    assert pyarrow.parquet.read_table(finished.result_path).to_pylist() == [{"n": 1000, "s": 2 * sum(range(1000))}]
+    assert not (Path(produced.result_path).parent / "half").exists()  # nothing written for the chained vertex
+
+    broken = ChainedTask("half", "boundary_tasks:broken", inputs={"up": (produced.result_path,)})
+    failed = run(
+        pool,
+        deployment(tmp_path, "boundary_tasks:total", job_id=job_id, inputs={"half": ()}, chained=(broken,)),
+        [tasks],
+    )
+    assert failed.state is ExecutionState.FAILED and failed.failure is not None
+    assert (failed.failure.cls, failed.failure.message) == ("ValueError", "broken on purpose")

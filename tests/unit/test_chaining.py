@@ -21,47 +21,57 @@ def vertex(vertex_id: str, *inputs: str, parallelism: int = 1, **extra: Any) -> 
     }
 
 
+def chained(vertex_id: str, *inputs: str, parallelism: int = 1, **extra: Any) -> dict[str, Any]:
+    """A vertex that asks to be chained into its consumer."""
+    return vertex(vertex_id, *inputs, parallelism=parallelism, result="chained", **extra)
+
+
 def graph(*vertices: dict[str, Any], **extra: Any) -> JobGraph:
     return JobGraph.from_dict({"name": "g", "vertices": list(vertices), **extra})
 
 
-def test_a_line_of_single_subtask_vertices_is_one_chain_headed_by_its_sink() -> None:
-    chains = plan_chains(graph(vertex("a"), vertex("b", "a"), vertex("c", "b")))
+def test_a_line_of_vertices_asking_to_be_chained_is_one_chain_headed_by_its_sink() -> None:
+    chains = plan_chains(graph(chained("a"), chained("b", "a"), vertex("c", "b")))
     assert chains.members == {"c": ("a", "b")}
     assert chains.head_of == {"a": "c", "b": "c"}
     assert not chains.is_chained("c") and chains.chained_into("c") == ("a", "b")
 
 
-def test_a_parallel_producer_chains_into_a_single_subtask_consumer_but_not_into_a_parallel_one() -> None:
+def test_a_parallel_producer_chains_into_a_single_subtask_consumer() -> None:
     # the P7 sales pipeline's shape: generate -> clean (x2) -> {by_region (x2), by_product} -> report
     chains = plan_chains(
         graph(
             vertex("generate"),
             vertex("clean", "generate", parallelism=2),
-            vertex("by_region", "clean", parallelism=2),
-            vertex("by_product", "clean"),
+            chained("by_region", "clean", parallelism=2),
+            chained("by_product", "clean"),
             vertex("report", "by_region", "by_product"),
         )
     )
     assert chains.members == {"report": ("by_region", "by_product")}
-    assert not chains.is_chained("generate")  # its consumer has 2 subtasks
-    assert not chains.is_chained("clean")  # two consumers
+
+
+def test_a_vertex_that_does_not_ask_is_not_chained_yet() -> None:
+    assert plan_chains(graph(vertex("a"), vertex("b", "a"))) is NO_CHAINS
 
 
 @pytest.mark.parametrize(
-    ("producer", "job"),
+    ("producer", "job", "reason"),
     [
-        ({"result": "durable"}, {}),
-        ({}, {"results": "durable"}),
-        ({"environment": {"dependencies": ["tabulate==0.9.0"]}}, {}),
+        ({}, {"results": "durable"}, "the job asks for durable results"),
+        ({"environment": {"dependencies": ["tabulate==0.9.0"]}}, {}, "runs in another Python environment"),
     ],
-    ids=["the-producer-asks-for-a-durable-result", "the-job-asks-for-durable-results", "another-environment"],
+    ids=["the-job-asks-for-durable-results", "another-environment"],
 )
-def test_a_producer_is_not_chained_when(producer: dict[str, Any], job: dict[str, Any]) -> None:
-    assert plan_chains(graph(vertex("a", **producer), vertex("b", "a"), **job)) is NO_CHAINS
+def test_a_vertex_asking_to_be_chained_is_refused_when(
+    producer: dict[str, Any], job: dict[str, Any], reason: str
+) -> None:
+    with pytest.raises(InvalidJobGraph) as refused:
+        graph(chained("a", **producer), vertex("b", "a"), **job)
+    assert reason in str(refused.value)
 
 
-def test_a_graph_without_chains_plans_none_and_keeps_its_json_form() -> None:
+def test_a_graph_without_chains_keeps_its_json_form() -> None:
     plain = graph(vertex("a"), vertex("b"))
     assert plan_chains(plain) is NO_CHAINS
     assert "result" not in plain.to_dict()["vertices"][0] and "results" not in plain.to_dict()
@@ -72,7 +82,7 @@ def test_a_graph_without_chains_plans_none_and_keeps_its_json_form() -> None:
 
 def test_a_vertex_asking_to_be_chained_where_it_cannot_is_refused_naming_why() -> None:
     with pytest.raises(InvalidJobGraph) as refused:
-        graph(vertex("a", result="chained"), vertex("b", "a", parallelism=3))
+        graph(chained("a"), vertex("b", "a", parallelism=3))
     assert refused.value.field_errors == {
         "vertices[0].result": [
             "vertex 'a' cannot be chained into its consumer: its consumer 'b' has parallelism 3: "
@@ -80,12 +90,14 @@ def test_a_vertex_asking_to_be_chained_where_it_cannot_is_refused_naming_why() -
         ]
     }
     with pytest.raises(InvalidJobGraph) as sink:
-        graph(vertex("a", result="chained"))
+        graph(chained("a"))
     assert "no vertex reads its result" in str(sink.value)
-    assert plan_chains(graph(vertex("a", result="chained"), vertex("b", "a"))).members == {"b": ("a",)}
+    with pytest.raises(InvalidJobGraph) as shared:
+        graph(chained("a"), vertex("b", "a"), vertex("c", "a"))
+    assert "2 vertices read its result ('b', 'c')" in str(shared.value)
 
 
 def test_an_unknown_result_kind_is_refused_naming_the_field() -> None:
     with pytest.raises(InvalidJobGraph) as refused:
         graph(vertex("a", result="in-memory"))
-    assert "vertices.0.result" in str(refused.value) or "vertices[0].result" in str(refused.value)
+    assert "vertices" in refused.value.field_errors or any("result" in k for k in refused.value.field_errors)
