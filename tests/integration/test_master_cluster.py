@@ -110,6 +110,34 @@ def test_fan_out_fan_in_graph_produces_the_expected_rows(
     assert result.duration_ms == result.end_time - result.start_time
 
 
+def test_vertices_chained_into_their_consumer_give_the_same_rows_and_write_nothing(
+    cluster: LocalCluster, tasks_key: str, tmp_path: Path, spark: Any
+) -> None:
+    """The fan-in graph above with `double` and `square` chained into `total`: three tasks instead
+    of five, the same report, each chained vertex with its rows and attempts, and no partition."""
+    log = str(tmp_path)
+    chained = {"result": "chained"}
+    graph = job(
+        "fan-in-chained",
+        [
+            vertex("numbers", "numbers", parallelism=2, rows=100, log_dir=log),
+            {**vertex("double", "double", inputs=("numbers",), parallelism=2, log_dir=log), **chained},
+            {**vertex("square", "square", inputs=("numbers",), parallelism=2, log_dir=log), **chained},
+            vertex("total", "total", inputs=("double", "square"), log_dir=log),
+        ],
+        tasks_key,
+    )
+    result = cluster.wait_for_result(cluster.submit(graph))
+    assert result.status == "FINISHED", result.failure
+    rows = {vid: v.rows for vid, v in result.vertices.items()}
+    assert rows == {"numbers": 100, "double": 100, "square": 100, "total": 1}
+    assert all(v.attempts == 1 for v in result.vertices.values())
+    assert result.vertices["double"].partitions == () and result.vertices["square"].result_path is None
+    total = spark.read.parquet(*result.vertices["total"].partitions).collect()
+    assert [(r.doubled, r.squared) for r in total] == [(2 * sum(range(100)), sum(n * n for n in range(100)))]
+    assert len(runs(tmp_path, "double")) == 2 and len(runs(tmp_path, "total")) == 1
+
+
 def test_a_vertex_failing_twice_restarts_only_itself(cluster: LocalCluster, tasks_key: str, tmp_path: Path) -> None:
     log = str(tmp_path)
     graph = job(
