@@ -45,7 +45,7 @@ from typing import Any
 
 from harness.clusters import CLUSTER_START_TIMEOUT_S
 from harness.connect_floor import ConnectClient
-from harness.graphs import pipelines_artifact, sales_graph
+from harness.graphs import chained_where_possible, pipelines_artifact, sales_graph
 from harness.paths import DAGS_DIR
 from harness.processes import cpu_seconds, descendants, process_cmdline, tree_cpu_seconds
 from harness.reporting import load_average, load_change, median, print_table, save_results
@@ -197,6 +197,9 @@ def run() -> int:
     parser.add_argument("--runs", type=int, default=5, help="timed runs of each (after the warm-up)")
     parser.add_argument("--warm-up", type=int, default=3, help="warm-up runs of the cluster and of each floor")
     add_pipeline_options(parser)
+    parser.add_argument(
+        "--chained", action="store_true", help='chain every vertex the rules allow ("result": "chained")'
+    )
     add_overrides_option(parser, help="a configuration key of the standalone and of the floors' server; repeatable")
     add_run_options(parser, quick="1 warm-up and 2 timed runs")
     args = parser.parse_args()
@@ -211,6 +214,7 @@ def run() -> int:
         "runs": args.runs,
         "warm_up_runs": args.warm_up,
         "quick": args.quick,
+        "chained": args.chained,
         "overrides": overrides,
     }
     samples: dict[str, list[float]] = {
@@ -235,6 +239,8 @@ def run() -> int:
             up_s = standalone.start(CLUSTER_START_TIMEOUT_S)
             print(f"  up in {up_s:.1f}s (logs {standalone.log_dir})", flush=True)
             graph = sales_graph(standalone.rest.upload_artifact(artifact_file), rows=args.rows)
+            if args.chained:
+                graph = chained_where_possible(graph)
             floors = PipelineFloors(graph, config, work / "floor")
             print(
                 "floors: one Spark Connect session of this process on a Connect server started as a TaskExecutor's",
