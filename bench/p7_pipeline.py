@@ -1,14 +1,16 @@
 """P7 a real pipeline: the sales pipeline of dags/pipelines on a warm standalone cluster, against two floors.
 
     .venv/bin/python bench/p7_pipeline.py [--runs 5] [--warm-up 3] [--rows 100000] [--slots 2]
-                                          [-D KEY=VALUE ...] [--work-dir DIR] [--quick]
+                                          [--durable] [-D KEY=VALUE ...] [--work-dir DIR] [--quick]
 
 The job is dags/pipelines/sales_graph.yaml (the JobGraph of dags/example_pipeline.py): 5 vertices,
 7 subtasks, `--rows` orders, `spark.sql.shuffle.partitions=4`, the code shipped as
 `pipelines.zip` as the Airflow operator ships it. Three ways to run it, in one run of this script:
 
 - cluster: `sparkdispatch standalone --slots 2` (one TaskExecutor, its embedded defaults: Spark
-  `local[*]`), timed from POST /jobs to the JobResult;
+  `local[*]`), timed from POST /jobs to the JobResult; the master chains the vertices the chaining
+  rules allow (the two aggregates run in the report's task), or, with `--durable`, writes every
+  vertex's result (`"results": "durable"`, the pipeline as it ran before chaining);
 - materialised floor: the same task functions, called with the same `ctx` (`TaskContext`,
   `LazyInputs`) one subtask after the other in ONE warm Spark Connect session of this process,
   each subtask's DataFrame written as a Parquet partition (`write_partition`, as a slot process
@@ -23,7 +25,8 @@ The job is dags/pipelines/sales_graph.yaml (the JobGraph of dags/example_pipelin
 The floors' Connect server is started with the settings the standalone's TaskExecutor gives its
 own (`ConnectServer`, same configuration) and warmed the same way. Each side gets `--warm-up`
 runs first; then every timed cluster job is paired with a run of each floor just before it.
-Prints the medians and the ratios cluster / floor (goal: <= 1.3x the materialised floor), the
+Prints the medians and the ratios cluster / floor (goal: <= 1.3x the chained floor; with
+`--durable`, <= 1.3x the materialised floor), the
 CPU seconds each side burns per run (cluster: master, the TaskExecutor's process tree and, of
 that, its Connect server's JVM; floors: this process and its Connect server's JVM), and writes
 bench/results/p7_pipeline.json with every sample and the load average. `-D KEY=VALUE` sets a
@@ -45,7 +48,7 @@ from typing import Any
 
 from harness.clusters import CLUSTER_START_TIMEOUT_S
 from harness.connect_floor import ConnectClient
-from harness.graphs import chained_where_possible, pipelines_artifact, sales_graph
+from harness.graphs import pipelines_artifact, sales_graph
 from harness.paths import DAGS_DIR
 from harness.processes import cpu_seconds, descendants, process_cmdline, tree_cpu_seconds
 from harness.reporting import load_average, load_change, median, print_table, save_results
@@ -198,7 +201,9 @@ def run() -> int:
     parser.add_argument("--warm-up", type=int, default=3, help="warm-up runs of the cluster and of each floor")
     add_pipeline_options(parser)
     parser.add_argument(
-        "--chained", action="store_true", help='chain every vertex the rules allow ("result": "chained")'
+        "--durable",
+        action="store_true",
+        help='write every vertex\'s result ("results": "durable"), as before the master chained vertices',
     )
     add_overrides_option(parser, help="a configuration key of the standalone and of the floors' server; repeatable")
     add_run_options(parser, quick="1 warm-up and 2 timed runs")
@@ -214,7 +219,7 @@ def run() -> int:
         "runs": args.runs,
         "warm_up_runs": args.warm_up,
         "quick": args.quick,
-        "chained": args.chained,
+        "durable": args.durable,
         "overrides": overrides,
     }
     samples: dict[str, list[float]] = {
@@ -239,8 +244,8 @@ def run() -> int:
             up_s = standalone.start(CLUSTER_START_TIMEOUT_S)
             print(f"  up in {up_s:.1f}s (logs {standalone.log_dir})", flush=True)
             graph = sales_graph(standalone.rest.upload_artifact(artifact_file), rows=args.rows)
-            if args.chained:
-                graph = chained_where_possible(graph)
+            if args.durable:
+                graph = {**graph, "results": "durable"}
             floors = PipelineFloors(graph, config, work / "floor")
             print(
                 "floors: one Spark Connect session of this process on a Connect server started as a TaskExecutor's",
@@ -333,10 +338,14 @@ def run() -> int:
             ],
         ],
     )
-    met = to_materialised <= GOAL_RATIO
+    # chained as the master chains it, the pipeline answers to the chained plan; all durable, to its materialisation
+    goal_floor = "materialised" if args.durable else "chained"
+    to_goal_floor = to_materialised if args.durable else to_chained
+    met = to_goal_floor <= GOAL_RATIO
     print(
-        f"goal: cluster <= {GOAL_RATIO:g}x the materialised floor: {'met' if met else 'MISSED'} "
-        f"({to_materialised:.2f}x; median of the paired ratios {median(paired):.2f}x); {load_change(results)}"
+        f"goal: cluster <= {GOAL_RATIO:g}x the {goal_floor} floor: {'met' if met else 'MISSED'} "
+        f"({to_goal_floor:.2f}x; median of the paired ratios to the materialised floor {median(paired):.2f}x); "
+        f"{load_change(results)}"
     )
     print(
         "CPU seconds per run (medians): "
@@ -346,13 +355,14 @@ def run() -> int:
         )
     )
     # a smoke run or other settings do not replace the results of the default run
-    variant = "".join(f".{key}={value}" for key, value in sorted(overrides.items()))
+    variant = ".durable" * args.durable + "".join(f".{key}={value}" for key, value in sorted(overrides.items()))
     save_results(
         "p7_pipeline" + variant,
         quick=args.quick,
         report={
             **results,
-            "goal_ratio_to_materialised": GOAL_RATIO,
+            "goal_floor": goal_floor,
+            "goal_ratio": GOAL_RATIO,
             "samples_s": {name: [round(v, 3) for v in values] for name, values in samples.items()},
             "medians_s": medians,
             "cpu_s_per_run_median": cpu,

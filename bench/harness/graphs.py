@@ -53,17 +53,3 @@ def sales_graph(artifact: str, *, rows: int, name: str = "sales-report") -> dict
     graph["artifacts"] = [artifact]
     graph["restart_strategy"] = {"type": "fixed-delay", "attempts": 0, "delay_s": 0.0}
     return dict(graph)
-
-
-def chained_where_possible(graph: dict[str, Any]) -> dict[str, Any]:
-    """`graph` with `"result": "chained"` on every vertex the chaining rules allow (docs/jobgraph.md,
-    "Result kinds"): what the master's own choice (`auto`) is to do."""
-    from sparkdispatch.model.chaining import why_not_chained
-    from sparkdispatch.model.job_graph import JobGraph
-
-    parsed = JobGraph.from_dict(graph)
-    vertices = [
-        {**vertex, "result": "chained"} if why_not_chained(parsed, parsed.vertex(vertex["id"])) is None else vertex
-        for vertex in graph["vertices"]
-    ]
-    return {**graph, "vertices": vertices}

@@ -9,9 +9,9 @@ JobGraph asks for one (`"result"` on a vertex, `"results": "durable"` on the job
   written between them.
 - **kept** (not built yet): the result stays in the producing TaskExecutor's Spark for consumers
   placed beside it.
-- **durable**: the result is written as Parquet to the results directory and read from there, as
-  before chaining: the graph's sinks, vertices that ask for it, every vertex of a job that asks for
-  it, and every result that cannot be chained.
+- **durable**: the result is written as Parquet to the results directory and read from there: the
+  graph's sinks, vertices that ask for it, every vertex of a job that asks for it, and every result
+  that cannot be chained.
 
 A producer chains into its consumer when running the two as one plan cannot change what the
 consumer's function sees (`ctx.inputs[x]` stays the whole result of `x`, computed once per attempt of
@@ -22,11 +22,10 @@ the consumer):
 2. both run in the same Python environment (one slot process runs both functions);
 3. neither the producer nor the job asks for a durable result.
 
-Chains are transitive: `a -> b -> c` where both links qualify runs as one task, `c`'s, whose head
-is `c`. A vertex that asks for `"result": "chained"` and does not qualify is refused at submission.
-
-For now a producer is chained only when it asks (`"result": "chained"`); `auto` keeps it durable
-until the master chooses by these rules on its own.
+A producer whose result is `auto` (the default) is chained wherever these rules allow, as Flink
+chains operators unless told not to. Chains are transitive: `a -> b -> c` where both links qualify
+runs as one task, `c`'s, whose head is `c`. A vertex that asks for `"result": "chained"` and does
+not qualify is refused at submission.
 """
 
 from __future__ import annotations
@@ -105,7 +104,7 @@ def plan_chains(graph: JobGraph) -> Chains:
     # reversed topological order: a consumer's head is known before its producers are looked at
     for vertex_id in reversed(graph.topological_order()):
         vertex = graph.vertex(vertex_id)
-        if vertex.result is ResultKind.CHAINED and why_not_chained(graph, vertex) is None:
+        if why_not_chained(graph, vertex) is None:
             consumer = graph.consumers(vertex_id)[0]
             head_of[vertex_id] = head_of.get(consumer, consumer)
     if not head_of:

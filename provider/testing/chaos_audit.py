@@ -11,11 +11,13 @@ Every problem is a `Finding` of one category:
   differs from the one answered first, two listings), or an execution that started after the
   job's JobResult was complete, or after its vertex's result was: a consumer only starts once
   every subtask of its producer is recorded FINISHED in the progress store, and result
-  partitions are never lost here, so no leader may run that producer again;
+  partitions are never lost here, so no leader may run that producer again. `transform` is
+  chained into `summarize` (docs/jobgraph.md, "Result kinds"): its functions run in each of
+  summarize's attempts, so for it a duplicate is a second execution of one subtask in one attempt;
 - hung: not accepted, or no JobResult, within `hang_after_s`;
 - failed: a JobResult other than FINISHED;
-- wrong-result: rows or partitions that do not add up, or a subtask FINISHED without an
-  execution that completed;
+- wrong-result: rows or partitions that do not add up (a chained vertex has none), or a subtask
+  FINISHED without an execution that completed;
 - forgotten: the leader answered 404 for an accepted job;
 - refused: a submission refused for good;
 - leftover: a znode (jobgraphs, progress), dirty JobResult, JobGraph file, result directory or
@@ -64,6 +66,8 @@ CATEGORIES = (
 )
 VERTICES = {"produce": 2, "transform": 2, "summarize": 1}  # vertex -> parallelism of a chaos job
 CONSUMER = {"produce": "transform", "transform": "summarize"}
+#: the chains the master makes of a chaos job (model.chaining): transform's subtasks run in summarize's task
+CHAINED_INTO = {"transform": "summarize"}
 HEX_ID = re.compile(r"\b[0-9a-f]{32}\b")
 EVIDENCE = ("WARNING", "ERROR", "CRITICAL", "Traceback", "refused", "failed", "lost", "recover")
 
@@ -543,7 +547,13 @@ def judge_job(
     for e in executions:
         if e.start > ended:
             problems.append(("duplicated", f"{e.name} started {e.start - ended:.1f}s after the JobResult's end"))
+    runs = Counter((e.vertex, e.subtask, e.attempt) for e in executions if e.vertex in CHAINED_INTO)
+    for (vertex, subtask, attempt), count in sorted(runs.items()):
+        if count > 1:
+            problems.append(("duplicated", f"{vertex}[{subtask}] ran {count} times in its chain's attempt {attempt}"))
     for producer, consumer in CONSUMER.items():
+        if producer in CHAINED_INTO:
+            continue
         consumed = min((e.start for e in executions if e.vertex == consumer), default=None)
         for e in executions:
             if consumed is not None and e.vertex == producer and e.start > consumed:
@@ -568,7 +578,9 @@ def _wrong_results(record: JobRecord, executions: list[Execution]) -> list[str]:
         if outcome.get("rows") != expected:
             wrong.append(f"{vertex} wrote {outcome.get('rows')} rows, expected {expected}")
         subtasks = sorted(p.rstrip("/").rsplit("/", 1)[-1].split("-")[0] for p in outcome.get("partitions", []))
-        if subtasks != [str(i) for i in range(VERTICES[vertex])]:
+        if vertex in CHAINED_INTO and subtasks:
+            wrong.append(f"{vertex} is chained into {CHAINED_INTO[vertex]} but wrote partitions {subtasks}")
+        elif vertex not in CHAINED_INTO and subtasks != [str(i) for i in range(VERTICES[vertex])]:
             wrong.append(f"{vertex}'s partitions are of subtasks {subtasks}, expected one per subtask")
     for vertex, parallelism in VERTICES.items():
         for subtask in range(parallelism):

@@ -21,6 +21,7 @@ from sparkdispatch.ha import JobProgress
 from sparkdispatch.ha.progress_store import Finished, SubtaskProgress
 from sparkdispatch.model.states import ExecutionState
 from sparkdispatch.model.restart import FixedDelayRestart, RestartStrategy
+from sparkdispatch.model.chaining import ResultsMode
 from sparkdispatch.model.job_graph import DEFAULT_POOL, JobGraph, JobVertex
 from sparkdispatch.model.job_result import Failure, JobResult
 from sparkdispatch.jobmaster import JobMaster
@@ -233,7 +234,12 @@ class FakeProgressStore:
         raise AssertionError("a JobMaster removes no progress")
 
 
-def graph_of(*vertices: JobVertex, restart: RestartStrategy | None = None) -> JobGraph:
+def graph_of(
+    *vertices: JobVertex, restart: RestartStrategy | None = None, results: ResultsMode = ResultsMode.DURABLE
+) -> JobGraph:
+    """The test job of `vertices`. Its results are durable unless `results` says otherwise: the
+    JobMaster's tests of what happens between tasks need each vertex to run as a task of its own,
+    and the tests of chains ask for `ResultsMode.AUTO`."""
     return JobGraph(
         name="test-job",
         job_id=JOB_ID,
@@ -241,6 +247,7 @@ def graph_of(*vertices: JobVertex, restart: RestartStrategy | None = None) -> Jo
         restart_strategy=restart,
         artifacts=(ARTIFACT,),
         config={"spark.sql.shuffle.partitions": "4"},
+        results=results,
     )
 
 

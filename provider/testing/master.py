@@ -27,7 +27,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Coroutine, Mapping, MutableSequence, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar, cast
@@ -132,10 +132,42 @@ class TaskOutcome:
     rows: int | None = None
     result_path: str | None = None
     input_files: tuple[str, ...] = ()
+    #: rows of the vertices chained into the task, by subtask (filled in by `chain_outcome`)
+    chained_rows: Mapping[str, tuple[int | None, ...]] = field(default_factory=dict)
 
 
 Script = Callable[[TaskDeploymentDescriptor], TaskOutcome | None]
 """What becomes of a deployed task: its outcome, or None to keep it running until told."""
+
+
+def chain_outcome(script: Script, tdd: TaskDeploymentDescriptor) -> TaskOutcome | None:
+    """The outcome of `tdd`'s attempt as a real TaskExecutor's would be: each subtask of each vertex
+    chained into it runs first (the script asked with that subtask's descriptor), the first one
+    that fails fails the attempt, and a FINISHED attempt reports their rows."""
+    chained_rows: dict[str, tuple[int | None, ...]] = {}
+    for chained in tdd.chained:
+        rows: list[int | None] = []
+        for index in range(chained.parallelism):
+            member = replace(
+                tdd,
+                vertex_id=chained.vertex_id,
+                entrypoint=chained.entrypoint,
+                subtask_index=index,
+                parallelism=chained.parallelism,
+                params=chained.params,
+                inputs=chained.inputs,
+                input_schemas=chained.input_schemas,
+                chained=(),
+            )
+            outcome = script(member)
+            if outcome is None or outcome.state is not ExecutionState.FINISHED:
+                return outcome
+            rows.append(outcome.rows)
+        chained_rows[chained.vertex_id] = tuple(rows)
+    outcome = script(tdd)
+    if outcome is None or outcome.state is not ExecutionState.FINISHED or not chained_rows:
+        return outcome
+    return replace(outcome, chained_rows=chained_rows)
 
 
 def finish_every_task(tdd: TaskDeploymentDescriptor) -> TaskOutcome:
@@ -191,7 +223,7 @@ class ScriptedTaskExecutor:
         script: Script = outcome if callable(outcome) else (lambda tdd: outcome)
         self._job_scripts[job_id] = script
         for deployment in [d for d in self._running.values() if d.tdd.job_id == job_id]:
-            await self._end(deployment, script(deployment.tdd))
+            await self._end(deployment, chain_outcome(script, deployment.tdd))
 
     async def close(self) -> None:
         for task in list(self._tasks):
@@ -222,7 +254,7 @@ class ScriptedTaskExecutor:
         # beside the RUNNING report, and the master could get the two in either order
         self._running[tdd.execution_id] = deployment
         script = self._job_scripts.get(tdd.job_id, self.script)
-        outcome = script(tdd) if script is not None else None
+        outcome = chain_outcome(script, tdd) if script is not None else None
         if outcome is not None:
             await self._end(deployment, outcome)
 
@@ -242,6 +274,7 @@ class ScriptedTaskExecutor:
             result_path=outcome.result_path,
             input_files=outcome.input_files,
             failure=outcome.failure,
+            chained_rows=outcome.chained_rows,
         )
         try:
             await self._client.report_state(self.master.url, deployment.session_id, update)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -51,8 +52,14 @@ def test_a_parallel_producer_chains_into_a_single_subtask_consumer() -> None:
     assert chains.members == {"report": ("by_region", "by_product")}
 
 
-def test_a_vertex_that_does_not_ask_is_not_chained_yet() -> None:
-    assert plan_chains(graph(vertex("a"), vertex("b", "a"))) is NO_CHAINS
+def test_the_master_chains_where_the_rules_allow_unless_a_durable_result_is_asked() -> None:
+    line = (vertex("a"), vertex("b", "a"), vertex("c", "b"))
+    assert plan_chains(graph(*line)).members == {"c": ("a", "b")}
+    assert plan_chains(graph(vertex("a", result="durable"), *line[1:])).members == {"c": ("b",)}
+    assert plan_chains(graph(*line, results="durable")) is NO_CHAINS
+    # two consumers, or a consumer of parallelism 2: durable
+    assert plan_chains(graph(vertex("a"), vertex("b", "a"), vertex("c", "a"))) is NO_CHAINS
+    assert plan_chains(graph(vertex("a"), vertex("b", "a", parallelism=2))) is NO_CHAINS
 
 
 @pytest.mark.parametrize(
@@ -101,3 +108,13 @@ def test_an_unknown_result_kind_is_refused_naming_the_field() -> None:
     with pytest.raises(InvalidJobGraph) as refused:
         graph(vertex("a", result="in-memory"))
     assert "vertices" in refused.value.field_errors or any("result" in k for k in refused.value.field_errors)
+
+
+def test_the_chaos_audit_knows_how_the_master_chains_a_chaos_job(tmp_path: Path) -> None:
+    from sparkdispatch.testing.chaos import chaos_graph
+    from sparkdispatch.testing.chaos_audit import CHAINED_INTO
+    from sparkdispatch.testing.chaos_model import JobSpec
+
+    spec = JobSpec(index=0, job_id="ab" * 16, rows=10, sleeps={v: 0.0 for v in ("produce", "transform", "summarize")})
+    chains = plan_chains(JobGraph.from_dict(chaos_graph(spec, artifact="a" * 64, markers=tmp_path, restart_attempts=1)))
+    assert chains.head_of == CHAINED_INTO

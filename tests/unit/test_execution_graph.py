@@ -12,6 +12,7 @@ import pytest
 from sparkdispatch.errors import IllegalStateTransition, InvalidJobGraph
 from sparkdispatch.ha import JobProgress, SubtaskProgress
 from sparkdispatch.model.states import ExecutionState, JobStatus
+from sparkdispatch.model.chaining import ResultsMode
 from sparkdispatch.model.job_graph import JobGraph, JobVertex
 from sparkdispatch.model.job_result import Failure, JobResult, VertexResult
 from sparkdispatch.jobmaster.execution import ExecutionVertex, SubtaskId, aggregate_state
@@ -30,6 +31,7 @@ def diamond(parallelism: int = 2) -> JobGraph:
     return JobGraph(
         name="diamond",
         job_id=JOB_ID,
+        results=ResultsMode.DURABLE,  # each vertex a task of its own: left and right would chain into sink
         vertices=(
             JobVertex("sink", "m:sink", 1, ("left", "right")),
             JobVertex("left", "m:left", parallelism, ("source",)),

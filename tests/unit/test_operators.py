@@ -499,7 +499,9 @@ def test_openlineage_names_the_job_and_each_finished_vertexs_results_as_outputs(
     job_id = submit.execute(context())
     lineage = submit.get_openlineage_facets_on_complete(None)
     result = cluster.result(job_id).vertices
-    assert lineage.outputs == [Dataset(namespace="file", name=str(result[v].result_path)) for v in ("a", "b")]
+    # a is chained into b (its result never written): b's result is the job's one output
+    assert result["a"].result_path is None and result["a"].rows == 1
+    assert lineage.outputs == [Dataset(namespace="file", name=str(result["b"].result_path))]
     facet = lineage.run_facets["externalQuery"]
     assert isinstance(facet, external_query_run.ExternalQueryRunFacet)
     assert facet.externalQueryId == job_id and facet.source == f"{cluster.url}/ui/jobs/{job_id}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from sparkdispatch.model.states import ExecutionState
+from sparkdispatch.model.chaining import ResultsMode
 from sparkdispatch.model.job_graph import JobGraph, JobVertex
 from sparkdispatch.model.job_result import Failure
 from sparkdispatch.jobmaster.execution import SubtaskId
@@ -20,6 +21,7 @@ def chain_graph() -> ExecutionGraph:
         JobGraph(
             name="chain",
             job_id=JOB_ID,
+            results=ResultsMode.DURABLE,  # b's result is read from its partitions, not chained into c
             vertices=(
                 JobVertex("a", "m:a", 2),
                 JobVertex("b", "m:b", 2, ("a",)),

@@ -19,6 +19,7 @@ from sparkdispatch.ha import JobProgress, SubtaskProgress
 from sparkdispatch.storage.results import ResultLayout
 from sparkdispatch.model.states import ExecutionState, JobStatus
 from sparkdispatch.model.restart import NoRestart
+from sparkdispatch.model.chaining import ResultsMode
 from sparkdispatch.model.job_graph import JobGraph, JobVertex
 from sparkdispatch.jobmaster import JobMaster, build_execution_graph
 from sparkdispatch.jobmaster.execution import ExecutionVertex, SubtaskId
@@ -166,6 +167,7 @@ async def test_many_schedulable_subtasks_are_scheduled_a_slice_per_turn_of_the_l
     graph = JobGraph(
         name="wide",
         job_id=JOB_ID,
+        results=ResultsMode.DURABLE,  # a's subtasks scheduled as tasks, not chained into b
         restart_strategy=NoRestart(),
         vertices=(JobVertex("a", "m:a", sources), JobVertex("b", "m:b", 1, ("a",))),
     )

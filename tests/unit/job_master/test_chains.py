@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from sparkdispatch.ha import JobProgress, SubtaskProgress
 from sparkdispatch.jobmaster.execution import SubtaskId
-from sparkdispatch.model.chaining import ResultKind
+from sparkdispatch.model.chaining import ResultKind, ResultsMode
 from sparkdispatch.model.job_graph import JobGraph, JobVertex
 from sparkdispatch.model.states import ExecutionState, JobStatus
 from sparkdispatch.rest.views import flink_job_details, job_details
@@ -20,6 +20,7 @@ def sales_graph() -> JobGraph:
         JobVertex("clean", "pipe:clean", 2, ("extract",), result=ResultKind.CHAINED),
         JobVertex("report", "pipe:report", 1, ("clean",)),
         restart=THREE_RESTARTS,
+        results=ResultsMode.AUTO,
     )
 
 
