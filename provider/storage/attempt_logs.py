@@ -43,6 +43,17 @@ def attempt_log_path(result_path: str, attempt: int) -> Path | None:
     return partition.parent / LOG_DIR / f"{subtask}-{attempt}-{execution}.log"
 
 
+def chained_log_path(result_path: str, vertex_id: str, subtask_index: int, attempt: int) -> Path | None:
+    """The log file of subtask `subtask_index` of `vertex_id`, chained into the attempt that writes
+    `result_path`: in its own vertex's `_logs`, named by the chain's attempt and execution, so it is
+    served as that vertex's log. None when the results directory is remote."""
+    partition = _local(result_path.rstrip("/"))
+    if partition is None:
+        return None
+    execution = partition.name.partition("-")[2]
+    return partition.parent.parent / vertex_id / LOG_DIR / f"{subtask_index}-{attempt}-{execution}.log"
+
+
 @dataclass(frozen=True)
 class LogPiece:
     """A piece of one attempt's log: the bytes from `offset` to `next_offset`, as text."""

@@ -6,6 +6,10 @@ into the DataFrame its consumer in the chain gets as `ctx.inputs[...]`. Nothing 
 them: the chain's functions build one plan, which runs when the attempt's own function acts on it
 (its returned DataFrame is written, or it runs an action itself).
 
+What a chained function prints or logs while it runs goes to its own subtask's log file
+(`attempt_logs.chained_log_path`), served as its vertex's log; what Spark runs later in the
+attempt's plan logs to the attempt's own.
+
 A chained subtask's rows are counted by an observation on its DataFrame, so the plan counts them
 as it runs, in no job of their own. A DataFrame the plan never ran (the consumer did not read that
 input) has no count: None, as for a subtask that returned nothing.
@@ -14,6 +18,7 @@ input) has no count: None, as for a subtask that returned nothing.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +30,8 @@ if TYPE_CHECKING:
     from pyspark.sql.connect.session import SparkSession
 
 TaskFunction = Callable[[TaskContext], Any]
+#: where a chained subtask's output goes while its function runs: (vertex id, subtask index) → context
+OutputOf = Callable[[str, int], AbstractContextManager[None]]
 
 
 def as_dataframe(result: object) -> DataFrame:
@@ -65,9 +72,12 @@ class ChainInputs(Mapping[str, "DataFrame | None"]):
 class ChainedFrames:
     """The DataFrames of the vertices chained into one attempt, built in chain order, and their rows."""
 
-    def __init__(self, session: SparkSession, tdd: TaskDeploymentDescriptor) -> None:
+    def __init__(
+        self, session: SparkSession, tdd: TaskDeploymentDescriptor, output: OutputOf = lambda *_: nullcontext()
+    ) -> None:
         self._session = session
         self._tdd = tdd
+        self._output = output
         self._built: dict[str, DataFrame | None] = {}
         self._observed: dict[str, list[Observation | None]] = {}
 
@@ -104,7 +114,8 @@ class ChainedFrames:
                 attempt=self._tdd.attempt,
                 inputs=inputs,
             )
-            result = function(ctx)
+            with self._output(task.vertex_id, index):
+                result = function(ctx)
             if result is None:
                 observed.append(None)
                 continue

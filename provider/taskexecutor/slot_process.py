@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sparkdispatch.storage.attempt_logs import attempt_log_path
+from sparkdispatch.storage.attempt_logs import attempt_log_path, chained_log_path
 from sparkdispatch.errors import ConfigurationError, IllegalStateTransition
 from sparkdispatch.lifeline import die_with_parent
 from sparkdispatch.model.job_result import MAX_INPUT_FILES, Failure
@@ -240,7 +240,13 @@ class SlotProcess:
             # frozen or cut off since it was admitted: the master may run this attempt elsewhere by now
             return AttemptState(ExecutionState.FAILED, failure=Failure("StaleExecution", NOT_STARTED_LATE))
         self._send_state(ExecutionState.RUNNING)
-        chain = ChainedFrames(session, tdd)
+        chain = ChainedFrames(
+            session,
+            tdd,
+            lambda vertex_id, index: output_to(
+                chained_log_path(tdd.result_path, vertex_id, index, tdd.attempt), max_size=request.log_max_size
+            ),
+        )
         try:
             chain.build(load_entrypoint)
             ctx = TaskContext(

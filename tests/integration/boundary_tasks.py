@@ -25,13 +25,15 @@ def tagged_job(ctx: Any) -> None:
 
 
 def half(ctx: Any) -> Any:
-    """Its share of the input's rows (by subtask), with a doubled column."""
+    """Its share of the input's rows (by subtask), with a doubled column; says which share it is."""
+    print(f"half {ctx.subtask_index} of {ctx.parallelism}")
     up = ctx.inputs["up"]
     return up.where(up.id % ctx.parallelism == ctx.subtask_index).selectExpr("id", "id * 2 as twice")
 
 
 def total(ctx: Any) -> Any:
     """One row: how many rows its chained input has and their sum; its inputs' names in a marker."""
+    print("total")
     (Path(ctx.params["marker_dir"]) / "total-inputs").write_text(",".join(ctx.inputs))
     return ctx.inputs["half"].selectExpr("count(*) as n", "sum(twice) as s")
 

@@ -16,6 +16,7 @@ import pytest
 
 from sparkdispatch.model.protocol import ChainedTask
 from sparkdispatch.model.states import ExecutionState
+from sparkdispatch.storage.attempt_logs import attempt_log_path, chained_log_path
 from sparkdispatch.taskexecutor.connect_server import ConnectServer
 from sparkdispatch.taskexecutor.settings import ConnectServerSettings, SlotPoolSettings
 from sparkdispatch.taskexecutor.slot_pool import SlotProcessPool
@@ -166,7 +167,14 @@ def test_a_chained_vertex_runs_in_its_consumers_attempt_as_one_plan_and_its_rows
 
     assert finished.result_path is not None
     assert pyarrow.parquet.read_table(finished.result_path).to_pylist() == [{"n": 1000, "s": 2 * sum(range(1000))}]
-    assert not (Path(produced.result_path).parent / "half").exists()  # nothing written for the chained vertex
+    # nothing written for the chained vertex but its subtasks' logs, each with what its function printed
+    half_dir = Path(finished.result_path).parent.parent / "half"
+    assert [p.name for p in half_dir.iterdir()] == ["_logs"]
+    for index in (0, 1):
+        log = chained_log_path(chain.result_path, "half", index, chain.attempt)
+        assert log is not None and log.read_text().splitlines() == [f"half {index} of 2"]
+    head_log = attempt_log_path(chain.result_path, chain.attempt)
+    assert head_log is not None and "total" in head_log.read_text() and "half" not in head_log.read_text()
 
     broken = ChainedTask("half", "boundary_tasks:broken", inputs={"up": (produced.result_path,)})
     failed = run(

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkdispatch.storage.attempt_logs import attempt_log_path, read_attempt_log
+from sparkdispatch.storage.attempt_logs import attempt_log_path, chained_log_path, read_attempt_log
 from sparkdispatch.errors import RouteNotFound
 from sparkdispatch.client.log_stream import LogFollower
 from sparkdispatch.model.rest_shapes import AttemptLog
@@ -22,6 +22,17 @@ def test_an_attempts_log_lives_beside_its_partition_where_spark_readers_skip_it(
     assert attempt_log_path(partition, 3) == tmp_path / JOB / "clean" / "_logs" / "1-3-exec7.log"
     assert attempt_log_path(f"file://{partition}", 3) == tmp_path / JOB / "clean" / "_logs" / "1-3-exec7.log"
     assert attempt_log_path(f"s3a://bucket/{JOB}/clean/1-exec7", 3) is None
+
+
+def test_a_chained_subtasks_log_is_in_its_own_vertexs_logs_named_by_the_chains_attempt(tmp_path: Path) -> None:
+    head = str(tmp_path / JOB / "report" / "0-exec7")
+    log = chained_log_path(head, "clean", 1, 3)
+    assert log is not None and log == tmp_path / JOB / "clean" / "_logs" / "1-3-exec7.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("clean's line\n")
+    piece = read_attempt_log(str(tmp_path), JOB, "clean", 1, None)
+    assert piece is not None and (piece.attempt, piece.text) == (3, "clean's line\n")
+    assert chained_log_path(f"s3a://bucket/{JOB}/report/0-exec7", "clean", 1, 3) is None
 
 
 def test_reading_gives_the_latest_attempt_from_an_offset(tmp_path: Path) -> None:
