@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from functools import cached_property
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from airflow.sdk import BaseOperator, TaskGroup
 from sparkdispatch.hooks.airflow_compat import AirflowException, AirflowFailException
@@ -36,6 +36,7 @@ from sparkdispatch.hooks.airflow_compat import AirflowException, AirflowFailExce
 from sparkdispatch.client import SyncSparkDispatchClient
 from sparkdispatch.errors import JobAlreadyTerminated, RepairNotPossible, SparkDispatchError
 from sparkdispatch.hooks.sparkdispatch import SparkDispatchHook
+from sparkdispatch.model.chaining import ResultKind, ResultsMode
 from sparkdispatch.model.rest_shapes import VertexOutcome
 from sparkdispatch.model.states import ExecutionState
 from sparkdispatch.operators.jobs import (
@@ -112,6 +113,10 @@ class SparkDispatchVertexOperator(BaseOperator):
     :param cancel_on_kill: cancel the whole job when this task is killed, cleared, marked, or
         times out; default False: those end this task alone and the job runs on for the other
         vertex tasks. A timeout of the DAG run cancels the job either way.
+    :param result: what the vertex asks of its result (the JobGraph's `"result"`): `"auto"` (the
+        default: the master chains it into its consumer's task where the chaining rules allow),
+        `"chained"` or `"durable"` (written, so a clear of a later task repairs that task without
+        running this one again). docs/jobgraph.md, "Result kinds".
 
     The vertex id is the `task_id` given (without the group's prefix). The XCom is
     `{"job_id", "vertex", "state", "rows", "result_path", "partitions", "attempts"}`. A retry or
@@ -146,9 +151,11 @@ class SparkDispatchVertexOperator(BaseOperator):
         deferrable: bool | None = None,
         poll_interval: float = 5.0,
         cancel_on_kill: bool = False,
+        result: str = ResultKind.AUTO.value,
         **kwargs: Any,
     ) -> None:
         self.vertex_id: str = kwargs["task_id"]
+        result_kind = _choice(ResultKind, result, f"{type(self).__name__} {self.vertex_id!r}: result")
         super().__init__(**kwargs)
         self.entrypoint = entrypoint
         self.parallelism = parallelism
@@ -160,6 +167,7 @@ class SparkDispatchVertexOperator(BaseOperator):
         self.deferrable = default_deferrable(fallback=True) if deferrable is None else deferrable
         self.poll_interval = poll_interval
         self.cancel_on_kill = cancel_on_kill
+        self.result = result_kind
         #: set by the group: its launch task and connection
         self.launch_task_id: str | None = None
         self.sparkdispatch_conn_id = SparkDispatchHook.default_conn_name
@@ -191,6 +199,8 @@ class SparkDispatchVertexOperator(BaseOperator):
         }
         if self.environment is not None:  # its local wheels are uploaded by the submitting task
             spec["environment"] = self.render_template(self.environment, own_context(context, self))
+        if self.result is not ResultKind.AUTO:
+            spec["result"] = self.result.value
         return spec
 
     def execute(self, context: Context) -> Any:
@@ -413,6 +423,8 @@ class _LaunchJobGraphOperator(SparkDispatchSubmitJobOperator):
             graph["config"] = dict(self.group.config)
         if self.group.taskexecutor_pool is not None:
             graph["pool"] = self.group.taskexecutor_pool
+        if self.group.results is not ResultsMode.AUTO:
+            graph["results"] = self.group.results.value
         return graph
 
 
@@ -428,6 +440,9 @@ class SparkDispatchJobGroup(TaskGroup):
         (`conn_id`, deprecated, is its earlier name).
     :param restart_strategy: the JobGraph's restart strategy (a dict, as in the JobGraph).
     :param config: the JobGraph's Spark `config`.
+    :param results: the JobGraph's `"results"`: `"auto"` (default: vertices chained where the
+        chaining rules allow) or `"durable"` (every vertex's result written: each task is repaired
+        on its own, and the results stay readable).
     :param taskexecutor_pool: the JobGraph's `pool`, the TaskExecutor pool its vertices run in (not
         Airflow's `pool`, which limits the group's Airflow tasks).
 
@@ -446,10 +461,13 @@ class SparkDispatchJobGroup(TaskGroup):
         restart_strategy: Mapping[str, Any] | None = None,
         config: Mapping[str, Any] | None = None,
         taskexecutor_pool: str | None = None,
+        results: str = ResultsMode.AUTO.value,
         conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
+        results_mode = _choice(ResultsMode, results, f"SparkDispatchJobGroup {group_id!r}: results")
         super().__init__(group_id=group_id, **kwargs)
+        self.results = results_mode
         self.job_name = job_name or group_id
         self.artifacts = list(artifacts)
         self.environment = environment
@@ -515,3 +533,15 @@ class SparkDispatchJobGroup(TaskGroup):
                 if upstream.task_id not in self.children:
                     upstream >> self.launch
             self.launch >> vertex
+
+
+_Choice = TypeVar("_Choice", ResultKind, ResultsMode)
+
+
+def _choice(kind: type[_Choice], value: str, what: str) -> _Choice:
+    """`value` as one of `kind`'s members; a ValueError naming the choices when the DAG is parsed."""
+    try:
+        return kind(value)
+    except ValueError:
+        choices = ", ".join(repr(member.value) for member in kind)
+        raise ValueError(f"{what} is {value!r}; it must be one of {choices}") from None

@@ -616,8 +616,10 @@ def test_a_failed_vertex_cleared_in_airflow_is_repaired_without_running_its_upst
     markers.mkdir()
     with DAG(f"e2e_repair_{time.time_ns()}", schedule=None, start_date=datetime(2026, 1, 1)) as dag:
         with SparkDispatchJobGroup(group_id="fix", restart_strategy={"type": "none"}):
-
-            @task.sparkdispatch(vertex_params={"markers": str(markers)}, poll_interval=0.5, deferrable=False)
+            # durable: a repair of flaky reads gen's result instead of running gen in flaky's chain again
+            @task.sparkdispatch(
+                vertex_params={"markers": str(markers)}, poll_interval=0.5, deferrable=False, result="durable"
+            )
             def gen(ctx: Any) -> Any:
                 with open(f"{ctx.params['markers']}/gen", "a") as marker:
                     marker.write(f"{ctx.attempt}\n")

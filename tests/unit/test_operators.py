@@ -956,6 +956,42 @@ def test_a_groups_taskexecutor_pool_is_its_graphs_pool_and_not_airflows() -> Non
         assert launch.pool == "default_pool"  # Airflow's own pool is untouched
 
 
+def test_a_groups_results_and_its_vertices_result_kinds_reach_its_graph() -> None:
+    from datetime import datetime
+
+    from airflow.sdk import DAG, task
+
+    from sparkdispatch.operators import SparkDispatchJobGroup, SparkDispatchVertexOperator
+
+    with DAG("results_dag", schedule=None, start_date=datetime(2026, 1, 1)) as dag:
+        with SparkDispatchJobGroup(group_id="g"):
+
+            @task.sparkdispatch(result="durable")
+            def kept(ctx: Any) -> Any:
+                return ctx.spark.range(3)
+
+            mid = SparkDispatchVertexOperator(task_id="mid", entrypoint="m:f")
+            kept() >> mid >> SparkDispatchVertexOperator(task_id="last", entrypoint="m:g")  # type: ignore[call-arg,misc]
+        with SparkDispatchJobGroup(group_id="h", results="durable"):
+            SparkDispatchVertexOperator(task_id="v", entrypoint="m:f")
+
+    def graph_of(group: str) -> dict[str, Any]:
+        launch = task_of(dag, f"{group}.launch", SparkDispatchSubmitJobOperator)
+        ti = FakeTI()
+        ti.task_id = f"{group}.launch"
+        return launch.load_graph(context(ti, durable=False, task=launch))
+
+    g = graph_of("g")
+    assert {v["id"]: v.get("result") for v in g["vertices"]} == {"kept": "durable", "mid": None, "last": None}
+    assert "results" not in g
+    assert graph_of("h")["results"] == "durable"
+    with DAG("bad_results_dag", schedule=None, start_date=datetime(2026, 1, 1)):
+        with pytest.raises(ValueError, match="result is 'fast'; it must be one of 'auto', 'chained', 'durable'"):
+            SparkDispatchVertexOperator(task_id="bad", entrypoint="m:f", result="fast")
+        with pytest.raises(ValueError, match="results is 'chained'; it must be one of 'auto', 'durable'"):
+            SparkDispatchJobGroup(group_id="bad", results="chained")
+
+
 def test_a_mapped_decorated_task_unmapped_by_airflow_does_not_warn_of_params() -> None:
     """Airflow's unmapping passes its merged `params` to every mapped task: that is no `params=` of
     the user's, so it neither warns nor becomes vertex params."""
