@@ -47,7 +47,10 @@ def restore(execution_graph: ExecutionGraph, progress: JobProgress) -> list[Subt
     """
     skipped: list[SubtaskId] = []
     restored = 0
+    # chained subtasks are restored with their head, or run again with it: all of them are known
+    # before any head is restored, whatever order the store lists them in
     chained: dict[SubtaskId, SubtaskProgress] = {}
+    tasks: list[tuple[ExecutionVertex, SubtaskProgress]] = []
     for vertex_id, subtasks in progress.finished.items():
         for index, entry in subtasks.items():
             subtask_id = SubtaskId(vertex_id, int(index))
@@ -57,22 +60,24 @@ def restore(execution_graph: ExecutionGraph, progress: JobProgress) -> list[Subt
                 skipped.append(subtask_id)
                 continue
             if execution_graph.chains.is_chained(vertex_id):
-                chained[subtask_id] = entry  # restored with its head, or run again with it
-                continue
-            ev.current.transition(ExecutionState.RECONCILING)
-            ev.current.transition(ExecutionState.FINISHED)
-            ev.current.keep(entry)
-            ev.deployed_attempts = 1
-            ev.progress_recorded = True
-            ev.recovered = True
+                chained[subtask_id] = entry
+            else:
+                tasks.append((ev, entry))
+    for ev, entry in tasks:
+        ev.current.transition(ExecutionState.RECONCILING)
+        ev.current.transition(ExecutionState.FINISHED)
+        ev.current.keep(entry)
+        ev.deployed_attempts = 1
+        ev.progress_recorded = True
+        ev.recovered = True
+        restored += 1
+        for member in execution_graph.chain_members(ev):
+            kept = chained.get(member.id)
+            member.chained_rows = kept.rows if kept is not None else None
+            member.deployed_attempts = 1
+            member.progress_recorded = True
+            member.recovered = True
             restored += 1
-            for member in execution_graph.chain_members(ev):
-                kept = chained.get(member.id)
-                member.chained_rows = kept.rows if kept is not None else None
-                member.deployed_attempts = 1
-                member.progress_recorded = True
-                member.recovered = True
-                restored += 1
     execution_graph.restored = (restored, tuple(skipped))
     return skipped
 

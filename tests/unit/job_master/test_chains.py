@@ -106,6 +106,12 @@ async def test_a_new_leader_keeps_a_recorded_chain_and_runs_one_whose_head_was_n
     result = await kept.run_to_end()
     assert result.status is JobStatus.FINISHED and not kept.gateway.deployments
     assert result.vertices["clean"].rows == 8 and result.vertices["clean"].state is ExecutionState.FINISHED
+    # a store may list the head before its chained vertex: the rows are kept all the same
+    listed_head_first = JobProgress(JOB_ID, dict(reversed(list(whole.finished.items()))))
+    reordered = Harness(sales_graph(), recovered=listed_head_first)
+    reordered.jm.start()
+    assert (await reordered.run_to_end()).vertices["clean"].rows == 8
+    await reordered.jm.join()
 
     # clean recorded, its head not (the former leader stopped between the records): the chain runs again
     partial = JobProgress(JOB_ID, {"extract": extract, "clean": {0: SubtaskProgress(None, 4)}})
