@@ -184,8 +184,14 @@ def one_round(failover: Failover, artifact: str, *, number: int, vertices: int, 
     leader = failover.leader()
     standby = 1 - leader
     leader_url, standby_url = cluster.master_url(leader), cluster.master_url(standby)
+    # each vertex a task of its own, so the failover falls between tasks of the job, as it measures
     graph = chain_graph(
-        f"p4-{number}", vertices, entrypoint="bench_tasks:pause", artifact=artifact, params={"seconds": vertex_s}
+        f"p4-{number}",
+        vertices,
+        entrypoint="bench_tasks:pause",
+        artifact=artifact,
+        params={"seconds": vertex_s},
+        durable=True,
     )
     job_id = cluster.submit(graph)
     wait_until_running(cluster, leader_url, job_id, "v01")

@@ -12,9 +12,16 @@ SALES_GRAPH = PIPELINES_DIR / "sales_graph.yaml"
 
 
 def chain_graph(
-    name: str, length: int, *, entrypoint: str, artifact: str, params: dict[str, Any] | None = None
+    name: str,
+    length: int,
+    *,
+    entrypoint: str,
+    artifact: str,
+    params: dict[str, Any] | None = None,
+    durable: bool = False,
 ) -> dict[str, Any]:
-    """`length` vertices v00 → v01 → ..., each running `entrypoint` once."""
+    """`length` vertices v00 → v01 → ..., each running `entrypoint` once: chained into one task by
+    the master, or with `durable` each a task of its own (`"results": "durable"`)."""
     vertices = [
         {
             "id": f"v{i:02d}",
@@ -30,6 +37,7 @@ def chain_graph(
         "vertices": vertices,
         "artifacts": [artifact],
         "restart_strategy": {"type": "fixed-delay", "attempts": 0, "delay_s": 0.0},
+        **({"results": "durable"} if durable else {}),
     }
 
 
