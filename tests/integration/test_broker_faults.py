@@ -71,11 +71,13 @@ def master_config(tmp_path: Path, broker_url: str, **extra: str) -> Configuratio
 
 
 def graph(name: str, key: str, log_dir: Path, *, sleep_s: float, restart: dict[str, Any]) -> dict[str, Any]:
-    """numbers (10 rows, after `sleep_s`) → double."""
+    """numbers (10 rows, after `sleep_s`) → double, each a task of its own (durable results: a
+    deployment of each is what the faults hit)."""
     return {
         "name": name,
         "artifacts": [key],
         "restart_strategy": restart,
+        "results": "durable",
         "vertices": [
             {
                 "id": "numbers",
