@@ -97,6 +97,8 @@ async def run_job(
                 "name": name,
                 "artifacts": [key],
                 "restart_strategy": {"type": "fixed-delay", "attempts": 3, "delay_s": 0.5},
+                # numbers' two subtasks tasks of their own, one on each TaskExecutor, for the faults to hit
+                "results": "durable",
                 "vertices": [
                     {
                         "id": "numbers",
