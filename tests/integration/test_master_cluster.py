@@ -71,8 +71,12 @@ def vertex(vid: str, fn: str, *, inputs: tuple[str, ...] = (), parallelism: int 
     }
 
 
-def job(name: str, vertices: list[dict[str, Any]], key: str, **extra: Any) -> dict[str, Any]:
-    return {"name": name, "vertices": vertices, "artifacts": [key], **extra}
+def job(
+    name: str, vertices: list[dict[str, Any]], key: str, *, results: str = "durable", **extra: Any
+) -> dict[str, Any]:
+    """A job of `vertices`. Durable results unless `results="auto"`: these tests are of tasks, their
+    failover and the reuse of finished results, so each vertex runs as a task of its own."""
+    return {"name": name, "vertices": vertices, "artifacts": [key], "results": results, **extra}
 
 
 def runs(log_dir: Path, vertex_id: str, what: str = "run") -> list[str]:
@@ -113,19 +117,20 @@ def test_fan_out_fan_in_graph_produces_the_expected_rows(
 def test_vertices_chained_into_their_consumer_give_the_same_rows_and_write_nothing(
     cluster: LocalCluster, tasks_key: str, tmp_path: Path, spark: Any
 ) -> None:
-    """The fan-in graph above with `double` and `square` chained into `total`: three tasks instead
-    of five, the same report, each chained vertex with its rows and attempts, and no partition."""
+    """The fan-in graph above as the master chains it on its own (`"results": "auto"`): `double` and
+    `square` run in `total`'s task, three tasks instead of five, the same report, each chained vertex
+    with its rows and attempts, and no partition."""
     log = str(tmp_path)
-    chained = {"result": "chained"}
     graph = job(
         "fan-in-chained",
         [
             vertex("numbers", "numbers", parallelism=2, rows=100, log_dir=log),
-            {**vertex("double", "double", inputs=("numbers",), parallelism=2, log_dir=log), **chained},
-            {**vertex("square", "square", inputs=("numbers",), parallelism=2, log_dir=log), **chained},
+            vertex("double", "double", inputs=("numbers",), parallelism=2, log_dir=log),
+            vertex("square", "square", inputs=("numbers",), parallelism=2, log_dir=log),
             vertex("total", "total", inputs=("double", "square"), log_dir=log),
         ],
         tasks_key,
+        results="auto",
     )
     result = cluster.wait_for_result(cluster.submit(graph))
     assert result.status == "FINISHED", result.failure
