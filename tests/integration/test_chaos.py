@@ -13,7 +13,7 @@ import copy
 import os
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +91,7 @@ def finished_job() -> Case:
         "end_time": 1_010_000,
         "vertices": {
             "produce": {"rows": ROWS, "partitions": partitions("produce", 2)},
-            "transform": {"rows": ROWS, "partitions": partitions("transform", 2)},
+            "transform": {"rows": ROWS, "partitions": []},  # chained into summarize: nothing written
             "summarize": {"rows": 1, "partitions": partitions("summarize", 1)},
         },
     }
@@ -129,6 +129,17 @@ def test_a_clean_finished_job_has_no_findings() -> None:
     assert finished_job().judge() == set()
 
 
+def test_a_chain_run_again_in_a_new_attempt_is_no_duplicate() -> None:
+    case = finished_job()
+    # summarize's attempt 0 failed after transform's functions ran in it; attempt 1 ran the chain again
+    case.executions[2:] = [
+        replace(e, attempt=attempt, execution=f"{e.execution}-{attempt}", start=e.start + 2 * attempt)
+        for attempt in (0, 1)
+        for e in case.executions[2:]
+    ]
+    assert case.judge() == set()
+
+
 def late(vertex: str, subtask: int, start: float) -> Execution:
     return Execution(vertex, subtask, 1, "late", start=start, end=start + 0.5, output=None)
 
@@ -145,6 +156,8 @@ def lose_everywhere(c: Case) -> None:
     [
         (lambda c: c.executions.append(late("summarize", 0, 1010.2)), "duplicated"),  # after the JobResult's end
         (lambda c: c.executions.append(late("produce", 1, 1003.5)), "duplicated"),  # after transform started
+        # transform runs in summarize's attempts: a new attempt of the chain runs it again, but not twice in one
+        (lambda c: c.executions.append(replace(c.executions[2], execution="twice")), "duplicated"),
         (lambda c: c.stored.job_results[JOB].update(dirty=c.record.result), "duplicated"),
         (lambda c: c.stored.job_results[JOB]["clean"].update(status="CANCELED"), "duplicated"),
         (lambda c: c.stored.archive[JOB].update(end_time=1_020_000), "duplicated"),
@@ -166,6 +179,7 @@ def lose_everywhere(c: Case) -> None:
         ),
         (lambda c: c.record.result["vertices"]["transform"].update(rows=2 * ROWS), "wrong-result"),
         (lambda c: c.record.result["vertices"]["produce"]["partitions"].append("/r/produce/1-again"), "wrong-result"),
+        (lambda c: c.record.result["vertices"]["transform"]["partitions"].append("/r/transform/0-t"), "wrong-result"),
         (lambda c: c.executions[-1].output.update(rows=ROWS + 1), "wrong-result"),
         (lambda c: c.executions.pop(1), "wrong-result"),  # produce[1] FINISHED without a completed execution
     ],
