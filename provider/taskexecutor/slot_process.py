@@ -58,6 +58,7 @@ from sparkdispatch.taskexecutor.chained_vertices import ChainedFrames, as_datafr
 from sparkdispatch.taskexecutor.connect_url import shown
 from sparkdispatch.taskexecutor.executor_archive import run_udfs_in
 from sparkdispatch.taskexecutor.input_datasets import input_datasets
+from sparkdispatch.taskexecutor.plan_reads import reads_only_under
 from sparkdispatch.taskexecutor.driver_log import DriverLog, progress_handler
 from sparkdispatch.taskexecutor.attempt_code import import_path_entry, load_entrypoint, output_to
 from sparkdispatch.taskexecutor.slot_sessions import make_active, new_session, server_session_id
@@ -111,14 +112,17 @@ def _write_output(text: str) -> None:
 
 
 def _input_datasets(frame: DataFrame, result_path: str) -> tuple[str, ...]:
-    """The datasets `frame` read besides the job's results (one analyze call to the server); none
-    when Spark cannot say, which does not fail the task."""
+    """The datasets `frame` read besides the job's results (one analyze call to the server, none when
+    its plan reads only the job's results); none when Spark cannot say, which does not fail the task."""
+    own_results = job_dir_of(result_path)
     try:
+        if reads_only_under(frame, own_results):
+            return ()
         files = frame.inputFiles()
     except Exception as exc:  # noqa: BLE001 - lineage is a description; the task's result stands
         log.warning("the input files of the task's DataFrame are left out of its lineage: %s", exc)
         return ()
-    return input_datasets(files, own_results=job_dir_of(result_path), limit=MAX_INPUT_FILES)
+    return input_datasets(files, own_results=own_results, limit=MAX_INPUT_FILES)
 
 
 @dataclass
