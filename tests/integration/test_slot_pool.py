@@ -77,14 +77,20 @@ def connect_server(
         server.stop()
 
 
-@pytest.fixture
-def pool(connect_server: ConnectServer) -> Iterator[SlotProcessPool]:
+def new_pool(connect_server: ConnectServer, *, spares: int) -> SlotProcessPool:
+    """A pool on the module's server with `spares` warm spares, started."""
     pool = SlotProcessPool(
-        SlotPoolSettings(spares=1, cancellation_timeout=CANCELLATION_TIMEOUT_S),
+        SlotPoolSettings(spares=spares, cancellation_timeout=CANCELLATION_TIMEOUT_S),
         connect_url=connect_server.url,
         driver_log=str(connect_server.log_path),
     )
     pool.start()
+    return pool
+
+
+@pytest.fixture
+def pool(connect_server: ConnectServer) -> Iterator[SlotProcessPool]:
+    pool = new_pool(connect_server, spares=1)
     try:
         yield pool
     finally:
@@ -465,12 +471,7 @@ def test_new_code_on_both_slots_at_once_runs_in_two_warm_spares_and_the_processe
     connect_server: ConnectServer, tasks: str, tmp_path: Path
 ) -> None:
     module = f"pipeline_{uuid.uuid4().hex[:8]}"
-    pool = SlotProcessPool(
-        SlotPoolSettings(spares=2, cancellation_timeout=CANCELLATION_TIMEOUT_S),
-        connect_url=connect_server.url,
-        driver_log=str(connect_server.log_path),
-    )
-    pool.start()
+    pool = new_pool(connect_server, spares=2)
     try:
         bound: list[set[int]] = []
         for round_ in range(2):  # each round, a new version of the module on both slots, running at once
