@@ -97,7 +97,7 @@ class SlotPoolSettings:
     """A TaskExecutor's slot processes: warm spares, cancellation timeout, start and stop bounds (seconds),
     the cap of each attempt's log (bytes)."""
 
-    spares: int = 1
+    spares: int = TASKEXECUTOR_SLOT_PROCESS_SPARES.default
     environment_spares: int = TASKEXECUTOR_SLOT_PROCESS_ENVIRONMENT_SPARES.default  # in jobs' Python environments
     cancellation_timeout: float = 30.0
     start_timeout: float = 120.0  # a new slot process's imports and first action

@@ -77,14 +77,20 @@ def connect_server(
         server.stop()
 
 
-@pytest.fixture
-def pool(connect_server: ConnectServer) -> Iterator[SlotProcessPool]:
+def new_pool(connect_server: ConnectServer, *, spares: int) -> SlotProcessPool:
+    """A pool on the module's server with `spares` warm spares, started."""
     pool = SlotProcessPool(
-        SlotPoolSettings(spares=1, cancellation_timeout=CANCELLATION_TIMEOUT_S),
+        SlotPoolSettings(spares=spares, cancellation_timeout=CANCELLATION_TIMEOUT_S),
         connect_url=connect_server.url,
         driver_log=str(connect_server.log_path),
     )
     pool.start()
+    return pool
+
+
+@pytest.fixture
+def pool(connect_server: ConnectServer) -> Iterator[SlotProcessPool]:
+    pool = new_pool(connect_server, spares=1)
     try:
         yield pool
     finally:
@@ -459,6 +465,50 @@ def test_two_concurrent_jobs_run_their_own_module_version_and_shuffle_partitions
     assert {job_id: (r["here"], r["on_executors"], r["conf"], r["partitions"]) for job_id, r in seen.items()} == {
         job_id: (version, version, partitions, int(partitions)) for job_id, (version, partitions) in jobs.items()
     }
+
+
+def test_new_code_on_both_slots_at_once_runs_in_two_warm_spares_and_the_processes_stay_bounded(
+    connect_server: ConnectServer, tasks: str, tmp_path: Path
+) -> None:
+    module = f"pipeline_{uuid.uuid4().hex[:8]}"
+    pool = new_pool(connect_server, spares=2)
+    try:
+        bound: list[set[int]] = []
+        for round_ in range(2):  # each round, a new version of the module on both slots, running at once
+            warm = eventually_blocking(
+                lambda: {child.pid for child in pool._spares} if len(pool._spares) == 2 else None,
+                "two warm spares",
+            )
+            jobs = {new_job_id(): f"r{round_}-slot{slot_index}" for slot_index in (0, 1)}
+            attempts = [
+                Attempt(
+                    pool,
+                    deployment(
+                        tmp_path,
+                        "slot_tasks:versions",
+                        job_id=job_id,
+                        slot_index=slot_index,
+                        params={"module": module, "peers": [other for other in jobs if other != job_id]},
+                    ),
+                    [tasks, versioned_module(tmp_path, module, version)],
+                )
+                for slot_index, (job_id, version) in enumerate(jobs.items())
+            ]
+            seen = {attempt.tdd.job_id: rows_of(attempt.join())[0] for attempt in attempts}
+            assert {job_id: (r["here"], r["on_executors"]) for job_id, r in seen.items()} == {
+                job_id: (version, version) for job_id, version in jobs.items()
+            }
+            bound.append({r["pid"] for r in seen.values()})
+            assert bound[-1] == warm  # both ran in the spares made ahead, none in a process started for them
+        eventually_blocking(lambda: all(gone(pid) for pid in bound[0]), "the first round's processes to stop")
+        spares = eventually_blocking(
+            lambda: {child.pid for child in pool._spares} if len(pool._spares) == 2 else None,
+            "the spares to be made again",
+        )
+        assert slot_processes() == bound[1] | spares  # one per slot and the two spares, nothing more
+    finally:
+        pool.close()
+    assert slot_processes() == set(), "slot processes left after close()"
 
 
 # --------------------------------------------------------------------------------------------
