@@ -76,12 +76,13 @@ TASKEXECUTOR_ARTIFACT_CACHE_MAX_SIZE: Final = SECTION.size(
 )
 TASKEXECUTOR_SLOT_PROCESS_SPARES: Final = SECTION.integer(
     "taskexecutor.slot-process.spares",
-    2,
+    1,
     "Slot processes a TaskExecutor keeps started and warm for the next slots that get a task of other code (each "
     "about 145 MB). A spare taken is replaced in the background, which takes a few seconds of CPU (pyspark's "
     "Connect client imported, a session's first calls made): jobs of new code that follow each other more closely "
-    "than that wait for it once the spares are used up (bench/small_jobs.py, new code every other job on a loaded "
-    "2-core host: p90 6.6 s with 1 spare, 5.2 s with 2; the median stayed at 3.2 s).",
+    "than that wait for it once the spares are used up; raise it where new code comes in bursts "
+    "(bench/small_jobs.py, new code every other job on a loaded 2-core host: p90 6.6 s with 1 spare, 5.2 s with 2; "
+    "the median stayed at 3.2 s).",
     minimum=0,
 )
 TASKEXECUTOR_SLOT_PROCESS_ENVIRONMENT_SPARES: Final = SECTION.integer(
