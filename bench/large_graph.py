@@ -108,7 +108,10 @@ def serve(port: int, storage: Path, slots: int, run_tasks: bool, log_level: str)
     log_collections(storage / GC_LOG)
 
     async def main() -> None:
-        async with InProcessMaster(storage_dir=storage / "master", port=port) as master:
+        # The scripted TaskExecutor sends no heartbeats: the test default (10 min) would declare it
+        # lost, and fail the job, when a job at the limit runs longer than that on a loaded machine.
+        overrides = {"heartbeat.timeout": "2h"}
+        async with InProcessMaster(storage_dir=storage / "master", port=port, overrides=overrides) as master:
             # The test double records every deployment; a real gateway (Celery) keeps none. Keep the
             # last few only, or 10,000 records would grow the heap each full collection walks.
             master.gateway.deployments = collections.deque(maxlen=100)

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sparkdispatch.ha.files import LeadershipCheck, finish_in_thread, fsync_dir, write_atomic, write_temp
+from sparkdispatch.ha.files import LeadershipCheck, finish_in_thread, fsync_dir, json_bytes, write_atomic, write_temp
 from sparkdispatch.ha.jobgraph_store import check_job_id
 from sparkdispatch.ha.progress_store import Finished, finished_from_dict, finished_to_dict
 from sparkdispatch.model.states import ExecutionState
@@ -213,7 +213,7 @@ class JobArchive:
         """Archive `job` (replacing an entry of the same job); `LeadershipLost` unless `session_id` leads."""
         path = self.directory / f"{check_job_id(job.result.job_id)}{ENTRY_SUFFIX}"
         # a large job's entry takes long to encode: off the loop
-        temp = await asyncio.to_thread(lambda: write_temp(path, json.dumps(job.to_dict()).encode()))
+        temp = await asyncio.to_thread(lambda: write_temp(path, json_bytes(job.to_dict())))
         try:
             async with self._writing:
                 await self._check(session_id, COMPONENT)

@@ -24,7 +24,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sparkdispatch.errors import InvalidJobGraph, JobResultEntryExists, NoSuchJobResult, StoreError
-from sparkdispatch.ha.files import LeadershipCheck, finish_in_thread, fsync_dir, is_temp, link_to, write_temp
+from sparkdispatch.ha.files import (
+    LeadershipCheck,
+    finish_in_thread,
+    fsync_dir,
+    is_temp,
+    json_bytes,
+    link_to,
+    write_temp,
+)
 from sparkdispatch.ha.jobgraph_store import check_job_id
 from sparkdispatch.model.job_graph import JOB_ID_PATTERN
 from sparkdispatch.model.job_result import JobResult
@@ -184,4 +192,4 @@ def _encode(entry: JobResultEntry) -> bytes:
     body: dict[str, object] = {"result": entry.result.to_dict(), "version": FORMAT_VERSION}
     if entry.fingerprint is not None:
         body["fingerprint"] = entry.fingerprint
-    return json.dumps(body, sort_keys=True).encode()
+    return json_bytes(body, sort_keys=True)  # in a thread (create_dirty)

@@ -309,7 +309,7 @@ class ExecutionGraph:
 
     def vertex_result(self, vertex_id: str, *, results: ResultLayout) -> VertexResult:
         """The vertex's outcome for the JobResult, its partitions laid out by `results`."""
-        # One pass over the subtasks: the JobResult of a large job is built on the loop.
+        # One pass over the subtasks (a large job has 100,000).
         states: list[ExecutionState] = []
         attempts = 0
         rows: int | None = None

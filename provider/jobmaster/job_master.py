@@ -115,6 +115,7 @@ class JobMaster:
         self._restart_timers: set[asyncio.Task[Any]] = set()
         self._more_to_schedule: asyncio.Handle | None = None  # the next slice of `_schedule`, if one is due
         self.result_future: asyncio.Future[JobResult] = asyncio.get_running_loop().create_future()
+        self._publishing: asyncio.Task[None] | None = None  # `result_future`'s, once the job is terminal
 
     # ------------------------------------------------------------------ public API
 
@@ -202,7 +203,8 @@ class JobMaster:
             )
 
     async def cancel(self) -> None:
-        """Stop the job: running tasks are cancelled on their TaskExecutors, slots released, CANCELED.
+        """Stop the job: running tasks are cancelled on their TaskExecutors, slots released, CANCELED;
+        returns once its JobResult is published (`result_future`).
 
         Idempotent for a cancelled job; `JobAlreadyTerminated` for a finished, failed or suspended one.
         """
@@ -214,7 +216,7 @@ class JobMaster:
         log.info("job %s (session %s): cancelling", self.job_id, self.job_master_id)
         if graph.status is JobStatus.INITIALIZING:
             graph.transition(JobStatus.CANCELED)
-            self._terminate()
+            await asyncio.shield(self._terminate())
             return
         graph.transition(JobStatus.CANCELLING)
         self._stop_restart_timers()
@@ -224,7 +226,7 @@ class JobMaster:
             await asyncio.gather(*cancel_calls, return_exceptions=True)
         if self.status is JobStatus.CANCELLING:  # not suspended while we waited
             graph.transition(JobStatus.CANCELED)
-            self._terminate()
+            await asyncio.shield(self._terminate())
 
     def suspend(self) -> None:
         """Leadership lost: stop here without touching HA data; the next leader resumes the job.
@@ -263,12 +265,18 @@ class JobMaster:
 
     def snapshot_off_loop(self) -> Awaitable[JobSnapshot]:
         """`snapshot()` as of the call: captured now in immutable values, built in a thread (where a
-        large job's takes tens of ms instead of stalling the loop)."""
+        large job's takes tens of ms instead of stalling the loop); a globally terminal job's graph
+        no longer changes, so its capture is taken in the thread too."""
+        if self.status.is_globally_terminal:
+            return asyncio.to_thread(self.execution_graph.snapshot)
         return asyncio.to_thread(self.execution_graph.capture().build)
 
     async def join(self) -> None:
-        """Wait for the background calls this JobMaster started (deployments, cancellations)."""
+        """Wait for the background calls this JobMaster started (deployments, cancellations, the
+        JobResult's publication)."""
         await self._calls.join()
+        if self._publishing is not None:
+            await asyncio.shield(self._publishing)
 
     # ------------------------------------------------------------------ SlotListener
 
@@ -551,11 +559,24 @@ class JobMaster:
         graph.transition(JobStatus.FAILED)
         self._terminate()
 
-    def _terminate(self) -> None:
-        """The job reached a globally terminal status: release everything, publish the JobResult."""
+    def _terminate(self) -> asyncio.Task[None]:
+        """The job reached a globally terminal status: release everything, publish the JobResult
+        (built in a thread: `result_future` resolves once the returned task is done)."""
         self._held_back.clear()
         self._declare()
-        result = self.execution_graph.job_result(results=self._results)
+        self._publishing = asyncio.get_running_loop().create_task(self._publish_result())
+        return self._publishing
+
+    async def _publish_result(self) -> None:
+        # A large job's JobResult walks every subtask (100,000: 0.3 s and more). Once the job is
+        # globally terminal its graph no longer changes (every attempt is terminal, reports are
+        # refused), so a thread may read it while the loop answers other calls.
+        try:
+            result = await asyncio.to_thread(self.execution_graph.job_result, results=self._results)
+        except Exception as exc:  # noqa: BLE001 - the job's watcher learns it from result_future
+            if not self.result_future.done():
+                self.result_future.set_exception(exc)
+            return
         log.info(
             "job %s (session %s) %s after %d ms",
             self.job_id,

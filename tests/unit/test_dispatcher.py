@@ -166,6 +166,29 @@ async def test_a_finished_job_is_archived_cleaned_and_never_run_again(config: Co
     await dispatcher.stop()
 
 
+async def test_an_ended_jobs_finished_subtasks_are_gathered_off_the_loop(
+    config: Configuration, ha: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A large ended job's finished subtasks (for its archive entry) take a walk over all of them: in a thread."""
+    gathered_in: list[int] = []
+    finished = FakeJobMaster.finished
+
+    def recorded(job_master: FakeJobMaster) -> dict[str, dict[int, SubtaskProgress]]:
+        gathered_in.append(threading.get_ident())
+        return finished(job_master)
+
+    monkeypatch.setattr(FakeJobMaster, "finished", recorded)
+    dispatcher = make_dispatcher(config, ha)
+    await dispatcher.start()
+    await dispatcher.submit(graph())
+    FakeJobMaster.created[0].finish()
+    await eventually(lambda: settled(dispatcher), "the job cleaned up")
+    assert gathered_in and threading.get_ident() not in gathered_in
+    archived = await dispatcher._archive.get("a" * 32)
+    assert archived is not None and archived.finished == FakeJobMaster.created[0].done
+    await dispatcher.stop()
+
+
 async def test_a_caller_limited_to_other_pools_is_forbidden_and_changes_nothing(config: Configuration, ha: Any) -> None:
     """The pool check and the action read the same lookup: a refused call stores nothing and
     reaches no JobMaster; a job that does not exist is unknown before it is forbidden."""

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -17,7 +20,7 @@ from sparkdispatch.ha import (
     create_leader_retrieval,
 )
 from sparkdispatch.ha.access import cluster_dir
-from sparkdispatch.ha.files import is_temp, link_to, write_atomic, write_temp
+from sparkdispatch.ha.files import is_temp, json_bytes, link_to, write_atomic, write_temp
 from sparkdispatch.ha.leader import StandaloneLeaderElection
 from sparkdispatch.ha.zookeeper import ZooKeeperPaths, parse_auth
 
@@ -138,3 +141,36 @@ def test_followers_check_the_cluster_id_too(tmp_path: Path, mode: str) -> None:
     if mode == "zookeeper":
         with pytest.raises(ConfigurationError, match="cluster-id"):
             create_leader_retrieval(config)
+
+
+def test_json_bytes_are_json_dumps_bytes_and_let_other_threads_run_meanwhile() -> None:
+    """A large job's archive entry is encoded in a thread: json.dumps's C encoder would hold the GIL
+    (and so stop the master's loop) until it is done; json_bytes lets other threads run in between."""
+    entry = {
+        "subtasks": [
+            {"state": "FINISHED", "rows": index, "path": f"/r/{index}", "ok": True} for index in range(100_000)
+        ]
+    }
+    for sort_keys in (False, True):
+        assert json_bytes({"b": [1.5, None, "\u00e9"], "a": entry["subtasks"][:3]}, sort_keys=sort_keys) == (
+            json.dumps({"b": [1.5, None, "\u00e9"], "a": entry["subtasks"][:3]}, sort_keys=sort_keys).encode()
+        )
+    turns = 0  # how often another thread got the GIL while the entry was encoded
+    encoding = threading.Event()
+    encoded = threading.Event()
+    out: list[bytes] = []
+
+    def encode() -> None:
+        encoding.set()
+        out.append(json_bytes(entry))
+        encoded.set()
+
+    encoder = threading.Thread(target=encode)
+    encoder.start()
+    encoding.wait()
+    while not encoded.is_set():
+        turns += 1
+        time.sleep(0)  # gives the GIL back at once: a turn each time the encoder lets go of it
+    encoder.join()
+    assert out == [json.dumps(entry).encode()]
+    assert turns > 20

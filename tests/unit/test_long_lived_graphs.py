@@ -93,3 +93,18 @@ def test_collection_left_off_by_the_caller_stays_off() -> None:
     assert not gc.isenabled()
     del graph
     assert gc.get_freeze_count() == 0
+
+
+def test_what_survives_a_full_collection_while_a_graph_lives_is_frozen_too() -> None:
+    graphs = LongLivedGraphs(min_subtasks=1)
+    graph = graphs.build(Graph, subtasks=1)
+    progress = [[index] for index in range(100)]  # allocated as the job runs
+    assert tracked(progress)
+    gc.collect(1)  # a younger generation's collection leaves it to the collector
+    assert tracked(progress)
+    gc.collect()
+    assert not tracked(progress) and not tracked(graph)
+    del graph
+    assert graphs.alive == 0 and gc.get_freeze_count() == 0 and tracked(progress)
+    gc.collect()
+    assert tracked(progress)  # no graph lives: a full collection freezes nothing
