@@ -90,20 +90,26 @@ def wait_for_run(log_dir: Path, vertex_id: str, what: str = "run", timeout: floa
     )
 
 
-def test_fan_out_fan_in_graph_produces_the_expected_rows(
-    cluster: LocalCluster, tasks_key: str, tmp_path: Path, spark: Any
-) -> None:
-    log = str(tmp_path)
-    graph = job(
-        "fan-in",
+def fan_in(name: str, key: str, log_dir: Path, *, results: str) -> dict[str, Any]:
+    """numbers (2) fans out to double (2) and square (2), which fan in to total (1)."""
+    log = str(log_dir)
+    return job(
+        name,
         [
             vertex("numbers", "numbers", parallelism=2, rows=100, log_dir=log),
             vertex("double", "double", inputs=("numbers",), parallelism=2, log_dir=log),
             vertex("square", "square", inputs=("numbers",), parallelism=2, log_dir=log),
             vertex("total", "total", inputs=("double", "square"), log_dir=log),
         ],
-        tasks_key,
+        key,
+        results=results,
     )
+
+
+def test_fan_out_fan_in_graph_produces_the_expected_rows(
+    cluster: LocalCluster, tasks_key: str, tmp_path: Path, spark: Any
+) -> None:
+    graph = fan_in("fan-in", tasks_key, tmp_path, results="durable")
     result = cluster.wait_for_result(cluster.submit(graph))
     assert result.status == "FINISHED", result.failure
     rows = {vid: v.rows for vid, v in result.vertices.items()}
@@ -120,18 +126,7 @@ def test_vertices_chained_into_their_consumer_give_the_same_rows_and_write_nothi
     """The fan-in graph above as the master chains it on its own (`"results": "auto"`): `double` and
     `square` run in `total`'s task, three tasks instead of five, the same report, each chained vertex
     with its rows and attempts, and no partition."""
-    log = str(tmp_path)
-    graph = job(
-        "fan-in-chained",
-        [
-            vertex("numbers", "numbers", parallelism=2, rows=100, log_dir=log),
-            vertex("double", "double", inputs=("numbers",), parallelism=2, log_dir=log),
-            vertex("square", "square", inputs=("numbers",), parallelism=2, log_dir=log),
-            vertex("total", "total", inputs=("double", "square"), log_dir=log),
-        ],
-        tasks_key,
-        results="auto",
-    )
+    graph = fan_in("fan-in-chained", tasks_key, tmp_path, results="auto")
     result = cluster.wait_for_result(cluster.submit(graph))
     assert result.status == "FINISHED", result.failure
     rows = {vid: v.rows for vid, v in result.vertices.items()}
