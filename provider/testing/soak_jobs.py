@@ -5,7 +5,9 @@ its index a job is (`kind_of`):
 
 - `udf`: two vertices, `extract` (parallelism 2) and `report` (1, reading `extract`), each running a
   Python UDF of the job's module (`soak_tasks`), which Spark's Python workers import from the job's
-  artifact;
+  artifact. Pairs of jobs take turns (`durable_results`): `extract` chained into `report`'s task
+  (the master's choice), then `extract`'s two subtasks as tasks of their own, on both slots, with
+  durable results;
 - `retry`: as `udf`, whose `report` fails its first attempt and is restarted (FINISHED, 2 attempts);
 - `repair`: as `udf`, whose `report` fails until the soak repairs the job: FAILED, then repaired
   (`POST /jobs/{id}/repair`) to FINISHED;
@@ -93,6 +95,13 @@ class JobOutcome:
     failure: str = ""  # the JobResult's failure when it did not end as expected
 
 
+def durable_results(index: int) -> bool:
+    """Whether job `index` keeps durable results (jobs 2, 3, 6, 7, ...), so its `extract` runs as two
+    tasks of its own; the others run it chained into `report` (jobs 0, 1, 4, 5, ...). Each code
+    version (new every other job) comes both ways."""
+    return index // 2 % 2 == 1
+
+
 class SoakJobs:
     """Job number `index`, submitted to the master at `base_url` and waited for (`run`)."""
 
@@ -142,6 +151,7 @@ class SoakJobs:
                 {"id": "report", "entrypoint": f"{MODULE}:report", "inputs": ["extract"], "params": report_params},
             ],
             "restart_strategy": {"type": "fixed-delay", "attempts": attempts, "delay_s": 0.0},
+            **({"results": "durable"} if durable_results(index) else {}),
         }
 
     def _repaired(self, index: int, artifact: str) -> dict[str, Any]:

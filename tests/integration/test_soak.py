@@ -1,5 +1,6 @@
 """A CI-sized soak: a warm `sparkdispatch standalone` runs the soak's job mix (Python UDFs, new code
-versions, a restarted attempt, a repair, a cancellation) and does not grow in processes or threads.
+versions, chained and durable results, a restarted attempt, a repair, a cancellation) and does not
+grow in processes or threads.
 
 bench/soak.py is the long form (thousands of jobs, every process sampled each minute); this test
 runs 20 jobs, with the Connect server recycled every 12 job sessions so recycling happens under
