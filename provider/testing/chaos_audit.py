@@ -12,8 +12,9 @@ Every problem is a `Finding` of one category:
   job's JobResult was complete, or after its vertex's result was: a consumer only starts once
   every subtask of its producer is recorded FINISHED in the progress store, and result
   partitions are never lost here, so no leader may run that producer again. `transform` is
-  chained into `summarize` (docs/jobgraph.md, "Result kinds"): its functions run in each of
-  summarize's attempts, so for it a duplicate is a second execution of one subtask in one attempt;
+  chained into `summarize` (docs/jobgraph.md, "Result kinds"): its functions run in every attempt
+  of summarize's task, also one a new leader runs again with the attempt numbers it starts anew,
+  so for it only the JobResult's end bounds its executions;
 - hung: not accepted, or no JobResult, within `hang_after_s`;
 - failed: a JobResult other than FINISHED;
 - wrong-result: rows or partitions that do not add up (a chained vertex has none), or a subtask
@@ -547,10 +548,6 @@ def judge_job(
     for e in executions:
         if e.start > ended:
             problems.append(("duplicated", f"{e.name} started {e.start - ended:.1f}s after the JobResult's end"))
-    runs = Counter((e.vertex, e.subtask, e.attempt) for e in executions if e.vertex in CHAINED_INTO)
-    for (vertex, subtask, attempt), count in sorted(runs.items()):
-        if count > 1:
-            problems.append(("duplicated", f"{vertex}[{subtask}] ran {count} times in its chain's attempt {attempt}"))
     for producer, consumer in CONSUMER.items():
         if producer in CHAINED_INTO:
             continue

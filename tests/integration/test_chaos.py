@@ -129,12 +129,14 @@ def test_a_clean_finished_job_has_no_findings() -> None:
     assert finished_job().judge() == set()
 
 
-def test_a_chain_run_again_in_a_new_attempt_is_no_duplicate() -> None:
+@pytest.mark.parametrize("attempts", [(0, 1), (0, 0)], ids=["a-restart", "a-new-leaders-attempt-0"])
+def test_a_chain_run_again_is_no_duplicate(attempts: tuple[int, int]) -> None:
     case = finished_job()
-    # summarize's attempt 0 failed after transform's functions ran in it; attempt 1 ran the chain again
+    # summarize's first run ended without a recorded result after transform's functions ran in it: a
+    # restart ran the chain again, or a new leader did, whose attempt numbers start at 0 again
     case.executions[2:] = [
-        replace(e, attempt=attempt, execution=f"{e.execution}-{attempt}", start=e.start + 2 * attempt)
-        for attempt in (0, 1)
+        replace(e, attempt=attempt, execution=f"{e.execution}-{run}", start=e.start + 2 * run)
+        for run, attempt in enumerate(attempts)
         for e in case.executions[2:]
     ]
     assert case.judge() == set()
@@ -156,8 +158,6 @@ def lose_everywhere(c: Case) -> None:
     [
         (lambda c: c.executions.append(late("summarize", 0, 1010.2)), "duplicated"),  # after the JobResult's end
         (lambda c: c.executions.append(late("produce", 1, 1003.5)), "duplicated"),  # after transform started
-        # transform runs in summarize's attempts: a new attempt of the chain runs it again, but not twice in one
-        (lambda c: c.executions.append(replace(c.executions[2], execution="twice")), "duplicated"),
         (lambda c: c.stored.job_results[JOB].update(dirty=c.record.result), "duplicated"),
         (lambda c: c.stored.job_results[JOB]["clean"].update(status="CANCELED"), "duplicated"),
         (lambda c: c.stored.archive[JOB].update(end_time=1_020_000), "duplicated"),
