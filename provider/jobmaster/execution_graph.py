@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import time
 import weakref
-from collections.abc import Callable, Container, Iterator
+from collections.abc import Callable, Container, Iterator, Mapping
 from dataclasses import dataclass
 
 from sparkdispatch.errors import InvalidJobGraph
@@ -233,6 +233,18 @@ class ExecutionGraph:
         return [
             member for vertex_id in self.chains.chained_into(ev.id.vertex_id) for member in self._vertices[vertex_id]
         ]
+
+    def deployed(self, ev: ExecutionVertex) -> None:
+        """`ev`'s current attempt was deployed: it counts for `ev` and for the subtasks chained into it."""
+        ev.deployed_attempts += 1
+        for member in self.chain_members(ev):
+            member.deployed_attempts += 1
+
+    def keep_chained_rows(self, ev: ExecutionVertex, chained_rows: Mapping[str, tuple[int | None, ...]]) -> None:
+        """The rows `ev`'s FINISHED attempt counted for each subtask chained into it (None where it has none)."""
+        for member in self.chain_members(ev):
+            counted = chained_rows.get(member.vertex.id, ())
+            member.chained_rows = counted[member.subtask_index] if member.subtask_index < len(counted) else None
 
     def inputs_consumable(self, ev: ExecutionVertex) -> bool:
         """All partitions of all of `ev`'s input vertices can be read."""

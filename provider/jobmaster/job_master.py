@@ -34,7 +34,8 @@ from sparkdispatch.jobmaster.execution import Execution, ExecutionVertex, Subtas
 from sparkdispatch.jobmaster.execution_graph import ExecutionGraph
 from sparkdispatch.jobmaster.failover import tasks_to_restart, unreadable_inputs
 from sparkdispatch.jobmaster.gateways import TaskExecutorGateway
-from sparkdispatch.jobmaster.recovered_graph import build_execution_graph, finished, record_finished
+from sparkdispatch.jobmaster.result_publication import publish_result
+from sparkdispatch.jobmaster.recovered_graph import build_execution_graph, finished, mark_recorded, record_task
 from sparkdispatch.jobmaster.reconciler import ExecutionDeploymentReconciler
 from sparkdispatch.jobmaster.task_executor_calls import TaskExecutorCalls
 from sparkdispatch.jobmaster.task_executor_reconciliation import (
@@ -391,9 +392,7 @@ class JobMaster:
             execution.transition(ExecutionState.DEPLOYING)
             execution.deployed_at = self._clock()
             self._events.task_deployed()
-            ev.deployed_attempts += 1
-            for member in self.execution_graph.chain_members(ev):
-                member.deployed_attempts += 1
+            self.execution_graph.deployed(ev)
             self._held_slots[slot.allocation_id] = execution
             self._deployments.deploying(execution.execution_id, slot.task_executor_id)
             tdd = deployment_descriptor(
@@ -443,9 +442,7 @@ class JobMaster:
         execution.keep(
             SubtaskProgress(update.result_path, update.rows, result_schema=schema, input_files=update.input_files)
         )
-        for member in self.execution_graph.chain_members(ev):
-            counted = update.chained_rows.get(member.vertex.id, ())
-            member.chained_rows = counted[member.subtask_index] if member.subtask_index < len(counted) else None
+        self.execution_graph.keep_chained_rows(ev, update.chained_rows)
         self._release_slot(execution)
         self._declare()
         # The TaskExecutor's report is answered now; the record and the scheduling follow it.
@@ -456,16 +453,11 @@ class JobMaster:
         if self.status is not JobStatus.RUNNING:
             return  # cancelled, failed or suspended meanwhile: the record would serve nobody
         graph = self.execution_graph
-        # a chain's subtasks first: a failover that finds the head recorded finds them too
-        for subtask in [*graph.chain_members(ev), ev]:
-            progress = graph.progress_of(subtask)
-            if not await record_finished(self._progress_store, self.job_master_id, self.job_id, subtask, progress):
-                return
+        if not await record_task(self._progress_store, self.job_master_id, self.job_id, graph, ev):
+            return
         if ev.current is not execution or execution.state is not ExecutionState.FINISHED:
             return  # restarted while the record was written
-        for member in graph.chain_members(ev):
-            member.progress_recorded = True
-        ev.progress_recorded = True
+        mark_recorded(graph, ev)
         log.info(
             "job %s (session %s): %s attempt %d finished (%s rows)",
             self.job_id,
@@ -564,28 +556,10 @@ class JobMaster:
         (built in a thread: `result_future` resolves once the returned task is done)."""
         self._held_back.clear()
         self._declare()
-        self._publishing = asyncio.get_running_loop().create_task(self._publish_result())
-        return self._publishing
-
-    async def _publish_result(self) -> None:
-        # A large job's JobResult walks every subtask (100,000: 0.3 s and more). Once the job is
-        # globally terminal its graph no longer changes (every attempt is terminal, reports are
-        # refused), so a thread may read it while the loop answers other calls.
-        try:
-            result = await asyncio.to_thread(self.execution_graph.job_result, results=self._results)
-        except Exception as exc:  # noqa: BLE001 - the job's watcher learns it from result_future
-            if not self.result_future.done():
-                self.result_future.set_exception(exc)
-            return
-        log.info(
-            "job %s (session %s) %s after %d ms",
-            self.job_id,
-            self.job_master_id,
-            result.status.value,
-            result.duration_ms,
+        self._publishing = asyncio.get_running_loop().create_task(
+            publish_result(self.execution_graph, self._results, self.result_future, session_id=self.job_master_id)
         )
-        if not self.result_future.done():
-            self.result_future.set_result(result)
+        return self._publishing
 
     # ------------------------------------------------------------------ stopping attempts
 

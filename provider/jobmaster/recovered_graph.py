@@ -110,3 +110,20 @@ async def record_finished(
     except Exception:
         log.exception("job %s (session %s): recording %s as finished failed", job_id, session_id, ev.id)
     return True
+
+
+async def record_task(
+    store: ProgressStore, session_id: str, job_id: str, graph: ExecutionGraph, ev: ExecutionVertex
+) -> bool:
+    """Record `ev`'s FINISHED attempt and, before it, the subtasks chained into it (a failover that
+    finds the head recorded finds them too); False when this master no longer leads."""
+    for subtask in [*graph.chain_members(ev), ev]:
+        if not await record_finished(store, session_id, job_id, subtask, graph.progress_of(subtask)):
+            return False
+    return True
+
+
+def mark_recorded(graph: ExecutionGraph, ev: ExecutionVertex) -> None:
+    """`ev` and the subtasks chained into it are in the ProgressStore."""
+    for subtask in [*graph.chain_members(ev), ev]:
+        subtask.progress_recorded = True
