@@ -481,6 +481,41 @@ def _leave_it_to_the_task_executor(signum: int, _: object) -> None:
     log.info("slot process ignores %s: its TaskExecutor stops it", signal.Signals(signum).name)
 
 
+def import_connect_client() -> None:
+    """pyspark's Connect client (pandas, pyarrow and grpc included), as a Connect client: a spare
+    or the slot-process template (slot_template.py) pays this before any task."""
+    # Before any user import: pyspark decides Connect or classic by this variable, and a @udf
+    # run at import time before a session exists would otherwise make a classic UDF.
+    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
+    import grpc._channel  # type: ignore[import-untyped]  # noqa: F401 - a session's first calls import it; no channel yet
+    import pyspark.sql.connect.session
+    import pyspark.sql.functions
+    import pyspark.sql.types  # noqa: F401
+
+
+def tie_to(parent_pid: int) -> None:
+    """Die with `parent_pid` (the TaskExecutor, or the template that forked this process), even by
+    SIGKILL, and leave SIGINT and SIGTERM sent to the TaskExecutor's process group to it."""
+    die_with_parent(parent_pid)
+    # Not SIG_IGN, which processes the task starts would inherit.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _leave_it_to_the_task_executor)
+
+
+def serve_slot(control_fd: int, *, udf_python: str | None = None) -> int:
+    """Serve the control channel `control_fd` as a slot process until told to stop; the exit code."""
+    channel = ControlChannel(socket.socket(fileno=control_fd))
+    return SlotProcess(channel, udf_python=udf_python).serve()
+
+
+def configure_output() -> None:
+    """Prints reach an attempt's log before the process dies; log lines name the process."""
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s slot-process[%(process)d] %(name)s: %(message)s"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sparkdispatch.taskexecutor.slot_process")
     parser.add_argument("--control-fd", type=int, required=True, help="this end of the control socketpair")
@@ -489,25 +524,10 @@ def main(argv: list[str] | None = None) -> int:
         "--udf-python", default=None, help="the interpreter of the job's Python environment (this process's)"
     )
     args = parser.parse_args(argv)
-    # Before any user import: pyspark decides Connect or classic by this variable, and a @udf
-    # run at import time before a session exists would otherwise make a classic UDF.
-    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
-    die_with_parent(args.parent_pid)  # killed with the TaskExecutor, even by SIGKILL
-    # Not SIG_IGN, which processes the task starts would inherit.
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, _leave_it_to_the_task_executor)
-    # a task's prints reach the log before the process dies
-    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s slot-process[%(process)d] %(name)s: %(message)s"
-    )
-    # the Connect client (pandas and pyarrow included): a spare pays this before any task
-    import pyspark.sql.connect.session
-    import pyspark.sql.functions
-    import pyspark.sql.types  # noqa: F401
-
-    channel = ControlChannel(socket.socket(fileno=args.control_fd))
-    return SlotProcess(channel, udf_python=args.udf_python).serve()
+    tie_to(args.parent_pid)
+    configure_output()
+    import_connect_client()
+    return serve_slot(args.control_fd, udf_python=args.udf_python)
 
 
 if __name__ == "__main__":
