@@ -46,7 +46,7 @@ def process_kind(pid: int, task_executor: int) -> str:
     cmdline = process_cmdline(pid)
     if "SparkConnectServer" in cmdline:
         return "connect server JVM"
-    if "sparkdispatch.taskexecutor.slot_process" in cmdline:
+    if "sparkdispatch.taskexecutor.slot_process" in cmdline or "sparkdispatch.taskexecutor.slot_template" in cmdline:
         return "slot processes"
     if "pyspark.daemon" in cmdline or "pyspark.worker" in cmdline:
         return "Spark Python workers"

@@ -9,12 +9,16 @@ in the job's module) with the same artifact as the job before it, then one whose
 version (a new artifact, uploaded before the job is submitted: the upload is not counted). Timed
 from `POST /jobs` to the FINISHED JobResult (the master's long poll answers at once). Three pairs
 warm up first. `--label` names the run in the results (e.g. `before`, `after`): the figures of
-every label stay in bench/results/small_jobs.json, the last run of each label.
+every label stay in bench/results/small_jobs.json, the last run of each label. From the
+TaskExecutor's log it also reports how long a spare slot process took from wanted to ready, and a
+new process's start (forked from the template, or spawned with its imports) and warm-up
+(`-D taskexecutor.slot-process.template=false` measures spawned ones).
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +54,29 @@ def graph(artifact: str, index: int) -> dict[str, Any]:
         "vertices": [{"id": "count", "entrypoint": "small_job:count"}],
         "restart_strategy": {"type": "fixed-delay", "attempts": 0, "delay_s": 0.0},
     }
+
+
+#: The TaskExecutor's log lines about a spare's start (slot_pool.py's SPARE_READY, slot_child.py's).
+SPARE_READY = re.compile(r"spare slot process \d+ ready ([\d.]+)s after it was wanted")
+PROCESS_READY = re.compile(
+    r"slot process \d+ ready in ([\d.]+)s \((forked|spawned and imported) ([\d.]+)s, warmed ([\d.]+)s\)"
+)
+
+
+def spare_starts(log: Path) -> dict[str, dict[str, float]]:
+    """From the TaskExecutor's log: seconds from "spare wanted" to "spare ready" and a new process's
+    start (forked, or spawned and its imports), its warm-up and both (spread in ms), besides the
+    spares made at the TaskExecutor's start."""
+    text = log.read_text(errors="replace") if log.exists() else ""
+    wanted_to_ready = [float(m.group(1)) for m in SPARE_READY.finditer(text)]
+    started = list(PROCESS_READY.finditer(text))[1:]  # the first is the spare made before registering
+    figures = {
+        "spare wanted to ready": wanted_to_ready,
+        "process start": [float(m.group(3)) for m in started],
+        "process warm-up": [float(m.group(4)) for m in started],
+        "process ready": [float(m.group(1)) for m in started],
+    }
+    return {kind: {**spread_ms(values), "n": len(values)} for kind, values in figures.items() if values}
 
 
 def upload(standalone: Standalone, directory: Path, version: int) -> str:
@@ -101,12 +128,18 @@ def run() -> int:
                     )
         finally:
             standalone.stop()
+            spares = spare_starts(standalone.log_dir / "taskexecutor-0.log")
     report["load_average_at_end"] = load_average()
     figures = {kind: spread_ms(values) for kind, values in seconds.items()}
     print()
     print_table(
         ["job", "median ms", "p90 ms", "min ms", "max ms"],
         [[kind, *(f"{f[k]:.0f}" for k in ("p50", "p90", "min", "max"))] for kind, f in figures.items()],
+    )
+    print()
+    print_table(
+        ["slot process", "n", "median ms", "p90 ms", "min ms", "max ms"],
+        [[kind, f"{f['n']:.0f}", *(f"{f[k]:.0f}" for k in ("p50", "p90", "min", "max"))] for kind, f in spares.items()],
     )
     print(load_change(report))
     save_labelled_run(
@@ -116,6 +149,7 @@ def run() -> int:
         entry={
             **report,
             "figures_ms": figures,
+            "slot_processes_ms": spares,
             "samples_s": {k: [round(v, 3) for v in vs] for k, vs in seconds.items()},
         },
     )

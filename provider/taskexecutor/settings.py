@@ -26,6 +26,7 @@ from sparkdispatch.config.options import (
     TASKEXECUTOR_CONNECT_START_TIMEOUT,
     TASKEXECUTOR_SLOT_PROCESS_ENVIRONMENT_SPARES,
     TASKEXECUTOR_SLOT_PROCESS_SPARES,
+    TASKEXECUTOR_SLOT_PROCESS_TEMPLATE,
 )
 from sparkdispatch.taskexecutor.process_usage import ProcessUsage
 
@@ -103,10 +104,12 @@ class SlotPoolSettings:
     start_timeout: float = 120.0  # a new slot process's imports and first action
     stop_grace: float = 10.0  # a retired slot process's session release, before it is killed
     attempt_log_max_size: int = TASKEXECUTOR_ATTEMPT_LOG_MAX_SIZE.default
+    template: bool = TASKEXECUTOR_SLOT_PROCESS_TEMPLATE.default  # fork from a template (slot_template.py)
 
     @classmethod
     def from_config(cls, config: Configuration) -> SlotPoolSettings:
         return cls(
+            template=config.get(TASKEXECUTOR_SLOT_PROCESS_TEMPLATE),
             spares=config.get(TASKEXECUTOR_SLOT_PROCESS_SPARES),
             environment_spares=config.get(TASKEXECUTOR_SLOT_PROCESS_ENVIRONMENT_SPARES),
             cancellation_timeout=config.get(TASKEXECUTOR_CANCELLATION_TIMEOUT),

@@ -13,12 +13,14 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from sparkdispatch.errors import SlotProcessLost
 from sparkdispatch.taskexecutor.connect_url import shown
 from sparkdispatch.taskexecutor.job_environment import job_environment
 from sparkdispatch.taskexecutor.python_workers import ReleasedSessions
 from sparkdispatch.taskexecutor.settings import SlotPoolSettings
+from sparkdispatch.taskexecutor.slot_forking import SlotTemplate
 from sparkdispatch.taskexecutor.slot_protocol import READY, SERVER, STOP, WARM, WARMED, ControlChannel, Message
 
 log = logging.getLogger(__name__)
@@ -38,10 +40,23 @@ def describe_exit(returncode: int) -> str:
     return f"killed by signal {-returncode} ({name}{hint})"
 
 
+class ChildProcess(Protocol):
+    """What the pool does with a slot process: a `subprocess.Popen`, or a `ForkedProcess` (slot_forking.py)."""
+
+    @property
+    def pid(self) -> int: ...
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    def kill(self) -> None: ...
+
+
 class SlotChild:
     """One slot process, as the pool sees it: the process, its channel and the code it is bound to."""
 
-    def __init__(self, process: subprocess.Popen[bytes], channel: ControlChannel, python: str | None = None) -> None:
+    def __init__(self, process: ChildProcess, channel: ControlChannel, python: str | None = None) -> None:
         self.process = process
         self.channel = channel
         self.python = python  # the interpreter of the job's Python environment it runs in, None for the base
@@ -157,9 +172,33 @@ def spawn_slot_process(
         raise SlotProcessLost(f"could not start a slot process: {exc}") from exc
     finally:
         theirs.close()
-    child = SlotChild(process, ControlChannel(ours), python)
+    return _warmed(settings, SlotChild(process, ControlChannel(ours), python), connect_url, require_warm, started)
+
+
+def fork_slot_process(
+    settings: SlotPoolSettings, template: SlotTemplate, connect_url: Callable[[], str], *, require_warm: bool
+) -> SlotChild:
+    """A slot process forked from `template`, warmed as `spawn_slot_process` warms one (on the pool's
+    spawner thread); raises `SlotProcessLost` if the template does not fork."""
+    started = time.monotonic()
+    ours, theirs = socket.socketpair()
+    try:
+        process = template.fork(theirs)
+    except BaseException:
+        ours.close()
+        raise
+    finally:
+        theirs.close()
+    return _warmed(settings, SlotChild(process, ControlChannel(ours)), connect_url, require_warm, started)
+
+
+def _warmed(
+    settings: SlotPoolSettings, child: SlotChild, connect_url: Callable[[], str], require_warm: bool, started: float
+) -> SlotChild:
+    """`child` once it said it is ready and made a session's first calls; killed if it fails to."""
     try:
         _expect(settings, child, READY, started)
+        ready = time.monotonic()
         child.connect_url = connect_url()
         child.channel.send({"type": WARM, "connect_url": child.connect_url})
         warmed = _expect(settings, child, WARMED, started)
@@ -176,7 +215,15 @@ def spawn_slot_process(
         log.warning(
             "slot process %d could not warm up against %s: %s", child.pid, shown(child.connect_url), warmed["error"]
         )
-    log.info("slot process %d ready in %.2fs", child.pid, time.monotonic() - started)
+    now = time.monotonic()
+    log.info(
+        "slot process %d ready in %.2fs (%s %.2fs, warmed %.2fs)",
+        child.pid,
+        now - started,
+        "spawned and imported" if isinstance(child.process, subprocess.Popen) else "forked",
+        ready - started,
+        now - ready,
+    )
     return child
 
 

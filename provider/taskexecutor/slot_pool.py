@@ -7,9 +7,11 @@ TaskExecutor's, or a job's Python environment's: python_environments.py), whatev
 Connect session of its own there. A task of other code gets a fresh process, a pre-started spare
 (`taskexecutor.slot-process.spares`, pyspark's Connect client imported and a session's first
 calls made), and the old one is stopped in the background. Spares are refilled in the background
-after each one taken. A task in a job's Python environment takes a spare started in that
-environment's interpreter, or starts a process in it; either way a spare in that environment is
-started next, for its next task on another slot, and at most
+after each one taken. A process in the TaskExecutor's interpreter is forked from the slot-process
+template (`taskexecutor.slot-process.template`, slot_template.py), which has imported the Connect
+client already, or started anew when the template cannot fork. A task in a job's Python
+environment takes a spare started in that environment's interpreter, or starts a process in it;
+either way a spare in that environment is started next, for its next task on another slot, and at most
 `taskexecutor.slot-process.environment-spares` such spares are kept (the least recently asked
 for environment's stops first).
 
@@ -26,7 +28,8 @@ idle, after its attempt when busy, so `attempts_on(old_url)` falls to 0 and the 
 Every child is started by one of two long-lived threads, the spares' and the one that starts a
 process a task waits for in a job's Python environment (`PR_SET_PDEATHSIG` fires when the thread that
 started a process ends, not only the process), in the TaskExecutor's process group, with the
-TaskExecutor's stdout and stderr; `close()` stops them all.
+TaskExecutor's stdout and stderr; the spares' thread starts the template too, whose forked
+children die with it; `close()` stops them all.
 """
 
 from __future__ import annotations
@@ -47,7 +50,8 @@ from sparkdispatch.taskexecutor.settings import SlotPoolSettings
 from sparkdispatch.taskexecutor.connect_server import release_session
 from sparkdispatch.taskexecutor.connect_url import shown
 from sparkdispatch.taskexecutor.python_workers import ReleasedSessions
-from sparkdispatch.taskexecutor.slot_child import SlotChild, SlotSession, spawn_slot_process
+from sparkdispatch.taskexecutor.slot_child import SlotChild, SlotSession, fork_slot_process, spawn_slot_process
+from sparkdispatch.taskexecutor.slot_forking import SlotTemplate
 from sparkdispatch.taskexecutor.slot_protocol import (
     CANCEL,
     MAY_START,
@@ -62,6 +66,9 @@ from sparkdispatch.taskexecutor.slot_protocol import (
 )
 
 log = logging.getLogger(__name__)
+
+#: Logged when a spare is ready, with its pid and the seconds since it was wanted (bench/small_jobs.py reads it).
+SPARE_READY = "spare slot process %d ready %.2fs after it was wanted"
 
 
 @dataclass
@@ -105,6 +112,8 @@ class SlotProcessPool:
         self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sparkdispatch-slot-spawner")
         #: starts the processes a task waits for in a job's Python environment, not queued behind spares
         self._starter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sparkdispatch-slot-starter")
+        #: forks the processes in the TaskExecutor's interpreter, if `settings.template`
+        self.template = SlotTemplate(start_timeout=settings.start_timeout) if settings.template else None
 
     def start(self) -> None:
         """Start the spares and warm each against the Connect server; raises `SlotProcessLost` if one fails."""
@@ -459,9 +468,9 @@ class SlotProcessPool:
                 return
             self._starting += missing
         for _ in range(missing):
-            self._spawner.submit(self._start_spare)
+            self._spawner.submit(self._start_spare, time.monotonic())
 
-    def _start_spare(self) -> None:
+    def _start_spare(self, wanted: float) -> None:
         child: SlotChild | None = None
         try:
             child = self._spawn(require_warm=False)
@@ -472,12 +481,22 @@ class SlotProcessPool:
             if child is not None and not self._closed:
                 child.tell_server(self._connect_url, self.released_sessions)  # started for a server replaced since?
                 self._spares.append(child)
+                log.info(SPARE_READY, child.pid, time.monotonic() - wanted)
                 child = None
             self._changed.notify_all()
         if child is not None:
             child.kill()
 
     def _spawn(self, *, require_warm: bool, python: str | None = None) -> SlotChild:
+        if python is None and self.template is not None:
+            try:
+                return fork_slot_process(
+                    self._settings, self.template, lambda: self._connect_url, require_warm=require_warm
+                )
+            except SlotProcessLost as exc:
+                if self._closed:
+                    raise
+                log.warning("could not fork a slot process from the template, starting one anew: %s", exc)
         return spawn_slot_process(self._settings, lambda: self._connect_url, require_warm=require_warm, python=python)
 
     # ----------------------------------------------------------------------------------------
@@ -512,6 +531,8 @@ class SlotProcessPool:
             retiring = list(self._retiring)
         for child in retiring:
             child.kill()
+        if self.template is not None:
+            self.template.close()
         # Last: the children's PR_SET_PDEATHSIG fires when this thread ends. A process being
         # started now is killed by its spawn, which finds the pool closed.
         self._starter.shutdown(wait=True, cancel_futures=True)

@@ -23,6 +23,7 @@ imports no pyspark.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 from collections.abc import Callable, Mapping
@@ -51,6 +52,10 @@ MAY_START = "may-start"
 START_DEADLINE = "start-deadline"
 #: How long a slot process waits for that answer.
 MAY_START_WAIT_S = 10.0
+#: TaskExecutor → slot-process template, and its answers (slot_template.py)
+FORK = "fork"
+FORKED = "forked"
+EXITED = "exited"
 
 #: The Connect user of the slot processes' sessions: who may interrupt and release them.
 SESSION_USER = "sparkdispatch"
@@ -190,3 +195,25 @@ class AttemptState:
             if failure
             else None,
         )
+
+
+#: The largest message the template or its TaskExecutor sends.
+MAX_PACKET = 4096
+
+
+def send_packet(channel: socket.socket, message: Message, fds: list[int] | None = None) -> None:
+    """One message as one packet of a SOCK_SEQPACKET socket, with `fds` passed along (the template's channel)."""
+    socket.send_fds(channel, [json.dumps(message).encode()], fds or [])
+
+
+def receive_packet(channel: socket.socket) -> tuple[Message | None, list[int]]:
+    """The next message and the descriptors it carried; None once the other end closed its side."""
+    data, fds, _, _ = socket.recv_fds(channel, MAX_PACKET, 1)
+    if not data:
+        for fd in fds:
+            os.close(fd)
+        return None, []
+    message = json.loads(data)
+    if not isinstance(message, dict) or not isinstance(message.get("type"), str):
+        raise ValueError(f"not a template message: {data[:200]!r}")
+    return message, fds

@@ -66,7 +66,7 @@ def kind_of(pid: int, *, root: int, task_executors: set[int]) -> str:
     command = command_line(pid)
     if "SparkConnectServer" in command:
         return SERVER
-    if "sparkdispatch.taskexecutor.slot_process" in command:
+    if "sparkdispatch.taskexecutor.slot_process" in command or "sparkdispatch.taskexecutor.slot_template" in command:
         return SLOT
     if "pyspark.daemon" in command or "pyspark.worker" in command:
         return PYTHON_WORKER

@@ -135,9 +135,9 @@ def _field(number: int, payload: bytes) -> bytes:
     return bytes([number << 3 | 2, len(payload)]) + payload
 
 
-def slot_processes() -> set[int]:
-    """The slot processes this test process started that still exist (zombies included)."""
-    found = set()
+def _processes() -> list[tuple[int, int, bytes]]:
+    """Every process: (pid, parent pid, command line)."""
+    found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -146,9 +146,25 @@ def slot_processes() -> set[int]:
             command = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid() and b"slot_process" in command:
-            found.add(int(entry.name))
+        found.append((int(entry.name), int(stat.rsplit(")", 1)[1].split()[1]), command))
     return found
+
+
+def slot_templates() -> set[int]:
+    """The slot-process templates this test process started that still exist (zombies included)."""
+    return {pid for pid, parent, command in _processes() if parent == os.getpid() and b"slot_template" in command}
+
+
+def slot_processes() -> set[int]:
+    """The slot processes this test process started, itself or through its templates, that still
+    exist (zombies included)."""
+    processes = _processes()
+    templates = {pid for pid, parent, command in processes if parent == os.getpid() and b"slot_template" in command}
+    return {
+        pid
+        for pid, parent, command in processes
+        if (parent == os.getpid() and b"slot_process" in command) or parent in templates
+    }
 
 
 def gone(pid: int) -> bool:

@@ -104,8 +104,9 @@ def session_facts(ctx: Any) -> Any:
 
 
 def versions(ctx: Any) -> Any:
-    """One row: the version of `params["module"]` here and on Spark's Python workers, and the shuffle
-    partitions this job's session uses. Waits until every job in `params["peers"]` has started."""
+    """One row: the version of `params["module"]` here and on Spark's Python workers, the shuffle
+    partitions this job's session uses, and this process and its parent. Waits until every job in
+    `params["peers"]` has started."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType
 
@@ -121,8 +122,17 @@ def versions(ctx: Any) -> Any:
     on_executors = ctx.spark.range(1).select(F.udf(on_workers, StringType())("id")).collect()[0][0]
     partitions = ctx.spark.range(200).repartition("id").select(F.spark_partition_id().alias("p")).distinct().count()
     return ctx.spark.createDataFrame(
-        [(str(here), on_executors, ctx.spark.conf.get("spark.sql.shuffle.partitions"), partitions, os.getpid())],
-        "here string, on_executors string, conf string, partitions long, pid long",
+        [
+            (
+                str(here),
+                on_executors,
+                ctx.spark.conf.get("spark.sql.shuffle.partitions"),
+                partitions,
+                os.getpid(),
+                os.getppid(),
+            )
+        ],
+        "here string, on_executors string, conf string, partitions long, pid long, ppid long",
     )
 
 

@@ -47,6 +47,7 @@ from sparkdispatch.testing.slot_attempts import (
     run,
     session_state,
     slot_processes,
+    slot_templates,
     wait_for_marker,
 )
 
@@ -77,10 +78,10 @@ def connect_server(
         server.stop()
 
 
-def new_pool(connect_server: ConnectServer, *, spares: int) -> SlotProcessPool:
-    """A pool on the module's server with `spares` warm spares, started."""
+def new_pool(connect_server: ConnectServer, *, spares: int, template: bool = True) -> SlotProcessPool:
+    """A pool on the module's server with `spares` warm spares (forked from a template, or not), started."""
     pool = SlotProcessPool(
-        SlotPoolSettings(spares=spares, cancellation_timeout=CANCELLATION_TIMEOUT_S),
+        SlotPoolSettings(spares=spares, cancellation_timeout=CANCELLATION_TIMEOUT_S, template=template),
         connect_url=connect_server.url,
         driver_log=str(connect_server.log_path),
     )
@@ -96,6 +97,7 @@ def pool(connect_server: ConnectServer) -> Iterator[SlotProcessPool]:
     finally:
         pool.close()
     assert slot_processes() == set(), "slot processes left after close()"
+    assert slot_templates() == set(), "a slot-process template left after close()"
 
 
 @pytest.fixture
@@ -371,6 +373,86 @@ def test_a_reuploaded_module_runs_its_new_code_in_a_later_job(
     assert [(r["here"], r["on_executors"]) for r in seen] == [("v1", "v1"), ("v2", "v2")]
     assert seen[0]["pid"] != seen[1]["pid"]  # the slot process that ran v1 never runs other code
     assert gone(seen[0]["pid"])
+
+
+def parent_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def ended(pid: int) -> bool:
+    """Gone, or a zombie its parent (this process) has not reaped yet."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def test_new_code_runs_in_a_process_forked_from_the_template_which_never_holds_a_jobs_module(
+    pool: SlotProcessPool, tasks: str, tmp_path: Path
+) -> None:
+    assert pool.template is not None
+    module = f"pipeline_{uuid.uuid4().hex[:8]}"
+    seen = []
+    for version in ("v1", "v2", "v3"):  # each a new process, forked after the last version ran
+        code = versioned_module(tmp_path, module, version)
+        end = run(
+            pool,
+            deployment(tmp_path, "slot_tasks:versions", job_id=new_job_id(), params={"module": module}),
+            [tasks, code],
+        )
+        seen.append(rows_of(end)[0])
+    template = pool.template.pid
+    assert template is not None and slot_templates() == {template}
+    assert [(r["here"], r["on_executors"], r["ppid"]) for r in seen] == [
+        ("v1", "v1", template),
+        ("v2", "v2", template),
+        ("v3", "v3", template),
+    ]  # a fork of a template that had imported v1 or v2 would see that version
+    assert len({r["pid"] for r in seen}) == 3
+    assert Path(f"/proc/{seen[-1]['pid']}/comm").read_text().strip() == "slot-process"
+    assert Path(f"/proc/{template}/comm").read_text().strip() == "slot-template"
+    # no Connect channel or gRPC thread in the template: its one socket is its control channel
+    sockets = [fd for fd in Path(f"/proc/{template}/fd").iterdir() if os.readlink(fd).startswith("socket:")]
+    threads = [(task / "comm").read_text().strip() for task in Path(f"/proc/{template}/task").iterdir()]
+    assert len(sockets) == 1 and not [name for name in threads if name.startswith("grpc")], (sockets, threads)
+
+
+def test_a_dead_template_takes_its_processes_along_and_another_forks_the_next(
+    pool: SlotProcessPool, tasks: str, tmp_path: Path
+) -> None:
+    assert pool.template is not None
+    [before] = rows_of(run(pool, deployment(tmp_path, "slot_tasks:context", job_id=new_job_id()), [tasks]))
+    old = pool.template.pid
+    assert old is not None and parent_of(before["pid"]) == old
+    spare = eventually_blocking(lambda: pool._spares[0].pid if pool._spares else None, "a spare")
+
+    os.kill(old, signal.SIGKILL)
+
+    eventually_blocking(
+        lambda: ended(old) and gone(before["pid"]) and gone(spare), "the template and its processes to end"
+    )
+    module = f"pipeline_{uuid.uuid4().hex[:8]}"
+    end = run(
+        pool,
+        deployment(tmp_path, "slot_tasks:versions", job_id=new_job_id(), params={"module": module}),
+        [tasks, versioned_module(tmp_path, module, "after")],
+    )
+    [row] = rows_of(end)
+    new = pool.template.pid
+    assert new is not None and new != old and slot_templates() == {new}
+    assert (row["here"], row["ppid"]) == ("after", new)
+
+
+def test_with_the_template_switched_off_slot_processes_are_started_anew(
+    connect_server: ConnectServer, tasks: str, tmp_path: Path
+) -> None:
+    pool = new_pool(connect_server, spares=1, template=False)
+    try:
+        [row] = rows_of(run(pool, deployment(tmp_path, "slot_tasks:context", job_id=new_job_id()), [tasks]))
+        assert parent_of(row["pid"]) == os.getpid() and slot_templates() == set()
+    finally:
+        pool.close()
+    assert slot_processes() == set(), "slot processes left after close()"
 
 
 def test_a_later_job_of_the_same_code_runs_in_the_same_process_in_a_session_of_its_own(

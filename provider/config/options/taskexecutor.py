@@ -85,6 +85,15 @@ TASKEXECUTOR_SLOT_PROCESS_SPARES: Final = SECTION.integer(
     "the median stayed at 3.2 s).",
     minimum=0,
 )
+TASKEXECUTOR_SLOT_PROCESS_TEMPLATE: Final = SECTION.boolean(
+    "taskexecutor.slot-process.template",
+    True,
+    "Fork a TaskExecutor's slot processes (in its own interpreter) from a template process that has imported "
+    "pyspark's Connect client, instead of starting each anew: a new process for a job of new code then skips "
+    "the interpreter's start and the imports (bench/small_jobs.py). The template holds no session or channel, "
+    "dies with the TaskExecutor and is started again if it dies; a process it cannot fork is started anew. "
+    "false starts every slot process anew.",
+)
 TASKEXECUTOR_SLOT_PROCESS_ENVIRONMENT_SPARES: Final = SECTION.integer(
     "taskexecutor.slot-process.environment-spares",
     2,
