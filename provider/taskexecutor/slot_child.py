@@ -5,11 +5,9 @@ warmed (`spawn_slot_process`), and how one ended (`describe_exit`)."""
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,10 +15,9 @@ from typing import Protocol
 
 from sparkdispatch.errors import SlotProcessLost
 from sparkdispatch.taskexecutor.connect_url import shown
-from sparkdispatch.taskexecutor.job_environment import job_environment
 from sparkdispatch.taskexecutor.python_workers import ReleasedSessions
 from sparkdispatch.taskexecutor.settings import SlotPoolSettings
-from sparkdispatch.taskexecutor.slot_forking import SlotTemplate
+from sparkdispatch.taskexecutor.slot_forking import SlotTemplate, start_python_module
 from sparkdispatch.taskexecutor.slot_protocol import READY, SERVER, STOP, WARM, WARMED, ControlChannel, Message
 
 log = logging.getLogger(__name__)
@@ -148,30 +145,12 @@ def spawn_slot_process(
     the Connect client, and warm it against the server `connect_url()` names then (on the pool's
     spawner thread)."""
     started = time.monotonic()
-    ours, theirs = socket.socketpair()
-    in_environment = ["--udf-python", python] if python is not None else []
-    try:
-        process = subprocess.Popen(
-            [
-                python or sys.executable,
-                "-P",
-                "-m",
-                SLOT_PROCESS_MODULE,
-                "--control-fd",
-                str(theirs.fileno()),
-                "--parent-pid",
-                str(os.getpid()),
-                *in_environment,
-            ],
-            pass_fds=(theirs.fileno(),),
-            stdin=subprocess.DEVNULL,
-            env=job_environment(),
-        )
-    except OSError as exc:
-        ours.close()
-        raise SlotProcessLost(f"could not start a slot process: {exc}") from exc
-    finally:
-        theirs.close()
+    process, ours = start_python_module(
+        SLOT_PROCESS_MODULE,
+        what="a slot process",
+        python=python,
+        arguments=("--udf-python", python) if python is not None else (),
+    )
     return _warmed(settings, SlotChild(process, ControlChannel(ours), python), connect_url, require_warm, started)
 
 

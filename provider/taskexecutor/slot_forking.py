@@ -32,6 +32,42 @@ TEMPLATE_MODULE = "sparkdispatch.taskexecutor.slot_template"
 EXIT_REPORT_WAIT_S = 5.0
 
 
+def start_python_module(
+    module: str,
+    *,
+    what: str,
+    python: str | None = None,
+    arguments: tuple[str, ...] = (),
+    kind: socket.SocketKind = socket.SOCK_STREAM,
+) -> tuple[subprocess.Popen[bytes], socket.socket]:
+    """`python -P -m module --control-fd N --parent-pid P *arguments` in a job's environment (the
+    TaskExecutor's interpreter by default), and this end of its control socketpair (of `kind`)."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, kind)
+    try:
+        process = subprocess.Popen(
+            [
+                python or sys.executable,
+                "-P",
+                "-m",
+                module,
+                "--control-fd",
+                str(theirs.fileno()),
+                "--parent-pid",
+                str(os.getpid()),
+                *arguments,
+            ],
+            pass_fds=(theirs.fileno(),),
+            stdin=subprocess.DEVNULL,
+            env=job_environment(),
+        )
+    except OSError as exc:
+        ours.close()
+        raise SlotProcessLost(f"could not start {what}: {exc}") from exc
+    finally:
+        theirs.close()
+    return process, ours
+
+
 class ForkedProcess:
     """A slot process the template forked: `poll`, `wait`, `kill`, `pid` and `returncode` as a `Popen`'s."""
 
@@ -154,28 +190,9 @@ class SlotTemplate:
             )
             self._drop()
         started = time.monotonic()
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        try:
-            process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-P",
-                    "-m",
-                    TEMPLATE_MODULE,
-                    "--control-fd",
-                    str(theirs.fileno()),
-                    "--parent-pid",
-                    str(os.getpid()),
-                ],
-                pass_fds=(theirs.fileno(),),
-                stdin=subprocess.DEVNULL,
-                env=job_environment(),
-            )
-        except OSError as exc:
-            ours.close()
-            raise SlotProcessLost(f"could not start the slot-process template: {exc}") from exc
-        finally:
-            theirs.close()
+        process, ours = start_python_module(
+            TEMPLATE_MODULE, what="the slot-process template", kind=socket.SOCK_SEQPACKET
+        )
         self._process, self._channel = process, ours
         self._generation += 1
         try:
