@@ -31,13 +31,22 @@ from harness.running import add_run_options, bench_main, scratch_dir
 from harness.standalone import Standalone
 
 from sparkdispatch.model.job_result import JobResult
+from sparkdispatch.taskexecutor.slot_protocol import SLOT_PROCESS_NAME
+from sparkdispatch.testing.process_census import process_name
 from sparkdispatch.model.rest_shapes import ExecutionResult, JobDetails
 from sparkdispatch.model.states import ExecutionState, JobStatus
 
 START_TIMEOUT_S = 300.0
 SETTLE_S = 5.0
 SAMPLE_INTERVAL_S = 0.5
-KINDS = ("taskexecutor", "connect server JVM", "slot processes", "Spark Python workers", "other")
+KINDS = (
+    "taskexecutor",
+    "connect server JVM",
+    "slot processes",
+    "slot-process template",
+    "Spark Python workers",
+    "other",
+)
 
 
 def process_kind(pid: int, task_executor: int) -> str:
@@ -46,8 +55,10 @@ def process_kind(pid: int, task_executor: int) -> str:
     cmdline = process_cmdline(pid)
     if "SparkConnectServer" in cmdline:
         return "connect server JVM"
-    if "sparkdispatch.taskexecutor.slot_process" in cmdline or "sparkdispatch.taskexecutor.slot_template" in cmdline:
+    if "sparkdispatch.taskexecutor.slot_process" in cmdline:
         return "slot processes"
+    if "sparkdispatch.taskexecutor.slot_template" in cmdline:  # the template, or a process it forked
+        return "slot processes" if process_name(pid) == SLOT_PROCESS_NAME else "slot-process template"
     if "pyspark.daemon" in cmdline or "pyspark.worker" in cmdline:
         return "Spark Python workers"
     return "other"

@@ -56,6 +56,9 @@ MAY_START_WAIT_S = 10.0
 FORK = "fork"
 FORKED = "forked"
 EXITED = "exited"
+#: The names of the template and of the slot processes it forks, in `ps` and /proc/PID/comm.
+TEMPLATE_NAME = "slot-template"
+SLOT_PROCESS_NAME = "slot-process"
 
 #: The Connect user of the slot processes' sessions: who may interrupt and release them.
 SESSION_USER = "sparkdispatch"

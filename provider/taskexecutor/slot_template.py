@@ -48,13 +48,19 @@ import traceback
 from pathlib import Path
 
 from sparkdispatch.taskexecutor.slot_process import configure_output, import_connect_client, serve_slot, tie_to
-from sparkdispatch.taskexecutor.slot_protocol import EXITED, FORK, FORKED, READY, receive_packet, send_packet
+from sparkdispatch.taskexecutor.slot_protocol import (
+    EXITED,
+    FORK,
+    FORKED,
+    READY,
+    SLOT_PROCESS_NAME,
+    TEMPLATE_NAME,
+    receive_packet,
+    send_packet,
+)
 
 log = logging.getLogger(__name__)
 
-#: The names of the template and of the slot processes it forks, in `ps` and /proc/PID/comm.
-TEMPLATE_NAME = "slot-template"
-SLOT_PROCESS_NAME = "slot-process"
 PR_SET_NAME = 15
 
 

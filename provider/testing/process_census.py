@@ -2,9 +2,10 @@
 
 `census(root)` reads /proc for `root` (a `sparkdispatch standalone` process, or a TaskExecutor)
 and every descendant, and sums them per kind (`KINDS`): the root itself, TaskExecutors (the
-root's children when it is a standalone), Spark Connect server JVMs, slot processes, Spark's
-Python workers, anything else. The soak bench and the soak test use it to see whether a warm
-cluster grows.
+root's children when it is a standalone), Spark Connect server JVMs, slot processes (started
+anew, or forked from the template: those carry its command line and are named `slot-process`),
+the slot-process template, Spark's Python workers, anything else. The soak bench and the soak
+test use it to see whether a warm cluster grows.
 """
 
 from __future__ import annotations
@@ -13,15 +14,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sparkdispatch.taskexecutor.process_usage import child_pids
+from sparkdispatch.taskexecutor.slot_protocol import SLOT_PROCESS_NAME
 from sparkdispatch.testing.local_cluster import process_tree
 
 ROOT = "root (master)"
 TASK_EXECUTOR = "taskexecutor"
 SERVER = "connect server JVM"
 SLOT = "slot processes"
+TEMPLATE = "slot-process template"
 PYTHON_WORKER = "Spark Python workers"
 OTHER = "other"
-KINDS = (ROOT, TASK_EXECUTOR, SERVER, SLOT, PYTHON_WORKER, OTHER)
+KINDS = (ROOT, TASK_EXECUTOR, SERVER, SLOT, TEMPLATE, PYTHON_WORKER, OTHER)
 METRICS = ("processes", "rss_mib", "threads", "open_files")
 
 
@@ -58,6 +61,14 @@ def command_line(pid: int) -> str:
         return ""
 
 
+def process_name(pid: int) -> str:
+    """The process's name (/proc/PID/comm; '' when it is gone)."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
 def kind_of(pid: int, *, root: int, task_executors: set[int]) -> str:
     if pid == root:
         return TASK_EXECUTOR if root in task_executors else ROOT
@@ -66,8 +77,10 @@ def kind_of(pid: int, *, root: int, task_executors: set[int]) -> str:
     command = command_line(pid)
     if "SparkConnectServer" in command:
         return SERVER
-    if "sparkdispatch.taskexecutor.slot_process" in command or "sparkdispatch.taskexecutor.slot_template" in command:
+    if "sparkdispatch.taskexecutor.slot_process" in command:
         return SLOT
+    if "sparkdispatch.taskexecutor.slot_template" in command:
+        return SLOT if process_name(pid) == SLOT_PROCESS_NAME else TEMPLATE
     if "pyspark.daemon" in command or "pyspark.worker" in command:
         return PYTHON_WORKER
     return OTHER

@@ -34,7 +34,7 @@ from sparkdispatch.taskexecutor.slot_pool import SlotProcessPool
 from sparkdispatch.taskexecutor.python_environments import PythonEnvironments
 from sparkdispatch.taskexecutor.settings import PythonEnvironmentSettings
 from sparkdispatch.taskexecutor.slot_process import NOT_STARTED_LATE
-from sparkdispatch.taskexecutor.slot_protocol import AttemptLaunch
+from sparkdispatch.taskexecutor.slot_protocol import SLOT_PROCESS_NAME, TEMPLATE_NAME, AttemptLaunch
 from sparkdispatch.testing.waiting import eventually_blocking
 from sparkdispatch.testing.wheels import make_wheel
 from sparkdispatch.testing.slot_attempts import (
@@ -409,8 +409,8 @@ def test_new_code_runs_in_a_process_forked_from_the_template_which_never_holds_a
         ("v3", "v3", template),
     ]  # a fork of a template that had imported v1 or v2 would see that version
     assert len({r["pid"] for r in seen}) == 3
-    assert Path(f"/proc/{seen[-1]['pid']}/comm").read_text().strip() == "slot-process"
-    assert Path(f"/proc/{template}/comm").read_text().strip() == "slot-template"
+    assert Path(f"/proc/{seen[-1]['pid']}/comm").read_text().strip() == SLOT_PROCESS_NAME
+    assert Path(f"/proc/{template}/comm").read_text().strip() == TEMPLATE_NAME
     # no Connect channel or gRPC thread in the template: its one socket is its control channel
     sockets = [fd for fd in Path(f"/proc/{template}/fd").iterdir() if os.readlink(fd).startswith("socket:")]
     threads = [(task / "comm").read_text().strip() for task in Path(f"/proc/{template}/task").iterdir()]

@@ -6,9 +6,9 @@ bench/soak.py is the long form (thousands of jobs, every process sampled each mi
 runs 20 jobs, with the Connect server recycled every 12 job sessions so recycling happens under
 the soak, and compares the TaskExecutor's tree once it settled after a warm-up of 6 jobs with the
 same after the last job. Settled: one Connect server (none draining), every slot and the spare
-holding a slot process, and Spark's Python processes down to the worker daemons of the live job
-sessions, one per slot at most (idle workers end a minute after their last UDF; the daemons of
-released sessions are ended by the TaskExecutor).
+holding a slot process, one slot-process template, and Spark's Python processes down to the
+worker daemons of the live job sessions, one per slot at most (idle workers end a minute after
+their last UDF; the daemons of released sessions are ended by the TaskExecutor).
 
 Tolerances: the TaskExecutor, its server and its slot processes must match exactly once settled,
 and Spark's Python processes stay at one daemon per slot at most (a Python worker daemon left per
@@ -29,7 +29,15 @@ from pathlib import Path
 
 import pytest
 
-from sparkdispatch.testing.process_census import PYTHON_WORKER, SERVER, SLOT, TASK_EXECUTOR, KindTotals, census
+from sparkdispatch.testing.process_census import (
+    PYTHON_WORKER,
+    SERVER,
+    SLOT,
+    TASK_EXECUTOR,
+    TEMPLATE,
+    KindTotals,
+    census,
+)
 from sparkdispatch.testing.soak_jobs import SoakJobs
 from sparkdispatch.testing.standalone_process import StandaloneProcess
 from sparkdispatch.testing.waiting import WaitTimedOut, eventually_blocking
@@ -64,9 +72,11 @@ def settled(standalone: StandaloneProcess) -> dict[str, KindTotals]:
 
     def settled_totals() -> dict[str, KindTotals] | None:
         totals = census(root)
-        if (totals[SERVER].processes, totals[SLOT].processes) == (1, SLOTS + SPARES) and totals[
-            PYTHON_WORKER
-        ].processes <= SLOTS:
+        if (totals[SERVER].processes, totals[SLOT].processes, totals[TEMPLATE].processes) == (
+            1,
+            SLOTS + SPARES,
+            1,
+        ) and totals[PYTHON_WORKER].processes <= SLOTS:
             return totals
         return None
 
@@ -103,7 +113,7 @@ def test_a_warm_taskexecutor_does_not_grow_in_processes_or_threads(tmp_path: Pat
     log = (standalone.log_dir / "taskexecutor-0.log").read_text(errors="replace")
     assert re.search(r"Spark Connect server at \S+ \(pid \d+\) took over", log), "no server was recycled"
     growth = f"after the warm-up: {describe(before)}; at the end: {describe(after)}"
-    for kind in (TASK_EXECUTOR, SERVER, SLOT):
+    for kind in (TASK_EXECUTOR, SERVER, SLOT, TEMPLATE):
         assert after[kind].processes == before[kind].processes, growth
     assert after[PYTHON_WORKER].processes <= SLOTS, growth
     assert after[TASK_EXECUTOR].threads <= before[TASK_EXECUTOR].threads + TASK_EXECUTOR_THREADS_TOLERANCE, growth
