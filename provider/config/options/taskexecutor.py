@@ -78,11 +78,12 @@ TASKEXECUTOR_SLOT_PROCESS_SPARES: Final = SECTION.integer(
     "taskexecutor.slot-process.spares",
     1,
     "Slot processes a TaskExecutor keeps started and warm for the next slots that get a task of other code (each "
-    "about 145 MB). A spare taken is replaced in the background, which takes a few seconds of CPU (pyspark's "
-    "Connect client imported, a session's first calls made): jobs of new code that follow each other more closely "
-    "than that wait for it once the spares are used up; raise it where new code comes in bursts "
-    "(bench/small_jobs.py, new code every other job on a loaded 2-core host: p90 6.6 s with 1 spare, 5.2 s with 2; "
-    "the median stayed at 3.2 s).",
+    "about 145 MB, less when forked from the template). A spare taken is replaced in the background: forked from "
+    "the slot-process template, about a second on a loaded 2-core host (its session's first calls); started anew "
+    "(taskexecutor.slot-process.template false), a few seconds of CPU more (pyspark's Connect client imported). "
+    "Jobs of new code that follow each other more closely than that wait for it once the spares are used up; raise "
+    "it where new code comes in bursts (bench/small_jobs.py, new code every other job: with processes started "
+    "anew, p90 6.6 s with 1 spare, 5.2 s with 2, the median 3.2 s; forked, 1 spare, p90 2.3 s, median 1.7 s).",
     minimum=0,
 )
 TASKEXECUTOR_SLOT_PROCESS_TEMPLATE: Final = SECTION.boolean(
