@@ -38,6 +38,7 @@ The template exits when the TaskExecutor closes its socket.
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import os
 import select
@@ -176,6 +177,10 @@ def main(argv: list[str] | None = None) -> int:
     name_process(TEMPLATE_NAME)
     configure_output()
     import_connect_client()
+    # The imports' objects move to the collector's permanent generation: a child's collections
+    # skip them instead of writing to (and so copying) every page they share with the template.
+    gc.collect()
+    gc.freeze()
     channel = socket.socket(fileno=args.control_fd)
     code = Template(channel).serve()
     sys.stdout.flush()
