@@ -9,7 +9,7 @@ The job is dags/pipelines/sales_graph.yaml (the JobGraph of dags/example_pipelin
 
 - cluster: `sparkdispatch standalone --slots 2` (one TaskExecutor, its embedded defaults: Spark
   `local[*]`), timed from POST /jobs to the JobResult; the master chains the vertices the chaining
-  rules allow (the two aggregates run in the report's task), or, with `--durable`, writes every
+  rules allow (all four producers run in the report's task, one plan), or, with `--durable`, writes every
   vertex's result (`"results": "durable"`, the pipeline as it ran before chaining);
 - materialised floor: the same task functions, called with the same `ctx` (`TaskContext`,
   `LazyInputs`) one subtask after the other in ONE warm Spark Connect session of this process,

@@ -95,13 +95,14 @@ def plan_jobs(settings: ChaosSettings) -> list[JobSpec]:
 def chaos_graph(spec: JobSpec, *, artifact: str, markers: Path, restart_attempts: int) -> dict[str, Any]:
     """The JobGraph of one chaos job (task functions in `bench/tasks/chaos_tasks.py`)."""
 
-    def vertex(vid: str, parallelism: int, inputs: list[str]) -> dict[str, Any]:
+    def vertex(vid: str, parallelism: int, inputs: list[str], **extra: str) -> dict[str, Any]:
         return {
             "id": vid,
             "entrypoint": f"chaos_tasks:{vid}",
             "parallelism": parallelism,
             "inputs": inputs,
             "params": {"markers": str(markers), "rows": spec.rows, "sleep_s": spec.sleeps[vid]},
+            **extra,
         }
 
     return {
@@ -109,7 +110,9 @@ def chaos_graph(spec: JobSpec, *, artifact: str, markers: Path, restart_attempts
         "name": f"chaos-{spec.index:04d}",
         "artifacts": [artifact],
         "vertices": [
-            vertex("produce", 2, []),
+            # durable, so that a chaos job has tasks on both sides of a written result; the
+            # master chains transform into summarize's task
+            vertex("produce", 2, [], result="durable"),
             vertex("transform", 2, ["produce"]),
             vertex("summarize", 1, ["transform"]),
         ],

@@ -40,3 +40,14 @@ def total(ctx: Any) -> Any:
 
 def broken(ctx: Any) -> Any:
     raise ValueError("broken on purpose")
+
+
+def parity(ctx: Any) -> Any:
+    """The rows of its input `half` whose id has the parity `params.remainder`."""
+    half = ctx.inputs["half"]
+    return half.where(half.id % 2 == ctx.params["remainder"])
+
+
+def both(ctx: Any) -> Any:
+    """One row: how many rows its inputs `evens` and `odds` have together and the sum of their `twice`."""
+    return ctx.inputs["evens"].unionByName(ctx.inputs["odds"]).selectExpr("count(*) as n", "sum(twice) as s")

@@ -123,19 +123,23 @@ def test_fan_out_fan_in_graph_produces_the_expected_rows(
 def test_vertices_chained_into_their_consumer_give_the_same_rows_and_write_nothing(
     cluster: LocalCluster, tasks_key: str, tmp_path: Path, spark: Any
 ) -> None:
-    """The fan-in graph above as the master chains it on its own (`"results": "auto"`): `double` and
-    `square` run in `total`'s task, three tasks instead of five, the same report, each chained vertex
-    with its rows and attempts, and no partition."""
+    """The fan-in graph above as the master chains it on its own (`"results": "auto"`): `numbers`,
+    `double` and `square` run in `total`'s task, one task instead of five and one plan, in which
+    `numbers` is read by both of its consumers; the same report, each chained vertex with its rows
+    (`numbers`' counted once) and attempts, and no partition."""
     graph = fan_in("fan-in-chained", tasks_key, tmp_path, results="auto")
     result = cluster.wait_for_result(cluster.submit(graph))
     assert result.status == "FINISHED", result.failure
     rows = {vid: v.rows for vid, v in result.vertices.items()}
     assert rows == {"numbers": 100, "double": 100, "square": 100, "total": 1}
     assert all(v.attempts == 1 for v in result.vertices.values())
-    assert result.vertices["double"].partitions == () and result.vertices["square"].result_path is None
+    for chained in ("numbers", "double", "square"):
+        assert result.vertices[chained].partitions == () and result.vertices[chained].result_path is None
     total = spark.read.parquet(*result.vertices["total"].partitions).collect()
     assert [(r.doubled, r.squared) for r in total] == [(2 * sum(range(100)), sum(n * n for n in range(100)))]
-    assert len(runs(tmp_path, "double")) == 2 and len(runs(tmp_path, "total")) == 1
+    # each subtask's function ran once: numbers' too, though two vertices read its result
+    assert len(runs(tmp_path, "numbers")) == 2 and len(runs(tmp_path, "double")) == 2
+    assert len(runs(tmp_path, "total")) == 1
 
 
 def test_a_vertex_failing_twice_restarts_only_itself(cluster: LocalCluster, tasks_key: str, tmp_path: Path) -> None:

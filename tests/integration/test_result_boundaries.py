@@ -184,3 +184,33 @@ def test_a_chained_vertex_runs_in_its_consumers_attempt_as_one_plan_and_its_rows
     )
     assert failed.state is ExecutionState.FAILED and failed.failure is not None
     assert (failed.failure.cls, failed.failure.message) == ("ValueError", "broken on purpose")
+
+
+def test_a_result_read_by_two_vertices_of_one_chain_is_built_once_and_counted_once(
+    pool: SlotProcessPool, tmp_path: Path
+) -> None:
+    """A diamond in one attempt: half (x2) read by evens and odds, both read by the head."""
+    tasks = artifact(tmp_path, "boundary_tasks.py", TASKS.read_bytes())
+    (tmp_path / "markers").mkdir()
+    job_id = new_job_id()
+    produced = run(pool, deployment(tmp_path, "boundary_tasks:produce", job_id=job_id), [tasks])
+    assert produced.state is ExecutionState.FINISHED and produced.result_path is not None, produced
+    up = {"up": (produced.result_path,)}
+    chained = (
+        ChainedTask("half", "boundary_tasks:half", parallelism=2, inputs=up),
+        ChainedTask("evens", "boundary_tasks:parity", inputs={"half": ()}, params={"remainder": 0}),
+        ChainedTask("odds", "boundary_tasks:parity", inputs={"half": ()}, params={"remainder": 1}),
+    )
+    head = deployment(tmp_path, "boundary_tasks:both", job_id=job_id, inputs={"evens": (), "odds": ()}, chained=chained)
+    finished = run(pool, head, [tasks])
+
+    assert finished.state is ExecutionState.FINISHED, finished
+    # half's two subtasks' functions ran once each (one line in each log), their rows counted once
+    assert finished.chained_rows == {"half": (500, 500), "evens": (500,), "odds": (500,)}
+    for index in (0, 1):
+        log = chained_log_path(head.result_path, "half", index, head.attempt)
+        assert log is not None and log.read_text().splitlines() == [f"half {index} of 2"]
+    import pyarrow.parquet
+
+    assert finished.result_path is not None
+    assert pyarrow.parquet.read_table(finished.result_path).to_pylist() == [{"n": 1000, "s": 2 * sum(range(1000))}]

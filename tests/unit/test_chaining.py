@@ -39,17 +39,42 @@ def test_a_line_of_vertices_asking_to_be_chained_is_one_chain_headed_by_its_sink
 
 
 def test_a_parallel_producer_chains_into_a_single_subtask_consumer() -> None:
-    # the P7 sales pipeline's shape: generate -> clean (x2) -> {by_region (x2), by_product} -> report
+    chains = plan_chains(graph(chained("a", parallelism=3), vertex("b", "a")))
+    assert chains.members == {"b": ("a",)}
+
+
+def test_a_result_read_by_several_vertices_of_one_task_chains_into_it() -> None:
+    # the P7 sales pipeline's shape: generate -> clean (x2) -> {by_region (x2), by_product} -> report;
+    # clean is read by two vertices, both chained into report: the whole pipeline is report's task
     chains = plan_chains(
         graph(
             vertex("generate"),
             vertex("clean", "generate", parallelism=2),
-            chained("by_region", "clean", parallelism=2),
-            chained("by_product", "clean"),
+            vertex("by_region", "clean", parallelism=2),
+            vertex("by_product", "clean"),
             vertex("report", "by_region", "by_product"),
         )
     )
-    assert chains.members == {"report": ("by_region", "by_product")}
+    assert chains.members == {"report": ("generate", "clean", "by_region", "by_product")}
+    # a diamond whose consumers are a head and a vertex chained into it
+    assert plan_chains(graph(vertex("a"), vertex("b", "a"), vertex("c", "a", "b"))).members == {"c": ("a", "b")}
+
+
+def test_a_result_read_by_vertices_of_different_tasks_is_durable_naming_them() -> None:
+    shared = graph(vertex("a"), vertex("b", "a"), vertex("c", "a"), vertex("d", "b"))
+    assert plan_chains(shared).head_of == {"b": "d"}
+    with pytest.raises(InvalidJobGraph) as refused:
+        graph(chained("a"), vertex("b", "a"), vertex("c", "a"), vertex("d", "b"))
+    assert refused.value.field_errors == {
+        "vertices[0].result": [
+            "vertex 'a' cannot be chained into its consumer: 2 vertices read its result ('b', 'c') "
+            "in 2 different tasks ('d', 'c''s)"
+        ]
+    }
+    # one task, in another Python environment than a's
+    with pytest.raises(InvalidJobGraph) as elsewhere:
+        graph(chained("a", environment={"dependencies": ["tabulate==0.9.0"]}), vertex("b", "a"), vertex("c", "a", "b"))
+    assert "its consumer 'b' runs in another Python environment" in str(elsewhere.value)
 
 
 def test_the_master_chains_where_the_rules_allow_unless_a_durable_result_is_asked() -> None:
@@ -57,7 +82,7 @@ def test_the_master_chains_where_the_rules_allow_unless_a_durable_result_is_aske
     assert plan_chains(graph(*line)).members == {"c": ("a", "b")}
     assert plan_chains(graph(vertex("a", result="durable"), *line[1:])).members == {"c": ("b",)}
     assert plan_chains(graph(*line, results="durable")) is NO_CHAINS
-    # two consumers, or a consumer of parallelism 2: durable
+    # two consumers in two tasks, or a consumer of parallelism 2: durable
     assert plan_chains(graph(vertex("a"), vertex("b", "a"), vertex("c", "a"))) is NO_CHAINS
     assert plan_chains(graph(vertex("a"), vertex("b", "a", parallelism=2))) is NO_CHAINS
 
@@ -101,7 +126,7 @@ def test_a_vertex_asking_to_be_chained_where_it_cannot_is_refused_naming_why() -
     assert "no vertex reads its result" in str(sink.value)
     with pytest.raises(InvalidJobGraph) as shared:
         graph(chained("a"), vertex("b", "a"), vertex("c", "a"))
-    assert "2 vertices read its result ('b', 'c')" in str(shared.value)
+    assert "2 vertices read its result ('b', 'c') in 2 different tasks" in str(shared.value)
 
 
 def test_an_unknown_result_kind_is_refused_naming_the_field() -> None:

@@ -14,9 +14,10 @@ from sparkdispatch.testing.job_master import JOB_ID, RESULTS, THREE_RESTARTS, Ha
 
 
 def sales_graph() -> JobGraph:
-    """extract (x2) -> clean (x2, chained) -> report: clean's two subtasks run in report's task."""
+    """extract (x2, durable) -> clean (x2, chained) -> report: clean's two subtasks run in report's
+    task, which reads extract's written result."""
     return graph_of(
-        JobVertex("extract", "pipe:extract", 2),
+        JobVertex("extract", "pipe:extract", 2, result=ResultKind.DURABLE),
         JobVertex("clean", "pipe:clean", 2, ("extract",), result=ResultKind.CHAINED),
         JobVertex("report", "pipe:report", 1, ("clean",)),
         restart=THREE_RESTARTS,
