@@ -1,7 +1,7 @@
 """P7 a real pipeline: the sales pipeline of dags/pipelines on a warm standalone cluster, against two floors.
 
     .venv/bin/python bench/p7_pipeline.py [--runs 5] [--warm-up 3] [--rows 100000] [--slots 2]
-                                          [--durable] [-D KEY=VALUE ...] [--work-dir DIR] [--quick]
+                                          [--durable] [-D KEY=VALUE ...] [--work-dir DIR] [--quick] [--jfr]
 
 The job is dags/pipelines/sales_graph.yaml (the JobGraph of dags/example_pipeline.py): 5 vertices,
 7 subtasks, `--rows` orders, `spark.sql.shuffle.partitions=4`, the code shipped as
@@ -32,6 +32,12 @@ that, its Connect server's JVM; floors: this process and its Connect server's JV
 bench/results/p7_pipeline.json with every sample and the load average. `-D KEY=VALUE` sets a
 configuration key of the standalone (and of the floors' server settings), e.g.
 `-D taskexecutor.slot-process.spares=2`.
+
+`--jfr`: a Java Flight Recording (`profile` settings) of the cluster's Connect server JVM during each timed
+cluster job and of the floors' JVM during each timed chained-floor run (`<work-dir>/jfr/cluster-N.jfr`,
+`chained-N.jfr`: the same number of runs, each side's own windows, as the CPU meters measure them), and
+the CPU seconds of each JVM's threads by name from /proc over the same windows; printed and saved with
+the results: samples by thread, top frames by package, and the samples in calls of interest.
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ from typing import Any
 
 from harness.clusters import CLUSTER_START_TIMEOUT_S
 from harness.connect_floor import ConnectClient
+from harness.flight_recording import FlightRecording, summary
 from harness.graphs import pipelines_artifact, sales_graph
 from harness.paths import DAGS_DIR
 from harness.processes import cpu_seconds, descendants, process_cmdline, tree_cpu_seconds
@@ -181,13 +188,57 @@ class CpuMeter:
         return {name: round(median(values), 2) for name, values in self.samples.items()}
 
 
+#: calls whose share of a JVM's samples `--jfr` reports (label -> a frame's text)
+JFR_MARKERS = {
+    "Connect ExecutePlan": "SparkConnectExecutePlanHandler",
+    "Connect AnalyzePlan": "SparkConnectAnalyzeHandler",
+    "Connect Config": "SparkConnectConfigHandler",
+    "Connect AddArtifacts": "SparkConnectAddArtifactsHandler",
+    "Connect ReleaseSession": "SparkConnectReleaseSessionHandler",
+    "Connect session made": "SparkConnectSessionManager.getOrCreateIsolatedSession",
+    "plan conversion (SparkConnectPlanner)": "SparkConnectPlanner",
+    "analysis": "catalyst.analysis.Analyzer",
+    "optimisation": "catalyst.optimizer.Optimizer",
+    "physical planning": "SparkPlanner",
+    "code generation (janino)": "org.codehaus.janino",
+    "observed metrics (CollectMetrics)": "CollectMetrics",
+    "Parquet write": "FileFormatWriter",
+    "file listing": "InMemoryFileIndex",
+    "task run (Executor)": "org.apache.spark.executor.Executor$TaskRunner.run",
+    "class loading": "java.lang.ClassLoader.loadClass",
+    "Spark UI / listeners": "org.apache.spark.scheduler.AsyncEventQueue",
+}
+
+
+def profile_of(recording: FlightRecording) -> dict[str, Any]:
+    """The recording's summary and its JVM's CPU by thread name, printed and returned for the results."""
+    profile = {
+        "jvm_cpu_s": round(recording.process_cpu, 2),
+        "thread_cpu_s": recording.top_threads(25),
+        **summary(recording.samples(), JFR_MARKERS),
+    }
+    print(f"\n{recording.output.stem}: JVM CPU {profile['jvm_cpu_s']:.2f} s in its {len(recording.files)} runs")
+    for key in ("thread_cpu_s", "by_thread", "self_by_package", "self_by_frame", "stacks_with"):
+        print(f"  {key}:")
+        rows = profile[key].items() if isinstance(profile[key], dict) else profile[key]
+        for name, value in rows:
+            print(f"    {value:>8} {name}")
+    return profile
+
+
+def cluster_jvm(standalone: Standalone) -> int:
+    """The pid of the standalone TaskExecutor's Connect server JVM."""
+    task_executor = standalone.task_executor_pids()[0]
+    return next(pid for pid in descendants(task_executor) if "SparkConnectServer" in process_cmdline(pid))
+
+
 def cluster_cpu_readers(standalone: Standalone) -> dict[str, Callable[[], float]]:
     """The master (the standalone process itself), the TaskExecutor's tree (retired slot processes count
     once reaped) and its Connect server's JVM."""
     assert standalone.process is not None
     master = standalone.process.pid
     task_executor = standalone.task_executor_pids()[0]
-    jvm = next(pid for pid in descendants(task_executor) if "SparkConnectServer" in process_cmdline(pid))
+    jvm = cluster_jvm(standalone)
     return {
         "master": lambda: cpu_seconds(master),
         "taskexecutor tree": lambda: tree_cpu_seconds(task_executor),
@@ -206,6 +257,9 @@ def run() -> int:
         help='write every vertex\'s result ("results": "durable"), as before the master chained vertices',
     )
     add_overrides_option(parser, help="a configuration key of the standalone and of the floors' server; repeatable")
+    parser.add_argument(
+        "--jfr", action="store_true", help="record both Connect servers' JVMs with Java Flight Recorder (timed runs)"
+    )
     add_run_options(parser, quick="1 warm-up and 2 timed runs")
     args = parser.parse_args()
     if args.quick:
@@ -268,18 +322,33 @@ def run() -> int:
                     f"chained floor {chained_s:.2f}s, materialised in a new session {new_session_s:.2f}s",
                     flush=True,
                 )
+            recordings: dict[str, FlightRecording] = {}
+            if args.jfr:
+                (work / "jfr").mkdir(exist_ok=True)
+                recordings = {
+                    "cluster": FlightRecording(cluster_jvm(standalone), work / "jfr" / "cluster.jfr"),
+                    "chained": FlightRecording(floors.connect.server.pid, work / "jfr" / "chained.jfr"),
+                }
             for run in range(args.runs):
                 floor_cpu["materialised"].start()
                 samples["materialised"].append(floors.materialised())
                 floor_cpu["materialised"].stop()
                 floor_cpu["chained"].start()
+                if recordings:
+                    recordings["chained"].start()
                 samples["chained"].append(floors.chained())
+                if recordings:
+                    recordings["chained"].stop()
                 floor_cpu["chained"].stop()
                 floor_cpu["materialised_new_session"].start()
                 samples["materialised_new_session"].append(floors.materialised(new_session=True))
                 floor_cpu["materialised_new_session"].stop()
                 cluster_cpu.start()
+                if recordings:
+                    recordings["cluster"].start()
                 cluster_s, master_s = standalone.rest.run_job(graph, timeout=JOB_TIMEOUT_S)
+                if recordings:
+                    recordings["cluster"].stop()
                 cluster_cpu.stop()
                 samples["cluster"].append(cluster_s)
                 samples["cluster_master_duration"].append(master_s)
@@ -291,6 +360,8 @@ def run() -> int:
                     f"load {loads[-1][0]}",
                     flush=True,
                 )
+            if recordings:
+                results["jfr"] = {side: profile_of(recording) for side, recording in recordings.items()}
         finally:
             if floors is not None:
                 floors.stop()
@@ -354,8 +425,12 @@ def run() -> int:
             for side, values in cpu.items()
         )
     )
-    # a smoke run or other settings do not replace the results of the default run
-    variant = ".durable" * args.durable + "".join(f".{key}={value}" for key, value in sorted(overrides.items()))
+    # a smoke run, a recorded one or other settings do not replace the results of the default run
+    variant = (
+        ".durable" * args.durable
+        + ".jfr" * args.jfr
+        + "".join(f".{key}={value}" for key, value in sorted(overrides.items()))
+    )
     save_results(
         "p7_pipeline" + variant,
         quick=args.quick,

@@ -11,4 +11,5 @@
 - `ensemble`: the multi-host cluster on network namespaces, as a benchmark on its bridge sees it.
 - `connect_floor`: a warm Spark Connect session doing a cluster's work without it (the floors).
 - `profiling`: py-spy recordings and their summaries.
+- `flight_recording`: Java Flight Recordings of a JVM, its threads' CPU by name, and their summaries.
 """
