@@ -20,6 +20,7 @@ from sparkdispatch.storage.attempt_logs import attempt_log_path, chained_log_pat
 from sparkdispatch.taskexecutor.connect_server import ConnectServer
 from sparkdispatch.taskexecutor.settings import ConnectServerSettings, SlotPoolSettings
 from sparkdispatch.taskexecutor.slot_pool import SlotProcessPool
+from sparkdispatch.taskexecutor.slot_protocol import AttemptState
 from sparkdispatch.testing.slot_attempts import artifact, deployment, new_job_id, run, slot_processes
 from sparkdispatch.testing.waiting import eventually_blocking
 
@@ -100,6 +101,16 @@ def pool(connect_server: ConnectServer) -> Iterator[SlotProcessPool]:
     assert slot_processes() == set(), "slot processes left after close()"
 
 
+def produce(pool: SlotProcessPool, tmp_path: Path) -> tuple[str, str, AttemptState, str]:
+    """The boundary tasks as an artifact, a new job's id, its `produce` attempt, FINISHED, and its result's path."""
+    tasks = artifact(tmp_path, "boundary_tasks.py", TASKS.read_bytes())
+    (tmp_path / "markers").mkdir()
+    job_id = new_job_id()
+    produced = run(pool, deployment(tmp_path, "boundary_tasks:produce", job_id=job_id), [tasks])
+    assert produced.state is ExecutionState.FINISHED and produced.result_path is not None, produced
+    return tasks, job_id, produced, produced.result_path
+
+
 def test_a_result_holds_only_data_files_and_its_consumer_reads_it_without_an_inference_job(
     pool: SlotProcessPool, ui_port: int, tmp_path: Path
 ) -> None:
@@ -144,16 +155,12 @@ def test_a_result_holds_only_data_files_and_its_consumer_reads_it_without_an_inf
 def test_a_chained_vertex_runs_in_its_consumers_attempt_as_one_plan_and_its_rows_are_counted(
     pool: SlotProcessPool, tmp_path: Path
 ) -> None:
-    tasks = artifact(tmp_path, "boundary_tasks.py", TASKS.read_bytes())
-    (tmp_path / "markers").mkdir()
-    job_id = new_job_id()
-    produced = run(pool, deployment(tmp_path, "boundary_tasks:produce", job_id=job_id), [tasks])
-    assert produced.state is ExecutionState.FINISHED and produced.result_path is not None, produced
+    tasks, job_id, produced, produced_path = produce(pool, tmp_path)
     half = ChainedTask(
         "half",
         "boundary_tasks:half",
         parallelism=2,
-        inputs={"up": (produced.result_path,)},
+        inputs={"up": (produced_path,)},
         input_schemas={"up": produced.result_schema or ""},
     )
 
@@ -176,7 +183,7 @@ def test_a_chained_vertex_runs_in_its_consumers_attempt_as_one_plan_and_its_rows
     head_log = attempt_log_path(chain.result_path, chain.attempt)
     assert head_log is not None and "total" in head_log.read_text() and "half" not in head_log.read_text()
 
-    broken = ChainedTask("half", "boundary_tasks:broken", inputs={"up": (produced.result_path,)})
+    broken = ChainedTask("half", "boundary_tasks:broken", inputs={"up": (produced_path,)})
     failed = run(
         pool,
         deployment(tmp_path, "boundary_tasks:total", job_id=job_id, inputs={"half": ()}, chained=(broken,)),
@@ -190,12 +197,8 @@ def test_a_result_read_by_two_vertices_of_one_chain_is_built_once_and_counted_on
     pool: SlotProcessPool, tmp_path: Path
 ) -> None:
     """A diamond in one attempt: half (x2) read by evens and odds, both read by the head."""
-    tasks = artifact(tmp_path, "boundary_tasks.py", TASKS.read_bytes())
-    (tmp_path / "markers").mkdir()
-    job_id = new_job_id()
-    produced = run(pool, deployment(tmp_path, "boundary_tasks:produce", job_id=job_id), [tasks])
-    assert produced.state is ExecutionState.FINISHED and produced.result_path is not None, produced
-    up = {"up": (produced.result_path,)}
+    tasks, job_id, _, produced_path = produce(pool, tmp_path)
+    up = {"up": (produced_path,)}
     chained = (
         ChainedTask("half", "boundary_tasks:half", parallelism=2, inputs=up),
         ChainedTask("evens", "boundary_tasks:parity", inputs={"half": ()}, params={"remainder": 0}),
