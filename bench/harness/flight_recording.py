@@ -30,8 +30,7 @@ def thread_cpu_seconds(pid: int) -> dict[str, float]:
         except OSError:
             continue
         name = re.sub(r"[0-9]+", "#", stat[stat.find("(") + 1 : stat.rfind(")")])
-        fields = stat[stat.rfind(")") + 2 :].split()
-        totals[name] = totals.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / ticks
+        totals[name] = totals.get(name, 0.0) + _user_and_system_seconds(stat, ticks)
     return totals
 
 
@@ -108,9 +107,13 @@ def execution_samples(file: Path) -> list[tuple[str, list[str]]]:
 
 
 def _process_cpu(pid: int) -> float:
-    stat = Path(f"/proc/{pid}/stat").read_text()
+    return _user_and_system_seconds(Path(f"/proc/{pid}/stat").read_text(), os.sysconf("SC_CLK_TCK"))
+
+
+def _user_and_system_seconds(stat: str, ticks: int) -> float:
+    """utime + stime of a /proc stat line, in seconds."""
     fields = stat[stat.rfind(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks
 
 
 def package_of(frame: str, depth: int = 5) -> str:

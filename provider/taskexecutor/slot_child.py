@@ -11,13 +11,12 @@ import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
 
 from sparkdispatch.errors import SlotProcessLost
 from sparkdispatch.taskexecutor.connect_url import shown
 from sparkdispatch.taskexecutor.python_workers import ReleasedSessions
 from sparkdispatch.taskexecutor.settings import SlotPoolSettings
-from sparkdispatch.taskexecutor.slot_forking import SlotTemplate, start_python_module
+from sparkdispatch.taskexecutor.slot_forking import ForkedProcess, SlotTemplate, start_python_module
 from sparkdispatch.taskexecutor.slot_protocol import READY, SERVER, STOP, WARM, WARMED, ControlChannel, Message
 
 log = logging.getLogger(__name__)
@@ -37,17 +36,9 @@ def describe_exit(returncode: int) -> str:
     return f"killed by signal {-returncode} ({name}{hint})"
 
 
-class ChildProcess(Protocol):
-    """What the pool does with a slot process: a `subprocess.Popen`, or a `ForkedProcess` (slot_forking.py)."""
-
-    @property
-    def pid(self) -> int: ...
-
-    def poll(self) -> int | None: ...
-
-    def wait(self, timeout: float | None = None) -> int: ...
-
-    def kill(self) -> None: ...
+#: What the pool does with a slot process (pid, poll, wait, kill): one started anew, or one forked
+#: from the template (slot_forking.py), which answers the same calls.
+ChildProcess = subprocess.Popen[bytes] | ForkedProcess
 
 
 class SlotChild:

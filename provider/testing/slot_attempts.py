@@ -150,16 +150,20 @@ def _processes() -> list[tuple[int, int, bytes]]:
     return found
 
 
+def _templates(processes: list[tuple[int, int, bytes]]) -> set[int]:
+    return {pid for pid, parent, command in processes if parent == os.getpid() and b"slot_template" in command}
+
+
 def slot_templates() -> set[int]:
     """The slot-process templates this test process started that still exist (zombies included)."""
-    return {pid for pid, parent, command in _processes() if parent == os.getpid() and b"slot_template" in command}
+    return _templates(_processes())
 
 
 def slot_processes() -> set[int]:
     """The slot processes this test process started, itself or through its templates, that still
     exist (zombies included)."""
     processes = _processes()
-    templates = {pid for pid, parent, command in processes if parent == os.getpid() and b"slot_template" in command}
+    templates = _templates(processes)
     return {
         pid
         for pid, parent, command in processes
