@@ -128,15 +128,17 @@ class JobWatcher:
                 self._run(), name=f"sparkdispatch-watch-{self.job_id}", context=contextvars.Context()
             )
 
-    async def remove(self, watch: VertexWatch) -> bool:
-        """Take `watch` out; True (and the poll stopped) when it was the last."""
+    def remove(self, watch: VertexWatch) -> bool:
+        """Take `watch` out; True when it was the last (then `stop` the poll)."""
         self.watches.remove(watch)
-        if self.watches:
-            return False
+        return not self.watches
+
+    async def stop(self) -> None:
+        """Stop the poll. A watcher that has no watches left is stopped, never given new ones: a watch
+        added while the poll's cancellation runs would be served by no poll."""
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        return True
 
     async def _run(self) -> None:
         try:
@@ -240,8 +242,11 @@ async def watch_vertex(
         try:
             yield watch
         finally:
-            if await watcher.remove(watch) and registry.watchers.get(key) is watcher:
-                del registry.watchers[key]
+            if watcher.remove(watch):
+                # out of the registry before the first await, so a watch that joins meanwhile starts a new watcher
+                if registry.watchers.get(key) is watcher:
+                    del registry.watchers[key]
+                await watcher.stop()
 
 
 async def follow_vertex(

@@ -307,4 +307,31 @@ async def test_a_watcher_that_cannot_read_an_answer_fails_its_watches_instead_of
     watcher.add(watch)
     events = [event async for event in watch.events()]
     assert len(events) == 1 and isinstance(events[0], WatchFailed) and "AttributeError" in events[0].message
-    assert await watcher.remove(watch)
+    assert watcher.remove(watch)
+    await watcher.stop()
+
+
+async def test_a_watch_that_joins_while_the_last_watch_of_its_job_leaves_is_still_served(
+    master: InProcessMaster,
+) -> None:
+    """A cleared vertex task: its old trigger's watch leaves and its new trigger's joins in one turn of the loop."""
+    from sparkdispatch.operators.job_watch import follow_vertex, watch_vertex
+
+    await start_group(master)
+    watching, leave = asyncio.Event(), asyncio.Event()
+
+    async def old_trigger() -> None:
+        async with watch_vertex("sd_trigger", GROUP_JOB, "a", parallelism=1, poll_interval=0.05):
+            watching.set()
+            await leave.wait()
+
+    old = asyncio.create_task(old_trigger())
+    await watching.wait()
+    leave.set()  # the old watch leaves, stopping its watcher's poll, while the new one joins
+    new = asyncio.create_task(
+        follow_vertex("sd_trigger", GROUP_JOB, "a", parallelism=1, poll_interval=0.05, emit=lambda line: None)
+    )
+    await old
+    await master.task_executors[-1].end_job(GROUP_JOB, TaskOutcome(rows=3))
+    body = await asyncio.wait_for(new, 10)
+    assert body.vertex == "a" and body.result.state is ExecutionState.FINISHED
