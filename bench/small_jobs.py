@@ -1,7 +1,7 @@
 """Small jobs: a one-vertex job from submit to FINISHED, with the last job's code and with new code.
 
-    .venv/bin/python bench/small_jobs.py [--runs 15] [--slots 2] [--label NAME] [-D key=value ...]
-                                         [--work-dir DIR] [--quick]
+    .venv/bin/python bench/small_jobs.py [--runs 15] [--slots 2] [--udf] [--gap S] [--label NAME]
+                                         [-D key=value ...] [--work-dir DIR] [--quick]
 
 Starts `sparkdispatch standalone` (one TaskExecutor, `--slots` slots, Spark `local[2]`) and runs
 pairs of jobs, one after the other: a job of one vertex (parallelism 1, `spark.range(10).count()`
@@ -13,12 +13,19 @@ every label stay in bench/results/small_jobs.json, the last run of each label. F
 TaskExecutor's log it also reports how long a spare slot process took from wanted to ready, and a
 new process's start (forked from the template, or spawned with its imports) and warm-up
 (`-D taskexecutor.slot-process.template=false` measures spawned ones).
+
+`--udf`: the job's one task runs a Python UDF of its module over 10 rows in 2 partitions instead
+(`spark.range(0, 10, 1, 2)`, collected), so each job's session needs Spark's Python workers
+(`-D taskexecutor.slot-process.python-workers=0` measures it without them started ahead). `--gap`:
+seconds between one job's end and the next job's submission (default 0, back to back), as jobs
+of a schedule come.
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -44,14 +51,25 @@ VERSION = {version}
 
 def count(ctx):
     ctx.spark.range(10).count()
+
+
+def _plus_version(value):
+    return value + VERSION
+
+
+def udf(ctx):
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import LongType
+
+    ctx.spark.range(0, 10, 1, 2).select(F.udf(_plus_version, LongType())("id")).collect()
 '''
 
 
-def graph(artifact: str, index: int) -> dict[str, Any]:
+def graph(artifact: str, index: int, function: str) -> dict[str, Any]:
     return {
         "name": f"small-{index}",
         "artifacts": [artifact],
-        "vertices": [{"id": "count", "entrypoint": "small_job:count"}],
+        "vertices": [{"id": function, "entrypoint": f"small_job:{function}"}],
         "restart_strategy": {"type": "fixed-delay", "attempts": 0, "delay_s": 0.0},
     }
 
@@ -91,6 +109,8 @@ def run() -> int:
     parser.add_argument("--runs", type=int, default=15, help="measured pairs (same code, new code)")
     parser.add_argument("--slots", type=int, default=2, help="slots of the TaskExecutor")
     parser.add_argument("--label", default="latest", help="name of this run in the results")
+    parser.add_argument("--udf", action="store_true", help="each job runs a Python UDF of its module")
+    parser.add_argument("--gap", type=float, default=0.0, help="seconds between a job's end and the next")
     add_overrides_option(parser, help="configuration of the standalone cluster")
     add_run_options(parser, quick="5 pairs")
     args = parser.parse_args()
@@ -103,6 +123,8 @@ def run() -> int:
         "runs": args.runs,
         "overrides": overrides,
         "quick": args.quick,
+        "udf": args.udf,
+        "gap_s": args.gap,
     }
     seconds: dict[str, list[float]] = {"same code": [], "new code": []}
     with scratch_dir(args.work_dir, "sparkdispatch-small-jobs-") as scratch:
@@ -117,7 +139,9 @@ def run() -> int:
                 for kind in ("same code", "new code"):
                     if kind == "new code":
                         artifact = upload(standalone, code, index + 1)
-                    wall, _ = standalone.rest.run_job(graph(artifact, index), timeout=JOB_TIMEOUT_S)
+                    time.sleep(args.gap)
+                    function = "udf" if args.udf else "count"
+                    wall, _ = standalone.rest.run_job(graph(artifact, index, function), timeout=JOB_TIMEOUT_S)
                     if measured:
                         seconds[kind].append(wall)
                 if measured:

@@ -17,7 +17,7 @@ import signal
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from sparkdispatch.taskexecutor.process_usage import child_pids
@@ -46,6 +46,10 @@ class ReleasedSessions:
             self._released[server_session_id] = self._clock()
             self._released.move_to_end(server_session_id)
             self._prune()
+
+    def add_all(self, server_session_ids: Iterable[str]) -> None:
+        for server_session_id in server_session_ids:
+            self.add(server_session_id)
 
     def recent(self) -> set[str]:
         with self._lock:

@@ -26,6 +26,7 @@ from sparkdispatch.config.options import (
     TASKEXECUTOR_CONNECT_START_TIMEOUT,
     TASKEXECUTOR_SLOT_PROCESS_ENVIRONMENT_SPARES,
     TASKEXECUTOR_SLOT_PROCESS_SPARES,
+    TASKEXECUTOR_SLOT_PROCESS_PYTHON_WORKERS,
     TASKEXECUTOR_SLOT_PROCESS_TEMPLATE,
 )
 from sparkdispatch.taskexecutor.process_usage import ProcessUsage
@@ -105,11 +106,15 @@ class SlotPoolSettings:
     stop_grace: float = 10.0  # a retired slot process's session release, before it is killed
     attempt_log_max_size: int = TASKEXECUTOR_ATTEMPT_LOG_MAX_SIZE.default
     template: bool = TASKEXECUTOR_SLOT_PROCESS_TEMPLATE.default  # fork from a template (slot_template.py)
+    #: Spark Python workers started in a session made ahead (slot_python_workers.py); the option's
+    #: default is 2, a pool made without configuration (the tests') starts none
+    python_workers: int = 0
 
     @classmethod
     def from_config(cls, config: Configuration) -> SlotPoolSettings:
         return cls(
             template=config.get(TASKEXECUTOR_SLOT_PROCESS_TEMPLATE),
+            python_workers=config.get(TASKEXECUTOR_SLOT_PROCESS_PYTHON_WORKERS),
             spares=config.get(TASKEXECUTOR_SLOT_PROCESS_SPARES),
             environment_spares=config.get(TASKEXECUTOR_SLOT_PROCESS_ENVIRONMENT_SPARES),
             cancellation_timeout=config.get(TASKEXECUTOR_CANCELLATION_TIMEOUT),

@@ -17,7 +17,16 @@ from sparkdispatch.taskexecutor.connect_url import shown
 from sparkdispatch.taskexecutor.python_workers import ReleasedSessions
 from sparkdispatch.taskexecutor.settings import SlotPoolSettings
 from sparkdispatch.taskexecutor.slot_forking import ForkedProcess, SlotTemplate, start_python_module
-from sparkdispatch.taskexecutor.slot_protocol import READY, SERVER, STOP, WARM, WARMED, ControlChannel, Message
+from sparkdispatch.taskexecutor.slot_protocol import (
+    READY,
+    SERVER,
+    STOP,
+    STOPPED,
+    WARM,
+    WARMED,
+    ControlChannel,
+    Message,
+)
 
 log = logging.getLogger(__name__)
 
@@ -93,14 +102,20 @@ class SlotChild:
             returncode = self.process.wait()
         return describe_exit(returncode)
 
-    def stop(self, grace_s: float) -> None:
-        """Ask the process to release its session and exit; kill it after `grace_s`."""
+    def stop(self, grace_s: float, released: ReleasedSessions) -> None:
+        """Ask the process to release its sessions and exit (those it made ahead unused go into
+        `released`); kill it after `grace_s`."""
+        deadline = time.monotonic() + grace_s
         try:
             self.channel.send({"type": STOP})
+            while (message := self.receive(max(deadline - time.monotonic(), 0.001))) is not None:
+                if message["type"] == STOPPED:
+                    released.add_all(message.get("released", ()))
+                    break
         except OSError:
-            pass  # gone already
+            pass  # gone already, or it did not answer in time
         try:
-            self.process.wait(grace_s)
+            self.process.wait(max(deadline - time.monotonic(), 0.0))
         except subprocess.TimeoutExpired:
             log.warning("slot process %d did not stop within %gs; killing it", self.pid, grace_s)
             self.process.kill()
@@ -170,7 +185,7 @@ def _warmed(
         _expect(settings, child, READY, started)
         ready = time.monotonic()
         child.connect_url = connect_url()
-        child.channel.send({"type": WARM, "connect_url": child.connect_url})
+        child.channel.send({"type": WARM, "connect_url": child.connect_url, "python_workers": settings.python_workers})
         warmed = _expect(settings, child, WARMED, started)
     except BaseException:
         child.kill()

@@ -167,6 +167,7 @@ class SlotProcessPool:
                     return self._lost(attempt, child)
                 if message["type"] == SESSION:
                     child.forget_session(self.released_sessions)  # the process releases its last job's
+                    self.released_sessions.add_all(message.get("released", ()))  # and ones it made ahead
                     child.session = SlotSession(
                         str(message["session_id"]), message.get("server_session_id"), connect_url
                     )
@@ -370,7 +371,7 @@ class SlotProcessPool:
         raise SlotProcessLost("the TaskExecutor's slot processes are stopping")
 
     def _retire(self, child: SlotChild) -> None:
-        child.stop(self._settings.stop_grace)
+        child.stop(self._settings.stop_grace, self.released_sessions)
         child.forget_session(self.released_sessions)
         with self._lock:
             self._retiring.discard(child)

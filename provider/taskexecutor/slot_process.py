@@ -61,6 +61,7 @@ from sparkdispatch.taskexecutor.input_datasets import input_datasets
 from sparkdispatch.taskexecutor.plan_reads import reads_only_under
 from sparkdispatch.taskexecutor.driver_log import DriverLog, progress_handler
 from sparkdispatch.taskexecutor.attempt_code import import_path_entry, load_entrypoint, output_to
+from sparkdispatch.taskexecutor.slot_python_workers import PythonWorkerStart
 from sparkdispatch.taskexecutor.slot_sessions import make_active, new_session, server_session_id
 from sparkdispatch.taskexecutor.slot_protocol import (
     CANCEL,
@@ -72,6 +73,7 @@ from sparkdispatch.taskexecutor.slot_protocol import (
     SERVER,
     START_DEADLINE,
     STOP,
+    STOPPED,
     WARM,
     WARMED,
     AttemptState,
@@ -151,6 +153,12 @@ class SlotProcess:
         self._warm_session: tuple[str, float, SparkSession] | None = None
         self._warming: threading.Thread | None = None
         self._warm_again_at = 0.0
+        #: Spark's Python workers a session made ahead starts (the pool's `warm` says how many)
+        self._python_workers = 0
+        self._starting_workers: PythonWorkerStart | None = None
+        self._cut_warming = threading.Event()  # a job wants the session now
+        #: server-side ids of sessions made ahead and released unused, not yet told to the pool
+        self._released_unused: list[str] = []
         self._path_entries: set[str] = set()
         self._driver_log = DriverLog(_write_output)
 
@@ -168,11 +176,19 @@ class SlotProcess:
             if kind == RUN:
                 self._channel.send(self.run_attempt(message).to_message())
             elif kind == WARM:
-                self._channel.send({"type": WARMED, "error": self.warm(str(message["connect_url"]))})
+                self._python_workers = int(message.get("python_workers", 0))
+                error = self.warm(str(message["connect_url"]))
+                self._channel.send({"type": WARMED, "error": error})
+                if error is None and self._python_workers:
+                    self._warming = threading.Thread(
+                        target=self._start_python_workers, daemon=True, name="start-python-workers"
+                    )
+                    self._warming.start()
             elif kind == SERVER:
                 self.move_to(str(message["connect_url"]))
             elif kind == STOP:
                 self._stop_session()
+                self._channel.send({"type": STOPPED, "released": self._take_released_unused()})
                 return 0
 
     def _read_control(self) -> None:
@@ -369,20 +385,23 @@ class SlotProcess:
         self._session = session
         # the TaskExecutor releases it should it have to kill this process
         self._channel.send(
-            {"type": SESSION, "session_id": session.session_id, "server_session_id": server_session_id(session)}
+            {
+                "type": SESSION,
+                "session_id": session.session_id,
+                "server_session_id": server_session_id(session),
+                "released": self._take_released_unused(),
+            }
         )
         return session
 
     def move_to(self, connect_url: str) -> None:
         """Release this process's sessions on the server it leaves, now, while that server still
         serves (it stops once no attempt runs there); later sessions are made at `connect_url`."""
-        if self._warming is not None:
-            self._warming.join()
-            self._warming = None
-        for session in [self._session, self._warm_session[2] if self._warm_session else None]:
-            if session is not None:
-                self._stop_quietly(session)
-        self._session = self._warm_session = None
+        self._end_warming()
+        if self._session is not None:
+            self._stop_quietly(self._session)
+        self._release_unused_warm_session()
+        self._session = None
         self._connect_url = connect_url
         self._warm_again_at = 0.0
         log.info("moved to the Spark Connect server at %s", shown(connect_url))
@@ -419,6 +438,8 @@ class SlotProcess:
             if error is not None:
                 self._warm_again_at = time.monotonic() + WARM_RETRY_S
                 log.warning("making a session ahead for the next job failed: %s", error)
+            elif self._python_workers:
+                self._start_python_workers()
 
         self._warming = threading.Thread(target=warm, daemon=True, name="warm-next-session")
         self._warming.start()
@@ -444,30 +465,63 @@ class SlotProcess:
         self._warm_session = (connect_url, time.monotonic(), session)
         return None
 
-    def _take_warm_session(self, connect_url: str) -> SparkSession | None:
+    def _start_python_workers(self) -> None:
+        """Spark's Python workers of the session made ahead, started now (slot_python_workers.py)."""
+        warm = self._warm_session
+        if warm is None or self._udf_python is not None:  # a job's environment: its session sets the interpreter
+            return
+        start = self._starting_workers = PythonWorkerStart(warm[2], self._python_workers)
+        if not self._cut_warming.is_set():
+            start.run()
+
+    def _end_warming(self) -> None:
+        """Wait for the session being made ahead; a start of its Python workers is cut short."""
         warming = self._warming
-        if warming is not None:
-            warming.join()  # begun before this run came: sooner done than a session begun now
-            self._warming = None
-        warm, self._warm_session = self._warm_session, None
+        if warming is None:
+            return
+        self._cut_warming.set()
+        starting = self._starting_workers
+        if starting is not None:
+            starting.stop()
+        warming.join()  # a session begun before: sooner done than one begun now
+        self._cut_warming.clear()
+        self._warming = self._starting_workers = None
+
+    def _take_warm_session(self, connect_url: str) -> SparkSession | None:
+        self._end_warming()
+        warm = self._warm_session
         if warm is None:
             return None
         url, made, session = warm
         # a session of a server replaced since, or one its server may have timed out, is not used
         if url != connect_url or time.monotonic() - made > WARM_SESSION_MAX_AGE_S:
-            self._stop_quietly(session)
+            self._release_unused_warm_session()
             return None
+        self._warm_session = None
         return session
 
+    def _release_unused_warm_session(self) -> None:
+        """Release the session made ahead; its server id is told to the pool, whose TaskExecutor ends
+        the Python worker daemon Spark keeps for it (python_workers.py)."""
+        warm, self._warm_session = self._warm_session, None
+        if warm is None:
+            return
+        session = warm[2]
+        known = server_session_id(session)
+        self._stop_quietly(session)
+        if known is not None:
+            self._released_unused.append(known)
+
+    def _take_released_unused(self) -> list[str]:
+        released, self._released_unused = self._released_unused, []
+        return released
+
     def _stop_session(self) -> None:
-        if self._warming is not None:
-            self._warming.join()
+        self._end_warming()
         if self._session is not None:
             self._stop_quietly(self._session)
             self._session = None
-        if self._warm_session is not None:
-            self._stop_quietly(self._warm_session[2])
-            self._warm_session = None
+        self._release_unused_warm_session()
 
     @staticmethod
     def _stop_quietly(session: SparkSession) -> None:

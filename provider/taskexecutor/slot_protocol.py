@@ -2,7 +2,9 @@
 
 The TaskExecutor (`SlotProcessPool`) sends
 
-    {"type": "warm", "connect_url": ...}             run a throwaway session's first action
+    {"type": "warm", "connect_url": ..., "python_workers": N}
+                                                     make the next job's session and its first calls,
+                                                     then start N of Spark's Python workers in it
     {"type": "run", "tdd": {...}, "connect_url": ..., "artifact_paths": [...]}
     {"type": "cancel", "execution_id": ...}          interrupt the attempt's Spark operations
     {"type": "server", "connect_url": ...}           later sessions on this server (one that replaces
@@ -13,7 +15,11 @@ and the slot process answers
 
     {"type": "ready", "pid": ...}                    once, after importing pyspark's Connect client
     {"type": "warmed", "error": null | "..."}        after a `warm`
-    {"type": "session", "session_id": ...}           the Connect session a run's job uses (user SESSION_USER)
+    {"type": "session", "session_id": ..., "server_session_id": ..., "released": [...]}
+                                                     the Connect session a run's job uses (user
+                                                     SESSION_USER), and the server ids of sessions made
+                                                     ahead and released unused since the last message
+    {"type": "stopped", "released": [...]}           after a `stop`, before exiting: the same ids
     {"type": "state", "state": "INITIALIZING" | "RUNNING" | terminal, "rows", "result_path", "input_files", "failure"}
 
 A `run` is answered by its states, the terminal one last. Both ends import this module, which
@@ -43,6 +49,7 @@ WARMED = "warmed"
 RUN = "run"
 CANCEL = "cancel"
 STOP = "stop"
+STOPPED = "stopped"
 SERVER = "server"
 STATE = "state"
 SESSION = "session"

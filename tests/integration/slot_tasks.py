@@ -180,6 +180,14 @@ def python_udf(ctx: Any) -> Any:
     return ctx.spark.range(3).select(F.udf(lambda value: value * 2, LongType())("id").alias("doubled"))
 
 
+def udf_worker_parents(ctx: Any) -> Any:
+    """The parent pid of each Python worker that ran a UDF over two partitions: their daemon."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import LongType
+
+    return ctx.spark.range(0, 2, 1, 2).select(F.udf(lambda _: os.getppid(), LongType())("id").alias("daemon"))
+
+
 def udf_after_marker(ctx: Any) -> Any:
     """Marks `waiting`, then three rows through a Python UDF that marks `in-udf` (with its worker's pid) and waits for
     `params["wait_for"]` in the marker dir (up to `params["timeout_s"]`, default 60)."""

@@ -32,6 +32,7 @@ from sparkdispatch.taskexecutor.server_recycling import ConnectServers
 from sparkdispatch.taskexecutor.server_watch import ConnectServerWatch
 from sparkdispatch.taskexecutor.slot_pool import SlotProcessPool
 from sparkdispatch.taskexecutor.python_environments import PythonEnvironments
+from sparkdispatch.taskexecutor.python_workers import WorkerDaemonReaper, worker_daemons
 from sparkdispatch.taskexecutor.settings import PythonEnvironmentSettings
 from sparkdispatch.taskexecutor.slot_process import NOT_STARTED_LATE
 from sparkdispatch.taskexecutor.slot_protocol import SLOT_PROCESS_NAME, TEMPLATE_NAME, AttemptLaunch
@@ -450,6 +451,48 @@ def test_with_the_template_switched_off_slot_processes_are_started_anew(
     try:
         [row] = rows_of(run(pool, deployment(tmp_path, "slot_tasks:context", job_id=new_job_id()), [tasks]))
         assert parent_of(row["pid"]) == os.getpid() and slot_templates() == set()
+    finally:
+        pool.close()
+    assert slot_processes() == set(), "slot processes left after close()"
+
+
+def test_a_session_made_ahead_has_sparks_python_workers_started_for_the_next_jobs_udfs_and_ended_unused(
+    connect_server: ConnectServer, tasks: str, tmp_path: Path
+) -> None:
+    server = connect_server.pid
+    assert server is not None
+    earlier = dict(worker_daemons(server))  # other tests' sessions' daemons on the module's server
+
+    def new_daemons() -> dict[int, str]:
+        return {pid: session for pid, session in worker_daemons(server) if pid not in earlier}
+
+    pool = SlotProcessPool(
+        SlotPoolSettings(spares=1, cancellation_timeout=CANCELLATION_TIMEOUT_S, python_workers=2),
+        connect_url=connect_server.url,
+        driver_log=str(connect_server.log_path),
+    )
+    pool.start()
+    try:
+        # the spare's session, made ahead, has its daemon before any job came
+        [spares_daemon] = eventually_blocking(lambda: new_daemons() or None, "the spare's Python worker daemon")
+        end = run(pool, deployment(tmp_path, "slot_tasks:udf_worker_parents", job_id=new_job_id()), [tasks])
+        assert {row["daemon"] for row in rows_of(end)} == {spares_daemon}  # the job's UDFs ran in its workers
+        # idle, the process makes a session for its next job and starts its workers, as the new spare does
+        eventually_blocking(lambda: len(new_daemons()) == 3, "the daemons of the next sessions made ahead")
+        # other code retires the process: the session it made ahead goes unused, and its daemon is ended
+        code = versioned_module(tmp_path, f"pipeline_{uuid.uuid4().hex[:8]}", "v1")
+        run(pool, deployment(tmp_path, "slot_tasks:context", job_id=new_job_id()), [tasks, code])
+
+        def released_daemons() -> set[int] | None:
+            released = pool.released_sessions.recent()
+            daemons = {pid for pid, session in new_daemons().items() if session in released}
+            return daemons if len(daemons) == 2 else None
+
+        released = eventually_blocking(released_daemons, "the job's session and the unused one told released")
+        assert spares_daemon in released
+        WorkerDaemonReaper(lambda: [server], pool.released_sessions).check()
+        eventually_blocking(lambda: all(ended(pid) for pid in released), "the released sessions' daemons to end")
+        assert new_daemons(), "a live session's daemon was ended too"
     finally:
         pool.close()
     assert slot_processes() == set(), "slot processes left after close()"
