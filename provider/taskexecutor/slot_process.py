@@ -61,7 +61,7 @@ from sparkdispatch.taskexecutor.input_datasets import input_datasets
 from sparkdispatch.taskexecutor.plan_reads import reads_only_under
 from sparkdispatch.taskexecutor.driver_log import DriverLog, progress_handler
 from sparkdispatch.taskexecutor.attempt_code import import_path_entry, load_entrypoint, output_to
-from sparkdispatch.taskexecutor.slot_python_workers import PythonWorkerStart
+from sparkdispatch.taskexecutor.slot_python_workers import WARMING_THREAD, PythonWorkerStart
 from sparkdispatch.taskexecutor.slot_sessions import make_active, new_session, server_session_id
 from sparkdispatch.taskexecutor.slot_protocol import (
     CANCEL,
@@ -156,7 +156,6 @@ class SlotProcess:
         #: Spark's Python workers a session made ahead starts (the pool's `warm` says how many)
         self._python_workers = 0
         self._starting_workers: PythonWorkerStart | None = None
-        self._cut_warming = threading.Event()  # a job wants the session now
         #: server-side ids of sessions made ahead and released unused, not yet told to the pool
         self._released_unused: list[str] = []
         self._path_entries: set[str] = set()
@@ -179,9 +178,10 @@ class SlotProcess:
                 self._python_workers = int(message.get("python_workers", 0))
                 error = self.warm(str(message["connect_url"]))
                 self._channel.send({"type": WARMED, "error": error})
-                if error is None and self._python_workers:
+                start = self._worker_start()
+                if error is None and start is not None:
                     self._warming = threading.Thread(
-                        target=self._start_python_workers, daemon=True, name="start-python-workers"
+                        target=self._start_python_workers, args=(start,), daemon=True, name=WARMING_THREAD
                     )
                     self._warming.start()
             elif kind == SERVER:
@@ -432,16 +432,17 @@ class SlotProcess:
         """Make the next job's session while idle, in a thread: a run that comes meanwhile is not held up."""
         connect_url = self._connect_url
         assert connect_url is not None
+        start = self._worker_start()
 
         def warm() -> None:
             error = self.warm(connect_url)
             if error is not None:
                 self._warm_again_at = time.monotonic() + WARM_RETRY_S
                 log.warning("making a session ahead for the next job failed: %s", error)
-            elif self._python_workers:
-                self._start_python_workers()
+            elif start is not None:
+                self._start_python_workers(start)
 
-        self._warming = threading.Thread(target=warm, daemon=True, name="warm-next-session")
+        self._warming = threading.Thread(target=warm, daemon=True, name=WARMING_THREAD)
         self._warming.start()
 
     def warm(self, connect_url: str) -> str | None:
@@ -465,30 +466,36 @@ class SlotProcess:
         self._warm_session = (connect_url, time.monotonic(), session)
         return None
 
-    def _start_python_workers(self) -> None:
+    def _worker_start(self) -> PythonWorkerStart | None:
+        """The start of Spark's Python workers in the next session made ahead, if any are wanted (none
+        in a job's environment, whose session sets its interpreter when the job takes it)."""
+        if not self._python_workers or self._udf_python is not None:
+            self._starting_workers = None
+        else:
+            self._starting_workers = PythonWorkerStart(self._python_workers)
+        return self._starting_workers
+
+    def _start_python_workers(self, start: PythonWorkerStart) -> None:
         """Spark's Python workers of the session made ahead, started now (slot_python_workers.py)."""
         warm = self._warm_session
-        if warm is None or self._udf_python is not None:  # a job's environment: its session sets the interpreter
-            return
-        start = self._starting_workers = PythonWorkerStart(warm[2], self._python_workers)
-        if not self._cut_warming.is_set():
-            start.run()
+        if warm is not None:
+            start.run(warm[2])
 
     def _end_warming(self) -> None:
-        """Wait for the session being made ahead; a start of its Python workers is cut short."""
-        warming = self._warming
-        if warming is None:
-            return
-        self._cut_warming.set()
-        starting = self._starting_workers
-        if starting is not None:
-            starting.stop()
-        warming.join()  # a session begun before: sooner done than one begun now
-        self._cut_warming.clear()
+        """Wait for the session being made ahead, its workers' start cut short (the process stops or
+        moves to another server)."""
+        if self._starting_workers is not None:
+            self._starting_workers.stop()
+        if self._warming is not None:
+            self._warming.join()
         self._warming = self._starting_workers = None
 
     def _take_warm_session(self, connect_url: str) -> SparkSession | None:
-        self._end_warming()
+        warming, starting = self._warming, self._starting_workers
+        if warming is not None and (starting is None or not starting.begun_or_cancelled()):
+            warming.join()  # a session begun before this run came: sooner done than one begun now
+            self._warming = self._starting_workers = None
+        # else the start of its Python workers goes on beside the job, which its first UDF gains by
         warm = self._warm_session
         if warm is None:
             return None

@@ -5,9 +5,11 @@ worker per concurrent task, which imports pyspark's worker, pandas and pyarrow (
 are Spark 4's default). Measured on a 2-core host at a load of 2.5-5 (2026-11-28): a job session's
 first UDF took 3.9-6.1 s, the same UDF in a session that had run one UDF before 0.7-0.9 s, the
 job's own module added as an artifact in between. So a session made ahead for the next job
-(`SlotProcess.warm`) runs one UDF over as many partitions as workers are wanted, off the job's path;
-the job that takes the session finds its daemon and workers started. The UDF is a builtin (`abs`),
-which every interpreter Spark may run has, whatever the job's Python environment holds.
+(`SlotProcess.warm`) runs one UDF over as many partitions as workers are wanted, off the job's path.
+A job that takes the session while the UDF runs leaves it running beside its own work: its first
+UDF then waits for the daemon being started instead of starting one anew. The UDF is a builtin
+(`abs`), which every interpreter Spark may run has, whatever the job's Python environment holds;
+its operation carries `TAG`, so only it is interrupted when the process stops.
 """
 
 from __future__ import annotations
@@ -22,48 +24,58 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+TAG = "sparkdispatch-python-workers"
+#: The thread that makes a session ahead and starts its workers; a job's progress handler ignores it.
+WARMING_THREAD = "warm-next-session"
+
 
 class PythonWorkerStart:
-    """Starts a session's Python workers once (`run`, on a thread of its own); `stop` cuts it short,
-    for a job that needs the session now."""
+    """One start of a session's Python workers (`run`, on the warming thread)."""
 
-    def __init__(self, session: SparkSession, workers: int) -> None:
-        self._session = session
+    def __init__(self, workers: int) -> None:
         self._workers = workers
         self._lock = threading.Lock()
+        self._session: SparkSession | None = None
         self._stopped = False
-        self._running = False
 
-    def run(self) -> None:
-        """One UDF over `workers` partitions; a failure is logged (the job starts its workers then)."""
+    def run(self, session: SparkSession) -> None:
+        """One UDF over `workers` partitions of `session`; a failure is logged (a job starts its workers then)."""
         from pyspark.sql import functions as F
         from pyspark.sql.types import LongType
 
         with self._lock:
             if self._stopped:
                 return
-            self._running = True
+            self._session = session
         began = time.monotonic()
+        session.addTag(TAG)  # this thread's operations only
         try:
-            frame = self._session.range(0, self._workers, 1, self._workers)
-            frame.select(F.udf(abs, LongType())("id")).collect()
-        except Exception as exc:  # noqa: BLE001 - cut short by `stop`, or the server's trouble: the job pays
+            session.range(0, self._workers, 1, self._workers).select(F.udf(abs, LongType())("id")).collect()
+        except Exception as exc:  # noqa: BLE001 - stopped, or the server's trouble: the job pays
             with self._lock:
                 if not self._stopped:
                     log.warning("starting Spark's Python workers ahead failed: %s", exc)
             return
         finally:
-            with self._lock:
-                self._running = False
-        log.info("Spark's Python workers of the next job's session started in %.2fs", time.monotonic() - began)
+            session.removeTag(TAG)
+        log.info("Spark's Python workers of a session made ahead started in %.2fs", time.monotonic() - began)
+
+    def begun_or_cancelled(self) -> bool:
+        """True when the UDF has begun (it is left to run beside the job that takes the session);
+        else it never begins."""
+        with self._lock:
+            if self._session is not None:
+                return True
+            self._stopped = True
+            return False
 
     def stop(self) -> None:
-        """Interrupt the UDF if it runs, and keep it from starting if not."""
+        """Never begin, or interrupt the UDF if it runs."""
         with self._lock:
             self._stopped = True
-            running = self._running
-        if running:
+            session = self._session
+        if session is not None:
             try:
-                self._session.interruptAll()
+                session.interruptTag(TAG)
             except Exception as exc:  # noqa: BLE001 - the UDF then runs to its end
                 log.warning("interrupting the start of Spark's Python workers failed: %s", exc)

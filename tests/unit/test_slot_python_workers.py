@@ -1,5 +1,5 @@
-"""`PythonWorkerStart`: one UDF over as many partitions as workers wanted, cut short for a job (the
-real server's side: tests/integration/test_slot_pool.py)."""
+"""`PythonWorkerStart`: one UDF over as many partitions as workers wanted, left running for a job that
+takes its session, interrupted by its tag alone (the real server's side: tests/integration/test_slot_pool.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from sparkdispatch.taskexecutor.slot_python_workers import PythonWorkerStart
+from sparkdispatch.taskexecutor.slot_python_workers import TAG, PythonWorkerStart
 
 
 class Frame:
@@ -27,11 +27,12 @@ class Frame:
 
 
 class FakeSession:
-    """A session whose UDF runs until `interruptAll`."""
+    """A session whose UDF runs until its tag is interrupted."""
 
     def __init__(self) -> None:
         self.ranges: list[tuple[int, ...]] = []
         self.selected: list[tuple[Any, ...]] = []
+        self.tags: list[str] = []
         self.collecting = threading.Event()
         self.interrupted = threading.Event()
 
@@ -39,7 +40,14 @@ class FakeSession:
         self.ranges.append(bounds)
         return Frame(self)
 
-    def interruptAll(self) -> list[str]:
+    def addTag(self, tag: str) -> None:
+        self.tags.append(tag)
+
+    def removeTag(self, tag: str) -> None:
+        self.tags.remove(tag)
+
+    def interruptTag(self, tag: str) -> list[str]:
+        assert tag == TAG
         self.interrupted.set()
         return []
 
@@ -49,22 +57,27 @@ def connect_mode(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SPARK_CONNECT_MODE_ENABLED", "1")  # as in a slot process: no SparkContext
 
 
-def test_a_start_cut_short_by_a_job_interrupts_its_udf_and_warns_of_nothing(caplog: pytest.LogCaptureFixture) -> None:
+def test_a_begun_start_is_left_running_for_the_job_and_stopped_by_its_tag_alone(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     session = FakeSession()
-    start = PythonWorkerStart(session, 3)  # type: ignore[arg-type]
-    running = threading.Thread(target=start.run)
+    start = PythonWorkerStart(3)
+    running = threading.Thread(target=start.run, args=(session,))
     running.start()
     assert session.collecting.wait(10)
-    start.stop()
+    assert session.tags == [TAG]
+    assert start.begun_or_cancelled()  # a job taking the session now leaves it running
+    assert running.is_alive() and not session.interrupted.is_set()
+    start.stop()  # the process stops
     running.join(10)
-    assert not running.is_alive() and session.interrupted.is_set()
+    assert not running.is_alive() and session.interrupted.is_set() and session.tags == []
     assert session.ranges == [(0, 3, 1, 3)] and len(session.selected) == 1  # one UDF over 3 partitions
     assert "failed" not in caplog.text
 
 
-def test_a_start_stopped_before_it_began_runs_nothing() -> None:
+def test_a_start_cancelled_before_it_began_runs_nothing() -> None:
     session = FakeSession()
-    start = PythonWorkerStart(session, 2)  # type: ignore[arg-type]
-    start.stop()
-    start.run()
-    assert session.ranges == [] and not session.interrupted.is_set()
+    start = PythonWorkerStart(2)
+    assert not start.begun_or_cancelled()
+    start.run(session)  # type: ignore[arg-type]
+    assert session.ranges == [] and session.tags == []
