@@ -30,8 +30,6 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from sparkdispatch.taskexecutor.slot_python_workers import WARMING_THREAD
-
 if TYPE_CHECKING:  # the slot process imports pyspark once it starts, not with this module
     from pyspark.sql.connect.shell.progress import ProgressHandler, StageInfo
 
@@ -180,8 +178,7 @@ def progress_handler(driver_log: DriverLog) -> ProgressHandler:
         def __call__(
             self, stages: Iterable[StageInfo] | None, inflight_tasks: int, operation_id: str | None, done: bool
         ) -> None:
-            if threading.current_thread().name != WARMING_THREAD:  # the session's workers started ahead: not the job's
-                driver_log(stages, inflight_tasks, operation_id, done)
+            driver_log(stages, inflight_tasks, operation_id, done)
 
     return _Reports()
 

@@ -432,15 +432,12 @@ class SlotProcess:
         """Make the next job's session while idle, in a thread: a run that comes meanwhile is not held up."""
         connect_url = self._connect_url
         assert connect_url is not None
-        start = self._worker_start()
 
         def warm() -> None:
             error = self.warm(connect_url)
             if error is not None:
                 self._warm_again_at = time.monotonic() + WARM_RETRY_S
                 log.warning("making a session ahead for the next job failed: %s", error)
-            elif start is not None:
-                self._start_python_workers(start)
 
         self._warming = threading.Thread(target=warm, daemon=True, name=WARMING_THREAD)
         self._warming.start()
@@ -467,8 +464,12 @@ class SlotProcess:
         return None
 
     def _worker_start(self) -> PythonWorkerStart | None:
-        """The start of Spark's Python workers in the next session made ahead, if any are wanted (none
-        in a job's environment, whose session sets its interpreter when the job takes it)."""
+        """The start of Spark's Python workers in a new process's session made ahead, if any are wanted
+        (none in a job's environment, whose session sets its interpreter when the job takes it).
+
+        Only a new process's (a spare's): a process that ran a job makes its next session 0.5 s after
+        (`_warm_in_background`), and a job of the same code that follows as closely would meet the
+        start half done; cut short, it cost such jobs more than it gained (bench/small_jobs.py --udf)."""
         if not self._python_workers or self._udf_python is not None:
             self._starting_workers = None
         else:
@@ -482,20 +483,20 @@ class SlotProcess:
             start.run(warm[2])
 
     def _end_warming(self) -> None:
-        """Wait for the session being made ahead, its workers' start cut short (the process stops or
-        moves to another server)."""
-        if self._starting_workers is not None:
-            self._starting_workers.stop()
-        if self._warming is not None:
-            self._warming.join()
+        """Wait for the session being made ahead, its workers' start cut short: a job takes the
+        session, or the process stops or moves to another server. (Left running beside a job, the
+        start made the job's UDFs start workers of their own beside its: slower, not faster.)"""
+        warming, starting = self._warming, self._starting_workers
+        if warming is not None and starting is not None:
+            while warming.is_alive():  # again: an interrupt sent as the UDF was being sent finds nothing
+                starting.stop()
+                warming.join(REINTERRUPT_S)
+        if warming is not None:
+            warming.join()
         self._warming = self._starting_workers = None
 
     def _take_warm_session(self, connect_url: str) -> SparkSession | None:
-        warming, starting = self._warming, self._starting_workers
-        if warming is not None and (starting is None or not starting.begun_or_cancelled()):
-            warming.join()  # a session begun before this run came: sooner done than one begun now
-            self._warming = self._starting_workers = None
-        # else the start of its Python workers goes on beside the job, which its first UDF gains by
+        self._end_warming()  # a session begun before this run came: sooner done than one begun now
         warm = self._warm_session
         if warm is None:
             return None

@@ -4,12 +4,11 @@ Spark starts a Python worker daemon per Connect session at the session's first P
 worker per concurrent task, which imports pyspark's worker, pandas and pyarrow (Arrow-optimized UDFs
 are Spark 4's default). Measured on a 2-core host at a load of 2.5-5 (2026-11-28): a job session's
 first UDF took 3.9-6.1 s, the same UDF in a session that had run one UDF before 0.7-0.9 s, the
-job's own module added as an artifact in between. So a session made ahead for the next job
-(`SlotProcess.warm`) runs one UDF over as many partitions as workers are wanted, off the job's path.
-A job that takes the session while the UDF runs leaves it running beside its own work: its first
-UDF then waits for the daemon being started instead of starting one anew. The UDF is a builtin
-(`abs`), which every interpreter Spark may run has, whatever the job's Python environment holds;
-its operation carries `TAG`, so only it is interrupted when the process stops.
+job's own module added as an artifact in between. So the session a new slot process makes ahead
+for its first job (`SlotProcess.warm`) runs one UDF over as many partitions as workers are wanted,
+off the job's path; a job that takes the session first interrupts it. The UDF is a builtin (`abs`),
+which every interpreter Spark may run has, whatever the job's Python environment holds; its
+operation carries `TAG`, so that only it is interrupted.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TAG = "sparkdispatch-python-workers"
-#: The thread that makes a session ahead and starts its workers; a job's progress handler ignores it.
+#: The thread that makes a session ahead, or starts its workers.
 WARMING_THREAD = "warm-next-session"
 
 
@@ -59,15 +58,6 @@ class PythonWorkerStart:
         finally:
             session.removeTag(TAG)
         log.info("Spark's Python workers of a session made ahead started in %.2fs", time.monotonic() - began)
-
-    def begun_or_cancelled(self) -> bool:
-        """True when the UDF has begun (it is left to run beside the job that takes the session);
-        else it never begins."""
-        with self._lock:
-            if self._session is not None:
-                return True
-            self._stopped = True
-            return False
 
     def stop(self) -> None:
         """Never begin, or interrupt the UDF if it runs."""

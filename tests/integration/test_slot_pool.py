@@ -32,7 +32,8 @@ from sparkdispatch.taskexecutor.server_recycling import ConnectServers
 from sparkdispatch.taskexecutor.server_watch import ConnectServerWatch
 from sparkdispatch.taskexecutor.slot_pool import SlotProcessPool
 from sparkdispatch.taskexecutor.python_environments import PythonEnvironments
-from sparkdispatch.taskexecutor.python_workers import WorkerDaemonReaper, worker_daemons
+from sparkdispatch.taskexecutor.python_workers import ReleasedSessions, WorkerDaemonReaper, worker_daemons
+from sparkdispatch.taskexecutor.slot_child import spawn_slot_process
 from sparkdispatch.taskexecutor.settings import PythonEnvironmentSettings
 from sparkdispatch.taskexecutor.slot_process import NOT_STARTED_LATE
 from sparkdispatch.taskexecutor.slot_protocol import SLOT_PROCESS_NAME, TEMPLATE_NAME, AttemptLaunch
@@ -456,7 +457,7 @@ def test_with_the_template_switched_off_slot_processes_are_started_anew(
     assert slot_processes() == set(), "slot processes left after close()"
 
 
-def test_a_session_made_ahead_has_sparks_python_workers_started_for_the_next_jobs_udfs_and_ended_unused(
+def test_a_spares_session_has_sparks_python_workers_started_for_its_first_jobs_udfs(
     connect_server: ConnectServer, tasks: str, tmp_path: Path
 ) -> None:
     server = connect_server.pid
@@ -477,25 +478,31 @@ def test_a_session_made_ahead_has_sparks_python_workers_started_for_the_next_job
         [spares_daemon] = eventually_blocking(lambda: new_daemons() or None, "the spare's Python worker daemon")
         end = run(pool, deployment(tmp_path, "slot_tasks:udf_worker_parents", job_id=new_job_id()), [tasks])
         assert {row["daemon"] for row in rows_of(end)} == {spares_daemon}  # the job's UDFs ran in its workers
-        # idle, the process makes a session for its next job and starts its workers, as the new spare does
-        eventually_blocking(lambda: len(new_daemons()) == 3, "the daemons of the next sessions made ahead")
-        # other code retires the process: the session it made ahead goes unused, and its daemon is ended
-        code = versioned_module(tmp_path, f"pipeline_{uuid.uuid4().hex[:8]}", "v1")
-        run(pool, deployment(tmp_path, "slot_tasks:context", job_id=new_job_id()), [tasks, code])
-
-        def released_daemons() -> set[int] | None:
-            released = pool.released_sessions.recent()
-            daemons = {pid for pid, session in new_daemons().items() if session in released}
-            return daemons if len(daemons) == 2 else None
-
-        released = eventually_blocking(released_daemons, "the job's session and the unused one told released")
-        assert spares_daemon in released
-        WorkerDaemonReaper(lambda: [server], pool.released_sessions).check()
-        eventually_blocking(lambda: all(ended(pid) for pid in released), "the released sessions' daemons to end")
-        assert new_daemons(), "a live session's daemon was ended too"
     finally:
         pool.close()
     assert slot_processes() == set(), "slot processes left after close()"
+
+
+def test_a_slot_process_stopped_with_its_session_unused_tells_it_released_and_its_daemon_is_ended(
+    connect_server: ConnectServer,
+) -> None:
+    server = connect_server.pid
+    assert server is not None
+    earlier = dict(worker_daemons(server))
+    settings = SlotPoolSettings(python_workers=2)
+    child = spawn_slot_process(settings, lambda: connect_server.url, require_warm=True)
+    try:
+        [(daemon, session)] = eventually_blocking(
+            lambda: [(p, s) for p, s in worker_daemons(server) if p not in earlier] or None,
+            "the Python worker daemon of the process's session",
+        )
+        released = ReleasedSessions()
+        child.stop(settings.stop_grace, released)
+        assert released.recent() == {session}
+    finally:
+        child.kill()
+    assert WorkerDaemonReaper(lambda: [server], released).check() == 1
+    eventually_blocking(lambda: ended(daemon), "the unused session's daemon to end")
 
 
 def test_a_later_job_of_the_same_code_runs_in_the_same_process_in_a_session_of_its_own(

@@ -1,5 +1,5 @@
-"""`PythonWorkerStart`: one UDF over as many partitions as workers wanted, left running for a job that
-takes its session, interrupted by its tag alone (the real server's side: tests/integration/test_slot_pool.py)."""
+"""`PythonWorkerStart`: one UDF over as many partitions as workers wanted, interrupted by its tag alone
+for a job that takes its session (the real server's side: tests/integration/test_slot_pool.py)."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def connect_mode(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SPARK_CONNECT_MODE_ENABLED", "1")  # as in a slot process: no SparkContext
 
 
-def test_a_begun_start_is_left_running_for_the_job_and_stopped_by_its_tag_alone(
+def test_a_running_start_is_interrupted_by_its_tag_alone_and_warns_of_nothing(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     session = FakeSession()
@@ -66,18 +66,16 @@ def test_a_begun_start_is_left_running_for_the_job_and_stopped_by_its_tag_alone(
     running.start()
     assert session.collecting.wait(10)
     assert session.tags == [TAG]
-    assert start.begun_or_cancelled()  # a job taking the session now leaves it running
-    assert running.is_alive() and not session.interrupted.is_set()
-    start.stop()  # the process stops
+    start.stop()  # a job takes the session
     running.join(10)
     assert not running.is_alive() and session.interrupted.is_set() and session.tags == []
     assert session.ranges == [(0, 3, 1, 3)] and len(session.selected) == 1  # one UDF over 3 partitions
     assert "failed" not in caplog.text
 
 
-def test_a_start_cancelled_before_it_began_runs_nothing() -> None:
+def test_a_start_stopped_before_it_began_runs_nothing() -> None:
     session = FakeSession()
     start = PythonWorkerStart(2)
-    assert not start.begun_or_cancelled()
+    start.stop()
     start.run(session)  # type: ignore[arg-type]
     assert session.ranges == [] and session.tags == []

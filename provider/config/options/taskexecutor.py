@@ -89,14 +89,15 @@ TASKEXECUTOR_SLOT_PROCESS_SPARES: Final = SECTION.integer(
 TASKEXECUTOR_SLOT_PROCESS_PYTHON_WORKERS: Final = SECTION.integer(
     "taskexecutor.slot-process.python-workers",
     2,
-    "Spark Python workers each slot process starts in the Connect session it makes ahead for its next job, by "
-    "running one Python UDF over that many partitions while it waits. Spark starts a worker daemon per session at "
-    "its first UDF and a worker per concurrent task, each importing pandas and pyarrow: a job's first UDF took "
-    "3.9-6.1 s in a new session and 0.7-0.9 s in one whose workers were started (2 cores, load 2.5-5). The cost is "
-    "the same CPU spent ahead, off the job's path, and about 50 MB for the daemon (Spark ends idle workers after a "
-    "minute); a job that comes meanwhile cuts it short. Set it to the cores one task's UDFs use (the executors' "
-    "cores under local[N]); 0 starts none (jobs without Python UDFs gain nothing from it). Not done for processes "
-    "in a job's own Python environment.",
+    "Spark Python workers each new slot process (a spare) starts in the Connect session it makes ahead for its "
+    "first job, by running one Python UDF over that many partitions while it waits. Spark starts a worker daemon "
+    "per session at its first UDF and a worker per concurrent task, each importing pandas and pyarrow: a job's "
+    "first UDF took 3.9-6.1 s in a new session and 0.7-0.9 s in one whose workers were started (2 cores, load "
+    "2.5-5). It costs the same CPU, spent ahead, and about 50 MB for the daemon (Spark ends idle workers after a "
+    "minute); a job that takes the session first interrupts it. Set it to the cores one task's UDFs use (the "
+    "executors' cores under local[N]); 0 starts none (jobs without Python UDFs gain nothing from it). Not done "
+    "for the next session of a process that ran a job (the next job of the same code may follow at once), nor "
+    "for processes in a job's own Python environment.",
     minimum=0,
 )
 TASKEXECUTOR_SLOT_PROCESS_TEMPLATE: Final = SECTION.boolean(
