@@ -106,9 +106,8 @@ class SlotPoolSettings:
     stop_grace: float = 10.0  # a retired slot process's session release, before it is killed
     attempt_log_max_size: int = TASKEXECUTOR_ATTEMPT_LOG_MAX_SIZE.default
     template: bool = TASKEXECUTOR_SLOT_PROCESS_TEMPLATE.default  # fork from a template (slot_template.py)
-    #: Spark Python workers started in a session made ahead (slot_python_workers.py); the option's
-    #: default is 2, a pool made without configuration (the tests') starts none
-    python_workers: int = 0
+    #: Spark Python workers a spare starts in its session made ahead (slot_python_workers.py)
+    python_workers: int = TASKEXECUTOR_SLOT_PROCESS_PYTHON_WORKERS.default
 
     @classmethod
     def from_config(cls, config: Configuration) -> SlotPoolSettings:

@@ -7,12 +7,11 @@ runs 20 jobs, with the Connect server recycled every 12 job sessions so recyclin
 the soak, and compares the TaskExecutor's tree once it settled after a warm-up of 6 jobs with the
 same after the last job. Settled: one Connect server (none draining), every slot and the spare
 holding a slot process, one slot-process template, and Spark's Python processes down to the
-worker daemons of the live sessions: per slot process, its job's and the one it made ahead for its
-next job (taskexecutor.slot-process.python-workers starts its workers), and the spare's (idle workers
-end a minute after their last UDF; the daemons of released sessions are ended by the TaskExecutor).
+worker daemons of the live job sessions, one per slot at most (idle workers end a minute after
+their last UDF; the daemons of released sessions are ended by the TaskExecutor).
 
 Tolerances: the TaskExecutor, its server and its slot processes must match exactly once settled,
-and Spark's Python processes stay at those daemons at most (a Python worker daemon left per
+and Spark's Python processes stay at one daemon per slot at most (a Python worker daemon left per
 session, as before the TaskExecutor ended those of released sessions, shows as a process more per
 job; fewer is fine: a successor server has none until its sessions run a UDF). A JVM's threads
 and open files move with its thread pools, which grow under load and shrink after a minute idle,
@@ -49,8 +48,6 @@ SLOTS = 2
 SPARES = 1
 WARM_UP_JOBS = 6
 JOBS = 20
-#: the live sessions' worker daemons: each slot's job session and next session, and the spare's
-PYTHON_DAEMONS = 2 * SLOTS + SPARES
 START_S = 420.0
 SETTLE_S = 300.0
 JVM_THREADS_TOLERANCE = 150
@@ -79,7 +76,7 @@ def settled(standalone: StandaloneProcess) -> dict[str, KindTotals]:
             1,
             SLOTS + SPARES,
             1,
-        ) and totals[PYTHON_WORKER].processes <= PYTHON_DAEMONS:
+        ) and totals[PYTHON_WORKER].processes <= SLOTS:
             return totals
         return None
 
@@ -118,7 +115,7 @@ def test_a_warm_taskexecutor_does_not_grow_in_processes_or_threads(tmp_path: Pat
     growth = f"after the warm-up: {describe(before)}; at the end: {describe(after)}"
     for kind in (TASK_EXECUTOR, SERVER, SLOT, TEMPLATE):
         assert after[kind].processes == before[kind].processes, growth
-    assert after[PYTHON_WORKER].processes <= PYTHON_DAEMONS, growth
+    assert after[PYTHON_WORKER].processes <= SLOTS, growth
     assert after[TASK_EXECUTOR].threads <= before[TASK_EXECUTOR].threads + TASK_EXECUTOR_THREADS_TOLERANCE, growth
     assert after[SERVER].threads <= before[SERVER].threads + JVM_THREADS_TOLERANCE, growth
     assert after[SERVER].open_files <= before[SERVER].open_files + JVM_OPEN_FILES_TOLERANCE, growth

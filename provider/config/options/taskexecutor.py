@@ -88,16 +88,18 @@ TASKEXECUTOR_SLOT_PROCESS_SPARES: Final = SECTION.integer(
 )
 TASKEXECUTOR_SLOT_PROCESS_PYTHON_WORKERS: Final = SECTION.integer(
     "taskexecutor.slot-process.python-workers",
-    2,
+    0,
     "Spark Python workers each new slot process (a spare) starts in the Connect session it makes ahead for its "
-    "first job, by running one Python UDF over that many partitions while it waits. Spark starts a worker daemon "
-    "per session at its first UDF and a worker per concurrent task, each importing pandas and pyarrow: a job's "
-    "first UDF took 3.9-6.1 s in a new session and 0.7-0.9 s in one whose workers were started (2 cores, load "
-    "2.5-5). It costs the same CPU, spent ahead, and about 50 MB for the daemon (Spark ends idle workers after a "
-    "minute); a job that takes the session first interrupts it. Set it to the cores one task's UDFs use (the "
-    "executors' cores under local[N]); 0 starts none (jobs without Python UDFs gain nothing from it). Not done "
-    "for the next session of a process that ran a job (the next job of the same code may follow at once), nor "
-    "for processes in a job's own Python environment.",
+    "first job, by running one Python UDF over that many partitions while it waits; 0 (the default) starts none. "
+    "Spark starts a worker daemon per session at its first UDF and a worker per concurrent task, each importing "
+    "pandas and pyarrow: a job's first UDF took 3.9-6.1 s in a new session and 0.7-0.9 s in one whose workers "
+    "were started (2 cores, load 2.5-5). The start costs the same CPU, spent ahead, about 50 MB for the daemon, "
+    "and while it runs it holds that many executor cores: in bench/small_jobs.py --udf --gap 2 (load ~5) jobs of "
+    "new code took 0.66 s instead of 3.85 s with 2, but jobs of the same code, run while the next spare started "
+    "its workers, 5.7 s instead of 3.8 s. Worth it where jobs of new code with Python UDFs come more than a few "
+    "seconds apart; set it to the cores one task's UDFs use (the executors' cores under local[N]). A job that "
+    "takes the session first interrupts the start. Not done for the next session of a process that ran a job, "
+    "nor for processes in a job's own Python environment.",
     minimum=0,
 )
 TASKEXECUTOR_SLOT_PROCESS_TEMPLATE: Final = SECTION.boolean(
