@@ -127,6 +127,7 @@ def run() -> int:
         "gap_s": args.gap,
     }
     seconds: dict[str, list[float]] = {"same code": [], "new code": []}
+    function = "udf" if args.udf else "count"
     with scratch_dir(args.work_dir, "sparkdispatch-small-jobs-") as scratch:
         standalone = Standalone(Path(scratch) / "standalone", slots=args.slots, overrides=overrides)
         try:
@@ -140,7 +141,6 @@ def run() -> int:
                     if kind == "new code":
                         artifact = upload(standalone, code, index + 1)
                     time.sleep(args.gap)
-                    function = "udf" if args.udf else "count"
                     wall, _ = standalone.rest.run_job(graph(artifact, index, function), timeout=JOB_TIMEOUT_S)
                     if measured:
                         seconds[kind].append(wall)

@@ -61,7 +61,7 @@ from sparkdispatch.taskexecutor.input_datasets import input_datasets
 from sparkdispatch.taskexecutor.plan_reads import reads_only_under
 from sparkdispatch.taskexecutor.driver_log import DriverLog, progress_handler
 from sparkdispatch.taskexecutor.attempt_code import import_path_entry, load_entrypoint, output_to
-from sparkdispatch.taskexecutor.slot_python_workers import WARMING_THREAD, PythonWorkerStart
+from sparkdispatch.taskexecutor.slot_python_workers import PythonWorkerStart
 from sparkdispatch.taskexecutor.slot_sessions import make_active, new_session, server_session_id
 from sparkdispatch.taskexecutor.slot_protocol import (
     CANCEL,
@@ -178,12 +178,8 @@ class SlotProcess:
                 self._python_workers = int(message.get("python_workers", 0))
                 error = self.warm(str(message["connect_url"]))
                 self._channel.send({"type": WARMED, "error": error})
-                start = self._worker_start()
-                if error is None and start is not None:
-                    self._warming = threading.Thread(
-                        target=self._start_python_workers, args=(start,), daemon=True, name=WARMING_THREAD
-                    )
-                    self._warming.start()
+                if error is None:
+                    self._start_python_workers()
             elif kind == SERVER:
                 self.move_to(str(message["connect_url"]))
             elif kind == STOP:
@@ -397,11 +393,7 @@ class SlotProcess:
     def move_to(self, connect_url: str) -> None:
         """Release this process's sessions on the server it leaves, now, while that server still
         serves (it stops once no attempt runs there); later sessions are made at `connect_url`."""
-        self._end_warming()
-        if self._session is not None:
-            self._stop_quietly(self._session)
-        self._release_unused_warm_session()
-        self._session = None
+        self._stop_session()
         self._connect_url = connect_url
         self._warm_again_at = 0.0
         log.info("moved to the Spark Connect server at %s", shown(connect_url))
@@ -439,7 +431,7 @@ class SlotProcess:
                 self._warm_again_at = time.monotonic() + WARM_RETRY_S
                 log.warning("making a session ahead for the next job failed: %s", error)
 
-        self._warming = threading.Thread(target=warm, daemon=True, name=WARMING_THREAD)
+        self._warming = threading.Thread(target=warm, daemon=True, name="warm-next-session")
         self._warming.start()
 
     def warm(self, connect_url: str) -> str | None:
@@ -463,36 +455,30 @@ class SlotProcess:
         self._warm_session = (connect_url, time.monotonic(), session)
         return None
 
-    def _worker_start(self) -> PythonWorkerStart | None:
-        """The start of Spark's Python workers in a new process's session made ahead, if any are wanted
-        (none in a job's environment, whose session sets its interpreter when the job takes it).
+    def _start_python_workers(self) -> None:
+        """Start Spark's Python workers in the session a new process made ahead, on a thread, if any
+        are wanted (none in a job's environment, whose session sets its interpreter when the job takes it).
 
         Only a new process's (a spare's): a process that ran a job makes its next session 0.5 s after
         (`_warm_in_background`), and a job of the same code that follows as closely would meet the
         start half done; cut short, it cost such jobs more than it gained (bench/small_jobs.py --udf)."""
-        if not self._python_workers or self._udf_python is not None:
-            self._starting_workers = None
-        else:
-            self._starting_workers = PythonWorkerStart(self._python_workers)
-        return self._starting_workers
-
-    def _start_python_workers(self, start: PythonWorkerStart) -> None:
-        """Spark's Python workers of the session made ahead, started now (slot_python_workers.py)."""
-        warm = self._warm_session
-        if warm is not None:
-            start.run(warm[2])
+        if not self._python_workers or self._udf_python is not None or self._warm_session is None:
+            return
+        start = self._starting_workers = PythonWorkerStart(self._python_workers)
+        self._warming = threading.Thread(
+            target=start.run, args=(self._warm_session[2],), daemon=True, name="start-python-workers"
+        )
+        self._warming.start()
 
     def _end_warming(self) -> None:
         """Wait for the session being made ahead, its workers' start cut short: a job takes the
         session, or the process stops or moves to another server. (Left running beside a job, the
         start made the job's UDFs start workers of their own beside its: slower, not faster.)"""
         warming, starting = self._warming, self._starting_workers
-        if warming is not None and starting is not None:
-            while warming.is_alive():  # again: an interrupt sent as the UDF was being sent finds nothing
-                starting.stop()
-                warming.join(REINTERRUPT_S)
-        if warming is not None:
-            warming.join()
+        while warming is not None and warming.is_alive():
+            if starting is not None:
+                starting.stop()  # again each round: an interrupt sent as the UDF was being sent finds nothing
+            warming.join(REINTERRUPT_S)
         self._warming = self._starting_workers = None
 
     def _take_warm_session(self, connect_url: str) -> SparkSession | None:

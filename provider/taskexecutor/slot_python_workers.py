@@ -24,8 +24,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TAG = "sparkdispatch-python-workers"
-#: The thread that makes a session ahead, or starts its workers.
-WARMING_THREAD = "warm-next-session"
 
 
 class PythonWorkerStart:

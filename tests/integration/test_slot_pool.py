@@ -457,16 +457,17 @@ def test_with_the_template_switched_off_slot_processes_are_started_anew(
     assert slot_processes() == set(), "slot processes left after close()"
 
 
+def daemons_since(server: int, earlier: dict[int, str]) -> dict[int, str]:
+    """The server's Python worker daemons (pid → session) not among `earlier`."""
+    return {pid: session for pid, session in worker_daemons(server) if pid not in earlier}
+
+
 def test_a_spares_session_has_sparks_python_workers_started_for_its_first_jobs_udfs(
     connect_server: ConnectServer, tasks: str, tmp_path: Path
 ) -> None:
     server = connect_server.pid
     assert server is not None
     earlier = dict(worker_daemons(server))  # other tests' sessions' daemons on the module's server
-
-    def new_daemons() -> dict[int, str]:
-        return {pid: session for pid, session in worker_daemons(server) if pid not in earlier}
-
     pool = SlotProcessPool(
         SlotPoolSettings(spares=1, cancellation_timeout=CANCELLATION_TIMEOUT_S, python_workers=2),
         connect_url=connect_server.url,
@@ -475,7 +476,9 @@ def test_a_spares_session_has_sparks_python_workers_started_for_its_first_jobs_u
     pool.start()
     try:
         # the spare's session, made ahead, has its daemon before any job came
-        [spares_daemon] = eventually_blocking(lambda: new_daemons() or None, "the spare's Python worker daemon")
+        [spares_daemon] = eventually_blocking(
+            lambda: daemons_since(server, earlier) or None, "the spare's Python worker daemon"
+        )
         end = run(pool, deployment(tmp_path, "slot_tasks:udf_worker_parents", job_id=new_job_id()), [tasks])
         assert {row["daemon"] for row in rows_of(end)} == {spares_daemon}  # the job's UDFs ran in its workers
     finally:
@@ -493,7 +496,7 @@ def test_a_slot_process_stopped_with_its_session_unused_tells_it_released_and_it
     child = spawn_slot_process(settings, lambda: connect_server.url, require_warm=True)
     try:
         [(daemon, session)] = eventually_blocking(
-            lambda: [(p, s) for p, s in worker_daemons(server) if p not in earlier] or None,
+            lambda: list(daemons_since(server, earlier).items()) or None,
             "the Python worker daemon of the process's session",
         )
         released = ReleasedSessions()
