@@ -37,6 +37,7 @@ from sparkdispatch.taskexecutor.connect_url import TOKEN_PROPERTY, call_metadata
 from sparkdispatch.taskexecutor.job_environment import job_environment
 from sparkdispatch.taskexecutor.process_usage import ProcessUsage
 from sparkdispatch.taskexecutor.settings import ConnectServerSettings, is_local_master
+from sparkdispatch.taskexecutor.worker_daemons import DAEMON_MODULE_PROPERTY, ServerAdditions, WorkerDaemonTemplate
 
 log = logging.getLogger(__name__)
 
@@ -156,9 +157,16 @@ class ConnectServer:
     """
 
     def __init__(
-        self, settings: ConnectServerSettings, *, work_dir: Path, app_name: str = "sparkdispatch-taskexecutor"
+        self,
+        settings: ConnectServerSettings,
+        *,
+        work_dir: Path,
+        app_name: str = "sparkdispatch-taskexecutor",
+        daemon_template: WorkerDaemonTemplate | None = None,
     ) -> None:
         self.settings = settings
+        #: the template Spark's Python worker daemons are forked from (local masters only), if any
+        self.daemon_template = daemon_template if is_local_master(settings.spark_master) else None
         self.work_dir = work_dir.absolute()
         self.app_name = app_name
         self.log_path = self.work_dir / LOG_FILE_NAME
@@ -266,6 +274,14 @@ class ConnectServer:
             self._terminate()
         self.start(timeout)
 
+    def _worker_daemon_additions(self) -> ServerAdditions:
+        """What using the worker-daemon template adds to this start: nothing without a live template,
+        or when the configuration names a daemon module of its own."""
+        template = self.daemon_template
+        if template is None or DAEMON_MODULE_PROPERTY in self.settings.spark_properties or not template.alive():
+            return ServerAdditions(properties={}, environment={})
+        return template.server_additions(dict(os.environ))
+
     def _spawn(self) -> None:
         home = _spark_home(self.log_path)
         (self.work_dir / "local").mkdir(parents=True, exist_ok=True)
@@ -279,6 +295,8 @@ class ConnectServer:
             log.warning("ignoring %s: the TaskExecutor makes a token of its own at each start", TOKEN_PROPERTY)
         self._token = secrets.token_hex(32)
         spark_properties = server_properties(self.settings, work_dir=self.work_dir, port=self._port)
+        additions = self._worker_daemon_additions()
+        spark_properties |= additions.properties
         write_private(properties, properties_text(spark_properties | {TOKEN_PROPERTY: self._token}).encode())
         argv = [
             str(home / "bin" / "spark-submit"),
@@ -305,6 +323,7 @@ class ConnectServer:
                 "PYSPARK_PYTHON": sys.executable,
                 "SPARK_SUBMIT_OPTS": submit_opts,
                 **server_environment(self.settings),
+                **additions.environment,
             }
         )
         try:

@@ -27,12 +27,18 @@ from sparkdispatch.config.options import (
     TASKEXECUTOR_METRICS_BIND_ADDRESS,
     TASKEXECUTOR_METRICS_PORT,
     TASKEXECUTOR_POOL,
+    TASKEXECUTOR_PYTHON_WORKERS_TEMPLATE,
     TASKEXECUTOR_SLOTS,
 )
 from sparkdispatch.errors import ConfigurationError, ServiceUnavailable
 from sparkdispatch.storage.private import keep_private
 from sparkdispatch.ha import ClosableLeaderRetrieval, create_leader_retrieval
-from sparkdispatch.taskexecutor.settings import ConnectServerSettings, PythonEnvironmentSettings, SlotPoolSettings
+from sparkdispatch.taskexecutor.settings import (
+    ConnectServerSettings,
+    PythonEnvironmentSettings,
+    SlotPoolSettings,
+    is_local_master,
+)
 from sparkdispatch.taskexecutor.app import create_celery_app
 from sparkdispatch.taskexecutor.connect_server import ConnectServer
 from sparkdispatch.taskexecutor.leader_session import AskedLeaderSession
@@ -45,6 +51,7 @@ from sparkdispatch.taskexecutor.slot_table import SlotTable
 from sparkdispatch.taskexecutor.server_watch import ConnectServerWatchStep
 from sparkdispatch.taskexecutor.slot_pool import SlotProcessPool
 from sparkdispatch.taskexecutor.worker import MasterConnection, MasterConnectionStep, TaskExecutorIdentity
+from sparkdispatch.taskexecutor.worker_daemons import WorkerDaemonTemplate
 from sparkdispatch.model.job_graph import POOL_PATTERN, POOL_RULE
 
 log = logging.getLogger(__name__)
@@ -103,24 +110,35 @@ def run_task_executor(config: Configuration, *, task_executor_id: str | None = N
 
     # Warm before registering: the ResourceManager sees slots only once they can run tasks at once.
     # The server is started from this thread: it is killed when the thread that started it ends.
+    # Started from this thread too, the worker-daemon template lives as long as the TaskExecutor.
+    daemon_template = None
+    if config.get(TASKEXECUTOR_PYTHON_WORKERS_TEMPLATE) and is_local_master(identity.spark_master):
+        daemon_template = WorkerDaemonTemplate(config.storage_dir / "te-work" / te_id / "python-worker-daemons")
+        daemon_template.start()
+
     def new_server() -> ConnectServer:
         return ConnectServer(
             ConnectServerSettings.from_config(config),
             work_dir=config.storage_dir / "te-work" / te_id,
             app_name=f"sparkdispatch-{te_id}",
+            daemon_template=daemon_template,
         )
 
-    server = new_server()
-    server.start()
-    servers = ConnectServers(server, successor=new_server)
-    pool_settings = SlotPoolSettings.from_config(config)
-    pool = SlotProcessPool(pool_settings, connect_url=server.url, driver_log=str(server.log_path))
     try:
-        pool.start()
-        return _serve(config, identity, servers, pool, pool_settings, loglevel=loglevel)
+        server = new_server()
+        server.start()
+        servers = ConnectServers(server, successor=new_server)
+        pool_settings = SlotPoolSettings.from_config(config)
+        pool = SlotProcessPool(pool_settings, connect_url=server.url, driver_log=str(server.log_path))
+        try:
+            pool.start()
+            return _serve(config, identity, servers, pool, pool_settings, loglevel=loglevel)
+        finally:
+            pool.close()
+            servers.stop()
     finally:
-        pool.close()
-        servers.stop()
+        if daemon_template is not None:
+            daemon_template.stop()
 
 
 def _serve(

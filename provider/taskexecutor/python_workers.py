@@ -21,10 +21,13 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from sparkdispatch.taskexecutor.process_usage import child_pids
+from sparkdispatch.taskexecutor.worker_daemon_stub import STUB_MODULE
 
 log = logging.getLogger(__name__)
 
-DAEMON_MODULE = b"pyspark.daemon"
+#: what Spark runs as a session's daemon: its own module, or the stub of the worker-daemon template
+#: (worker_daemon_stub.py), which passes the SIGTERM on to the daemon it stands in for
+DAEMON_MODULES = (b"pyspark.daemon", STUB_MODULE.encode())
 SESSION_VARIABLE = b"SPARK_JOB_ARTIFACT_UUID"
 #: A released session's id is kept this long: its daemon, if it has one, is found well before.
 KEEP_RELEASED_S = 600.0
@@ -87,10 +90,11 @@ class WorkerDaemonReaper:
 
 
 def worker_daemons(server: int) -> Iterator[tuple[int, str]]:
-    """The `pyspark.daemon` children of the server process, with the session each serves."""
+    """The worker daemons Spark started as children of the server process, with the session each serves."""
     for pid in child_pids(server):
         try:
-            if DAEMON_MODULE not in Path(f"/proc/{pid}/cmdline").read_bytes():
+            command = Path(f"/proc/{pid}/cmdline").read_bytes()
+            if not any(module in command for module in DAEMON_MODULES):
                 continue
             environment = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
         except OSError:

@@ -135,7 +135,7 @@ class Template:
             self._children.clear()
             tie_to(template_pid)
             name_process(SLOT_PROCESS_NAME)
-            _seed_anew()
+            seed_anew()
             return serve_slot(control_fd)
         except BaseException:  # noqa: BLE001 - the child must not return into the template's loop
             traceback.print_exc()
@@ -160,7 +160,7 @@ def name_process(name: str) -> None:
         ctypes.CDLL(None).prctl(PR_SET_NAME, name.encode()[:15], 0, 0, 0)
 
 
-def _seed_anew() -> None:
+def seed_anew() -> None:
     """The child draws other random numbers than the template and its siblings (`random` reseeds
     itself after a fork)."""
     numpy_random = sys.modules.get("numpy.random")

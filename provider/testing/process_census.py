@@ -4,8 +4,11 @@
 and every descendant, and sums them per kind (`KINDS`): the root itself, TaskExecutors (the
 root's children when it is a standalone), Spark Connect server JVMs, slot processes (started
 anew, or forked from the template: those carry its command line and are named `slot-process`),
-the slot-process template, Spark's Python workers, anything else. The soak bench and the soak
-test use it to see whether a warm cluster grows.
+the slot-process template, Spark's Python workers (daemons and the workers they fork, also those
+forked from the worker-daemon template: they carry its command line and are named
+`pyspark-daemon`), the stubs Spark runs as daemons that the worker-daemon template stands in for,
+that template, anything else. The soak bench and the soak test use it to see whether a warm
+cluster grows.
 """
 
 from __future__ import annotations
@@ -15,6 +18,9 @@ from pathlib import Path
 
 from sparkdispatch.taskexecutor.process_usage import child_pids
 from sparkdispatch.taskexecutor.slot_protocol import SLOT_PROCESS_NAME
+from sparkdispatch.taskexecutor.worker_daemon_stub import STUB_MODULE
+from sparkdispatch.taskexecutor.worker_daemon_template import DAEMON_NAME
+from sparkdispatch.taskexecutor.worker_daemons import TEMPLATE_MODULE as WORKER_DAEMON_TEMPLATE_MODULE
 from sparkdispatch.testing.local_cluster import process_tree
 
 ROOT = "root (master)"
@@ -23,8 +29,10 @@ SERVER = "connect server JVM"
 SLOT = "slot processes"
 TEMPLATE = "slot-process template"
 PYTHON_WORKER = "Spark Python workers"
+DAEMON_STUB = "Spark Python daemon stubs"
+DAEMON_TEMPLATE = "worker-daemon template"
 OTHER = "other"
-KINDS = (ROOT, TASK_EXECUTOR, SERVER, SLOT, TEMPLATE, PYTHON_WORKER, OTHER)
+KINDS = (ROOT, TASK_EXECUTOR, SERVER, SLOT, TEMPLATE, PYTHON_WORKER, DAEMON_STUB, DAEMON_TEMPLATE, OTHER)
 METRICS = ("processes", "rss_mib", "threads", "open_files")
 
 
@@ -81,6 +89,10 @@ def kind_of(pid: int, *, root: int, task_executors: set[int]) -> str:
         return SLOT
     if "sparkdispatch.taskexecutor.slot_template" in command:
         return SLOT if process_name(pid) == SLOT_PROCESS_NAME else TEMPLATE
+    if WORKER_DAEMON_TEMPLATE_MODULE in command:
+        return PYTHON_WORKER if process_name(pid) == DAEMON_NAME else DAEMON_TEMPLATE
+    if STUB_MODULE in command:
+        return DAEMON_STUB
     if "pyspark.daemon" in command or "pyspark.worker" in command:
         return PYTHON_WORKER
     return OTHER

@@ -15,7 +15,8 @@ import pytest
 
 from sparkdispatch.testing.http import http_json, upload_artifact
 from sparkdispatch.testing.local_cluster import ProcessId, process_tree
-from sparkdispatch.testing.process_census import command_line
+from sparkdispatch.taskexecutor.worker_daemon_template import DAEMON_NAME
+from sparkdispatch.testing.process_census import command_line, process_name
 from sparkdispatch.testing.standalone_process import StandaloneProcess
 from sparkdispatch.testing.waiting import WaitTimedOut, eventually_blocking
 
@@ -116,10 +117,19 @@ class Standalone(StandaloneProcess):
         }
         status, body = http_json("POST", self.base_url + "/jobs", graph, timeout=30)
         assert status == 202, body
-        wait_until(
-            lambda: any("pyspark.worker" in command for command in self.tree().values()),
-            "a Python worker to run the UDF",
-        )
+        wait_until(self.a_python_worker_runs, "a Python worker to run the UDF")
+
+    def a_python_worker_runs(self) -> bool:
+        """Whether a Python worker runs: forked by a session's daemon, itself forked from the
+        TaskExecutor's worker-daemon template (both named `pyspark-daemon`)."""
+        for pid, _ in self.tree():
+            try:
+                parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            if process_name(pid) == DAEMON_NAME and process_name(parent) == DAEMON_NAME:
+                return True
+        return False
 
     def registrations(self) -> int:
         """How often a TaskExecutor of this standalone registered (its processes share one log)."""

@@ -6,8 +6,9 @@ bench/soak.py is the long form (thousands of jobs, every process sampled each mi
 runs 20 jobs, with the Connect server recycled every 12 job sessions so recycling happens under
 the soak, and compares the TaskExecutor's tree once it settled after a warm-up of 6 jobs with the
 same after the last job. Settled: one Connect server (none draining), every slot and the spare
-holding a slot process, one slot-process template, and Spark's Python processes down to the
-worker daemons of the live job sessions, one per slot at most (idle workers end a minute after
+holding a slot process, one slot-process template, one worker-daemon template, and Spark's Python
+processes down to the worker daemons of the live job sessions (each forked from the worker-daemon
+template, with the stub Spark started for it), one per slot at most (idle workers end a minute after
 their last UDF; the daemons of released sessions are ended by the TaskExecutor).
 
 Tolerances: the TaskExecutor, its server and its slot processes must match exactly once settled,
@@ -30,6 +31,8 @@ from pathlib import Path
 import pytest
 
 from sparkdispatch.testing.process_census import (
+    DAEMON_STUB,
+    DAEMON_TEMPLATE,
     PYTHON_WORKER,
     SERVER,
     SLOT,
@@ -72,11 +75,12 @@ def settled(standalone: StandaloneProcess) -> dict[str, KindTotals]:
 
     def settled_totals() -> dict[str, KindTotals] | None:
         totals = census(root)
-        if (totals[SERVER].processes, totals[SLOT].processes, totals[TEMPLATE].processes) == (
-            1,
-            SLOTS + SPARES,
-            1,
-        ) and totals[PYTHON_WORKER].processes <= SLOTS:
+        if (
+            (totals[SERVER].processes, totals[SLOT].processes, totals[TEMPLATE].processes) == (1, SLOTS + SPARES, 1)
+            and totals[DAEMON_TEMPLATE].processes == 1
+            and totals[PYTHON_WORKER].processes <= SLOTS
+            and totals[DAEMON_STUB].processes <= SLOTS
+        ):
             return totals
         return None
 
@@ -113,9 +117,10 @@ def test_a_warm_taskexecutor_does_not_grow_in_processes_or_threads(tmp_path: Pat
     log = (standalone.log_dir / "taskexecutor-0.log").read_text(errors="replace")
     assert re.search(r"Spark Connect server at \S+ \(pid \d+\) took over", log), "no server was recycled"
     growth = f"after the warm-up: {describe(before)}; at the end: {describe(after)}"
-    for kind in (TASK_EXECUTOR, SERVER, SLOT, TEMPLATE):
+    for kind in (TASK_EXECUTOR, SERVER, SLOT, TEMPLATE, DAEMON_TEMPLATE):
         assert after[kind].processes == before[kind].processes, growth
     assert after[PYTHON_WORKER].processes <= SLOTS, growth
+    assert after[DAEMON_STUB].processes <= SLOTS, growth
     assert after[TASK_EXECUTOR].threads <= before[TASK_EXECUTOR].threads + TASK_EXECUTOR_THREADS_TOLERANCE, growth
     assert after[SERVER].threads <= before[SERVER].threads + JVM_THREADS_TOLERANCE, growth
     assert after[SERVER].open_files <= before[SERVER].open_files + JVM_OPEN_FILES_TOLERANCE, growth
