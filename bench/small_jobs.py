@@ -19,14 +19,21 @@ new process's start (forked from the template, or spawned with its imports) and 
 (`-D taskexecutor.slot-process.python-workers=0` measures it without them started ahead). `--gap`:
 seconds between one job's end and the next job's submission (default 0, back to back), as jobs
 of a schedule come.
+
+The floor, after the cluster stopped: the same task function called in one warm classic
+SparkSession (`local[2]`) of this process, as a script that already ran it once would; each
+median is printed against it.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
+import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from harness.reporting import load_average, load_change, print_table, save_labelled_run, spread_ms
@@ -97,6 +104,37 @@ def spare_starts(log: Path) -> dict[str, dict[str, float]]:
     return {kind: {**spread_ms(values), "n": len(values)} for kind, values in figures.items() if values}
 
 
+def classic_floor(function: str, runs: int) -> list[float]:
+    """The same task function in one warm classic SparkSession (`local[2]`) of this process, called
+    `runs` times after warm-up calls: the seconds of each call (what a user runs instead)."""
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Spark's Python workers: this interpreter
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("small-jobs-classic-floor")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    try:
+        spark.sparkContext.setLogLevel("ERROR")
+        module: dict[str, Any] = {"__name__": "small_job_floor"}  # not importable: its UDF is pickled by value
+        exec(compile(SOURCE.format(version=0), "small_job.py", "exec"), module)
+        task, ctx = module[function], SimpleNamespace(spark=spark)
+        for _ in range(WARM_UP_PAIRS):
+            task(ctx)
+        seconds = []
+        for _ in range(runs):
+            begin = time.perf_counter()
+            task(ctx)
+            seconds.append(time.perf_counter() - begin)
+        return seconds
+    finally:
+        spark.stop()
+
+
 def upload(standalone: Standalone, directory: Path, version: int) -> str:
     path = directory / str(version) / "small_job.py"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -126,7 +164,7 @@ def run() -> int:
         "udf": args.udf,
         "gap_s": args.gap,
     }
-    seconds: dict[str, list[float]] = {"same code": [], "new code": []}
+    seconds: dict[str, list[float]] = {"same code": [], "new code": [], "floor": []}
     function = "udf" if args.udf else "count"
     with scratch_dir(args.work_dir, "sparkdispatch-small-jobs-") as scratch:
         standalone = Standalone(Path(scratch) / "standalone", slots=args.slots, overrides=overrides)
@@ -153,12 +191,18 @@ def run() -> int:
         finally:
             standalone.stop()
             spares = spare_starts(standalone.log_dir / "taskexecutor-0.log")
+    print("floor: the same task function in one warm classic session", flush=True)
+    seconds["floor"] = classic_floor(function, args.runs)
     report["load_average_at_end"] = load_average()
     figures = {kind: spread_ms(values) for kind, values in seconds.items()}
+    floor = figures["floor"]["p50"]
     print()
     print_table(
-        ["job", "median ms", "p90 ms", "min ms", "max ms"],
-        [[kind, *(f"{f[k]:.0f}" for k in ("p50", "p90", "min", "max"))] for kind, f in figures.items()],
+        ["job", "median ms", "p90 ms", "min ms", "max ms", "median / floor"],
+        [
+            [kind, *(f"{f[k]:.0f}" for k in ("p50", "p90", "min", "max")), f"{f['p50'] / floor:.1f}x"]
+            for kind, f in figures.items()
+        ],
     )
     print()
     print_table(
@@ -175,6 +219,7 @@ def run() -> int:
             "figures_ms": figures,
             "slot_processes_ms": spares,
             "samples_s": {k: [round(v, 3) for v in vs] for k, vs in seconds.items()},
+            "ratios_to_floor": {kind: round(f["p50"] / floor, 2) for kind, f in figures.items()},
         },
     )
     return 0
