@@ -47,6 +47,7 @@ import sys
 import threading
 import traceback
 from pathlib import Path
+from typing import NoReturn
 
 from sparkdispatch.taskexecutor.slot_process import configure_output, import_connect_client, serve_slot, tie_to
 from sparkdispatch.taskexecutor.slot_protocol import (
@@ -160,6 +161,20 @@ def name_process(name: str) -> None:
         ctypes.CDLL(None).prctl(PR_SET_NAME, name.encode()[:15], 0, 0, 0)
 
 
+def freeze_imports() -> None:
+    """Move the imports' objects to the collector's permanent generation: a child's collections then
+    skip them instead of writing to (and so copying) every page they share with the template."""
+    gc.collect()
+    gc.freeze()
+
+
+def exit_at_once(code: int) -> NoReturn:
+    """Flush and exit without the exit handlers (a forked child too: the template's are not its)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def seed_anew() -> None:
     """The child draws other random numbers than the template and its siblings (`random` reseeds
     itself after a fork)."""
@@ -177,15 +192,9 @@ def main(argv: list[str] | None = None) -> int:
     name_process(TEMPLATE_NAME)
     configure_output()
     import_connect_client()
-    # The imports' objects move to the collector's permanent generation: a child's collections
-    # skip them instead of writing to (and so copying) every page they share with the template.
-    gc.collect()
-    gc.freeze()
+    freeze_imports()
     channel = socket.socket(fileno=args.control_fd)
-    code = Template(channel).serve()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)  # a child too: none of the template's exit handlers are its
+    exit_at_once(Template(channel).serve())
 
 
 if __name__ == "__main__":

@@ -13,9 +13,9 @@ Fork without exec is safe for the reasons slot_template.py gives (no thread of o
 threads of the imports have fork handlers); a fork is refused, and the daemon started anew, when
 a thread runs here. A daemon and its workers share the template's string-hash seed, as any fork
 does (Python's hash of a string matters to the RDD API only, which Connect has not). A daemon is
-not tied to the template: it ends when Spark closes its standard
-input (its server stopped or died) or its stub passes SIGTERM on, so a template that dies fails
-no running task. The template dies with the TaskExecutor (`PR_SET_PDEATHSIG`).
+not tied to the template: it ends when Spark closes its standard input (its server stopped or
+died) or its stub passes SIGTERM on, so a template that dies fails no running task. The template
+dies with the TaskExecutor (`PR_SET_PDEATHSIG`).
 
 Messages, one JSON object per SOCK_SEQPACKET packet:
 
@@ -28,7 +28,6 @@ Messages, one JSON object per SOCK_SEQPACKET packet:
 from __future__ import annotations
 
 import argparse
-import gc
 import importlib
 import json
 import os
@@ -40,7 +39,7 @@ import traceback
 from typing import Any
 
 from sparkdispatch.taskexecutor.slot_process import configure_output, tie_to
-from sparkdispatch.taskexecutor.slot_template import fork_unsafe, name_process, seed_anew
+from sparkdispatch.taskexecutor.slot_template import exit_at_once, fork_unsafe, freeze_imports, name_process, seed_anew
 from sparkdispatch.taskexecutor.worker_daemon_stub import MAX_MESSAGE
 
 #: What a Python worker of Spark 4.3 imports for a UDF (its Python UDFs use Arrow).
@@ -180,17 +179,13 @@ def main(argv: list[str] | None = None) -> int:
     configure_output()
     for module in IMPORTS:
         importlib.import_module(module)
-    gc.collect()
-    gc.freeze()  # a daemon's collections then skip the imports' objects instead of copying their pages
+    freeze_imports()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listening = f"{args.socket}.{os.getpid()}"
     listener.bind(listening)
     listener.listen(64)
     os.replace(listening, args.socket)  # stubs find the socket only once it is served
-    code = DaemonTemplate(listener).serve()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)  # a daemon too: none of the template's exit handlers are its
+    exit_at_once(DaemonTemplate(listener).serve())
 
 
 if __name__ == "__main__":

@@ -21,11 +21,24 @@ from sparkdispatch.model.states import ExecutionState
 from sparkdispatch.storage.results import ResultLayout
 from sparkdispatch.taskexecutor.connect_server import ConnectServer
 from sparkdispatch.taskexecutor.connect_url import call_metadata, grpc_target
+from sparkdispatch.taskexecutor.settings import ConnectServerSettings
 from sparkdispatch.taskexecutor.slot_pool import SlotProcessPool
 from sparkdispatch.taskexecutor.slot_protocol import SESSION_USER, AttemptLaunch, AttemptState
 from sparkdispatch.testing.waiting import eventually_blocking
 
 WAIT_S = 120.0
+
+
+def connect_settings_for_tests(**spark_properties: str) -> ConnectServerSettings:
+    """A Connect server as the slot tests start one: `local[2]` on a free port, 768 MiB, 4 minutes to
+    start; no Spark UI and 2 shuffle partitions unless `spark_properties` say otherwise."""
+    return ConnectServerSettings(
+        spark_master="local[2]",
+        port=0,
+        start_timeout=240.0,
+        driver_memory=768 << 20,
+        spark_properties={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2", **spark_properties},
+    )
 
 
 def artifact(root: Path, filename: str, data: bytes) -> str:

@@ -18,10 +18,17 @@ from sparkdispatch.model.protocol import ChainedTask
 from sparkdispatch.model.states import ExecutionState
 from sparkdispatch.storage.attempt_logs import attempt_log_path, chained_log_path
 from sparkdispatch.taskexecutor.connect_server import ConnectServer
-from sparkdispatch.taskexecutor.settings import ConnectServerSettings, SlotPoolSettings
+from sparkdispatch.taskexecutor.settings import SlotPoolSettings
 from sparkdispatch.taskexecutor.slot_pool import SlotProcessPool
 from sparkdispatch.taskexecutor.slot_protocol import AttemptState
-from sparkdispatch.testing.slot_attempts import artifact, deployment, new_job_id, run, slot_processes
+from sparkdispatch.testing.slot_attempts import (
+    connect_settings_for_tests,
+    artifact,
+    deployment,
+    new_job_id,
+    run,
+    slot_processes,
+)
 from sparkdispatch.testing.waiting import eventually_blocking
 
 pytestmark = pytest.mark.slow
@@ -66,17 +73,8 @@ def connect_server(
 ) -> Iterator[ConnectServer]:
     if shutil.which("java") is None:
         service_missing("Spark needs java on PATH")
-    settings = ConnectServerSettings(
-        spark_master="local[2]",
-        port=0,
-        start_timeout=240.0,
-        driver_memory=768 << 20,
-        spark_properties={
-            "spark.ui.enabled": "true",
-            "spark.ui.port": str(ui_port),
-            "spark.ui.host": "127.0.0.1",
-            "spark.sql.shuffle.partitions": "2",
-        },
+    settings = connect_settings_for_tests(
+        **{"spark.ui.enabled": "true", "spark.ui.port": str(ui_port), "spark.ui.host": "127.0.0.1"}
     )
     server = ConnectServer(settings, work_dir=tmp_path_factory.mktemp("connect-server"))
     server.start()

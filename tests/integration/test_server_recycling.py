@@ -15,9 +15,10 @@ from sparkdispatch.model.states import ExecutionState
 from sparkdispatch.taskexecutor.connect_server import ConnectServer
 from sparkdispatch.taskexecutor.python_workers import WorkerDaemonReaper, worker_daemons
 from sparkdispatch.taskexecutor.server_recycling import ConnectServers, ServerRecycler
-from sparkdispatch.taskexecutor.settings import ConnectServerSettings, RecyclePolicy, SlotPoolSettings
+from sparkdispatch.taskexecutor.settings import RecyclePolicy, SlotPoolSettings
 from sparkdispatch.taskexecutor.slot_pool import SlotProcessPool
 from sparkdispatch.testing.slot_attempts import (
+    connect_settings_for_tests,
     Attempt,
     artifact,
     deployment,
@@ -33,13 +34,7 @@ from sparkdispatch.testing.slot_attempts import (
 pytestmark = pytest.mark.slow
 
 TASKS = Path(__file__).with_name("slot_tasks.py")
-SETTINGS = ConnectServerSettings(
-    spark_master="local[2]",
-    port=0,
-    start_timeout=240.0,
-    driver_memory=768 << 20,
-    spark_properties={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"},
-)
+SETTINGS = connect_settings_for_tests()
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ import pytest
 from sparkdispatch.model.environment import Environment
 from sparkdispatch.model.states import ExecutionState
 from sparkdispatch.storage.attempt_logs import attempt_log_path, read_attempt_log
-from sparkdispatch.taskexecutor.settings import ConnectServerSettings, SlotPoolSettings
+from sparkdispatch.taskexecutor.settings import SlotPoolSettings
 from sparkdispatch.taskexecutor.connect_server import ConnectServer
 from sparkdispatch.taskexecutor.driver_log import PREFIX
 from sparkdispatch.taskexecutor.server_recycling import ConnectServers
@@ -40,6 +40,7 @@ from sparkdispatch.taskexecutor.slot_protocol import SLOT_PROCESS_NAME, TEMPLATE
 from sparkdispatch.testing.waiting import eventually_blocking
 from sparkdispatch.testing.wheels import make_wheel
 from sparkdispatch.testing.slot_attempts import (
+    connect_settings_for_tests,
     Attempt,
     artifact,
     deployment,
@@ -65,13 +66,7 @@ def connect_server(
 ) -> Iterator[ConnectServer]:
     if shutil.which("java") is None:
         service_missing("Spark needs java on PATH")
-    settings = ConnectServerSettings(
-        spark_master="local[2]",
-        port=0,
-        start_timeout=240.0,
-        driver_memory=768 << 20,
-        spark_properties={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"},
-    )
+    settings = connect_settings_for_tests()
     server = ConnectServer(settings, work_dir=tmp_path_factory.mktemp("connect-server"))
     server.start()
     try:

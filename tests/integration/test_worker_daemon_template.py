@@ -20,11 +20,11 @@ import pytest
 
 from sparkdispatch.taskexecutor.connect_server import ConnectServer
 from sparkdispatch.taskexecutor.python_workers import ReleasedSessions, WorkerDaemonReaper, worker_daemons
-from sparkdispatch.taskexecutor.settings import ConnectServerSettings
 from sparkdispatch.taskexecutor.slot_sessions import new_session, server_session_id
 from sparkdispatch.taskexecutor.worker_daemon_stub import MAX_MESSAGE
 from sparkdispatch.taskexecutor.worker_daemon_template import DAEMON_NAME
 from sparkdispatch.taskexecutor.worker_daemons import WorkerDaemonTemplate
+from sparkdispatch.testing.slot_attempts import connect_settings_for_tests
 from sparkdispatch.testing.waiting import eventually_blocking
 
 pytestmark = pytest.mark.slow
@@ -47,13 +47,7 @@ def connect_server(
 ) -> Iterator[ConnectServer]:
     if shutil.which("java") is None:
         service_missing("Spark needs java on PATH")
-    settings = ConnectServerSettings(
-        spark_master="local[2]",
-        port=0,
-        start_timeout=240.0,
-        driver_memory=768 << 20,
-        spark_properties={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"},
-    )
+    settings = connect_settings_for_tests()
     server = ConnectServer(settings, work_dir=tmp_path_factory.mktemp("connect-server"), daemon_template=template)
     server.start()
     try:
