@@ -62,7 +62,8 @@ def forked_by_template(path: str) -> tuple[socket.socket, int]:
         channel.close()
         raise TemplateRefused(f"the template at {path} does not answer ({exc})") from exc
     request = {
-        "python": os.path.realpath(sys.executable),
+        "python": sys.executable,
+        "prefix": sys.prefix,
         "environment": dict(os.environ),
         "cwd": os.getcwd(),
         "argv": sys.argv[1:],

@@ -19,7 +19,7 @@ dies with the TaskExecutor (`PR_SET_PDEATHSIG`).
 
 Messages, one JSON object per SOCK_SEQPACKET packet:
 
-    stub → template    {"python", "environment", "cwd", "argv"} + its descriptors 0, 1 and 2
+    stub → template    {"python", "prefix", "environment", "cwd", "argv"} + its descriptors 0, 1 and 2
     template → stub    {"pid": ...}                 the daemon forked
                        {"refused": "..."}           not forked, and why: the stub starts it anew
                        {"exited": ...}              the daemon ended, with this exit code
@@ -55,7 +55,8 @@ class DaemonTemplate:
 
     def __init__(self, listener: socket.socket) -> None:
         self._listener = listener
-        self._python = os.path.realpath(sys.executable)
+        # A job environment's interpreter is often a link to the same binary: its prefix tells it apart.
+        self._python = {"python": sys.executable, "prefix": sys.prefix}
         self._children: dict[int, tuple[int, socket.socket]] = {}  # pidfd → (pid, the stub's channel)
         self._poller = select.poll()
         self._poller.register(listener, select.POLLIN)
@@ -112,8 +113,9 @@ class DaemonTemplate:
     def _refusal(self, request: Any, fds: list[int]) -> str | None:
         if not isinstance(request, dict) or len(fds) != STREAMS:
             return "a request is a JSON object and the stub's descriptors 0, 1 and 2"
-        if request.get("python") != self._python:
-            return f"the stub runs {request.get('python')}, the template {self._python}"
+        theirs = {key: request.get(key) for key in self._python}
+        if theirs != self._python:
+            return f"the stub runs {theirs}, the template {self._python}"
         return fork_unsafe()
 
     def _be_daemon(self, request: dict[str, Any], fds: list[int]) -> int:

@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import socket
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -128,13 +129,14 @@ def test_a_released_sessions_stub_passes_sigterm_on_and_its_daemon_and_the_stub_
     eventually_blocking(lambda: stub not in {pid for pid, _ in worker_daemons(connect_server.pid or 0)}, "its stub")
 
 
-def test_a_stub_of_another_interpreter_is_refused_and_given_nothing(template: WorkerDaemonTemplate) -> None:
+def test_a_stub_of_a_job_environment_on_the_same_binary_is_refused(template: WorkerDaemonTemplate) -> None:
     with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as channel, open(os.devnull, "rb") as null:
         channel.connect(str(template.socket_path))
-        request = {"python": "/opt/other/bin/python3", "environment": {}, "cwd": "/", "argv": []}
+        # a job environment's interpreter: the same binary under another prefix
+        request = {"python": sys.executable, "prefix": "/opt/job-env", "environment": {}, "cwd": "/", "argv": []}
         socket.send_fds(channel, [json.dumps(request).encode()], [null.fileno()] * 3)
         answer = json.loads(channel.recv(MAX_MESSAGE))
-    assert "/opt/other/bin/python3" in answer["refused"]
+    assert "/opt/job-env" in answer["refused"]
     assert template.serving()
 
 
