@@ -48,7 +48,7 @@ from sparkdispatch.taskexecutor.artifact_cache import ArtifactCache
 from sparkdispatch.taskexecutor.python_environments import PythonEnvironments, find_uv
 from sparkdispatch.taskexecutor.runner import SLOT_RELEASE_MARGIN_S, TaskRunner
 from sparkdispatch.taskexecutor.slot_table import SlotTable
-from sparkdispatch.taskexecutor.server_watch import ConnectServerWatchStep
+from sparkdispatch.taskexecutor.server_watch import ConnectServerWatchStep, WorkerDaemonReaperStep
 from sparkdispatch.taskexecutor.slot_pool import SlotProcessPool
 from sparkdispatch.taskexecutor.worker import MasterConnection, MasterConnectionStep, TaskExecutorIdentity
 from sparkdispatch.taskexecutor.worker_daemons import WorkerDaemonTemplate
@@ -218,6 +218,7 @@ def _serve(
         app = create_celery_app(config, task_executor=runtime)
         app.steps["worker"].add(MasterConnectionStep)
         app.steps["worker"].add(ConnectServerWatchStep)
+        app.steps["worker"].add(WorkerDaemonReaperStep)
         # Twice the slots' threads: a slot's next deployment comes as soon as its last attempt is
         # reported, while that attempt's thread still returns. With one thread per slot it then
         # waited for one, and with as many unacknowledged messages as its prefetch count a worker on
