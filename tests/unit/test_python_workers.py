@@ -67,6 +67,7 @@ class HeldServer:
 
     def __init__(self) -> None:
         self.pid = os.getpid()
+        self.serving_url: str | None = None  # so the recycler, next on the watch's thread, does nothing
         self.held = threading.Event()
         self.free = threading.Event()
 
