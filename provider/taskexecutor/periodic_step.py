@@ -41,6 +41,13 @@ class PeriodicStep(bootsteps.StartStopStep, metaclass=_AbstractStepType):
         )
         self._thread.start()
 
+    def task_executor(self, w: Any) -> Any:
+        """The TaskExecutor runtime of worker `w`'s app (`RuntimeError` on an app without one)."""
+        runtime = w.app.task_executor
+        if runtime is None:
+            raise RuntimeError(f"{type(self).__name__} needs a TaskExecutor app")
+        return runtime
+
     @abstractmethod
     def start_ticking(self, w: Any) -> float:
         """Take what `tick` needs from the worker; the interval in seconds."""

@@ -79,9 +79,7 @@ class ConnectServerWatchStep(PeriodicStep):
         self._recycler: ServerRecycler | None = None
 
     def start_ticking(self, w: Any) -> float:
-        runtime = w.app.task_executor
-        if runtime is None:
-            raise RuntimeError("ConnectServerWatchStep needs a TaskExecutor app")
+        runtime = self.task_executor(w)
         self._watch = ConnectServerWatch(runtime.servers, runtime.pool)
         self._recycler = ServerRecycler(runtime.servers, runtime.pool, RecyclePolicy.from_config(runtime.config))
         return CHECK_EVERY_S
@@ -106,9 +104,7 @@ class WorkerDaemonReaperStep(PeriodicStep):
         self._reaper: WorkerDaemonReaper | None = None
 
     def start_ticking(self, w: Any) -> float:
-        runtime = w.app.task_executor
-        if runtime is None:
-            raise RuntimeError("WorkerDaemonReaperStep needs a TaskExecutor app")
+        runtime = self.task_executor(w)
         self._reaper = WorkerDaemonReaper(runtime.servers.pids, runtime.pool.released_sessions)
         return REAP_EVERY_S
 

@@ -458,9 +458,7 @@ class MasterConnectionStep(PeriodicStep):
         self._ready_deadline = 0.0
 
     def start_ticking(self, w: Any) -> float:
-        runtime = w.app.task_executor
-        if runtime is None:
-            raise RuntimeError("MasterConnectionStep needs a TaskExecutor app")
+        runtime = self.task_executor(w)
         self._connection = runtime.connection
         self._runner = runtime.runner
         self._config = runtime.config
