@@ -302,6 +302,45 @@ def test_a_taskexecutor_killed_mid_task_loses_nothing(cluster: LocalCluster, tas
         cluster.wait_for_task_executors(2)
 
 
+def test_a_chain_whose_taskexecutor_is_killed_runs_again_whole_and_its_durable_input_is_reused(
+    cluster: LocalCluster, tasks_key: str, tmp_path: Path
+) -> None:
+    """`numbers` (durable) → `slow` chained into `last`: the TaskExecutor running the chain is killed
+    while `slow`'s function runs. The chain's attempt runs again whole on the other TaskExecutor,
+    `slow` with it; `numbers`' written result is read again, not made again; every vertex keeps its rows."""
+    log = str(tmp_path)
+    numbers = {**vertex("numbers", "numbers", rows=20, log_dir=log), "result": "durable"}
+    graph = job(
+        "chain-te-loss",
+        [
+            numbers,
+            vertex("slow", "sleepy", inputs=("numbers",), seconds=6, log_dir=log),
+            vertex("last", "sleepy", inputs=("slow",), seconds=0, log_dir=log),
+        ],
+        tasks_key,
+        results="auto",
+    )
+    job_id = cluster.submit(graph)
+    wait_for_run(tmp_path, "slow", "start")
+    details = cluster.request("GET", f"{cluster.leader_url()}/jobs/{job_id}")[1]
+    head = next(v for v in details["vertices"] if v["id"] == "last")
+    victim = head["subtasks"][0]["taskmanager"]
+    index = int(victim.rsplit("-", 1)[1])
+    cluster.kill_task_executor(index, signal.SIGKILL)
+    try:
+        result = cluster.wait_for_result(job_id)
+        assert result.status == "FINISHED", result.failure
+        assert {vid: v.attempts for vid, v in result.vertices.items()} == {"numbers": 1, "slow": 2, "last": 2}
+        assert {vid: v.rows for vid, v in result.vertices.items()} == {"numbers": 20, "slow": 20, "last": 20}
+        assert len(runs(tmp_path, "numbers")) == 1  # its durable result was reused
+        assert len(runs(tmp_path, "slow", "start")) == 2 and len(runs(tmp_path, "slow", "end")) == 1
+        assert len(runs(tmp_path, "last", "end")) == 1
+        assert result.vertices["slow"].partitions == () and result.vertices["numbers"].partitions != ()
+    finally:
+        cluster.start_task_executor(index)
+        cluster.wait_for_task_executors(2)
+
+
 def submit_three_stages(
     cluster: LocalCluster, name: str, tasks_key: str, log_dir: Path, *, rows: int, slow_s: float
 ) -> str:
