@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/p1_task_overhead.py [--runs 5] [--warm-up 2] [--length 20] [--spark-submit-runs 3]
                                                [--clusters redis-none,redis-zookeeper,standalone]
-                                               [--profile CHAINS] [--work-dir DIR] [--quick]
+                                               [--chained] [--profile CHAINS] [--work-dir DIR] [--quick]
 
 All in one run, with nothing else of the benchmark running while one part is measured:
 
@@ -19,6 +19,11 @@ All in one run, with nothing else of the benchmark running while one part is mea
   `sparkdispatch standalone` (filesystem:// broker);
 - spark-submit: `spark-submit --master local[2]` of the same action, `--spark-submit-runs`
   times, what Airflow's SparkSubmitOperator does per task.
+
+The cluster's chain is submitted with `"results": "durable"`, so that each vertex runs as a task
+of its own: the cost of a task is what P1 measures. `--chained` submits it as the master runs such
+a chain by default, every vertex chained into the last one's task (one task, one attempt), and
+measures the cost per vertex instead (bench/results/p1_task_overhead.chained.json).
 
 Warm-up is the same on both sides: each floor runs `--warm-up` chains after its start, each
 cluster `--warm-up` chains after it registered. Then each timed cluster chain is paired with a
@@ -182,6 +187,7 @@ def run_chains(
     label: str,
     *,
     cpu_readers: dict[str, Callable[[], float]] | None = None,
+    chained: bool = False,
 ) -> dict[str, Any]:
     """`warm_up` chains, then `runs` timed chains, each right after a chain of every floor measured here.
 
@@ -199,9 +205,10 @@ def run_chains(
     cpu: dict[str, list[float]] = {name: [] for name in readers}
     for run in range(warm_up + runs):
         timed = run >= warm_up
-        # each vertex a task of its own (durable results): the overhead per task is what P1 measures
+        # each vertex a task of its own (durable results): the overhead per task is what P1 measures;
+        # `chained`: as the master runs such a chain unless told otherwise, all of it in the last vertex's task
         graph = chain_graph(
-            f"p1-{label}-{run}", length, entrypoint="bench_tasks:count_rows", artifact=artifact, durable=True
+            f"p1-{label}-{run}", length, entrypoint="bench_tasks:count_rows", artifact=artifact, durable=not chained
         )
         if timed:
             for floor in floors:
@@ -265,6 +272,7 @@ def measure_local_cluster(
     label: str,
     profile: int = 0,
     zookeeper_pid: int | None = None,
+    chained: bool = False,
 ) -> dict[str, Any]:
     config = cluster_config(storage, broker_url=broker_url, zookeeper_hosts=zookeeper_hosts, slots=1, **SPARK_SETTINGS)
     cluster = BenchCluster(config, masters=1, taskexecutors=1, log_dir=storage / "log")
@@ -286,6 +294,7 @@ def measure_local_cluster(
             warm_up,
             label,
             cpu_readers=readers,
+            chained=chained,
         )
         if profile:
             figures["profile"] = profile_chains(
@@ -299,6 +308,7 @@ def measure_local_cluster(
                 master_log=cluster.log_dir / "master-0.log",
                 worker_log=cluster.log_dir / "taskexecutor-0.log",
                 out_dir=storage / "profile",
+                chained=chained,
             )
         return figures
     finally:
@@ -358,6 +368,7 @@ def profile_chains(
     master_log: Path,
     worker_log: Path,
     out_dir: Path,
+    chained: bool = False,
 ) -> dict[str, Any]:
     """Chains under py-spy (master: on-CPU samples; TaskExecutor: all samples of the task thread) and
     the per-task timeline from the logs."""
@@ -372,7 +383,7 @@ def profile_chains(
             job_ids.append(submit(graph))
             return job_ids[-1]
 
-        figures = run_chains(submit_and_note, wait, artifact, floors, chains, 1, "profile")
+        figures = run_chains(submit_and_note, wait, artifact, floors, chains, 1, "profile", chained=chained)
     finally:
         master_spy.stop()
         worker_spy.stop()
@@ -396,7 +407,7 @@ def profile_chains(
 
 
 def measure_standalone(
-    storage: Path, *, floors: list[Floor], runs: int, warm_up: int, profile: int = 0
+    storage: Path, *, floors: list[Floor], runs: int, warm_up: int, profile: int = 0, chained: bool = False
 ) -> dict[str, Any]:
     """`sparkdispatch standalone` (HA none, filesystem:// broker, master in its own process)."""
     standalone = Standalone(
@@ -413,7 +424,15 @@ def measure_standalone(
         master, worker = standalone.process.pid, standalone.task_executor_pids()[0]
         readers = {"master": lambda: cpu_seconds(master), "taskexecutor tree": lambda: tree_cpu_seconds(worker)}
         figures = run_chains(
-            rest.submit, rest.wait_for_result, artifact, floors, runs, warm_up, "standalone", cpu_readers=readers
+            rest.submit,
+            rest.wait_for_result,
+            artifact,
+            floors,
+            runs,
+            warm_up,
+            "standalone",
+            cpu_readers=readers,
+            chained=chained,
         )
         if profile:
             figures["profile"] = profile_chains(
@@ -427,6 +446,7 @@ def measure_standalone(
                 master_log=standalone.log_dir / "standalone.log",
                 worker_log=standalone.log_dir / "taskexecutor-0.log",
                 out_dir=storage / "profile",
+                chained=chained,
             )
         return figures
     finally:
@@ -507,6 +527,12 @@ def run() -> int:
         default="redis-none,redis-zookeeper,standalone",
         help="comma-separated: redis-none, redis-zookeeper, standalone",
     )
+    parser.add_argument(
+        "--chained",
+        action="store_true",
+        help="the chain as the master runs it by default (all vertices in the last one's task), "
+        "not each vertex a task of its own",
+    )
     add_run_options(parser, quick="standalone only, 2 timed chains of 5, one spark-submit")
     args = parser.parse_args()
     if args.quick:
@@ -561,7 +587,12 @@ def run() -> int:
                 try:
                     if kind == "standalone":
                         results[kind] = measure_standalone(
-                            storage, floors=floors, runs=args.runs, warm_up=args.warm_up, profile=args.profile
+                            storage,
+                            floors=floors,
+                            runs=args.runs,
+                            warm_up=args.warm_up,
+                            profile=args.profile,
+                            chained=args.chained,
                         )
                     else:
                         assert redis is not None
@@ -576,6 +607,7 @@ def run() -> int:
                             label=kind,
                             profile=args.profile,
                             zookeeper_pid=zk.process.pid if zk and zk.process else None,
+                            chained=args.chained,
                         )
                 except (RuntimeError, TimeoutError) as exc:
                     # one cluster kind failing (a chain FAILED, a process died) is a finding; measure the rest
@@ -676,9 +708,10 @@ def run() -> int:
         if profile:
             print_profile(kind, profile)
     save_results(
-        "p1_task_overhead",
+        "p1_task_overhead" + ".chained" * args.chained,
         quick=args.quick,
         report={
+            "chained": args.chained,
             "chain_length": args.length,
             "runs": args.runs,
             "warm_up_chains": args.warm_up,
