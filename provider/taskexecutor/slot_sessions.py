@@ -29,11 +29,19 @@ def session_url(connect_url: str) -> str:
 
 
 def new_session(connect_url: str) -> SparkSession:
-    """A session of its own on the Connect server, whose calls fail fast once the server is gone."""
+    """A session of its own on the Connect server, whose calls fail fast once the server is gone.
+
+    Its executions are not reattachable. Reattaching resumes a result stream broken on the way, and
+    costs each action a release call and the server's buffering of its results (about 13 ms of a
+    trivial action's 89, bench/README.md, "P1"). The server is the TaskExecutor's own, on
+    127.0.0.1, and lives with it: a stream breaks only when the server is gone, and then the
+    attempt fails and its restart is the recovery.
+    """
     from pyspark.sql.connect.client.retries import DefaultPolicy
     from pyspark.sql.connect.session import SparkSession
 
     session = SparkSession.builder.remote(session_url(connect_url)).create()
+    session.client.disable_reattachable_execute()
     session.client.set_retry_policies(
         [
             DefaultPolicy(
