@@ -58,7 +58,7 @@ from harness.clusters import CLUSTER_START_TIMEOUT_S, BenchCluster, cluster_conf
 from harness.connect_floor import ConnectClient
 from harness.graphs import chain_graph
 from harness.paths import BENCH_TASKS, TASKS_DIR, VENV_BIN
-from harness.processes import cpu_seconds, stop_process, tree_cpu_seconds
+from harness.processes import classic_session_cpu_seconds, cpu_seconds, stop_process, tree_cpu_seconds
 from harness.profiling import PySpy
 from harness.reporting import load_average, load_change, median, print_table, save_results
 from harness.running import add_run_options, bench_env, bench_main, scratch_dir
@@ -142,11 +142,7 @@ class ClassicFloor(Floor):
 
     def cpu_seconds(self) -> float:
         """CPU seconds of this process and of the Spark JVM pyspark launched."""
-        try:
-            jvm = self.spark.sparkContext._gateway.proc.pid
-        except AttributeError:
-            return math.nan
-        return cpu_seconds(os.getpid()) + tree_cpu_seconds(jvm)
+        return classic_session_cpu_seconds(self.spark)
 
     def stop(self) -> None:
         if self.spark is not None:

@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import math
 import os
 import shutil
 import sys
@@ -62,7 +61,7 @@ from harness.connect_floor import ConnectClient
 from harness.flight_recording import FlightRecording, summary
 from harness.graphs import pipelines_artifact, sales_graph
 from harness.paths import DAGS_DIR
-from harness.processes import cpu_seconds, descendants, process_cmdline, tree_cpu_seconds
+from harness.processes import classic_session_cpu_seconds, cpu_seconds, descendants, process_cmdline, tree_cpu_seconds
 from harness.reporting import load_average, load_change, median, print_table, save_results
 from harness.running import add_pipeline_options, add_run_options, bench_main, scratch_dir
 from harness.standalone import Standalone
@@ -247,11 +246,7 @@ class ClassicPipelineFloors(PipelineFloors):
 
     def cpu_seconds(self) -> float:
         """CPU seconds of this process and of the Spark JVM pyspark launched."""
-        try:
-            jvm = self.spark.sparkContext._gateway.proc.pid
-        except AttributeError:
-            return math.nan
-        return cpu_seconds(os.getpid()) + tree_cpu_seconds(jvm)
+        return classic_session_cpu_seconds(self.spark)
 
     def stop(self) -> None:
         if self.spark is not None:

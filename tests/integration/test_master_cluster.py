@@ -274,6 +274,15 @@ def test_a_standby_answers_overview_and_names_the_leader(cluster: LocalCluster) 
     assert status == 503 and body["leader"] == cluster.master_url(leader)
 
 
+def kill_the_task_executor_running(cluster: LocalCluster, job_id: str, vertex_id: str) -> int:
+    """SIGKILL the TaskExecutor running `vertex_id`'s first subtask; its index, to start it again."""
+    details = cluster.request("GET", f"{cluster.leader_url()}/jobs/{job_id}")[1]
+    vertex_details = next(v for v in details["vertices"] if v["id"] == vertex_id)
+    index = int(vertex_details["subtasks"][0]["taskmanager"].rsplit("-", 1)[1])
+    cluster.kill_task_executor(index, signal.SIGKILL)
+    return index
+
+
 def test_a_taskexecutor_killed_mid_task_loses_nothing(cluster: LocalCluster, tasks_key: str, tmp_path: Path) -> None:
     log = str(tmp_path)
     graph = job(
@@ -286,11 +295,7 @@ def test_a_taskexecutor_killed_mid_task_loses_nothing(cluster: LocalCluster, tas
     )
     job_id = cluster.submit(graph)
     wait_for_run(tmp_path, "slow", "start")
-    details = cluster.request("GET", f"{cluster.leader_url()}/jobs/{job_id}")[1]
-    slow = next(v for v in details["vertices"] if v["id"] == "slow")
-    victim = slow["subtasks"][0]["taskmanager"]
-    index = int(victim.rsplit("-", 1)[1])
-    cluster.kill_task_executor(index, signal.SIGKILL)
+    index = kill_the_task_executor_running(cluster, job_id, "slow")
     try:
         result = cluster.wait_for_result(job_id)
         assert result.status == "FINISHED", result.failure
@@ -322,11 +327,7 @@ def test_a_chain_whose_taskexecutor_is_killed_runs_again_whole_and_its_durable_i
     )
     job_id = cluster.submit(graph)
     wait_for_run(tmp_path, "slow", "start")
-    details = cluster.request("GET", f"{cluster.leader_url()}/jobs/{job_id}")[1]
-    head = next(v for v in details["vertices"] if v["id"] == "last")
-    victim = head["subtasks"][0]["taskmanager"]
-    index = int(victim.rsplit("-", 1)[1])
-    cluster.kill_task_executor(index, signal.SIGKILL)
+    index = kill_the_task_executor_running(cluster, job_id, "last")  # the chain's head
     try:
         result = cluster.wait_for_result(job_id)
         assert result.status == "FINISHED", result.failure
