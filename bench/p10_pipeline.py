@@ -40,6 +40,7 @@ from functools import reduce
 from pathlib import Path
 from typing import Any
 
+from harness.classic_floor import classic_session
 from harness.clusters import CLUSTER_START_TIMEOUT_S
 from harness.paths import TASKS_DIR, VENV_BIN
 from harness.processes import stop_process
@@ -90,17 +91,9 @@ class ClassicFloors:
         self.runs = 0
 
     def start(self) -> None:
-        from pyspark.sql import SparkSession
-
-        self.spark = (
-            SparkSession.builder.master("local[*]")
-            .appName("p10-classic-floor")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.shuffle.partitions", SHUFFLE_PARTITIONS)
-            .getOrCreate()
+        self.spark = classic_session(
+            "local[*]", "p10-classic-floor", {"spark.sql.shuffle.partitions": SHUFFLE_PARTITIONS}
         )
-        self.spark.sparkContext.setLogLevel("ERROR")
 
     def run(self, kind: str) -> tuple[float, list[tuple[Any, ...]]]:
         """One run of floor `kind` (one of FLOORS): its seconds and its report's rows."""

@@ -54,11 +54,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from harness.classic_floor import classic_session, classic_session_cpu_seconds
 from harness.clusters import CLUSTER_START_TIMEOUT_S, BenchCluster, cluster_config
 from harness.connect_floor import ConnectClient
 from harness.graphs import chain_graph
 from harness.paths import BENCH_TASKS, TASKS_DIR, VENV_BIN
-from harness.processes import classic_session_cpu_seconds, cpu_seconds, stop_process, tree_cpu_seconds
+from harness.processes import cpu_seconds, stop_process, tree_cpu_seconds
 from harness.profiling import PySpy
 from harness.reporting import load_average, load_change, median, print_table, save_results
 from harness.running import add_run_options, bench_env, bench_main, scratch_dir
@@ -127,18 +128,8 @@ class ClassicFloor(Floor):
     name = "classic"
 
     def open(self) -> Any:
-        from pyspark.sql import SparkSession
-
-        spark = (
-            SparkSession.builder.master(SPARK_SETTINGS["spark.master"])
-            .appName("p1-classic-floor")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.shuffle.partitions", SPARK_SETTINGS["spark.sql.shuffle.partitions"])
-            .getOrCreate()
-        )
-        spark.sparkContext.setLogLevel("ERROR")
-        return spark
+        shuffle = {"spark.sql.shuffle.partitions": SPARK_SETTINGS["spark.sql.shuffle.partitions"]}
+        return classic_session(SPARK_SETTINGS["spark.master"], "p1-classic-floor", shuffle)
 
     def cpu_seconds(self) -> float:
         """CPU seconds of this process and of the Spark JVM pyspark launched."""

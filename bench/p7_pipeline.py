@@ -46,22 +46,22 @@ the results: samples by thread, top frames by package, and the samples in calls 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import shutil
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from functools import reduce
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from harness.clusters import CLUSTER_START_TIMEOUT_S
+from harness.classic_floor import classic_functions, classic_session, classic_session_cpu_seconds
 from harness.connect_floor import ConnectClient
 from harness.flight_recording import FlightRecording, summary
 from harness.graphs import pipelines_artifact, sales_graph
 from harness.paths import DAGS_DIR
-from harness.processes import classic_session_cpu_seconds, cpu_seconds, descendants, process_cmdline, tree_cpu_seconds
+from harness.processes import cpu_seconds, descendants, process_cmdline, tree_cpu_seconds
 from harness.reporting import load_average, load_change, median, print_table, save_results
 from harness.running import add_pipeline_options, add_run_options, bench_main, scratch_dir
 from harness.standalone import Standalone
@@ -219,29 +219,18 @@ class ClassicPipelineFloors(PipelineFloors):
 
     def start(self) -> float:
         """Start the session with the job's config; the seconds it took."""
-        from pyspark.sql import SparkSession
-
         begin = time.monotonic()
-        builder = (
-            SparkSession.builder.master(self.master)
-            .appName("p7-classic-floor")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-        )
-        for key, value in self.graph.get("config", {}).items():
-            builder = builder.config(key, str(value))
-        self.spark = builder.getOrCreate()
-        self.spark.sparkContext.setLogLevel("ERROR")
+        self.spark = classic_session(self.master, "p7-classic-floor", self.graph.get("config", {}))
         self._load_functions()
         return time.monotonic() - begin
 
     def materialised(self, *, new_session: bool = False) -> float:
         assert not new_session, "the classic floor has one session"
-        with _classic_functions():
+        with classic_functions():
             return super().materialised()
 
     def chained(self) -> float:
-        with _classic_functions():
+        with classic_functions():
             return super().chained()
 
     def cpu_seconds(self) -> float:
@@ -252,17 +241,6 @@ class ClassicPipelineFloors(PipelineFloors):
         if self.spark is not None:
             self.spark.stop()
             self.spark = None
-
-
-@contextlib.contextmanager
-def _classic_functions() -> Iterator[None]:
-    """pyspark's functions build classic columns within (`is_remote()` reads the variable at each call)."""
-    saved = os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
-    try:
-        yield
-    finally:
-        if saved is not None:
-            os.environ["SPARK_CONNECT_MODE_ENABLED"] = saved
 
 
 class CpuMeter:
@@ -282,6 +260,27 @@ class CpuMeter:
 
     def medians(self) -> dict[str, float]:
         return {name: round(median(values), 2) for name, values in self.samples.items()}
+
+
+T = TypeVar("T")
+
+
+def measured(run: Callable[[], T], meter: CpuMeter, recording: FlightRecording | None) -> T:
+    """`run()`, its CPU seconds taken by `meter` and, if given, its JVM recorded by `recording`."""
+    meter.start()
+    if recording is not None:
+        recording.start()
+    try:
+        return run()
+    finally:
+        if recording is not None:
+            recording.stop()
+        meter.stop()
+
+
+def floor_times(seconds: dict[str, float]) -> str:
+    """One run of each floor, for the progress lines."""
+    return ", ".join(f"{name} floor {value:.2f}s" for name, value in seconds.items())
 
 
 #: calls whose share of a JVM's samples `--jfr` reports (label -> a frame's text)
@@ -417,24 +416,23 @@ def run() -> int:
                 "classic_session": round(classic_s, 2),
             }
             cluster_cpu = CpuMeter(cluster_cpu_readers(standalone))
-            floor_cpu = {
-                name: CpuMeter({"this process + its Connect server JVM": floors.cpu_seconds})
-                for name in ("materialised", "chained", "materialised_new_session")
+            floor_runs: dict[str, Callable[[], float]] = {
+                "classic_materialised": classic.materialised,
+                "classic_chained": classic.chained,
+                "materialised": floors.materialised,
+                "chained": floors.chained,
+                "materialised_new_session": lambda: floors.materialised(new_session=True),
             }
-            for name in ("classic_materialised", "classic_chained"):
-                floor_cpu[name] = CpuMeter({"this process + its Spark JVM": classic.cpu_seconds})
+            floor_cpu = {
+                name: CpuMeter({"this process + its Spark JVM": classic.cpu_seconds})
+                if name.startswith("classic_")
+                else CpuMeter({"this process + its Connect server JVM": floors.cpu_seconds})
+                for name in floor_runs
+            }
             for run in range(args.warm_up):
                 cluster_s, _ = standalone.rest.run_job(graph, timeout=JOB_TIMEOUT_S)
-                materialised_s, chained_s = floors.materialised(), floors.chained()
-                new_session_s = floors.materialised(new_session=True)
-                classic_materialised_s, classic_chained_s = classic.materialised(), classic.chained()
-                print(
-                    f"  warm-up {run + 1}: cluster {cluster_s:.2f}s, classic floors: materialised "
-                    f"{classic_materialised_s:.2f}s, chained {classic_chained_s:.2f}s; Connect floors: materialised "
-                    f"{materialised_s:.2f}s, chained {chained_s:.2f}s, materialised in a new session "
-                    f"{new_session_s:.2f}s",
-                    flush=True,
-                )
+                warm_up_s = {name: floor_run() for name, floor_run in floor_runs.items()}
+                print(f"  warm-up {run + 1}: cluster {cluster_s:.2f}s, {floor_times(warm_up_s)}", flush=True)
             recordings: dict[str, FlightRecording] = {}
             if args.jfr:
                 (work / "jfr").mkdir(exist_ok=True)
@@ -443,42 +441,19 @@ def run() -> int:
                     "chained": FlightRecording(floors.connect.server.pid, work / "jfr" / "chained.jfr"),
                 }
             for run in range(args.runs):
-                for name, floor_run in (
-                    ("classic_materialised", classic.materialised),
-                    ("classic_chained", classic.chained),
-                ):
-                    floor_cpu[name].start()
-                    samples[name].append(floor_run())
-                    floor_cpu[name].stop()
-                floor_cpu["materialised"].start()
-                samples["materialised"].append(floors.materialised())
-                floor_cpu["materialised"].stop()
-                floor_cpu["chained"].start()
-                if recordings:
-                    recordings["chained"].start()
-                samples["chained"].append(floors.chained())
-                if recordings:
-                    recordings["chained"].stop()
-                floor_cpu["chained"].stop()
-                floor_cpu["materialised_new_session"].start()
-                samples["materialised_new_session"].append(floors.materialised(new_session=True))
-                floor_cpu["materialised_new_session"].stop()
-                cluster_cpu.start()
-                if recordings:
-                    recordings["cluster"].start()
-                cluster_s, master_s = standalone.rest.run_job(graph, timeout=JOB_TIMEOUT_S)
-                if recordings:
-                    recordings["cluster"].stop()
-                cluster_cpu.stop()
+                for name, floor_run in floor_runs.items():
+                    samples[name].append(measured(floor_run, floor_cpu[name], recordings.get(name)))
+                cluster_s, master_s = measured(
+                    lambda: standalone.rest.run_job(graph, timeout=JOB_TIMEOUT_S),
+                    cluster_cpu,
+                    recordings.get("cluster"),
+                )
                 samples["cluster"].append(cluster_s)
                 samples["cluster_master_duration"].append(master_s)
                 loads.append(load_average())
                 print(
-                    f"  run {run + 1}: cluster {cluster_s:.2f}s ({master_s:.2f}s in the master), classic floors: "
-                    f"materialised {samples['classic_materialised'][-1]:.2f}s, chained "
-                    f"{samples['classic_chained'][-1]:.2f}s; Connect floors: materialised "
-                    f"{samples['materialised'][-1]:.2f}s, chained {samples['chained'][-1]:.2f}s, materialised in a "
-                    f"new session {samples['materialised_new_session'][-1]:.2f}s; load {loads[-1][0]}",
+                    f"  run {run + 1}: cluster {cluster_s:.2f}s ({master_s:.2f}s in the master), "
+                    f"{floor_times({name: samples[name][-1] for name in floor_runs})}; load {loads[-1][0]}",
                     flush=True,
                 )
             if recordings:

@@ -36,6 +36,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from harness.classic_floor import classic_session
 from harness.reporting import load_average, load_change, print_table, save_labelled_run, spread_ms
 from harness.running import add_run_options, bench_main, scratch_dir
 from harness.standalone import Standalone
@@ -107,19 +108,9 @@ def spare_starts(log: Path) -> dict[str, dict[str, float]]:
 def classic_floor(function: str, runs: int) -> list[float]:
     """The same task function in one warm classic SparkSession (`local[2]`) of this process, called
     `runs` times after warm-up calls: the seconds of each call (what a user runs instead)."""
-    from pyspark.sql import SparkSession
-
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Spark's Python workers: this interpreter
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("small-jobs-classic-floor")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
+    spark = classic_session("local[2]", "small-jobs-classic-floor", {"spark.sql.shuffle.partitions": "2"})
     try:
-        spark.sparkContext.setLogLevel("ERROR")
         module: dict[str, Any] = {"__name__": "small_job_floor"}  # not importable: its UDF is pickled by value
         exec(compile(SOURCE.format(version=0), "small_job.py", "exec"), module)
         task, ctx = module[function], SimpleNamespace(spark=spark)

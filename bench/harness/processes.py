@@ -3,10 +3,8 @@ stopping the processes a benchmark starts outside a cluster."""
 
 from __future__ import annotations
 
-import math
 import os
 from pathlib import Path
-from typing import Any
 
 from sparkdispatch.testing.local_cluster import process_tree
 from sparkdispatch.testing.process_census import command_line
@@ -33,15 +31,6 @@ def tree_cpu_seconds(pid: int) -> float:
         except OSError:
             continue  # gone meanwhile
     return total
-
-
-def classic_session_cpu_seconds(spark: Any) -> float:
-    """CPU seconds of this process and of the JVM pyspark launched for the classic session `spark`."""
-    try:
-        jvm = spark.sparkContext._gateway.proc.pid
-    except AttributeError:
-        return math.nan
-    return cpu_seconds(os.getpid()) + tree_cpu_seconds(jvm)
 
 
 def descendants(pid: int) -> list[int]:
