@@ -9,6 +9,12 @@ forked from the worker-daemon template: they carry its command line and are name
 `pyspark-daemon`), the stubs Spark runs as daemons that the worker-daemon template stands in for,
 that template, anything else. The soak bench and the soak test use it to see whether a warm
 cluster grows.
+
+A Connect server's threads include those of Spark's cached block-manager pools
+(`POOLED_THREAD_PREFIXES`): each holds up to 100 threads, started by a burst of block removals (a
+released session's broadcasts and shuffles) and ended after a minute idle. They are counted in
+`threads` and, apart, in `pooled_threads`: a count taken within a minute of such a burst is up to
+200 higher than one taken after, whatever the server's age.
 """
 
 from __future__ import annotations
@@ -33,7 +39,9 @@ DAEMON_STUB = "Spark Python daemon stubs"
 DAEMON_TEMPLATE = "worker-daemon template"
 OTHER = "other"
 KINDS = (ROOT, TASK_EXECUTOR, SERVER, SLOT, TEMPLATE, PYTHON_WORKER, DAEMON_STUB, DAEMON_TEMPLATE, OTHER)
-METRICS = ("processes", "rss_mib", "threads", "open_files")
+METRICS = ("processes", "rss_mib", "threads", "pooled_threads", "open_files")
+#: Thread names (as /proc shows them: cut to 15 characters) of Spark's cached pools that end idle threads.
+POOLED_THREAD_PREFIXES = ("block-manager-s", "block-manager-a")
 
 
 @dataclass
@@ -43,6 +51,7 @@ class KindTotals:
     processes: int = 0
     rss_mib: float = 0.0
     threads: int = 0
+    pooled_threads: int = 0  # of `threads`, those of Spark's block-manager pools (servers only)
     open_files: int = 0
     commands: list[str] = field(default_factory=list)  # of the `other` kind only, to tell what they are
 
@@ -54,6 +63,7 @@ class KindTotals:
             "processes": self.processes,
             "rss_mib": round(self.rss_mib, 1),
             "threads": self.threads,
+            "pooled_threads": self.pooled_threads,
             "open_files": self.open_files,
         }
         if self.commands:
@@ -114,6 +124,21 @@ def _status(pid: int) -> tuple[float, int] | None:
     return rss_kib / 1024, threads
 
 
+def pooled_threads(pid: int) -> int:
+    """How many of the process's threads belong to Spark's block-manager pools (0 when it is gone)."""
+    count = 0
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                if (task / "comm").read_text().startswith(POOLED_THREAD_PREFIXES):
+                    count += 1
+            except OSError:
+                continue  # the thread ended meanwhile
+    except OSError:
+        return 0
+    return count
+
+
 def _open_files(pid: int) -> int:
     try:
         return sum(1 for _ in Path(f"/proc/{pid}/fd").iterdir())
@@ -138,6 +163,8 @@ def census(root: int, *, task_executors: set[int] | None = None) -> dict[str, Ki
         entry.rss_mib += status[0]
         entry.threads += status[1]
         entry.open_files += _open_files(pid)
+        if kind == SERVER:
+            entry.pooled_threads += pooled_threads(pid)
         if kind == OTHER:
             entry.commands.append(command_line(pid)[:120])
     return totals

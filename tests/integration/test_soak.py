@@ -16,11 +16,15 @@ and Spark's Python processes stay at one daemon per slot at most (a Python worke
 session, as before the TaskExecutor ended those of released sessions, shows as a process more per
 job; fewer is fine: a successor server has none until its sessions run a UDF). A JVM's threads
 and open files move with its thread pools, which grow under load and shrink after a minute idle,
-and with what up to 12 sessions left since the server's last replacement (Spark keeps threads per
-session that ran a UDF): between a server that had just taken over and one 20 sessions old, +94
-threads were measured at a load average of 12 on the 2 cores, so up to 150 more threads and 200
-more open files. That the server was recycled at all is read in the TaskExecutor's log. The
-TaskExecutor process itself keeps its threads (4 more allowed: Celery's own).
+and with what up to 12 sessions left since the server's last replacement (Spark keeps a thread per
+session that ran a UDF, its Python worker factory's idle monitor). Spark's two block-manager pools
+are counted apart (`pooled_threads`): a burst of block removals, as a released session's cleanup
+is, starts up to 100 threads in each for a minute, so a count taken just after one was +155 threads
+over one taken a minute later (2026-11-29), which says nothing of growth; they may hold their 200 at
+most. The other threads may grow by 100 and the open files by 200: between a server that had just
+taken over and one 20 sessions old, +94 threads (both pools included) were measured at a load
+average of 12 on the 2 cores. That the server was recycled at all is read in the TaskExecutor's
+log. The TaskExecutor process itself keeps its threads (4 more allowed: Celery's own).
 """
 
 from __future__ import annotations
@@ -53,7 +57,8 @@ WARM_UP_JOBS = 6
 JOBS = 20
 START_S = 420.0
 SETTLE_S = 300.0
-JVM_THREADS_TOLERANCE = 150
+JVM_THREADS_TOLERANCE = 100  # not counting the block-manager pools
+JVM_POOLED_THREADS_MAX = 200  # Spark's two block-manager pools, 100 threads each
 JVM_OPEN_FILES_TOLERANCE = 200
 TASK_EXECUTOR_THREADS_TOLERANCE = 4
 OVERRIDES = {
@@ -122,5 +127,8 @@ def test_a_warm_taskexecutor_does_not_grow_in_processes_or_threads(tmp_path: Pat
     assert after[PYTHON_WORKER].processes <= SLOTS, growth
     assert after[DAEMON_STUB].processes <= SLOTS, growth
     assert after[TASK_EXECUTOR].threads <= before[TASK_EXECUTOR].threads + TASK_EXECUTOR_THREADS_TOLERANCE, growth
-    assert after[SERVER].threads <= before[SERVER].threads + JVM_THREADS_TOLERANCE, growth
+    unpooled_before = before[SERVER].threads - before[SERVER].pooled_threads
+    unpooled_after = after[SERVER].threads - after[SERVER].pooled_threads
+    assert unpooled_after <= unpooled_before + JVM_THREADS_TOLERANCE, growth
+    assert after[SERVER].pooled_threads <= JVM_POOLED_THREADS_MAX, growth
     assert after[SERVER].open_files <= before[SERVER].open_files + JVM_OPEN_FILES_TOLERANCE, growth
