@@ -10,9 +10,13 @@ What a chained function prints or logs while it runs goes to its own subtask's l
 (`attempt_logs.chained_log_path`), served as its vertex's log; what Spark runs later in the
 attempt's plan logs to the attempt's own.
 
-A chained subtask's rows are counted by an observation on its DataFrame, so the plan counts them
-as it runs, in no job of their own. A DataFrame the plan never ran (the consumer did not read that
-input) has no count: None, as for a subtask that returned nothing.
+A chained vertex's rows are counted by one observation on the union of its subtasks' DataFrames
+(one per `SUBTASKS_PER_OBSERVATION` of them), so the plan counts them as it runs, in no job of
+their own. Each subtask's rows are counted apart by a conditional count on a column of its index,
+added before the union and dropped after the observation. One observation per vertex rather than
+per subtask, since each is a plan node that ends a compiled stage (docs/internals.md, "Where a
+chained task's Connect server CPU goes"). A DataFrame the plan never ran (the consumer did not
+read that input) has no count: None, as for a subtask that returned nothing.
 """
 
 from __future__ import annotations
@@ -30,6 +34,10 @@ if TYPE_CHECKING:
     from pyspark.sql.connect.session import SparkSession
 
 TaskFunction = Callable[[TaskContext], Any]
+#: The column that tells a chained vertex's subtasks apart for its observation (dropped after it).
+SUBTASK_COLUMN = "__sparkdispatch_subtask"
+#: Most subtasks one observation counts: each row is compared with each of its subtasks' indexes.
+SUBTASKS_PER_OBSERVATION = 16
 #: where a chained subtask's output goes while its function runs: (vertex id, subtask index) → context
 OutputOf = Callable[[str, int], AbstractContextManager[None]]
 
@@ -79,7 +87,7 @@ class ChainedFrames:
         self._tdd = tdd
         self._output = output
         self._built: dict[str, DataFrame | None] = {}
-        self._observed: dict[str, list[Observation | None]] = {}
+        self._observed: dict[str, tuple[tuple[Observation, str] | None, ...]] = {}  # each subtask's counter
 
     def build(self, load: Callable[[str], TaskFunction]) -> None:
         """Run every chained vertex's function, each subtask's, in the order the deployment lists them."""
@@ -94,7 +102,7 @@ class ChainedFrames:
 
     def rows(self) -> dict[str, tuple[int | None, ...]]:
         """Each chained vertex's rows by subtask, as the attempt's plan counted them."""
-        return {vertex_id: tuple(_count(o) for o in observed) for vertex_id, observed in self._observed.items()}
+        return {vertex_id: tuple(_count(c) for c in counters) for vertex_id, counters in self._observed.items()}
 
     def _build(self, task: ChainedTask, function: TaskFunction) -> None:
         from pyspark.sql import Observation
@@ -102,7 +110,7 @@ class ChainedFrames:
 
         inputs = self.inputs(task.inputs, task.input_schemas)
         frames: list[DataFrame] = []
-        observed: list[Observation | None] = []
+        returned: list[int] = []  # the subtask index of each of `frames`
         for index in range(task.parallelism):
             ctx = TaskContext(
                 spark=self._session,
@@ -117,17 +125,33 @@ class ChainedFrames:
             with self._output(task.vertex_id, index):
                 result = function(ctx)
             if result is None:
-                observed.append(None)
                 continue
+            frames.append(as_dataframe(result))
+            returned.append(index)
+        counters: list[tuple[Observation, str] | None] = [None] * task.parallelism
+        observed: list[DataFrame] = []
+        for first in range(0, len(frames), SUBTASKS_PER_OBSERVATION):
+            chunk = range(first, min(first + SUBTASKS_PER_OBSERVATION, len(frames)))
             rows = Observation()
-            frames.append(as_dataframe(result).observe(rows, F.count(F.lit(1)).alias("rows")))
-            observed.append(rows)
-        self._observed[task.vertex_id] = observed
-        self._built[task.vertex_id] = reduce(lambda a, b: a.unionByName(b), frames) if frames else None
+            if len(chunk) == 1:
+                observed.append(frames[first].observe(rows, F.count(F.lit(1)).alias("rows")))
+                counters[returned[first]] = (rows, "rows")
+                continue
+            tagged = [frames[i].withColumn(SUBTASK_COLUMN, F.lit(i)) for i in chunk]
+            counts = [F.count_if(F.col(SUBTASK_COLUMN) == i).alias(f"rows_{i}") for i in chunk]
+            union = reduce(lambda a, b: a.unionByName(b), tagged)
+            observed.append(union.observe(rows, *counts).drop(SUBTASK_COLUMN))
+            for i in chunk:
+                counters[returned[i]] = (rows, f"rows_{i}")
+        self._observed[task.vertex_id] = tuple(counters)
+        self._built[task.vertex_id] = reduce(lambda a, b: a.unionByName(b), observed) if observed else None
 
 
-def _count(observation: Observation | None) -> int | None:
-    if observation is None:
+def _count(counter: tuple[Observation, str] | None) -> int | None:
+    """A subtask's rows from its vertex's observation: None when it returned nothing, or when the
+    plan never ran its DataFrame (the observation got no row)."""
+    if counter is None:
         return None
-    value = observation.get.get("rows")  # empty when the plan never ran this DataFrame
+    observation, key = counter
+    value = observation.get.get(key)  # empty when the plan never ran it
     return None if value is None else int(value)
