@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from sparkdispatch.model.protocol import ChainedTask, TaskDeploymentDescriptor
+from sparkdispatch.model.protocol import ChainedTask
 from sparkdispatch.taskexecutor.chained_vertices import SUBTASKS_PER_OBSERVATION, ChainedFrames
 from sparkdispatch.taskexecutor.task_context import TaskContext
+from sparkdispatch.testing.slot_attempts import deployment, new_job_id
 
 PARALLELISM = SUBTASKS_PER_OBSERVATION + 4  # two observations, the second for 3 subtasks
 
@@ -28,29 +30,14 @@ def doubled(ctx: TaskContext) -> Any:
 FUNCTIONS = {"t:numbers": numbers, "t:doubled": doubled}
 
 
-def deployment(*chained: ChainedTask) -> TaskDeploymentDescriptor:
-    return TaskDeploymentDescriptor(
-        job_id="c" * 32,
-        job_master_id="m",
-        execution_id="e-1",
-        vertex_id="head",
-        entrypoint="t:head",
-        subtask_index=0,
-        parallelism=1,
-        attempt=0,
-        allocation_id="alloc-1",
-        slot_index=0,
-        result_path="/r",
-        registration_id="reg-1",
-        chained=chained,
-    )
-
-
-def test_each_subtask_is_counted_apart_by_its_vertexs_observations_and_its_columns_stay(spark: Any) -> None:
-    tdd = deployment(
+def test_each_subtask_is_counted_apart_by_its_vertexs_observations_and_its_columns_stay(
+    spark: Any, tmp_path: Path
+) -> None:
+    chained = (
         ChainedTask("numbers", "t:numbers", parallelism=PARALLELISM),
         ChainedTask("doubled", "t:doubled", inputs={"numbers": ()}),
     )
+    tdd = deployment(tmp_path, "t:head", job_id=new_job_id(), chained=chained)
     frames = ChainedFrames(spark, tdd)
     frames.build(FUNCTIONS.__getitem__)
     head = frames.inputs({"doubled": ()}, {})["doubled"]
