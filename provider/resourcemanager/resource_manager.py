@@ -15,7 +15,8 @@ their allocations (see the SlotManager).
 
 Slot checks are coalesced: a change schedules one `check_requirements` with `loop.call_soon`,
 so listeners are never called from inside the call that caused the change. One timer runs the
-time-based checks (`check_timeouts`: silent TaskExecutors, unmet slot requests).
+time-based checks (`check_timeouts`: silent TaskExecutors, unmet slot requests, pins to
+TaskExecutors not registered for `heartbeat.timeout`).
 """
 
 from __future__ import annotations
@@ -75,9 +76,17 @@ class ResourceManagerGateway(Protocol):
 
     @abstractmethod
     def declare_requirements(
-        self, job_id: str, slots: int, listener: SlotListener, *, pool: str = DEFAULT_POOL
+        self,
+        job_id: str,
+        slots: int,
+        listener: SlotListener,
+        *,
+        pool: str = DEFAULT_POOL,
+        pinned: Mapping[str, int] | None = None,
     ) -> None:
-        """A JobMaster needs `slots` slots of TaskExecutors of `pool` in all (0 clears); `listener` hears about them."""
+        """A JobMaster needs `slots` slots of TaskExecutors of `pool` in all (0 clears); `listener` hears about them.
+        `pinned[te_id] = n`: n of the missing ones must be on that TaskExecutor (0: only watch it),
+        and `listener` hears when it goes (see the SlotManager)."""
 
     @abstractmethod
     def release_slot(self, job_id: str, allocation_id: str) -> bool:
@@ -118,6 +127,8 @@ class ResourceManager:
         self._slots = SlotManager(
             slot_request_timeout=settings.slot_request_timeout,
             task_executor_idle_timeout=settings.task_executor_idle_timeout,
+            # as long as a TaskExecutor that was registered may stay silent before it is lost
+            unregistered_pin_timeout=settings.heartbeat.timeout,
             clock=clock,
             on_change=self._schedule_check,
         )
@@ -208,11 +219,18 @@ class ResourceManager:
     # ---------------------------------------------------------------- JobMaster calls (in process)
 
     def declare_requirements(
-        self, job_id: str, slots: int, listener: SlotListener, *, pool: str = DEFAULT_POOL
+        self,
+        job_id: str,
+        slots: int,
+        listener: SlotListener,
+        *,
+        pool: str = DEFAULT_POOL,
+        pinned: Mapping[str, int] | None = None,
     ) -> None:
-        """Job `job_id` needs `slots` slots of TaskExecutors of `pool` in all (0 clears); `listener` hears of them."""
+        """Job `job_id` needs `slots` slots of TaskExecutors of `pool` in all (0 clears), `pinned[te_id]`
+        of the missing ones on that TaskExecutor (0: only watch it); `listener` hears of them."""
         self._check_running()
-        self._slots.declare_requirements(job_id, slots, listener, pool=pool)
+        self._slots.declare_requirements(job_id, slots, listener, pool=pool, pinned=pinned)
 
     def release_slot(self, job_id: str, allocation_id: str) -> bool:
         """The job's slot is free again; False if the job does not hold that allocation."""

@@ -5,8 +5,19 @@ A job declares how many slots it needs in all; the SlotManager matches the missi
 (required - acquired) against free slots and tells the job's listener. Jobs waiting for slots
 are served in the order they began to wait. Costs, with T TaskExecutors and J waiting jobs:
 taking or freeing a slot is O(1) (free slots live in an insertion-ordered dict used as a set;
-the most recently freed slot is taken first), a check is O(J + slots handed out), and losing a
-TaskExecutor is O(its slots). Nothing on the allocation path looks at all TaskExecutors.
+the most recently freed slot is taken first), a check is O(J + slots handed out + slots of the
+TaskExecutors waiting jobs are pinned to), and losing a TaskExecutor is O(its slots + jobs
+pinned to it). Nothing on the allocation path looks at all TaskExecutors.
+
+A job may pin some of its missing slots to TaskExecutors (`pinned[te_id] = n`: n of them must
+be slots of that TaskExecutor, e.g. where it keeps results; the rest come from any TaskExecutor
+of its pool). A check hands a waiting job its pinned slots first, each from the free slots of
+that TaskExecutor only, then the rest from any free slot; a job whose unmet needs are all pins
+on TaskExecutors without a free slot is passed over, not waited for. A pin (n >= 0: n == 0
+only *watches* the TaskExecutor) also makes the job hear `task_executor_lost` when that
+TaskExecutor unregisters, or when it is not registered `unregistered_pin_timeout` after the pin
+was first declared (a new leader's JobMaster learns that way that results kept on a
+TaskExecutor that died with the old leader are gone); the pin is then dropped.
 
 Reconciling slot reports (from registrations and heartbeats) with this view:
 
@@ -28,10 +39,10 @@ are reported lost.
 
 A requirement that stays unmet, with no slot reaching it, for `slot.request.timeout` fails:
 the listener gets `SlotRequestTimeout` and the requirement drops to what the job holds (it may
-declare again). `GET /taskmanagers` shows since when a TaskExecutor's slots have all been free,
-and calls it idle after `resourcemanager.taskmanager-timeout`; nothing is released for it (a
-standalone cluster's TaskExecutors are started by their operators, as in Flink's standalone
-ResourceManager).
+declare again; its pins only watch from then on). `GET /taskmanagers` shows since when a
+TaskExecutor's slots have all been free, and calls it idle after
+`resourcemanager.taskmanager-timeout`; nothing is released for it (a standalone cluster's
+TaskExecutors are started by their operators, as in Flink's standalone ResourceManager).
 
 The SlotManager is plain synchronous code owned by the ResourceManager's loop; listeners are
 called after the state is consistent, and their errors are logged, never propagated.
@@ -46,7 +57,7 @@ import time
 import uuid
 from abc import abstractmethod
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import NamedTuple, Protocol
 
 from sparkdispatch.errors import InvalidRequest, SlotRequestTimeout, SparkDispatchError
@@ -133,8 +144,16 @@ class _TaskExecutor:
         self.registered_at = now
 
 
+class _Pin:
+    __slots__ = ("count", "since")
+
+    def __init__(self, count: int, since: float) -> None:
+        self.count = count  # slots still to hand out from the TaskExecutor (0: it is only watched)
+        self.since = since  # when the pin was first declared
+
+
 class _Job:
-    __slots__ = ("job_id", "seq", "pool", "required", "listener", "allocations", "waiting_since")
+    __slots__ = ("job_id", "seq", "pool", "required", "listener", "allocations", "waiting_since", "pins")
 
     def __init__(self, job_id: str, seq: int, pool: str, listener: SlotListener) -> None:
         self.job_id = job_id
@@ -144,6 +163,7 @@ class _Job:
         self.listener = listener
         self.allocations: dict[str, _Slot] = {}
         self.waiting_since = 0.0
+        self.pins: dict[str, _Pin] = {}  # by TaskExecutor id
 
 
 class _Pool:
@@ -169,12 +189,16 @@ class SlotManager:
         *,
         slot_request_timeout: float,
         task_executor_idle_timeout: float,
+        unregistered_pin_timeout: float | None = None,
         clock: Clock | None = None,
         on_change: Callable[[], None] | None = None,
     ) -> None:
         """`on_change` is called whenever a check could hand out slots (the ResourceManager
-        schedules `check_requirements` from it); without it, call the check yourself."""
+        schedules `check_requirements` from it); without it, call the check yourself.
+        `unregistered_pin_timeout` (default: `slot_request_timeout`) is how long a pin may name a
+        TaskExecutor that is not registered."""
         self._slot_request_timeout = slot_request_timeout
+        self._pin_timeout = slot_request_timeout if unregistered_pin_timeout is None else unregistered_pin_timeout
         self._idle_timeout = task_executor_idle_timeout
         self._clock: Clock = clock or time.monotonic
         self._epoch_offset = time.time() - self._clock()
@@ -182,6 +206,7 @@ class SlotManager:
         self._task_executors: dict[str, _TaskExecutor] = {}
         self._pools: dict[str, _Pool] = {}
         self._jobs: dict[str, _Job] = {}
+        self._pinned_by: dict[str, dict[str, None]] = {}  # TaskExecutor id -> ids of the jobs pinned to it
         self._slots_total = 0
         self._allocation_prefix = secrets.token_hex(6) + "-"
         self._allocation_counter = itertools.count(1)
@@ -231,8 +256,9 @@ class SlotManager:
     def unregister_task_executor(
         self, task_executor_id: str, reason: str, *, registration_id: str | None = None
     ) -> bool:
-        """Remove a TaskExecutor and its slots; each job that held one is told which allocations
-        it lost. False if no such TaskExecutor is registered (under `registration_id`, if given)."""
+        """Remove a TaskExecutor and its slots; each job that held one or was pinned to it is told
+        which allocations it lost (maybe none), and its pin is dropped. False if no such
+        TaskExecutor is registered (under `registration_id`, if given)."""
         task_executor = self._task_executors.get(task_executor_id)
         if task_executor is None or registration_id not in (None, task_executor.registration_id):
             return False
@@ -247,6 +273,7 @@ class SlotManager:
                 job = self._jobs[slot.job_id]
                 del job.allocations[slot.allocation_id]
                 lost.setdefault(job.job_id, []).append(slot.allocation_id)
+        pinned = self._pinned_by.pop(task_executor_id, {})
         log.info(
             "TaskExecutor %s removed (%s); %d allocations of %d jobs lost",
             task_executor_id,
@@ -255,9 +282,13 @@ class SlotManager:
             len(lost),
         )
         now = self._clock()
+        for job_id in pinned:
+            lost.setdefault(job_id, [])
         # Jobs that lose slots together wait again in the order they first declared.
         for job_id, allocation_ids in sorted(lost.items(), key=lambda item: self._jobs[item[0]].seq):
             job = self._jobs[job_id]
+            if job_id in pinned:
+                self._drop_pin(job, task_executor_id, now)
             self._update_waiting(job, now)
             _call(job.listener.task_executor_lost, task_executor_id, allocation_ids, reason, job_id=job_id)
         if lost:
@@ -335,15 +366,34 @@ class SlotManager:
     # ---------------------------------------------------------------- requirements
 
     def declare_requirements(
-        self, job_id: str, slots: int, listener: SlotListener, *, pool: str = DEFAULT_POOL
+        self,
+        job_id: str,
+        slots: int,
+        listener: SlotListener,
+        *,
+        pool: str = DEFAULT_POOL,
+        pinned: Mapping[str, int] | None = None,
     ) -> None:
         """Job `job_id` needs `slots` slots of TaskExecutors of `pool` in all (0: none). Declaring the
-        same number again changes nothing; declaring fewer than it holds frees nothing (release them)."""
+        same number again changes nothing; declaring fewer than it holds frees nothing (release them).
+
+        `pinned[te_id] = n`: n of the missing slots (`slots` - held) must be slots of that
+        TaskExecutor, the rest may come from any; pins that add up to more than the missing slots
+        are all that is missing. n == 0 only watches the TaskExecutor. Each pin makes the listener
+        hear `task_executor_lost` when its TaskExecutor goes (see the module docstring). The map
+        replaces the job's pins; as slots of a pinned TaskExecutor are handed out, its count drops."""
         if isinstance(slots, bool) or not isinstance(slots, int) or slots < 0:
             raise InvalidRequest("slot requirement", {"slots": [f"must be a whole number >= 0, got {slots!r}"]})
+        pins = dict(pinned or {})
+        bad = [te_id for te_id, n in pins.items() if isinstance(n, bool) or not isinstance(n, int) or n < 0]
+        if bad:
+            raise InvalidRequest(
+                "slot requirement",
+                {f"pinned.{te_id}": [f"must be a whole number >= 0, got {pins[te_id]!r}"] for te_id in bad},
+            )
         job = self._jobs.get(job_id)
         if job is None:
-            if slots == 0:
+            if slots == 0 and not pins:
                 return
             job = self._jobs[job_id] = _Job(job_id, next(self._job_counter), pool, listener)
         elif job.pool != pool:  # not what a JobMaster does: its graph names one pool
@@ -353,7 +403,41 @@ class SlotManager:
         if job.required != slots:
             log.debug("job %s requires %d slots (holds %d)", job_id, slots, len(job.allocations))
         job.required = slots
-        self._update_waiting(job, self._clock())
+        now = self._clock()
+        had_pins = bool(job.pins)
+        if pins or had_pins:
+            self._set_pins(job, pins, now)
+        self._update_waiting(job, now)
+        if (pins or had_pins) and job.required > len(job.allocations):
+            self._on_change()  # free slots a pin left alone may meet the new requirement
+
+    def _set_pins(self, job: _Job, pins: dict[str, int], now: float) -> None:
+        """Replace the job's pins; a pin declared again keeps the time it was first declared."""
+        for te_id in job.pins.keys() - pins.keys():
+            self._unindex_pin(job.job_id, te_id)
+        old = job.pins
+        job.pins = {}
+        for te_id, count in pins.items():
+            pin = old.get(te_id)
+            if pin is None:
+                pin = _Pin(count, now)
+                self._pinned_by.setdefault(te_id, {})[job.job_id] = None
+            else:
+                pin.count = count
+            job.pins[te_id] = pin
+
+    def _drop_pin(self, job: _Job, task_executor_id: str, now: float) -> None:
+        """Forget the job's pin (its TaskExecutor is gone); a job that waited for slots there may take
+        any now, and waits afresh for them. The caller updates the pin index and the waiting queue."""
+        pin = job.pins.pop(task_executor_id)
+        if pin.count and job.job_id in self._pool(job.pool).waiting:
+            job.waiting_since = now
+
+    def _unindex_pin(self, job_id: str, task_executor_id: str) -> None:
+        jobs = self._pinned_by[task_executor_id]
+        del jobs[job_id]
+        if not jobs:
+            del self._pinned_by[task_executor_id]
 
     def release_slot(self, job_id: str, allocation_id: str) -> bool:
         """The job lets its slot go; False if the job holds no such allocation (released before,
@@ -376,7 +460,8 @@ class SlotManager:
         return pool
 
     def _update_waiting(self, job: _Job, now: float) -> None:
-        """Put the job into, or out of, its pool's queue of waiting jobs; forget a job that needs nothing."""
+        """Put the job into, or out of, its pool's queue of waiting jobs; forget a job that needs,
+        holds and watches nothing."""
         waiting = self._pool(job.pool).waiting
         if job.required > len(job.allocations):
             if job.job_id not in waiting:
@@ -385,11 +470,12 @@ class SlotManager:
                 self._on_change()
             return
         waiting.pop(job.job_id, None)
-        if job.required == 0 and not job.allocations:
+        if job.required == 0 and not job.allocations and not job.pins:
             del self._jobs[job.job_id]
 
     def check_requirements(self) -> int:
-        """Hand each pool's free slots to its waiting jobs, in the order they began to wait; returns how many."""
+        """Hand each pool's free slots to its waiting jobs, in the order they began to wait (pinned
+        slots first; a job that can take none of them is passed over); returns how many."""
         batches: list[tuple[_Job, list[AllocatedSlot]]] = []
         for pool in self._pools.values():
             if pool.free and pool.waiting:
@@ -401,41 +487,70 @@ class SlotManager:
     def _hand_out(self, pool: _Pool, batches: list[tuple[_Job, list[AllocatedSlot]]]) -> None:
         free, waiting = pool.free, pool.waiting
         now = self._clock()
-        prefix = self._allocation_prefix
-        counter = self._allocation_counter
-        while waiting and free:
-            job = next(iter(waiting.values()))
-            allocations = job.allocations
-            job_id = job.job_id
+        served: list[str] = []
+        for job in waiting.values():
+            if not free:
+                break
             batch: list[AllocatedSlot] = []
-            for _ in range(min(job.required - len(allocations), len(free))):
-                slot = free.popitem()[0]
-                allocation_id = f"{prefix}{next(counter):x}"
-                slot.allocation_id = allocation_id
-                slot.job_id = job_id
-                task_executor = slot.task_executor
-                if task_executor.busy == 0:
-                    task_executor.idle_since = None
-                task_executor.busy += 1
-                allocations[allocation_id] = slot
-                batch.append(
-                    AllocatedSlot(
-                        allocation_id,
-                        task_executor.id,
-                        slot.index,
-                        task_executor.queue,
-                        task_executor.hostname,
-                        task_executor.registration_id,
-                    )
-                )
-            batches.append((job, batch))
-            if len(allocations) >= job.required:
-                waiting.popitem(last=False)
-            else:
+            missing = job.required - len(job.allocations)
+            if job.pins:
+                missing -= self._hand_out_pinned(job, free, missing, batch)
+                missing -= sum(pin.count for pin in job.pins.values())  # what may come from anywhere
+            for _ in range(min(missing, len(free))):
+                self._allocate(free.popitem()[0], job, batch)
+            if batch:
+                batches.append((job, batch))
+            if len(job.allocations) >= job.required:
+                served.append(job.job_id)
+            elif batch:
                 job.waiting_since = now  # progress: its timeout starts again
+        for job_id in served:
+            del waiting[job_id]
+
+    def _hand_out_pinned(self, job: _Job, free: dict[_Slot, None], missing: int, batch: list[AllocatedSlot]) -> int:
+        """Hand the job free slots of the TaskExecutors it is pinned to, at most `missing`; returns how many."""
+        handed = 0
+        for te_id, pin in job.pins.items():
+            if handed == missing:
+                break
+            task_executor = self._task_executors.get(te_id)
+            if not pin.count or task_executor is None or task_executor.pool != job.pool:
+                continue
+            for slot in task_executor.slots:
+                if slot in free:
+                    del free[slot]
+                    self._allocate(slot, job, batch)
+                    pin.count -= 1
+                    handed += 1
+                    if not pin.count or handed == missing:
+                        break
+        return handed
+
+    def _allocate(self, slot: _Slot, job: _Job, batch: list[AllocatedSlot]) -> None:
+        allocation_id = f"{self._allocation_prefix}{next(self._allocation_counter):x}"
+        slot.allocation_id = allocation_id
+        slot.job_id = job.job_id
+        task_executor = slot.task_executor
+        if task_executor.busy == 0:
+            task_executor.idle_since = None
+        task_executor.busy += 1
+        job.allocations[allocation_id] = slot
+        batch.append(
+            AllocatedSlot(
+                allocation_id,
+                task_executor.id,
+                slot.index,
+                task_executor.queue,
+                task_executor.hostname,
+                task_executor.registration_id,
+            )
+        )
 
     def check_timeouts(self) -> list[str]:
-        """Fail the requirements unmet for `slot.request.timeout`; returns the jobs' ids."""
+        """Drop the pins to TaskExecutors not registered for `unregistered_pin_timeout` (telling their
+        jobs the TaskExecutor is lost), then fail the requirements unmet for `slot.request.timeout`;
+        returns the ids of the jobs whose requirements failed."""
+        self._expire_pins()
         deadline = self._clock() - self._slot_request_timeout
         expired = [
             job for pool in self._pools.values() for job in pool.waiting.values() if job.waiting_since <= deadline
@@ -445,16 +560,61 @@ class SlotManager:
             members = [te for te in self._task_executors.values() if te.pool == job.pool]
             error = SlotRequestTimeout(
                 f"job {job.job_id} waited {self._slot_request_timeout:g}s for {wanted - held} more slot(s) "
-                f"(it needs {wanted}, holds {held}); its pool {job.pool!r} has {len(self._pool(job.pool).free)} free "
-                f"of {sum(len(te.slots) for te in members)} slots on {len(members)} TaskExecutors. Start more "
-                f"TaskExecutors with taskexecutor.pool: {job.pool}, lower the job's parallelism, or raise "
-                "slot.request.timeout"
+                f"(it needs {wanted}, holds {held}{self._describe_pins(job)}); its pool {job.pool!r} has "
+                f"{len(self._pool(job.pool).free)} free of {sum(len(te.slots) for te in members)} slots on "
+                f"{len(members)} TaskExecutors. Start more TaskExecutors with taskexecutor.pool: {job.pool}, lower "
+                "the job's parallelism, or raise slot.request.timeout"
             )
             log.warning("%s", error.message)
             job.required = held
+            for pin in job.pins.values():
+                pin.count = 0
             self._update_waiting(job, self._clock())
             _call(job.listener.slot_request_failed, error, job_id=job.job_id)
         return [job.job_id for job in expired]
+
+    def _expire_pins(self) -> None:
+        now = self._clock()
+        deadline = now - self._pin_timeout
+        expired = [
+            (self._jobs[job_id], te_id)
+            for te_id, job_ids in self._pinned_by.items()
+            if te_id not in self._task_executors
+            for job_id in job_ids
+            if self._jobs[job_id].pins[te_id].since <= deadline
+        ]
+        expired.sort(key=lambda item: item[0].seq)
+        for job, te_id in expired:
+            reason = f"TaskExecutor {te_id} is not registered"
+            log.info(
+                "job %s: its pin to TaskExecutor %s dropped, not registered for %gs",
+                job.job_id,
+                te_id,
+                self._pin_timeout,
+            )
+            self._unindex_pin(job.job_id, te_id)
+            self._drop_pin(job, te_id, now)
+            self._update_waiting(job, now)
+            _call(job.listener.task_executor_lost, te_id, (), reason, job_id=job.job_id)
+        if expired:
+            self._on_change()
+
+    def _describe_pins(self, job: _Job) -> str:
+        """Where the job's pinned slots are to come from, for a timeout's message."""
+        parts: list[str] = []
+        free = self._pool(job.pool).free
+        for te_id, pin in job.pins.items():
+            if not pin.count:
+                continue
+            te = self._task_executors.get(te_id)
+            if te is None:
+                where = "which is not registered"
+            elif te.pool != job.pool:
+                where = f"which is in pool {te.pool!r}"
+            else:
+                where = f"which has {sum(slot in free for slot in te.slots)} free slots"
+            parts.append(f"; {pin.count} of them on TaskExecutor {te_id}, {where}")
+        return "".join(parts)
 
     # ---------------------------------------------------------------- queries
 
@@ -518,10 +678,11 @@ class SlotManager:
     # ---------------------------------------------------------------- lifecycle
 
     def clear(self) -> None:
-        """Forget every TaskExecutor and requirement without telling anyone (leadership lost)."""
+        """Forget every TaskExecutor, requirement and pin without telling anyone (leadership lost)."""
         self._task_executors.clear()
         self._pools.clear()
         self._jobs.clear()
+        self._pinned_by.clear()
         self._slots_total = 0
 
 

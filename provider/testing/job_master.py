@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,12 +62,20 @@ class FakeResourceManager:
         self.required = 0
         self.rpc_outcomes: list[tuple[str, bool]] = []  # (TaskExecutor id, the call went through)
         self.pools: set[str] = set()  # the pools slots were asked of
+        self.pinned_declarations: list[Mapping[str, int] | None] = []
 
     def declare_requirements(
-        self, job_id: str, slots: int, listener: SlotListener, *, pool: str = DEFAULT_POOL
+        self,
+        job_id: str,
+        slots: int,
+        listener: SlotListener,
+        *,
+        pool: str = DEFAULT_POOL,
+        pinned: Mapping[str, int] | None = None,
     ) -> None:
         assert job_id == JOB_ID
         self.pools.add(pool)
+        self.pinned_declarations.append(pinned)
         self.declarations.append(slots)
         self.listener = listener
         self.required = slots

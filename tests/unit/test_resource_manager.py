@@ -150,6 +150,26 @@ async def test_a_bad_registration_is_refused_with_the_field_named(rm: ResourceMa
     assert rm.overview().taskmanagers == 0
 
 
+async def test_pins_are_passed_to_the_slot_manager(rm: ResourceManager, clock: ManualClock) -> None:
+    rm.register_task_executor(SESSION, registration_body("te-2", 1))
+    rm.register_task_executor(SESSION, registration_body("te-1", 1))  # registered last: its slot would go first
+    a = Job(JOB_A)
+    rm.declare_requirements(JOB_A, 1, a, pinned={"te-2": 1, "te-9": 0})
+    await a.wait_for(lambda: a.slots)
+    assert [s.task_executor_id for s in a.slots] == ["te-2"]
+    # a pin to a TaskExecutor that is not registered is dropped after heartbeat.timeout (4s), not slot.request.timeout
+    clock.advance(3.9)
+    for te_id in ("te-1", "te-2"):
+        rm.heartbeat(SESSION, te_id, SlotReport.free(1), [])
+    rm.check_timeouts()
+    assert a.lost == []
+    clock.advance(0.1)
+    rm.check_timeouts()
+    assert a.lost == [("te-9", [], "TaskExecutor te-9 is not registered")]
+    with pytest.raises(InvalidRequest, match="pinned"):
+        rm.declare_requirements(JOB_A, 1, a, pinned={"te-2": -1})
+
+
 async def test_heartbeats_from_unknown_task_executors_ask_for_registration(rm: ResourceManager) -> None:
     with pytest.raises(UnknownTaskExecutor, match="register again"):
         rm.heartbeat(SESSION, "te-9", SlotReport.free(1), [])

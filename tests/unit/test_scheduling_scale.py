@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import pytest
 
@@ -39,7 +39,15 @@ class SlotsByHand:
     def __init__(self) -> None:
         self.declared: list[int] = []
 
-    def declare_requirements(self, job_id: str, slots: int, listener: object, *, pool: str = "default") -> None:
+    def declare_requirements(
+        self,
+        job_id: str,
+        slots: int,
+        listener: object,
+        *,
+        pool: str = "default",
+        pinned: Mapping[str, int] | None = None,
+    ) -> None:
         self.declared.append(slots)
 
     def release_slot(self, job_id: str, allocation_id: str) -> bool:

@@ -505,6 +505,208 @@ def test_clear_forgets_everything_silently(manager: SlotManager) -> None:
     assert a.lost == []
 
 
+# ---------------------------------------------------------------- pins
+
+
+def pin_count(manager: SlotManager, job_id: str, te_id: str) -> int | None:
+    """The job's pinned count on the TaskExecutor; None if it has no such pin."""
+    job = manager._jobs.get(job_id)
+    pin = None if job is None else job.pins.get(te_id)
+    return None if pin is None else pin.count
+
+
+def test_pinned_slots_come_only_from_the_named_task_executor(manager: SlotManager) -> None:
+    manager.register_task_executor(registration("te-1", 2))
+    manager.register_task_executor(registration("te-2", 2))  # registered last: its slots would go first
+    a = Job(JOB_A)
+    manager.declare_requirements(JOB_A, 3, a, pinned={"te-1": 3})
+    assert manager.check_requirements() == 2
+    assert [s.task_executor_id for s in a.slots] == ["te-1", "te-1"]
+    assert waiting_jobs(manager) == [JOB_A] and manager.slots_free == 2  # te-2's slots are not its
+
+
+def test_an_unpinned_remainder_comes_from_anywhere(manager: SlotManager) -> None:
+    manager.register_task_executor(registration("te-1", 1))
+    manager.register_task_executor(registration("te-2", 1))
+    manager.register_task_executor(registration("te-3", 2))
+    a = Job(JOB_A)
+    manager.declare_requirements(JOB_A, 3, a, pinned={"te-1": 1, "te-2": 0})
+    assert manager.check_requirements() == 3
+    assert [s.task_executor_id for s in a.slots] == ["te-1", "te-3", "te-3"]  # the pinned one first
+    assert requirement(manager, JOB_A) == (3, 3) and waiting_jobs(manager) == []
+
+
+def test_a_job_whose_pin_cannot_be_met_does_not_block_a_later_job(manager: SlotManager) -> None:
+    manager.register_task_executor(registration("te-1", 1))
+    c = Job(JOB_C)
+    manager.declare_requirements(JOB_C, 1, c)
+    manager.check_requirements()
+    manager.register_task_executor(registration("te-2", 2))
+    a, b = Job(JOB_A), Job(JOB_B)
+    manager.declare_requirements(JOB_A, 1, a, pinned={"te-1": 1})  # first in line, te-1 is full
+    manager.declare_requirements(JOB_B, 1, b)
+    assert manager.check_requirements() == 1
+    assert (a.slots, [s.task_executor_id for s in b.slots]) == ([], ["te-2"])
+    assert waiting_jobs(manager) == [JOB_A] and manager.slots_free == 1
+    manager.declare_requirements(JOB_C, 0, c)
+    manager.release_slot(JOB_C, c.slots[0].allocation_id)
+    assert manager.check_requirements() == 1
+    assert [s.task_executor_id for s in a.slots] == ["te-1"]
+
+
+def test_the_pinned_count_is_consumed_as_slots_are_handed_out(manager: SlotManager) -> None:
+    manager.register_task_executor(registration("te-1", 1))
+    manager.register_task_executor(registration("te-2", 1))
+    a = Job(JOB_A)
+    manager.declare_requirements(JOB_A, 3, a, pinned={"te-1": 1})
+    assert manager.check_requirements() == 2
+    assert pin_count(manager, JOB_A, "te-1") == 0  # met: it only watches te-1 now
+    manager.register_task_executor(registration("te-3", 2))
+    assert manager.check_requirements() == 1  # the last slot may come from anywhere, and no more
+    assert [s.task_executor_id for s in a.slots] == ["te-1", "te-2", "te-3"]
+    assert requirement(manager, JOB_A) == (3, 3) and manager.slots_free == 1
+
+
+def test_pins_beyond_the_missing_slots_hand_out_no_more(manager: SlotManager) -> None:
+    manager.register_task_executor(registration("te-1", 3))
+    manager.register_task_executor(registration("te-2", 1))
+    a, b = Job(JOB_A), Job(JOB_B)
+    manager.declare_requirements(JOB_A, 2, a, pinned={"te-1": 3, "te-2": 1})  # a slot it got but had not seen
+    assert manager.check_requirements() == 2
+    assert [s.task_executor_id for s in a.slots] == ["te-1", "te-1"]
+    assert requirement(manager, JOB_A) == (2, 2) and waiting_jobs(manager) == []
+    manager.declare_requirements(JOB_B, 2, b)
+    assert manager.check_requirements() == 2
+
+
+def test_a_watched_task_executor_that_unregisters_is_reported_lost(manager: SlotManager) -> None:
+    manager.register_task_executor(registration("te-1", 2))
+    manager.register_task_executor(registration("te-2", 2))
+    a, b = Job(JOB_A), Job(JOB_B)
+    manager.declare_requirements(JOB_A, 0, a, pinned={"te-1": 0})
+    manager.declare_requirements(JOB_B, 1, b, pinned={"te-1": 1})
+    manager.check_requirements()
+    manager.declare_requirements(JOB_B, 1, b, pinned={"te-1": 0})
+    assert manager.unregister_task_executor("te-1", "stopped")
+    assert a.lost == [("te-1", [], "stopped")]
+    assert b.lost == [("te-1", [b.slots[0].allocation_id], "stopped")]  # once, with its allocation
+    assert pin_count(manager, JOB_B, "te-1") is None
+    assert requirement(manager, JOB_A) == (0, 0) and JOB_A not in manager._jobs  # nothing left to watch
+    manager.register_task_executor(registration("te-1", 2))
+    assert manager.unregister_task_executor("te-1", "stopped again")
+    assert (len(a.lost), len(b.lost)) == (1, 1)
+
+
+def test_a_replaced_registration_is_reported_to_watching_jobs(manager: SlotManager) -> None:
+    first = manager.register_task_executor(registration("te-1", 2))
+    a = Job(JOB_A)
+    manager.declare_requirements(JOB_A, 0, a, pinned={"te-1": 0})
+    manager.register_task_executor(registration("te-1", 2, previous=first.registration_id))  # resumed
+    assert a.lost == []
+    assert manager.register_task_executor(registration("te-1", 2)).replaced
+    assert a.lost == [("te-1", [], "it registered again")]
+    assert JOB_A not in manager._jobs
+
+
+def test_a_pin_to_an_unregistered_task_executor_times_out(clock: ManualClock) -> None:
+    manager = SlotManager(
+        slot_request_timeout=60.0, task_executor_idle_timeout=30.0, unregistered_pin_timeout=20.0, clock=clock
+    )
+    manager.register_task_executor(registration("te-1", 1))
+    a, b = Job(JOB_A), Job(JOB_B)
+    manager.declare_requirements(JOB_A, 1, a, pinned={"te-9": 1})
+    manager.declare_requirements(JOB_B, 0, b, pinned={"te-8": 0})
+    assert manager.check_requirements() == 0
+    clock.advance(10)
+    manager.register_task_executor(registration("te-8", 1))  # in time: b's pin stays
+    manager.declare_requirements(JOB_A, 1, a, pinned={"te-9": 1})  # declared again: it keeps its time
+    clock.advance(9.5)
+    manager.check_timeouts()
+    assert a.lost == []
+    clock.advance(0.5)
+    assert manager.check_timeouts() == []
+    assert a.lost == [("te-9", [], "TaskExecutor te-9 is not registered")]
+    assert (b.lost, pin_count(manager, JOB_B, "te-8")) == ([], 0)
+    assert pin_count(manager, JOB_A, "te-9") is None
+    assert manager.check_requirements() == 1  # no longer pinned: any slot will do
+    clock.advance(100)
+    manager.check_timeouts()
+    assert len(a.lost) == 1 and a.failures == []
+
+
+def test_the_unregistered_pin_timeout_defaults_to_the_slot_request_timeout(
+    manager: SlotManager, clock: ManualClock
+) -> None:
+    a = Job(JOB_A)
+    manager.declare_requirements(JOB_A, 0, a, pinned={"te-9": 0})
+    clock.advance(59)
+    manager.check_timeouts()
+    assert a.lost == []
+    clock.advance(1)
+    manager.check_timeouts()
+    assert a.lost == [("te-9", [], "TaskExecutor te-9 is not registered")]
+    assert JOB_A not in manager._jobs
+
+
+def test_the_request_timeout_names_the_pinned_task_executors(manager: SlotManager, clock: ManualClock) -> None:
+    manager.register_task_executor(registration("te-1", 1))
+    manager.register_task_executor(registration("te-2", 1))
+    a, b = Job(JOB_A), Job(JOB_B)
+    manager.declare_requirements(JOB_B, 2, b)
+    manager.check_requirements()
+    manager.declare_requirements(JOB_A, 2, a, pinned={"te-1": 1, "te-2": 0})
+    clock.advance(61)
+    assert manager.check_timeouts() == [JOB_A]
+    message = a.failures[0].message
+    assert "(it needs 2, holds 0; 1 of them on TaskExecutor te-1, which has 0 free slots);" in message
+    assert "te-2" not in message  # only watched
+    # the requirement dropped to what it holds; the pins only watch
+    assert requirement(manager, JOB_A) == (0, 0) and pin_count(manager, JOB_A, "te-1") == 0
+    manager.unregister_task_executor("te-1", "stopped")
+    assert a.lost == [("te-1", [], "stopped")]
+
+
+@pytest.mark.parametrize("bad", [-1, True, "1", 1.5, None])
+def test_a_bad_pinned_count_is_refused_and_changes_nothing(manager: SlotManager, bad: object) -> None:
+    manager.register_task_executor(registration("te-1", 1))
+    manager.register_task_executor(registration("te-2", 1))
+    a = Job(JOB_A)
+    manager.declare_requirements(JOB_A, 1, a, pinned={"te-1": 1})
+    with pytest.raises(InvalidRequest, match="pinned.te-2"):
+        manager.declare_requirements(JOB_A, 2, a, pinned={"te-1": 0, "te-2": bad})  # type: ignore[dict-item]
+    assert requirement(manager, JOB_A) == (1, 0) and pin_count(manager, JOB_A, "te-1") == 1
+    assert pin_count(manager, JOB_A, "te-2") is None
+    with pytest.raises(InvalidRequest):
+        manager.declare_requirements(JOB_B, 0, Job(JOB_B), pinned={"te-1": bad})  # type: ignore[dict-item]
+    assert JOB_B not in manager._jobs
+    assert manager.check_requirements() == 1
+    assert [s.task_executor_id for s in a.slots] == ["te-1"]
+
+
+def test_a_job_with_only_watch_pins_is_remembered_until_it_drops_them(manager: SlotManager) -> None:
+    manager.register_task_executor(registration("te-1", 1))
+    a = Job(JOB_A)
+    manager.declare_requirements(JOB_A, 0, a, pinned={"te-1": 0})
+    assert JOB_A in manager._jobs and waiting_jobs(manager) == []
+    assert manager.check_requirements() == 0
+    manager.declare_requirements(JOB_A, 0, a)
+    assert JOB_A not in manager._jobs
+    manager.unregister_task_executor("te-1", "stopped")
+    assert a.lost == []
+
+
+def test_clear_forgets_pins(manager: SlotManager, clock: ManualClock) -> None:
+    manager.register_task_executor(registration("te-1", 1))
+    a = Job(JOB_A)
+    manager.declare_requirements(JOB_A, 0, a, pinned={"te-1": 0, "te-9": 0})
+    manager.clear()
+    clock.advance(100)
+    manager.check_timeouts()
+    manager.register_task_executor(registration("te-1", 1))
+    manager.unregister_task_executor("te-1", "stopped")
+    assert a.lost == [] and JOB_A not in manager._jobs
+
+
 operations = st.lists(
     st.one_of(
         st.tuples(st.just("register"), st.integers(0, 3), st.integers(1, 3)),
@@ -556,3 +758,82 @@ def test_slot_accounting_holds_under_any_sequence(ops: list[tuple[Any, ...]]) ->
             required, acquired = requirement(manager, job.job_id)
             assert acquired == len(held[index])
             assert (job.job_id in waiting_jobs(manager, job_pools[index])) == (required > acquired)
+
+
+pinned_operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("register"), st.integers(0, 3), st.integers(1, 3)),
+        st.tuples(st.just("unregister"), st.integers(0, 3)),
+        st.tuples(
+            st.just("declare"),
+            st.integers(0, 1),
+            st.integers(0, 4),
+            st.dictionaries(st.integers(0, 4), st.integers(0, 3), max_size=3),
+        ),
+        st.tuples(st.just("release"), st.integers(0, 1), st.integers(0, 10)),
+        st.tuples(st.just("check")),
+        st.tuples(st.just("timeouts"), st.integers(0, 30)),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(pinned_operations)
+def test_slot_accounting_with_pins_holds_under_any_sequence(ops: list[tuple[Any, ...]]) -> None:
+    clock = ManualClock()
+    manager = SlotManager(
+        slot_request_timeout=60.0, task_executor_idle_timeout=30.0, unregistered_pin_timeout=20.0, clock=clock
+    )
+    jobs = [Job(f"{i:032x}") for i in range(2)]  # te-4 never registers
+    held: dict[int, set[str]] = {i: set() for i in range(2)}
+    pinned: dict[int, dict[str, int]] = {i: {} for i in range(2)}
+    for op in ops:
+        if op[0] == "register":
+            manager.register_task_executor(registration(f"te-{op[1]}", op[2]))
+        elif op[0] == "unregister":
+            manager.unregister_task_executor(f"te-{op[1]}", "test")
+        elif op[0] == "declare":
+            pinned[op[1]] = {f"te-{te}": n for te, n in op[3].items()}
+            manager.declare_requirements(jobs[op[1]].job_id, op[2], jobs[op[1]], pinned=pinned[op[1]])
+        elif op[0] == "release":
+            mine = sorted(held[op[1]])
+            if mine:
+                allocation = mine[op[2] % len(mine)]
+                assert manager.release_slot(jobs[op[1]].job_id, allocation)
+                held[op[1]].discard(allocation)
+        elif op[0] == "timeouts":
+            clock.advance(op[1])
+            manager.check_timeouts()
+        else:
+            manager.check_requirements()
+            free = manager._pool(DEFAULT_POOL).free
+            for job_id in waiting_jobs(manager):  # none is left waiting for a slot it could take
+                state = manager._jobs[job_id]
+                pins = {te: pin.count for te, pin in state.pins.items() if pin.count}
+                assert not free or state.required - len(state.allocations) <= sum(pins.values())
+                assert not any(slot.task_executor.id in pins for slot in free)
+        for index, job in enumerate(jobs):
+            for te_id, allocation_ids, _ in job.lost:
+                pinned[index].pop(te_id, None)
+                held[index] -= set(allocation_ids)
+            for slot in job.slots:
+                held[index].add(slot.allocation_id)
+            assert len({te for te, _, _ in job.lost}) == len(job.lost)  # one call per TaskExecutor
+            job.batches.clear()
+            job.lost.clear()
+        described = list(manager.describe_all())
+        allocated = {s.allocation_id for te in described for s in te.slots if s.allocation_id}
+        assert allocated == set().union(*held.values())
+        assert manager.slots_free == sum(te.slots_free for te in described) == manager.slots_total - len(allocated)
+        for index, job in enumerate(jobs):
+            required, acquired = requirement(manager, job.job_id)
+            assert acquired == len(held[index])
+            assert (job.job_id in waiting_jobs(manager)) == (required > acquired)
+            assert {te for te in pinned[index] if pin_count(manager, job.job_id, te) is not None} == set(
+                pinned[index]
+            )  # a pin goes only when its job hears of it
+        assert manager._pinned_by == {
+            te: dict.fromkeys(j.job_id for i, j in enumerate(jobs) if te in pinned[i])
+            for te in {te for p in pinned.values() for te in p}
+        }
