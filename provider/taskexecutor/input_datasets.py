@@ -17,10 +17,13 @@ from urllib.parse import urlsplit, urlunsplit
 _PARTITION_DIR = re.compile(r"[^=/]+=[^/]*")
 
 
-def input_datasets(files: Iterable[str], *, own_results: str, limit: int) -> tuple[str, ...]:
+def input_datasets(
+    files: Iterable[str], *, own_results: str, limit: int, also_own: tuple[str, ...] = ()
+) -> tuple[str, ...]:
     """The table directories of `files` (paths or URIs), in their first order, at most `limit`,
-    without those under `own_results` (the job's results directory)."""
-    own = _normalized(own_results).rstrip("/") + "/"
+    without those under `own_results` (the job's results directory) or `also_own` (its results kept
+    on the TaskExecutor)."""
+    own = tuple(_normalized(directory).rstrip("/") + "/" for directory in (own_results, *also_own))
     datasets: dict[str, None] = {}
     for file in files:
         if _normalized(file).startswith(own):

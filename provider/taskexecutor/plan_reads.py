@@ -35,22 +35,23 @@ _READ_FREE = frozenset(
 )  # fmt: skip
 
 
-def reads_only_under(frame: DataFrame, directory: str) -> bool:
+def reads_only_under(frame: DataFrame, directory: str, *more: str) -> bool:
     """Whether every source of `frame`'s plan is local data or a file read of paths under
-    `directory` (an absolute path or URI); False when it cannot tell (not a Connect DataFrame)."""
+    `directory` or one of `more` (absolute paths or URIs); False when it cannot tell (not a
+    Connect DataFrame)."""
     plan = getattr(frame, "_plan", None)
     session = getattr(frame, "_session", None)
     if plan is None or session is None:
         return False
-    return plan_reads_only_under(plan.to_proto(session.client), directory)
+    return plan_reads_only_under(plan.to_proto(session.client), directory, *more)
 
 
-def plan_reads_only_under(plan: Message, directory: str) -> bool:
+def plan_reads_only_under(plan: Message, directory: str, *more: str) -> bool:
     """`reads_only_under` of a plan's protobuf (`spark.connect.Plan` or any message within one)."""
-    root = _absolute(directory)
-    if root is None:
+    absolute = [_absolute(given) for given in (directory, *more)]
+    if any(path is None for path in absolute):
         return False
-    root = root.rstrip("/") + "/"
+    root = tuple(path.rstrip("/") + "/" for path in absolute if path is not None)
     for message in _messages(plan):
         kind = message.DESCRIPTOR.full_name
         if kind == "spark.connect.Relation":
@@ -65,7 +66,7 @@ def plan_reads_only_under(plan: Message, directory: str) -> bool:
     return True
 
 
-def _reads_under(read: Message, root: str) -> bool:
+def _reads_under(read: Message, root: tuple[str, ...]) -> bool:
     if read.WhichOneof("read_type") != "data_source":
         return False  # a table
     source = read.data_source
