@@ -115,8 +115,10 @@ class SparkDispatchVertexOperator(BaseOperator):
         vertex tasks. A timeout of the DAG run cancels the job either way.
     :param result: what the vertex asks of its result (the JobGraph's `"result"`): `"auto"` (the
         default: the master chains it into its consumer's task where the chaining rules allow),
-        `"chained"` or `"durable"` (written, so a clear of a later task repairs that task without
-        running this one again). docs/jobgraph.md, "Result kinds".
+        `"chained"`, `"kept"` (on the local disk of the TaskExecutor that ran it, its readers placed
+        there; deleted once read, so a clear of a reader runs this one again) or `"durable"`
+        (written, so a clear of a later task repairs that task without running this one again).
+        docs/jobgraph.md, "Result kinds".
 
     The vertex id is the `task_id` given (without the group's prefix). The XCom is
     `{"job_id", "vertex", "state", "rows", "result_path", "partitions", "attempts"}`. A retry or

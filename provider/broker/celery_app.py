@@ -1,9 +1,9 @@
 """The Celery app settings shared by TaskExecutors (workers) and the master (producer).
 
 JSON only, never pickle. Deployments go to each TaskExecutor's own queue
-(`sparkdispatch.te.<id>`); the master reaches one worker by the remote-control command
-`sparkdispatch_cancel`. Acknowledged early: a task whose TaskExecutor dies is not redelivered
-anywhere, its JobMaster restarts it.
+(`sparkdispatch.te.<id>`); the master reaches one worker by the remote-control commands
+`sparkdispatch_cancel` and `sparkdispatch_release_results`. Acknowledged early: a task whose
+TaskExecutor dies is not redelivered anywhere, its JobMaster restarts it.
 
 The broker is Redis in production and kombu's `filesystem://` transport in standalone mode,
 its folders under `<storage.dir>/broker`. That transport keeps no TTL: a killed worker's pidbox
@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 APP_NAME = "sparkdispatch"
 DEPLOY_TASK = "sparkdispatch.deploy_task"
 CANCEL_COMMAND = "sparkdispatch_cancel"
+RELEASE_RESULTS_COMMAND = "sparkdispatch_release_results"
 QUEUE_PREFIX = "sparkdispatch.te."
 PIDBOX_SUFFIX = ".celery.pidbox.msg"
 #: Remote-control messages older than this are of no use to anyone (replies time out in seconds).

@@ -51,32 +51,40 @@ Finished = dict[str, dict[int, "SubtaskProgress"]]
 @dataclass(frozen=True)
 class SubtaskProgress:
     """A FINISHED subtask: its result partition (None when it returned nothing), row count and the
-    result's schema JSON (None when it returned nothing, or recorded before schemas were) and the
-    datasets its DataFrame read that are not the job's own results (`input_files`)."""
+    result's schema JSON (None when it returned nothing, or recorded before schemas were), the
+    datasets its DataFrame read that are not the job's own results (`input_files`), and the
+    TaskExecutor that keeps its result on its local disk (`kept_on`; None for a durable result)."""
 
     result_path: str | None
     rows: int | None
     result_schema: str | None = None
     input_files: tuple[str, ...] = ()
+    kept_on: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """The stored form: `result_path`, `rows`, and `result_schema` and `input_files` when there are some."""
+        """The stored form: `result_path`, `rows`, and `result_schema`, `input_files` and `kept_on`
+        when there are some."""
         data: dict[str, Any] = {"result_path": self.result_path, "rows": self.rows}
         if self.result_schema is not None:
             data["result_schema"] = self.result_schema
         if self.input_files:
             data["input_files"] = list(self.input_files)
+        if self.kept_on is not None:
+            data["kept_on"] = self.kept_on
         return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SubtaskProgress:
         """The stored form back; KeyError or TypeError when it is not one. Progress stored before
-        schemas or input files were recorded has none."""
+        schemas, input files or kept results were recorded has none."""
         schema = data.get("result_schema")
         if schema is not None and not isinstance(schema, str):
             raise TypeError(f"result_schema must be a string, got {schema!r}")
         input_files = tuple(str(path) for path in data.get("input_files", ()))
-        return cls(data["result_path"], data["rows"], result_schema=schema, input_files=input_files)
+        kept_on = data.get("kept_on")
+        if kept_on is not None and not isinstance(kept_on, str):
+            raise TypeError(f"kept_on must be a string, got {kept_on!r}")
+        return cls(data["result_path"], data["rows"], result_schema=schema, input_files=input_files, kept_on=kept_on)
 
 
 @dataclass

@@ -5,7 +5,8 @@ Layout under `<path.root>/<cluster-id>`::
     leader/latch/<uuid>__lock__<seq>     one kazoo Lock contender per master process (ephemeral)
     leader/connection_info               {"address", "session_id"} of the confirmed leader (ephemeral)
     jobgraphs/<job-id>                   a JobGraph, or a pointer to its file under storage.dir
-    progress/<job-id>/<vertex-id>#<n>    one finished subtask: {"result_path", "rows"[, "result_schema"]}
+    progress/<job-id>/<vertex-id>#<n>    one finished subtask: {"result_path", "rows"[, "result_schema",
+                                         "input_files", "kept_on"]}
 
 Every write of a leader is a ZooKeeper transaction that starts with a `check` of the leader's
 own latch node: once the node is gone (session expired, leadership released) the write fails.

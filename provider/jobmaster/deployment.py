@@ -56,6 +56,7 @@ def deployment_descriptor(
         spark_conf=dict(graph.graph.config),
         environment=graph.graph.environment_of(vertex.id),
         chained=tuple(chained_task(graph, member) for member in graph.chains.chained_into(vertex.id)),
+        keep_result=graph.kept.is_kept(vertex.id),
     )
 
 

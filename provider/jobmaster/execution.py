@@ -63,6 +63,7 @@ class Execution:
         "rows",
         "result_schema",
         "input_files",
+        "kept_on",
         "failure",
         "deployed_at",
     )
@@ -80,6 +81,7 @@ class Execution:
         self.rows: int | None = None
         self.result_schema: str | None = None  # the result's schema JSON, as its TaskExecutor reported it
         self.input_files: tuple[str, ...] = ()  # the datasets it read besides the job's results
+        self.kept_on: str | None = None  # the TaskExecutor whose local disk keeps its result, if kept
         self.failure: Failure | None = None
         self.deployed_at = 0.0  # the JobMaster's clock when it was deployed
 
@@ -105,16 +107,21 @@ class Execution:
         return self.slot.task_executor_id if self.slot is not None else None
 
     def keep(self, progress: SubtaskProgress) -> None:
-        """Hold a FINISHED attempt's result, rows, result schema and the files it read."""
+        """Hold a FINISHED attempt's result (and where it is kept), rows, result schema and the files it read."""
         self.result_path = progress.result_path
         self.rows = progress.rows
         self.result_schema = progress.result_schema
         self.input_files = progress.input_files
+        self.kept_on = progress.kept_on
 
     def progress(self) -> SubtaskProgress:
         """What `keep` holds, as the ProgressStore records it."""
         return SubtaskProgress(
-            self.result_path, self.rows, result_schema=self.result_schema, input_files=self.input_files
+            self.result_path,
+            self.rows,
+            result_schema=self.result_schema,
+            input_files=self.input_files,
+            kept_on=self.kept_on,
         )
 
     def ran_for(self, now: float) -> float | None:

@@ -26,7 +26,8 @@ from sparkdispatch.jobmaster.execution import (
     SubtaskId,
     aggregate_state,
 )
-from sparkdispatch.model.chaining import plan_chains
+from sparkdispatch.model.chaining import ResultKind, plan_chains
+from sparkdispatch.model.kept_results import plan_kept_groups
 from sparkdispatch.model.job_graph import JobGraph
 from sparkdispatch.model.job_result import MAX_INPUT_FILES, Failure, JobResult, VertexResult
 from sparkdispatch.resourcemanager import AllocatedSlot
@@ -81,8 +82,11 @@ class ExecutionGraph:
         execution_ids = _random_ids(graph.subtask_count)
         # kept as attempts change state, so an overview costs no walk over the subtasks
         self._tally: StateTally = dict.fromkeys(ExecutionState, 0)
+        kept: list[str] = []
         for vertex_id in self._order:
             vertex = graph.vertex(vertex_id)
+            if vertex.result is ResultKind.KEPT:
+                kept.append(vertex_id)
             self._vertices[vertex_id] = [
                 ExecutionVertex(vertex, i, listener, execution_id=next(execution_ids), tally=self._tally)
                 for i in range(vertex.parallelism)
@@ -97,6 +101,8 @@ class ExecutionGraph:
                 for ev in self._vertices[member]:
                     ev.current.superseded()
                     ev.current = task.current
+        # Results kept on the TaskExecutor that made them tie their tasks into co-location groups.
+        self.kept = plan_kept_groups(graph, self.chains, kept)
         self._by_execution: dict[str, ExecutionVertex] = {
             ev.current.execution_id: ev for ev in self.subtasks() if not self.chains.is_chained(ev.id.vertex_id)
         }
@@ -118,7 +124,7 @@ class ExecutionGraph:
             for ev in self._vertices[vertex_id]
         }
 
-    def _head(self, vertex_id: str) -> str:
+    def head_of(self, vertex_id: str) -> str:
         """The vertex whose task runs `vertex_id`: its chain's head, or itself."""
         return self.chains.head_of.get(vertex_id, vertex_id)
 
@@ -131,8 +137,8 @@ class ExecutionGraph:
 
     def _tasks_reading(self, vertex_id: str) -> list[str]:
         """The task vertices whose chains read `vertex_id`'s result from outside (not its own chain)."""
-        own = self._head(vertex_id)
-        return list(dict.fromkeys(h for c in self._consumers[vertex_id] if (h := self._head(c)) != own))
+        own = self.head_of(vertex_id)
+        return list(dict.fromkeys(h for c in self._consumers[vertex_id] if (h := self.head_of(c)) != own))
 
     # ---------------------------------------------------------------- structure
 
@@ -329,6 +335,7 @@ class ExecutionGraph:
         input_files: dict[str, None] = {}  # in order, once each
         first_failed: Execution | None = None
         chained = self.chains.is_chained(vertex_id)
+        kept = self.kept.is_kept(vertex_id)  # its partitions are a TaskExecutor's, deleted once read
         for ev in self._vertices[vertex_id]:
             execution = ev.current
             state = execution.state
@@ -341,7 +348,7 @@ class ExecutionGraph:
             elif state is ExecutionState.FINISHED:
                 if execution.rows is not None:
                     rows = execution.rows if rows is None else rows + execution.rows
-                if execution.result_path is not None:
+                if execution.result_path is not None and not kept:
                     partitions.append(execution.result_path)
                 input_files.update(dict.fromkeys(execution.input_files))
             elif state is ExecutionState.FAILED and first_failed is None:

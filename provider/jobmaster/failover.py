@@ -4,8 +4,8 @@ Flink's RestartPipelinedRegionFailoverStrategy, for graphs whose exchanges are a
 where each subtask is its own pipelined region. Starting from the failed subtasks, a
 breadth-first walk adds
 
-1. the producer of every input partition that can no longer be read (its result was lost:
-   backtracking), and
+1. the producer of every input partition that can no longer be read (its result was lost, or
+   kept on a TaskExecutor and released once read: backtracking), and
 2. every consumer of an added subtask, downstream and transitively (a consumer that has not
    started yet needs nothing done; it just waits for the new result).
 
@@ -15,7 +15,7 @@ Finished producers whose partitions are still readable are not added: their resu
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from sparkdispatch.model.states import ExecutionState
 from sparkdispatch.model.job_result import Failure
@@ -24,15 +24,18 @@ from sparkdispatch.jobmaster.execution_graph import ExecutionGraph
 from sparkdispatch.storage.results import unreadable_partitions
 
 
-def tasks_to_restart(graph: ExecutionGraph, failed: Iterable[SubtaskId]) -> list[SubtaskId]:
-    """The subtasks to restart for a failure of `failed`, in topological order."""
+def tasks_to_restart(
+    graph: ExecutionGraph, failed: Iterable[SubtaskId], *, released: Callable[[ExecutionVertex], bool] = lambda _: False
+) -> list[SubtaskId]:
+    """The subtasks to restart for a failure of `failed`, in topological order; a producer whose
+    result was `released` (kept on a TaskExecutor and deleted once read) counts as lost."""
     queue = deque(failed)
     involved = set(queue)
     while queue:
         subtask_id = queue.popleft()
-        for producer_vertex in graph.inputs_of(subtask_id.vertex_id):
+        for producer_vertex in graph.chain_inputs(graph.head_of(subtask_id.vertex_id)):
             for producer in graph.subtasks(producer_vertex):
-                if _partition_lost(producer) and producer.id not in involved:
+                if (_partition_lost(producer) or released(producer)) and producer.id not in involved:
                     involved.add(producer.id)
                     queue.append(producer.id)
         for consumer_vertex in graph.consumers_of(subtask_id.vertex_id):

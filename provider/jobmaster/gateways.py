@@ -88,5 +88,10 @@ class TaskExecutorGateway(Protocol):
         """Ask one TaskExecutor to cancel an execution; True if it runs it. Raises if it does not answer."""
 
     @abstractmethod
+    def release_results(self, task_executor_hostname: str, job_id: str, vertex_id: str | None) -> None:
+        """Ask one TaskExecutor to delete the results it keeps of a job's vertex (None: of the
+        whole job); sent without waiting for an answer."""
+
+    @abstractmethod
     def close(self) -> None:
         """Release the broker connection (at master shutdown)."""

@@ -8,7 +8,9 @@ loop; calls to TaskExecutors run in threads (sparkdispatch.jobmaster.task_execut
 deployment the broker does not take (`ServiceUnavailable`: Redis restarting) is sent again with
 backoff while its attempt is current, costing no restart. The TaskExecutors' heartbeats are
 reconciled with what this JobMaster deployed, both ways
-(sparkdispatch.jobmaster.task_executor_reconciliation).
+(sparkdispatch.jobmaster.task_executor_reconciliation). Tasks that make or read results kept on a
+TaskExecutor run where those results are (sparkdispatch.jobmaster.kept_partitions): their slots
+are asked of that TaskExecutor, and its loss runs their producers again.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from sparkdispatch.jobmaster.execution import Execution, ExecutionVertex, Subtas
 from sparkdispatch.jobmaster.execution_graph import ExecutionGraph
 from sparkdispatch.jobmaster.failover import tasks_to_restart, unreadable_inputs
 from sparkdispatch.jobmaster.gateways import TaskExecutorGateway
+from sparkdispatch.jobmaster.kept_partitions import KeptPartitions
 from sparkdispatch.jobmaster.result_publication import publish_result
 from sparkdispatch.jobmaster.recovered_graph import build_execution_graph, finished, mark_recorded, record_task
 from sparkdispatch.jobmaster.reconciler import ExecutionDeploymentReconciler
@@ -106,7 +109,8 @@ class JobMaster:
         self._waiting: dict[SubtaskId, ExecutionVertex] = {}  # SCHEDULED, waiting for a slot, in order
         self._held_slots: dict[str, Execution] = {}  # allocation id -> the attempt it runs
         self._held_back: dict[SubtaskId, object] = {}  # waiting out a restart backoff -> that restart
-        self._declared: int | None = None
+        self._declared: tuple[int, dict[str, int]] | None = None  # slots in all, and pinned per TaskExecutor
+        self._kept = KeptPartitions(self.execution_graph)
         self._deployments = ExecutionDeploymentReconciler(
             missing_threshold=settings.missing_execution_threshold, grace_s=settings.deployment_grace
         )
@@ -295,10 +299,34 @@ class JobMaster:
                 self._declare()
                 self._calls.call_resource_manager(self._resource_manager.release_slot, self.job_id, slot.allocation_id)
                 continue
-            subtask_id = next(iter(self._waiting))
-            ev = self._waiting.pop(subtask_id)
+            ev = self._waiting_for(slot)
+            if ev is None:
+                log.info(
+                    "job %s (session %s): slot %s of %s not needed there; released",
+                    self.job_id,
+                    self.job_master_id,
+                    slot.allocation_id,
+                    slot.task_executor_id,
+                )
+                self._calls.call_resource_manager(self._resource_manager.release_slot, self.job_id, slot.allocation_id)
+                continue
+            del self._waiting[ev.id]
             self._deploy(ev, slot)
         self._declare()
+
+    def _waiting_for(self, slot: AllocatedSlot) -> ExecutionVertex | None:
+        """The first waiting subtask that may run in `slot`: one whose task is not bound to another
+        TaskExecutor by the results it makes or reads there."""
+        if not self._kept.active:
+            return next(iter(self._waiting.values()))
+        unbound = None
+        for ev in self._waiting.values():
+            site = self._kept.site_of(ev)
+            if site == slot.task_executor_id:
+                return ev  # slots of a TaskExecutor go to the tasks bound to it first
+            if site is None and unbound is None:
+                unbound = ev
+        return unbound
 
     def slot_request_failed(self, error: BaseException) -> None:
         """No slot in time: the waiting subtasks fail with `error`, under the restart strategy."""
@@ -318,17 +346,44 @@ class JobMaster:
         self._fail_over([(ev, failure) for ev in waiting])
 
     def task_executor_lost(self, task_executor_id: str, allocation_ids: Sequence[str], reason: str) -> None:
-        """A TaskExecutor is gone: the attempts it ran fail and restart elsewhere.
+        """A TaskExecutor is gone: the attempts it ran fail and restart elsewhere, and so do the
+        producers of the results it kept that a reader still needs (one restart for all).
 
-        Result partitions it wrote live on shared storage and stay in use; one that turns out
-        unreadable is re-created when its consumer's read fails.
+        Durable result partitions it wrote live on shared storage and stay in use; one that turns
+        out unreadable is re-created when its consumer's read fails.
         """
         lost_allocations = set(allocation_ids)
         for allocation_id, execution in list(self._held_slots.items()):
             if allocation_id in lost_allocations or execution.task_executor_id == task_executor_id:
                 del self._held_slots[allocation_id]  # gone with its TaskExecutor; nothing to release
-        if self.status is JobStatus.RUNNING:
-            self._fail_over(self._reconciliation.lost(task_executor_id, lost_allocations, reason))
+        if self.status is not JobStatus.RUNNING:
+            return
+        failed = self._reconciliation.lost(task_executor_id, lost_allocations, reason)
+        producers = self._kept.lost(task_executor_id)
+        if producers:
+            log.warning(
+                "job %s (session %s): TaskExecutor %s (%s) kept the results of %s; running them again",
+                self.job_id,
+                self.job_master_id,
+                task_executor_id,
+                reason,
+                ", ".join(str(ev.id) for ev in producers),
+            )
+        for ev, failure in failed:
+            self._mark_failed(ev, ev.current, failure)
+        if failed or producers:
+            failure = (
+                failed[0][1]
+                if failed
+                else Failure(
+                    "PartitionLost",
+                    f"TaskExecutor {task_executor_id} was lost ({reason}) with the results it kept; "
+                    "their producers run again",
+                )
+            )
+            self._handle_failure([ev.id for ev, _ in failed] + [ev.id for ev in producers], failure)
+        else:
+            self._declare()  # it is watched no more
 
     def task_executor_heartbeat(self, task_executor_id: str, executions: Sequence[ExecutionReport]) -> None:
         """A TaskExecutor's heartbeat lists this job's executions there: reconcile them both ways.
@@ -377,18 +432,28 @@ class JobMaster:
             self._more_to_schedule = asyncio.get_running_loop().call_soon(self._schedule)
 
     def _declare(self) -> None:
-        """Tell the ResourceManager how many slots the job needs in all (held + waiting); 0 at the end."""
-        needed = len(self._held_slots) + len(self._waiting) if self.status is JobStatus.RUNNING else 0
-        if needed == self._declared:
+        """Tell the ResourceManager how many slots the job needs in all (held + waiting), and how
+        many of the waiting ones must be on which TaskExecutor (0 for those that only keep results
+        it needs); nothing at the end."""
+        running = self.status is JobStatus.RUNNING
+        needed = len(self._held_slots) + len(self._waiting) if running else 0
+        pinned: dict[str, int] = {}
+        if running and self._kept.active:
+            pinned = dict.fromkeys(sorted(self._kept.watched()), 0)
+            for ev in self._waiting.values():
+                if (site := self._kept.site_of(ev)) is not None:
+                    pinned[site] = pinned.get(site, 0) + 1
+        if (needed, pinned) == self._declared:
             return
-        self._declared = needed
-        declare = functools.partial(self._resource_manager.declare_requirements, pool=self._pool)
+        self._declared = (needed, pinned)
+        declare = functools.partial(self._resource_manager.declare_requirements, pool=self._pool, pinned=pinned)
         self._calls.call_resource_manager(declare, self.job_id, needed, self)
 
     def _deploy(self, ev: ExecutionVertex, slot: AllocatedSlot) -> None:
         execution = ev.current
         with log_context(job_id=self.job_id, vertex=ev.vertex.id, subtask=ev.subtask_index, attempt=execution.attempt):
             execution.slot = slot
+            self._kept.placed(ev, slot.task_executor_id)
             execution.transition(ExecutionState.DEPLOYING)
             execution.deployed_at = self._clock()
             self._events.task_deployed()
@@ -439,8 +504,15 @@ class JobMaster:
 
     def _on_finished(self, ev: ExecutionVertex, execution: Execution, update: ExecutionStateUpdate) -> None:
         schema = update.result_schema if update.result_path is not None else None
+        kept = update.result_path is not None and self.execution_graph.kept.is_kept(ev.vertex.id)
         execution.keep(
-            SubtaskProgress(update.result_path, update.rows, result_schema=schema, input_files=update.input_files)
+            SubtaskProgress(
+                update.result_path,
+                update.rows,
+                result_schema=schema,
+                input_files=update.input_files,
+                kept_on=execution.task_executor_id if kept else None,
+            )
         )
         self.execution_graph.keep_chained_rows(ev, update.chained_rows)
         self._release_slot(execution)
@@ -466,6 +538,8 @@ class JobMaster:
             execution.attempt,
             execution.rows,
         )
+        for task_executor_id, vertex_id in self._kept.finished(ev):
+            self._calls.release_results(task_executor_id, vertex_id)
         self._schedule()
 
     def _on_failed(self, ev: ExecutionVertex, execution: Execution, failure: Failure) -> None:
@@ -511,7 +585,7 @@ class JobMaster:
             log.error("job %s (session %s): %s", self.job_id, self.job_master_id, refused)
             self._fail(failure)
             return
-        restart = tasks_to_restart(graph, failed)
+        restart = tasks_to_restart(graph, failed, released=self._kept.released)
         backoff_s = self.restart_strategy.backoff_s()
         token = object()
         restarted: list[SubtaskId] = []
@@ -556,6 +630,8 @@ class JobMaster:
         (built in a thread: `result_future` resolves once the returned task is done)."""
         self._held_back.clear()
         self._declare()
+        for task_executor_id in sorted(self._kept.sites()):
+            self._calls.release_results(task_executor_id, None)
         self._publishing = asyncio.get_running_loop().create_task(
             publish_result(self.execution_graph, self._results, self.result_future, session_id=self.job_master_id)
         )

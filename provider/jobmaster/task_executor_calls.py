@@ -1,5 +1,6 @@
 """A JobMaster's calls that leave its loop's state: background tasks it joins at the end,
-ResourceManager calls that log instead of raising, and deployments and cancels sent to TaskExecutors.
+ResourceManager calls that log instead of raising, and deployments, cancels and releases of kept
+results sent to TaskExecutors.
 
 The outcome of each deployment and cancel is told to the ResourceManager (`record_rpc_failure` /
 `record_rpc_success`), so a TaskExecutor that keeps failing them while silent is declared lost.
@@ -120,6 +121,26 @@ class TaskExecutorCalls:
             self.record_outcome(task_executor_id, False)
         else:
             self.record_outcome(task_executor_id, True)
+
+    def release_results(self, task_executor_id: str, vertex_id: str | None) -> None:
+        """Ask a TaskExecutor to delete the results it keeps of `vertex_id` (None: of the whole job),
+        in the background; one that is not registered took them with it."""
+        hostname = self.task_executor_hostname(task_executor_id)
+        if hostname is not None:
+            self.spawn(self._release_on(task_executor_id, hostname, vertex_id))
+
+    async def _release_on(self, task_executor_id: str, hostname: str, vertex_id: str | None) -> None:
+        try:
+            await asyncio.to_thread(self._gateway.release_results, hostname, self._job_id, vertex_id)
+        except Exception as exc:  # noqa: BLE001 - the results stay until the job's end, or the TaskExecutor's
+            log.warning(
+                "job %s (session %s): releasing kept results%s on %s failed: %s",
+                self._job_id,
+                self._session_id,
+                "" if vertex_id is None else f" of {vertex_id}",
+                task_executor_id,
+                exc,
+            )
 
     def _background_done(self, task: asyncio.Task[Any]) -> None:
         self._background.discard(task)

@@ -180,6 +180,15 @@ def check_report(
     if update.state is not ExecutionState.FINISHED or update.result_path is None:
         return ev
     assigned = results.attempt_path(job_id, ev.vertex.id, ev.subtask_index, update.execution_id)
+    if graph.kept.is_kept(ev.vertex.id):
+        # kept on its TaskExecutor's disk, whose directory this master does not know: under it, the same layout
+        assigned = assigned.removeprefix(results.results_dir)
+        if not update.result_path.endswith(assigned) or update.result_path == assigned:
+            raise InvalidRequest(
+                f"state of attempt {update.execution_id} of {ev.id}",
+                {"result_path": [f"{update.result_path!r} is not a kept result of this attempt (…{assigned})"]},
+            )
+        return ev
     if update.result_path != assigned:
         raise InvalidRequest(
             f"state of attempt {update.execution_id} of {ev.id}",

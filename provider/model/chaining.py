@@ -7,8 +7,10 @@ JobGraph asks for one (`"result"` on a vertex, `"results": "durable"` on the job
   inside its consumers' task, once per subtask and unioned, and each consumer reads that lazy
   DataFrame as `ctx.inputs[...]`: producer and consumers run as one Spark plan, with no result
   written between them.
-- **kept** (not built yet): the result stays in the producing TaskExecutor's Spark for consumers
-  placed beside it.
+- **kept** (asked for with `"result": "kept"`): the vertex runs as a task of its own and writes its
+  result to the local disk of the TaskExecutor that ran it; its consumers are placed on that
+  TaskExecutor and read it there, and it is deleted once they have all finished
+  (`sparkdispatch.model.kept_results`).
 - **durable**: the result is written as Parquet to the results directory and read from there: the
   graph's sinks, vertices that ask for it, every vertex of a job that asks for it, and every result
   that cannot be chained.
@@ -48,6 +50,7 @@ class ResultKind(str, enum.Enum):
 
     AUTO = "auto"
     CHAINED = "chained"
+    KEPT = "kept"
     DURABLE = "durable"
 
 
@@ -89,6 +92,8 @@ def why_not_chained(graph: JobGraph, producer: JobVertex, task_of: Mapping[str, 
         return 'the job asks for durable results ("results": "durable")'
     if producer.result is ResultKind.DURABLE:
         return 'it asks for a durable result ("result": "durable")'
+    if producer.result is ResultKind.KEPT:
+        return 'it asks for its result to be kept on its TaskExecutor ("result": "kept")'
     consumers = graph.consumers(producer.id)
     if not consumers:
         return "no vertex reads its result (a sink's result is durable)"

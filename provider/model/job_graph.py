@@ -20,6 +20,7 @@ from sparkdispatch.errors import InvalidJobGraph
 from sparkdispatch.model import spark_conf
 from sparkdispatch.model.chaining import ResultKind, ResultsMode, refused_chains
 from sparkdispatch.model.environment import Environment, environment_field
+from sparkdispatch.model.kept_results import refused_kept
 from sparkdispatch.model.restart import RestartStrategy, RestartStrategyField
 from sparkdispatch.model.schema import StrictSchema, WholeMatch, drop_none, dump, dump_many, load, parse_json
 
@@ -75,7 +76,8 @@ class JobVertex:
     params: Mapping[str, Any] = field(default_factory=dict)
     #: the Python packages this vertex's code needs, instead of the job's `environment`
     environment: Environment | None = None
-    #: what the vertex asks of its result: chained into its consumer, durable, or the master's choice
+    #: what the vertex asks of its result: chained into its consumer, kept on its TaskExecutor,
+    #: durable, or the master's choice
     result: ResultKind = ResultKind.AUTO
 
 
@@ -398,7 +400,7 @@ class JobGraphSchema(StrictSchema):
             cycle = order_vertices(vertices)[1]
             if cycle:
                 errors["vertices"] = [cycle_message(cycle)]
-        if not errors and any(vertex.result is ResultKind.CHAINED for vertex in vertices):
+        if not errors and any(vertex.result in (ResultKind.CHAINED, ResultKind.KEPT) for vertex in vertices):
             graph = JobGraph(
                 name=data["name"],
                 vertices=tuple(vertices),
@@ -406,6 +408,7 @@ class JobGraphSchema(StrictSchema):
                 results=data.get("results", ResultsMode.AUTO),
             )
             errors.update(refused_chains(graph))
+            errors.update(refused_kept(graph))
         if errors:
             raise ValidationError(errors)
 

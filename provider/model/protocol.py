@@ -151,6 +151,9 @@ class TaskDeploymentDescriptor:
     input_schemas: Mapping[str, str] = field(default_factory=dict)
     #: the vertices chained into this one, in the order they run (each after its own inputs)
     chained: tuple[ChainedTask, ...] = ()
+    #: the result is kept on the TaskExecutor's local disk, not written to `result_path` (where
+    #: the attempt's log still goes); the FINISHED report names where it is
+    keep_result: bool = False
 
     @classmethod
     def from_dict(cls, data: Any) -> TaskDeploymentDescriptor:
@@ -374,6 +377,7 @@ class TaskDeploymentDescriptorSchema(StrictSchema):
     environment = environment_field()
     input_schemas = fields.Dict(keys=fields.String(), values=fields.String(), load_default=dict)
     chained = fields.List(fields.Nested(ChainedTaskSchema), load_default=list)
+    keep_result = fields.Boolean(load_default=False)
 
     @post_load
     def make(self, data: dict[str, Any], **_: Any) -> TaskDeploymentDescriptor:
@@ -391,6 +395,8 @@ class TaskDeploymentDescriptorSchema(StrictSchema):
         data["input_schemas"] = dict(data["input_schemas"])
         if not data["chained"]:
             del data["chained"]  # a deployment with no chain keeps the form TaskExecutors of before read
+        if not data["keep_result"]:
+            del data["keep_result"]
         return drop_none(data, "environment")
 
 

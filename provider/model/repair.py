@@ -1,7 +1,8 @@
 """Repairs: some vertices of an ended job run again, the results of the rest are reused.
 
 A repair (Databricks' `repair_run`) belongs to the same job and the same id. It runs again the
-vertices asked for and every consumer downstream of them (their inputs change); the job then runs
+vertices asked for and every consumer downstream of them (their inputs change), and the producers
+of the kept results they read (deleted at the job's end; `rerun_closure`); the job then runs
 to its end as a recovered one does: the other vertices keep their FINISHED subtasks and
 partitions (`JobMaster` restores them from the progress), and any of them that had not finished
 (failed, cancelled, never started) runs its unfinished subtasks.
@@ -13,6 +14,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from sparkdispatch.errors import InvalidRequest
+from sparkdispatch.model.chaining import ResultKind
 from sparkdispatch.model.codec import Shape
 from sparkdispatch.model.states import JobStatus
 from sparkdispatch.model.job_graph import JobGraph
@@ -69,14 +71,18 @@ def check_requested(graph: JobGraph, requested: Sequence[str]) -> tuple[str, ...
 
 def rerun_closure(graph: JobGraph, requested: Collection[str]) -> set[str]:
     """`requested` and every consumer downstream of them: the vertices whose results a repair
-    replaces (a consumer reads an input that changes)."""
+    replaces (a consumer reads an input that changes). A result kept on a TaskExecutor was
+    deleted when the job ended, so its producer runs again for a reader that does, and the
+    producer's other readers with it."""
     rerun = set(requested)
     pending = list(requested)
     while pending:
-        for consumer in graph.consumers(pending.pop()):
-            if consumer not in rerun:
-                rerun.add(consumer)
-                pending.append(consumer)
+        vertex_id = pending.pop()
+        kept_inputs = [name for name in graph.vertex(vertex_id).inputs if graph.vertex(name).result is ResultKind.KEPT]
+        for other in (*graph.consumers(vertex_id), *kept_inputs):
+            if other not in rerun:
+                rerun.add(other)
+                pending.append(other)
     return rerun
 
 

@@ -1,4 +1,4 @@
-"""The master's side of the TaskExecutors: deploy and cancel over Celery.
+"""The master's side of the TaskExecutors: deploy, cancel and release kept results over Celery.
 
 Every method blocks on the broker, for at most a few `broker.timeout`s (a hung broker
 included); the master's components call them with `asyncio.to_thread(...)`. The worker's side
@@ -18,6 +18,7 @@ from sparkdispatch.broker.celery_app import (
     APP_NAME,
     CANCEL_COMMAND,
     DEPLOY_TASK,
+    RELEASE_RESULTS_COMMAND,
     configure_celery_app,
     remove_stale_pidbox_messages,
 )
@@ -81,6 +82,20 @@ class CeleryTaskExecutorGateway:
                 f"execution {execution_id} within {self._reply_timeout:g}s"
             )
         return any(bool(body.get("found")) for reply in replies for body in reply.values() if isinstance(body, dict))
+
+    def release_results(self, task_executor_hostname: str, job_id: str, vertex_id: str | None) -> None:
+        """Ask one worker to delete the results it keeps of a job's vertex (None: of the whole job),
+        without waiting: a worker that is gone took them with it. `ServiceUnavailable` if the broker
+        did not take the call."""
+        try:
+            self._app.control.broadcast(
+                RELEASE_RESULTS_COMMAND,
+                arguments={"job_id": job_id, "vertex_id": vertex_id or ""},
+                destination=[task_executor_hostname],
+                reply=False,
+            )
+        except Exception as exc:  # kombu raises transport-specific errors
+            raise ServiceUnavailable(f"the Celery broker did not take a remote-control call: {exc}") from exc
 
     def close(self) -> None:
         self._app.close()

@@ -1,4 +1,4 @@
-"""The TaskExecutor's Celery app: the deployment task and the cancel command it serves.
+"""The TaskExecutor's Celery app: the deployment task and the cancel and release commands it serves.
 
 The settings, names and queues it shares with the master's sender are in
 `sparkdispatch.broker.celery_app`.
@@ -11,10 +11,17 @@ from typing import TYPE_CHECKING, Any
 from celery import Celery
 from celery.worker.control import control_command
 
-from sparkdispatch.broker.celery_app import APP_NAME, CANCEL_COMMAND, DEPLOY_TASK, configure_celery_app
+from sparkdispatch.broker.celery_app import (
+    APP_NAME,
+    CANCEL_COMMAND,
+    DEPLOY_TASK,
+    RELEASE_RESULTS_COMMAND,
+    configure_celery_app,
+)
 from sparkdispatch.config import Configuration
 from sparkdispatch.model.states import ExecutionState
 from sparkdispatch.model.protocol import TaskDeploymentDescriptor
+from sparkdispatch.taskexecutor import kept_results
 
 if TYPE_CHECKING:
     from sparkdispatch.taskexecutor.main import TaskExecutor
@@ -56,3 +63,15 @@ def sparkdispatch_cancel(state: Any, execution_id: str, **_: Any) -> dict[str, A
         return {"error": "not a sparkdispatch TaskExecutor"}
     found = runtime.runner.cancel(execution_id)
     return {"ok": "cancelling" if found else "not running here", "found": found}
+
+
+@control_command(
+    name=RELEASE_RESULTS_COMMAND, args=[("job_id", str), ("vertex_id", str)], signature="<job_id> <vertex_id>"
+)
+def sparkdispatch_release_results(state: Any, job_id: str, vertex_id: str = "", **_: Any) -> dict[str, Any]:
+    """Delete the results this worker keeps of a job's vertex (an empty vertex id: of the whole job)."""
+    runtime = getattr(state.consumer.app, "task_executor", None)
+    if runtime is None:
+        return {"error": "not a sparkdispatch TaskExecutor"}
+    released = kept_results.release(runtime.kept_results_dir, job_id, vertex_id or None)
+    return {"ok": "released" if released else "refused", "released": released}

@@ -14,7 +14,7 @@ import socket
 import sys
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from sparkdispatch.broker.celery_app import queue_name
@@ -40,7 +40,9 @@ from sparkdispatch.taskexecutor.settings import (
     is_local_master,
 )
 from sparkdispatch.taskexecutor.app import create_celery_app
+from sparkdispatch.taskexecutor import kept_results
 from sparkdispatch.taskexecutor.connect_server import ConnectServer
+from sparkdispatch.taskexecutor.kept_results import kept_results_dir
 from sparkdispatch.taskexecutor.leader_session import AskedLeaderSession
 from sparkdispatch.taskexecutor.server_recycling import ConnectServers
 from sparkdispatch.taskexecutor.master_client import MasterClient
@@ -68,6 +70,8 @@ class TaskExecutor:
     connection: MasterConnection
     servers: ConnectServers
     pool: SlotProcessPool
+    #: where it keeps results for the tasks placed beside it (`kept_results`)
+    kept_results_dir: Path
 
 
 def default_task_executor_id(config: Configuration) -> str:
@@ -128,7 +132,9 @@ def run_task_executor(config: Configuration, *, task_executor_id: str | None = N
         server = new_server()
         server.start()
         servers = ConnectServers(server, successor=new_server)
-        pool_settings = SlotPoolSettings.from_config(config)
+        kept_dir = kept_results_dir(config.storage_dir, te_id)
+        kept_results.clear(kept_dir)
+        pool_settings = replace(SlotPoolSettings.from_config(config), kept_results_dir=str(kept_dir))
         pool = SlotProcessPool(pool_settings, connect_url=server.url, driver_log=str(server.log_path))
         try:
             pool.start()
@@ -195,6 +201,7 @@ def _serve(
             connection=connection,
             servers=servers,
             pool=pool,
+            kept_results_dir=kept_results_dir(config.storage_dir, te_id),
         )
         if config.get(TASKEXECUTOR_METRICS_PORT):
             from sparkdispatch.taskexecutor.metrics import TaskExecutorParts, serve_metrics

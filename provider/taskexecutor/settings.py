@@ -108,6 +108,8 @@ class SlotPoolSettings:
     template: bool = TASKEXECUTOR_SLOT_PROCESS_TEMPLATE.default  # fork from a template (slot_template.py)
     #: Spark Python workers a spare starts in its session made ahead (slot_python_workers.py)
     python_workers: int = TASKEXECUTOR_SLOT_PROCESS_PYTHON_WORKERS.default
+    #: where attempts of kept vertices write their results (kept_results.py); None: refused
+    kept_results_dir: str | None = None
 
     @classmethod
     def from_config(cls, config: Configuration) -> SlotPoolSettings:

@@ -157,6 +157,7 @@ class SlotProcessPool:
                             self._driver_log,
                             start_deadline() if start_deadline else None,
                             log_max_size=self._settings.attempt_log_max_size,
+                            kept_results_dir=self._settings.kept_results_dir,
                         ).to_message()
                     )
                 except OSError:

@@ -113,18 +113,20 @@ def _write_output(text: str) -> None:
     sys.stdout.flush()
 
 
-def _input_datasets(frame: DataFrame, result_path: str) -> tuple[str, ...]:
-    """The datasets `frame` read besides the job's results (one analyze call to the server, none when
-    its plan reads only the job's results); none when Spark cannot say, which does not fail the task."""
+def _input_datasets(frame: DataFrame, result_path: str, kept_dir: str | None = None) -> tuple[str, ...]:
+    """The datasets `frame` read besides the job's results, written (under `result_path`'s job
+    directory) or kept on this TaskExecutor (under `kept_dir`): one analyze call to the server, none
+    when its plan reads only the job's results; none when Spark cannot say, which does not fail the task."""
     own_results = job_dir_of(result_path)
+    kept = () if kept_dir is None else (kept_dir,)
     try:
-        if reads_only_under(frame, own_results):
+        if reads_only_under(frame, own_results, *kept):
             return ()
         files = frame.inputFiles()
     except Exception as exc:  # noqa: BLE001 - lineage is a description; the task's result stands
         log.warning("the input files of the task's DataFrame are left out of its lineage: %s", exc)
         return ()
-    return input_datasets(files, own_results=own_results, limit=MAX_INPUT_FILES)
+    return input_datasets(files, own_results=own_results, also_own=kept, limit=MAX_INPUT_FILES)
 
 
 @dataclass
@@ -264,6 +266,7 @@ class SlotProcess:
             ),
         )
         try:
+            target = request.write_path()
             chain.build(load_entrypoint)
             ctx = TaskContext(
                 spark=session,
@@ -280,8 +283,9 @@ class SlotProcess:
             input_files: tuple[str, ...] = ()
             if result is not None and not attempt.cancelled.is_set():
                 frame = as_dataframe(result)
-                written = write_partition(frame, tdd.result_path)
-                input_files = _input_datasets(frame, tdd.result_path)
+                written = write_partition(frame, target)
+                kept = None if request.kept_results_dir is None else f"{request.kept_results_dir}/{tdd.job_id}"
+                input_files = _input_datasets(frame, tdd.result_path, kept)
         except BaseException as exc:  # noqa: BLE001 - this process exists to run the function; SystemExit too
             if attempt.cancelled.is_set():
                 return AttemptState(ExecutionState.CANCELED)
@@ -295,7 +299,7 @@ class SlotProcess:
             ExecutionState.FINISHED,
             chained_rows=chain.rows(),
             rows=written.rows,
-            result_path=tdd.result_path,
+            result_path=target,
             result_schema=written.schema,
             input_files=input_files,
         )

@@ -34,12 +34,14 @@ import socket
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from sparkdispatch.config.options import TASKEXECUTOR_ATTEMPT_LOG_MAX_SIZE
 from sparkdispatch.model.states import ExecutionState
 from sparkdispatch.model.job_result import Failure
 from sparkdispatch.model.protocol import TaskDeploymentDescriptor
+from sparkdispatch.taskexecutor.kept_results import kept_path
 
 Message = dict[str, Any]
 
@@ -120,6 +122,17 @@ class RunRequest:
     start_before: float | None = None
     #: the cap of the attempt's log file (`taskexecutor.attempt-log.max-size`)
     log_max_size: int = TASKEXECUTOR_ATTEMPT_LOG_MAX_SIZE.default
+    #: where the TaskExecutor keeps results (`kept_results.py`): a kept vertex's result goes there
+    kept_results_dir: str | None = None
+
+    def write_path(self) -> str:
+        """Where the attempt writes a returned DataFrame: `tdd.result_path`, or its TaskExecutor's
+        disk for a kept result (`ValueError` when the TaskExecutor has no directory for them)."""
+        if not self.tdd.keep_result:
+            return self.tdd.result_path
+        if self.kept_results_dir is None:
+            raise ValueError("this TaskExecutor has no directory for kept results")
+        return kept_path(Path(self.kept_results_dir), self.tdd)
 
     def to_message(self) -> Message:
         return {
@@ -130,6 +143,7 @@ class RunRequest:
             "driver_log": self.driver_log,
             "start_before": self.start_before,
             "log_max_size": self.log_max_size,
+            "kept_results_dir": self.kept_results_dir,
         }
 
     @classmethod
@@ -142,6 +156,7 @@ class RunRequest:
             driver_log=str(driver_log) if driver_log else None,
             start_before=float(message["start_before"]) if message.get("start_before") is not None else None,
             log_max_size=int(message.get("log_max_size", TASKEXECUTOR_ATTEMPT_LOG_MAX_SIZE.default)),
+            kept_results_dir=str(message["kept_results_dir"]) if message.get("kept_results_dir") else None,
         )
 
 

@@ -171,6 +171,7 @@ class FakeGateway:
         self.queue: asyncio.Queue[Deployment] = asyncio.Queue()
         self.deployments: list[Deployment] = []
         self.cancels: list[tuple[str, str]] = []
+        self.releases: list[tuple[str, str | None]] = []  # (TaskExecutor hostname, vertex id; None: the job)
         self.fail_deploys = 0
         self.broker_down = False
         self.deploy_errors: list[Exception] = []
@@ -201,6 +202,10 @@ class FakeGateway:
                 self.fail_cancels -= 1
                 raise ServiceUnavailable(f"TaskExecutor {task_executor_hostname} did not answer")
         return True
+
+    def release_results(self, task_executor_hostname: str, job_id: str, vertex_id: str | None) -> None:
+        with self._lock:
+            self.releases.append((task_executor_hostname, vertex_id))
 
     def close(self) -> None:
         """Nothing to release: no broker connection."""

@@ -84,11 +84,12 @@ class Deployment:
 
 
 class RecordingTaskExecutorGateway(TaskExecutorGateway):
-    """The master's TaskExecutorGateway for tests: records deployments and cancels; thread-safe."""
+    """The master's TaskExecutorGateway for tests: records deployments, cancels and releases; thread-safe."""
 
     def __init__(self) -> None:
         self.deployments: MutableSequence[Deployment] = []  # a benchmark keeps only the last ones
         self.cancels: list[tuple[str, str]] = []  # (TaskExecutor hostname, execution id)
+        self.releases: list[tuple[str, str, str | None]] = []  # (TaskExecutor hostname, job id, vertex id)
         self.closed = False
         self._listeners: list[Callable[[Deployment | tuple[str, str]], None]] = []
         self._lock = threading.Lock()
@@ -113,6 +114,10 @@ class RecordingTaskExecutorGateway(TaskExecutorGateway):
         for listener in listeners:
             listener((task_executor_hostname, execution_id))
         return True
+
+    def release_results(self, task_executor_hostname: str, job_id: str, vertex_id: str | None) -> None:
+        with self._lock:
+            self.releases.append((task_executor_hostname, job_id, vertex_id))
 
     def close(self) -> None:
         self.closed = True

@@ -15,6 +15,7 @@ import pytest
 
 from sparkdispatch.config import Configuration
 from sparkdispatch.config.options import HA_CLUSTER_ID, HA_ZOOKEEPER_PATH_ROOT, HA_ZOOKEEPER_QUORUM
+from sparkdispatch.model.job_result import JobResult
 from sparkdispatch.testing.local_cluster import LocalCluster
 from sparkdispatch.testing.services import RedisServer, ZooKeeperServer
 from sparkdispatch.testing.waiting import eventually_blocking
@@ -340,6 +341,165 @@ def test_a_chain_whose_taskexecutor_is_killed_runs_again_whole_and_its_durable_i
     finally:
         cluster.start_task_executor(index)
         cluster.wait_for_task_executors(2)
+
+
+def kept(spec: dict[str, Any]) -> dict[str, Any]:
+    """`spec` asking for its result to be kept on its TaskExecutor."""
+    return {**spec, "result": "kept"}
+
+
+def durable(spec: dict[str, Any]) -> dict[str, Any]:
+    return {**spec, "result": "durable"}
+
+
+def task_executors_of(cluster: LocalCluster, job_id: str) -> dict[str, set[str | None]]:
+    """The TaskExecutors each vertex's subtasks' current attempts run or ran on."""
+    details = cluster.request("GET", f"{cluster.leader_url()}/jobs/{job_id}")[1]
+    return {v["id"]: {s["taskmanager"] for s in v["subtasks"]} for v in details["vertices"]}
+
+
+def kept_dir(cluster: LocalCluster, task_executor_id: str, job_id: str) -> Path:
+    return cluster.config.storage_dir / "te-work" / task_executor_id / "kept-results" / job_id
+
+
+def kept_fan_in(name: str, key: str, log_dir: Path) -> dict[str, Any]:
+    """The fan-in graph with `numbers` kept on its TaskExecutor, read by `double` and `square` (durable)."""
+    log = str(log_dir)
+    return job(
+        name,
+        [
+            kept(vertex("numbers", "numbers", parallelism=2, rows=100, log_dir=log)),
+            durable(vertex("double", "double", inputs=("numbers",), parallelism=2, log_dir=log)),
+            durable(vertex("square", "square", inputs=("numbers",), parallelism=2, log_dir=log)),
+            vertex("total", "total", inputs=("double", "square"), log_dir=log),
+        ],
+        key,
+        results="auto",
+    )
+
+
+def test_a_kept_result_is_read_beside_its_producer_released_once_read_and_made_again_for_a_repair(
+    cluster: LocalCluster, tasks_key: str, tmp_path: Path, spark: Any
+) -> None:
+    """`numbers` keeps its result on its TaskExecutor: both of its subtasks and all of its readers run
+    there (two TaskExecutors of two slots each, so anything else would be allowed), its result never
+    reaches the results directory, the report is the one the durable run gives, and the TaskExecutor's
+    copy is deleted once read. A repair of one reader runs `numbers` again, and its other reader."""
+    cluster.wait_for_task_executors(2)
+    job_id = cluster.submit(kept_fan_in("kept-fan-in", tasks_key, tmp_path))
+    result = cluster.wait_for_result(job_id)
+    assert result.status == "FINISHED", result.failure
+    assert {vid: v.rows for vid, v in result.vertices.items()} == {
+        "numbers": 100,
+        "double": 100,
+        "square": 100,
+        "total": 1,
+    }
+    placed = task_executors_of(cluster, job_id)
+    (site,) = placed["numbers"] | placed["double"] | placed["square"]
+    assert site is not None
+    assert result.vertices["numbers"].partitions == () and result.vertices["numbers"].result_path is None
+    assert not list((cluster.config.storage_dir / "results" / job_id / "numbers").glob("*/*.parquet"))
+    total = spark.read.parquet(*result.vertices["total"].partitions).collect()
+    assert [(r.doubled, r.squared) for r in total] == [(2 * sum(range(100)), sum(n * n for n in range(100)))]
+    eventually_blocking(
+        lambda: not kept_dir(cluster, site, job_id).exists(), "the kept result to be released", timeout=30
+    )
+    assert len(runs(tmp_path, "numbers")) == 2
+
+    def repair_taken() -> bool:
+        status, body = cluster.request("POST", f"{cluster.leader_url()}/jobs/{job_id}/repair", {"vertices": ["double"]})
+        assert status in (200, 202) or (status == 409 and body.get("running")), body
+        return status in (200, 202)
+
+    eventually_blocking(repair_taken, "the repair to be taken", timeout=30)
+
+    def repaired_result() -> JobResult | None:
+        outcome = cluster.wait_for_result(job_id)
+        return outcome if outcome.end_time > result.end_time else None
+
+    repaired = eventually_blocking(repaired_result, "the repaired run's result", timeout=120)
+    assert repaired.status == "FINISHED", repaired.failure
+    # every vertex ran in the repair (a vertex whose result it kept would show no attempt): numbers
+    # because its kept copy was deleted at the job's end, square because it reads numbers' new result
+    assert {vid: v.attempts for vid, v in repaired.vertices.items()} == dict.fromkeys(
+        ("numbers", "double", "square", "total"), 1
+    )
+    assert len(runs(tmp_path, "numbers")) == 4 and len(runs(tmp_path, "square")) == 4
+
+
+def test_a_taskexecutor_lost_with_a_kept_result_runs_its_producer_again(
+    cluster: LocalCluster, tasks_key: str, tmp_path: Path
+) -> None:
+    """`numbers` (kept) → `slow` → `last`: the TaskExecutor that keeps `numbers`' result and runs
+    `slow` beside it is killed. `numbers` runs again on the other TaskExecutor (its result went with
+    the first), `slow` after it there; nothing else runs twice, and every vertex keeps its rows."""
+    log = str(tmp_path)
+    graph = job(
+        "kept-te-loss",
+        [
+            kept(vertex("numbers", "numbers", rows=20, log_dir=log)),
+            durable(vertex("slow", "sleepy", inputs=("numbers",), seconds=6, log_dir=log)),
+            vertex("last", "sleepy", inputs=("slow",), seconds=0, log_dir=log),
+        ],
+        tasks_key,
+        results="auto",
+    )
+    cluster.wait_for_task_executors(2)
+    job_id = cluster.submit(graph)
+    wait_for_run(tmp_path, "slow", "start")
+    (first,) = task_executors_of(cluster, job_id)["numbers"]
+    index = kill_the_task_executor_running(cluster, job_id, "slow")
+    assert cluster.task_executor_id(index) == first  # it ran beside the result it read
+    try:
+        result = cluster.wait_for_result(job_id)
+        assert result.status == "FINISHED", result.failure
+        assert {vid: v.attempts for vid, v in result.vertices.items()} == {"numbers": 2, "slow": 2, "last": 1}
+        assert {vid: v.rows for vid, v in result.vertices.items()} == {"numbers": 20, "slow": 20, "last": 20}
+        assert len(runs(tmp_path, "numbers")) == 2 and len(runs(tmp_path, "slow", "end")) == 1
+        placed = task_executors_of(cluster, job_id)
+        assert placed["numbers"] == placed["slow"] != {first}
+    finally:
+        cluster.start_task_executor(index)
+        cluster.wait_for_task_executors(2)
+
+
+def test_a_leader_killed_while_a_kept_result_is_read_runs_no_finished_vertex_again(
+    cluster: LocalCluster, tasks_key: str, tmp_path: Path
+) -> None:
+    """The leader is killed while `slow` reads `numbers`' kept result. The new leader learns from the
+    stored progress where that result is, runs `slow` on that TaskExecutor again, and `numbers` never
+    runs again."""
+    log = str(tmp_path)
+    graph = job(
+        "kept-failover",
+        [
+            kept(vertex("numbers", "numbers", rows=20, log_dir=log)),
+            durable(vertex("slow", "sleepy", inputs=("numbers",), seconds=8, log_dir=log)),
+            vertex("last", "sleepy", inputs=("slow",), seconds=0, log_dir=log),
+        ],
+        tasks_key,
+        results="auto",
+    )
+    cluster.wait_for_task_executors(2)
+    job_id = cluster.submit(graph)
+    wait_for_run(tmp_path, "slow", "start")
+    (site,) = task_executors_of(cluster, job_id)["numbers"]
+    old_leader = cluster.wait_for_leader()
+    cluster.kill_master(old_leader, signal.SIGKILL)
+    cluster.wait_for_leader(exclude=old_leader, timeout=30)
+    try:
+        result = cluster.wait_for_result(job_id)
+        assert result.status == "FINISHED", result.failure
+        assert result.vertices["numbers"].attempts <= 1 and len(runs(tmp_path, "numbers")) == 1
+        assert {vid: v.rows for vid, v in result.vertices.items()} == {"numbers": 20, "slow": 20, "last": 20}
+        assert len(runs(tmp_path, "last", "end")) == 1
+        assert task_executors_of(cluster, job_id)["slow"] == {site}
+        eventually_blocking(
+            lambda: not kept_dir(cluster, str(site), job_id).exists(), "the kept result to be released", timeout=30
+        )
+    finally:
+        cluster.start_master(old_leader)
 
 
 def submit_three_stages(

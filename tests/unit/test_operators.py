@@ -986,7 +986,9 @@ def test_a_groups_results_and_its_vertices_result_kinds_reach_its_graph() -> Non
     assert "results" not in g
     assert graph_of("h")["results"] == "durable"
     with DAG("bad_results_dag", schedule=None, start_date=datetime(2026, 1, 1)):
-        with pytest.raises(ValueError, match="result is 'fast'; it must be one of 'auto', 'chained', 'durable'"):
+        with pytest.raises(
+            ValueError, match="result is 'fast'; it must be one of 'auto', 'chained', 'kept', 'durable'"
+        ):
             SparkDispatchVertexOperator(task_id="bad", entrypoint="m:f", result="fast")
         with pytest.raises(ValueError, match="results is 'chained'; it must be one of 'auto', 'durable'"):
             SparkDispatchJobGroup(group_id="bad", results="chained")

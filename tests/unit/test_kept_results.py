@@ -1,0 +1,271 @@
+"""Results kept on the TaskExecutor that made them: which JobGraphs may ask for them, the co-location
+groups they make, and the JobMaster's tracker of where they are."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sparkdispatch.errors import InvalidJobGraph
+from sparkdispatch.ha.progress_store import JobProgress, SubtaskProgress
+from sparkdispatch.jobmaster.execution import ExecutionVertex, SubtaskId
+from sparkdispatch.jobmaster.execution_graph import ExecutionGraph
+from sparkdispatch.jobmaster.failover import tasks_to_restart
+from sparkdispatch.jobmaster.kept_partitions import KeptPartitions
+from sparkdispatch.jobmaster.recovered_graph import build_execution_graph, mark_recorded
+from sparkdispatch.model.job_graph import JobGraph
+from sparkdispatch.model.kept_results import NO_KEPT, plan_kept_groups
+from sparkdispatch.model.chaining import plan_chains
+from sparkdispatch.model.repair import rerun_closure
+from sparkdispatch.model.states import ExecutionState
+
+JOB_ID = "ab" * 16
+
+
+def vertex(vertex_id: str, *inputs: str, parallelism: int = 1, **extra: Any) -> dict[str, Any]:
+    return {
+        "id": vertex_id,
+        "entrypoint": f"m:{vertex_id}",
+        "inputs": list(inputs),
+        "parallelism": parallelism,
+        **extra,
+    }
+
+
+def kept(vertex_id: str, *inputs: str, parallelism: int = 1) -> dict[str, Any]:
+    return vertex(vertex_id, *inputs, parallelism=parallelism, result="kept")
+
+
+def graph(*vertices: dict[str, Any], **extra: Any) -> JobGraph:
+    return JobGraph.from_dict({"name": "g", "vertices": list(vertices), "job_id": JOB_ID, **extra})
+
+
+def groups_of(g: JobGraph) -> dict[str, int]:
+    return dict(plan_kept_groups(g, plan_chains(g)).group_of)
+
+
+# ---------------------------------------------------------------- the JobGraph
+
+
+def test_a_kept_result_ties_its_producer_and_readers_into_one_group() -> None:
+    # join (kept) is read by two aggregates in different tasks; a second, separate kept edge
+    g = graph(
+        vertex("orders"),
+        kept("join", "orders", parallelism=2),
+        vertex("by_region", "join", parallelism=2),
+        vertex("top", "join"),
+        kept("other"),
+        vertex("reads_other", "other"),
+    )
+    groups = groups_of(g)
+    assert groups["join"] == groups["by_region"] == groups["top"]
+    assert groups["other"] == groups["reads_other"] != groups["join"]
+    assert "orders" not in groups  # its result is durable: it runs anywhere
+
+
+def test_groups_join_through_a_reader_of_two_kept_results_and_through_chains() -> None:
+    # c reads two kept results: a, b and c share one TaskExecutor. e is chained into f (auto), and e
+    # reads kept d: f's task is in d's group
+    g = graph(kept("a"), kept("b"), vertex("c", "a", "b"), kept("d"), vertex("e", "d"), vertex("f", "e"))
+    groups = groups_of(g)
+    assert groups["a"] == groups["b"] == groups["c"]
+    assert plan_chains(g).head_of == {"e": "f"}
+    assert groups["d"] == groups["f"] and "e" not in groups
+
+
+def test_a_graph_without_kept_results_has_no_groups_and_a_kept_vertex_is_never_chained() -> None:
+    assert plan_kept_groups(graph(vertex("a"), vertex("b", "a")), plan_chains(graph(vertex("a")))) is NO_KEPT
+    g = graph(kept("a"), vertex("b", "a"))
+    assert plan_chains(g).head_of == {}  # a would chain into b if it did not ask to be kept
+
+
+@pytest.mark.parametrize(
+    ("vertices", "extra", "message"),
+    [
+        ([vertex("a"), kept("b", "a")], {}, "vertex 'b' cannot keep its result on its TaskExecutor: no vertex reads"),
+        (
+            [kept("a"), vertex("b", "a")],
+            {"results": "durable"},
+            "vertex 'a' cannot keep its result on its TaskExecutor: the job asks for durable results",
+        ),
+    ],
+)
+def test_a_kept_result_that_cannot_be_is_refused_naming_the_field(
+    vertices: list[dict[str, Any]], extra: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(InvalidJobGraph) as caught:
+        graph(*vertices, **extra)
+    (field,) = caught.value.field_errors
+    assert field.endswith(".result") and message in caught.value.field_errors[field][0]
+
+
+def test_a_repair_runs_again_the_producers_of_the_kept_results_it_reads_and_their_other_readers() -> None:
+    g = graph(vertex("src"), kept("join", "src"), vertex("a", "join"), vertex("b", "join"), vertex("c", "src"))
+    assert rerun_closure(g, ["a"]) == {"a", "join", "b"}
+    assert rerun_closure(g, ["c"]) == {"c"}
+
+
+# ---------------------------------------------------------------- the JobMaster's tracker
+
+
+def finish(g: ExecutionGraph, ev: ExecutionVertex, *, on: str | None, path: str = "/p") -> None:
+    """Run `ev`'s attempt to FINISHED, its result kept on TaskExecutor `on` (None: durable)."""
+    for state in (ExecutionState.SCHEDULED, ExecutionState.DEPLOYING, ExecutionState.INITIALIZING):
+        ev.current.transition(state)
+    ev.current.transition(ExecutionState.RUNNING)
+    ev.current.transition(ExecutionState.FINISHED)
+    ev.current.keep(SubtaskProgress(f"{path}/{ev.id}", 1, kept_on=on))
+    mark_recorded(g, ev)
+
+
+def pipeline() -> ExecutionGraph:
+    return build_execution_graph(
+        graph(vertex("src"), kept("join", "src", parallelism=2), vertex("a", "join"), vertex("b", "join"))
+    )
+
+
+def test_readers_go_where_the_first_subtask_of_their_group_went_and_the_result_is_released_once_read() -> None:
+    g = pipeline()
+    kept_partitions = KeptPartitions(g)
+    (src,), (j0, j1), (a,), (b,) = [list(g.subtasks(v)) for v in ("src", "join", "a", "b")]
+    assert kept_partitions.site_of(j0) is None and kept_partitions.site_of(src) is None
+    kept_partitions.placed(j0, "te-1")
+    kept_partitions.placed(j1, "te-2")  # too late: the group runs on te-1
+    assert [kept_partitions.site_of(ev) for ev in (j1, a, b)] == ["te-1"] * 3
+    finish(g, src, on=None)
+    finish(g, j0, on="te-1")
+    finish(g, j1, on="te-1")
+    assert kept_partitions.watched() == {"te-1"}
+    finish(g, a, on=None)
+    assert kept_partitions.finished(a) == []  # b still reads it
+    finish(g, b, on=None)
+    assert kept_partitions.finished(b) == [("te-1", "join")]
+    assert kept_partitions.watched() == set()
+    assert kept_partitions.released(j0) and kept_partitions.released(j1)
+    assert kept_partitions.sites() == {"te-1"}
+    # a reader that runs again needs the released result made again
+    assert tasks_to_restart(g, [a.id], released=kept_partitions.released) == [j0.id, j1.id, a.id, b.id]
+
+
+def test_a_lost_task_executor_takes_the_results_a_reader_still_needs_and_frees_the_group() -> None:
+    g = pipeline()
+    kept_partitions = KeptPartitions(g)
+    src, (j0, j1), (a,), (b,) = [list(g.subtasks(v)) for v in ("src", "join", "a", "b")]
+    kept_partitions.placed(j0, "te-1")
+    finish(g, src[0], on=None)
+    finish(g, j0, on="te-1")
+    finish(g, j1, on="te-1")
+    assert kept_partitions.lost("te-2") == []
+    assert kept_partitions.lost("te-1") == [j0, j1]
+    assert j0.partition_lost and j1.partition_lost
+    assert kept_partitions.site_of(a) is None  # the producers run again anywhere, and the group with them
+    assert tasks_to_restart(g, [j0.id, j1.id]) == [j0.id, j1.id, a.id, b.id]
+
+
+def test_a_new_leader_learns_where_kept_results_are_from_the_stored_progress() -> None:
+    g = graph(vertex("src"), kept("join", "src", parallelism=2), vertex("a", "join"), vertex("b", "join"))
+    progress = JobProgress(
+        JOB_ID,
+        finished={
+            "src": {0: SubtaskProgress("/r/src/0-x", 3)},
+            "join": {i: SubtaskProgress(f"/k/join/{i}-y", 3, kept_on="te-7") for i in range(2)},
+            "a": {0: SubtaskProgress("/r/a/0-z", 1)},
+        },
+    )
+    recovered = build_execution_graph(g, progress)
+    kept_partitions = KeptPartitions(recovered)
+    (b,) = recovered.subtasks("b")
+    assert kept_partitions.site_of(b) == "te-7"
+    assert kept_partitions.watched() == {"te-7"}
+    assert [ev.id for ev in kept_partitions.lost("te-7")] == [SubtaskId("join", 0), SubtaskId("join", 1)]
+
+
+def test_kept_partitions_are_not_the_job_results_partitions() -> None:
+    from sparkdispatch.storage.results import ResultLayout
+
+    g = pipeline()
+    src, (j0, j1) = next(iter(g.subtasks("src"))), list(g.subtasks("join"))
+    finish(g, src, on=None, path="/results")
+    finish(g, j0, on="te-1", path="/te/kept")
+    finish(g, j1, on="te-1", path="/te/kept")
+    join = g.vertex_result("join", results=ResultLayout("/results"))
+    assert join.rows == 2 and join.partitions == () and join.result_path is None
+    assert g.vertex_result("src", results=ResultLayout("/results")).partitions == ("/results/src[0]",)
+
+
+# ---------------------------------------------------------------- what travels and what the TaskExecutor does
+
+
+def test_where_a_result_is_kept_is_stored_with_the_progress_and_a_deployment_says_to_keep_it() -> None:
+    from sparkdispatch.model.protocol import TaskDeploymentDescriptor
+
+    entry = SubtaskProgress("/te/kept/j/v/0-x", 5, result_schema="{}", kept_on="te-1")
+    assert entry.to_dict()["kept_on"] == "te-1"
+    assert SubtaskProgress.from_dict(entry.to_dict()) == entry
+    assert "kept_on" not in SubtaskProgress("/r/j/v/0-x", 5).to_dict()  # as progress stored before
+    with pytest.raises(TypeError, match="kept_on must be a string"):
+        SubtaskProgress.from_dict({"result_path": "/p", "rows": 1, "kept_on": 7})
+    tdd = TaskDeploymentDescriptor(
+        job_id=JOB_ID,
+        job_master_id="s",
+        execution_id="e",
+        vertex_id="v",
+        entrypoint="m:f",
+        subtask_index=0,
+        parallelism=1,
+        attempt=0,
+        allocation_id="a",
+        slot_index=0,
+        result_path="/r/x",
+        keep_result=True,
+    )
+    assert TaskDeploymentDescriptor.from_dict(tdd.to_dict()) == tdd
+    assert "keep_result" not in TaskDeploymentDescriptor.from_dict({**tdd.to_dict(), "keep_result": False}).to_dict()
+
+
+def test_a_task_executor_writes_a_kept_result_to_its_own_directory_and_releases_only_what_is_named(
+    tmp_path: Path,
+) -> None:
+    from sparkdispatch.model.protocol import TaskDeploymentDescriptor
+    from sparkdispatch.taskexecutor import kept_results
+    from sparkdispatch.taskexecutor.slot_protocol import RunRequest
+
+    directory = kept_results.kept_results_dir(tmp_path, "te-1")
+    base = TaskDeploymentDescriptor.from_dict(
+        {
+            "job_id": JOB_ID,
+            "job_master_id": "s",
+            "execution_id": "e1",
+            "vertex_id": "join",
+            "entrypoint": "m:f",
+            "subtask_index": 1,
+            "parallelism": 2,
+            "attempt": 0,
+            "allocation_id": "a",
+            "slot_index": 0,
+            "result_path": "/results/x/join/1-e1",
+        }
+    )
+    kept_tdd = TaskDeploymentDescriptor.from_dict({**base.to_dict(), "keep_result": True})
+    request = RunRequest(kept_tdd, "sc://x", kept_results_dir=str(directory))
+    assert RunRequest.from_message(request.to_message()) == request
+    assert request.write_path() == f"{directory}/{JOB_ID}/join/1-e1"
+    assert RunRequest(base, "sc://x", kept_results_dir=str(directory)).write_path() == "/results/x/join/1-e1"
+    with pytest.raises(ValueError, match="no directory for kept results"):
+        RunRequest(kept_tdd, "sc://x").write_path()
+
+    other_job = "cd" * 16
+    for job, vertex_id in ((JOB_ID, "join"), (JOB_ID, "other"), (other_job, "join")):
+        (directory / job / vertex_id / "0-e").mkdir(parents=True)
+    assert not kept_results.release(directory, "../..", None)  # not a job id: nothing deleted
+    assert not kept_results.release(directory, JOB_ID, "../other")
+    assert kept_results.release(directory, JOB_ID, "join")
+    assert sorted(p.name for p in (directory / JOB_ID).iterdir()) == ["other"]
+    assert kept_results.release(directory, JOB_ID, "other")
+    assert not (directory / JOB_ID).exists() and (directory / other_job / "join").is_dir()
+    assert kept_results.release(directory, other_job, None) and list(directory.iterdir()) == []
+    (directory / other_job).mkdir()
+    kept_results.clear(directory)  # a TaskExecutor's start
+    assert directory.is_dir() and list(directory.iterdir()) == []
