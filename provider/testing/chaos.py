@@ -3,7 +3,8 @@
 `ChaosRun(settings, work_dir=..., tasks=...).run()` starts ZooKeeper, Redis, two masters (ZooKeeper
 HA) and two TaskExecutors (`LocalCluster`), uploads the chaos task module
 (`bench/tasks/chaos_tasks.py`), and submits `settings.jobs` jobs produce(2) → transform(2) →
-summarize(1), `settings.in_flight` at a time, each with an id chosen here (a retried POST is the
+summarize(1) (transform chained into summarize's task; produce's result durable, or kept on its
+TaskExecutor in every second job), `settings.in_flight` at a time, each with an id chosen here (a retried POST is the
 same job). Meanwhile a fault thread works through `plan_faults(settings)`: SIGKILL of the leader
 master (restarted), SIGKILL of a TaskExecutor (restarted), SIGSTOP of a TaskExecutor past the
 heartbeat timeout (SIGCONT), a Redis restart on the same port, and a ZooKeeper SIGSTOP past the
@@ -87,6 +88,7 @@ def plan_jobs(settings: ChaosSettings) -> list[JobSpec]:
             sleeps={
                 v: round(rng.uniform(0.0, settings.max_task_sleep_s), 2) for v in ("produce", "transform", "summarize")
             },
+            kept=i % 2 == 1,
         )
         for i in range(settings.jobs)
     ]
@@ -110,9 +112,10 @@ def chaos_graph(spec: JobSpec, *, artifact: str, markers: Path, restart_attempts
         "name": f"chaos-{spec.index:04d}",
         "artifacts": [artifact],
         "vertices": [
-            # durable, so that a chaos job has tasks on both sides of a written result; the
-            # master chains transform into summarize's task
-            vertex("produce", 2, [], result="durable"),
+            # durable, so that a chaos job has tasks on both sides of a written result, or kept on
+            # its TaskExecutor, summarize's task placed beside it; the master chains transform
+            # into summarize's task
+            vertex("produce", 2, [], result="kept" if spec.kept else "durable"),
             vertex("transform", 2, ["produce"]),
             vertex("summarize", 1, ["transform"]),
         ],

@@ -14,15 +14,18 @@ Every problem is a `Finding` of one category:
   partitions are never lost here, so no leader may run that producer again. `transform` is
   chained into `summarize` (docs/jobgraph.md, "Result kinds"): its functions run in every attempt
   of summarize's task, also one a new leader runs again with the attempt numbers it starts anew,
-  so for it only the JobResult's end bounds its executions;
+  so for it only the JobResult's end bounds its executions. In a job whose `produce` keeps its
+  result on its TaskExecutor, a lost TaskExecutor takes that result with it and `produce` runs
+  again: there it may run after summarize's task started, but only after a TaskExecutor was
+  killed or stopped while the job ran;
 - hung: not accepted, or no JobResult, within `hang_after_s`;
 - failed: a JobResult other than FINISHED;
-- wrong-result: rows or partitions that do not add up (a chained vertex has none), or a subtask
-  FINISHED without an execution that completed;
+- wrong-result: rows or partitions that do not add up (a chained vertex and a kept result have
+  none), or a subtask FINISHED without an execution that completed;
 - forgotten: the leader answered 404 for an accepted job;
 - refused: a submission refused for good;
-- leftover: a znode (jobgraphs, progress), dirty JobResult, JobGraph file, result directory or
-  slot left behind once the jobs were cleaned;
+- leftover: a znode (jobgraphs, progress), dirty JobResult, JobGraph file, result directory, kept
+  result on a TaskExecutor or slot left behind once the jobs were cleaned;
 - crashed: a cluster process exited by itself; unhealed: the cluster did not heal after a fault,
   or no leader answered at the end.
 
@@ -38,7 +41,7 @@ import re
 import statistics
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,6 +72,8 @@ VERTICES = {"produce": 2, "transform": 2, "summarize": 1}  # vertex -> paralleli
 CONSUMER = {"produce": "transform", "transform": "summarize"}
 #: the chains the master makes of a chaos job (model.chaining): transform's subtasks run in summarize's task
 CHAINED_INTO = {"transform": "summarize"}
+#: the faults that may take a result kept on a TaskExecutor with them
+TASK_EXECUTOR_FAULTS = ("taskexecutor-kill", "taskexecutor-stop")
 HEX_ID = re.compile(r"\b[0-9a-f]{32}\b")
 EVIDENCE = ("WARNING", "ERROR", "CRITICAL", "Traceback", "refused", "failed", "lost", "recover")
 
@@ -202,6 +207,7 @@ class StoredState:
     jobgraph_files: list[str] = field(default_factory=list)
     results_dir: str = ""
     result_dirs: list[str] = field(default_factory=list)  # job ids with a directory under results_dir
+    kept_dirs: list[str] = field(default_factory=list)  # <TaskExecutor id>/<job id> of kept results
     zk_root: str = ""
     znodes: dict[str, list[str]] = field(default_factory=dict)  # jobgraphs|progress -> child names
 
@@ -222,6 +228,9 @@ class StoredState:
         state.jobgraph_files = [path.name for path in _files(storage / "jobgraphs" / cluster_id)]
         results = Path(config.results_dir)
         state.result_dirs = sorted(p.name for p in results.iterdir()) if results.is_dir() else []
+        state.kept_dirs = sorted(
+            f"{p.parent.parent.name}/{p.name}" for p in (storage / "te-work").glob("*/kept-results/*") if p.is_dir()
+        )
         state.znodes = {kind: _children(zookeeper, f"{state.zk_root}/{kind}") for kind in ("jobgraphs", "progress")}
         return state
 
@@ -282,6 +291,8 @@ def stored_leftovers(records: list[JobRecord], stored: StoredState) -> list[Find
         left(name[:32], f"JobGraph file {name} is left")  # <job-id>-<digest>.json
     for job_id in stored.result_dirs:
         left(job_id, f"result directory {stored.results_dir}/{job_id} is left")
+    for kept in stored.kept_dirs:
+        left(kept.rsplit("/", 1)[1], f"the kept results of TaskExecutor {kept.replace('/', ', job ')} are left")
     return found
 
 
@@ -392,7 +403,14 @@ def audit(
     end = time.time()
     findings: list[Finding] = []
     for record in records:
-        problems = judge_job(record, stored, listing, executions.get(record.spec.job_id, []), settings)
+        problems = judge_job(
+            record,
+            stored,
+            listing,
+            executions.get(record.spec.job_id, []),
+            settings,
+            faults=faults,
+        )
         if problems:
             life = (record.submitted_at or end, record.result_at or end)
             during = tuple(f.fault.number for f in faults if f.overlaps(*life))
@@ -471,8 +489,11 @@ def judge_job(
     listing: dict[str, list[dict[str, Any]]] | None,
     executions: list[Execution],
     settings: ChaosSettings,
+    *,
+    faults: Sequence[FaultRecord] = (),
 ) -> list[tuple[str, str]]:
-    """(category, message) for each problem of one job."""
+    """(category, message) for each problem of one job; `faults` are the run's (kills and stops of
+    TaskExecutors may take a kept result with them)."""
     job_id = record.spec.job_id
     problems: list[tuple[str, str]] = []
     if record.refused:
@@ -554,6 +575,10 @@ def judge_job(
         consumed = min((e.start for e in executions if e.vertex == consumer), default=None)
         for e in executions:
             if consumed is not None and e.vertex == producer and e.start > consumed:
+                if record.spec.kept and any(
+                    f.fault.kind in TASK_EXECUTOR_FAULTS and f.overlaps(consumed, e.start) for f in faults
+                ):
+                    continue  # its kept result went with a TaskExecutor: made again, as it must be
                 problems.append(
                     (
                         "duplicated",
@@ -577,6 +602,9 @@ def _wrong_results(record: JobRecord, executions: list[Execution]) -> list[str]:
         subtasks = sorted(p.rstrip("/").rsplit("/", 1)[-1].split("-")[0] for p in outcome.get("partitions", []))
         if vertex in CHAINED_INTO and subtasks:
             wrong.append(f"{vertex} is chained into {CHAINED_INTO[vertex]} but wrote partitions {subtasks}")
+        elif vertex == "produce" and record.spec.kept:
+            if subtasks:
+                wrong.append(f"produce keeps its result on its TaskExecutor but lists partitions {subtasks}")
         elif vertex not in CHAINED_INTO and subtasks != [str(i) for i in range(VERTICES[vertex])]:
             wrong.append(f"{vertex}'s partitions are of subtasks {subtasks}, expected one per subtask")
     for vertex, parallelism in VERTICES.items():

@@ -146,12 +146,14 @@ class Crash:
 
 @dataclass(frozen=True)
 class JobSpec:
-    """One planned job: its id, rows and each vertex's pause."""
+    """One planned job: its id, rows, each vertex's pause, and whether `produce` keeps its result on
+    its TaskExecutor (`"result": "kept"`) instead of writing it to the results directory."""
 
     index: int
     job_id: str
     rows: int
     sleeps: dict[str, float]
+    kept: bool = False
 
 
 @dataclass

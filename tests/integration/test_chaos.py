@@ -13,7 +13,7 @@ import copy
 import os
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ import pytest
 
 from sparkdispatch.testing.chaos import ChaosRun, plan_faults
 from sparkdispatch.testing.chaos_audit import CATEGORIES, Execution, StoredState, judge_job, stored_leftovers
-from sparkdispatch.testing.chaos_model import FAULT_KINDS, ChaosSettings, JobRecord, JobSpec
+from sparkdispatch.testing.chaos_model import FAULT_KINDS, ChaosSettings, FaultRecord, JobRecord, JobSpec, PlannedFault
 from sparkdispatch.testing.services import ServiceMissing
 
 TASKS = Path(__file__).resolve().parents[2] / "bench" / "tasks" / "chaos_tasks.py"
@@ -72,10 +72,19 @@ class Case:
     stored: StoredState
     listing: dict[str, list[dict[str, Any]]]
 
+    faults: list[FaultRecord] = field(default_factory=list)
+
     def judge(self) -> set[str]:
         return {
             category
-            for category, _ in judge_job(self.record, self.stored, self.listing, self.executions, ChaosSettings())
+            for category, _ in judge_job(
+                self.record,
+                self.stored,
+                self.listing,
+                self.executions,
+                ChaosSettings(),
+                faults=self.faults,
+            )
         }
 
 
@@ -199,3 +208,43 @@ def test_leftovers_are_what_a_finished_job_left_behind() -> None:
     assert len(stored_leftovers([case.record], case.stored)) == 5
     case.record.result = None  # a job still running keeps its state
     assert stored_leftovers([case.record], case.stored) == []
+
+
+def kept_job() -> Case:
+    """The finished job of `finished_job`, its `produce` result kept on its TaskExecutor: no partitions."""
+    case = finished_job()
+    case.record.spec = replace(case.record.spec, kept=True)
+    for result in (case.record.result, case.stored.job_results[JOB]["clean"], case.stored.archive[JOB]):
+        assert result is not None
+        result["vertices"]["produce"]["partitions"] = []
+    return case
+
+
+def task_executor_fault(kind: str, started: float, healed: float) -> FaultRecord:
+    return FaultRecord(PlannedFault(1, kind, after_job=0, delay_s=0.0, target=0, hold_s=1.0), started, healed=healed)
+
+
+def test_a_kept_result_made_again_after_a_task_executor_fault_is_no_duplicate_and_without_one_is() -> None:
+    assert kept_job().judge() == set()
+    case = kept_job()
+    case.executions.append(late("produce", 1, 1004.0))  # after summarize's task (transform) started at 1003
+    assert case.judge() == {"duplicated"}
+    case.faults = [task_executor_fault("leader-kill", 1003.2, 1003.8)]  # not a TaskExecutor's: no excuse
+    assert case.judge() == {"duplicated"}
+    case.faults = [task_executor_fault("taskexecutor-kill", 1003.2, 1003.8)]
+    assert case.judge() == set()
+    durable = finished_job()  # a durable result is never lost with a TaskExecutor
+    durable.executions.append(late("produce", 1, 1004.0))
+    durable.faults = case.faults
+    assert durable.judge() == {"duplicated"}
+    listed = kept_job()
+    assert listed.record.result is not None
+    listed.record.result["vertices"]["produce"]["partitions"] = [f"/results/{JOB}/produce/0-p0"]
+    assert "wrong-result" in listed.judge()
+
+
+def test_a_kept_result_left_on_a_task_executor_is_a_leftover() -> None:
+    case = kept_job()
+    case.stored.kept_dirs = [f"te-x-0/{JOB}"]
+    (found,) = stored_leftovers([case.record], case.stored)
+    assert "kept results of TaskExecutor te-x-0, job " in found.message
