@@ -1,7 +1,8 @@
 """P10 a realistic pipeline: Parquet sources, a star join, a window, a result read twice; against three floors.
 
     .venv/bin/python bench/p10_pipeline.py [--runs 3] [--warm-up 1] [--rows 3000000] [--slots 2]
-                                           [--spark-submit-runs 1] [--work-dir DIR] [--quick]
+                                           [--spark-submit-runs 1] [--shared-result auto|durable|kept]
+                                           [--work-dir DIR] [--quick]
 
 The pipeline is bench/tasks/p10_tasks.py (7 vertices, 10 subtasks; the module's docstring draws it):
 three Parquet sources made once before anything is timed (`--rows` orders, 100k customers, 2k
@@ -10,7 +11,10 @@ aggregate, a per-category top-5 with a window, a report. `spark.sql.shuffle.part
 run it, in one run of this script:
 
 - cluster: `sparkdispatch standalone --slots 2` (one TaskExecutor, Spark `local[*]`), the module
-  shipped as the job's artifact, timed from POST /jobs to the JobResult;
+  shipped as the job's artifact, timed from POST /jobs to the JobResult; with `--shared-result`
+  the twice-read result (`sales`) asks for that result kind (default `auto`: the master chains the
+  whole pipeline into the report's task; `durable` writes it to the results directory, `kept` to
+  the TaskExecutor's disk, its readers placed there);
 - materialised floor: the same task functions in ONE warm classic SparkSession (`local[*]`) of this
   process, every subtask's result written as a Parquet partition and read back by its consumers
   (`p10_tasks.run_materialised`, as a slot process writes and reads them);
@@ -60,8 +64,9 @@ JOB_TIMEOUT_S = 600.0
 FLOORS = ("materialised", "lazy", "cached")
 
 
-def p10_graph(artifact: str, sources: dict[str, str]) -> dict[str, Any]:
-    """The JobGraph: one vertex per `p10_tasks.VERTICES` entry, the sources' paths as every vertex's params."""
+def p10_graph(artifact: str, sources: dict[str, str], *, shared_result: str = "auto") -> dict[str, Any]:
+    """The JobGraph: one vertex per `p10_tasks.VERTICES` entry, the sources' paths as every vertex's
+    params, `shared_result` the result kind `p10_tasks.SHARED` asks for."""
     return {
         "name": "p10-pipeline",
         "vertices": [
@@ -71,6 +76,7 @@ def p10_graph(artifact: str, sources: dict[str, str]) -> dict[str, Any]:
                 "parallelism": v["parallelism"],
                 "inputs": list(v["inputs"]),
                 "params": dict(sources),
+                **({"result": shared_result} if v["id"] == p10_tasks.SHARED and shared_result != "auto" else {}),
             }
             for v in p10_tasks.VERTICES
         ],
@@ -213,6 +219,12 @@ def run() -> int:
     parser.add_argument("--rows", type=int, default=3_000_000, help="orders in the source")
     parser.add_argument("--slots", type=int, default=2, help="slots of the standalone's TaskExecutor")
     parser.add_argument("--spark-submit-runs", type=int, default=1, help="runs of spark-submit per vertex (0: none)")
+    parser.add_argument(
+        "--shared-result",
+        choices=("auto", "durable", "kept"),
+        default="auto",
+        help=f"the result kind {p10_tasks.SHARED!r} asks for (results in p10_pipeline.<kind>.json unless auto)",
+    )
     add_run_options(parser, quick="300k rows, 1 timed run, no spark-submit")
     args = parser.parse_args()
     if args.quick:
@@ -225,6 +237,7 @@ def run() -> int:
         "runs": args.runs,
         "warm_up_runs": args.warm_up,
         "quick": args.quick,
+        "shared_result": args.shared_result,
         "vertices": len(p10_tasks.VERTICES),
         "subtasks": sum(v["parallelism"] for v in p10_tasks.VERTICES),
     }
@@ -244,7 +257,7 @@ def run() -> int:
             sources = p10_tasks.make_sources(floors.spark, str(work / "sources"), args.rows)
             floors.sources = sources
             print(f"sources ({args.rows} orders) written in {time.perf_counter() - begin:.1f}s", flush=True)
-            graph = p10_graph(standalone.rest.upload_artifact(P10_TASKS), sources)
+            graph = p10_graph(standalone.rest.upload_artifact(P10_TASKS), sources, shared_result=args.shared_result)
 
             def one_round(label: str, timed: bool) -> None:
                 figures = {}
@@ -282,8 +295,9 @@ def run() -> int:
     cluster = medians["cluster"]
     best_floor = min(FLOORS, key=lambda kind: medians[kind])
     to_best = cluster / medians[best_floor]
+    kind = "" if args.shared_result == "auto" else f", {p10_tasks.SHARED} {args.shared_result}"
     rows_out = [
-        [f"cluster: standalone, 1 TaskExecutor x {args.slots} slots (POST -> result)", f"{cluster:.2f}", "1.00x"]
+        [f"cluster: standalone, 1 TaskExecutor x {args.slots} slots{kind} (POST -> result)", f"{cluster:.2f}", "1.00x"]
     ]
     labels = {
         "materialised": "materialised floor: one classic session, every result written and read back",
@@ -308,7 +322,7 @@ def run() -> int:
     if "spark_submit" in medians:
         print(f"spark-submit per vertex / cluster: {medians['spark_submit'] / cluster:.1f}x (goal >= 50x)")
     save_results(
-        "p10_pipeline",
+        "p10_pipeline" if args.shared_result == "auto" else f"p10_pipeline.{args.shared_result}",
         quick=args.quick,
         report={
             **results,
