@@ -428,18 +428,15 @@ def test_a_kept_result_is_read_beside_its_producer_released_once_read_and_made_a
     assert len(runs(tmp_path, "numbers")) == 4 and len(runs(tmp_path, "square")) == 4
 
 
-def test_a_taskexecutor_lost_with_a_kept_result_runs_its_producer_again(
-    cluster: LocalCluster, tasks_key: str, tmp_path: Path
-) -> None:
-    """`numbers` (kept) → `slow` → `last`: the TaskExecutor that keeps `numbers`' result and runs
-    `slow` beside it is killed. `numbers` runs again on the other TaskExecutor (its result went with
-    the first), `slow` after it there; nothing else runs twice, and every vertex keeps its rows."""
-    log = str(tmp_path)
+def submit_kept_three_stages(cluster: LocalCluster, name: str, tasks_key: str, log_dir: Path, *, slow_s: float) -> str:
+    """numbers (20 rows, kept) → slow (durable, sleeps `slow_s`) → last, submitted; its id once
+    `slow` has started."""
+    log = str(log_dir)
     graph = job(
-        "kept-te-loss",
+        name,
         [
             kept(vertex("numbers", "numbers", rows=20, log_dir=log)),
-            durable(vertex("slow", "sleepy", inputs=("numbers",), seconds=6, log_dir=log)),
+            durable(vertex("slow", "sleepy", inputs=("numbers",), seconds=slow_s, log_dir=log)),
             vertex("last", "sleepy", inputs=("slow",), seconds=0, log_dir=log),
         ],
         tasks_key,
@@ -447,7 +444,17 @@ def test_a_taskexecutor_lost_with_a_kept_result_runs_its_producer_again(
     )
     cluster.wait_for_task_executors(2)
     job_id = cluster.submit(graph)
-    wait_for_run(tmp_path, "slow", "start")
+    wait_for_run(log_dir, "slow", "start")
+    return job_id
+
+
+def test_a_taskexecutor_lost_with_a_kept_result_runs_its_producer_again(
+    cluster: LocalCluster, tasks_key: str, tmp_path: Path
+) -> None:
+    """`numbers` (kept) → `slow` → `last`: the TaskExecutor that keeps `numbers`' result and runs
+    `slow` beside it is killed. `numbers` runs again on the other TaskExecutor (its result went with
+    the first), `slow` after it there; nothing else runs twice, and every vertex keeps its rows."""
+    job_id = submit_kept_three_stages(cluster, "kept-te-loss", tasks_key, tmp_path, slow_s=6)
     (first,) = task_executors_of(cluster, job_id)["numbers"]
     index = kill_the_task_executor_running(cluster, job_id, "slow")
     assert cluster.task_executor_id(index) == first  # it ran beside the result it read
@@ -470,20 +477,7 @@ def test_a_leader_killed_while_a_kept_result_is_read_runs_no_finished_vertex_aga
     """The leader is killed while `slow` reads `numbers`' kept result. The new leader learns from the
     stored progress where that result is, runs `slow` on that TaskExecutor again, and `numbers` never
     runs again."""
-    log = str(tmp_path)
-    graph = job(
-        "kept-failover",
-        [
-            kept(vertex("numbers", "numbers", rows=20, log_dir=log)),
-            durable(vertex("slow", "sleepy", inputs=("numbers",), seconds=8, log_dir=log)),
-            vertex("last", "sleepy", inputs=("slow",), seconds=0, log_dir=log),
-        ],
-        tasks_key,
-        results="auto",
-    )
-    cluster.wait_for_task_executors(2)
-    job_id = cluster.submit(graph)
-    wait_for_run(tmp_path, "slow", "start")
+    job_id = submit_kept_three_stages(cluster, "kept-failover", tasks_key, tmp_path, slow_s=8)
     (site,) = task_executors_of(cluster, job_id)["numbers"]
     old_leader = cluster.wait_for_leader()
     cluster.kill_master(old_leader, signal.SIGKILL)

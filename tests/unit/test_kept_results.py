@@ -3,6 +3,7 @@ groups they make, and the JobMaster's tracker of where they are."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from sparkdispatch.model.kept_results import NO_KEPT, plan_kept_groups
 from sparkdispatch.model.chaining import plan_chains
 from sparkdispatch.model.repair import rerun_closure
 from sparkdispatch.model.states import ExecutionState
+from sparkdispatch.testing.slot_attempts import deployment
 
 JOB_ID = "ab" * 16
 
@@ -198,7 +200,9 @@ def test_kept_partitions_are_not_the_job_results_partitions() -> None:
 # ---------------------------------------------------------------- what travels and what the TaskExecutor does
 
 
-def test_where_a_result_is_kept_is_stored_with_the_progress_and_a_deployment_says_to_keep_it() -> None:
+def test_where_a_result_is_kept_is_stored_with_the_progress_and_a_deployment_says_to_keep_it(
+    tmp_path: Path,
+) -> None:
     from sparkdispatch.model.protocol import TaskDeploymentDescriptor
 
     entry = SubtaskProgress("/te/kept/j/v/0-x", 5, result_schema="{}", kept_on="te-1")
@@ -207,52 +211,24 @@ def test_where_a_result_is_kept_is_stored_with_the_progress_and_a_deployment_say
     assert "kept_on" not in SubtaskProgress("/r/j/v/0-x", 5).to_dict()  # as progress stored before
     with pytest.raises(TypeError, match="kept_on must be a string"):
         SubtaskProgress.from_dict({"result_path": "/p", "rows": 1, "kept_on": 7})
-    tdd = TaskDeploymentDescriptor(
-        job_id=JOB_ID,
-        job_master_id="s",
-        execution_id="e",
-        vertex_id="v",
-        entrypoint="m:f",
-        subtask_index=0,
-        parallelism=1,
-        attempt=0,
-        allocation_id="a",
-        slot_index=0,
-        result_path="/r/x",
-        keep_result=True,
-    )
+    tdd = deployment(tmp_path, "m:f", job_id=JOB_ID, keep_result=True)
     assert TaskDeploymentDescriptor.from_dict(tdd.to_dict()) == tdd
-    assert "keep_result" not in TaskDeploymentDescriptor.from_dict({**tdd.to_dict(), "keep_result": False}).to_dict()
+    assert "keep_result" not in deployment(tmp_path, "m:f", job_id=JOB_ID).to_dict()
 
 
 def test_a_task_executor_writes_a_kept_result_to_its_own_directory_and_releases_only_what_is_named(
     tmp_path: Path,
 ) -> None:
-    from sparkdispatch.model.protocol import TaskDeploymentDescriptor
     from sparkdispatch.taskexecutor import kept_results
     from sparkdispatch.taskexecutor.slot_protocol import RunRequest
 
     directory = kept_results.kept_results_dir(tmp_path, "te-1")
-    base = TaskDeploymentDescriptor.from_dict(
-        {
-            "job_id": JOB_ID,
-            "job_master_id": "s",
-            "execution_id": "e1",
-            "vertex_id": "join",
-            "entrypoint": "m:f",
-            "subtask_index": 1,
-            "parallelism": 2,
-            "attempt": 0,
-            "allocation_id": "a",
-            "slot_index": 0,
-            "result_path": "/results/x/join/1-e1",
-        }
-    )
-    kept_tdd = TaskDeploymentDescriptor.from_dict({**base.to_dict(), "keep_result": True})
+    base = deployment(tmp_path, "m:f", job_id=JOB_ID, subtask_index=1, parallelism=2)
+    kept_tdd = replace(base, keep_result=True)
     request = RunRequest(kept_tdd, "sc://x", kept_results_dir=str(directory))
     assert RunRequest.from_message(request.to_message()) == request
-    assert request.write_path() == f"{directory}/{JOB_ID}/join/1-e1"
-    assert RunRequest(base, "sc://x", kept_results_dir=str(directory)).write_path() == "/results/x/join/1-e1"
+    assert request.write_path() == f"{directory}/{JOB_ID}/v/1-{base.execution_id}"
+    assert RunRequest(base, "sc://x", kept_results_dir=str(directory)).write_path() == base.result_path
     with pytest.raises(ValueError, match="no directory for kept results"):
         RunRequest(kept_tdd, "sc://x").write_path()
 
