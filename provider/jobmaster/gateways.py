@@ -88,9 +88,9 @@ class TaskExecutorGateway(Protocol):
         """Ask one TaskExecutor to cancel an execution; True if it runs it. Raises if it does not answer."""
 
     @abstractmethod
-    def release_results(self, task_executor_hostname: str, job_id: str, vertex_id: str | None) -> None:
+    def release_results(self, task_executor_hostname: str, job_id: str, vertex_id: str | None) -> bool:
         """Ask one TaskExecutor to delete the results it keeps of a job's vertex (None: of the
-        whole job); sent without waiting for an answer."""
+        whole job); True once it answered, False if it did not in time."""
 
     @abstractmethod
     def close(self) -> None:

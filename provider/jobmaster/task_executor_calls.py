@@ -11,10 +11,11 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from sparkdispatch.jobmaster.deployment import send_deployment
+from sparkdispatch.jobmaster.deployment import RETRY_INITIAL_S, RETRY_MAX_S, send_deployment
 from sparkdispatch.jobmaster.execution import LIVE, Execution
 from sparkdispatch.jobmaster.gateways import TaskExecutorGateway
 from sparkdispatch.model.protocol import TaskDeploymentDescriptor
@@ -22,6 +23,9 @@ from sparkdispatch.model.states import ExecutionState
 from sparkdispatch.resourcemanager import AllocatedSlot, ResourceManagerGateway
 
 log = logging.getLogger(__name__)
+
+#: How long a release of kept results is asked again while its TaskExecutor does not answer.
+RELEASE_PATIENCE_S = 120.0
 
 
 class TaskExecutorCalls:
@@ -124,23 +128,32 @@ class TaskExecutorCalls:
 
     def release_results(self, task_executor_id: str, vertex_id: str | None) -> None:
         """Ask a TaskExecutor to delete the results it keeps of `vertex_id` (None: of the whole job),
-        in the background; one that is not registered took them with it."""
-        hostname = self.task_executor_hostname(task_executor_id)
-        if hostname is not None:
-            self.spawn(self._release_on(task_executor_id, hostname, vertex_id))
+        in the background, again until it answers (a broker restarting, a worker reconnecting) for
+        `RELEASE_PATIENCE_S`; one that is not registered (any more) took them with it."""
+        self.spawn(self._release_on(task_executor_id, vertex_id))
 
-    async def _release_on(self, task_executor_id: str, hostname: str, vertex_id: str | None) -> None:
-        try:
-            await asyncio.to_thread(self._gateway.release_results, hostname, self._job_id, vertex_id)
-        except Exception as exc:  # noqa: BLE001 - the results stay until the job's end, or the TaskExecutor's
-            log.warning(
-                "job %s (session %s): releasing kept results%s on %s failed: %s",
-                self._job_id,
-                self._session_id,
-                "" if vertex_id is None else f" of {vertex_id}",
-                task_executor_id,
-                exc,
-            )
+    async def _release_on(self, task_executor_id: str, vertex_id: str | None) -> None:
+        what = "" if vertex_id is None else f" of {vertex_id}"
+        pause, deadline = RETRY_INITIAL_S, time.monotonic() + RELEASE_PATIENCE_S
+        while (hostname := self.task_executor_hostname(task_executor_id)) is not None:
+            try:
+                if await asyncio.to_thread(self._gateway.release_results, hostname, self._job_id, vertex_id):
+                    return
+                problem = "no answer"
+            except Exception as exc:  # noqa: BLE001 - the broker's trouble: ask again
+                problem = str(exc)
+            if time.monotonic() + pause > deadline:
+                log.warning(
+                    "job %s (session %s): %s did not release the kept results%s (%s); they stay until it restarts",
+                    self._job_id,
+                    self._session_id,
+                    task_executor_id,
+                    what,
+                    problem,
+                )
+                return
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, RETRY_MAX_S)
 
     def _background_done(self, task: asyncio.Task[Any]) -> None:
         self._background.discard(task)

@@ -83,19 +83,12 @@ class CeleryTaskExecutorGateway:
             )
         return any(bool(body.get("found")) for reply in replies for body in reply.values() if isinstance(body, dict))
 
-    def release_results(self, task_executor_hostname: str, job_id: str, vertex_id: str | None) -> None:
-        """Ask one worker to delete the results it keeps of a job's vertex (None: of the whole job),
-        without waiting: a worker that is gone took them with it. `ServiceUnavailable` if the broker
-        did not take the call."""
-        try:
-            self._app.control.broadcast(
-                RELEASE_RESULTS_COMMAND,
-                arguments={"job_id": job_id, "vertex_id": vertex_id or ""},
-                destination=[task_executor_hostname],
-                reply=False,
-            )
-        except Exception as exc:  # kombu raises transport-specific errors
-            raise ServiceUnavailable(f"the Celery broker did not take a remote-control call: {exc}") from exc
+    def release_results(self, task_executor_hostname: str, job_id: str, vertex_id: str | None) -> bool:
+        """Ask one worker to delete the results it keeps of a job's vertex (None: of the whole job);
+        True once it answered, False if it did not within the reply timeout (a broadcast reaches
+        only workers listening at that moment). `ServiceUnavailable` if the broker is down."""
+        arguments = {"job_id": job_id, "vertex_id": vertex_id or ""}
+        return bool(self._broadcast(RELEASE_RESULTS_COMMAND, task_executor_hostname, arguments))
 
     def close(self) -> None:
         self._app.close()

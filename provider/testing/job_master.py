@@ -203,9 +203,10 @@ class FakeGateway:
                 raise ServiceUnavailable(f"TaskExecutor {task_executor_hostname} did not answer")
         return True
 
-    def release_results(self, task_executor_hostname: str, job_id: str, vertex_id: str | None) -> None:
+    def release_results(self, task_executor_hostname: str, job_id: str, vertex_id: str | None) -> bool:
         with self._lock:
             self.releases.append((task_executor_hostname, vertex_id))
+        return True
 
     def close(self) -> None:
         """Nothing to release: no broker connection."""

@@ -115,9 +115,10 @@ class RecordingTaskExecutorGateway(TaskExecutorGateway):
             listener((task_executor_hostname, execution_id))
         return True
 
-    def release_results(self, task_executor_hostname: str, job_id: str, vertex_id: str | None) -> None:
+    def release_results(self, task_executor_hostname: str, job_id: str, vertex_id: str | None) -> bool:
         with self._lock:
             self.releases.append((task_executor_hostname, job_id, vertex_id))
+        return True
 
     def close(self) -> None:
         self.closed = True

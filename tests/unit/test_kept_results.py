@@ -3,24 +3,28 @@ groups they make, and the JobMaster's tracker of where they are."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
-from sparkdispatch.errors import InvalidJobGraph
+from sparkdispatch.errors import InvalidJobGraph, ServiceUnavailable
 from sparkdispatch.ha.progress_store import JobProgress, SubtaskProgress
 from sparkdispatch.jobmaster.execution import ExecutionVertex, SubtaskId
 from sparkdispatch.jobmaster.execution_graph import ExecutionGraph
 from sparkdispatch.jobmaster.failover import tasks_to_restart
+from sparkdispatch.jobmaster.gateways import TaskExecutorGateway
 from sparkdispatch.jobmaster.kept_partitions import KeptPartitions
 from sparkdispatch.jobmaster.recovered_graph import build_execution_graph, mark_recorded
+from sparkdispatch.jobmaster.task_executor_calls import TaskExecutorCalls
 from sparkdispatch.model.job_graph import JobGraph
 from sparkdispatch.model.kept_results import NO_KEPT, plan_kept_groups
 from sparkdispatch.model.chaining import plan_chains
 from sparkdispatch.model.repair import rerun_closure
 from sparkdispatch.model.states import ExecutionState
+from sparkdispatch.resourcemanager import ResourceManagerGateway
 from sparkdispatch.testing.slot_attempts import deployment
 
 JOB_ID = "ab" * 16
@@ -245,3 +249,62 @@ def test_a_task_executor_writes_a_kept_result_to_its_own_directory_and_releases_
     (directory / other_job).mkdir()
     kept_results.clear(directory)  # a TaskExecutor's start
     assert directory.is_dir() and list(directory.iterdir()) == []
+
+
+class Releases:
+    """A TaskExecutorGateway's release side: the broker down for `refusals` calls, then the
+    TaskExecutor silent for `silences` calls, then answering."""
+
+    def __init__(self, refusals: int = 0, silences: int = 0) -> None:
+        self.refusals, self.silences = refusals, silences
+        self.calls: list[tuple[str, str, str | None]] = []
+
+    def release_results(self, task_executor_hostname: str, job_id: str, vertex_id: str | None) -> bool:
+        self.calls.append((task_executor_hostname, job_id, vertex_id))
+        if self.refusals:
+            self.refusals -= 1
+            raise ServiceUnavailable("Error 111 connecting to 127.0.0.1:6379")
+        if self.silences:
+            self.silences -= 1
+            return False
+        return True
+
+
+class Registered:
+    """The ResourceManager side `TaskExecutorCalls` asks for host names."""
+
+    def __init__(self) -> None:
+        self.hostnames = {"te-1": "celery@te-1"}
+
+    def task_executor_hostname(self, task_executor_id: str) -> str | None:
+        return self.hostnames.get(task_executor_id)
+
+
+def calls_with(gateway: Releases, registered: Registered) -> TaskExecutorCalls:
+    return TaskExecutorCalls(
+        job_id=JOB_ID,
+        session_id="s",
+        gateway=cast(TaskExecutorGateway, gateway),
+        resource_manager=cast(ResourceManagerGateway, registered),
+    )
+
+
+async def test_a_release_is_asked_again_until_the_task_executor_answers_or_is_gone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("sparkdispatch.jobmaster.task_executor_calls.RETRY_INITIAL_S", 0.001)
+    gateway, registered = Releases(refusals=2, silences=1), Registered()
+    calls = calls_with(gateway, registered)
+    calls.release_results("te-1", "join")
+    await calls.join()
+    assert gateway.calls == [("celery@te-1", JOB_ID, "join")] * 4  # a Redis restart, a worker reconnecting
+    gone = Releases(silences=1_000)
+    calls = calls_with(gone, registered)
+    calls.release_results("te-1", None)
+    await asyncio.sleep(0.05)
+    del registered.hostnames["te-1"]  # lost: it took its kept results with it
+    await asyncio.wait_for(calls.join(), 5)
+    assert 1 <= len(gone.calls) < 1_000
+    calls.release_results("te-2", None)  # never registered: nothing to ask
+    await calls.join()
+    assert len(gone.calls) < 1_000

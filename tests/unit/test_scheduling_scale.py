@@ -70,8 +70,8 @@ class AcceptingGateway:
     def cancel(self, task_executor_hostname: str, execution_id: str) -> bool:
         return True
 
-    def release_results(self, task_executor_hostname: str, job_id: str, vertex_id: str | None) -> None:
-        pass
+    def release_results(self, task_executor_hostname: str, job_id: str, vertex_id: str | None) -> bool:
+        return True
 
     def close(self) -> None:
         pass
