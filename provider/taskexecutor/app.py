@@ -6,6 +6,7 @@ The settings, names and queues it shares with the master's sender are in
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING, Any
 
 from celery import Celery
@@ -69,9 +70,11 @@ def sparkdispatch_cancel(state: Any, execution_id: str, **_: Any) -> dict[str, A
     name=RELEASE_RESULTS_COMMAND, args=[("job_id", str), ("vertex_id", str)], signature="<job_id> <vertex_id>"
 )
 def sparkdispatch_release_results(state: Any, job_id: str, vertex_id: str = "", **_: Any) -> dict[str, Any]:
-    """Delete the results this worker keeps of a job's vertex (an empty vertex id: of the whole job)."""
+    """Delete the results this worker keeps of a job's vertex (an empty vertex id: of the whole job),
+    in a thread of its own: a large result takes a while, and a cancel must not wait for it."""
     runtime = getattr(state.consumer.app, "task_executor", None)
     if runtime is None:
         return {"error": "not a sparkdispatch TaskExecutor"}
-    released = kept_results.release(runtime.kept_results_dir, job_id, vertex_id or None)
-    return {"ok": "released" if released else "refused", "released": released}
+    arguments = (runtime.kept_results_dir, job_id, vertex_id or None)
+    threading.Thread(target=kept_results.release, args=arguments, daemon=True, name="release-kept").start()
+    return {"ok": "releasing"}
