@@ -11,6 +11,7 @@ cancelled task ends CANCELED, whatever its function did.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -59,7 +60,7 @@ class TaskRunner:
         artifacts: ArtifactCache | None = None,
         environments: PythonEnvironments | None = None,
         slot_release_timeout_s: float,
-        start_deadline: Callable[[], float | None] = lambda: None,
+        start_deadline: Callable[[str], float | None] = lambda _: None,
     ) -> None:
         self.slots = slots
         self._pool = pool
@@ -67,7 +68,7 @@ class TaskRunner:
             task_executor_id=task_executor_id, artifacts=artifacts, environments=environments
         )
         self._slot_release_timeout_s = slot_release_timeout_s
-        self._start_deadline = start_deadline  # MasterConnection.start_deadline
+        self._start_deadline = start_deadline  # MasterConnection.start_deadline, of a registration id
         self._reports = StateReports(
             reporter=reporter, slots=slots, task_executor_id=task_executor_id, on_refused=self._refused_in_background
         )
@@ -165,7 +166,9 @@ class TaskRunner:
             if running.cancelled.is_set():
                 return self._reports.transition(running, AttemptState(ExecutionState.CANCELED))
             end = self._pool.run(
-                AttemptLaunch(tdd, artifact_paths, self._start_deadline, python),
+                AttemptLaunch(
+                    tdd, artifact_paths, functools.partial(self._start_deadline, tdd.registration_id), python
+                ),
                 lambda state: self._on_state(running, state),
             )
         if running.cancelled.is_set() or end.state is ExecutionState.CANCELED:

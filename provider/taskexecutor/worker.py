@@ -253,13 +253,17 @@ class MasterConnection:
                 self._registration_changed.notify_all()
             self._deliver_held_reports(leader)
 
-    def start_deadline(self) -> float | None:
-        """Until when (`time.monotonic()`) an admitted attempt may start its function: a heartbeat
-        timeout, less one interval, after the master last answered a heartbeat. Later, the master
-        may have declared this TaskExecutor lost (it was frozen, or cut off) and run the attempt
-        elsewhere. None before the first answer (registration fences then)."""
+    def start_deadline(self, registration_id: str = "") -> float | None:
+        """Until when (`time.monotonic()`) an attempt admitted under `registration_id` may start its
+        function: a heartbeat timeout, less one interval, after the master last answered a
+        heartbeat. Later, the master may have declared this TaskExecutor lost (it was frozen, or cut
+        off) and run the attempt elsewhere. 0 (long past) once this TaskExecutor registered afresh
+        since (the master had given it up: a heartbeat answered now does not make the attempt its
+        own again); None before the first answer (registration fences then)."""
         with self._lock:
             last_ok = self._last_heartbeat_ok
+            if registration_id and registration_id not in self._admitted:
+                return 0.0
         return last_ok + max(self._timeout - self._interval, self._interval) if last_ok else None
 
     def _silence_limit(self) -> float:

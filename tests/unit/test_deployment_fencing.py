@@ -401,6 +401,25 @@ def test_an_admitted_attempt_may_start_until_a_heartbeat_timeout_less_an_interva
     assert connection.start_deadline() == pytest.approx(clock.now + 2.0 - 0.3)
 
 
+def test_an_attempt_admitted_before_the_master_gave_this_task_executor_up_may_not_start_after_it(
+    connection: MasterConnection, client: RecordingClient, clock: Clock
+) -> None:
+    """A TaskExecutor frozen past the heartbeat timeout (SIGSTOP) with an attempt admitted but not
+    started: the master ran that attempt elsewhere, maybe to the job's end. Once it is thawed and
+    registered afresh, its heartbeats are answered again, but the attempt's registration is not its
+    own any more: no fresh start deadline for it (the chaos run found such an attempt start after
+    its job's JobResult)."""
+    connection.tick()  # registered as reg-1
+    assert connection.start_deadline("reg-1") == pytest.approx(clock.now + 2.0 - 0.3)
+    clock.now += 10
+    client.gave_up = True
+    connection.tick()  # the heartbeat is refused
+    connection.tick()  # registered anew, as reg-2: heartbeats are answered from now
+    assert client.registrations == [None, "reg-1"]  # it asked to go on as reg-1; the master had dropped it
+    assert connection.start_deadline("reg-2") == pytest.approx(clock.now + 2.0 - 0.3)
+    assert connection.start_deadline("reg-1") == 0.0  # long past: the function must not start
+
+
 @pytest.mark.parametrize(("pool", "valid"), [("etl", True), ("team-a.gpu_1", True), ("../x", False), ("", False)])
 def test_a_task_executor_takes_its_pool_from_the_configuration(pool: str, valid: bool) -> None:
     config = Configuration.from_mapping({"taskexecutor.pool": pool})
