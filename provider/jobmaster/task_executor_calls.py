@@ -13,6 +13,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from sparkdispatch.jobmaster.deployment import RETRY_INITIAL_S, RETRY_MAX_S, send_deployment
@@ -26,6 +27,9 @@ log = logging.getLogger(__name__)
 
 #: How long a release of kept results is asked again while its TaskExecutor does not answer.
 RELEASE_PATIENCE_S = 120.0
+#: Releases block on the broker (for seconds while it restarts): threads of their own, so that they
+#: never hold up the master's other calls in the loop's default executor (the JobResult's write).
+_RELEASE_THREADS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sparkdispatch-release")
 
 
 class TaskExecutorCalls:
@@ -137,7 +141,8 @@ class TaskExecutorCalls:
         pause, deadline = RETRY_INITIAL_S, time.monotonic() + RELEASE_PATIENCE_S
         while (hostname := self.task_executor_hostname(task_executor_id)) is not None:
             try:
-                if await asyncio.to_thread(self._gateway.release_results, hostname, self._job_id, vertex_id):
+                release = functools.partial(self._gateway.release_results, hostname, self._job_id, vertex_id)
+                if await asyncio.get_running_loop().run_in_executor(_RELEASE_THREADS, release):
                     return
                 problem = "no answer"
             except Exception as exc:  # noqa: BLE001 - the broker's trouble: ask again
