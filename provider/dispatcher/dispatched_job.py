@@ -28,6 +28,9 @@ class DispatchedJob:
     job_master: JobMasterGateway | None = None
     watcher: asyncio.Task[None] | None = None
     result: JobResult | None = None  # once globally terminal
+    #: set once its dirty JobResult is stored: only then is `result` answered, as no later leader
+    #: runs the job again (until then a leader change could, and answer another result)
+    result_stored: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
     cancel_recorded: bool = False  # its cancel is persisted: a recovered job is cancelled, not run
     repairs: tuple[Repair, ...] = ()  # the last one runs, if the job runs a repair
 

@@ -454,6 +454,8 @@ class Dispatcher(JobQueries):
             ArchivedJob(result, await job.snapshot(), job.fingerprint, graph=job.graph, finished=finished)
         )
         written = await self._write_dirty_result(JobResultEntry(result, job.fingerprint))
+        if written:
+            job.result_stored.set()
         self._jobs.pop(job_id, None)
         if written:
             self._start_cleanup(job_id)

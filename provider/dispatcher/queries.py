@@ -52,21 +52,18 @@ class JobQueries:
         return archived.snapshot
 
     async def job_result(self, job_id: str, *, wait_s: float = 0.0) -> JobResult | None:
-        """The JobResult, waiting up to `wait_s` for a running job; None while it runs."""
+        """The JobResult, waiting up to `wait_s` for a running job; None while it runs, and until its
+        dirty JobResult is stored: a result answered before could be replaced by a later leader's
+        run of the job, had leadership changed in between."""
         self._check_serving()
         job = self._jobs.get(job_id)
-        if job is not None and job.result is None and job.job_master is not None:
-            future = job.job_master.result_future
-            if not future.done() and wait_s > 0:
-                try:
-                    await asyncio.wait_for(asyncio.shield(future), wait_s)
-                except (TimeoutError, asyncio.CancelledError):
-                    pass
-            if future.done() and not future.cancelled():
-                return future.result()
-            return None
         if job is not None:
-            return job.result
+            if not job.result_stored.is_set() and wait_s > 0:
+                try:
+                    await asyncio.wait_for(job.result_stored.wait(), wait_s)
+                except TimeoutError:
+                    pass
+            return job.result if job.result_stored.is_set() else None
         archived = await self._archive.get(job_id)
         if archived is None:
             raise UnknownJob(job_id)
