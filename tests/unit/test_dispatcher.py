@@ -778,6 +778,32 @@ async def test_stop_waits_for_a_job_result_write_in_flight(config: Configuration
     assert done.is_set()
 
 
+async def test_a_job_result_is_answered_only_once_its_dirty_entry_is_stored(
+    config: Configuration, ha: Any, monkeypatch: Any
+) -> None:
+    """Answered before, a result could be replaced by a later leader's run of the job, should the
+    leadership end before the write (the chaos run of 2026-11-29, seed 590188)."""
+    dispatcher = make_dispatcher(config, ha)
+    await dispatcher.start()
+    await dispatcher.submit(graph())
+    entered, release = threading.Event(), threading.Event()
+    real_link = ha.job_result_store._link_dirty
+
+    def slow_link(job_id: str, temp: Path) -> None:
+        entered.set()
+        release.wait(10)
+        real_link(job_id, temp)
+
+    monkeypatch.setattr(ha.job_result_store, "_link_dirty", slow_link)
+    FakeJobMaster.created[0].finish()
+    assert await asyncio.to_thread(entered.wait, 10)
+    assert await dispatcher.job_result("a" * 32, wait_s=0.2) is None  # finished, not yet stored
+    release.set()
+    result = await dispatcher.job_result("a" * 32, wait_s=10)
+    assert result is not None and result.status is JobStatus.FINISHED
+    await dispatcher.stop()
+
+
 # ---------------------------------------------------------------------------- same job again (item 9)
 
 
