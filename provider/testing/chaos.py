@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from sparkdispatch.model.rest_shapes import ExecutionResult, TaskManagerList
-from sparkdispatch.testing.chaos_audit import ChaosReport, audit, wait_for_cleanup
+from sparkdispatch.testing.chaos_audit import ChaosReport, audit
+from sparkdispatch.testing.chaos_leftovers import wait_for_cleanup
 from sparkdispatch.testing.chaos_model import (
     FAULT_KINDS,
     ChaosSettings,

@@ -1,6 +1,6 @@
 """What a chaos run is made of: its settings, the planned faults and jobs, and what was recorded of them.
 
-`sparkdispatch.testing.chaos` runs these; `sparkdispatch.testing.chaos_audit` judges them.
+`sparkdispatch.testing.chaos` runs these; `sparkdispatch.testing.chaos_audit` judges them, each problem a `Finding`.
 """
 
 from __future__ import annotations
@@ -174,3 +174,25 @@ class JobRecord:
         if self.accepted_at is None or self.result_at is None:
             return None
         return self.result_at - self.accepted_at
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem the audit found. `subject`: a job id, a path, a process or a fault."""
+
+    category: str
+    subject: str
+    message: str
+    job: str = ""  # the job's name
+    faults: tuple[int, ...] = ()  # faults during the job's life
+    evidence: tuple[str, ...] = ()  # log lines about it
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "category": self.category,
+            "subject": self.subject,
+            "job": self.job,
+            "message": self.message,
+            "faults": list(self.faults),
+            "evidence": list(self.evidence),
+        }

@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 from sparkdispatch.testing.chaos import ChaosRun, plan_faults
-from sparkdispatch.testing.chaos_audit import CATEGORIES, Execution, StoredState, judge_job, stored_leftovers
+from sparkdispatch.testing.chaos_audit import CATEGORIES, Execution, judge_job
+from sparkdispatch.testing.chaos_leftovers import StoredState, stored_leftovers
 from sparkdispatch.testing.chaos_model import FAULT_KINDS, ChaosSettings, FaultRecord, JobRecord, JobSpec, PlannedFault
 from sparkdispatch.testing.services import ServiceMissing
 
