@@ -5,7 +5,8 @@
 
 from sparkdispatch.resourcemanager.messages import AllocatedSlot, ResourceOverview
 from sparkdispatch.resourcemanager.resource_manager import ResourceManager, ResourceManagerGateway
-from sparkdispatch.resourcemanager.slot_manager import SlotListener, SlotManager
+from sparkdispatch.resourcemanager.slot_manager import SlotManager
+from sparkdispatch.resourcemanager.slot_records import SlotListener
 
 __all__ = [
     "AllocatedSlot",

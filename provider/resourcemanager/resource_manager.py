@@ -42,7 +42,8 @@ from sparkdispatch.model.protocol import (
 )
 from sparkdispatch.model.rest_shapes import TaskManager, TaskManagerExecution
 from sparkdispatch.resourcemanager.messages import ResourceOverview
-from sparkdispatch.resourcemanager.slot_manager import SlotListener, SlotManager
+from sparkdispatch.resourcemanager.slot_manager import SlotManager
+from sparkdispatch.resourcemanager.slot_records import SlotListener
 from sparkdispatch.resourcemanager.settings import ResourceManagerSettings
 
 log = logging.getLogger(__name__)

@@ -55,125 +55,26 @@ import logging
 import secrets
 import time
 import uuid
-from abc import abstractmethod
-from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import NamedTuple, Protocol
+from collections.abc import Callable, Iterator, Mapping
 
-from sparkdispatch.errors import InvalidRequest, SlotRequestTimeout, SparkDispatchError
+from sparkdispatch.errors import InvalidRequest, SlotRequestTimeout
 from sparkdispatch.resourcemanager.heartbeat import Clock
 from sparkdispatch.model.job_graph import DEFAULT_POOL
-from sparkdispatch.model.protocol import ExecutionReport, SlotReport, TaskExecutorRegistration
+from sparkdispatch.model.protocol import SlotReport, TaskExecutorRegistration
 from sparkdispatch.model.rest_shapes import TaskManager, TaskManagerSlot
 from sparkdispatch.resourcemanager.messages import AllocatedSlot
+from sparkdispatch.resourcemanager.slot_records import (
+    JobSlots,
+    Pin,
+    PoolSlots,
+    Registered,
+    Slot,
+    SlotListener,
+    TaskExecutorSlots,
+    continues,
+)
 
 log = logging.getLogger(__name__)
-
-
-class SlotListener(Protocol):
-    """A job's side of the slot contract (the JobMaster implements it).
-
-    Plain methods, called on the master's loop after the SlotManager's state is consistent;
-    what they raise is logged, never propagated.
-    """
-
-    @abstractmethod
-    def slots_allocated(self, slots: Sequence[AllocatedSlot]) -> None:
-        """These slots are the job's now."""
-
-    @abstractmethod
-    def slot_request_failed(self, error: SparkDispatchError) -> None:
-        """The requirement stayed unmet for `slot.request.timeout` and dropped to what the job holds."""
-
-    @abstractmethod
-    def task_executor_lost(self, task_executor_id: str, allocation_ids: Sequence[str], reason: str) -> None:
-        """The TaskExecutor is gone, and with it these allocations of the job."""
-
-    @abstractmethod
-    def task_executor_heartbeat(self, task_executor_id: str, executions: Sequence[ExecutionReport]) -> None:
-        """A heartbeat of a TaskExecutor that holds a slot of the job or runs one of its
-        executions, with that job's executions there."""
-
-
-class _Slot:
-    __slots__ = ("task_executor", "index", "allocation_id", "job_id", "occupied")
-
-    def __init__(self, task_executor: _TaskExecutor, index: int) -> None:
-        self.task_executor = task_executor
-        self.index = index
-        self.allocation_id: str | None = None
-        self.job_id: str | None = None
-        # True while the TaskExecutor runs a task of an allocation this SlotManager did not make.
-        self.occupied = False
-
-
-class Registered(NamedTuple):
-    """The outcome of a TaskExecutor's registration."""
-
-    registration_id: str
-    #: it continued its previous registration: its slots and their allocations were kept
-    resumed: bool
-    #: it replaced a registration of the same id, whose allocations were reported lost
-    replaced: bool
-
-
-class _TaskExecutor:
-    __slots__ = (
-        "id",
-        "registration_id",
-        "hostname",
-        "queue",
-        "spark_master",
-        "pool",
-        "slots",
-        "busy",
-        "idle_since",
-        "registered_at",
-    )
-
-    def __init__(self, registration: TaskExecutorRegistration, registration_id: str, now: float) -> None:
-        self.id = registration.task_executor_id
-        self.registration_id = registration_id
-        self.hostname = registration.hostname
-        self.queue = registration.queue
-        self.spark_master = registration.spark_master
-        self.pool = registration.pool
-        self.slots = [_Slot(self, index) for index in range(registration.slots)]
-        self.busy = 0  # slots allocated or occupied
-        self.idle_since: float | None = now
-        self.registered_at = now
-
-
-class _Pin:
-    __slots__ = ("count", "since")
-
-    def __init__(self, count: int, since: float) -> None:
-        self.count = count  # slots still to hand out from the TaskExecutor (0: it is only watched)
-        self.since = since  # when the pin was first declared
-
-
-class _Job:
-    __slots__ = ("job_id", "seq", "pool", "required", "listener", "allocations", "waiting_since", "pins")
-
-    def __init__(self, job_id: str, seq: int, pool: str, listener: SlotListener) -> None:
-        self.job_id = job_id
-        self.seq = seq  # order of first declaration
-        self.pool = pool
-        self.required = 0
-        self.listener = listener
-        self.allocations: dict[str, _Slot] = {}
-        self.waiting_since = 0.0
-        self.pins: dict[str, _Pin] = {}  # by TaskExecutor id
-
-
-class _Pool:
-    """The free slots of a pool's TaskExecutors and the jobs waiting for them, in the order they began to wait."""
-
-    __slots__ = ("free", "waiting")
-
-    def __init__(self) -> None:
-        self.free: dict[_Slot, None] = {}
-        self.waiting: OrderedDict[str, _Job] = OrderedDict()
 
 
 class SlotManager:
@@ -203,9 +104,9 @@ class SlotManager:
         self._clock: Clock = clock or time.monotonic
         self._epoch_offset = time.time() - self._clock()
         self._on_change = on_change or (lambda: None)
-        self._task_executors: dict[str, _TaskExecutor] = {}
-        self._pools: dict[str, _Pool] = {}
-        self._jobs: dict[str, _Job] = {}
+        self._task_executors: dict[str, TaskExecutorSlots] = {}
+        self._pools: dict[str, PoolSlots] = {}
+        self._jobs: dict[str, JobSlots] = {}
         self._pinned_by: dict[str, dict[str, None]] = {}  # TaskExecutor id -> ids of the jobs pinned to it
         self._slots_total = 0
         self._allocation_prefix = secrets.token_hex(6) + "-"
@@ -221,7 +122,7 @@ class SlotManager:
         registration_id = uuid.uuid4().hex
         now = self._clock()
         known = self._task_executors.get(registration.task_executor_id)
-        if known is not None and _continues(known, registration):
+        if known is not None and continues(known, registration):
             previous, known.registration_id = known.registration_id, registration_id
             freed = self._apply_report(known, registration.slot_report, now)
             log.info(
@@ -236,7 +137,7 @@ class SlotManager:
                 self._on_change()
             return Registered(registration_id, resumed=True, replaced=False)
         replaced = self.unregister_task_executor(registration.task_executor_id, "it registered again")
-        task_executor = _TaskExecutor(registration, registration_id, now)
+        task_executor = TaskExecutorSlots(registration, registration_id, now)
         self._task_executors[task_executor.id] = task_executor
         self._slots_total += len(task_executor.slots)
         free = self._pool(task_executor.pool).free
@@ -305,7 +206,7 @@ class SlotManager:
             self._on_change()
         return True
 
-    def _apply_report(self, task_executor: _TaskExecutor, report: SlotReport, now: float) -> bool:
+    def _apply_report(self, task_executor: TaskExecutorSlots, report: SlotReport, now: float) -> bool:
         """Returns True if a slot became free."""
         freed = False
         slots = task_executor.slots
@@ -351,11 +252,11 @@ class SlotManager:
                 )
         return freed
 
-    def _mark_busy(self, task_executor: _TaskExecutor) -> None:
+    def _mark_busy(self, task_executor: TaskExecutorSlots) -> None:
         task_executor.busy += 1
         task_executor.idle_since = None
 
-    def _make_free(self, slot: _Slot, now: float) -> None:
+    def _make_free(self, slot: Slot, now: float) -> None:
         slot.allocation_id = slot.job_id = None
         self._pool(slot.task_executor.pool).free[slot] = None
         task_executor = slot.task_executor
@@ -395,7 +296,7 @@ class SlotManager:
         if job is None:
             if slots == 0 and not pins:
                 return
-            job = self._jobs[job_id] = _Job(job_id, next(self._job_counter), pool, listener)
+            job = self._jobs[job_id] = JobSlots(job_id, next(self._job_counter), pool, listener)
         elif job.pool != pool:  # not what a JobMaster does: its graph names one pool
             self._pool(job.pool).waiting.pop(job_id, None)
             job.pool = pool
@@ -411,7 +312,7 @@ class SlotManager:
         if (pins or had_pins) and job.required > len(job.allocations):
             self._on_change()  # free slots a pin left alone may meet the new requirement
 
-    def _set_pins(self, job: _Job, pins: dict[str, int], now: float) -> None:
+    def _set_pins(self, job: JobSlots, pins: dict[str, int], now: float) -> None:
         """Replace the job's pins; a pin declared again keeps the time it was first declared."""
         for te_id in job.pins.keys() - pins.keys():
             self._unindex_pin(job.job_id, te_id)
@@ -420,13 +321,13 @@ class SlotManager:
         for te_id, count in pins.items():
             pin = old.get(te_id)
             if pin is None:
-                pin = _Pin(count, now)
+                pin = Pin(count, now)
                 self._pinned_by.setdefault(te_id, {})[job.job_id] = None
             else:
                 pin.count = count
             job.pins[te_id] = pin
 
-    def _drop_pin(self, job: _Job, task_executor_id: str, now: float) -> None:
+    def _drop_pin(self, job: JobSlots, task_executor_id: str, now: float) -> None:
         """Forget the job's pin (its TaskExecutor is gone); a job that waited for slots there may take
         any now, and waits afresh for them. The caller updates the pin index and the waiting queue."""
         pin = job.pins.pop(task_executor_id)
@@ -453,13 +354,13 @@ class SlotManager:
         self._on_change()
         return True
 
-    def _pool(self, name: str) -> _Pool:
+    def _pool(self, name: str) -> PoolSlots:
         pool = self._pools.get(name)
         if pool is None:
-            pool = self._pools[name] = _Pool()
+            pool = self._pools[name] = PoolSlots()
         return pool
 
-    def _update_waiting(self, job: _Job, now: float) -> None:
+    def _update_waiting(self, job: JobSlots, now: float) -> None:
         """Put the job into, or out of, its pool's queue of waiting jobs; forget a job that needs,
         holds and watches nothing."""
         waiting = self._pool(job.pool).waiting
@@ -476,7 +377,7 @@ class SlotManager:
     def check_requirements(self) -> int:
         """Hand each pool's free slots to its waiting jobs, in the order they began to wait (pinned
         slots first; a job that can take none of them is passed over); returns how many."""
-        batches: list[tuple[_Job, list[AllocatedSlot]]] = []
+        batches: list[tuple[JobSlots, list[AllocatedSlot]]] = []
         for pool in self._pools.values():
             if pool.free and pool.waiting:
                 self._hand_out(pool, batches)
@@ -484,7 +385,7 @@ class SlotManager:
             _call(job.listener.slots_allocated, batch, job_id=job.job_id)
         return sum(len(batch) for _, batch in batches)
 
-    def _hand_out(self, pool: _Pool, batches: list[tuple[_Job, list[AllocatedSlot]]]) -> None:
+    def _hand_out(self, pool: PoolSlots, batches: list[tuple[JobSlots, list[AllocatedSlot]]]) -> None:
         free, waiting = pool.free, pool.waiting
         now = self._clock()
         served: list[str] = []
@@ -507,7 +408,7 @@ class SlotManager:
         for job_id in served:
             del waiting[job_id]
 
-    def _hand_out_pinned(self, job: _Job, free: dict[_Slot, None], missing: int, batch: list[AllocatedSlot]) -> int:
+    def _hand_out_pinned(self, job: JobSlots, free: dict[Slot, None], missing: int, batch: list[AllocatedSlot]) -> int:
         """Hand the job free slots of the TaskExecutors it is pinned to, at most `missing`; returns how many."""
         handed = 0
         for te_id, pin in job.pins.items():
@@ -526,7 +427,7 @@ class SlotManager:
                         break
         return handed
 
-    def _allocate(self, slot: _Slot, job: _Job, batch: list[AllocatedSlot]) -> None:
+    def _allocate(self, slot: Slot, job: JobSlots, batch: list[AllocatedSlot]) -> None:
         allocation_id = f"{self._allocation_prefix}{next(self._allocation_counter):x}"
         slot.allocation_id = allocation_id
         slot.job_id = job.job_id
@@ -599,7 +500,7 @@ class SlotManager:
         if expired:
             self._on_change()
 
-    def _describe_pins(self, job: _Job) -> str:
+    def _describe_pins(self, job: JobSlots) -> str:
         """Where the job's pinned slots are to come from, for a timeout's message."""
         parts: list[str] = []
         free = self._pool(job.pool).free
@@ -652,7 +553,7 @@ class SlotManager:
         for task_executor in self._task_executors.values():
             yield self._describe(task_executor, now)
 
-    def _describe(self, te: _TaskExecutor, now: float) -> TaskManager:
+    def _describe(self, te: TaskExecutorSlots, now: float) -> TaskManager:
         idle_since = te.idle_since
         return TaskManager(
             id=te.id,
@@ -684,16 +585,6 @@ class SlotManager:
         self._jobs.clear()
         self._pinned_by.clear()
         self._slots_total = 0
-
-
-def _continues(task_executor: _TaskExecutor, registration: TaskExecutorRegistration) -> bool:
-    """Whether `registration` is the same TaskExecutor process registering again."""
-    return registration.previous_registration_id == task_executor.registration_id and (
-        registration.hostname,
-        registration.queue,
-        registration.slots,
-        registration.pool,
-    ) == (task_executor.hostname, task_executor.queue, len(task_executor.slots), task_executor.pool)
 
 
 def _call(method: Callable[..., None], *args: object, job_id: str) -> None:
