@@ -16,17 +16,12 @@ are asked of that TaskExecutor, and its loss runs their producers again.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
-from sparkdispatch.errors import (
-    IllegalStateTransition,
-    JobAlreadyTerminated,
-    StaleExecution,
-)
+from sparkdispatch.errors import IllegalStateTransition, JobAlreadyTerminated, StaleExecution
 from sparkdispatch.ha.progress_store import Finished, JobProgress, ProgressStore, SubtaskProgress
 from sparkdispatch.model.states import ExecutionState, JobStatus
 from sparkdispatch.model.job_graph import JobGraph
@@ -37,15 +32,18 @@ from sparkdispatch.jobmaster.execution_graph import ExecutionGraph
 from sparkdispatch.jobmaster.failover import tasks_to_restart, unreadable_inputs
 from sparkdispatch.jobmaster.gateways import TaskExecutorGateway
 from sparkdispatch.jobmaster.kept_partitions import KeptPartitions
+from sparkdispatch.jobmaster.slot_requests import SlotRequests
 from sparkdispatch.jobmaster.result_publication import publish_result
-from sparkdispatch.jobmaster.recovered_graph import build_execution_graph, finished, mark_recorded, record_task
+from sparkdispatch.jobmaster.recovered_graph import (
+    build_execution_graph,
+    finished,
+    log_restored,
+    mark_recorded,
+    record_task,
+)
 from sparkdispatch.jobmaster.reconciler import ExecutionDeploymentReconciler
 from sparkdispatch.jobmaster.task_executor_calls import TaskExecutorCalls
-from sparkdispatch.jobmaster.task_executor_reconciliation import (
-    Failed,
-    TaskExecutorReconciliation,
-    check_report,
-)
+from sparkdispatch.jobmaster.task_executor_reconciliation import Failed, TaskExecutorReconciliation, check_report
 from sparkdispatch.jobmaster.restart import RestartBackoffTimeStrategy, create_restart_strategy, restart_refused
 from sparkdispatch.log_context import log_context
 from sparkdispatch.metrics.events import EventCounts, TaskEvents
@@ -94,8 +92,6 @@ class JobMaster:
             else build_execution_graph(graph, recovered_progress, clock=self._clock)
         )
         self.job_master_id = session_id
-        self._pool = graph.pool  # the TaskExecutor pool its slots come from
-        self._resource_manager = resource_manager
         self._calls = TaskExecutorCalls(
             job_id=self.execution_graph.job_id,
             session_id=session_id,
@@ -106,11 +102,16 @@ class JobMaster:
         self._results = ResultLayout(settings.results_dir)
         spec = graph.restart_strategy or settings.restart_strategy
         self.restart_strategy: RestartBackoffTimeStrategy = create_restart_strategy(spec, clock=self._clock)
-        self._waiting: dict[SubtaskId, ExecutionVertex] = {}  # SCHEDULED, waiting for a slot, in order
-        self._held_slots: dict[str, Execution] = {}  # allocation id -> the attempt it runs
         self._held_back: dict[SubtaskId, object] = {}  # waiting out a restart backoff -> that restart
-        self._declared: tuple[int, dict[str, int]] | None = None  # slots in all, and pinned per TaskExecutor
         self._kept = KeptPartitions(self.execution_graph)
+        self._slots = SlotRequests(
+            self.execution_graph,
+            pool=graph.pool,
+            resource_manager=resource_manager,
+            calls=self._calls,
+            listener=self,
+            kept=self._kept,
+        )
         self._deployments = ExecutionDeploymentReconciler(
             missing_threshold=settings.missing_execution_threshold, grace_s=settings.deployment_grace
         )
@@ -137,21 +138,7 @@ class JobMaster:
         graph = self.execution_graph
         if graph.status is not JobStatus.INITIALIZING:
             raise IllegalStateTransition(f"job {self.job_id} was started already ({graph.status.value})")
-        if graph.restored is not None:
-            restored, skipped = graph.restored
-            log.info(
-                "job %s (session %s): %d subtask(s) finished before the failover; not run again",
-                self.job_id,
-                self.job_master_id,
-                restored,
-            )
-            if skipped:
-                log.warning(
-                    "job %s (session %s): recovered progress names unknown subtasks %s; ignored",
-                    self.job_id,
-                    self.job_master_id,
-                    ", ".join(map(str, skipped)),
-                )
+        log_restored(graph, self.job_master_id)
         graph.transition(JobStatus.CREATED)
         graph.transition(JobStatus.RUNNING)
         log.info(
@@ -226,7 +213,7 @@ class JobMaster:
         graph.transition(JobStatus.CANCELLING)
         self._stop_restart_timers()
         cancel_calls = self._stop_all()
-        self._declare()
+        self._slots.declare()
         if cancel_calls:
             await asyncio.gather(*cancel_calls, return_exceptions=True)
         if self.status is JobStatus.CANCELLING:  # not suspended while we waited
@@ -248,7 +235,7 @@ class JobMaster:
         )
         self._stop_restart_timers()
         self._stop_all()
-        self._declare()
+        self._slots.declare()
         self.result_future.cancel()
 
     def overview(self) -> JobOverview:
@@ -289,53 +276,29 @@ class JobMaster:
         """Deploy waiting subtasks to these slots; slots nobody waits for go straight back."""
         for slot in slots:
             self._reconciliation.slot_allocated(slot)
-            if self.status is not JobStatus.RUNNING or not self._waiting:
-                log.info(
-                    "job %s (session %s): slot %s not needed; released",
-                    self.job_id,
-                    self.job_master_id,
-                    slot.allocation_id,
-                )
-                self._declare()
-                self._calls.call_resource_manager(self._resource_manager.release_slot, self.job_id, slot.allocation_id)
-                continue
-            ev = self._waiting_for(slot)
+            ev = self._slots.take(slot) if self.status is JobStatus.RUNNING else None
             if ev is None:
                 log.info(
-                    "job %s (session %s): slot %s of %s not needed there; released",
+                    "job %s (session %s): slot %s of %s not needed; released",
                     self.job_id,
                     self.job_master_id,
                     slot.allocation_id,
                     slot.task_executor_id,
                 )
-                self._calls.call_resource_manager(self._resource_manager.release_slot, self.job_id, slot.allocation_id)
+                self._slots.declare()
+                self._slots.give_back(slot.allocation_id)
                 continue
-            del self._waiting[ev.id]
             self._deploy(ev, slot)
-        self._declare()
-
-    def _waiting_for(self, slot: AllocatedSlot) -> ExecutionVertex | None:
-        """The first waiting subtask that may run in `slot`: one whose task is not bound to another
-        TaskExecutor by the results it makes or reads there."""
-        if not self._kept.active:
-            return next(iter(self._waiting.values()))
-        unbound = None
-        for ev in self._waiting.values():
-            site = self._kept.site_of(ev)
-            if site == slot.task_executor_id:
-                return ev  # slots of a TaskExecutor go to the tasks bound to it first
-            if site is None and unbound is None:
-                unbound = ev
-        return unbound
+        self._slots.declare()
 
     def slot_request_failed(self, error: BaseException) -> None:
         """No slot in time: the waiting subtasks fail with `error`, under the restart strategy."""
-        if self.status is not JobStatus.RUNNING or not self._waiting:
+        if self.status is not JobStatus.RUNNING or not self._slots.waiting:
             return
         failure = Failure.from_exception(error)
-        waiting = list(self._waiting.values())
-        self._waiting.clear()
-        self._declared = None  # the ResourceManager dropped the unmet part; declare afresh
+        waiting = list(self._slots.waiting.values())
+        self._slots.waiting.clear()
+        self._slots.forget_declared()
         log.warning(
             "job %s (session %s): slot request failed for %d subtask(s): %s",
             self.job_id,
@@ -353,12 +316,9 @@ class JobMaster:
         out unreadable is re-created when its consumer's read fails.
         """
         lost_allocations = set(allocation_ids)
-        for allocation_id, execution in list(self._held_slots.items()):
-            if allocation_id in lost_allocations or execution.task_executor_id == task_executor_id:
-                del self._held_slots[allocation_id]  # gone with its TaskExecutor; nothing to release
+        self._slots.lost_with(task_executor_id, lost_allocations)
         if self.status is not JobStatus.RUNNING:
             return
-        failed = self._reconciliation.lost(task_executor_id, lost_allocations, reason)
         producers = self._kept.lost(task_executor_id)
         if producers:
             log.warning(
@@ -369,21 +329,13 @@ class JobMaster:
                 reason,
                 ", ".join(str(ev.id) for ev in producers),
             )
-        for ev, failure in failed:
-            self._mark_failed(ev, ev.current, failure)
-        if failed or producers:
-            failure = (
-                failed[0][1]
-                if failed
-                else Failure(
-                    "PartitionLost",
-                    f"TaskExecutor {task_executor_id} was lost ({reason}) with the results it kept; "
-                    "their producers run again",
-                )
-            )
-            self._handle_failure([ev.id for ev, _ in failed] + [ev.id for ev in producers], failure)
-        else:
-            self._declare()  # it is watched no more
+        lost = Failure(
+            "PartitionLost",
+            f"TaskExecutor {task_executor_id} was lost ({reason}) with the results it kept; their producers run again",
+        )
+        failed = self._reconciliation.lost(task_executor_id, lost_allocations, reason)
+        self._fail_over(failed, results_lost=producers, cause=lost)
+        self._slots.declare()  # it is watched no more
 
     def task_executor_heartbeat(self, task_executor_id: str, executions: Sequence[ExecutionReport]) -> None:
         """A TaskExecutor's heartbeat lists this job's executions there: reconcile them both ways.
@@ -395,12 +347,16 @@ class JobMaster:
         running = self.status is JobStatus.RUNNING
         self._fail_over(self._reconciliation.heartbeat(task_executor_id, executions, running=running))
 
-    def _fail_over(self, failed: Failed) -> None:
-        """Fail these attempts, as one failure (one restart): the first one's."""
+    def _fail_over(
+        self, failed: Failed, *, results_lost: Sequence[ExecutionVertex] = (), cause: Failure | None = None
+    ) -> None:
+        """Fail these attempts and run again the producers of `results_lost`, as one failure (one
+        restart): the first attempt's, else `cause`."""
         for ev, failure in failed:
             self._mark_failed(ev, ev.current, failure)
-        if failed:
-            self._handle_failure([ev.id for ev, _ in failed], failed[0][1])
+        first = failed[0][1] if failed else cause
+        if first is not None and (failed or results_lost):
+            self._handle_failure([ev.id for ev, _ in failed] + [ev.id for ev in results_lost], first)
 
     # ------------------------------------------------------------------ scheduling
 
@@ -425,29 +381,11 @@ class JobMaster:
         taken = graph.take_schedulable(held_back=self._held_back, limit=SCHEDULE_SLICE)
         for ev in taken:
             ev.current.transition(ExecutionState.SCHEDULED)
-            self._waiting[ev.id] = ev
+            self._slots.waiting[ev.id] = ev
         graph.touch()
-        self._declare()
+        self._slots.declare()
         if len(taken) == SCHEDULE_SLICE:
             self._more_to_schedule = asyncio.get_running_loop().call_soon(self._schedule)
-
-    def _declare(self) -> None:
-        """Tell the ResourceManager how many slots the job needs in all (held + waiting), and how
-        many of the waiting ones must be on which TaskExecutor (0 for those that only keep results
-        it needs); nothing at the end."""
-        running = self.status is JobStatus.RUNNING
-        needed = len(self._held_slots) + len(self._waiting) if running else 0
-        pinned: dict[str, int] = {}
-        if running and self._kept.active:
-            pinned = dict.fromkeys(sorted(self._kept.watched()), 0)
-            for ev in self._waiting.values():
-                if (site := self._kept.site_of(ev)) is not None:
-                    pinned[site] = pinned.get(site, 0) + 1
-        if (needed, pinned) == self._declared:
-            return
-        self._declared = (needed, pinned)
-        declare = functools.partial(self._resource_manager.declare_requirements, pool=self._pool, pinned=pinned)
-        self._calls.call_resource_manager(declare, self.job_id, needed, self)
 
     def _deploy(self, ev: ExecutionVertex, slot: AllocatedSlot) -> None:
         execution = ev.current
@@ -458,7 +396,7 @@ class JobMaster:
             execution.deployed_at = self._clock()
             self._events.task_deployed()
             self.execution_graph.deployed(ev)
-            self._held_slots[slot.allocation_id] = execution
+            self._slots.held[slot.allocation_id] = execution
             self._deployments.deploying(execution.execution_id, slot.task_executor_id)
             tdd = deployment_descriptor(
                 self.execution_graph, ev, slot, job_master_id=self.job_master_id, results=self._results
@@ -516,7 +454,7 @@ class JobMaster:
         )
         self.execution_graph.keep_chained_rows(ev, update.chained_rows)
         self._release_slot(execution)
-        self._declare()
+        self._slots.declare()
         # The TaskExecutor's report is answered now; the record and the scheduling follow it.
         self._calls.spawn(self._record_finished(ev, execution))
 
@@ -571,7 +509,7 @@ class JobMaster:
             execution.transition(ExecutionState.FAILED)
             self._events.task_ended(ExecutionState.FAILED.value, execution.ran_for(self._clock()))
         execution.failure = failure
-        self._waiting.pop(ev.id, None)
+        self._slots.waiting.pop(ev.id, None)
         self._release_slot(execution)
 
     def _handle_failure(self, failed: Iterable[SubtaskId], failure: Failure) -> None:
@@ -608,7 +546,7 @@ class JobMaster:
         timer = asyncio.get_running_loop().create_task(self._restart_after(backoff_s, token))
         self._restart_timers.add(timer)
         timer.add_done_callback(self._restart_timers.discard)
-        self._declare()
+        self._slots.declare()
 
     async def _restart_after(self, delay_s: float, token: object) -> None:
         await asyncio.sleep(delay_s)
@@ -629,7 +567,7 @@ class JobMaster:
         """The job reached a globally terminal status: release everything, publish the JobResult
         (built in a thread: `result_future` resolves once the returned task is done)."""
         self._held_back.clear()
-        self._declare()
+        self._slots.declare()
         for task_executor_id in sorted(self._kept.sites()):
             self._calls.release_results(task_executor_id, None)
         self._publishing = asyncio.get_running_loop().create_task(
@@ -645,7 +583,7 @@ class JobMaster:
 
     def _stop(self, ev: ExecutionVertex) -> asyncio.Task[Any] | None:
         """Cancel `ev`'s attempt if it is not terminal (on its TaskExecutor if it was deployed)."""
-        self._waiting.pop(ev.id, None)
+        self._slots.waiting.pop(ev.id, None)
         return self._calls.stop(ev.current, release=self._release_slot)
 
     def _stop_restart_timers(self) -> None:
@@ -655,8 +593,4 @@ class JobMaster:
 
     def _release_slot(self, execution: Execution) -> None:
         self._deployments.forget(execution.execution_id)
-        allocation_id = execution.allocation_id
-        if allocation_id is not None and self._held_slots.get(allocation_id) is execution:
-            del self._held_slots[allocation_id]
-            self._declare()  # lower the requirement first, or the ResourceManager replaces the slot
-            self._calls.call_resource_manager(self._resource_manager.release_slot, self.job_id, allocation_id)
+        self._slots.release(execution)

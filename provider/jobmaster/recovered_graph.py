@@ -82,6 +82,26 @@ def restore(execution_graph: ExecutionGraph, progress: JobProgress) -> list[Subt
     return skipped
 
 
+def log_restored(graph: ExecutionGraph, session_id: str) -> None:
+    """Log what `restore` kept of a former leader's progress, and the entries it could not place."""
+    if graph.restored is None:
+        return
+    restored, skipped = graph.restored
+    log.info(
+        "job %s (session %s): %d subtask(s) finished before the failover; not run again",
+        graph.job_id,
+        session_id,
+        restored,
+    )
+    if skipped:
+        log.warning(
+            "job %s (session %s): recovered progress names unknown subtasks %s; ignored",
+            graph.job_id,
+            session_id,
+            ", ".join(map(str, skipped)),
+        )
+
+
 def finished(execution_graph: ExecutionGraph) -> Finished:
     """Every FINISHED subtask's result and rows (what a repair of the job keeps)."""
     kept: Finished = {}
