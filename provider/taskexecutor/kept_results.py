@@ -26,9 +26,14 @@ def kept_results_dir(storage_dir: Path, task_executor_id: str) -> Path:
     return storage_dir / "te-work" / task_executor_id / "kept-results"
 
 
+def job_dir(directory: Path, job_id: str) -> Path:
+    """Where the TaskExecutor whose directory is `directory` keeps a job's results."""
+    return directory / job_id
+
+
 def kept_path(directory: Path, tdd: TaskDeploymentDescriptor) -> str:
     """Where the attempt `tdd` (of a kept vertex) writes its result."""
-    return str(directory / tdd.job_id / tdd.vertex_id / f"{tdd.subtask_index}-{tdd.execution_id}")
+    return str(job_dir(directory, tdd.job_id) / tdd.vertex_id / f"{tdd.subtask_index}-{tdd.execution_id}")
 
 
 def release(directory: Path, job_id: str, vertex_id: str | None) -> bool:
@@ -37,11 +42,11 @@ def release(directory: Path, job_id: str, vertex_id: str | None) -> bool:
     if not JOB_ID_PATTERN.fullmatch(job_id) or (vertex_id is not None and not VERTEX_ID_PATTERN.fullmatch(vertex_id)):
         log.warning("release of kept results with job id %r, vertex id %r refused: not ids", job_id, vertex_id)
         return False
-    target = directory / job_id if vertex_id is None else directory / job_id / vertex_id
-    shutil.rmtree(target, ignore_errors=True)
+    job = job_dir(directory, job_id)
+    shutil.rmtree(job if vertex_id is None else job / vertex_id, ignore_errors=True)
     if vertex_id is not None:
         try:
-            (directory / job_id).rmdir()  # the job's last kept vertex: no empty directory stays
+            job.rmdir()  # the job's last kept vertex: no empty directory stays
         except OSError:
             pass
     log.info("kept results of job %s%s released", job_id, "" if vertex_id is None else f", vertex {vertex_id}")

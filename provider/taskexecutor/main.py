@@ -138,7 +138,7 @@ def run_task_executor(config: Configuration, *, task_executor_id: str | None = N
         pool = SlotProcessPool(pool_settings, connect_url=server.url, driver_log=str(server.log_path))
         try:
             pool.start()
-            return _serve(config, identity, servers, pool, pool_settings, loglevel=loglevel)
+            return _serve(config, identity, servers, pool, pool_settings, kept_dir=kept_dir, loglevel=loglevel)
         finally:
             pool.close()
             servers.stop()
@@ -154,6 +154,7 @@ def _serve(
     pool: SlotProcessPool,
     pool_settings: SlotPoolSettings,
     *,
+    kept_dir: Path,
     loglevel: str,
 ) -> int:
     """Register and serve deployments until the worker stops; returns its exit code."""
@@ -201,7 +202,7 @@ def _serve(
             connection=connection,
             servers=servers,
             pool=pool,
-            kept_results_dir=kept_results_dir(config.storage_dir, te_id),
+            kept_results_dir=kept_dir,
         )
         if config.get(TASKEXECUTOR_METRICS_PORT):
             from sparkdispatch.taskexecutor.metrics import TaskExecutorParts, serve_metrics

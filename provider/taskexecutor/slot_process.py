@@ -284,8 +284,7 @@ class SlotProcess:
             if result is not None and not attempt.cancelled.is_set():
                 frame = as_dataframe(result)
                 written = write_partition(frame, target)
-                kept = None if request.kept_results_dir is None else f"{request.kept_results_dir}/{tdd.job_id}"
-                input_files = _input_datasets(frame, tdd.result_path, kept)
+                input_files = _input_datasets(frame, tdd.result_path, request.kept_job_dir())
         except BaseException as exc:  # noqa: BLE001 - this process exists to run the function; SystemExit too
             if attempt.cancelled.is_set():
                 return AttemptState(ExecutionState.CANCELED)

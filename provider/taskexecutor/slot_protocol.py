@@ -41,7 +41,7 @@ from sparkdispatch.config.options import TASKEXECUTOR_ATTEMPT_LOG_MAX_SIZE
 from sparkdispatch.model.states import ExecutionState
 from sparkdispatch.model.job_result import Failure
 from sparkdispatch.model.protocol import TaskDeploymentDescriptor
-from sparkdispatch.taskexecutor.kept_results import kept_path
+from sparkdispatch.taskexecutor.kept_results import job_dir, kept_path
 
 Message = dict[str, Any]
 
@@ -133,6 +133,10 @@ class RunRequest:
         if self.kept_results_dir is None:
             raise ValueError("this TaskExecutor has no directory for kept results")
         return kept_path(Path(self.kept_results_dir), self.tdd)
+
+    def kept_job_dir(self) -> str | None:
+        """Where this TaskExecutor keeps the job's results, if it keeps any."""
+        return None if self.kept_results_dir is None else str(job_dir(Path(self.kept_results_dir), self.tdd.job_id))
 
     def to_message(self) -> Message:
         return {
