@@ -1,7 +1,7 @@
 """P10 a realistic pipeline: Parquet sources, a star join, a window, a result read twice; against three floors.
 
     .venv/bin/python bench/p10_pipeline.py [--runs 3] [--warm-up 1] [--rows 3000000] [--slots 2]
-                                           [--spark-submit-runs 1] [--shared-result auto|durable|kept]
+                                           [--spark-submit-runs 1] [--shared-result auto|chained|durable|kept]
                                            [--work-dir DIR] [--quick]
 
 The pipeline is bench/tasks/p10_tasks.py (7 vertices, 10 subtasks; the module's docstring draws it):
@@ -12,9 +12,9 @@ run it, in one run of this script:
 
 - cluster: `sparkdispatch standalone --slots 2` (one TaskExecutor, Spark `local[*]`), the module
   shipped as the job's artifact, timed from POST /jobs to the JobResult; with `--shared-result`
-  the twice-read result (`sales`) asks for that result kind (default `auto`: the master chains the
-  whole pipeline into the report's task; `durable` writes it to the results directory, `kept` to
-  the TaskExecutor's disk, its readers placed there);
+  the twice-read result (`sales`) asks for that result kind (default `auto`: the master keeps it on
+  the TaskExecutor's disk, its readers placed there, as `kept` asks; `chained` runs the whole
+  pipeline in the report's task as one plan; `durable` writes it to the results directory);
 - materialised floor: the same task functions in ONE warm classic SparkSession (`local[*]`) of this
   process, every subtask's result written as a Parquet partition and read back by its consumers
   (`p10_tasks.run_materialised`, as a slot process writes and reads them);
@@ -221,7 +221,7 @@ def run() -> int:
     parser.add_argument("--spark-submit-runs", type=int, default=1, help="runs of spark-submit per vertex (0: none)")
     parser.add_argument(
         "--shared-result",
-        choices=("auto", "durable", "kept"),
+        choices=("auto", "chained", "durable", "kept"),
         default="auto",
         help=f"the result kind {p10_tasks.SHARED!r} asks for (results in p10_pipeline.<kind>.json unless auto)",
     )

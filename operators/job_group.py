@@ -114,7 +114,8 @@ class SparkDispatchVertexOperator(BaseOperator):
         times out; default False: those end this task alone and the job runs on for the other
         vertex tasks. A timeout of the DAG run cancels the job either way.
     :param result: what the vertex asks of its result (the JobGraph's `"result"`): `"auto"` (the
-        default: the master chains it into its consumer's task where the chaining rules allow),
+        default: the master chains it into its consumer's task where one vertex reads it and the
+        chaining rules allow, and keeps it on its TaskExecutor where several vertices of one task read it),
         `"chained"`, `"kept"` (on the local disk of the TaskExecutor that ran it, its readers placed
         there; deleted once read, so a clear of a reader runs this one again) or `"durable"`
         (written, so a clear of a later task repairs that task without running this one again).
@@ -442,8 +443,8 @@ class SparkDispatchJobGroup(TaskGroup):
         (`conn_id`, deprecated, is its earlier name).
     :param restart_strategy: the JobGraph's restart strategy (a dict, as in the JobGraph).
     :param config: the JobGraph's Spark `config`.
-    :param results: the JobGraph's `"results"`: `"auto"` (default: vertices chained where the
-        chaining rules allow) or `"durable"` (every vertex's result written: each task is repaired
+    :param results: the JobGraph's `"results"`: `"auto"` (default: each vertex's result as its
+        `result` says) or `"durable"` (every vertex's result written: each task is repaired
         on its own, and the results stay readable).
     :param taskexecutor_pool: the JobGraph's `pool`, the TaskExecutor pool its vertices run in (not
         Airflow's `pool`, which limits the group's Airflow tasks).

@@ -26,7 +26,7 @@ from sparkdispatch.jobmaster.execution import (
     SubtaskId,
     aggregate_state,
 )
-from sparkdispatch.model.chaining import ResultKind, plan_chains
+from sparkdispatch.model.chaining import plan_results
 from sparkdispatch.model.kept_results import plan_kept_groups
 from sparkdispatch.model.job_graph import JobGraph
 from sparkdispatch.model.job_result import MAX_INPUT_FILES, Failure, JobResult, VertexResult
@@ -82,11 +82,8 @@ class ExecutionGraph:
         execution_ids = _random_ids(graph.subtask_count)
         # kept as attempts change state, so an overview costs no walk over the subtasks
         self._tally: StateTally = dict.fromkeys(ExecutionState, 0)
-        kept: list[str] = []
         for vertex_id in self._order:
             vertex = graph.vertex(vertex_id)
-            if vertex.result is ResultKind.KEPT:
-                kept.append(vertex_id)
             self._vertices[vertex_id] = [
                 ExecutionVertex(vertex, i, listener, execution_id=next(execution_ids), tally=self._tally)
                 for i in range(vertex.parallelism)
@@ -94,7 +91,7 @@ class ExecutionGraph:
         self._consumers = {vertex_id: graph.consumers(vertex_id) for vertex_id in self._order}
         # A chained vertex runs in its head's task: its subtasks share the head's attempt (state,
         # attempt number, slot), are never scheduled themselves, and count no input of their own.
-        self.chains = plan_chains(graph)
+        self.chains, kept = plan_results(graph)
         for head, members in self.chains.members.items():
             (task,) = self._vertices[head]  # a head has parallelism 1
             for member in members:

@@ -7,31 +7,45 @@ JobGraph asks for one (`"result"` on a vertex, `"results": "durable"` on the job
   inside its consumers' task, once per subtask and unioned, and each consumer reads that lazy
   DataFrame as `ctx.inputs[...]`: producer and consumers run as one Spark plan, with no result
   written between them.
-- **kept** (asked for with `"result": "kept"`): the vertex runs as a task of its own and writes its
-  result to the local disk of the TaskExecutor that ran it; its consumers are placed on that
-  TaskExecutor and read it there, and it is deleted once they have all finished
-  (`sparkdispatch.model.kept_results`).
+- **kept**: the vertex runs as a task of its own and writes its result to the local disk of the
+  TaskExecutor that ran it; its consumers are placed on that TaskExecutor and read it there, and it
+  is deleted once they have all finished (`sparkdispatch.model.kept_results`). Asked for with
+  `"result": "kept"`, or chosen by `auto` (below).
 - **durable**: the result is written as Parquet to the results directory and read from there: the
-  graph's sinks, vertices that ask for it, every vertex of a job that asks for it, and every result
-  that cannot be chained.
+  graph's sinks, vertices that ask for it, every vertex of a job that asks for it, and every `auto`
+  result that is neither chained nor kept.
 
-A producer chains into the task its consumers run in when running them as one plan cannot change
-what a consumer's function sees (`ctx.inputs[x]` stays the whole result of `x`):
+A producer *can* chain into the task its consumers run in when running them as one plan cannot
+change what a consumer's function sees (`ctx.inputs[x]` stays the whole result of `x`):
 
-1. every consumer of the producer runs in one task: each is that task's head or chained into it
-   (a result read by several vertices of one chain is read within that one plan by each, as it
-   would be in one lazy Spark plan, where Spark reuses what it can);
+1. every consumer of the producer runs in one task: each is that task's head or chained into it;
 2. that task is one subtask: its head's parallelism is 1 (with more, each subtask would compute the
    producer's whole result again); chained vertices may have any parallelism, as all their
    subtasks run in that one task;
 3. the producer runs in the head's Python environment (one slot process runs all the chain's functions);
-4. neither the producer nor the job asks for a durable result.
+4. neither the producer nor the job asks for a durable result, and the producer does not ask for a kept one.
 
-A producer whose result is `auto` (the default) is chained wherever these rules allow, as Flink
-chains operators unless told not to. Chains are transitive and need not be lines: in the P7
-pipeline `generate -> clean (x2) -> {by_region (x2), by_product} -> report`, all four producers
-run in `report`'s task, as one plan. A vertex that asks for `"result": "chained"` and does not
-qualify is refused at submission.
+An `auto` producer (the default), looked at after all its consumers:
+
+- read by **one** vertex, and able to chain: it is **chained**, as Flink chains operators unless
+  told not to;
+- read by **several** vertices, where chaining would have put it in one task with all of them: it
+  is **kept** instead. Chained, a result read twice stands twice in the one plan, and Spark
+  computes each copy unless it can reuse a shuffle of it (P10's star join: 21.8 s chained, 13.5 s
+  kept); kept, it is computed once, on the TaskExecutor its readers' task runs on anyway;
+- not able to chain only because of what the choices above made of its consumers (one of them is
+  now a kept vertex's task, of any parallelism, on that same TaskExecutor): it is **kept** too;
+- otherwise **durable**.
+
+So `auto` keeps a result only where chaining, the alternative, would have run producer and
+readers in one slot of one TaskExecutor: it never ties to one TaskExecutor work that could have
+spread over several. In the P7 pipeline `generate -> clean (x2) -> {by_region (x2), by_product}
+-> report`, `clean` is read twice and is kept, `generate` (read by `clean`'s two subtasks) is
+kept for it, and `by_region` and `by_product` chain into `report`'s task.
+
+A vertex that asks for `"result": "chained"` is chained whenever it can be, read by several
+vertices or not (each reads it within the one plan, as in one lazy Spark plan), and is refused
+at submission when it cannot.
 """
 
 from __future__ import annotations
@@ -115,36 +129,78 @@ def why_not_chained(graph: JobGraph, producer: JobVertex, task_of: Mapping[str, 
     return None
 
 
-def _chaining(graph: JobGraph) -> tuple[dict[str, str], dict[str, str]]:
-    """Each chained vertex's head, and why each other vertex is not chained."""
-    head_of: dict[str, str] = {}
-    refusals: dict[str, str] = {}
+@dataclass
+class _Walk:
+    """What one walk over a graph found: each chained vertex's head, why each other vertex is not
+    chained, and the vertices whose result is kept (asked for or chosen), in reversed topological order."""
+
+    head_of: dict[str, str]
+    refusals: dict[str, str]
+    kept: list[str]
+
+
+def _chaining(graph: JobGraph) -> _Walk:
+    walk = _Walk(head_of={}, refusals={}, kept=[])
+    # task or kept vertex → the one-subtask task its work would have run in, had every `auto`
+    # result read by several vertices been chained (`auto` keeps a result only there)
+    slot_of: dict[str, str] = {}
     # reversed topological order: every consumer's task is known before its producers are looked at
     for vertex_id in reversed(graph.topological_order()):
-        reason = why_not_chained(graph, graph.vertex(vertex_id), head_of)
-        if reason is None:
-            consumer = graph.consumers(vertex_id)[0]
-            head_of[vertex_id] = head_of.get(consumer, consumer)
+        vertex = graph.vertex(vertex_id)
+        consumers = graph.consumers(vertex_id)
+        reason = why_not_chained(graph, vertex, walk.head_of)
+        if reason is None and (len(consumers) == 1 or vertex.result is ResultKind.CHAINED):
+            head = walk.head_of.get(consumers[0], consumers[0])
+            walk.head_of[vertex_id] = head
+            continue
+        slots = {slot_of.get(walk.head_of.get(c, c)) for c in consumers}
+        slot = slots.pop() if len(slots) == 1 else None
+        if vertex.result is ResultKind.KEPT:
+            walk.kept.append(vertex_id)
+        elif (
+            vertex.result is ResultKind.AUTO
+            and graph.results is ResultsMode.AUTO
+            and slot is not None
+            and graph.environment_of(vertex_id) == graph.environment_of(slot)
+        ):
+            walk.kept.append(vertex_id)
         else:
-            refusals[vertex_id] = reason
-    return head_of, refusals
+            slot = vertex_id if vertex.parallelism == 1 else None
+        if slot is not None:
+            slot_of[vertex_id] = slot
+        if reason is not None:
+            walk.refusals[vertex_id] = reason
+    return walk
+
+
+def plan_results(graph: JobGraph) -> tuple[Chains, tuple[str, ...]]:
+    """The chains of `graph` (validated: ids unique, inputs known, acyclic), and its vertices whose
+    result is kept on their TaskExecutor (asked for, or chosen by `auto`), in topological order."""
+    walk = _chaining(graph)
+    kept = tuple(reversed(walk.kept))
+    if not walk.head_of:
+        return NO_CHAINS, kept
+    members: dict[str, list[str]] = {}
+    for vertex_id in graph.topological_order():
+        if vertex_id in walk.head_of:
+            members.setdefault(walk.head_of[vertex_id], []).append(vertex_id)
+    chains = Chains(members={head: tuple(ids) for head, ids in members.items()}, head_of=walk.head_of)
+    return chains, kept
 
 
 def plan_chains(graph: JobGraph) -> Chains:
     """The chains of `graph` (validated: ids unique, inputs known, acyclic)."""
-    head_of, _ = _chaining(graph)
-    if not head_of:
-        return NO_CHAINS
-    members: dict[str, list[str]] = {}
-    for vertex_id in graph.topological_order():
-        if vertex_id in head_of:
-            members.setdefault(head_of[vertex_id], []).append(vertex_id)
-    return Chains(members={head: tuple(ids) for head, ids in members.items()}, head_of=head_of)
+    return plan_results(graph)[0]
+
+
+def kept_results(graph: JobGraph) -> frozenset[str]:
+    """The vertices of `graph` (validated) whose result is kept on their TaskExecutor."""
+    return frozenset(plan_results(graph)[1])
 
 
 def refused_chains(graph: JobGraph) -> dict[str, list[str]]:
     """The JobGraph fields of vertices that ask to be chained and cannot be, with why: `vertices[i].result`."""
-    _, refusals = _chaining(graph)
+    refusals = _chaining(graph).refusals
     return {
         f"vertices[{index}].result": [f"vertex {vertex.id!r} cannot be chained into its consumer: {reason}"]
         for index, vertex in enumerate(graph.vertices)

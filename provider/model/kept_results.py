@@ -1,6 +1,7 @@
 """Results kept on the TaskExecutor that made them, and the tasks that must share that TaskExecutor.
 
-A vertex that asks for `"result": "kept"` runs as a task of its own and writes its result to the
+A vertex whose result is kept (it asks for `"result": "kept"`, or `auto` chose it:
+`sparkdispatch.model.chaining`) runs as a task of its own and writes its result to the
 local disk of the TaskExecutor that ran it (`<storage.dir>/te-work/<id>/kept-results`), not to the
 results directory. A slot reads only its own TaskExecutor's local files, so every task that reads a
 kept result runs on the TaskExecutor that holds it, and so does every subtask of its producer (a
@@ -8,7 +9,7 @@ consumer reads the whole result). Kept results therefore tie tasks into *co-loca
 (Flink's `CoLocationGroup`): the connected parts of the graph of tasks joined by kept results. All
 subtasks of a group run on one TaskExecutor: the one its first subtask was deployed to.
 
-Rules, checked at submission (each refusal names `vertices[i].result`):
+Rules for a vertex that asks for it, checked at submission (each refusal names `vertices[i].result`):
 
 1. a kept vertex has a consumer: a sink's result is the job's output, which is durable;
 2. the job does not ask for durable results (`"results": "durable"`).
@@ -47,10 +48,10 @@ class KeptGroups:
 NO_KEPT = KeptGroups(kept=frozenset(), group_of={})
 
 
-def plan_kept_groups(graph: JobGraph, chains: Chains, kept: Iterable[str] | None = None) -> KeptGroups:
-    """The kept results and co-location groups of `graph` (validated), whose chains are `chains`;
-    `kept`, when given, are its vertices that ask for a kept result (found by the caller's own walk)."""
-    kept = list(kept) if kept is not None else [v.id for v in graph.vertices if v.result is ResultKind.KEPT]
+def plan_kept_groups(graph: JobGraph, chains: Chains, kept: Iterable[str]) -> KeptGroups:
+    """The co-location groups of `graph` (validated), whose chains are `chains` and whose kept
+    results are `kept` (both from `sparkdispatch.model.chaining.plan_results`)."""
+    kept = list(kept)
     if not kept:
         return NO_KEPT
     parent: dict[str, str] = {}

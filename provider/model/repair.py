@@ -14,7 +14,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from sparkdispatch.errors import InvalidRequest
-from sparkdispatch.model.chaining import ResultKind
+from sparkdispatch.model.chaining import kept_results
 from sparkdispatch.model.codec import Shape
 from sparkdispatch.model.states import JobStatus
 from sparkdispatch.model.job_graph import JobGraph
@@ -74,11 +74,12 @@ def rerun_closure(graph: JobGraph, requested: Collection[str]) -> set[str]:
     replaces (a consumer reads an input that changes). A result kept on a TaskExecutor was
     deleted when the job ended, so its producer runs again for a reader that does, and the
     producer's other readers with it."""
+    kept = kept_results(graph)
     rerun = set(requested)
     pending = list(requested)
     while pending:
         vertex_id = pending.pop()
-        kept_inputs = [name for name in graph.vertex(vertex_id).inputs if graph.vertex(name).result is ResultKind.KEPT]
+        kept_inputs = [name for name in graph.vertex(vertex_id).inputs if name in kept]
         for other in (*graph.consumers(vertex_id), *kept_inputs):
             if other not in rerun:
                 rerun.add(other)

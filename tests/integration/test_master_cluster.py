@@ -121,26 +121,36 @@ def test_fan_out_fan_in_graph_produces_the_expected_rows(
     assert result.duration_ms == result.end_time - result.start_time
 
 
-def test_vertices_chained_into_their_consumer_give_the_same_rows_and_write_nothing(
+def test_the_master_chains_and_keeps_results_on_its_own_with_the_same_rows_and_nothing_durable_between(
     cluster: LocalCluster, tasks_key: str, tmp_path: Path, spark: Any
 ) -> None:
-    """The fan-in graph above as the master chains it on its own (`"results": "auto"`): `numbers`,
-    `double` and `square` run in `total`'s task, one task instead of five and one plan, in which
-    `numbers` is read by both of its consumers; the same report, each chained vertex with its rows
-    (`numbers`' counted once) and attempts, and no partition."""
+    """The fan-in graph above as the master plans it on its own (`"results": "auto"`): `numbers`,
+    read by two vertices, is kept on its TaskExecutor; `double` and `square`, each read by `total`
+    alone, run in `total`'s task as one plan. Two tasks instead of five, on one of the two
+    TaskExecutors; the same report, every vertex with its rows and attempts, and no partition but the sink's."""
+    cluster.wait_for_task_executors(2)
     graph = fan_in("fan-in-chained", tasks_key, tmp_path, results="auto")
-    result = cluster.wait_for_result(cluster.submit(graph))
+    job_id = cluster.submit(graph)
+    result = cluster.wait_for_result(job_id)
     assert result.status == "FINISHED", result.failure
     rows = {vid: v.rows for vid, v in result.vertices.items()}
     assert rows == {"numbers": 100, "double": 100, "square": 100, "total": 1}
     assert all(v.attempts == 1 for v in result.vertices.values())
-    for chained in ("numbers", "double", "square"):
-        assert result.vertices[chained].partitions == () and result.vertices[chained].result_path is None
+    for between in ("numbers", "double", "square"):
+        assert result.vertices[between].partitions == () and result.vertices[between].result_path is None
     total = spark.read.parquet(*result.vertices["total"].partitions).collect()
     assert [(r.doubled, r.squared) for r in total] == [(2 * sum(range(100)), sum(n * n for n in range(100)))]
     # each subtask's function ran once: numbers' too, though two vertices read its result
     assert len(runs(tmp_path, "numbers")) == 2 and len(runs(tmp_path, "double")) == 2
     assert len(runs(tmp_path, "total")) == 1
+    # numbers' result was written beside it, read there by total's task, and released once read
+    placed = task_executors_of(cluster, job_id)
+    (site,) = placed["numbers"] | placed["total"]
+    assert site is not None
+    assert not list((cluster.config.storage_dir / "results" / job_id / "numbers").glob("*/*.parquet"))
+    eventually_blocking(
+        lambda: not kept_dir(cluster, site, job_id).exists(), "the kept result to be released", timeout=30
+    )
 
 
 def test_a_vertex_failing_twice_restarts_only_itself(cluster: LocalCluster, tasks_key: str, tmp_path: Path) -> None:

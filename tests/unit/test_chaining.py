@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from sparkdispatch.errors import InvalidJobGraph
-from sparkdispatch.model.chaining import NO_CHAINS, ResultKind, ResultsMode, plan_chains
+from sparkdispatch.model.chaining import NO_CHAINS, ResultKind, ResultsMode, kept_results, plan_chains, plan_results
 from sparkdispatch.model.job_graph import JobGraph
 
 
@@ -43,25 +43,50 @@ def test_a_parallel_producer_chains_into_a_single_subtask_consumer() -> None:
     assert chains.members == {"b": ("a",)}
 
 
-def test_a_result_read_by_several_vertices_of_one_task_chains_into_it() -> None:
+def test_a_result_read_by_several_vertices_of_one_task_is_kept_for_it_not_chained() -> None:
     # the P7 sales pipeline's shape: generate -> clean (x2) -> {by_region (x2), by_product} -> report;
-    # clean is read by two vertices, both chained into report: the whole pipeline is report's task
-    chains = plan_chains(
-        graph(
-            vertex("generate"),
-            vertex("clean", "generate", parallelism=2),
-            vertex("by_region", "clean", parallelism=2),
-            vertex("by_product", "clean"),
-            vertex("report", "by_region", "by_product"),
-        )
+    # clean is read by two vertices of report's task: kept, and generate, read by clean's two subtasks, with it
+    p7 = (
+        vertex("generate"),
+        vertex("clean", "generate", parallelism=2),
+        vertex("by_region", "clean", parallelism=2),
+        vertex("by_product", "clean"),
+        vertex("report", "by_region", "by_product"),
     )
-    assert chains.members == {"report": ("generate", "clean", "by_region", "by_product")}
+    chains, kept = plan_results(graph(*p7))
+    assert chains.members == {"report": ("by_region", "by_product")}
+    assert kept == ("generate", "clean")
     # a diamond whose consumers are a head and a vertex chained into it
-    assert plan_chains(graph(vertex("a"), vertex("b", "a"), vertex("c", "a", "b"))).members == {"c": ("a", "b")}
+    chains, kept = plan_results(graph(vertex("a"), vertex("b", "a"), vertex("c", "a", "b")))
+    assert (chains.members, kept) == ({"c": ("b",)}, ("a",))
+    # a vertex read by a kept vertex's task and by the task it is kept for shares that TaskExecutor too
+    chains, kept = plan_results(graph(vertex("w"), vertex("x", "w"), vertex("y", "x"), vertex("t", "x", "y", "w")))
+    assert (chains.members, kept) == ({"t": ("y",)}, ("w", "x"))
+
+
+def test_a_result_read_by_several_vertices_is_chained_when_it_asks_to_be() -> None:
+    chains, kept = plan_results(graph(chained("a"), vertex("b", "a"), vertex("c", "a", "b")))
+    assert (chains.members, kept) == ({"c": ("a", "b")}, ())
+    # a kept vertex's producer still chains into it when it alone reads it
+    chains, kept = plan_results(graph(vertex("a"), vertex("b", "a"), vertex("c", "b"), vertex("d", "b", "c")))
+    assert (chains.members, kept) == ({"b": ("a",), "d": ("c",)}, ("b",))
+
+
+def test_auto_keeps_no_result_whose_readers_could_run_on_other_taskexecutors() -> None:
+    # read by two tasks (their own), or by a parallel task: durable, so they may spread
+    assert plan_results(graph(vertex("a"), vertex("b", "a"), vertex("c", "a"))) == (NO_CHAINS, ())
+    assert plan_results(graph(vertex("a"), vertex("b", "a", parallelism=2))) == (NO_CHAINS, ())
+    # two readers of one task, but the job or the vertex asks for durable results, or another environment
+    diamond = (vertex("b", "a"), vertex("c", "a", "b"))
+    assert kept_results(graph(vertex("a"), *diamond, results="durable")) == frozenset()
+    assert kept_results(graph(vertex("a", result="durable"), *diamond)) == frozenset()
+    other: dict[str, Any] = {"environment": {"dependencies": ["tabulate==0.9.0"]}}
+    assert kept_results(graph(vertex("a", **other), *diamond)) == frozenset()
 
 
 def test_a_result_read_by_vertices_of_different_tasks_is_durable_naming_them() -> None:
     shared = graph(vertex("a"), vertex("b", "a"), vertex("c", "a"), vertex("d", "b"))
+    assert plan_results(shared) == (plan_chains(shared), ())
     assert plan_chains(shared).head_of == {"b": "d"}
     with pytest.raises(InvalidJobGraph) as refused:
         graph(chained("a"), vertex("b", "a"), vertex("c", "a"), vertex("d", "b"))

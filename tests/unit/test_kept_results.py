@@ -21,7 +21,7 @@ from sparkdispatch.jobmaster.recovered_graph import build_execution_graph, mark_
 from sparkdispatch.jobmaster.task_executor_calls import TaskExecutorCalls
 from sparkdispatch.model.job_graph import JobGraph
 from sparkdispatch.model.kept_results import NO_KEPT, plan_kept_groups
-from sparkdispatch.model.chaining import plan_chains
+from sparkdispatch.model.chaining import plan_chains, plan_results
 from sparkdispatch.model.repair import rerun_closure
 from sparkdispatch.model.states import ExecutionState
 from sparkdispatch.resourcemanager import ResourceManagerGateway
@@ -49,7 +49,7 @@ def graph(*vertices: dict[str, Any], **extra: Any) -> JobGraph:
 
 
 def groups_of(g: JobGraph) -> dict[str, int]:
-    return dict(plan_kept_groups(g, plan_chains(g)).group_of)
+    return dict(plan_kept_groups(g, *plan_results(g)).group_of)
 
 
 # ---------------------------------------------------------------- the JobGraph
@@ -82,7 +82,7 @@ def test_groups_join_through_a_reader_of_two_kept_results_and_through_chains() -
 
 
 def test_a_graph_without_kept_results_has_no_groups_and_a_kept_vertex_is_never_chained() -> None:
-    assert plan_kept_groups(graph(vertex("a"), vertex("b", "a")), plan_chains(graph(vertex("a")))) is NO_KEPT
+    assert plan_kept_groups(graph(vertex("a"), vertex("b", "a")), *plan_results(graph(vertex("a")))) is NO_KEPT
     g = graph(kept("a"), vertex("b", "a"))
     assert plan_chains(g).head_of == {}  # a would chain into b if it did not ask to be kept
 
@@ -111,6 +111,11 @@ def test_a_repair_runs_again_the_producers_of_the_kept_results_it_reads_and_thei
     g = graph(vertex("src"), kept("join", "src"), vertex("a", "join"), vertex("b", "join"), vertex("c", "src"))
     assert rerun_closure(g, ["a"]) == {"a", "join", "b"}
     assert rerun_closure(g, ["c"]) == {"c"}
+    # a result the master chose to keep (read by two vertices of report's task) counts the same
+    chosen = graph(
+        vertex("src"), vertex("join", "src"), vertex("a", "join"), vertex("b", "join"), vertex("r", "a", "b")
+    )
+    assert rerun_closure(chosen, ["a"]) == {"a", "join", "b", "r"}
 
 
 # ---------------------------------------------------------------- the JobMaster's tracker
