@@ -372,6 +372,25 @@ def kept_dir(cluster: LocalCluster, task_executor_id: str, job_id: str) -> Path:
     return cluster.config.storage_dir / "te-work" / task_executor_id / "kept-results" / job_id
 
 
+def repair(cluster: LocalCluster, ended: JobResult, vertices: list[str]) -> JobResult:
+    """Repair `vertices` of the job that ended with `ended` (asked again while its cleanup runs);
+    the repaired run's JobResult."""
+    job_id = ended.job_id
+
+    def repair_taken() -> bool:
+        status, body = cluster.request("POST", f"{cluster.leader_url()}/jobs/{job_id}/repair", {"vertices": vertices})
+        assert status in (200, 202) or (status == 409 and body.get("running")), body
+        return status in (200, 202)
+
+    eventually_blocking(repair_taken, "the repair to be taken", timeout=30)
+
+    def repaired_result() -> JobResult | None:
+        outcome = cluster.wait_for_result(job_id)
+        return outcome if outcome.end_time > ended.end_time else None
+
+    return eventually_blocking(repaired_result, "the repaired run's result", timeout=120)
+
+
 def kept_fan_in(name: str, key: str, log_dir: Path) -> dict[str, Any]:
     """The fan-in graph with `numbers` kept on its TaskExecutor, read by `double` and `square` (durable)."""
     log = str(log_dir)
@@ -417,18 +436,7 @@ def test_a_kept_result_is_read_beside_its_producer_released_once_read_and_made_a
     )
     assert len(runs(tmp_path, "numbers")) == 2
 
-    def repair_taken() -> bool:
-        status, body = cluster.request("POST", f"{cluster.leader_url()}/jobs/{job_id}/repair", {"vertices": ["double"]})
-        assert status in (200, 202) or (status == 409 and body.get("running")), body
-        return status in (200, 202)
-
-    eventually_blocking(repair_taken, "the repair to be taken", timeout=30)
-
-    def repaired_result() -> JobResult | None:
-        outcome = cluster.wait_for_result(job_id)
-        return outcome if outcome.end_time > result.end_time else None
-
-    repaired = eventually_blocking(repaired_result, "the repaired run's result", timeout=120)
+    repaired = repair(cluster, result, ["double"])
     assert repaired.status == "FINISHED", repaired.failure
     # every vertex ran in the repair (a vertex whose result it kept would show no attempt): numbers
     # because its kept copy was deleted at the job's end, square because it reads numbers' new result
