@@ -193,11 +193,6 @@ def plan_chains(graph: JobGraph) -> Chains:
     return plan_results(graph)[0]
 
 
-def kept_results(graph: JobGraph) -> frozenset[str]:
-    """The vertices of `graph` (validated) whose result is kept on their TaskExecutor."""
-    return frozenset(plan_results(graph)[1])
-
-
 def refused_chains(graph: JobGraph) -> dict[str, list[str]]:
     """The JobGraph fields of vertices that ask to be chained and cannot be, with why: `vertices[i].result`."""
     refusals = _chaining(graph).refusals

@@ -1,8 +1,9 @@
 """Repairs: some vertices of an ended job run again, the results of the rest are reused.
 
 A repair (Databricks' `repair_run`) belongs to the same job and the same id. It runs again the
-vertices asked for and every consumer downstream of them (their inputs change), and the producers
-of the kept results they read (deleted at the job's end; `rerun_closure`); the job then runs
+vertices asked for and every consumer downstream of them (their inputs change), the vertices
+chained into the same tasks, and the producers of the kept results those tasks read (deleted at
+the job's end; `rerun_closure`); the job then runs
 to its end as a recovered one does: the other vertices keep their FINISHED subtasks and
 partitions (`JobMaster` restores them from the progress), and any of them that had not finished
 (failed, cancelled, never started) runs its unfinished subtasks.
@@ -14,7 +15,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from sparkdispatch.errors import InvalidRequest
-from sparkdispatch.model.chaining import kept_results
+from sparkdispatch.model.chaining import plan_results
 from sparkdispatch.model.codec import Shape
 from sparkdispatch.model.states import JobStatus
 from sparkdispatch.model.job_graph import JobGraph
@@ -71,19 +72,22 @@ def check_requested(graph: JobGraph, requested: Sequence[str]) -> tuple[str, ...
 
 def rerun_closure(graph: JobGraph, requested: Collection[str]) -> set[str]:
     """`requested` and every consumer downstream of them: the vertices whose results a repair
-    replaces (a consumer reads an input that changes). A result kept on a TaskExecutor was
-    deleted when the job ended, so its producer runs again for a reader that does, and the
+    replaces (a consumer reads an input that changes). A vertex runs in its task's attempt, so
+    the vertices chained into that task run again with it. A result kept on a TaskExecutor was
+    deleted when the job ended, so its producer runs again for a task that reads it, and the
     producer's other readers with it."""
-    kept = kept_results(graph)
-    rerun = set(requested)
+    chains, kept = plan_results(graph)
+    rerun: set[str] = set()
     pending = list(requested)
     while pending:
         vertex_id = pending.pop()
-        kept_inputs = [name for name in graph.vertex(vertex_id).inputs if name in kept]
-        for other in (*graph.consumers(vertex_id), *kept_inputs):
-            if other not in rerun:
-                rerun.add(other)
-                pending.append(other)
+        if vertex_id in rerun:
+            continue
+        rerun.add(vertex_id)
+        head = chains.head_of.get(vertex_id, vertex_id)
+        task = (head, *chains.chained_into(head))
+        kept_inputs = [name for member in task for name in graph.vertex(member).inputs if name in kept]
+        pending.extend((*graph.consumers(vertex_id), *task, *kept_inputs))
     return rerun
 
 

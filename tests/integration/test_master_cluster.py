@@ -151,6 +151,14 @@ def test_the_master_chains_and_keeps_results_on_its_own_with_the_same_rows_and_n
     eventually_blocking(
         lambda: not kept_dir(cluster, site, job_id).exists(), "the kept result to be released", timeout=30
     )
+    # a repair of total runs its task again, double and square with it, and numbers for them: its
+    # kept result was deleted at the job's end
+    repaired = repair(cluster, result, ["total"])
+    assert repaired.status == "FINISHED", repaired.failure
+    status, details = cluster.request("GET", f"{cluster.leader_url()}/jobs/{job_id}")
+    assert status == 200 and details["repairs"][-1]["vertices"] == ["numbers", "double", "square", "total"]
+    assert {vid: v.rows for vid, v in repaired.vertices.items()} == rows
+    assert len(runs(tmp_path, "numbers")) == 4 and len(runs(tmp_path, "total")) == 2
 
 
 def test_a_vertex_failing_twice_restarts_only_itself(cluster: LocalCluster, tasks_key: str, tmp_path: Path) -> None:

@@ -843,11 +843,13 @@ async def test_a_terminated_job_is_the_same_job_for_every_later_leader(config: C
 
 
 def chain(job_id: str = "e" * 32) -> JobGraph:
-    """a -> b -> c, and x on its own."""
+    """a -> b -> c, and x on its own; durable results, so that a repair reuses the results of the
+    vertices it does not run again (chained, a and b would run again in c's task)."""
     return JobGraph.from_dict(
         {
             "job_id": job_id,
             "name": "chain",
+            "results": "durable",
             "vertices": [
                 {"id": "a", "entrypoint": "m:f", "parallelism": 2},
                 {"id": "b", "entrypoint": "m:f", "inputs": ["a"]},

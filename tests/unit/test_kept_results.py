@@ -111,11 +111,24 @@ def test_a_repair_runs_again_the_producers_of_the_kept_results_it_reads_and_thei
     g = graph(vertex("src"), kept("join", "src"), vertex("a", "join"), vertex("b", "join"), vertex("c", "src"))
     assert rerun_closure(g, ["a"]) == {"a", "join", "b"}
     assert rerun_closure(g, ["c"]) == {"c"}
-    # a result the master chose to keep (read by two vertices of report's task) counts the same
+    # a result the master chose to keep (read by two vertices of r's task) counts the same, and
+    # src, chained into join's task, runs again with it
     chosen = graph(
         vertex("src"), vertex("join", "src"), vertex("a", "join"), vertex("b", "join"), vertex("r", "a", "b")
     )
-    assert rerun_closure(chosen, ["a"]) == {"a", "join", "b", "r"}
+    assert rerun_closure(chosen, ["a"]) == {"a", "join", "b", "r", "src"}
+    # the sales pipeline: report's task runs both aggregates, which read clean (kept), which reads generate (kept)
+    sales = graph(
+        vertex("generate"),
+        vertex("clean", "generate", parallelism=2),
+        vertex("by_region", "clean", parallelism=2),
+        vertex("by_product", "clean"),
+        vertex("report", "by_region", "by_product"),
+    )
+    assert rerun_closure(sales, ["report"]) == {"generate", "clean", "by_region", "by_product", "report"}
+    # a durable result read by the chain is reused
+    durable = graph(vertex("src", result="durable"), vertex("mid", "src"), vertex("end", "mid"))
+    assert rerun_closure(durable, ["end"]) == {"mid", "end"}
 
 
 # ---------------------------------------------------------------- the JobMaster's tracker
