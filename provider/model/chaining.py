@@ -150,26 +150,25 @@ def _chaining(graph: JobGraph) -> _Walk:
         consumers = graph.consumers(vertex_id)
         reason = why_not_chained(graph, vertex, walk.head_of)
         if reason is None and (len(consumers) == 1 or vertex.result is ResultKind.CHAINED):
-            head = walk.head_of.get(consumers[0], consumers[0])
-            walk.head_of[vertex_id] = head
+            walk.head_of[vertex_id] = walk.head_of.get(consumers[0], consumers[0])
             continue
+        if reason is not None:
+            walk.refusals[vertex_id] = reason
         slots = {slot_of.get(walk.head_of.get(c, c)) for c in consumers}
         slot = slots.pop() if len(slots) == 1 else None
-        if vertex.result is ResultKind.KEPT:
-            walk.kept.append(vertex_id)
-        elif (
+        if (
             vertex.result is ResultKind.AUTO
             and graph.results is ResultsMode.AUTO
             and slot is not None
             and graph.environment_of(vertex_id) == graph.environment_of(slot)
         ):
-            walk.kept.append(vertex_id)
-        else:
-            slot = vertex_id if vertex.parallelism == 1 else None
-        if slot is not None:
+            walk.kept.append(vertex_id)  # chaining would have run it in `slot`'s task
             slot_of[vertex_id] = slot
-        if reason is not None:
-            walk.refusals[vertex_id] = reason
+            continue
+        if vertex.result is ResultKind.KEPT:
+            walk.kept.append(vertex_id)
+        if vertex.parallelism == 1:  # a task of one subtask of its own
+            slot_of[vertex_id] = vertex_id
     return walk
 
 

@@ -73,6 +73,23 @@ def test_a_result_read_by_several_vertices_is_chained_when_it_asks_to_be() -> No
 
 
 def test_auto_keeps_no_result_whose_readers_could_run_on_other_taskexecutors() -> None:
+    # p's one reader k asks to be kept and has parallelism 4: p could not have chained, so it is durable
+    # (k's readers' TaskExecutor is no reason to tie p to it), though k's reader r is one subtask
+    assert plan_results(graph(vertex("p"), vertex("k", "p", parallelism=4, result="kept"), vertex("r", "k"))) == (
+        NO_CHAINS,
+        ("k",),
+    )
+    # a one-subtask task that asks to be kept is a task like any other: the results several
+    # vertices of it read are kept for it
+    two_readers = (
+        vertex("s"),
+        vertex("m", "s"),
+        vertex("h", "s", "m", result="kept"),
+        vertex("x", "h"),
+        vertex("y", "h"),
+    )
+    chains, kept = plan_results(graph(*two_readers))
+    assert (chains.members, kept) == ({"h": ("m",)}, ("s", "h"))
     # read by two tasks (their own), or by a parallel task: durable, so they may spread
     assert plan_results(graph(vertex("a"), vertex("b", "a"), vertex("c", "a"))) == (NO_CHAINS, ())
     assert plan_results(graph(vertex("a"), vertex("b", "a", parallelism=2))) == (NO_CHAINS, ())
