@@ -43,7 +43,9 @@ def build_execution_graph(
 def restore(execution_graph: ExecutionGraph, progress: JobProgress) -> list[SubtaskId]:
     """Mark the subtasks a former leader saw finish as FINISHED (CREATED → RECONCILING → FINISHED).
 
-    Entries naming no subtask of this graph are skipped and returned as not restored.
+    Entries naming no subtask of this graph are skipped and returned as not restored; entries a
+    former leader recorded for a vertex it chained, and this graph keeps, are not restored (the
+    vertex runs again).
     """
     skipped: list[SubtaskId] = []
     restored = 0
@@ -51,6 +53,10 @@ def restore(execution_graph: ExecutionGraph, progress: JobProgress) -> list[Subt
     # before any head is restored, whatever order the store lists them in
     chained: dict[SubtaskId, SubtaskProgress] = {}
     tasks: list[tuple[ExecutionVertex, SubtaskProgress]] = []
+    # A kept task's FINISHED entry with rows has its result's path; one without was a chained
+    # subtask's, counted in its head's plan (a release before 2026-11-29 chained what `auto` now
+    # keeps): restored, it would read as a task that returned nothing.
+    replanned: list[SubtaskId] = []
     for vertex_id, subtasks in progress.finished.items():
         for index, entry in subtasks.items():
             subtask_id = SubtaskId(vertex_id, int(index))
@@ -61,8 +67,17 @@ def restore(execution_graph: ExecutionGraph, progress: JobProgress) -> list[Subt
                 continue
             if execution_graph.chains.is_chained(vertex_id):
                 chained[subtask_id] = entry
+            elif execution_graph.kept.is_kept(vertex_id) and entry.result_path is None and entry.rows is not None:
+                replanned.append(subtask_id)
             else:
                 tasks.append((ev, entry))
+    if replanned:
+        log.warning(
+            "job %s: recovered progress records %s as chained into another task, which this master "
+            "keeps on a TaskExecutor (an earlier release planned the job); they run again",
+            execution_graph.job_id,
+            ", ".join(map(str, replanned)),
+        )
     for ev, entry in tasks:
         ev.current.transition(ExecutionState.RECONCILING)
         ev.current.transition(ExecutionState.FINISHED)

@@ -170,6 +170,38 @@ def test_restored_subtasks_count_as_finished_and_offer_their_consumers() -> None
     assert sorted(ids(graph.take_schedulable(held_back=()))) == ["left[0]", "left[1]", "right[0]", "right[1]"]
 
 
+def test_a_subtask_a_former_leader_chained_and_this_graph_runs_as_a_task_runs_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A release before 2026-11-29 chained clean (read by two vertices of report's task) into report's
+    # task and recorded it so (rows counted in report's plan, no path); this one keeps it, a task.
+    graph = ExecutionGraph(
+        JobGraph(
+            name="sales",
+            job_id=JOB_ID,
+            vertices=(
+                JobVertex("clean", "m:clean", 2),
+                JobVertex("by_region", "m:by_region", 2, ("clean",)),
+                JobVertex("by_product", "m:by_product", 1, ("clean",)),
+                JobVertex("report", "m:report", 1, ("by_region", "by_product")),
+                JobVertex("other", "m:other", 1),
+            ),
+        )
+    )
+    assert graph.kept.is_kept("clean") and graph.chains.is_chained("by_region")
+    chained_then = {0: SubtaskProgress(None, 50), 1: SubtaskProgress(None, 50)}
+    with caplog.at_level("WARNING"):
+        skipped = restore(
+            graph, JobProgress(JOB_ID, {"clean": chained_then, "other": {0: SubtaskProgress(None, None)}})
+        )
+    assert skipped == []
+    assert [ev.state for ev in graph.subtasks("clean")] == [ExecutionState.CREATED] * 2
+    assert sorted(ids(graph.take_schedulable(held_back=()))) == ["clean[0]", "clean[1]"]
+    # a task that returned nothing (no rows, no path) is restored as ever
+    assert graph.subtask(SubtaskId("other", 0)).state is ExecutionState.FINISHED
+    assert "records clean[0], clean[1] as chained into another task" in caplog.text
+
+
 def test_the_graph_is_built_in_a_few_passes_over_the_job_graph() -> None:
     count = 2_000
     vertices = CountingVertices(JobVertex(f"v{i}", "m:f", 2, (f"v{i - 1}",) if i else ()) for i in range(count))
