@@ -568,7 +568,11 @@ class JobMaster:
         (built in a thread: `result_future` resolves once the returned task is done)."""
         self._held_back.clear()
         self._slots.declare()
-        for task_executor_id in sorted(self._kept.sites()):
+        sites = self._kept.sites()
+        if self._kept.active and self.execution_graph.restored is not None:
+            # a former leader may have run kept producers it never recorded, on any TaskExecutor
+            sites |= set(self._calls.registered_task_executors())
+        for task_executor_id in sorted(sites):
             self._calls.release_results(task_executor_id, None)
         self._publishing = asyncio.get_running_loop().create_task(
             publish_result(self.execution_graph, self._results, self.result_future, session_id=self.job_master_id)

@@ -29,6 +29,9 @@ class KeptPartitions:
         self._groups = graph.kept
         self._sites: dict[int, str] = {}  # group → the TaskExecutor its subtasks run on
         self._released: set[str] = set()  # execution ids of attempts whose kept result was deleted
+        # every TaskExecutor an attempt of a kept producer was deployed to: one that failed, or
+        # one whose TaskExecutor was lost and came back, may have left files there
+        self._deployed_to: set[str] = set()
         for vertex_id in sorted(self._groups.kept):
             group = self._groups.group(vertex_id)
             for ev in graph.subtasks(vertex_id):
@@ -51,6 +54,8 @@ class KeptPartitions:
         group = self._groups.group(ev.vertex.id)
         if group is not None:
             self._sites.setdefault(group, task_executor_id)
+        if self._groups.is_kept(ev.vertex.id):
+            self._deployed_to.add(task_executor_id)
 
     def watched(self) -> set[str]:
         """The TaskExecutors that keep results this job still needs (it must hear when one goes)."""
@@ -105,7 +110,7 @@ class KeptPartitions:
             for ev in self._graph.subtasks(vertex_id)
             if ev.current.kept_on is not None
         }
-        return held | set(self._sites.values())
+        return held | set(self._sites.values()) | self._deployed_to
 
     def _held(self, ev: ExecutionVertex) -> str | None:
         """The TaskExecutor that keeps `ev`'s FINISHED result now (None: not finished, or released)."""

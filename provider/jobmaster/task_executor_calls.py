@@ -90,6 +90,14 @@ class TaskExecutorCalls:
         outcome = functools.partial(self.record_outcome, slot.task_executor_id)
         return await send_deployment(self._gateway, slot, tdd, self._session_id, wanted=wanted, outcome=outcome)
 
+    def registered_task_executors(self) -> list[str]:
+        """The ids of the TaskExecutors registered with the ResourceManager (none if it stopped)."""
+        try:
+            return [entry.id for entry in self._resource_manager.task_executors()]
+        except Exception as exc:  # noqa: BLE001 - a stopped ResourceManager (leadership lost)
+            log.warning("job %s (session %s): no TaskExecutors listed: %s", self._job_id, self._session_id, exc)
+            return []
+
     def task_executor_hostname(self, task_executor_id: str) -> str | None:
         """The Celery hostname of a registered TaskExecutor, as the ResourceManager knows it."""
         return self._resource_manager.task_executor_hostname(task_executor_id)
