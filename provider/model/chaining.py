@@ -187,11 +187,6 @@ def plan_results(graph: JobGraph) -> tuple[Chains, tuple[str, ...]]:
     return chains, kept
 
 
-def plan_chains(graph: JobGraph) -> Chains:
-    """The chains of `graph` (validated: ids unique, inputs known, acyclic)."""
-    return plan_results(graph)[0]
-
-
 def refused_chains(graph: JobGraph) -> dict[str, list[str]]:
     """The JobGraph fields of vertices that ask to be chained and cannot be, with why: `vertices[i].result`."""
     refusals = _chaining(graph).refusals

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from sparkdispatch.errors import InvalidJobGraph
-from sparkdispatch.model.chaining import NO_CHAINS, ResultKind, ResultsMode, plan_chains, plan_results
+from sparkdispatch.model.chaining import NO_CHAINS, ResultKind, ResultsMode, plan_results
 from sparkdispatch.model.job_graph import JobGraph
 
 
@@ -32,14 +32,14 @@ def graph(*vertices: dict[str, Any], **extra: Any) -> JobGraph:
 
 
 def test_a_line_of_vertices_asking_to_be_chained_is_one_chain_headed_by_its_sink() -> None:
-    chains = plan_chains(graph(chained("a"), chained("b", "a"), vertex("c", "b")))
+    chains = plan_results(graph(chained("a"), chained("b", "a"), vertex("c", "b")))[0]
     assert chains.members == {"c": ("a", "b")}
     assert chains.head_of == {"a": "c", "b": "c"}
     assert not chains.is_chained("c") and chains.chained_into("c") == ("a", "b")
 
 
 def test_a_parallel_producer_chains_into_a_single_subtask_consumer() -> None:
-    chains = plan_chains(graph(chained("a", parallelism=3), vertex("b", "a")))
+    chains = plan_results(graph(chained("a", parallelism=3), vertex("b", "a")))[0]
     assert chains.members == {"b": ("a",)}
 
 
@@ -103,8 +103,8 @@ def test_auto_keeps_no_result_whose_readers_could_run_on_other_taskexecutors() -
 
 def test_a_result_read_by_vertices_of_different_tasks_is_durable_naming_them() -> None:
     shared = graph(vertex("a"), vertex("b", "a"), vertex("c", "a"), vertex("d", "b"))
-    assert plan_results(shared) == (plan_chains(shared), ())
-    assert plan_chains(shared).head_of == {"b": "d"}
+    assert plan_results(shared) == (plan_results(shared)[0], ())
+    assert plan_results(shared)[0].head_of == {"b": "d"}
     with pytest.raises(InvalidJobGraph) as refused:
         graph(chained("a"), vertex("b", "a"), vertex("c", "a"), vertex("d", "b"))
     assert refused.value.field_errors == {
@@ -121,12 +121,12 @@ def test_a_result_read_by_vertices_of_different_tasks_is_durable_naming_them() -
 
 def test_the_master_chains_where_the_rules_allow_unless_a_durable_result_is_asked() -> None:
     line = (vertex("a"), vertex("b", "a"), vertex("c", "b"))
-    assert plan_chains(graph(*line)).members == {"c": ("a", "b")}
-    assert plan_chains(graph(vertex("a", result="durable"), *line[1:])).members == {"c": ("b",)}
-    assert plan_chains(graph(*line, results="durable")) is NO_CHAINS
+    assert plan_results(graph(*line))[0].members == {"c": ("a", "b")}
+    assert plan_results(graph(vertex("a", result="durable"), *line[1:]))[0].members == {"c": ("b",)}
+    assert plan_results(graph(*line, results="durable"))[0] is NO_CHAINS
     # two consumers in two tasks, or a consumer of parallelism 2: durable
-    assert plan_chains(graph(vertex("a"), vertex("b", "a"), vertex("c", "a"))) is NO_CHAINS
-    assert plan_chains(graph(vertex("a"), vertex("b", "a", parallelism=2))) is NO_CHAINS
+    assert plan_results(graph(vertex("a"), vertex("b", "a"), vertex("c", "a")))[0] is NO_CHAINS
+    assert plan_results(graph(vertex("a"), vertex("b", "a", parallelism=2)))[0] is NO_CHAINS
 
 
 @pytest.mark.parametrize(
@@ -147,7 +147,7 @@ def test_a_vertex_asking_to_be_chained_is_refused_when(
 
 def test_a_graph_without_chains_keeps_its_json_form() -> None:
     plain = graph(vertex("a"), vertex("b"))
-    assert plan_chains(plain) is NO_CHAINS
+    assert plan_results(plain)[0] is NO_CHAINS
     assert "result" not in plain.to_dict()["vertices"][0] and "results" not in plain.to_dict()
     asked = graph(vertex("a", result="durable"), vertex("b", "a"), results="durable")
     assert asked.vertices[0].result is ResultKind.DURABLE and asked.results is ResultsMode.DURABLE
@@ -183,5 +183,7 @@ def test_the_chaos_audit_knows_how_the_master_chains_a_chaos_job(tmp_path: Path)
     from sparkdispatch.testing.chaos_model import JobSpec
 
     spec = JobSpec(index=0, job_id="ab" * 16, rows=10, sleeps={v: 0.0 for v in ("produce", "transform", "summarize")})
-    chains = plan_chains(JobGraph.from_dict(chaos_graph(spec, artifact="a" * 64, markers=tmp_path, restart_attempts=1)))
+    chains = plan_results(
+        JobGraph.from_dict(chaos_graph(spec, artifact="a" * 64, markers=tmp_path, restart_attempts=1))
+    )[0]
     assert chains.head_of == CHAINED_INTO

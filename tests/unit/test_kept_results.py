@@ -21,7 +21,7 @@ from sparkdispatch.jobmaster.recovered_graph import build_execution_graph, mark_
 from sparkdispatch.jobmaster.task_executor_calls import TaskExecutorCalls
 from sparkdispatch.model.job_graph import JobGraph
 from sparkdispatch.model.kept_results import NO_KEPT, plan_kept_groups
-from sparkdispatch.model.chaining import plan_chains, plan_results
+from sparkdispatch.model.chaining import plan_results
 from sparkdispatch.model.repair import rerun_closure
 from sparkdispatch.model.states import ExecutionState
 from sparkdispatch.resourcemanager import ResourceManagerGateway
@@ -77,14 +77,14 @@ def test_groups_join_through_a_reader_of_two_kept_results_and_through_chains() -
     g = graph(kept("a"), kept("b"), vertex("c", "a", "b"), kept("d"), vertex("e", "d"), vertex("f", "e"))
     groups = groups_of(g)
     assert groups["a"] == groups["b"] == groups["c"]
-    assert plan_chains(g).head_of == {"e": "f"}
+    assert plan_results(g)[0].head_of == {"e": "f"}
     assert groups["d"] == groups["f"] and "e" not in groups
 
 
 def test_a_graph_without_kept_results_has_no_groups_and_a_kept_vertex_is_never_chained() -> None:
     assert plan_kept_groups(graph(vertex("a"), vertex("b", "a")), *plan_results(graph(vertex("a")))) is NO_KEPT
     g = graph(kept("a"), vertex("b", "a"))
-    assert plan_chains(g).head_of == {}  # a would chain into b if it did not ask to be kept
+    assert plan_results(g)[0].head_of == {}  # a would chain into b if it did not ask to be kept
 
 
 @pytest.mark.parametrize(
