@@ -34,6 +34,7 @@ from sparkdispatch.jobmaster.gateways import TaskExecutorGateway
 from sparkdispatch.jobmaster.kept_partitions import KeptPartitions
 from sparkdispatch.jobmaster.slot_requests import SlotRequests
 from sparkdispatch.jobmaster.result_publication import publish_result
+from sparkdispatch.jobmaster.long_lived import LONG_LIVED_GRAPHS
 from sparkdispatch.jobmaster.recovered_graph import (
     build_execution_graph,
     finished,
@@ -237,6 +238,7 @@ class JobMaster:
         self._stop_all()
         self._slots.declare()
         self.result_future.cancel()
+        LONG_LIVED_GRAPHS.release(graph)
 
     def overview(self) -> JobOverview:
         """The job's status, times and subtasks per state, as of now."""
@@ -577,6 +579,7 @@ class JobMaster:
         self._publishing = asyncio.get_running_loop().create_task(
             publish_result(self.execution_graph, self._results, self.result_future, session_id=self.job_master_id)
         )
+        self._publishing.add_done_callback(lambda _: LONG_LIVED_GRAPHS.release(self.execution_graph))
         return self._publishing
 
     # ------------------------------------------------------------------ stopping attempts

@@ -15,7 +15,10 @@ request body, whose parsing alone set off full collections of 60-100 ms on a loa
 Whatever was cyclic garbage or becomes so among the frozen objects waits until the last graph
 so built is freed; then the heap is unfrozen and collected as before. So a graph built here must
 be in no reference cycle, nor its owner (the JobMaster): frozen, a cycle would never be freed.
-Smaller graphs are built as they are.
+Nor can its owner's owners be trusted to be in none (a stopped Dispatcher is, through its cancelled
+tasks' tracebacks), so an owner done with its graph says so (`release`): the graph counts as
+freed from then on, and once none is left the heap is unfrozen, and whatever cycle still holds the
+graph is collected as any other. Smaller graphs are built as they are.
 
 While such a graph lives, what the job allocates as it runs (each finished subtask's progress, its
 deployment and slot records: about 7 tracked objects per subtask again) is not frozen, and each
@@ -53,6 +56,7 @@ class LongLivedGraphs:
         self._building = 0  # builds running now, with automatic collection paused
         self._collecting = True  # whether automatic collection was on before them
         self._hooked = False  # `_freeze_survivors` is in gc.callbacks
+        self._finalizers: dict[int, weakref.finalize[[int], object]] = {}  # by the id of each graph alive
 
     @property
     def alive(self) -> int:
@@ -85,16 +89,29 @@ class LongLivedGraphs:
                 self._building -= 1
                 if self._building == 0 and self._collecting:
                     gc.enable()
-        finalizer = weakref.finalize(graph, self._freed)
+        finalizer: weakref.finalize[[int], object] = weakref.finalize(graph, self._freed, id(graph))
         finalizer.atexit = False
+        with self._lock:
+            self._finalizers[id(graph)] = finalizer
         log.info(
             "a large %s is built: the heap is frozen out of the garbage collector's walks until it is freed",
             type(graph).__name__,
         )
         return graph
 
-    def _freed(self) -> None:
+    def release(self, graph: object) -> None:
+        """Its owner is done with `graph`: it counts as freed now, whatever may still refer to it.
+
+        Nothing for a graph not built here, or already released."""
         with self._lock:
+            finalizer = self._finalizers.get(id(graph))
+        if finalizer is not None and (found := finalizer.peek()) is not None and found[0] is graph:
+            del found
+            finalizer()  # runs `_freed` once: the graph's end, when it comes, changes nothing more
+
+    def _freed(self, key: int) -> None:
+        with self._lock:
+            del self._finalizers[key]
             self._alive -= 1
             if self._alive == 0:
                 if self._hooked:

@@ -48,6 +48,7 @@ from sparkdispatch.rest import views
 from sparkdispatch.rest.connections import (
     read_within,
 )
+from sparkdispatch.jobmaster.long_lived import LONG_LIVED_GRAPHS
 from sparkdispatch.rest.inputs import path_id, query_int, read_job_graph, read_json, repair_vertices
 from sparkdispatch.rest.paging import PageRequest, page_of
 from sparkdispatch.rest.settings import RestSettings
@@ -174,7 +175,11 @@ class RestHandlers:
     async def submit_job(self, request: web.Request) -> web.Response:
         leader = self.master.leader_components()
         graph = await read_job_graph(request, limit=self.settings.max_body_size)
-        submission = await leader.dispatcher.submit(graph, access=_pool_access(request))
+        try:
+            submission = await leader.dispatcher.submit(graph, access=_pool_access(request))
+        finally:
+            # the job's ExecutionGraph is built by now, and kept out of the collector's walks if large
+            LONG_LIVED_GRAPHS.release(graph)
         job_id = submission.job_id
         return shape_response(
             Submitted(job_id=job_id, job_url=f"/jobs/{job_id}", status=submission.status),

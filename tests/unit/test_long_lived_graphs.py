@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import weakref
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -108,3 +109,41 @@ def test_what_survives_a_full_collection_while_a_graph_lives_is_frozen_too() -> 
     assert graphs.alive == 0 and gc.get_freeze_count() == 0 and tracked(progress)
     gc.collect()
     assert tracked(progress)  # no graph lives: a full collection freezes nothing
+
+
+class Owner:
+    """Stands for a Dispatcher that holds its jobs' graphs, in a reference cycle of its own."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.me = self
+
+
+def test_a_released_graph_counts_as_freed_and_a_cycle_frozen_with_it_is_collected_once_unfrozen() -> None:
+    graphs = LongLivedGraphs(min_subtasks=1)
+    graph = graphs.build(Graph, subtasks=1)
+    owner = Owner(graph)
+    gc.collect()  # the owner survives a full collection while the graph lives: frozen with it
+    assert not tracked(owner)
+    freed = weakref.ref(graph)
+    del graph, owner
+    gc.collect()
+    assert freed() is not None and graphs.alive == 1  # frozen, its cycle is never walked
+    graphs.release(freed())
+    assert graphs.alive == 0 and gc.get_freeze_count() == 0
+    gc.collect()
+    assert freed() is None and graphs.alive == 0  # its end changes nothing more
+
+
+def test_releasing_twice_or_what_was_not_built_here_changes_nothing() -> None:
+    graphs = LongLivedGraphs(min_subtasks=1)
+    first = graphs.build(Graph, subtasks=1)
+    second = graphs.build(Graph, subtasks=1)
+    graphs.release(first)
+    graphs.release(first)
+    graphs.release(Graph())
+    assert graphs.alive == 1 and not tracked(second)
+    del first
+    assert graphs.alive == 1
+    del second
+    assert graphs.alive == 0 and gc.get_freeze_count() == 0
