@@ -81,11 +81,16 @@ class ChainedFrames:
     """The DataFrames of the vertices chained into one attempt, built in chain order, and their rows."""
 
     def __init__(
-        self, session: SparkSession, tdd: TaskDeploymentDescriptor, output: OutputOf = lambda *_: nullcontext()
+        self,
+        session: SparkSession,
+        tdd: TaskDeploymentDescriptor,
+        output: OutputOf = lambda *_: nullcontext(),
+        before_each: Callable[[], None] = lambda: None,
     ) -> None:
         self._session = session
         self._tdd = tdd
         self._output = output
+        self._before_each = before_each  # called right before each function; raises to start none
         self._built: dict[str, DataFrame | None] = {}
         self._observed: dict[str, tuple[tuple[Observation, str] | None, ...]] = {}  # each subtask's counter
 
@@ -122,6 +127,7 @@ class ChainedFrames:
                 attempt=self._tdd.attempt,
                 inputs=inputs,
             )
+            self._before_each()
             with self._output(task.vertex_id, index):
                 result = function(ctx)
             if result is None:

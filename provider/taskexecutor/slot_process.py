@@ -107,6 +107,14 @@ NOT_STARTED_LATE = (
 )
 
 
+class _StartedLate(Exception):
+    """A function of the attempt was about to start past the start deadline, with no fresh one."""
+
+
+def _not_started_late() -> AttemptState:
+    return AttemptState(ExecutionState.FAILED, failure=Failure("StaleExecution", NOT_STARTED_LATE))
+
+
 def _write_output(text: str) -> None:
     """Into the attempt's log (this process's stdout while an attempt runs)."""
     sys.stdout.write(text)
@@ -256,7 +264,14 @@ class SlotProcess:
             return AttemptState(ExecutionState.CANCELED)
         if not self._may_start(request.start_before):
             # frozen or cut off since it was admitted: the master may run this attempt elsewhere by now
-            return AttemptState(ExecutionState.FAILED, failure=Failure("StaleExecution", NOT_STARTED_LATE))
+            return _not_started_late()
+
+        def may_start() -> None:
+            # again before each function: building the chain and its inputs calls the Connect server,
+            # and a TaskExecutor frozen meanwhile must start no function once it thaws
+            if not self._may_start(request.start_before):
+                raise _StartedLate
+
         self._send_state(ExecutionState.RUNNING)
         chain = ChainedFrames(
             session,
@@ -264,6 +279,7 @@ class SlotProcess:
             lambda vertex_id, index: output_to(
                 chained_log_path(tdd.result_path, vertex_id, index, tdd.attempt), max_size=request.log_max_size
             ),
+            before_each=may_start,
         )
         try:
             target = request.write_path()
@@ -278,6 +294,7 @@ class SlotProcess:
                 attempt=tdd.attempt,
                 inputs=chain.inputs(tdd.inputs, tdd.input_schemas),
             )
+            may_start()
             result = function(ctx)
             written: WrittenPartition | None = None
             input_files: tuple[str, ...] = ()
@@ -285,6 +302,8 @@ class SlotProcess:
                 frame = as_dataframe(result)
                 written = write_partition(frame, target)
                 input_files = _input_datasets(frame, tdd.result_path, request.kept_job_dir())
+        except _StartedLate:
+            return _not_started_late()
         except BaseException as exc:  # noqa: BLE001 - this process exists to run the function; SystemExit too
             if attempt.cancelled.is_set():
                 return AttemptState(ExecutionState.CANCELED)

@@ -211,6 +211,12 @@ def multiples_of_seven(ctx: Any) -> Any:
     return ctx.spark.range(0, int(ctx.params.get("below", 1000))).where("id % 7 = 0")
 
 
+def marks_its_start(ctx: Any) -> Any:
+    """Leaves the marker `<vertex>-<subtask>` as it starts: which functions of a chain started."""
+    _mark(ctx, f"{ctx.vertex_id}-{ctx.subtask_index}")
+    return ctx.spark.range(3)
+
+
 def even_inputs(ctx: Any) -> Any:
     """The `up` input's even ids; asserts what the other inputs look like."""
     assert ctx.inputs["empty"] is None

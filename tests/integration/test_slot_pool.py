@@ -8,6 +8,7 @@ them (a directory per content); tests that need two versions of one module write
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -23,6 +24,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from sparkdispatch.model.environment import Environment
+from sparkdispatch.model.protocol import ChainedTask
 from sparkdispatch.model.states import ExecutionState
 from sparkdispatch.storage.attempt_logs import attempt_log_path, read_attempt_log
 from sparkdispatch.taskexecutor.settings import SlotPoolSettings
@@ -319,12 +321,51 @@ def test_an_attempt_whose_start_deadline_passed_fails_without_running_its_functi
     path = attempt_log_path(tdd.result_path, tdd.attempt)
     assert path is not None and "printed by subtask" not in (path.read_text() if path.exists() else "")
     # its deadline passed while it set up, but the TaskExecutor has a fresh one: it runs
-    deadlines = iter([time.monotonic() - 1, time.monotonic() + 60])
+    deadlines = itertools.chain([time.monotonic() - 1], itertools.repeat(time.monotonic() + 60))
     again = deployment(tmp_path, "slot_tasks:chatty", job_id=tdd.job_id)
     assert (
         pool.run(AttemptLaunch(again, (tasks,), start_deadline=lambda: next(deadlines)), lambda s: None).state
         is ExecutionState.FINISHED
     )
+
+
+def test_a_chain_whose_start_deadline_passes_while_it_is_built_starts_no_further_function(
+    pool: SlotProcessPool, tasks: str, tmp_path: Path
+) -> None:
+    """A TaskExecutor frozen while an attempt builds its chain (its functions call the Connect
+    server): once thawed, no function starts past the deadline without a fresh one, neither a
+    chained vertex's nor the head's (the chaos suite's one duplicate, a function started after its
+    job ended)."""
+    markers = tmp_path / "markers"
+
+    asked: list[float] = []
+
+    def deadline() -> float:
+        # passed at the launch (every start asks for a fresh one); fresh until the chain's first
+        # function started; from then on the master is silent
+        asked.append(time.monotonic())
+        return time.monotonic() + (-1 if len(asked) == 1 or (markers / "built-0").exists() else 60)
+
+    built = ChainedTask("built", "slot_tasks:marks_its_start", parallelism=2, params={"marker_dir": str(markers)})
+    tdd = deployment(
+        tmp_path, "slot_tasks:marks_its_start", job_id=new_job_id(), inputs={"built": ()}, chained=(built,)
+    )
+    states: list[ExecutionState] = []
+    end = pool.run(AttemptLaunch(tdd, (tasks,), start_deadline=deadline), lambda s: states.append(s.state))
+    assert end.state is ExecutionState.FAILED and end.failure is not None, end
+    assert (end.failure.cls, end.failure.message) == ("StaleExecution", NOT_STARTED_LATE)
+    assert sorted(p.name for p in markers.iterdir()) == ["built-0"]  # neither built-1 nor the head's v-0
+    assert ExecutionState.RUNNING in states  # it had started: its first function ran
+    assert len(asked) == 4  # at the launch, at the attempt's start, before built-0 and before built-1
+    # with fresh deadlines all along, the same chain runs whole
+    for marker in markers.iterdir():
+        marker.unlink()
+    again = deployment(
+        tmp_path, "slot_tasks:marks_its_start", job_id=tdd.job_id, inputs={"built": ()}, chained=(built,)
+    )
+    ended = pool.run(AttemptLaunch(again, (tasks,), start_deadline=lambda: time.monotonic() + 60), lambda s: None)
+    assert ended.state is ExecutionState.FINISHED, ended
+    assert sorted(p.name for p in markers.iterdir()) == ["built-0", "built-1", "v-0"]
 
 
 def test_a_configuration_key_spark_refuses_fails_the_attempt_naming_it(
