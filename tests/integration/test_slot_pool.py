@@ -337,7 +337,6 @@ def test_a_chain_whose_start_deadline_passes_while_it_is_built_starts_no_further
     chained vertex's nor the head's (the chaos suite's one duplicate, a function started after its
     job ended)."""
     markers = tmp_path / "markers"
-
     asked: list[float] = []
 
     def deadline() -> float:
