@@ -45,6 +45,7 @@ from sparkdispatch.jobmaster.recovered_graph import (
 from sparkdispatch.jobmaster.reconciler import ExecutionDeploymentReconciler
 from sparkdispatch.jobmaster.task_executor_calls import TaskExecutorCalls
 from sparkdispatch.jobmaster.task_executor_reconciliation import Failed, TaskExecutorReconciliation, check_report
+from sparkdispatch.jobmaster.restart_backoffs import RestartBackoffs
 from sparkdispatch.jobmaster.restart import RestartBackoffTimeStrategy, create_restart_strategy, restart_refused
 from sparkdispatch.log_context import log_context
 from sparkdispatch.metrics.events import EventCounts, TaskEvents
@@ -103,7 +104,7 @@ class JobMaster:
         self._results = ResultLayout(settings.results_dir)
         spec = graph.restart_strategy or settings.restart_strategy
         self.restart_strategy: RestartBackoffTimeStrategy = create_restart_strategy(spec, clock=self._clock)
-        self._held_back: dict[SubtaskId, object] = {}  # waiting out a restart backoff -> that restart
+        self._backoffs = RestartBackoffs()
         self._kept = KeptPartitions(self.execution_graph)
         self._slots = SlotRequests(
             self.execution_graph,
@@ -119,7 +120,6 @@ class JobMaster:
         self._reconciliation = TaskExecutorReconciliation(
             self.execution_graph, session_id=session_id, deployments=self._deployments, calls=self._calls
         )
-        self._restart_timers: set[asyncio.Task[Any]] = set()
         self._more_to_schedule: asyncio.Handle | None = None  # the next slice of `_schedule`, if one is due
         self.result_future: asyncio.Future[JobResult] = asyncio.get_running_loop().create_future()
         self._publishing: asyncio.Task[None] | None = None  # `result_future`'s, once the job is terminal
@@ -212,7 +212,7 @@ class JobMaster:
             await asyncio.shield(self._terminate())
             return
         graph.transition(JobStatus.CANCELLING)
-        self._stop_restart_timers()
+        self._backoffs.stop()
         cancel_calls = self._stop_all()
         self._slots.declare()
         if cancel_calls:
@@ -234,7 +234,7 @@ class JobMaster:
         log.info(
             "job %s (session %s): suspended; its HA data stays for the next leader", self.job_id, self.job_master_id
         )
-        self._stop_restart_timers()
+        self._backoffs.stop()
         self._stop_all()
         self._slots.declare()
         self.result_future.cancel()
@@ -380,7 +380,7 @@ class JobMaster:
             log.info("job %s (session %s) finished", self.job_id, self.job_master_id)
             self._terminate()
             return
-        taken = graph.take_schedulable(held_back=self._held_back, limit=SCHEDULE_SLICE)
+        taken = graph.take_schedulable(held_back=self._backoffs.held_back, limit=SCHEDULE_SLICE)
         for ev in taken:
             ev.current.transition(ExecutionState.SCHEDULED)
             self._slots.waiting[ev.id] = ev
@@ -527,7 +527,6 @@ class JobMaster:
             return
         restart = tasks_to_restart(graph, failed, released=self._kept.released)
         backoff_s = self.restart_strategy.backoff_s()
-        token = object()
         restarted: list[SubtaskId] = []
         for subtask_id in restart:
             ev = graph.subtask(subtask_id)
@@ -535,7 +534,6 @@ class JobMaster:
                 continue  # not started: it simply waits for its inputs again
             self._stop(ev)
             graph.new_attempt(ev)
-            self._held_back[subtask_id] = token
             restarted.append(subtask_id)
         log.info(
             "job %s (session %s): restarting %s in %.3fs after %s",
@@ -545,22 +543,14 @@ class JobMaster:
             backoff_s,
             failure.cls,
         )
-        timer = asyncio.get_running_loop().create_task(self._restart_after(backoff_s, token))
-        self._restart_timers.add(timer)
-        timer.add_done_callback(self._restart_timers.discard)
+        self._backoffs.hold(restarted, backoff_s, then=self._schedule)
         self._slots.declare()
-
-    async def _restart_after(self, delay_s: float, token: object) -> None:
-        await asyncio.sleep(delay_s)
-        for subtask_id in [s for s, t in self._held_back.items() if t is token]:
-            del self._held_back[subtask_id]
-        self._schedule()
 
     def _fail(self, failure: Failure) -> None:
         graph = self.execution_graph
         graph.failure = failure
         graph.transition(JobStatus.FAILING)
-        self._stop_restart_timers()
+        self._backoffs.stop()
         self._stop_all()
         graph.transition(JobStatus.FAILED)
         self._terminate()
@@ -568,7 +558,7 @@ class JobMaster:
     def _terminate(self) -> asyncio.Task[None]:
         """The job reached a globally terminal status: release everything, publish the JobResult
         (built in a thread: `result_future` resolves once the returned task is done)."""
-        self._held_back.clear()
+        self._backoffs.clear()
         self._slots.declare()
         sites = self._kept.sites()
         if self._kept.active and self.execution_graph.restored is not None:
@@ -592,11 +582,6 @@ class JobMaster:
         """Cancel `ev`'s attempt if it is not terminal (on its TaskExecutor if it was deployed)."""
         self._slots.waiting.pop(ev.id, None)
         return self._calls.stop(ev.current, release=self._release_slot)
-
-    def _stop_restart_timers(self) -> None:
-        for timer in list(self._restart_timers):
-            timer.cancel()
-        self._held_back.clear()
 
     def _release_slot(self, execution: Execution) -> None:
         self._deployments.forget(execution.execution_id)

@@ -106,7 +106,6 @@ class LongLivedGraphs:
         with self._lock:
             finalizer = self._finalizers.get(id(graph))
         if finalizer is not None and (found := finalizer.peek()) is not None and found[0] is graph:
-            del found
             finalizer()  # runs `_freed` once: the graph's end, when it comes, changes nothing more
 
     def _freed(self, key: int) -> None:

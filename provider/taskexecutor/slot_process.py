@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING
 from sparkdispatch.storage.attempt_logs import attempt_log_path, chained_log_path
 from sparkdispatch.errors import ConfigurationError, IllegalStateTransition
 from sparkdispatch.lifeline import die_with_parent
-from sparkdispatch.model.job_result import MAX_INPUT_FILES, Failure
+from sparkdispatch.model.job_result import MAX_INPUT_FILES
 from sparkdispatch.model.states import ExecutionState
 from sparkdispatch.storage.results import WrittenPartition, job_dir_of, write_partition
 from sparkdispatch.taskexecutor.attempt_failures import failure_of, session_gone
@@ -62,16 +62,14 @@ from sparkdispatch.taskexecutor.plan_reads import reads_only_under
 from sparkdispatch.taskexecutor.driver_log import DriverLog, progress_handler
 from sparkdispatch.taskexecutor.attempt_code import import_path_entry, load_entrypoint, output_to
 from sparkdispatch.taskexecutor.slot_python_workers import PythonWorkerStart
+from sparkdispatch.taskexecutor.start_deadline import StartDeadline, StartedLate, not_started_late
 from sparkdispatch.taskexecutor.slot_sessions import make_active, new_session, server_session_id
 from sparkdispatch.taskexecutor.slot_protocol import (
     CANCEL,
-    MAY_START,
-    MAY_START_WAIT_S,
     READY,
     RUN,
     SESSION,
     SERVER,
-    START_DEADLINE,
     STOP,
     STOPPED,
     WARM,
@@ -100,19 +98,6 @@ WARM_SESSION_MAX_AGE_S = 600.0
 #: after a failed try, not again for `WARM_RETRY_S`.
 WARM_WHEN_IDLE_S = 0.5
 WARM_RETRY_S = 30.0
-
-NOT_STARTED_LATE = (
-    "not started: the TaskExecutor had not heard from the master for a heartbeat timeout, so the "
-    "master may have declared it lost and run this attempt elsewhere"
-)
-
-
-class _StartedLate(Exception):
-    """A function of the attempt was about to start past the start deadline, with no fresh one."""
-
-
-def _not_started_late() -> AttemptState:
-    return AttemptState(ExecutionState.FAILED, failure=Failure("StaleExecution", NOT_STARTED_LATE))
 
 
 def _write_output(text: str) -> None:
@@ -262,16 +247,10 @@ class SlotProcess:
             return self._failed(exc)
         if attempt.cancelled.is_set():
             return AttemptState(ExecutionState.CANCELED)
-        if not self._may_start(request.start_before):
+        deadline = StartDeadline(self._channel, self._requests, request.start_before)
+        if not deadline.may_start():
             # frozen or cut off since it was admitted: the master may run this attempt elsewhere by now
-            return _not_started_late()
-
-        def may_start() -> None:
-            # again before each function: building the chain and its inputs calls the Connect server,
-            # and a TaskExecutor frozen meanwhile must start no function once it thaws
-            if not self._may_start(request.start_before):
-                raise _StartedLate
-
+            return not_started_late()
         self._send_state(ExecutionState.RUNNING)
         chain = ChainedFrames(
             session,
@@ -279,7 +258,9 @@ class SlotProcess:
             lambda vertex_id, index: output_to(
                 chained_log_path(tdd.result_path, vertex_id, index, tdd.attempt), max_size=request.log_max_size
             ),
-            before_each=may_start,
+            # again before each function: building the chain and its inputs calls the Connect server,
+            # and a TaskExecutor frozen meanwhile must start no function once it thaws
+            before_each=deadline.check,
         )
         try:
             target = request.write_path()
@@ -294,7 +275,7 @@ class SlotProcess:
                 attempt=tdd.attempt,
                 inputs=chain.inputs(tdd.inputs, tdd.input_schemas),
             )
-            may_start()
+            deadline.check()
             result = function(ctx)
             written: WrittenPartition | None = None
             input_files: tuple[str, ...] = ()
@@ -302,8 +283,8 @@ class SlotProcess:
                 frame = as_dataframe(result)
                 written = write_partition(frame, target)
                 input_files = _input_datasets(frame, tdd.result_path, request.kept_job_dir())
-        except _StartedLate:
-            return _not_started_late()
+        except StartedLate:
+            return not_started_late()
         except BaseException as exc:  # noqa: BLE001 - this process exists to run the function; SystemExit too
             if attempt.cancelled.is_set():
                 return AttemptState(ExecutionState.CANCELED)
@@ -321,24 +302,6 @@ class SlotProcess:
             result_schema=written.schema,
             input_files=input_files,
         )
-
-    def _may_start(self, start_before: float | None) -> bool:
-        """Whether the function may start: before `start_before`, or before the fresh deadline the
-        TaskExecutor gives when asked (it has one while the master answers its heartbeats)."""
-        if start_before is None or time.monotonic() <= start_before:
-            return True
-        self._channel.send({"type": MAY_START})
-        deadline = time.monotonic() + MAY_START_WAIT_S
-        while (remaining := deadline - time.monotonic()) > 0:
-            try:
-                message = self._requests.get(timeout=remaining)
-            except queue.Empty:
-                break
-            if message["type"] == START_DEADLINE:
-                fresh = message.get("start_before")
-                return fresh is not None and time.monotonic() <= float(fresh)
-            self._requests.put(message)  # not the answer: for the serving loop, after this attempt
-        return False
 
     def _send_state(self, state: ExecutionState) -> None:
         self._channel.send(AttemptState(state).to_message())

@@ -37,7 +37,7 @@ from sparkdispatch.taskexecutor.python_environments import PythonEnvironments
 from sparkdispatch.taskexecutor.python_workers import ReleasedSessions, WorkerDaemonReaper, worker_daemons
 from sparkdispatch.taskexecutor.slot_child import spawn_slot_process
 from sparkdispatch.taskexecutor.settings import PythonEnvironmentSettings
-from sparkdispatch.taskexecutor.slot_process import NOT_STARTED_LATE
+from sparkdispatch.taskexecutor.start_deadline import NOT_STARTED_LATE
 from sparkdispatch.taskexecutor.slot_protocol import SLOT_PROCESS_NAME, TEMPLATE_NAME, AttemptLaunch
 from sparkdispatch.testing.waiting import eventually_blocking
 from sparkdispatch.testing.wheels import make_wheel
