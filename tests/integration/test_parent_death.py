@@ -66,6 +66,24 @@ def marked(marker: str) -> dict[ProcessId, str]:
     return found
 
 
+def described(processes: dict[ProcessId, str]) -> list[str]:
+    """Each process as a failure message shows it: its name, state, parent, group, what it waits in
+    and its command line, so a survivor says which of the template's forks it is."""
+    lines = []
+    for pid, _ in processes:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            wchan = Path(f"/proc/{pid}/wchan").read_text()
+        except OSError:
+            continue
+        state, parent, group = stat[stat.rfind(")") + 2 :].split()[:3]
+        lines.append(
+            f"{pid} {process_name(pid)!r} state {state} parent {parent} ({process_name(int(parent))!r}) "
+            f"group {group} in {wchan or '-'}: {command_line(pid)[:160]}"
+        )
+    return lines
+
+
 def wait_until(predicate: Callable[[], bool], what: str, timeout: float = WAIT_S) -> None:
     eventually_blocking(predicate, what, timeout=timeout, interval=0.3)
 
@@ -158,15 +176,22 @@ def test_a_killed_taskexecutor_and_a_killed_standalone_leave_no_process_behind(t
 
         os.kill(task_executor, signal.SIGKILL)  # the TaskExecutor alone, not its process group
 
-        wait_until(
-            lambda: not set(its_tree) & set(marked(marker)), "the killed TaskExecutor's children to end", GONE_WITHIN_S
-        )
+        def its_survivors() -> dict[ProcessId, str]:
+            """What is left of its tree, and whatever it or its template forked after the tree was read."""
+            tied = f"--parent-pid {task_executor} "
+            return {m: c for m, c in marked(marker).items() if m in its_tree or tied in f"{command_line(m[0])} "}
+
+        try:
+            wait_until(lambda: not its_survivors(), "the killed TaskExecutor's children to end", GONE_WITHIN_S)
+        except WaitTimedOut:
+            raise AssertionError(f"processes outlived the TaskExecutor: {described(its_survivors())}") from None
 
         # the standalone starts another, under the same id: wait for its own registration
         wait_until(lambda: standalone.registrations() == 2, "a new TaskExecutor to register")
         standalone.run_a_udf()
         everything = marked(marker)
         assert len(everything) >= 5, everything  # standalone, TaskExecutor, server, slot process, Python worker
+        [second] = standalone.task_executor_pids()
 
         os.kill(standalone.process.pid, signal.SIGKILL)
         standalone.process.wait(10)
@@ -177,6 +202,9 @@ def test_a_killed_taskexecutor_and_a_killed_standalone_leave_no_process_behind(t
         try:
             wait_until(lambda: not survivors(), "the standalone's processes to end", GONE_WITHIN_S)
         except WaitTimedOut:
-            raise AssertionError(f"processes outlived sparkdispatch standalone: {survivors()}") from None
+            raise AssertionError(
+                f"processes outlived sparkdispatch standalone (TaskExecutors {task_executor}, then {second}): "
+                f"{described(survivors())}"
+            ) from None
     finally:
         standalone.stop()
