@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Iterable
 
 from sparkdispatch.dispatcher.archive import JobArchive
 from sparkdispatch.dispatcher.dispatched_job import DispatchedJob
@@ -121,6 +122,13 @@ class JobQueries:
             self._check_serving()  # a job not recovered yet is not unknown: the caller retries
             raise UnknownJob(job_id)
         return job.job_master
+
+    def ended_jobs(self, job_ids: Iterable[str]) -> list[str]:
+        """Those of `job_ids` that no longer run here: ended, or unknown to this master. None while
+        it recovers its jobs (one not recovered yet is unknown, not ended) or shuts down."""
+        if self._recovering or self._closed:
+            return []
+        return [job_id for job_id in job_ids if (job := self._jobs.get(job_id)) is None or job.result is not None]
 
     async def _settled(self, job_id: str) -> DispatchedJob | None:
         """The job `job_id` answers for, once its submission (or repair) settled: persisted and its

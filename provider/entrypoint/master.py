@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from sparkdispatch.dispatcher.archive import JobArchive
@@ -76,6 +77,9 @@ class LeaderComponents:
 
     def job_master(self, job_id: str) -> JobMasterGateway:
         return self.dispatcher.job_master(job_id)
+
+    def ended_jobs(self, job_ids: Iterable[str]) -> list[str]:
+        return self.dispatcher.ended_jobs(job_ids)
 
 
 class Master:

@@ -276,17 +276,24 @@ class ExecutionReport:
 
 @dataclass(frozen=True)
 class HeartbeatPayload:
-    """The body of `POST /v1/taskexecutors/{id}/heartbeat`."""
+    """The body of `POST /v1/taskexecutors/{id}/heartbeat`. `kept_jobs`: the jobs whose results
+    the TaskExecutor keeps and none of whose executions it runs; the answer names those that ended
+    (`HeartbeatAnswer`), whose results it deletes."""
 
     slot_report: SlotReport
     executions: tuple[ExecutionReport, ...] = ()
+    kept_jobs: tuple[str, ...] = ()
 
     @classmethod
     def from_dict(cls, data: Any) -> HeartbeatPayload:
         return load(_HEARTBEAT, data, HeartbeatPayload, _invalid_request("heartbeat"))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"slot_report": self.slot_report.to_dict(), "executions": [e.to_dict() for e in self.executions]}
+        return {
+            "slot_report": self.slot_report.to_dict(),
+            "executions": [e.to_dict() for e in self.executions],
+            "kept_jobs": list(self.kept_jobs),
+        }
 
 
 def as_execution_reports(values: Sequence[ExecutionReport | Mapping[str, Any]] | None) -> tuple[ExecutionReport, ...]:
@@ -501,10 +508,13 @@ class ExecutionReportSchema(StrictSchema):
 class HeartbeatPayloadSchema(StrictSchema):
     slot_report = fields.Nested(SlotReportSchema, required=True)
     executions = fields.List(fields.Nested(ExecutionReportSchema), load_default=list)
+    kept_jobs = fields.List(fields.String(validate=WholeMatch(JOB_ID_PATTERN)), load_default=list)
 
     @post_load
     def make(self, data: dict[str, Any], **_: Any) -> HeartbeatPayload:
-        return HeartbeatPayload(slot_report=data["slot_report"], executions=tuple(data["executions"]))
+        return HeartbeatPayload(
+            slot_report=data["slot_report"], executions=tuple(data["executions"]), kept_jobs=tuple(data["kept_jobs"])
+        )
 
 
 register_schema(ExecutionReport, ExecutionReportSchema)

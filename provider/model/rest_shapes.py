@@ -314,6 +314,15 @@ class Unregistered(Shape):
 
 
 @dataclass(frozen=True)
+class HeartbeatAnswer(Shape):
+    """`POST /taskexecutors/{id}/heartbeat`: which of the heartbeat's `kept_jobs` ended (none while
+    the master recovers its jobs), so the TaskExecutor deletes the results it keeps of them: the
+    release its JobMaster sent at the job's end may have been lost with a leadership change."""
+
+    release_kept: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class LeaderSession(Shape):
     """`GET /taskexecutors/leader-session`: the session the answering master leads under, which a
     TaskExecutor of `high-availability.mode: none` registers under (ZooKeeper publishes it otherwise)."""
@@ -341,6 +350,7 @@ ANSWERS: tuple[type[Shape], ...] = (
     Submitted,
     Artifact,
     Unregistered,
+    HeartbeatAnswer,
     LeaderSession,
     Empty,
 )

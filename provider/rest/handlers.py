@@ -10,7 +10,7 @@ import asyncio
 import dataclasses
 import logging
 from abc import abstractmethod
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Protocol
 
 import aiohttp
@@ -81,6 +81,10 @@ class LeaderView(Protocol):
     @abstractmethod
     def job_master(self, job_id: str) -> JobMasterGateway:
         """The running JobMaster of `job_id`; `UnknownJob` if there is none."""
+
+    @abstractmethod
+    def ended_jobs(self, job_ids: Iterable[str]) -> list[str]:
+        """Those of `job_ids` that ended (none while the jobs are being recovered)."""
 
 
 class MasterView(Protocol):

@@ -406,12 +406,12 @@ def _task_executor_paths(spec: APISpec) -> None:
         parameters=[task_executor_id],
         operations={
             "post": {
-                "summary": "A TaskExecutor's heartbeat: its slots and executions",
+                "summary": "A TaskExecutor's heartbeat: its slots, executions and the jobs whose results it keeps",
                 "tags": tag,
                 "parameters": [_SESSION],
                 "requestBody": {"required": True, **_json("Heartbeat", "the heartbeat")},
                 "responses": {
-                    "200": _json("Empty", "received"),
+                    "200": _json("HeartbeatAnswer", "received; the kept results of these jobs may go"),
                     **_ID,
                     **fenced,
                     "404": _error("the TaskExecutor is not registered: register again"),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from abc import abstractmethod
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol
 
 from aiohttp import web
@@ -19,7 +19,7 @@ from sparkdispatch.errors import FencingTokenMismatch, InvalidRequest, SparkDisp
 from sparkdispatch.jobmaster import JobMasterGateway
 from sparkdispatch.log_context import log_context
 from sparkdispatch.model.protocol import ExecutionStateUpdate, HeartbeatPayload, TaskExecutorRegistration
-from sparkdispatch.model.rest_shapes import Empty, LeaderSession, Unregistered
+from sparkdispatch.model.rest_shapes import Empty, HeartbeatAnswer, LeaderSession, Unregistered
 from sparkdispatch.resourcemanager import ResourceManagerGateway
 from sparkdispatch.rest.inputs import path_id, read_json
 from sparkdispatch.rest.responses import error_response
@@ -45,6 +45,10 @@ class LeaderForTaskExecutors(Protocol):
     @abstractmethod
     def job_master(self, job_id: str) -> JobMasterGateway:
         """The running JobMaster of `job_id`; `UnknownJob` if there is none."""
+
+    @abstractmethod
+    def ended_jobs(self, job_ids: Iterable[str]) -> list[str]:
+        """Those of `job_ids` that ended (none while the jobs are being recovered)."""
 
 
 def add_task_executor_routes(
@@ -102,7 +106,8 @@ class TaskExecutorRoutes:
             master, session_id = self._fenced_master(request)
             payload = HeartbeatPayload.from_dict(await self._json_body(request, "heartbeat"))
             master.resource_manager.heartbeat(session_id, task_executor_id, payload.slot_report, payload.executions)
-            return web.json_response(Empty().to_dict())
+            ended = master.ended_jobs(payload.kept_jobs) if payload.kept_jobs else []
+            return web.json_response(HeartbeatAnswer(tuple(ended)).to_dict())
 
         return await _answer(request, handle)
 

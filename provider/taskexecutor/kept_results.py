@@ -6,13 +6,18 @@ the results directory (its log stays there), and reports that path; its JobMaste
 reader on this TaskExecutor. The JobMaster releases a vertex's results once its readers have all
 finished, and the whole job's at its end (`sparkdispatch_release_results`). A TaskExecutor that
 starts empties the directory: what a former process kept went with it, and its JobMasters run the
-producers again.
+producers again. A release lost with a leadership change at the job's end is made up by the
+heartbeats: they name the jobs whose results are kept here (`kept_jobs`), and the master answers
+which of them ended (`release_ended`).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import shutil
+import threading
+from collections.abc import Collection
 from pathlib import Path
 
 from sparkdispatch.model.job_graph import JOB_ID_PATTERN, VERTEX_ID_PATTERN
@@ -51,6 +56,46 @@ def release(directory: Path, job_id: str, vertex_id: str | None) -> bool:
             pass
     log.info("kept results of job %s%s released", job_id, "" if vertex_id is None else f", vertex {vertex_id}")
     return True
+
+
+def kept_jobs(directory: Path, running: Collection[str] = ()) -> list[str]:
+    """The jobs whose results are kept in `directory`, those in `running` (jobs with an execution
+    here) left out: what a heartbeat asks the master about."""
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:  # none kept yet
+        return []
+    return sorted(
+        entry.name
+        for entry in entries
+        if entry.name not in running and JOB_ID_PATTERN.fullmatch(entry.name) and entry.is_dir(follow_symlinks=False)
+    )
+
+
+#: jobs whose ended results a thread deletes: the next heartbeats name them again meanwhile
+_releasing: set[str] = set()
+_releasing_lock = threading.Lock()
+
+
+def release_ended(directory: Path, job_ids: Collection[str]) -> None:
+    """Delete the results kept of `job_ids`, which ended, in a thread of its own (one per job at a
+    time): the master named them in a heartbeat's answer, since their JobMasters' releases did not arrive."""
+    with _releasing_lock:
+        starting = sorted(set(job_ids) - _releasing)
+        _releasing.update(starting)
+    if not starting:
+        return
+    log.info("the master says jobs %s ended: releasing the results kept of them", ", ".join(starting))
+
+    def release_all() -> None:
+        for job_id in starting:
+            try:
+                release(directory, job_id, None)
+            finally:
+                with _releasing_lock:
+                    _releasing.discard(job_id)
+
+    threading.Thread(target=release_all, daemon=True, name="release-ended").start()
 
 
 def clear(directory: Path) -> None:

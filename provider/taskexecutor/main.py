@@ -179,6 +179,7 @@ def _serve(
             client=client,
             current_leader=current_leader,
             session_refused=session_refused,
+            kept_results_dir=kept_dir,
         )
         runner = TaskRunner(
             pool=pool,

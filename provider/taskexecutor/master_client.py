@@ -31,7 +31,7 @@ from sparkdispatch.model.protocol import (
     SlotReport,
     TaskExecutorRegistration,
 )
-from sparkdispatch.model.rest_shapes import LeaderSession, Unregistered
+from sparkdispatch.model.rest_shapes import HeartbeatAnswer, LeaderSession, Unregistered
 from sparkdispatch.tls import ClientTls, handshake_failure, refusal_hint
 
 log = logging.getLogger(__name__)
@@ -86,14 +86,16 @@ class AsyncMasterClient:
         *,
         slot_report: SlotReport,
         executions: list[dict[str, str]],
-    ) -> None:
-        """`UnknownTaskExecutor` means: register again."""
-        await self._post(
+        kept_jobs: list[str] | None = None,
+    ) -> HeartbeatAnswer:
+        """Which of `kept_jobs` ended; `UnknownTaskExecutor` means: register again."""
+        answer = await self._post(
             address,
             f"/taskexecutors/{task_executor_id}/heartbeat",
             session_id,
-            {"slot_report": slot_report.to_dict(), "executions": executions},
+            {"slot_report": slot_report.to_dict(), "executions": executions, "kept_jobs": kept_jobs or []},
         )
+        return HeartbeatAnswer.from_dict(answer)
 
     async def report_state(self, address: str, session_id: str, update: ExecutionStateUpdate) -> None:
         """`FencingTokenMismatch` (a `StaleExecution` too) or `UnknownJob` mean: the report is stale."""
@@ -260,10 +262,16 @@ class MasterClient:
         *,
         slot_report: SlotReport,
         executions: list[dict[str, str]],
-    ) -> None:
-        self._loop.run(
+        kept_jobs: list[str] | None = None,
+    ) -> HeartbeatAnswer:
+        return self._loop.run(
             self.async_client.heartbeat(
-                address, session_id, task_executor_id, slot_report=slot_report, executions=executions
+                address,
+                session_id,
+                task_executor_id,
+                slot_report=slot_report,
+                executions=executions,
+                kept_jobs=kept_jobs,
             )
         )
 

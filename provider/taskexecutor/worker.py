@@ -30,6 +30,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from celery.signals import task_postrun, task_received, worker_ready, worker_shutting_down
@@ -49,6 +50,7 @@ from sparkdispatch.ha.leader import LeaderInfo
 from sparkdispatch.model.states import ExecutionState
 from sparkdispatch.model.job_result import Failure
 from sparkdispatch.model.protocol import ExecutionStateUpdate, TaskDeploymentDescriptor, TaskExecutorRegistration
+from sparkdispatch.taskexecutor.kept_results import kept_jobs, release_ended
 from sparkdispatch.taskexecutor.master_client import MasterClient
 from sparkdispatch.taskexecutor.periodic_step import PeriodicStep
 from sparkdispatch.taskexecutor.runner import TaskRunner
@@ -100,8 +102,10 @@ class MasterConnection:
         current_leader: Callable[[], LeaderInfo | None],
         session_refused: Callable[[], None] = lambda: None,
         clock: Callable[[], float] = time.monotonic,
+        kept_results_dir: Path | None = None,
     ) -> None:
         self._config = config
+        self._kept_results_dir = kept_results_dir  # its jobs' ended ones are released on heartbeats
         self._identity = identity
         self._slots = slots
         self._client = client
@@ -218,13 +222,15 @@ class MasterConnection:
 
     def _heartbeat(self, leader: LeaderInfo, now: float) -> None:
         self._last_heartbeat_sent = now
+        kept = self._kept_jobs()
         try:
-            self._client.heartbeat(
+            answer = self._client.heartbeat(
                 leader.address,
                 leader.session_id,
                 self._identity.task_executor_id,
                 slot_report=self._slots.slot_report(leader.session_id),
                 executions=self._slots.executions(leader.session_id),
+                kept_jobs=kept,
             )
         except UnknownTaskExecutor:
             log.info("the ResourceManager at %s does not know this TaskExecutor; registering again", leader.address)
@@ -252,6 +258,14 @@ class MasterConnection:
                 self._last_heartbeat_ok = now
                 self._registration_changed.notify_all()
             self._deliver_held_reports(leader)
+            if self._kept_results_dir is not None:
+                release_ended(self._kept_results_dir, set(answer.release_kept) & set(kept))
+
+    def _kept_jobs(self) -> list[str]:
+        """The jobs whose results this TaskExecutor keeps and of which it runs no execution."""
+        if self._kept_results_dir is None:
+            return []
+        return kept_jobs(self._kept_results_dir, {e["job_id"] for e in self._slots.executions()})
 
     def start_deadline(self, registration_id: str = "") -> float | None:
         """Until when (`time.monotonic()`) an attempt admitted under `registration_id` may start its

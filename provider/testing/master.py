@@ -26,7 +26,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Coroutine, Mapping, MutableSequence, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, MutableSequence, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
@@ -495,6 +495,10 @@ class MasterForTaskExecutors:
 
     def job_master(self, job_id: str) -> ExecutionLog:
         return self.jobs
+
+    def ended_jobs(self, job_ids: Iterable[str]) -> list[str]:
+        """None: no job ends here (its JobMaster is a log of the executions' reports)."""
+        return []
 
     async def start(self) -> None:
         self.resource_manager.start()

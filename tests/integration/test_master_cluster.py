@@ -474,6 +474,52 @@ def submit_kept_three_stages(cluster: LocalCluster, name: str, tasks_key: str, l
     return job_id
 
 
+def plant_kept_result(cluster: LocalCluster, task_executor_id: str, job_id: str) -> Path:
+    """What a release lost at a job's end leaves on a TaskExecutor: a kept partition of the job."""
+    partition = kept_dir(cluster, task_executor_id, job_id) / "numbers" / f"0-{uuid.uuid4().hex}"
+    partition.mkdir(parents=True)
+    (partition / "part-00000.parquet").write_bytes(b"PAR1")
+    return partition
+
+
+def test_a_taskexecutor_deletes_the_kept_results_of_ended_jobs_the_master_names_on_its_heartbeat(
+    cluster: LocalCluster, tasks_key: str, tmp_path: Path
+) -> None:
+    """Releases lost at a job's end (a leader killed, a broadcast missed) leave kept results on a
+    TaskExecutor. Each heartbeat names the jobs whose results it keeps, and the master answers which
+    ended: those of a finished job and of one it does not know go, those of a running job stay
+    until it ends, also on a TaskExecutor its JobMaster never sends a release to."""
+    cluster.wait_for_task_executors(2)
+    finished = cluster.submit(job("finished", [vertex("numbers", "numbers", rows=5)], tasks_key))
+    assert cluster.wait_for_result(finished).status == "FINISHED"
+    running = submit_kept_three_stages(cluster, "kept-while-planted", tasks_key, tmp_path, slow_s=8)
+    (site,) = task_executors_of(cluster, running)["numbers"]
+    assert site is not None
+    [elsewhere] = {cluster.task_executor_id(i) for i in range(2)} - {site}
+    unknown = uuid.uuid4().hex
+    ended = [
+        plant_kept_result(cluster, te, job_id).parents[1] for te in (site, elsewhere) for job_id in (finished, unknown)
+    ]
+    of_running = plant_kept_result(cluster, elsewhere, running)
+    assert all(job_dir.is_dir() for job_dir in ended)
+
+    eventually_blocking(
+        lambda: not any(job_dir.exists() for job_dir in ended),
+        "the kept results of the ended and the unknown job to be deleted",
+        timeout=30,
+    )
+    result = cluster.request("GET", f"{cluster.leader_url()}/jobs/{running}")[1]
+    assert result["status"] == "RUNNING"  # answered after the deletions: heartbeats named it meanwhile
+    assert of_running.exists()
+
+    assert cluster.wait_for_result(running).status == "FINISHED"
+    eventually_blocking(
+        lambda: not kept_dir(cluster, elsewhere, running).exists(),
+        "the running job's kept results where no release goes to be deleted once it ended",
+        timeout=30,
+    )
+
+
 def test_a_taskexecutor_lost_with_a_kept_result_runs_its_producer_again(
     cluster: LocalCluster, tasks_key: str, tmp_path: Path
 ) -> None:

@@ -17,6 +17,7 @@ from sparkdispatch.model.rest_shapes import (
     ANSWERS,
     Artifact,
     AttemptLog,
+    HeartbeatAnswer,
     LeaderSession,
     Empty,
     ExecutionResult,
@@ -251,6 +252,7 @@ def answers() -> list[Shape]:
         Submitted(JOB_ID, f"/jobs/{JOB_ID}", JobStatus.INITIALIZING),
         Artifact("ab" * 32, "job.py"),
         Unregistered(True),
+        HeartbeatAnswer(("ab" * 16,)),
         LeaderSession("6f1c8e5a-3b2d-4c7e-9a10-2b3c4d5e6f70"),
         Empty(),
     ]

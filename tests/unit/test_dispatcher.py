@@ -166,6 +166,24 @@ async def test_a_finished_job_is_archived_cleaned_and_never_run_again(config: Co
     await dispatcher.stop()
 
 
+async def test_jobs_count_as_ended_for_kept_results_once_they_run_no_more_and_only_when_recovered(
+    config: Configuration, ha: Any
+) -> None:
+    """What a TaskExecutor's heartbeat hears of the jobs whose results it keeps (`ended_jobs`)."""
+    dispatcher = make_dispatcher(config, ha)
+    running, unknown = "a" * 32, "c" * 32
+    assert dispatcher.ended_jobs([unknown]) == []  # recovering: a job not recovered yet is unknown
+    await dispatcher.start()
+    await dispatcher.submit(graph())
+    assert dispatcher.ended_jobs([running, unknown]) == [unknown]
+    FakeJobMaster.created[0].finish()
+    await eventually(lambda: dispatcher.ended_jobs([running]) == [running], "the finished job to count as ended")
+    await eventually(lambda: not dispatcher._jobs, "the job cleaned up")
+    assert dispatcher.ended_jobs([running, unknown]) == [running, unknown]
+    await dispatcher.stop()
+    assert dispatcher.ended_jobs([running]) == []  # no longer answering
+
+
 async def test_an_ended_jobs_finished_subtasks_are_gathered_off_the_loop(
     config: Configuration, ha: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

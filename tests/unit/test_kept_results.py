@@ -10,7 +10,7 @@ from typing import Any, cast
 
 import pytest
 
-from sparkdispatch.errors import InvalidJobGraph, ServiceUnavailable
+from sparkdispatch.errors import InvalidJobGraph, InvalidRequest, ServiceUnavailable
 from sparkdispatch.ha.progress_store import JobProgress, SubtaskProgress
 from sparkdispatch.jobmaster.execution import ExecutionVertex, SubtaskId
 from sparkdispatch.jobmaster.execution_graph import ExecutionGraph
@@ -267,6 +267,39 @@ def test_a_task_executor_writes_a_kept_result_to_its_own_directory_and_releases_
     (directory / other_job).mkdir()
     kept_results.clear(directory)  # a TaskExecutor's start
     assert directory.is_dir() and list(directory.iterdir()) == []
+
+
+def test_a_heartbeat_names_the_kept_jobs_not_running_here_and_deletes_those_the_master_says_ended(
+    tmp_path: Path,
+) -> None:
+    import time
+
+    from sparkdispatch.model.protocol import HeartbeatPayload, SlotReport
+    from sparkdispatch.model.rest_shapes import HeartbeatAnswer
+    from sparkdispatch.taskexecutor import kept_results
+
+    directory = kept_results.kept_results_dir(tmp_path, "te-1")
+    assert kept_results.kept_jobs(directory) == []  # nothing kept yet: no directory
+    running, ended, other = "ab" * 16, "cd" * 16, "ef" * 16
+    for job in (running, ended, other):
+        (directory / job / "v" / "0-e").mkdir(parents=True)
+    (directory / "not-a-job").mkdir()
+    (directory / ("12" * 16)).write_text("a file")
+    assert kept_results.kept_jobs(directory, running={running}) == [ended, other]
+
+    kept_results.release_ended(directory, [ended])
+    deadline = time.monotonic() + 10
+    while (directory / ended).exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert sorted(p.name for p in directory.iterdir()) == sorted([running, other, "not-a-job", "12" * 16])
+
+    payload = HeartbeatPayload(SlotReport.free(1), kept_jobs=(other,))
+    assert HeartbeatPayload.from_dict(payload.to_dict()) == payload
+    assert HeartbeatPayload.from_dict({"slot_report": SlotReport.free(1).to_dict()}).kept_jobs == ()
+    with pytest.raises(InvalidRequest, match="kept_jobs"):
+        HeartbeatPayload.from_dict({"slot_report": SlotReport.free(1).to_dict(), "kept_jobs": ["../.."]})
+    assert HeartbeatAnswer.from_dict({}) == HeartbeatAnswer()  # a master of before: nothing to release
+    assert HeartbeatAnswer.from_dict({"release_kept": [other]}).release_kept == (other,)
 
 
 class Releases:
