@@ -8,7 +8,8 @@ All in one run, with nothing else of the benchmark running while one part is mea
 
 - classic floor (the floor of the goal, what a user runs instead): the same
   `spark.range(10).count()` actions called `--length` times in ONE warm classic SparkSession
-  (`local[2]`) of this process, one for the whole run;
+  (`local[2]`), in a process of its own (`harness.classic_floor_process`): a new one for each
+  cluster, started just before it, so its JVM is no warmer than the cluster's;
 - Connect floor (a diagnosis: what Spark Connect costs, apart from the cluster): the same actions
   in ONE warm Spark Connect session of this process, on a Connect server the
   benchmark starts with the settings a TaskExecutor gives its own (`ConnectServer`, same
@@ -56,7 +57,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from harness.classic_floor import classic_session, classic_session_cpu_seconds
+from harness.classic_floor_process import ClassicFloorProcess
 from harness.clusters import CLUSTER_START_TIMEOUT_S, BenchCluster, cluster_config
 from harness.connect_floor import ConnectClient
 from harness.graphs import chain_graph
@@ -127,22 +128,30 @@ class Floor(ABC):
 
 
 class ClassicFloor(Floor):
-    """One warm classic SparkSession (`local[2]`) of this process."""
+    """One warm classic SparkSession (`local[2]`) in a process of its own, a new one (and a new
+    JVM) per cluster, so that it is no warmer than the cluster it is paired with."""
 
     name = "classic"
 
+    def __init__(self, length: int) -> None:
+        super().__init__(length)
+        self.process = ClassicFloorProcess(
+            SPARK_SETTINGS["spark.master"], SPARK_SETTINGS["spark.sql.shuffle.partitions"]
+        )
+
     def open(self) -> Any:
-        shuffle = {"spark.sql.shuffle.partitions": SPARK_SETTINGS["spark.sql.shuffle.partitions"]}
-        return classic_session(SPARK_SETTINGS["spark.master"], "p1-classic-floor", shuffle)
+        self.process.start()
+        return None
+
+    def chain(self) -> float:
+        return self.process.run(self.length)
 
     def cpu_seconds(self) -> float:
-        """CPU seconds of this process and of the Spark JVM pyspark launched."""
-        return classic_session_cpu_seconds(self.spark)
+        """CPU seconds of the floor's process and of its Spark JVM."""
+        return self.process.cpu_seconds()
 
     def stop(self) -> None:
-        if self.spark is not None:
-            self.spark.stop()
-            self.spark = None
+        self.process.stop()
 
 
 class ConnectFloor(Floor):
@@ -543,17 +552,6 @@ def run() -> int:
     floor_start_s: dict[str, float] = {}
     with scratch_dir(args.work_dir, "sparkdispatch-p1-") as scratch:
         try:
-            # the classic session first: once a Connect session exists, pyspark's builder makes Connect ones
-            classic = ClassicFloor(args.length)
-            floors.append(classic)
-            print(
-                f"classic floor: {args.length} x spark.range(10).count() in one warm SparkSession (local[2]) of "
-                f"this process, {args.warm_up} warm-up chain(s)",
-                flush=True,
-            )
-            classic.start(args.warm_up)
-            floor_start_s["classic"] = round(classic.start_s, 2)
-            print(f"  classic session ready in {classic.start_s:.1f}s", flush=True)
             if redis is not None:
                 redis.start()
             if zookeeper is not None:
@@ -575,6 +573,16 @@ def run() -> int:
                 connect.start(args.warm_up)
                 floor_start_s[f"connect for {kind}"] = round(connect.start_s, 2)
                 print(f"  ready in {connect.start_s:.1f}s", flush=True)
+                classic = ClassicFloor(args.length)
+                floors.append(classic)
+                print(
+                    f"classic floor for {kind}: the same in one warm classic SparkSession (local[2]) of a new "
+                    f"process, {args.warm_up} warm-up chain(s)",
+                    flush=True,
+                )
+                classic.start(args.warm_up)
+                floor_start_s[f"classic for {kind}"] = round(classic.start_s, 2)
+                print(f"  ready in {classic.start_s:.1f}s", flush=True)
                 print(f"cluster {kind}: chains of {args.length} vertices, {args.warm_up} warm-up chain(s)", flush=True)
                 storage = Path(scratch) / kind
                 try:
@@ -607,8 +615,9 @@ def run() -> int:
                     print(f"  {kind}: FAILED: {exc}", flush=True)
                     results[kind] = {"error": str(exc)}
                 finally:
-                    floors.remove(connect)
-                    connect.stop()
+                    for its_own in (connect, classic):
+                        floors.remove(its_own)
+                        its_own.stop()
         finally:
             for floor in floors:
                 floor.stop()
