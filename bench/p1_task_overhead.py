@@ -564,25 +564,21 @@ def run() -> int:
                     {"storage.dir": str(Path(scratch) / "floor" / kind), **SPARK_SETTINGS}
                 )
                 connect = ConnectFloor(args.length, floor_config, Path(scratch) / "floor" / kind / "connect-server")
-                floors.insert(0, connect)  # paired like the classic floor: what Connect costs, apart
-                print(
-                    f"Connect floor for {kind}: the same in one warm Spark Connect session of this process, on a "
-                    f"Connect server started as a TaskExecutor's, {args.warm_up} warm-up chain(s)",
-                    flush=True,
-                )
-                connect.start(args.warm_up)
-                floor_start_s[f"connect for {kind}"] = round(connect.start_s, 2)
-                print(f"  ready in {connect.start_s:.1f}s", flush=True)
                 classic = ClassicFloor(args.length)
-                floors.append(classic)
-                print(
-                    f"classic floor for {kind}: the same in one warm classic SparkSession (local[2]) of a new "
-                    f"process, {args.warm_up} warm-up chain(s)",
-                    flush=True,
-                )
-                classic.start(args.warm_up)
-                floor_start_s[f"classic for {kind}"] = round(classic.start_s, 2)
-                print(f"  ready in {classic.start_s:.1f}s", flush=True)
+                described = {
+                    connect: "one warm Spark Connect session of this process, on a Connect server started as a "
+                    "TaskExecutor's",
+                    classic: "one warm classic SparkSession (local[2]) of a new process",
+                }
+                for floor, what in described.items():
+                    floors.append(floor)
+                    print(
+                        f"{floor.name} floor for {kind}: the same in {what}, {args.warm_up} warm-up chain(s)",
+                        flush=True,
+                    )
+                    floor.start(args.warm_up)
+                    floor_start_s[f"{floor.name} for {kind}"] = round(floor.start_s, 2)
+                    print(f"  ready in {floor.start_s:.1f}s", flush=True)
                 print(f"cluster {kind}: chains of {args.length} vertices, {args.warm_up} warm-up chain(s)", flush=True)
                 storage = Path(scratch) / kind
                 try:
