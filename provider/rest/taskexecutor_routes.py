@@ -106,8 +106,7 @@ class TaskExecutorRoutes:
             master, session_id = self._fenced_master(request)
             payload = HeartbeatPayload.from_dict(await self._json_body(request, "heartbeat"))
             master.resource_manager.heartbeat(session_id, task_executor_id, payload.slot_report, payload.executions)
-            ended = master.ended_jobs(payload.kept_jobs) if payload.kept_jobs else []
-            return web.json_response(HeartbeatAnswer(tuple(ended)).to_dict())
+            return web.json_response(HeartbeatAnswer(tuple(master.ended_jobs(payload.kept_jobs))).to_dict())
 
         return await _answer(request, handle)
 

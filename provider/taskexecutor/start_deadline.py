@@ -54,16 +54,21 @@ class StartDeadline:
             return True
         self._channel.send({"type": MAY_START})
         deadline = time.monotonic() + MAY_START_WAIT_S
-        while (remaining := deadline - time.monotonic()) > 0:
-            try:
-                message = self._requests.get(timeout=remaining)
-            except queue.Empty:
-                break
-            if message["type"] == START_DEADLINE:
-                fresh = message.get("start_before")
-                return fresh is not None and time.monotonic() <= float(fresh)
-            self._requests.put(message)  # not the answer: for the serving loop, after this attempt
-        return False
+        others: list[Message] = []  # not the answer: for the serving loop, after this attempt
+        try:
+            while (remaining := deadline - time.monotonic()) > 0:
+                try:
+                    message = self._requests.get(timeout=remaining)
+                except queue.Empty:
+                    break
+                if message["type"] == START_DEADLINE:
+                    fresh = message.get("start_before")
+                    return fresh is not None and time.monotonic() <= float(fresh)
+                others.append(message)
+            return False
+        finally:
+            for message in others:
+                self._requests.put(message)
 
     def check(self) -> None:
         """`StartedLate` unless a function may start now."""

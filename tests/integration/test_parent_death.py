@@ -16,7 +16,7 @@ import pytest
 from sparkdispatch.testing.http import http_json, upload_artifact
 from sparkdispatch.testing.local_cluster import ProcessId, process_tree
 from sparkdispatch.taskexecutor.worker_daemon_template import DAEMON_NAME
-from sparkdispatch.testing.process_census import command_line, process_name
+from sparkdispatch.testing.process_census import command_line, process_name, stat_fields
 from sparkdispatch.testing.standalone_process import StandaloneProcess
 from sparkdispatch.testing.waiting import WaitTimedOut, eventually_blocking
 
@@ -56,13 +56,12 @@ def marked(marker: str) -> dict[ProcessId, str]:
         try:
             if needle not in (entry / "environ").read_bytes().split(b"\0"):
                 continue
-            stat = (entry / "stat").read_text()
+            fields = stat_fields(int(entry.name))
             command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        fields = stat[stat.rfind(")") + 2 :].split()
         if fields[0] != "Z":
-            found[(int(entry.name), int(fields[19]))] = command[:160]
+            found[(int(entry.name), int(fields[19]))] = command
     return found
 
 
@@ -70,16 +69,15 @@ def described(processes: dict[ProcessId, str]) -> list[str]:
     """Each process as a failure message shows it: its name, state, parent, group, what it waits in
     and its command line, so a survivor says which of the template's forks it is."""
     lines = []
-    for pid, _ in processes:
+    for (pid, _), command in processes.items():
         try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
+            state, parent, group = stat_fields(pid)[:3]
             wchan = Path(f"/proc/{pid}/wchan").read_text()
         except OSError:
             continue
-        state, parent, group = stat[stat.rfind(")") + 2 :].split()[:3]
         lines.append(
             f"{pid} {process_name(pid)!r} state {state} parent {parent} ({process_name(int(parent))!r}) "
-            f"group {group} in {wchan or '-'}: {command_line(pid)[:160]}"
+            f"group {group} in {wchan or '-'}: {command[:160]}"
         )
     return lines
 
@@ -142,7 +140,7 @@ class Standalone(StandaloneProcess):
         TaskExecutor's worker-daemon template (both named `pyspark-daemon`)."""
         for pid, _ in self.tree():
             try:
-                parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+                parent = int(stat_fields(pid)[1])
             except (OSError, IndexError, ValueError):
                 continue
             if process_name(pid) == DAEMON_NAME and process_name(parent) == DAEMON_NAME:
@@ -179,7 +177,7 @@ def test_a_killed_taskexecutor_and_a_killed_standalone_leave_no_process_behind(t
         def its_survivors() -> dict[ProcessId, str]:
             """What is left of its tree, and whatever it or its template forked after the tree was read."""
             tied = f"--parent-pid {task_executor} "
-            return {m: c for m, c in marked(marker).items() if m in its_tree or tied in f"{command_line(m[0])} "}
+            return {m: c for m, c in marked(marker).items() if m in its_tree or tied in f"{c} "}
 
         try:
             wait_until(lambda: not its_survivors(), "the killed TaskExecutor's children to end", GONE_WITHIN_S)

@@ -39,6 +39,7 @@ from sparkdispatch.taskexecutor.slot_child import spawn_slot_process
 from sparkdispatch.taskexecutor.settings import PythonEnvironmentSettings
 from sparkdispatch.taskexecutor.start_deadline import NOT_STARTED_LATE
 from sparkdispatch.taskexecutor.slot_protocol import SLOT_PROCESS_NAME, TEMPLATE_NAME, AttemptLaunch
+from sparkdispatch.testing.process_census import stat_fields
 from sparkdispatch.testing.waiting import eventually_blocking
 from sparkdispatch.testing.wheels import make_wheel
 from sparkdispatch.testing.slot_attempts import (
@@ -413,13 +414,13 @@ def test_a_reuploaded_module_runs_its_new_code_in_a_later_job(
 
 
 def parent_of(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    return int(stat_fields(pid)[1])
 
 
 def ended(pid: int) -> bool:
     """Gone, or a zombie its parent (this process) has not reaped yet."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+        return stat_fields(pid)[0] == "Z"
     except FileNotFoundError:
         return True
 

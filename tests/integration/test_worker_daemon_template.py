@@ -25,6 +25,7 @@ from sparkdispatch.taskexecutor.slot_sessions import new_session, server_session
 from sparkdispatch.taskexecutor.worker_daemon_stub import MAX_MESSAGE
 from sparkdispatch.taskexecutor.worker_daemon_template import DAEMON_NAME
 from sparkdispatch.taskexecutor.worker_daemons import WorkerDaemonTemplate
+from sparkdispatch.testing.process_census import stat_fields
 from sparkdispatch.testing.slot_attempts import connect_settings_for_tests
 from sparkdispatch.testing.waiting import eventually_blocking
 
@@ -58,7 +59,7 @@ def connect_server(
 
 
 def parent_of(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    return int(stat_fields(pid)[1])
 
 
 def udf_facts(session: Any) -> list[dict[str, Any]]:
