@@ -80,7 +80,7 @@ class ArtifactCache:
 
     def _file_of(self, key: str) -> str:
         entry = self._entries.get(key)
-        if entry is not None and Path(entry.path).is_file() and not _hashes_to(Path(entry.path), key):
+        if entry is not None and Path(entry.path).is_file() and not hashes_to(Path(entry.path), key):
             log.warning(
                 "cached artifact %s (%s) no longer hashes to its key: changed since it was fetched "
                 "(by a job's code?); fetching it again",
@@ -149,7 +149,7 @@ def _size_of(directory: Path) -> int:
     return sum(path.stat().st_size for path in directory.iterdir() if path.is_file())
 
 
-def _hashes_to(path: Path, key: str) -> bool:
+def hashes_to(path: Path, key: str) -> bool:
     """Whether the file's SHA-256 is `key` (a blob's key is the hash of its bytes)."""
     digest = hashlib.sha256()
     with open(path, "rb") as content:
