@@ -1,13 +1,17 @@
 """A slot process's Spark Connect sessions: each of its own on the server (`new_session`, under
-`SESSION_USER`), failing fast once the server is gone, the server's own id of one, and the one
-pyspark's `getActiveSession()` gives (`make_active`). Imports pyspark only when a session is made."""
+`SESSION_USER`), failing fast once the server is gone, the server's own id of one, the job's code
+added to one (`add_code`), and the one pyspark's `getActiveSession()` gives (`make_active`).
+Imports pyspark only when a session is made."""
 
 from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sparkdispatch.taskexecutor.artifact_cache import hashes_to
 from sparkdispatch.taskexecutor.connect_url import with_parameters
 from sparkdispatch.taskexecutor.slot_protocol import SESSION_USER
 
@@ -53,6 +57,28 @@ def new_session(connect_url: str) -> SparkSession:
         ]
     )
     return session
+
+
+def add_code(session: SparkSession, artifact_paths: Sequence[str]) -> bool:
+    """Add a job's code, its artifact files, to a session made ahead for the next job of that code,
+    when every file still holds the bytes its cache directory is named after (`<sha256>/<name>`).
+
+    Between attempts the TaskExecutor's cache may drop a file or, since jobs run as the
+    TaskExecutor's user, another job's code may have rewritten it: then nothing is added (False),
+    and the job's first task adds the files the TaskExecutor checked for it, as it would anyway.
+    """
+    for name in artifact_paths:
+        path = Path(name)
+        try:
+            intact = hashes_to(path, path.parent.name)
+        except FileNotFoundError:
+            log.info("the job's code %s left the TaskExecutor's cache; its next job's first task adds it", path)
+            return False
+        if not intact:
+            log.warning("the job's code %s changed since its last task; its next job's first task adds it", path)
+            return False
+    session.addArtifacts(*artifact_paths, pyfile=True)
+    return True
 
 
 def server_session_id(session: SparkSession) -> str | None:

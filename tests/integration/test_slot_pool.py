@@ -576,6 +576,32 @@ def test_a_later_job_of_the_same_code_runs_in_the_same_process_in_a_session_of_i
     )
 
 
+def test_the_session_made_ahead_for_the_next_job_of_the_same_code_holds_that_code_already(
+    pool: SlotProcessPool, tasks: str, tmp_path: Path, connect_server: ConnectServer
+) -> None:
+    module = f"pipeline_{uuid.uuid4().hex[:8]}"
+    code = versioned_module(tmp_path, module, "v1")
+
+    def sessions_holding_the_module() -> int:
+        return len(list((connect_server.work_dir / "local").rglob(f"{module}.py")))
+
+    def versions_job() -> dict[str, Any]:
+        tdd = deployment(tmp_path, "slot_tasks:versions", job_id=new_job_id(), params={"module": module})
+        return rows_of(run(pool, tdd, [tasks, code]))[0]
+
+    first = versions_job()
+    # idle, the process makes the next job's session and sends it this code: the first job's
+    # session (open until the next job comes) and that one hold the module
+    eventually_blocking(
+        lambda: sessions_holding_the_module() == 2, "the session made ahead to hold the job's code", interval=0.2
+    )
+    Path(code).write_text("VERSION = 'rewritten'\n")  # after it was sent: the session has it as it was
+    second = versions_job()
+    assert second["pid"] == first["pid"]
+    assert [(r["here"], r["on_executors"]) for r in (first, second)] == [("v1", "v1"), ("v1", "v1")]
+    assert sessions_holding_the_module() == 2  # the second job's first task sent it no more
+
+
 def test_a_task_in_a_jobs_python_environment_runs_there_with_its_udfs_and_leaves_a_warm_spare_in_it(
     pool: SlotProcessPool, tasks: str, tmp_path: Path
 ) -> None:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
@@ -17,9 +18,10 @@ from sparkdispatch.model.states import ExecutionState
 from sparkdispatch.model.job_result import Failure
 from sparkdispatch.model.protocol import TaskDeploymentDescriptor
 from sparkdispatch.taskexecutor.slot_child import describe_exit
+from sparkdispatch.testing.slot_attempts import artifact
 from sparkdispatch.taskexecutor.attempt_failures import RDD_UNAVAILABLE, failure_of
 from sparkdispatch.taskexecutor.attempt_code import import_path_entry, load_entrypoint
-from sparkdispatch.taskexecutor.slot_sessions import session_url
+from sparkdispatch.taskexecutor.slot_sessions import add_code, session_url
 from sparkdispatch.taskexecutor.slot_protocol import SESSION_USER, AttemptState, ControlChannel, RunRequest
 
 
@@ -160,3 +162,32 @@ print("after")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert (tmp_path / "logs" / "0-0-e.log").read_text() == "inside\nnative stderr\n"
     assert done.stdout == "kept here\nafter\n"
+
+
+class _ArtifactSink:
+    """A session's `addArtifacts`, recorded."""
+
+    def __init__(self) -> None:
+        self.added: list[tuple[tuple[str, ...], bool]] = []
+
+    def addArtifacts(self, *paths: str, pyfile: bool = False) -> None:
+        self.added.append((paths, pyfile))
+
+
+def test_a_session_made_ahead_gets_the_jobs_code_files_when_they_still_hold_their_content(tmp_path: Path) -> None:
+    files = [artifact(tmp_path, "tasks.py", b"A = 1\n"), artifact(tmp_path, "helpers.py", b"B = 2\n")]
+    sink = _ArtifactSink()
+    assert add_code(cast(Any, sink), files)
+    assert sink.added == [(tuple(files), True)]
+
+
+@pytest.mark.parametrize("change", ["rewritten", "removed"])
+def test_code_rewritten_or_removed_since_the_jobs_task_is_not_added_ahead(tmp_path: Path, change: str) -> None:
+    files = [artifact(tmp_path, "tasks.py", b"A = 1\n"), artifact(tmp_path, "helpers.py", b"B = 2\n")]
+    if change == "rewritten":
+        Path(files[1]).write_bytes(b"B = 'another job wrote this'\n")
+    else:
+        Path(files[1]).unlink()
+    sink = _ArtifactSink()
+    assert not add_code(cast(Any, sink), files)
+    assert sink.added == []  # not even the intact file: the job's first task adds them all
