@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import sys
 import threading
 import time
 from pathlib import Path
@@ -13,10 +15,11 @@ import pytest
 from celery import Celery
 from kombu import Consumer, Producer, Queue
 
-from sparkdispatch.broker import filesystem_transport
+from sparkdispatch.broker import filesystem_transport, folder_watch
 from sparkdispatch.broker.celery_app import APP_NAME, configure_celery_app
 from sparkdispatch.config import Configuration
 from sparkdispatch.taskexecutor.app import create_celery_app
+from sparkdispatch.testing.waiting import eventually_blocking
 
 
 def test_a_message_being_written_is_invisible_then_whole(tmp_path: Path, monkeypatch: Any) -> None:
@@ -82,3 +85,50 @@ def test_an_expected_message_wakes_a_slowly_polling_consumer(tmp_path: Path) -> 
             consumer.drain_events(timeout=20)
             sender.join()
     assert received == [{"n": 1}]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the broker folder is watched with Linux inotify")
+def test_a_message_landing_in_the_folder_wakes_a_slowly_polling_consumer_unasked(tmp_path: Path) -> None:
+    # polled every 60 s, a message would wait for the drain's end (30 s): the folder's watch wakes it
+    config = Configuration.from_mapping(
+        {"broker.url": "filesystem://", "storage.dir": str(tmp_path), "broker.polling-interval": "60s"}
+    )
+    app = create_celery_app(config)
+    received: list[Any] = []
+    with app.connection() as producer, app.connection() as consumer:
+        queue = Queue("jobs", routing_key="jobs")
+        with Consumer(
+            consumer.default_channel,
+            queues=[queue],
+            accept=["json"],
+            callbacks=[lambda body, message: received.append(body)],
+        ):
+
+            def send() -> None:
+                time.sleep(0.3)  # the consumer is asleep in its slow poll by now
+                Producer(producer.default_channel).publish({"n": 2}, routing_key="jobs", declare=[queue])
+
+            sender = threading.Thread(target=send)
+            sender.start()
+            began = time.monotonic()
+            consumer.drain_events(timeout=30)
+            drained_s = time.monotonic() - began
+            sender.join()
+    assert received == [{"n": 2}]
+    assert drained_s < 15  # woken when the message landed, not by the drain's end at 30 s
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the broker folder is watched with Linux inotify")
+def test_a_watched_folder_that_is_removed_ends_its_watch(tmp_path: Path) -> None:
+    folder = tmp_path / "queue"
+    folder.mkdir()
+    woken = threading.Event()
+    assert folder_watch.watch_folder(str(folder), woken.set)
+    (folder / "1_a.jobs.msg.part").write_text("{}")
+    assert not woken.wait(0.2)  # a message being written is no message yet
+    os.replace(folder / "1_a.jobs.msg.part", folder / "1_a.jobs.msg")
+    assert woken.wait(10)
+    shutil.rmtree(folder)
+    eventually_blocking(
+        lambda: str(folder.resolve()) not in folder_watch.watched_folders(), "the removed folder's watch to end"
+    )

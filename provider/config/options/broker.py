@@ -25,8 +25,9 @@ BROKER_ALLOW_INSECURE: Final = SECTION.boolean(
 BROKER_POLLING_INTERVAL: Final = SECTION.duration(
     "broker.polling-interval",
     timedelta(milliseconds=20),
-    "Polling interval of polling transports (`filesystem://`). For a second after one of its tasks ended, when its "
-    "slot's next deployment is due, a TaskExecutor polls every 1 ms.",
+    "Polling interval of polling transports (`filesystem://`). On Linux the folder is watched too (inotify): a "
+    "message wakes its consumer at once. Where it cannot be watched, a TaskExecutor polls every 1 ms for a second "
+    "after one of its tasks ended, when its slot's next deployment is due.",
     minimum=timedelta(milliseconds=1),
 )
 BROKER_TIMEOUT: Final = SECTION.duration(
