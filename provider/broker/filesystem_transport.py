@@ -67,6 +67,10 @@ class _Pace:
     def interval(self, slow: float) -> float:
         return FAST_POLLING_INTERVAL_S if monotonic() < self.fast_until and not self.watched else slow
 
+    def unwatched(self) -> None:
+        """The folder's watch ended: the consumers poll fast again when a message is expected."""
+        self.watched = False
+
 
 _pace = _Pace()
 
@@ -96,8 +100,10 @@ class Transport(filesystem.Transport):
             self._watch_asked = True
             options = self.client.transport_options if self.client is not None else None
             folder = (options or {}).get("data_folder_in")
-            if folder is not None and watch_folder(str(folder), _pace.wake.set):
-                _pace.watched = True
+            if folder is not None:
+                _pace.watched = True  # before the watch starts: `unwatched` may come at once
+                if not watch_folder(str(folder), _pace.wake.set, ended=_pace.unwatched):
+                    _pace.watched = False
         while True:
             try:
                 cycle.get(self._deliver, timeout=timeout)

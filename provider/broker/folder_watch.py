@@ -23,6 +23,8 @@ _IN_CLOEXEC = 0o2000000
 _IN_MOVED_TO = 0x00000080
 #: The watch is gone: the folder was removed (or its file system unmounted).
 _IN_IGNORED = 0x00008000
+#: Events were dropped (the kernel's queue was full): a message may have landed unseen.
+_IN_Q_OVERFLOW = 0x00004000
 #: `struct inotify_event` without its name: wd, mask, cookie, len; `len` bytes of name follow.
 _EVENT = struct.Struct("iIII")
 MESSAGE_SUFFIX = b".msg"
@@ -31,9 +33,10 @@ _lock = threading.Lock()
 _watched: set[str] = set()
 
 
-def watch_folder(folder: str, wake: Callable[[], None]) -> bool:
+def watch_folder(folder: str, wake: Callable[[], None], *, ended: Callable[[], None] = lambda: None) -> bool:
     """Call `wake()`, from a daemon thread, whenever a message file is renamed into `folder`, until
-    the folder is removed. True when it is watched (by this call or an earlier one of this process)."""
+    the folder is removed or the watch fails, and then `ended()`. True when it is watched (by this
+    call or an earlier one of this process)."""
     key = os.path.realpath(folder)
     with _lock:
         if key in _watched:
@@ -43,7 +46,7 @@ def watch_folder(folder: str, wake: Callable[[], None]) -> bool:
             return False
         _watched.add(key)
     threading.Thread(
-        target=_wake_on_messages, args=(fd, key, wake), daemon=True, name="sparkdispatch-broker-watch"
+        target=_wake_on_messages, args=(fd, key, wake, ended), daemon=True, name="sparkdispatch-broker-watch"
     ).start()
     return True
 
@@ -72,7 +75,7 @@ def _watch(folder: str) -> int | None:
     return fd
 
 
-def _wake_on_messages(fd: int, folder: str, wake: Callable[[], None]) -> None:
+def _wake_on_messages(fd: int, folder: str, wake: Callable[[], None], ended: Callable[[], None]) -> None:
     try:
         while True:
             try:
@@ -86,7 +89,7 @@ def _wake_on_messages(fd: int, folder: str, wake: Callable[[], None]) -> None:
                 _, mask, _, length = _EVENT.unpack_from(data, offset)
                 name = data[offset + _EVENT.size : offset + _EVENT.size + length].rstrip(b"\0")
                 offset += _EVENT.size + length
-                arrived = arrived or name.endswith(MESSAGE_SUFFIX)
+                arrived = arrived or name.endswith(MESSAGE_SUFFIX) or bool(mask & _IN_Q_OVERFLOW)
                 gone = gone or bool(mask & _IN_IGNORED)
             if arrived:
                 wake()
@@ -96,3 +99,4 @@ def _wake_on_messages(fd: int, folder: str, wake: Callable[[], None]) -> None:
         os.close(fd)
         with _lock:
             _watched.discard(folder)
+        ended()

@@ -20,7 +20,6 @@ from sparkdispatch.broker import filesystem_transport, folder_watch
 from sparkdispatch.broker.celery_app import APP_NAME, configure_celery_app
 from sparkdispatch.config import Configuration
 from sparkdispatch.taskexecutor.app import create_celery_app
-from sparkdispatch.testing.waiting import eventually_blocking
 
 
 def test_a_message_being_written_is_invisible_then_whole(tmp_path: Path, monkeypatch: Any) -> None:
@@ -94,7 +93,7 @@ def _seconds_to_receive_one_message(tmp_path: Path, *, then: Callable[[], None] 
 
 def test_an_expected_message_wakes_a_slowly_polling_consumer(tmp_path: Path, monkeypatch: Any) -> None:
     # where the folder cannot be watched, expect_message wakes the consumer
-    monkeypatch.setattr(filesystem_transport, "watch_folder", lambda folder, wake: False)
+    monkeypatch.setattr(filesystem_transport, "watch_folder", lambda folder, wake, ended: False)
     monkeypatch.setattr(filesystem_transport._pace, "watched", False)
     assert _seconds_to_receive_one_message(tmp_path, then=filesystem_transport.expect_message) < 15
 
@@ -108,13 +107,13 @@ def test_a_message_landing_in_the_folder_wakes_a_slowly_polling_consumer_unasked
 def test_a_watched_folder_that_is_removed_ends_its_watch(tmp_path: Path) -> None:
     folder = tmp_path / "queue"
     folder.mkdir()
-    woken = threading.Event()
-    assert folder_watch.watch_folder(str(folder), woken.set)
+    woken, ended = threading.Event(), threading.Event()
+    assert folder_watch.watch_folder(str(folder), woken.set, ended=ended.set)
     (folder / "1_a.jobs.msg.part").write_text("{}")
     assert not woken.wait(0.2)  # a message being written is no message yet
     os.replace(folder / "1_a.jobs.msg.part", folder / "1_a.jobs.msg")
     assert woken.wait(10)
+    assert not ended.is_set()
     shutil.rmtree(folder)
-    eventually_blocking(
-        lambda: str(folder.resolve()) not in folder_watch.watched_folders(), "the removed folder's watch to end"
-    )
+    assert ended.wait(10)
+    assert str(folder.resolve()) not in folder_watch.watched_folders()
