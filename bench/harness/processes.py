@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from sparkdispatch.testing.local_cluster import process_tree
+from sparkdispatch.testing.local_cluster import process_tree, stat_fields
 from sparkdispatch.testing.process_census import command_line
 from sparkdispatch.testing.services import stop_process_group
 
@@ -16,8 +16,7 @@ process_cmdline = command_line
 
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds used so far by `pid` and its reaped children (from /proc)."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rfind(")") + 2 :].split()
+    fields = stat_fields(pid)
     ticks = os.sysconf("SC_CLK_TCK")
     return sum(int(v) for v in fields[11:15]) / ticks  # utime stime cutime cstime
 

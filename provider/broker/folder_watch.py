@@ -10,7 +10,6 @@ cannot watch the folder (not Linux, the watch limit reached) nothing changes: co
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import logging
 import os
 import struct
@@ -60,7 +59,7 @@ def watched_folders() -> frozenset[str]:
 def _watch(folder: str) -> int | None:
     """An inotify descriptor watching `folder` for files moved in; None where that cannot be."""
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc = ctypes.CDLL(None, use_errno=True)  # the C library this process already has loaded
         init, add_watch = libc.inotify_init1, libc.inotify_add_watch
     except (OSError, AttributeError):
         return None  # no inotify here: the consumers poll

@@ -335,6 +335,19 @@ async def task_executors_registered(
 ProcessId = tuple[int, int]  # (pid, start time in clock ticks): a pid the kernel reused is another process
 
 
+def stat_fields(pid: int) -> list[str]:
+    """The fields of /proc/PID/stat after the process's name (which may hold spaces and
+    parentheses): its state, its parent's pid, its group, ... (`man 5 proc`, from the third on;
+    its start time is `[19]`); OSError when it is gone."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rfind(")") + 2 :].split()
+
+
+def parent_pid(pid: int) -> int:
+    """The process's parent's pid; OSError when it is gone."""
+    return int(stat_fields(pid)[1])
+
+
 def process_tree(pid: int) -> list[ProcessId]:
     """`pid` and every live descendant, parents before children (read from /proc)."""
     children: dict[int, list[ProcessId]] = {}
@@ -343,11 +356,9 @@ def process_tree(pid: int) -> list[ProcessId]:
         if not entry.name.isdigit():
             continue
         try:
-            stat = (entry / "stat").read_text()
+            fields = stat_fields(int(entry.name))
         except OSError:
             continue
-        # pid (comm) state ppid ... starttime (field 22); comm may hold spaces and parentheses
-        fields = stat[stat.rfind(")") + 2 :].split()
         member = (int(entry.name), int(fields[19]))
         started[member[0]] = member[1]
         children.setdefault(int(fields[1]), []).append(member)
@@ -365,8 +376,7 @@ def _signal(member: ProcessId, sig: int) -> None:
     """Signal the process unless it is gone (or its pid now names another process)."""
     pid, started = member
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        if int(stat[stat.rfind(")") + 2 :].split()[19]) == started:
+        if int(stat_fields(pid)[19]) == started:
             os.kill(pid, sig)
     except (OSError, ValueError, IndexError):
         pass

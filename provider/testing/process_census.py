@@ -79,13 +79,6 @@ def command_line(pid: int) -> str:
         return ""
 
 
-def stat_fields(pid: int) -> list[str]:
-    """The fields of /proc/PID/stat after the process's name: its state, its parent's pid, its
-    group, ... (`man 5 proc`, from the third on); OSError when it is gone."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return stat[stat.rfind(")") + 2 :].split()
-
-
 def process_name(pid: int) -> str:
     """The process's name (/proc/PID/comm; '' when it is gone)."""
     try:

@@ -24,6 +24,7 @@ from sparkdispatch.taskexecutor.connect_url import call_metadata, grpc_target
 from sparkdispatch.taskexecutor.settings import ConnectServerSettings
 from sparkdispatch.taskexecutor.slot_pool import SlotProcessPool
 from sparkdispatch.taskexecutor.slot_protocol import SESSION_USER, AttemptLaunch, AttemptState
+from sparkdispatch.testing.local_cluster import parent_pid
 from sparkdispatch.testing.waiting import eventually_blocking
 
 WAIT_S = 120.0
@@ -155,11 +156,11 @@ def _processes() -> list[tuple[int, int, bytes]]:
         if not entry.name.isdigit():
             continue
         try:
-            stat = (entry / "stat").read_text()
+            parent = parent_pid(int(entry.name))
             command = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        found.append((int(entry.name), int(stat.rsplit(")", 1)[1].split()[1]), command))
+        found.append((int(entry.name), parent, command))
     return found
 
 

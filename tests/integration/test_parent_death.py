@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from sparkdispatch.testing.http import http_json, upload_artifact
-from sparkdispatch.testing.local_cluster import ProcessId, process_tree
+from sparkdispatch.testing.local_cluster import ProcessId, parent_pid, process_tree, stat_fields
 from sparkdispatch.taskexecutor.worker_daemon_template import DAEMON_NAME
-from sparkdispatch.testing.process_census import command_line, process_name, stat_fields
+from sparkdispatch.testing.process_census import command_line, process_name
 from sparkdispatch.testing.standalone_process import StandaloneProcess
 from sparkdispatch.testing.waiting import WaitTimedOut, eventually_blocking
 
@@ -140,7 +140,7 @@ class Standalone(StandaloneProcess):
         TaskExecutor's worker-daemon template (both named `pyspark-daemon`)."""
         for pid, _ in self.tree():
             try:
-                parent = int(stat_fields(pid)[1])
+                parent = parent_pid(pid)
             except (OSError, IndexError, ValueError):
                 continue
             if process_name(pid) == DAEMON_NAME and process_name(parent) == DAEMON_NAME:

@@ -39,7 +39,7 @@ from sparkdispatch.taskexecutor.slot_child import spawn_slot_process
 from sparkdispatch.taskexecutor.settings import PythonEnvironmentSettings
 from sparkdispatch.taskexecutor.start_deadline import NOT_STARTED_LATE
 from sparkdispatch.taskexecutor.slot_protocol import SLOT_PROCESS_NAME, TEMPLATE_NAME, AttemptLaunch
-from sparkdispatch.testing.process_census import stat_fields
+from sparkdispatch.testing.local_cluster import parent_pid, stat_fields
 from sparkdispatch.testing.waiting import eventually_blocking
 from sparkdispatch.testing.wheels import make_wheel
 from sparkdispatch.testing.slot_attempts import (
@@ -413,10 +413,6 @@ def test_a_reuploaded_module_runs_its_new_code_in_a_later_job(
     assert gone(seen[0]["pid"])
 
 
-def parent_of(pid: int) -> int:
-    return int(stat_fields(pid)[1])
-
-
 def ended(pid: int) -> bool:
     """Gone, or a zombie its parent (this process) has not reaped yet."""
     try:
@@ -461,7 +457,7 @@ def test_a_dead_template_takes_its_processes_along_and_another_forks_the_next(
     assert pool.template is not None
     [before] = rows_of(run(pool, deployment(tmp_path, "slot_tasks:context", job_id=new_job_id()), [tasks]))
     old = pool.template.pid
-    assert old is not None and parent_of(before["pid"]) == old
+    assert old is not None and parent_pid(before["pid"]) == old
     spare = eventually_blocking(lambda: pool._spares[0].pid if pool._spares else None, "a spare")
 
     os.kill(old, signal.SIGKILL)
@@ -487,7 +483,7 @@ def test_with_the_template_switched_off_slot_processes_are_started_anew(
     pool = new_pool(connect_server, spares=1, template=False)
     try:
         [row] = rows_of(run(pool, deployment(tmp_path, "slot_tasks:context", job_id=new_job_id()), [tasks]))
-        assert parent_of(row["pid"]) == os.getpid() and slot_templates() == set()
+        assert parent_pid(row["pid"]) == os.getpid() and slot_templates() == set()
     finally:
         pool.close()
     assert slot_processes() == set(), "slot processes left after close()"

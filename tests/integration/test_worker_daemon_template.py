@@ -25,7 +25,7 @@ from sparkdispatch.taskexecutor.slot_sessions import new_session, server_session
 from sparkdispatch.taskexecutor.worker_daemon_stub import MAX_MESSAGE
 from sparkdispatch.taskexecutor.worker_daemon_template import DAEMON_NAME
 from sparkdispatch.taskexecutor.worker_daemons import WorkerDaemonTemplate
-from sparkdispatch.testing.process_census import stat_fields
+from sparkdispatch.testing.local_cluster import parent_pid
 from sparkdispatch.testing.slot_attempts import connect_settings_for_tests
 from sparkdispatch.testing.waiting import eventually_blocking
 
@@ -56,10 +56,6 @@ def connect_server(
         yield server
     finally:
         server.stop()
-
-
-def parent_of(pid: int) -> int:
-    return int(stat_fields(pid)[1])
 
 
 def udf_facts(session: Any) -> list[dict[str, Any]]:
@@ -154,4 +150,4 @@ def test_without_its_template_a_sessions_daemon_starts_anew_and_its_udfs_run(
         session.stop()
     assert {fact["version"] for fact in facts} == {4}
     [daemon] = {fact["daemon"] for fact in facts}
-    assert parent_of(daemon) == connect_server.pid  # the stub became the daemon itself
+    assert parent_pid(daemon) == connect_server.pid  # the stub became the daemon itself
