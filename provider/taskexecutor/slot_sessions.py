@@ -40,11 +40,15 @@ def new_session(connect_url: str) -> SparkSession:
     trivial action's 89, bench/README.md, "P1"). The server is the TaskExecutor's own, on
     127.0.0.1, and lives with it: a stream breaks only when the server is gone, and then the
     attempt fails and its restart is the recovery.
+
+    Its channel starts no thread of its own for a call (`SlotChannel`).
     """
     from pyspark.sql.connect.client.retries import DefaultPolicy
     from pyspark.sql.connect.session import SparkSession
 
-    session = SparkSession.builder.remote(session_url(connect_url)).create()
+    from sparkdispatch.taskexecutor.slot_channel import SlotChannel
+
+    session = SparkSession.builder.channelBuilder(SlotChannel(session_url(connect_url))).create()
     session.client.disable_reattachable_execute()
     session.client.set_retry_policies(
         [

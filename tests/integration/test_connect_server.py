@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -105,6 +106,47 @@ def test_a_connect_session_runs_queries_with_the_configured_properties(
         assert spark.conf.get("spark.sparkdispatch.test.odd key") == ODD_VALUE
     finally:
         spark.stop()
+
+
+def test_a_slot_sessions_calls_start_no_thread_carry_the_token_and_can_be_interrupted(
+    server: ConnectServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pyspark.errors import PySparkException
+
+    from sparkdispatch.taskexecutor.slot_sessions import new_session
+
+    monkeypatch.delenv("SPARK_CONNECT_MODE_ENABLED", raising=False)  # as above: set by a Connect session
+    session = new_session(server.url)
+    try:
+        assert session.range(10).count() == 10  # the session's first calls
+        started: list[str] = []
+        start = threading.Thread.start
+
+        def counted(thread: threading.Thread) -> None:
+            started.append(thread.name)
+            start(thread)
+
+        with monkeypatch.context() as patched:
+            patched.setattr(threading.Thread, "start", counted)
+            assert session.range(10).count() == 10
+            assert session.range(5).collect()[-1]["id"] == 4
+            assert session.conf.get("spark.sql.shuffle.partitions") == "3"
+        assert started == []  # pyspark's channel starts two threads for each of those actions
+
+        threading.Timer(1.0, session.interruptAll).start()
+        begun = time.monotonic()
+        with pytest.raises(Exception, match="OPERATION_CANCELED"):
+            session.range(10**13).selectExpr("sum(id % 7)").collect()
+        assert time.monotonic() - begun < 30
+    finally:
+        session.stop()
+    port = int(grpc_target(server.url).rpartition(":")[2])
+    refused = new_session(server_url(port, "0" * 64))  # the token still goes with each call
+    try:
+        with pytest.raises(PySparkException, match="(?i)unauthenticated|authentication token"):
+            refused.range(3).collect()
+    finally:
+        refused.client.close()
 
 
 def test_the_server_and_its_ui_listen_on_loopback_only_and_answer_health_checks_quickly(server: ConnectServer) -> None:
