@@ -114,6 +114,7 @@ class ExecutionGraph:
         }
         self._subtask_count = graph.subtask_count
         self._consumable_count = 0
+        self._unconsumable = {vertex_id: graph.vertex(vertex_id).parallelism for vertex_id in self._order}
         self._candidates: dict[SubtaskId, ExecutionVertex] = {
             ev.id: ev
             for vertex_id in self._order
@@ -257,6 +258,10 @@ class ExecutionGraph:
         """Every subtask's result can be read."""
         return self._consumable_count == self._subtask_count
 
+    def all_consumable(self, vertex_id: str) -> bool:
+        """Every subtask of `vertex_id` is FINISHED and recorded, none of its results lost."""
+        return self._unconsumable[vertex_id] == 0
+
     def take_schedulable(self, held_back: Container[SubtaskId], limit: int | None = None) -> list[ExecutionVertex]:
         """The CREATED subtasks whose inputs can all be read, but those in `held_back`, in
         topological order (at most `limit`: the first that became schedulable); they are not
@@ -283,6 +288,7 @@ class ExecutionGraph:
     def _consumability_changed(self, ev: ExecutionVertex, consumable: bool) -> None:
         delta = -1 if consumable else 1
         self._consumable_count -= delta
+        self._unconsumable[ev.id.vertex_id] += delta
         for consumer_id in self._task_consumers[ev.id.vertex_id]:
             unready = self._unready_inputs[consumer_id] + delta
             self._unready_inputs[consumer_id] = unready

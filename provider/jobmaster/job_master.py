@@ -454,6 +454,7 @@ class JobMaster:
                 kept_on=execution.task_executor_id if kept else None,
             )
         )
+        self._kept.kept(ev)
         self.execution_graph.keep_chained_rows(ev, update.chained_rows)
         self._release_slot(execution)
         self._slots.declare()
@@ -534,6 +535,7 @@ class JobMaster:
                 continue  # not started: it simply waits for its inputs again
             self._stop(ev)
             graph.new_attempt(ev)
+            self._kept.restarted(ev)
             restarted.append(subtask_id)
         log.info(
             "job %s (session %s): restarting %s in %.3fs after %s",

@@ -16,7 +16,9 @@ repair): its producer then runs again too.
 
 from __future__ import annotations
 
-from sparkdispatch.jobmaster.execution import ExecutionVertex
+from collections import Counter
+
+from sparkdispatch.jobmaster.execution import ExecutionVertex, SubtaskId
 from sparkdispatch.jobmaster.execution_graph import ExecutionGraph
 from sparkdispatch.model.states import ExecutionState
 
@@ -32,10 +34,16 @@ class KeptPartitions:
         # every TaskExecutor an attempt of a kept producer was deployed to: one that failed, or
         # one whose TaskExecutor was lost and came back, may have left files there
         self._deployed_to: set[str] = set()
+        # the FINISHED results kept now, by subtask, and how many of each vertex each TaskExecutor
+        # keeps: `watched` is asked after every report, and must not walk a large vertex's subtasks
+        self._holding: dict[SubtaskId, str] = {}
+        self._holders: dict[str, Counter[str]] = {}
         for vertex_id in sorted(self._groups.kept):
             group = self._groups.group(vertex_id)
             for ev in graph.subtasks(vertex_id):
                 kept_on = ev.current.kept_on if ev.state is ExecutionState.FINISHED else None
+                if kept_on is not None:
+                    self._hold(ev, kept_on)
                 if kept_on is not None and group is not None and self._needed(vertex_id):
                     self._sites.setdefault(group, kept_on)
 
@@ -57,14 +65,22 @@ class KeptPartitions:
         if self._groups.is_kept(ev.vertex.id):
             self._deployed_to.add(task_executor_id)
 
+    def kept(self, ev: ExecutionVertex) -> None:
+        """`ev`'s attempt FINISHED with its result kept on its TaskExecutor (`current.kept_on`)."""
+        if ev.state is ExecutionState.FINISHED and ev.current.kept_on is not None:
+            self._hold(ev, ev.current.kept_on)
+
+    def restarted(self, ev: ExecutionVertex) -> None:
+        """`ev` has a new attempt: the result of its last one, kept or not, is not held any more."""
+        self._let_go(ev)
+
     def watched(self) -> set[str]:
         """The TaskExecutors that keep results this job still needs (it must hear when one goes)."""
         return {
-            kept_on
-            for vertex_id in self._groups.kept
+            task_executor_id
+            for vertex_id, holders in self._holders.items()
             if self._needed(vertex_id)
-            for ev in self._graph.subtasks(vertex_id)
-            if (kept_on := self._held(ev)) is not None
+            for task_executor_id in holders
         }
 
     def lost(self, task_executor_id: str) -> list[ExecutionVertex]:
@@ -94,6 +110,7 @@ class KeptPartitions:
             for producer in self._graph.subtasks(vertex_id):
                 if (kept_on := self._held(producer)) is not None:
                     self._released.add(producer.current.execution_id)
+                    self._let_go(producer)
                     if (kept_on, vertex_id) not in release:
                         release.append((kept_on, vertex_id))
         return release
@@ -112,6 +129,22 @@ class KeptPartitions:
         }
         return held | set(self._sites.values()) | self._deployed_to
 
+    def _hold(self, ev: ExecutionVertex, task_executor_id: str) -> None:
+        self._let_go(ev)
+        self._holding[ev.id] = task_executor_id
+        self._holders.setdefault(ev.id.vertex_id, Counter())[task_executor_id] += 1
+
+    def _let_go(self, ev: ExecutionVertex) -> None:
+        task_executor_id = self._holding.pop(ev.id, None)
+        if task_executor_id is None:
+            return
+        holders = self._holders[ev.id.vertex_id]
+        holders[task_executor_id] -= 1
+        if not holders[task_executor_id]:
+            del holders[task_executor_id]
+            if not holders:
+                del self._holders[ev.id.vertex_id]
+
     def _held(self, ev: ExecutionVertex) -> str | None:
         """The TaskExecutor that keeps `ev`'s FINISHED result now (None: not finished, or released)."""
         if ev.state is not ExecutionState.FINISHED or ev.current.execution_id in self._released:
@@ -122,5 +155,4 @@ class KeptPartitions:
         """A task that reads `vertex_id`'s result has a subtask not FINISHED and recorded (one a
         new leader would run again)."""
         graph = self._graph
-        heads = dict.fromkeys(graph.head_of(c) for c in graph.consumers_of(vertex_id))
-        return any(not reader.is_consumable for head in heads for reader in graph.subtasks(head))
+        return not all(graph.all_consumable(graph.head_of(c)) for c in graph.consumers_of(vertex_id))

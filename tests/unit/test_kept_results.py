@@ -134,13 +134,23 @@ def test_a_repair_runs_again_the_producers_of_the_kept_results_it_reads_and_thei
 # ---------------------------------------------------------------- the JobMaster's tracker
 
 
-def finish(g: ExecutionGraph, ev: ExecutionVertex, *, on: str | None, path: str = "/p") -> None:
-    """Run `ev`'s attempt to FINISHED, its result kept on TaskExecutor `on` (None: durable)."""
+def finish(
+    g: ExecutionGraph,
+    ev: ExecutionVertex,
+    *,
+    on: str | None,
+    path: str = "/p",
+    tracker: KeptPartitions | None = None,
+) -> None:
+    """Run `ev`'s attempt to FINISHED, its result kept on TaskExecutor `on` (None: durable), as the
+    JobMaster does: `tracker` hears of it before the record."""
     for state in (ExecutionState.SCHEDULED, ExecutionState.DEPLOYING, ExecutionState.INITIALIZING):
         ev.current.transition(state)
     ev.current.transition(ExecutionState.RUNNING)
     ev.current.transition(ExecutionState.FINISHED)
     ev.current.keep(SubtaskProgress(f"{path}/{ev.id}", 1, kept_on=on))
+    if tracker is not None:
+        tracker.kept(ev)
     mark_recorded(g, ev)
 
 
@@ -158,13 +168,13 @@ def test_readers_go_where_the_first_subtask_of_their_group_went_and_the_result_i
     kept_partitions.placed(j0, "te-1")
     kept_partitions.placed(j1, "te-2")  # too late: the group runs on te-1
     assert [kept_partitions.site_of(ev) for ev in (j1, a, b)] == ["te-1"] * 3
-    finish(g, src, on=None)
-    finish(g, j0, on="te-1")
-    finish(g, j1, on="te-1")
+    finish(g, src, on=None, tracker=kept_partitions)
+    finish(g, j0, on="te-1", tracker=kept_partitions)
+    finish(g, j1, on="te-1", tracker=kept_partitions)
     assert kept_partitions.watched() == {"te-1"}
-    finish(g, a, on=None)
+    finish(g, a, on=None, tracker=kept_partitions)
     assert kept_partitions.finished(a) == []  # b still reads it
-    finish(g, b, on=None)
+    finish(g, b, on=None, tracker=kept_partitions)
     assert kept_partitions.finished(b) == [("te-1", "join")]
     assert kept_partitions.watched() == set()
     assert kept_partitions.released(j0) and kept_partitions.released(j1)
@@ -178,14 +188,78 @@ def test_a_lost_task_executor_takes_the_results_a_reader_still_needs_and_frees_t
     kept_partitions = KeptPartitions(g)
     src, (j0, j1), (a,), (b,) = [list(g.subtasks(v)) for v in ("src", "join", "a", "b")]
     kept_partitions.placed(j0, "te-1")
-    finish(g, src[0], on=None)
-    finish(g, j0, on="te-1")
-    finish(g, j1, on="te-1")
+    finish(g, src[0], on=None, tracker=kept_partitions)
+    finish(g, j0, on="te-1", tracker=kept_partitions)
+    finish(g, j1, on="te-1", tracker=kept_partitions)
     assert kept_partitions.lost("te-2") == []
     assert kept_partitions.lost("te-1") == [j0, j1]
     assert j0.partition_lost and j1.partition_lost
     assert kept_partitions.site_of(a) is None  # the producers run again anywhere, and the group with them
     assert tasks_to_restart(g, [j0.id, j1.id]) == [j0.id, j1.id, a.id, b.id]
+
+
+def test_the_watched_task_executors_follow_finishes_restarts_releases_and_a_loss() -> None:
+    g = build_execution_graph(
+        graph(
+            vertex("src"),
+            kept("join", "src", parallelism=4),
+            vertex("a", "join", parallelism=3, result="durable"),
+            vertex("b", "join", result="durable"),
+            kept("late", "a"),
+            vertex("end", "late", "b"),
+        )
+    )
+    tracker = KeptPartitions(g)
+
+    def walked() -> set[str]:  # what `watched` answers, from every subtask of every kept vertex
+        return {
+            ev.current.kept_on
+            for vertex_id in ("join", "late")
+            if any(not r.is_consumable for c in g.consumers_of(vertex_id) for r in g.subtasks(g.head_of(c)))
+            for ev in g.subtasks(vertex_id)
+            if ev.state is ExecutionState.FINISHED and ev.current.kept_on is not None and not tracker.released(ev)
+        }
+
+    def check(expected: set[str]) -> None:
+        assert tracker.watched() == walked() == expected
+
+    (src,), joins, readers, (b,), (late,), (end,) = [
+        list(g.subtasks(v)) for v in ("src", "join", "a", "b", "late", "end")
+    ]
+    finish(g, src, on=None, tracker=tracker)
+    check(set())
+    for ev, te in zip(joins, ["te-1", "te-2", "te-1", "te-2"], strict=True):
+        finish(g, ev, on=te, tracker=tracker)
+    check({"te-1", "te-2"})
+    # a reader fails: its region restarts, join[1] with it (te-2 still keeps join[3])
+    g.new_attempt(joins[1])
+    tracker.restarted(joins[1])
+    check({"te-1", "te-2"})
+    g.new_attempt(joins[3])
+    tracker.restarted(joins[3])
+    check({"te-1"})
+    finish(g, joins[1], on="te-3", tracker=tracker)
+    finish(g, joins[3], on="te-3", tracker=tracker)
+    check({"te-1", "te-3"})
+    for reader in readers:
+        finish(g, reader, on=None, tracker=tracker)
+        assert tracker.finished(reader) == []  # b still reads join
+        check({"te-1", "te-3"})
+    finish(g, late, on="te-4", tracker=tracker)
+    check({"te-1", "te-3", "te-4"})
+    finish(g, b, on=None, tracker=tracker)
+    assert sorted(tracker.finished(b)) == [("te-1", "join"), ("te-3", "join")]
+    check({"te-4"})
+    assert tracker.lost("te-4") == [late]
+    check({"te-4"})  # until the lost producer runs again, as the JobMaster restarts it at once
+    g.new_attempt(late)
+    tracker.restarted(late)
+    check(set())
+    finish(g, late, on="te-5", tracker=tracker)
+    check({"te-5"})
+    finish(g, end, on=None, tracker=tracker)
+    assert tracker.finished(end) == [("te-5", "late")]
+    check(set())
 
 
 def test_a_new_leader_learns_where_kept_results_are_from_the_stored_progress() -> None:
