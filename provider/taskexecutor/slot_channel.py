@@ -8,9 +8,10 @@ Built for what each action costs there, since a task's actions are most of what 
 - the server's token goes with each call as its `authorization` metadata. Given as call
   credentials, pyspark's way, gRPC runs its token plugin on a new thread for every call.
 
-Together about 3 ms of a trivial task's 75 on this machine (bench/README.md, "P1"). The server
-listens on loopback (`connect_url`), so the channel keeps gRPC's local credentials, which refuse
-any other peer. Imports pyspark and grpc: import this module only where a session is made.
+Together 9.5 ms of a trivial task's 82 on this machine (bench/README.md, "Threads per Connect
+call"). The server listens on loopback (`connect_url`), so the channel keeps gRPC's local
+credentials, which refuse any other peer. Imports pyspark and grpc: import this module only where
+a session is made.
 """
 
 from __future__ import annotations
@@ -30,10 +31,9 @@ class SlotChannel(DefaultChannelBuilder):
 
     def __init__(self, url: str) -> None:
         super().__init__(url, channelOptions=[(ChannelOptions.SingleThreadedUnaryStream, 1)])
-        self._token_metadata = call_metadata(url) if self._on_loopback_without_tls() else ()
-
-    def _on_loopback_without_tls(self) -> bool:
-        return self.token is not None and not self.use_ssl and self.host == "localhost"
+        on_loopback = not self.use_ssl and self.host == "localhost"
+        # elsewhere, or with a token from pyspark's environment variable, pyspark's way
+        self._token_metadata = call_metadata(url) if on_loopback else ()
 
     def toChannel(self) -> grpc.Channel:
         if not self._token_metadata:
