@@ -34,8 +34,9 @@ class KeptPartitions:
         # every TaskExecutor an attempt of a kept producer was deployed to: one that failed, or
         # one whose TaskExecutor was lost and came back, may have left files there
         self._deployed_to: set[str] = set()
-        # the FINISHED results kept now, by subtask, and how many of each vertex each TaskExecutor
-        # keeps: `watched` is asked after every report, and must not walk a large vertex's subtasks
+        # the TaskExecutor that keeps each FINISHED, unreleased result now, by subtask, and how many
+        # of each vertex each keeps: `watched` is asked after every report, and must not walk a
+        # large vertex's subtasks
         self._holding: dict[SubtaskId, str] = {}
         self._holders: dict[str, Counter[str]] = {}
         for vertex_id in sorted(self._groups.kept):
@@ -94,7 +95,7 @@ class KeptPartitions:
             for vertex_id in sorted(self._groups.kept)
             if self._needed(vertex_id)
             for ev in self._graph.subtasks(vertex_id)
-            if self._held(ev) == task_executor_id
+            if self._holding.get(ev.id) == task_executor_id
         ]
         for ev in lost:
             ev.partition_lost = True
@@ -108,7 +109,7 @@ class KeptPartitions:
             if self._needed(vertex_id):
                 continue
             for producer in self._graph.subtasks(vertex_id):
-                if (kept_on := self._held(producer)) is not None:
+                if (kept_on := self._holding.get(producer.id)) is not None:
                     self._released.add(producer.current.execution_id)
                     self._let_go(producer)
                     if (kept_on, vertex_id) not in release:
@@ -144,12 +145,6 @@ class KeptPartitions:
             del holders[task_executor_id]
             if not holders:
                 del self._holders[ev.id.vertex_id]
-
-    def _held(self, ev: ExecutionVertex) -> str | None:
-        """The TaskExecutor that keeps `ev`'s FINISHED result now (None: not finished, or released)."""
-        if ev.state is not ExecutionState.FINISHED or ev.current.execution_id in self._released:
-            return None
-        return ev.current.kept_on
 
     def _needed(self, vertex_id: str) -> bool:
         """A task that reads `vertex_id`'s result has a subtask not FINISHED and recorded (one a
